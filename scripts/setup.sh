@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what titan.cpp needs on a fresh Debian 12 machine and builds it in Release.
+#   scripts/setup.sh            system packages + build (build/titan)
+#   scripts/setup.sh --python   also the Python references the tests compare against (.venv)
+# Safe to run again: installed packages and an up-to-date .venv are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_python=0
+build_dir=build
+cmake_args=()
+for arg in "$@"; do
+  case "$arg" in
+    --python) with_python=1 ;;
+    --sanitize) build_dir=build-sanitize; cmake_args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_SANITIZE=ON) ;;
+    --werror) cmake_args+=(-DTITAN_WERROR=ON) ;;
+    *) echo "setup.sh: unknown argument '$arg' (expected --python, --sanitize, --werror)" >&2; exit 2 ;;
+  esac
+done
+
+packages=(
+  build-essential cmake pkg-config git
+  libdnnl-dev libopenblas-openmp-dev          # GEMM (oneDNN), OpenBLAS for the GEMM comparison
+  nlohmann-json3-dev libtomlplusplus-dev libcli11-dev
+  libutf8proc-dev libpcre2-dev zlib1g-dev
+  libopenmpi-dev openmpi-bin
+  libgtest-dev libbenchmark-dev clang-format
+  python3 python3-venv
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  echo "setup.sh: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if [ "$with_python" -eq 1 ]; then
+  # Pinned references; the stamp makes a re-run skip the (large) torch install.
+  req=tests/reference/requirements.txt
+  stamp=.venv/.installed-$(sha1sum "$req" | cut -c1-12)
+  if [ ! -f "$stamp" ]; then
+    python3 -m venv .venv
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -r "$req"
+    touch "$stamp"
+  fi
+fi
+
+cmake -S . -B "$build_dir" "${cmake_args[@]}" > /dev/null
+cmake --build "$build_dir" -j"$(nproc)"

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine: installs what is missing, builds with warnings as
+# errors, generates the PyTorch / Transformers references, runs every test.
+#   scripts/test.sh              Release build (build/)
+#   scripts/test.sh --sanitize   AddressSanitizer + UBSan build (build-sanitize/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir=build
+[ "${1:-}" = "--sanitize" ] && build_dir=build-sanitize
+scripts/setup.sh --python --werror "$@"
+export TITAN_PYTHON="$PWD/.venv/bin/python"
+# ASan needs its runtime first; the pinned venv python is not sanitized, so tests call it plainly.
+ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 600

@@ -1,0 +1,33 @@
+// Row-major single-precision GEMM, the one entry point every matmul in the engine goes through:
+//   C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C[m,n]
+// op(X) is X or X^T. Backed by oneDNN (choice and measurements: docs/GEMM.md). Called inside an
+// OpenMP parallel region it runs on the calling thread only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace titan {
+
+enum class Trans : char { no = 'N', yes = 'T' };
+
+void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc);
+
+// The fp32 reference used by tests: three loops, fp64 accumulation.
+void gemm_f32_reference(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                        float* c, int64_t ldc);
+
+std::string gemm_library_name();
+
+}  // namespace titan
+
+namespace titan {
+
+// The fp32 GEMM ceiling of this machine with the current thread count, in GFLOP/s: the best of a
+// few square 1536^3 GEMMs (about a quarter of a second). MFU is reported against this number.
+double measure_gemm_peak_gflops();
+
+}  // namespace titan

@@ -1,0 +1,46 @@
+// Row-level vector primitives, written once (vec_impl.inc) and compiled per ISA (scalar, AVX2,
+// AVX-512); the variant is picked at run time from the CPU (core/cpu_info.h). The ops in
+// src/titan/ops compose these with OpenMP threading and GEMM calls.
+#pragma once
+
+#include <cstdint>
+
+#include "titan/core/cpu_info.h"
+
+namespace titan {
+
+// One AdamW update's scalars (PyTorch's AdamW: decoupled decay, bias correction).
+struct AdamWScalars {
+  float lr, beta1, beta2, eps, weight_decay;
+  float bias_correction1;       // 1 - beta1^step
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+};
+
+struct VecKernels {
+  Isa isa;
+  // max_i x[i]; -inf for n == 0.
+  float (*max)(const float* x, int64_t n);
+  // y[i] = exp(x[i] - shift), returns sum_i y[i]. y may alias x.
+  float (*exp_shift_sum)(float* y, const float* x, int64_t n, float shift);
+  float (*sum_squares)(const float* x, int64_t n);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  // y[i] *= a
+  void (*scale)(float* y, float a, int64_t n);
+  // y[i] += a * x[i]
+  void (*axpy)(float* y, float a, const float* x, int64_t n);
+  // y[i] = w[i] * (x[i] * s)  (RMSNorm: normalise, then weight, in HF's order)
+  void (*scale_mul)(float* y, const float* x, float s, const float* w, int64_t n);
+  // out[i] = silu(gate[i]) * up[i]
+  void (*silu_mul)(float* out, const float* gate, const float* up, int64_t n);
+  // Gradients of silu_mul with respect to gate and up.
+  void (*silu_mul_backward)(float* dgate, float* dup, const float* dout, const float* gate,
+                            const float* up, int64_t n);
+  void (*adamw)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                const AdamWScalars& s);
+};
+
+const VecKernels& vec_kernels(Isa isa);
+// The kernels for active_isa().
+const VecKernels& vec();
+
+}  // namespace titan

@@ -1,0 +1,105 @@
+#include "titan/core/allocator.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+std::atomic<size_t> g_current[kMemCategoryCount];
+std::atomic<size_t> g_peak[kMemCategoryCount];
+std::atomic<size_t> g_total_current{0};
+std::atomic<size_t> g_total_peak{0};
+
+void raise_peak(std::atomic<size_t>& peak, size_t value) {
+  size_t seen = peak.load(std::memory_order_relaxed);
+  while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+std::string_view mem_category_name(MemCategory c) {
+  switch (c) {
+    case MemCategory::parameters:
+      return "parameters";
+    case MemCategory::gradients:
+      return "gradients";
+    case MemCategory::optimizer:
+      return "optimizer";
+    case MemCategory::activations:
+      return "activations";
+    case MemCategory::other:
+      return "other";
+  }
+  return "?";
+}
+
+void* mem_allocate(size_t bytes, MemCategory category) {
+  if (bytes == 0) return nullptr;
+  const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* ptr = std::aligned_alloc(kAlignment, rounded);
+  TITAN_CHECK(ptr != nullptr, "out of memory: could not allocate ", bytes, " bytes for ",
+              mem_category_name(category));
+  const int c = static_cast<int>(category);
+  raise_peak(g_peak[c], g_current[c].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  raise_peak(g_total_peak, g_total_current.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  return ptr;
+}
+
+void mem_release(void* ptr, size_t bytes, MemCategory category) {
+  if (ptr == nullptr) return;
+  std::free(ptr);
+  g_current[static_cast<int>(category)].fetch_sub(bytes, std::memory_order_relaxed);
+  g_total_current.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+MemoryStats memory_stats() {
+  MemoryStats s;
+  for (int c = 0; c < kMemCategoryCount; ++c) {
+    s.current[c] = g_current[c].load(std::memory_order_relaxed);
+    s.peak[c] = g_peak[c].load(std::memory_order_relaxed);
+  }
+  s.total_current = g_total_current.load(std::memory_order_relaxed);
+  s.total_peak = g_total_peak.load(std::memory_order_relaxed);
+  return s;
+}
+
+void memory_reset_peak() {
+  for (int c = 0; c < kMemCategoryCount; ++c) g_peak[c].store(g_current[c].load());
+  g_total_peak.store(g_total_current.load());
+}
+
+Buffer::Buffer(size_t bytes, MemCategory category)
+    : data_(mem_allocate(bytes, category)), bytes_(bytes), category_(category) {}
+
+Buffer::~Buffer() {
+  mem_release(data_, bytes_, category_);
+}
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)),
+      category_(other.category_) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    mem_release(data_, bytes_, category_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    category_ = other.category_;
+  }
+  return *this;
+}
+
+void Buffer::zero() {
+  if (data_ != nullptr) std::memset(data_, 0, bytes_);
+}
+
+}  // namespace titan

@@ -1,0 +1,56 @@
+// Host memory with accounting: every byte the engine holds is charged to a category, so the
+// trainer can report current and peak memory of parameters, gradients, optimizer state and
+// activations separately.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+
+namespace titan {
+
+enum class MemCategory : int { parameters, gradients, optimizer, activations, other };
+constexpr int kMemCategoryCount = 5;
+
+std::string_view mem_category_name(MemCategory c);
+
+struct MemoryStats {
+  std::array<size_t, kMemCategoryCount> current{};  // bytes held now
+  std::array<size_t, kMemCategoryCount> peak{};     // per-category high-water mark
+  size_t total_current = 0;
+  size_t total_peak = 0;  // high-water mark of the sum, not the sum of the peaks
+};
+
+// 64-byte aligned allocation charged to `category`; throws titan::Error when out of memory.
+void* mem_allocate(size_t bytes, MemCategory category);
+void mem_release(void* ptr, size_t bytes, MemCategory category);
+MemoryStats memory_stats();
+void memory_reset_peak();
+
+// Owning, move-only block of accounted memory.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(size_t bytes, MemCategory category);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  MemCategory category() const { return category_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  void zero();
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  MemCategory category_ = MemCategory::other;
+};
+
+}  // namespace titan

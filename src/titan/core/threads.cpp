@@ -1,0 +1,23 @@
+#include "titan/core/threads.h"
+
+#include <omp.h>
+
+#include "titan/core/cpu_info.h"
+#include "titan/core/error.h"
+
+namespace titan {
+
+int default_thread_count() {
+  return cpu_info().physical_cores;
+}
+
+void set_thread_count(int n) {
+  TITAN_CHECK(n >= 1, "thread count must be at least 1, got ", n);
+  omp_set_num_threads(n);
+}
+
+int thread_count() {
+  return omp_get_max_threads();
+}
+
+}  // namespace titan
