@@ -1,0 +1,64 @@
+// The numbers that define a Qwen3 / Qwen3-MoE model. Both routes to a model -- a built-in flavor
+// (flavors.h) and a Hugging Face config.json (hf_config.h) -- produce this struct, and the model
+// is built from it alone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace titan {
+
+// rope_scaling: none (default RoPE) or YaRN, the only variant official Qwen3 cards use.
+struct RopeScaling {
+  std::string type = "default";  // "default" | "yarn"
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  double attention_factor = 0.0;  // 0: derived as 0.1 ln(factor) + 1
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+};
+
+struct ModelArgs {
+  std::string architecture = "Qwen3ForCausalLM";  // or "Qwen3MoeForCausalLM"
+  int64_t vocab_size = 151936;
+  int64_t hidden_size = 1024;        // h
+  int64_t intermediate_size = 3072;  // I (dense SwiGLU width)
+  int64_t num_hidden_layers = 28;    // L
+  int64_t num_attention_heads = 16;  // H
+  int64_t num_key_value_heads = 8;   // KV, divides H
+  int64_t head_dim = 128;            // hd, independent of h / H
+  int64_t max_position_embeddings = 40960;
+  double rope_theta = 1000000.0;
+  RopeScaling rope_scaling;
+  double rms_norm_eps = 1e-6;
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = true;
+  bool attention_bias = false;  // refused when true: no Qwen3 has it
+  int64_t bos_token_id = 151643;
+  std::vector<int64_t> eos_token_ids = {151645};
+  int64_t pad_token_id = -1;  // -1: none
+
+  // MoE (num_experts == 0 for dense models).
+  int64_t num_experts = 0;            // E
+  int64_t num_experts_per_tok = 0;    // k
+  int64_t moe_intermediate_size = 0;  // Im
+  bool norm_topk_prob = true;
+  double router_aux_loss_coef = 0.001;
+  int64_t decoder_sparse_step = 1;
+  std::vector<int64_t> mlp_only_layers;
+
+  // How the model is computed, not what it is: the attention kernel's registry name.
+  std::string attn_backend = "blockwise";  // "blockwise" (flash-style) | "reference"
+
+  bool is_moe() const { return num_experts > 0; }
+  // Layer i uses the sparse MoE block (Qwen3-MoE rule: not listed dense, every step-th layer).
+  bool layer_is_sparse(int64_t layer) const;
+};
+
+// Throws titan::Error naming the first field that is missing, non-positive or inconsistent
+// (heads not divisible by kv heads, top-k above the expert count, ...). `where` prefixes the
+// message (a file name or "flavor qwen3_0.6b").
+void validate_model_args(const ModelArgs& args, const std::string& where);
+
+}  // namespace titan
