@@ -8,6 +8,6 @@ cd "$(dirname "$0")/.."
 build_dir=build
 [ "${1:-}" = "--sanitize" ] && build_dir=build-sanitize
 scripts/setup.sh --python --werror "$@"
-export TITAN_PYTHON="$PWD/.venv/bin/python"
-# ASan needs its runtime first; the pinned venv python is not sanitized, so tests call it plainly.
+
+
 ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 600
