@@ -1,0 +1,38 @@
+// The override map: config patterns (`model.layers.*.mlp = "swiglu_reference"`) rebinding
+// module kernel slots. Expanded and validated before anything is allocated.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "titan/kernels/registry.h"
+
+namespace titan {
+
+// One op slot of one module: model.layers.3.self_attn has an attention slot and a rope slot.
+struct KernelSlot {
+  std::string module;  // fully qualified module name
+  OpKind kind;
+  std::string kernel;  // bound kernel name
+};
+
+struct OverrideRule {
+  std::string pattern;  // glob over module names; '*' may cross dots (fnmatch without FNM_PATHNAME)
+  std::string kernel;
+};
+
+struct OverrideReport {
+  std::vector<std::string> applied;   // "module: old -> new", one per rebound slot
+  std::vector<std::string> warnings;  // rules that matched no slot
+};
+
+bool glob_match(std::string_view pattern, std::string_view text);
+
+// Rebinds matching slots in place. Errors (titan::Error): an unknown kernel; two rules claiming
+// the same slot; a rule claiming an ancestor module of another rule's module.
+OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
+                               const std::vector<OverrideRule>& rules,
+                               const KernelRegistry& registry);
+
+}  // namespace titan

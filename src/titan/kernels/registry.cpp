@@ -1,0 +1,108 @@
+#include "titan/kernels/registry.h"
+
+#include "titan/core/error.h"
+#include "titan/ops/embedding.h"
+#include "titan/ops/linear.h"
+#include "titan/ops/rms_norm.h"
+#include "titan/ops/swiglu.h"
+
+namespace titan {
+namespace {
+
+void register_builtins(KernelRegistry& r) {
+  r.add({"embedding", OpKind::embedding, "row gather; column-blocked scatter-add backward",
+         EmbeddingKernel{embedding_forward, embedding_backward}});
+  r.add({"linear", OpKind::linear, "oneDNN sgemm", LinearKernel{linear_forward, linear_backward}});
+  r.add({"linear_reference", OpKind::linear, "three loops, fp64 sums",
+         LinearKernel{linear_forward_reference, linear_backward_reference}});
+  r.add({"rope", OpKind::rope, "rotate_half with a precomputed cos/sin cache",
+         RopeKernel{rope_forward, rope_backward}});
+  r.add({"cross_entropy_chunked", OpKind::lm_head_loss,
+         "lm_head GEMM fused with cross-entropy, 256-token chunks",
+         LmHeadLossKernel{lm_head_cross_entropy}});
+  r.add({"cross_entropy_reference", OpKind::lm_head_loss, "whole logits matrix, fp64 softmax",
+         LmHeadLossKernel{lm_head_cross_entropy_reference}});
+  r.add({"rms_norm", OpKind::rms_norm, "fp32 statistics, vectorised, threaded over rows",
+         RmsNormKernel{rms_norm_forward, rms_norm_backward}});
+  r.add({"rms_norm_reference", OpKind::rms_norm, "serial fp64-sum reference",
+         RmsNormKernel{rms_norm_forward_reference, rms_norm_backward_reference}});
+  r.add({"attention_blockwise", OpKind::attention,
+         "flash-style online softmax over 64x64 blocks, FA2 backward",
+         AttentionKernel{attention_forward_blockwise, attention_backward_blockwise, {}}});
+  r.add({"attention_reference", OpKind::attention,
+         "full probability matrix per head, fp64 sums (small inputs)",
+         AttentionKernel{attention_forward_reference, attention_backward_reference,
+                         [](const AttentionShape& s) -> std::string {
+                           // O(S^2 hd) serial loops: minutes beyond a few thousand positions.
+                           if (s.seq_kv > 8192) return "seq_kv <= 8192";
+                           return {};
+                         }}});
+  r.add({"swiglu", OpKind::swiglu, "silu(gate) * up, vectorised",
+         SwigluKernel{swiglu_forward, swiglu_backward}});
+  r.add({"swiglu_reference", OpKind::swiglu, "fp64 reference",
+         SwigluKernel{swiglu_forward_reference, swiglu_backward_reference}});
+}
+
+}  // namespace
+
+const char* op_kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::embedding:
+      return "embedding";
+    case OpKind::rms_norm:
+      return "rms_norm";
+    case OpKind::linear:
+      return "linear";
+    case OpKind::rope:
+      return "rope";
+    case OpKind::attention:
+      return "attention";
+    case OpKind::swiglu:
+      return "swiglu";
+    case OpKind::lm_head_loss:
+      return "lm_head_loss";
+  }
+  return "?";
+}
+
+void KernelRegistry::add(KernelEntry entry) {
+  TITAN_CHECK(entries_.count(entry.name) == 0, "kernel '", entry.name, "' is registered twice");
+  const std::string name = entry.name;
+  entries_.emplace(name, std::move(entry));
+}
+
+const KernelEntry* KernelRegistry::find(const std::string& name) const {
+  const auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+const KernelEntry& KernelRegistry::get(const std::string& name, OpKind kind) const {
+  const KernelEntry* entry = find(name);
+  if (entry != nullptr && entry->kind == kind) return *entry;
+  std::string known;
+  for (const auto& [other, e] : entries_) {
+    if (e.kind == kind) known += (known.empty() ? "" : ", ") + other;
+  }
+  if (entry != nullptr) {
+    fail("kernel '", name, "' is a ", op_kind_name(entry->kind), " kernel, not ",
+         op_kind_name(kind), " (", op_kind_name(kind), " kernels: ", known, ")");
+  }
+  fail("no ", op_kind_name(kind), " kernel named '", name, "' (registered: ", known, ")");
+}
+
+std::vector<const KernelEntry*> KernelRegistry::entries() const {
+  std::vector<const KernelEntry*> out;
+  for (const auto& [name, e] : entries_) out.push_back(&e);
+  return out;
+}
+
+KernelRegistry& kernel_registry() {
+  static KernelRegistry registry = [] {
+    KernelRegistry r;
+    register_builtins(r);
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace titan

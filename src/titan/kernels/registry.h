@@ -1,0 +1,95 @@
+// The kernel registry: every primitive op is reached through a named entry holding its forward,
+// its backward, the plain fp32 reference and an optional constraint check. Modules bind one
+// entry per op slot at build time (defaults, then the config's [overrides], kernels/overrides.h),
+// so a custom kernel replaces a module's computation without touching the model code.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "titan/ops/attention.h"
+#include "titan/ops/cross_entropy.h"
+#include "titan/ops/rope.h"
+
+namespace titan {
+
+enum class OpKind { embedding, rms_norm, linear, rope, attention, swiglu, lm_head_loss };
+const char* op_kind_name(OpKind kind);
+
+using RmsNormForward = void (*)(float*, float*, const float*, const float*, int64_t, int64_t,
+                                float);
+using RmsNormBackward = void (*)(float*, float*, const float*, const float*, const float*,
+                                 const float*, int64_t, int64_t);
+struct RmsNormKernel {
+  RmsNormForward forward;
+  RmsNormBackward backward;
+};
+
+using AttentionForward = void (*)(float*, float*, const float*, const float*, const float*,
+                                  const AttentionShape&);
+using AttentionBackward = void (*)(float*, float*, float*, const float*, const float*, const float*,
+                                   const float*, const float*, const float*, const AttentionShape&);
+struct AttentionKernel {
+  AttentionForward forward;
+  AttentionBackward backward;
+  // Empty when the kernel can run this shape, else the violated constraint in words.
+  std::function<std::string(const AttentionShape&)> check;
+};
+
+using SwigluForward = void (*)(float*, const float*, const float*, int64_t);
+using SwigluBackward = void (*)(float*, float*, const float*, const float*, const float*, int64_t);
+struct SwigluKernel {
+  SwigluForward forward;
+  SwigluBackward backward;
+};
+
+struct EmbeddingKernel {
+  void (*forward)(float*, const int32_t*, const float*, int64_t, int64_t, int64_t);
+  void (*backward)(float*, const float*, const int32_t*, int64_t, int64_t);
+};
+
+struct LinearKernel {
+  void (*forward)(float*, const float*, const float*, int64_t, int64_t, int64_t);
+  void (*backward)(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
+                   int64_t, bool);
+};
+
+struct RopeKernel {
+  void (*forward)(float*, const int32_t*, const RopeCache&, int64_t, int64_t);
+  void (*backward)(float*, const int32_t*, const RopeCache&, int64_t, int64_t);
+};
+
+// Forward and backward in one call: the chunked loss computes d loss / d logits as it goes.
+struct LmHeadLossKernel {
+  CrossEntropyResult (*forward_backward)(const CrossEntropyArgs&);
+};
+
+struct KernelEntry {
+  std::string name;
+  OpKind kind;
+  std::string description;
+  std::variant<EmbeddingKernel, RmsNormKernel, LinearKernel, RopeKernel, AttentionKernel,
+               SwigluKernel, LmHeadLossKernel>
+      impl;
+};
+
+class KernelRegistry {
+ public:
+  // Names are unique across kinds; registering a name twice is an error.
+  void add(KernelEntry entry);
+  // The entry, or titan::Error naming the closest registered names of that kind.
+  const KernelEntry& get(const std::string& name, OpKind kind) const;
+  const KernelEntry* find(const std::string& name) const;
+  std::vector<const KernelEntry*> entries() const;
+
+ private:
+  std::map<std::string, KernelEntry> entries_;
+};
+
+// The process-wide registry with every built-in kernel registered.
+KernelRegistry& kernel_registry();
+
+}  // namespace titan

@@ -1,0 +1,99 @@
+#include "titan/nn/layers.h"
+
+#include "titan/core/error.h"
+
+namespace titan {
+
+const KernelEntry& KernelBinder::bind(const std::string& module, OpKind kind) const {
+  for (const KernelSlot& slot : slots_) {
+    if (slot.module == module && slot.kind == kind) {
+      return kernel_registry().get(slot.kernel, kind);
+    }
+  }
+  fail("module ", module, " has no ", op_kind_name(kind), " slot");
+}
+
+void Linear::forward(float* y, const float* x, int64_t n) const {
+  kernel->forward(y, x, weight, n, in_features, out_features);
+}
+
+void Linear::backward(float* dx, const float* dy, const float* x, int64_t n,
+                      bool accumulate_dx) const {
+  kernel->backward(dx, weight_grad, dy, x, weight, n, in_features, out_features, accumulate_dx);
+}
+
+void RMSNorm::forward(float* out, float* rstd, const float* x, int64_t rows) const {
+  kernel->forward(out, rstd, x, weight, rows, dim, eps);
+}
+
+void RMSNorm::backward(float* dx, const float* dout, const float* x, const float* rstd,
+                       int64_t rows) const {
+  kernel->backward(dx, weight_grad, dout, x, weight, rstd, rows, dim);
+}
+
+void Embedding::forward(float* out, const int32_t* ids, int64_t n) const {
+  kernel->forward(out, ids, weight, n, vocab, dim);
+}
+
+void Embedding::backward(const float* dout, const int32_t* ids, int64_t n) const {
+  kernel->backward(weight_grad, dout, ids, n, dim);
+}
+
+AttentionShape SelfAttention::shape(int64_t batch, int64_t seq) const {
+  return {batch, seq, seq, n_heads, n_kv_heads, head_dim};
+}
+
+void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
+                            const int32_t* positions, const RopeCache& rope_cache, int64_t batch,
+                            int64_t seq) const {
+  const int64_t n = batch * seq;
+  const AttentionShape s = shape(batch, seq);
+  if (attention->check) {
+    const std::string broken = attention->check(s);
+    TITAN_CHECK(broken.empty(), name, ": attention kernel '", attention_kernel, "' requires ",
+                broken);
+  }
+  q_proj.forward(act.q_pre, x, n);
+  k_proj.forward(act.k_pre, x, n);
+  v_proj.forward(act.v, x, n);
+  q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
+  k_norm.forward(act.k, act.k_rstd, act.k_pre, n * n_kv_heads);
+  rope->forward(act.q, positions, rope_cache, n, n_heads);
+  rope->forward(act.k, positions, rope_cache, n, n_kv_heads);
+  attention->forward(act.out, act.lse, act.q, act.k, act.v, s);
+  o_proj.forward(y, act.out, n);
+}
+
+void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy,
+                             const AttentionActivations& act, const float* x,
+                             const int32_t* positions, const RopeCache& rope_cache, int64_t batch,
+                             int64_t seq) const {
+  const int64_t n = batch * seq;
+  o_proj.backward(g.dout, dy, act.out, n, false);
+  attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse,
+                      shape(batch, seq));
+  rope->backward(g.dq, positions, rope_cache, n, n_heads);
+  rope->backward(g.dk, positions, rope_cache, n, n_kv_heads);
+  q_norm.backward(g.dq, g.dq, act.q_pre, act.q_rstd, n * n_heads);
+  k_norm.backward(g.dk, g.dk, act.k_pre, act.k_rstd, n * n_kv_heads);
+  q_proj.backward(dx, g.dq, x, n, false);
+  k_proj.backward(dx, g.dk, x, n, true);
+  v_proj.backward(dx, g.dv, x, n, true);
+}
+
+void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n) const {
+  gate_proj.forward(act.gate, x, n);
+  up_proj.forward(act.up, x, n);
+  swiglu->forward(act.act, act.gate, act.up, n * intermediate);
+  down_proj.forward(y, act.act, n);
+}
+
+void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,
+                         const float* x, int64_t n) const {
+  down_proj.backward(g.dact, dy, act.act, n, false);
+  swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, n * intermediate);
+  gate_proj.backward(dx, g.dgate, x, n, false);
+  up_proj.backward(dx, g.dup, x, n, true);
+}
+
+}  // namespace titan

@@ -1,0 +1,71 @@
+#include "titan/nn/param_group.h"
+
+#include <algorithm>
+
+#include "titan/core/error.h"
+#include "titan/core/rng.h"
+
+namespace titan {
+namespace {
+// Views start on 64-byte boundaries so every parameter is aligned for vector loads.
+constexpr int64_t kAlignFloats = 16;
+}  // namespace
+
+ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs)
+    : name_(std::move(name)) {
+  for (const ParamSpec& spec : specs) {
+    const int64_t n = shape_numel(spec.shape);
+    TITAN_CHECK(n > 0, "parameter ", spec.name, " has an empty shape ", shape_str(spec.shape));
+    views_.push_back({spec, numel_, n});
+    numel_ += (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+  }
+  params_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::parameters);
+  params_.zero();  // alignment padding stays zero through every update
+}
+
+const ParamView& ParamGroup::view(const std::string& param_name) const {
+  for (const ParamView& v : views_) {
+    if (v.spec.name == param_name) return v;
+  }
+  fail("no parameter named '", param_name, "' in group ", name_);
+}
+
+void ParamGroup::allocate_gradients() {
+  if (grads_.data() != nullptr) return;
+  grads_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::gradients);
+  grads_.zero();
+}
+
+void ParamGroup::allocate_optimizer_state() {
+  if (exp_avg_.data() != nullptr) return;
+  exp_avg_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
+  exp_avg_sq_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
+  exp_avg_.zero();
+  exp_avg_sq_.zero();
+}
+
+Tensor ParamGroup::param(const std::string& param_name) const {
+  const ParamView& v = view(param_name);
+  return Tensor::view(params() + v.offset, v.spec.shape, DType::f32);
+}
+
+Tensor ParamGroup::grad(const std::string& param_name) const {
+  TITAN_CHECK(grads() != nullptr, "group ", name_, " has no gradients allocated");
+  const ParamView& v = view(param_name);
+  return Tensor::view(grads() + v.offset, v.spec.shape, DType::f32);
+}
+
+void ParamGroup::initialize(uint64_t seed, float std) {
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < views_.size(); ++i) {
+    const ParamView& v = views_[i];
+    float* p = params() + v.offset;
+    if (v.spec.init == ParamInit::ones) {
+      std::fill(p, p + v.numel, 1.0f);
+    } else {
+      Rng(seed, v.spec.name).fill_normal(p, v.numel, 0.0f, std);
+    }
+  }
+}
+
+}  // namespace titan

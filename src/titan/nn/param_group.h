@@ -1,0 +1,62 @@
+// Parameters, gradients and AdamW state of one transformer block (or of the embedding / final
+// norm / lm_head group) live in flat buffers, one per kind, all with the same layout and carved
+// into named views. Zeroing gradients, the optimizer step, checkpointing and (later) FSDP
+// sharding each work on whole flat buffers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/core/allocator.h"
+#include "titan/core/tensor.h"
+
+namespace titan {
+
+enum class ParamInit { normal, ones };
+
+struct ParamSpec {
+  std::string
+      name;  // fully qualified Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight
+  Shape shape;
+  ParamInit init = ParamInit::normal;
+};
+
+struct ParamView {
+  ParamSpec spec;
+  int64_t offset = 0;  // elements from the start of the group's buffers
+  int64_t numel = 0;
+};
+
+class ParamGroup {
+ public:
+  ParamGroup(std::string name, const std::vector<ParamSpec>& specs);
+
+  const std::string& name() const { return name_; }
+  const std::vector<ParamView>& views() const { return views_; }
+  const ParamView& view(const std::string& param_name) const;
+  int64_t numel() const { return numel_; }
+
+  // Gradient and optimizer buffers exist only once requested (inference needs neither).
+  void allocate_gradients();
+  void allocate_optimizer_state();
+
+  float* params() const { return params_.as<float>(); }    // (numel)
+  float* grads() const { return grads_.as<float>(); }      // (numel) or null
+  float* exp_avg() const { return exp_avg_.as<float>(); }  // (numel) or null
+  float* exp_avg_sq() const { return exp_avg_sq_.as<float>(); }
+  Tensor param(const std::string& param_name) const;
+  Tensor grad(const std::string& param_name) const;
+
+  // HF initialisation: N(0, std) for ParamInit::normal, 1 for ones; each parameter from its own
+  // stream (core/rng.h).
+  void initialize(uint64_t seed, float std);
+
+ private:
+  std::string name_;
+  std::vector<ParamView> views_;
+  int64_t numel_ = 0;
+  Buffer params_, grads_, exp_avg_, exp_avg_sq_;
+};
+
+}  // namespace titan

@@ -1,0 +1,347 @@
+#include "titan/nn/qwen3.h"
+
+#include <cstring>
+
+#include "titan/backend/cpu/vec.h"
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+std::string layer_name(int64_t i) {
+  return "model.layers." + std::to_string(i);
+}
+
+std::vector<ParamSpec> layer_param_specs(const ModelArgs& a, const std::string& p) {
+  const int64_t h = a.hidden_size, hd = a.head_dim, I = a.intermediate_size;
+  const int64_t q_out = a.num_attention_heads * hd, kv_out = a.num_key_value_heads * hd;
+  return {
+      {p + ".input_layernorm.weight", {h}, ParamInit::ones},
+      {p + ".self_attn.q_proj.weight", {q_out, h}},
+      {p + ".self_attn.k_proj.weight", {kv_out, h}},
+      {p + ".self_attn.v_proj.weight", {kv_out, h}},
+      {p + ".self_attn.o_proj.weight", {h, q_out}},
+      {p + ".self_attn.q_norm.weight", {hd}, ParamInit::ones},
+      {p + ".self_attn.k_norm.weight", {hd}, ParamInit::ones},
+      {p + ".post_attention_layernorm.weight", {h}, ParamInit::ones},
+      {p + ".mlp.gate_proj.weight", {I, h}},
+      {p + ".mlp.up_proj.weight", {I, h}},
+      {p + ".mlp.down_proj.weight", {h, I}},
+  };
+}
+
+std::vector<KernelSlot> default_slots(const ModelArgs& a) {
+  std::vector<KernelSlot> slots = {{"model.embed_tokens", OpKind::embedding, "embedding"}};
+  for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
+    const std::string p = layer_name(i);
+    slots.push_back({p + ".input_layernorm", OpKind::rms_norm, "rms_norm"});
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      slots.push_back({p + ".self_attn." + proj, OpKind::linear, "linear"});
+    }
+    slots.push_back({p + ".self_attn.q_norm", OpKind::rms_norm, "rms_norm"});
+    slots.push_back({p + ".self_attn.k_norm", OpKind::rms_norm, "rms_norm"});
+    slots.push_back({p + ".self_attn", OpKind::rope, "rope"});
+    slots.push_back({p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend});
+    slots.push_back({p + ".post_attention_layernorm", OpKind::rms_norm, "rms_norm"});
+    for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
+      slots.push_back({p + ".mlp." + proj, OpKind::linear, "linear"});
+    }
+    slots.push_back({p + ".mlp", OpKind::swiglu, "swiglu"});
+  }
+  slots.push_back({"model.norm", OpKind::rms_norm, "rms_norm"});
+  slots.push_back({"lm_head", OpKind::lm_head_loss, "cross_entropy_chunked"});
+  return slots;
+}
+
+// Hands out consecutive 64-byte aligned views of an arena; with a null base it only measures.
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(int64_t n) {
+    float* p = base_ == nullptr ? nullptr : base_ + used_;
+    used_ += (n + 15) / 16 * 16;
+    return p;
+  }
+  int64_t used() const { return used_; }
+
+ private:
+  float* base_;
+  int64_t used_ = 0;
+};
+
+Linear make_linear(const std::string& name, const ParamGroup& g, const KernelBinder& binder,
+                   int64_t in, int64_t out) {
+  Linear l;
+  l.name = name;
+  l.in_features = in;
+  l.out_features = out;
+  l.weight = g.params() + g.view(name + ".weight").offset;
+  l.kernel = &std::get<LinearKernel>(binder.bind(name, OpKind::linear).impl);
+  return l;
+}
+
+RMSNorm make_norm(const std::string& name, const ParamGroup& g, const KernelBinder& binder,
+                  int64_t dim, double eps) {
+  RMSNorm n;
+  n.name = name;
+  n.dim = dim;
+  n.eps = static_cast<float>(eps);
+  n.weight = g.params() + g.view(name + ".weight").offset;
+  n.kernel = &std::get<RmsNormKernel>(binder.bind(name, OpKind::rms_norm).impl);
+  return n;
+}
+
+}  // namespace
+
+Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& overrides)
+    : args_(args) {
+  validate_model_args(args_, "model");
+  TITAN_CHECK(!args_.is_moe(), "Qwen3-MoE models are not implemented yet");
+  slots_ = default_slots(args_);
+  override_report_ = apply_overrides(slots_, overrides, kernel_registry());
+  const KernelBinder binder(slots_);
+  const int64_t h = args_.hidden_size, hd = args_.head_dim;
+
+  std::vector<ParamSpec> top = {{"model.embed_tokens.weight", {args_.vocab_size, h}},
+                                {"model.norm.weight", {h}, ParamInit::ones}};
+  if (!args_.tie_word_embeddings) top.push_back({"lm_head.weight", {args_.vocab_size, h}});
+  groups_.emplace_back("model.embed_tokens+norm+lm_head", top);
+  for (int64_t i = 0; i < args_.num_hidden_layers; ++i) {
+    groups_.emplace_back(layer_name(i), layer_param_specs(args_, layer_name(i)));
+  }
+
+  const ParamGroup& g0 = groups_[0];
+  embed_tokens_.name = "model.embed_tokens";
+  embed_tokens_.vocab = args_.vocab_size;
+  embed_tokens_.dim = h;
+  embed_tokens_.weight = g0.params() + g0.view("model.embed_tokens.weight").offset;
+  embed_tokens_.kernel =
+      &std::get<EmbeddingKernel>(binder.bind("model.embed_tokens", OpKind::embedding).impl);
+  norm_ = make_norm("model.norm", g0, binder, h, args_.rms_norm_eps);
+  lm_head_weight_ = args_.tie_word_embeddings ? embed_tokens_.weight
+                                              : g0.params() + g0.view("lm_head.weight").offset;
+  lm_head_loss_ = &std::get<LmHeadLossKernel>(binder.bind("lm_head", OpKind::lm_head_loss).impl);
+
+  for (int64_t i = 0; i < args_.num_hidden_layers; ++i) {
+    const ParamGroup& g = groups_[1 + i];
+    const std::string p = layer_name(i);
+    DecoderLayer layer;
+    layer.name = p;
+    layer.input_layernorm = make_norm(p + ".input_layernorm", g, binder, h, args_.rms_norm_eps);
+    SelfAttention& at = layer.self_attn;
+    at.name = p + ".self_attn";
+    at.n_heads = args_.num_attention_heads;
+    at.n_kv_heads = args_.num_key_value_heads;
+    at.head_dim = hd;
+    at.q_proj = make_linear(at.name + ".q_proj", g, binder, h, at.n_heads * hd);
+    at.k_proj = make_linear(at.name + ".k_proj", g, binder, h, at.n_kv_heads * hd);
+    at.v_proj = make_linear(at.name + ".v_proj", g, binder, h, at.n_kv_heads * hd);
+    at.o_proj = make_linear(at.name + ".o_proj", g, binder, at.n_heads * hd, h);
+    at.q_norm = make_norm(at.name + ".q_norm", g, binder, hd, args_.rms_norm_eps);
+    at.k_norm = make_norm(at.name + ".k_norm", g, binder, hd, args_.rms_norm_eps);
+    const KernelEntry& attention = binder.bind(at.name, OpKind::attention);
+    at.attention = &std::get<AttentionKernel>(attention.impl);
+    at.attention_kernel = attention.name;
+    at.rope = &std::get<RopeKernel>(binder.bind(at.name, OpKind::rope).impl);
+    layer.post_attention_layernorm =
+        make_norm(p + ".post_attention_layernorm", g, binder, h, args_.rms_norm_eps);
+    SwigluMlp& mlp = layer.mlp;
+    mlp.name = p + ".mlp";
+    mlp.hidden = h;
+    mlp.intermediate = args_.intermediate_size;
+    mlp.gate_proj = make_linear(mlp.name + ".gate_proj", g, binder, h, mlp.intermediate);
+    mlp.up_proj = make_linear(mlp.name + ".up_proj", g, binder, h, mlp.intermediate);
+    mlp.down_proj = make_linear(mlp.name + ".down_proj", g, binder, mlp.intermediate, h);
+    mlp.swiglu = &std::get<SwigluKernel>(binder.bind(mlp.name, OpKind::swiglu).impl);
+    layers_.push_back(std::move(layer));
+  }
+}
+
+int64_t Qwen3Model::parameter_count() const {
+  int64_t n = 0;
+  for (const ParamGroup& g : groups_) {
+    for (const ParamView& v : g.views()) n += v.numel;
+  }
+  return n;
+}
+
+void Qwen3Model::initialize(uint64_t seed) {
+  for (ParamGroup& g : groups_) g.initialize(seed, static_cast<float>(args_.initializer_range));
+}
+
+void Qwen3Model::allocate_gradients() {
+  for (ParamGroup& g : groups_) g.allocate_gradients();
+  // Point every module at its gradient view.
+  const auto grad_of = [](const ParamGroup& g, const std::string& param) {
+    return g.grads() + g.view(param).offset;
+  };
+  const ParamGroup& g0 = groups_[0];
+  embed_tokens_.weight_grad = grad_of(g0, "model.embed_tokens.weight");
+  norm_.weight_grad = grad_of(g0, "model.norm.weight");
+  lm_head_weight_grad_ =
+      args_.tie_word_embeddings ? embed_tokens_.weight_grad : grad_of(g0, "lm_head.weight");
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const ParamGroup& g = groups_[1 + i];
+    DecoderLayer& l = layers_[i];
+    for (RMSNorm* n : {&l.input_layernorm, &l.post_attention_layernorm, &l.self_attn.q_norm,
+                       &l.self_attn.k_norm}) {
+      n->weight_grad = grad_of(g, n->name + ".weight");
+    }
+    for (Linear* lin : {&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj,
+                        &l.self_attn.o_proj, &l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) {
+      lin->weight_grad = grad_of(g, lin->name + ".weight");
+    }
+  }
+}
+
+void Qwen3Model::zero_gradients() {
+  for (ParamGroup& g : groups_) {
+    TITAN_CHECK(g.grads() != nullptr, "zero_gradients before allocate_gradients");
+    std::memset(g.grads(), 0, static_cast<size_t>(g.numel()) * sizeof(float));
+  }
+}
+
+int64_t Qwen3Model::activation_bytes(int64_t batch, int64_t seq) const {
+  const int64_t n = batch * seq, h = args_.hidden_size, hd = args_.head_dim;
+  const int64_t H = args_.num_attention_heads, KV = args_.num_key_value_heads;
+  const int64_t I = args_.intermediate_size;
+  Carver c(nullptr);
+  const auto per_layer = [&](Carver& cv) {
+    for (int64_t size :
+         {n * h, n, n * H * hd, n * H, n * KV * hd, n * KV, n * H * hd, n * KV * hd, n * KV * hd,
+          n * H * hd, batch * H * seq, n * h, n * h, n, n * I, n * I, n * I}) {
+      cv.take(size);
+    }
+  };
+  for (int64_t i = 0; i <= args_.num_hidden_layers; ++i) c.take(n * h);  // residual streams
+  for (int64_t i = 0; i < args_.num_hidden_layers; ++i) per_layer(c);
+  for (int64_t size : {n * h, n, n * h, n * h, n * H * hd, n * KV * hd, n * KV * hd, n * H * hd,
+                       n * I, n * I, n * I}) {
+    c.take(size);
+  }
+  return c.used() * static_cast<int64_t>(sizeof(float));
+}
+
+void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
+  if (batch == batch_ && seq == seq_) return;
+  const int64_t n = batch * seq, h = args_.hidden_size, hd = args_.head_dim;
+  const int64_t H = args_.num_attention_heads, KV = args_.num_key_value_heads;
+  const int64_t I = args_.intermediate_size;
+  arena_ = Buffer();  // release the old arena before taking the new one
+  arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
+  // The order of take() calls must match activation_bytes().
+  Carver c(arena_.as<float>());
+  resid_.assign(args_.num_hidden_layers + 1, nullptr);
+  for (float*& r : resid_) r = c.take(n * h);
+  layer_acts_.assign(args_.num_hidden_layers, {});
+  for (LayerActivations& a : layer_acts_) {
+    a.norm1 = c.take(n * h);
+    a.norm1_rstd = c.take(n);
+    a.attn.q_pre = c.take(n * H * hd);
+    a.attn.q_rstd = c.take(n * H);
+    a.attn.k_pre = c.take(n * KV * hd);
+    a.attn.k_rstd = c.take(n * KV);
+    a.attn.q = c.take(n * H * hd);
+    a.attn.k = c.take(n * KV * hd);
+    a.attn.v = c.take(n * KV * hd);
+    a.attn.out = c.take(n * H * hd);
+    a.attn.lse = c.take(batch * H * seq);
+    a.resid_mid = c.take(n * h);
+    a.norm2 = c.take(n * h);
+    a.norm2_rstd = c.take(n);
+    a.mlp.gate = c.take(n * I);
+    a.mlp.up = c.take(n * I);
+    a.mlp.act = c.take(n * I);
+  }
+  final_norm_ = c.take(n * h);
+  final_norm_rstd_ = c.take(n);
+  d_resid_ = c.take(n * h);
+  d_norm_ = c.take(n * h);
+  attn_grad_ = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
+  mlp_grad_ = {c.take(n * I), c.take(n * I), c.take(n * I)};
+  batch_ = batch;
+  seq_ = seq;
+  ids_.resize(n);
+  targets_.resize(n);
+  positions_.resize(n);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) positions_[b * seq + s] = static_cast<int32_t>(s);
+  }
+  if (rope_cache_.max_positions < seq) rope_cache_ = rope_cache_build(args_, seq);
+}
+
+CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* labels,
+                                       int64_t batch, int64_t seq, const ForwardOptions& options) {
+  TITAN_CHECK(batch > 0 && seq > 0, "forward: batch (", batch, ") and seq (", seq,
+              ") must be positive");
+  TITAN_CHECK(seq <= args_.max_position_embeddings, "forward: sequence length ", seq,
+              " exceeds max_position_embeddings ", args_.max_position_embeddings);
+  TITAN_CHECK(!options.compute_grad || groups_[0].grads() != nullptr,
+              "forward with compute_grad before allocate_gradients");
+  ensure_activations(batch, seq);
+  const int64_t n = batch * seq, h = args_.hidden_size;
+  std::memcpy(ids_.data(), input_ids, n * sizeof(int32_t));
+  // HF's shift: position s is scored against labels[s + 1]; the last position of each row is not.
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) {
+      targets_[b * seq + s] =
+          labels != nullptr && s + 1 < seq ? labels[b * seq + s + 1] : kIgnoreIndex;
+    }
+  }
+
+  embed_tokens_.forward(resid_[0], ids_.data(), n);
+  const VecKernels& v = vec();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const DecoderLayer& layer = layers_[i];
+    LayerActivations& a = layer_acts_[i];
+    const float* x = resid_[i];
+    float* out = resid_[i + 1];
+    layer.input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
+    layer.self_attn.forward(a.resid_mid, a.attn, a.norm1, positions_.data(), rope_cache_, batch,
+                            seq);
+    v.axpy(a.resid_mid, 1.0f, x, n * h);
+    layer.post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
+    layer.mlp.forward(out, a.mlp, a.norm2, n);
+    v.axpy(out, 1.0f, a.resid_mid, n * h);
+  }
+  norm_.forward(final_norm_, final_norm_rstd_, resid_.back(), n);
+
+  CrossEntropyArgs ce;
+  ce.x = final_norm_;
+  ce.weight = lm_head_weight_;
+  ce.targets = targets_.data();
+  ce.n_tokens = n;
+  ce.hidden = h;
+  ce.vocab = args_.vocab_size;
+  ce.logits = options.logits;
+  if (options.compute_grad) {
+    ce.dx = d_norm_;
+    ce.dweight = lm_head_weight_grad_;
+    ce.grad_scale = options.grad_scale;
+  }
+  grad_ready_ = options.compute_grad;
+  return lm_head_loss_->forward_backward(ce);
+}
+
+void Qwen3Model::backward() {
+  TITAN_CHECK(grad_ready_, "backward without a preceding forward with compute_grad");
+  grad_ready_ = false;
+  const int64_t n = batch_ * seq_, h = args_.hidden_size;
+  const VecKernels& v = vec();
+  norm_.backward(d_resid_, d_norm_, resid_.back(), final_norm_rstd_, n);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    const DecoderLayer& layer = layers_[i];
+    const LayerActivations& a = layer_acts_[i];
+    // d_resid holds d loss / d layer output; it becomes d loss / d layer input.
+    layer.mlp.backward(d_norm_, mlp_grad_, d_resid_, a.mlp, a.norm2, n);
+    layer.post_attention_layernorm.backward(d_norm_, d_norm_, a.resid_mid, a.norm2_rstd, n);
+    v.axpy(d_resid_, 1.0f, d_norm_, n * h);
+    layer.self_attn.backward(d_norm_, attn_grad_, d_resid_, a.attn, a.norm1, positions_.data(),
+                             rope_cache_, batch_, seq_);
+    layer.input_layernorm.backward(d_norm_, d_norm_, resid_[i], a.norm1_rstd, n);
+    v.axpy(d_resid_, 1.0f, d_norm_, n * h);
+  }
+  embed_tokens_.backward(d_resid_, ids_.data(), n);
+}
+
+}  // namespace titan

@@ -1,0 +1,106 @@
+// Qwen3 dense causal LM, as Hugging Face's Qwen3ForCausalLM computes it (docs: qwen3-spec.md):
+// embed -> L x [x + attn(norm(x)), x + mlp(norm(x))] -> norm -> lm_head -> shifted CE.
+// Module and parameter names are the HF state-dict keys. Parameters live in one ParamGroup per
+// decoder layer plus one for embed_tokens / norm / lm_head (nn/param_group.h).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/core/allocator.h"
+#include "titan/kernels/overrides.h"
+#include "titan/models/model_args.h"
+#include "titan/nn/layers.h"
+#include "titan/nn/param_group.h"
+#include "titan/ops/cross_entropy.h"
+#include "titan/ops/rope.h"
+
+namespace titan {
+
+struct DecoderLayer {
+  std::string name;  // model.layers.{i}
+  RMSNorm input_layernorm;
+  SelfAttention self_attn;
+  RMSNorm post_attention_layernorm;
+  SwigluMlp mlp;
+};
+
+struct ForwardOptions {
+  bool compute_grad = false;  // also run d loss / d logits into the lm_head (fused CE)
+  float grad_scale = 0.0f;    // gradients are of sum(token losses) * grad_scale
+  float* logits = nullptr;    // optional (B, S, V) output
+};
+
+class Qwen3Model {
+ public:
+  // Builds the module tree and allocates parameters (not yet initialised). Overrides rebind
+  // kernel slots; what they did is in override_report().
+  explicit Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& overrides = {});
+
+  const ModelArgs& args() const { return args_; }
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  const std::vector<KernelSlot>& kernel_slots() const { return slots_; }
+  const OverrideReport& override_report() const { return override_report_; }
+  int64_t parameter_count() const;
+
+  // HF init (normal(0, initializer_range), norms 1), deterministic in `seed`.
+  void initialize(uint64_t seed);
+  void allocate_gradients();
+  void zero_gradients();
+
+  // input_ids, labels: (B, S). labels are aligned with input_ids as in HF (the shift happens
+  // here); -100 is ignored; labels may be null (no loss). Returns the loss sum and the number of
+  // scored tokens; the HF loss is loss_sum / n_scored.
+  CrossEntropyResult forward(const int32_t* input_ids, const int32_t* labels, int64_t batch,
+                             int64_t seq, const ForwardOptions& options);
+  // Backward of the last forward (which must have had compute_grad): accumulates every
+  // parameter gradient.
+  void backward();
+
+  // Bytes of the activation arena for (batch, seq): what the backward must keep.
+  int64_t activation_bytes(int64_t batch, int64_t seq) const;
+
+ private:
+  struct LayerActivations {
+    float* norm1 = nullptr;       // (N, h)
+    float* norm1_rstd = nullptr;  // (N)
+    AttentionActivations attn;
+    float* resid_mid = nullptr;   // (N, h) x + attention
+    float* norm2 = nullptr;       // (N, h)
+    float* norm2_rstd = nullptr;  // (N)
+    MlpActivations mlp;
+  };
+  void ensure_activations(int64_t batch, int64_t seq);
+
+  ModelArgs args_;
+  std::vector<KernelSlot> slots_;
+  OverrideReport override_report_;
+  std::vector<ParamGroup> groups_;  // [0]: embed_tokens, norm, lm_head; [1 + i]: layer i
+  Embedding embed_tokens_;
+  std::vector<DecoderLayer> layers_;
+  RMSNorm norm_;
+  float* lm_head_weight_ = nullptr;  // (V, h): the embedding when tied
+  float* lm_head_weight_grad_ = nullptr;
+  const LmHeadLossKernel* lm_head_loss_ = nullptr;
+  RopeCache rope_cache_;
+
+  // The activation arena and its views, sized for (batch_, seq_).
+  int64_t batch_ = 0, seq_ = 0;
+  Buffer arena_;
+  std::vector<int32_t> ids_, positions_, targets_;
+  std::vector<float*> resid_;  // L + 1 residual streams, each (N, h)
+  std::vector<LayerActivations> layer_acts_;
+  float* final_norm_ = nullptr;       // (N, h)
+  float* final_norm_rstd_ = nullptr;  // (N)
+  // Backward scratch shared by all layers.
+  float* d_resid_ = nullptr;  // (N, h)
+  float* d_norm_ = nullptr;   // (N, h)
+  AttentionGradScratch attn_grad_;
+  MlpGradScratch mlp_grad_;
+  bool grad_ready_ = false;
+};
+
+}  // namespace titan

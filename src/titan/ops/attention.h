@@ -1,0 +1,44 @@
+// Causal grouped-query attention, softmax(q k^T / sqrt(hd)) v, with query head n reading kv head
+// n / (H / KV) (HF repeat_kv). Queries are the last seq_q positions of seq_kv keys, so training
+// (seq_q == seq_kv) and decoding against a cache share one kernel.
+//
+// Layouts, row-major and contiguous:
+//   q, out, dq, dout  (B, Sq, H, hd)     -- straight from the q projection, no transpose
+//   k, v, dk, dv      (B, Skv, KV, hd)
+//   lse               (B, H, Sq)         -- log-sum-exp of each query's scores, for the backward
+#pragma once
+
+#include <cstdint>
+
+namespace titan {
+
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t seq_q = 0;
+  int64_t seq_kv = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+};
+
+// Throws titan::Error unless the shape is consistent (positive sizes, KV divides H, Sq <= Skv).
+void attention_check_shape(const AttentionShape& s);
+
+// Flash-attention style: key blocks streamed through an online softmax; memory O(block^2) per
+// thread, never (Sq, Skv).
+void attention_forward_blockwise(float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const AttentionShape& s);
+// FlashAttention-2 backward: recomputes each probability block from lse. dq, dk, dv overwritten.
+void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* dout,
+                                  const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, const AttentionShape& s);
+
+// Reference: the full (Sq, Skv) probability matrix per head, fp64 sums. For tests and the
+// `reference` attention backend on small inputs.
+void attention_forward_reference(float* out, float* lse, const float* q, const float* k,
+                                 const float* v, const AttentionShape& s);
+void attention_backward_reference(float* dq, float* dk, float* dv, const float* dout,
+                                  const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, const AttentionShape& s);
+
+}  // namespace titan

@@ -1,0 +1,39 @@
+// The lm_head projection fused with cross-entropy, chunked over tokens so fp32 logits exist for
+// one chunk at a time (a full batch of 151,936-way logits would be gigabytes). With gradients
+// requested, each chunk's softmax turns into d loss / d logits in place and is pushed through the
+// lm_head GEMMs right away; the logits are never kept.
+#pragma once
+
+#include <cstdint>
+
+namespace titan {
+
+constexpr int32_t kIgnoreIndex = -100;
+
+struct CrossEntropyArgs {
+  const float* x = nullptr;          // (N, h) final-norm output
+  const float* weight = nullptr;     // (V, h) lm_head (the embedding when tied)
+  const int32_t* targets = nullptr;  // (N) next-token ids, kIgnoreIndex where not scored
+  int64_t n_tokens = 0;
+  int64_t hidden = 0;
+  int64_t vocab = 0;
+  // Gradients, optional: dx (N, h) overwritten, dweight (V, h) accumulated, both for the loss
+  // sum(token losses) * grad_scale (grad_scale = 1 / valid tokens of the global batch).
+  float* dx = nullptr;
+  float* dweight = nullptr;
+  float grad_scale = 0.0f;
+  float* logits = nullptr;  // optional (N, V) copy of the logits, for tests and evaluation
+  int64_t chunk_tokens = 256;
+};
+
+struct CrossEntropyResult {
+  double loss_sum = 0.0;  // sum of -log p(target) over scored tokens
+  int64_t n_scored = 0;
+};
+
+CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& args);
+
+// Reference: whole logits matrix, fp64 softmax; same contract.
+CrossEntropyResult lm_head_cross_entropy_reference(const CrossEntropyArgs& args);
+
+}  // namespace titan

@@ -1,0 +1,39 @@
+#include "titan/ops/embedding.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "titan/core/error.h"
+
+namespace titan {
+
+void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t n_tokens,
+                       int64_t vocab, int64_t dim) {
+  for (int64_t n = 0; n < n_tokens; ++n) {
+    TITAN_CHECK(ids[n] >= 0 && ids[n] < vocab, "token id ", ids[n], " at position ", n,
+                " is outside the vocabulary [0, ", vocab, ")");
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < n_tokens; ++n) {
+    std::memcpy(out + n * dim, weight + static_cast<int64_t>(ids[n]) * dim, dim * sizeof(float));
+  }
+}
+
+void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t n_tokens,
+                        int64_t dim) {
+  // Threads own disjoint column ranges, so repeated ids never race and the summation order over
+  // tokens is fixed (deterministic).
+  constexpr int64_t kColumns = 64;
+  const int64_t n_blocks = (dim + kColumns - 1) / kColumns;
+#pragma omp parallel for schedule(static)
+  for (int64_t block = 0; block < n_blocks; ++block) {
+    const int64_t c0 = block * kColumns, c1 = std::min(dim, c0 + kColumns);
+    for (int64_t n = 0; n < n_tokens; ++n) {
+      float* row = dweight + static_cast<int64_t>(ids[n]) * dim;
+      const float* g = dout + n * dim;
+      for (int64_t c = c0; c < c1; ++c) row[c] += g[c];
+    }
+  }
+}
+
+}  // namespace titan
