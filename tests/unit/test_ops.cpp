@@ -1,0 +1,337 @@
+// Every CPU kernel against its plain reference (forward and backward) and against central finite
+// differences, at sizes that are not multiples of any vector width; the vector primitives under
+// every ISA this CPU can run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "compare.h"
+#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/vec.h"
+#include "titan/core/error.h"
+#include "titan/core/rng.h"
+#include "titan/ops/adamw.h"
+#include "titan/ops/attention.h"
+#include "titan/ops/cross_entropy.h"
+#include "titan/ops/embedding.h"
+#include "titan/ops/linear.h"
+#include "titan/ops/rms_norm.h"
+#include "titan/ops/rope.h"
+#include "titan/ops/swiglu.h"
+
+namespace titan {
+namespace {
+
+using testing::expect_close;
+
+std::vector<float> randn(int64_t n, uint64_t seed, float std = 1.0f) {
+  std::vector<float> v(n);
+  Rng(seed).fill_normal(v.data(), n, 0.0f, std);
+  return v;
+}
+
+double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+// Checks d/dx of L(x) = <w, f(x)> from `analytic` against central differences at `n_probe`
+// coordinates. f is evaluated in fp32, so the step is large (1e-2) and the tolerance loose
+// (relative 2e-2 of the gradient's scale): finite differences catch wrong formulas, the reference
+// comparisons catch rounding-level differences.
+void expect_finite_difference(const char* what, std::vector<float>& x,
+                              const std::function<double()>& loss,
+                              const std::vector<float>& analytic, int n_probe = 12) {
+  double scale = 1e-6;
+  for (float g : analytic) scale = std::max(scale, static_cast<double>(std::fabs(g)));
+  Rng pick(99);
+  for (int p = 0; p < n_probe; ++p) {
+    const size_t i = pick.next_u64() % x.size();
+    const float saved = x[i];
+    const float h = 1e-2f * std::max(1.0f, std::fabs(saved));
+    x[i] = saved + h;
+    const double up = loss();
+    x[i] = saved - h;
+    const double down = loss();
+    x[i] = saved;
+    const double numeric = (up - down) / (2.0 * h);
+    EXPECT_NEAR(analytic[i], numeric, 2e-2 * scale) << what << " coordinate " << i;
+  }
+}
+
+TEST(Vec, EveryIsaMatchesDoublePrecision) {
+  const CpuInfo& cpu = cpu_info();
+  std::vector<Isa> isas = {Isa::scalar};
+  if (cpu.avx2) isas.push_back(Isa::avx2);
+  if (cpu.avx512) isas.push_back(Isa::avx512);
+  for (Isa isa : isas) {
+    const VecKernels& v = vec_kernels(isa);
+    for (int64_t n : {1, 7, 16, 17, 33, 67, 1000}) {
+      std::vector<float> x = randn(n, n, 3.0f), w = randn(n, n + 1), y(n), z(n);
+      double max = -1e30, sum_sq = 0, d = 0, sum_exp = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        max = std::max(max, static_cast<double>(x[i]));
+        sum_sq += static_cast<double>(x[i]) * x[i];
+        d += static_cast<double>(x[i]) * w[i];
+      }
+      for (int64_t i = 0; i < n; ++i) sum_exp += std::exp(x[i] - max);
+      SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n));
+      EXPECT_EQ(v.max(x.data(), n), static_cast<float>(max));
+      EXPECT_NEAR(v.sum_squares(x.data(), n), sum_sq, 1e-5 * sum_sq);
+      EXPECT_NEAR(v.dot(x.data(), w.data(), n), d, 1e-5 * std::sqrt(sum_sq * dot(w, w)));
+      const float s = v.exp_shift_sum(y.data(), x.data(), n, static_cast<float>(max));
+      EXPECT_NEAR(s, sum_exp, 2e-6 * sum_exp);
+      for (int64_t i = 0; i < n; ++i) {
+        // The kernel's argument is the fp32 difference; exp of it is within about 1 ulp.
+        const double want_exp = std::exp(static_cast<double>(x[i] - static_cast<float>(max)));
+        EXPECT_NEAR(y[i], want_exp, 2.5e-7 * want_exp);
+      }
+      v.silu_mul(z.data(), x.data(), w.data(), n);
+      std::vector<float> want(n);
+      swiglu_forward_reference(want.data(), x.data(), w.data(), n);
+      expect_close(std::string(isa_name(isa)) + " silu_mul", z.data(), want.data(), n, 1e-6);
+    }
+    // exp at the ends of the float range: 0 below, inf above, never NaN.
+    float extremes[] = {-1000.0f, -88.0f, 0.0f, 88.0f, 1000.0f}, out[5];
+    v.exp_shift_sum(out, extremes, 5, 0.0f);
+    EXPECT_EQ(out[0], 0.0f);
+    EXPECT_EQ(out[2], 1.0f);
+    EXPECT_TRUE(std::isinf(out[4]));
+    EXPECT_NEAR(out[3], std::exp(88.0), 1e-6 * std::exp(88.0));
+  }
+}
+
+TEST(Gemm, MatchesReferenceForEveryTransposition) {
+  const int64_t m = 13, n = 29, k = 37;
+  for (Trans ta : {Trans::no, Trans::yes}) {
+    for (Trans tb : {Trans::no, Trans::yes}) {
+      std::vector<float> a = randn(m * k, 1), b = randn(k * n, 2), c = randn(m * n, 3);
+      std::vector<float> want = c;
+      const int64_t lda = ta == Trans::no ? k : m, ldb = tb == Trans::no ? n : k;
+      gemm_f32(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), n);
+      gemm_f32_reference(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, want.data(),
+                         n);
+      expect_close("gemm", c.data(), want.data(), m * n, 1e-6);
+    }
+  }
+}
+
+TEST(RmsNorm, MatchesReferenceAndFiniteDifferences) {
+  const int64_t rows = 5, dim = 37;
+  std::vector<float> x = randn(rows * dim, 1), w = randn(dim, 2), dout = randn(rows * dim, 3);
+  std::vector<float> out(rows * dim), rstd(rows), ref_out(rows * dim), ref_rstd(rows);
+  rms_norm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-6f);
+  rms_norm_forward_reference(ref_out.data(), ref_rstd.data(), x.data(), w.data(), rows, dim, 1e-6f);
+  expect_close("rms_norm out", out.data(), ref_out.data(), out.size(), 1e-6);
+  std::vector<float> dx(rows * dim), dw(dim, 0.0f), ref_dx(rows * dim), ref_dw(dim, 0.0f);
+  rms_norm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), rows, dim);
+  rms_norm_backward_reference(ref_dx.data(), ref_dw.data(), dout.data(), x.data(), w.data(),
+                              ref_rstd.data(), rows, dim);
+  expect_close("rms_norm dx", dx.data(), ref_dx.data(), dx.size(), 1e-5);
+  expect_close("rms_norm dw", dw.data(), ref_dw.data(), dw.size(), 1e-5);
+  const auto loss = [&] {
+    rms_norm_forward(out.data(), rstd.data(), x.data(), w.data(), rows, dim, 1e-6f);
+    return dot(dout, out);
+  };
+  expect_finite_difference("rms_norm dx", x, loss, dx);
+  expect_finite_difference("rms_norm dw", w, loss, dw);
+}
+
+TEST(Rope, MatchesReferenceAndBackwardIsTheTranspose) {
+  ModelArgs args;
+  args.head_dim = 12;
+  args.rope_theta = 10000.0;
+  const int64_t n = 9, heads = 3;
+  const RopeCache cache = rope_cache_build(args, 64);
+  std::vector<int32_t> pos = {0, 1, 2, 5, 8, 13, 21, 34, 63};
+  std::vector<float> x = randn(n * heads * 12, 1), want = x, y = randn(x.size(), 2);
+  std::vector<float> rx = x, ry = y;
+  rope_forward(rx.data(), pos.data(), cache, n, heads);
+  rope_forward_reference(want.data(), pos.data(), args, n, heads);
+  expect_close("rope forward", rx.data(), want.data(), x.size(), 1e-6);
+  rope_backward(ry.data(), pos.data(), cache, n, heads);
+  // <R x, y> == <x, R^T y> for the rotation R.
+  EXPECT_NEAR(dot(rx, y), dot(x, ry), 1e-5 * std::sqrt(dot(x, x) * dot(y, y)));
+  std::vector<int32_t> bad = {64};
+  EXPECT_THROW(rope_forward(rx.data(), bad.data(), cache, 1, heads), Error);
+}
+
+TEST(Rope, YarnScalesTheRotation) {
+  ModelArgs args;
+  args.head_dim = 16;
+  args.rope_scaling.type = "yarn";
+  args.rope_scaling.factor = 4.0;
+  args.rope_scaling.original_max_position_embeddings = 64;
+  const RopeCache cache = rope_cache_build(args, 8);
+  // cos^2 + sin^2 = attention_factor^2 = (0.1 ln 4 + 1)^2 at every position and frequency.
+  const double factor = 0.1 * std::log(4.0) + 1.0;
+  for (int64_t i = 0; i < 8 * 8; ++i) {
+    const double c = cache.cos.data<float>()[i], s = cache.sin.data<float>()[i];
+    EXPECT_NEAR(c * c + s * s, factor * factor, 1e-5);
+  }
+}
+
+struct AttentionCase {
+  AttentionShape shape;
+};
+
+void check_attention(const AttentionShape& s) {
+  const int64_t nq = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t nkv = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  std::vector<float> q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3), dout = randn(nq, 4);
+  std::vector<float> out(nq), lse(s.batch * s.n_heads * s.seq_q), ref_out(nq), ref_lse(lse.size());
+  attention_forward_blockwise(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+  attention_forward_reference(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s);
+  expect_close("attention out", out.data(), ref_out.data(), nq, 1e-5);
+  expect_close("attention lse", lse.data(), ref_lse.data(), lse.size(), 1e-6);
+  std::vector<float> dq(nq), dk(nkv), dv(nkv), rdq(nq), rdk(nkv), rdv(nkv);
+  attention_backward_blockwise(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                               v.data(), out.data(), lse.data(), s);
+  attention_backward_reference(rdq.data(), rdk.data(), rdv.data(), dout.data(), q.data(), k.data(),
+                               v.data(), ref_out.data(), ref_lse.data(), s);
+  expect_close("attention dq", dq.data(), rdq.data(), nq, 1e-5);
+  expect_close("attention dk", dk.data(), rdk.data(), nkv, 1e-5);
+  expect_close("attention dv", dv.data(), rdv.data(), nkv, 1e-5);
+  const auto loss = [&] {
+    attention_forward_blockwise(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+    return dot(dout, out);
+  };
+  expect_finite_difference("attention dq", q, loss, dq);
+  expect_finite_difference("attention dk", k, loss, dk);
+  expect_finite_difference("attention dv", v, loss, dv);
+}
+
+TEST(Attention, TrainingShapesAcrossSeveralBlocks) { check_attention({2, 131, 131, 4, 2, 12}); }
+TEST(Attention, MultiHeadOddSizes) { check_attention({1, 67, 67, 3, 3, 5}); }
+TEST(Attention, QueriesAtTheEndOfLongerKeys) { check_attention({2, 3, 70, 4, 1, 8}); }
+
+TEST(Attention, RejectsBadShapes) {
+  std::vector<float> buf(64);
+  EXPECT_THROW(attention_forward_blockwise(buf.data(), buf.data(), buf.data(), buf.data(),
+                                           buf.data(), {1, 2, 2, 3, 2, 4}),
+               Error);
+  EXPECT_THROW(attention_forward_blockwise(buf.data(), buf.data(), buf.data(), buf.data(),
+                                           buf.data(), {1, 0, 2, 2, 2, 4}),
+               Error);
+  EXPECT_THROW(attention_forward_blockwise(buf.data(), buf.data(), buf.data(), buf.data(),
+                                           buf.data(), {1, 3, 2, 2, 2, 4}),
+               Error);
+}
+
+TEST(Swiglu, MatchesReferenceAndFiniteDifferences) {
+  const int64_t n = 53;
+  std::vector<float> gate = randn(n, 1, 3.0f), up = randn(n, 2), dout = randn(n, 3);
+  std::vector<float> out(n), want(n), dg(n), du(n), rdg(n), rdu(n);
+  swiglu_forward(out.data(), gate.data(), up.data(), n);
+  swiglu_forward_reference(want.data(), gate.data(), up.data(), n);
+  expect_close("swiglu out", out.data(), want.data(), n, 1e-6);
+  swiglu_backward(dg.data(), du.data(), dout.data(), gate.data(), up.data(), n);
+  swiglu_backward_reference(rdg.data(), rdu.data(), dout.data(), gate.data(), up.data(), n);
+  expect_close("swiglu dgate", dg.data(), rdg.data(), n, 1e-6);
+  expect_close("swiglu dup", du.data(), rdu.data(), n, 1e-6);
+  const auto loss = [&] {
+    swiglu_forward(out.data(), gate.data(), up.data(), n);
+    return dot(dout, out);
+  };
+  expect_finite_difference("swiglu dgate", gate, loss, dg);
+  expect_finite_difference("swiglu dup", up, loss, du);
+}
+
+TEST(Linear, MatchesReferenceAndFiniteDifferences) {
+  const int64_t n = 7, in = 19, out_f = 11;
+  std::vector<float> x = randn(n * in, 1), w = randn(out_f * in, 2), dy = randn(n * out_f, 3);
+  std::vector<float> y(n * out_f), ry(n * out_f), dx(n * in), dw(out_f * in, 0.0f), rdx(n * in),
+      rdw(out_f * in, 0.0f);
+  linear_forward(y.data(), x.data(), w.data(), n, in, out_f);
+  linear_forward_reference(ry.data(), x.data(), w.data(), n, in, out_f);
+  expect_close("linear y", y.data(), ry.data(), y.size(), 1e-6);
+  linear_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), n, in, out_f, false);
+  linear_backward_reference(rdx.data(), rdw.data(), dy.data(), x.data(), w.data(), n, in, out_f,
+                            false);
+  expect_close("linear dx", dx.data(), rdx.data(), dx.size(), 1e-6);
+  expect_close("linear dw", dw.data(), rdw.data(), dw.size(), 1e-6);
+  const auto loss = [&] {
+    linear_forward(y.data(), x.data(), w.data(), n, in, out_f);
+    return dot(dy, y);
+  };
+  expect_finite_difference("linear dx", x, loss, dx);
+  expect_finite_difference("linear dw", w, loss, dw);
+}
+
+TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
+  const int64_t vocab = 11, dim = 70;
+  std::vector<int32_t> ids = {3, 0, 3, 10, 3};
+  std::vector<float> w = randn(vocab * dim, 1), out(ids.size() * dim), dout = randn(out.size(), 2);
+  embedding_forward(out.data(), ids.data(), w.data(), ids.size(), vocab, dim);
+  for (size_t n = 0; n < ids.size(); ++n) {
+    for (int64_t c = 0; c < dim; ++c) EXPECT_EQ(out[n * dim + c], w[ids[n] * dim + c]);
+  }
+  std::vector<float> dw(vocab * dim, 0.0f);
+  embedding_backward(dw.data(), dout.data(), ids.data(), ids.size(), dim);
+  for (int64_t c = 0; c < dim; ++c) {
+    EXPECT_FLOAT_EQ(dw[3 * dim + c], dout[0 * dim + c] + dout[2 * dim + c] + dout[4 * dim + c]);
+    EXPECT_EQ(dw[5 * dim + c], 0.0f);
+  }
+  std::vector<int32_t> bad = {11};
+  EXPECT_THROW(embedding_forward(out.data(), bad.data(), w.data(), 1, vocab, dim), Error);
+}
+
+TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {
+  const int64_t n = 10, hidden = 13, vocab = 301;
+  std::vector<float> x = randn(n * hidden, 1), w = randn(vocab * hidden, 2, 0.5f);
+  std::vector<int32_t> targets = {5, kIgnoreIndex, 300, 0, 7, 7, kIgnoreIndex, 100, 2, 299};
+  const float scale = 1.0f / 8;
+  std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.0f), rdx(n * hidden),
+      rdw(vocab * hidden, 0.0f), logits(n * vocab), rlogits(n * vocab);
+  CrossEntropyArgs a;
+  a.x = x.data();
+  a.weight = w.data();
+  a.targets = targets.data();
+  a.n_tokens = n;
+  a.hidden = hidden;
+  a.vocab = vocab;
+  a.grad_scale = scale;
+  a.chunk_tokens = 3;  // several chunks and a short last one
+  CrossEntropyArgs r = a;
+  a.dx = dx.data(), a.dweight = dw.data(), a.logits = logits.data();
+  r.dx = rdx.data(), r.dweight = rdw.data(), r.logits = rlogits.data();
+  const CrossEntropyResult got = lm_head_cross_entropy(a);
+  const CrossEntropyResult want = lm_head_cross_entropy_reference(r);
+  EXPECT_EQ(got.n_scored, 8);
+  EXPECT_EQ(want.n_scored, 8);
+  EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * want.loss_sum);
+  expect_close("ce logits", logits.data(), rlogits.data(), logits.size(), 1e-6);
+  expect_close("ce dx", dx.data(), rdx.data(), dx.size(), 1e-5);
+  expect_close("ce dweight", dw.data(), rdw.data(), dw.size(), 1e-5);
+  const auto loss = [&] {
+    CrossEntropyArgs f = a;
+    f.dx = nullptr, f.dweight = nullptr, f.logits = nullptr;
+    return lm_head_cross_entropy(f).loss_sum * scale;
+  };
+  expect_finite_difference("ce dx", x, loss, dx);
+  expect_finite_difference("ce dweight", w, loss, dw);
+  targets[0] = static_cast<int32_t>(vocab);
+  EXPECT_THROW(lm_head_cross_entropy(a), Error);
+}
+
+TEST(AdamW, MatchesReferenceOverSeveralSteps) {
+  const int64_t n = 1037;
+  std::vector<float> p = randn(n, 1), m(n, 0.0f), v(n, 0.0f), rp = p, rm = m, rv = v;
+  AdamWConfig config;
+  for (int64_t step = 1; step <= 3; ++step) {
+    const std::vector<float> g = randn(n, 10 + step);
+    const AdamWScalars s = adamw_scalars(config, 1e-3f, step);
+    adamw_update(p.data(), g.data(), m.data(), v.data(), n, s);
+    adamw_update_reference(rp.data(), g.data(), rm.data(), rv.data(), n, s);
+  }
+  expect_close("adamw param", p.data(), rp.data(), n, 1e-6);
+  expect_close("adamw exp_avg", m.data(), rm.data(), n, 1e-6);
+  expect_close("adamw exp_avg_sq", v.data(), rv.data(), n, 1e-6);
+  EXPECT_THROW(adamw_scalars(config, 1e-3f, 0), Error);
+}
+
+}  // namespace
+}  // namespace titan

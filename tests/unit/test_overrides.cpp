@@ -1,0 +1,136 @@
+// The override map: glob matching, rebinding, and the errors and warnings design.md asks for.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "titan/core/error.h"
+#include "titan/kernels/overrides.h"
+#include "titan/nn/qwen3.h"
+
+namespace titan {
+namespace {
+
+ModelArgs tiny_args() {
+  ModelArgs a;
+  a.vocab_size = 64;
+  a.hidden_size = 16;
+  a.intermediate_size = 24;
+  a.num_hidden_layers = 2;
+  a.num_attention_heads = 2;
+  a.num_key_value_heads = 1;
+  a.head_dim = 8;
+  return a;
+}
+
+TEST(Glob, StarCrossesDots) {
+  EXPECT_TRUE(glob_match("model.layers.*.mlp", "model.layers.3.mlp"));
+  EXPECT_TRUE(glob_match("*.mlp", "model.layers.12.mlp"));
+  EXPECT_TRUE(glob_match("model.layers.?.self_attn", "model.layers.7.self_attn"));
+  EXPECT_FALSE(glob_match("model.layers.?.self_attn", "model.layers.17.self_attn"));
+  EXPECT_FALSE(glob_match("model.layers.*.mlp", "model.layers.3.mlp.gate_proj"));
+  EXPECT_TRUE(glob_match("*", ""));
+}
+
+TEST(Overrides, RebindAndReport) {
+  Qwen3Model model(tiny_args(), {{"model.layers.1.self_attn", "attention_reference"},
+                                 {"*.mlp", "swiglu_reference"}});
+  const OverrideReport& r = model.override_report();
+  ASSERT_EQ(r.applied.size(), 3u);
+  EXPECT_NE(std::find(r.applied.begin(), r.applied.end(),
+                      "model.layers.1.self_attn: attention_blockwise -> attention_reference"),
+            r.applied.end());
+  EXPECT_TRUE(r.warnings.empty());
+  int reference_attention = 0;
+  for (const KernelSlot& s : model.kernel_slots()) {
+    reference_attention += s.kernel == "attention_reference";
+  }
+  EXPECT_EQ(reference_attention, 1);
+}
+
+TEST(Overrides, UnmatchedIsAWarning) {
+  std::vector<KernelSlot> slots = {{"model.norm", OpKind::rms_norm, "rms_norm"}};
+  const OverrideReport r =
+      apply_overrides(slots, {{"model.layers.*.mlp", "swiglu_reference"}}, kernel_registry());
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_NE(r.warnings[0].find("matches no module"), std::string::npos);
+}
+
+TEST(Overrides, Errors) {
+  std::vector<KernelSlot> slots = {
+      {"model.layers.0.mlp", OpKind::swiglu, "swiglu"},
+      {"model.layers.0.mlp.gate_proj", OpKind::linear, "linear"},
+  };
+  const auto message = [&](std::vector<OverrideRule> rules) {
+    std::vector<KernelSlot> copy = slots;
+    try {
+      apply_overrides(copy, rules, kernel_registry());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({{"*.mlp", "no_such_kernel"}}).find("no kernel of that name"),
+            std::string::npos);
+  EXPECT_NE(message({{"*.mlp", "swiglu_reference"}, {"model.layers.0.mlp", "swiglu"}})
+                .find("both claim"),
+            std::string::npos);
+  EXPECT_NE(message({{"*.mlp", "swiglu_reference"}, {"*.gate_proj", "linear_reference"}})
+                .find("an ancestor of"),
+            std::string::npos);
+}
+
+TEST(Overrides, KernelConstraintIsAnErrorNamingIt) {
+  ModelArgs a = tiny_args();
+  a.max_position_embeddings = 10000;
+  a.attn_backend = "reference";
+  Qwen3Model model(a);
+  model.initialize(0);
+  std::vector<int32_t> ids(9000, 1);
+  try {
+    model.forward(ids.data(), nullptr, 1, 9000, {});
+    FAIL() << "expected the reference attention's length constraint to fail";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("seq_kv <= 8192"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Model, BadArgumentsNameTheField) {
+  ModelArgs a = tiny_args();
+  a.num_key_value_heads = 3;
+  EXPECT_THROW(Qwen3Model{a}, Error);
+  a = tiny_args();
+  a.hidden_size = 0;
+  EXPECT_THROW(Qwen3Model{a}, Error);
+  a = tiny_args();
+  a.attn_backend = "sdpa_magic";
+  EXPECT_THROW(Qwen3Model{a}, Error);
+}
+
+TEST(Model, InitialisationFollowsHuggingFace) {
+  ModelArgs a = tiny_args();
+  a.vocab_size = 4096;
+  Qwen3Model model(a);
+  model.initialize(7);
+  const ParamGroup& g0 = model.param_groups()[0];
+  const ParamView& emb = g0.view("model.embed_tokens.weight");
+  double sum = 0, sum_sq = 0;
+  for (int64_t i = 0; i < emb.numel; ++i) {
+    const double x = g0.params()[emb.offset + i];
+    sum += x;
+    sum_sq += x * x;
+  }
+  const double mean = sum / emb.numel, stddev = std::sqrt(sum_sq / emb.numel - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 1e-3);
+  EXPECT_NEAR(stddev, 0.02, 5e-4);
+  const ParamView& norm = g0.view("model.norm.weight");
+  for (int64_t i = 0; i < norm.numel; ++i) EXPECT_EQ(g0.params()[norm.offset + i], 1.0f);
+  // Same seed, same weights, whatever the build order.
+  Qwen3Model again(a);
+  again.initialize(7);
+  EXPECT_EQ(0, std::memcmp(g0.params(), again.param_groups()[0].params(), 4 * g0.numel()));
+}
+
+}  // namespace
+}  // namespace titan
