@@ -19,7 +19,7 @@ int print_device() {
   std::printf("threads       %d\n", thread_count());
   std::printf("memory        %.1f GiB\n", static_cast<double>(cpu.memory_bytes) / (1u << 30));
   std::printf("gemm          %s\n", gemm_library_name().c_str());
-  std::printf("peak fp32     %.1f GFLOP/s (measured 1536^3 sgemm; the MFU denominator)\n",
+  std::printf("peak fp32     %.1f GFLOP/s (measured 2048^3 sgemm; the MFU denominator)\n",
               measure_gemm_peak_gflops());
   return 0;
 }

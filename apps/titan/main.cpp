@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({}).back(), std::move(action));
   };
   add(titan::cli::add_info_command(app));
+  add(titan::cli::add_tokenize_command(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

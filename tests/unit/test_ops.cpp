@@ -112,8 +112,7 @@ TEST(Gemm, MatchesReferenceForEveryTransposition) {
       std::vector<float> want = c;
       const int64_t lda = ta == Trans::no ? k : m, ldb = tb == Trans::no ? n : k;
       gemm_f32(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), n);
-      gemm_f32_reference(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, want.data(),
-                         n);
+      gemm_f32_reference(ta, tb, m, n, k, 0.5f, a.data(), lda, b.data(), ldb, 1.0f, want.data(), n);
       expect_close("gemm", c.data(), want.data(), m * n, 1e-6);
     }
   }
@@ -204,9 +203,15 @@ void check_attention(const AttentionShape& s) {
   expect_finite_difference("attention dv", v, loss, dv);
 }
 
-TEST(Attention, TrainingShapesAcrossSeveralBlocks) { check_attention({2, 131, 131, 4, 2, 12}); }
-TEST(Attention, MultiHeadOddSizes) { check_attention({1, 67, 67, 3, 3, 5}); }
-TEST(Attention, QueriesAtTheEndOfLongerKeys) { check_attention({2, 3, 70, 4, 1, 8}); }
+TEST(Attention, TrainingShapesAcrossSeveralBlocks) {
+  check_attention({2, 131, 131, 4, 2, 12});
+}
+TEST(Attention, MultiHeadOddSizes) {
+  check_attention({1, 67, 67, 3, 3, 5});
+}
+TEST(Attention, QueriesAtTheEndOfLongerKeys) {
+  check_attention({2, 3, 70, 4, 1, 8});
+}
 
 TEST(Attention, RejectsBadShapes) {
   std::vector<float> buf(64);

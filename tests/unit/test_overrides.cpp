@@ -73,9 +73,9 @@ TEST(Overrides, Errors) {
   };
   EXPECT_NE(message({{"*.mlp", "no_such_kernel"}}).find("no kernel of that name"),
             std::string::npos);
-  EXPECT_NE(message({{"*.mlp", "swiglu_reference"}, {"model.layers.0.mlp", "swiglu"}})
-                .find("both claim"),
-            std::string::npos);
+  EXPECT_NE(
+      message({{"*.mlp", "swiglu_reference"}, {"model.layers.0.mlp", "swiglu"}}).find("both claim"),
+      std::string::npos);
   EXPECT_NE(message({{"*.mlp", "swiglu_reference"}, {"*.gate_proj", "linear_reference"}})
                 .find("an ancestor of"),
             std::string::npos);

@@ -45,6 +45,7 @@ struct ModelArgs {
   int64_t moe_intermediate_size = 0;  // Im
   bool norm_topk_prob = true;
   double router_aux_loss_coef = 0.001;
+  bool output_router_logits = false;  // HF adds the aux loss to the training loss only when set
   int64_t decoder_sparse_step = 1;
   std::vector<int64_t> mlp_only_layers;
 

@@ -26,8 +26,9 @@ std::string gemm_library_name();
 
 namespace titan {
 
-// The fp32 GEMM ceiling of this machine with the current thread count, in GFLOP/s: the best of a
-// few square 1536^3 GEMMs (about a quarter of a second). MFU is reported against this number.
+// The fp32 GEMM ceiling of this machine with the current thread count, in GFLOP/s: the best of
+// seven square 2048^3 GEMMs after a warm-up (about half a second on 2 cores). MFU is reported
+// against this number.
 double measure_gemm_peak_gflops();
 
 }  // namespace titan

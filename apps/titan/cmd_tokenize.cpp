@@ -1,0 +1,223 @@
+// titan tokenize: text to token ids and back with a Hugging Face tokenizer.json.
+//   --text T                     print the ids of T
+//   --jsonl IN [--out FILE]      {"text": ...} per line -> {"ids": [...]} per line, same order
+//   --decode                     the other way: ids on --text, or {"ids": [...]} lines -> {"text":
+//   ...}
+// Throughput (tokens/s) goes to stderr so stdout stays clean output.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "commands.h"
+#include "titan/core/error.h"
+#include "titan/core/threads.h"
+#include "titan/data/tokenizer.h"
+
+namespace titan::cli {
+namespace {
+
+using nlohmann::json;
+
+struct TokenizeOptions {
+  std::string tokenizer, text, jsonl, out;
+  bool text_given = false, decode = false, no_special = false, skip_special = false;
+  int threads = 1;
+};
+
+// Lines per parallel batch: large enough to keep the threads busy, small enough to bound memory.
+constexpr size_t kBatchLines = 8192;
+
+void report_rate(size_t n_tokens, size_t n_lines, double seconds) {
+  std::fprintf(stderr, "tokenize: %zu lines, %zu tokens in %.3f s (%.0f tokens/s)\n", n_lines,
+               n_tokens, seconds, seconds > 0 ? static_cast<double>(n_tokens) / seconds : 0.0);
+}
+
+int32_t checked_id(const Tokenizer& tok, int64_t id, const std::string& where) {
+  TITAN_CHECK(id >= 0 && static_cast<uint64_t>(id) < tok.vocab_size(), where, ": id ", id,
+              " is outside the vocabulary [0, ", tok.vocab_size(), ")");
+  return static_cast<int32_t>(id);
+}
+
+std::vector<int32_t> parse_id_list(const Tokenizer& tok, const std::string& s) {
+  std::string cleaned = s;
+  for (char& c : cleaned) {
+    if (c == ',' || c == '[' || c == ']') c = ' ';
+  }
+  std::istringstream in(cleaned);
+  std::vector<int32_t> ids;
+  std::string word;
+  while (in >> word) {
+    size_t used = 0;
+    int64_t id = -1;
+    try {
+      id = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    TITAN_CHECK(used == word.size(), "--text: \"", word, "\" is not a token id");
+    ids.push_back(checked_id(tok, id, "--text"));
+  }
+  return ids;
+}
+
+// One JSON Lines record -> its output line; errors name the input line.
+std::string convert_line(const Tokenizer& tok, const TokenizeOptions& o, const std::string& line,
+                         const std::string& where, size_t& n_tokens) {
+  json record;
+  try {
+    record = json::parse(line);
+  } catch (const json::parse_error& e) {
+    fail(where, ": not valid JSON (", e.what(), ")");
+  }
+  if (o.decode) {
+    TITAN_CHECK(record.is_object() && record.contains("ids") && record["ids"].is_array(), where,
+                ": no \"ids\" list");
+    std::vector<int32_t> ids;
+    for (const json& id : record["ids"]) {
+      TITAN_CHECK(id.is_number_integer(), where, ": \"ids\" holds a non-integer");
+      ids.push_back(checked_id(tok, id.get<int64_t>(), where));
+    }
+    n_tokens = ids.size();
+    return json{{"text", tok.decode(ids, o.skip_special)}}.dump();
+  }
+  TITAN_CHECK(record.is_object() && record.contains("text") && record["text"].is_string(), where,
+              ": no string \"text\" field");
+  const std::vector<int32_t> ids = tok.encode(record["text"].get<std::string>(), !o.no_special);
+  n_tokens = ids.size();
+  std::string out = "{\"ids\":[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(ids[i]);
+  }
+  return out + "]}";
+}
+
+// Converts each batch of lines in parallel and writes the results in input order. Blank lines are
+// not records and are skipped.
+void convert_jsonl(const Tokenizer& tok, const TokenizeOptions& o, std::ostream& out) {
+  std::ifstream in(o.jsonl, std::ios::binary);
+  TITAN_CHECK(in, o.jsonl, ": cannot open");
+  const auto start = std::chrono::steady_clock::now();
+  size_t n_tokens = 0, n_lines = 0, line_no = 0;
+  std::vector<std::string> lines, results, errors;
+  std::vector<size_t> numbers, counts;
+  std::string line;
+  bool more = true;
+  while (more) {
+    lines.clear();
+    numbers.clear();
+    while (lines.size() < kBatchLines && (more = static_cast<bool>(std::getline(in, line)))) {
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      lines.push_back(std::move(line));
+      numbers.push_back(line_no);
+    }
+    const auto n = static_cast<int64_t>(lines.size());
+    results.assign(lines.size(), {});
+    errors.assign(lines.size(), {});
+    counts.assign(lines.size(), 0);
+#pragma omp parallel for schedule(dynamic, 16)
+    for (int64_t i = 0; i < n; ++i) {
+      // Exceptions cannot leave an OpenMP region; keep the message and raise it afterwards.
+      try {
+        results[i] =
+            convert_line(tok, o, lines[i], o.jsonl + ":" + std::to_string(numbers[i]), counts[i]);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    }
+    for (const std::string& e : errors) {
+      if (!e.empty()) fail(e);
+    }
+    for (size_t i = 0; i < lines.size(); ++i) {
+      out << results[i] << '\n';
+      n_tokens += counts[i];
+    }
+    n_lines += lines.size();
+  }
+  TITAN_CHECK(out.good(), "writing ", o.out.empty() ? "stdout" : o.out, " failed");
+  report_rate(n_tokens, n_lines,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// Writes to OUT.tmp.<pid> and renames it to OUT only when everything succeeded, so a failed run
+// never leaves a partial file under the final name.
+void convert_jsonl_to_file(const Tokenizer& tok, const TokenizeOptions& o) {
+  const std::string tmp = o.out + ".tmp." + std::to_string(::getpid());
+  try {
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      TITAN_CHECK(out, o.out, ": cannot create ", tmp);
+      convert_jsonl(tok, o, out);
+      out.close();
+      TITAN_CHECK(out.good(), o.out, ": writing ", tmp, " failed");
+    }
+    std::filesystem::rename(tmp, o.out);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    throw;
+  }
+}
+
+int run(const TokenizeOptions& o) {
+  set_thread_count(o.threads);
+  TITAN_CHECK(o.text_given || !o.jsonl.empty(), "nothing to do (give --text or --jsonl)");
+  const Tokenizer tok = Tokenizer::load(o.tokenizer);
+  if (!o.jsonl.empty()) {
+    if (o.out.empty()) {
+      convert_jsonl(tok, o, std::cout);
+    } else {
+      convert_jsonl_to_file(tok, o);
+    }
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  size_t n_tokens = 0;
+  if (o.decode) {
+    const std::vector<int32_t> ids = parse_id_list(tok, o.text);
+    n_tokens = ids.size();
+    std::cout << tok.decode(ids, o.skip_special) << '\n';
+  } else {
+    const std::vector<int32_t> ids = tok.encode(o.text, !o.no_special);
+    n_tokens = ids.size();
+    for (size_t i = 0; i < ids.size(); ++i) std::cout << (i > 0 ? " " : "") << ids[i];
+    std::cout << '\n';
+  }
+  report_rate(n_tokens, 1,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return 0;
+}
+
+}  // namespace
+
+Action add_tokenize_command(CLI::App& app) {
+  CLI::App* command =
+      app.add_subcommand("tokenize", "text to token ids and back with a tokenizer.json");
+  static TokenizeOptions o;
+  command->add_option("--tokenizer", o.tokenizer, "model folder or tokenizer.json")->required();
+  CLI::Option* text = command->add_option(
+      "--text", o.text, "encode this text and print the ids (with --decode: ids to decode)");
+  CLI::Option* jsonl = command->add_option(
+      "--jsonl", o.jsonl,
+      "JSON Lines with a \"text\" field -> {\"ids\": [...]} lines (with --decode: the reverse)");
+  text->excludes(jsonl);
+  command->add_option("--out", o.out, "output file for --jsonl (default: stdout)")->needs(jsonl);
+  command->add_flag("--decode", o.decode, "ids to text");
+  command->add_flag("--no-special", o.no_special,
+                    "encode special-token strings in the text as plain text");
+  command->add_flag("--skip-special", o.skip_special, "drop special tokens when decoding");
+  add_threads_option(*command, o.threads);
+  return [text] {
+    o.text_given = text->count() > 0;
+    return run(o);
+  };
+}
+
+}  // namespace titan::cli

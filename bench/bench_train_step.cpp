@@ -1,0 +1,203 @@
+// One training step -- forward, backward, AdamW -- of a Qwen3 model on random tokens, timed.
+// Prints tokens/s, model GFLOP/s (docs/PERFORMANCE.md gives the formula), MFU against the fp32
+// GEMM ceiling measured in this same run, and peak memory by category against what the design
+// must keep. With --torch it also times the same step in PyTorch eager (Transformers' Qwen3,
+// fp32, sdpa attention, torch.optim.AdamW) in the same run and prints the ratio.
+//
+// usage: bench_train_step [--config small|0.6b-4l] [--steps N] [--threads N] [--torch PYTHON]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "titan/backend/cpu/gemm.h"
+#include "titan/core/allocator.h"
+#include "titan/core/error.h"
+#include "titan/core/rng.h"
+#include "titan/core/threads.h"
+#include "titan/nn/qwen3.h"
+#include "titan/ops/adamw.h"
+
+namespace titan {
+namespace {
+
+struct BenchConfig {
+  std::string name;
+  ModelArgs args;
+  int64_t batch = 0, seq = 0;
+};
+
+BenchConfig make_config(const std::string& name) {
+  BenchConfig c;
+  c.name = name;
+  ModelArgs& a = c.args;
+  a.vocab_size = 151936;
+  a.head_dim = 128;
+  a.tie_word_embeddings = true;
+  if (name == "small") {
+    a.hidden_size = 512, a.intermediate_size = 2048, a.num_hidden_layers = 8;
+    a.num_attention_heads = 8, a.num_key_value_heads = 4;
+    c.batch = 4, c.seq = 512;
+  } else if (name == "0.6b-4l") {
+    a.hidden_size = 1024, a.intermediate_size = 3072, a.num_hidden_layers = 4;
+    a.num_attention_heads = 16, a.num_key_value_heads = 8;
+    c.batch = 1, c.seq = 512;
+  } else {
+    fail("--config: unknown config '", name, "' (small or 0.6b-4l)");
+  }
+  return c;
+}
+
+// Training FLOPs per token: 6 * N_mm + 12 * L * H * hd * T, with N_mm every matmul parameter
+// (lm_head counted even when tied; the embedding gather is not a matmul).
+double flops_per_token(const ModelArgs& a, int64_t seq) {
+  const double h = a.hidden_size, hd = a.head_dim;
+  const double per_layer = h * hd * (2.0 * a.num_attention_heads + 2.0 * a.num_key_value_heads) +
+                           3.0 * h * a.intermediate_size;
+  const double n_mm = a.num_hidden_layers * per_layer + static_cast<double>(a.vocab_size) * h;
+  return 6.0 * n_mm + 12.0 * a.num_hidden_layers * a.num_attention_heads * hd * seq;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double gib(size_t bytes) {
+  return static_cast<double>(bytes) / (1u << 30);
+}
+
+struct Timing {
+  double seconds_per_step = 0.0;
+  double tokens_per_second = 0.0;
+};
+
+Timing run_titan(const BenchConfig& c, int steps) {
+  Qwen3Model model(c.args);
+  model.initialize(0);
+  model.allocate_gradients();
+  for (ParamGroup& g : model.param_groups()) g.allocate_optimizer_state();
+  const int64_t n = c.batch * c.seq;
+  std::vector<int32_t> ids(n);
+  Rng rng(1);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng.next_u64() % c.args.vocab_size);
+  AdamWConfig adamw;
+  const auto step = [&](int64_t index) {
+    model.zero_gradients();
+    ForwardOptions options;
+    options.compute_grad = true;
+    options.grad_scale = 1.0f / static_cast<float>(c.batch * (c.seq - 1));
+    model.forward(ids.data(), ids.data(), c.batch, c.seq, options);
+    model.backward();
+    const AdamWScalars s = adamw_scalars(adamw, adamw.lr, index);
+    for (ParamGroup& g : model.param_groups()) {
+      adamw_update(g.params(), g.grads(), g.exp_avg(), g.exp_avg_sq(), g.numel(), s);
+    }
+  };
+  step(1);  // warm-up: first-touch page faults, oneDNN kernel selection
+  double best = 1e30;
+  for (int i = 0; i < steps; ++i) {
+    const double t0 = now_seconds();
+    step(2 + i);
+    best = std::min(best, now_seconds() - t0);
+  }
+  const MemoryStats mem = memory_stats();
+  const size_t param_bytes = static_cast<size_t>(model.parameter_count()) * 4;
+  const size_t must_keep =
+      4 * param_bytes + static_cast<size_t>(model.activation_bytes(c.batch, c.seq));
+  std::printf("  memory peak %.2f GiB vs %.2f GiB the design must keep (ratio %.2f)\n",
+              gib(mem.total_peak), gib(must_keep),
+              static_cast<double>(mem.total_peak) / static_cast<double>(must_keep));
+  std::printf("    by category (peak): ");
+  for (int k = 0; k < kMemCategoryCount; ++k) {
+    std::printf("%s %.2f GiB%s",
+                std::string(mem_category_name(static_cast<MemCategory>(k))).c_str(),
+                gib(mem.peak[k]), k + 1 < kMemCategoryCount ? ", " : "\n");
+  }
+  return {best, static_cast<double>(n) / best};
+}
+
+Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int threads) {
+  const char* src = std::getenv("TITAN_SOURCE_DIR");
+  const std::string script = std::string(src != nullptr ? src : ".") + "/bench/torch_train_step.py";
+  const ModelArgs& a = c.args;
+  const std::string cmd =
+      python + " " + script + " --hidden " + std::to_string(a.hidden_size) + " --intermediate " +
+      std::to_string(a.intermediate_size) + " --layers " + std::to_string(a.num_hidden_layers) +
+      " --heads " + std::to_string(a.num_attention_heads) + " --kv-heads " +
+      std::to_string(a.num_key_value_heads) + " --head-dim " + std::to_string(a.head_dim) +
+      " --vocab " + std::to_string(a.vocab_size) + " --batch " + std::to_string(c.batch) +
+      " --seq " + std::to_string(c.seq) + " --steps " + std::to_string(steps) + " --threads " +
+      std::to_string(threads);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  TITAN_CHECK(pipe != nullptr, "cannot run ", cmd);
+  double seconds = -1.0;
+  char line[512];
+  while (std::fgets(line, sizeof line, pipe) != nullptr) {
+    std::sscanf(line, "seconds_per_step %lf", &seconds);
+  }
+  const int status = pclose(pipe);
+  TITAN_CHECK(status == 0 && seconds > 0, "PyTorch reference failed (", cmd, ")");
+  return {seconds, static_cast<double>(c.batch * c.seq) / seconds};
+}
+
+int run(int argc, char** argv) {
+  std::string config_name = "small", python;
+  int steps = 3, threads = default_thread_count();
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    TITAN_CHECK(i + 1 < argc, arg, " needs a value");
+    if (arg == "--config")
+      config_name = argv[++i];
+    else if (arg == "--steps")
+      steps = std::atoi(argv[++i]);
+    else if (arg == "--threads")
+      threads = std::atoi(argv[++i]);
+    else if (arg == "--torch")
+      python = argv[++i];
+    else
+      fail("unknown argument '", arg, "'");
+  }
+  TITAN_CHECK(steps >= 1, "--steps must be at least 1");
+  set_thread_count(threads);
+  const BenchConfig c = make_config(config_name);
+  const double ceiling = measure_gemm_peak_gflops();
+  const double flops = flops_per_token(c.args, c.seq);
+  std::printf(
+      "config %s: hidden %lld, layers %lld, heads %lld/%lld, head_dim %lld, "
+      "intermediate %lld, vocab %lld, batch %lld x seq %lld, threads %d\n",
+      c.name.c_str(), (long long)c.args.hidden_size, (long long)c.args.num_hidden_layers,
+      (long long)c.args.num_attention_heads, (long long)c.args.num_key_value_heads,
+      (long long)c.args.head_dim, (long long)c.args.intermediate_size, (long long)c.args.vocab_size,
+      (long long)c.batch, (long long)c.seq, threads);
+  std::printf("fp32 GEMM ceiling (2048^3 sgemm, this run): %.1f GFLOP/s\n", ceiling);
+  std::printf("model FLOPs per token: %.3f GFLOP\n", flops * 1e-9);
+  const Timing titan = run_titan(c, steps);
+  const double titan_gflops = titan.tokens_per_second * flops * 1e-9;
+  std::printf("titan   %.3f s/step  %.1f tokens/s  %.1f GFLOP/s  MFU %.1f%% of the ceiling\n",
+              titan.seconds_per_step, titan.tokens_per_second, titan_gflops,
+              100.0 * titan_gflops / ceiling);
+  if (!python.empty()) {
+    const Timing torch = run_torch(python, c, steps, threads);
+    const double torch_gflops = torch.tokens_per_second * flops * 1e-9;
+    std::printf("pytorch %.3f s/step  %.1f tokens/s  %.1f GFLOP/s  MFU %.1f%% of the ceiling\n",
+                torch.seconds_per_step, torch.tokens_per_second, torch_gflops,
+                100.0 * torch_gflops / ceiling);
+    std::printf("titan / pytorch tokens/s: %.2fx\n",
+                titan.tokens_per_second / torch.tokens_per_second);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace titan
+
+int main(int argc, char** argv) {
+  try {
+    return titan::run(argc, argv);
+  } catch (const titan::Error& e) {
+    std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
+    return 1;
+  }
+}

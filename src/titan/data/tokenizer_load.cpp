@@ -1,0 +1,296 @@
+// Reading tokenizer.json (and tokenizer_config.json) into a Tokenizer. Each component type the
+// file names is either implemented exactly or refused with its name; nothing is approximated.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "titan/core/error.h"
+#include "titan/data/byte_level.h"
+#include "titan/data/tokenizer.h"
+#include "titan/data/utf8.h"
+
+namespace titan {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct Tokenizer::Loader {
+  std::string path;  // for messages
+  Tokenizer& tok;
+  std::vector<int32_t> special_ids = {};
+  size_t model_vocab_entries = 0;
+
+  template <typename... Args>
+  [[noreturn]] void error(const Args&... args) const {
+    fail(path, ": ", args...);
+  }
+
+  static json read_json(const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    TITAN_CHECK(in, file, ": cannot open");
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    try {
+      return json::parse(buffer.str());
+    } catch (const json::parse_error& e) {
+      fail(file, ": not valid JSON (", e.what(), ")");
+    }
+  }
+
+  std::string type_of(const json& j, const char* where) const {
+    if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
+      error(where, " has no \"type\"");
+    }
+    return j["type"].get<std::string>();
+  }
+
+  bool flag(const json& j, const char* key) const {
+    if (!j.contains(key) || j[key].is_null()) return false;
+    if (!j[key].is_boolean()) error("\"", key, "\" must be true or false");
+    return j[key].get<bool>();
+  }
+
+  void normalizer(const json& j) {
+    if (j.is_null()) return;
+    const std::string type = type_of(j, "normalizer");
+    if (type == "NFC") {
+      tok.nfc_ = true;
+    } else if (type == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array()) {
+      for (const json& n : j["normalizers"]) normalizer(n);
+    } else {
+      error("normalizer \"", type, "\" is not supported (only NFC)");
+    }
+  }
+
+  // Sequence[Split(regex, Isolated), ByteLevel(use_regex=false)]: the GPT-4-style layout of
+  // Qwen2/Qwen3 and Llama-3.
+  void pre_tokenizer(const json& j) {
+    const std::string type = type_of(j, "pre_tokenizer");
+    const bool sequence = type == "Sequence" && j.contains("pretokenizers") &&
+                          j["pretokenizers"].is_array() && j["pretokenizers"].size() == 2;
+    if (!sequence) {
+      error("pre_tokenizer \"", type,
+            "\" is not supported (only Sequence[Split, ByteLevel], as in Qwen2/Qwen3/Llama-3)");
+    }
+    const json& split = j["pretokenizers"][0];
+    const json& byte_level = j["pretokenizers"][1];
+    const std::string split_type = type_of(split, "pre_tokenizer.pretokenizers[0]");
+    const std::string byte_type = type_of(byte_level, "pre_tokenizer.pretokenizers[1]");
+    if (split_type != "Split" || byte_type != "ByteLevel") {
+      error("pre_tokenizer Sequence[", split_type, ", ", byte_type,
+            "] is not supported (only Sequence[Split, ByteLevel])");
+    }
+    if (split.value("behavior", "") != "Isolated" || flag(split, "invert")) {
+      error("Split pre-tokenizer: only behavior \"Isolated\" without invert is supported");
+    }
+    const json pattern = split.value("pattern", json::object());
+    if (!pattern.contains("Regex") || !pattern["Regex"].is_string()) {
+      error("Split pre-tokenizer: only a \"Regex\" pattern is supported");
+    }
+    tok.pre_tokenizer_ = PreTokenizer::from_regex(pattern["Regex"].get<std::string>());
+    if (!tok.pre_tokenizer_) {
+      error("Split regex is not supported (only the Qwen2 and Llama-3 patterns): ",
+            pattern["Regex"].get<std::string>());
+    }
+    if (flag(byte_level, "add_prefix_space") || flag(byte_level, "use_regex")) {
+      error("ByteLevel pre-tokenizer: add_prefix_space and use_regex must be false");
+    }
+  }
+
+  void post_processor(const json& j) const {
+    if (j.is_null()) return;
+    const std::string type = type_of(j, "post_processor");
+    // Neither changes the ids of encode (see Tokenizer::encode): ByteLevel only adjusts offsets,
+    // TemplateProcessing only acts with add_special_tokens.
+    if (type != "ByteLevel" && type != "TemplateProcessing") {
+      error("post_processor \"", type, "\" is not supported (only ByteLevel, TemplateProcessing)");
+    }
+  }
+
+  void decoder(const json& j) const {
+    const std::string type = j.is_null() ? "null" : type_of(j, "decoder");
+    if (type != "ByteLevel") error("decoder \"", type, "\" is not supported (only ByteLevel)");
+  }
+
+  void set_token(int32_t id, const std::string& token) {
+    if (static_cast<size_t>(id) >= tok.tokens_.size()) tok.tokens_.resize(id + 1);
+    tok.tokens_[id] = token;
+    tok.token_ids_[token] = id;
+  }
+
+  int32_t vocab_id(const StringMap<int32_t>& vocab, const std::string& token, size_t index) const {
+    const auto it = vocab.find(token);
+    if (it == vocab.end()) {
+      error("model.merges[", index, "]: \"", token, "\" is not in model.vocab");
+    }
+    return it->second;
+  }
+
+  void model(const json& j) {
+    const std::string type = j.is_object() && !j.contains("type") && j.contains("merges")
+                                 ? std::string("BPE")
+                                 : type_of(j, "model");
+    if (type != "BPE") error("model type \"", type, "\" is not supported (only BPE)");
+    if (flag(j, "byte_fallback")) error("BPE byte_fallback is not supported");
+    if (j.contains("dropout") && !j["dropout"].is_null()) error("BPE dropout is not supported");
+    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+      if (j.contains(key) && !j[key].is_null() && j[key] != "") {
+        error("BPE ", key, " is not supported");
+      }
+    }
+    if (!j.contains("vocab") || !j["vocab"].is_object()) {
+      error("model.vocab is missing or not an object");
+    }
+    StringMap<int32_t> vocab;
+    for (const auto& [token, id] : j["vocab"].items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
+        error("model.vocab[\"", token, "\"]: id must be a non-negative integer");
+      }
+      const auto i = id.get<int32_t>();
+      if (static_cast<size_t>(i) < tok.tokens_.size() && !tok.tokens_[i].empty()) {
+        error("model.vocab: id ", i, " is used by both \"", tok.tokens_[i], "\" and \"", token,
+              "\"");
+      }
+      vocab.emplace(token, i);
+      set_token(i, token);
+    }
+    model_vocab_entries = vocab.size();
+    std::array<int32_t, 256> byte_ids{};
+    for (int b = 0; b < 256; ++b) {
+      std::string symbol;
+      utf8_append(symbol, byte_to_code_point(static_cast<uint8_t>(b)));
+      const auto it = vocab.find(symbol);
+      if (it == vocab.end()) error("model.vocab has no entry for byte ", b, " (\"", symbol, "\")");
+      byte_ids[b] = it->second;
+    }
+    if (!j.contains("merges") || !j["merges"].is_array()) {
+      error("model.merges is missing or not a list");
+    }
+    std::vector<BpeMerge> merges;
+    merges.reserve(j["merges"].size());
+    for (size_t i = 0; i < j["merges"].size(); ++i) {
+      const json& m = j["merges"][i];
+      std::string left, right;
+      if (m.is_string()) {
+        // Older files: "left right", exactly one space.
+        const std::string s = m.get<std::string>();
+        const size_t space = s.find(' ');
+        if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
+          error("model.merges[", i, "]: \"", s, "\" is not two tokens separated by one space");
+        }
+        left = s.substr(0, space);
+        right = s.substr(space + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        left = m[0].get<std::string>();
+        right = m[1].get<std::string>();
+      } else {
+        error("model.merges[", i, "]: expected \"left right\" or [\"left\", \"right\"]");
+      }
+      merges.push_back(
+          {vocab_id(vocab, left, i), vocab_id(vocab, right, i), vocab_id(vocab, left + right, i)});
+    }
+    StringMap<int32_t> whole_words;
+    if (flag(j, "ignore_merges")) {
+      std::string raw;
+      for (const auto& [token, id] : vocab) {
+        if (byte_level_decode(token, raw)) whole_words.emplace(raw, id);
+      }
+    }
+    tok.bpe_ = BpeModel(byte_ids, merges, std::move(whole_words));
+  }
+
+  void added_tokens(const json& j) {
+    if (j.is_null()) return;
+    if (!j.is_array()) error("added_tokens is not a list");
+    std::vector<AddedToken> raw, normalized;
+    size_t next_new_id = model_vocab_entries;
+    for (size_t i = 0; i < j.size(); ++i) {
+      const json& t = j[i];
+      if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() ||
+          t["id"].get<int64_t>() < 0 || t["id"].get<int64_t>() > INT32_MAX ||
+          !t.contains("content") || !t["content"].is_string() || t["content"] == "") {
+        error("added_tokens[", i, "]: needs a non-negative integer \"id\" and a \"content\"");
+      }
+      for (const char* key : {"lstrip", "rstrip", "single_word"}) {
+        if (flag(t, key)) error("added_tokens[", i, "]: \"", key, "\" is not supported");
+      }
+      AddedToken a{t["content"].get<std::string>(), t["id"].get<int32_t>(), flag(t, "special")};
+      // Hugging Face ignores these ids: a token already in the vocabulary keeps its id, a new one
+      // gets the next id after the vocabulary. A file that disagrees would silently change ids.
+      const int32_t known = tok.token_to_id(a.content);
+      const auto expected = known >= 0 ? known : static_cast<int32_t>(next_new_id++);
+      if (a.id != expected) {
+        error("added_tokens[", i, "] \"", a.content, "\": id ", a.id,
+              ", but Hugging Face tokenizers would assign ", expected);
+      }
+      set_token(a.id, a.content);
+      if (a.special) special_ids.push_back(a.id);
+      (flag(t, "normalized") ? normalized : raw).push_back(a);
+    }
+    tok.raw_added_ = AddedTokenMatcher(std::move(raw));
+    tok.normalized_added_ = AddedTokenMatcher(std::move(normalized));
+  }
+
+  // The bytes the ByteLevel decoder emits per id: the table's inverse when every character of the
+  // token is in it, else the token's own UTF-8 (added tokens such as "<|im_end|>" or ones with
+  // characters outside the table), as Hugging Face's ByteLevel decoder does.
+  void decoded_forms() {
+    tok.decoded_.resize(tok.tokens_.size());
+    tok.special_.assign(tok.tokens_.size(), false);
+    std::string raw;
+    for (size_t id = 0; id < tok.tokens_.size(); ++id) {
+      const std::string& t = tok.tokens_[id];
+      if (!utf8_is_valid(t)) error("token ", id, " is not valid UTF-8");
+      tok.decoded_[id] = byte_level_decode(t, raw) ? raw : t;
+    }
+    for (const int32_t id : special_ids) tok.special_[id] = true;
+  }
+
+  // eos_token / pad_token: a string, an {"content": ...} object (older files) or null.
+  int32_t config_token(const json& config, const char* key, const std::string& file) const {
+    if (!config.contains(key) || config[key].is_null()) return -1;
+    const json& v = config[key];
+    std::string content;
+    if (v.is_string()) {
+      content = v.get<std::string>();
+    } else if (v.is_object() && v.contains("content") && v["content"].is_string()) {
+      content = v["content"].get<std::string>();
+    } else {
+      fail(file, ": \"", key, "\" must be a string or {\"content\": ...}");
+    }
+    const int32_t id = tok.token_to_id(content);
+    TITAN_CHECK(id >= 0, file, ": ", key, " \"", content, "\" is not a token of ", path);
+    return id;
+  }
+};
+
+Tokenizer Tokenizer::load(const std::string& dir_or_json_path) {
+  fs::path json_path = dir_or_json_path;
+  std::error_code ec;
+  if (fs::is_directory(json_path, ec)) json_path /= "tokenizer.json";
+  TITAN_CHECK(fs::is_regular_file(json_path, ec), json_path.string(), ": no such file");
+  const json j = Loader::read_json(json_path.string());
+  Tokenizer tok;
+  Loader loader{json_path.string(), tok};
+  if (!j.is_object()) loader.error("not a tokenizer.json object");
+  if (!j.contains("model")) loader.error("no \"model\"");
+  if (!j.contains("pre_tokenizer")) loader.error("no \"pre_tokenizer\"");
+  loader.model(j["model"]);
+  loader.normalizer(j.value("normalizer", json()));
+  loader.pre_tokenizer(j["pre_tokenizer"]);
+  loader.post_processor(j.value("post_processor", json()));
+  loader.decoder(j.value("decoder", json()));
+  loader.added_tokens(j.value("added_tokens", json()));
+  loader.decoded_forms();
+  const fs::path config_path = json_path.parent_path() / "tokenizer_config.json";
+  if (fs::is_regular_file(config_path, ec)) {
+    const json config = Loader::read_json(config_path.string());
+    TITAN_CHECK(config.is_object(), config_path.string(), ": not a JSON object");
+    tok.eos_id_ = loader.config_token(config, "eos_token", config_path.string());
+    tok.pad_id_ = loader.config_token(config, "pad_token", config_path.string());
+  }
+  return tok;
+}
+
+}  // namespace titan

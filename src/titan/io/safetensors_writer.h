@@ -1,0 +1,46 @@
+// Writing safetensors files and Hugging Face model-folder checkpoints (single file or shards with
+// model.safetensors.index.json), each file atomically (atomic_file.h).
+#pragma once
+
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/core/tensor.h"
+
+namespace titan {
+
+struct SafetensorsTensor {
+  std::string name;  // HF state-dict key
+  Tensor tensor;     // contiguous
+};
+
+struct SafetensorsWriteOptions {
+  // Store every floating-point tensor (F32, BF16, F16) as this type, rounding to nearest even;
+  // nullopt keeps each tensor's own type. Integer tensors are always stored as they are.
+  std::optional<DType> float_dtype;
+  // A shard is closed before it would exceed this many data bytes; a tensor larger than this
+  // gets a shard of its own. HF's default "5GB" (decimal, as HF parses it).
+  size_t max_shard_bytes = 5'000'000'000;
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+};
+
+// One safetensors file at `path`. Tensors are laid out in the reference writer's order (element
+// size descending, then name), the header padded with spaces to a multiple of 8 bytes. Throws
+// titan::Error on duplicate names, non-contiguous tensors or I/O failure; the destination is
+// then untouched.
+void write_safetensors_file(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
+                            const SafetensorsWriteOptions& options);
+
+// A checkpoint in folder `dir` (created if needed): model.safetensors when all data fit in one
+// shard, else model-0000i-of-0000K.safetensors filled in the order given, then
+// model.safetensors.index.json (total_size = data bytes, weight_map sorted by name). A stale
+// index or single file from an earlier export of the other kind is removed afterwards, so the
+// folder never offers two checkpoints. Returns the file names written, relative to `dir`.
+std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
+                                                      const std::vector<SafetensorsTensor>& tensors,
+                                                      const SafetensorsWriteOptions& options);
+
+}  // namespace titan

@@ -1,0 +1,122 @@
+#include "titan/models/flavors.h"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+ModelArgs dense(int64_t h, int64_t inter, int64_t layers, int64_t heads, bool tied) {
+  ModelArgs a;
+  a.architecture = "Qwen3ForCausalLM";
+  a.hidden_size = h;
+  a.intermediate_size = inter;
+  a.num_hidden_layers = layers;
+  a.num_attention_heads = heads;
+  a.num_key_value_heads = 8;
+  a.head_dim = 128;
+  a.tie_word_embeddings = tied;
+  return a;
+}
+
+// `inter` is the dense width HF keeps in the config; no layer uses it (all layers are sparse).
+ModelArgs moe(int64_t h, int64_t inter, int64_t layers, int64_t heads, int64_t expert_width) {
+  ModelArgs a = dense(h, inter, layers, heads, false);
+  a.architecture = "Qwen3MoeForCausalLM";
+  a.num_key_value_heads = 4;
+  a.num_experts = 128;
+  a.num_experts_per_tok = 8;
+  a.moe_intermediate_size = expert_width;
+  a.norm_topk_prob = true;
+  return a;
+}
+
+// Small enough to train in seconds on two cores; the vocabulary matches the small tokenizer the
+// tests train (its special tokens are not fixed yet, so none are set here).
+ModelArgs debug(bool sparse) {
+  ModelArgs a = dense(256, 768, 4, 4, !sparse);
+  a.vocab_size = 2048;
+  a.num_key_value_heads = 2;
+  a.head_dim = 64;
+  a.max_position_embeddings = 2048;
+  a.bos_token_id = -1;
+  a.eos_token_ids = {};
+  if (sparse) {
+    a.architecture = "Qwen3MoeForCausalLM";
+    a.num_experts = 8;
+    a.num_experts_per_tok = 2;
+    a.moe_intermediate_size = 128;
+    a.norm_topk_prob = true;
+  }
+  return a;
+}
+
+const std::vector<std::pair<std::string, ModelArgs>>& registry() {
+  static const std::vector<std::pair<std::string, ModelArgs>> flavors = {
+      {"debugmodel", debug(false)},
+      {"debugmodel_moe", debug(true)},
+      {"0.6B", dense(1024, 3072, 28, 16, true)},
+      {"1.7B", dense(2048, 6144, 28, 16, true)},
+      {"4B", dense(2560, 9728, 36, 32, true)},
+      {"8B", dense(4096, 12288, 36, 32, false)},
+      {"14B", dense(5120, 17408, 40, 40, false)},
+      {"32B", dense(5120, 25600, 64, 64, false)},
+      {"30B-A3B", moe(2048, 6144, 48, 32, 768)},
+      {"235B-A22B", moe(4096, 12288, 94, 64, 1536)},
+  };
+  return flavors;
+}
+
+// Edit distance, case-insensitive, for "did you mean".
+size_t distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = row[j];
+      row[j] = next;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+const ModelArgs& flavor(std::string_view name) {
+  const auto& flavors = registry();
+  for (const auto& [n, args] : flavors) {
+    if (n == name) return args;
+  }
+  std::string closest;
+  size_t best = SIZE_MAX;
+  std::string all;
+  for (const auto& [n, args] : flavors) {
+    const size_t d = distance(name, n);
+    if (d < best) best = d, closest = n;
+    all += (all.empty() ? "" : ", ") + n;
+  }
+  fail("unknown model flavor '", name, "'; did you mean '", closest, "'? (flavors: ", all, ")");
+}
+
+ModelArgs flavor(std::string_view name, std::string_view attn_backend) {
+  ModelArgs args = flavor(name);
+  args.attn_backend = attn_backend;
+  validate_model_args(args, "flavor " + std::string(name));
+  return args;
+}
+
+std::vector<std::string> flavor_names() {
+  std::vector<std::string> names;
+  for (const auto& [n, args] : registry()) names.push_back(n);
+  return names;
+}
+
+}  // namespace titan

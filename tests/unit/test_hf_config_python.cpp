@@ -1,0 +1,148 @@
+// config.json against the real Transformers (tests/reference/hf_config_roundtrip.py via
+// $TITAN_PYTHON; a missing Python fails): what titan writes, AutoConfig reads with the same
+// fields and builds a model with titan's parameter count; what Qwen3Config.save_pretrained
+// writes, titan reads to the same fields.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "titan/models/flavors.h"
+#include "titan/models/hf_config.h"
+#include "titan/models/param_count.h"
+#include "unit/test_safetensors_util.h"
+
+namespace titan {
+namespace {
+
+using json = nlohmann::json;
+using test::TempDir;
+
+int run_reference(const std::string& mode, const std::string& dir, std::string& out) {
+  const char* python = std::getenv("TITAN_PYTHON");
+  const char* source = std::getenv("TITAN_SOURCE_DIR");
+  if (python == nullptr || source == nullptr || !std::filesystem::exists(python)) {
+    out = "TITAN_PYTHON / TITAN_SOURCE_DIR unset or missing (run scripts/setup.sh --python)";
+    return -1;
+  }
+  const std::string cmd = std::string(python) + " " + source +
+                          "/tests/reference/hf_config_roundtrip.py " + mode + " '" + dir + "' 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  return ::pclose(pipe);
+}
+
+// ModelArgs in the script's field names.
+json fields(const ModelArgs& a) {
+  json f = {{"architecture", a.architecture},
+            {"model_type", a.is_moe() ? "qwen3_moe" : "qwen3"},
+            {"vocab_size", a.vocab_size},
+            {"hidden_size", a.hidden_size},
+            {"intermediate_size", a.intermediate_size},
+            {"num_hidden_layers", a.num_hidden_layers},
+            {"num_attention_heads", a.num_attention_heads},
+            {"num_key_value_heads", a.num_key_value_heads},
+            {"head_dim", a.head_dim},
+            {"max_position_embeddings", a.max_position_embeddings},
+            {"rope_theta", a.rope_theta},
+            {"rope_type", a.rope_scaling.type},
+            {"rope_factor", a.rope_scaling.factor},
+            {"rope_original_max_position_embeddings",
+             a.rope_scaling.type == "yarn" ? a.rope_scaling.original_max_position_embeddings : 0},
+            {"rms_norm_eps", a.rms_norm_eps},
+            {"initializer_range", a.initializer_range},
+            {"tie_word_embeddings", a.tie_word_embeddings},
+            {"attention_bias", a.attention_bias},
+            {"bos_token_id", a.bos_token_id},
+            {"eos_token_ids", a.eos_token_ids},
+            {"pad_token_id", a.pad_token_id}};
+  if (a.is_moe()) {
+    f.update({{"num_experts", a.num_experts},
+              {"num_experts_per_tok", a.num_experts_per_tok},
+              {"moe_intermediate_size", a.moe_intermediate_size},
+              {"norm_topk_prob", a.norm_topk_prob},
+              {"router_aux_loss_coef", a.router_aux_loss_coef},
+              {"output_router_logits", a.output_router_logits},
+              {"decoder_sparse_step", a.decoder_sparse_step},
+              {"mlp_only_layers", a.mlp_only_layers}});
+  }
+  return f;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << path;
+  return json::parse(in);
+}
+
+void expect_same_fields(const json& want, const json& got, const std::string& what) {
+  for (const auto& [key, value] : want.items()) {
+    ASSERT_TRUE(got.contains(key)) << what << ": " << key << " missing";
+    EXPECT_EQ(got[key], value) << what << ": " << key;
+  }
+}
+
+TEST(HfConfigPython, TransformersLoadsWhatTitanWrites) {
+  TempDir dir;
+  std::map<std::string, ModelArgs> models = {{"debugmodel", flavor("debugmodel")},
+                                             {"debugmodel_moe", flavor("debugmodel_moe")}};
+  ModelArgs yarn = flavor("debugmodel");
+  yarn.max_position_embeddings = 4096;
+  yarn.rope_scaling = {"yarn", 4.0, 1024, 0.0, 32.0, 1.0};
+  yarn.rope_theta = 5e6;
+  yarn.bos_token_id = 1;
+  yarn.eos_token_ids = {2, 3};
+  yarn.pad_token_id = 0;
+  models["yarn"] = yarn;
+  ModelArgs mixed = flavor("debugmodel_moe");
+  mixed.mlp_only_layers = {0, 2};
+  mixed.norm_topk_prob = false;
+  mixed.output_router_logits = true;
+  mixed.eos_token_ids = {7};
+  models["mixed"] = mixed;
+  for (const auto& [name, args] : models) {
+    std::filesystem::create_directories(dir / name);
+    write_hf_config(dir / name + "/config.json", args, DType::bf16);
+  }
+  GenerationConfig g = default_generation_config(yarn);
+  g.do_sample = true;
+  write_hf_generation_config(dir / "yarn/generation_config.json", g);
+
+  std::string out;
+  ASSERT_EQ(run_reference("load", dir.path().string(), out), 0) << out;
+  for (const auto& [name, args] : models) {
+    const json seen = read_json(dir / name + "/seen.json");
+    expect_same_fields(fields(args), seen, name);
+    EXPECT_EQ(seen["dtype"], "bfloat16") << name;
+    EXPECT_EQ(seen["class"], args.architecture) << name;
+    EXPECT_EQ(seen["n_params"], count_parameters(args).total) << name;
+    EXPECT_EQ(seen["q_proj"], json({args.num_attention_heads * args.head_dim, args.hidden_size}));
+    EXPECT_EQ(seen["lm_head_tied"], args.tie_word_embeddings) << name;
+  }
+  const json gen = read_json(dir / "yarn/seen.json")["generation"];
+  EXPECT_EQ(gen["eos_token_ids"], json({2, 3}));
+  EXPECT_EQ(gen["pad_token_id"], 0);
+  EXPECT_EQ(gen["do_sample"], true);
+}
+
+TEST(HfConfigPython, TitanReadsWhatTransformersSaves) {
+  TempDir dir;
+  std::string out;
+  ASSERT_EQ(run_reference("save", dir.path().string(), out), 0) << out;
+  for (const char* name : {"py_dense", "py_yarn", "py_moe"}) {
+    const ModelArgs args = read_hf_config(dir / name);
+    json expected = read_json(dir / name + "/expected.json");
+    const int64_t n_params = expected["n_params"].get<int64_t>();
+    expected.erase("n_params");
+    expected.erase("dtype");
+    expect_same_fields(expected, fields(args), name);
+    EXPECT_EQ(count_parameters(args).total, n_params) << name;
+  }
+}
+
+}  // namespace
+}  // namespace titan

@@ -1,0 +1,138 @@
+// The Qwen3 model against Hugging Face Transformers' Qwen3ForCausalLM (fp32, eager attention):
+// logits, loss, every parameter gradient and the weights after one AdamW step, for the tiny
+// configs of tests/reference/qwen3_reference.py (run by ctest as a fixture before this test).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "compare.h"
+#include "titan/io/safetensors.h"
+#include "titan/nn/qwen3.h"
+#include "titan/ops/adamw.h"
+
+namespace titan {
+namespace {
+
+using testing::expect_close;
+
+std::string reference_dir() {
+  const char* dir = std::getenv("TITAN_BINARY_DIR");
+  return std::string(dir != nullptr ? dir : ".") + "/reference";
+}
+
+ModelArgs args_from_metadata(const std::map<std::string, std::string>& meta) {
+  const auto num = [&](const char* key) { return nlohmann::json::parse(meta.at(key)); };
+  ModelArgs a;
+  a.hidden_size = num("hidden_size");
+  a.intermediate_size = num("intermediate_size");
+  a.num_hidden_layers = num("num_hidden_layers");
+  a.num_attention_heads = num("num_attention_heads");
+  a.num_key_value_heads = num("num_key_value_heads");
+  a.head_dim = num("head_dim");
+  a.tie_word_embeddings = num("tie_word_embeddings");
+  a.vocab_size = num("vocab_size");
+  a.rms_norm_eps = num("rms_norm_eps");
+  a.rope_theta = num("rope_theta");
+  a.max_position_embeddings = num("max_position_embeddings");
+  return a;
+}
+
+std::vector<int32_t> read_ids(const SafetensorsEntry& e) {
+  const auto* p = static_cast<const int32_t*>(e.data);
+  return {p, p + e.numel()};
+}
+
+class Qwen3Reference : public ::testing::TestWithParam<std::string> {};
+
+void run_reference(const std::string& name, const std::string& attn_backend) {
+  const std::string path = reference_dir() + "/qwen3_" + name + ".safetensors";
+  const SafetensorsCheckpoint ref = SafetensorsCheckpoint::open(path);
+  const auto& meta = ref.files().front().metadata();
+  ModelArgs args = args_from_metadata(meta);
+  args.attn_backend = attn_backend;
+  const int64_t batch = std::stoll(meta.at("batch")), seq = std::stoll(meta.at("seq"));
+  std::printf("%s (attention %s): batch %lld, seq %lld\n", name.c_str(), attn_backend.c_str(),
+              static_cast<long long>(batch), static_cast<long long>(seq));
+
+  Qwen3Model model(args);
+  model.allocate_gradients();
+  for (ParamGroup& g : model.param_groups()) {
+    for (const ParamView& v : g.views()) {
+      read_f32(ref.at("param." + v.spec.name), g.params() + v.offset, v.numel);
+    }
+  }
+  const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
+  const std::vector<int32_t> labels = read_ids(ref.at("labels"));
+  int64_t n_valid = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 1; s < seq; ++s) n_valid += labels[b * seq + s] != kIgnoreIndex;
+  }
+
+  std::vector<float> logits(batch * seq * args.vocab_size), want(logits.size());
+  ForwardOptions options;
+  options.compute_grad = true;
+  options.grad_scale = 1.0f / static_cast<float>(n_valid);
+  options.logits = logits.data();
+  const CrossEntropyResult result = model.forward(ids.data(), labels.data(), batch, seq, options);
+  model.backward();
+  EXPECT_EQ(result.n_scored, n_valid);
+
+  // fp32 throughout; the references sum in a different order (and HF's eager softmax is not
+  // blockwise), so agreement is to accumulated rounding, ~1e-6 relative.
+  read_f32(ref.at("logits"), want.data(), want.size());
+  expect_close("logits", logits.data(), want.data(), logits.size(), 1e-5);
+  float want_loss = 0.0f;
+  read_f32(ref.at("loss"), &want_loss, 1);
+  const float loss = static_cast<float>(result.loss_sum / result.n_scored);
+  expect_close("loss", &loss, &want_loss, 1, 1e-5);
+  for (const ParamGroup& g : model.param_groups()) {
+    for (const ParamView& v : g.views()) {
+      std::vector<float> want_grad(v.numel);
+      read_f32(ref.at("grad." + v.spec.name), want_grad.data(), v.numel);
+      expect_close("grad." + v.spec.name, g.grads() + v.offset, want_grad.data(), v.numel, 1e-4);
+    }
+  }
+
+  const nlohmann::json adamw = nlohmann::json::parse(meta.at("adamw"));
+  AdamWConfig config;
+  config.lr = adamw["lr"];
+  config.beta1 = adamw["betas"][0];
+  config.beta2 = adamw["betas"][1];
+  config.eps = adamw["eps"];
+  config.weight_decay = adamw["weight_decay"];
+  const AdamWScalars scalars = adamw_scalars(config, config.lr, 1);
+  for (ParamGroup& g : model.param_groups()) {
+    // The step starts from the reference's own gradients: Adam's first step is lr * g / (|g| +
+    // eps') per element, which turns a 1e-7 rounding difference in a near-zero gradient into an
+    // O(lr) difference in the weight. With equal gradients the optimizer itself must agree to
+    // rounding.
+    for (const ParamView& v : g.views()) {
+      read_f32(ref.at("grad." + v.spec.name), g.grads() + v.offset, v.numel);
+    }
+    g.allocate_optimizer_state();
+    adamw_update(g.params(), g.grads(), g.exp_avg(), g.exp_avg_sq(), g.numel(), scalars);
+    for (const ParamView& v : g.views()) {
+      std::vector<float> want_param(v.numel);
+      read_f32(ref.at("updated." + v.spec.name), want_param.data(), v.numel);
+      expect_close("updated." + v.spec.name, g.params() + v.offset, want_param.data(), v.numel,
+                   1e-6);
+    }
+  }
+}
+
+TEST_P(Qwen3Reference, BlockwiseAttentionMatchesTransformers) {
+  run_reference(GetParam(), "blockwise");
+}
+TEST_P(Qwen3Reference, ReferenceAttentionMatchesTransformers) {
+  run_reference(GetParam(), "reference");
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, Qwen3Reference,
+                         ::testing::Values("tied_gqa2", "untied_mha", "gqa4_long",
+                                           "tied_gqa4_odd"));
+
+}  // namespace
+}  // namespace titan

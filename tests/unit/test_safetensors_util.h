@@ -1,0 +1,80 @@
+// Helpers shared by the safetensors tests: scratch folders, raw files, error-message checks.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "titan/core/error.h"
+
+namespace titan::test {
+
+// A fresh folder under the system temp dir, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("titan_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
+             std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::vector<unsigned char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+inline void write_bytes(const std::string& path, const std::vector<unsigned char>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+
+// A safetensors file from its parts: u64 LE length of `header` (unpadded), header, data.
+inline std::vector<unsigned char> raw_safetensors(const std::string& header,
+                                                  const std::vector<unsigned char>& data,
+                                                  uint64_t length_field) {
+  std::vector<unsigned char> bytes(8);
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<unsigned char>(length_field >> (8 * i));
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  bytes.insert(bytes.end(), data.begin(), data.end());
+  return bytes;
+}
+
+inline std::vector<unsigned char> raw_safetensors(const std::string& header,
+                                                  const std::vector<unsigned char>& data) {
+  return raw_safetensors(header, data, header.size());
+}
+
+// `fn` must throw titan::Error whose message is one line containing every string in `parts`.
+inline void expect_error(const std::function<void()>& fn,
+                         std::initializer_list<std::string> parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no titan::Error thrown; expected one mentioning " << *parts.begin();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "not one line: " << what;
+    for (const std::string& part : parts) {
+      EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' missing in: " << what;
+    }
+  }
+}
+
+}  // namespace titan::test
