@@ -13,8 +13,8 @@
 namespace titan {
 namespace {
 
-constexpr int64_t kBlockQ = 64;
-constexpr int64_t kBlockK = 64;
+constexpr int64_t kBlockQ = 128;
+constexpr int64_t kBlockK = 128;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Keys [0, visible) of a query at absolute position p are visible: visible = p + 1.
