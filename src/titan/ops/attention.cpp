@@ -22,6 +22,30 @@ int64_t visible_in_block(int64_t query_pos, int64_t key0, int64_t block_cols) {
   return std::clamp<int64_t>(query_pos + 1 - key0, 0, block_cols);
 }
 
+// Queries of the G heads that share a kv head are stacked into one block of G * rows rows, so
+// each GEMM against a key block is G times taller (better GEMM efficiency, K and V read once).
+// Stacked row g * rows + r is query i0 + r of head kvh * G + g.
+void gather_query_heads(float* stacked, const float* src, int64_t row0, int64_t rows,
+                        int64_t kv_head, int64_t group, int64_t n_heads, int64_t head_dim) {
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(stacked + (g * rows + r) * head_dim,
+                  src + ((row0 + r) * n_heads + kv_head * group + g) * head_dim,
+                  head_dim * sizeof(float));
+    }
+  }
+}
+
+void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t rows,
+                         int64_t kv_head, int64_t group, int64_t n_heads, int64_t head_dim) {
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(dst + ((row0 + r) * n_heads + kv_head * group + g) * head_dim,
+                  stacked + (g * rows + r) * head_dim, head_dim * sizeof(float));
+    }
+  }
+}
+
 }  // namespace
 
 void attention_check_shape(const AttentionShape& s) {
@@ -40,50 +64,51 @@ void attention_forward_blockwise(float* out, float* lse, const float* q, const f
                                  const float* v, const AttentionShape& s) {
   attention_check_shape(s);
   const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
-  const int64_t ldq = H * hd, ldk = KV * hd, offset = s.seq_kv - s.seq_q;
+  const int64_t ldk = KV * hd, offset = s.seq_kv - s.seq_q;
   const int64_t n_qblocks = (s.seq_q + kBlockQ - 1) / kBlockQ;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const VecKernels& vk = vec();
 #pragma omp parallel
   {
-    std::vector<float> scores(kBlockQ * kBlockK), acc(kBlockQ * hd), row_max(kBlockQ),
-        row_sum(kBlockQ);
+    std::vector<float> q_blk(G * kBlockQ * hd), scores(G * kBlockQ * kBlockK),
+        acc(G * kBlockQ * hd), row_max(G * kBlockQ), row_sum(G * kBlockQ);
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
+      for (int64_t kvh = 0; kvh < KV; ++kvh) {
         for (int64_t qb = 0; qb < n_qblocks; ++qb) {
           const int64_t i0 = qb * kBlockQ, rows = std::min(kBlockQ, s.seq_q - i0);
-          const float* q_blk = q + ((b * s.seq_q + i0) * H + h) * hd;
-          const float* k_head = k + (b * s.seq_kv * KV + h / G) * hd;
-          const float* v_head = v + (b * s.seq_kv * KV + h / G) * hd;
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          std::fill(row_max.begin(), row_max.end(), kNegInf);
-          std::fill(row_sum.begin(), row_sum.end(), 0.0f);
+          const int64_t m = G * rows;  // stacked rows
+          gather_query_heads(q_blk.data(), q + b * s.seq_q * H * hd, i0, rows, kvh, G, H, hd);
+          const float* k_head = k + (b * s.seq_kv * KV + kvh) * hd;
+          const float* v_head = v + (b * s.seq_kv * KV + kvh) * hd;
+          std::fill(acc.begin(), acc.begin() + m * hd, 0.0f);
+          std::fill(row_max.begin(), row_max.begin() + m, kNegInf);
+          std::fill(row_sum.begin(), row_sum.begin() + m, 0.0f);
           const int64_t key_end = offset + i0 + rows;  // keys past the last query are masked
           for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
             const int64_t cols = std::min(kBlockK, key_end - j0);
-            gemm_f32(Trans::no, Trans::yes, rows, cols, hd, scale, q_blk, ldq, k_head + j0 * ldk,
+            gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd, k_head + j0 * ldk,
                      ldk, 0.0f, scores.data(), kBlockK);
-            for (int64_t r = 0; r < rows; ++r) {
-              float* sr = scores.data() + r * kBlockK;
-              const int64_t visible = visible_in_block(offset + i0 + r, j0, cols);
-              std::fill(sr + visible, sr + cols, 0.0f);
+            for (int64_t sr = 0; sr < m; ++sr) {
+              float* row = scores.data() + sr * kBlockK;
+              const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
+              std::fill(row + visible, row + cols, 0.0f);
               if (visible == 0) continue;
-              const float m_new = std::max(row_max[r], vk.max(sr, visible));
-              const float correction = std::exp(row_max[r] - m_new);  // 0 on the first block
-              row_sum[r] = row_sum[r] * correction + vk.exp_shift_sum(sr, sr, visible, m_new);
-              if (correction != 1.0f) vk.scale(acc.data() + r * hd, correction, hd);
-              row_max[r] = m_new;
+              const float m_new = std::max(row_max[sr], vk.max(row, visible));
+              const float correction = std::exp(row_max[sr] - m_new);  // 0 on the first block
+              row_sum[sr] = row_sum[sr] * correction + vk.exp_shift_sum(row, row, visible, m_new);
+              if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
+              row_max[sr] = m_new;
             }
-            gemm_f32(Trans::no, Trans::no, rows, hd, cols, 1.0f, scores.data(), kBlockK,
+            gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(), kBlockK,
                      v_head + j0 * ldk, ldk, 1.0f, acc.data(), hd);
           }
-          for (int64_t r = 0; r < rows; ++r) {
-            float* o = out + ((b * s.seq_q + i0 + r) * H + h) * hd;
-            const float inv = 1.0f / row_sum[r];
-            for (int64_t d = 0; d < hd; ++d) o[d] = acc[r * hd + d] * inv;
-            lse[(b * H + h) * s.seq_q + i0 + r] = row_max[r] + std::log(row_sum[r]);
+          for (int64_t sr = 0; sr < m; ++sr) {
+            vk.scale(acc.data() + sr * hd, 1.0f / row_sum[sr], hd);
+            const int64_t h = kvh * G + sr / rows, i = i0 + sr % rows;
+            lse[(b * H + h) * s.seq_q + i] = row_max[sr] + std::log(row_sum[sr]);
           }
+          scatter_query_heads(out + b * s.seq_q * H * hd, acc.data(), i0, rows, kvh, G, H, hd);
         }
       }
     }
@@ -95,27 +120,34 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
                                   const float* lse, const AttentionShape& s) {
   attention_check_shape(s);
   const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
-  const int64_t ldq = H * hd, ldk = KV * hd, offset = s.seq_kv - s.seq_q;
+  const int64_t ldk = KV * hd, offset = s.seq_kv - s.seq_q;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const VecKernels& vk = vec();
   // One task per (batch, kv head): it owns dk/dv of that head and dq of its G query heads, so no
-  // two threads write the same element.
+  // two threads write the same element. The task's queries, output gradients and dq are kept
+  // stacked per query block (block qb at row qb * G * kBlockQ; see gather_query_heads).
 #pragma omp parallel
   {
-    std::vector<float> p(kBlockQ * kBlockK), dp(kBlockQ * kBlockK), dk_acc(kBlockK * hd),
-        dv_acc(kBlockK * hd), delta(G * s.seq_q);
+    std::vector<float> p(G * kBlockQ * kBlockK), dp(G * kBlockQ * kBlockK), dk_acc(kBlockK * hd),
+        dv_acc(kBlockK * hd), q_st(G * s.seq_q * hd), do_st(G * s.seq_q * hd),
+        dq_st(G * s.seq_q * hd), lse_st(G * s.seq_q), delta_st(G * s.seq_q);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV; ++kvh) {
-        // delta_i = dout_i . out_i, the softmax backward's row term.
-        for (int64_t g = 0; g < G; ++g) {
-          const int64_t h = kvh * G + g;
-          for (int64_t i = 0; i < s.seq_q; ++i) {
-            const int64_t row = ((b * s.seq_q + i) * H + h) * hd;
-            delta[g * s.seq_q + i] = vk.dot(dout + row, out + row, hd);
-            std::memset(dq + row, 0, hd * sizeof(float));
+        const int64_t base = b * s.seq_q * H * hd;
+        for (int64_t i0 = 0; i0 < s.seq_q; i0 += kBlockQ) {
+          const int64_t rows = std::min(kBlockQ, s.seq_q - i0), at = G * i0;
+          gather_query_heads(q_st.data() + at * hd, q + base, i0, rows, kvh, G, H, hd);
+          gather_query_heads(do_st.data() + at * hd, dout + base, i0, rows, kvh, G, H, hd);
+          for (int64_t sr = 0; sr < G * rows; ++sr) {
+            const int64_t h = kvh * G + sr / rows, i = i0 + sr % rows;
+            const float* o = out + base + (i * H + h) * hd;
+            // delta_i = dout_i . out_i, the softmax backward's row term.
+            delta_st[at + sr] = vk.dot(do_st.data() + (at + sr) * hd, o, hd);
+            lse_st[at + sr] = lse[(b * H + h) * s.seq_q + i];
           }
         }
+        std::fill(dq_st.begin(), dq_st.end(), 0.0f);
         const float* k_head = k + (b * s.seq_kv * KV + kvh) * hd;
         const float* v_head = v + (b * s.seq_kv * KV + kvh) * hd;
         for (int64_t j0 = 0; j0 < s.seq_kv; j0 += kBlockK) {
@@ -124,41 +156,40 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
           std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
           // Queries before absolute position j0 see none of this block.
           const int64_t first_query = std::max<int64_t>(0, j0 - offset);
-          for (int64_t g = 0; g < G; ++g) {
-            const int64_t h = kvh * G + g;
-            for (int64_t i0 = first_query / kBlockQ * kBlockQ; i0 < s.seq_q; i0 += kBlockQ) {
-              const int64_t rows = std::min(kBlockQ, s.seq_q - i0);
-              const float* q_blk = q + ((b * s.seq_q + i0) * H + h) * hd;
-              const float* do_blk = dout + ((b * s.seq_q + i0) * H + h) * hd;
-              float* dq_blk = dq + ((b * s.seq_q + i0) * H + h) * hd;
-              gemm_f32(Trans::no, Trans::yes, rows, cols, hd, scale, q_blk, ldq, k_head + j0 * ldk,
-                       ldk, 0.0f, p.data(), kBlockK);
-              gemm_f32(Trans::no, Trans::yes, rows, cols, hd, 1.0f, do_blk, ldq, v_head + j0 * ldk,
-                       ldk, 0.0f, dp.data(), kBlockK);
-              for (int64_t r = 0; r < rows; ++r) {
-                float* pr = p.data() + r * kBlockK;
-                float* dsr = dp.data() + r * kBlockK;
-                const int64_t visible = visible_in_block(offset + i0 + r, j0, cols);
-                const float row_lse = lse[(b * H + h) * s.seq_q + i0 + r];
-                const float row_delta = delta[g * s.seq_q + i0 + r];
-                vk.exp_shift_sum(pr, pr, visible, row_lse);
-                std::fill(pr + visible, pr + cols, 0.0f);
-                // dS = P * (dP - delta), pre-multiplied by the score scale for dq and dk.
-                for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - row_delta) * scale;
-              }
-              gemm_f32(Trans::yes, Trans::no, cols, hd, rows, 1.0f, p.data(), kBlockK, do_blk, ldq,
-                       1.0f, dv_acc.data(), hd);
-              gemm_f32(Trans::no, Trans::no, rows, hd, cols, 1.0f, dp.data(), kBlockK,
-                       k_head + j0 * ldk, ldk, 1.0f, dq_blk, ldq);
-              gemm_f32(Trans::yes, Trans::no, cols, hd, rows, 1.0f, dp.data(), kBlockK, q_blk, ldq,
-                       1.0f, dk_acc.data(), hd);
+          for (int64_t i0 = first_query / kBlockQ * kBlockQ; i0 < s.seq_q; i0 += kBlockQ) {
+            const int64_t rows = std::min(kBlockQ, s.seq_q - i0), m = G * rows, at = G * i0;
+            const float* q_blk = q_st.data() + at * hd;
+            const float* do_blk = do_st.data() + at * hd;
+            gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk, hd, k_head + j0 * ldk, ldk,
+                     0.0f, p.data(), kBlockK);
+            gemm_f32(Trans::no, Trans::yes, m, cols, hd, 1.0f, do_blk, hd, v_head + j0 * ldk, ldk,
+                     0.0f, dp.data(), kBlockK);
+            for (int64_t sr = 0; sr < m; ++sr) {
+              float* pr = p.data() + sr * kBlockK;
+              float* dsr = dp.data() + sr * kBlockK;
+              const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
+              const float row_delta = delta_st[at + sr];
+              vk.exp_shift_sum(pr, pr, visible, lse_st[at + sr]);
+              std::fill(pr + visible, pr + cols, 0.0f);
+              // dS = P * (dP - delta), pre-multiplied by the score scale for dq and dk.
+              for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - row_delta) * scale;
             }
+            gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, p.data(), kBlockK, do_blk, hd, 1.0f,
+                     dv_acc.data(), hd);
+            gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, dp.data(), kBlockK, k_head + j0 * ldk,
+                     ldk, 1.0f, dq_st.data() + at * hd, hd);
+            gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, dp.data(), kBlockK, q_blk, hd, 1.0f,
+                     dk_acc.data(), hd);
           }
           for (int64_t c = 0; c < cols; ++c) {
             const int64_t row = ((b * s.seq_kv + j0 + c) * KV + kvh) * hd;
             std::memcpy(dk + row, dk_acc.data() + c * hd, hd * sizeof(float));
             std::memcpy(dv + row, dv_acc.data() + c * hd, hd * sizeof(float));
           }
+        }
+        for (int64_t i0 = 0; i0 < s.seq_q; i0 += kBlockQ) {
+          const int64_t rows = std::min(kBlockQ, s.seq_q - i0);
+          scatter_query_heads(dq + base, dq_st.data() + G * i0 * hd, i0, rows, kvh, G, H, hd);
         }
       }
     }
