@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "titan/core/error.h"
+#include "titan/core/suggest.h"
 
 namespace titan {
 namespace {
@@ -70,24 +71,6 @@ const std::vector<std::pair<std::string, ModelArgs>>& registry() {
   return flavors;
 }
 
-// Edit distance, case-insensitive, for "did you mean".
-size_t distance(std::string_view a, std::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
-                        std::tolower(static_cast<unsigned char>(b[j - 1]));
-      const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
-      diagonal = row[j];
-      row[j] = next;
-    }
-  }
-  return row[b.size()];
-}
-
 }  // namespace
 
 const ModelArgs& flavor(std::string_view name) {
@@ -95,15 +78,10 @@ const ModelArgs& flavor(std::string_view name) {
   for (const auto& [n, args] : flavors) {
     if (n == name) return args;
   }
-  std::string closest;
-  size_t best = SIZE_MAX;
-  std::string all;
-  for (const auto& [n, args] : flavors) {
-    const size_t d = distance(name, n);
-    if (d < best) best = d, closest = n;
-    all += (all.empty() ? "" : ", ") + n;
-  }
-  fail("unknown model flavor '", name, "'; did you mean '", closest, "'? (flavors: ", all, ")");
+  std::vector<std::string> names;
+  for (const auto& [n, args] : flavors) names.push_back(n);
+  fail("unknown model flavor '", name, "'; did you mean '", closest_name(name, names),
+       "'? (flavors: ", join_names(names), ")");
 }
 
 ModelArgs flavor(std::string_view name, std::string_view attn_backend) {

@@ -201,6 +201,13 @@ void Qwen3Model::zero_gradients() {
   }
 }
 
+void Qwen3Model::set_activation_checkpointing(bool full) {
+  if (full == checkpoint_layers_) return;
+  checkpoint_layers_ = full;
+  arena_ = Buffer();
+  batch_ = seq_ = 0;  // the arena is re-carved on the next forward
+}
+
 int64_t Qwen3Model::activation_bytes(int64_t batch, int64_t seq) const {
   const int64_t n = batch * seq, h = args_.hidden_size, hd = args_.head_dim;
   const int64_t H = args_.num_attention_heads, KV = args_.num_key_value_heads;
@@ -214,7 +221,8 @@ int64_t Qwen3Model::activation_bytes(int64_t batch, int64_t seq) const {
     }
   };
   for (int64_t i = 0; i <= args_.num_hidden_layers; ++i) c.take(n * h);  // residual streams
-  for (int64_t i = 0; i < args_.num_hidden_layers; ++i) per_layer(c);
+  const int64_t layer_sets = checkpoint_layers_ ? 1 : args_.num_hidden_layers;
+  for (int64_t i = 0; i < layer_sets; ++i) per_layer(c);
   for (int64_t size : {n * h, n, n * h, n * h, n * H * hd, n * KV * hd, n * KV * hd, n * H * hd,
                        n * I, n * I, n * I}) {
     c.take(size);
@@ -233,7 +241,7 @@ void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
   Carver c(arena_.as<float>());
   resid_.assign(args_.num_hidden_layers + 1, nullptr);
   for (float*& r : resid_) r = c.take(n * h);
-  layer_acts_.assign(args_.num_hidden_layers, {});
+  layer_acts_.assign(checkpoint_layers_ ? 1 : args_.num_hidden_layers, {});
   for (LayerActivations& a : layer_acts_) {
     a.norm1 = c.take(n * h);
     a.norm1_rstd = c.take(n);
@@ -270,6 +278,21 @@ void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
   if (rope_cache_.max_positions < seq) rope_cache_ = rope_cache_build(args_, seq);
 }
 
+void Qwen3Model::layer_forward(size_t i, LayerActivations& a) {
+  const int64_t n = batch_ * seq_, h = args_.hidden_size;
+  const DecoderLayer& layer = layers_[i];
+  const float* x = resid_[i];
+  float* out = resid_[i + 1];
+  const VecKernels& v = vec();
+  layer.input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
+  layer.self_attn.forward(a.resid_mid, a.attn, a.norm1, positions_.data(), rope_cache_, batch_,
+                          seq_);
+  v.axpy(a.resid_mid, 1.0f, x, n * h);
+  layer.post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
+  layer.mlp.forward(out, a.mlp, a.norm2, n);
+  v.axpy(out, 1.0f, a.resid_mid, n * h);
+}
+
 CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* labels,
                                        int64_t batch, int64_t seq, const ForwardOptions& options) {
   TITAN_CHECK(batch > 0 && seq > 0, "forward: batch (", batch, ") and seq (", seq,
@@ -290,19 +313,8 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
   }
 
   embed_tokens_.forward(resid_[0], ids_.data(), n);
-  const VecKernels& v = vec();
   for (size_t i = 0; i < layers_.size(); ++i) {
-    const DecoderLayer& layer = layers_[i];
-    LayerActivations& a = layer_acts_[i];
-    const float* x = resid_[i];
-    float* out = resid_[i + 1];
-    layer.input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
-    layer.self_attn.forward(a.resid_mid, a.attn, a.norm1, positions_.data(), rope_cache_, batch,
-                            seq);
-    v.axpy(a.resid_mid, 1.0f, x, n * h);
-    layer.post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
-    layer.mlp.forward(out, a.mlp, a.norm2, n);
-    v.axpy(out, 1.0f, a.resid_mid, n * h);
+    layer_forward(i, layer_acts_[checkpoint_layers_ ? 0 : i]);
   }
   norm_.forward(final_norm_, final_norm_rstd_, resid_.back(), n);
 
@@ -331,7 +343,8 @@ void Qwen3Model::backward() {
   norm_.backward(d_resid_, d_norm_, resid_.back(), final_norm_rstd_, n);
   for (size_t i = layers_.size(); i-- > 0;) {
     const DecoderLayer& layer = layers_[i];
-    const LayerActivations& a = layer_acts_[i];
+    LayerActivations& a = layer_acts_[checkpoint_layers_ ? 0 : i];
+    if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid_[i + 1] identically
     // d_resid holds d loss / d layer output; it becomes d loss / d layer input.
     layer.mlp.backward(d_norm_, mlp_grad_, d_resid_, a.mlp, a.norm2, n);
     layer.post_attention_layernorm.backward(d_norm_, d_norm_, a.resid_mid, a.norm2_rstd, n);

@@ -60,6 +60,11 @@ class Qwen3Model {
   // parameter gradient.
   void backward();
 
+  // Activation checkpointing "full": keep only each layer's input and recompute the layer's
+  // forward inside the backward (one layer's activations live at a time).
+  void set_activation_checkpointing(bool full);
+  bool activation_checkpointing() const { return checkpoint_layers_; }
+
   // Bytes of the activation arena for (batch, seq): what the backward must keep.
   int64_t activation_bytes(int64_t batch, int64_t seq) const;
 
@@ -74,6 +79,8 @@ class Qwen3Model {
     MlpActivations mlp;
   };
   void ensure_activations(int64_t batch, int64_t seq);
+  // Layer i from resid_[i] to resid_[i + 1], keeping what its backward needs in `a`.
+  void layer_forward(size_t i, LayerActivations& a);
 
   ModelArgs args_;
   std::vector<KernelSlot> slots_;
@@ -91,16 +98,17 @@ class Qwen3Model {
   int64_t batch_ = 0, seq_ = 0;
   Buffer arena_;
   std::vector<int32_t> ids_, positions_, targets_;
-  std::vector<float*> resid_;  // L + 1 residual streams, each (N, h)
-  std::vector<LayerActivations> layer_acts_;
-  float* final_norm_ = nullptr;       // (N, h)
-  float* final_norm_rstd_ = nullptr;  // (N)
+  std::vector<float*> resid_;                 // L + 1 residual streams, each (N, h)
+  std::vector<LayerActivations> layer_acts_;  // one per layer, or one shared when checkpointing
+  float* final_norm_ = nullptr;               // (N, h)
+  float* final_norm_rstd_ = nullptr;          // (N)
   // Backward scratch shared by all layers.
   float* d_resid_ = nullptr;  // (N, h)
   float* d_norm_ = nullptr;   // (N, h)
   AttentionGradScratch attn_grad_;
   MlpGradScratch mlp_grad_;
   bool grad_ready_ = false;
+  bool checkpoint_layers_ = false;
 };
 
 }  // namespace titan

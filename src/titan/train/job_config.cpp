@@ -1,0 +1,320 @@
+#include "titan/train/job_config.h"
+
+#include <toml++/toml.h>
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+#include <variant>
+
+#include "titan/core/error.h"
+#include "titan/core/suggest.h"
+
+namespace titan {
+namespace {
+
+using FieldTarget = std::variant<int64_t*, double*, bool*, std::string*>;
+
+struct Field {
+  const char* section;
+  const char* key;
+  FieldTarget target;
+};
+
+// The one table of every configurable field; [overrides] is the only free-form section.
+std::vector<Field> fields(JobConfig& c) {
+  return {
+      {"job", "dump_folder", &c.job.dump_folder},
+      {"job", "description", &c.job.description},
+      {"model", "name", &c.model.name},
+      {"model", "flavor", &c.model.flavor},
+      {"model", "hf_assets_path", &c.model.hf_assets_path},
+      {"model", "attn_backend", &c.model.attn_backend},
+      {"training", "local_batch_size", &c.training.local_batch_size},
+      {"training", "global_batch_size", &c.training.global_batch_size},
+      {"training", "seq_len", &c.training.seq_len},
+      {"training", "steps", &c.training.steps},
+      {"training", "max_norm", &c.training.max_norm},
+      {"training", "dataset", &c.training.dataset},
+      {"training", "dataset_path", &c.training.dataset_path},
+      {"training", "seed", &c.training.seed},
+      {"training", "deterministic", &c.training.deterministic},
+      {"training", "mixed_precision_param", &c.training.mixed_precision_param},
+      {"optimizer", "name", &c.optimizer.name},
+      {"optimizer", "lr", &c.optimizer.lr},
+      {"optimizer", "beta1", &c.optimizer.beta1},
+      {"optimizer", "beta2", &c.optimizer.beta2},
+      {"optimizer", "eps", &c.optimizer.eps},
+      {"optimizer", "weight_decay", &c.optimizer.weight_decay},
+      {"lr_scheduler", "warmup_steps", &c.lr_scheduler.warmup_steps},
+      {"lr_scheduler", "decay_ratio", &c.lr_scheduler.decay_ratio},
+      {"lr_scheduler", "decay_type", &c.lr_scheduler.decay_type},
+      {"lr_scheduler", "min_lr_factor", &c.lr_scheduler.min_lr_factor},
+      {"parallelism", "data_parallel_replicate_degree",
+       &c.parallelism.data_parallel_replicate_degree},
+      {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree},
+      {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree},
+      {"parallelism", "pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree},
+      {"parallelism", "context_parallel_degree", &c.parallelism.context_parallel_degree},
+      {"parallelism", "expert_parallel_degree", &c.parallelism.expert_parallel_degree},
+      {"checkpoint", "enable", &c.checkpoint.enable},
+      {"checkpoint", "folder", &c.checkpoint.folder},
+      {"checkpoint", "interval", &c.checkpoint.interval},
+      {"checkpoint", "keep_latest_k", &c.checkpoint.keep_latest_k},
+      {"checkpoint", "initial_load_path", &c.checkpoint.initial_load_path},
+      {"checkpoint", "initial_load_model_only", &c.checkpoint.initial_load_model_only},
+      {"checkpoint", "initial_load_in_hf", &c.checkpoint.initial_load_in_hf},
+      {"checkpoint", "last_save_model_only", &c.checkpoint.last_save_model_only},
+      {"checkpoint", "last_save_in_hf", &c.checkpoint.last_save_in_hf},
+      {"checkpoint", "export_dtype", &c.checkpoint.export_dtype},
+      {"checkpoint", "load_step", &c.checkpoint.load_step},
+      {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
+      {"metrics", "log_freq", &c.metrics.log_freq},
+      {"metrics", "save_jsonl", &c.metrics.save_jsonl},
+      {"validation", "enable", &c.validation.enable},
+      {"validation", "dataset", &c.validation.dataset},
+      {"validation", "dataset_path", &c.validation.dataset_path},
+      {"validation", "freq", &c.validation.freq},
+      {"validation", "steps", &c.validation.steps},
+  };
+}
+
+std::vector<std::string> section_names(JobConfig& c) {
+  std::vector<std::string> names;
+  for (const Field& f : fields(c)) {
+    if (names.empty() || names.back() != f.section) names.emplace_back(f.section);
+  }
+  names.emplace_back("overrides");
+  return names;
+}
+
+// The field for section.key, or an error naming `where` and the closest valid name.
+Field find_field(JobConfig& c, const std::string& section, const std::string& key,
+                 const std::string& where) {
+  const std::vector<std::string> sections = section_names(c);
+  if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+    fail(where, ": unknown section [", section, "]; did you mean [",
+         closest_name(section, sections), "]?");
+  }
+  std::vector<std::string> keys;
+  for (const Field& f : fields(c)) {
+    if (f.section != section) continue;
+    if (f.key == key) return f;
+    keys.emplace_back(f.key);
+  }
+  fail(where, ": unknown key '", key, "' in [", section, "]; did you mean '",
+       closest_name(key, keys), "'?");
+}
+
+const char* type_name(const FieldTarget& t) {
+  switch (t.index()) {
+    case 0:
+      return "an integer";
+    case 1:
+      return "a number";
+    case 2:
+      return "true or false";
+    default:
+      return "a string";
+  }
+}
+
+void set_from_text(const Field& f, const std::string& text, const std::string& where) {
+  const auto bad = [&]() {
+    fail(where, ": ", f.section, ".", f.key, " must be ", type_name(f.target), ", got '", text,
+         "'");
+  };
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  if (auto* i = std::get_if<int64_t*>(&f.target)) {
+    const auto [ptr, ec] = std::from_chars(begin, end, **i);
+    if (ec != std::errc() || ptr != end) bad();
+  } else if (auto* d = std::get_if<double*>(&f.target)) {
+    const auto [ptr, ec] = std::from_chars(begin, end, **d);
+    if (ec != std::errc() || ptr != end) bad();
+  } else if (auto* b = std::get_if<bool*>(&f.target)) {
+    if (text == "true" || text == "1") {
+      **b = true;
+    } else if (text == "false" || text == "0") {
+      **b = false;
+    } else {
+      bad();
+    }
+  } else {
+    *std::get<std::string*>(f.target) = text;
+  }
+}
+
+void set_from_toml(const Field& f, const toml::node& node, const std::string& where) {
+  bool ok = false;
+  if (auto* i = std::get_if<int64_t*>(&f.target)) {
+    if (auto v = node.value_exact<int64_t>()) **i = *v, ok = true;
+  } else if (auto* d = std::get_if<double*>(&f.target)) {
+    if (auto v = node.value<double>()) **d = *v, ok = true;  // integers are numbers too
+  } else if (auto* b = std::get_if<bool*>(&f.target)) {
+    if (auto v = node.value_exact<bool>()) **b = *v, ok = true;
+  } else if (auto v = node.value_exact<std::string>()) {
+    *std::get<std::string*>(f.target) = *v, ok = true;
+  }
+  TITAN_CHECK(ok, where, ": ", f.section, ".", f.key, " must be ", type_name(f.target));
+}
+
+void set_override(JobConfig& c, const std::string& pattern, const std::string& kernel) {
+  for (auto& [p, k] : c.overrides) {
+    if (p == pattern) {
+      k = kernel;
+      return;
+    }
+  }
+  c.overrides.emplace_back(pattern, kernel);
+}
+
+void check_one_of(const std::string& value, const std::vector<std::string>& allowed,
+                  const char* field) {
+  TITAN_CHECK(std::find(allowed.begin(), allowed.end(), value) != allowed.end(), field, " '", value,
+              "' is not one of ", join_names(allowed));
+}
+
+}  // namespace
+
+JobConfig job_config_preset(const std::string& name) {
+  JobConfig c;
+  if (name == "debugmodel") return c;
+  if (name == "hf") {
+    c.model.flavor = "hf";
+    return c;
+  }
+  // Official dims: short runs at moderate sequence length, as torchtitan's qwen3 presets.
+  const std::vector<std::pair<std::string, std::string>> sized = {
+      {"qwen3_0.6b", "0.6B"},       {"qwen3_1.7b", "1.7B"},
+      {"qwen3_4b", "4B"},           {"qwen3_8b", "8B"},
+      {"qwen3_14b", "14B"},         {"qwen3_32b", "32B"},
+      {"qwen3_30b_a3b", "30B-A3B"}, {"qwen3_235b_a22b", "235B-A22B"}};
+  for (const auto& [preset, flavor] : sized) {
+    if (preset != name) continue;
+    c.model.flavor = flavor;
+    c.training.local_batch_size = 1;
+    c.training.seq_len = 2048;
+    c.training.steps = 10;
+    c.lr_scheduler.warmup_steps = 2;
+    c.optimizer.lr = 3e-4;
+    return c;
+  }
+  const std::vector<std::string> names = job_config_preset_names();
+  fail("unknown preset '", name, "'; did you mean '", closest_name(name, names),
+       "'? (presets: ", join_names(names), ")");
+}
+
+std::vector<std::string> job_config_preset_names() {
+  return {"debugmodel", "hf",        "qwen3_0.6b", "qwen3_1.7b",    "qwen3_4b",
+          "qwen3_8b",   "qwen3_14b", "qwen3_32b",  "qwen3_30b_a3b", "qwen3_235b_a22b"};
+}
+
+void job_config_apply_toml(JobConfig& config, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    fail(path, ":", where.line, ":", where.column, ": ", e.description());
+  }
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const toml::table* table = section_node.as_table();
+    TITAN_CHECK(table != nullptr, path, ": '", section, "' must be a [section]");
+    for (const auto& [key_node, value] : *table) {
+      const std::string key(key_node.str());
+      const std::string where =
+          path + ":" + std::to_string(value.source().begin.line) + ": " + section + "." + key;
+      if (section == "overrides") {
+        auto kernel = value.value_exact<std::string>();
+        TITAN_CHECK(kernel.has_value(), where,
+                    ": an override maps a module pattern to a kernel name (a string)");
+        set_override(config, key, *kernel);
+        continue;
+      }
+      set_from_toml(find_field(config, section, key, path), value, where);
+    }
+  }
+}
+
+void job_config_apply_override(JobConfig& config, const std::string& flag) {
+  std::string body = flag.rfind("--", 0) == 0 ? flag.substr(2) : flag;
+  const size_t eq = body.find('=');
+  const size_t dot = body.find('.');
+  TITAN_CHECK(eq != std::string::npos && dot != std::string::npos && dot < eq, "'", flag,
+              "': expected --section.key=value");
+  const std::string section = body.substr(0, dot), key = body.substr(dot + 1, eq - dot - 1);
+  const std::string value = body.substr(eq + 1);
+  if (section == "overrides") {
+    set_override(config, key, value);
+    return;
+  }
+  set_from_text(find_field(config, section, key, "'" + flag + "'"), value, "'" + flag + "'");
+}
+
+void job_config_validate(const JobConfig& c) {
+  const auto positive = [](int64_t v, const char* field) {
+    TITAN_CHECK(v > 0, field, " must be positive, got ", v);
+  };
+  positive(c.training.local_batch_size, "training.local_batch_size");
+  positive(c.training.seq_len, "training.seq_len");
+  TITAN_CHECK(c.training.steps >= 0, "training.steps must not be negative");
+  TITAN_CHECK(c.training.global_batch_size == -1 || c.training.global_batch_size > 0,
+              "training.global_batch_size must be positive or -1");
+  TITAN_CHECK(c.training.max_norm >= 0, "training.max_norm must not be negative (0 disables)");
+  check_one_of(c.training.mixed_precision_param, {"float32"},
+               "training.mixed_precision_param (bf16 compute is not implemented yet)");
+  check_one_of(c.optimizer.name, {"AdamW"}, "optimizer.name");
+  TITAN_CHECK(c.optimizer.lr > 0, "optimizer.lr must be positive");
+  TITAN_CHECK(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1, "optimizer.beta1 must be in [0, 1)");
+  TITAN_CHECK(c.optimizer.beta2 >= 0 && c.optimizer.beta2 < 1, "optimizer.beta2 must be in [0, 1)");
+  TITAN_CHECK(c.optimizer.eps > 0, "optimizer.eps must be positive");
+  TITAN_CHECK(c.optimizer.weight_decay >= 0, "optimizer.weight_decay must not be negative");
+  TITAN_CHECK(c.lr_scheduler.warmup_steps >= 0, "lr_scheduler.warmup_steps must not be negative");
+  TITAN_CHECK(c.lr_scheduler.decay_ratio == -1.0 ||
+                  (c.lr_scheduler.decay_ratio >= 0 && c.lr_scheduler.decay_ratio <= 1),
+              "lr_scheduler.decay_ratio must be in [0, 1] (or -1: decay after warmup)");
+  check_one_of(c.lr_scheduler.decay_type, {"linear", "cosine", "sqrt", "none"},
+               "lr_scheduler.decay_type");
+  TITAN_CHECK(c.lr_scheduler.min_lr_factor >= 0 && c.lr_scheduler.min_lr_factor <= 1,
+              "lr_scheduler.min_lr_factor must be in [0, 1]");
+  check_one_of(c.activation_checkpoint.mode, {"none", "full"}, "activation_checkpoint.mode");
+  positive(c.metrics.log_freq, "metrics.log_freq");
+  positive(c.checkpoint.interval, "checkpoint.interval");
+  TITAN_CHECK(c.checkpoint.keep_latest_k >= 0, "checkpoint.keep_latest_k must not be negative");
+  check_one_of(c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"},
+               "checkpoint.export_dtype");
+  if (c.validation.enable) {
+    positive(c.validation.freq, "validation.freq");
+    positive(c.validation.steps, "validation.steps");
+  }
+  for (int64_t degree :
+       {c.parallelism.data_parallel_replicate_degree, c.parallelism.tensor_parallel_degree,
+        c.parallelism.pipeline_parallel_degree, c.parallelism.context_parallel_degree,
+        c.parallelism.expert_parallel_degree}) {
+    TITAN_CHECK(
+        degree >= 1,
+        "parallelism degrees must be at least 1 (only data_parallel_shard_degree may be -1)");
+  }
+  TITAN_CHECK(c.parallelism.data_parallel_shard_degree == -1 ||
+                  c.parallelism.data_parallel_shard_degree >= 1,
+              "parallelism.data_parallel_shard_degree must be -1 or at least 1");
+}
+
+std::string job_config_to_toml(const JobConfig& config) {
+  JobConfig c = config;
+  toml::table root;
+  for (const Field& f : fields(c)) {
+    if (!root.contains(f.section)) root.insert(f.section, toml::table{});
+    toml::table& section = *root[f.section].as_table();
+    std::visit([&](auto* value) { section.insert(f.key, *value); }, f.target);
+  }
+  toml::table overrides;
+  for (const auto& [pattern, kernel] : c.overrides) overrides.insert(pattern, kernel);
+  root.insert("overrides", overrides);
+  std::ostringstream os;
+  os << root << "\n";
+  return os.str();
+}
+
+}  // namespace titan

@@ -1,0 +1,105 @@
+// The training job's configuration, in torchtitan's sections and keys, so a torchtitan user can
+// read and write it at once. Sources, later ones winning: the built-in preset, a TOML file,
+// `--section.key=value` command-line overrides. Every field is declared once in
+// job_config_fields.cpp (name, type, help); parsing, overriding and printing all walk that table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace titan {
+
+struct JobConfig {
+  struct Job {
+    std::string dump_folder = "./outputs";
+    std::string description = "";
+  } job;
+  struct Model {
+    std::string name = "qwen3";
+    std::string flavor = "debugmodel";  // a built-in flavor, or "hf" to read hf_assets_path
+    std::string hf_assets_path = "";    // HF folder: config.json (flavor "hf") and tokenizer
+    std::string attn_backend = "blockwise";
+  } model;
+  struct Training {
+    int64_t local_batch_size = 8;
+    int64_t global_batch_size = -1;  // -1: local_batch_size x data-parallel ranks (no accumulation)
+    int64_t seq_len = 256;
+    int64_t steps = 200;
+    double max_norm = 1.0;
+    std::string dataset = "default";  // "default" (the embedded corpus) or a dataset_path format
+    std::string dataset_path = "";
+    int64_t seed = 0;
+    bool deterministic = true;
+    std::string mixed_precision_param = "float32";
+  } training;
+  struct Optimizer {
+    std::string name = "AdamW";
+    double lr = 8e-4;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1e-8;
+    double weight_decay = 0.1;
+  } optimizer;
+  struct LrScheduler {
+    int64_t warmup_steps = 20;
+    double decay_ratio = -1.0;          // -1: decay over every step after warmup
+    std::string decay_type = "linear";  // linear | cosine | sqrt | none
+    double min_lr_factor = 0.0;
+  } lr_scheduler;
+  struct Parallelism {
+    int64_t data_parallel_replicate_degree = 1;
+    int64_t data_parallel_shard_degree = -1;
+    int64_t tensor_parallel_degree = 1;
+    int64_t pipeline_parallel_degree = 1;
+    int64_t context_parallel_degree = 1;
+    int64_t expert_parallel_degree = 1;
+  } parallelism;
+  struct Checkpoint {
+    bool enable = false;
+    std::string folder = "checkpoint";  // under job.dump_folder
+    int64_t interval = 500;
+    int64_t keep_latest_k = 10;
+    std::string initial_load_path = "";
+    bool initial_load_model_only = true;
+    bool initial_load_in_hf = false;
+    bool last_save_model_only = true;
+    bool last_save_in_hf = false;
+    std::string export_dtype = "float32";
+    int64_t load_step = -1;
+  } checkpoint;
+  struct ActivationCheckpoint {
+    std::string mode = "none";  // none | full
+  } activation_checkpoint;
+  struct Metrics {
+    int64_t log_freq = 10;
+    std::string save_jsonl = "";
+  } metrics;
+  struct Validation {
+    bool enable = false;
+    std::string dataset = "";
+    std::string dataset_path = "";
+    int64_t freq = 100;
+    int64_t steps = 10;
+  } validation;
+  // [overrides]: module pattern -> kernel name, in file order.
+  std::vector<std::pair<std::string, std::string>> overrides;
+};
+
+// Built-in presets (debugmodel, qwen3_0.6b, ..., hf); the error for an unknown one names the
+// closest.
+JobConfig job_config_preset(const std::string& name);
+std::vector<std::string> job_config_preset_names();
+
+// Applies a TOML file on top of `config`. Unknown sections and keys, wrong value types: an error
+// naming the file, the key, and the closest valid name.
+void job_config_apply_toml(JobConfig& config, const std::string& path);
+// Applies "--section.key=value" (or "section.key=value"); same errors, naming the flag.
+void job_config_apply_override(JobConfig& config, const std::string& flag);
+// Checks values that do not depend on the model or the world size (positive sizes, known names).
+void job_config_validate(const JobConfig& config);
+// The resolved config as TOML.
+std::string job_config_to_toml(const JobConfig& config);
+
+}  // namespace titan

@@ -1,0 +1,35 @@
+// AdamW over a model's flat parameter groups, with torch's global-norm gradient clipping.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "titan/nn/param_group.h"
+#include "titan/ops/adamw.h"
+
+namespace titan {
+
+class AdamWOptimizer {
+ public:
+  // Allocates the AdamW state (exp_avg, exp_avg_sq) of every group.
+  AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config);
+
+  // The L2 norm of all gradients (fp64 sum). A non-finite norm is a titan::Error naming the
+  // first parameter holding a non-finite gradient.
+  double grad_norm() const;
+  // torch.nn.utils.clip_grad_norm_: scales gradients by max_norm / (norm + 1e-6) when that is
+  // below 1. max_norm 0 disables. Returns the norm before clipping.
+  double clip_grad_norm(double max_norm);
+  // One AdamW update at `lr`; the step counter (bias correction) advances by one.
+  void step(double lr);
+
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t step) { step_ = step; }
+
+ private:
+  std::vector<ParamGroup>& groups_;
+  AdamWConfig config_;
+  int64_t step_ = 0;
+};
+
+}  // namespace titan
