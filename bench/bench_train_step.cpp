@@ -17,6 +17,7 @@
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/core/threads.h"
+#include "titan/models/flops.h"
 #include "titan/nn/qwen3.h"
 #include "titan/ops/adamw.h"
 
@@ -48,16 +49,6 @@ BenchConfig make_config(const std::string& name) {
     fail("--config: unknown config '", name, "' (small or 0.6b-4l)");
   }
   return c;
-}
-
-// Training FLOPs per token: 6 * N_mm + 12 * L * H * hd * T, with N_mm every matmul parameter
-// (lm_head counted even when tied; the embedding gather is not a matmul).
-double flops_per_token(const ModelArgs& a, int64_t seq) {
-  const double h = a.hidden_size, hd = a.head_dim;
-  const double per_layer = h * hd * (2.0 * a.num_attention_heads + 2.0 * a.num_key_value_heads) +
-                           3.0 * h * a.intermediate_size;
-  const double n_mm = a.num_hidden_layers * per_layer + static_cast<double>(a.vocab_size) * h;
-  return 6.0 * n_mm + 12.0 * a.num_hidden_layers * a.num_attention_heads * hd * seq;
 }
 
 double now_seconds() {
@@ -163,7 +154,7 @@ int run(int argc, char** argv) {
   set_thread_count(threads);
   const BenchConfig c = make_config(config_name);
   const double ceiling = measure_gemm_peak_gflops();
-  const double flops = flops_per_token(c.args, c.seq);
+  const double flops = training_flops_per_token(c.args, c.seq);
   std::printf(
       "config %s: hidden %lld, layers %lld, heads %lld/%lld, head_dim %lld, "
       "intermediate %lld, vocab %lld, batch %lld x seq %lld, threads %d\n",

@@ -26,6 +26,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libgtest-dev libbenchmark-dev clang-format
   python3 python3-venv
+  jargon-text                                 # the default training corpus (docs/DATA.md)
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,10 +1,12 @@
 #include <cstdio>
+#include <string>
 
 #include "commands.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/cpu_info.h"
 #include "titan/core/error.h"
 #include "titan/core/threads.h"
+#include "titan/models/hf_info.h"
 
 namespace titan::cli {
 namespace {
@@ -24,18 +26,96 @@ int print_device() {
   return 0;
 }
 
+// 1234567 -> "1,234,567"
+std::string grouped(int64_t n) {
+  std::string digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
+
+// 1234567 -> "1.23 MB (1,234,567 bytes)"
+std::string bytes_str(uint64_t bytes) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1000 && unit < 4) {
+    value /= 1000;
+    ++unit;
+  }
+  char text[96];
+  std::snprintf(text, sizeof text, "%.2f %s (%s bytes)", value, units[unit],
+                grouped(static_cast<int64_t>(bytes)).c_str());
+  return text;
+}
+
+void print_model_folder(const std::string& path) {
+  const HfFolderInfo info = inspect_hf_folder(path);
+  const ModelArgs& a = info.args;
+  std::printf("folder        %s\n", info.dir.c_str());
+  std::printf("architecture  %s\n", a.architecture.c_str());
+  std::printf("layers        %lld\n", static_cast<long long>(a.num_hidden_layers));
+  std::printf("heads         %lld query, %lld key/value, head_dim %lld\n",
+              static_cast<long long>(a.num_attention_heads),
+              static_cast<long long>(a.num_key_value_heads), static_cast<long long>(a.head_dim));
+  std::printf("hidden        %lld\n", static_cast<long long>(a.hidden_size));
+  if (a.is_moe()) {
+    int64_t sparse = 0;
+    for (int64_t i = 0; i < a.num_hidden_layers; ++i) sparse += a.layer_is_sparse(i) ? 1 : 0;
+    std::printf("experts       %lld, %lld per token, width %lld, in %lld of %lld layers\n",
+                static_cast<long long>(a.num_experts),
+                static_cast<long long>(a.num_experts_per_tok),
+                static_cast<long long>(a.moe_intermediate_size), static_cast<long long>(sparse),
+                static_cast<long long>(a.num_hidden_layers));
+    if (sparse < a.num_hidden_layers) {
+      std::printf("intermediate  %lld (dense layers)\n",
+                  static_cast<long long>(a.intermediate_size));
+    }
+  } else {
+    std::printf("intermediate  %lld\n", static_cast<long long>(a.intermediate_size));
+  }
+  std::printf("vocab         %lld\n", static_cast<long long>(a.vocab_size));
+  std::printf("parameters    %s total, %s without embeddings", grouped(info.counts.total).c_str(),
+              grouped(info.counts.non_embedding()).c_str());
+  if (a.is_moe()) std::printf(", %s active per token", grouped(info.counts.active).c_str());
+  std::printf("\n");
+  std::printf("embeddings    %s\n",
+              a.tie_word_embeddings
+                  ? (info.tied_lm_head_stored ? "tied (lm_head.weight stored too, equal)"
+                                              : "tied (no lm_head.weight)")
+                  : "untied (lm_head.weight)");
+  std::string dtypes;
+  for (const auto& [name, n] : info.dtype_tensors) {
+    dtypes += (dtypes.empty() ? "" : ", ") + name + " x " + std::to_string(n);
+  }
+  std::printf("dtype         %s\n", dtypes.c_str());
+  std::printf("tensors       %zu, %s of data\n", info.tensors, bytes_str(info.data_bytes).c_str());
+  std::printf("shards        %zu\n", info.shards);
+  for (const HfFolderInfo::File& f : info.weight_files) {
+    std::printf("  %-36s %s\n", f.name.c_str(), bytes_str(f.bytes).c_str());
+  }
+  std::string others;
+  for (const std::string& name : info.other_files) others += (others.empty() ? "" : ", ") + name;
+  std::printf("other files   %s\n", others.empty() ? "none" : others.c_str());
+}
+
 }  // namespace
 
 Action add_info_command(CLI::App& app) {
-  CLI::App* command = app.add_subcommand("info", "describe this machine (--device)");
+  CLI::App* command = app.add_subcommand(
+      "info", "describe a Hugging Face model folder (PATH) or this machine (--device)");
   static int threads;
   static bool device = false;
+  static std::string path;
   add_threads_option(*command, threads);
   command->add_flag("--device", device, "ISA, cores, threads, GEMM library, peak GFLOP/s");
+  command->add_option("path", path,
+                      "model folder: architecture, dims, parameter counts, dtypes, files");
   return [] {
     set_thread_count(threads);
-    TITAN_CHECK(device, "nothing to show (usage: titan info --device [--threads N])");
-    return print_device();
+    TITAN_CHECK(device || !path.empty(),
+                "nothing to show (usage: titan info PATH | titan info --device [--threads N])");
+    if (!path.empty()) print_model_folder(path);
+    return device ? print_device() : 0;
   };
 }
 

@@ -27,7 +27,10 @@ int main(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({}).back(), std::move(action));
   };
   add(titan::cli::add_info_command(app));
+  add(titan::cli::add_convert_command(app));
   add(titan::cli::add_tokenize_command(app));
+  add(titan::cli::add_tokenizer_command(app));
+  add(titan::cli::add_train_command(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

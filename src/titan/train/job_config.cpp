@@ -178,7 +178,10 @@ void check_one_of(const std::string& value, const std::vector<std::string>& allo
 
 JobConfig job_config_preset(const std::string& name) {
   JobConfig c;
-  if (name == "debugmodel") return c;
+  if (name == "debugmodel") {
+    c.checkpoint.last_save_in_hf = true;  // the default run ends with a model folder
+    return c;
+  }
   if (name == "hf") {
     c.model.flavor = "hf";
     return c;

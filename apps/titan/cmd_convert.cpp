@@ -1,0 +1,42 @@
+// `titan convert SRC DST [--dtype D] [--shard-size S]`: re-exports a Hugging Face model folder
+// (Qwen3 or Qwen3-MoE) in another dtype or shard size, tensor by tensor.
+#include <cstdio>
+#include <string>
+
+#include "commands.h"
+#include "titan/core/threads.h"
+#include "titan/io/byte_size.h"
+#include "titan/models/hf_config.h"
+#include "titan/models/hf_export.h"
+
+namespace titan::cli {
+
+Action add_convert_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "convert", "re-export a Hugging Face model folder with another dtype or shard size");
+  static int threads;
+  static std::string src, dst, dtype, shard_size = "5GB";
+  static bool overwrite = false;
+  add_threads_option(*command, threads);
+  command->add_option("src", src, "source model folder")->required();
+  command->add_option("dst", dst, "destination folder (must not exist, or be empty)")->required();
+  command->add_option("--dtype", dtype,
+                      "float32|bfloat16|float16 (or fp32|bf16|fp16); default: the source's");
+  command->add_option("--shard-size", shard_size,
+                      "largest shard, e.g. 5GB (default), 500MB, 2GiB or bytes");
+  command->add_flag("--overwrite", overwrite, "replace DST if it is a model folder");
+  return [] {
+    set_thread_count(threads);
+    HfConvertOptions options;
+    if (!dtype.empty()) options.dtype = parse_export_dtype(dtype);
+    options.max_shard_bytes = parse_byte_size(shard_size, "--shard-size");
+    options.overwrite = overwrite;
+    const HfConvertResult r = convert_hf_folder(src, dst, options);
+    std::printf("%s: %s, %zu tensors, %.3f GB of %s weights\n", dst.c_str(),
+                r.args.architecture.c_str(), r.tensors, static_cast<double>(r.data_bytes) / 1e9,
+                torch_dtype_name(r.dtype).c_str());
+    return 0;
+  };
+}
+
+}  // namespace titan::cli

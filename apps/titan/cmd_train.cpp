@@ -1,0 +1,45 @@
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "titan/core/error.h"
+#include "titan/core/suggest.h"
+#include "titan/core/threads.h"
+#include "titan/train/job_config.h"
+#include "titan/train/trainer.h"
+
+namespace titan::cli {
+
+Action add_train_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "train",
+      "train a model (torchtitan-style config; any key as --section.key=value, e.g. "
+      "--training.steps=50)");
+  static std::string preset = "debugmodel", config_file;
+  static bool print_config = false;
+  static int threads;
+  add_threads_option(*command, threads);
+  command
+      ->add_option("--preset", preset, "built-in preset: " + join_names(job_config_preset_names()))
+      ->capture_default_str();
+  command->add_option("--config", config_file, "TOML file applied on top of the preset");
+  command->add_flag("--print-config", print_config, "print the resolved config and exit");
+  command->allow_extras();
+  return [command] {
+    set_thread_count(threads);
+    JobConfig config = job_config_preset(preset);
+    if (!config_file.empty()) job_config_apply_toml(config, config_file);
+    for (const std::string& flag : command->remaining()) job_config_apply_override(config, flag);
+    job_config_validate(config);
+    if (print_config) {
+      std::fputs(job_config_to_toml(config).c_str(), stdout);
+      return 0;
+    }
+    Trainer trainer(config);
+    trainer.run();
+    return 0;
+  };
+}
+
+}  // namespace titan::cli

@@ -1,0 +1,173 @@
+#include "titan/data/dataset_read.h"
+
+#include <glob.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "titan/core/error.h"
+
+namespace titan {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_glob(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
+
+bool hidden(const fs::path& p) {
+  const std::string name = p.filename().string();
+  return !name.empty() && name[0] == '.';
+}
+
+void add_directory(const fs::path& dir, std::vector<std::string>& out) {
+  std::error_code ec;
+  auto it =
+      fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
+  TITAN_CHECK(!ec, dir.string(), ": cannot list: ", ec.message());
+  for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    TITAN_CHECK(!ec, dir.string(), ": cannot list: ", ec.message());
+    if (hidden(it->path())) {
+      if (it->is_directory()) it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file()) out.push_back(it->path().string());
+  }
+}
+
+void add_glob(const std::string& pattern, std::vector<std::string>& out) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  if (rc == GLOB_NOMATCH) {
+    ::globfree(&g);
+    fail(pattern, ": the pattern matches no files");
+  }
+  if (rc != 0) {
+    ::globfree(&g);
+    fail(pattern, ": cannot expand the pattern");
+  }
+  size_t n_files = 0;
+  for (size_t i = 0; i < g.gl_pathc; ++i) {
+    std::error_code ec;
+    if (fs::is_regular_file(g.gl_pathv[i], ec)) {
+      out.push_back(g.gl_pathv[i]);
+      ++n_files;
+    }
+  }
+  ::globfree(&g);
+  TITAN_CHECK(n_files > 0, pattern, ": the pattern matches no regular files");
+}
+
+}  // namespace
+
+std::vector<std::string> expand_data_paths(const std::vector<std::string>& specs) {
+  TITAN_CHECK(!specs.empty(), "no dataset paths given");
+  std::vector<std::string> files;
+  for (const std::string& spec : specs) {
+    std::error_code ec;
+    const size_t before = files.size();
+    if (fs::is_directory(spec, ec)) {
+      add_directory(spec, files);
+      TITAN_CHECK(files.size() > before, spec, ": the directory holds no files");
+    } else if (fs::is_regular_file(spec, ec)) {
+      files.push_back(spec);
+    } else if (is_glob(spec)) {
+      add_glob(spec, files);
+    } else {
+      fail(spec, ": no such file or directory");
+    }
+  }
+  // Compare canonical paths: "d/x" and "./d/x" are the same file read twice.
+  std::set<std::string> seen;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(f, ec);
+    TITAN_CHECK(seen.insert(ec ? f : canonical.string()).second, f,
+                ": named more than once by the dataset paths (its data would be read twice)");
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string gunzip(std::string_view compressed, const std::string& name) {
+  z_stream zs{};
+  // 15 + 16: a gzip wrapper (not zlib or raw deflate), the largest window.
+  TITAN_CHECK(inflateInit2(&zs, 15 + 16) == Z_OK, name, ": cannot initialise zlib");
+  std::string out;
+  out.resize(std::max<size_t>(compressed.size() * 4, 1 << 16));
+  size_t produced = 0;
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
+  zs.avail_in = 0;
+  size_t consumed = 0;  // compressed bytes handed to zlib so far
+  const auto compressed_offset = [&] { return consumed - zs.avail_in; };
+  for (;;) {
+    if (zs.avail_in == 0 && consumed < compressed.size()) {
+      // avail_in is 32-bit: feed at most 1 GiB at a time.
+      const size_t n = std::min<size_t>(compressed.size() - consumed, size_t{1} << 30);
+      zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data() + consumed));
+      zs.avail_in = static_cast<uInt>(n);
+      consumed += n;
+    }
+    if (produced == out.size()) out.resize(out.size() * 2);
+    const size_t room = std::min<size_t>(out.size() - produced, size_t{1} << 30);
+    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+    zs.avail_out = static_cast<uInt>(room);
+    const int rc = inflate(&zs, Z_NO_FLUSH);
+    produced += room - zs.avail_out;
+    if (rc == Z_STREAM_END) {
+      // Another member may follow (files made by `cat a.gz b.gz`); anything else is not gzip.
+      const size_t at = compressed_offset();
+      if (at == compressed.size()) break;
+      if (!is_gzip(compressed.substr(at))) {
+        inflateEnd(&zs);
+        fail(name, ": bytes after the end of the gzip stream at compressed offset ", at,
+             " are not gzip data");
+      }
+      inflateReset(&zs);
+      continue;
+    }
+    if (rc == Z_OK) continue;
+    if (rc == Z_BUF_ERROR && zs.avail_in == 0 && consumed == compressed.size()) {
+      const size_t at = compressed_offset();
+      inflateEnd(&zs);
+      fail(name, ": truncated gzip stream (the data ends at compressed offset ", at,
+           " before the stream does)");
+    }
+    if (rc == Z_BUF_ERROR) continue;  // no progress possible this round: more input or output
+    const std::string msg = zs.msg ? zs.msg : "error " + std::to_string(rc);
+    const size_t at = compressed_offset();
+    inflateEnd(&zs);
+    fail(name, ": corrupt gzip data near compressed offset ", at, " (", msg, ")");
+  }
+  inflateEnd(&zs);
+  out.resize(produced);
+  return out;
+}
+
+std::string read_data_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(in, path, ": cannot open");
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0);
+  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  TITAN_CHECK(in.good() || bytes.empty(), path, ": read failed");
+  return is_gzip(bytes) ? gunzip(bytes, path) : bytes;
+}
+
+std::string data_file_kind_name(const std::string& path) {
+  std::string name = fs::path(path).filename().string();
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (name.ends_with(".gz")) name.resize(name.size() - 3);
+  return name;
+}
+
+}  // namespace titan

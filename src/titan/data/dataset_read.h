@@ -1,0 +1,33 @@
+// Reading dataset files: the sorted file list a set of paths, directories and glob patterns
+// names, and a file's bytes, gunzipped when it is gzip-compressed.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace titan {
+
+// Each spec is a file, a directory (every regular file below it, hidden names skipped) or a glob
+// pattern (*, ?, [...]). Returns the files sorted by path, so the order never depends on the file
+// system. A spec that names nothing, or a file reached twice, is a titan::Error.
+std::vector<std::string> expand_data_paths(const std::vector<std::string>& specs);
+
+// The whole file; a gzip file (by its magic bytes, any name) is decompressed, concatenated members
+// included. A truncated or corrupt stream is a titan::Error naming the file and the compressed
+// byte offset where it broke.
+std::string read_data_file(const std::string& path);
+
+// The gunzipped bytes of `compressed` (one or more gzip members); `name` is for messages.
+std::string gunzip(std::string_view compressed, const std::string& name);
+
+inline bool is_gzip(std::string_view bytes) {
+  return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&
+         static_cast<unsigned char>(bytes[1]) == 0x8b;
+}
+
+// The file name without a trailing ".gz", lower-cased extension included ("a/b.JSONL.gz" ->
+// "b.jsonl"): what decides how the decompressed bytes are read.
+std::string data_file_kind_name(const std::string& path);
+
+}  // namespace titan

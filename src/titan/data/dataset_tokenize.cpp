@@ -1,0 +1,81 @@
+#include "titan/data/dataset_tokenize.h"
+
+#include <chrono>
+#include <exception>
+#include <vector>
+
+#include "titan/data/dataset_read.h"
+#include "titan/data/token_file.h"
+
+namespace titan {
+namespace {
+
+// Documents per parallel batch: enough to keep the threads busy, few enough to bound memory.
+constexpr size_t kBatchDocs = 8192;
+
+enum class Outcome { ok, skipped, failed };
+
+}  // namespace
+
+TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions& data,
+                                     const std::string& out_path) {
+  const auto start = std::chrono::steady_clock::now();
+  TokenizeStats stats;
+  TokenFileWriter writer(out_path, static_cast<uint32_t>(tok.vocab_size()));
+  std::vector<std::vector<int32_t>> ids;
+  std::vector<std::string> errors;
+  std::vector<Outcome> outcomes;
+  for (const std::string& path : expand_data_paths(data.paths)) {
+    const DocumentFile file = DocumentFile::open(path, data);
+    TITAN_CHECK(file.vocab_size() == 0 || file.vocab_size() == tok.vocab_size(), path,
+                ": written for a vocabulary of ", file.vocab_size(), " ids, but the tokenizer has ",
+                tok.vocab_size());
+    ++stats.n_files;
+    for (size_t first = 0; first < file.size(); first += kBatchDocs) {
+      const size_t n = std::min(kBatchDocs, file.size() - first);
+      ids.assign(n, {});
+      errors.assign(n, {});
+      outcomes.assign(n, Outcome::ok);
+#pragma omp parallel for schedule(dynamic, 16)
+      for (int64_t k = 0; k < static_cast<int64_t>(n); ++k) {
+        // Exceptions cannot leave an OpenMP region; keep the message and raise it afterwards.
+        try {
+          Record r = file.record(first + k, DataMode::pretrain);
+          if (r.kind == Record::Kind::text) {
+            ids[k] = tok.encode(r.text, data.parse_special);
+          } else {
+            for (const int32_t id : r.ids) {
+              if (static_cast<size_t>(id) >= tok.vocab_size()) {
+                throw BadRecordError(r.where + ": id " + std::to_string(id) +
+                                     " is outside the vocabulary [0, " +
+                                     std::to_string(tok.vocab_size()) + ")");
+              }
+            }
+            ids[k] = std::move(r.ids);
+          }
+        } catch (const BadRecordError& e) {
+          outcomes[k] = data.skip_bad_records ? Outcome::skipped : Outcome::failed;
+          errors[k] = e.what();
+        } catch (const std::exception& e) {
+          outcomes[k] = Outcome::failed;
+          errors[k] = e.what();
+        }
+      }
+      for (size_t k = 0; k < n; ++k) {
+        if (outcomes[k] == Outcome::failed) fail(errors[k]);
+        if (outcomes[k] == Outcome::skipped) {
+          if (stats.n_skipped++ == 0) stats.first_skipped = errors[k];
+          continue;
+        }
+        writer.add_doc(ids[k]);
+        stats.n_tokens += static_cast<int64_t>(ids[k].size());
+        ++stats.n_docs;
+      }
+    }
+  }
+  writer.commit();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+}  // namespace titan

@@ -1,0 +1,26 @@
+// Tokenizing a whole dataset into one token file (token_file.h), as `titan tokenize --bin` does:
+// every document of every file, in sorted file order and file order, no shuffle, no sharding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "titan/data/dataset.h"
+#include "titan/data/tokenizer.h"
+
+namespace titan {
+
+struct TokenizeStats {
+  int64_t n_files = 0, n_docs = 0, n_tokens = 0, n_skipped = 0;
+  std::string first_skipped;  // the message of the first skipped record
+  double seconds = 0;
+};
+
+// Writes out_path atomically (temporary name, then rename). Documents are tokenized in parallel
+// on the engine's threads (thread_count()). Chat data cannot be written: a token file has no
+// loss mask. Bad records stop it (naming file and line) unless data.skip_bad_records, when they
+// are counted in n_skipped.
+TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions& data,
+                                     const std::string& out_path);
+
+}  // namespace titan

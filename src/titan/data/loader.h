@@ -1,0 +1,107 @@
+// The training data loader: documents from a dataset (dataset.h) tokenized on a background thread
+// and packed into fixed-shape batches, in an order fixed by the seed, sharded over data-parallel
+// ranks, and resumable exactly from a saved LoaderState.
+//
+// Pre-training packing: every document's ids are followed by the tokenizer's EOS and joined into
+// one stream per rank. A batch holds batch_size rows of seq_len tokens; labels are the inputs
+// themselves, aligned as in Hugging Face (the model scores position s against labels[s + 1]).
+// Consecutive rows overlap by one token -- row k is stream[k * (S - 1), k * (S - 1) + S) -- so the
+// last token of a row, which has no target inside it, is the first of the next row, and every
+// next-token target of the stream is scored exactly once. Rows run on across documents, files and
+// epochs. The stream of rows does not depend on batch_size.
+//
+// Chat fine-tuning (DataMode::chat): one conversation per row, padded to seq_len with the pad id
+// (the EOS when the tokenizer has none), labels only on the assistant replies (dataset_chat.h) and
+// -100 on the padding.
+//
+// Order: each epoch visits the files in an order shuffled by (seed, epoch) and, within a file, the
+// documents in an order shuffled by (seed, epoch, file). Rank r of W takes the documents at
+// positions r, r + W, r + 2W, ... of each file's order, so ranks see disjoint documents whose union
+// is the whole dataset. Ranks hold different amounts of data, so with a finite number of epochs
+// they may run out at different steps.
+//
+// Shapes are fixed: a batch that cannot be filled when the data ends is dropped.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "titan/data/dataset.h"
+#include "titan/data/loader_state.h"
+#include "titan/data/tokenizer.h"
+
+namespace titan {
+
+struct LoaderOptions {
+  DatasetOptions data;
+  DataMode mode = DataMode::pretrain;
+  int64_t batch_size = 1;  // B: rows per batch (per rank)
+  int64_t seq_len = 2048;  // S: tokens per row
+  uint64_t seed = 0;
+  bool shuffle = true;  // false: files in sorted order, documents in file order
+  int rank = 0, world_size = 1;
+  int64_t epochs = 0;  // passes over the data; 0 repeats forever
+  // Chat: cut conversations longer than seq_len (and count them) instead of stopping with an
+  // error naming the record.
+  bool truncate_long = false;
+  int prefetch = 4;  // batches the background thread may have ready
+  // Receives one line per file with skipped records (default: stderr). Totals of skipped records
+  // and cut conversations are in LoaderState.
+  std::function<void(const std::string&)> warn;
+};
+
+struct Batch {
+  int64_t batch_size = 0, seq_len = 0;
+  std::vector<int32_t> input_ids;  // (B, S)
+  std::vector<int32_t> labels;     // (B, S), -100 where not scored
+};
+
+class BatchProducer;
+
+class DataLoader {
+ public:
+  // Lists and checks the files, restores `resume` if given (it must come from a loader with the
+  // same mode, seed, shuffle, seq_len, rank, world size and files), and starts the background
+  // thread. `tok` must outlive the loader. Configuration errors are thrown here.
+  DataLoader(LoaderOptions options, const Tokenizer& tok,
+             std::optional<LoaderState> resume = std::nullopt);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  // The next batch, or nullopt when the epochs are done. A data error found by the background
+  // thread is thrown here, after the batches that preceded it (and again on every later call).
+  std::optional<Batch> next_batch();
+  // The position after the last batch next_batch returned: a loader restored from it returns the
+  // batches this one would return next. After the end, the end (its skipped and truncated totals
+  // cover the whole data).
+  LoaderState state() const;
+
+ private:
+  struct Item {
+    std::optional<Batch> batch;
+    LoaderState state;
+    std::exception_ptr error;
+  };
+  void produce();
+
+  LoaderOptions options_;
+  std::unique_ptr<BatchProducer> producer_;
+  LoaderState consumed_;  // state after the last batch handed out
+  mutable std::mutex mutex_;
+  std::condition_variable ready_, space_;
+  std::deque<Item> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace titan

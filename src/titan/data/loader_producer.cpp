@@ -1,0 +1,275 @@
+#include "titan/data/loader_producer.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <numeric>
+
+#include "titan/core/rng.h"
+#include "titan/data/dataset_chat.h"
+
+namespace titan {
+namespace {
+
+const char* mode_name(DataMode mode) {
+  return mode == DataMode::chat ? "chat" : "pretrain";
+}
+
+// Names and sizes of the files, hashed: a resumed run must read the same data.
+std::string fingerprint(const std::vector<std::string>& files) {
+  std::string key;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(f, ec);
+    key +=
+        std::filesystem::path(f).filename().string() + ":" + std::to_string(ec ? 0 : size) + "\n";
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a_hash(key)));
+  return std::to_string(files.size()) + "-" + hex;
+}
+
+// Unbiased integer in [0, n) (rejection of the short top range).
+uint64_t uniform_below(Rng& rng, uint64_t n) {
+  const uint64_t limit = ~uint64_t{0} - (~uint64_t{0} % n);
+  for (;;) {
+    const uint64_t x = rng.next_u64();
+    if (x < limit) return x % n;
+  }
+}
+
+std::vector<int64_t> shuffled(int64_t n, bool shuffle, uint64_t seed, const std::string& stream) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!shuffle) return order;
+  Rng rng(seed, stream);
+  for (int64_t i = n - 1; i > 0; --i) {
+    std::swap(order[i], order[uniform_below(rng, static_cast<uint64_t>(i) + 1)]);
+  }
+  return order;
+}
+
+template <typename T>
+void check_same(const char* what, const T& saved, const T& now) {
+  TITAN_CHECK(saved == now, "loader state: saved with ", what, " ", saved, ", but this run has ",
+              now);
+}
+
+}  // namespace
+
+BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
+                             std::vector<std::string> files,
+                             const std::optional<LoaderState>& start)
+    : options_(options), tok_(tok), files_(std::move(files)) {
+  TITAN_CHECK(options.batch_size >= 1, "loader: batch_size must be >= 1, got ", options.batch_size);
+  TITAN_CHECK(options.seq_len >= 2, "loader: seq_len must be >= 2, got ", options.seq_len);
+  TITAN_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
+              "loader: rank ", options.rank, " is outside [0, world_size ", options.world_size,
+              ")");
+  TITAN_CHECK(options.epochs >= 0, "loader: epochs must be >= 0, got ", options.epochs);
+  TITAN_CHECK(!files_.empty(), "loader: no dataset files");
+  eos_ = tok.eos_id();
+  pad_ = tok.pad_id() >= 0 ? tok.pad_id() : eos_;
+  TITAN_CHECK(eos_ >= 0, "loader: the tokenizer has no eos_token (tokenizer_config.json), which ",
+              options.mode == DataMode::chat ? "pads conversations" : "separates documents");
+
+  state_.mode = mode_name(options.mode);
+  state_.seed = options.seed;
+  state_.shuffle = options.shuffle;
+  state_.seq_len = options.seq_len;
+  state_.rank = options.rank;
+  state_.world_size = options.world_size;
+  state_.files_fingerprint = fingerprint(files_);
+  if (!start) return;
+  const LoaderState& s = *start;
+  check_same("mode", s.mode, state_.mode);
+  check_same("seed", s.seed, state_.seed);
+  check_same("shuffle", s.shuffle, state_.shuffle);
+  check_same("seq_len", s.seq_len, state_.seq_len);
+  check_same("rank", s.rank, state_.rank);
+  check_same("world_size", s.world_size, state_.world_size);
+  check_same("dataset files (count-hash of names and sizes)", s.files_fingerprint,
+             state_.files_fingerprint);
+  TITAN_CHECK(s.file < static_cast<int64_t>(files_.size()), "loader state: file position ", s.file,
+              " is past the ", files_.size(), " files");
+  TITAN_CHECK(static_cast<int64_t>(s.carry.size()) < options.seq_len, "loader state: carry of ",
+              s.carry.size(), " tokens is not shorter than seq_len");
+  for (const int32_t id : s.carry) {
+    TITAN_CHECK(id >= 0 && static_cast<size_t>(id) < tok.vocab_size(),
+                "loader state: carry holds id ", id, ", outside the vocabulary");
+  }
+  state_ = s;
+  if (state_.doc_offset > 0) {
+    // Mid-document: tokenize that document again (deterministic) and go on from the offset.
+    open_file();
+    TITAN_CHECK(state_.doc < static_cast<int64_t>(own_docs_.size()) &&
+                    read_document(state_.doc, doc_) &&
+                    state_.doc_offset <= static_cast<int64_t>(doc_.ids.size()),
+                "loader state: document ", state_.doc, " of ",
+                files_[file_order(state_.epoch)[state_.file]], " does not reach offset ",
+                state_.doc_offset, " (has the data changed?)");
+    doc_loaded_ = true;
+  }
+}
+
+std::vector<int64_t> BatchProducer::file_order(int64_t epoch) const {
+  return shuffled(static_cast<int64_t>(files_.size()), options_.shuffle, options_.seed,
+                  "titan.loader/files/epoch=" + std::to_string(epoch));
+}
+
+void BatchProducer::open_file() {
+  if (file_ && file_epoch_ == state_.epoch && file_pos_ == state_.file) return;
+  const int64_t index = file_order(state_.epoch)[state_.file];
+  file_.reset();
+  file_.emplace(DocumentFile::open(files_[index], options_.data));
+  file_epoch_ = state_.epoch;
+  file_pos_ = state_.file;
+  file_skipped_ = 0;
+  file_first_skip_.clear();
+  TITAN_CHECK(file_->vocab_size() == 0 || file_->vocab_size() == tok_.vocab_size(), file_->path(),
+              ": written for a vocabulary of ", file_->vocab_size(), " ids, but the tokenizer has ",
+              tok_.vocab_size());
+  const std::vector<int64_t> order = shuffled(
+      static_cast<int64_t>(file_->size()), options_.shuffle, options_.seed,
+      "titan.loader/docs/epoch=" + std::to_string(state_.epoch) + "/file=" + std::to_string(index));
+  own_docs_.clear();
+  for (size_t p = options_.rank; p < order.size(); p += options_.world_size) {
+    own_docs_.push_back(order[p]);
+  }
+}
+
+void BatchProducer::finish_file() {
+  if (file_skipped_ > 0) {
+    const std::string line = file_->path() + ": skipped " + std::to_string(file_skipped_) +
+                             " bad record(s); the first: " + file_first_skip_;
+    if (options_.warn) {
+      options_.warn(line);
+    } else {
+      std::fprintf(stderr, "titan: warning: %s\n", line.c_str());
+    }
+  }
+  file_.reset();
+}
+
+bool BatchProducer::read_document(int64_t doc, Document& out) {
+  Record r;
+  try {
+    r = file_->record(static_cast<size_t>(own_docs_[doc]), options_.mode);
+    if (r.kind == Record::Kind::ids) {
+      for (const int32_t id : r.ids) {
+        if (static_cast<size_t>(id) >= tok_.vocab_size()) {
+          throw BadRecordError(r.where + ": id " + std::to_string(id) +
+                               " is outside the vocabulary [0, " +
+                               std::to_string(tok_.vocab_size()) + ")");
+        }
+      }
+    }
+  } catch (const BadRecordError& e) {
+    if (!options_.data.skip_bad_records) throw;
+    if (file_skipped_++ == 0) file_first_skip_ = e.what();
+    ++state_.skipped;
+    return false;
+  }
+  out.where = std::move(r.where);
+  out.labels.clear();
+  switch (r.kind) {
+    case Record::Kind::text:
+      out.ids = tok_.encode(r.text, options_.data.parse_special);
+      break;
+    case Record::Kind::ids:
+      out.ids = std::move(r.ids);
+      break;
+    case Record::Kind::chat:
+      encode_chat(tok_, r.messages, out.ids, out.labels);
+      return true;
+  }
+  // An empty document adds nothing, not even a separator.
+  if (!out.ids.empty()) out.ids.push_back(eos_);
+  return true;
+}
+
+bool BatchProducer::load_document() {
+  for (;;) {
+    if (options_.epochs > 0 && state_.epoch >= options_.epochs) return false;
+    open_file();
+    if (state_.doc >= static_cast<int64_t>(own_docs_.size())) {
+      finish_file();
+      state_.doc = 0;
+      state_.doc_offset = 0;
+      if (++state_.file == static_cast<int64_t>(files_.size())) {
+        state_.file = 0;
+        ++state_.epoch;
+        // The first pass may have started mid-epoch; two passes without a document mean none.
+        TITAN_CHECK(++empty_epochs_ <= 2, "loader: rank ", options_.rank, " of ",
+                    options_.world_size, " gets no documents from the dataset (", files_.size(),
+                    " files)");
+      }
+      continue;
+    }
+    if (read_document(state_.doc, doc_) && !doc_.ids.empty()) {
+      doc_loaded_ = true;
+      empty_epochs_ = 0;
+      return true;
+    }
+    ++state_.doc;
+  }
+}
+
+bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
+  const auto S = static_cast<size_t>(options_.seq_len);
+  std::vector<int32_t>& row = state_.carry;
+  while (row.size() < S) {
+    if (!doc_loaded_ && !load_document()) return false;
+    const auto offset = static_cast<size_t>(state_.doc_offset);
+    const size_t n = std::min(S - row.size(), doc_.ids.size() - offset);
+    row.insert(row.end(), doc_.ids.begin() + offset, doc_.ids.begin() + offset + n);
+    state_.doc_offset += static_cast<int64_t>(n);
+    if (static_cast<size_t>(state_.doc_offset) == doc_.ids.size()) {
+      doc_loaded_ = false;
+      ++state_.doc;
+      state_.doc_offset = 0;
+    }
+  }
+  std::copy(row.begin(), row.end(), ids);
+  std::copy(row.begin(), row.end(), labels);
+  // The last token has no target in this row: it opens the next one.
+  row.erase(row.begin(), row.end() - 1);
+  return true;
+}
+
+bool BatchProducer::chat_row(int32_t* ids, int32_t* labels) {
+  if (!load_document()) return false;
+  doc_loaded_ = false;
+  ++state_.doc;
+  const auto S = static_cast<size_t>(options_.seq_len);
+  size_t n = doc_.ids.size();
+  if (n > S) {
+    TITAN_CHECK(options_.truncate_long, doc_.where, ": the conversation has ", n,
+                " tokens, more than seq_len ", S, " (raise seq_len, or let the loader truncate)");
+    n = S;
+    ++state_.truncated;
+  }
+  std::copy(doc_.ids.begin(), doc_.ids.begin() + n, ids);
+  std::copy(doc_.labels.begin(), doc_.labels.begin() + n, labels);
+  std::fill(ids + n, ids + S, pad_);
+  std::fill(labels + n, labels + S, kIgnoreLabel);
+  return true;
+}
+
+bool BatchProducer::next_row(int32_t* ids, int32_t* labels) {
+  return options_.mode == DataMode::chat ? chat_row(ids, labels) : pack_row(ids, labels);
+}
+
+bool BatchProducer::next(Batch& batch) {
+  const int64_t B = options_.batch_size, S = options_.seq_len;
+  batch.batch_size = B;
+  batch.seq_len = S;
+  batch.input_ids.resize(static_cast<size_t>(B * S));
+  batch.labels.resize(static_cast<size_t>(B * S));
+  for (int64_t b = 0; b < B; ++b) {
+    if (!next_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S)) return false;
+  }
+  ++state_.batches;
+  return true;
+}
+
+}  // namespace titan

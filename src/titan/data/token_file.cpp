@@ -1,0 +1,140 @@
+#include "titan/data/token_file.h"
+
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "titan/core/error.h"
+
+namespace titan {
+
+static_assert(std::endian::native == std::endian::little, "token files are little-endian");
+
+namespace {
+
+template <typename T>
+T load(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+bool is_token_file(std::string_view bytes) {
+  return bytes.substr(0, kTokenFileMagic.size()) == kTokenFileMagic;
+}
+
+TokenFileReader TokenFileReader::open(const std::string& path) {
+  TokenFileReader r;
+  r.file_ = MappedFile::open(path);
+  const unsigned char* p = r.file_.data();
+  const size_t size = r.file_.size();
+  TITAN_CHECK(size >= kTokenFileHeaderBytes &&
+                  is_token_file({reinterpret_cast<const char*>(p), kTokenFileMagic.size()}),
+              path, ": not a token file (no \"TITANTOK\" header at offset 0)");
+  const auto version = load<uint32_t>(p + 8);
+  TITAN_CHECK(version == kTokenFileVersion, path, ": token file version ", version,
+              " at offset 8 is not supported (only ", kTokenFileVersion, ")");
+  r.vocab_size_ = load<uint32_t>(p + 12);
+  TITAN_CHECK(r.vocab_size_ > 0 && r.vocab_size_ <= uint32_t{INT32_MAX}, path, ": vocab_size ",
+              r.vocab_size_, " at offset 12 is out of range");
+  r.n_tokens_ = load<uint64_t>(p + 16);
+  const auto n_docs = load<uint64_t>(p + 24);
+  // Compare in a way that cannot overflow: counts first, then the exact size.
+  const uint64_t payload = size - kTokenFileHeaderBytes;
+  TITAN_CHECK(r.n_tokens_ <= payload / 4 && n_docs <= payload / 8 &&
+                  4 * r.n_tokens_ + 8 * n_docs == payload,
+              path, ": header says ", r.n_tokens_, " tokens and ", n_docs,
+              " documents (offsets 16, 24), which needs ",
+              "32 + 4 * n_tokens + 8 * n_docs bytes, but the file has ", size);
+  const size_t table = kTokenFileHeaderBytes + 4 * r.n_tokens_;
+  r.doc_ends_.resize(n_docs);
+  uint64_t previous = 0;
+  for (size_t i = 0; i < n_docs; ++i) {
+    const auto end = load<uint64_t>(p + table + 8 * i);
+    TITAN_CHECK(end >= previous && end <= r.n_tokens_, path, ": document table entry ", i,
+                " at offset ", table + 8 * i, " is ", end, ", outside [", previous, ", ",
+                r.n_tokens_, "]");
+    r.doc_ends_[i] = previous = end;
+  }
+  TITAN_CHECK(previous == r.n_tokens_, path, ": the document table ends at token ", previous,
+              " but the file holds ", r.n_tokens_, " tokens");
+  return r;
+}
+
+void TokenFileReader::read_doc(size_t i, std::vector<int32_t>& out) const {
+  const uint64_t begin = i == 0 ? 0 : doc_ends_[i - 1];
+  const uint64_t end = doc_ends_[i];
+  const unsigned char* p = file_.data() + kTokenFileHeaderBytes;
+  const size_t first = out.size();
+  out.resize(first + (end - begin));
+  std::memcpy(out.data() + first, p + 4 * begin, 4 * (end - begin));
+  for (uint64_t t = begin; t < end; ++t) {
+    const auto id = static_cast<uint32_t>(out[first + (t - begin)]);
+    TITAN_CHECK(id < vocab_size_, path(), ": token id ", id, " at offset ",
+                kTokenFileHeaderBytes + 4 * t, " is outside the vocabulary [0, ", vocab_size_, ")");
+  }
+}
+
+TokenFileWriter::TokenFileWriter(std::string path, uint32_t vocab_size)
+    : path_(std::move(path)), vocab_size_(vocab_size) {
+  TITAN_CHECK(vocab_size > 0 && vocab_size <= uint32_t{INT32_MAX}, path_, ": vocab_size ",
+              vocab_size, " is out of range");
+  temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
+  file_ = std::fopen(temp_path_.c_str(), "wb");
+  TITAN_CHECK(file_ != nullptr, path_, ": cannot create ", temp_path_, ": ", std::strerror(errno));
+  // The header is written last, when the counts are known; zeros hold its place.
+  const char zeros[kTokenFileHeaderBytes] = {};
+  write(zeros, sizeof(zeros));
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+  if (!committed_) {
+    std::error_code ec;
+    std::filesystem::remove(temp_path_, ec);
+  }
+}
+
+void TokenFileWriter::write(const void* data, size_t bytes) {
+  TITAN_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, path_, ": writing ", temp_path_,
+              " failed: ", std::strerror(errno));
+}
+
+void TokenFileWriter::add_doc(const std::vector<int32_t>& ids) {
+  TITAN_CHECK(!committed_, path_, ": add_doc after commit");
+  for (const int32_t id : ids) {
+    TITAN_CHECK(id >= 0 && static_cast<uint32_t>(id) < vocab_size_, path_, ": document ",
+                doc_ends_.size(), " has id ", id, ", outside the vocabulary [0, ", vocab_size_,
+                ")");
+  }
+  write(ids.data(), 4 * ids.size());
+  n_tokens_ += ids.size();
+  doc_ends_.push_back(n_tokens_);
+}
+
+void TokenFileWriter::commit() {
+  write(doc_ends_.data(), 8 * doc_ends_.size());
+  unsigned char header[kTokenFileHeaderBytes] = {};
+  std::memcpy(header, kTokenFileMagic.data(), kTokenFileMagic.size());
+  const uint64_t n_docs = doc_ends_.size();
+  std::memcpy(header + 8, &kTokenFileVersion, 4);
+  std::memcpy(header + 12, &vocab_size_, 4);
+  std::memcpy(header + 16, &n_tokens_, 8);
+  std::memcpy(header + 24, &n_docs, 8);
+  TITAN_CHECK(std::fseek(file_, 0, SEEK_SET) == 0, path_, ": seek in ", temp_path_, " failed");
+  write(header, sizeof(header));
+  const int rc = std::fclose(file_);
+  file_ = nullptr;
+  TITAN_CHECK(rc == 0, path_, ": closing ", temp_path_, " failed: ", std::strerror(errno));
+  std::error_code ec;
+  std::filesystem::rename(temp_path_, path_, ec);
+  TITAN_CHECK(!ec, path_, ": cannot rename ", temp_path_, " into place: ", ec.message());
+  committed_ = true;
+}
+
+}  // namespace titan

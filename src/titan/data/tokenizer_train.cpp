@@ -1,0 +1,74 @@
+#include "titan/data/tokenizer_train.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+
+#include "titan/data/dataset_read.h"
+
+namespace titan {
+
+TokenizerTrainStats train_tokenizer(const DatasetOptions& data, const BpeTrainerOptions& options,
+                                    const std::string& out_dir) {
+  const auto start = std::chrono::steady_clock::now();
+  TokenizerTrainStats stats;
+  BpeTrainer trainer(options);
+  for (const std::string& path : expand_data_paths(data.paths)) {
+    const DocumentFile file = DocumentFile::open(path, data);
+    for (size_t i = 0; i < file.size(); ++i) {
+      Record r;
+      try {
+        r = file.record(i, DataMode::pretrain);
+      } catch (const BadRecordError&) {
+        if (data.skip_bad_records) continue;
+        throw;
+      }
+      TITAN_CHECK(r.kind == Record::Kind::text, r.where,
+                  ": already tokenized (\"ids\" or a token file); a tokenizer trains on text");
+      trainer.add_text(r.text);
+      ++stats.n_docs;
+      stats.n_bytes += static_cast<int64_t>(r.text.size());
+    }
+  }
+  TITAN_CHECK(stats.n_docs > 0, "tokenizer training: the files hold no text");
+  const TrainedBpe bpe = trainer.train();
+  write_hf_tokenizer(bpe, out_dir);
+  stats.vocab_size = bpe.total_size();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
+}
+
+std::string default_corpus() {
+  std::error_code ec;
+  TITAN_CHECK(std::filesystem::is_regular_file(kDefaultCorpus, ec), "the default corpus ",
+              kDefaultCorpus,
+              " is missing: install Debian's jargon-text package (scripts/setup.sh does)");
+  return kDefaultCorpus;
+}
+
+std::string default_tokenizer_dir() {
+  const auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  std::string cache = env("TITAN_CACHE_DIR");
+  if (cache.empty() && !env("XDG_CACHE_HOME").empty()) cache = env("XDG_CACHE_HOME") + "/titan";
+  if (cache.empty() && !env("HOME").empty()) cache = env("HOME") + "/.cache/titan";
+  TITAN_CHECK(!cache.empty(), "no cache folder for the default tokenizer (set TITAN_CACHE_DIR)");
+  return cache + "/debug-tokenizer-v1-" + std::to_string(kDefaultVocabSize);
+}
+
+std::string ensure_default_tokenizer(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec)) {
+    return dir;
+  }
+  DatasetOptions data;
+  data.paths = {default_corpus()};
+  BpeTrainerOptions options;
+  options.vocab_size = kDefaultVocabSize;
+  train_tokenizer(data, options, dir);
+  return dir;
+}
+
+}  // namespace titan

@@ -1,0 +1,43 @@
+// Training a tokenizer from dataset files (any format dataset.h reads, text records only) and the
+// default corpus and tokenizer that `titan train` uses when given none.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/data/bpe_trainer.h"
+#include "titan/data/dataset.h"
+
+namespace titan {
+
+struct TokenizerTrainStats {
+  int64_t n_docs = 0, n_bytes = 0;
+  size_t vocab_size = 0;  // what was written, special tokens included
+  double seconds = 0;
+};
+
+// Trains on every text document of data.paths (in sorted file order) and writes the Hugging Face
+// tokenizer.json and tokenizer_config.json into out_dir.
+TokenizerTrainStats train_tokenizer(const DatasetOptions& data, const BpeTrainerOptions& options,
+                                    const std::string& out_dir);
+
+// The default corpus: the Jargon File (public domain), from Debian's jargon-text package, which
+// scripts/setup.sh installs (docs/DATA.md).
+inline constexpr const char* kDefaultCorpus = "/usr/share/doc/jargon-text/jargon.txt.gz";
+// The default tokenizer's size: the debugmodel flavor's vocab_size.
+inline constexpr size_t kDefaultVocabSize = 2048;
+
+// kDefaultCorpus, or a titan::Error saying which package to install.
+std::string default_corpus();
+
+// Where the default tokenizer is kept: $TITAN_CACHE_DIR, else $XDG_CACHE_HOME/titan, else
+// $HOME/.cache/titan, then "debug-tokenizer-v1-2048" (the version changes when training does).
+std::string default_tokenizer_dir();
+
+// dir, holding the default tokenizer: trained there from the default corpus first when dir has no
+// tokenizer.json (under a second; the result is the same on every machine, so concurrent ranks
+// writing it at once write the same files, each atomically).
+std::string ensure_default_tokenizer(const std::string& dir = default_tokenizer_dir());
+
+}  // namespace titan

@@ -1,0 +1,17 @@
+// Training FLOPs per token, the MFU numerator (qwen3-spec.md section 6; docs/PERFORMANCE.md):
+//   6 * N_mm + 12 * L * H * hd * T
+// N_mm counts every parameter that takes part in a matmul per token: attention and MLP
+// projections (for MoE the router and the k active experts), and the lm_head even when it is
+// tied to the embedding; the embedding gather is not a matmul. The attention term (QK^T and PV,
+// forward and backward) gets no credit for causal masking, as in PaLM and torchtitan.
+#pragma once
+
+#include <cstdint>
+
+#include "titan/models/model_args.h"
+
+namespace titan {
+
+double training_flops_per_token(const ModelArgs& args, int64_t seq_len);
+
+}  // namespace titan

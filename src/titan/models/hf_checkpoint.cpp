@@ -1,0 +1,142 @@
+#include "titan/models/hf_checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "titan/core/error.h"
+#include "titan/io/convert.h"
+#include "titan/io/json_util.h"
+#include "titan/models/hf_config.h"
+#include "titan/nn/qwen3.h"
+
+namespace titan {
+namespace {
+
+bool is_float(const SafetensorsEntry& e) {
+  return e.dtype == DType::f32 || e.dtype == DType::bf16 || e.dtype == DType::f16;
+}
+
+// Value equality of two float tensors of equal element count, bit for bit once both are fp32
+// (a bf16 lm_head equals an fp32 embedding only if the embedding is exactly representable).
+bool same_values(const SafetensorsEntry& a, const SafetensorsEntry& b) {
+  if (a.dtype == b.dtype) return std::memcmp(a.data, b.data, a.nbytes) == 0;
+  constexpr size_t kChunk = 1 << 16;
+  std::vector<float> x(kChunk), y(kChunk);
+  const auto n = static_cast<size_t>(a.numel());
+  const size_t a_size = dtype_size(*a.dtype), b_size = dtype_size(*b.dtype);
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    const size_t len = std::min(kChunk, n - begin);
+    convert_to_f32(static_cast<const unsigned char*>(a.data) + begin * a_size, *a.dtype, len,
+                   x.data());
+    convert_to_f32(static_cast<const unsigned char*>(b.data) + begin * b_size, *b.dtype, len,
+                   y.data());
+    if (std::memcmp(x.data(), y.data(), len * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+void check_float(const SafetensorsEntry& e) {
+  TITAN_CHECK(is_float(e), e.file, ": tensor ", json_quote(e.name), " has dtype ", e.dtype_name,
+              "; model weights must be F32, BF16 or F16");
+}
+
+// A tied model's extra lm_head.weight: accepted only as a copy of the embedding.
+void check_tied_lm_head(const SafetensorsEntry& lm_head, const SafetensorsEntry& embedding,
+                        const std::string& config_source) {
+  check_float(lm_head);
+  TITAN_CHECK(lm_head.shape == embedding.shape, lm_head.file,
+              ": tensor \"lm_head.weight\" has shape ", shape_str(lm_head.shape),
+              ", but model.embed_tokens.weight (tied to it by ", config_source, ") has ",
+              shape_str(embedding.shape));
+  TITAN_CHECK(same_values(lm_head, embedding), lm_head.file,
+              ": tensor \"lm_head.weight\" differs from model.embed_tokens.weight, but ",
+              config_source, " says tie_word_embeddings = true (one matrix for both)");
+}
+
+}  // namespace
+
+std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
+                                                    const SafetensorsCheckpoint& checkpoint,
+                                                    const std::string& config_source) {
+  std::vector<HfKey> keys = hf_keys(args);
+  std::vector<HfCheckpointTensor> matched;
+  matched.reserve(keys.size());
+  std::vector<std::string> missing;
+  for (HfKey& key : keys) {
+    const SafetensorsEntry* e = checkpoint.find(key.key);
+    if (e == nullptr) {
+      missing.push_back(key.key);
+    } else {
+      TITAN_CHECK(e->shape == key.shape, e->file, ": tensor ", json_quote(e->name), " has shape ",
+                  shape_str(e->shape), ", but ", config_source, " implies ", shape_str(key.shape));
+      check_float(*e);
+    }
+    matched.push_back({std::move(key), e});
+  }
+  std::unordered_set<std::string_view> expected;  // views into `matched`, which no longer grows
+  for (const HfCheckpointTensor& t : matched) expected.insert(t.key.key);
+
+  for (const std::string& name : checkpoint.names()) {  // sorted: the same first fault every run
+    if (expected.contains(name)) continue;
+    const SafetensorsEntry& e = checkpoint.at(name);
+    if (args.tie_word_embeddings && name == "lm_head.weight") {
+      const SafetensorsEntry* embedding = checkpoint.find("model.embed_tokens.weight");
+      if (embedding != nullptr) check_tied_lm_head(e, *embedding, config_source);
+      continue;
+    }
+    fail(e.file, ": unexpected tensor ", json_quote(name), ": not a parameter of ",
+         args.architecture, " as ", config_source, " describes it");
+  }
+  TITAN_CHECK(missing.empty(), checkpoint.path(), ": tensor ",
+              json_quote(missing.empty() ? "" : missing[0]), " is missing",
+              missing.size() > 1 ? " (and " + std::to_string(missing.size() - 1) + " more)" : "",
+              "; ", config_source, " expects ", matched.size(), " tensors");
+  return matched;
+}
+
+void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
+                     const std::string& path, const std::string& config_source) {
+  const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
+  const std::vector<HfCheckpointTensor> tensors =
+      match_hf_checkpoint(args, checkpoint, config_source);
+
+  // Every destination is resolved and size-checked before the first write.
+  std::unordered_map<std::string, const ParamView*> views;
+  std::unordered_map<std::string, float*> bases;
+  for (const ParamGroup& g : groups) {
+    for (const ParamView& v : g.views()) {
+      views.emplace(v.spec.name, &v);
+      bases.emplace(v.spec.name, g.params() + v.offset);
+    }
+  }
+  std::vector<float*> destinations;
+  destinations.reserve(tensors.size());
+  for (const HfCheckpointTensor& t : tensors) {
+    const auto it = views.find(t.key.param);
+    TITAN_CHECK(it != views.end() && t.key.offset + shape_numel(t.key.shape) <= it->second->numel,
+                "the model has no parameter ", t.key.param, " laid out for ", t.key.key);
+    destinations.push_back(bases.at(t.key.param) + t.key.offset);
+  }
+
+  for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    read_f32(*tensors[i].entry, destinations[i], static_cast<size_t>(tensors[i].entry->numel()));
+  }
+}
+
+void load_hf_weights(Qwen3Model& model, const std::string& dir) {
+  load_hf_weights(model.args(), model.param_groups(), dir, "the model's config");
+}
+
+std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
+                                          const std::vector<OverrideRule>& overrides) {
+  const std::string config = (std::filesystem::path(dir) / "config.json").string();
+  auto model = std::make_unique<Qwen3Model>(read_hf_config(config), overrides);
+  load_hf_weights(model->args(), model->param_groups(), dir, config);
+  return model;
+}
+
+}  // namespace titan

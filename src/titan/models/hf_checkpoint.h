@@ -1,0 +1,46 @@
+// A Hugging Face checkpoint checked against the model its config.json describes, and loaded into
+// fp32 parameters. Everything is validated before the first parameter is written, so a bad
+// checkpoint leaves the model as it was: every expected tensor present, none unexpected, each
+// with the shape the config implies and a float dtype (F32, BF16, F16).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/io/safetensors.h"
+#include "titan/kernels/overrides.h"
+#include "titan/models/model_args.h"
+#include "titan/models/state_dict_adapter.h"
+#include "titan/nn/param_group.h"
+
+namespace titan {
+
+class Qwen3Model;
+
+struct HfCheckpointTensor {
+  HfKey key;                      // where it goes in the model
+  const SafetensorsEntry* entry;  // where it is in the checkpoint
+};
+
+// The checkpoint's tensors one to one with hf_keys(args), in model order. A tied model's
+// checkpoint may also hold lm_head.weight (some third-party exports keep it): it is accepted
+// when it equals model.embed_tokens.weight value for value and then ignored; a different one is
+// an error, since config.json and the weights then disagree about the model. Errors are one line
+// naming the file, the tensor and the fault; `config_source` names where the dims came from
+// ("config.json path") in shape errors.
+std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
+                                                    const SafetensorsCheckpoint& checkpoint,
+                                                    const std::string& config_source);
+
+// Validates the checkpoint at `path` (a model folder, an index or one .safetensors file) against
+// `args`, then converts every tensor into `groups` (laid out by model_param_specs(args)).
+void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
+                     const std::string& path, const std::string& config_source);
+// The model folder `dir` (its weights) into `model`, whose args must describe that folder.
+void load_hf_weights(Qwen3Model& model, const std::string& dir);
+// The model folder `dir` as a ready model: config.json, then the weights checked against it.
+std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
+                                          const std::vector<OverrideRule>& overrides = {});
+
+}  // namespace titan

@@ -1,0 +1,154 @@
+#include "titan/models/hf_export.h"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "titan/core/error.h"
+#include "titan/io/atomic_dir.h"
+#include "titan/io/atomic_file.h"
+#include "titan/io/json_util.h"
+#include "titan/io/safetensors.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/models/hf_config.h"
+#include "titan/models/state_dict_adapter.h"
+#include "titan/nn/qwen3.h"
+
+namespace titan {
+namespace fs = std::filesystem;
+namespace {
+
+std::string read_whole_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  TITAN_CHECK(in.good(), path.string(), ": cannot open for reading");
+  std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  TITAN_CHECK(!in.bad(), path.string(), ": read failed");
+  return content;
+}
+
+// The tensors must be the model's HF state dict: a config.json beside weights it does not
+// describe would be a folder Transformers refuses or, worse, loads wrongly.
+void check_state_dict(const std::string& dir, const ModelArgs& args,
+                      const std::vector<SafetensorsTensor>& tensors) {
+  const std::vector<HfKey> keys = hf_keys(args);
+  TITAN_CHECK(keys.size() == tensors.size(), dir, ": ", tensors.size(),
+              " tensors given, but the model has ", keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const Tensor& t = tensors[i].tensor;
+    TITAN_CHECK(tensors[i].name == keys[i].key, dir, ": tensor ", json_quote(tensors[i].name),
+                " given where the model has ", json_quote(keys[i].key));
+    TITAN_CHECK(t.shape() == keys[i].shape, dir, ": tensor ", json_quote(keys[i].key),
+                " has shape ", shape_str(t.shape()), ", the model's is ", shape_str(keys[i].shape));
+  }
+}
+
+// generation_config.json and the tokenizer files from `source`, synced into `staging`.
+void copy_source_files(const std::string& source, const ModelArgs& args,
+                       const std::string& staging) {
+  const fs::path from(source), to(staging);
+  const fs::path generation = from / "generation_config.json";
+  if (!source.empty() && fs::is_regular_file(generation)) {
+    read_hf_generation_config(generation.string());  // refuse a broken one now, not in HF later
+    write_file_atomic((to / "generation_config.json").string(), read_whole_file(generation));
+  } else {
+    write_hf_generation_config((to / "generation_config.json").string(),
+                               default_generation_config(args));
+  }
+  if (source.empty()) return;
+  for (const std::string& name : hf_tokenizer_files()) {
+    if (fs::is_regular_file(from / name)) {
+      write_file_atomic((to / name).string(), read_whole_file(from / name));
+    }
+  }
+}
+
+}  // namespace
+
+DType parse_export_dtype(std::string_view name) {
+  if (name == "float32" || name == "fp32") return DType::f32;
+  if (name == "bfloat16" || name == "bf16") return DType::bf16;
+  if (name == "float16" || name == "fp16") return DType::f16;
+  fail("export dtype ", json_quote(name),
+       " is not one of float32, bfloat16, float16 (or fp32, bf16, fp16)");
+}
+
+const std::vector<std::string>& hf_tokenizer_files() {
+  static const std::vector<std::string> names = {"tokenizer.json",
+                                                 "tokenizer_config.json",
+                                                 "special_tokens_map.json",
+                                                 "added_tokens.json",
+                                                 "vocab.json",
+                                                 "merges.txt",
+                                                 "chat_template.jinja",
+                                                 "chat_template.json"};
+  return names;
+}
+
+void export_hf_folder(const std::string& dir, const ModelArgs& args,
+                      const std::vector<SafetensorsTensor>& tensors,
+                      const HfExportOptions& options) {
+  validate_model_args(args, dir);
+  check_state_dict(dir, args, tensors);
+  TITAN_CHECK(
+      options.dtype == DType::f32 || options.dtype == DType::bf16 || options.dtype == DType::f16,
+      dir, ": weights cannot be exported as ", dtype_name(options.dtype));
+  TITAN_CHECK(options.source_dir.empty() || fs::is_directory(options.source_dir),
+              options.source_dir, ": the source model folder does not exist");
+  AtomicDir out(dir, options.overwrite ? "config.json" : "");
+  SafetensorsWriteOptions write;
+  write.float_dtype = options.dtype;
+  write.max_shard_bytes = options.max_shard_bytes;
+  write_safetensors_checkpoint(out.staging(), tensors, write);
+  write_hf_config((fs::path(out.staging()) / "config.json").string(), args, options.dtype);
+  copy_source_files(options.source_dir, args, out.staging());
+  out.commit();
+}
+
+void export_hf_folder(const std::string& dir, const ModelArgs& args,
+                      const std::vector<ParamGroup>& groups, const HfExportOptions& options) {
+  export_hf_folder(dir, args, hf_state_dict(groups), options);
+}
+
+void export_hf_folder(const std::string& dir, const Qwen3Model& model,
+                      const HfExportOptions& options) {
+  export_hf_folder(dir, model.args(), model.param_groups(), options);
+}
+
+HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst,
+                                  const HfConvertOptions& options) {
+  const std::string config = (fs::path(src) / "config.json").string();
+  TITAN_CHECK(fs::is_directory(src), src, ": not a model folder");
+  HfConvertResult result;
+  result.args = read_hf_config(config);
+  const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(src);
+  const std::vector<HfCheckpointTensor> matched =
+      match_hf_checkpoint(result.args, checkpoint, config);
+
+  std::set<DType> source_dtypes;
+  std::vector<SafetensorsTensor> tensors;
+  tensors.reserve(matched.size());
+  for (const HfCheckpointTensor& t : matched) {
+    source_dtypes.insert(*t.entry->dtype);
+    // The writer only reads through this view; the mapping itself is read-only.
+    tensors.push_back(
+        {t.key.key, Tensor::view(const_cast<void*>(t.entry->data), t.key.shape, *t.entry->dtype)});
+  }
+  if (options.dtype) {
+    result.dtype = *options.dtype;
+  } else {
+    TITAN_CHECK(source_dtypes.size() == 1, src,
+                ": the tensors have more than one dtype; choose the export dtype");
+    result.dtype = *source_dtypes.begin();
+  }
+  result.tensors = tensors.size();
+  for (const SafetensorsTensor& t : tensors) {
+    result.data_bytes += static_cast<uint64_t>(t.tensor.numel()) * dtype_size(result.dtype);
+  }
+  for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
+  export_hf_folder(dst, result.args, tensors,
+                   {result.dtype, options.max_shard_bytes, src, options.overwrite});
+  return result;
+}
+
+}  // namespace titan

@@ -1,0 +1,72 @@
+// Writing a complete Hugging Face model folder -- weights (sharded by size), config.json,
+// generation_config.json and the tokenizer files of the folder the model came from -- that
+// AutoModelForCausalLM.from_pretrained loads as is. The folder appears whole or not at all: it is
+// written as a hidden sibling (.NAME.tmp-PID-N) and renamed into place once every file is
+// complete and synced.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "titan/core/dtype.h"
+#include "titan/io/safetensors_writer.h"
+#include "titan/models/model_args.h"
+#include "titan/nn/param_group.h"
+
+namespace titan {
+
+class Qwen3Model;
+
+struct HfExportOptions {
+  DType dtype = DType::bf16;  // export_dtype: every weight is stored as this (f32, bf16, f16)
+  uint64_t max_shard_bytes = 5'000'000'000;  // HF's default "5GB"
+  // A model folder whose tokenizer files and generation_config.json are copied; "" for none
+  // (generation_config.json is then made from the model's token ids).
+  std::string source_dir;
+  // An existing destination is refused unless it is an empty folder, or `overwrite` is set and it
+  // is a model folder (holds a config.json), which is then replaced as a whole.
+  bool overwrite = false;
+};
+
+// torchtitan's export_dtype names (float32, bfloat16, float16) and the short ones (fp32, bf16,
+// fp16); anything else is a titan::Error listing them.
+DType parse_export_dtype(std::string_view name);
+
+// The files copied from HfExportOptions::source_dir when present there.
+const std::vector<std::string>& hf_tokenizer_files();
+
+// The folder `dir` from tensors under HF keys (float tensors of any float dtype, converted while
+// written). The names and shapes must be exactly hf_keys(args).
+void export_hf_folder(const std::string& dir, const ModelArgs& args,
+                      const std::vector<SafetensorsTensor>& tensors,
+                      const HfExportOptions& options);
+// Parameters laid out by model_param_specs(args).
+void export_hf_folder(const std::string& dir, const ModelArgs& args,
+                      const std::vector<ParamGroup>& groups, const HfExportOptions& options);
+void export_hf_folder(const std::string& dir, const Qwen3Model& model,
+                      const HfExportOptions& options);
+
+struct HfConvertOptions {
+  std::optional<DType> dtype;  // nullopt: the source's, which must then be one for all tensors
+  uint64_t max_shard_bytes = 5'000'000'000;
+  bool overwrite = false;
+};
+
+struct HfConvertResult {
+  ModelArgs args;
+  DType dtype = DType::bf16;
+  size_t tensors = 0;
+  uint64_t data_bytes = 0;
+};
+
+// Re-exports the model folder `src` as `dst` tensor by tensor, straight from the mapped source
+// files (no model, no fp32 copy, so any size of Qwen3 or Qwen3-MoE converts): validated like a
+// load, converted to the chosen dtype, re-sharded, with config.json rewritten for that dtype and
+// the tokenizer files copied. A tied lm_head.weight in the source is dropped.
+HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst,
+                                  const HfConvertOptions& options);
+
+}  // namespace titan

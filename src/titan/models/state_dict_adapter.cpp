@@ -1,0 +1,135 @@
+#include "titan/models/state_dict_adapter.h"
+
+#include <array>
+
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+constexpr std::array<const char*, 3> kExpertProjections = {"gate_proj", "up_proj", "down_proj"};
+constexpr const char* kExpertsInfix = ".mlp.experts.";
+
+std::string layer_name(int64_t i) {
+  return "model.layers." + std::to_string(i);
+}
+
+// The MLP of layer `p`: HF's dense SwiGLU, or the router and the stacked experts.
+void append_mlp_specs(const ModelArgs& a, int64_t layer, const std::string& p,
+                      std::vector<ParamSpec>& specs) {
+  const int64_t h = a.hidden_size;
+  if (!a.layer_is_sparse(layer)) {
+    const int64_t I = a.intermediate_size;
+    specs.push_back({p + ".mlp.gate_proj.weight", {I, h}});
+    specs.push_back({p + ".mlp.up_proj.weight", {I, h}});
+    specs.push_back({p + ".mlp.down_proj.weight", {h, I}});
+    return;
+  }
+  const int64_t E = a.num_experts, Im = a.moe_intermediate_size;
+  specs.push_back({p + ".mlp.gate.weight", {E, h}});
+  specs.push_back({p + kExpertsInfix + "gate_proj", {E, Im, h}});
+  specs.push_back({p + kExpertsInfix + "up_proj", {E, Im, h}});
+  specs.push_back({p + kExpertsInfix + "down_proj", {E, h, Im}});
+}
+
+// The layer order Qwen3Model uses, so a dense model's groups match these specs exactly.
+std::vector<ParamSpec> layer_specs(const ModelArgs& a, int64_t layer) {
+  const std::string p = layer_name(layer);
+  const int64_t h = a.hidden_size, hd = a.head_dim;
+  const int64_t q_out = a.num_attention_heads * hd, kv_out = a.num_key_value_heads * hd;
+  std::vector<ParamSpec> specs = {
+      {p + ".input_layernorm.weight", {h}, ParamInit::ones},
+      {p + ".self_attn.q_proj.weight", {q_out, h}},
+      {p + ".self_attn.k_proj.weight", {kv_out, h}},
+      {p + ".self_attn.v_proj.weight", {kv_out, h}},
+      {p + ".self_attn.o_proj.weight", {h, q_out}},
+      {p + ".self_attn.q_norm.weight", {hd}, ParamInit::ones},
+      {p + ".self_attn.k_norm.weight", {hd}, ParamInit::ones},
+      {p + ".post_attention_layernorm.weight", {h}, ParamInit::ones},
+  };
+  append_mlp_specs(a, layer, p, specs);
+  return specs;
+}
+
+// "model.layers.{i}.mlp.experts.gate_proj" -> {"model.layers.{i}.mlp.experts.", "gate_proj"};
+// empty strings for any other name.
+std::pair<std::string, std::string> split_stacked_expert(const std::string& name) {
+  const size_t at = name.rfind(kExpertsInfix);
+  if (at == std::string::npos) return {};
+  const size_t tail = at + std::string_view(kExpertsInfix).size();
+  const std::string projection = name.substr(tail);
+  for (const char* known : kExpertProjections) {
+    if (projection == known) return {name.substr(0, tail), projection};
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args) {
+  validate_model_args(args, "model");
+  const int64_t h = args.hidden_size;
+  std::vector<ParamGroupSpec> groups(1);
+  groups[0].name = "model.embed_tokens+norm+lm_head";
+  groups[0].params = {{"model.embed_tokens.weight", {args.vocab_size, h}},
+                      {"model.norm.weight", {h}, ParamInit::ones}};
+  if (!args.tie_word_embeddings)
+    groups[0].params.push_back({"lm_head.weight", {args.vocab_size, h}});
+  for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
+    groups.push_back({layer_name(i), layer_specs(args, i)});
+  }
+  return groups;
+}
+
+std::vector<ParamGroup> make_param_groups(const ModelArgs& args) {
+  std::vector<ParamGroup> groups;
+  for (const ParamGroupSpec& spec : model_param_specs(args))
+    groups.emplace_back(spec.name, spec.params);
+  return groups;
+}
+
+void initialize_param_groups(std::vector<ParamGroup>& groups, const ModelArgs& args,
+                             uint64_t seed) {
+  for (ParamGroup& g : groups) g.initialize(seed, static_cast<float>(args.initializer_range));
+}
+
+std::vector<HfKey> hf_keys_for(const ParamSpec& param) {
+  const auto [prefix, projection] = split_stacked_expert(param.name);
+  if (prefix.empty()) return {{param.name, param.shape, param.name, 0}};
+  TITAN_CHECK(param.shape.size() == 3, "stacked expert parameter ", param.name,
+              " must have shape (E, out, in), got ", shape_str(param.shape));
+  const Shape expert_shape = {param.shape[1], param.shape[2]};
+  const int64_t expert_numel = shape_numel(expert_shape);
+  std::vector<HfKey> keys;
+  keys.reserve(static_cast<size_t>(param.shape[0]));
+  for (int64_t e = 0; e < param.shape[0]; ++e) {
+    keys.push_back({prefix + std::to_string(e) + "." + projection + ".weight", expert_shape,
+                    param.name, e * expert_numel});
+  }
+  return keys;
+}
+
+std::vector<HfKey> hf_keys(const ModelArgs& args) {
+  std::vector<HfKey> keys;
+  for (const ParamGroupSpec& group : model_param_specs(args)) {
+    for (const ParamSpec& param : group.params) {
+      for (HfKey& key : hf_keys_for(param)) keys.push_back(std::move(key));
+    }
+  }
+  return keys;
+}
+
+std::vector<SafetensorsTensor> hf_state_dict(const std::vector<ParamGroup>& groups) {
+  std::vector<SafetensorsTensor> tensors;
+  for (const ParamGroup& g : groups) {
+    for (const ParamView& v : g.views()) {
+      for (const HfKey& key : hf_keys_for(v.spec)) {
+        tensors.push_back(
+            {key.key, Tensor::view(g.params() + v.offset + key.offset, key.shape, DType::f32)});
+      }
+    }
+  }
+  return tensors;
+}
+
+}  // namespace titan

@@ -1,0 +1,173 @@
+#include "titan/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include <cstring>
+
+#include "titan/core/error.h"
+#include "titan/io/atomic_file.h"
+#include "titan/io/safetensors.h"
+#include "titan/io/safetensors_writer.h"
+
+namespace titan {
+namespace fs = std::filesystem;
+namespace {
+
+std::string step_dir(const std::string& folder, int64_t step) {
+  return folder + "/step-" + std::to_string(step);
+}
+
+using GroupBuffer = float* (ParamGroup::*)() const;
+struct BufferSource {
+  GroupBuffer buffer;
+  std::string prefix;  // tensor name = prefix + parameter name
+};
+
+// Checks that `file` holds exactly the tensors of `sources` (F32, each parameter's shape).
+void check_tensors(const SafetensorsFile& file, const std::vector<ParamGroup>& groups,
+                   const std::vector<BufferSource>& sources) {
+  size_t expected = 0;
+  for (const BufferSource& src : sources) {
+    for (const ParamGroup& g : groups) {
+      for (const ParamView& v : g.views()) {
+        const SafetensorsEntry* e = file.find(src.prefix + v.spec.name);
+        TITAN_CHECK(e != nullptr, file.path(), ": tensor ", src.prefix, v.spec.name, " is missing");
+        TITAN_CHECK(e->dtype == DType::f32 && e->shape == v.spec.shape, file.path(), ": tensor ",
+                    src.prefix, v.spec.name, " is ", e->dtype_name, " ", shape_str(e->shape),
+                    ", expected F32 ", shape_str(v.spec.shape));
+        ++expected;
+      }
+    }
+  }
+  TITAN_CHECK(file.entries().size() == expected, file.path(), ": holds ", file.entries().size(),
+              " tensors, expected ", expected, " (a checkpoint of another model?)");
+}
+
+void copy_tensors(const SafetensorsFile& file, std::vector<ParamGroup>& groups,
+                  const std::vector<BufferSource>& sources) {
+  for (const BufferSource& src : sources) {
+    for (ParamGroup& g : groups) {
+      for (const ParamView& v : g.views()) {
+        const SafetensorsEntry* e = file.find(src.prefix + v.spec.name);
+        std::memcpy((g.*src.buffer)() + v.offset, e->data, e->nbytes);
+      }
+    }
+  }
+}
+
+const std::vector<BufferSource>& model_sources() {
+  static const std::vector<BufferSource> sources = {{&ParamGroup::params, ""}};
+  return sources;
+}
+
+const std::vector<BufferSource>& optimizer_sources() {
+  static const std::vector<BufferSource> sources = {{&ParamGroup::exp_avg, "exp_avg."},
+                                                    {&ParamGroup::exp_avg_sq, "exp_avg_sq."}};
+  return sources;
+}
+
+std::vector<SafetensorsTensor> views_of(const std::vector<ParamGroup>& groups,
+                                        const std::vector<BufferSource>& sources) {
+  std::vector<SafetensorsTensor> tensors;
+  for (const BufferSource& src : sources) {
+    for (const ParamGroup& g : groups) {
+      for (const ParamView& v : g.views()) {
+        tensors.push_back({src.prefix + v.spec.name,
+                           Tensor::view((g.*src.buffer)() + v.offset, v.spec.shape, DType::f32)});
+      }
+    }
+  }
+  return tensors;
+}
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  TITAN_CHECK(fd >= 0, dir, ": cannot open to sync");
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  TITAN_CHECK(rc == 0, dir, ": fsync failed");
+}
+
+}  // namespace
+
+void save_training_checkpoint(const std::string& folder, const std::vector<ParamGroup>& groups,
+                              const TrainerState& state, int64_t keep_latest_k) {
+  fs::create_directories(folder);
+  const std::string final_dir = step_dir(folder, state.step);
+  const std::string temp_dir = folder + "/.step-" + std::to_string(state.step) + ".tmp";
+  fs::remove_all(temp_dir);  // leftovers of a save that was killed
+  fs::create_directories(temp_dir);
+  SafetensorsWriteOptions options;
+  write_safetensors_file(temp_dir + "/model.safetensors", views_of(groups, model_sources()),
+                         options);
+  write_safetensors_file(temp_dir + "/optimizer.safetensors", views_of(groups, optimizer_sources()),
+                         options);
+  const nlohmann::json meta = {{"step", state.step},
+                               {"optimizer_step", state.optimizer_step},
+                               {"loader_state", state.loader_state},
+                               {"seed", state.seed}};
+  write_file_atomic(temp_dir + "/trainer_state.json", meta.dump(2) + "\n");
+  fsync_directory(temp_dir);
+  fs::remove_all(final_dir);  // a step saved again (resumed run) replaces the old one
+  fs::rename(temp_dir, final_dir);
+  fsync_directory(folder);
+  if (keep_latest_k > 0) {
+    const std::vector<int64_t> steps = list_training_checkpoints(folder);
+    for (size_t i = static_cast<size_t>(keep_latest_k); i < steps.size(); ++i) {
+      fs::remove_all(step_dir(folder, steps[i]));
+    }
+  }
+}
+
+std::vector<int64_t> list_training_checkpoints(const std::string& folder) {
+  std::vector<int64_t> steps;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind("step-", 0) != 0) continue;
+    const std::string digits = name.substr(5);
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    steps.push_back(std::stoll(digits));
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
+TrainerState load_training_checkpoint(const std::string& folder, int64_t step,
+                                      std::vector<ParamGroup>& groups) {
+  const std::string dir = step_dir(folder, step);
+  const std::string state_path = dir + "/trainer_state.json";
+  std::ifstream in(state_path);
+  TITAN_CHECK(in.good(), state_path, ": cannot open");
+  nlohmann::json meta;
+  try {
+    meta = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(state_path, ": not valid JSON (", e.what(), ")");
+  }
+  TrainerState state;
+  try {
+    state.step = meta.at("step").get<int64_t>();
+    state.optimizer_step = meta.at("optimizer_step").get<int64_t>();
+    state.loader_state = meta.at("loader_state").get<std::string>();
+    state.seed = meta.at("seed").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    fail(state_path, ": ", e.what());
+  }
+  TITAN_CHECK(state.step == step, state_path, ": says step ", state.step, ", folder says ", step);
+  const SafetensorsFile model = SafetensorsFile::open(dir + "/model.safetensors");
+  const SafetensorsFile optimizer = SafetensorsFile::open(dir + "/optimizer.safetensors");
+  check_tensors(model, groups, model_sources());
+  check_tensors(optimizer, groups, optimizer_sources());
+  copy_tensors(model, groups, model_sources());
+  copy_tensors(optimizer, groups, optimizer_sources());
+  return state;
+}
+
+}  // namespace titan

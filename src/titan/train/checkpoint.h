@@ -1,0 +1,41 @@
+// Full training checkpoints: everything a run needs to continue exactly where it stopped.
+//
+//   <folder>/step-<N>/model.safetensors      fp32 parameters under their HF names
+//   <folder>/step-<N>/optimizer.safetensors  exp_avg.<name>, exp_avg_sq.<name>
+//   <folder>/step-<N>/trainer_state.json     step, optimizer step, data-loader state, seed
+//
+// A checkpoint is written into a hidden temporary folder and renamed to step-<N> only when every
+// file in it is complete and on disk, so a process killed at any moment leaves the previous
+// checkpoints loadable and no half-written step-<N>.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "titan/nn/param_group.h"
+
+namespace titan {
+
+struct TrainerState {
+  int64_t step = 0;            // optimizer updates done
+  int64_t optimizer_step = 0;  // AdamW's bias-correction counter
+  std::string loader_state;    // DataLoader state as JSON
+  int64_t seed = 0;
+};
+
+// Saves groups' parameters and AdamW state with `state` as <folder>/step-<state.step>, then
+// removes the oldest step folders beyond keep_latest_k (0 keeps all).
+void save_training_checkpoint(const std::string& folder, const std::vector<ParamGroup>& groups,
+                              const TrainerState& state, int64_t keep_latest_k);
+
+// The step numbers of the step-<N> folders under `folder`, newest first.
+std::vector<int64_t> list_training_checkpoints(const std::string& folder);
+
+// Loads <folder>/step-<step> into groups (which must have optimizer state allocated). Every
+// tensor is checked (present, right shape) before any is copied; errors name file and tensor.
+TrainerState load_training_checkpoint(const std::string& folder, int64_t step,
+                                      std::vector<ParamGroup>& groups);
+
+}  // namespace titan

@@ -1,0 +1,101 @@
+#include "titan/train/metrics.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "titan/core/allocator.h"
+#include "titan/core/cpu_info.h"
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+double gib(size_t bytes) {
+  return static_cast<double>(bytes) / (1u << 30);
+}
+}  // namespace
+
+MetricsLogger::MetricsLogger(double flops_per_token, double peak_gflops,
+                             const std::string& jsonl_path)
+    : flops_per_token_(flops_per_token), peak_gflops_(peak_gflops), jsonl_path_(jsonl_path) {
+  if (jsonl_path.empty()) return;
+  jsonl_ = std::fopen(jsonl_path.c_str(), "a");
+  TITAN_CHECK(jsonl_ != nullptr, "metrics.save_jsonl: cannot open ", jsonl_path, " for appending");
+}
+
+MetricsLogger::~MetricsLogger() {
+  if (jsonl_ != nullptr) std::fclose(jsonl_);
+}
+
+void MetricsLogger::record(const StepMetrics& m, bool print) {
+  if (first_) {
+    first_loss_ = m.loss;
+  } else {
+    ++steady_steps_;
+    steady_tokens_ += m.tokens;
+    steady_time_ += m.step_time_s;
+  }
+  last_loss_ = m.loss;
+  const bool first = first_;
+  first_ = false;
+  if (!print) return;
+  const MemoryStats mem = memory_stats();
+  const double machine = static_cast<double>(cpu_info().memory_bytes);
+  const double tps = static_cast<double>(m.tokens) / m.step_time_s;
+  const double tflops = tps * flops_per_token_ * 1e-12;
+  const double mfu = 100.0 * tflops * 1e3 / peak_gflops_;
+  std::printf(
+      "step %5lld  loss %8.4f  grad_norm %8.4f  lr %.2e  memory %.2fGiB (peak %.2fGiB, %.1f%%)  "
+      "tps %8.0f  tflops %6.3f  mfu %5.1f%%  time %.2fs (data %.3fs)%s\n",
+      static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, gib(mem.total_current),
+      gib(mem.total_peak), 100.0 * static_cast<double>(mem.total_peak) / machine, tps, tflops, mfu,
+      m.step_time_s, m.data_time_s, first ? "  [first step: includes warm-up]" : "");
+  std::fflush(stdout);
+  if (jsonl_ != nullptr) {
+    const nlohmann::json j = {{"step", m.step},
+                              {"loss", m.loss},
+                              {"grad_norm", m.grad_norm},
+                              {"lr", m.lr},
+                              {"tokens_per_second", tps},
+                              {"tflops", tflops},
+                              {"mfu", mfu},
+                              {"memory_current_gib", gib(mem.total_current)},
+                              {"memory_peak_gib", gib(mem.total_peak)},
+                              {"step_time_s", m.step_time_s},
+                              {"data_time_s", m.data_time_s}};
+    std::fprintf(jsonl_, "%s\n", j.dump().c_str());
+    std::fflush(jsonl_);
+  }
+}
+
+void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
+  std::printf("validate step %5lld  loss %8.4f  perplexity %10.3f  (%lld tokens)\n",
+              static_cast<long long>(step), loss, std::exp(loss), static_cast<long long>(tokens));
+  std::fflush(stdout);
+  if (jsonl_ != nullptr) {
+    const nlohmann::json j = {{"step", step},
+                              {"validation_loss", loss},
+                              {"validation_perplexity", std::exp(loss)},
+                              {"validation_tokens", tokens}};
+    std::fprintf(jsonl_, "%s\n", j.dump().c_str());
+    std::fflush(jsonl_);
+  }
+}
+
+void MetricsLogger::print_summary() const {
+  const MemoryStats mem = memory_stats();
+  std::printf("summary: loss %.4f -> %.4f", first_loss_, last_loss_);
+  if (steady_steps_ > 0) {
+    const double tps = static_cast<double>(steady_tokens_) / steady_time_;
+    std::printf("  |  after warm-up: %lld steps, %.0f tokens/s, %.3f TFLOP/s, MFU %.1f%%",
+                static_cast<long long>(steady_steps_), tps, tps * flops_per_token_ * 1e-12,
+                100.0 * tps * flops_per_token_ * 1e-9 / peak_gflops_);
+  }
+  std::printf("  |  peak memory %.2f GiB (", gib(mem.total_peak));
+  for (int c = 0; c < kMemCategoryCount; ++c) {
+    std::printf("%s %.2f%s", std::string(mem_category_name(static_cast<MemCategory>(c))).c_str(),
+                gib(mem.peak[c]), c + 1 < kMemCategoryCount ? ", " : ")\n");
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace titan

@@ -1,0 +1,49 @@
+// The per-step training log, as torchtitan prints it: loss, grad norm, memory, tokens/s, TFLOP/s,
+// MFU, step and data time; the same fields appended as one JSON object per logged step to the
+// metrics.save_jsonl file; a summary at the end.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace titan {
+
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0.0;       // mean over the global batch's scored tokens
+  double grad_norm = 0.0;  // before clipping
+  double lr = 0.0;
+  int64_t tokens = 0;  // tokens this rank processed in the step
+  double step_time_s = 0.0;
+  double data_time_s = 0.0;  // of step_time_s, waiting for batches
+};
+
+class MetricsLogger {
+ public:
+  // peak_gflops: the device peak MFU is measured against; jsonl_path "" writes no file.
+  MetricsLogger(double flops_per_token, double peak_gflops, const std::string& jsonl_path);
+  ~MetricsLogger();
+  MetricsLogger(const MetricsLogger&) = delete;
+  MetricsLogger& operator=(const MetricsLogger&) = delete;
+
+  // Counts every step in the summary; prints (and appends) it when `print` (log_freq). The first
+  // step is marked as warm-up and left out of the summary's rates.
+  void record(const StepMetrics& m, bool print);
+  // A validation pass's result.
+  void log_validation(int64_t step, double loss, int64_t tokens);
+  // Totals since construction, excluding the first step (warm-up).
+  void print_summary() const;
+
+ private:
+  double flops_per_token_;
+  double peak_gflops_;
+  std::FILE* jsonl_ = nullptr;
+  std::string jsonl_path_;
+  bool first_ = true;
+  int64_t steady_steps_ = 0, steady_tokens_ = 0;
+  double steady_time_ = 0.0, first_loss_ = 0.0, last_loss_ = 0.0;
+};
+
+}  // namespace titan

@@ -1,0 +1,303 @@
+#include "titan/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "titan/backend/cpu/gemm.h"
+#include "titan/core/error.h"
+#include "titan/data/tokenizer_train.h"
+#include "titan/models/flavors.h"
+#include "titan/models/flops.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/models/hf_config.h"
+#include "titan/models/hf_export.h"
+#include "titan/train/checkpoint.h"
+
+namespace titan {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t scored_tokens(const Batch& b) {
+  int64_t n = 0;
+  for (int64_t r = 0; r < b.batch_size; ++r) {
+    for (int64_t s = 1; s < b.seq_len; ++s) n += b.labels[r * b.seq_len + s] != kIgnoreIndex;
+  }
+  return n;
+}
+
+ModelArgs resolve_model_args(const JobConfig& c, const Tokenizer& tok) {
+  ModelArgs args;
+  if (c.model.flavor == "hf") {
+    TITAN_CHECK(!c.model.hf_assets_path.empty(),
+                "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face model folder)");
+    args = read_hf_config(c.model.hf_assets_path);
+    args.attn_backend = c.model.attn_backend;
+  } else {
+    args = flavor(c.model.flavor, c.model.attn_backend);
+  }
+  TITAN_CHECK(static_cast<int64_t>(tok.vocab_size()) <= args.vocab_size, "the tokenizer has ",
+              tok.vocab_size(), " tokens but model flavor '", c.model.flavor, "' has vocab_size ",
+              args.vocab_size);
+  TITAN_CHECK(c.training.seq_len <= args.max_position_embeddings, "training.seq_len (",
+              c.training.seq_len, ") exceeds the model's max_position_embeddings (",
+              args.max_position_embeddings, ")");
+  validate_model_args(args, "model flavor '" + c.model.flavor + "'");
+  return args;
+}
+
+struct DataSources {
+  std::string tokenizer;  // folder with tokenizer.json
+  std::vector<std::string> train, validation;
+};
+
+// dataset "default": the embedded corpus and the tokenizer titan trains on it (docs/DATA.md);
+// otherwise dataset_path, with the tokenizer of model.hf_assets_path.
+DataSources resolve_data_sources(const JobConfig& c) {
+  DataSources d;
+  if (c.training.dataset == "default") {
+    d.train = {default_corpus()};
+    d.tokenizer =
+        c.model.hf_assets_path.empty() ? ensure_default_tokenizer() : c.model.hf_assets_path;
+  } else {
+    TITAN_CHECK(!c.training.dataset_path.empty(), "training.dataset '", c.training.dataset,
+                "' needs training.dataset_path (files, a folder or a glob)");
+    TITAN_CHECK(!c.model.hf_assets_path.empty(),
+                "training.dataset_path needs a tokenizer: set model.hf_assets_path to a folder "
+                "holding tokenizer.json");
+    d.train = {c.training.dataset_path};
+    d.tokenizer = c.model.hf_assets_path;
+  }
+  if (c.validation.enable) {
+    TITAN_CHECK(!c.validation.dataset_path.empty(),
+                "validation.enable needs validation.dataset_path (held-out files)");
+    d.validation = {c.validation.dataset_path};
+  }
+  return d;
+}
+
+}  // namespace
+
+Trainer::Trainer(const JobConfig& config) : config_(config) {
+  job_config_validate(config_);
+  const JobConfig::Training& t = config_.training;
+  // One process for now: every data-parallel degree resolves against a world of 1.
+  const int64_t world = 1;
+  const JobConfig::Parallelism& p = config_.parallelism;
+  const int64_t dp_shard =
+      p.data_parallel_shard_degree == -1 ? world : p.data_parallel_shard_degree;
+  const int64_t product = p.data_parallel_replicate_degree * dp_shard * p.tensor_parallel_degree *
+                          p.pipeline_parallel_degree * p.context_parallel_degree;
+  TITAN_CHECK(product == world, "parallelism degrees multiply to ", product, " but the world has ",
+              world, " rank (run under mpirun for more)");
+  const int64_t dp = p.data_parallel_replicate_degree * dp_shard;
+  const int64_t global_batch =
+      t.global_batch_size == -1 ? t.local_batch_size * dp : t.global_batch_size;
+  TITAN_CHECK(global_batch % (t.local_batch_size * dp) == 0, "training.global_batch_size (",
+              global_batch, ") is not a multiple of local_batch_size x data-parallel ranks (",
+              t.local_batch_size, " x ", dp, ")");
+  accumulation_steps_ = global_batch / (t.local_batch_size * dp);
+
+  const DataSources sources = resolve_data_sources(config_);
+  tokenizer_dir_ = sources.tokenizer;
+  tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
+  args_ = resolve_model_args(config_, *tokenizer_);
+
+  std::vector<OverrideRule> overrides;
+  for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
+  model_ = std::make_unique<Qwen3Model>(args_, overrides);
+  for (const std::string& line : model_->override_report().applied) {
+    std::printf("override %s\n", line.c_str());
+  }
+  for (const std::string& line : model_->override_report().warnings) {
+    std::fprintf(stderr, "warning: %s\n", line.c_str());
+  }
+  model_->set_activation_checkpointing(config_.activation_checkpoint.mode == "full");
+  model_->initialize(static_cast<uint64_t>(t.seed));
+  model_->allocate_gradients();
+  AdamWConfig adamw;
+  adamw.lr = static_cast<float>(config_.optimizer.lr);
+  adamw.beta1 = static_cast<float>(config_.optimizer.beta1);
+  adamw.beta2 = static_cast<float>(config_.optimizer.beta2);
+  adamw.eps = static_cast<float>(config_.optimizer.eps);
+  adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
+  optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
+  schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
+                               config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
+                               config_.lr_scheduler.min_lr_factor);
+
+  loader_options_.data.paths = sources.train;
+  validation_paths_ = sources.validation;
+  loader_options_.batch_size = t.local_batch_size;
+  loader_options_.seq_len = t.seq_len;
+  loader_options_.seed = static_cast<uint64_t>(t.seed);
+  restore();
+}
+
+Trainer::~Trainer() = default;
+
+std::string Trainer::checkpoint_folder() const {
+  return config_.job.dump_folder + "/" + config_.checkpoint.folder;
+}
+
+void Trainer::restore() {
+  std::optional<LoaderState> loader_state;
+  const std::string folder = checkpoint_folder();
+  const std::vector<int64_t> steps =
+      config_.checkpoint.enable ? list_training_checkpoints(folder) : std::vector<int64_t>{};
+  for (int64_t step : steps) {
+    if (config_.checkpoint.load_step >= 0 && step != config_.checkpoint.load_step) continue;
+    try {
+      const TrainerState state = load_training_checkpoint(folder, step, model_->param_groups());
+      loader_state = LoaderState::from_json(state.loader_state);
+      optimizer_->set_step_count(state.optimizer_step);
+      start_step_ = state.step;
+      std::printf("resumed step %lld from %s/step-%lld\n", static_cast<long long>(step),
+                  folder.c_str(), static_cast<long long>(step));
+      break;
+    } catch (const Error& e) {
+      TITAN_CHECK(config_.checkpoint.load_step < 0, "checkpoint.load_step ",
+                  config_.checkpoint.load_step, ": ", e.what());
+      std::fprintf(stderr, "warning: checkpoint step-%lld is unusable (%s); trying an older one\n",
+                   static_cast<long long>(step), e.what());
+    }
+  }
+  TITAN_CHECK(config_.checkpoint.load_step < 0 || start_step_ == config_.checkpoint.load_step,
+              "checkpoint.load_step ", config_.checkpoint.load_step, ": no step-",
+              config_.checkpoint.load_step, " under ", folder);
+  if (start_step_ == 0 && !config_.checkpoint.initial_load_path.empty()) {
+    TITAN_CHECK(config_.checkpoint.initial_load_in_hf,
+                "checkpoint.initial_load_path needs checkpoint.initial_load_in_hf = true (initial "
+                "weights are read from Hugging Face folders)");
+    load_hf_weights(*model_, config_.checkpoint.initial_load_path);
+    std::printf("initial weights from %s\n", config_.checkpoint.initial_load_path.c_str());
+  } else if (start_step_ == 0) {
+    std::printf("initial weights: random (HF init, seed %lld)\n",
+                static_cast<long long>(config_.training.seed));
+  } else if (!config_.checkpoint.initial_load_path.empty()) {
+    std::printf("checkpoint.initial_load_path %s not used: resuming takes precedence\n",
+                config_.checkpoint.initial_load_path.c_str());
+  }
+  loader_ = std::make_unique<DataLoader>(loader_options_, *tokenizer_, loader_state);
+}
+
+Trainer::StepOutcome Trainer::train_step(int64_t step) {
+  StepOutcome out;
+  // The loss is normalised by the scored tokens of the whole global batch, so accumulating
+  // micro-batches gives exactly the gradients of one big batch: fetch them all first.
+  const double t0 = now_seconds();
+  std::vector<Batch> micro;
+  int64_t scored = 0;
+  for (int64_t i = 0; i < accumulation_steps_; ++i) {
+    std::optional<Batch> b = loader_->next_batch();
+    TITAN_CHECK(b.has_value(), "the training data ran out at step ", step);
+    scored += scored_tokens(*b);
+    micro.push_back(std::move(*b));
+  }
+  out.data_time_s = now_seconds() - t0;
+  TITAN_CHECK(scored > 0, "step ", step, ": the global batch has no scored tokens");
+  model_->zero_gradients();
+  ForwardOptions options;
+  options.compute_grad = true;
+  options.grad_scale = 1.0f / static_cast<float>(scored);
+  double loss_sum = 0.0;
+  for (const Batch& b : micro) {
+    loss_sum +=
+        model_->forward(b.input_ids.data(), b.labels.data(), b.batch_size, b.seq_len, options)
+            .loss_sum;
+    model_->backward();
+  }
+  out.loss = loss_sum / static_cast<double>(scored);
+  TITAN_CHECK(std::isfinite(out.loss), "step ", step, ": the loss is not finite (", out.loss, ")");
+  try {
+    out.grad_norm = optimizer_->clip_grad_norm(config_.training.max_norm);
+  } catch (const Error& e) {
+    fail("step ", step, ": ", e.what());
+  }
+  optimizer_->step(schedule_.at(step));
+  return out;
+}
+
+Trainer::Validation Trainer::validate() {
+  // Held-out data, read from its start every time, so passes are comparable.
+  LoaderOptions options = loader_options_;
+  options.data.paths = validation_paths_;
+  options.shuffle = false;
+  options.epochs = 1;
+  DataLoader loader(options, *tokenizer_);
+  double loss_sum = 0.0;
+  int64_t scored = 0;
+  for (int64_t i = 0; i < config_.validation.steps; ++i) {
+    std::optional<Batch> b = loader.next_batch();
+    if (!b) break;
+    const CrossEntropyResult r =
+        model_->forward(b->input_ids.data(), b->labels.data(), b->batch_size, b->seq_len, {});
+    loss_sum += r.loss_sum;
+    scored += r.n_scored;
+  }
+  TITAN_CHECK(scored > 0, "validation: the validation data gave no scored tokens");
+  return {loss_sum / static_cast<double>(scored), scored};
+}
+
+void Trainer::save_checkpoint(int64_t step) {
+  TrainerState state;
+  state.step = step;
+  state.optimizer_step = optimizer_->step_count();
+  state.loader_state = loader_->state().to_json();
+  state.seed = config_.training.seed;
+  save_training_checkpoint(checkpoint_folder(), model_->param_groups(), state,
+                           config_.checkpoint.keep_latest_k);
+}
+
+TrainResult Trainer::run() {
+  peak_gflops_ = measure_gemm_peak_gflops();
+  const JobConfig::Training& t = config_.training;
+  const int64_t tokens_per_step = accumulation_steps_ * t.local_batch_size * t.seq_len;
+  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak_gflops_,
+                        config_.metrics.save_jsonl);
+  std::printf(
+      "model %s: %lld parameters; %lld steps of %lld x %lld tokens (%lld micro-batches); "
+      "peak %.1f GFLOP/s for MFU\n",
+      config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
+      static_cast<long long>(t.steps), static_cast<long long>(t.local_batch_size),
+      static_cast<long long>(t.seq_len), static_cast<long long>(accumulation_steps_), peak_gflops_);
+  TrainResult result;
+  result.first_step = start_step_ + 1;
+  for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {
+    const double t0 = now_seconds();
+    const StepOutcome out = train_step(step);
+    const double elapsed = now_seconds() - t0;
+    if (step == result.first_step) result.first_loss = out.loss;
+    result.last_step = step;
+    result.last_loss = out.loss;
+    const bool print =
+        step % config_.metrics.log_freq == 0 || step == result.first_step || step == t.steps;
+    metrics.record({step, out.loss, out.grad_norm, schedule_.at(step), tokens_per_step, elapsed,
+                    out.data_time_s},
+                   print);
+    if (config_.validation.enable && step % config_.validation.freq == 0) {
+      const Validation v = validate();
+      metrics.log_validation(step, v.loss, v.tokens);
+    }
+    if (config_.checkpoint.enable && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
+      save_checkpoint(step);
+    }
+  }
+  metrics.print_summary();
+  if (config_.checkpoint.last_save_in_hf) {
+    HfExportOptions options;
+    options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
+    options.source_dir = tokenizer_dir_;
+    options.overwrite = true;
+    const std::string dir = config_.job.dump_folder + "/hf";
+    export_hf_folder(dir, args_, model_->param_groups(), options);
+    std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
+  }
+  return result;
+}
+
+}  // namespace titan

@@ -1,0 +1,66 @@
+// `titan train`: builds the model, data and optimizer a JobConfig describes, restores the newest
+// checkpoint (or the initial weights), and runs the loop. The loop itself is short on purpose:
+// every concern -- data, loss scaling, clipping, schedule, metrics, checkpoints -- is one call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "titan/data/loader.h"
+#include "titan/data/tokenizer.h"
+#include "titan/nn/qwen3.h"
+#include "titan/train/job_config.h"
+#include "titan/train/lr_schedule.h"
+#include "titan/train/metrics.h"
+#include "titan/train/optimizer.h"
+
+namespace titan {
+
+struct TrainResult {
+  int64_t first_step = 0;  // the first step this run executed (1, or resumed step + 1)
+  int64_t last_step = 0;
+  double first_loss = 0.0;  // loss of first_step
+  double last_loss = 0.0;
+};
+
+class Trainer {
+ public:
+  // Everything that can be checked before training is checked here: config values, the model's
+  // arguments, batch divisibility, seq_len against the model's positions, files.
+  explicit Trainer(const JobConfig& config);
+  ~Trainer();
+  TrainResult run();
+
+ private:
+  struct StepOutcome {
+    double loss = 0.0;
+    double grad_norm = 0.0;
+    double data_time_s = 0.0;
+  };
+  struct Validation {
+    double loss = 0.0;  // mean over scored tokens
+    int64_t tokens = 0;
+  };
+  StepOutcome train_step(int64_t step);
+  Validation validate();
+  void save_checkpoint(int64_t step);
+  void restore();
+  std::string checkpoint_folder() const;
+
+  JobConfig config_;
+  ModelArgs args_;
+  std::string tokenizer_dir_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Qwen3Model> model_;
+  std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<DataLoader> loader_;
+  LoaderOptions loader_options_;
+  std::vector<std::string> validation_paths_;
+  LrSchedule schedule_;
+  int64_t accumulation_steps_ = 1;
+  int64_t start_step_ = 0;  // steps already done (resumed)
+  double peak_gflops_ = 0.0;
+};
+
+}  // namespace titan

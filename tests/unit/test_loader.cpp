@@ -1,0 +1,436 @@
+// The loader: the packing convention, fixed shapes and the dropped last batch, exact resume from a
+// saved state (mid-document, across epochs), disjoint ranks that cover the data, chat masking, and
+// one clear line for bad input.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "test_dataset_util.h"
+#include "test_tokenizer_python.h"
+#include "titan/data/byte_level.h"
+#include "titan/data/dataset_chat.h"
+#include "titan/data/dataset_tokenize.h"
+#include "titan/data/loader.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+using test::error_of;
+using test::ScratchDir;
+using test::write_text;
+
+std::vector<Batch> drain(DataLoader& loader, size_t limit = SIZE_MAX) {
+  std::vector<Batch> out;
+  while (out.size() < limit) {
+    std::optional<Batch> b = loader.next_batch();
+    if (!b) break;
+    out.push_back(std::move(*b));
+  }
+  return out;
+}
+
+std::string prose(int i) {
+  std::string s = "Document " + std::to_string(i) + ":";
+  for (int w = 0; w < 3 + (i * 7) % 23; ++w) s += " word" + std::to_string((i * 31 + w) % 97);
+  return s;
+}
+
+TEST(Loader, PacksDocumentsWithEosIntoRowsThatOverlapByOneToken) {
+  const ScratchDir dir("pack");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  std::vector<int32_t> stream;
+  for (int i = 0; i < 40; ++i) {
+    jsonl += json{{"text", prose(i)}}.dump() + "\n";
+    const std::vector<int32_t> ids = tok.encode(prose(i));
+    stream.insert(stream.end(), ids.begin(), ids.end());
+    stream.push_back(tok.eos_id());
+  }
+  write_text(dir / "a.jsonl", jsonl);
+  LoaderOptions o;
+  o.data.paths = {dir / "a.jsonl"};
+  o.shuffle = false;
+  o.epochs = 1;
+  o.seq_len = 16;
+  // Row k is stream[k * 15, k * 15 + 16); the batch that cannot be filled is dropped.
+  const size_t rows = (stream.size() - 1) / 15;
+  o.batch_size = 3;
+  while (rows % o.batch_size == 0) ++o.batch_size;  // leave a short last batch to drop
+  const auto B = static_cast<size_t>(o.batch_size);
+  DataLoader loader(o, tok);
+  const std::vector<Batch> batches = drain(loader);
+  ASSERT_EQ(batches.size(), rows / B);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    ASSERT_EQ(batches[b].batch_size, o.batch_size);
+    ASSERT_EQ(batches[b].seq_len, 16);
+    ASSERT_EQ(batches[b].input_ids.size(), B * 16);
+    EXPECT_EQ(batches[b].labels, batches[b].input_ids);
+    for (size_t r = 0; r < B; ++r) {
+      const size_t k = b * B + r;
+      const std::vector<int32_t> want(stream.begin() + k * 15, stream.begin() + k * 15 + 16);
+      const std::vector<int32_t> got(batches[b].input_ids.begin() + r * 16,
+                                     batches[b].input_ids.begin() + r * 16 + 16);
+      EXPECT_EQ(got, want) << "row " << k;
+    }
+  }
+  EXPECT_FALSE(loader.next_batch());
+  EXPECT_FALSE(loader.next_batch());
+}
+
+// A dataset in four formats, three files of documents and a token file.
+LoaderOptions mixed_dataset(const ScratchDir& dir) {
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl, text;
+  for (int i = 0; i < 23; ++i) jsonl += json{{"text", prose(i)}}.dump() + "\n";
+  for (int i = 100; i < 111; ++i) text += prose(i) + "\n\n";
+  write_text(dir / "d/a.jsonl", jsonl);
+  test::write_gzip(dir / "d/b.txt.gz", text);
+  std::string ids;
+  for (int i = 0; i < 9; ++i) ids += json{{"ids", tok.encode(prose(200 + i))}}.dump() + "\n";
+  write_text(dir / "ids.jsonl", ids);
+  DatasetOptions bin;
+  bin.paths = {dir / "ids.jsonl"};
+  tokenize_to_token_file(tok, bin, dir / "d/c.bin");
+  write_text(dir / "d/e.json",
+             json::array({{{"text", prose(300)}}, {{"text", prose(301)}}}).dump());
+  LoaderOptions o;
+  o.data.paths = {dir / "d"};
+  o.seed = 1234;
+  o.batch_size = 2;
+  o.seq_len = 24;
+  return o;
+}
+
+TEST(Loader, ResumesExactlyMidEpochAndAcrossEpochs) {
+  const ScratchDir dir("resume");
+  const Tokenizer& tok = test::trained_tokenizer();
+  for (const int world : {1, 2}) {
+    LoaderOptions o = mixed_dataset(dir);
+    o.world_size = world;
+    o.rank = world - 1;
+    std::vector<Batch> full;
+    std::vector<LoaderState> states;
+    {
+      DataLoader loader(o, tok);
+      EXPECT_EQ(loader.state().batches, 0);
+      for (int i = 0; i < 200; ++i) {
+        full.push_back(*loader.next_batch());
+        states.push_back(loader.state());
+      }
+    }
+    // Resume points: mid-document, exactly after an epoch boundary, and late in the run.
+    std::set<size_t> points = {0, 199};
+    for (size_t i = 0; i + 1 < states.size(); ++i) {
+      if (states[i].doc_offset > 0 && points.size() < 4) points.insert(i);
+      if (states[i].epoch == 0 && states[i + 1].epoch == 1) points.insert(i + 1);
+      if (states[i].epoch == 1 && states[i + 1].epoch == 2) points.insert(i);
+    }
+    ASSERT_GE(states.back().epoch, 2) << "the run should cross two epoch boundaries";
+    ASSERT_GE(points.size(), 5u);
+    for (const size_t p : points) {
+      const LoaderState saved = LoaderState::from_json(states[p].to_json());
+      ASSERT_EQ(saved, states[p]);
+      DataLoader resumed(o, tok, saved);
+      EXPECT_EQ(resumed.state(), states[p]);
+      for (size_t i = p + 1; i < full.size(); ++i) {
+        const std::optional<Batch> b = resumed.next_batch();
+        ASSERT_TRUE(b);
+        ASSERT_EQ(b->input_ids, full[i].input_ids)
+            << "world " << world << ", resumed after batch " << p << ", batch " << i;
+        ASSERT_EQ(b->labels, full[i].labels);
+        ASSERT_EQ(resumed.state(), states[i]);
+      }
+    }
+  }
+}
+
+TEST(Loader, EpochsAreShuffledDifferentlyAndSeedsDiffer) {
+  const ScratchDir dir("shuffle");
+  const Tokenizer& tok = test::trained_tokenizer();
+  LoaderOptions o = mixed_dataset(dir);
+  o.epochs = 2;
+  o.batch_size = 1;
+  DataLoader a(o, tok);
+  const std::vector<Batch> run = drain(a);
+  o.seed = 4321;
+  DataLoader b(o, tok);
+  const std::vector<Batch> other = drain(b);
+  ASSERT_FALSE(run.empty());
+  EXPECT_NE(run.front().input_ids, other.front().input_ids);
+  // The two epochs hold the same tokens in different orders.
+  std::vector<int32_t> first, second;
+  const size_t half = run.size() / 2;
+  for (size_t i = 0; i < run.size(); ++i) {
+    (i < half ? first : second).push_back(run[i].input_ids.front());
+  }
+  EXPECT_NE(first, std::vector<int32_t>(second.begin(), second.begin() + first.size()));
+}
+
+// Pre-training ranks: each document is one distinct id repeated, so the ids a rank's stream holds
+// name its documents.
+TEST(Loader, RanksSeeDisjointDocumentsThatCoverTheData) {
+  const ScratchDir dir("ranks");
+  const Tokenizer& tok = test::trained_tokenizer();
+  constexpr int kDocs = 30, kLen = 7, kWorld = 3;
+  std::string jsonl;
+  for (int d = 0; d < kDocs; ++d) {
+    jsonl += json{{"ids", std::vector<int32_t>(kLen, 300 + d)}}.dump() + "\n";
+  }
+  write_text(dir / "a.jsonl", jsonl);
+  std::map<int32_t, int> owner;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    LoaderOptions o;
+    o.data.paths = {dir / "a.jsonl"};
+    o.seed = 7;
+    o.epochs = 1;
+    o.batch_size = 1;
+    o.seq_len = kLen + 2;
+    o.rank = rank;
+    o.world_size = kWorld;
+    DataLoader loader(o, tok);
+    const std::vector<Batch> batches = drain(loader);
+    // 10 documents of 8 tokens with EOS: (80 - 1) / 8 = 9 rows, the last document cut short.
+    ASSERT_EQ(batches.size(), 9u) << "rank " << rank;
+    for (const Batch& b : batches) {
+      for (const int32_t id : b.input_ids) {
+        if (id == tok.eos_id()) continue;
+        const auto [it, fresh] = owner.emplace(id, rank);
+        EXPECT_EQ(it->second, rank) << "document " << id - 300 << " seen by two ranks";
+      }
+    }
+  }
+  EXPECT_EQ(owner.size(), static_cast<size_t>(kDocs));
+}
+
+// Byte offsets in the template text where each token of ids starts.
+std::vector<size_t> token_starts(const Tokenizer& tok, const std::vector<int32_t>& ids) {
+  std::vector<size_t> starts;
+  size_t pos = 0;
+  for (const int32_t id : ids) {
+    starts.push_back(pos);
+    std::string raw;
+    const std::string token = tok.id_to_token(id);
+    pos += byte_level_decode(token, raw) ? raw.size() : token.size();
+  }
+  return starts;
+}
+
+std::vector<std::vector<ChatMessage>> conversations() {
+  return {
+      {{"system", "You are terse.", ""},
+       {"user", "What is 2+2?", ""},
+       {"assistant", "4", ""},
+       {"user", "And 3+3?", ""},
+       {"assistant", "<think>\nadd\n</think>\n\n6", ""}},
+      {{"user", "Hi", ""}, {"assistant", "\n\n  Hello there!", "greet back"}},
+      {{"user", "Weather?", ""},
+       {"assistant", "Let me check.", ""},
+       {"tool", "{\"t\": 20}", ""},
+       {"assistant", "It is 20 degrees.", ""}},
+  };
+}
+
+void check_chat_mask(const Tokenizer& tok) {
+  for (const std::vector<ChatMessage>& messages : conversations()) {
+    const std::string text = apply_qwen3_chat_template(messages, false, true);
+    std::vector<std::pair<size_t, size_t>> replies;
+    const std::string header = "<|im_start|>assistant\n";
+    for (size_t at = text.find(header); at != std::string::npos; at = text.find(header, at + 1)) {
+      replies.emplace_back(at + header.size(), text.find("<|im_end|>", at) + 10);
+    }
+    ASSERT_FALSE(replies.empty());
+    std::vector<int32_t> ids, labels;
+    encode_chat(tok, messages, ids, labels);
+    ASSERT_EQ(ids, tok.encode(text));
+    ASSERT_EQ(labels.size(), ids.size());
+    const std::vector<size_t> starts = token_starts(tok, ids);
+    size_t n_labelled = 0;
+    for (size_t t = 0; t < ids.size(); ++t) {
+      bool in_reply = false;
+      for (const auto& [b, e] : replies) in_reply |= starts[t] >= b && starts[t] < e;
+      EXPECT_EQ(labels[t], in_reply ? ids[t] : kIgnoreLabel)
+          << "token " << t << " at byte " << starts[t] << " of:\n"
+          << text;
+      n_labelled += labels[t] != kIgnoreLabel;
+    }
+    EXPECT_GT(n_labelled, replies.size());
+  }
+}
+
+TEST(LoaderChat, LabelsExactlyTheAssistantReplies) {
+  check_chat_mask(Tokenizer::load(test::qwen3_tokenizer_dir()));
+  check_chat_mask(test::trained_tokenizer());
+}
+
+TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
+  const ScratchDir dir("chat");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  constexpr int kConversations = 11;
+  for (int i = 0; i < kConversations; ++i) {
+    jsonl += json{{"messages",
+                   {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
+                    {{"role", "assistant"}, {"content", prose(i)}}}}}
+                 .dump() +
+             "\n";
+  }
+  write_text(dir / "chat.jsonl", jsonl);
+  std::set<std::vector<int32_t>> seen;
+  for (int rank = 0; rank < 2; ++rank) {
+    LoaderOptions o;
+    o.data.paths = {dir / "chat.jsonl"};
+    o.mode = DataMode::chat;
+    o.epochs = 1;
+    o.batch_size = 1;
+    o.seq_len = 128;
+    o.rank = rank;
+    o.world_size = 2;
+    DataLoader loader(o, tok);
+    const std::vector<Batch> batches = drain(loader);
+    EXPECT_EQ(batches.size(), rank == 0 ? 6u : 5u);
+    for (const Batch& b : batches) {
+      ASSERT_EQ(b.input_ids.size(), 128u);
+      size_t n = 128;
+      while (n > 0 && b.input_ids[n - 1] == tok.pad_id()) --n;
+      ASSERT_LT(n, 128u) << "every conversation should be padded";
+      const std::vector<int32_t> ids(b.input_ids.begin(), b.input_ids.begin() + n);
+      for (size_t s = n; s < 128; ++s) EXPECT_EQ(b.labels[s], kIgnoreLabel);
+      EXPECT_TRUE(seen.insert(ids).second) << "a conversation seen twice";
+      // The row is one whole conversation with its mask.
+      const std::string text = tok.decode(ids);
+      bool matched = false;
+      for (int i = 0; i < kConversations && !matched; ++i) {
+        const std::vector<ChatMessage> m = {{"user", "question " + std::to_string(i), ""},
+                                            {"assistant", prose(i), ""}};
+        std::vector<int32_t> want_ids, want_labels;
+        encode_chat(tok, m, want_ids, want_labels);
+        if (want_ids != ids) continue;
+        matched = true;
+        EXPECT_EQ(std::vector<int32_t>(b.labels.begin(), b.labels.begin() + n), want_labels);
+      }
+      EXPECT_TRUE(matched) << text;
+    }
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kConversations));
+}
+
+// ---- bad input ----
+
+TEST(LoaderBadInput, BadLineStopsTheLoaderWithFileAndLine) {
+  const ScratchDir dir("bad_line");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  for (int i = 0; i < 50; ++i) jsonl += json{{"text", prose(i)}}.dump() + "\n";
+  jsonl += "{\"text\": \"cut off\n";
+  for (int i = 0; i < 5; ++i) jsonl += json{{"content", prose(i)}}.dump() + "\n";
+  write_text(dir / "a.jsonl", jsonl);
+  LoaderOptions o;
+  o.data.paths = {dir / "a.jsonl"};
+  o.shuffle = false;
+  o.seq_len = 8;
+  DataLoader loader(o, tok);
+  std::string error;
+  size_t n = 0;
+  try {
+    while (loader.next_batch()) ++n;
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_GT(n, 10u) << "the batches before the bad line arrive first";
+  EXPECT_EQ(error.rfind(dir / "a.jsonl:51: not valid JSON", 0), 0u) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+  EXPECT_THROW(loader.next_batch(), Error);  // and again: the loader stays stopped
+
+  // With skipping, the bad line and the five without "text" are counted and reported.
+  o.data.skip_bad_records = true;
+  o.epochs = 1;
+  std::vector<std::string> warnings;
+  o.warn = [&](const std::string& w) { warnings.push_back(w); };
+  DataLoader skipping(o, tok);
+  drain(skipping);
+  EXPECT_EQ(skipping.state().skipped, 6);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0].rfind(dir / "a.jsonl: skipped 6 bad record(s); the first: " +
+                                  dir / "a.jsonl:51: not valid JSON",
+                              0),
+            0u)
+      << warnings[0];
+}
+
+TEST(LoaderBadInput, TokenFilesMustMatchTheVocabulary) {
+  const ScratchDir dir("bad_vocab");
+  const Tokenizer& tok = test::trained_tokenizer();
+  {
+    TokenFileWriter w(dir / "t.bin", 4096);
+    w.add_doc({1, 2, 3});
+    w.commit();
+  }
+  LoaderOptions o;
+  o.data.paths = {dir / "t.bin"};
+  o.seq_len = 4;
+  DataLoader loader(o, tok);
+  EXPECT_EQ(error_of([&] { loader.next_batch(); }),
+            dir / "t.bin: written for a vocabulary of 4096 ids, but the tokenizer has 2048");
+}
+
+TEST(LoaderBadInput, LongConversationsStopOrAreCut) {
+  const ScratchDir dir("bad_long");
+  const Tokenizer& tok = test::trained_tokenizer();
+  write_text(dir / "c.jsonl", json{{"messages",
+                                    {{{"role", "user"}, {"content", prose(1)}},
+                                     {{"role", "assistant"}, {"content", prose(2)}}}}}
+                                      .dump() +
+                                  "\n");
+  LoaderOptions o;
+  o.data.paths = {dir / "c.jsonl"};
+  o.mode = DataMode::chat;
+  o.seq_len = 16;
+  o.epochs = 1;
+  {
+    DataLoader loader(o, tok);
+    const std::string e = error_of([&] { loader.next_batch(); });
+    EXPECT_NE(e.find(dir / "c.jsonl:1: the conversation has "), std::string::npos) << e;
+    EXPECT_NE(e.find("more than seq_len 16"), std::string::npos) << e;
+  }
+  o.truncate_long = true;
+  DataLoader loader(o, tok);
+  EXPECT_EQ(drain(loader).size(), 1u);
+  EXPECT_EQ(loader.state().truncated, 1);
+}
+
+TEST(LoaderBadInput, StateFromAnotherRunIsRefused) {
+  const ScratchDir dir("bad_state");
+  const Tokenizer& tok = test::trained_tokenizer();
+  LoaderOptions o = mixed_dataset(dir);
+  LoaderState s;
+  {
+    DataLoader loader(o, tok);
+    loader.next_batch();
+    s = loader.state();
+  }
+  o.seed = 99;
+  EXPECT_EQ(error_of([&] { DataLoader(o, tok, s); }),
+            "loader state: saved with seed 1234, but this run has 99");
+  o.seed = 1234;
+  o.seq_len = 32;
+  EXPECT_EQ(error_of([&] { DataLoader(o, tok, s); }),
+            "loader state: saved with seq_len 24, but this run has 32");
+  o.seq_len = 24;
+  write_text(dir / "d/f.txt", "one more file");
+  EXPECT_NE(error_of([&] { DataLoader(o, tok, s); }).find("saved with dataset files"),
+            std::string::npos);
+  EXPECT_EQ(error_of([&] { LoaderState::from_json("{\"format\": \"x\"}"); }),
+            "loader state: not a titan loader state");
+  EXPECT_NE(error_of([&] {
+              LoaderState::from_json(
+                  "{\"format\": \"titan-loader-state\", "
+                  "\"version\": 1}");
+            }).find("loader state: missing or malformed field"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan
