@@ -1,0 +1,105 @@
+// The job config (torchtitan's sections and keys) and the learning-rate schedule.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "titan/core/error.h"
+#include "titan/train/job_config.h"
+#include "titan/train/lr_schedule.h"
+
+namespace titan {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(JobConfig, TomlThenCommandLineOverrides) {
+  JobConfig c = job_config_preset("debugmodel");
+  const std::string path =
+      write_temp("job.toml",
+                 "[training]\nsteps = 12\nseq_len = 64\n"
+                 "[optimizer]\nlr = 3\n"  // an integer is a number too
+                 "[overrides]\n\"model.layers.*.mlp\" = \"swiglu_reference\"\n");
+  job_config_apply_toml(c, path);
+  job_config_apply_override(c, "--training.steps=7");
+  job_config_apply_override(c, "--checkpoint.enable=true");
+  EXPECT_EQ(c.training.steps, 7);
+  EXPECT_EQ(c.training.seq_len, 64);
+  EXPECT_EQ(c.optimizer.lr, 3.0);
+  EXPECT_TRUE(c.checkpoint.enable);
+  ASSERT_EQ(c.overrides.size(), 1u);
+  EXPECT_EQ(c.overrides[0].second, "swiglu_reference");
+  // The printed config reads back to the same values.
+  JobConfig again = job_config_preset("debugmodel");
+  job_config_apply_toml(again, write_temp("printed.toml", job_config_to_toml(c)));
+  EXPECT_EQ(job_config_to_toml(again), job_config_to_toml(c));
+}
+
+TEST(JobConfig, UnknownNamesSuggestTheClosest) {
+  JobConfig c;
+  EXPECT_NE(error_of([&] {
+              job_config_apply_override(c, "--training.stpes=3");
+            }).find("did you mean 'steps'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              job_config_apply_override(c, "--optimiser.lr=3");
+            }).find("did you mean [optimizer]"),
+            std::string::npos);
+  const std::string path = write_temp("bad.toml", "[metrics]\nlog_frequency = 3\n");
+  const std::string message = error_of([&] { job_config_apply_toml(c, path); });
+  EXPECT_NE(message.find("bad.toml"), std::string::npos) << message;
+  EXPECT_NE(message.find("did you mean 'log_freq'"), std::string::npos) << message;
+  EXPECT_NE(error_of([&] { job_config_preset("qwen3_06b"); }).find("qwen3_0.6b"),
+            std::string::npos);
+}
+
+TEST(JobConfig, BadValuesNameTheKey) {
+  JobConfig c;
+  EXPECT_NE(error_of([&] {
+              job_config_apply_override(c, "--training.steps=ten");
+            }).find("training.steps must be an integer"),
+            std::string::npos);
+  const std::string path = write_temp("type.toml", "[training]\nseq_len = \"long\"\n");
+  EXPECT_NE(error_of([&] { job_config_apply_toml(c, path); }).find("type.toml:2"),
+            std::string::npos);
+  const std::string broken = write_temp("broken.toml", "[training\nsteps = 3\n");
+  EXPECT_NE(error_of([&] { job_config_apply_toml(c, broken); }).find("broken.toml:1"),
+            std::string::npos);
+  c.lr_scheduler.decay_type = "exponential";
+  EXPECT_NE(error_of([&] { job_config_validate(c); }).find("decay_type"), std::string::npos);
+  c = JobConfig{};
+  c.training.local_batch_size = 0;
+  EXPECT_NE(error_of([&] { job_config_validate(c); }).find("local_batch_size"), std::string::npos);
+}
+
+TEST(LrSchedule, WarmupStableDecay) {
+  // 10 steps: 2 warmup, decay over the last 4 (decay_ratio 0.4), cosine to 10%.
+  const LrSchedule s = LrSchedule::make(1.0, 10, 2, 0.4, "cosine", 0.1);
+  EXPECT_DOUBLE_EQ(s.at(1), 1.0 / 3);  // (i + 1) / (warmup + 1)
+  EXPECT_DOUBLE_EQ(s.at(2), 2.0 / 3);
+  for (int64_t step = 3; step <= 6; ++step) EXPECT_DOUBLE_EQ(s.at(step), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(7), 1.0);  // progress 0
+  EXPECT_NEAR(s.at(9), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.5)), 1e-12);
+  const LrSchedule linear = LrSchedule::make(2.0, 5, 1, -1.0, "linear", 0.0);
+  EXPECT_DOUBLE_EQ(linear.at(2), 2.0);        // decay starts right after warmup
+  EXPECT_DOUBLE_EQ(linear.at(4), 2.0 * 0.5);  // progress 2 / 4
+  EXPECT_THROW(LrSchedule::make(1.0, 5, 6, -1.0, "linear", 0.0), Error);
+}
+
+}  // namespace
+}  // namespace titan
