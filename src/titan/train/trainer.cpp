@@ -222,25 +222,14 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   return out;
 }
 
-Trainer::Validation Trainer::validate() {
+EvalResult Trainer::validate() {
   // Held-out data, read from its start every time, so passes are comparable.
   LoaderOptions options = loader_options_;
   options.data.paths = validation_paths_;
   options.shuffle = false;
   options.epochs = 1;
   DataLoader loader(options, *tokenizer_);
-  double loss_sum = 0.0;
-  int64_t scored = 0;
-  for (int64_t i = 0; i < config_.validation.steps; ++i) {
-    std::optional<Batch> b = loader.next_batch();
-    if (!b) break;
-    const CrossEntropyResult r =
-        model_->forward(b->input_ids.data(), b->labels.data(), b->batch_size, b->seq_len, {});
-    loss_sum += r.loss_sum;
-    scored += r.n_scored;
-  }
-  TITAN_CHECK(scored > 0, "validation: the validation data gave no scored tokens");
-  return {loss_sum / static_cast<double>(scored), scored};
+  return evaluate(*model_, loader, config_.validation.steps);
 }
 
 void Trainer::save_checkpoint(int64_t step) {
@@ -280,7 +269,7 @@ TrainResult Trainer::run() {
                     out.data_time_s},
                    print);
     if (config_.validation.enable && step % config_.validation.freq == 0) {
-      const Validation v = validate();
+      const EvalResult v = validate();
       metrics.log_validation(step, v.loss, v.tokens);
     }
     if (config_.checkpoint.enable && (step % config_.checkpoint.interval == 0 || step == t.steps)) {

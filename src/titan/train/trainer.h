@@ -10,6 +10,7 @@
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/nn/qwen3.h"
+#include "titan/train/evaluate.h"
 #include "titan/train/job_config.h"
 #include "titan/train/lr_schedule.h"
 #include "titan/train/metrics.h"
@@ -38,12 +39,8 @@ class Trainer {
     double grad_norm = 0.0;
     double data_time_s = 0.0;
   };
-  struct Validation {
-    double loss = 0.0;  // mean over scored tokens
-    int64_t tokens = 0;
-  };
   StepOutcome train_step(int64_t step);
-  Validation validate();
+  EvalResult validate();
   void save_checkpoint(int64_t step);
   void restore();
   std::string checkpoint_folder() const;

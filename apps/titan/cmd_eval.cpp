@@ -1,0 +1,52 @@
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "titan/core/threads.h"
+#include "titan/data/loader.h"
+#include "titan/data/tokenizer.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/nn/qwen3.h"
+#include "titan/train/evaluate.h"
+
+namespace titan::cli {
+
+Action add_eval_command(CLI::App& app) {
+  CLI::App* command =
+      app.add_subcommand("eval", "loss and perplexity of a Hugging Face model folder on a dataset");
+  static std::string model_dir, text_field = "text";
+  static std::vector<std::string> data;
+  static int64_t seq_len = 2048, batch_size = 1, max_batches = -1;
+  static int threads;
+  add_threads_option(*command, threads);
+  command->add_option("--model", model_dir, "model folder (config.json, weights, tokenizer)")
+      ->required();
+  command->add_option("--data", data, "dataset files, folders or globs")->required();
+  command->add_option("--text-field", text_field, "JSON field holding the text");
+  command->add_option("--seq-len", seq_len, "tokens per row")->check(CLI::PositiveNumber);
+  command->add_option("--batch-size", batch_size, "rows per batch")->check(CLI::PositiveNumber);
+  command->add_option("--max-batches", max_batches, "stop after this many batches (-1: all)");
+  return [] {
+    set_thread_count(threads);
+    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    std::unique_ptr<Qwen3Model> model = load_hf_model(model_dir);
+    LoaderOptions options;
+    options.data.paths = data;
+    options.data.text_field = text_field;
+    options.batch_size = batch_size;
+    options.seq_len = seq_len;
+    options.shuffle = false;
+    options.epochs = 1;
+    DataLoader loader(options, tokenizer);
+    const EvalResult r = evaluate(*model, loader, max_batches);
+    std::printf("loss %.6f  perplexity %.4f  (%lld tokens scored in %lld batches of %lld x %lld)\n",
+                r.loss, std::exp(r.loss), static_cast<long long>(r.tokens),
+                static_cast<long long>(r.batches), static_cast<long long>(batch_size),
+                static_cast<long long>(seq_len));
+    return 0;
+  };
+}
+
+}  // namespace titan::cli

@@ -1,0 +1,24 @@
+#include "titan/train/evaluate.h"
+
+#include "titan/core/error.h"
+
+namespace titan {
+
+EvalResult evaluate(Qwen3Model& model, DataLoader& loader, int64_t max_batches) {
+  EvalResult result;
+  double loss_sum = 0.0;
+  while (max_batches < 0 || result.batches < max_batches) {
+    std::optional<Batch> b = loader.next_batch();
+    if (!b) break;
+    const CrossEntropyResult r =
+        model.forward(b->input_ids.data(), b->labels.data(), b->batch_size, b->seq_len, {});
+    loss_sum += r.loss_sum;
+    result.tokens += r.n_scored;
+    ++result.batches;
+  }
+  TITAN_CHECK(result.tokens > 0, "evaluation: the data gave no full batch with scored tokens");
+  result.loss = loss_sum / static_cast<double>(result.tokens);
+  return result;
+}
+
+}  // namespace titan
