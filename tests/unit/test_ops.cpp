@@ -156,6 +156,12 @@ TEST(Rope, MatchesReferenceAndBackwardIsTheTranspose) {
   EXPECT_NEAR(dot(rx, y), dot(x, ry), 1e-5 * std::sqrt(dot(x, x) * dot(y, y)));
   std::vector<int32_t> bad = {64};
   EXPECT_THROW(rope_forward(rx.data(), bad.data(), cache, 1, heads), Error);
+  const auto loss = [&] {
+    std::vector<float> rotated = x;
+    rope_forward(rotated.data(), pos.data(), cache, n, heads);
+    return dot(y, rotated);
+  };
+  expect_finite_difference("rope dx", x, loss, ry);
 }
 
 TEST(Rope, YarnScalesTheRotation) {
