@@ -72,9 +72,8 @@ void AtomicDir::check_destination() const {
   const bool replaceable =
       folder && !replace_if_.empty() && fs::is_regular_file(fs::path(path_) / replace_if_);
   TITAN_CHECK(replaceable, path_, ": already exists and is not an empty folder",
-              replace_if_.empty()
-                  ? "; choose a new destination or ask to overwrite it"
-                  : " holding " + replace_if_ + ", so it is not replaced");
+              replace_if_.empty() ? "; choose a new destination or ask to overwrite it"
+                                  : " holding " + replace_if_ + ", so it is not replaced");
 }
 
 void AtomicDir::commit() {

@@ -20,9 +20,8 @@ class AtomicDir {
 
   // Where the files go until commit().
   const std::string& staging() const { return staging_; }
-  const std::string& path() const { return path_; }
-  // Renames the staging folder onto path(); a replaceable old folder is first moved aside and
-  // removed afterwards. The parent folder is synced so the rename is durable. Every file inside
+  // Renames the staging folder onto the destination; a replaceable old folder is first moved aside
+  // and removed afterwards. The parent folder is synced so the rename is durable. Every file inside
   // must already be synced (AtomicFile, write_file_atomic).
   void commit();
 

@@ -104,21 +104,19 @@ void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
       match_hf_checkpoint(args, checkpoint, config_source);
 
   // Every destination is resolved and size-checked before the first write.
-  std::unordered_map<std::string, const ParamView*> views;
-  std::unordered_map<std::string, float*> bases;
+  std::unordered_map<std::string, std::pair<float*, int64_t>> params;  // name -> (data, numel)
   for (const ParamGroup& g : groups) {
     for (const ParamView& v : g.views()) {
-      views.emplace(v.spec.name, &v);
-      bases.emplace(v.spec.name, g.params() + v.offset);
+      params.emplace(v.spec.name, std::pair(g.params() + v.offset, v.numel));
     }
   }
   std::vector<float*> destinations;
   destinations.reserve(tensors.size());
   for (const HfCheckpointTensor& t : tensors) {
-    const auto it = views.find(t.key.param);
-    TITAN_CHECK(it != views.end() && t.key.offset + shape_numel(t.key.shape) <= it->second->numel,
+    const auto it = params.find(t.key.param);
+    TITAN_CHECK(it != params.end() && t.key.offset + shape_numel(t.key.shape) <= it->second.second,
                 "the model has no parameter ", t.key.param, " laid out for ", t.key.key);
-    destinations.push_back(bases.at(t.key.param) + t.key.offset);
+    destinations.push_back(it->second.first + t.key.offset);
   }
 
   for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();

@@ -43,16 +43,19 @@ AttentionShape SelfAttention::shape(int64_t batch, int64_t seq) const {
   return {batch, seq, seq, n_heads, n_kv_heads, head_dim};
 }
 
+void SelfAttention::check_constraints(int64_t batch, int64_t seq) const {
+  if (!attention->check) return;
+  const std::string broken = attention->check(shape(batch, seq));
+  TITAN_CHECK(broken.empty(), name, ": attention kernel '", attention_kernel, "' requires ",
+              broken);
+}
+
 void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
                             const int32_t* positions, const RopeCache& rope_cache, int64_t batch,
                             int64_t seq) const {
   const int64_t n = batch * seq;
   const AttentionShape s = shape(batch, seq);
-  if (attention->check) {
-    const std::string broken = attention->check(s);
-    TITAN_CHECK(broken.empty(), name, ": attention kernel '", attention_kernel, "' requires ",
-                broken);
-  }
+  check_constraints(batch, seq);
   q_proj.forward(act.q_pre, x, n);
   k_proj.forward(act.k_pre, x, n);
   v_proj.forward(act.v, x, n);

@@ -102,6 +102,8 @@ struct SelfAttention {
                 const AttentionActivations& act, const float* x, const int32_t* positions,
                 const RopeCache& rope_cache, int64_t batch, int64_t seq) const;
   AttentionShape shape(int64_t batch, int64_t seq) const;
+  // The attention kernel's constraint for this shape (titan::Error when broken).
+  void check_constraints(int64_t batch, int64_t seq) const;
 };
 
 struct MlpActivations {

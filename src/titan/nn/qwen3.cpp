@@ -4,30 +4,13 @@
 
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
+#include "titan/models/state_dict_adapter.h"
 
 namespace titan {
 namespace {
 
 std::string layer_name(int64_t i) {
   return "model.layers." + std::to_string(i);
-}
-
-std::vector<ParamSpec> layer_param_specs(const ModelArgs& a, const std::string& p) {
-  const int64_t h = a.hidden_size, hd = a.head_dim, I = a.intermediate_size;
-  const int64_t q_out = a.num_attention_heads * hd, kv_out = a.num_key_value_heads * hd;
-  return {
-      {p + ".input_layernorm.weight", {h}, ParamInit::ones},
-      {p + ".self_attn.q_proj.weight", {q_out, h}},
-      {p + ".self_attn.k_proj.weight", {kv_out, h}},
-      {p + ".self_attn.v_proj.weight", {kv_out, h}},
-      {p + ".self_attn.o_proj.weight", {h, q_out}},
-      {p + ".self_attn.q_norm.weight", {hd}, ParamInit::ones},
-      {p + ".self_attn.k_norm.weight", {hd}, ParamInit::ones},
-      {p + ".post_attention_layernorm.weight", {h}, ParamInit::ones},
-      {p + ".mlp.gate_proj.weight", {I, h}},
-      {p + ".mlp.up_proj.weight", {I, h}},
-      {p + ".mlp.down_proj.weight", {h, I}},
-  };
 }
 
 std::vector<KernelSlot> default_slots(const ModelArgs& a) {
@@ -102,13 +85,7 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& o
   const KernelBinder binder(slots_);
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
 
-  std::vector<ParamSpec> top = {{"model.embed_tokens.weight", {args_.vocab_size, h}},
-                                {"model.norm.weight", {h}, ParamInit::ones}};
-  if (!args_.tie_word_embeddings) top.push_back({"lm_head.weight", {args_.vocab_size, h}});
-  groups_.emplace_back("model.embed_tokens+norm+lm_head", top);
-  for (int64_t i = 0; i < args_.num_hidden_layers; ++i) {
-    groups_.emplace_back(layer_name(i), layer_param_specs(args_, layer_name(i)));
-  }
+  for (const ParamGroupSpec& g : model_param_specs(args_)) groups_.emplace_back(g.name, g.params);
 
   const ParamGroup& g0 = groups_[0];
   embed_tokens_.name = "model.embed_tokens";
@@ -166,7 +143,7 @@ int64_t Qwen3Model::parameter_count() const {
 }
 
 void Qwen3Model::initialize(uint64_t seed) {
-  for (ParamGroup& g : groups_) g.initialize(seed, static_cast<float>(args_.initializer_range));
+  initialize_param_groups(groups_, args_, seed);
 }
 
 void Qwen3Model::allocate_gradients() {
@@ -199,6 +176,10 @@ void Qwen3Model::zero_gradients() {
     TITAN_CHECK(g.grads() != nullptr, "zero_gradients before allocate_gradients");
     std::memset(g.grads(), 0, static_cast<size_t>(g.numel()) * sizeof(float));
   }
+}
+
+void Qwen3Model::check_kernel_constraints(int64_t batch, int64_t seq) const {
+  for (const DecoderLayer& layer : layers_) layer.self_attn.check_constraints(batch, seq);
 }
 
 void Qwen3Model::set_activation_checkpointing(bool full) {

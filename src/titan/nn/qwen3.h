@@ -60,6 +60,11 @@ class Qwen3Model {
   // parameter gradient.
   void backward();
 
+  // Every bound kernel's constraint for inputs of (batch, seq); a broken one is a titan::Error
+  // naming the module, the kernel and the constraint. forward() checks too; the trainer calls
+  // this at start-up so a bad override fails before anything is allocated.
+  void check_kernel_constraints(int64_t batch, int64_t seq) const;
+
   // Activation checkpointing "full": keep only each layer's input and recompute the layer's
   // forward inside the backward (one layer's activations live at a time).
   void set_activation_checkpointing(bool full);

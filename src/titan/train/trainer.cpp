@@ -116,6 +116,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   for (const std::string& line : model_->override_report().warnings) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
   }
+  model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
   model_->set_activation_checkpointing(config_.activation_checkpoint.mode == "full");
   model_->initialize(static_cast<uint64_t>(t.seed));
   model_->allocate_gradients();

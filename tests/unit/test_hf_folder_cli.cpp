@@ -1,0 +1,146 @@
+// `titan info PATH` and `titan convert SRC DST`: what they print, what they write, and one-line
+// errors with a non-zero exit for bad folders and flags.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "test_tokenizer_python.h"
+#include "titan/io/safetensors.h"
+#include "titan/models/hf_config.h"
+#include "titan/models/hf_export.h"
+#include "titan/models/state_dict_adapter.h"
+#include "unit/test_safetensors_util.h"
+
+namespace titan {
+namespace {
+
+using test::TempDir;
+
+struct CommandResult {
+  int status;
+  std::string out, err;
+};
+
+CommandResult titan_cli(const std::string& args, const TempDir& dir) {
+  const std::string titan = test::env_or_empty("TITAN_BINARY_DIR") + "/titan";
+  const std::string out = dir / "stdout", err = dir / "stderr";
+  const std::string cmd = "'" + titan + "' " + args + " > '" + out + "' 2> '" + err + "'";
+  const int status = std::system(cmd.c_str());
+  const auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  return {status, slurp(out), slurp(err)};
+}
+
+// A titan-written folder: 2 layers, one sparse with 4 experts, in bf16.
+ModelArgs tiny_moe() {
+  ModelArgs a;
+  a.architecture = "Qwen3MoeForCausalLM";
+  a.vocab_size = 97;
+  a.hidden_size = 32;
+  a.intermediate_size = 48;
+  a.num_hidden_layers = 2;
+  a.num_attention_heads = 4;
+  a.num_key_value_heads = 2;
+  a.head_dim = 16;
+  a.tie_word_embeddings = false;
+  a.bos_token_id = 1;
+  a.eos_token_ids = {2};
+  a.num_experts = 4;
+  a.num_experts_per_tok = 2;
+  a.moe_intermediate_size = 16;
+  a.mlp_only_layers = {1};
+  return a;
+}
+
+void write_moe_folder(const std::string& dir) {
+  const ModelArgs args = tiny_moe();
+  std::vector<ParamGroup> groups = make_param_groups(args);
+  initialize_param_groups(groups, args, 2);
+  export_hf_folder(dir, args, groups, {});
+}
+
+void expect_one_line_error(const CommandResult& r, const std::string& part) {
+  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
+}
+
+TEST(InfoCommand, DescribesAModelFolder) {
+  TempDir dir;
+  write_moe_folder(dir / "moe");
+  const CommandResult r = titan_cli("info '" + dir / "moe" + "'", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const char* line :
+       {"architecture  Qwen3MoeForCausalLM", "layers        2",
+        "heads         4 query, 2 key/value, head_dim 16", "hidden        32",
+        "experts       4, 2 per token, width 16, in 1 of 2 layers",
+        "intermediate  48 (dense layers)", "vocab         97",
+        // count_parameters: embed+lm_head 6208, norm 32; attention 2x(6144+32), norms 2x64;
+        // experts 4x1536 + router 128; dense MLP 4608; active: 2 of 4 experts.
+        "parameters    29,600 total, 23,392 without embeddings, 26,528 active per token",
+        "embeddings    untied (lm_head.weight)", "dtype         BF16 x 35", "shards        1",
+        "model.safetensors", "other files   generation_config.json"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+}
+
+TEST(InfoCommand, BadFolderIsOneLine) {
+  TempDir dir;
+  expect_one_line_error(titan_cli("info '" + dir / "nowhere" + "'", dir),
+                        "nowhere: no such model folder");
+  write_moe_folder(dir / "moe");
+  ModelArgs wider = tiny_moe();
+  wider.moe_intermediate_size = 24;
+  write_hf_config(dir / "moe/config.json", wider, DType::bf16);
+  expect_one_line_error(titan_cli("info '" + dir / "moe" + "'", dir),
+                        "experts.0.gate_proj.weight\" has shape [16, 32], but");
+}
+
+TEST(ConvertCommand, ReexportsWithDtypeAndShardSize) {
+  TempDir dir;
+  write_moe_folder(dir / "moe");
+  const CommandResult r = titan_cli(
+      "convert '" + dir / "moe" + "' '" + dir / "f32" + "' --dtype float32 --shard-size 20KB", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("Qwen3MoeForCausalLM, 35 tensors"), std::string::npos) << r.out;
+  const SafetensorsCheckpoint f32 = SafetensorsCheckpoint::open(dir / "f32");
+  EXPECT_GT(f32.files().size(), 1u);
+  EXPECT_EQ(f32.at("model.layers.0.mlp.experts.3.up_proj.weight").dtype, DType::f32);
+  EXPECT_EQ(read_hf_config(dir / "f32").num_experts, 4);
+
+  ASSERT_EQ(
+      titan_cli("convert '" + dir / "f32" + "' '" + dir / "bf16" + "' --dtype bf16", dir).status,
+      0);
+  const SafetensorsCheckpoint a = SafetensorsCheckpoint::open(dir / "moe");
+  const SafetensorsCheckpoint b = SafetensorsCheckpoint::open(dir / "bf16");
+  for (const std::string& key : a.names()) {
+    EXPECT_EQ(std::memcmp(a.at(key).data, b.at(key).data, a.at(key).nbytes), 0) << key;
+  }
+}
+
+TEST(ConvertCommand, BadFlagsAndDestinationsAreOneLine) {
+  TempDir dir;
+  write_moe_folder(dir / "moe");
+  const std::string src = "'" + dir / "moe" + "' ";
+  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "x" + "' --dtype int8", dir),
+                        "export dtype \"int8\"");
+  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "x" + "' --shard-size 5XB", dir),
+                        "--shard-size \"5XB\" is not a size");
+  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "moe" + "'", dir),
+                        "already exists");
+  expect_one_line_error(titan_cli("convert '" + dir / "none" + "' '" + dir / "x" + "'", dir),
+                        "none");
+  EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+  // --overwrite replaces a model folder (here the source itself, read before it is replaced).
+  const CommandResult r =
+      titan_cli("convert " + src + "'" + dir / "moe" + "' --dtype fp16 --overwrite", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(SafetensorsCheckpoint::open(dir / "moe").at("model.norm.weight").dtype, DType::f16);
+}
+
+}  // namespace
+}  // namespace titan
