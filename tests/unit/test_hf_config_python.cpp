@@ -4,14 +4,13 @@
 // writes, titan reads to the same fields.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "titan/models/flavors.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/param_count.h"
+#include "unit/python_runner.h"
 #include "unit/test_safetensors_util.h"
 
 namespace titan {
@@ -19,22 +18,6 @@ namespace {
 
 using json = nlohmann::json;
 using test::TempDir;
-
-int run_reference(const std::string& mode, const std::string& dir, std::string& out) {
-  const char* python = std::getenv("TITAN_PYTHON");
-  const char* source = std::getenv("TITAN_SOURCE_DIR");
-  if (python == nullptr || source == nullptr || !std::filesystem::exists(python)) {
-    out = "TITAN_PYTHON / TITAN_SOURCE_DIR unset or missing (run scripts/setup.sh --python)";
-    return -1;
-  }
-  const std::string cmd = std::string(python) + " " + source +
-                          "/tests/reference/hf_config_roundtrip.py " + mode + " '" + dir + "' 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  return ::pclose(pipe);
-}
 
 // ModelArgs in the script's field names.
 json fields(const ModelArgs& a) {
@@ -112,8 +95,9 @@ TEST(HfConfigPython, TransformersLoadsWhatTitanWrites) {
   g.do_sample = true;
   write_hf_generation_config(dir / "yarn/generation_config.json", g);
 
-  std::string out;
-  ASSERT_EQ(run_reference("load", dir.path().string(), out), 0) << out;
+  const test::PythonRun run =
+      test::run_python_script("hf_config_roundtrip.py", {"load", dir.path().string()});
+  ASSERT_EQ(run.status, 0) << run.output;
   for (const auto& [name, args] : models) {
     const json seen = read_json(dir / name + "/seen.json");
     expect_same_fields(fields(args), seen, name);
@@ -131,8 +115,9 @@ TEST(HfConfigPython, TransformersLoadsWhatTitanWrites) {
 
 TEST(HfConfigPython, TitanReadsWhatTransformersSaves) {
   TempDir dir;
-  std::string out;
-  ASSERT_EQ(run_reference("save", dir.path().string(), out), 0) << out;
+  const test::PythonRun run =
+      test::run_python_script("hf_config_roundtrip.py", {"save", dir.path().string()});
+  ASSERT_EQ(run.status, 0) << run.output;
   for (const char* name : {"py_dense", "py_yarn", "py_moe"}) {
     const ModelArgs args = read_hf_config(dir / name);
     json expected = read_json(dir / name + "/expected.json");

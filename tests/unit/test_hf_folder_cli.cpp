@@ -12,6 +12,7 @@
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
 #include "unit/test_safetensors_util.h"
+#include "unit/tiny_models.h"
 
 namespace titan {
 namespace {
@@ -35,24 +36,11 @@ CommandResult titan_cli(const std::string& args, const TempDir& dir) {
   return {status, slurp(out), slurp(err)};
 }
 
-// A titan-written folder: 2 layers, one sparse with 4 experts, in bf16.
+// A titan-written folder (written in bf16): the shared tiny MoE, 2 layers, one sparse with 4
+// experts, at the default max_position_embeddings these folders have always had.
 ModelArgs tiny_moe() {
-  ModelArgs a;
-  a.architecture = "Qwen3MoeForCausalLM";
-  a.vocab_size = 97;
-  a.hidden_size = 32;
-  a.intermediate_size = 48;
-  a.num_hidden_layers = 2;
-  a.num_attention_heads = 4;
-  a.num_key_value_heads = 2;
-  a.head_dim = 16;
-  a.tie_word_embeddings = false;
-  a.bos_token_id = 1;
-  a.eos_token_ids = {2};
-  a.num_experts = 4;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 16;
-  a.mlp_only_layers = {1};
+  ModelArgs a = test::tiny_moe();
+  a.max_position_embeddings = ModelArgs{}.max_position_embeddings;
   return a;
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,7 +19,9 @@
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/qwen3.h"
+#include "unit/python_runner.h"
 #include "unit/test_safetensors_util.h"
+#include "unit/tiny_models.h"
 
 namespace titan {
 namespace {
@@ -27,38 +30,11 @@ using nlohmann::json;
 using test::TempDir;
 using testing::expect_close;
 
-// Runs the script in `mode` on `dir`; the exit status, and its output in `out`.
-int run_script(const std::string& mode, const std::string& dir, std::string& out) {
-  const std::string python = test::env_or_empty("TITAN_PYTHON");
-  const std::string source = test::env_or_empty("TITAN_SOURCE_DIR");
-  if (python.empty() || source.empty() || !std::filesystem::exists(python)) {
-    out = "TITAN_PYTHON / TITAN_SOURCE_DIR unset or missing (run scripts/setup.sh --python)";
-    return -1;
-  }
-  const std::string cmd = "'" + python + "' '" + source +
-                          "/tests/reference/hf_folder_roundtrip.py' " + mode + " '" + dir +
-                          "' 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  return ::pclose(pipe);
-}
-
+// The shared tiny dense model at rope_theta 10000, as these folders have always been written
+// (the MoE below likewise).
 ModelArgs tiny(bool tied) {
-  ModelArgs a;
-  a.vocab_size = 97;
-  a.hidden_size = 32;
-  a.intermediate_size = 48;
-  a.num_hidden_layers = 2;
-  a.num_attention_heads = 4;
-  a.num_key_value_heads = 2;
-  a.head_dim = 16;
-  a.max_position_embeddings = 128;
+  ModelArgs a = test::tiny_dense(tied);
   a.rope_theta = 10000.0;
-  a.tie_word_embeddings = tied;
-  a.bos_token_id = 1;
-  a.eos_token_ids = {2};
   return a;
 }
 
@@ -121,12 +97,8 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
 
   // Qwen3-MoE exists only as parameters so far: random HF-style init, written per expert, one
   // layer sparse and one dense (mlp_only_layers), sharded.
-  ModelArgs moe = tiny(false);
-  moe.architecture = "Qwen3MoeForCausalLM";
-  moe.num_experts = 4;
-  moe.num_experts_per_tok = 2;
-  moe.moe_intermediate_size = 16;
-  moe.mlp_only_layers = {1};
+  ModelArgs moe = test::tiny_moe();
+  moe.rope_theta = 10000.0;
   std::vector<ParamGroup> moe_params = make_param_groups(moe);
   initialize_param_groups(moe_params, moe, 5);
   perturb_norms(moe_params);
@@ -140,9 +112,10 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
                                 {"compare", "state_dict"}});
   std::ofstream(dir / "request.json") << request.dump();
 
-  std::string out;
-  ASSERT_EQ(run_script("load", dir.path().string(), out), 0) << out;
-  std::printf("%s", out.c_str());
+  const test::PythonRun run =
+      test::run_python_script("hf_folder_roundtrip.py", {"load", dir.path().string()});
+  ASSERT_EQ(run.status, 0) << run.output;
+  std::printf("%s", run.output.c_str());
   for (const Dense& d : dense) {
     const std::vector<float> want = read_logits(dir / ("out/" + d.name + ".safetensors"));
     ASSERT_EQ(want.size(), logits[d.name].size());
@@ -162,8 +135,9 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
 
 TEST(HfFolderPython, TitanLoadsWhatTransformersSaves) {
   TempDir dir;
-  std::string out;
-  ASSERT_EQ(run_script("save", dir.path().string(), out), 0) << out;
+  const test::PythonRun run =
+      test::run_python_script("hf_folder_roundtrip.py", {"save", dir.path().string()});
+  ASSERT_EQ(run.status, 0) << run.output;
   for (const char* name : {"hf_tied_f32", "hf_untied_f32", "hf_tied_bf16", "hf_untied_bf16"}) {
     const std::string ref = dir / ("out/" + std::string(name) + ".safetensors");
     const SafetensorsCheckpoint reference = SafetensorsCheckpoint::open(ref);

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "titan/io/atomic_file.h"
@@ -17,19 +16,11 @@ namespace titan {
 namespace {
 
 using test::expect_error;
+using test::f32_tensor;
 using test::raw_safetensors;
 using test::read_bytes;
 using test::TempDir;
 using test::write_bytes;
-
-// values[i] = (i * 37 % 101 - 50) / 8 + offset: varied, exactly representable in fp32.
-Tensor f32_tensor(const Shape& shape, float offset = 0.0f) {
-  Tensor t = Tensor::empty(shape, DType::f32, MemCategory::other);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    t.data<float>()[i] = static_cast<float>(i * 37 % 101 - 50) / 8.0f + offset;
-  }
-  return t;
-}
 
 SafetensorsWriteOptions no_metadata() {
   SafetensorsWriteOptions o;
@@ -123,19 +114,8 @@ TEST(SafetensorsReader, RoundTripsEveryDtypeZeroCopy) {
 
 TEST(SafetensorsReader, ConvertsFloatsToF32WithTorchRounding) {
   TempDir dir;
-  // Ties, overflow to inf in f16, signed zero, a subnormal, NaN.
-  const std::vector<float> special = {0.0f,
-                                      -0.0f,
-                                      1.0f + 1.0f / 256,
-                                      1.0f + 3.0f / 256,
-                                      65520.0f,
-                                      1e-7f,
-                                      -2.5f,
-                                      std::numeric_limits<float>::infinity(),
-                                      std::nanf("")};
-  Tensor src =
-      Tensor::empty({static_cast<int64_t>(special.size())}, DType::f32, MemCategory::other);
-  std::memcpy(src.raw(), special.data(), src.nbytes());
+  const std::vector<float>& special = test::kSpecialFloats;
+  const Tensor src = test::special_f32_tensor();
   for (DType stored : {DType::f32, DType::bf16, DType::f16}) {
     SafetensorsWriteOptions o;
     o.float_dtype = stored;

@@ -4,56 +4,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <limits>
 
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
+#include "unit/python_runner.h"
 #include "unit/test_safetensors_util.h"
 
 namespace titan {
 namespace {
 
+using test::f32_tensor;  // the same values as values() in the script
 using test::TempDir;
-
-// Same formula as values() in the script.
-Tensor formula(const Shape& shape, float offset = 0.0f) {
-  Tensor t = Tensor::empty(shape, DType::f32, MemCategory::other);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    t.data<float>()[i] = static_cast<float>(i * 37 % 101 - 50) / 8.0f + offset;
-  }
-  return t;
-}
-
-const std::vector<float> kSpecial = {0.0f,
-                                     -0.0f,
-                                     1.0f + 1.0f / 256,
-                                     1.0f + 3.0f / 256,
-                                     65520.0f,
-                                     1e-7f,
-                                     -2.5f,
-                                     std::numeric_limits<float>::infinity(),
-                                     std::nanf("")};
-
-// Runs the reference script; returns its exit status, output in `out`.
-int run_reference(const std::string& mode, const std::string& dir, std::string& out) {
-  const char* python = std::getenv("TITAN_PYTHON");
-  const char* source = std::getenv("TITAN_SOURCE_DIR");
-  if (python == nullptr || source == nullptr || !std::filesystem::exists(python)) {
-    out = "TITAN_PYTHON / TITAN_SOURCE_DIR unset or missing (run scripts/setup.sh --python)";
-    return -1;
-  }
-  const std::string cmd = std::string(python) + " " + source +
-                          "/tests/reference/safetensors_roundtrip.py " + mode + " '" + dir +
-                          "' 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return -1;
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  return ::pclose(pipe);
-}
 
 TEST(SafetensorsPython, FilesWrittenByTitanLoadInSafetensors) {
   TempDir dir;
@@ -62,14 +24,12 @@ TEST(SafetensorsPython, FilesWrittenByTitanLoadInSafetensors) {
   Tensor i64 = Tensor::empty({2}, DType::i64, MemCategory::other);
   i64.data<int64_t>()[0] = 10;
   i64.data<int64_t>()[1] = -(int64_t{1} << 40);
-  Tensor special =
-      Tensor::empty({static_cast<int64_t>(kSpecial.size())}, DType::f32, MemCategory::other);
-  std::memcpy(special.raw(), kSpecial.data(), special.nbytes());
+  const Tensor special = test::special_f32_tensor();
 
   write_safetensors_file(dir / "f32.safetensors",
-                         {{"w", formula({5, 7})},
-                          {"scalar", formula({}, 1.0f)},
-                          {"empty", formula({0, 4})},
+                         {{"w", f32_tensor({5, 7})},
+                          {"scalar", f32_tensor({}, 1.0f)},
+                          {"empty", f32_tensor({0, 4})},
                           {"i32", i32},
                           {"i64", i64}},
                          {});
@@ -77,28 +37,30 @@ TEST(SafetensorsPython, FilesWrittenByTitanLoadInSafetensors) {
        {std::pair{"bf16.safetensors", DType::bf16}, std::pair{"f16.safetensors", DType::f16}}) {
     SafetensorsWriteOptions o;
     o.float_dtype = dtype;
-    std::vector<SafetensorsTensor> t = {{"w", formula({5, 7})}, {"special", special}};
+    std::vector<SafetensorsTensor> t = {{"w", f32_tensor({5, 7})}, {"special", special}};
     if (dtype == DType::bf16) t.push_back({"i64", i64});
     write_safetensors_file(dir / file, t, o);
   }
   std::vector<SafetensorsTensor> layers;
   for (int i = 0; i < 4; ++i) {
     layers.push_back({"model.layers." + std::to_string(i) + ".mlp.up_proj.weight",
-                      formula({32, 16}, static_cast<float>(i))});
+                      f32_tensor({32, 16}, static_cast<float>(i))});
   }
   SafetensorsWriteOptions sharded;
   sharded.float_dtype = DType::bf16;
   sharded.max_shard_bytes = 2500;
   write_safetensors_checkpoint(dir / "sharded", layers, sharded);
 
-  std::string out;
-  ASSERT_EQ(run_reference("check", dir.path().string(), out), 0) << out;
+  const test::PythonRun run =
+      test::run_python_script("safetensors_roundtrip.py", {"check", dir.path().string()});
+  ASSERT_EQ(run.status, 0) << run.output;
 }
 
 TEST(SafetensorsPython, FilesWrittenBySafetensorsLoadInTitan) {
   TempDir dir;
-  std::string out;
-  ASSERT_EQ(run_reference("write", dir.path().string(), out), 0) << out;
+  const test::PythonRun run =
+      test::run_python_script("safetensors_roundtrip.py", {"write", dir.path().string()});
+  ASSERT_EQ(run.status, 0) << run.output;
 
   const SafetensorsFile f = SafetensorsFile::open(dir / "py_single.safetensors");
   EXPECT_EQ(f.metadata().at("who"), "python");
@@ -121,12 +83,10 @@ TEST(SafetensorsPython, FilesWrittenBySafetensorsLoadInTitan) {
       }
     }
   };
-  expect_f32("w_bf16", formula({5, 7}), DType::bf16);
-  expect_f32("w_f16", formula({3, 4}), DType::f16);
-  expect_f32("w_f32", formula({2, 3, 4}, 0.5f), DType::f32);
-  Tensor special =
-      Tensor::empty({static_cast<int64_t>(kSpecial.size())}, DType::f32, MemCategory::other);
-  std::memcpy(special.raw(), kSpecial.data(), special.nbytes());
+  expect_f32("w_bf16", f32_tensor({5, 7}), DType::bf16);
+  expect_f32("w_f16", f32_tensor({3, 4}), DType::f16);
+  expect_f32("w_f32", f32_tensor({2, 3, 4}, 0.5f), DType::f32);
+  const Tensor special = test::special_f32_tensor();
   expect_f32("special_bf16", special, DType::bf16);
   Tensor scalar = Tensor::empty({}, DType::f32, MemCategory::other);
   scalar.data<float>()[0] = 2.5f;
@@ -143,7 +103,7 @@ TEST(SafetensorsPython, FilesWrittenBySafetensorsLoadInTitan) {
   EXPECT_EQ(ckpt.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     const std::string name = "model.layers." + std::to_string(i) + ".mlp.up_proj.weight";
-    const Tensor want = formula({32, 16}, static_cast<float>(i));
+    const Tensor want = f32_tensor({32, 16}, static_cast<float>(i));
     std::vector<float> got(512);
     read_f32(ckpt.at(name), got.data(), got.size());
     for (size_t k = 0; k < got.size(); ++k) {

@@ -1,18 +1,23 @@
-// Helpers shared by the safetensors tests: scratch folders, raw files, error-message checks.
+// Helpers shared by the safetensors tests: scratch folders, raw files, error-message checks, and
+// the fp32 test values.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <initializer_list>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "titan/core/error.h"
+#include "titan/core/tensor.h"
 
 namespace titan::test {
 
@@ -75,6 +80,36 @@ inline void expect_error(const std::function<void()>& fn,
       EXPECT_NE(what.find(part), std::string::npos) << "'" << part << "' missing in: " << what;
     }
   }
+}
+
+// values[i] = (i * 37 % 101 - 50) / 8 + offset: varied, exactly representable in fp32; the same
+// values as values() in tests/reference/safetensors_roundtrip.py.
+inline Tensor f32_tensor(const Shape& shape, float offset = 0.0f) {
+  Tensor t = Tensor::empty(shape, DType::f32, MemCategory::other);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    t.data<float>()[i] = static_cast<float>(i * 37 % 101 - 50) / 8.0f + offset;
+  }
+  return t;
+}
+
+// Ties, overflow to inf in f16, signed zero, a subnormal, NaN: what every float conversion must
+// round as torch does. SPECIAL in tests/reference/safetensors_roundtrip.py is the same list.
+inline const std::vector<float> kSpecialFloats = {0.0f,
+                                                  -0.0f,
+                                                  1.0f + 1.0f / 256,
+                                                  1.0f + 3.0f / 256,
+                                                  65520.0f,
+                                                  1e-7f,
+                                                  -2.5f,
+                                                  std::numeric_limits<float>::infinity(),
+                                                  std::nanf("")};
+
+// kSpecialFloats as a 1-D fp32 tensor.
+inline Tensor special_f32_tensor() {
+  Tensor t =
+      Tensor::empty({static_cast<int64_t>(kSpecialFloats.size())}, DType::f32, MemCategory::other);
+  std::memcpy(t.raw(), kSpecialFloats.data(), t.nbytes());
+  return t;
 }
 
 }  // namespace titan::test

@@ -17,39 +17,15 @@
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/qwen3.h"
 #include "unit/test_safetensors_util.h"
+#include "unit/tiny_models.h"
 
 namespace titan {
 namespace {
 
 using test::expect_error;
 using test::TempDir;
-
-ModelArgs tiny_dense(bool tied) {
-  ModelArgs a;
-  a.vocab_size = 97;
-  a.hidden_size = 32;
-  a.intermediate_size = 48;
-  a.num_hidden_layers = 2;
-  a.num_attention_heads = 4;
-  a.num_key_value_heads = 2;
-  a.head_dim = 16;
-  a.max_position_embeddings = 128;
-  a.tie_word_embeddings = tied;
-  a.bos_token_id = 1;
-  a.eos_token_ids = {2};
-  return a;
-}
-
-// Layer 0 sparse (4 experts), layer 1 dense through mlp_only_layers.
-ModelArgs tiny_moe() {
-  ModelArgs a = tiny_dense(false);
-  a.architecture = "Qwen3MoeForCausalLM";
-  a.num_experts = 4;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 16;
-  a.mlp_only_layers = {1};
-  return a;
-}
+using test::tiny_dense;
+using test::tiny_moe;
 
 // Export options for the tests (a brace list would have to spell out every member).
 HfExportOptions opts(DType dtype, uint64_t max_shard_bytes = 5'000'000'000,

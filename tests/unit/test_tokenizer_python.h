@@ -5,20 +5,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <vector>
 
-namespace titan::test {
+#include "python_runner.h"
 
-inline std::string env_or_empty(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? v : "";
-}
+namespace titan::test {
 
 // $TITAN_QWEN3_TOKENIZER, else ../shared/assets/qwen3-tokenizer next to the source tree.
 inline std::string qwen3_tokenizer_dir() {
@@ -39,24 +34,19 @@ inline std::filesystem::path scratch_dir(const std::string& name) {
 // A missing interpreter or a failing script fails the test (never skips it).
 inline nlohmann::json run_reference(const std::string& script, const std::vector<std::string>& args,
                                     const nlohmann::json& request) {
-  const std::string python = env_or_empty("TITAN_PYTHON");
-  const std::string source = env_or_empty("TITAN_SOURCE_DIR");
-  EXPECT_FALSE(python.empty()) << "TITAN_PYTHON is not set (run through ctest)";
-  EXPECT_FALSE(source.empty()) << "TITAN_SOURCE_DIR is not set (run through ctest)";
-  EXPECT_TRUE(std::filesystem::exists(python)) << python << " does not exist";
   const auto dir = scratch_dir("reference");
   const auto in = dir / (script + ".request.json");
   const auto out = dir / (script + ".response.json");
   std::ofstream(in) << request.dump();
-  std::string cmd = "'" + python + "' '" + source + "/tests/reference/" + script + "'";
-  for (const std::string& a : args) cmd += " '" + a + "'";
-  cmd += " '" + in.string() + "' '" + out.string() + "'";
-  const int rc = std::system(cmd.c_str());
-  EXPECT_EQ(rc, 0) << "reference failed: " << cmd;
+  std::vector<std::string> words = args;
+  words.push_back(in.string());
+  words.push_back(out.string());
+  const PythonRun run = run_python_script(script, words);
+  EXPECT_EQ(run.status, 0) << "reference " << script << " failed:\n" << run.output;
   std::ifstream response(out);
-  EXPECT_TRUE(response.good()) << "no response from " << cmd;
+  EXPECT_TRUE(response.good()) << "no response from " << script;
   nlohmann::json result;
-  if (rc == 0 && response.good()) response >> result;
+  if (run.status == 0 && response.good()) response >> result;
   std::filesystem::remove_all(dir);
   return result;
 }
