@@ -1,6 +1,7 @@
 #include "titan/data/loader_producer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 
