@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   add(titan::cli::add_tokenizer_command(app));
   add(titan::cli::add_train_command(app));
   add(titan::cli::add_eval_command(app));
+  add(titan::cli::add_generate_command(app));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

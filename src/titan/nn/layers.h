@@ -77,6 +77,14 @@ struct AttentionActivations {
   float* lse = nullptr;     // (B, H, S)
 };
 
+// Scratch of one cached (inference) attention call over n new tokens; no backward state kept.
+struct AttentionCachedScratch {
+  float* q = nullptr;     // (n, H, hd) after q_norm and RoPE
+  float* out = nullptr;   // (n, H, hd) attention output, o_proj's input
+  float* rstd = nullptr;  // (n * H) q_norm / k_norm row scales, discarded
+  float* lse = nullptr;   // (H, n)
+};
+
 struct AttentionGradScratch {
   float* dq = nullptr;    // (N, H*hd)
   float* dk = nullptr;    // (N, KV*hd)
@@ -101,6 +109,13 @@ struct SelfAttention {
   void backward(float* dx, AttentionGradScratch& scratch, const float* dy,
                 const AttentionActivations& act, const float* x, const int32_t* positions,
                 const RopeCache& rope_cache, int64_t batch, int64_t seq) const;
+  // Inference against a KV cache of one sequence: the n new tokens at absolute positions
+  // [past, past + n) attend over cache rows [0, past + n). Their k (after k_norm and RoPE) and v
+  // are written straight into rows [past, past + n) of k_cache and v_cache, each
+  // (max_len, KV, hd), so nothing is copied. y (n, h), x (n, h), positions (n).
+  void forward_cached(float* y, const AttentionCachedScratch& scratch, const float* x,
+                      const int32_t* positions, const RopeCache& rope_cache, float* k_cache,
+                      float* v_cache, int64_t past, int64_t n) const;
   AttentionShape shape(int64_t batch, int64_t seq) const;
   // The attention kernel's constraint for this shape (titan::Error when broken).
   void check_constraints(int64_t batch, int64_t seq) const;

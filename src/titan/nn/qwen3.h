@@ -73,6 +73,12 @@ class Qwen3Model {
   // Bytes of the activation arena for (batch, seq): what the backward must keep.
   int64_t activation_bytes(int64_t batch, int64_t seq) const;
 
+  // The module tree, read-only, for forwards that compose it differently (infer/session.h).
+  const Embedding& embed_tokens() const { return embed_tokens_; }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
+  const RMSNorm& final_norm() const { return norm_; }
+  const float* lm_head_weight() const { return lm_head_weight_; }  // (V, h)
+
  private:
   struct LayerActivations {
     float* norm1 = nullptr;       // (N, h)

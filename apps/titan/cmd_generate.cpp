@@ -1,0 +1,243 @@
+// titan generate: text from a Hugging Face model folder, streamed to stdout as it is produced.
+//   --prompt TEXT            one completion (--chat wraps it in the Qwen3 chat template)
+//   --prompts FILE           JSON Lines, {"prompt": ...} or {"messages": [...]} per line ->
+//                            one JSON result per line on stdout, same order
+//   (neither)                interactive chat on stdin: history kept, /reset, Ctrl-D quits
+// Sampling defaults come from the folder's generation_config.json, as in Transformers; flags
+// override them and --greedy overrides do_sample. Speed (prompt tokens/s, generated tokens/s,
+// time to first token) goes to stderr so stdout stays the generated text.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "titan/core/error.h"
+#include "titan/core/threads.h"
+#include "titan/data/chat_template.h"
+#include "titan/data/tokenizer.h"
+#include "titan/infer/device.h"
+#include "titan/infer/generate.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/nn/qwen3.h"
+
+namespace titan::cli {
+namespace {
+
+using nlohmann::json;
+
+struct GenerateFlags {
+  std::string model, prompt, prompts, system, device = "cpu";
+  bool prompt_given = false, chat = false, think = true, greedy = false;
+  std::optional<int64_t> max_new_tokens, top_k;
+  std::optional<double> temperature, top_p, min_p, repetition_penalty;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+  int threads = 1;
+};
+
+GenerateOptions resolve_options(const GenerateFlags& f, const std::string& dir,
+                                const ModelArgs& args) {
+  GenerateOptions o = generation_defaults(dir, args);
+  SamplingParams& s = o.sampling;
+  // An explicit sampling flag means the user wants to sample, unless --greedy says otherwise.
+  if (f.temperature || f.top_k || f.top_p || f.min_p) s.do_sample = true;
+  if (f.temperature) s.temperature = *f.temperature;
+  if (f.top_k) s.top_k = *f.top_k;
+  if (f.top_p) s.top_p = *f.top_p;
+  if (f.min_p) s.min_p = *f.min_p;
+  if (f.repetition_penalty) s.repetition_penalty = *f.repetition_penalty;
+  if (f.greedy) s.do_sample = false;
+  if (f.max_new_tokens) o.max_new_tokens = *f.max_new_tokens;
+  validate_sampling_params(s);
+  o.seed = f.seed;
+  o.stop = f.stop;
+  return o;
+}
+
+std::string render_chat(const std::vector<ChatMessage>& messages, const GenerateFlags& f) {
+  std::vector<ChatMessage> all;
+  if (!f.system.empty()) all.push_back({"system", f.system, ""});
+  all.insert(all.end(), messages.begin(), messages.end());
+  return apply_qwen3_chat_template(all, /*add_generation_prompt=*/true, f.think);
+}
+
+void print_stats(const GenerateResult& r) {
+  const int64_t n = static_cast<int64_t>(r.ids.size());
+  const double prompt_rate = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0;
+  // The first token's time is in the time to first token; the rate is over the ones after it.
+  const double gen_rate = n > 1 && r.decode_seconds > 0 ? (n - 1) / r.decode_seconds : 0.0;
+  std::fprintf(stderr,
+               "generate: prompt %lld tokens at %.1f tokens/s | generated %lld tokens at %.1f "
+               "tokens/s | time to first token %.1f ms | finish: %s\n",
+               static_cast<long long>(r.prompt_tokens), prompt_rate, static_cast<long long>(n),
+               gen_rate, r.time_to_first_token * 1e3, r.finish_reason.c_str());
+}
+
+void stream_out(std::string_view piece) {
+  std::fwrite(piece.data(), 1, piece.size(), stdout);
+  std::fflush(stdout);
+}
+
+struct BatchItem {
+  std::string text;  // the prompt as the model sees it
+};
+
+// One JSON Lines record; errors name FILE:LINE.
+BatchItem parse_batch_line(const std::string& line, const std::string& where,
+                           const GenerateFlags& f) {
+  json j;
+  try {
+    j = json::parse(line);
+  } catch (const json::parse_error& e) {
+    fail(where, ": not valid JSON (", e.what(), ")");
+  }
+  TITAN_CHECK(j.is_object(), where, ": expected an object with \"prompt\" or \"messages\"");
+  if (j.contains("messages")) {
+    TITAN_CHECK(j["messages"].is_array(), where, ": \"messages\" must be a list");
+    std::vector<ChatMessage> messages;
+    for (const json& m : j["messages"]) {
+      TITAN_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() &&
+                      m.contains("content") && m["content"].is_string(),
+                  where, ": each message needs string \"role\" and \"content\"");
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>(), ""});
+    }
+    try {
+      return {render_chat(messages, f)};
+    } catch (const Error& e) {
+      fail(where, ": ", e.what());
+    }
+  }
+  TITAN_CHECK(j.contains("prompt") && j["prompt"].is_string(), where,
+              ": expected a string \"prompt\" or a \"messages\" list");
+  const std::string prompt = j["prompt"].get<std::string>();
+  return {f.chat ? render_chat({{"user", prompt, ""}}, f) : prompt};
+}
+
+int run_batch(const GenerateFlags& f, const Qwen3Model& model, const Tokenizer& tok,
+              const GenerateOptions& options) {
+  std::ifstream in(f.prompts);
+  TITAN_CHECK(in.good(), f.prompts, ": cannot open the prompts file");
+  // Every line is checked before the first generation, so a bad line 900 costs nothing.
+  std::vector<std::vector<int32_t>> prompts;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = f.prompts + ":" + std::to_string(line_no);
+    prompts.push_back(tok.encode(parse_batch_line(line, where, f).text));
+    try {
+      check_generate_request(model.args(), static_cast<int64_t>(prompts.back().size()),
+                             options.max_new_tokens);
+    } catch (const Error& e) {
+      fail(where, ": ", e.what());
+    }
+  }
+  TITAN_CHECK(!prompts.empty(), f.prompts, ": no prompts");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const GenerateResult r = generate_text(model, tok, prompts[i], options);
+    const json out = {{"index", i},
+                      {"text", r.text},
+                      {"ids", r.ids},
+                      {"finish_reason", r.finish_reason},
+                      {"prompt_tokens", r.prompt_tokens},
+                      {"generated_tokens", r.ids.size()}};
+    std::printf("%s\n", out.dump(-1, ' ', false, json::error_handler_t::replace).c_str());
+    std::fflush(stdout);
+    print_stats(r);
+  }
+  return 0;
+}
+
+int run_interactive(const GenerateFlags& f, const Qwen3Model& model, const Tokenizer& tok,
+                    const GenerateOptions& options) {
+  const bool tty = ::isatty(STDIN_FILENO) != 0;
+  if (tty)
+    std::fprintf(stderr, "chat with %s (/reset clears the history, Ctrl-D quits)\n",
+                 f.model.c_str());
+  std::vector<ChatMessage> history;
+  std::string line;
+  while (true) {
+    if (tty) {
+      std::fputs("> ", stderr);
+      std::fflush(stderr);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/reset") {
+      history.clear();
+      std::fputs("(history cleared)\n", stderr);
+      continue;
+    }
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    history.push_back({"user", line, ""});
+    try {
+      const std::vector<int32_t> prompt = tok.encode(render_chat(history, f));
+      const GenerateResult r = generate_text(model, tok, prompt, options, stream_out);
+      stream_out("\n");
+      history.push_back({"assistant", r.text, ""});
+      print_stats(r);
+    } catch (const Error& e) {
+      // One bad turn (say, a history past the max positions) leaves the session usable.
+      history.pop_back();
+      std::fprintf(stderr, "titan generate: error: %s\n", e.what());
+    }
+  }
+  if (tty) std::fputs("\n", stderr);
+  return 0;
+}
+
+}  // namespace
+
+Action add_generate_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "generate", "generate text from a Hugging Face model folder (streamed; chat; batch)");
+  static GenerateFlags f;
+  add_threads_option(*command, f.threads);
+  command->add_option("--model", f.model, "model folder (config.json, weights, tokenizer)")
+      ->required();
+  auto* prompt = command->add_option("--prompt", f.prompt, "the prompt (--chat: the user turn)");
+  command->add_option("--prompts", f.prompts, "JSON Lines file of {\"prompt\"} / {\"messages\"}")
+      ->excludes(prompt);
+  command->add_flag("--chat", f.chat, "apply the Qwen3 chat template to --prompt / \"prompt\"");
+  command->add_option("--system", f.system, "system message for --chat and interactive chat");
+  command->add_flag("--think,!--no-think", f.think,
+                    "chat: let the model think first (default) or answer directly");
+  command->add_option("--max-new-tokens", f.max_new_tokens,
+                      "tokens to generate at most (default: generation_config.json, else 256)");
+  command->add_flag("--greedy", f.greedy, "greedy decoding, whatever generation_config.json says");
+  command->add_option("--temperature", f.temperature, "sampling temperature (0: greedy)");
+  command->add_option("--top-k", f.top_k, "keep the k most likely tokens (0: off)");
+  command->add_option("--top-p", f.top_p, "nucleus sampling mass (1: off)");
+  command->add_option("--min-p", f.min_p, "drop tokens below min_p * the top probability");
+  command->add_option("--repetition-penalty", f.repetition_penalty,
+                      "HF repetition penalty (1: off)");
+  command->add_option("--seed", f.seed, "sampling seed");
+  command->add_option("--stop", f.stop, "stop when this text appears (repeatable; not printed)");
+  command->add_option("--device", f.device, "cpu (the only backend so far)");
+  return [command] {
+    f.prompt_given = command->count("--prompt") > 0;
+    check_inference_device(f.device);
+    set_thread_count(f.threads);
+    TITAN_CHECK(std::filesystem::is_directory(f.model), f.model, ": not a model folder");
+    TITAN_CHECK(std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json"), f.model,
+                ": no tokenizer.json (generate needs the tokenizer files beside the ", "weights)");
+    const Tokenizer tok = Tokenizer::load(f.model);
+    std::unique_ptr<Qwen3Model> model = load_hf_model(f.model);
+    const GenerateOptions options = resolve_options(f, f.model, model->args());
+    if (!f.prompts.empty()) return run_batch(f, *model, tok, options);
+    if (!f.prompt_given) return run_interactive(f, *model, tok, options);
+    TITAN_CHECK(!f.prompt.empty(), "--prompt is empty");
+    const std::string text = f.chat ? render_chat({{"user", f.prompt, ""}}, f) : f.prompt;
+    const GenerateResult r = generate_text(*model, tok, tok.encode(text), options, stream_out);
+    stream_out("\n");
+    print_stats(r);
+    return 0;
+  };
+}
+
+}  // namespace titan::cli

@@ -1,0 +1,304 @@
+// Inference: the KV-cache forward against the training forward, the sampler's HF semantics,
+// seeded repeatability, text streaming, and the request checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "compare.h"
+#include "test_generate_util.h"
+#include "test_tokenizer_python.h"
+#include "titan/core/error.h"
+#include "titan/infer/device.h"
+#include "titan/infer/generate.h"
+#include "titan/infer/kv_cache.h"
+#include "titan/infer/sampling.h"
+#include "titan/infer/session.h"
+#include "titan/infer/text_stream.h"
+
+namespace titan {
+namespace {
+
+using test::full_forward_logits;
+using test::test_ids;
+using test::tiny_generate_args;
+using testing::expect_close;
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
+// equal the full forward's logits at that position.
+void check_cached_logits(bool tied, int64_t prompt, std::vector<int64_t> chunks, int64_t steps) {
+  Qwen3Model model(tiny_generate_args(tied));
+  model.initialize(7);
+  const int64_t V = model.args().vocab_size;
+  const std::vector<int32_t> ids = test_ids(prompt + steps, V, static_cast<uint32_t>(prompt));
+  const std::vector<float> want = full_forward_logits(model, ids);
+  int64_t max_chunk = 1;
+  for (int64_t c : chunks) max_chunk = std::max(max_chunk, c);
+  InferenceSession session(model, prompt + steps, max_chunk);
+  int64_t pos = 0;
+  for (int64_t c : chunks) {
+    const float* got = session.forward(ids.data() + pos, c);
+    pos += c;
+    expect_close("prefill to " + std::to_string(pos), got, want.data() + (pos - 1) * V, V, 2e-6);
+  }
+  ASSERT_EQ(pos, prompt);
+  for (; pos < prompt + steps; ++pos) {
+    const float* got = session.forward(ids.data() + pos, 1);
+    expect_close("decode at " + std::to_string(pos), got, want.data() + pos * V, V, 2e-6);
+  }
+  EXPECT_EQ(session.length(), prompt + steps);
+}
+
+TEST(InferenceSession, DecodeLogitsEqualFullForward) {
+  for (int64_t prompt : {1, 3, 7, 13}) check_cached_logits(true, prompt, {prompt}, 9);
+  check_cached_logits(false, 11, {11}, 6);
+}
+
+TEST(InferenceSession, ChunkedPrefillAndLongPromptsAcrossAttentionBlocks) {
+  check_cached_logits(false, 13, {5, 1, 7}, 4);
+  // Past the 128-key attention block: decode queries see several key blocks.
+  check_cached_logits(true, 131, {131}, 5);
+}
+
+TEST(InferenceSession, BadCalls) {
+  Qwen3Model model(tiny_generate_args(true, 97, 32));
+  model.initialize(1);
+  EXPECT_THROW(KvCache(model.args(), 33), Error);
+  EXPECT_THROW(KvCache(model.args(), 0), Error);
+  InferenceSession session(model, 4, 3);
+  const std::vector<int32_t> bad = {5, 97};
+  EXPECT_THROW(session.forward(bad.data(), 2), Error);
+  const std::vector<int32_t> ids = {1, 2, 3, 4};
+  EXPECT_THROW(session.forward(ids.data(), 4), Error);  // more than max_chunk
+  session.forward(ids.data(), 3);
+  session.forward(ids.data(), 1);
+  EXPECT_THROW(session.forward(ids.data(), 1), Error);  // the cache is full
+  session.reset();
+  EXPECT_EQ(session.length(), 0);
+}
+
+TEST(Sampling, ArgmaxTakesTheFirstOfTies) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f};
+  EXPECT_EQ(argmax(logits.data(), 4), 1);
+}
+
+TEST(Sampling, RepetitionPenaltyDividesPositiveAndMultipliesNegative) {
+  std::vector<float> logits = {2.0f, -2.0f, 1.0f, 0.0f};
+  apply_repetition_penalty(logits.data(), 4, {0, 1, 0, 3}, 2.0);  // id 0 twice: penalised once
+  EXPECT_EQ(logits, (std::vector<float>{1.0f, -4.0f, 1.0f, 0.0f}));
+}
+
+TEST(Sampling, TopKKeepsTiesWithTheKth) {
+  std::vector<float> logits = {1.0f, 3.0f, 3.0f, 2.0f, 0.0f};
+  apply_top_k(logits.data(), 5, 2);
+  EXPECT_EQ(logits, (std::vector<float>{-kInf, 3.0f, 3.0f, -kInf, -kInf}));
+  std::vector<float> all = {1.0f, 2.0f};
+  apply_top_k(all.data(), 2, 5);  // k past the vocabulary keeps everything
+  EXPECT_EQ(all, (std::vector<float>{1.0f, 2.0f}));
+}
+
+std::vector<float> log_probs(const std::vector<double>& p) {
+  std::vector<float> out;
+  for (double x : p) out.push_back(static_cast<float>(std::log(x)));
+  return out;
+}
+
+TEST(Sampling, TopPRemovesTheLeastLikelyTail) {
+  // Ascending cumulative mass 0.05, 0.20, 0.50, 1.0; HF removes the tokens with cum <= 1 - top_p.
+  std::vector<float> a = log_probs({0.5, 0.3, 0.15, 0.05});
+  apply_top_p(a.data(), 4, 0.75);
+  EXPECT_TRUE(std::isfinite(a[0]) && std::isfinite(a[1]));
+  EXPECT_EQ(a[2], -kInf);
+  EXPECT_EQ(a[3], -kInf);
+  std::vector<float> b = log_probs({0.5, 0.3, 0.15, 0.05});
+  apply_top_p(b.data(), 4, 0.9);
+  EXPECT_TRUE(std::isfinite(b[2]));
+  EXPECT_EQ(b[3], -kInf);
+  std::vector<float> c = log_probs({0.5, 0.3, 0.15, 0.05});
+  apply_top_p(c.data(), 4, 0.01);  // the most likely token always stays
+  EXPECT_TRUE(std::isfinite(c[0]));
+  EXPECT_EQ(c[1], -kInf);
+}
+
+TEST(Sampling, MinPScalesWithTheTopProbability) {
+  std::vector<float> a = log_probs({0.5, 0.3, 0.15, 0.05});
+  apply_min_p(a.data(), 4, 0.4);  // threshold 0.2
+  EXPECT_TRUE(std::isfinite(a[0]) && std::isfinite(a[1]));
+  EXPECT_EQ(a[2], -kInf);
+  EXPECT_EQ(a[3], -kInf);
+}
+
+TEST(Sampling, TemperatureDividesLogits) {
+  std::vector<float> a = {1.0f, -2.0f};
+  apply_temperature(a.data(), 2, 0.5);
+  EXPECT_EQ(a, (std::vector<float>{2.0f, -4.0f}));
+}
+
+TEST(Sampling, DrawsFollowTheDistribution) {
+  SamplingParams p;
+  p.do_sample = true;
+  Sampler sampler(p, 123);
+  std::map<int32_t, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    std::vector<float> logits = log_probs({0.5, 0.3, 0.2});
+    ++counts[sampler.next(logits.data(), 3, {})];
+  }
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.015);
+  EXPECT_NEAR(counts[1] / double(n), 0.3, 0.015);
+  EXPECT_NEAR(counts[2] / double(n), 0.2, 0.015);
+}
+
+TEST(Sampling, BadParameters) {
+  SamplingParams p;
+  p.temperature = -1;
+  EXPECT_THROW(validate_sampling_params(p), Error);
+  p = {};
+  p.top_p = 0.0;
+  EXPECT_THROW(validate_sampling_params(p), Error);
+  p = {};
+  p.min_p = 1.5;
+  EXPECT_THROW(validate_sampling_params(p), Error);
+  p = {};
+  p.top_k = -1;
+  EXPECT_THROW(validate_sampling_params(p), Error);
+  p = {};
+  p.repetition_penalty = 0.0;
+  EXPECT_THROW(validate_sampling_params(p), Error);
+}
+
+GenerateOptions sampled(uint64_t seed) {
+  GenerateOptions o;
+  o.max_new_tokens = 24;
+  o.sampling.do_sample = true;
+  o.sampling.temperature = 1.5;
+  o.sampling.top_p = 0.95;
+  o.sampling.min_p = 0.01;
+  o.sampling.repetition_penalty = 1.1;
+  o.seed = seed;
+  return o;
+}
+
+TEST(Generate, SamplingWithASeedRepeatsExactly) {
+  Qwen3Model model(tiny_generate_args(true));
+  model.initialize(3);
+  const std::vector<int32_t> prompt = test_ids(9, 97, 5);
+  const GenerateResult a = generate_tokens(model, prompt, sampled(42));
+  const GenerateResult b = generate_tokens(model, prompt, sampled(42));
+  const GenerateResult c = generate_tokens(model, prompt, sampled(43));
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_NE(a.ids, c.ids);
+  EXPECT_EQ(a.ids.size(), 24u);
+  EXPECT_EQ(a.finish_reason, "length");
+}
+
+TEST(Generate, TopKOneEqualsGreedy) {
+  Qwen3Model model(tiny_generate_args(false));
+  model.initialize(4);
+  for (int64_t len : {1, 6, 17}) {
+    const std::vector<int32_t> prompt = test_ids(len, 97, static_cast<uint32_t>(len));
+    GenerateOptions greedy;
+    greedy.max_new_tokens = 16;
+    GenerateOptions top1 = sampled(9);
+    top1.max_new_tokens = 16;
+    top1.sampling.top_k = 1;
+    top1.sampling.repetition_penalty = 1.0;
+    EXPECT_EQ(generate_tokens(model, prompt, greedy).ids, generate_tokens(model, prompt, top1).ids);
+  }
+}
+
+TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
+  Qwen3Model model(tiny_generate_args(true));
+  model.initialize(5);
+  std::vector<int32_t> seq = test_ids(7, 97, 1);
+  GenerateOptions o;
+  o.max_new_tokens = 10;
+  const GenerateResult r = generate_tokens(model, seq, o);
+  ASSERT_EQ(r.ids.size(), 10u);
+  for (int32_t id : r.ids) {
+    const std::vector<float> logits = full_forward_logits(model, seq);
+    EXPECT_EQ(id, argmax(logits.data() + (seq.size() - 1) * 97, 97));
+    seq.push_back(id);
+  }
+}
+
+TEST(Generate, StopsOnEosIncludingIt) {
+  Qwen3Model model(tiny_generate_args(true));
+  model.initialize(6);
+  const std::vector<int32_t> prompt = test_ids(5, 97, 2);
+  GenerateOptions o;
+  o.max_new_tokens = 12;
+  const GenerateResult free_run = generate_tokens(model, prompt, o);
+  o.eos_ids = {free_run.ids[3]};
+  const GenerateResult r = generate_tokens(model, prompt, o);
+  ASSERT_LE(r.ids.size(), 4u);
+  EXPECT_EQ(r.ids.back(), free_run.ids[3]);
+  EXPECT_EQ(r.finish_reason, "eos");
+}
+
+TEST(Generate, BadRequests) {
+  ModelArgs a = tiny_generate_args(true, 97, 32);
+  EXPECT_THROW(check_generate_request(a, 0, 4), Error);   // empty prompt
+  EXPECT_THROW(check_generate_request(a, 33, 1), Error);  // past max positions
+  EXPECT_THROW(check_generate_request(a, 30, 3), Error);  // would overflow the cache
+  EXPECT_THROW(check_generate_request(a, 3, 0), Error);   // nothing to generate
+  EXPECT_NO_THROW(check_generate_request(a, 30, 2));
+  try {
+    check_generate_request(a, 30, 3);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings is 32"), std::string::npos)
+        << e.what();
+  }
+  Qwen3Model model(a);
+  model.initialize(1);
+  EXPECT_THROW(generate_tokens(model, {}, GenerateOptions{}), Error);
+}
+
+TEST(Generate, Devices) {
+  EXPECT_NO_THROW(check_inference_device("cpu"));
+  try {
+    check_inference_device("cuda:0");
+    ADD_FAILURE() << "cuda accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'cuda:0' is not available"), std::string::npos);
+  }
+  EXPECT_THROW(check_inference_device("tpu"), Error);
+}
+
+TEST(TextStream, ReleasesWholeCharactersOnly) {
+  const Tokenizer tok = Tokenizer::load(test::qwen3_tokenizer_dir());
+  const std::string text = "naïve café 世界 🙂 done";
+  const std::vector<int32_t> ids = tok.encode(text);
+  TextStream stream(tok, {});
+  std::string joined;
+  for (int32_t id : ids) {
+    const std::string piece = stream.push(id);
+    EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << "partial UTF-8 released";
+    joined += piece;
+  }
+  joined += stream.finish();
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(stream.text(), text);
+}
+
+TEST(TextStream, StopsBeforeAStopStringAndHoldsBackItsPrefix) {
+  const Tokenizer tok = Tokenizer::load(test::qwen3_tokenizer_dir());
+  const std::vector<int32_t> ids = tok.encode("one two three four");
+  TextStream stream(tok, {"three", "xyz"});
+  std::string joined;
+  for (int32_t id : ids) {
+    joined += stream.push(id);
+    // Released text never contains the start of a stop string that is still pending.
+    EXPECT_EQ(joined.find("thr"), std::string::npos);
+    if (stream.stopped()) break;
+  }
+  EXPECT_TRUE(stream.stopped());
+  joined += stream.finish();
+  EXPECT_EQ(joined, "one two ");
+}
+
+}  // namespace
+}  // namespace titan

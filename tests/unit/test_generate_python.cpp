@@ -1,0 +1,117 @@
+// Greedy generation against Hugging Face Transformers' generate(do_sample=False) on the same tiny
+// random model folders (tests/reference/generate_greedy.py via $TITAN_PYTHON; a missing Python
+// fails the test): the generated ids must be equal, token for token, for several prompts; and the
+// sampling warpers against HF's logits processors (tests/reference/generate_warpers.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "test_generate_util.h"
+#include "test_tokenizer_python.h"
+#include "titan/infer/generate.h"
+#include "titan/infer/sampling.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/models/hf_export.h"
+#include "unit/test_safetensors_util.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+using test::TempDir;
+
+TEST(GeneratePython, GreedyIdsEqualTransformers) {
+  TempDir dir;
+  const std::vector<std::vector<int32_t>> prompts = {
+      {7}, test::test_ids(5, 97, 11), test::test_ids(12, 97, 12), test::test_ids(33, 97, 13)};
+  const int64_t max_new = 20;
+  json request = {{"folders", json::array()}, {"prompts", prompts}, {"max_new_tokens", max_new}};
+  std::map<std::string, std::vector<std::vector<int32_t>>> titan_ids;
+  for (const bool tied : {true, false}) {
+    const std::string folder = dir / (tied ? "tied" : "untied");
+    Qwen3Model model(test::tiny_generate_args(tied));
+    model.initialize(tied ? 21 : 22);
+    HfExportOptions export_options;
+    export_options.dtype = DType::f32;
+    export_hf_folder(folder, model, export_options);
+    // Generate from what was exported, with the folder's own defaults (greedy, its eos ids).
+    std::unique_ptr<Qwen3Model> loaded = load_hf_model(folder);
+    GenerateOptions options = generation_defaults(folder, loaded->args());
+    options.sampling.do_sample = false;
+    options.max_new_tokens = max_new;
+    for (const std::vector<int32_t>& p : prompts) {
+      titan_ids[folder].push_back(generate_tokens(*loaded, p, options).ids);
+    }
+    request["folders"].push_back(folder);
+  }
+  const json response = test::run_reference("generate_greedy.py", {}, request);
+  ASSERT_TRUE(response.is_object());
+  for (const auto& [folder, ids] : titan_ids) {
+    ASSERT_TRUE(response.contains(folder)) << folder;
+    const auto hf = response[folder].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(hf.size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ(ids[i], hf[i]) << folder << " prompt " << i;
+      EXPECT_FALSE(ids[i].empty());
+    }
+  }
+}
+
+// The repetition penalty and the warpers (temperature -> top-k -> top-p -> min-p) against HF's
+// logits processors on random logits: the same tokens removed, the same values kept.
+TEST(GeneratePython, WarpersEqualTransformers) {
+  struct Case {
+    double repetition_penalty, temperature;
+    int64_t top_k;
+    double top_p, min_p;
+  };
+  const std::vector<Case> cases = {{1.0, 0.6, 20, 0.95, 0.0},
+                                   {1.3, 1.0, 0, 0.8, 0.0},
+                                   {1.0, 0.7, 0, 1.0, 0.05},
+                                   {1.1, 1.5, 50, 0.9, 0.02},
+                                   {0.9, 0.3, 5, 1.0, 0.0}};
+  const int64_t V = 257;
+  json request = {{"cases", json::array()}};
+  std::vector<std::vector<float>> titan_logits;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    std::vector<float> logits(static_cast<size_t>(V));
+    const std::vector<int32_t> noise = test::test_ids(V, 100000, static_cast<uint32_t>(c));
+    for (int64_t i = 0; i < V; ++i) logits[i] = (noise[i] - 50000) * 1e-4f;  // [-5, 5)
+    const std::vector<int32_t> context = test::test_ids(30, V, 77 + static_cast<uint32_t>(c));
+    const Case& k = cases[c];
+    request["cases"].push_back({{"logits", logits},
+                                {"context", context},
+                                {"repetition_penalty", k.repetition_penalty},
+                                {"temperature", k.temperature},
+                                {"top_k", k.top_k},
+                                {"top_p", k.top_p},
+                                {"min_p", k.min_p}});
+    apply_repetition_penalty(logits.data(), V, context, k.repetition_penalty);
+    apply_temperature(logits.data(), V, k.temperature);
+    apply_top_k(logits.data(), V, k.top_k);
+    apply_top_p(logits.data(), V, k.top_p);
+    apply_min_p(logits.data(), V, k.min_p);
+    titan_logits.push_back(logits);
+  }
+  const json response = test::run_reference("generate_warpers.py", {}, request);
+  ASSERT_TRUE(response.contains("logits"));
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const json& hf = response["logits"][c];
+    ASSERT_EQ(static_cast<int64_t>(hf.size()), V);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      const float got = titan_logits[c][i];
+      if (hf[i].is_null()) {
+        EXPECT_TRUE(std::isinf(got)) << "case " << c << " token " << i << " kept by titan only";
+      } else {
+        ++kept;
+        EXPECT_NEAR(got, hf[i].get<double>(), 1e-5) << "case " << c << " token " << i;
+      }
+    }
+    EXPECT_GT(kept, 0);
+  }
+}
+
+}  // namespace
+}  // namespace titan
