@@ -18,7 +18,7 @@ void register_builtins(KernelRegistry& r) {
   r.add({"rope", OpKind::rope, "rotate_half with a precomputed cos/sin cache",
          RopeKernel{rope_forward, rope_backward}});
   r.add({"cross_entropy_chunked", OpKind::lm_head_loss,
-         "lm_head GEMM fused with cross-entropy, 256-token chunks",
+         "lm_head GEMM fused with cross-entropy, chunks of at most 320 MiB of logits",
          LmHeadLossKernel{lm_head_cross_entropy}});
   r.add({"cross_entropy_reference", OpKind::lm_head_loss, "whole logits matrix, fp64 softmax",
          LmHeadLossKernel{lm_head_cross_entropy_reference}});

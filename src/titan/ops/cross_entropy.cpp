@@ -30,7 +30,10 @@ void check_targets(const CrossEntropyArgs& a) {
 CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   check_targets(a);
   const bool want_grad = a.dx != nullptr;
-  const int64_t chunk = std::max<int64_t>(1, std::min(a.chunk_tokens, a.n_tokens));
+  const int64_t budget_rows = kLogitsChunkBytes / (a.vocab * static_cast<int64_t>(sizeof(float)));
+  const int64_t wanted =
+      a.chunk_tokens > 0 ? a.chunk_tokens : std::max<int64_t>(64, budget_rows / 64 * 64);
+  const int64_t chunk = std::max<int64_t>(1, std::min(wanted, a.n_tokens));
   Buffer logits_buf(static_cast<size_t>(chunk * a.vocab) * sizeof(float), MemCategory::activations);
   float* logits = logits_buf.as<float>();
   std::vector<double> row_loss(a.n_tokens, 0.0);

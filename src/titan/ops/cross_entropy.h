@@ -9,6 +9,7 @@
 namespace titan {
 
 constexpr int32_t kIgnoreIndex = -100;
+constexpr int64_t kLogitsChunkBytes = int64_t{320} << 20;
 
 struct CrossEntropyArgs {
   const float* x = nullptr;          // (N, h) final-norm output
@@ -23,7 +24,10 @@ struct CrossEntropyArgs {
   float* dweight = nullptr;
   float grad_scale = 0.0f;
   float* logits = nullptr;  // optional (N, V) copy of the logits, for tests and evaluation
-  int64_t chunk_tokens = 256;
+  // Tokens per chunk; 0 picks the most that keep one chunk's logits within kLogitsChunkBytes
+  // (512 tokens for Qwen3's 151,936-entry vocabulary: the lm_head GEMMs run at the ceiling from
+  // about that height, and 300 MiB stays a small share of a training step's memory).
+  int64_t chunk_tokens = 0;
 };
 
 struct CrossEntropyResult {
