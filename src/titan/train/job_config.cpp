@@ -39,6 +39,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"training", "seed", &c.training.seed},
       {"training", "deterministic", &c.training.deterministic},
       {"training", "mixed_precision_param", &c.training.mixed_precision_param},
+      {"training", "skip_nonfinite_steps", &c.training.skip_nonfinite_steps},
       {"optimizer", "name", &c.optimizer.name},
       {"optimizer", "lr", &c.optimizer.lr},
       {"optimizer", "beta1", &c.optimizer.beta1},

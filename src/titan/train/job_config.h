@@ -33,6 +33,9 @@ struct JobConfig {
     int64_t seed = 0;
     bool deterministic = true;
     std::string mixed_precision_param = "float32";
+    // titan's addition: a step whose loss or gradients are not finite is skipped (no update,
+    // counted and reported) instead of stopping the run.
+    bool skip_nonfinite_steps = false;
   } training;
   struct Optimizer {
     std::string name = "AdamW";

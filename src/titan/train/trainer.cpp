@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/error.h"
@@ -213,11 +214,25 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     model_->backward();
   }
   out.loss = loss_sum / static_cast<double>(scored);
-  TITAN_CHECK(std::isfinite(out.loss), "step ", step, ": the loss is not finite (", out.loss, ")");
-  try {
-    out.grad_norm = optimizer_->clip_grad_norm(config_.training.max_norm);
-  } catch (const Error& e) {
-    fail("step ", step, ": ", e.what());
+  std::string nonfinite;
+  if (!std::isfinite(out.loss)) {
+    nonfinite = "the loss is not finite (" + std::to_string(out.loss) + ")";
+  } else {
+    try {
+      out.grad_norm = optimizer_->clip_grad_norm(config_.training.max_norm);
+    } catch (const Error& e) {
+      nonfinite = e.what();
+    }
+  }
+  if (!nonfinite.empty()) {
+    TITAN_CHECK(config_.training.skip_nonfinite_steps, "step ", step, ": ", nonfinite,
+                " (training.skip_nonfinite_steps = true skips such steps instead)");
+    ++skipped_steps_;
+    std::fprintf(stderr, "warning: step %lld skipped: %s (%lld skipped so far)\n",
+                 static_cast<long long>(step), nonfinite.c_str(),
+                 static_cast<long long>(skipped_steps_));
+    out.grad_norm = std::numeric_limits<double>::quiet_NaN();
+    return out;  // no update; the gradients are zeroed by the next step
   }
   optimizer_->step(schedule_.at(step));
   return out;
