@@ -10,6 +10,9 @@ args=(--training.steps=400 --training.seq_len=64 --training.local_batch_size=2
       --lr_scheduler.warmup_steps=2 --checkpoint.enable=true --checkpoint.interval=1
       --checkpoint.keep_latest_k=3 --checkpoint.last_save_in_hf=false --metrics.log_freq=1000
       --job.dump_folder="$work/run" --threads 1)
+# Two complete steps first, so there is always a checkpoint to resume from however slow start-up
+# is (sanitizer builds); then the kills.
+"$titan" train "${args[@]}" --training.steps=2 > "$work/log.0" 2> "$work/err.0"
 RANDOM=7
 for round in 1 2 3 4 5 6 7 8; do
   "$titan" train "${args[@]}" > "$work/log.$round" 2> "$work/err.$round" &
