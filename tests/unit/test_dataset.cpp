@@ -224,7 +224,7 @@ std::string token_file_bytes(uint32_t version, uint32_t vocab, const std::vector
   b.append(reinterpret_cast<const char*>(tokens.data()), 4 * tokens.size());
   b.append(reinterpret_cast<const char*>(ends.data()), 8 * ends.size());
   if (extra_bytes > 0) b.append(static_cast<size_t>(extra_bytes), '\0');
-  if (extra_bytes < 0) b.resize(b.size() - static_cast<size_t>(-extra_bytes));
+  if (extra_bytes < 0) b.erase(b.size() - static_cast<size_t>(-extra_bytes));
   return b;
 }
 

@@ -549,7 +549,8 @@ TEST_F(ShardedBadInput, IndexThatIsNotAnIndex) {
 
 TEST_F(ShardedBadInput, CorruptShardNamesTheShard) {
   std::vector<unsigned char> bytes = read_bytes(dir_ / files_[0]);
-  bytes.resize(bytes.size() - 1);
+  ASSERT_FALSE(bytes.empty());
+  bytes.pop_back();  // one byte short (resize(size - 1) trips GCC 12's -Wstringop-overflow)
   write_bytes(dir_ / files_[0], bytes);
   try {
     (void)SafetensorsCheckpoint::open(dir_.path().string());

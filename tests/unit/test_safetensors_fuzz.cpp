@@ -151,7 +151,8 @@ class Mutator {
         if (pick(2) == 0) {
           b.resize(b.size() + pick(9), 0);
         } else if (!b.empty()) {
-          b.resize(b.size() - pick(std::min<size_t>(b.size(), 9)));
+          b.erase(b.end() - static_cast<std::ptrdiff_t>(pick(std::min<size_t>(b.size(), 9))),
+                  b.end());
         }
         break;
       default:
