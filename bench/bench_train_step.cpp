@@ -4,7 +4,8 @@
 // must keep. With --torch it also times the same step in PyTorch eager (Transformers' Qwen3,
 // fp32, sdpa attention, torch.optim.AdamW) in the same run and prints the ratio.
 //
-// usage: bench_train_step [--config small|0.6b-4l|debugmodel] [--steps N] [--threads N] [--torch PYTHON]
+// usage: bench_train_step [--config small|0.6b-4l|debugmodel] [--steps N] [--threads N] [--torch
+// PYTHON]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -35,7 +35,8 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
 
 std::vector<float> all_grads(const Qwen3Model& m) {
   std::vector<float> out;
-  for (const ParamGroup& g : m.param_groups()) out.insert(out.end(), g.grads(), g.grads() + g.numel());
+  for (const ParamGroup& g : m.param_groups())
+    out.insert(out.end(), g.grads(), g.grads() + g.numel());
   return out;
 }
 
