@@ -1,8 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
+#include "titan/core/progress.h"
 #include "titan/core/tensor.h"
 #include "titan/core/threads.h"
 
@@ -47,3 +53,80 @@ TEST(Threads, RejectsZero) {
 
 }  // namespace
 }  // namespace titan
+
+// Progress writes into a memory stream; the drawing rules, not the clock, are under test, so
+// show_after_s is 0 (or far in the future) and plain lines come at every advance.
+class ProgressTest : public ::testing::Test {
+ protected:
+  void SetUp() override { saved_ = titan::progress_output(); }
+  void TearDown() override {
+    titan::set_progress_output(saved_);
+    if (stream_ != nullptr) std::fclose(stream_);
+    std::free(buffer_);
+  }
+  void capture(bool terminal, double show_after_s) {
+    stream_ = open_memstream(&buffer_, &size_);
+    ASSERT_NE(stream_, nullptr);
+    titan::set_progress_output({stream_, terminal, show_after_s, 0.0});
+  }
+  std::string written() {
+    std::fflush(stream_);
+    return std::string(buffer_, size_);
+  }
+  titan::ProgressOutput saved_;
+  std::FILE* stream_ = nullptr;
+  char* buffer_ = nullptr;
+  size_t size_ = 0;
+};
+
+TEST_F(ProgressTest, TerminalRedrawsOneLineThenEndsIt) {
+  capture(true, 0.0);
+  {
+    titan::Progress p("loading x", 4000, titan::ProgressUnit::bytes);
+    p.advance(2000);
+    const std::string line = written();
+    EXPECT_EQ(line.rfind("\r\033[Kloading x [############............]  50%  2.00 kB / 4.00 kB", 0),
+              0u)
+        << line;
+    EXPECT_EQ(line.find('\n'), std::string::npos) << "a terminal line is redrawn in place";
+    p.advance(2000);
+  }
+  const std::string all = written();
+  const size_t last = all.rfind("\r\033[K");
+  ASSERT_NE(last, std::string::npos);
+  EXPECT_EQ(all.substr(last + 4).rfind("loading x: 4.00 kB in ", 0), 0u) << all;
+  EXPECT_EQ(all.back(), '\n');
+}
+
+TEST_F(ProgressTest, PlainOutputWritesWholeLines) {
+  capture(false, 0.0);
+  {
+    titan::Progress p("tokenizing", 0, titan::ProgressUnit::tokens);
+    p.advance(1500000);
+    p.finish();
+    p.finish();  // idempotent
+  }
+  const std::string all = written();
+  EXPECT_EQ(all.find('\r'), std::string::npos) << all;
+  EXPECT_EQ(all.rfind("tokenizing  1.50 M tokens  ", 0), 0u) << all;
+  EXPECT_NE(all.find("\ntokenizing: 1.50 M tokens in "), std::string::npos) << all;
+  EXPECT_EQ(std::count(all.begin(), all.end(), '\n'), 2) << all;
+}
+
+TEST_F(ProgressTest, QuickOperationsStaySilent) {
+  capture(true, 3600.0);
+  {
+    titan::Progress p("saving", 10, titan::ProgressUnit::items);
+    p.advance(10);
+  }
+  EXPECT_EQ(written(), "");
+}
+
+TEST(ProgressFormat, Quantities) {
+  EXPECT_EQ(titan::format_quantity(1.19e9, titan::ProgressUnit::bytes), "1.19 GB");
+  EXPECT_EQ(titan::format_quantity(512, titan::ProgressUnit::bytes), "512 B");
+  EXPECT_EQ(titan::format_quantity(310, titan::ProgressUnit::items), "310 items");
+  EXPECT_EQ(titan::format_quantity(12345678, titan::ProgressUnit::tokens), "12.3 M tokens");
+  EXPECT_EQ(titan::format_quantity(20, titan::ProgressUnit::batches), "20 batches");
+  EXPECT_EQ(titan::format_quantity(1.357, titan::ProgressUnit::batches), "1.36 batches");
+}

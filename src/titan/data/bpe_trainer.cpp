@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/core/error.h"
+#include "titan/core/progress.h"
 #include "titan/data/byte_level.h"
 #include "titan/data/unicode.h"
 #include "titan/data/utf8.h"
@@ -185,6 +186,8 @@ TrainedBpe BpeTrainer::train() const {
   MergeState state(std::move(words));
   const size_t target = options_.vocab_size - options_.special_tokens.size();
   uint64_t key = 0;
+  Progress progress("tokenizer training: merges", static_cast<int64_t>(target - out.vocab.size()),
+                    ProgressUnit::items);
   while (out.vocab.size() < target && state.best(options_.min_frequency, key)) {
     const auto left = static_cast<int32_t>(key >> 32);
     const auto right = static_cast<int32_t>(key & 0xffffffffu);
@@ -194,6 +197,7 @@ TrainedBpe BpeTrainer::train() const {
     if (added) out.vocab.push_back(std::move(token));
     out.merges.emplace_back(left, right);
     state.merge(key, it->second);
+    progress.advance(1);
   }
   return out;
 }

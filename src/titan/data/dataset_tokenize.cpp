@@ -4,6 +4,7 @@
 #include <exception>
 #include <vector>
 
+#include "titan/core/progress.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/token_file.h"
 
@@ -25,6 +26,7 @@ TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions&
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::string> errors;
   std::vector<Outcome> outcomes;
+  Progress progress("tokenizing into " + out_path, 0, ProgressUnit::tokens);
   for (const std::string& path : expand_data_paths(data.paths)) {
     const DocumentFile file = DocumentFile::open(path, data);
     TITAN_CHECK(file.vocab_size() == 0 || file.vocab_size() == tok.vocab_size(), path,
@@ -69,6 +71,7 @@ TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions&
         }
         writer.add_doc(ids[k]);
         stats.n_tokens += static_cast<int64_t>(ids[k].size());
+        progress.advance(static_cast<int64_t>(ids[k].size()));
         ++stats.n_docs;
       }
     }

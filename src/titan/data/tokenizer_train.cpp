@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "titan/core/progress.h"
 #include "titan/data/dataset_read.h"
 
 namespace titan {
@@ -13,6 +14,7 @@ TokenizerTrainStats train_tokenizer(const DatasetOptions& data, const BpeTrainer
   const auto start = std::chrono::steady_clock::now();
   TokenizerTrainStats stats;
   BpeTrainer trainer(options);
+  Progress reading("tokenizer training: reading", 0, ProgressUnit::bytes);
   for (const std::string& path : expand_data_paths(data.paths)) {
     const DocumentFile file = DocumentFile::open(path, data);
     for (size_t i = 0; i < file.size(); ++i) {
@@ -28,8 +30,10 @@ TokenizerTrainStats train_tokenizer(const DatasetOptions& data, const BpeTrainer
       trainer.add_text(r.text);
       ++stats.n_docs;
       stats.n_bytes += static_cast<int64_t>(r.text.size());
+      reading.advance(static_cast<int64_t>(r.text.size()));
     }
   }
+  reading.finish();
   TITAN_CHECK(stats.n_docs > 0, "tokenizer training: the files hold no text");
   const TrainedBpe bpe = trainer.train();
   write_hf_tokenizer(bpe, out_dir);

@@ -136,7 +136,12 @@ void write_file(const std::string& path, const std::vector<const SafetensorsTens
   out.write(length, sizeof length);
   out.write(header.data(), header.size());
   DataWriter data(out);
-  for (const SafetensorsTensor* t : order) data.write(t->tensor, stored_dtype(t->tensor, options));
+  for (const SafetensorsTensor* t : order) {
+    data.write(t->tensor, stored_dtype(t->tensor, options));
+    if (options.progress != nullptr) {
+      options.progress->advance(static_cast<int64_t>(stored_bytes(t->tensor, options)));
+    }
+  }
   data.finish();
   out.commit();
 }

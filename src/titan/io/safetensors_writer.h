@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/progress.h"
 #include "titan/core/tensor.h"
 
 namespace titan {
@@ -25,6 +26,8 @@ struct SafetensorsWriteOptions {
   // gets a shard of its own. HF's default "5GB" (decimal, as HF parses it).
   size_t max_shard_bytes = 5'000'000'000;
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  // Advanced by each tensor's stored bytes as it is written (a status line for big saves).
+  Progress* progress = nullptr;
 };
 
 // One safetensors file at `path`. Tensors are laid out in the reference writer's order (element

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "titan/core/error.h"
+#include "titan/core/progress.h"
 #include "titan/io/convert.h"
 #include "titan/io/json_util.h"
 #include "titan/models/hf_config.h"
@@ -119,9 +120,13 @@ void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
     destinations.push_back(it->second.first + t.key.offset);
   }
 
+  int64_t total_bytes = 0;
+  for (const HfCheckpointTensor& t : tensors) total_bytes += static_cast<int64_t>(t.entry->nbytes);
+  Progress progress("loading " + path, total_bytes, ProgressUnit::bytes);
   for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
   for (size_t i = 0; i < tensors.size(); ++i) {
     read_f32(*tensors[i].entry, destinations[i], static_cast<size_t>(tensors[i].entry->numel()));
+    progress.advance(static_cast<int64_t>(tensors[i].entry->nbytes));
   }
 }
 

@@ -99,6 +99,12 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
   SafetensorsWriteOptions write;
   write.float_dtype = options.dtype;
   write.max_shard_bytes = options.max_shard_bytes;
+  int64_t total_bytes = 0;
+  for (const SafetensorsTensor& t : tensors) {
+    total_bytes += t.tensor.numel() * static_cast<int64_t>(dtype_size(options.dtype));
+  }
+  Progress progress("exporting " + dir, total_bytes, ProgressUnit::bytes);
+  write.progress = &progress;
   write_safetensors_checkpoint(out.staging(), tensors, write);
   write_hf_config((fs::path(out.staging()) / "config.json").string(), args, options.dtype);
   copy_source_files(options.source_dir, args, out.staging());

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "titan/core/error.h"
+#include "titan/core/progress.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
@@ -18,10 +19,6 @@
 namespace titan {
 namespace fs = std::filesystem;
 namespace {
-
-std::string step_dir(const std::string& folder, int64_t step) {
-  return folder + "/step-" + std::to_string(step);
-}
 
 using GroupBuffer = float* (ParamGroup::*)() const;
 struct BufferSource {
@@ -50,15 +47,25 @@ void check_tensors(const SafetensorsFile& file, const std::vector<ParamGroup>& g
 }
 
 void copy_tensors(const SafetensorsFile& file, std::vector<ParamGroup>& groups,
-                  const std::vector<BufferSource>& sources) {
+                  const std::vector<BufferSource>& sources, Progress& progress) {
+  file.prefetch();
   for (const BufferSource& src : sources) {
     for (ParamGroup& g : groups) {
       for (const ParamView& v : g.views()) {
         const SafetensorsEntry* e = file.find(src.prefix + v.spec.name);
         std::memcpy((g.*src.buffer)() + v.offset, e->data, e->nbytes);
+        progress.advance(static_cast<int64_t>(e->nbytes));
       }
     }
   }
+}
+
+int64_t buffer_bytes(const std::vector<ParamGroup>& groups, size_t buffers) {
+  int64_t bytes = 0;
+  for (const ParamGroup& g : groups) {
+    for (const ParamView& v : g.views()) bytes += v.numel * static_cast<int64_t>(sizeof(float));
+  }
+  return bytes * static_cast<int64_t>(buffers);
 }
 
 const std::vector<BufferSource>& model_sources() {
@@ -96,22 +103,33 @@ void fsync_directory(const std::string& dir) {
 
 }  // namespace
 
+std::string training_checkpoint_dir(const std::string& folder, int64_t step) {
+  return folder + "/step-" + std::to_string(step);
+}
+
 void save_training_checkpoint(const std::string& folder, const std::vector<ParamGroup>& groups,
                               const TrainerState& state, int64_t keep_latest_k) {
   fs::create_directories(folder);
-  const std::string final_dir = step_dir(folder, state.step);
+  const std::string final_dir = training_checkpoint_dir(folder, state.step);
   const std::string temp_dir = folder + "/.step-" + std::to_string(state.step) + ".tmp";
   fs::remove_all(temp_dir);  // leftovers of a save that was killed
   fs::create_directories(temp_dir);
+  Progress progress("saving " + final_dir,
+                    buffer_bytes(groups, state.model_only ? 1 : 1 + optimizer_sources().size()),
+                    ProgressUnit::bytes);
   SafetensorsWriteOptions options;
+  options.progress = &progress;
   write_safetensors_file(temp_dir + "/model.safetensors", views_of(groups, model_sources()),
                          options);
-  write_safetensors_file(temp_dir + "/optimizer.safetensors", views_of(groups, optimizer_sources()),
-                         options);
+  if (!state.model_only) {
+    write_safetensors_file(temp_dir + "/optimizer.safetensors",
+                           views_of(groups, optimizer_sources()), options);
+  }
   const nlohmann::json meta = {{"step", state.step},
                                {"optimizer_step", state.optimizer_step},
                                {"loader_state", state.loader_state},
-                               {"seed", state.seed}};
+                               {"seed", state.seed},
+                               {"model_only", state.model_only}};
   write_file_atomic(temp_dir + "/trainer_state.json", meta.dump(2) + "\n");
   fsync_directory(temp_dir);
   fs::remove_all(final_dir);  // a step saved again (resumed run) replaces the old one
@@ -120,7 +138,7 @@ void save_training_checkpoint(const std::string& folder, const std::vector<Param
   if (keep_latest_k > 0) {
     const std::vector<int64_t> steps = list_training_checkpoints(folder);
     for (size_t i = static_cast<size_t>(keep_latest_k); i < steps.size(); ++i) {
-      fs::remove_all(step_dir(folder, steps[i]));
+      fs::remove_all(training_checkpoint_dir(folder, steps[i]));
     }
   }
 }
@@ -139,9 +157,7 @@ std::vector<int64_t> list_training_checkpoints(const std::string& folder) {
   return steps;
 }
 
-TrainerState load_training_checkpoint(const std::string& folder, int64_t step,
-                                      std::vector<ParamGroup>& groups) {
-  const std::string dir = step_dir(folder, step);
+TrainerState read_trainer_state(const std::string& dir) {
   const std::string state_path = dir + "/trainer_state.json";
   std::ifstream in(state_path);
   TITAN_CHECK(in.good(), state_path, ": cannot open");
@@ -157,16 +173,32 @@ TrainerState load_training_checkpoint(const std::string& folder, int64_t step,
     state.optimizer_step = meta.at("optimizer_step").get<int64_t>();
     state.loader_state = meta.at("loader_state").get<std::string>();
     state.seed = meta.at("seed").get<int64_t>();
+    state.model_only = meta.value("model_only", false);
   } catch (const nlohmann::json::exception& e) {
     fail(state_path, ": ", e.what());
   }
-  TITAN_CHECK(state.step == step, state_path, ": says step ", state.step, ", folder says ", step);
+  return state;
+}
+
+TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
+                                      CheckpointContent content) {
+  const TrainerState state = read_trainer_state(dir);
+  const bool with_optimizer = content == CheckpointContent::full;
+  TITAN_CHECK(!with_optimizer || !state.model_only, dir,
+              ": holds model weights only (saved with checkpoint.last_save_model_only), not the "
+              "optimizer state training needs to continue");
   const SafetensorsFile model = SafetensorsFile::open(dir + "/model.safetensors");
-  const SafetensorsFile optimizer = SafetensorsFile::open(dir + "/optimizer.safetensors");
   check_tensors(model, groups, model_sources());
-  check_tensors(optimizer, groups, optimizer_sources());
-  copy_tensors(model, groups, model_sources());
-  copy_tensors(optimizer, groups, optimizer_sources());
+  std::optional<SafetensorsFile> optimizer;
+  if (with_optimizer) {
+    optimizer.emplace(SafetensorsFile::open(dir + "/optimizer.safetensors"));
+    check_tensors(*optimizer, groups, optimizer_sources());
+  }
+  Progress progress("loading " + dir,
+                    buffer_bytes(groups, with_optimizer ? 1 + optimizer_sources().size() : 1),
+                    ProgressUnit::bytes);
+  copy_tensors(model, groups, model_sources(), progress);
+  if (optimizer) copy_tensors(*optimizer, groups, optimizer_sources(), progress);
   return state;
 }
 

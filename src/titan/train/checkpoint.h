@@ -2,7 +2,11 @@
 //
 //   <folder>/step-<N>/model.safetensors      fp32 parameters under their HF names
 //   <folder>/step-<N>/optimizer.safetensors  exp_avg.<name>, exp_avg_sq.<name>
-//   <folder>/step-<N>/trainer_state.json     step, optimizer step, data-loader state, seed
+//   <folder>/step-<N>/trainer_state.json     step, optimizer step, data-loader state, seed,
+//                                            model_only
+//
+// A model-only checkpoint (torchtitan's last_save_model_only, for the last step) has no
+// optimizer.safetensors: it can seed another run's weights but cannot resume this one exactly.
 //
 // A checkpoint is written into a hidden temporary folder and renamed to step-<N> only when every
 // file in it is complete and on disk, so a process killed at any moment leaves the previous
@@ -23,19 +27,30 @@ struct TrainerState {
   int64_t optimizer_step = 0;  // AdamW's bias-correction counter
   std::string loader_state;    // DataLoader state as JSON
   int64_t seed = 0;
+  bool model_only = false;  // parameters only: no AdamW moments saved
 };
 
-// Saves groups' parameters and AdamW state with `state` as <folder>/step-<state.step>, then
-// removes the oldest step folders beyond keep_latest_k (0 keeps all).
+enum class CheckpointContent { model_only, full };
+
+// <folder>/step-<step>
+std::string training_checkpoint_dir(const std::string& folder, int64_t step);
+
+// Saves groups' parameters, and their AdamW state unless state.model_only, with `state` as
+// <folder>/step-<state.step>, then removes the oldest step folders beyond keep_latest_k (0 keeps
+// all).
 void save_training_checkpoint(const std::string& folder, const std::vector<ParamGroup>& groups,
                               const TrainerState& state, int64_t keep_latest_k);
 
 // The step numbers of the step-<N> folders under `folder`, newest first.
 std::vector<int64_t> list_training_checkpoints(const std::string& folder);
 
-// Loads <folder>/step-<step> into groups (which must have optimizer state allocated). Every
+// The trainer_state.json of a checkpoint folder.
+TrainerState read_trainer_state(const std::string& dir);
+
+// Loads the checkpoint folder `dir` into groups: the parameters, and with `full` the AdamW moments
+// too (groups must have optimizer state allocated; a model-only checkpoint is an error). Every
 // tensor is checked (present, right shape) before any is copied; errors name file and tensor.
-TrainerState load_training_checkpoint(const std::string& folder, int64_t step,
-                                      std::vector<ParamGroup>& groups);
+TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
+                                      CheckpointContent content);
 
 }  // namespace titan

@@ -147,42 +147,84 @@ std::string Trainer::checkpoint_folder() const {
 }
 
 void Trainer::restore() {
+  const JobConfig::Checkpoint& ck = config_.checkpoint;
   std::optional<LoaderState> loader_state;
+  const auto resume_from = [&](const TrainerState& state, const std::string& dir) {
+    loader_state = LoaderState::from_json(state.loader_state);
+    optimizer_->set_step_count(state.optimizer_step);
+    start_step_ = state.step;
+    std::printf("resumed step %lld from %s%s\n", static_cast<long long>(state.step), dir.c_str(),
+                state.model_only ? " (model weights only: the run is already complete)" : "");
+  };
   const std::string folder = checkpoint_folder();
   const std::vector<int64_t> steps =
-      config_.checkpoint.enable ? list_training_checkpoints(folder) : std::vector<int64_t>{};
+      ck.enable ? list_training_checkpoints(folder) : std::vector<int64_t>{};
+  std::string model_only_dir;  // a newer model-only checkpoint passed over
   for (int64_t step : steps) {
-    if (config_.checkpoint.load_step >= 0 && step != config_.checkpoint.load_step) continue;
+    if (ck.load_step >= 0 && step != ck.load_step) continue;
+    const std::string dir = training_checkpoint_dir(folder, step);
     try {
-      const TrainerState state = load_training_checkpoint(folder, step, model_->param_groups());
-      loader_state = LoaderState::from_json(state.loader_state);
-      optimizer_->set_step_count(state.optimizer_step);
-      start_step_ = state.step;
-      std::printf("resumed step %lld from %s/step-%lld\n", static_cast<long long>(step),
-                  folder.c_str(), static_cast<long long>(step));
+      const TrainerState saved = read_trainer_state(dir);
+      TITAN_CHECK(saved.step == step, dir, "/trainer_state.json says step ", saved.step);
+      // A model-only checkpoint ends a run; it can stand for that run only once it is complete.
+      if (saved.model_only && step < config_.training.steps) {
+        TITAN_CHECK(ck.load_step < 0, dir,
+                    " holds model weights only (checkpoint.last_save_model_only) and cannot "
+                    "continue training to step ",
+                    config_.training.steps);
+        std::printf(
+            "%s holds model weights only (checkpoint.last_save_model_only); looking for an older "
+            "full checkpoint to continue to step %lld\n",
+            dir.c_str(), static_cast<long long>(config_.training.steps));
+        if (model_only_dir.empty()) model_only_dir = dir;
+        continue;
+      }
+      resume_from(load_training_checkpoint(
+                      dir, model_->param_groups(),
+                      saved.model_only ? CheckpointContent::model_only : CheckpointContent::full),
+                  dir);
       break;
     } catch (const Error& e) {
-      TITAN_CHECK(config_.checkpoint.load_step < 0, "checkpoint.load_step ",
-                  config_.checkpoint.load_step, ": ", e.what());
+      TITAN_CHECK(ck.load_step < 0, "checkpoint.load_step ", ck.load_step, ": ", e.what());
       std::fprintf(stderr, "warning: checkpoint step-%lld is unusable (%s); trying an older one\n",
                    static_cast<long long>(step), e.what());
     }
   }
-  TITAN_CHECK(config_.checkpoint.load_step < 0 || start_step_ == config_.checkpoint.load_step,
-              "checkpoint.load_step ", config_.checkpoint.load_step, ": no step-",
-              config_.checkpoint.load_step, " under ", folder);
-  if (start_step_ == 0 && !config_.checkpoint.initial_load_path.empty()) {
-    TITAN_CHECK(config_.checkpoint.initial_load_in_hf,
-                "checkpoint.initial_load_path needs checkpoint.initial_load_in_hf = true (initial "
-                "weights are read from Hugging Face folders)");
-    load_hf_weights(*model_, config_.checkpoint.initial_load_path);
-    std::printf("initial weights from %s\n", config_.checkpoint.initial_load_path.c_str());
+  TITAN_CHECK(ck.load_step < 0 || start_step_ == ck.load_step, "checkpoint.load_step ",
+              ck.load_step, ": no step-", ck.load_step, " under ", folder);
+  TITAN_CHECK(start_step_ > 0 || model_only_dir.empty(), model_only_dir,
+              " holds model weights only and no full checkpoint precedes it; to start a new run "
+              "from its weights, set checkpoint.initial_load_path to it with "
+              "checkpoint.initial_load_in_hf = false and another job.dump_folder");
+  const std::string& initial = ck.initial_load_path;
+  if (start_step_ == 0 && !initial.empty()) {
+    if (ck.initial_load_in_hf) {
+      TITAN_CHECK(
+          ck.initial_load_model_only,
+          "checkpoint.initial_load_in_hf = true loads model weights only (a Hugging Face "
+          "folder holds no optimizer state); set checkpoint.initial_load_model_only = true");
+      load_hf_weights(*model_, initial);
+      std::printf("initial weights from %s\n", initial.c_str());
+    } else if (!std::filesystem::exists(initial + "/trainer_state.json") &&
+               std::filesystem::exists(initial + "/config.json")) {
+      fail("checkpoint.initial_load_path ", initial,
+           " is a Hugging Face folder; set checkpoint.initial_load_in_hf = true to load it");
+    } else if (ck.initial_load_model_only) {
+      const TrainerState state =
+          load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::model_only);
+      std::printf("initial weights from %s (titan checkpoint of step %lld, model weights only)\n",
+                  initial.c_str(), static_cast<long long>(state.step));
+    } else {
+      resume_from(
+          load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::full),
+          initial);
+    }
   } else if (start_step_ == 0) {
     std::printf("initial weights: random (HF init, seed %lld)\n",
                 static_cast<long long>(config_.training.seed));
-  } else if (!config_.checkpoint.initial_load_path.empty()) {
+  } else if (!initial.empty()) {
     std::printf("checkpoint.initial_load_path %s not used: resuming takes precedence\n",
-                config_.checkpoint.initial_load_path.c_str());
+                initial.c_str());
   }
   loader_ = std::make_unique<DataLoader>(loader_options_, *tokenizer_, loader_state);
 }
@@ -248,9 +290,10 @@ EvalResult Trainer::validate() {
   return evaluate(*model_, loader, config_.validation.steps);
 }
 
-void Trainer::save_checkpoint(int64_t step) {
+void Trainer::save_checkpoint(int64_t step, bool model_only) {
   TrainerState state;
   state.step = step;
+  state.model_only = model_only;
   state.optimizer_step = optimizer_->step_count();
   state.loader_state = loader_->state().to_json();
   state.seed = config_.training.seed;
@@ -289,7 +332,7 @@ TrainResult Trainer::run() {
       metrics.log_validation(step, v.loss, v.tokens);
     }
     if (config_.checkpoint.enable && (step % config_.checkpoint.interval == 0 || step == t.steps)) {
-      save_checkpoint(step);
+      save_checkpoint(step, step == t.steps && config_.checkpoint.last_save_model_only);
     }
   }
   metrics.print_summary();

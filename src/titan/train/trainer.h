@@ -41,7 +41,8 @@ class Trainer {
   };
   StepOutcome train_step(int64_t step);
   EvalResult validate();
-  void save_checkpoint(int64_t step);
+  // model_only: parameters only (checkpoint.last_save_model_only, for the last step).
+  void save_checkpoint(int64_t step, bool model_only);
   void restore();
   std::string checkpoint_folder() const;
 
