@@ -307,6 +307,14 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
   ce.hidden = h;
   ce.vocab = args_.vocab_size;
   ce.logits = options.logits;
+  ce.chunk_tokens = lm_head_chunk_tokens(n, args_.vocab_size, 0);
+  const size_t chunk_bytes =
+      static_cast<size_t>(ce.chunk_tokens * args_.vocab_size) * sizeof(float);
+  if (logits_chunk_.bytes() < chunk_bytes) {
+    logits_chunk_ = Buffer();
+    logits_chunk_ = Buffer(chunk_bytes, MemCategory::activations);
+  }
+  ce.workspace = logits_chunk_.as<float>();
   if (options.compute_grad) {
     ce.dx = d_norm_;
     ce.dweight = lm_head_weight_grad_;

@@ -113,6 +113,7 @@ class Qwen3Model {
   std::vector<LayerActivations> layer_acts_;  // one per layer, or one shared when checkpointing
   float* final_norm_ = nullptr;               // (N, h)
   float* final_norm_rstd_ = nullptr;          // (N)
+  Buffer logits_chunk_;                       // (chunk, V) lm_head loss scratch, kept across steps
   // Backward scratch shared by all layers.
   float* d_resid_ = nullptr;  // (N, h)
   float* d_norm_ = nullptr;   // (N, h)

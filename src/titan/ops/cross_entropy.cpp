@@ -27,15 +27,24 @@ void check_targets(const CrossEntropyArgs& a) {
 
 }  // namespace
 
+int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens) {
+  const int64_t budget_rows = kLogitsChunkBytes / (vocab * static_cast<int64_t>(sizeof(float)));
+  const int64_t wanted =
+      chunk_tokens > 0 ? chunk_tokens : std::max<int64_t>(64, budget_rows / 64 * 64);
+  return std::max<int64_t>(1, std::min(wanted, n_tokens));
+}
+
 CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   check_targets(a);
   const bool want_grad = a.dx != nullptr;
-  const int64_t budget_rows = kLogitsChunkBytes / (a.vocab * static_cast<int64_t>(sizeof(float)));
-  const int64_t wanted =
-      a.chunk_tokens > 0 ? a.chunk_tokens : std::max<int64_t>(64, budget_rows / 64 * 64);
-  const int64_t chunk = std::max<int64_t>(1, std::min(wanted, a.n_tokens));
-  Buffer logits_buf(static_cast<size_t>(chunk * a.vocab) * sizeof(float), MemCategory::activations);
-  float* logits = logits_buf.as<float>();
+  const int64_t chunk = lm_head_chunk_tokens(a.n_tokens, a.vocab, a.chunk_tokens);
+  Buffer own_logits;
+  float* logits = a.workspace;
+  if (logits == nullptr) {
+    own_logits =
+        Buffer(static_cast<size_t>(chunk * a.vocab) * sizeof(float), MemCategory::activations);
+    logits = own_logits.as<float>();
+  }
   std::vector<double> row_loss(a.n_tokens, 0.0);
   const VecKernels& v = vec();
   for (int64_t n0 = 0; n0 < a.n_tokens; n0 += chunk) {

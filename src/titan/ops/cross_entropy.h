@@ -28,7 +28,13 @@ struct CrossEntropyArgs {
   // (512 tokens for Qwen3's 151,936-entry vocabulary: the lm_head GEMMs run at the ceiling from
   // about that height, and 300 MiB stays a small share of a training step's memory).
   int64_t chunk_tokens = 0;
+  // Optional (chunk, V) scratch for one chunk's logits, sized by lm_head_chunk_tokens; null
+  // allocates one per call. A caller that runs every step keeps one, so its pages are touched once.
+  float* workspace = nullptr;
 };
+
+// The tokens per chunk lm_head_cross_entropy uses for n_tokens rows, given args.chunk_tokens.
+int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens);
 
 struct CrossEntropyResult {
   double loss_sum = 0.0;  // sum of -log p(target) over scored tokens

@@ -1,5 +1,6 @@
 #include "titan/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "titan/backend/cpu/vec.h"
@@ -42,7 +43,16 @@ double AdamWOptimizer::clip_grad_norm(double max_norm) {
   const double norm = grad_norm();
   const double coef = max_norm / (norm + 1e-6);
   if (max_norm > 0 && coef < 1.0) {
-    for (ParamGroup& g : groups_) vec().scale(g.grads(), static_cast<float>(coef), g.numel());
+    constexpr int64_t kChunk = 1 << 16;
+    const VecKernels& v = vec();
+    for (ParamGroup& g : groups_) {
+      float* grads = g.grads();
+      const int64_t n = g.numel();
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; i += kChunk) {
+        v.scale(grads + i, static_cast<float>(coef), std::min(kChunk, n - i));
+      }
+    }
   }
   return norm;
 }
