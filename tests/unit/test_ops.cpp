@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "compare.h"
@@ -331,9 +332,11 @@ TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {
   EXPECT_THROW(lm_head_cross_entropy(a), Error);
 }
 
-// A sparse MoE block at odd sizes: N = 13 tokens, h = 19, E = 5 experts of width Im = 11. Input
-// column 0 is large and positive and the router's column 0 strongly favours expert 0 and
-// disfavours expert E - 1, so one expert gets every token and one gets none.
+// A sparse MoE block at odd sizes: N = 13 tokens, h = 19, E = 5 experts of width Im = 11. When
+// `forced`, input column 0 is large and positive and the router's column 0 strongly favours
+// expert 0 and disfavours expert E - 1, so one expert gets every token and one gets none (its
+// softmax saturates); otherwise a mild random router keeps every probability well inside (0, 1),
+// where the routing weights' gradient is large.
 struct MoeCase {
   int64_t n = 13, h = 19, Im = 11, E = 5, k;
   bool norm;
@@ -347,13 +350,16 @@ struct MoeCase {
   MoeGradScratch g;
   SparseMoeBlock block;
 
-  MoeCase(int64_t top_k, bool norm_topk, const std::string& experts_kernel, uint64_t seed)
+  MoeCase(int64_t top_k, bool norm_topk, const std::string& experts_kernel, uint64_t seed,
+          bool forced = true)
       : k(top_k), norm(norm_topk) {
     x = randn(n * h, seed, 1.0f);
-    for (int64_t t = 0; t < n; ++t) x[t * h] = 3.0f + 0.1f * x[t * h];
-    router = randn(E * h, seed + 1, 1.0f);
-    router[0] = 5.0f;
-    router[(E - 1) * h] = -5.0f;
+    router = randn(E * h, seed + 1, forced ? 1.0f : 0.3f);
+    if (forced) {
+      for (int64_t t = 0; t < n; ++t) x[t * h] = 3.0f + 0.1f * x[t * h];
+      router[0] = 5.0f;
+      router[(E - 1) * h] = -5.0f;
+    }
     gate = randn(E * Im * h, seed + 2, 0.3f);
     up = randn(E * Im * h, seed + 3, 0.3f);
     down = randn(E * h * Im, seed + 4, 0.3f);
@@ -435,9 +441,13 @@ TEST(Moe, GroupedExpertsMatchReferenceWhereOneExpertGetsEveryTokenAndOneNone) {
 }
 
 TEST(Moe, BlockGradientsMatchFiniteDifferences) {
-  for (const auto& [k, norm] : {std::pair<int64_t, bool>{2, true}, {3, false}}) {
-    MoeCase c(k, norm, "experts_grouped", 31);
-    const std::vector<float> dy = randn(c.n * c.h, 41), dprobs = randn(c.E, 42);
+  for (const auto& [k, norm, forced] : {std::tuple<int64_t, bool, bool>{2, true, false},
+                                        {3, false, false},
+                                        {2, true, true},
+                                        {3, false, true}}) {
+    MoeCase c(k, norm, "experts_grouped", 31, forced);
+    // The probabilities' own term small, so it cannot hide the routing weights' gradient.
+    const std::vector<float> dy = randn(c.n * c.h, 41), dprobs = randn(c.E, 42, 0.1f);
     c.forward();
     const std::vector<int32_t> routing = c.index;
     const std::vector<float> dx = c.backward(dy, dprobs);
@@ -451,8 +461,8 @@ TEST(Moe, BlockGradientsMatchFiniteDifferences) {
       }
       return dot(dy, y) + probs_term;
     };
-    expect_finite_difference("moe dx", c.x, loss, dx);
-    expect_finite_difference("moe router dw", c.router, loss, c.router_grad);
+    expect_finite_difference("moe dx", c.x, loss, dx, 40);
+    expect_finite_difference("moe router dw", c.router, loss, c.router_grad, 40);
     expect_finite_difference("moe gate_proj dw", c.gate, loss, c.gate_grad);
     expect_finite_difference("moe up_proj dw", c.up, loss, c.up_grad);
     expect_finite_difference("moe down_proj dw", c.down, loss, c.down_grad);
