@@ -1,5 +1,7 @@
 #include "titan/ops/moe.h"
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -47,6 +49,24 @@ void gather_token_rows(float* dst, const float* src, const int32_t* row_of,
     std::memcpy(dst + static_cast<int64_t>(row_of[p]) * dim, src + (p / k) * dim,
                 static_cast<size_t>(dim) * sizeof(float));
   }
+}
+
+// fn(e, first_row, n_rows) for every expert that has rows. With at least two experts per thread,
+// the experts are spread over the threads, each GEMM on its calling thread (bench_experts, 2
+// threads: 64 experts of 64 rows, forward 35% -> 67% of the GEMM ceiling; 8 of 512, 66% -> 80%);
+// with fewer, one expert at a time and each GEMM threaded inside oneDNN, so no thread idles.
+template <typename Fn>
+void for_each_expert(const int32_t* offsets, int64_t n_experts, const Fn& fn) {
+  const auto one = [&](int64_t e) {
+    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
+    if (n_e > 0) fn(e, r0, n_e);
+  };
+  if (n_experts < 2 * static_cast<int64_t>(omp_get_max_threads())) {
+    for (int64_t e = 0; e < n_experts; ++e) one(e);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t e = 0; e < n_experts; ++e) one(e);
 }
 
 double silu_of(double g) {
@@ -118,21 +138,17 @@ void experts_forward_grouped(float* y, const ExpertsActivations& act, const Expe
   const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
   group_rows_by_expert(act, index, shape);
   gather_token_rows(s.x, x, act.row_of, shape, h);
-  for (int64_t e = 0; e < shape.n_experts; ++e) {
-    const int64_t r0 = act.offsets[e], n_e = act.offsets[e + 1] - r0;
-    if (n_e == 0) continue;
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, s.x + r0 * h, h, w.gate + e * Im * h, h, 0.0f,
              act.gate + r0 * Im, Im);
     gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, s.x + r0 * h, h, w.up + e * Im * h, h, 0.0f,
              act.up + r0 * Im, Im);
-  }
+  });
   swiglu_forward(act.act, act.gate, act.up, shape.rows() * Im);
-  for (int64_t e = 0; e < shape.n_experts; ++e) {
-    const int64_t r0 = act.offsets[e], n_e = act.offsets[e + 1] - r0;
-    if (n_e == 0) continue;
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     gemm_f32(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act.act + r0 * Im, Im, w.down + e * h * Im,
              Im, 0.0f, s.y + r0 * h, h);
-  }
+  });
   const VecKernels& v = vec();
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
@@ -159,12 +175,10 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
   gather_token_rows(s.x, x, act.row_of, shape, h);
   gather_token_rows(s.y, dy, act.row_of, shape, h);
   // g = dy down_e per row, unweighted: dweight = <g, act>, and d act = weight * g.
-  for (int64_t e = 0; e < shape.n_experts; ++e) {
-    const int64_t r0 = act.offsets[e], n_e = act.offsets[e + 1] - r0;
-    if (n_e == 0) continue;
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     gemm_f32(Trans::no, Trans::no, n_e, Im, h, 1.0f, s.y + r0 * h, h, w.down + e * h * Im, Im, 0.0f,
              s.dact + r0 * Im, Im);
-  }
+  });
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < rows; ++p) {
     const int64_t r = act.row_of[p];
@@ -172,16 +186,12 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
     v.scale(s.dact + r * Im, weight[p], Im);
     v.scale(s.y + r * h, weight[p], h);  // weight * dy: down_proj's output gradient
   }
-  for (int64_t e = 0; e < shape.n_experts; ++e) {
-    const int64_t r0 = act.offsets[e], n_e = act.offsets[e + 1] - r0;
-    if (n_e == 0) continue;
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     gemm_f32(Trans::yes, Trans::no, h, Im, n_e, 1.0f, s.y + r0 * h, h, act.act + r0 * Im, Im, 1.0f,
              dw.down + e * h * Im, Im);
-  }
+  });
   swiglu_backward(s.dgate, s.dup, s.dact, act.gate, act.up, rows * Im);
-  for (int64_t e = 0; e < shape.n_experts; ++e) {
-    const int64_t r0 = act.offsets[e], n_e = act.offsets[e + 1] - r0;
-    if (n_e == 0) continue;
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dgate + r0 * Im, Im, s.x + r0 * h, h, 1.0f,
              dw.gate + e * Im * h, h);
     gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dup + r0 * Im, Im, s.x + r0 * h, h, 1.0f,
@@ -191,7 +201,7 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
              0.0f, s.y + r0 * h, h);
     gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dup + r0 * Im, Im, w.up + e * Im * h, h,
              1.0f, s.y + r0 * h, h);
-  }
+  });
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
     float* dxt = dx + t * h;
