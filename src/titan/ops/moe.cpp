@@ -53,8 +53,9 @@ void gather_token_rows(float* dst, const float* src, const int32_t* row_of,
 
 // fn(e, first_row, n_rows) for every expert that has rows. With at least two experts per thread,
 // the experts are spread over the threads, each GEMM on its calling thread (bench_experts, 2
-// threads: 64 experts of 64 rows, forward 35% -> 67% of the GEMM ceiling; 8 of 512, 66% -> 80%);
-// with fewer, one expert at a time and each GEMM threaded inside oneDNN, so no thread idles.
+// threads, 64 experts of 64 rows: forward 35% -> 67% of the GEMM ceiling; 8 experts of 512 rows
+// no worse); with fewer, one expert at a time and each GEMM threaded inside oneDNN, so no thread
+// idles.
 template <typename Fn>
 void for_each_expert(const int32_t* offsets, int64_t n_experts, const Fn& fn) {
   const auto one = [&](int64_t e) {
