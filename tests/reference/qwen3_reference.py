@@ -1,10 +1,17 @@
 """Reference tensors for the Qwen3 model tests, computed by Hugging Face Transformers' own
-Qwen3ForCausalLM (eager attention, float32) and torch.optim.AdamW.
+Qwen3ForCausalLM and Qwen3MoeForCausalLM (eager attention and experts, float32) and
+torch.optim.AdamW.
 
 For each tiny config it writes OUT_DIR/qwen3_<name>.safetensors holding the initial weights
 ("param.<hf name>"), input_ids and labels (I32), logits, loss, every parameter gradient
 ("grad.<hf name>") and the weights after one AdamW step ("updated.<hf name>"); the config and the
 optimizer settings go in the file's __metadata__ as strings.
+
+The MoE configs (OUT_DIR/qwen3_moe_<name>.safetensors) run twice: as the config's default computes
+it (output_router_logits false: no auxiliary loss) and with output_router_logits=True, whose loss
+adds router_aux_loss_coef * the load-balancing loss; the second run's loss, aux loss and gradients
+are stored as "loss_aux", "aux_loss" and "grad_aux.<hf name>". No token may be near a tie between
+its k-th and (k+1)-th expert (which a rounding difference could flip): the script checks the gap.
 
 usage: python qwen3_reference.py OUT_DIR
 """
@@ -13,7 +20,7 @@ import sys
 
 import torch
 from safetensors.torch import save_file
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 # name: (config overrides, batch, seq). Together they cover tied and untied embeddings, GQA ratios
 # 1, 2 and 4, head_dim != hidden / heads, odd sequence lengths, batch > 1, and sequences longer
@@ -32,6 +39,30 @@ CONFIGS = {
                            num_attention_heads=4, num_key_value_heads=1, head_dim=20,
                            tie_word_embeddings=True, vocab_size=131), 1, 13),
 }
+# name: (config overrides, batch, seq). Sparse layers: all (moe_all_sparse); 1 and 3 of 4 through
+# mlp_only_layers (moe_mixed); 1 of 3 through decoder_sparse_step (moe_step2). E not a power of
+# two, k = 2 and 3, norm_topk_prob both ways, odd sequence lengths, batch > 1.
+MOE_CONFIGS = {
+    "all_sparse": (dict(hidden_size=32, intermediate_size=48, moe_intermediate_size=24,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, num_experts=5, num_experts_per_tok=2, norm_topk_prob=True,
+                        decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
+                        vocab_size=97, router_aux_loss_coef=0.01), 2, 7),
+    "mixed": (dict(hidden_size=24, intermediate_size=40, moe_intermediate_size=20,
+                   num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=12,
+                   num_experts=6, num_experts_per_tok=3, norm_topk_prob=False,
+                   decoder_sparse_step=1, mlp_only_layers=[0, 2], tie_word_embeddings=True,
+                   vocab_size=101, router_aux_loss_coef=0.02), 3, 5),
+    "step2": (dict(hidden_size=40, intermediate_size=56, moe_intermediate_size=16,
+                   num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                   num_experts=7, num_experts_per_tok=2, norm_topk_prob=True,
+                   decoder_sparse_step=2, mlp_only_layers=[], tie_word_embeddings=False,
+                   vocab_size=89, router_aux_loss_coef=0.001), 2, 9),
+}
+# The router's HF init (std 0.02) leaves all experts within ~1e-3 of each other; scaled up, the
+# routing decisions have clear margins.
+ROUTER_SCALE = 25.0
+MIN_ROUTING_GAP = 1e-4
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
@@ -71,12 +102,96 @@ def make(name, overrides, batch, seq, out_dir):
               f"{out_dir}/qwen3_{name}.safetensors", metadata=meta)
 
 
+def routing_gap(router_logits, top_k):
+    """The smallest gap between any token's k-th and (k+1)-th router probability."""
+    gap = float("inf")
+    for logits in router_logits:
+        probs = torch.softmax(logits.float(), dim=-1).sort(dim=-1, descending=True).values
+        gap = min(gap, (probs[:, top_k - 1] - probs[:, top_k]).min().item())
+    return gap
+
+
+def titan_layout(named):
+    """Transformers 5's fused experts.gate_up_proj (E, 2 Im, h), gate rows first, as titan's
+    stacked experts.gate_proj and experts.up_proj (E, Im, h); every other name unchanged."""
+    out = {}
+    for key, value in named:
+        value = value.detach().clone()
+        if key.endswith(".experts.gate_up_proj"):
+            gate, up = value.chunk(2, dim=1)
+            out[key.replace("gate_up_proj", "gate_proj")] = gate.contiguous()
+            out[key.replace("gate_up_proj", "up_proj")] = up.contiguous()
+        else:
+            out[key] = value
+    return out
+
+
+def make_moe(name, overrides, batch, seq, out_dir):
+    torch.manual_seed(4321)
+    config = Qwen3MoeConfig(rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512,
+                            attention_dropout=0.0, **overrides)
+    assert not config.output_router_logits  # the class default the first run relies on
+    model = Qwen3MoeForCausalLM._from_config(config, attn_implementation="eager",
+                                             experts_implementation="eager", dtype=torch.float32)
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                p.add_(0.1 * torch.randn_like(p))
+            if pname.endswith("mlp.gate.weight"):
+                p.mul_(ROUTER_SCALE)
+    params = {f"param.{k}": v for k, v in titan_layout(model.named_parameters()).items()}
+    sparse = sum(k.endswith("mlp.gate.weight") for k in params)
+    assert 0 < sparse, name
+
+    ids = torch.randint(0, config.vocab_size, (batch, seq), dtype=torch.int64)
+    labels = ids.clone()
+    labels[:, 1] = -100
+    if seq > 4:
+        labels[0, seq - 2] = -100
+
+    out = model(input_ids=ids, labels=labels)
+    assert out.aux_loss is None
+    out.loss.backward()
+    grads = {k: v.grad.detach().clone() for k, v in model.named_parameters()}
+    model.zero_grad()
+    out_aux = model(input_ids=ids, labels=labels, output_router_logits=True)
+    assert len(out_aux.router_logits) == sparse
+    gap = routing_gap(out_aux.router_logits, config.num_experts_per_tok)
+    print(f"moe_{name}: {sparse} sparse layers, smallest routing gap {gap:.3e}, "
+          f"aux loss {out_aux.aux_loss.item():.6f}")
+    assert gap > MIN_ROUTING_GAP, f"moe_{name}: a token is near a routing tie ({gap})"
+    assert torch.equal(out_aux.logits, out.logits)
+    out_aux.loss.backward()
+    grads_aux = titan_layout((k, v.grad) for k, v in model.named_parameters())
+    model.zero_grad()
+    for k, v in model.named_parameters():
+        v.grad = grads[k].clone()
+    torch.optim.AdamW(model.parameters(), foreach=False, **ADAMW).step()
+    updated = {f"updated.{k}": v for k, v in titan_layout(model.named_parameters()).items()}
+    grads = {f"grad.{k}": v for k, v in titan_layout(grads.items()).items()}
+    grads_aux = {f"grad_aux.{k}": v for k, v in grads_aux.items()}
+
+    tensors = {**params, **grads, **grads_aux, **updated,
+               "input_ids": ids.to(torch.int32), "labels": labels.to(torch.int32),
+               "logits": out.logits.detach().contiguous(), "loss": out.loss.detach().reshape(1),
+               "loss_aux": out_aux.loss.detach().reshape(1),
+               "aux_loss": out_aux.aux_loss.detach().reshape(1)}
+    meta = {k: json.dumps(v) for k, v in overrides.items()}
+    meta.update(rms_norm_eps=json.dumps(config.rms_norm_eps), rope_theta="10000.0",
+                max_position_embeddings="512", batch=str(batch), seq=str(seq),
+                adamw=json.dumps(ADAMW), format="pt")
+    save_file({k: v.contiguous() for k, v in tensors.items()},
+              f"{out_dir}/qwen3_moe_{name}.safetensors", metadata=meta)
+
+
 def main():
     out_dir = sys.argv[1]
     torch.set_num_threads(1)
     for name, (overrides, batch, seq) in CONFIGS.items():
         make(name, overrides, batch, seq, out_dir)
-    print(f"wrote {len(CONFIGS)} reference files to {out_dir}")
+    for name, (overrides, batch, seq) in MOE_CONFIGS.items():
+        make_moe(name, overrides, batch, seq, out_dir)
+    print(f"wrote {len(CONFIGS) + len(MOE_CONFIGS)} reference files to {out_dir}")
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
 // equal the full forward's logits at that position.
-void check_cached_logits(bool tied, int64_t prompt, std::vector<int64_t> chunks, int64_t steps) {
-  Qwen3Model model(tiny_generate_args(tied));
+void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
+                         int64_t steps) {
+  Qwen3Model model(args);
   model.initialize(7);
   const int64_t V = model.args().vocab_size;
   const std::vector<int32_t> ids = test_ids(prompt + steps, V, static_cast<uint32_t>(prompt));
@@ -53,14 +54,31 @@ void check_cached_logits(bool tied, int64_t prompt, std::vector<int64_t> chunks,
 }
 
 TEST(InferenceSession, DecodeLogitsEqualFullForward) {
-  for (int64_t prompt : {1, 3, 7, 13}) check_cached_logits(true, prompt, {prompt}, 9);
-  check_cached_logits(false, 11, {11}, 6);
+  for (int64_t prompt : {1, 3, 7, 13}) {
+    check_cached_logits(tiny_generate_args(true), prompt, {prompt}, 9);
+  }
+  check_cached_logits(tiny_generate_args(false), 11, {11}, 6);
 }
 
 TEST(InferenceSession, ChunkedPrefillAndLongPromptsAcrossAttentionBlocks) {
-  check_cached_logits(false, 13, {5, 1, 7}, 4);
+  check_cached_logits(tiny_generate_args(false), 13, {5, 1, 7}, 4);
   // Past the 128-key attention block: decode queries see several key blocks.
-  check_cached_logits(true, 131, {131}, 5);
+  check_cached_logits(tiny_generate_args(true), 131, {131}, 5);
+}
+
+TEST(InferenceSession, MoeDecodeLogitsEqualFullForward) {
+  // The shared tiny MoE (layer 0 sparse, layer 1 dense) with a third, sparse layer; the wide
+  // init keeps routing decisions far from ties.
+  ModelArgs a = tiny_generate_args(false);
+  const ModelArgs moe = test::tiny_moe();
+  a.architecture = moe.architecture;
+  a.num_experts = 5;
+  a.num_experts_per_tok = 2;
+  a.moe_intermediate_size = moe.moe_intermediate_size;
+  a.num_hidden_layers = 3;
+  a.mlp_only_layers = {1};
+  check_cached_logits(a, 9, {9}, 7);
+  check_cached_logits(a, 12, {4, 1, 7}, 3);
 }
 
 TEST(InferenceSession, BadCalls) {

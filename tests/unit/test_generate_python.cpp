@@ -28,10 +28,23 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
   const int64_t max_new = 20;
   json request = {{"folders", json::array()}, {"prompts", prompts}, {"max_new_tokens", max_new}};
   std::map<std::string, std::vector<std::vector<int32_t>>> titan_ids;
-  for (const bool tied : {true, false}) {
-    const std::string folder = dir / (tied ? "tied" : "untied");
-    Qwen3Model model(test::tiny_generate_args(tied));
-    model.initialize(tied ? 21 : 22);
+  // A tiny Qwen3-MoE too: layers 0 and 2 sparse (5 experts, 2 per token), layer 1 dense.
+  ModelArgs moe = test::tiny_generate_args(false);
+  moe.architecture = "Qwen3MoeForCausalLM";
+  moe.num_experts = 5;
+  moe.num_experts_per_tok = 2;
+  moe.moe_intermediate_size = 16;
+  moe.num_hidden_layers = 3;
+  moe.mlp_only_layers = {1};
+  const std::vector<std::pair<std::string, ModelArgs>> models = {
+      {"tied", test::tiny_generate_args(true)},
+      {"untied", test::tiny_generate_args(false)},
+      {"moe", moe}};
+  uint64_t seed = 21;
+  for (const auto& [name, args] : models) {
+    const std::string folder = dir / name;
+    Qwen3Model model(args);
+    model.initialize(seed++);
     HfExportOptions export_options;
     export_options.dtype = DType::f32;
     export_hf_folder(folder, model, export_options);

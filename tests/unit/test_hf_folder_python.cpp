@@ -1,8 +1,8 @@
 // Hugging Face model folders both ways with the real Transformers library
 // (tests/reference/hf_folder_roundtrip.py via $TITAN_PYTHON; a missing Python fails the test):
 // what titan exports, AutoModelForCausalLM.from_pretrained loads with no missing or unexpected
-// keys and the same logits (dense) or the same tensors bit for bit (MoE); what save_pretrained
-// writes, titan loads and computes the same logits from.
+// keys and the same logits (and for MoE the same tensors bit for bit); what save_pretrained
+// writes (Qwen3 and Qwen3-MoE), titan loads and computes the same logits from.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -44,6 +44,18 @@ void perturb_norms(std::vector<ParamGroup>& groups) {
     for (const ParamView& v : g.views()) {
       if (v.spec.init != ParamInit::ones) continue;
       for (int64_t i = 0; i < v.numel; ++i) g.params()[v.offset + i] += 0.01f * ((i * 7) % 11 - 5);
+    }
+  }
+}
+
+// HF's router init (std 0.02) leaves the experts' probabilities within ~1e-3 of each other;
+// scaled up, routing decisions have margins no rounding difference can flip (the Python side
+// checks the gap).
+void spread_routers(std::vector<ParamGroup>& groups) {
+  for (ParamGroup& g : groups) {
+    for (const ParamView& v : g.views()) {
+      if (!v.spec.name.ends_with(".mlp.gate.weight")) continue;
+      for (int64_t i = 0; i < v.numel; ++i) g.params()[v.offset + i] *= 25.0f;
     }
   }
 }
@@ -95,17 +107,19 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
   }
   ASSERT_TRUE(std::filesystem::exists(dir / "titan_tied_f32/tokenizer.json"));
 
-  // Qwen3-MoE exists only as parameters so far: random HF-style init, written per expert, one
-  // layer sparse and one dense (mlp_only_layers), sharded.
+  // Qwen3-MoE: written per expert, one layer sparse and one dense (mlp_only_layers), sharded.
   ModelArgs moe = test::tiny_moe();
   moe.rope_theta = 10000.0;
-  std::vector<ParamGroup> moe_params = make_param_groups(moe);
-  initialize_param_groups(moe_params, moe, 5);
+  Qwen3Model moe_model(moe);
+  moe_model.initialize(5);
+  std::vector<ParamGroup>& moe_params = moe_model.param_groups();
   perturb_norms(moe_params);
+  spread_routers(moe_params);
   HfExportOptions moe_options;
   moe_options.dtype = DType::f32;
   moe_options.max_shard_bytes = 30000;
-  export_hf_folder(dir / "titan_moe", moe, moe_params, moe_options);
+  export_hf_folder(dir / "titan_moe", moe_model, moe_options);
+  logits["titan_moe"] = titan_logits(*load_hf_model(dir / "titan_moe"), ids);
   request["folders"].push_back({{"name", "titan_moe"},
                                 {"architecture", "Qwen3MoeForCausalLM"},
                                 {"tied", false},
@@ -116,11 +130,11 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
       test::run_python_script("hf_folder_roundtrip.py", {"load", dir.path().string()});
   ASSERT_EQ(run.status, 0) << run.output;
   std::printf("%s", run.output.c_str());
-  for (const Dense& d : dense) {
-    const std::vector<float> want = read_logits(dir / ("out/" + d.name + ".safetensors"));
-    ASSERT_EQ(want.size(), logits[d.name].size());
-    expect_close(d.name + " logits", logits[d.name].data(), want.data(),
-                 static_cast<int64_t>(want.size()), 1e-5);
+  for (const auto& [name, got] : logits) {
+    const std::vector<float> want = read_logits(dir / ("out/" + name + ".safetensors"));
+    ASSERT_EQ(want.size(), got.size()) << name;
+    expect_close(name + " logits", got.data(), want.data(), static_cast<int64_t>(want.size()),
+                 1e-5);
   }
   // Transformers' own save of the MoE model loads back into titan's stacked layout bit for bit.
   std::vector<ParamGroup> resaved = make_param_groups(moe);
@@ -138,7 +152,8 @@ TEST(HfFolderPython, TitanLoadsWhatTransformersSaves) {
   const test::PythonRun run =
       test::run_python_script("hf_folder_roundtrip.py", {"save", dir.path().string()});
   ASSERT_EQ(run.status, 0) << run.output;
-  for (const char* name : {"hf_tied_f32", "hf_untied_f32", "hf_tied_bf16", "hf_untied_bf16"}) {
+  for (const char* name : {"hf_tied_f32", "hf_untied_f32", "hf_tied_bf16", "hf_untied_bf16",
+                           "hf_moe_f32", "hf_moe_bf16"}) {
     const std::string ref = dir / ("out/" + std::string(name) + ".safetensors");
     const SafetensorsCheckpoint reference = SafetensorsCheckpoint::open(ref);
     const SafetensorsEntry& ids_entry = reference.at("input_ids");
@@ -152,6 +167,7 @@ TEST(HfFolderPython, TitanLoadsWhatTransformersSaves) {
                  static_cast<int64_t>(want.size()), 1e-5);
   }
   EXPECT_TRUE(std::filesystem::exists(dir / "hf_untied_f32/model.safetensors.index.json"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "hf_moe_f32/model.safetensors.index.json"));
 
   // What Transformers saved, converted by titan bf16 -> fp32 -> bf16, is the same bytes.
   HfConvertOptions to_f32, to_bf16;

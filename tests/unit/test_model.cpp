@@ -1,7 +1,9 @@
 // Model-level properties the trainer relies on: activation checkpointing changes memory, not
-// results; micro-batches normalised by the global token count add up to the big batch's gradients.
+// results (dense and MoE); the arena is the size activation_bytes says; micro-batches normalised
+// by the global token count add up to the big batch's gradients.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -62,6 +64,65 @@ TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
   ASSERT_EQ(grads[0].size(), grads[1].size());
   EXPECT_EQ(0, std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)));
   EXPECT_LT(arena[1], arena[0]);
+}
+
+// small_args() with layers 0 and 2 sparse (5 experts, 2 per token) and layer 1 dense; the wide
+// init spreads the routers so routing is far from ties.
+ModelArgs small_moe_args(bool aux) {
+  ModelArgs a = small_args();
+  a.architecture = "Qwen3MoeForCausalLM";
+  a.num_experts = 5;
+  a.num_experts_per_tok = 2;
+  a.moe_intermediate_size = 24;
+  a.mlp_only_layers = {1};
+  a.output_router_logits = aux;
+  a.initializer_range = 0.2;
+  return a;
+}
+
+TEST(Model, MoeActivationCheckpointingKeepsGradientsAndTheArenaIsWhatActivationBytesSays) {
+  const int64_t batch = 3, seq = 11;
+  const std::vector<int32_t> ids = random_ids(batch * seq, 211, 4);
+  std::vector<std::vector<float>> grads;
+  std::vector<double> aux;
+  std::vector<int64_t> arena;
+  for (bool full : {false, true}) {
+    Qwen3Model m(small_moe_args(true));
+    m.initialize(3);
+    m.allocate_gradients();
+    m.set_activation_checkpointing(full);
+    ForwardOptions o;
+    o.compute_grad = true;
+    o.grad_scale = 0.01f;
+    const size_t before = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
+    m.forward(ids.data(), ids.data(), batch, seq, o);
+    const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
+    m.backward();
+    EXPECT_EQ(static_cast<int64_t>(after - before), m.activation_bytes(batch, seq));
+    grads.push_back(all_grads(m));
+    aux.push_back(m.aux_loss());
+    arena.push_back(m.activation_bytes(batch, seq));
+  }
+  ASSERT_EQ(grads[0].size(), grads[1].size());
+  EXPECT_EQ(0, std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)));
+  EXPECT_EQ(aux[0], aux[1]);
+  EXPECT_GT(aux[0], 0.0);
+  EXPECT_LT(arena[1], arena[0]);
+}
+
+TEST(Model, MoeInitialisationFollowsHuggingFace) {
+  ModelArgs a = small_moe_args(false);
+  a.initializer_range = 0.02;
+  Qwen3Model m(a);
+  m.initialize(9);
+  const ParamGroup& g = m.param_groups()[1];  // layer 0, sparse
+  for (const char* name : {"model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.gate_proj",
+                           "model.layers.0.mlp.experts.down_proj"}) {
+    const ParamView& v = g.view(name);
+    double sum_sq = 0.0;
+    for (int64_t i = 0; i < v.numel; ++i) sum_sq += std::pow(g.params()[v.offset + i], 2);
+    EXPECT_NEAR(std::sqrt(sum_sq / v.numel), 0.02, 2e-3) << name;
+  }
 }
 
 TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {

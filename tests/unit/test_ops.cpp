@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <functional>
+#include <tuple>
 #include <vector>
 
 #include "compare.h"
@@ -12,11 +13,14 @@
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/kernels/registry.h"
+#include "titan/nn/layers.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/linear.h"
+#include "titan/ops/moe.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/rope.h"
 #include "titan/ops/swiglu.h"
@@ -326,6 +330,185 @@ TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {
   expect_finite_difference("ce dweight", w, loss, dw);
   targets[0] = static_cast<int32_t>(vocab);
   EXPECT_THROW(lm_head_cross_entropy(a), Error);
+}
+
+// A sparse MoE block at odd sizes: N = 13 tokens, h = 19, E = 5 experts of width Im = 11. When
+// `forced`, input column 0 is large and positive and the router's column 0 strongly favours
+// expert 0 and disfavours expert E - 1, so one expert gets every token and one gets none (its
+// softmax saturates); otherwise a mild random router keeps every probability well inside (0, 1),
+// where the routing weights' gradient is large.
+struct MoeCase {
+  int64_t n = 13, h = 19, Im = 11, E = 5, k;
+  bool norm;
+  std::vector<float> x, router, gate, up, down;
+  std::vector<float> router_grad, gate_grad, up_grad, down_grad;
+  // Activations and scratch of the block (owned here, viewed by act / g).
+  std::vector<float> logits, probs, weight, gate_act, up_act, act_act, sx, sy, dgate, dup, dact,
+      dlogits, dweight;
+  std::vector<int32_t> index, row_of, offsets;
+  MoeActivations act;
+  MoeGradScratch g;
+  SparseMoeBlock block;
+
+  MoeCase(int64_t top_k, bool norm_topk, const std::string& experts_kernel, uint64_t seed,
+          bool forced = true)
+      : k(top_k), norm(norm_topk) {
+    x = randn(n * h, seed, 1.0f);
+    router = randn(E * h, seed + 1, forced ? 1.0f : 0.3f);
+    if (forced) {
+      for (int64_t t = 0; t < n; ++t) x[t * h] = 3.0f + 0.1f * x[t * h];
+      router[0] = 5.0f;
+      router[(E - 1) * h] = -5.0f;
+    }
+    gate = randn(E * Im * h, seed + 2, 0.3f);
+    up = randn(E * Im * h, seed + 3, 0.3f);
+    down = randn(E * h * Im, seed + 4, 0.3f);
+    router_grad.assign(router.size(), 0.0f);
+    gate_grad.assign(gate.size(), 0.0f);
+    up_grad.assign(up.size(), 0.0f);
+    down_grad.assign(down.size(), 0.0f);
+    const int64_t rows = n * k;
+    for (auto* v : {&logits, &probs, &dlogits}) v->resize(n * E);
+    for (auto* v : {&weight, &dweight}) v->resize(rows);
+    for (auto* v : {&gate_act, &up_act, &act_act, &dgate, &dup, &dact}) v->resize(rows * Im);
+    for (auto* v : {&sx, &sy}) v->resize(rows * h);
+    index.resize(rows);
+    row_of.resize(rows);
+    offsets.resize(E + 1);
+    act = {logits.data(),
+           probs.data(),
+           index.data(),
+           weight.data(),
+           {gate_act.data(), up_act.data(), act_act.data(), row_of.data(), offsets.data()}};
+    g = {dlogits.data(),
+         dweight.data(),
+         {sx.data(), sy.data(), dgate.data(), dup.data(), dact.data()}};
+    block.name = "model.layers.0.mlp";
+    block.hidden = h;
+    block.intermediate = Im;
+    block.n_experts = E;
+    block.top_k = k;
+    block.norm_topk_prob = norm;
+    block.gate.name = "model.layers.0.mlp.gate";
+    block.gate.in_features = h;
+    block.gate.out_features = E;
+    block.gate.weight = router.data();
+    block.gate.weight_grad = router_grad.data();
+    block.gate.kernel =
+        &std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
+    block.weights = {gate.data(), up.data(), down.data()};
+    block.grads = {gate_grad.data(), up_grad.data(), down_grad.data()};
+    block.experts =
+        &std::get<ExpertsKernel>(kernel_registry().get(experts_kernel, OpKind::experts).impl);
+    block.experts_kernel = experts_kernel;
+  }
+  std::vector<float> forward() {
+    std::vector<float> y(n * h);
+    block.forward(y.data(), act, g.experts, x.data(), n);
+    return y;
+  }
+  // dx of <dy, y> + sum over tokens and experts of dprobs[e] * probs[t, e].
+  std::vector<float> backward(const std::vector<float>& dy, const std::vector<float>& dprobs) {
+    std::vector<float> dx(n * h);
+    block.backward(dx.data(), g, dy.data(), act, x.data(), dprobs.data(), n);
+    return dx;
+  }
+};
+
+TEST(Moe, GroupedExpertsMatchReferenceWhereOneExpertGetsEveryTokenAndOneNone) {
+  for (const auto& [k, norm] : {std::pair<int64_t, bool>{2, true}, {3, false}}) {
+    MoeCase fast(k, norm, "experts_grouped", 11), ref(k, norm, "experts_reference", 11);
+    const std::vector<float> y = fast.forward(), want = ref.forward();
+    EXPECT_EQ(fast.index, ref.index);
+    std::vector<int64_t> tokens_of(fast.E, 0);
+    for (int32_t e : fast.index) ++tokens_of[e];
+    EXPECT_EQ(tokens_of[0], fast.n) << "expert 0 must get every token";
+    EXPECT_EQ(tokens_of[fast.E - 1], 0) << "the last expert must get none";
+    expect_close("moe y", y.data(), want.data(), y.size(), 1e-6);
+    const std::vector<float> dy = randn(fast.n * fast.h, 21), dprobs = randn(fast.E, 22);
+    const std::vector<float> dx = fast.backward(dy, dprobs), want_dx = ref.backward(dy, dprobs);
+    expect_close("moe dx", dx.data(), want_dx.data(), dx.size(), 1e-6);
+    expect_close("moe dweight", fast.dweight.data(), ref.dweight.data(), fast.dweight.size(), 1e-6);
+    expect_close("moe router grad", fast.router_grad.data(), ref.router_grad.data(),
+                 fast.router_grad.size(), 1e-6);
+    expect_close("moe gate_proj grad", fast.gate_grad.data(), ref.gate_grad.data(),
+                 fast.gate_grad.size(), 1e-6);
+    expect_close("moe up_proj grad", fast.up_grad.data(), ref.up_grad.data(), fast.up_grad.size(),
+                 1e-6);
+    expect_close("moe down_proj grad", fast.down_grad.data(), ref.down_grad.data(),
+                 fast.down_grad.size(), 1e-6);
+  }
+}
+
+TEST(Moe, BlockGradientsMatchFiniteDifferences) {
+  for (const auto& [k, norm, forced] : {std::tuple<int64_t, bool, bool>{2, true, false},
+                                        {3, false, false},
+                                        {2, true, true},
+                                        {3, false, true}}) {
+    MoeCase c(k, norm, "experts_grouped", 31, forced);
+    // The probabilities' own term small, so it cannot hide the routing weights' gradient.
+    const std::vector<float> dy = randn(c.n * c.h, 41), dprobs = randn(c.E, 42, 0.1f);
+    c.forward();
+    const std::vector<int32_t> routing = c.index;
+    const std::vector<float> dx = c.backward(dy, dprobs);
+    int64_t rerouted = 0;
+    const auto loss = [&] {
+      const std::vector<float> y = c.forward();
+      rerouted += c.index != routing;  // the loss is not differentiable across a routing change
+      double probs_term = 0.0;
+      for (int64_t t = 0; t < c.n; ++t) {
+        for (int64_t e = 0; e < c.E; ++e) probs_term += dprobs[e] * c.probs[t * c.E + e];
+      }
+      return dot(dy, y) + probs_term;
+    };
+    expect_finite_difference("moe dx", c.x, loss, dx, 40);
+    expect_finite_difference("moe router dw", c.router, loss, c.router_grad, 40);
+    expect_finite_difference("moe gate_proj dw", c.gate, loss, c.gate_grad);
+    expect_finite_difference("moe up_proj dw", c.up, loss, c.up_grad);
+    expect_finite_difference("moe down_proj dw", c.down, loss, c.down_grad);
+    EXPECT_EQ(rerouted, 0) << "a finite-difference step changed the routing: pick another seed";
+  }
+}
+
+TEST(Moe, BadRoutingIsAnError) {
+  MoeCase c(2, true, "experts_grouped", 11);
+  EXPECT_THROW(router_topk_forward(c.index.data(), c.weight.data(), c.probs.data(), c.logits.data(),
+                                   c.n, c.E, c.E + 1, true),
+               Error);
+  c.forward();
+  c.index[3] = static_cast<int32_t>(c.E);
+  std::vector<float> y(c.n * c.h);
+  for (const char* kernel : {"experts_grouped", "experts_reference"}) {
+    const ExpertsKernel& k =
+        std::get<ExpertsKernel>(kernel_registry().get(kernel, OpKind::experts).impl);
+    EXPECT_THROW(k.forward(y.data(), c.act.experts, c.g.experts, c.x.data(), c.index.data(),
+                           c.weight.data(), c.block.weights, c.block.shape(c.n)),
+                 Error)
+        << kernel;
+  }
+}
+
+TEST(Moe, LoadBalancingLossIsTheSwitchTransformerFormula) {
+  // Perfectly balanced routing and uniform probabilities: aux = k.
+  const int64_t E = 4, k = 2, n = 6;
+  std::vector<float> probs(n * E, 0.25f);
+  std::vector<int32_t> index = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
+  std::vector<double> counts(E, 0.0), sums(E, 0.0);
+  load_balancing_accumulate(counts.data(), sums.data(), probs.data(), index.data(), n, E, k);
+  EXPECT_NEAR(load_balancing_loss(counts.data(), sums.data(), E, n), 2.0, 1e-12);
+  // Every token on experts 0 and 1, all probability on expert 0: aux = E * (n / n) * (n / n).
+  std::vector<float> peaked(n * E, 0.0f);
+  for (int64_t t = 0; t < n; ++t) peaked[t * E] = 1.0f;
+  std::vector<int32_t> first(n * k);
+  for (int64_t t = 0; t < n; ++t) first[t * k] = 0, first[t * k + 1] = 1;
+  std::fill(counts.begin(), counts.end(), 0.0);
+  std::fill(sums.begin(), sums.end(), 0.0);
+  load_balancing_accumulate(counts.data(), sums.data(), peaked.data(), first.data(), n, E, k);
+  EXPECT_NEAR(load_balancing_loss(counts.data(), sums.data(), E, n), 4.0, 1e-12);
+  std::vector<float> d(E);
+  load_balancing_grad(d.data(), counts.data(), E, n, 0.5);
+  EXPECT_NEAR(d[0], 0.5 * E * n / (n * n), 1e-7);
+  EXPECT_EQ(d[2], 0.0f);
 }
 
 TEST(AdamW, MatchesReferenceOverSeveralSteps) {

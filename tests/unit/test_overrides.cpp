@@ -81,6 +81,75 @@ TEST(Overrides, Errors) {
             std::string::npos);
 }
 
+ModelArgs tiny_moe_args() {
+  ModelArgs a = tiny_args();
+  a.architecture = "Qwen3MoeForCausalLM";
+  a.num_experts = 3;
+  a.num_experts_per_tok = 2;
+  a.moe_intermediate_size = 8;
+  a.mlp_only_layers = {0};
+  return a;
+}
+
+TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
+  Qwen3Model model(tiny_moe_args(), {{"model.layers.*.mlp.experts", "experts_reference"},
+                                     {"*.mlp", "swiglu_reference"}});
+  const OverrideReport& r = model.override_report();
+  EXPECT_EQ(r.applied, (std::vector<std::string>{
+                           "model.layers.0.mlp: swiglu -> swiglu_reference",
+                           "model.layers.1.mlp.experts: experts_grouped -> experts_reference"}));
+  EXPECT_TRUE(r.warnings.empty());
+  const auto message = [](std::vector<OverrideRule> rules) {
+    try {
+      Qwen3Model m(tiny_moe_args(), rules);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({{"model.layers.*.mlp.experts", "swiglu"}}),
+            "override 'model.layers.*.mlp.experts' = 'swiglu': 'swiglu' is a swiglu kernel but "
+            "model.layers.1.mlp.experts has no swiglu slot (its slots: experts)");
+  EXPECT_NE(message({{"model.layers.1.mlp.gate", "experts_grouped"}}).find("has no experts slot"),
+            std::string::npos);
+  ModelArgs too_many = tiny_moe_args();
+  too_many.num_experts_per_tok = 4;
+  try {
+    Qwen3Model m(too_many);
+    FAIL() << "num_experts_per_tok > num_experts must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "model: num_experts_per_tok (4) exceeds num_experts (3)");
+  }
+}
+
+TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {
+  // A registered experts kernel that takes at most 8 tokens.
+  static const bool registered = [] {
+    const ExpertsKernel& grouped =
+        std::get<ExpertsKernel>(kernel_registry().get("experts_grouped", OpKind::experts).impl);
+    kernel_registry().add(
+        {"experts_test_8_tokens", OpKind::experts, "test only",
+         ExpertsKernel{grouped.forward, grouped.backward, [](const ExpertsShape& s) -> std::string {
+                         return s.n_tokens <= 8 ? "" : "at most 8 tokens";
+                       }}});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  Qwen3Model model(tiny_moe_args(), {{"*.experts", "experts_test_8_tokens"}});
+  model.initialize(0);
+  EXPECT_NO_THROW(model.check_kernel_constraints(2, 4));
+  try {
+    model.check_kernel_constraints(3, 3);
+    FAIL() << "expected the experts kernel's constraint to fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "model.layers.1.mlp.experts: experts kernel 'experts_test_8_tokens' requires at most "
+              "8 tokens");
+  }
+  std::vector<int32_t> ids(9, 1);
+  EXPECT_THROW(model.forward(ids.data(), nullptr, 1, 9, {}), Error);
+}
+
 TEST(Overrides, KernelConstraintIsAnErrorNamingIt) {
   ModelArgs a = tiny_args();
   a.max_position_embeddings = 10000;

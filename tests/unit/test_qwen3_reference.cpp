@@ -1,6 +1,8 @@
-// The Qwen3 model against Hugging Face Transformers' Qwen3ForCausalLM (fp32, eager attention):
-// logits, loss, every parameter gradient and the weights after one AdamW step, for the tiny
-// configs of tests/reference/qwen3_reference.py (run by ctest as a fixture before this test).
+// The Qwen3 model against Hugging Face Transformers' Qwen3ForCausalLM and Qwen3MoeForCausalLM
+// (fp32, eager attention and experts): logits, loss, every parameter gradient and the weights
+// after one AdamW step, for the tiny configs of tests/reference/qwen3_reference.py (run by ctest
+// as a fixture before this test); for MoE also the load-balancing loss and the gradients with it
+// (output_router_logits), through the grouped and the reference experts kernels.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -37,6 +39,16 @@ ModelArgs args_from_metadata(const std::map<std::string, std::string>& meta) {
   a.rms_norm_eps = num("rms_norm_eps");
   a.rope_theta = num("rope_theta");
   a.max_position_embeddings = num("max_position_embeddings");
+  if (meta.count("num_experts") != 0) {
+    a.architecture = "Qwen3MoeForCausalLM";
+    a.num_experts = num("num_experts");
+    a.num_experts_per_tok = num("num_experts_per_tok");
+    a.moe_intermediate_size = num("moe_intermediate_size");
+    a.norm_topk_prob = num("norm_topk_prob");
+    a.decoder_sparse_step = num("decoder_sparse_step");
+    a.mlp_only_layers = num("mlp_only_layers").get<std::vector<int64_t>>();
+    a.router_aux_loss_coef = num("router_aux_loss_coef");
+  }
   return a;
 }
 
@@ -46,24 +58,45 @@ std::vector<int32_t> read_ids(const SafetensorsEntry& e) {
 }
 
 class Qwen3Reference : public ::testing::TestWithParam<std::string> {};
+class Qwen3MoeReference : public ::testing::TestWithParam<std::string> {};
 
-void run_reference(const std::string& name, const std::string& attn_backend) {
-  const std::string path = reference_dir() + "/qwen3_" + name + ".safetensors";
-  const SafetensorsCheckpoint ref = SafetensorsCheckpoint::open(path);
-  const auto& meta = ref.files().front().metadata();
-  ModelArgs args = args_from_metadata(meta);
-  args.attn_backend = attn_backend;
-  const int64_t batch = std::stoll(meta.at("batch")), seq = std::stoll(meta.at("seq"));
-  std::printf("%s (attention %s): batch %lld, seq %lld\n", name.c_str(), attn_backend.c_str(),
-              static_cast<long long>(batch), static_cast<long long>(seq));
-
-  Qwen3Model model(args);
-  model.allocate_gradients();
+void load_reference_params(Qwen3Model& model, const SafetensorsCheckpoint& ref) {
   for (ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
       read_f32(ref.at("param." + v.spec.name), g.params() + v.offset, v.numel);
     }
   }
+}
+
+void expect_grads_close(const Qwen3Model& model, const SafetensorsCheckpoint& ref,
+                        const std::string& prefix) {
+  for (const ParamGroup& g : model.param_groups()) {
+    for (const ParamView& v : g.views()) {
+      std::vector<float> want_grad(v.numel);
+      read_f32(ref.at(prefix + v.spec.name), want_grad.data(), v.numel);
+      expect_close(prefix + v.spec.name, g.grads() + v.offset, want_grad.data(), v.numel, 1e-4);
+    }
+  }
+}
+
+// file: qwen3_<file>.safetensors; experts_kernel: bound to every sparse layer (MoE only).
+void run_reference(const std::string& file, const std::string& attn_backend,
+                   const std::string& experts_kernel = "experts_grouped") {
+  const std::string path = reference_dir() + "/qwen3_" + file + ".safetensors";
+  const SafetensorsCheckpoint ref = SafetensorsCheckpoint::open(path);
+  const auto& meta = ref.files().front().metadata();
+  ModelArgs args = args_from_metadata(meta);
+  args.attn_backend = attn_backend;
+  const int64_t batch = std::stoll(meta.at("batch")), seq = std::stoll(meta.at("seq"));
+  std::printf("%s (attention %s%s): batch %lld, seq %lld\n", file.c_str(), attn_backend.c_str(),
+              args.is_moe() ? (", " + experts_kernel).c_str() : "", static_cast<long long>(batch),
+              static_cast<long long>(seq));
+  std::vector<OverrideRule> overrides;
+  if (args.is_moe()) overrides.push_back({"model.layers.*.mlp.experts", experts_kernel});
+
+  Qwen3Model model(args, overrides);
+  model.allocate_gradients();
+  load_reference_params(model, ref);
   const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
   const std::vector<int32_t> labels = read_ids(ref.at("labels"));
   int64_t n_valid = 0;
@@ -88,12 +121,28 @@ void run_reference(const std::string& name, const std::string& attn_backend) {
   read_f32(ref.at("loss"), &want_loss, 1);
   const float loss = static_cast<float>(result.loss_sum / result.n_scored);
   expect_close("loss", &loss, &want_loss, 1, 1e-5);
-  for (const ParamGroup& g : model.param_groups()) {
-    for (const ParamView& v : g.views()) {
-      std::vector<float> want_grad(v.numel);
-      read_f32(ref.at("grad." + v.spec.name), want_grad.data(), v.numel);
-      expect_close("grad." + v.spec.name, g.grads() + v.offset, want_grad.data(), v.numel, 1e-4);
-    }
+  EXPECT_EQ(model.aux_loss(), 0.0);  // output_router_logits is off by default, as in HF
+  expect_grads_close(model, ref, "grad.");
+
+  if (args.is_moe()) {
+    // With output_router_logits, under activation checkpointing (recomputed routing).
+    ModelArgs with_aux = args;
+    with_aux.output_router_logits = true;
+    Qwen3Model aux_model(with_aux, overrides);
+    aux_model.allocate_gradients();
+    aux_model.set_activation_checkpointing(true);
+    load_reference_params(aux_model, ref);
+    const CrossEntropyResult r = aux_model.forward(ids.data(), labels.data(), batch, seq, options);
+    aux_model.backward();
+    const float aux = static_cast<float>(aux_model.aux_loss());
+    const float total = static_cast<float>(r.loss_sum / r.n_scored +
+                                           args.router_aux_loss_coef * aux_model.aux_loss());
+    float want_aux = 0.0f, want_total = 0.0f;
+    read_f32(ref.at("aux_loss"), &want_aux, 1);
+    read_f32(ref.at("loss_aux"), &want_total, 1);
+    expect_close("aux_loss", &aux, &want_aux, 1, 1e-5);
+    expect_close("loss with aux", &total, &want_total, 1, 1e-5);
+    expect_grads_close(aux_model, ref, "grad_aux.");
   }
 
   const nlohmann::json adamw = nlohmann::json::parse(meta.at("adamw"));
@@ -130,6 +179,15 @@ TEST_P(Qwen3Reference, ReferenceAttentionMatchesTransformers) {
   run_reference(GetParam(), "reference");
 }
 
+TEST_P(Qwen3MoeReference, GroupedExpertsMatchTransformers) {
+  run_reference("moe_" + GetParam(), "blockwise", "experts_grouped");
+}
+TEST_P(Qwen3MoeReference, ReferenceExpertsMatchTransformers) {
+  run_reference("moe_" + GetParam(), "reference", "experts_reference");
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, Qwen3MoeReference,
+                         ::testing::Values("all_sparse", "mixed", "step2"));
 INSTANTIATE_TEST_SUITE_P(Configs, Qwen3Reference,
                          ::testing::Values("tied_gqa2", "untied_mha", "gqa4_long",
                                            "tied_gqa4_odd"));

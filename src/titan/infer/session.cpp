@@ -17,6 +17,8 @@ InferenceSession::InferenceSession(const Qwen3Model& model, int64_t max_len, int
               " tokens must be in [1, cache length ", max_len, "]");
   const int64_t n = max_chunk, h = a.hidden_size, qd = a.num_attention_heads * a.head_dim;
   const int64_t I = a.intermediate_size;
+  const int64_t E = a.num_experts, k = a.num_experts_per_tok, Im = a.moe_intermediate_size;
+  const int64_t rows = n * k;  // routed (token, slot) pairs; 0 for a dense model
   // Sizes in take() order; each view starts 64-byte aligned.
   const int64_t sizes[] = {n * h,
                            n * h,
@@ -28,6 +30,17 @@ InferenceSession::InferenceSession(const Qwen3Model& model, int64_t max_len, int
                            n * I,
                            n * I,
                            n * I,
+                           n * E,
+                           n * E,
+                           n * k,
+                           n * k,
+                           rows * Im,
+                           rows * Im,
+                           rows * Im,
+                           rows,
+                           E + 1,
+                           rows * h,
+                           rows * h,
                            a.vocab_size};
   int64_t total = 0;
   for (int64_t s : sizes) total += (s + 15) / 16 * 16;
@@ -44,6 +57,15 @@ InferenceSession::InferenceSession(const Qwen3Model& model, int64_t max_len, int
   rstd_ = take(n * a.num_attention_heads);
   attn_ = {take(n * qd), take(n * qd), rstd_, take(a.num_attention_heads * n)};
   mlp_ = {take(n * I), take(n * I), take(n * I)};
+  const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(take(count)); };
+  moe_.router_logits = take(n * E);
+  moe_.router_probs = take(n * E);
+  moe_.topk_index = take_ints(n * k);
+  moe_.topk_weight = take(n * k);
+  moe_.experts = {take(rows * Im), take(rows * Im), take(rows * Im), take_ints(rows),
+                  take_ints(E + 1)};
+  moe_scratch_.x = take(rows * h);  // the forward uses only the gathered rows
+  moe_scratch_.y = take(rows * h);
   logits_ = take(a.vocab_size);
 }
 
@@ -70,7 +92,12 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
                                    cache_.values(li), past, n);
     v.axpy(mid_, 1.0f, resid_, n * h);
     layer.post_attention_layernorm.forward(norm_, rstd_, mid_, n);
-    layer.mlp.forward(resid_, mlp_, norm_, n);  // the layer's input is no longer needed
+    // The layer's input is no longer needed.
+    if (layer.sparse) {
+      layer.moe.forward(resid_, moe_, moe_scratch_, norm_, n);
+    } else {
+      layer.mlp.forward(resid_, mlp_, norm_, n);
+    }
     v.axpy(resid_, 1.0f, mid_, n * h);
   }
   cache_.advance(n);

@@ -44,7 +44,9 @@ class InferenceSession {
   float* mid_ = nullptr;    // (n, h) residual after attention
   float* rstd_ = nullptr;   // (n) discarded norm scales
   AttentionCachedScratch attn_;
-  MlpActivations mlp_;
+  MlpActivations mlp_;  // dense layers
+  MoeActivations moe_;  // sparse layers
+  ExpertsScratch moe_scratch_;
   float* logits_ = nullptr;  // (V)
 };
 

@@ -56,6 +56,19 @@ OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
       ++matched;
     }
     if (matched == 0) {
+      // A module the pattern names, but without a slot of this kernel's kind: a wrong kernel.
+      for (const KernelSlot& slot : slots) {
+        if (!glob_match(rule.pattern, slot.module)) continue;
+        std::string kinds;
+        for (const KernelSlot& other : slots) {
+          if (other.module == slot.module) {
+            kinds += (kinds.empty() ? "" : ", ") + std::string(op_kind_name(other.kind));
+          }
+        }
+        fail("override '", rule.pattern, "' = '", rule.kernel, "': '", rule.kernel, "' is a ",
+             op_kind_name(entry->kind), " kernel but ", slot.module, " has no ",
+             op_kind_name(entry->kind), " slot (its slots: ", kinds, ")");
+      }
       report.warnings.push_back("override '" + rule.pattern + "' = '" + rule.kernel +
                                 "' matches no module with a " + op_kind_name(entry->kind) +
                                 " slot");

@@ -29,8 +29,9 @@ struct OverrideReport {
 
 bool glob_match(std::string_view pattern, std::string_view text);
 
-// Rebinds matching slots in place. Errors (titan::Error): an unknown kernel; two rules claiming
-// the same slot; a rule claiming an ancestor module of another rule's module.
+// Rebinds matching slots in place. Errors (titan::Error): an unknown kernel; a rule naming
+// modules none of which has a slot of its kernel's kind (`*.mlp.experts = "swiglu"`); two rules
+// claiming the same slot; a rule claiming an ancestor module of another rule's module.
 OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
                                const std::vector<OverrideRule>& rules,
                                const KernelRegistry& registry);

@@ -39,6 +39,11 @@ void register_builtins(KernelRegistry& r) {
                          }}});
   r.add({"swiglu", OpKind::swiglu, "silu(gate) * up, vectorised",
          SwigluKernel{swiglu_forward, swiglu_backward}});
+  r.add({"experts_grouped", OpKind::experts,
+         "tokens grouped by expert, three sgemms per expert over its rows",
+         ExpertsKernel{experts_forward_grouped, experts_backward_grouped, experts_check_rows}});
+  r.add({"experts_reference", OpKind::experts, "token by token, fp64 sums (small inputs)",
+         ExpertsKernel{experts_forward_reference, experts_backward_reference, experts_check_rows}});
   r.add({"swiglu_reference", OpKind::swiglu, "fp64 reference",
          SwigluKernel{swiglu_forward_reference, swiglu_backward_reference}});
 }
@@ -61,6 +66,8 @@ const char* op_kind_name(OpKind kind) {
       return "swiglu";
     case OpKind::lm_head_loss:
       return "lm_head_loss";
+    case OpKind::experts:
+      return "experts";
   }
   return "?";
 }

@@ -12,11 +12,12 @@
 
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/moe.h"
 #include "titan/ops/rope.h"
 
 namespace titan {
 
-enum class OpKind { embedding, rms_norm, linear, rope, attention, swiglu, lm_head_loss };
+enum class OpKind { embedding, rms_norm, linear, rope, attention, swiglu, lm_head_loss, experts };
 const char* op_kind_name(OpKind kind);
 
 using RmsNormForward = void (*)(float*, float*, const float*, const float*, int64_t, int64_t,
@@ -67,12 +68,28 @@ struct LmHeadLossKernel {
   CrossEntropyResult (*forward_backward)(const CrossEntropyArgs&);
 };
 
+// A sparse MoE block's experts: every routed (token, slot) through its expert's SwiGLU MLP,
+// weighted and summed per token (ops/moe.h).
+using ExpertsForward = void (*)(float*, const ExpertsActivations&, const ExpertsScratch&,
+                                const float*, const int32_t*, const float*, const ExpertWeights&,
+                                const ExpertsShape&);
+using ExpertsBackward = void (*)(float*, float*, const ExpertGrads&, const ExpertsScratch&,
+                                 const float*, const ExpertsActivations&, const float*,
+                                 const int32_t*, const float*, const ExpertWeights&,
+                                 const ExpertsShape&);
+struct ExpertsKernel {
+  ExpertsForward forward;
+  ExpertsBackward backward;
+  // Empty when the kernel can run this shape, else the violated constraint in words.
+  std::function<std::string(const ExpertsShape&)> check;
+};
+
 struct KernelEntry {
   std::string name;
   OpKind kind;
   std::string description;
   std::variant<EmbeddingKernel, RmsNormKernel, LinearKernel, RopeKernel, AttentionKernel,
-               SwigluKernel, LmHeadLossKernel>
+               SwigluKernel, LmHeadLossKernel, ExpertsKernel>
       impl;
 };
 

@@ -327,8 +327,12 @@ json hf_config_json(const ModelArgs& a, DType weights_dtype) {
   c["use_sliding_window"] = false;
   c["sliding_window"] = nullptr;
   c["max_window_layers"] = a.num_hidden_layers;
-  c["layer_types"] =
-      std::vector<std::string>(static_cast<size_t>(a.num_hidden_layers), "full_attention");
+  // Qwen3MoeConfig has no layer_types: given one, Transformers 5.23's generate builds a mask per
+  // layer type that Qwen3MoeModel cannot take (static-cache generation fails).
+  if (!moe) {
+    c["layer_types"] =
+        std::vector<std::string>(static_cast<size_t>(a.num_hidden_layers), "full_attention");
+  }
   c["bos_token_id"] = id_json(a.bos_token_id);
   c["eos_token_id"] = ids_json(a.eos_token_ids);
   c["pad_token_id"] = id_json(a.pad_token_id);

@@ -48,8 +48,13 @@ void validate_model_args(const ModelArgs& a, const std::string& where) {
     positive(a.decoder_sparse_step, "decoder_sparse_step");
     TITAN_CHECK(a.num_experts_per_tok <= a.num_experts, where, ": num_experts_per_tok (",
                 a.num_experts_per_tok, ") exceeds num_experts (", a.num_experts, ")");
-  } else {
-    positive(a.intermediate_size, "intermediate_size");
+  }
+  for (int64_t layer = 0; layer < a.num_hidden_layers; ++layer) {
+    if (!a.layer_is_sparse(layer)) {
+      TITAN_CHECK(a.intermediate_size > 0, where, ": intermediate_size must be positive, got ",
+                  a.intermediate_size, " (layer ", layer, " has a dense MLP)");
+      break;
+    }
   }
   for (int64_t layer : a.mlp_only_layers) {
     TITAN_CHECK(layer >= 0 && layer < a.num_hidden_layers, where, ": mlp_only_layers entry ", layer,

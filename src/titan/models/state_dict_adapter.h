@@ -9,8 +9,8 @@
 // stacked tensor, so every HF key is one contiguous range of one parameter. A tied model has no
 // lm_head parameter and no lm_head.weight key (the lm_head reads model.embed_tokens.weight).
 //
-// Everything here is derived from ModelArgs alone, so it serves the dense Qwen3Model and a
-// Qwen3-MoE parameter set that has no compute yet.
+// Everything here is derived from ModelArgs alone, so it serves Qwen3Model (dense and MoE) and
+// tools that only move parameters.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +33,7 @@ struct ParamGroupSpec {
 
 std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args);
 // The groups of model_param_specs, allocated and zeroed: the parameters of a model that is only
-// stored, converted or initialised (Qwen3-MoE until its compute exists).
+// stored, converted or initialised (no module tree, no kernels).
 std::vector<ParamGroup> make_param_groups(const ModelArgs& args);
 // HF init (normal(0, initializer_range), norms 1), deterministic in `seed`, as Qwen3Model does.
 void initialize_param_groups(std::vector<ParamGroup>& groups, const ModelArgs& args, uint64_t seed);

@@ -123,4 +123,34 @@ void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const Ml
   up_proj.backward(dx, g.dup, x, n, true);
 }
 
+ExpertsShape SparseMoeBlock::shape(int64_t n) const {
+  return {n, hidden, intermediate, n_experts, top_k};
+}
+
+void SparseMoeBlock::check_constraints(int64_t n) const {
+  if (!experts->check) return;
+  const std::string broken = experts->check(shape(n));
+  TITAN_CHECK(broken.empty(), name, ".experts: experts kernel '", experts_kernel, "' requires ",
+              broken);
+}
+
+void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& scratch,
+                             const float* x, int64_t n) const {
+  check_constraints(n);
+  gate.forward(act.router_logits, x, n);
+  router_topk_forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
+                      n_experts, top_k, norm_topk_prob);
+  experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights, shape(n));
+}
+
+void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
+                              const MoeActivations& act, const float* x, const float* dprobs_all,
+                              int64_t n) const {
+  experts->backward(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
+                    act.topk_weight, weights, shape(n));
+  router_topk_backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n,
+                       n_experts, top_k, norm_topk_prob);
+  gate.backward(dx, g.dlogits, x, n, true);
+}
+
 }  // namespace titan

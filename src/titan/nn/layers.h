@@ -12,6 +12,7 @@
 #include "titan/kernels/overrides.h"
 #include "titan/kernels/registry.h"
 #include "titan/nn/param_group.h"
+#include "titan/ops/moe.h"
 #include "titan/ops/rope.h"
 
 namespace titan {
@@ -143,6 +144,47 @@ struct SwigluMlp {
   void forward(float* y, MlpActivations& act, const float* x, int64_t n) const;
   void backward(float* dx, MlpGradScratch& scratch, const float* dy, const MlpActivations& act,
                 const float* x, int64_t n) const;
+};
+
+// Activations one sparse MoE block keeps for its backward (N tokens, E experts, top k).
+struct MoeActivations {
+  float* router_logits = nullptr;  // (N, E) mlp.gate output
+  float* router_probs = nullptr;   // (N, E) softmax of the logits, fp32
+  int32_t* topk_index = nullptr;   // (N, k) chosen experts, by descending probability
+  float* topk_weight = nullptr;    // (N, k) their routing weights
+  ExpertsActivations experts;      // N*k rows
+};
+
+struct MoeGradScratch {
+  float* dlogits = nullptr;  // (N, E)
+  float* dweight = nullptr;  // (N, k) d loss / d routing weights
+  ExpertsScratch experts;    // N*k rows; the forward's gathered rows too
+};
+
+// Qwen3-MoE's sparse block (Qwen3MoeSparseMoeBlock): the router mlp.gate picks k of E experts
+// per token from softmax probabilities (renormalised over the k when norm_topk_prob); the output
+// is the routing-weighted sum of those experts' SwiGLU MLPs. No shared expert.
+struct SparseMoeBlock {
+  std::string name;                      // model.layers.{i}.mlp
+  int64_t hidden = 0, intermediate = 0;  // h, Im (one expert's width)
+  int64_t n_experts = 0, top_k = 0;      // E, k
+  bool norm_topk_prob = false;
+  Linear gate;            // the router, (E, h), model.layers.{i}.mlp.gate
+  ExpertWeights weights;  // the stacked model.layers.{i}.mlp.experts.{gate,up,down}_proj
+  ExpertGrads grads;      // or nulls
+  const ExpertsKernel* experts = nullptr;
+  std::string experts_kernel;  // registry name, for error messages
+
+  ExpertsShape shape(int64_t n) const;
+  // The experts kernel's constraint for n tokens (titan::Error when broken).
+  void check_constraints(int64_t n) const;
+  // y (N, h) from x (N, h); `scratch` is only used during the call.
+  void forward(float* y, MoeActivations& act, const ExpertsScratch& scratch, const float* x,
+               int64_t n) const;
+  // dx (N, h) = d y / d x given dy, parameter gradients accumulated (router included).
+  // dprobs_all (E), optional: the load-balancing loss's gradient on every row's probabilities.
+  void backward(float* dx, MoeGradScratch& scratch, const float* dy, const MoeActivations& act,
+                const float* x, const float* dprobs_all, int64_t n) const;
 };
 
 }  // namespace titan

@@ -5,6 +5,7 @@
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/ops/moe.h"
 
 namespace titan {
 namespace {
@@ -26,6 +27,11 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a) {
     slots.push_back({p + ".self_attn", OpKind::rope, "rope"});
     slots.push_back({p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend});
     slots.push_back({p + ".post_attention_layernorm", OpKind::rms_norm, "rms_norm"});
+    if (a.layer_is_sparse(i)) {
+      slots.push_back({p + ".mlp.gate", OpKind::linear, "linear"});
+      slots.push_back({p + ".mlp.experts", OpKind::experts, "experts_grouped"});
+      continue;
+    }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
       slots.push_back({p + ".mlp." + proj, OpKind::linear, "linear"});
     }
@@ -79,7 +85,6 @@ RMSNorm make_norm(const std::string& name, const ParamGroup& g, const KernelBind
 Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& overrides)
     : args_(args) {
   validate_model_args(args_, "model");
-  TITAN_CHECK(!args_.is_moe(), "Qwen3-MoE models are not implemented yet");
   slots_ = default_slots(args_);
   override_report_ = apply_overrides(slots_, overrides, kernel_registry());
   const KernelBinder binder(slots_);
@@ -122,14 +127,34 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& o
     at.rope = &std::get<RopeKernel>(binder.bind(at.name, OpKind::rope).impl);
     layer.post_attention_layernorm =
         make_norm(p + ".post_attention_layernorm", g, binder, h, args_.rms_norm_eps);
-    SwigluMlp& mlp = layer.mlp;
-    mlp.name = p + ".mlp";
-    mlp.hidden = h;
-    mlp.intermediate = args_.intermediate_size;
-    mlp.gate_proj = make_linear(mlp.name + ".gate_proj", g, binder, h, mlp.intermediate);
-    mlp.up_proj = make_linear(mlp.name + ".up_proj", g, binder, h, mlp.intermediate);
-    mlp.down_proj = make_linear(mlp.name + ".down_proj", g, binder, mlp.intermediate, h);
-    mlp.swiglu = &std::get<SwigluKernel>(binder.bind(mlp.name, OpKind::swiglu).impl);
+    layer.sparse = args_.layer_is_sparse(i);
+    n_sparse_layers_ += layer.sparse ? 1 : 0;
+    if (layer.sparse) {
+      SparseMoeBlock& moe = layer.moe;
+      moe.name = p + ".mlp";
+      moe.hidden = h;
+      moe.intermediate = args_.moe_intermediate_size;
+      moe.n_experts = args_.num_experts;
+      moe.top_k = args_.num_experts_per_tok;
+      moe.norm_topk_prob = args_.norm_topk_prob;
+      moe.gate = make_linear(moe.name + ".gate", g, binder, h, moe.n_experts);
+      const auto stacked = [&](const char* proj) {
+        return g.params() + g.view(moe.name + ".experts." + proj).offset;
+      };
+      moe.weights = {stacked("gate_proj"), stacked("up_proj"), stacked("down_proj")};
+      const KernelEntry& experts = binder.bind(moe.name + ".experts", OpKind::experts);
+      moe.experts = &std::get<ExpertsKernel>(experts.impl);
+      moe.experts_kernel = experts.name;
+    } else {
+      SwigluMlp& mlp = layer.mlp;
+      mlp.name = p + ".mlp";
+      mlp.hidden = h;
+      mlp.intermediate = args_.intermediate_size;
+      mlp.gate_proj = make_linear(mlp.name + ".gate_proj", g, binder, h, mlp.intermediate);
+      mlp.up_proj = make_linear(mlp.name + ".up_proj", g, binder, h, mlp.intermediate);
+      mlp.down_proj = make_linear(mlp.name + ".down_proj", g, binder, mlp.intermediate, h);
+      mlp.swiglu = &std::get<SwigluKernel>(binder.bind(mlp.name, OpKind::swiglu).impl);
+    }
     layers_.push_back(std::move(layer));
   }
 }
@@ -164,8 +189,19 @@ void Qwen3Model::allocate_gradients() {
                        &l.self_attn.k_norm}) {
       n->weight_grad = grad_of(g, n->name + ".weight");
     }
-    for (Linear* lin : {&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj,
-                        &l.self_attn.o_proj, &l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) {
+    for (Linear* lin :
+         {&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj}) {
+      lin->weight_grad = grad_of(g, lin->name + ".weight");
+    }
+    if (l.sparse) {
+      SparseMoeBlock& moe = l.moe;
+      moe.gate.weight_grad = grad_of(g, moe.gate.name + ".weight");
+      moe.grads = {grad_of(g, moe.name + ".experts.gate_proj"),
+                   grad_of(g, moe.name + ".experts.up_proj"),
+                   grad_of(g, moe.name + ".experts.down_proj")};
+      continue;
+    }
+    for (Linear* lin : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) {
       lin->weight_grad = grad_of(g, lin->name + ".weight");
     }
   }
@@ -179,7 +215,10 @@ void Qwen3Model::zero_gradients() {
 }
 
 void Qwen3Model::check_kernel_constraints(int64_t batch, int64_t seq) const {
-  for (const DecoderLayer& layer : layers_) layer.self_attn.check_constraints(batch, seq);
+  for (const DecoderLayer& layer : layers_) {
+    layer.self_attn.check_constraints(batch, seq);
+    if (layer.sparse) layer.moe.check_constraints(batch * seq);
+  }
 }
 
 void Qwen3Model::set_activation_checkpointing(bool full) {
@@ -189,41 +228,22 @@ void Qwen3Model::set_activation_checkpointing(bool full) {
   batch_ = seq_ = 0;  // the arena is re-carved on the next forward
 }
 
-int64_t Qwen3Model::activation_bytes(int64_t batch, int64_t seq) const {
+int64_t Qwen3Model::carve_activations(float* base, int64_t batch, int64_t seq,
+                                      Activations& v) const {
   const int64_t n = batch * seq, h = args_.hidden_size, hd = args_.head_dim;
   const int64_t H = args_.num_attention_heads, KV = args_.num_key_value_heads;
-  const int64_t I = args_.intermediate_size;
-  Carver c(nullptr);
-  const auto per_layer = [&](Carver& cv) {
-    for (int64_t size :
-         {n * h, n, n * H * hd, n * H, n * KV * hd, n * KV, n * H * hd, n * KV * hd, n * KV * hd,
-          n * H * hd, batch * H * seq, n * h, n * h, n, n * I, n * I, n * I}) {
-      cv.take(size);
-    }
-  };
-  for (int64_t i = 0; i <= args_.num_hidden_layers; ++i) c.take(n * h);  // residual streams
-  const int64_t layer_sets = checkpoint_layers_ ? 1 : args_.num_hidden_layers;
-  for (int64_t i = 0; i < layer_sets; ++i) per_layer(c);
-  for (int64_t size : {n * h, n, n * h, n * h, n * H * hd, n * KV * hd, n * KV * hd, n * H * hd,
-                       n * I, n * I, n * I}) {
-    c.take(size);
-  }
-  return c.used() * static_cast<int64_t>(sizeof(float));
-}
-
-void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
-  if (batch == batch_ && seq == seq_) return;
-  const int64_t n = batch * seq, h = args_.hidden_size, hd = args_.head_dim;
-  const int64_t H = args_.num_attention_heads, KV = args_.num_key_value_heads;
-  const int64_t I = args_.intermediate_size;
-  arena_ = Buffer();  // release the old arena before taking the new one
-  arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
-  // The order of take() calls must match activation_bytes().
-  Carver c(arena_.as<float>());
-  resid_.assign(args_.num_hidden_layers + 1, nullptr);
-  for (float*& r : resid_) r = c.take(n * h);
-  layer_acts_.assign(checkpoint_layers_ ? 1 : args_.num_hidden_layers, {});
-  for (LayerActivations& a : layer_acts_) {
+  const int64_t I = args_.intermediate_size, Im = args_.moe_intermediate_size;
+  const int64_t E = args_.num_experts, k = args_.num_experts_per_tok, rows = n * k;
+  const int64_t n_layers = args_.num_hidden_layers;
+  const bool any_sparse = n_sparse_layers_ > 0, any_dense = n_sparse_layers_ < n_layers;
+  Carver c(base);
+  // Index arrays share the float arena (same width).
+  const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
+  v.resid.assign(n_layers + 1, nullptr);
+  for (float*& r : v.resid) r = c.take(n * h);
+  v.layers.assign(checkpoint_layers_ ? 1 : n_layers, {});
+  for (size_t i = 0; i < v.layers.size(); ++i) {
+    LayerActivations& a = v.layers[i];
     a.norm1 = c.take(n * h);
     a.norm1_rstd = c.take(n);
     a.attn.q_pre = c.take(n * H * hd);
@@ -238,16 +258,45 @@ void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
     a.resid_mid = c.take(n * h);
     a.norm2 = c.take(n * h);
     a.norm2_rstd = c.take(n);
-    a.mlp.gate = c.take(n * I);
-    a.mlp.up = c.take(n * I);
-    a.mlp.act = c.take(n * I);
+    // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
+    const bool sparse = checkpoint_layers_ ? any_sparse : layers_[i].sparse;
+    const bool dense = checkpoint_layers_ ? any_dense : !layers_[i].sparse;
+    if (dense) a.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+    if (sparse) {
+      a.moe.router_logits = c.take(n * E);
+      a.moe.router_probs = c.take(n * E);
+      a.moe.topk_index = take_ints(n * k);
+      a.moe.topk_weight = c.take(n * k);
+      a.moe.experts = {c.take(rows * Im), c.take(rows * Im), c.take(rows * Im), take_ints(rows),
+                       take_ints(E + 1)};
+    }
   }
-  final_norm_ = c.take(n * h);
-  final_norm_rstd_ = c.take(n);
-  d_resid_ = c.take(n * h);
-  d_norm_ = c.take(n * h);
-  attn_grad_ = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
-  mlp_grad_ = {c.take(n * I), c.take(n * I), c.take(n * I)};
+  v.final_norm = c.take(n * h);
+  v.final_norm_rstd = c.take(n);
+  v.d_resid = c.take(n * h);
+  v.d_norm = c.take(n * h);
+  v.attn_grad = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
+  if (any_dense) v.mlp_grad = {c.take(n * I), c.take(n * I), c.take(n * I)};
+  if (any_sparse) {
+    v.moe_grad = {c.take(n * E),
+                  c.take(n * k),
+                  {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
+                   c.take(rows * Im)}};
+  }
+  return c.used();
+}
+
+int64_t Qwen3Model::activation_bytes(int64_t batch, int64_t seq) const {
+  Activations measured;
+  return carve_activations(nullptr, batch, seq, measured) * static_cast<int64_t>(sizeof(float));
+}
+
+void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
+  if (batch == batch_ && seq == seq_) return;
+  const int64_t n = batch * seq;
+  arena_ = Buffer();  // release the old arena before taking the new one
+  arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
+  carve_activations(arena_.as<float>(), batch, seq, acts_);
   batch_ = batch;
   seq_ = seq;
   ids_.resize(n);
@@ -262,15 +311,19 @@ void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
 void Qwen3Model::layer_forward(size_t i, LayerActivations& a) {
   const int64_t n = batch_ * seq_, h = args_.hidden_size;
   const DecoderLayer& layer = layers_[i];
-  const float* x = resid_[i];
-  float* out = resid_[i + 1];
+  const float* x = acts_.resid[i];
+  float* out = acts_.resid[i + 1];
   const VecKernels& v = vec();
   layer.input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
   layer.self_attn.forward(a.resid_mid, a.attn, a.norm1, positions_.data(), rope_cache_, batch_,
                           seq_);
   v.axpy(a.resid_mid, 1.0f, x, n * h);
   layer.post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
-  layer.mlp.forward(out, a.mlp, a.norm2, n);
+  if (layer.sparse) {
+    layer.moe.forward(out, a.moe, acts_.moe_grad.experts, a.norm2, n);
+  } else {
+    layer.mlp.forward(out, a.mlp, a.norm2, n);
+  }
   v.axpy(out, 1.0f, a.resid_mid, n * h);
 }
 
@@ -293,14 +346,37 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
     }
   }
 
-  embed_tokens_.forward(resid_[0], ids_.data(), n);
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    layer_forward(i, layer_acts_[checkpoint_layers_ ? 0 : i]);
+  // HF concatenates every sparse layer's router logits into one statistic (not a mean of
+  // per-layer losses); the counts and probability sums are all it needs.
+  const bool aux = args_.output_router_logits && n_sparse_layers_ > 0;
+  const int64_t E = args_.num_experts, k = args_.num_experts_per_tok;
+  if (aux) {
+    router_counts_.assign(E, 0.0);
+    router_prob_sums_.assign(E, 0.0);
   }
-  norm_.forward(final_norm_, final_norm_rstd_, resid_.back(), n);
+  embed_tokens_.forward(acts_.resid[0], ids_.data(), n);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
+    layer_forward(i, a);
+    if (aux && layers_[i].sparse) {
+      load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(), a.moe.router_probs,
+                                a.moe.topk_index, n, E, k);
+    }
+  }
+  const int64_t router_rows = n_sparse_layers_ * n;
+  aux_loss_ =
+      aux ? load_balancing_loss(router_counts_.data(), router_prob_sums_.data(), E, router_rows)
+          : 0.0;
+  aux_grad_ = aux && options.compute_grad;
+  if (aux_grad_) {
+    aux_dprobs_.resize(E);
+    load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
+                        args_.router_aux_loss_coef * options.aux_loss_scale);
+  }
+  norm_.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
 
   CrossEntropyArgs ce;
-  ce.x = final_norm_;
+  ce.x = acts_.final_norm;
   ce.weight = lm_head_weight_;
   ce.targets = targets_.data();
   ce.n_tokens = n;
@@ -316,7 +392,7 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
   }
   ce.workspace = logits_chunk_.as<float>();
   if (options.compute_grad) {
-    ce.dx = d_norm_;
+    ce.dx = acts_.d_norm;
     ce.dweight = lm_head_weight_grad_;
     ce.grad_scale = options.grad_scale;
   }
@@ -329,21 +405,27 @@ void Qwen3Model::backward() {
   grad_ready_ = false;
   const int64_t n = batch_ * seq_, h = args_.hidden_size;
   const VecKernels& v = vec();
-  norm_.backward(d_resid_, d_norm_, resid_.back(), final_norm_rstd_, n);
+  Activations& g = acts_;
+  norm_.backward(g.d_resid, g.d_norm, g.resid.back(), g.final_norm_rstd, n);
   for (size_t i = layers_.size(); i-- > 0;) {
     const DecoderLayer& layer = layers_[i];
-    LayerActivations& a = layer_acts_[checkpoint_layers_ ? 0 : i];
-    if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid_[i + 1] identically
+    LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];
+    if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
     // d_resid holds d loss / d layer output; it becomes d loss / d layer input.
-    layer.mlp.backward(d_norm_, mlp_grad_, d_resid_, a.mlp, a.norm2, n);
-    layer.post_attention_layernorm.backward(d_norm_, d_norm_, a.resid_mid, a.norm2_rstd, n);
-    v.axpy(d_resid_, 1.0f, d_norm_, n * h);
-    layer.self_attn.backward(d_norm_, attn_grad_, d_resid_, a.attn, a.norm1, positions_.data(),
+    if (layer.sparse) {
+      layer.moe.backward(g.d_norm, g.moe_grad, g.d_resid, a.moe, a.norm2,
+                         aux_grad_ ? aux_dprobs_.data() : nullptr, n);
+    } else {
+      layer.mlp.backward(g.d_norm, g.mlp_grad, g.d_resid, a.mlp, a.norm2, n);
+    }
+    layer.post_attention_layernorm.backward(g.d_norm, g.d_norm, a.resid_mid, a.norm2_rstd, n);
+    v.axpy(g.d_resid, 1.0f, g.d_norm, n * h);
+    layer.self_attn.backward(g.d_norm, g.attn_grad, g.d_resid, a.attn, a.norm1, positions_.data(),
                              rope_cache_, batch_, seq_);
-    layer.input_layernorm.backward(d_norm_, d_norm_, resid_[i], a.norm1_rstd, n);
-    v.axpy(d_resid_, 1.0f, d_norm_, n * h);
+    layer.input_layernorm.backward(g.d_norm, g.d_norm, g.resid[i], a.norm1_rstd, n);
+    v.axpy(g.d_resid, 1.0f, g.d_norm, n * h);
   }
-  embed_tokens_.backward(d_resid_, ids_.data(), n);
+  embed_tokens_.backward(g.d_resid, ids_.data(), n);
 }
 
 }  // namespace titan

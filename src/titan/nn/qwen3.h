@@ -1,5 +1,7 @@
-// Qwen3 dense causal LM, as Hugging Face's Qwen3ForCausalLM computes it (docs: qwen3-spec.md):
-// embed -> L x [x + attn(norm(x)), x + mlp(norm(x))] -> norm -> lm_head -> shifted CE.
+// Qwen3 causal LM, dense and MoE, as Hugging Face's Qwen3ForCausalLM and Qwen3MoeForCausalLM
+// compute it (docs: qwen3-spec.md): embed -> L x [x + attn(norm(x)), x + mlp(norm(x))] -> norm
+// -> lm_head -> shifted CE, each layer's mlp a dense SwiGLU or a sparse MoE block
+// (ModelArgs::layer_is_sparse), plus the load-balancing loss when output_router_logits.
 // Module and parameter names are the HF state-dict keys. Parameters live in one ParamGroup per
 // decoder layer plus one for embed_tokens / norm / lm_head (nn/param_group.h).
 #pragma once
@@ -24,13 +26,18 @@ struct DecoderLayer {
   RMSNorm input_layernorm;
   SelfAttention self_attn;
   RMSNorm post_attention_layernorm;
+  bool sparse = false;  // the MLP is `moe`, else `mlp`
   SwigluMlp mlp;
+  SparseMoeBlock moe;
 };
 
 struct ForwardOptions {
   bool compute_grad = false;  // also run d loss / d logits into the lm_head (fused CE)
   float grad_scale = 0.0f;    // gradients are of sum(token losses) * grad_scale
   float* logits = nullptr;    // optional (B, S, V) output
+  // With args().output_router_logits, the gradients also include router_aux_loss_coef *
+  // aux_loss_scale * the load-balancing loss (1 / micro-batches when accumulating).
+  float aux_loss_scale = 1.0f;
 };
 
 class Qwen3Model {
@@ -56,6 +63,10 @@ class Qwen3Model {
   // scored tokens; the HF loss is loss_sum / n_scored.
   CrossEntropyResult forward(const int32_t* input_ids, const int32_t* labels, int64_t batch,
                              int64_t seq, const ForwardOptions& options);
+  // The load-balancing loss of the last forward (qwen3-spec.md §2.3), computed when
+  // args().output_router_logits and the model has sparse layers, else 0. HF's loss with labels
+  // is loss_sum / n_scored + router_aux_loss_coef * aux_loss().
+  double aux_loss() const { return aux_loss_; }
   // Backward of the last forward (which must have had compute_grad): accumulates every
   // parameter gradient.
   void backward();
@@ -87,10 +98,27 @@ class Qwen3Model {
     float* resid_mid = nullptr;   // (N, h) x + attention
     float* norm2 = nullptr;       // (N, h)
     float* norm2_rstd = nullptr;  // (N)
-    MlpActivations mlp;
+    MlpActivations mlp;           // dense layers
+    MoeActivations moe;           // sparse layers
   };
+  // Every view of the activation arena.
+  struct Activations {
+    std::vector<float*> resid;             // L + 1 residual streams, each (N, h)
+    std::vector<LayerActivations> layers;  // one per layer, or one shared when checkpointing
+    float* final_norm = nullptr;           // (N, h)
+    float* final_norm_rstd = nullptr;      // (N)
+    // Backward scratch shared by all layers (moe_grad.experts also serves the forward).
+    float* d_resid = nullptr;  // (N, h)
+    float* d_norm = nullptr;   // (N, h)
+    AttentionGradScratch attn_grad;
+    MlpGradScratch mlp_grad;
+    MoeGradScratch moe_grad;
+  };
+  // Carves the activations of (batch, seq) out of `base` into `v` (a null base only measures);
+  // returns the floats taken. The one table both ensure_activations and activation_bytes use.
+  int64_t carve_activations(float* base, int64_t batch, int64_t seq, Activations& v) const;
   void ensure_activations(int64_t batch, int64_t seq);
-  // Layer i from resid_[i] to resid_[i + 1], keeping what its backward needs in `a`.
+  // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
 
   ModelArgs args_;
@@ -108,17 +136,16 @@ class Qwen3Model {
   // The activation arena and its views, sized for (batch_, seq_).
   int64_t batch_ = 0, seq_ = 0;
   Buffer arena_;
+  Activations acts_;
   std::vector<int32_t> ids_, positions_, targets_;
-  std::vector<float*> resid_;                 // L + 1 residual streams, each (N, h)
-  std::vector<LayerActivations> layer_acts_;  // one per layer, or one shared when checkpointing
-  float* final_norm_ = nullptr;               // (N, h)
-  float* final_norm_rstd_ = nullptr;          // (N)
-  Buffer logits_chunk_;                       // (chunk, V) lm_head loss scratch, kept across steps
-  // Backward scratch shared by all layers.
-  float* d_resid_ = nullptr;  // (N, h)
-  float* d_norm_ = nullptr;   // (N, h)
-  AttentionGradScratch attn_grad_;
-  MlpGradScratch mlp_grad_;
+  Buffer logits_chunk_;  // (chunk, V) lm_head loss scratch, kept across steps
+  // The load-balancing loss over all sparse layers of the last forward.
+  int64_t n_sparse_layers_ = 0;
+  std::vector<double> router_counts_;     // (E) tokens routed to each expert
+  std::vector<double> router_prob_sums_;  // (E) summed router probabilities
+  std::vector<float> aux_dprobs_;         // (E) its gradient on every row's probabilities
+  double aux_loss_ = 0.0;
+  bool aux_grad_ = false;
   bool grad_ready_ = false;
   bool checkpoint_layers_ = false;
 };

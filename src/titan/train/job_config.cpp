@@ -29,6 +29,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"model", "flavor", &c.model.flavor},
       {"model", "hf_assets_path", &c.model.hf_assets_path},
       {"model", "attn_backend", &c.model.attn_backend},
+      {"model", "output_router_logits", &c.model.output_router_logits},
       {"training", "local_batch_size", &c.training.local_batch_size},
       {"training", "global_batch_size", &c.training.global_batch_size},
       {"training", "seq_len", &c.training.seq_len},

@@ -21,6 +21,9 @@ struct JobConfig {
     std::string flavor = "debugmodel";  // a built-in flavor, or "hf" to read hf_assets_path
     std::string hf_assets_path = "";    // HF folder: config.json (flavor "hf") and tokenizer
     std::string attn_backend = "blockwise";
+    // titan's addition: Qwen3-MoE training adds router_aux_loss_coef x the load-balancing loss
+    // (HF's output_router_logits, off by default there too; also on when config.json sets it).
+    bool output_router_logits = false;
   } model;
   struct Training {
     int64_t local_batch_size = 8;

@@ -41,6 +41,7 @@ ModelArgs resolve_model_args(const JobConfig& c, const Tokenizer& tok) {
   } else {
     args = flavor(c.model.flavor, c.model.attn_backend);
   }
+  args.output_router_logits = args.output_router_logits || c.model.output_router_logits;
   TITAN_CHECK(static_cast<int64_t>(tok.vocab_size()) <= args.vocab_size, "the tokenizer has ",
               tok.vocab_size(), " tokens but model flavor '", c.model.flavor, "' has vocab_size ",
               args.vocab_size);
@@ -248,14 +249,18 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   ForwardOptions options;
   options.compute_grad = true;
   options.grad_scale = 1.0f / static_cast<float>(scored);
-  double loss_sum = 0.0;
+  // The load-balancing loss (0 unless enabled) is per micro-batch; the step takes their mean.
+  options.aux_loss_scale = 1.0f / static_cast<float>(accumulation_steps_);
+  double loss_sum = 0.0, aux_sum = 0.0;
   for (const Batch& b : micro) {
     loss_sum +=
         model_->forward(b.input_ids.data(), b.labels.data(), b.batch_size, b.seq_len, options)
             .loss_sum;
+    aux_sum += model_->aux_loss();
     model_->backward();
   }
-  out.loss = loss_sum / static_cast<double>(scored);
+  out.loss = loss_sum / static_cast<double>(scored) +
+             args_.router_aux_loss_coef * aux_sum / static_cast<double>(accumulation_steps_);
   std::string nonfinite;
   if (!std::isfinite(out.loss)) {
     nonfinite = "the loss is not finite (" + std::to_string(out.loss) + ")";
@@ -308,11 +313,12 @@ TrainResult Trainer::run() {
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak_gflops_,
                         config_.metrics.save_jsonl);
   std::printf(
-      "model %s: %lld parameters; %lld steps of %lld x %lld tokens (%lld micro-batches); "
-      "peak %.1f GFLOP/s for MFU\n",
+      "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
+      "(%lld micro-batches); peak %.1f GFLOP/s for MFU\n",
       config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
-      static_cast<long long>(t.steps), static_cast<long long>(t.local_batch_size),
-      static_cast<long long>(t.seq_len), static_cast<long long>(accumulation_steps_), peak_gflops_);
+      training_flops_per_token(args_, t.seq_len), static_cast<long long>(t.steps),
+      static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
+      static_cast<long long>(accumulation_steps_), peak_gflops_);
   TrainResult result;
   result.first_step = start_step_ + 1;
   for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {

@@ -1,0 +1,181 @@
+// The MoE experts kernels on one sparse layer, timed: forward and backward of every registered
+// experts kernel except the reference (checked against it first on a few tokens), in GFLOP/s of
+// the expert GEMMs (forward 3, backward 6 of 2 * rows * h * Im each) and as a share of the fp32
+// GEMM ceiling measured in the same run. Routing is random, k distinct experts per token.
+//
+// usage: bench_experts [--tokens N] [--hidden H] [--inter IM] [--experts E] [--top-k K]
+//                      [--steps N] [--threads N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "titan/backend/cpu/gemm.h"
+#include "titan/core/error.h"
+#include "titan/core/rng.h"
+#include "titan/core/threads.h"
+#include "titan/kernels/registry.h"
+
+namespace titan {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Everything one experts call reads and writes, for `shape`.
+struct ExpertsProblem {
+  ExpertsShape shape;
+  std::vector<float> x, dy, y, dx, weight, dweight, gate, up, down, dgate_w, dup_w, ddown_w;
+  std::vector<float> act_gate, act_up, act_act, sx, sy, sdgate, sdup, sdact;
+  std::vector<int32_t> index, row_of, offsets;
+
+  explicit ExpertsProblem(const ExpertsShape& s) : shape(s) {
+    const int64_t n = s.n_tokens, h = s.hidden, Im = s.inter, E = s.n_experts, k = s.top_k;
+    const int64_t rows = s.rows();
+    const auto randn = [](int64_t count, uint64_t seed, float std) {
+      std::vector<float> v(static_cast<size_t>(count));
+      Rng(seed).fill_normal(v.data(), count, 0.0f, std);
+      return v;
+    };
+    x = randn(n * h, 1, 1.0f);
+    dy = randn(n * h, 2, 1.0f);
+    gate = randn(E * Im * h, 3, 0.02f);
+    up = randn(E * Im * h, 4, 0.02f);
+    down = randn(E * h * Im, 5, 0.02f);
+    for (auto* v : {&dgate_w, &dup_w}) v->assign(E * Im * h, 0.0f);
+    ddown_w.assign(E * h * Im, 0.0f);
+    for (auto* v : {&y, &dx}) v->resize(n * h);
+    for (auto* v : {&weight, &dweight}) v->assign(rows, 1.0f / static_cast<float>(k));
+    for (auto* v : {&act_gate, &act_up, &act_act, &sdgate, &sdup, &sdact}) v->resize(rows * Im);
+    for (auto* v : {&sx, &sy}) v->resize(rows * h);
+    index.resize(rows);
+    row_of.resize(rows);
+    offsets.resize(E + 1);
+    Rng pick(6);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t j = 0; j < k; ++j) {
+        int32_t e = 0;
+        bool taken = true;
+        while (taken) {
+          e = static_cast<int32_t>(pick.next_u64() % static_cast<uint64_t>(E));
+          taken = std::find(&index[t * k], &index[t * k] + j, e) != &index[t * k] + j;
+        }
+        index[t * k + j] = e;
+      }
+    }
+  }
+  ExpertsActivations act() {
+    return {act_gate.data(), act_up.data(), act_act.data(), row_of.data(), offsets.data()};
+  }
+  ExpertsScratch scratch() {
+    return {sx.data(), sy.data(), sdgate.data(), sdup.data(), sdact.data()};
+  }
+  void forward(const ExpertsKernel& kernel) {
+    kernel.forward(y.data(), act(), scratch(), x.data(), index.data(), weight.data(),
+                   {gate.data(), up.data(), down.data()}, shape);
+  }
+  void backward(const ExpertsKernel& kernel) {
+    kernel.backward(dx.data(), dweight.data(), {dgate_w.data(), dup_w.data(), ddown_w.data()},
+                    scratch(), dy.data(), act(), x.data(), index.data(), weight.data(),
+                    {gate.data(), up.data(), down.data()}, shape);
+  }
+};
+
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0.0, ref = 1e-30;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, static_cast<double>(std::abs(got[i] - want[i])));
+    ref = std::max(ref, static_cast<double>(std::abs(want[i])));
+  }
+  return err / ref;
+}
+
+int run(int argc, char** argv) {
+  ExpertsShape shape{512, 1024, 384, 64, 8};
+  int steps = 3, threads = default_thread_count();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string arg = argv[i];
+    const int64_t value = std::atoll(argv[i + 1]);
+    if (arg == "--tokens")
+      shape.n_tokens = value;
+    else if (arg == "--hidden")
+      shape.hidden = value;
+    else if (arg == "--inter")
+      shape.inter = value;
+    else if (arg == "--experts")
+      shape.n_experts = value;
+    else if (arg == "--top-k")
+      shape.top_k = value;
+    else if (arg == "--steps")
+      steps = static_cast<int>(value);
+    else if (arg == "--threads")
+      threads = static_cast<int>(value);
+    else
+      fail("unknown option ", arg);
+  }
+  TITAN_CHECK(shape.top_k >= 1 && shape.top_k <= shape.n_experts, "--top-k must be in [1, E]");
+  set_thread_count(threads);
+  const double peak = measure_gemm_peak_gflops();
+  const double gemm_flops =
+      2.0 * static_cast<double>(shape.rows()) * static_cast<double>(shape.hidden * shape.inter);
+  std::printf(
+      "experts: %lld tokens, h %lld, Im %lld, E %lld, k %lld (%.1f rows per expert), "
+      "threads %d, GEMM ceiling %.1f GFLOP/s\n",
+      static_cast<long long>(shape.n_tokens), static_cast<long long>(shape.hidden),
+      static_cast<long long>(shape.inter), static_cast<long long>(shape.n_experts),
+      static_cast<long long>(shape.top_k),
+      static_cast<double>(shape.rows()) / static_cast<double>(shape.n_experts), threads, peak);
+
+  const KernelEntry& reference = kernel_registry().get("experts_reference", OpKind::experts);
+  for (const KernelEntry* entry : kernel_registry().entries()) {
+    if (entry->kind != OpKind::experts || entry == &reference) continue;
+    const ExpertsKernel& kernel = std::get<ExpertsKernel>(entry->impl);
+    // Checked first on a few tokens against the reference.
+    ExpertsShape small = shape;
+    small.n_tokens = 3;
+    ExpertsProblem check(small), want(small);
+    check.forward(kernel);
+    check.backward(kernel);
+    want.forward(std::get<ExpertsKernel>(reference.impl));
+    want.backward(std::get<ExpertsKernel>(reference.impl));
+    const double err = std::max({max_rel_error(check.y, want.y), max_rel_error(check.dx, want.dx),
+                                 max_rel_error(check.ddown_w, want.ddown_w)});
+    TITAN_CHECK(err < 1e-4, entry->name, " disagrees with experts_reference (", err, ")");
+
+    ExpertsProblem p(shape);
+    p.forward(kernel);  // warm-up
+    p.backward(kernel);
+    double forward_s = 1e30, backward_s = 1e30;
+    for (int s = 0; s < steps; ++s) {
+      const double t0 = now_seconds();
+      p.forward(kernel);
+      const double t1 = now_seconds();
+      p.backward(kernel);
+      const double t2 = now_seconds();
+      forward_s = std::min(forward_s, t1 - t0);
+      backward_s = std::min(backward_s, t2 - t1);
+    }
+    const double fwd = 3 * gemm_flops / forward_s * 1e-9, bwd = 6 * gemm_flops / backward_s * 1e-9;
+    std::printf(
+        "  %-20s forward %7.2f ms %6.1f GFLOP/s (%3.0f%%)  backward %7.2f ms %6.1f "
+        "GFLOP/s (%3.0f%%)\n",
+        entry->name.c_str(), forward_s * 1e3, fwd, 100 * fwd / peak, backward_s * 1e3, bwd,
+        100 * bwd / peak);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace titan
+
+int main(int argc, char** argv) {
+  try {
+    return titan::run(argc, argv);
+  } catch (const titan::Error& e) {
+    std::fprintf(stderr, "bench_experts: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,103 @@
+// Qwen3-MoE's sparse block as two ops (qwen3-spec.md §2.2, Transformers' Qwen3MoeTopKRouter and
+// Qwen3MoeExperts): the router's softmax and top-k, and the grouped experts, each token's output
+// the routing-weighted sum of its k experts' SwiGLU MLPs. The router's projection is a linear
+// (ops/linear.h). Also the Switch-Transformer load-balancing loss of Qwen3MoeForCausalLM (§2.3).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace titan {
+
+// probs (N, E) = softmax(logits (N, E)) in fp32. index, weight (N, k): the k largest
+// probabilities in descending order (ties: the lower expert first, as torch.topk), divided by
+// their sum when norm_topk_prob. A top_k outside [1, E] is a titan::Error.
+void router_topk_forward(int32_t* index, float* weight, float* probs, const float* logits,
+                         int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob);
+// dlogits (N, E), overwritten, from dweight (N, k) through the renormalisation and the softmax;
+// dprobs_all (E), optional, is added to d loss / d probs of every row (the load-balancing loss's
+// gradient). The selection itself is piecewise constant and has no gradient.
+void router_topk_backward(float* dlogits, const float* dweight, const float* dprobs_all,
+                          const float* probs, const int32_t* index, int64_t n_tokens,
+                          int64_t n_experts, int64_t top_k, bool norm_topk_prob);
+
+struct ExpertsShape {
+  int64_t n_tokens = 0;   // N
+  int64_t hidden = 0;     // h
+  int64_t inter = 0;      // Im, one expert's SwiGLU width
+  int64_t n_experts = 0;  // E
+  int64_t top_k = 0;      // k
+  int64_t rows() const { return n_tokens * top_k; }
+};
+
+// One layer's stacked experts (state_dict_adapter.h), expert e the slice [e].
+struct ExpertWeights {
+  const float* gate = nullptr;  // (E, Im, h)
+  const float* up = nullptr;    // (E, Im, h)
+  const float* down = nullptr;  // (E, h, Im)
+};
+struct ExpertGrads {
+  float* gate = nullptr;  // (E, Im, h), accumulated
+  float* up = nullptr;    // (E, Im, h)
+  float* down = nullptr;  // (E, h, Im)
+};
+
+// What the experts' backward needs: one row per routed (token, slot) pair, N*k rows in the
+// kernel's own order (only the same kernel's backward reads them).
+struct ExpertsActivations {
+  float* gate = nullptr;       // (N*k, Im) gate_proj output
+  float* up = nullptr;         // (N*k, Im)
+  float* act = nullptr;        // (N*k, Im) silu(gate) * up, down_proj's input
+  int32_t* row_of = nullptr;   // (N*k) the row of (token t, slot j) at [t*k + j]
+  int32_t* offsets = nullptr;  // (E + 1) expert e owns rows [offsets[e], offsets[e + 1])
+};
+
+// Scratch for the forward and the backward, needed only during one call.
+struct ExpertsScratch {
+  float* x = nullptr;      // (N*k, h) the routed tokens' inputs, gathered
+  float* y = nullptr;      // (N*k, h) expert outputs; in the backward d y, then d x rows
+  float* dgate = nullptr;  // (N*k, Im)
+  float* dup = nullptr;    // (N*k, Im)
+  float* dact = nullptr;   // (N*k, Im)
+};
+
+// y (N, h) = sum over slots j of weight[t, j] * expert_{index[t, j]}(x_t), x (N, h), index and
+// weight (N, k); summed in ascending expert order, as Transformers' index_add_ loop. Every
+// index must be in [0, E).
+void experts_forward_grouped(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                             const float* x, const int32_t* index, const float* weight,
+                             const ExpertWeights& w, const ExpertsShape& shape);
+// dx (N, h) and dweight (N, k) overwritten; the expert gradients accumulated into dw.
+void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
+                              const ExpertsScratch& s, const float* dy,
+                              const ExpertsActivations& act, const float* x, const int32_t* index,
+                              const float* weight, const ExpertWeights& w,
+                              const ExpertsShape& shape);
+
+// The same contracts token by token with fp64 sums (rows in (token, slot) order).
+void experts_forward_reference(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                               const float* x, const int32_t* index, const float* weight,
+                               const ExpertWeights& w, const ExpertsShape& shape);
+void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw,
+                                const ExpertsScratch& s, const float* dy,
+                                const ExpertsActivations& act, const float* x, const int32_t* index,
+                                const float* weight, const ExpertWeights& w,
+                                const ExpertsShape& shape);
+// Empty when N*k rows fit the kernels' int32 row numbers, else the violated constraint.
+std::string experts_check_rows(const ExpertsShape& shape);
+
+// Load balancing over all sparse layers' rows together (Transformers' load_balancing_loss_func
+// without an attention mask): counts (E) tokens routed to each expert and prob_sums (E) the
+// summed router probabilities, both over `rows` (layer, token) rows;
+//   aux = E * sum_e (counts_e / rows) * (prob_sums_e / rows).
+void load_balancing_accumulate(double* counts, double* prob_sums, const float* probs,
+                               const int32_t* index, int64_t n_tokens, int64_t n_experts,
+                               int64_t top_k);
+double load_balancing_loss(const double* counts, const double* prob_sums, int64_t n_experts,
+                           int64_t rows);
+// dprobs (E) = scale * d aux / d probs[t, e], the same for every row t: scale * E * counts_e /
+// rows^2 (the counts are piecewise constant).
+void load_balancing_grad(float* dprobs, const double* counts, int64_t n_experts, int64_t rows,
+                         double scale);
+
+}  // namespace titan
