@@ -286,6 +286,11 @@ int64_t Qwen3Model::carve_activations(float* base, int64_t batch, int64_t seq,
   return c.used();
 }
 
+int64_t Qwen3Model::lm_head_scratch_bytes(int64_t batch, int64_t seq) const {
+  return lm_head_chunk_tokens(batch * seq, args_.vocab_size, 0) * args_.vocab_size *
+         static_cast<int64_t>(sizeof(float));
+}
+
 int64_t Qwen3Model::activation_bytes(int64_t batch, int64_t seq) const {
   Activations measured;
   return carve_activations(nullptr, batch, seq, measured) * static_cast<int64_t>(sizeof(float));
@@ -384,8 +389,7 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
   ce.vocab = args_.vocab_size;
   ce.logits = options.logits;
   ce.chunk_tokens = lm_head_chunk_tokens(n, args_.vocab_size, 0);
-  const size_t chunk_bytes =
-      static_cast<size_t>(ce.chunk_tokens * args_.vocab_size) * sizeof(float);
+  const auto chunk_bytes = static_cast<size_t>(lm_head_scratch_bytes(batch, seq));
   if (logits_chunk_.bytes() < chunk_bytes) {
     logits_chunk_ = Buffer();
     logits_chunk_ = Buffer(chunk_bytes, MemCategory::activations);

@@ -83,6 +83,9 @@ class Qwen3Model {
 
   // Bytes of the activation arena for (batch, seq): what the backward must keep.
   int64_t activation_bytes(int64_t batch, int64_t seq) const;
+  // Bytes of the lm_head loss's logits chunk for (batch, seq), held beside the arena (the
+  // backward needs none of it; it is kept only so each step does not fault its pages in again).
+  int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const;
 
   // The module tree, read-only, for forwards that compose it differently (infer/session.h).
   const Embedding& embed_tokens() const { return embed_tokens_; }
