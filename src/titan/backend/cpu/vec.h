@@ -37,6 +37,12 @@ struct VecKernels {
                             const float* up, int64_t n);
   void (*adamw)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                 const AdamWScalars& s);
+  // y[r] = sum_c w[r * cols + c] * x[c] for r < rows: a matrix-vector product over rows of
+  // (rows, cols) weights, fp32 accumulation.
+  void (*gemv_f32)(float* y, const float* w, const float* x, int64_t rows, int64_t cols);
+  // The same with bf16 weights (their raw bits), widened to fp32 in registers -- exactly, since
+  // bf16 is the top half of an fp32 -- so half the bytes stream from memory.
+  void (*gemv_bf16)(float* y, const uint16_t* w, const float* x, int64_t rows, int64_t cols);
 };
 
 const VecKernels& vec_kernels(Isa isa);
