@@ -69,7 +69,7 @@ class GenerateCli : public ::testing::Test {
     GenerateOptions o = generation_defaults(model_dir(), model->args());
     o.sampling.do_sample = false;
     o.max_new_tokens = max_new;
-    return generate_text(*model, tok, tok.encode(text), o);
+    return generate_text(InferenceWeights(*model, DType::f32), tok, tok.encode(text), o);
   }
 
   TempDir dir_;
@@ -154,6 +154,8 @@ TEST_F(GenerateCli, BadInputs) {
   expect_one_line_error(titan_cli(m + "--prompt hi --max-new-tokens 64", dir_),
                         "does not fit the KV cache");
   expect_one_line_error(titan_cli(m + "--prompt hi --top-p 1.5", dir_), "top_p");
+  expect_one_line_error(titan_cli(m + "--prompt hi --dtype float8", dir_),
+                        "weight dtype \"float8\" is not one of auto, bfloat16, float32");
   const std::string prompts = dir_ / "bad.jsonl";
   std::ofstream(prompts) << R"({"prompt": "ok"})"
                          << "\n"

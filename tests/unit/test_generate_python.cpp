@@ -41,7 +41,8 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
     options.sampling.do_sample = false;
     options.max_new_tokens = max_new;
     for (const std::vector<int32_t>& p : prompts) {
-      titan_ids[folder].push_back(generate_tokens(*loaded, p, options).ids);
+      titan_ids[folder].push_back(
+          generate_tokens(InferenceWeights(*loaded, DType::f32), p, options).ids);
     }
     request["folders"].push_back(folder);
   }
