@@ -7,8 +7,12 @@
 // cache) with the titan / HF ratio. First, one lm_head-sized matrix-vector product three ways:
 // titan's fp32 and bf16 GEMV and oneDNN's sgemm with M = 1 (why fp32 decode uses the GEMV).
 //
+// Like titan generate, it re-executes itself with OMP_WAIT_POLICY=passive when that is unset
+// (reexec_with_passive_omp_wait); --omp-wait libgomp keeps libgomp's spinning default instead.
+//
 // usage: bench_generate [--layers N] [--prompt 512] [--new 128] [--threads N]
-//                       [--dtype both|float32|bfloat16] [--transformers PYTHON] [--dir DIR]
+//                       [--dtype both|float32|bfloat16] [--omp-wait passive|libgomp]
+//                       [--transformers PYTHON] [--dir DIR]
 #include <omp.h>
 
 #include <algorithm>
@@ -216,7 +220,7 @@ void bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t
 int run(int argc, char** argv) {
   int64_t layers = -1, n_prompt = 512, n_new = 128;
   int threads = default_thread_count();
-  std::string python, dtypes = "both";
+  std::string python, dtypes = "both", omp_wait = "passive";
   std::string dir = (std::filesystem::temp_directory_path() / "titan_bench_generate");
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -232,6 +236,8 @@ int run(int argc, char** argv) {
       threads = std::stoi(value);
     else if (arg == "--dtype")
       dtypes = value;
+    else if (arg == "--omp-wait")
+      omp_wait = value;
     else if (arg == "--transformers")
       python = value;
     else if (arg == "--dir")
@@ -239,6 +245,9 @@ int run(int argc, char** argv) {
     else
       fail("unknown argument ", arg);
   }
+  TITAN_CHECK(omp_wait == "passive" || omp_wait == "libgomp", "--omp-wait ", omp_wait,
+              ": expected passive or libgomp");
+  if (omp_wait == "passive") reexec_with_passive_omp_wait(argv);
   std::vector<DType> run_dtypes = {DType::f32, DType::bf16};
   if (dtypes == "float32" || dtypes == "bfloat16") {
     run_dtypes = {dtypes == "float32" ? DType::f32 : DType::bf16};

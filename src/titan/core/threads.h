@@ -17,4 +17,14 @@ int default_thread_count();
 void set_thread_count(int n);
 int thread_count();
 
+// libgomp (ours and oneDNN's OpenMP runtime) reads OMP_WAIT_POLICY once, as the program loads;
+// unset, a thread that reaches a barrier spins up to ~300k iterations before it sleeps. A
+// one-token decode step joins ~140 parallel regions, and on a machine shared with other jobs
+// those spinning waits hold the cores the descheduled team threads need: decode measured 3-6x
+// slower than with OMP_WAIT_POLICY=passive (docs/PERFORMANCE.md, Generation). This re-executes
+// the program (/proc/self/exe, the same argv) once with OMP_WAIT_POLICY=passive unless the
+// variable is set -- a user's choice wins. It returns when the variable is set, or when exec
+// fails (the run then continues with libgomp's default). Call it first thing in main().
+void reexec_with_passive_omp_wait(char** argv);
+
 }  // namespace titan
