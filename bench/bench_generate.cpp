@@ -1,5 +1,5 @@
 // Generation speed of a Qwen3 model with the Qwen3-0.6B dims and random weights, with fp32 and
-// with bf16 weights, against the ceilings measured in this same run:
+// with bf16 weights, against ceilings measured just before and after each run (the higher):
 //   decode  (batch 1) tokens/s vs memory bandwidth / bytes of weights read per token (that dtype)
 //   prefill (512 tokens) GFLOP/s vs the fp32 GEMM ceiling (measure_gemm_peak_gflops)
 // and, with --transformers PYTHON, Transformers' CPU generate on the same model exported in that
@@ -112,8 +112,9 @@ void compare_gemv(const ModelArgs& a) {
       f32_bytes, [&] { linear_forward(y.data(), x.data(), w32.as<float>(), 1, cols, rows); });
   std::printf(
       "lm_head GEMV (%lld x %lld), GB/s of weights: titan fp32 %.1f, titan bf16 %.1f, "
-      "oneDNN sgemm M=1 fp32 %.1f\n",
-      static_cast<long long>(rows), static_cast<long long>(cols), gemv_f32, gemv_bf16, sgemm);
+      "oneDNN sgemm M=1 fp32 %.1f (read bandwidth now %.1f)\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), gemv_f32, gemv_bf16, sgemm,
+      measure_read_bandwidth_gbs());
 }
 
 // Forward FLOPs of a prefill of T tokens that keeps only the last position's logits: the layer
@@ -158,20 +159,18 @@ HfTiming run_transformers(const std::string& python, const std::string& folder,
   return t;
 }
 
-struct DtypeResult {
-  DType dtype;
-  double prefill_gflops, decode_tokens_per_s, bytes_per_token;
-};
-
 // One dtype's prefill, decode and (with `python`) the Transformers comparison.
-DtypeResult bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t>& prompt,
-                        int64_t n_new, const std::string& python, const std::string& dir,
-                        int threads) {
+void bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t>& prompt,
+                 int64_t n_new, const std::string& python, const std::string& dir, int threads) {
   const ModelArgs& args = model.args();
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   const std::string name = torch_dtype_name(dtype);
   const InferenceWeights weights(model, dtype);
 
+  // Each ceiling is measured just before and just after the run it bounds, and the higher taken:
+  // on this shared VM the ceilings move 2x within a minute as other jobs come and go, so a
+  // ceiling from another moment would make the ratio meaningless either way.
+  const double ceiling_before = measure_gemm_peak_gflops();
   // Prefill alone, best of three (the first call also warms the caches and thread pool).
   double prefill = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
@@ -181,24 +180,35 @@ DtypeResult bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<
     prefill = std::min(prefill, now_seconds() - t0);
   }
   const double prefill_gflops = prefill_flops(args, n_prompt) / prefill * 1e-9;
-  std::printf("[%s] prefill %lld tokens: %.3f s, %.0f tokens/s, %.1f GFLOP/s\n", name.c_str(),
-              static_cast<long long>(n_prompt), prefill, n_prompt / prefill, prefill_gflops);
+  const double ceiling_after = measure_gemm_peak_gflops();
+  const double ceiling = std::max(ceiling_before, ceiling_after);
+  std::printf(
+      "[%s] prefill %lld tokens: %.3f s, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the fp32 GEMM "
+      "ceiling %.1f GFLOP/s (bar 50%%; ceiling %.1f before, %.1f after)\n",
+      name.c_str(), static_cast<long long>(n_prompt), prefill, n_prompt / prefill, prefill_gflops,
+      100.0 * prefill_gflops / ceiling, ceiling, ceiling_before, ceiling_after);
 
   GenerateOptions options;
   options.max_new_tokens = n_new;  // no eos ids: exactly n_new tokens, like HF's min_new_tokens
+  const double bandwidth_before = measure_read_bandwidth_gbs();
   const GenerateResult r = generate_tokens(weights, prompt, options);
+  const double bandwidth_after = measure_read_bandwidth_gbs();
+  const double bandwidth = std::max(bandwidth_before, bandwidth_after);
   const double decode_rate = (static_cast<double>(r.ids.size()) - 1) / r.decode_seconds;
   const double bytes = weight_bytes_per_token(args, dtype);
-  std::printf("[%s] decode: %.2f tokens/s (%.2f GB of weights per token)\n", name.c_str(),
-              decode_rate, bytes * 1e-9);
+  const double bound = bandwidth * 1e9 / bytes;
+  std::printf(
+      "[%s] decode: %.2f tokens/s = %.0f%% of the bandwidth bound %.2f tokens/s (bar 60%%): "
+      "%.2f GB of weights per token, read bandwidth %.1f GB/s (%.1f before, %.1f after)\n",
+      name.c_str(), decode_rate, 100.0 * decode_rate / bound, bound, bytes * 1e-9, bandwidth,
+      bandwidth_before, bandwidth_after);
   const double titan_total = r.time_to_first_token + r.decode_seconds;
   std::printf(
       "[%s] titan generate %lld + %lld tokens: %.2f s end to end, %.2f new tokens/s, time to "
       "first token %.0f ms\n",
       name.c_str(), static_cast<long long>(n_prompt), static_cast<long long>(r.ids.size()),
       titan_total, r.ids.size() / titan_total, r.time_to_first_token * 1e3);
-  const DtypeResult result{dtype, prefill_gflops, decode_rate, bytes};
-  if (python.empty()) return result;
+  if (python.empty()) return;
 
   // The folder holds the weights rounded to `dtype`: the values titan's bf16 copies hold.
   HfExportOptions export_options;
@@ -213,7 +223,6 @@ DtypeResult bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<
   std::printf("[%s] titan / transformers new tokens/s: %.2fx (bar 1.5x)\n", name.c_str(),
               hf.seconds / titan_total);
   std::filesystem::remove_all(dir);
-  return result;
 }
 
 int run(int argc, char** argv) {
@@ -261,38 +270,14 @@ int run(int argc, char** argv) {
               static_cast<long long>(args.num_hidden_layers), threads,
               wait_policy != nullptr ? wait_policy : "(unset)");
 
-  // The ceilings are measured before and after the runs and the higher taken: on a shared machine
-  // a ceiling measured while other jobs run would flatter every ratio.
-  const double bandwidth_before = measure_read_bandwidth_gbs();
-  const double ceiling_before = measure_gemm_peak_gflops();
-  std::printf("measured before: read bandwidth %.1f GB/s, fp32 GEMM ceiling %.1f GFLOP/s\n",
-              bandwidth_before, ceiling_before);
   compare_gemv(args);
 
   Qwen3Model model(args);
   model.initialize(1);
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 151643);
-  std::vector<DtypeResult> results;
   for (DType dtype : run_dtypes) {
-    results.push_back(bench_dtype(model, dtype, prompt, n_new, python, dir, threads));
-  }
-  const double bandwidth_after = measure_read_bandwidth_gbs();
-  const double ceiling_after = measure_gemm_peak_gflops();
-  const double bandwidth = std::max(bandwidth_before, bandwidth_after);
-  const double ceiling = std::max(ceiling_before, ceiling_after);
-  std::printf(
-      "measured after: read bandwidth %.1f GB/s, fp32 GEMM ceiling %.1f GFLOP/s -> ratios "
-      "against %.1f GB/s and %.1f GFLOP/s\n",
-      bandwidth_after, ceiling_after, bandwidth, ceiling);
-  for (const DtypeResult& r : results) {
-    const std::string name = torch_dtype_name(r.dtype);
-    const double bound = bandwidth * 1e9 / r.bytes_per_token;
-    std::printf(
-        "[%s] decode %.2f tokens/s = %.0f%% of the bandwidth bound %.2f tokens/s (bar 60%%); "
-        "prefill %.1f GFLOP/s = %.0f%% of the fp32 GEMM ceiling (bar 50%%)\n",
-        name.c_str(), r.decode_tokens_per_s, 100.0 * r.decode_tokens_per_s / bound, bound,
-        r.prefill_gflops, 100.0 * r.prefill_gflops / ceiling);
+    bench_dtype(model, dtype, prompt, n_new, python, dir, threads);
   }
   return 0;
 }

@@ -38,8 +38,7 @@ void gemv_forward(std::span<const GemvProduct> products, const float* x) {
   // Blocks of about 64 KiB of bf16 weights: thousands for an lm_head, dozens for a k_proj --
   // enough to balance the threads, few enough that taking one costs nothing next to reading it.
   const int64_t cols = products[0].w.cols;
-  const int64_t block =
-      std::max<int64_t>(4, (int64_t{1} << 15) / std::max<int64_t>(cols, 1) / 4 * 4);
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
   // Product i owns blocks [first_block[i], first_block[i + 1]).
   int64_t first_block[kMaxGemvProducts + 1] = {0};
   for (size_t i = 0; i < products.size(); ++i) {
