@@ -119,7 +119,7 @@ void expect_gemv_close(const std::string& what, const float* got, const float* w
   }
 }
 
-// Every ISA's gemv_f32 and gemv_bf16 at row counts around the 4-row step and odd column counts.
+// Every ISA's gemv_f32, gemv_bf16 and axpy_rows at odd row and column counts.
 TEST(Vec, GemvEveryIsaMatchesReference) {
   const CpuInfo& cpu = cpu_info();
   std::vector<Isa> isas = {Isa::scalar};
@@ -140,14 +140,36 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
         w_rounded[i] = bf16_to_f32(w_bf16[i]);
       }
       std::vector<float> got(rows), want(rows);
-      v.gemv_f32(got.data(), w.data(), x.data(), rows, cols);
+      v.gemv_f32(got.data(), w.data(), cols, x.data(), rows, cols);
       const GemvProduct f32_product{{DType::f32, w.data(), rows, cols}, want.data()};
       gemv_forward_reference({&f32_product, 1}, x.data());
       expect_gemv_close("gemv_f32", got.data(), want.data(), w, x, rows, cols);
-      v.gemv_bf16(got.data(), w_bf16.data(), x.data(), rows, cols);
+      v.gemv_bf16(got.data(), w_bf16.data(), cols, x.data(), rows, cols);
       const GemvProduct bf16_product{{DType::bf16, w_bf16.data(), rows, cols}, want.data()};
       gemv_forward_reference({&bf16_product, 1}, x.data());
       expect_gemv_close("gemv_bf16", got.data(), want.data(), w_rounded, x, rows, cols);
+      // Rows ldw = cols + 3 apart (keys in a KV cache row): the first cols of each row only.
+      const int64_t ldw = cols + 3;
+      std::vector<float> w_strided(rows * ldw, NAN);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(w.begin() + r * cols, w.begin() + (r + 1) * cols, w_strided.begin() + r * ldw);
+      }
+      v.gemv_f32(got.data(), w_strided.data(), ldw, x.data(), rows, cols);
+      gemv_forward_reference({&f32_product, 1}, x.data());
+      expect_gemv_close("gemv_f32 strided", got.data(), want.data(), w, x, rows, cols);
+      // axpy_rows over the same strided rows (attention weighting values): y += sum_r a[r] row_r,
+      // each column within the fp32 bound of its rows + 1 terms.
+      const std::vector<float> a = randn(rows, rows + 7), y0 = randn(cols, 3);
+      std::vector<float> y = y0;
+      v.axpy_rows(y.data(), a.data(), w_strided.data(), ldw, rows, cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        double sum = y0[c], abs_sum = std::fabs(y0[c]);
+        for (int64_t r = 0; r < rows; ++r) {
+          sum += static_cast<double>(a[r]) * w[r * cols + c];
+          abs_sum += std::fabs(static_cast<double>(a[r]) * w[r * cols + c]);
+        }
+        EXPECT_NEAR(y[c], sum, (rows + 2) * 0x1p-24 * abs_sum) << "axpy_rows column " << c;
+      }
     }
   }
 }
@@ -300,6 +322,13 @@ TEST(Attention, MultiHeadOddSizes) {
 }
 TEST(Attention, QueriesAtTheEndOfLongerKeys) {
   check_attention({2, 3, 70, 4, 1, 8});
+}
+
+// The one-query (decode) path: every key visible, across several key blocks and across a few.
+// (A single key is no test of the backward: its dk is exactly zero.)
+TEST(Attention, OneQueryAgainstManyKeys) {
+  check_attention({2, 1, 300, 4, 2, 12});
+  check_attention({1, 1, 3, 2, 1, 5});
 }
 
 TEST(Attention, RejectsBadShapes) {

@@ -24,9 +24,9 @@ void gemv_rows(const VecKernels& v, const GemvProduct& p, const float* x, int64_
                int64_t rows) {
   const int64_t cols = p.w.cols;
   if (p.w.dtype == DType::bf16) {
-    v.gemv_bf16(p.y + r0, static_cast<const uint16_t*>(p.w.data) + r0 * cols, x, rows, cols);
+    v.gemv_bf16(p.y + r0, static_cast<const uint16_t*>(p.w.data) + r0 * cols, cols, x, rows, cols);
   } else {
-    v.gemv_f32(p.y + r0, static_cast<const float*>(p.w.data) + r0 * cols, x, rows, cols);
+    v.gemv_f32(p.y + r0, static_cast<const float*>(p.w.data) + r0 * cols, cols, x, rows, cols);
   }
 }
 
