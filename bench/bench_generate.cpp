@@ -1,11 +1,17 @@
-// Generation speed of a Qwen3 model with the Qwen3-0.6B dims and random weights, against the
-// ceilings measured in this same run:
-//   decode  (batch 1) tokens/s vs memory bandwidth / bytes of weights read per token
+// Generation speed of a Qwen3 model with the Qwen3-0.6B dims and random weights, with fp32 and
+// with bf16 weights, against ceilings measured just before and after each run (the higher):
+//   decode  (batch 1) tokens/s vs memory bandwidth / bytes of weights read per token (that dtype)
 //   prefill (512 tokens) GFLOP/s vs the fp32 GEMM ceiling (measure_gemm_peak_gflops)
-// and, with --transformers PYTHON, Transformers' CPU generate on the same exported folder (fp32,
-// batch 1, 512-token prompt, 128 new tokens, greedy, static cache) with the titan / HF ratio.
+// and, with --transformers PYTHON, Transformers' CPU generate on the same model exported in that
+// dtype (loaded with that torch dtype; batch 1, 512-token prompt, 128 new tokens, greedy, static
+// cache) with the titan / HF ratio. First, one lm_head-sized matrix-vector product three ways:
+// titan's fp32 and bf16 GEMV and oneDNN's sgemm with M = 1 (why fp32 decode uses the GEMV).
+//
+// Like titan generate, it re-executes itself with OMP_WAIT_POLICY=passive when that is unset
+// (reexec_with_passive_omp_wait); --omp-wait libgomp keeps libgomp's spinning default instead.
 //
 // usage: bench_generate [--layers N] [--prompt 512] [--new 128] [--threads N]
+//                       [--dtype both|float32|bfloat16] [--omp-wait passive|libgomp]
 //                       [--transformers PYTHON] [--dir DIR]
 #include <omp.h>
 
@@ -19,14 +25,19 @@
 #include <vector>
 
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/vec.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/core/threads.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/session.h"
+#include "titan/infer/weights.h"
 #include "titan/models/flavors.h"
+#include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/nn/qwen3.h"
+#include "titan/ops/gemv.h"
+#include "titan/ops/linear.h"
 
 namespace titan {
 namespace {
@@ -36,25 +47,22 @@ double now_seconds() {
 }
 
 // Read bandwidth in GB/s: the best of several threaded sums over a buffer far larger than the
-// caches, the access pattern of a GEMV streaming its weights.
+// caches, the access pattern of a GEMV streaming its weights. The sums are the vector primitive
+// of this CPU's ISA (sum_squares), as the GEMV rows are: a scalar-compiled loop here can fall
+// short of the memory and make the bound too easy.
 double measure_read_bandwidth_gbs() {
   const int64_t n = int64_t{1} << 28;  // 1 GiB of floats
   Buffer buf(static_cast<size_t>(n) * sizeof(float), MemCategory::other);
   float* x = buf.as<float>();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] = 1.0f;
+  const VecKernels& v = vec();
   double best = 0.0, sink = 0.0;
   for (int rep = 0; rep < 5; ++rep) {
     const double t0 = now_seconds();
     double total = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : total)
-    for (int64_t b = 0; b < n; b += 4096) {
-      float acc[16] = {};
-      for (int64_t i = b; i < b + 4096; i += 16) {
-        for (int k = 0; k < 16; ++k) acc[k] += x[i + k];
-      }
-      for (float a : acc) total += a;
-    }
+    for (int64_t b = 0; b < n; b += 4096) total += v.sum_squares(x + b, 4096);
     const double dt = now_seconds() - t0;
     sink += total;
     best = std::max(best, static_cast<double>(n) * sizeof(float) / dt * 1e-9);
@@ -63,13 +71,50 @@ double measure_read_bandwidth_gbs() {
   return best;
 }
 
-// Bytes of weights one decode step reads: every linear and norm weight of every layer, the final
-// norm, the lm_head, and one embedding row.
-double weight_bytes_per_token(const ModelArgs& a, int64_t bytes_per_weight) {
+// Bytes of weights one decode step reads: every linear weight of every layer and the lm_head in
+// `linear_dtype`; the norm weights and one embedding row, always fp32.
+double weight_bytes_per_token(const ModelArgs& a, DType linear_dtype) {
   const double h = a.hidden_size, qd = a.num_attention_heads * a.head_dim;
   const double kvd = a.num_key_value_heads * a.head_dim, I = a.intermediate_size;
-  const double layer = h * qd * 2 + h * kvd * 2 + 3 * h * I + 2 * h + 2 * a.head_dim;
-  return (a.num_hidden_layers * layer + h + a.vocab_size * h + h) * bytes_per_weight;
+  const double linear = a.num_hidden_layers * (h * qd * 2 + h * kvd * 2 + 3 * h * I) +
+                        static_cast<double>(a.vocab_size) * h;
+  const double fp32 = a.num_hidden_layers * (2 * h + 2 * a.head_dim) + h + h;
+  return linear * static_cast<double>(dtype_size(linear_dtype)) + fp32 * 4;
+}
+
+// An lm_head-sized (V, h) product with one token, best of five, in GB/s of weights read:
+// titan's GEMV with fp32 and bf16 weights, and oneDNN's sgemm with M = 1.
+void compare_gemv(const ModelArgs& a) {
+  const int64_t rows = a.vocab_size, cols = a.hidden_size;
+  Buffer w32(static_cast<size_t>(rows * cols) * sizeof(float), MemCategory::other);
+  Buffer w16(static_cast<size_t>(rows * cols) * sizeof(uint16_t), MemCategory::other);
+  std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    w32.as<float>()[i] = static_cast<float>(i % 7) * 0.01f;
+    w16.as<uint16_t>()[i] = f32_to_bf16(w32.as<float>()[i]);
+  }
+  const auto best_gbs = [&](double bytes, const auto& run) {
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const double t0 = now_seconds();
+      run();
+      best = std::min(best, now_seconds() - t0);
+    }
+    return bytes / best * 1e-9;
+  };
+  const double f32_bytes = static_cast<double>(rows * cols) * 4, bf16_bytes = f32_bytes / 2;
+  const GemvProduct f32{{DType::f32, w32.data(), rows, cols}, y.data()};
+  const GemvProduct bf16{{DType::bf16, w16.data(), rows, cols}, y.data()};
+  const double gemv_f32 = best_gbs(f32_bytes, [&] { gemv_forward({&f32, 1}, x.data()); });
+  const double gemv_bf16 = best_gbs(bf16_bytes, [&] { gemv_forward({&bf16, 1}, x.data()); });
+  const double sgemm = best_gbs(
+      f32_bytes, [&] { linear_forward(y.data(), x.data(), w32.as<float>(), 1, cols, rows); });
+  std::printf(
+      "lm_head GEMV (%lld x %lld), GB/s of weights: titan fp32 %.1f, titan bf16 %.1f, "
+      "oneDNN sgemm M=1 fp32 %.1f (read bandwidth now %.1f)\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), gemv_f32, gemv_bf16, sgemm,
+      measure_read_bandwidth_gbs());
 }
 
 // Forward FLOPs of a prefill of T tokens that keeps only the last position's logits: the layer
@@ -87,7 +132,8 @@ struct HfTiming {
 };
 
 HfTiming run_transformers(const std::string& python, const std::string& folder,
-                          const std::vector<int32_t>& prompt, int64_t n_new, int threads) {
+                          const std::vector<int32_t>& prompt, int64_t n_new, int threads,
+                          DType dtype) {
   const std::string ids_path = folder + "/bench_prompt.json";
   {
     std::ofstream out(ids_path);
@@ -100,7 +146,7 @@ HfTiming run_transformers(const std::string& python, const std::string& folder,
       std::string(src != nullptr ? src : ".") + "/bench/generate_transformers.py";
   const std::string cmd = "'" + python + "' '" + script + "' --model '" + folder + "' --prompt '" +
                           ids_path + "' --new " + std::to_string(n_new) + " --threads " +
-                          std::to_string(threads);
+                          std::to_string(threads) + " --dtype " + torch_dtype_name(dtype);
   FILE* pipe = popen(cmd.c_str(), "r");
   TITAN_CHECK(pipe != nullptr, "cannot run ", cmd);
   HfTiming t;
@@ -113,10 +159,77 @@ HfTiming run_transformers(const std::string& python, const std::string& folder,
   return t;
 }
 
+// One dtype's prefill, decode and (with `python`) the Transformers comparison.
+void bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t>& prompt,
+                 int64_t n_new, const std::string& python, const std::string& dir, int threads) {
+  const ModelArgs& args = model.args();
+  const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+  const std::string name = torch_dtype_name(dtype);
+  const InferenceWeights weights(model, dtype);
+
+  // Each ceiling is measured just before and just after the run it bounds, and the higher taken:
+  // on this shared VM the ceilings move 2x within a minute as other jobs come and go, so a
+  // ceiling from another moment would make the ratio meaningless either way.
+  const double ceiling_before = measure_gemm_peak_gflops();
+  // Prefill alone, best of three (the first call also warms the caches and thread pool).
+  double prefill = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    InferenceSession session(weights, n_prompt + n_new, n_prompt);
+    const double t0 = now_seconds();
+    session.forward(prompt.data(), n_prompt);
+    prefill = std::min(prefill, now_seconds() - t0);
+  }
+  const double prefill_gflops = prefill_flops(args, n_prompt) / prefill * 1e-9;
+  const double ceiling_after = measure_gemm_peak_gflops();
+  const double ceiling = std::max(ceiling_before, ceiling_after);
+  std::printf(
+      "[%s] prefill %lld tokens: %.3f s, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the fp32 GEMM "
+      "ceiling %.1f GFLOP/s (bar 50%%; ceiling %.1f before, %.1f after)\n",
+      name.c_str(), static_cast<long long>(n_prompt), prefill, n_prompt / prefill, prefill_gflops,
+      100.0 * prefill_gflops / ceiling, ceiling, ceiling_before, ceiling_after);
+
+  GenerateOptions options;
+  options.max_new_tokens = n_new;  // no eos ids: exactly n_new tokens, like HF's min_new_tokens
+  const double bandwidth_before = measure_read_bandwidth_gbs();
+  const GenerateResult r = generate_tokens(weights, prompt, options);
+  const double bandwidth_after = measure_read_bandwidth_gbs();
+  const double bandwidth = std::max(bandwidth_before, bandwidth_after);
+  const double decode_rate = (static_cast<double>(r.ids.size()) - 1) / r.decode_seconds;
+  const double bytes = weight_bytes_per_token(args, dtype);
+  const double bound = bandwidth * 1e9 / bytes;
+  std::printf(
+      "[%s] decode: %.2f tokens/s = %.0f%% of the bandwidth bound %.2f tokens/s (bar 60%%): "
+      "%.2f GB of weights per token, read bandwidth %.1f GB/s (%.1f before, %.1f after)\n",
+      name.c_str(), decode_rate, 100.0 * decode_rate / bound, bound, bytes * 1e-9, bandwidth,
+      bandwidth_before, bandwidth_after);
+  const double titan_total = r.time_to_first_token + r.decode_seconds;
+  std::printf(
+      "[%s] titan generate %lld + %lld tokens: %.2f s end to end, %.2f new tokens/s, time to "
+      "first token %.0f ms\n",
+      name.c_str(), static_cast<long long>(n_prompt), static_cast<long long>(r.ids.size()),
+      titan_total, r.ids.size() / titan_total, r.time_to_first_token * 1e3);
+  if (python.empty()) return;
+
+  // The folder holds the weights rounded to `dtype`: the values titan's bf16 copies hold.
+  HfExportOptions export_options;
+  export_options.dtype = dtype;
+  export_options.overwrite = true;
+  export_hf_folder(dir, model, export_options);
+  const HfTiming hf = run_transformers(python, dir, prompt, n_new, threads, dtype);
+  std::printf(
+      "[%s] transformers generate (torch_dtype=%s): %.2f s end to end, %.2f new tokens/s, time "
+      "to first token %.0f ms\n",
+      name.c_str(), name.c_str(), hf.seconds, n_new / hf.seconds, hf.ttft * 1e3);
+  std::printf("[%s] titan / transformers new tokens/s: %.2fx (bar 1.5x)\n", name.c_str(),
+              hf.seconds / titan_total);
+  std::filesystem::remove_all(dir);
+}
+
 int run(int argc, char** argv) {
   int64_t layers = -1, n_prompt = 512, n_new = 128;
   int threads = default_thread_count();
-  std::string python, dir = (std::filesystem::temp_directory_path() / "titan_bench_generate");
+  std::string python, dtypes = "both", omp_wait = "passive";
+  std::string dir = (std::filesystem::temp_directory_path() / "titan_bench_generate");
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     TITAN_CHECK(i + 1 < argc, arg, " needs a value");
@@ -129,6 +242,10 @@ int run(int argc, char** argv) {
       n_new = std::stoll(value);
     else if (arg == "--threads")
       threads = std::stoi(value);
+    else if (arg == "--dtype")
+      dtypes = value;
+    else if (arg == "--omp-wait")
+      omp_wait = value;
     else if (arg == "--transformers")
       python = value;
     else if (arg == "--dir")
@@ -136,66 +253,31 @@ int run(int argc, char** argv) {
     else
       fail("unknown argument ", arg);
   }
+  TITAN_CHECK(omp_wait == "passive" || omp_wait == "libgomp", "--omp-wait ", omp_wait,
+              ": expected passive or libgomp");
+  if (omp_wait == "passive") reexec_with_passive_omp_wait(argv);
+  std::vector<DType> run_dtypes = {DType::f32, DType::bf16};
+  if (dtypes == "float32" || dtypes == "bfloat16") {
+    run_dtypes = {dtypes == "float32" ? DType::f32 : DType::bf16};
+  } else {
+    TITAN_CHECK(dtypes == "both", "--dtype ", dtypes, ": expected both, float32 or bfloat16");
+  }
   set_thread_count(threads);
   ModelArgs args = flavor("0.6B");
   if (layers > 0) args.num_hidden_layers = layers;
-  std::printf("model: Qwen3-0.6B dims, %lld layers, fp32 weights, random init; %d threads\n",
-              static_cast<long long>(args.num_hidden_layers), threads);
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  std::printf("model: Qwen3-0.6B dims, %lld layers, random init; %d threads; OMP_WAIT_POLICY=%s\n",
+              static_cast<long long>(args.num_hidden_layers), threads,
+              wait_policy != nullptr ? wait_policy : "(unset)");
 
-  const double bandwidth = measure_read_bandwidth_gbs();
-  const double ceiling = measure_gemm_peak_gflops();
-  std::printf("measured: read bandwidth %.1f GB/s, fp32 GEMM ceiling %.1f GFLOP/s\n", bandwidth,
-              ceiling);
+  compare_gemv(args);
 
   Qwen3Model model(args);
   model.initialize(1);
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 151643);
-
-  // Prefill alone, best of three (the first call also warms the caches and thread pool).
-  double prefill = 1e30;
-  for (int rep = 0; rep < 3; ++rep) {
-    InferenceSession session(model, n_prompt + n_new, n_prompt);
-    const double t0 = now_seconds();
-    session.forward(prompt.data(), n_prompt);
-    prefill = std::min(prefill, now_seconds() - t0);
-  }
-  const double prefill_gflops = prefill_flops(args, n_prompt) / prefill * 1e-9;
-  std::printf(
-      "prefill %lld tokens: %.3f s, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the GEMM "
-      "ceiling (bar 50%%)\n",
-      static_cast<long long>(n_prompt), prefill, n_prompt / prefill, prefill_gflops,
-      100.0 * prefill_gflops / ceiling);
-
-  GenerateOptions options;
-  options.max_new_tokens = n_new;  // no eos ids: exactly n_new tokens, like HF's min_new_tokens
-  const GenerateResult r = generate_tokens(model, prompt, options);
-  const double decode_rate = (static_cast<double>(r.ids.size()) - 1) / r.decode_seconds;
-  const double bytes = weight_bytes_per_token(args, 4);
-  const double bound = bandwidth * 1e9 / bytes;
-  std::printf(
-      "decode: %.2f tokens/s; bound %.2f tokens/s (%.2f GB of weights per token) -> "
-      "%.0f%% of the bandwidth bound (bar 60%%)\n",
-      decode_rate, bound, bytes * 1e-9, 100.0 * decode_rate / bound);
-  const double titan_total = r.time_to_first_token + r.decode_seconds;
-  std::printf(
-      "titan generate %lld + %lld tokens: %.2f s end to end, %.2f new tokens/s, time to "
-      "first token %.0f ms\n",
-      static_cast<long long>(n_prompt), static_cast<long long>(r.ids.size()), titan_total,
-      r.ids.size() / titan_total, r.time_to_first_token * 1e3);
-
-  if (!python.empty()) {
-    HfExportOptions export_options;
-    export_options.dtype = DType::f32;
-    export_options.overwrite = true;
-    export_hf_folder(dir, model, export_options);
-    const HfTiming hf = run_transformers(python, dir, prompt, n_new, threads);
-    std::printf(
-        "transformers generate: %.2f s end to end, %.2f new tokens/s, time to first "
-        "token %.0f ms\n",
-        hf.seconds, n_new / hf.seconds, hf.ttft * 1e3);
-    std::printf("titan / transformers new tokens/s: %.2fx (bar 1.5x)\n", hf.seconds / titan_total);
-    std::filesystem::remove_all(dir);
+  for (DType dtype : run_dtypes) {
+    bench_dtype(model, dtype, prompt, n_new, python, dir, threads);
   }
   return 0;
 }

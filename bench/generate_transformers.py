@@ -1,7 +1,7 @@
 """The Transformers side of bench_generate: AutoModelForCausalLM.generate on the same model folder
-(fp32, batch 1, greedy, static cache), the same prompt ids and exactly NEW new tokens. Prints one
-line: "seconds S ttft T" for the best of the timed runs (generate end to end; ttft from a
-max_new_tokens=1 run)."""
+(loaded as --dtype, batch 1, greedy, static cache), the same prompt ids and exactly NEW new
+tokens. Prints one line: "seconds S ttft T" for the best of the timed runs (generate end to end;
+ttft from a max_new_tokens=1 run)."""
 import argparse
 import json
 import time
@@ -17,9 +17,10 @@ def main():
     p.add_argument("--new", type=int, required=True)
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--runs", type=int, default=1)
+    p.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=getattr(torch, a.dtype))
     model.eval()
     with open(a.prompt) as f:
         ids = torch.tensor([json.load(f)], dtype=torch.long)

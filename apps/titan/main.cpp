@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string_view>
 #include <vector>
 
 #include "commands.h"
@@ -20,6 +21,9 @@ void add_threads_option(CLI::App& command, int& threads) {
 }  // namespace titan::cli
 
 int main(int argc, char** argv) {
+  // Decode is hundreds of small parallel regions per token: see reexec_with_passive_omp_wait.
+  if (argc > 1 && std::string_view(argv[1]) == "generate")
+    titan::reexec_with_passive_omp_wait(argv);
   CLI::App app{"titan: pre-train, fine-tune and run Qwen3 models"};
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, titan::cli::Action>> commands;

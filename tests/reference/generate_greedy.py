@@ -3,7 +3,8 @@
 usage: python generate_greedy.py REQUEST RESPONSE
     REQUEST: {"folders": [...], "prompts": [[ids...], ...], "max_new_tokens": N}. For each model
     folder (written by titan), every prompt is run through
-    AutoModelForCausalLM.generate(do_sample=False) in float32 with a static cache, and the new
+    AutoModelForCausalLM.generate(do_sample=False) in float32 with a static cache (a bf16 folder
+    too: its weights upcast, fp32 compute, which is titan's bf16-weight math), and the new
     ids (an ending eos included, nothing after it) go to RESPONSE as
     {"<folder>": [[ids...], ...]}.
 """

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -16,6 +17,7 @@
 #include "titan/infer/sampling.h"
 #include "titan/infer/session.h"
 #include "titan/infer/text_stream.h"
+#include "titan/infer/weights.h"
 
 namespace titan {
 namespace {
@@ -27,18 +29,46 @@ using testing::expect_close;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// Rounds the named parameters to their nearest bf16 values, in place.
+void round_to_bf16(Qwen3Model& model, const std::function<bool(const std::string&)>& which) {
+  for (ParamGroup& g : model.param_groups()) {
+    for (const ParamView& v : g.views()) {
+      if (!which(v.spec.name)) continue;
+      float* p = g.params() + v.offset;
+      for (int64_t i = 0; i < v.numel; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
+    }
+  }
+}
+
 // Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
-// equal the full forward's logits at that position.
+// equal the full forward's logits at that position. With bf16 weights the session rounds the
+// linear weights itself, and the full forward runs on an fp32 model holding exactly those rounded
+// values (a tied embedding is rounded in both models, as a bf16 folder stores it): same math, so
+// the tolerance stays the fp32 one, and a session that read the unrounded fp32 weights would be
+// off by the bf16 rounding (~1e-3), far outside it.
 void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
-                         int64_t steps) {
-  Qwen3Model model(args);
+                         int64_t steps, DType dtype = DType::f32) {
+  const bool tied = args.tie_word_embeddings;
+  Qwen3Model model(args), reference(args);
   model.initialize(7);
+  reference.initialize(7);
+  if (dtype == DType::bf16) {
+    const auto embedding = [](const std::string& name) {
+      return name == "model.embed_tokens.weight";
+    };
+    if (tied) round_to_bf16(model, embedding);
+    round_to_bf16(reference, [&](const std::string& name) {
+      return name.ends_with("_proj.weight") || name == "lm_head.weight" ||
+             (tied && embedding(name));
+    });
+  }
   const int64_t V = model.args().vocab_size;
   const std::vector<int32_t> ids = test_ids(prompt + steps, V, static_cast<uint32_t>(prompt));
-  const std::vector<float> want = full_forward_logits(model, ids);
+  const std::vector<float> want = full_forward_logits(reference, ids);
   int64_t max_chunk = 1;
   for (int64_t c : chunks) max_chunk = std::max(max_chunk, c);
-  InferenceSession session(model, prompt + steps, max_chunk);
+  const InferenceWeights weights(model, dtype);
+  InferenceSession session(weights, prompt + steps, max_chunk);
   int64_t pos = 0;
   for (int64_t c : chunks) {
     const float* got = session.forward(ids.data() + pos, c);
@@ -58,6 +88,14 @@ TEST(InferenceSession, DecodeLogitsEqualFullForward) {
     check_cached_logits(tiny_generate_args(true), prompt, {prompt}, 9);
   }
   check_cached_logits(tiny_generate_args(false), 11, {11}, 6);
+}
+
+TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualFullForwardOnRoundedWeights) {
+  for (const bool tied : {true, false}) {
+    check_cached_logits(tiny_generate_args(tied), 7, {7}, 9, DType::bf16);
+    check_cached_logits(tiny_generate_args(tied), 13, {5, 1, 7}, 4,
+                        DType::bf16);  // widened-GEMM prefill chunks
+  }
 }
 
 TEST(InferenceSession, ChunkedPrefillAndLongPromptsAcrossAttentionBlocks) {
@@ -86,7 +124,8 @@ TEST(InferenceSession, BadCalls) {
   model.initialize(1);
   EXPECT_THROW(KvCache(model.args(), 33), Error);
   EXPECT_THROW(KvCache(model.args(), 0), Error);
-  InferenceSession session(model, 4, 3);
+  const InferenceWeights weights(model, DType::f32);
+  InferenceSession session(weights, 4, 3);
   const std::vector<int32_t> bad = {5, 97};
   EXPECT_THROW(session.forward(bad.data(), 2), Error);
   const std::vector<int32_t> ids = {1, 2, 3, 4};
@@ -204,9 +243,12 @@ TEST(Generate, SamplingWithASeedRepeatsExactly) {
   Qwen3Model model(tiny_generate_args(true));
   model.initialize(3);
   const std::vector<int32_t> prompt = test_ids(9, 97, 5);
-  const GenerateResult a = generate_tokens(model, prompt, sampled(42));
-  const GenerateResult b = generate_tokens(model, prompt, sampled(42));
-  const GenerateResult c = generate_tokens(model, prompt, sampled(43));
+  const GenerateResult a =
+      generate_tokens(InferenceWeights(model, DType::f32), prompt, sampled(42));
+  const GenerateResult b =
+      generate_tokens(InferenceWeights(model, DType::f32), prompt, sampled(42));
+  const GenerateResult c =
+      generate_tokens(InferenceWeights(model, DType::f32), prompt, sampled(43));
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_NE(a.ids, c.ids);
   EXPECT_EQ(a.ids.size(), 24u);
@@ -224,7 +266,8 @@ TEST(Generate, TopKOneEqualsGreedy) {
     top1.max_new_tokens = 16;
     top1.sampling.top_k = 1;
     top1.sampling.repetition_penalty = 1.0;
-    EXPECT_EQ(generate_tokens(model, prompt, greedy).ids, generate_tokens(model, prompt, top1).ids);
+    EXPECT_EQ(generate_tokens(InferenceWeights(model, DType::f32), prompt, greedy).ids,
+              generate_tokens(InferenceWeights(model, DType::f32), prompt, top1).ids);
   }
 }
 
@@ -234,7 +277,7 @@ TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
   std::vector<int32_t> seq = test_ids(7, 97, 1);
   GenerateOptions o;
   o.max_new_tokens = 10;
-  const GenerateResult r = generate_tokens(model, seq, o);
+  const GenerateResult r = generate_tokens(InferenceWeights(model, DType::f32), seq, o);
   ASSERT_EQ(r.ids.size(), 10u);
   for (int32_t id : r.ids) {
     const std::vector<float> logits = full_forward_logits(model, seq);
@@ -249,9 +292,9 @@ TEST(Generate, StopsOnEosIncludingIt) {
   const std::vector<int32_t> prompt = test_ids(5, 97, 2);
   GenerateOptions o;
   o.max_new_tokens = 12;
-  const GenerateResult free_run = generate_tokens(model, prompt, o);
+  const GenerateResult free_run = generate_tokens(InferenceWeights(model, DType::f32), prompt, o);
   o.eos_ids = {free_run.ids[3]};
-  const GenerateResult r = generate_tokens(model, prompt, o);
+  const GenerateResult r = generate_tokens(InferenceWeights(model, DType::f32), prompt, o);
   ASSERT_LE(r.ids.size(), 4u);
   EXPECT_EQ(r.ids.back(), free_run.ids[3]);
   EXPECT_EQ(r.finish_reason, "eos");
@@ -272,7 +315,7 @@ TEST(Generate, BadRequests) {
   }
   Qwen3Model model(a);
   model.initialize(1);
-  EXPECT_THROW(generate_tokens(model, {}, GenerateOptions{}), Error);
+  EXPECT_THROW(generate_tokens(InferenceWeights(model, DType::f32), {}, GenerateOptions{}), Error);
 }
 
 TEST(Generate, Devices) {

@@ -63,13 +63,14 @@ class GenerateCli : public ::testing::Test {
   static std::string model_dir() { return (folder_ / "model").string(); }
 
   // What the library generates (greedy) for `text`.
-  static GenerateResult library(const std::string& text, int64_t max_new) {
+  static GenerateResult library(const std::string& text, int64_t max_new,
+                                DType dtype = DType::f32) {
     const Tokenizer tok = Tokenizer::load(model_dir());
     std::unique_ptr<Qwen3Model> model = load_hf_model(model_dir());
     GenerateOptions o = generation_defaults(model_dir(), model->args());
     o.sampling.do_sample = false;
     o.max_new_tokens = max_new;
-    return generate_text(*model, tok, tok.encode(text), o);
+    return generate_text(InferenceWeights(*model, dtype), tok, tok.encode(text), o);
   }
 
   TempDir dir_;
@@ -85,6 +86,15 @@ TEST_F(GenerateCli, StreamsTheLibrarysTextAndReportsSpeed) {
   EXPECT_EQ(r.out, library("Hello there", 12).text + "\n");
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("time to first token"), std::string::npos) << r.err;
+}
+
+TEST_F(GenerateCli, Bf16WeightsOnRequest) {
+  const CommandResult r = titan_cli("generate --model '" + model_dir() +
+                                        "' --prompt 'Hello there' --greedy --max-new-tokens 12 "
+                                        "--dtype bfloat16",
+                                    dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, library("Hello there", 12, DType::bf16).text + "\n");
 }
 
 TEST_F(GenerateCli, ChatTemplateAndSeededSampling) {
@@ -154,6 +164,8 @@ TEST_F(GenerateCli, BadInputs) {
   expect_one_line_error(titan_cli(m + "--prompt hi --max-new-tokens 64", dir_),
                         "does not fit the KV cache");
   expect_one_line_error(titan_cli(m + "--prompt hi --top-p 1.5", dir_), "top_p");
+  expect_one_line_error(titan_cli(m + "--prompt hi --dtype float8", dir_),
+                        "weight dtype \"float8\" is not one of auto, bfloat16, float32");
   const std::string prompts = dir_ / "bad.jsonl";
   std::ofstream(prompts) << R"({"prompt": "ok"})"
                          << "\n"

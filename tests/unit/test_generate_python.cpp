@@ -2,6 +2,11 @@
 // random model folders (tests/reference/generate_greedy.py via $TITAN_PYTHON; a missing Python
 // fails the test): the generated ids must be equal, token for token, for several prompts; and the
 // sampling warpers against HF's logits processors (tests/reference/generate_warpers.py).
+//
+// The bf16 folders run in titan with bf16 weights (--dtype auto picks them) and fp32 compute.
+// Transformers loads them in fp32: the same bf16-rounded weights upcast, fp32 compute -- exactly
+// titan's math, so the ids must be equal. Loaded as torch.bfloat16, Transformers would also round
+// every activation to bf16, and ids may then legitimately diverge after a near tie.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -40,23 +45,28 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
       {"tied", test::tiny_generate_args(true)},
       {"untied", test::tiny_generate_args(false)},
       {"moe", moe}};
-  uint64_t seed = 21;
-  for (const auto& [name, args] : models) {
-    const std::string folder = dir / name;
-    Qwen3Model model(args);
-    model.initialize(seed++);
-    HfExportOptions export_options;
-    export_options.dtype = DType::f32;
-    export_hf_folder(folder, model, export_options);
-    // Generate from what was exported, with the folder's own defaults (greedy, its eos ids).
-    std::unique_ptr<Qwen3Model> loaded = load_hf_model(folder);
-    GenerateOptions options = generation_defaults(folder, loaded->args());
-    options.sampling.do_sample = false;
-    options.max_new_tokens = max_new;
-    for (const std::vector<int32_t>& p : prompts) {
-      titan_ids[folder].push_back(generate_tokens(*loaded, p, options).ids);
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    uint64_t seed = 21;
+    for (const auto& [name, args] : models) {
+      const std::string folder = dir / (name + "_" + std::string(dtype_name(dtype)));
+      Qwen3Model model(args);
+      model.initialize(seed++);
+      HfExportOptions export_options;
+      export_options.dtype = dtype;
+      export_hf_folder(folder, model, export_options);
+      // Generate from what was exported, with the folder's own defaults (greedy, its eos ids)
+      // and its dtype.
+      std::unique_ptr<Qwen3Model> loaded = load_hf_model(folder);
+      ASSERT_EQ(inference_dtype(folder, "auto"), dtype) << folder;
+      const InferenceWeights weights(*loaded, inference_dtype(folder, "auto"));
+      GenerateOptions options = generation_defaults(folder, loaded->args());
+      options.sampling.do_sample = false;
+      options.max_new_tokens = max_new;
+      for (const std::vector<int32_t>& p : prompts) {
+        titan_ids[folder].push_back(generate_tokens(weights, p, options).ids);
+      }
+      request["folders"].push_back(folder);
     }
-    request["folders"].push_back(folder);
   }
   const json response = test::run_reference("generate_greedy.py", {}, request);
   ASSERT_TRUE(response.is_object());

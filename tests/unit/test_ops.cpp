@@ -19,6 +19,7 @@
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/embedding.h"
+#include "titan/ops/gemv.h"
 #include "titan/ops/linear.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/rms_norm.h"
@@ -106,6 +107,110 @@ TEST(Vec, EveryIsaMatchesDoublePrecision) {
     EXPECT_TRUE(std::isinf(out[4]));
     EXPECT_NEAR(out[3], std::exp(88.0), 1e-6 * std::exp(88.0));
   }
+}
+
+// Rows of W x against the fp64 reference within the fp32 summation bound: a sum of `cols`
+// products in fp32, in any order and with fused multiply-adds, is within cols * 2^-24 * sum|w x|
+// of the exact sum (one more ulp for the final store).
+void expect_gemv_close(const std::string& what, const float* got, const float* want,
+                       const std::vector<float>& w, const std::vector<float>& x, int64_t rows,
+                       int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    double abs_sum = 0.0;
+    for (int64_t c = 0; c < cols; ++c)
+      abs_sum += std::fabs(static_cast<double>(w[r * cols + c]) * x[c]);
+    EXPECT_NEAR(got[r], want[r], (cols + 1) * 0x1p-24 * abs_sum) << what << " row " << r;
+  }
+}
+
+// Every ISA's gemv_f32, gemv_bf16 and axpy_rows at odd row and column counts.
+TEST(Vec, GemvEveryIsaMatchesReference) {
+  const CpuInfo& cpu = cpu_info();
+  std::vector<Isa> isas = {Isa::scalar};
+  if (cpu.avx2) isas.push_back(Isa::avx2);
+  if (cpu.avx512) isas.push_back(Isa::avx512);
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {3, 7},  {4, 16},   {5, 17},
+                                               {13, 33}, {9, 67}, {8, 1000}, {7, 1001}};
+  for (Isa isa : isas) {
+    const VecKernels& v = vec_kernels(isa);
+    for (const auto& [rows, cols] : sizes) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " " + std::to_string(rows) + "x" +
+                   std::to_string(cols));
+      std::vector<float> w = randn(rows * cols, rows * 100 + cols), x = randn(cols, cols);
+      std::vector<uint16_t> w_bf16(w.size());
+      std::vector<float> w_rounded(w.size());  // the bf16 weights' exact values
+      for (size_t i = 0; i < w.size(); ++i) {
+        w_bf16[i] = f32_to_bf16(w[i]);
+        w_rounded[i] = bf16_to_f32(w_bf16[i]);
+      }
+      std::vector<float> got(rows), want(rows);
+      v.gemv_f32(got.data(), w.data(), cols, x.data(), rows, cols);
+      const GemvProduct f32_product{{DType::f32, w.data(), rows, cols}, want.data()};
+      gemv_forward_reference({&f32_product, 1}, x.data());
+      expect_gemv_close("gemv_f32", got.data(), want.data(), w, x, rows, cols);
+      v.gemv_bf16(got.data(), w_bf16.data(), cols, x.data(), rows, cols);
+      const GemvProduct bf16_product{{DType::bf16, w_bf16.data(), rows, cols}, want.data()};
+      gemv_forward_reference({&bf16_product, 1}, x.data());
+      expect_gemv_close("gemv_bf16", got.data(), want.data(), w_rounded, x, rows, cols);
+      // Rows ldw = cols + 3 apart (keys in a KV cache row): the first cols of each row only.
+      const int64_t ldw = cols + 3;
+      std::vector<float> w_strided(rows * ldw, NAN);
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(w.begin() + r * cols, w.begin() + (r + 1) * cols, w_strided.begin() + r * ldw);
+      }
+      v.gemv_f32(got.data(), w_strided.data(), ldw, x.data(), rows, cols);
+      gemv_forward_reference({&f32_product, 1}, x.data());
+      expect_gemv_close("gemv_f32 strided", got.data(), want.data(), w, x, rows, cols);
+      // axpy_rows over the same strided rows (attention weighting values): y += sum_r a[r] row_r,
+      // each column within the fp32 bound of its rows + 1 terms.
+      const std::vector<float> a = randn(rows, rows + 7), y0 = randn(cols, 3);
+      std::vector<float> y = y0;
+      v.axpy_rows(y.data(), a.data(), w_strided.data(), ldw, rows, cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        double sum = y0[c], abs_sum = std::fabs(y0[c]);
+        for (int64_t r = 0; r < rows; ++r) {
+          sum += static_cast<double>(a[r]) * w[r * cols + c];
+          abs_sum += std::fabs(static_cast<double>(a[r]) * w[r * cols + c]);
+        }
+        EXPECT_NEAR(y[c], sum, (rows + 2) * 0x1p-24 * abs_sum) << "axpy_rows column " << c;
+      }
+    }
+  }
+}
+
+// Several products of mixed dtypes in one call, each spanning several row blocks with ragged ends:
+// every row computed once, by the right weights.
+TEST(Gemv, FusedProductsMatchReference) {
+  const int64_t cols = 1000;
+  const int64_t rows[] = {101, 33, 7};
+  const DType dtypes[] = {DType::bf16, DType::f32, DType::bf16};
+  std::vector<std::vector<float>> w_f32(3), got(3), want(3);
+  std::vector<std::vector<uint16_t>> w_bf16(3);
+  std::vector<GemvProduct> products, references;
+  const std::vector<float> x = randn(cols, 5);
+  for (size_t i = 0; i < 3; ++i) {
+    w_f32[i] = randn(rows[i] * cols, 40 + i);
+    if (dtypes[i] == DType::bf16) {
+      for (float& f : w_f32[i]) {
+        w_bf16[i].push_back(f32_to_bf16(f));
+        f = bf16_to_f32(w_bf16[i].back());
+      }
+    }
+    got[i].assign(rows[i], NAN);
+    want[i].assign(rows[i], NAN);
+    const void* data =
+        dtypes[i] == DType::bf16 ? static_cast<const void*>(w_bf16[i].data()) : w_f32[i].data();
+    products.push_back({{dtypes[i], data, rows[i], cols}, got[i].data()});
+    references.push_back({{DType::f32, w_f32[i].data(), rows[i], cols}, want[i].data()});
+  }
+  gemv_forward(products, x.data());
+  gemv_forward_reference(references, x.data());
+  for (size_t i = 0; i < 3; ++i) {
+    expect_gemv_close("product " + std::to_string(i), got[i].data(), want[i].data(), w_f32[i], x,
+                      rows[i], cols);
+  }
+  products[1].w.cols = cols - 1;
+  EXPECT_THROW(gemv_forward(products, x.data()), Error);  // one x for every product
 }
 
 TEST(Gemm, MatchesReferenceForEveryTransposition) {
@@ -221,6 +326,13 @@ TEST(Attention, MultiHeadOddSizes) {
 }
 TEST(Attention, QueriesAtTheEndOfLongerKeys) {
   check_attention({2, 3, 70, 4, 1, 8});
+}
+
+// The one-query (decode) path: every key visible, across several key blocks and across a few.
+// (A single key is no test of the backward: its dk is exactly zero.)
+TEST(Attention, OneQueryAgainstManyKeys) {
+  check_attention({2, 1, 300, 4, 2, 12});
+  check_attention({1, 1, 3, 2, 1, 5});
 }
 
 TEST(Attention, RejectsBadShapes) {

@@ -1,6 +1,9 @@
 #include "titan/core/threads.h"
 
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdlib>
 
 #include "titan/core/cpu_info.h"
 #include "titan/core/error.h"
@@ -18,6 +21,13 @@ void set_thread_count(int n) {
 
 int thread_count() {
   return omp_get_max_threads();
+}
+
+void reexec_with_passive_omp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("OMP_WAIT_POLICY");  // exec failed: this process keeps the default, say so truthfully
 }
 
 }  // namespace titan

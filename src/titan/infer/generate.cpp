@@ -62,16 +62,17 @@ void check_generate_request(const ModelArgs& args, int64_t prompt_tokens, int64_
               " (use --max-new-tokens ", max_pos - prompt_tokens, " or less)");
 }
 
-GenerateResult generate_tokens(const Qwen3Model& model, const std::vector<int32_t>& prompt,
+GenerateResult generate_tokens(const InferenceWeights& weights, const std::vector<int32_t>& prompt,
                                const GenerateOptions& options,
                                const std::function<bool(int32_t)>& on_token) {
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  check_generate_request(model.args(), n_prompt, options.max_new_tokens);
+  const ModelArgs& args = weights.model().args();
+  check_generate_request(args, n_prompt, options.max_new_tokens);
   Sampler sampler(options.sampling, options.seed);
   const auto t0 = std::chrono::steady_clock::now();
   // The last token is never fed back, but the cache is sized for all of them (one shape).
-  InferenceSession session(model, n_prompt + options.max_new_tokens, n_prompt);
-  const int64_t vocab = model.args().vocab_size;
+  InferenceSession session(weights, n_prompt + options.max_new_tokens, n_prompt);
+  const int64_t vocab = args.vocab_size;
   std::vector<int32_t> context = prompt;  // the repetition penalty sees prompt and output
   context.reserve(static_cast<size_t>(n_prompt + options.max_new_tokens));
   GenerateResult r;
@@ -100,14 +101,14 @@ GenerateResult generate_tokens(const Qwen3Model& model, const std::vector<int32_
   return r;
 }
 
-GenerateResult generate_text(const Qwen3Model& model, const Tokenizer& tokenizer,
+GenerateResult generate_text(const InferenceWeights& weights, const Tokenizer& tokenizer,
                              const std::vector<int32_t>& prompt, const GenerateOptions& options,
                              const std::function<void(std::string_view)>& on_text) {
   TextStream stream(tokenizer, options.stop);
   const auto emit = [&](const std::string& piece) {
     if (!piece.empty() && on_text) on_text(piece);
   };
-  GenerateResult r = generate_tokens(model, prompt, options, [&](int32_t id) {
+  GenerateResult r = generate_tokens(weights, prompt, options, [&](int32_t id) {
     emit(stream.push(id));
     return !stream.stopped();
   });

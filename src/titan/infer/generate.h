@@ -11,7 +11,7 @@
 
 #include "titan/data/tokenizer.h"
 #include "titan/infer/sampling.h"
-#include "titan/nn/qwen3.h"
+#include "titan/infer/weights.h"
 
 namespace titan {
 
@@ -44,12 +44,12 @@ void check_generate_request(const ModelArgs& args, int64_t prompt_tokens, int64_
 
 // Token level: on_token(id) sees each generated id and returns false to stop generation there
 // (finish_reason "stop").
-GenerateResult generate_tokens(const Qwen3Model& model, const std::vector<int32_t>& prompt,
+GenerateResult generate_tokens(const InferenceWeights& weights, const std::vector<int32_t>& prompt,
                                const GenerateOptions& options,
                                const std::function<bool(int32_t)>& on_token = {});
 
 // Text level: streams released text to on_text (complete UTF-8, never past a stop string).
-GenerateResult generate_text(const Qwen3Model& model, const Tokenizer& tokenizer,
+GenerateResult generate_text(const InferenceWeights& weights, const Tokenizer& tokenizer,
                              const std::vector<int32_t>& prompt, const GenerateOptions& options,
                              const std::function<void(std::string_view)>& on_text = {});
 

@@ -2,22 +2,32 @@
 // call, then one token per call. Each call computes only what inference needs -- no loss, no
 // activations kept for a backward -- and the lm_head logits of its last token only (HF's
 // logits_to_keep = 1). Every buffer is allocated when the session is made; calls allocate none.
+//
+// The linear layers read InferenceWeights (fp32 or bf16). A one-token call is a chain of GEMVs,
+// bound by the bytes of weights it streams: q/k/v run as one fused GEMV, gate/up as another, so
+// a layer costs five parallel regions (qkv, attention, o, gate/up, down); the one-token norms,
+// RoPE and SwiGLU run on the calling thread (kMinParallelElements). A call of many tokens uses
+// the GEMM, bf16 weights widened to fp32 one matrix at a time.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "titan/core/allocator.h"
 #include "titan/infer/kv_cache.h"
+#include "titan/infer/weights.h"
 #include "titan/nn/qwen3.h"
+#include "titan/ops/gemv.h"
 #include "titan/ops/rope.h"
 
 namespace titan {
 
 class InferenceSession {
  public:
-  // A cache of max_len positions and scratch for calls of up to max_chunk tokens.
-  InferenceSession(const Qwen3Model& model, int64_t max_len, int64_t max_chunk);
+  // A cache of max_len positions and scratch for calls of up to max_chunk tokens. `weights`
+  // (and its model) must outlive the session.
+  InferenceSession(const InferenceWeights& weights, int64_t max_len, int64_t max_chunk);
 
   // ids (n), 1 <= n <= max_chunk, at positions [length(), length() + n): their keys and values
   // are appended to the cache. Returns the logits (V) of the last of them, valid until the next
@@ -29,11 +39,18 @@ class InferenceSession {
   int64_t max_len() const { return cache_.max_len(); }
   int64_t max_chunk() const { return max_chunk_; }
   const KvCache& cache() const { return cache_; }
-  const Qwen3Model& model() const { return model_; }
+  const Qwen3Model& model() const { return weights_.model(); }
   void reset() { cache_.reset(); }
 
  private:
-  const Qwen3Model& model_;
+  // y_i (n, rows_i) = x (n, cols) W_i^T for each product (y_i of one row when n == 1).
+  void project(std::initializer_list<GemvProduct> products, const float* x, int64_t n);
+  // mid_ (n, h) = self-attention of layer l over norm_, appending to the cache from row `past`.
+  void attention(size_t l, int64_t past, int64_t n);
+  // resid_ (n, h) = the MLP of layer l over norm_.
+  void mlp(size_t l, int64_t n);
+
+  const InferenceWeights& weights_;
   KvCache cache_;
   RopeCache rope_;
   int64_t max_chunk_;
@@ -43,11 +60,13 @@ class InferenceSession {
   float* norm_ = nullptr;   // (n, h)
   float* mid_ = nullptr;    // (n, h) residual after attention
   float* rstd_ = nullptr;   // (n) discarded norm scales
+  float* k_pre_ = nullptr;  // (n, KV*hd) k_proj output, k_norm's input
   AttentionCachedScratch attn_;
   MlpActivations mlp_;  // dense layers
   MoeActivations moe_;  // sparse layers
   ExpertsScratch moe_scratch_;
-  float* logits_ = nullptr;  // (V)
+  float* logits_ = nullptr;   // (V)
+  float* widened_ = nullptr;  // (largest layer weight) bf16 widened for the GEMM; null for f32
 };
 
 }  // namespace titan

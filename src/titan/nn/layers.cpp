@@ -67,9 +67,10 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   o_proj.forward(y, act.out, n);
 }
 
-void SelfAttention::forward_cached(float* y, const AttentionCachedScratch& s, const float* x,
-                                   const int32_t* positions, const RopeCache& rope_cache,
-                                   float* k_cache, float* v_cache, int64_t past, int64_t n) const {
+void SelfAttention::attend_cached(const AttentionCachedScratch& s, const float* q_pre,
+                                  const float* k_pre, const int32_t* positions,
+                                  const RopeCache& rope_cache, float* k_cache, const float* v_cache,
+                                  int64_t past, int64_t n) const {
   const AttentionShape shape{1, n, past + n, n_heads, n_kv_heads, head_dim};
   if (attention->check) {
     const std::string broken = attention->check(shape);
@@ -77,18 +78,11 @@ void SelfAttention::forward_cached(float* y, const AttentionCachedScratch& s, co
                 broken);
   }
   float* k_new = k_cache + past * n_kv_heads * head_dim;  // (n, KV, hd)
-  float* v_new = v_cache + past * n_kv_heads * head_dim;
-  // The projections before their norms go through s.out, free until the attention writes it
-  // (norm kernels need not support running in place).
-  q_proj.forward(s.out, x, n);
-  q_norm.forward(s.q, s.rstd, s.out, n * n_heads);
-  k_proj.forward(s.out, x, n);
-  k_norm.forward(k_new, s.rstd, s.out, n * n_kv_heads);
-  v_proj.forward(v_new, x, n);
+  q_norm.forward(s.q, s.rstd, q_pre, n * n_heads);
+  k_norm.forward(k_new, s.rstd, k_pre, n * n_kv_heads);
   rope->forward(s.q, positions, rope_cache, n, n_heads);
   rope->forward(k_new, positions, rope_cache, n, n_kv_heads);
   attention->forward(s.out, s.lse, s.q, k_cache, v_cache, shape);
-  o_proj.forward(y, s.out, n);
 }
 
 void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy,

@@ -110,13 +110,15 @@ struct SelfAttention {
   void backward(float* dx, AttentionGradScratch& scratch, const float* dy,
                 const AttentionActivations& act, const float* x, const int32_t* positions,
                 const RopeCache& rope_cache, int64_t batch, int64_t seq) const;
-  // Inference against a KV cache of one sequence: the n new tokens at absolute positions
-  // [past, past + n) attend over cache rows [0, past + n). Their k (after k_norm and RoPE) and v
-  // are written straight into rows [past, past + n) of k_cache and v_cache, each
-  // (max_len, KV, hd), so nothing is copied. y (n, h), x (n, h), positions (n).
-  void forward_cached(float* y, const AttentionCachedScratch& scratch, const float* x,
-                      const int32_t* positions, const RopeCache& rope_cache, float* k_cache,
-                      float* v_cache, int64_t past, int64_t n) const;
+  // Inference against a KV cache of one sequence, between the projections (the caller runs
+  // them, from fp32 or bf16 weights): the n new tokens at absolute positions [past, past + n)
+  // attend over cache rows [0, past + n). q_pre (n, H*hd) and k_pre (n, KV*hd) are their q and k
+  // projections; their v projection is already in rows [past, past + n) of v_cache. Their k
+  // (after k_norm and RoPE) is written into those rows of k_cache (caches (max_len, KV, hd)),
+  // the attention output into scratch.out (n, H*hd), o_proj's input. q_pre may be scratch.out.
+  void attend_cached(const AttentionCachedScratch& scratch, const float* q_pre, const float* k_pre,
+                     const int32_t* positions, const RopeCache& rope_cache, float* k_cache,
+                     const float* v_cache, int64_t past, int64_t n) const;
   AttentionShape shape(int64_t batch, int64_t seq) const;
   // The attention kernel's constraint for this shape (titan::Error when broken).
   void check_constraints(int64_t batch, int64_t seq) const;

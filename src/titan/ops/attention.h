@@ -25,7 +25,7 @@ struct AttentionShape {
 void attention_check_shape(const AttentionShape& s);
 
 // Flash-attention style: key blocks streamed through an online softmax; memory O(block^2) per
-// thread, never (Sq, Skv).
+// thread, never (Sq, Skv). One query (Sq == 1, a decode step) takes a dot-product path instead.
 void attention_forward_blockwise(float* out, float* lse, const float* q, const float* k,
                                  const float* v, const AttentionShape& s);
 // FlashAttention-2 backward: recomputes each probability block from lse. dq, dk, dv overwritten.

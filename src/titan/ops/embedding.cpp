@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "titan/core/error.h"
+#include "titan/core/threads.h"
 
 namespace titan {
 
@@ -13,7 +14,7 @@ void embedding_forward(float* out, const int32_t* ids, const float* weight, int6
     TITAN_CHECK(ids[n] >= 0 && ids[n] < vocab, "token id ", ids[n], " at position ", n,
                 " is outside the vocabulary [0, ", vocab, ")");
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * dim >= kMinParallelElements)
   for (int64_t n = 0; n < n_tokens; ++n) {
     std::memcpy(out + n * dim, weight + static_cast<int64_t>(ids[n]) * dim, dim * sizeof(float));
   }

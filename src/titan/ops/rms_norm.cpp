@@ -6,13 +6,14 @@
 #include <vector>
 
 #include "titan/backend/cpu/vec.h"
+#include "titan/core/threads.h"
 
 namespace titan {
 
 void rms_norm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t rows,
                       int64_t dim, float eps) {
   const VecKernels& v = vec();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
     const float s = 1.0f / std::sqrt(v.sum_squares(xr, dim) / static_cast<float>(dim) + eps);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "titan/core/error.h"
+#include "titan/core/threads.h"
 
 namespace titan {
 namespace {
@@ -50,7 +51,7 @@ void rotate(float* x, const int32_t* positions, const RopeCache& cache, int64_t 
     TITAN_CHECK(positions[n] >= 0 && positions[n] < cache.max_positions, "position ", positions[n],
                 " at token ", n, " is outside the RoPE cache [0, ", cache.max_positions, ")");
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n_tokens * n_heads * hd >= kMinParallelElements)
   for (int64_t n = 0; n < n_tokens; ++n) {
     const float* c = cache.cos.data<float>() + static_cast<int64_t>(positions[n]) * half;
     const float* s = cache.sin.data<float>() + static_cast<int64_t>(positions[n]) * half;

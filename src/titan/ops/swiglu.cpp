@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "titan/backend/cpu/vec.h"
+#include "titan/core/threads.h"
 
 namespace titan {
 namespace {
@@ -12,7 +13,7 @@ constexpr int64_t kChunk = 4096;
 
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
   const VecKernels& v = vec();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
   for (int64_t i = 0; i < n; i += kChunk) {
     v.silu_mul(out + i, gate + i, up + i, std::min(kChunk, n - i));
   }

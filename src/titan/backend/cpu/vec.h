@@ -37,6 +37,18 @@ struct VecKernels {
                             const float* up, int64_t n);
   void (*adamw)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                 const AdamWScalars& s);
+  // y[r] = sum_c w[r * ldw + c] * x[c] for r < rows, c < cols: a matrix-vector product over
+  // rows of weights ldw apart (cols for a whole matrix), fp32 accumulation.
+  void (*gemv_f32)(float* y, const float* w, int64_t ldw, const float* x, int64_t rows,
+                   int64_t cols);
+  // The same with bf16 weights (their raw bits), widened to fp32 in registers -- exactly, since
+  // bf16 is the top half of an fp32 -- so half the bytes stream from memory.
+  void (*gemv_bf16)(float* y, const uint16_t* w, int64_t ldw, const float* x, int64_t rows,
+                    int64_t cols);
+  // y[c] += sum_r a[r] * x[r * ldx + c] for c < cols: the rows of x, weighted by a, summed into y
+  // (attention's probabilities times its values).
+  void (*axpy_rows)(float* y, const float* a, const float* x, int64_t ldx, int64_t rows,
+                    int64_t cols);
 };
 
 const VecKernels& vec_kernels(Isa isa);

@@ -1,0 +1,76 @@
+#include "titan/ops/gemv.h"
+
+#include <algorithm>
+
+#include "titan/backend/cpu/vec.h"
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+void check_products(std::span<const GemvProduct> products) {
+  TITAN_CHECK(products.size() <= kMaxGemvProducts, "gemv: ", products.size(),
+              " products in one call; at most ", kMaxGemvProducts);
+  for (const GemvProduct& p : products) {
+    TITAN_CHECK(p.w.dtype == DType::f32 || p.w.dtype == DType::bf16, "gemv: weights of dtype ",
+                dtype_name(p.w.dtype), "; expected F32 or BF16");
+    TITAN_CHECK(p.w.cols == products[0].w.cols, "gemv: weights of ", p.w.cols, " and ",
+                products[0].w.cols, " columns in one call (they share x)");
+  }
+}
+
+// Rows [r0, r0 + rows) of one product.
+void gemv_rows(const VecKernels& v, const GemvProduct& p, const float* x, int64_t r0,
+               int64_t rows) {
+  const int64_t cols = p.w.cols;
+  if (p.w.dtype == DType::bf16) {
+    v.gemv_bf16(p.y + r0, static_cast<const uint16_t*>(p.w.data) + r0 * cols, cols, x, rows, cols);
+  } else {
+    v.gemv_f32(p.y + r0, static_cast<const float*>(p.w.data) + r0 * cols, cols, x, rows, cols);
+  }
+}
+
+}  // namespace
+
+void gemv_forward(std::span<const GemvProduct> products, const float* x) {
+  check_products(products);
+  if (products.empty()) return;
+  // Blocks of about 64 KiB of bf16 weights: thousands for an lm_head, dozens for a k_proj --
+  // enough to balance the threads, few enough that taking one costs nothing next to reading it.
+  const int64_t cols = products[0].w.cols;
+  const int64_t block = std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(cols, 1));
+  // Product i owns blocks [first_block[i], first_block[i + 1]).
+  int64_t first_block[kMaxGemvProducts + 1] = {0};
+  for (size_t i = 0; i < products.size(); ++i) {
+    first_block[i + 1] = first_block[i] + (products[i].w.rows + block - 1) / block;
+  }
+  const int64_t n_blocks = first_block[products.size()];
+  const VecKernels& v = vec();
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    size_t i = 0;
+    while (b >= first_block[i + 1]) ++i;
+    const GemvProduct& p = products[i];
+    const int64_t r0 = (b - first_block[i]) * block;
+    gemv_rows(v, p, x, r0, std::min(block, p.w.rows - r0));
+  }
+}
+
+void gemv_forward_reference(std::span<const GemvProduct> products, const float* x) {
+  check_products(products);
+  for (const GemvProduct& p : products) {
+    for (int64_t r = 0; r < p.w.rows; ++r) {
+      double s = 0.0;
+      for (int64_t c = 0; c < p.w.cols; ++c) {
+        const int64_t i = r * p.w.cols + c;
+        const float w = p.w.dtype == DType::bf16
+                            ? bf16_to_f32(static_cast<const uint16_t*>(p.w.data)[i])
+                            : static_cast<const float*>(p.w.data)[i];
+        s += static_cast<double>(w) * x[c];
+      }
+      p.y[r] = static_cast<float>(s);
+    }
+  }
+}
+
+}  // namespace titan
