@@ -14,6 +14,7 @@
 
 #include "test_generate_util.h"
 #include "test_tokenizer_python.h"
+#include "tiny_models.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/sampling.h"
 #include "titan/models/hf_checkpoint.h"
@@ -34,13 +35,8 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
   json request = {{"folders", json::array()}, {"prompts", prompts}, {"max_new_tokens", max_new}};
   std::map<std::string, std::vector<std::vector<int32_t>>> titan_ids;
   // A tiny Qwen3-MoE too: layers 0 and 2 sparse (5 experts, 2 per token), layer 1 dense.
-  ModelArgs moe = test::tiny_generate_args(false);
-  moe.architecture = "Qwen3MoeForCausalLM";
-  moe.num_experts = 5;
-  moe.num_experts_per_tok = 2;
-  moe.moe_intermediate_size = 16;
+  ModelArgs moe = test::with_moe(test::tiny_generate_args(false), 5, 2, 16, {1});
   moe.num_hidden_layers = 3;
-  moe.mlp_only_layers = {1};
   const std::vector<std::pair<std::string, ModelArgs>> models = {
       {"tied", test::tiny_generate_args(true)},
       {"untied", test::tiny_generate_args(false)},

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compare.h"
+#include "tiny_models.h"
 #include "titan/core/allocator.h"
 #include "titan/core/rng.h"
 #include "titan/nn/qwen3.h"
@@ -69,12 +70,7 @@ TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
 // small_args() with layers 0 and 2 sparse (5 experts, 2 per token) and layer 1 dense; the wide
 // init spreads the routers so routing is far from ties.
 ModelArgs small_moe_args(bool aux) {
-  ModelArgs a = small_args();
-  a.architecture = "Qwen3MoeForCausalLM";
-  a.num_experts = 5;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 24;
-  a.mlp_only_layers = {1};
+  ModelArgs a = test::with_moe(small_args(), 5, 2, 24, {1});
   a.output_router_logits = aux;
   a.initializer_range = 0.2;
   return a;

@@ -9,6 +9,8 @@
 #include "titan/kernels/overrides.h"
 #include "titan/nn/qwen3.h"
 
+#include "tiny_models.h"
+
 namespace titan {
 namespace {
 
@@ -82,13 +84,7 @@ TEST(Overrides, Errors) {
 }
 
 ModelArgs tiny_moe_args() {
-  ModelArgs a = tiny_args();
-  a.architecture = "Qwen3MoeForCausalLM";
-  a.num_experts = 3;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 8;
-  a.mlp_only_layers = {0};
-  return a;
+  return test::with_moe(tiny_args(), 3, 2, 8, {0});
 }
 
 TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {

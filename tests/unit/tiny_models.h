@@ -3,6 +3,10 @@
 // a real checkpoint has, small enough to write, load and compare in milliseconds.
 #pragma once
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
 #include "titan/models/model_args.h"
 
 namespace titan::test {
@@ -24,16 +28,21 @@ inline ModelArgs tiny_dense(bool tied) {
   return a;
 }
 
-// tiny_dense(false) with layer 0 sparse (4 experts, 2 per token, width 16) and layer 1 dense
-// through mlp_only_layers.
+// `dense` made a Qwen3-MoE: `experts` experts of width `width`, `per_token` of them per token,
+// every layer sparse except `dense_layers` (mlp_only_layers).
+inline ModelArgs with_moe(ModelArgs dense, int64_t experts, int64_t per_token, int64_t width,
+                          std::vector<int64_t> dense_layers) {
+  dense.architecture = "Qwen3MoeForCausalLM";
+  dense.num_experts = experts;
+  dense.num_experts_per_tok = per_token;
+  dense.moe_intermediate_size = width;
+  dense.mlp_only_layers = std::move(dense_layers);
+  return dense;
+}
+
+// tiny_dense(false) with layer 0 sparse (4 experts, 2 per token, width 16) and layer 1 dense.
 inline ModelArgs tiny_moe() {
-  ModelArgs a = tiny_dense(false);
-  a.architecture = "Qwen3MoeForCausalLM";
-  a.num_experts = 4;
-  a.num_experts_per_tok = 2;
-  a.moe_intermediate_size = 16;
-  a.mlp_only_layers = {1};
-  return a;
+  return with_moe(tiny_dense(false), 4, 2, 16, {1});
 }
 
 }  // namespace titan::test
