@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
@@ -172,10 +173,5 @@ int run(int argc, char** argv) {
 }  // namespace titan
 
 int main(int argc, char** argv) {
-  try {
-    return titan::run(argc, argv);
-  } catch (const titan::Error& e) {
-    std::fprintf(stderr, "bench_experts: error: %s\n", e.what());
-    return 1;
-  }
+  return titan::bench::run_main("bench_experts", titan::run, argc, argv);
 }

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/allocator.h"
@@ -286,10 +287,5 @@ int run(int argc, char** argv) {
 }  // namespace titan
 
 int main(int argc, char** argv) {
-  try {
-    return titan::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_generate: error: %s\n", e.what());
-    return 1;
-  }
+  return titan::bench::run_main("bench_generate", titan::run, argc, argv);
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "titan/core/error.h"
 #include "titan/core/threads.h"
 #include "titan/data/tokenizer.h"
@@ -215,10 +216,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_tokenizer: error: %s\n", e.what());
-    return 1;
-  }
+  return titan::bench::run_main("bench_tokenizer", run, argc, argv);
 }

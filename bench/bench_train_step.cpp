@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_main.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
@@ -192,10 +193,5 @@ int run(int argc, char** argv) {
 }  // namespace titan
 
 int main(int argc, char** argv) {
-  try {
-    return titan::run(argc, argv);
-  } catch (const titan::Error& e) {
-    std::fprintf(stderr, "bench_train_step: error: %s\n", e.what());
-    return 1;
-  }
+  return titan::bench::run_main("bench_train_step", titan::run, argc, argv);
 }
