@@ -3,7 +3,10 @@
 // nearest even, as torch's .to(torch.bfloat16), which halves those bytes; compute stays fp32
 // (activations, accumulation, norms, the KV cache). With fp32 they are the model's own
 // parameters, not copied. The model keeps its fp32 parameters either way (the norms and the
-// embedding are read from there), so a bf16 session costs 1.5x an fp32 one in memory.
+// embedding are read from there), so a bf16 session costs 1.5x an fp32 one in memory. MoE
+// routers and experts are read from the fp32 parameters in either dtype (no bf16 experts path
+// yet): exact for a bf16 folder, whose loaded values are bf16 already, but not rounded when
+// --dtype bfloat16 is asked of an fp32 MoE folder.
 #pragma once
 
 #include <string>
