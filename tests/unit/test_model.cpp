@@ -43,28 +43,43 @@ std::vector<float> all_grads(const Qwen3Model& m) {
   return out;
 }
 
+// One forward/backward with or without full activation checkpointing: every gradient, the
+// load-balancing loss, the arena size the model claims and the activation bytes it took.
+struct CheckpointedStep {
+  std::vector<float> grads;
+  double aux = 0.0;
+  int64_t arena = 0;
+  int64_t taken = 0;
+};
+
+CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int32_t>& ids,
+                                   int64_t batch, int64_t seq, bool full) {
+  Qwen3Model m(args);
+  m.initialize(3);
+  m.allocate_gradients();
+  m.set_activation_checkpointing(full);
+  ForwardOptions o;
+  o.compute_grad = true;
+  o.grad_scale = 0.01f;
+  const size_t before = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
+  m.forward(ids.data(), ids.data(), batch, seq, o);
+  const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
+  m.backward();
+  return {all_grads(m), m.aux_loss(), m.activation_bytes(batch, seq),
+          static_cast<int64_t>(after - before) - m.lm_head_scratch_bytes(batch, seq)};
+}
+
 TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
   const int64_t batch = 2, seq = 37;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 1);
-  std::vector<std::vector<float>> grads;
-  std::vector<int64_t> arena;
-  for (bool full : {false, true}) {
-    Qwen3Model m(small_args());
-    m.initialize(3);
-    m.allocate_gradients();
-    m.set_activation_checkpointing(full);
-    ForwardOptions o;
-    o.compute_grad = true;
-    o.grad_scale = 0.01f;
-    m.forward(ids.data(), ids.data(), batch, seq, o);
-    m.backward();
-    grads.push_back(all_grads(m));
-    arena.push_back(m.activation_bytes(batch, seq));
-  }
+  const CheckpointedStep kept = checkpointed_step(small_args(), ids, batch, seq, false);
+  const CheckpointedStep recomputed = checkpointed_step(small_args(), ids, batch, seq, true);
   // Recomputation runs the same kernels on the same inputs: bit-identical.
-  ASSERT_EQ(grads[0].size(), grads[1].size());
-  EXPECT_EQ(0, std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)));
-  EXPECT_LT(arena[1], arena[0]);
+  ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
+  EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
+                           kept.grads.size() * sizeof(float)));
+  EXPECT_LT(recomputed.arena, kept.arena);
+  for (const CheckpointedStep* step : {&kept, &recomputed}) EXPECT_EQ(step->taken, step->arena);
 }
 
 // small_args() with layers 0 and 2 sparse (5 experts, 2 per token) and layer 1 dense; the wide
@@ -79,32 +94,16 @@ ModelArgs small_moe_args(bool aux) {
 TEST(Model, MoeActivationCheckpointingKeepsGradientsAndTheArenaIsWhatActivationBytesSays) {
   const int64_t batch = 3, seq = 11;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 4);
-  std::vector<std::vector<float>> grads;
-  std::vector<double> aux;
-  std::vector<int64_t> arena;
-  for (bool full : {false, true}) {
-    Qwen3Model m(small_moe_args(true));
-    m.initialize(3);
-    m.allocate_gradients();
-    m.set_activation_checkpointing(full);
-    ForwardOptions o;
-    o.compute_grad = true;
-    o.grad_scale = 0.01f;
-    const size_t before = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
-    m.forward(ids.data(), ids.data(), batch, seq, o);
-    const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
-    m.backward();
-    EXPECT_EQ(static_cast<int64_t>(after - before),
-              m.activation_bytes(batch, seq) + m.lm_head_scratch_bytes(batch, seq));
-    grads.push_back(all_grads(m));
-    aux.push_back(m.aux_loss());
-    arena.push_back(m.activation_bytes(batch, seq));
-  }
-  ASSERT_EQ(grads[0].size(), grads[1].size());
-  EXPECT_EQ(0, std::memcmp(grads[0].data(), grads[1].data(), grads[0].size() * sizeof(float)));
-  EXPECT_EQ(aux[0], aux[1]);
-  EXPECT_GT(aux[0], 0.0);
-  EXPECT_LT(arena[1], arena[0]);
+  const CheckpointedStep kept = checkpointed_step(small_moe_args(true), ids, batch, seq, false);
+  const CheckpointedStep recomputed =
+      checkpointed_step(small_moe_args(true), ids, batch, seq, true);
+  for (const CheckpointedStep* step : {&kept, &recomputed}) EXPECT_EQ(step->taken, step->arena);
+  ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
+  EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
+                           kept.grads.size() * sizeof(float)));
+  EXPECT_EQ(kept.aux, recomputed.aux);
+  EXPECT_GT(kept.aux, 0.0);
+  EXPECT_LT(recomputed.arena, kept.arena);
 }
 
 TEST(Model, MoeInitialisationFollowsHuggingFace) {
