@@ -13,6 +13,7 @@
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/core/threads.h"
 #include "titan/kernels/registry.h"
 #include "titan/nn/layers.h"
 #include "titan/ops/adamw.h"
@@ -292,15 +293,37 @@ struct AttentionCase {
   AttentionShape shape;
 };
 
+struct AttentionInputs {
+  std::vector<float> q, k, v, out, lse, ref_out, ref_lse;
+};
+
+// Random q, k, v and the forward's out and lse, checked against the reference's.
+AttentionInputs check_attention_forward(const AttentionShape& s) {
+  const int64_t nq = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t nkv = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  const size_t n_lse = static_cast<size_t>(s.batch * s.n_heads * s.seq_q);
+  AttentionInputs a{randn(nq, 1),
+                    randn(nkv, 2),
+                    randn(nkv, 3),
+                    std::vector<float>(nq),
+                    std::vector<float>(n_lse),
+                    std::vector<float>(nq),
+                    std::vector<float>(n_lse)};
+  attention_forward_blockwise(a.out.data(), a.lse.data(), a.q.data(), a.k.data(), a.v.data(), s);
+  attention_forward_reference(a.ref_out.data(), a.ref_lse.data(), a.q.data(), a.k.data(),
+                              a.v.data(), s);
+  expect_close("attention out", a.out.data(), a.ref_out.data(), nq, 1e-5);
+  expect_close("attention lse", a.lse.data(), a.ref_lse.data(), n_lse, 1e-6);
+  return a;
+}
+
 void check_attention(const AttentionShape& s) {
   const int64_t nq = s.batch * s.seq_q * s.n_heads * s.head_dim;
   const int64_t nkv = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
-  std::vector<float> q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3), dout = randn(nq, 4);
-  std::vector<float> out(nq), lse(s.batch * s.n_heads * s.seq_q), ref_out(nq), ref_lse(lse.size());
-  attention_forward_blockwise(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
-  attention_forward_reference(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(), s);
-  expect_close("attention out", out.data(), ref_out.data(), nq, 1e-5);
-  expect_close("attention lse", lse.data(), ref_lse.data(), lse.size(), 1e-6);
+  AttentionInputs a = check_attention_forward(s);
+  std::vector<float>&q = a.q, &k = a.k, &v = a.v, &out = a.out, &lse = a.lse;
+  std::vector<float>&ref_out = a.ref_out, &ref_lse = a.ref_lse;
+  const std::vector<float> dout = randn(nq, 4);
   std::vector<float> dq(nq), dk(nkv), dv(nkv), rdq(nq), rdk(nkv), rdv(nkv);
   attention_backward_blockwise(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                                v.data(), out.data(), lse.data(), s);
@@ -333,6 +356,17 @@ TEST(Attention, QueriesAtTheEndOfLongerKeys) {
 TEST(Attention, OneQueryAgainstManyKeys) {
   check_attention({2, 1, 300, 4, 2, 12});
   check_attention({1, 1, 3, 2, 1, 5});
+  check_attention_forward({1, 1, 37, 16, 8, 128});  // Qwen3-0.6B's heads
+}
+
+// The one-query path splits the keys over the threads: with more threads than keys some ranges
+// would be empty, and one key leaves one thread.
+TEST(Attention, OneQueryFewerKeysThanThreads) {
+  const int saved = thread_count();
+  set_thread_count(5);
+  check_attention({2, 1, 3, 4, 2, 8});
+  check_attention_forward({2, 1, 1, 4, 2, 8});
+  set_thread_count(saved);
 }
 
 TEST(Attention, RejectsBadShapes) {

@@ -48,57 +48,78 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
   }
 }
 
-// One query per sequence (a decode step). Each thread takes a contiguous range of kv heads and
-// walks the keys in chunks, all of its heads per chunk: it then streams one contiguous slice of
-// each (KV * hd) cache row, where a head at a time would stride through the cache 512 bytes per 4
-// KiB row. Per head, the scores are a GEMV over the chunk's keys, then one softmax, then the values
-// summed with those weights (axpy_rows). The GEMM path makes a oneDNN call per 128-key block and
-// head group; measured over 28 layers at 513 keys on 2 threads, this path takes 8.2 ms where the
-// GEMM path takes 8.8-9.1 ms (for two queries; one costs it about as much: the cache reads
-// dominate). Both read the cache at 13-15 GB/s, below the weights' 25-30: a decode step at 512
-// tokens of context spends ~8 ms here, more than the 118 MB of keys and values need.
+// One query per sequence (a decode step), split over the keys ("flash decoding"): each thread
+// takes a contiguous range of cache rows, all heads, and streams it row after row -- the access
+// the hardware prefetcher follows best. Splitting by kv head instead had each thread read half of
+// every 4 KiB row (at 8 x 128), and the cache streamed at 13-17 GB/s, half the weights' rate.
+// A thread leaves, per head, its range's max score, sum of exponentials and unnormalised output;
+// the calling thread merges them after the join (no barrier inside the region: under passive
+// waits a barrier costs a futex wake-up). Per key row and kv head, the G query heads that share
+// it are one G-row GEMV over the row's slice, and the values are summed into each head's output
+// the same way, row by row.
 void attention_forward_one_query(float* out, float* lse, const float* q, const float* k,
                                  const float* v, const AttentionShape& s) {
-  constexpr int64_t kChunk = 32;  // keys per chunk: 32 rows of the cache, 128 KiB at 8 x 128
   const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
   const int64_t ldk = KV * hd, n_keys = s.seq_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const VecKernels& vk = vec();
-#pragma omp parallel
+  const int64_t max_threads = std::min<int64_t>(omp_get_max_threads(), n_keys);
+  // Per thread t and sequence b: (H) max, (H) sum, (H, hd) output -- stride per (t, b).
+  const int64_t part = H * (hd + 2);
+  std::vector<float> parts(static_cast<size_t>(max_threads * s.batch * part));
+  int64_t used_threads = 1;  // the team OpenMP gave, at most max_threads
+#pragma omp parallel num_threads(max_threads)
   {
     const int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t kv0 = KV * t / n_threads, kv1 = KV * (t + 1) / n_threads;
-    const int64_t h0 = kv0 * G, n_h = (kv1 - kv0) * G;        // this thread's query heads
-    std::vector<float> p(static_cast<size_t>(n_h * n_keys));  // (n_h, Skv) scores, then weights
-    std::vector<float> sums(static_cast<size_t>(n_h));
+    if (t == 0) used_threads = n_threads;
+    const int64_t j0 = n_keys * t / n_threads, j1 = n_keys * (t + 1) / n_threads, n = j1 - j0;
+    std::vector<float> p(static_cast<size_t>(H * n));   // (H, n) scores, then weights
+    std::vector<float> scores(static_cast<size_t>(G));  // one key row's, for one kv head
     for (int64_t b = 0; b < s.batch; ++b) {
-      const float* kb = k + b * n_keys * ldk;
-      const float* vb = v + b * n_keys * ldk;
-      for (int64_t j0 = 0; j0 < n_keys; j0 += kChunk) {
-        const int64_t rows = std::min(kChunk, n_keys - j0);
-        for (int64_t i = 0; i < n_h; ++i) {
-          const int64_t h = h0 + i;
-          vk.gemv_f32(p.data() + i * n_keys + j0, kb + j0 * ldk + (h / G) * hd, ldk,
-                      q + (b * H + h) * hd, rows, hd);
+      const float* qb = q + b * H * hd;
+      const float* kb = k + (b * n_keys + j0) * ldk;
+      const float* vb = v + (b * n_keys + j0) * ldk;
+      float* row_max = parts.data() + (t * s.batch + b) * part;
+      float* row_sum = row_max + H;
+      float* acc = row_sum + H;  // (H, hd)
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t kvh = 0; kvh < KV; ++kvh) {
+          vk.gemv_f32(scores.data(), qb + kvh * G * hd, hd, kb + j * ldk + kvh * hd, G, hd);
+          for (int64_t g = 0; g < G; ++g) p[(kvh * G + g) * n + j] = scores[g];
         }
       }
-      for (int64_t i = 0; i < n_h; ++i) {
-        float* row = p.data() + i * n_keys;
-        vk.scale(row, scale, n_keys);
-        const float m = vk.max(row, n_keys);
-        sums[i] = vk.exp_shift_sum(row, row, n_keys, m);
-        lse[b * H + h0 + i] = m + std::log(sums[i]);
-        std::fill(out + (b * H + h0 + i) * hd, out + (b * H + h0 + i + 1) * hd, 0.0f);
+      for (int64_t h = 0; h < H; ++h) {
+        float* row = p.data() + h * n;
+        vk.scale(row, scale, n);
+        row_max[h] = vk.max(row, n);
+        row_sum[h] = vk.exp_shift_sum(row, row, n, row_max[h]);
       }
-      for (int64_t j0 = 0; j0 < n_keys; j0 += kChunk) {
-        const int64_t rows = std::min(kChunk, n_keys - j0);
-        for (int64_t i = 0; i < n_h; ++i) {
-          const int64_t h = h0 + i;
-          vk.axpy_rows(out + (b * H + h) * hd, p.data() + i * n_keys + j0,
-                       vb + j0 * ldk + (h / G) * hd, ldk, rows, hd);
+      std::fill(acc, acc + H * hd, 0.0f);
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t h = 0; h < H; ++h) {
+          vk.axpy(acc + h * hd, p[h * n + j], vb + j * ldk + (h / G) * hd, hd);
         }
       }
-      for (int64_t i = 0; i < n_h; ++i) vk.scale(out + (b * H + h0 + i) * hd, 1.0f / sums[i], hd);
+    }
+  }
+  // Merge the threads' ranges: out = sum_t e^(m_t - m) acc_t / sum_t e^(m_t - m) l_t.
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      float m = kNegInf;
+      for (int64_t t = 0; t < used_threads; ++t) {
+        m = std::max(m, parts[(t * s.batch + b) * part + h]);
+      }
+      float* o = out + (b * H + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      float sum = 0.0f;
+      for (int64_t t = 0; t < used_threads; ++t) {
+        const float* base = parts.data() + (t * s.batch + b) * part;
+        const float w = std::exp(base[h] - m);
+        sum += w * base[H + h];
+        vk.axpy(o, w, base + 2 * H + h * hd, hd);
+      }
+      vk.scale(o, 1.0f / sum, hd);
+      lse[b * H + h] = m + std::log(sum);
     }
   }
 }
