@@ -130,8 +130,9 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
   std::vector<Isa> isas = {Isa::scalar};
   if (cpu.avx2) isas.push_back(Isa::avx2);
   if (cpu.avx512) isas.push_back(Isa::avx512);
-  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},   {3, 7},  {4, 16},   {5, 17},
-                                               {13, 33}, {9, 67}, {8, 1000}, {7, 1001}};
+  // Column counts around gemv_bf16's blocks of 32 and steps of 64.
+  const std::pair<int64_t, int64_t> sizes[] = {{1, 1},  {3, 7},  {4, 16},  {5, 17},   {13, 33},
+                                               {9, 67}, {2, 96}, {3, 100}, {8, 1000}, {7, 1001}};
   for (Isa isa : isas) {
     const VecKernels& v = vec_kernels(isa);
     for (const auto& [rows, cols] : sizes) {
@@ -149,7 +150,9 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
       const GemvProduct f32_product{{DType::f32, w.data(), rows, cols}, want.data()};
       gemv_forward_reference({&f32_product, 1}, x.data());
       expect_gemv_close("gemv_f32", got.data(), want.data(), w, x, rows, cols);
-      v.gemv_bf16(got.data(), w_bf16.data(), cols, x.data(), rows, cols);
+      std::vector<float> x_split(cols);
+      gemv_bf16_split_x(x_split.data(), x.data(), cols);
+      v.gemv_bf16(got.data(), w_bf16.data(), cols, x_split.data(), rows, cols);
       const GemvProduct bf16_product{{DType::bf16, w_bf16.data(), rows, cols}, want.data()};
       gemv_forward_reference({&bf16_product, 1}, x.data());
       expect_gemv_close("gemv_bf16", got.data(), want.data(), w_rounded, x, rows, cols);

@@ -1,6 +1,7 @@
 #include "titan/ops/gemv.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
@@ -19,12 +20,13 @@ void check_products(std::span<const GemvProduct> products) {
   }
 }
 
-// Rows [r0, r0 + rows) of one product.
-void gemv_rows(const VecKernels& v, const GemvProduct& p, const float* x, int64_t r0,
-               int64_t rows) {
+// Rows [r0, r0 + rows) of one product; x_split is x in gemv_bf16's layout.
+void gemv_rows(const VecKernels& v, const GemvProduct& p, const float* x, const float* x_split,
+               int64_t r0, int64_t rows) {
   const int64_t cols = p.w.cols;
   if (p.w.dtype == DType::bf16) {
-    v.gemv_bf16(p.y + r0, static_cast<const uint16_t*>(p.w.data) + r0 * cols, cols, x, rows, cols);
+    v.gemv_bf16(p.y + r0, static_cast<const uint16_t*>(p.w.data) + r0 * cols, cols, x_split, rows,
+                cols);
   } else {
     v.gemv_f32(p.y + r0, static_cast<const float*>(p.w.data) + r0 * cols, cols, x, rows, cols);
   }
@@ -46,13 +48,23 @@ void gemv_forward(std::span<const GemvProduct> products, const float* x) {
   }
   const int64_t n_blocks = first_block[products.size()];
   const VecKernels& v = vec();
+  // x split once per call for the bf16 products, into a buffer that grows to the widest x seen:
+  // a decode step makes ~140 calls and allocates nothing.
+  thread_local std::vector<float> x_split;
+  const bool any_bf16 = std::any_of(products.begin(), products.end(),
+                                    [](const GemvProduct& p) { return p.w.dtype == DType::bf16; });
+  if (any_bf16) {
+    if (x_split.size() < static_cast<size_t>(cols)) x_split.resize(static_cast<size_t>(cols));
+    gemv_bf16_split_x(x_split.data(), x, cols);
+  }
+  const float* xs = x_split.data();
 #pragma omp parallel for schedule(dynamic)
   for (int64_t b = 0; b < n_blocks; ++b) {
     size_t i = 0;
     while (b >= first_block[i + 1]) ++i;
     const GemvProduct& p = products[i];
     const int64_t r0 = (b - first_block[i]) * block;
-    gemv_rows(v, p, x, r0, std::min(block, p.w.rows - r0));
+    gemv_rows(v, p, x, xs, r0, std::min(block, p.w.rows - r0));
   }
 }
 

@@ -42,14 +42,19 @@ struct VecKernels {
   void (*gemv_f32)(float* y, const float* w, int64_t ldw, const float* x, int64_t rows,
                    int64_t cols);
   // The same with bf16 weights (their raw bits), widened to fp32 in registers -- exactly, since
-  // bf16 is the top half of an fp32 -- so half the bytes stream from memory.
-  void (*gemv_bf16)(float* y, const uint16_t* w, int64_t ldw, const float* x, int64_t rows,
+  // bf16 is the top half of an fp32 -- so half the bytes stream from memory. x comes split by
+  // gemv_bf16_split_x (its pairs of columns apart, which lets the kernel widen without shuffles).
+  void (*gemv_bf16)(float* y, const uint16_t* w, int64_t ldw, const float* x_split, int64_t rows,
                     int64_t cols);
   // y[c] += sum_r a[r] * x[r * ldx + c] for c < cols: the rows of x, weighted by a, summed into y
   // (attention's probabilities times its values).
   void (*axpy_rows)(float* y, const float* a, const float* x, int64_t ldx, int64_t rows,
                     int64_t cols);
 };
+
+// gemv_bf16's x layout: each whole block of 32 columns as its 16 even-indexed elements, then its
+// 16 odd ones; the columns after the last whole block in place. x_split (cols) must not alias x.
+void gemv_bf16_split_x(float* x_split, const float* x, int64_t cols);
 
 const VecKernels& vec_kernels(Isa isa);
 // The kernels for active_isa().
