@@ -27,10 +27,10 @@ struct GemvProduct {
 constexpr size_t kMaxGemvProducts = 4;
 
 // Every product of the list over the same x (cols), in one parallel region: the rows of all of
-// them are cut into blocks of about 64 KiB of weights that threads take dynamically, so fusing
-// q/k/v (or gate/up) costs one fork/join, and a thread the OS deschedules on a shared machine holds
-// back one block, not its static share. Every weight must have the same cols; dtypes may differ; at
-// most kMaxGemvProducts.
+// them are cut into blocks (64 KiB to 1 MiB of weights, about four per thread) that threads take
+// dynamically, so fusing q/k/v (or gate/up) costs one fork/join, and a thread the OS deschedules
+// on a shared machine holds back one block, not its static share. Every weight must have the same
+// cols; dtypes may differ; at most kMaxGemvProducts.
 void gemv_forward(std::span<const GemvProduct> products, const float* x);
 
 // The same contract, one row at a time with fp64 accumulation (tests).
