@@ -9,11 +9,12 @@
 // cache) with the titan / HF ratio. First, one lm_head-sized matrix-vector product three ways:
 // titan's fp32 and bf16 GEMV and oneDNN's sgemm with M = 1 (why fp32 decode uses the GEMV).
 //
-// Like titan generate, it re-executes itself with OMP_WAIT_POLICY=passive when that is unset
-// (reexec_with_passive_omp_wait); --omp-wait libgomp keeps libgomp's spinning default instead.
+// Like titan generate, it re-executes itself with OMP_WAIT_POLICY=passive and a short
+// GOMP_SPINCOUNT when neither is set (reexec_with_short_omp_spin); --omp-wait libgomp keeps
+// libgomp's defaults instead, and a policy or spin count set in the environment is kept.
 //
 // usage: bench_generate [--layers N] [--prompt 512] [--new 128] [--threads N]
-//                       [--dtype both|float32|bfloat16] [--omp-wait passive|libgomp]
+//                       [--dtype both|float32|bfloat16] [--omp-wait short|libgomp]
 //                       [--transformers PYTHON] [--dir DIR]
 #include <omp.h>
 
@@ -261,7 +262,7 @@ void bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t
 int run(int argc, char** argv) {
   int64_t layers = -1, n_prompt = 512, n_new = 128;
   int threads = default_thread_count();
-  std::string python, dtypes = "both", omp_wait = "passive";
+  std::string python, dtypes = "both", omp_wait = "short";
   std::string dir = (std::filesystem::temp_directory_path() / "titan_bench_generate");
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -286,9 +287,9 @@ int run(int argc, char** argv) {
     else
       fail("unknown argument ", arg);
   }
-  TITAN_CHECK(omp_wait == "passive" || omp_wait == "libgomp", "--omp-wait ", omp_wait,
-              ": expected passive or libgomp");
-  if (omp_wait == "passive") reexec_with_passive_omp_wait(argv);
+  TITAN_CHECK(omp_wait == "short" || omp_wait == "libgomp", "--omp-wait ", omp_wait,
+              ": expected short or libgomp");
+  if (omp_wait == "short") reexec_with_short_omp_spin(argv);
   std::vector<DType> run_dtypes = {DType::f32, DType::bf16};
   if (dtypes == "float32" || dtypes == "bfloat16") {
     run_dtypes = {dtypes == "float32" ? DType::f32 : DType::bf16};
@@ -298,10 +299,15 @@ int run(int argc, char** argv) {
   set_thread_count(threads);
   ModelArgs args = flavor("0.6B");
   if (layers > 0) args.num_hidden_layers = layers;
-  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
-  std::printf("model: Qwen3-0.6B dims, %lld layers, random init; %d threads; OMP_WAIT_POLICY=%s\n",
-              static_cast<long long>(args.num_hidden_layers), threads,
-              wait_policy != nullptr ? wait_policy : "(unset)");
+  const auto env_or_unset = [](const char* name) {
+    const char* value = std::getenv(name);
+    return value != nullptr ? value : "(unset)";
+  };
+  std::printf(
+      "model: Qwen3-0.6B dims, %lld layers, random init; %d threads; OMP_WAIT_POLICY=%s "
+      "GOMP_SPINCOUNT=%s\n",
+      static_cast<long long>(args.num_hidden_layers), threads, env_or_unset("OMP_WAIT_POLICY"),
+      env_or_unset("GOMP_SPINCOUNT"));
 
   compare_gemv(args);
 

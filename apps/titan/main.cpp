@@ -21,9 +21,8 @@ void add_threads_option(CLI::App& command, int& threads) {
 }  // namespace titan::cli
 
 int main(int argc, char** argv) {
-  // Decode is hundreds of small parallel regions per token: see reexec_with_passive_omp_wait.
-  if (argc > 1 && std::string_view(argv[1]) == "generate")
-    titan::reexec_with_passive_omp_wait(argv);
+  // Decode is ~140 small parallel regions per token: see reexec_with_short_omp_spin.
+  if (argc > 1 && std::string_view(argv[1]) == "generate") titan::reexec_with_short_omp_spin(argv);
   CLI::App app{"titan: pre-train, fine-tune and run Qwen3 models"};
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, titan::cli::Action>> commands;

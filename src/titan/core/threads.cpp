@@ -23,11 +23,16 @@ int thread_count() {
   return omp_get_max_threads();
 }
 
-void reexec_with_passive_omp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
+void reexec_with_short_omp_spin(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY") != nullptr || std::getenv("GOMP_SPINCOUNT") != nullptr) {
+    return;
+  }
   setenv("OMP_WAIT_POLICY", "passive", 1);
+  setenv("GOMP_SPINCOUNT", kDecodeSpinCount, 1);
   execv("/proc/self/exe", argv);
-  unsetenv("OMP_WAIT_POLICY");  // exec failed: this process keeps the default, say so truthfully
+  // exec failed: this process keeps libgomp's defaults; leave the environment saying so.
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("GOMP_SPINCOUNT");
 }
 
 }  // namespace titan

@@ -17,14 +17,21 @@ int default_thread_count();
 void set_thread_count(int n);
 int thread_count();
 
-// libgomp (ours and oneDNN's OpenMP runtime) reads OMP_WAIT_POLICY once, as the program loads;
-// unset, a thread that reaches a barrier spins up to ~300k iterations before it sleeps. A
-// one-token decode step joins ~140 parallel regions, and on a machine shared with other jobs
-// those spinning waits hold the cores the descheduled team threads need: decode measured 3-6x
-// slower than with OMP_WAIT_POLICY=passive (docs/PERFORMANCE.md, Generation). This re-executes
-// the program (/proc/self/exe, the same argv) once with OMP_WAIT_POLICY=passive unless the
-// variable is set -- a user's choice wins. It returns when the variable is set, or when exec
-// fails (the run then continues with libgomp's default). Call it first thing in main().
-void reexec_with_passive_omp_wait(char** argv);
+// libgomp (ours and oneDNN's OpenMP runtime) reads OMP_WAIT_POLICY and GOMP_SPINCOUNT once, as
+// the program loads. Unset, a thread that reaches a barrier or the end of a region spins ~300k
+// iterations (a few ms) before it sleeps; OMP_WAIT_POLICY=passive alone sleeps at once. A
+// one-token decode step joins ~140 parallel regions a few hundred microseconds apart:
+//  - spinning for milliseconds, on a machine shared with other jobs, holds the cores the
+//    descheduled team threads need (decode 3-6x slower than passive, docs/PERFORMANCE.md);
+//  - sleeping at once makes every region start with a futex wake-up of each team thread, tens of
+//    microseconds on this VM: a bf16 step took 40-41 ms passive and 37-38 ms with a short spin,
+//    and 31 ms against 26 ms when the VM gave twice the memory bandwidth.
+// So this re-executes the program (/proc/self/exe, the same argv) once with
+// OMP_WAIT_POLICY=passive and GOMP_SPINCOUNT=kDecodeSpinCount (~10 us of spinning at libgomp's
+// estimate of 100k spins per ms; passive also turns the spin off when there are more threads
+// than CPUs), unless either variable is set -- a user's choice wins. It returns when one is set,
+// or when exec fails (the run then continues with libgomp's defaults). Call it first in main().
+inline constexpr const char* kDecodeSpinCount = "1000";
+void reexec_with_short_omp_spin(char** argv);
 
 }  // namespace titan
