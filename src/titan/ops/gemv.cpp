@@ -43,7 +43,7 @@ void gemv_forward(std::span<const GemvProduct> products, const float* x) {
   // Blocks of a quarter of each thread's share of the bytes, between 64 KiB and 1 MiB: a thread
   // streams each block as one run of addresses, and the hardware prefetcher ramps up again at
   // every block's start. With 2 threads on this VM, an lm_head in 64 KiB blocks streamed at
-  // 46-47 GB/s where 1 MiB blocks reached 60-64 (the read bandwidth then measured 63-67), and
+  // 46-47 GB/s where 1 MiB blocks reached 55-64 (the read bandwidth then measured 55-67), and
   // both ran at ~34 when the VM gave 35. Four blocks per thread still let a thread the OS
   // deschedules hand most of its share to the others.
   const int64_t cols = products[0].w.cols;
