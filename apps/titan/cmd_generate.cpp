@@ -2,7 +2,8 @@
 //   --prompt TEXT            one completion (--chat wraps it in the Qwen3 chat template)
 //   --prompts FILE           JSON Lines, {"prompt": ...} or {"messages": [...]} per line ->
 //                            one JSON result per line on stdout, same order
-//   (neither)                interactive chat on stdin: history kept, /reset, Ctrl-D quits
+//   (neither)                interactive chat on stdin: history kept (its KV cache too: a turn
+//                            prefills only what it adds), /reset, Ctrl-D quits
 // Sampling defaults come from the folder's generation_config.json, as in Transformers; flags
 // override them and --greedy overrides do_sample. --dtype picks the weights' dtype (default:
 // the folder's, like Transformers' torch_dtype="auto"; infer/weights.h): bf16 halves the bytes a
@@ -74,14 +75,20 @@ std::string render_chat(const std::vector<ChatMessage>& messages, const Generate
 
 void print_stats(const GenerateResult& r) {
   const int64_t n = static_cast<int64_t>(r.ids.size());
-  const double prompt_rate = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0.0;
+  const int64_t prefilled = r.prompt_tokens - r.cached_prompt_tokens;
+  const double prompt_rate = r.prefill_seconds > 0 ? prefilled / r.prefill_seconds : 0.0;
+  const std::string cached = r.cached_prompt_tokens > 0
+                                 ? " (" + std::to_string(r.cached_prompt_tokens) + " cached, " +
+                                       std::to_string(prefilled) + " prefilled)"
+                                 : "";
   // The first token's time is in the time to first token; the rate is over the ones after it.
   const double gen_rate = n > 1 && r.decode_seconds > 0 ? (n - 1) / r.decode_seconds : 0.0;
   std::fprintf(stderr,
-               "generate: prompt %lld tokens at %.1f tokens/s | generated %lld tokens at %.1f "
+               "generate: prompt %lld tokens%s at %.1f tokens/s | generated %lld tokens at %.1f "
                "tokens/s | time to first token %.1f ms | finish: %s\n",
-               static_cast<long long>(r.prompt_tokens), prompt_rate, static_cast<long long>(n),
-               gen_rate, r.time_to_first_token * 1e3, r.finish_reason.c_str());
+               static_cast<long long>(r.prompt_tokens), cached.c_str(), prompt_rate,
+               static_cast<long long>(n), gen_rate, r.time_to_first_token * 1e3,
+               r.finish_reason.c_str());
 }
 
 void stream_out(std::string_view piece) {
@@ -167,6 +174,7 @@ int run_interactive(const GenerateFlags& f, const InferenceWeights& weights, con
     std::fprintf(stderr, "chat with %s (/reset clears the history, Ctrl-D quits)\n",
                  f.model.c_str());
   std::vector<ChatMessage> history;
+  PromptCache cache;  // each turn prefills only what the rendered history adds
   std::string line;
   while (true) {
     if (tty) {
@@ -183,7 +191,7 @@ int run_interactive(const GenerateFlags& f, const InferenceWeights& weights, con
     history.push_back({"user", line, ""});
     try {
       const std::vector<int32_t> prompt = tok.encode(render_chat(history, f));
-      const GenerateResult r = generate_text(weights, tok, prompt, options, stream_out);
+      const GenerateResult r = generate_text(weights, tok, prompt, options, stream_out, &cache);
       stream_out("\n");
       history.push_back({"assistant", r.text, ""});
       print_stats(r);

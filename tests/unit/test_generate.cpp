@@ -119,6 +119,30 @@ TEST(InferenceSession, MoeDecodeLogitsEqualFullForward) {
   check_cached_logits(a, 12, {4, 1, 7}, 3);
 }
 
+// A cache truncated to a shared prefix continues exactly as a fresh session would: the logits of
+// a different continuation, prefilled in one chunk and then decoded, equal the full forward's.
+TEST(InferenceSession, TruncatedCacheContinuesLikeAFreshOne) {
+  Qwen3Model model(tiny_generate_args(true));
+  model.initialize(8);
+  const int64_t V = model.args().vocab_size;
+  const std::vector<int32_t> first = test_ids(12, V, 3), other = test_ids(9, V, 4);
+  std::vector<int32_t> ids(first.begin(), first.begin() + 5);  // the prefix both share
+  ids.insert(ids.end(), other.begin(), other.end());
+  const std::vector<float> want = full_forward_logits(model, ids);
+  const InferenceWeights weights(model, DType::f32);
+  InferenceSession session(weights, 16, 12);
+  session.forward(first.data(), 12);
+  session.forward(first.data() + 3, 1);  // a decode step, then dropped with the rest
+  session.truncate(5);
+  const float* got = session.forward(ids.data() + 5, 6);
+  expect_close("prefill after truncate", got, want.data() + 10 * V, V, 2e-6);
+  for (int64_t pos = 11; pos < 14; ++pos) {
+    got = session.forward(ids.data() + pos, 1);
+    expect_close("decode after truncate at " + std::to_string(pos), got, want.data() + pos * V, V,
+                 2e-6);
+  }
+}
+
 TEST(InferenceSession, BadCalls) {
   Qwen3Model model(tiny_generate_args(true, 97, 32));
   model.initialize(1);
@@ -133,7 +157,8 @@ TEST(InferenceSession, BadCalls) {
   session.forward(ids.data(), 3);
   session.forward(ids.data(), 1);
   EXPECT_THROW(session.forward(ids.data(), 1), Error);  // the cache is full
-  session.reset();
+  EXPECT_THROW(session.truncate(5), Error);             // past what it holds
+  session.truncate(0);
   EXPECT_EQ(session.length(), 0);
 }
 
@@ -284,6 +309,46 @@ TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
     EXPECT_EQ(id, argmax(logits.data() + (seq.size() - 1) * 97, 97));
     seq.push_back(id);
   }
+}
+
+// Chat turns through a PromptCache: each prefills only what its prompt adds to the cached ids and
+// generates what a fresh session would (greedy); a prompt that leaves the cached ids early
+// reuses only the shared prefix; a turn that outgrows the cache makes a larger one.
+TEST(Generate, PromptCacheReusesTheSharedPrefix) {
+  Qwen3Model model(tiny_generate_args(false));
+  model.initialize(9);
+  const InferenceWeights weights(model, DType::f32);
+  GenerateOptions o;
+  o.max_new_tokens = 6;
+  PromptCache cache;
+  const auto turn = [&](const std::vector<int32_t>& prompt, int64_t want_cached) {
+    const GenerateResult cached = generate_tokens(weights, prompt, o, {}, &cache);
+    EXPECT_EQ(cached.cached_prompt_tokens, want_cached);
+    EXPECT_EQ(cached.ids, generate_tokens(weights, prompt, o).ids);
+    EXPECT_EQ(cache.session->length(), static_cast<int64_t>(cache.ids.size()));
+    return cached.ids;
+  };
+  std::vector<int32_t> prompt = test_ids(7, 97, 11);
+  const std::vector<int32_t> answer = turn(prompt, 0);
+  const int64_t first_len = cache.session->max_len();
+  EXPECT_EQ(first_len, 2 * (7 + 6));
+  // The next turn: the whole history (the last generated id was never fed), then a new message.
+  prompt.insert(prompt.end(), answer.begin(), answer.end());
+  const std::vector<int32_t> message = test_ids(5, 97, 12);
+  prompt.insert(prompt.end(), message.begin(), message.end());
+  turn(prompt, 7 + 6 - 1);
+  // A prompt that shares 3 ids with the cache.
+  std::vector<int32_t> fork(prompt.begin(), prompt.begin() + 3);
+  const std::vector<int32_t> rest = test_ids(4, 97, 13);
+  fork.insert(fork.end(), rest.begin(), rest.end());
+  turn(fork, 3);
+  // The same prompt again: all but its last id come from the cache.
+  turn(fork, static_cast<int64_t>(fork.size()) - 1);
+  EXPECT_EQ(cache.session->max_len(), first_len);
+  // More positions than the cache has: a larger session, nothing reused.
+  const std::vector<int32_t> long_prompt = test_ids(30, 97, 14);
+  turn(long_prompt, 0);
+  EXPECT_EQ(cache.session->max_len(), 2 * (30 + 6));
 }
 
 TEST(Generate, StopsOnEosIncludingIt) {

@@ -143,6 +143,15 @@ TEST_F(GenerateCli, InteractiveChatKeepsHistoryAndResets) {
   const std::string first = library(chat, 4).text + "\n";
   EXPECT_EQ(r.out.substr(0, first.size()), first);
   EXPECT_EQ(r.out.substr(r.out.size() - first.size()), first);
+  // Turns two and three reuse the cached keys and values of the prefix their rendered
+  // conversation shares with the one before (at least "<|im_start|>user\nHi..." up to the
+  // assistant header), and say so in their stats line.
+  size_t cached_turns = 0;
+  for (size_t at = r.err.find(" cached, "); at != std::string::npos;
+       at = r.err.find(" cached, ", at + 1)) {
+    ++cached_turns;
+  }
+  EXPECT_EQ(cached_turns, 2u) << r.err;
 }
 
 void expect_one_line_error(const CommandResult& r, const std::string& needle) {

@@ -13,6 +13,11 @@ KvCache::KvCache(const ModelArgs& args, int64_t max_len)
                     MemCategory::activations);
 }
 
+void KvCache::truncate(int64_t n) {
+  TITAN_CHECK(n >= 0 && n <= length_, "KV cache truncated to ", n, " rows; it holds ", length_);
+  length_ = n;
+}
+
 void KvCache::advance(int64_t n) {
   TITAN_CHECK(n >= 0 && length_ + n <= max_len_, "KV cache overflow: ", length_, " + ", n,
               " tokens exceed its ", max_len_, " positions");

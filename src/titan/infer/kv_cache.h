@@ -23,8 +23,9 @@ class KvCache {
   int64_t length() const { return length_; }
   // Marks n more rows as filled (the caller has written them); titan::Error past max_len.
   void advance(int64_t n);
-  // Forgets every row (the memory is kept and overwritten by the next prefill).
-  void reset() { length_ = 0; }
+  // Keeps rows [0, n) and forgets the rest, which the next calls overwrite (n = 0: all of them);
+  // titan::Error unless 0 <= n <= length().
+  void truncate(int64_t n);
   size_t bytes() const { return storage_.bytes(); }
 
  private:

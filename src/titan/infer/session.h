@@ -40,7 +40,9 @@ class InferenceSession {
   int64_t max_chunk() const { return max_chunk_; }
   const KvCache& cache() const { return cache_; }
   const Qwen3Model& model() const { return weights_.model(); }
-  void reset() { cache_.reset(); }
+  const InferenceWeights& weights() const { return weights_; }
+  // Keeps the first n cached positions (a shared prompt prefix); the next call continues at n.
+  void truncate(int64_t n) { cache_.truncate(n); }
 
  private:
   // y_i (n, rows_i) = x (n, cols) W_i^T for each product (y_i of one row when n == 1).
