@@ -53,10 +53,11 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
 // the hardware prefetcher follows best. Splitting by kv head instead had each thread read half of
 // every 4 KiB row (at 8 x 128), and the cache streamed at 13-17 GB/s, half the weights' rate.
 // A thread leaves, per head, its range's max score, sum of exponentials and unnormalised output;
-// the calling thread merges them after the join (no barrier inside the region: under passive
-// waits a barrier costs a futex wake-up). Per key row and kv head, the G query heads that share
-// it are one G-row GEMV over the row's slice, and the values are summed into each head's output
-// the same way, row by row.
+// the calling thread merges them after the join (no barrier inside the region, which would be
+// one more team-wide wait per layer). Per key row and kv head, the G query heads that share it are
+// one G-row GEMV over the row's slice; each value row is then added to each head's output with
+// that head's weight (axpy), row by row. Chunks of 2-32 rows per pass over the heads measured
+// slower than row by row (docs/PERFORMANCE.md, Generation).
 void attention_forward_one_query(float* out, float* lse, const float* q, const float* k,
                                  const float* v, const AttentionShape& s) {
   const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
