@@ -6,7 +6,6 @@
 // usage: bench_experts [--tokens N] [--hidden H] [--inter IM] [--experts E] [--top-k K]
 //                      [--steps N] [--threads N]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -22,9 +21,7 @@
 namespace titan {
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using titan::bench::now_seconds;
 
 // Everything one experts call reads and writes, for `shape`.
 struct ExpertsProblem {

@@ -19,7 +19,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -47,9 +46,7 @@
 namespace titan {
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using titan::bench::now_seconds;
 
 // Read bandwidth in GB/s: the best of several threaded sums over a buffer far larger than the
 // caches, the access pattern of a GEMV streaming its weights. The sums are the vector primitive

@@ -6,12 +6,11 @@
 // GB/s are checkpoint-file bytes per second; a one-thread memcpy of those bytes is printed as the
 // machine's reference. Each is run 3 times.
 //   bench_hf_folder [folder]   (default: a temporary folder, removed at the end)
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
+#include "bench_main.h"
 #include "titan/core/dtype.h"
 #include "titan/core/threads.h"
 #include "titan/io/safetensors.h"
@@ -22,13 +21,11 @@
 
 namespace {
 
-using namespace titan;
-using Clock = std::chrono::steady_clock;
-namespace fs = std::filesystem;
+using titan::bench::memcpy_seconds;
+using titan::bench::now_seconds;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+using namespace titan;
+namespace fs = std::filesystem;
 
 // One value per parameter (its middle element), rounded to bf16 as the export stores it.
 std::vector<float> bf16_samples(const Qwen3Model& model) {
@@ -72,9 +69,9 @@ int main(int argc, char** argv) {
     for (int run = 0; run < 3; ++run) {
       if (!folder.empty()) fs::remove_all(folder);  // outside the timer: not part of an export
       folder = root / ("run" + std::to_string(run));
-      const auto start = Clock::now();
+      const double start = now_seconds();
       export_hf_folder(folder.string(), model, options);
-      const double s = seconds_since(start);
+      const double s = now_seconds() - start;
       best_export = std::min(best_export, s);
       gb = static_cast<double>(fs::file_size(folder / "model.safetensors")) / 1e9;
       std::printf("export model -> bf16 folder : %.3f GB in %.3f s = %.2f GB/s (run %d)\n", gb, s,
@@ -84,9 +81,9 @@ int main(int argc, char** argv) {
     double best_load = 1e30;
     for (int run = 0; run < 3; ++run) {
       poison_samples(model);
-      const auto start = Clock::now();
+      const double start = now_seconds();
       load_hf_weights(model, folder.string());
-      const double s = seconds_since(start);
+      const double s = now_seconds() - start;
       best_load = std::min(best_load, s);
       std::printf("load bf16 folder -> model   : %.3f GB in %.3f s = %.2f GB/s (run %d)\n", gb, s,
                   gb / s, run + 1);
@@ -96,10 +93,7 @@ int main(int argc, char** argv) {
       return 1;
     }
 
-    std::vector<char> a(static_cast<size_t>(gb * 1e9), 1), b(a.size());
-    const auto start = Clock::now();
-    std::memcpy(b.data(), a.data(), a.size());
-    const double copy_s = seconds_since(start);
+    const double copy_s = memcpy_seconds(static_cast<size_t>(gb * 1e9));
     std::printf("reference memcpy            : %.2f GB/s\n", gb / copy_s);
     std::printf("best: load %.2f GB/s (%.2fx memcpy, bar 1), export %.2f GB/s (bar 0.5)\n",
                 gb / best_load, copy_s / best_load, gb / best_export);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_main.h"
 #include "titan/core/error.h"
 #include "titan/data/dataset.h"
 #include "titan/data/dataset_read.h"
@@ -21,16 +22,12 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using titan::bench::now_seconds;
 
 // Tokens/s of plain single-thread encode over every document of the files.
 double encode_rate(const titan::Tokenizer& tok, const std::vector<std::string>& paths) {
   size_t n_tokens = 0;
-  const auto start = Clock::now();
+  const double start = now_seconds();
   for (const std::string& path : titan::expand_data_paths(paths)) {
     const titan::DocumentFile f = titan::DocumentFile::open(path, {});
     for (size_t i = 0; i < f.size(); ++i) {
@@ -38,7 +35,7 @@ double encode_rate(const titan::Tokenizer& tok, const std::vector<std::string>& 
       n_tokens += r.kind == titan::Record::Kind::text ? tok.encode(r.text).size() : r.ids.size();
     }
   }
-  return static_cast<double>(n_tokens) / seconds_since(start);
+  return static_cast<double>(n_tokens) / (now_seconds() - start);
 }
 
 titan::LoaderOptions options(const std::vector<std::string>& paths) {
@@ -52,11 +49,11 @@ titan::LoaderOptions options(const std::vector<std::string>& paths) {
 
 // Tokens/s of the loader when batches are taken as fast as it makes them.
 double loader_rate(const titan::Tokenizer& tok, const std::vector<std::string>& paths) {
-  const auto start = Clock::now();
+  const double start = now_seconds();
   titan::DataLoader loader(options(paths), tok);
   size_t n_tokens = 0;
   while (const auto batch = loader.next_batch()) n_tokens += batch->input_ids.size();
-  return static_cast<double>(n_tokens) / seconds_since(start);
+  return static_cast<double>(n_tokens) / (now_seconds() - start);
 }
 
 // Fraction of wall time spent waiting in next_batch when each step computes for step_s, after
@@ -66,14 +63,14 @@ double loader_share(const titan::Tokenizer& tok, const std::vector<std::string>&
   titan::DataLoader loader(options(paths), tok);
   loader.next_batch();
   double waited = 0;
-  const auto start = Clock::now();
+  const double start = now_seconds();
   for (int s = 0; s < steps; ++s) {
-    const auto t = Clock::now();
+    const double t = now_seconds();
     if (!loader.next_batch()) break;
-    waited += seconds_since(t);
+    waited += now_seconds() - t;
     std::this_thread::sleep_for(std::chrono::duration<double>(step_s));
   }
-  return waited / seconds_since(start);
+  return waited / (now_seconds() - start);
 }
 
 }  // namespace

@@ -1,9 +1,14 @@
-// The one entry point of the benchmarks that have a run(argc, argv): an exception becomes one
-// line naming the benchmark, and exit status 1.
+// What the benchmarks share: the entry point of those that have a run(argc, argv) (an exception
+// becomes one line naming the benchmark, and exit status 1), the clock they time with, and the
+// in-memory copy the I/O benchmarks report their rates against.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <vector>
 
 namespace titan::bench {
 
@@ -14,6 +19,19 @@ inline int run_main(const char* name, int (*run)(int, char**), int argc, char** 
     std::fprintf(stderr, "%s: error: %s\n", name, e.what());
     return 1;
   }
+}
+
+// Seconds on the steady clock from an arbitrary origin: a difference of two times a run.
+inline double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Seconds one thread takes to copy `bytes` from one buffer to another, both touched before.
+inline double memcpy_seconds(size_t bytes) {
+  std::vector<char> from(bytes, 1), to(bytes, 0);
+  const double start = now_seconds();
+  std::memcpy(to.data(), from.data(), bytes);
+  return now_seconds() - start;
 }
 
 }  // namespace titan::bench

@@ -4,12 +4,11 @@
 // same fp32 buffers while the file is in the page cache. GB/s are checkpoint-file bytes per
 // second; a plain memcpy of those bytes is printed as the machine's reference.
 //   bench_safetensors [folder]   (default: a temporary folder, removed at the end)
-#include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <vector>
 
+#include "bench_main.h"
 #include "titan/core/dtype.h"
 #include "titan/core/threads.h"
 #include "titan/io/safetensors.h"
@@ -18,13 +17,10 @@
 
 namespace {
 
+using titan::bench::memcpy_seconds;
+using titan::bench::now_seconds;
+
 using namespace titan;
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Spec §3's tensors for a dense model, fp32, filled with a cheap random stream in [-0.05, 0.05).
 std::vector<SafetensorsTensor> model_tensors(const ModelArgs& a) {
   const int64_t h = a.hidden_size;
@@ -92,9 +88,9 @@ int main(int argc, char** argv) {
     double gb = 0;
     double best_export = 1e30;
     for (int run = 0; run < 3; ++run) {
-      const auto start = Clock::now();
+      const double start = now_seconds();
       write_safetensors_checkpoint(dir, tensors, options);
-      const double s = seconds_since(start);
+      const double s = now_seconds() - start;
       best_export = std::min(best_export, s);
       gb = static_cast<double>(std::filesystem::file_size(file)) / 1e9;
       std::printf(
@@ -103,13 +99,13 @@ int main(int argc, char** argv) {
     }
     double best = 1e30;
     for (int run = 0; run < 3; ++run) {
-      const auto start = Clock::now();
+      const double start = now_seconds();
       const SafetensorsCheckpoint ckpt = SafetensorsCheckpoint::open(dir);
       for (const SafetensorsFile& f : ckpt.files()) f.prefetch();  // as a full load should
       for (auto& t : tensors) {
         read_f32(ckpt.at(t.name), t.tensor.data<float>(), static_cast<size_t>(t.tensor.numel()));
       }
-      const double s = seconds_since(start);
+      const double s = now_seconds() - start;
       best = std::min(best, s);
       std::printf("load bf16 file -> fp32   : %.3f GB in %.3f s = %.2f GB/s (run %d)\n", gb, s,
                   gb / s, run + 1);
@@ -122,10 +118,7 @@ int main(int argc, char** argv) {
       }
     }
     // Reference: copying the file's bytes once in memory (one thread).
-    std::vector<char> a(static_cast<size_t>(gb * 1e9), 1), b(a.size());
-    const auto start = Clock::now();
-    std::memcpy(b.data(), a.data(), a.size());
-    const double copy_s = seconds_since(start);
+    const double copy_s = memcpy_seconds(static_cast<size_t>(gb * 1e9));
     std::printf("reference memcpy         : %.2f GB/s\n", gb / copy_s);
     std::printf("best: load %.2f GB/s (%.2fx memcpy), export %.2f GB/s (%.2fx memcpy)\n", gb / best,
                 copy_s / best, gb / best_export, copy_s / best_export);

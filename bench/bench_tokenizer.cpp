@@ -12,7 +12,6 @@
 // emoji, each group about a third of the bytes.
 #include <omp.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +30,8 @@
 namespace fs = std::filesystem;
 
 namespace {
+
+using titan::bench::now_seconds;
 
 const std::vector<std::vector<std::string>> kSentences = {
     {"今天的天气非常好，我们决定去公园散步。", "机器学习模型需要大量的数据进行训练。",
@@ -131,10 +132,6 @@ uint64_t ids_checksum(const std::vector<std::vector<int32_t>>& all_ids) {
   return h;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
@@ -175,18 +172,18 @@ int run(int argc, char** argv) {
   const titan::Tokenizer tok = titan::Tokenizer::load(tokenizer_dir);
   std::vector<std::vector<int32_t>> all_ids;
   size_t tokens = 0;
-  const auto first_start = std::chrono::steady_clock::now();
+  const double first_start = now_seconds();
   for (const std::string& d : corpus.docs) all_ids.push_back(tok.encode(d));
-  const double first = seconds_since(first_start);
+  const double first = now_seconds() - first_start;
   for (const auto& ids : all_ids) tokens += ids.size();
   TITAN_CHECK(std::to_string(ids_checksum(all_ids)) == hf["checksum"].get<std::string>() &&
                   tokens == hf["tokens"].get<size_t>(),
               "titan and Hugging Face give different ids on the corpus; not timing");
   double best = 1e30;
   for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+    const double start = now_seconds();
     for (const std::string& d : corpus.docs) tok.encode(d);
-    best = std::min(best, seconds_since(start));
+    best = std::min(best, now_seconds() - start);
   }
   const double hf_seconds = hf["best_seconds"].get<double>();
   const double mb = corpus.bytes() / 1e6;
@@ -203,10 +200,10 @@ int run(int argc, char** argv) {
   double best_parallel = 1e30;
   const auto n = static_cast<int64_t>(corpus.docs.size());
   for (int r = 0; r < repeats; ++r) {
-    const auto start = std::chrono::steady_clock::now();
+    const double start = now_seconds();
 #pragma omp parallel for schedule(dynamic, 8) num_threads(threads)
     for (int64_t i = 0; i < n; ++i) tok.encode(corpus.docs[i]);
-    best_parallel = std::min(best_parallel, seconds_since(start));
+    best_parallel = std::min(best_parallel, now_seconds() - start);
   }
   std::printf("titan, %2d threads       : %7.2f MB/s  %10.0f tokens/s (%.2fx one thread)\n",
               threads, mb / best_parallel, tokens / best_parallel, best / best_parallel);

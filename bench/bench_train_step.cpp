@@ -7,7 +7,6 @@
 // usage: bench_train_step [--config small|0.6b-4l|debugmodel] [--steps N] [--threads N] [--torch
 // PYTHON]
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -26,6 +25,8 @@
 
 namespace titan {
 namespace {
+
+using titan::bench::now_seconds;
 
 struct BenchConfig {
   std::string name;
@@ -57,10 +58,6 @@ BenchConfig make_config(const std::string& name) {
     fail("--config: unknown config '", name, "' (small, 0.6b-4l or debugmodel)");
   }
   return c;
-}
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double gib(size_t bytes) {

@@ -6,12 +6,15 @@
 #include <omp.h>
 #include <algorithm>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
+#include "bench_main.h"
+
 namespace {
+
+using titan::bench::now_seconds;
 
 struct GemmShape {
   const char* what;
@@ -19,18 +22,14 @@ struct GemmShape {
   int m, n, k;
 };
 
-double seconds_now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
 template <typename Fn>
 double best_gflops(const GemmShape& s, Fn&& run) {
   run();  // warm-up
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
-    const double t0 = seconds_now();
+    const double t0 = now_seconds();
     run();
-    best = std::min(best, seconds_now() - t0);
+    best = std::min(best, now_seconds() - t0);
   }
   return 2.0 * s.m * s.n * s.k / best * 1e-9;
 }
