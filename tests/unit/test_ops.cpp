@@ -182,8 +182,8 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
   }
 }
 
-// Several products of mixed dtypes in one call, each spanning several row blocks with ragged ends:
-// every row computed once, by the right weights.
+// Several products of mixed dtypes in one call, two spanning several row blocks with a ragged
+// last one and one inside a single block: every row computed once, by the right weights.
 TEST(Gemv, FusedProductsMatchReference) {
   const int64_t cols = 1000;
   const int64_t rows[] = {101, 33, 7};
@@ -323,9 +323,7 @@ AttentionInputs check_attention_forward(const AttentionShape& s) {
 void check_attention(const AttentionShape& s) {
   const int64_t nq = s.batch * s.seq_q * s.n_heads * s.head_dim;
   const int64_t nkv = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
-  AttentionInputs a = check_attention_forward(s);
-  std::vector<float>&q = a.q, &k = a.k, &v = a.v, &out = a.out, &lse = a.lse;
-  std::vector<float>&ref_out = a.ref_out, &ref_lse = a.ref_lse;
+  auto [q, k, v, out, lse, ref_out, ref_lse] = check_attention_forward(s);
   const std::vector<float> dout = randn(nq, 4);
   std::vector<float> dq(nq), dk(nkv), dv(nkv), rdq(nq), rdk(nkv), rdv(nkv);
   attention_backward_blockwise(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),

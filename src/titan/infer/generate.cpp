@@ -45,7 +45,6 @@ InferenceSession& session_for(const InferenceWeights& weights, const std::vector
   const size_t limit = std::min(cache->ids.size(), prompt.size() - 1);
   while (static_cast<size_t>(reused) < limit && cache->ids[reused] == prompt[reused]) ++reused;
   cache->session->truncate(reused);
-  cache->ids.resize(static_cast<size_t>(reused));
   return *cache->session;
 }
 

@@ -1,7 +1,9 @@
 // Inference forward of a Qwen3Model against a static KV cache: the prompt runs in one prefill
 // call, then one token per call. Each call computes only what inference needs -- no loss, no
 // activations kept for a backward -- and the lm_head logits of its last token only (HF's
-// logits_to_keep = 1). Every buffer is allocated when the session is made; calls allocate none.
+// logits_to_keep = 1). Every buffer the session holds is allocated when it is made; a call
+// allocates only what the attention kernel keeps per call (each thread's scores, a few KiB at
+// decode), since the kernel interface takes no workspace yet.
 //
 // The linear layers read InferenceWeights (fp32 or bf16). A one-token call is a chain of GEMVs,
 // bound by the bytes of weights it streams: q/k/v run as one fused GEMV, gate/up as another, so

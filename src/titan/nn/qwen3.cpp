@@ -391,7 +391,7 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
   ce.chunk_tokens = lm_head_chunk_tokens(n, args_.vocab_size, 0);
   const auto chunk_bytes = static_cast<size_t>(lm_head_scratch_bytes(batch, seq));
   if (logits_chunk_.bytes() < chunk_bytes) {
-    logits_chunk_ = Buffer();
+    logits_chunk_ = Buffer();  // the old one freed first: never both at once
     logits_chunk_ = Buffer(chunk_bytes, MemCategory::activations);
   }
   ce.workspace = logits_chunk_.as<float>();
