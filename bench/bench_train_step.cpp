@@ -4,7 +4,7 @@
 // must keep. With --torch it also times the same step in PyTorch eager (Transformers' Qwen3,
 // fp32, sdpa attention, torch.optim.AdamW) in the same run and prints the ratio.
 //
-// usage: bench_train_step [--config small|0.6b-4l|debugmodel] [--steps N] [--threads N] [--torch
+// usage: bench_train_step [--config small|0.6b-4l|tiny] [--steps N] [--threads N] [--torch
 // PYTHON]
 #include <algorithm>
 #include <cstdio>
@@ -49,13 +49,13 @@ BenchConfig make_config(const std::string& name) {
     a.hidden_size = 1024, a.intermediate_size = 3072, a.num_hidden_layers = 4;
     a.num_attention_heads = 16, a.num_key_value_heads = 8;
     c.batch = 1, c.seq = 512;
-  } else if (name == "debugmodel") {
+  } else if (name == "tiny") {
     // The default `titan train` run's model and shape: the trainer's overhead is measured
     // against this.
-    a = flavor("debugmodel");
+    a = flavor("tiny");
     c.batch = 8, c.seq = 256;
   } else {
-    fail("--config: unknown config '", name, "' (small, 0.6b-4l or debugmodel)");
+    fail("--config: unknown config '", name, "' (small, 0.6b-4l or tiny)");
   }
   return c;
 }

@@ -1,8 +1,10 @@
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "commands.h"
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/peak.h"
 #include "titan/core/cpu_info.h"
 #include "titan/core/error.h"
 #include "titan/core/threads.h"
@@ -21,8 +23,20 @@ int print_device() {
   std::printf("threads       %d\n", thread_count());
   std::printf("memory        %.1f GiB\n", static_cast<double>(cpu.memory_bytes) / (1u << 30));
   std::printf("gemm          %s\n", gemm_library_name().c_str());
-  std::printf("peak fp32     %.1f GFLOP/s (measured 2048^3 sgemm; the MFU denominator)\n",
-              measure_gemm_peak_gflops());
+  const CpuPeak& peak = cpu_peak();
+  const int cores = std::min(thread_count(), cpu.logical_cpus);
+  std::printf(
+      "peak fp32     %.1f GFLOP/s for %d threads, the MFU denominator (per core %.1f: %.3f GHz x "
+      "%d FMA/cycle x %d lanes x 2; %s)\n",
+      cpu_peak_fp32_gflops(thread_count()), cores, peak.fp32_gflops_per_core(), peak.clock_ghz,
+      peak.fma_per_cycle, peak.fp32_lanes, peak.source.c_str());
+  std::printf("peak bf16     %.1f GFLOP/s for %d threads (%s)\n",
+              peak.bf16_gflops_per_core() * cores, cores,
+              peak.native_bf16 ? "AVX512_BF16 dot products, twice the fp32 rate"
+                               : "no native bf16: widened to fp32, the fp32 rate");
+  std::printf(
+      "gemm ceiling  %.1f GFLOP/s (best 2048^3 sgemm measured now; not the MFU denominator)\n",
+      measure_gemm_peak_gflops());
   return 0;
 }
 

@@ -16,7 +16,7 @@ Action add_train_command(CLI::App& app) {
       "train",
       "train a model (torchtitan-style config; any key as --section.key=value, e.g. "
       "--training.steps=50)");
-  static std::string preset = "debugmodel", config_file;
+  static std::string preset = "tiny", config_file;
   static bool print_config = false;
   static int threads;
   add_threads_option(*command, threads);

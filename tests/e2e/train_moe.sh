@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# titan train on the debugmodel_moe flavor (4 sparse layers, 8 experts, 2 per token): the loss
+# titan train on the tiny_moe flavor (4 sparse layers, 8 experts, 2 per token): the loss
 # falls; the metrics count the active parameters' FLOPs (qwen3-spec.md §6: router and k of E
 # experts, 1.342e+07 per token at seq_len 64, where all 8 experts would give 2.757e+07); with
 # --model.output_router_logits=true the step-1 loss gains router_aux_loss_coef (0.001) x the
@@ -9,7 +9,7 @@ set -euo pipefail
 titan="$1"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-common=(--model.flavor=debugmodel_moe --lr_scheduler.warmup_steps=2 --training.seq_len=64
+common=(--model.flavor=tiny_moe --lr_scheduler.warmup_steps=2 --training.seq_len=64
         --training.local_batch_size=4 --metrics.log_freq=1 --checkpoint.last_save_in_hf=false
         --job.dump_folder="$work/run" --threads 2)
 

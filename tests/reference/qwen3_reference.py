@@ -3,9 +3,14 @@ Qwen3ForCausalLM and Qwen3MoeForCausalLM (eager attention and experts, float32) 
 torch.optim.AdamW.
 
 For each tiny config it writes OUT_DIR/qwen3_<name>.safetensors holding the initial weights
-("param.<hf name>"), input_ids and labels (I32), logits, loss, every parameter gradient
-("grad.<hf name>") and the weights after one AdamW step ("updated.<hf name>"); the config and the
-optimizer settings go in the file's __metadata__ as strings.
+("param.<hf name>"), input_ids and targets (I32; targets[s] is what position s predicts: HF's
+labels shifted left by one, -100 last, as titan's model takes them), logits, loss, every parameter
+gradient ("grad.<hf name>") and the weights after one AdamW step ("updated.<hf name>"); the config
+and the optimizer settings go in the file's __metadata__ as strings.
+
+OUT_DIR/qwen3_window.safetensors is one training step on torchtitan's rows: a window w of seq + 1
+tokens per row, inputs w[:, :-1], labels w[:, 1:], the loss PyTorch's cross_entropy over every
+position; it holds "window" (I32), the loss and every gradient.
 
 The MoE configs (OUT_DIR/qwen3_moe_<name>.safetensors) run twice: as the config's default computes
 it (output_router_logits false: no auxiliary loss) and with output_router_logits=True, whose loss
@@ -66,6 +71,12 @@ MIN_ROUTING_GAP = 1e-4
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
+def hf_targets(labels):
+    """HF's CausalLM shift as a tensor: position s is scored against labels[s + 1]."""
+    ignore = torch.full_like(labels[:, :1], -100)
+    return torch.cat([labels[:, 1:], ignore], dim=1)
+
+
 def make(name, overrides, batch, seq, out_dir):
     torch.manual_seed(1234)
     config = Qwen3Config(rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512,
@@ -92,7 +103,7 @@ def make(name, overrides, batch, seq, out_dir):
     updated = {f"updated.{k}": v.detach().clone() for k, v in model.named_parameters()}
 
     tensors = {**params, **grads, **updated,
-               "input_ids": ids.to(torch.int32), "labels": labels.to(torch.int32),
+               "input_ids": ids.to(torch.int32), "targets": hf_targets(labels).to(torch.int32),
                "logits": out.logits.detach().contiguous(), "loss": out.loss.detach().reshape(1)}
     meta = {k: json.dumps(v) for k, v in overrides.items()}
     meta.update(rms_norm_eps=json.dumps(config.rms_norm_eps), rope_theta="10000.0",
@@ -172,7 +183,7 @@ def make_moe(name, overrides, batch, seq, out_dir):
     grads_aux = {f"grad_aux.{k}": v for k, v in grads_aux.items()}
 
     tensors = {**params, **grads, **grads_aux, **updated,
-               "input_ids": ids.to(torch.int32), "labels": labels.to(torch.int32),
+               "input_ids": ids.to(torch.int32), "targets": hf_targets(labels).to(torch.int32),
                "logits": out.logits.detach().contiguous(), "loss": out.loss.detach().reshape(1),
                "loss_aux": out_aux.loss.detach().reshape(1),
                "aux_loss": out_aux.aux_loss.detach().reshape(1)}
@@ -184,6 +195,29 @@ def make_moe(name, overrides, batch, seq, out_dir):
               f"{out_dir}/qwen3_moe_{name}.safetensors", metadata=meta)
 
 
+def make_window(overrides, batch, seq, out_dir):
+    """One step on torchtitan's rows of seq inputs and seq targets (windows of seq + 1)."""
+    torch.manual_seed(777)
+    config = Qwen3Config(rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512,
+                         attention_dropout=0.0, **overrides)
+    model = Qwen3ForCausalLM._from_config(config, attn_implementation="eager",
+                                          dtype=torch.float32)
+    params = {f"param.{k}": v.detach().clone() for k, v in model.named_parameters()}
+    window = torch.randint(0, config.vocab_size, (batch, seq + 1), dtype=torch.int64)
+    logits = model(input_ids=window[:, :-1]).logits
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, config.vocab_size),
+                                             window[:, 1:].reshape(-1))
+    loss.backward()
+    grads = {f"grad.{k}": v.grad.detach().clone() for k, v in model.named_parameters()}
+    tensors = {**params, **grads, "window": window.to(torch.int32),
+               "loss": loss.detach().reshape(1)}
+    meta = {k: json.dumps(v) for k, v in overrides.items()}
+    meta.update(rms_norm_eps=json.dumps(config.rms_norm_eps), rope_theta="10000.0",
+                max_position_embeddings="512", batch=str(batch), seq=str(seq), format="pt")
+    save_file({k: v.contiguous() for k, v in tensors.items()},
+              f"{out_dir}/qwen3_window.safetensors", metadata=meta)
+
+
 def main():
     out_dir = sys.argv[1]
     torch.set_num_threads(1)
@@ -191,7 +225,9 @@ def main():
         make(name, overrides, batch, seq, out_dir)
     for name, (overrides, batch, seq) in MOE_CONFIGS.items():
         make_moe(name, overrides, batch, seq, out_dir)
-    print(f"wrote {len(CONFIGS) + len(MOE_CONFIGS)} reference files to {out_dir}")
+    overrides, batch, _ = CONFIGS["tied_gqa2"]
+    make_window(overrides, batch, 9, out_dir)
+    print(f"wrote {len(CONFIGS) + len(MOE_CONFIGS) + 1} reference files to {out_dir}")
 
 
 if __name__ == "__main__":

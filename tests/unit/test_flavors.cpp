@@ -65,7 +65,7 @@ TEST(Flops, TrainingFlopsPerTokenFollowTheSpec) {
 
 TEST(Flavors, EveryFlavorValidatesWithEitherAttentionBackend) {
   const std::vector<std::string> names = flavor_names();
-  EXPECT_EQ(names.size(), std::size(kCounts) + 2);
+  EXPECT_EQ(names.size(), std::size(kCounts) + 4);  // with tiny, tiny_moe, debugmodel(_moe)
   for (const std::string& name : names) {
     EXPECT_NO_THROW(validate_model_args(flavor(name), name)) << name;
     EXPECT_EQ(flavor(name).attn_backend, "blockwise");
@@ -94,14 +94,39 @@ TEST(Flavors, OfficialDims) {
     EXPECT_TRUE(moe.layer_is_sparse(layer));
 }
 
-TEST(Flavors, DebugModelsAreSmall) {
+// torchtitan/models/qwen3's debugmodel and debugmodel_moe, under the same names.
+TEST(Flavors, DebugModelsHaveTorchtitansDims) {
   for (const char* name : {"debugmodel", "debugmodel_moe"}) {
+    const ModelArgs& a = flavor(name);
+    EXPECT_EQ(a.hidden_size, 256) << name;
+    EXPECT_EQ(a.num_hidden_layers, 8) << name;
+    EXPECT_EQ(a.num_attention_heads, 16) << name;
+    EXPECT_EQ(a.num_key_value_heads, 8) << name;
+    EXPECT_EQ(a.head_dim, 128) << name;
+    EXPECT_EQ(a.vocab_size, 2048) << name;
+    EXPECT_EQ(a.max_position_embeddings, 4096) << name;
+    EXPECT_EQ(a.rope_theta, 1e6) << name;
+  }
+  const ModelArgs& dense = flavor("debugmodel");
+  EXPECT_FALSE(dense.is_moe());
+  EXPECT_EQ(dense.intermediate_size, 3072);
+  EXPECT_TRUE(dense.tie_word_embeddings);
+  const ModelArgs& moe = flavor("debugmodel_moe");
+  EXPECT_TRUE(moe.is_moe());
+  EXPECT_EQ(moe.num_experts, 64);
+  EXPECT_EQ(moe.num_experts_per_tok, 8);
+  EXPECT_EQ(moe.moe_intermediate_size, 768);
+  EXPECT_FALSE(moe.tie_word_embeddings);
+}
+
+TEST(Flavors, TinyModelsAreSmall) {
+  for (const char* name : {"tiny", "tiny_moe"}) {
     const ModelArgs& a = flavor(name);
     EXPECT_EQ(a.vocab_size, 2048) << name;
     EXPECT_LT(count_parameters(a).total, 5'000'000) << name;
   }
-  EXPECT_TRUE(flavor("debugmodel_moe").is_moe());
-  EXPECT_FALSE(flavor("debugmodel").is_moe());
+  EXPECT_TRUE(flavor("tiny_moe").is_moe());
+  EXPECT_FALSE(flavor("tiny").is_moe());
 }
 
 TEST(Flavors, UnknownNameSuggestsTheClosest) {

@@ -71,9 +71,9 @@ void expect_same_fields(const json& want, const json& got, const std::string& wh
 
 TEST(HfConfigPython, TransformersLoadsWhatTitanWrites) {
   TempDir dir;
-  std::map<std::string, ModelArgs> models = {{"debugmodel", flavor("debugmodel")},
-                                             {"debugmodel_moe", flavor("debugmodel_moe")}};
-  ModelArgs yarn = flavor("debugmodel");
+  std::map<std::string, ModelArgs> models = {{"tiny", flavor("tiny")},
+                                             {"tiny_moe", flavor("tiny_moe")}};
+  ModelArgs yarn = flavor("tiny");
   yarn.max_position_embeddings = 4096;
   yarn.rope_scaling = {"yarn", 4.0, 1024, 0.0, 32.0, 1.0};
   yarn.rope_theta = 5e6;
@@ -81,7 +81,7 @@ TEST(HfConfigPython, TransformersLoadsWhatTitanWrites) {
   yarn.eos_token_ids = {2, 3};
   yarn.pad_token_id = 0;
   models["yarn"] = yarn;
-  ModelArgs mixed = flavor("debugmodel_moe");
+  ModelArgs mixed = flavor("tiny_moe");
   mixed.mlp_only_layers = {0, 2};
   mixed.norm_topk_prob = false;
   mixed.output_router_logits = true;

@@ -38,7 +38,9 @@ std::string prose(int i) {
   return s;
 }
 
-TEST(Loader, PacksDocumentsWithEosIntoRowsThatOverlapByOneToken) {
+// torchtitan's rows: window k is stream[k * S, k * S + S + 1), inputs its first S tokens, labels
+// its last S; consecutive windows share one token, so every target of the stream is scored once.
+TEST(Loader, PacksDocumentsWithEosIntoTorchtitanWindows) {
   const ScratchDir dir("pack");
   const Tokenizer& tok = test::trained_tokenizer();
   std::string jsonl;
@@ -55,8 +57,9 @@ TEST(Loader, PacksDocumentsWithEosIntoRowsThatOverlapByOneToken) {
   o.shuffle = false;
   o.epochs = 1;
   o.seq_len = 16;
-  // Row k is stream[k * 15, k * 15 + 16); the batch that cannot be filled is dropped.
-  const size_t rows = (stream.size() - 1) / 15;
+  constexpr size_t S = 16;
+  // The batch that cannot be filled is dropped.
+  const size_t rows = (stream.size() - 1) / S;
   o.batch_size = 3;
   while (rows % o.batch_size == 0) ++o.batch_size;  // leave a short last batch to drop
   const auto B = static_cast<size_t>(o.batch_size);
@@ -66,14 +69,17 @@ TEST(Loader, PacksDocumentsWithEosIntoRowsThatOverlapByOneToken) {
   for (size_t b = 0; b < batches.size(); ++b) {
     ASSERT_EQ(batches[b].batch_size, o.batch_size);
     ASSERT_EQ(batches[b].seq_len, 16);
-    ASSERT_EQ(batches[b].input_ids.size(), B * 16);
-    EXPECT_EQ(batches[b].labels, batches[b].input_ids);
+    ASSERT_EQ(batches[b].input_ids.size(), B * S);
+    ASSERT_EQ(batches[b].labels.size(), B * S);
     for (size_t r = 0; r < B; ++r) {
       const size_t k = b * B + r;
-      const std::vector<int32_t> want(stream.begin() + k * 15, stream.begin() + k * 15 + 16);
-      const std::vector<int32_t> got(batches[b].input_ids.begin() + r * 16,
-                                     batches[b].input_ids.begin() + r * 16 + 16);
-      EXPECT_EQ(got, want) << "row " << k;
+      const std::vector<int32_t> window(stream.begin() + k * S, stream.begin() + k * S + S + 1);
+      const std::vector<int32_t> inputs(batches[b].input_ids.begin() + r * S,
+                                        batches[b].input_ids.begin() + (r + 1) * S);
+      const std::vector<int32_t> labels(batches[b].labels.begin() + r * S,
+                                        batches[b].labels.begin() + (r + 1) * S);
+      EXPECT_EQ(inputs, std::vector<int32_t>(window.begin(), window.end() - 1)) << "row " << k;
+      EXPECT_EQ(labels, std::vector<int32_t>(window.begin() + 1, window.end())) << "row " << k;
     }
   }
   EXPECT_FALSE(loader.next_batch());
@@ -192,10 +198,13 @@ TEST(Loader, RanksSeeDisjointDocumentsThatCoverTheData) {
     o.world_size = kWorld;
     DataLoader loader(o, tok);
     const std::vector<Batch> batches = drain(loader);
-    // 10 documents of 8 tokens with EOS: (80 - 1) / 8 = 9 rows, the last document cut short.
-    ASSERT_EQ(batches.size(), 9u) << "rank " << rank;
+    // 10 documents of 8 tokens with EOS: windows of 10 sharing a token, (80 - 1) / 9 = 8 rows,
+    // the last document cut short.
+    ASSERT_EQ(batches.size(), 8u) << "rank " << rank;
     for (const Batch& b : batches) {
-      for (const int32_t id : b.input_ids) {
+      std::vector<int32_t> ids = b.input_ids;
+      ids.insert(ids.end(), b.labels.begin(), b.labels.end());
+      for (const int32_t id : ids) {
         if (id == tok.eos_id()) continue;
         const auto [it, fresh] = owner.emplace(id, rank);
         EXPECT_EQ(it->second, rank) << "document " << id - 300 << " seen by two ranks";
@@ -299,7 +308,8 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
       const std::vector<int32_t> ids(b.input_ids.begin(), b.input_ids.begin() + n);
       for (size_t s = n; s < 128; ++s) EXPECT_EQ(b.labels[s], kIgnoreLabel);
       EXPECT_TRUE(seen.insert(ids).second) << "a conversation seen twice";
-      // The row is one whole conversation with its mask.
+      // The row is one whole conversation as a window: inputs all its tokens but the last,
+      // labels its mask but the first.
       const std::string text = tok.decode(ids);
       bool matched = false;
       for (int i = 0; i < kConversations && !matched; ++i) {
@@ -307,9 +317,10 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
                                             {"assistant", prose(i), ""}};
         std::vector<int32_t> want_ids, want_labels;
         encode_chat(tok, m, want_ids, want_labels);
-        if (want_ids != ids) continue;
+        if (std::vector<int32_t>(want_ids.begin(), want_ids.end() - 1) != ids) continue;
         matched = true;
-        EXPECT_EQ(std::vector<int32_t>(b.labels.begin(), b.labels.begin() + n), want_labels);
+        EXPECT_EQ(std::vector<int32_t>(b.labels.begin(), b.labels.begin() + n),
+                  std::vector<int32_t>(want_labels.begin() + 1, want_labels.end()));
       }
       EXPECT_TRUE(matched) << text;
     }
@@ -393,7 +404,7 @@ TEST(LoaderBadInput, LongConversationsStopOrAreCut) {
     DataLoader loader(o, tok);
     const std::string e = error_of([&] { loader.next_batch(); });
     EXPECT_NE(e.find(dir / "c.jsonl:1: the conversation has "), std::string::npos) << e;
-    EXPECT_NE(e.find("more than seq_len 16"), std::string::npos) << e;
+    EXPECT_NE(e.find("more than seq_len + 1 = 17"), std::string::npos) << e;
   }
   o.truncate_long = true;
   DataLoader loader(o, tok);

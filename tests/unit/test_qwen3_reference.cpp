@@ -98,11 +98,9 @@ void run_reference(const std::string& file, const std::string& attn_backend,
   model.allocate_gradients();
   load_reference_params(model, ref);
   const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
-  const std::vector<int32_t> labels = read_ids(ref.at("labels"));
+  const std::vector<int32_t> labels = read_ids(ref.at("targets"));
   int64_t n_valid = 0;
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t s = 1; s < seq; ++s) n_valid += labels[b * seq + s] != kIgnoreIndex;
-  }
+  for (const int32_t label : labels) n_valid += label != kIgnoreIndex;
 
   std::vector<float> logits(batch * seq * args.vocab_size), want(logits.size());
   ForwardOptions options;
@@ -170,6 +168,39 @@ void run_reference(const std::string& file, const std::string& attn_backend,
                    1e-6);
     }
   }
+}
+
+// torchtitan's rows: inputs w[:-1] and labels w[1:] of a window of seq + 1 tokens (what the
+// DataLoader hands the trainer, tests/unit/test_loader.cpp), against PyTorch's cross_entropy over
+// every position of the same window.
+TEST(Qwen3Window, TrainingStepOnTorchtitanRowsMatchesPyTorch) {
+  const SafetensorsCheckpoint ref =
+      SafetensorsCheckpoint::open(reference_dir() + "/qwen3_window.safetensors");
+  const auto& meta = ref.files().front().metadata();
+  const ModelArgs args = args_from_metadata(meta);
+  const int64_t batch = std::stoll(meta.at("batch")), seq = std::stoll(meta.at("seq"));
+  const std::vector<int32_t> window = read_ids(ref.at("window"));
+  ASSERT_EQ(static_cast<int64_t>(window.size()), batch * (seq + 1));
+  std::vector<int32_t> inputs, labels;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* w = window.data() + b * (seq + 1);
+    inputs.insert(inputs.end(), w, w + seq);
+    labels.insert(labels.end(), w + 1, w + seq + 1);
+  }
+  Qwen3Model model(args);
+  model.allocate_gradients();
+  load_reference_params(model, ref);
+  ForwardOptions options;
+  options.compute_grad = true;
+  options.grad_scale = 1.0f / static_cast<float>(batch * seq);
+  const CrossEntropyResult r = model.forward(inputs.data(), labels.data(), batch, seq, options);
+  model.backward();
+  EXPECT_EQ(r.n_scored, batch * seq);  // every position has a target
+  float want_loss = 0.0f;
+  read_f32(ref.at("loss"), &want_loss, 1);
+  const float loss = static_cast<float>(r.loss_sum / r.n_scored);
+  expect_close("loss", &loss, &want_loss, 1, 1e-5);
+  expect_grads_close(model, ref, "grad.");
 }
 
 TEST_P(Qwen3Reference, BlockwiseAttentionMatchesTransformers) {

@@ -2,17 +2,19 @@
 // and packed into fixed-shape batches, in an order fixed by the seed, sharded over data-parallel
 // ranks, and resumable exactly from a saved LoaderState.
 //
-// Pre-training packing: every document's ids are followed by the tokenizer's EOS and joined into
-// one stream per rank. A batch holds batch_size rows of seq_len tokens; labels are the inputs
-// themselves, aligned as in Hugging Face (the model scores position s against labels[s + 1]).
-// Consecutive rows overlap by one token -- row k is stream[k * (S - 1), k * (S - 1) + S) -- so the
-// last token of a row, which has no target inside it, is the first of the next row, and every
-// next-token target of the stream is scored exactly once. Rows run on across documents, files and
-// epochs. The stream of rows does not depend on batch_size.
+// A row is torchtitan's: seq_len = S inputs and S targets, cut from a window of S + 1 tokens w as
+// inputs w[:-1] and labels w[1:] -- labels[s] is the token position s predicts (no shift left to
+// do; Qwen3Model::forward scores position s against labels[s]).
 //
-// Chat fine-tuning (DataMode::chat): one conversation per row, padded to seq_len with the pad id
-// (the EOS when the tokenizer has none), labels only on the assistant replies (dataset_chat.h) and
-// -100 on the padding.
+// Pre-training packing: every document's ids are followed by the tokenizer's EOS and joined into
+// one stream per rank. Row k's window is stream[k * S, k * S + S + 1): consecutive windows share
+// one token (the last label of a row is the first input of the next), so every next-token target
+// of the stream is scored exactly once. Rows run on across documents, files and epochs. The
+// stream of rows does not depend on batch_size.
+//
+// Chat fine-tuning (DataMode::chat): one conversation of at most S + 1 tokens per window, inputs
+// and labels cut from it the same way and padded to S (the pad id, the EOS when the tokenizer has
+// none; labels -100), labels only on the assistant replies (dataset_chat.h).
 //
 // Order: each epoch visits the files in an order shuffled by (seed, epoch) and, within a file, the
 // documents in an order shuffled by (seed, epoch, file). Rank r of W takes the documents at
@@ -45,7 +47,7 @@ struct LoaderOptions {
   DatasetOptions data;
   DataMode mode = DataMode::pretrain;
   int64_t batch_size = 1;  // B: rows per batch (per rank)
-  int64_t seq_len = 2048;  // S: tokens per row
+  int64_t seq_len = 2048;  // S: inputs (and targets) per row
   uint64_t seed = 0;
   bool shuffle = true;  // false: files in sorted order, documents in file order
   int rank = 0, world_size = 1;
@@ -62,7 +64,7 @@ struct LoaderOptions {
 struct Batch {
   int64_t batch_size = 0, seq_len = 0;
   std::vector<int32_t> input_ids;  // (B, S)
-  std::vector<int32_t> labels;     // (B, S), -100 where not scored
+  std::vector<int32_t> labels;     // (B, S): the target of each input, -100 where not scored
 };
 
 class BatchProducer;

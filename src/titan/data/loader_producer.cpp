@@ -62,7 +62,7 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
                              const std::optional<LoaderState>& start)
     : options_(options), tok_(tok), files_(std::move(files)) {
   TITAN_CHECK(options.batch_size >= 1, "loader: batch_size must be >= 1, got ", options.batch_size);
-  TITAN_CHECK(options.seq_len >= 2, "loader: seq_len must be >= 2, got ", options.seq_len);
+  TITAN_CHECK(options.seq_len >= 1, "loader: seq_len must be >= 1, got ", options.seq_len);
   TITAN_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
               "loader: rank ", options.rank, " is outside [0, world_size ", options.world_size,
               ")");
@@ -92,8 +92,8 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
              state_.files_fingerprint);
   TITAN_CHECK(s.file < static_cast<int64_t>(files_.size()), "loader state: file position ", s.file,
               " is past the ", files_.size(), " files");
-  TITAN_CHECK(static_cast<int64_t>(s.carry.size()) < options.seq_len, "loader state: carry of ",
-              s.carry.size(), " tokens is not shorter than seq_len");
+  TITAN_CHECK(static_cast<int64_t>(s.carry.size()) <= options.seq_len, "loader state: carry of ",
+              s.carry.size(), " tokens is longer than seq_len");
   for (const int32_t id : s.carry) {
     TITAN_CHECK(id >= 0 && static_cast<size_t>(id) < tok.vocab_size(),
                 "loader state: carry holds id ", id, ", outside the vocabulary");
@@ -217,12 +217,12 @@ bool BatchProducer::load_document() {
 
 bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
   const auto S = static_cast<size_t>(options_.seq_len);
-  std::vector<int32_t>& row = state_.carry;
-  while (row.size() < S) {
+  std::vector<int32_t>& window = state_.carry;
+  while (window.size() < S + 1) {
     if (!doc_loaded_ && !load_document()) return false;
     const auto offset = static_cast<size_t>(state_.doc_offset);
-    const size_t n = std::min(S - row.size(), doc_.ids.size() - offset);
-    row.insert(row.end(), doc_.ids.begin() + offset, doc_.ids.begin() + offset + n);
+    const size_t n = std::min(S + 1 - window.size(), doc_.ids.size() - offset);
+    window.insert(window.end(), doc_.ids.begin() + offset, doc_.ids.begin() + offset + n);
     state_.doc_offset += static_cast<int64_t>(n);
     if (static_cast<size_t>(state_.doc_offset) == doc_.ids.size()) {
       doc_loaded_ = false;
@@ -230,10 +230,10 @@ bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
       state_.doc_offset = 0;
     }
   }
-  std::copy(row.begin(), row.end(), ids);
-  std::copy(row.begin(), row.end(), labels);
-  // The last token has no target in this row: it opens the next one.
-  row.erase(row.begin(), row.end() - 1);
+  std::copy(window.begin(), window.end() - 1, ids);
+  std::copy(window.begin() + 1, window.end(), labels);
+  // The last token is only a target here: it is the first input of the next window.
+  window.erase(window.begin(), window.end() - 1);
   return true;
 }
 
@@ -242,17 +242,21 @@ bool BatchProducer::chat_row(int32_t* ids, int32_t* labels) {
   doc_loaded_ = false;
   ++state_.doc;
   const auto S = static_cast<size_t>(options_.seq_len);
+  // The window is the conversation: its tokens but the last are inputs, its labels but the first
+  // are targets.
   size_t n = doc_.ids.size();
-  if (n > S) {
+  if (n > S + 1) {
     TITAN_CHECK(options_.truncate_long, doc_.where, ": the conversation has ", n,
-                " tokens, more than seq_len ", S, " (raise seq_len, or let the loader truncate)");
-    n = S;
+                " tokens, more than seq_len + 1 = ", S + 1,
+                " (raise seq_len, or let the loader truncate)");
+    n = S + 1;
     ++state_.truncated;
   }
-  std::copy(doc_.ids.begin(), doc_.ids.begin() + n, ids);
-  std::copy(doc_.labels.begin(), doc_.labels.begin() + n, labels);
-  std::fill(ids + n, ids + S, pad_);
-  std::fill(labels + n, labels + S, kIgnoreLabel);
+  const size_t inputs = n > 0 ? n - 1 : 0;
+  std::copy(doc_.ids.begin(), doc_.ids.begin() + inputs, ids);
+  std::copy(doc_.labels.begin() + 1, doc_.labels.begin() + 1 + inputs, labels);
+  std::fill(ids + inputs, ids + S, pad_);
+  std::fill(labels + inputs, labels + S, kIgnoreLabel);
   return true;
 }
 

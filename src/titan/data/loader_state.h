@@ -10,14 +10,14 @@
 namespace titan {
 
 struct LoaderState {
-  // Position: the next row starts with `carry`, followed by the tokens of this rank's document
-  // `doc` of file `file` (in epoch `epoch`'s file order) from token `doc_offset` on (its EOS
-  // included), then the documents after it.
+  // Position: the next row's window starts with `carry`, followed by the tokens of this rank's
+  // document `doc` of file `file` (in epoch `epoch`'s file order) from token `doc_offset` on (its
+  // EOS included), then the documents after it.
   int64_t epoch = 0;
   int64_t file = 0;            // position in the epoch's file order
   int64_t doc = 0;             // position among this rank's documents of that file
   int64_t doc_offset = 0;      // tokens of that document already packed into rows
-  std::vector<int32_t> carry;  // pre-training: packed tokens not yet fully scored (< seq_len)
+  std::vector<int32_t> carry;  // pre-training: packed tokens not yet fully scored (<= seq_len)
   int64_t batches = 0;         // batches produced so far
   int64_t skipped = 0;         // bad records skipped so far
   int64_t truncated = 0;       // chat conversations cut to seq_len so far

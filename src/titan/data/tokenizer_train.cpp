@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "titan/core/cache_dir.h"
 #include "titan/core/progress.h"
 #include "titan/data/dataset_read.h"
 
@@ -51,15 +52,8 @@ std::string default_corpus() {
 }
 
 std::string default_tokenizer_dir() {
-  const auto env = [](const char* name) {
-    const char* v = std::getenv(name);
-    return std::string(v ? v : "");
-  };
-  std::string cache = env("TITAN_CACHE_DIR");
-  if (cache.empty() && !env("XDG_CACHE_HOME").empty()) cache = env("XDG_CACHE_HOME") + "/titan";
-  if (cache.empty() && !env("HOME").empty()) cache = env("HOME") + "/.cache/titan";
-  TITAN_CHECK(!cache.empty(), "no cache folder for the default tokenizer (set TITAN_CACHE_DIR)");
-  return cache + "/debug-tokenizer-v1-" + std::to_string(kDefaultVocabSize);
+  return cache_dir("the default tokenizer") + "/debug-tokenizer-v1-" +
+         std::to_string(kDefaultVocabSize);
 }
 
 std::string ensure_default_tokenizer(const std::string& dir) {

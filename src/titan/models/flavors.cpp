@@ -35,16 +35,39 @@ ModelArgs moe(int64_t h, int64_t inter, int64_t layers, int64_t heads, int64_t e
   return a;
 }
 
-// Small enough to train in seconds on two cores; the vocabulary matches the small tokenizer the
-// tests train (its special tokens are not fixed yet, so none are set here).
-ModelArgs debug(bool sparse) {
-  ModelArgs a = dense(256, 768, 4, 4, !sparse);
+// No fixed special tokens: the default tokenizer titan trains (2048 ids, docs/DATA.md) sets its
+// own, and these models read them from it.
+ModelArgs small_vocab(ModelArgs a) {
   a.vocab_size = 2048;
+  a.bos_token_id = -1;
+  a.eos_token_ids = {};
+  return a;
+}
+
+// torchtitan's Qwen3 debug models (torchtitan/models/qwen3): dim 256, 8 layers, 16 query and 8 kv
+// heads of 128, vocab 2048; dense with FFN 3072 and tied embeddings, or 64 experts of 768
+// (8 per token) with an untied lm_head.
+ModelArgs torchtitan_debug(bool sparse) {
+  ModelArgs a = small_vocab(dense(256, 3072, 8, 16, !sparse));
+  a.max_position_embeddings = 4096;
+  if (sparse) {
+    a.architecture = "Qwen3MoeForCausalLM";
+    a.num_experts = 64;
+    a.num_experts_per_tok = 8;
+    a.moe_intermediate_size = 768;
+    a.norm_topk_prob = true;
+  }
+  return a;
+}
+
+// titan's own, small enough to train 200 steps in about a minute on two cores (the default run)
+// and for the end-to-end tests: 4 layers, 4 query and 2 kv heads of 64, FFN 768; the MoE one 8
+// experts of 128, 2 per token.
+ModelArgs tiny(bool sparse) {
+  ModelArgs a = small_vocab(dense(256, 768, 4, 4, !sparse));
   a.num_key_value_heads = 2;
   a.head_dim = 64;
   a.max_position_embeddings = 2048;
-  a.bos_token_id = -1;
-  a.eos_token_ids = {};
   if (sparse) {
     a.architecture = "Qwen3MoeForCausalLM";
     a.num_experts = 8;
@@ -57,8 +80,10 @@ ModelArgs debug(bool sparse) {
 
 const std::vector<std::pair<std::string, ModelArgs>>& registry() {
   static const std::vector<std::pair<std::string, ModelArgs>> flavors = {
-      {"debugmodel", debug(false)},
-      {"debugmodel_moe", debug(true)},
+      {"tiny", tiny(false)},
+      {"tiny_moe", tiny(true)},
+      {"debugmodel", torchtitan_debug(false)},
+      {"debugmodel_moe", torchtitan_debug(true)},
       {"0.6B", dense(1024, 3072, 28, 16, true)},
       {"1.7B", dense(2048, 6144, 28, 16, true)},
       {"4B", dense(2560, 9728, 36, 32, true)},

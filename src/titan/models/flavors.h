@@ -1,5 +1,6 @@
-// Built-in model flavors: the official Qwen3 dims (spec §4.2) and small debug models, chosen by
-// name like torchtitan's model registry ("0.6B", "30B-A3B", "debugmodel").
+// Built-in model flavors, chosen by name like torchtitan's model registry: the official Qwen3 dims
+// (spec §4.2, "0.6B" ... "235B-A22B"), torchtitan's debug models under torchtitan's names
+// ("debugmodel", "debugmodel_moe"), and titan's smaller ones ("tiny", "tiny_moe").
 #pragma once
 
 #include <string>
@@ -15,7 +16,7 @@ namespace titan {
 const ModelArgs& flavor(std::string_view name);
 // The flavor with attention computed by `attn_backend` ("blockwise" or "reference").
 ModelArgs flavor(std::string_view name, std::string_view attn_backend);
-// Every flavor name, in registry order (debug first, then by size).
+// Every flavor name, in registry order (the small ones first, then by size).
 std::vector<std::string> flavor_names();
 
 }  // namespace titan

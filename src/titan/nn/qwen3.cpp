@@ -1,5 +1,6 @@
 #include "titan/nn/qwen3.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "titan/backend/cpu/vec.h"
@@ -343,12 +344,10 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
   ensure_activations(batch, seq);
   const int64_t n = batch * seq, h = args_.hidden_size;
   std::memcpy(ids_.data(), input_ids, n * sizeof(int32_t));
-  // HF's shift: position s is scored against labels[s + 1]; the last position of each row is not.
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t s = 0; s < seq; ++s) {
-      targets_[b * seq + s] =
-          labels != nullptr && s + 1 < seq ? labels[b * seq + s + 1] : kIgnoreIndex;
-    }
+  if (labels != nullptr) {
+    std::memcpy(targets_.data(), labels, n * sizeof(int32_t));
+  } else {
+    std::fill(targets_.begin(), targets_.begin() + n, kIgnoreIndex);
   }
 
   // HF concatenates every sparse layer's router logits into one statistic (not a mean of

@@ -58,9 +58,10 @@ class Qwen3Model {
   void allocate_gradients();
   void zero_gradients();
 
-  // input_ids, labels: (B, S). labels are aligned with input_ids as in HF (the shift happens
-  // here); -100 is ignored; labels may be null (no loss). Returns the loss sum and the number of
-  // scored tokens; the HF loss is loss_sum / n_scored.
+  // input_ids, labels: (B, S). labels as torchtitan's: labels[s] is the token position s
+  // predicts (already shifted; Hugging Face's labels, aligned with the inputs, become
+  // labels[s] = hf_labels[s + 1] with -100 last); -100 is ignored; labels may be null (no loss).
+  // Returns the loss sum and the number of scored tokens; the mean loss is loss_sum / n_scored.
   CrossEntropyResult forward(const int32_t* input_ids, const int32_t* labels, int64_t batch,
                              int64_t seq, const ForwardOptions& options);
   // The load-balancing loss of the last forward (qwen3-spec.md §2.3), computed when

@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <sstream>
 #include <variant>
 
@@ -72,6 +73,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},
+      {"metrics", "peak_tflops", &c.metrics.peak_tflops},
       {"validation", "enable", &c.validation.enable},
       {"validation", "dataset", &c.validation.dataset},
       {"validation", "dataset_path", &c.validation.dataset_path},
@@ -160,6 +162,13 @@ void set_from_toml(const Field& f, const toml::node& node, const std::string& wh
   TITAN_CHECK(ok, where, ": ", f.section, ".", f.key, " must be ", type_name(f.target));
 }
 
+void mark_set(JobConfig& c, const Field& f) {
+  const std::string name = std::string(f.section) + "." + f.key;
+  if (std::find(c.set_keys.begin(), c.set_keys.end(), name) == c.set_keys.end()) {
+    c.set_keys.push_back(name);
+  }
+}
+
 void set_override(JobConfig& c, const std::string& pattern, const std::string& kernel) {
   for (auto& [p, k] : c.overrides) {
     if (p == pattern) {
@@ -168,6 +177,18 @@ void set_override(JobConfig& c, const std::string& pattern, const std::string& k
     }
   }
   c.overrides.emplace_back(pattern, kernel);
+}
+
+// The shortest decimal that reads back as the same double (0.9, not 0.90000000000000002), in a
+// form TOML reads as a float.
+std::string toml_float(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  std::string text(buf, end);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
 }
 
 void check_one_of(const std::string& value, const std::vector<std::string>& allowed,
@@ -180,8 +201,10 @@ void check_one_of(const std::string& value, const std::vector<std::string>& allo
 
 JobConfig job_config_preset(const std::string& name) {
   JobConfig c;
-  if (name == "debugmodel") {
-    c.checkpoint.last_save_in_hf = true;  // the default run ends with a model folder
+  // The small models end with a model folder, which `titan generate` and `eval` read.
+  if (name == "tiny" || name == "tiny_moe" || name == "debugmodel" || name == "debugmodel_moe") {
+    c.model.flavor = name;
+    c.checkpoint.last_save_in_hf = true;
     return c;
   }
   if (name == "hf") {
@@ -210,8 +233,9 @@ JobConfig job_config_preset(const std::string& name) {
 }
 
 std::vector<std::string> job_config_preset_names() {
-  return {"debugmodel", "hf",        "qwen3_0.6b", "qwen3_1.7b",    "qwen3_4b",
-          "qwen3_8b",   "qwen3_14b", "qwen3_32b",  "qwen3_30b_a3b", "qwen3_235b_a22b"};
+  return {"tiny",       "tiny_moe",      "debugmodel",     "debugmodel_moe", "hf",
+          "qwen3_0.6b", "qwen3_1.7b",    "qwen3_4b",       "qwen3_8b",       "qwen3_14b",
+          "qwen3_32b",  "qwen3_30b_a3b", "qwen3_235b_a22b"};
 }
 
 void job_config_apply_toml(JobConfig& config, const std::string& path) {
@@ -237,7 +261,9 @@ void job_config_apply_toml(JobConfig& config, const std::string& path) {
         set_override(config, key, *kernel);
         continue;
       }
-      set_from_toml(find_field(config, section, key, path), value, where);
+      const Field f = find_field(config, section, key, path);
+      set_from_toml(f, value, where);
+      mark_set(config, f);
     }
   }
 }
@@ -254,7 +280,9 @@ void job_config_apply_override(JobConfig& config, const std::string& flag) {
     set_override(config, key, value);
     return;
   }
-  set_from_text(find_field(config, section, key, "'" + flag + "'"), value, "'" + flag + "'");
+  const Field f = find_field(config, section, key, "'" + flag + "'");
+  set_from_text(f, value, "'" + flag + "'");
+  mark_set(config, f);
 }
 
 void job_config_validate(const JobConfig& c) {
@@ -269,6 +297,7 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(c.training.max_norm >= 0, "training.max_norm must not be negative (0 disables)");
   check_one_of(c.training.mixed_precision_param, {"float32"},
                "training.mixed_precision_param (bf16 compute is not implemented yet)");
+  check_one_of(c.model.name, {"qwen3"}, "model.name");
   check_one_of(c.optimizer.name, {"AdamW"}, "optimizer.name");
   TITAN_CHECK(c.optimizer.lr > 0, "optimizer.lr must be positive");
   TITAN_CHECK(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1, "optimizer.beta1 must be in [0, 1)");
@@ -285,6 +314,9 @@ void job_config_validate(const JobConfig& c) {
               "lr_scheduler.min_lr_factor must be in [0, 1]");
   check_one_of(c.activation_checkpoint.mode, {"none", "full"}, "activation_checkpoint.mode");
   positive(c.metrics.log_freq, "metrics.log_freq");
+  TITAN_CHECK(
+      c.metrics.peak_tflops >= 0 && std::isfinite(c.metrics.peak_tflops),
+      "metrics.peak_tflops must be a positive TFLOP/s figure, or 0 for the hardware's peak");
   positive(c.checkpoint.interval, "checkpoint.interval");
   TITAN_CHECK(c.checkpoint.keep_latest_k >= 0, "checkpoint.keep_latest_k must not be negative");
   check_one_of(c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"},
@@ -306,19 +338,76 @@ void job_config_validate(const JobConfig& c) {
               "parallelism.data_parallel_shard_degree must be -1 or at least 1");
 }
 
+std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
+  const auto is_set = [&](const char* key) {
+    return std::find(c.set_keys.begin(), c.set_keys.end(), key) != c.set_keys.end();
+  };
+  TITAN_CHECK(!is_set("training.dataset_path") || c.training.dataset != "default",
+              "training.dataset_path is set but training.dataset is \"default\" (the built-in "
+              "Jargon File): set training.dataset to a name for your data (any name but "
+              "\"default\") for training.dataset_path to be read");
+  TITAN_CHECK(!is_set("checkpoint.load_step") || c.checkpoint.enable,
+              "checkpoint.load_step is set but checkpoint.enable is false: set "
+              "checkpoint.enable = true to resume from step ",
+              c.checkpoint.load_step);
+  std::vector<std::string> warnings;
+  const auto unused = [&](std::initializer_list<const char*> keys, bool ignored,
+                          const std::string& remedy) {
+    if (!ignored) return;
+    for (const char* key : keys) {
+      if (is_set(key)) warnings.push_back(std::string(key) + " has no effect: " + remedy);
+    }
+  };
+  unused({"validation.dataset_path", "validation.freq", "validation.steps"}, !c.validation.enable,
+         "validation.enable is false");
+  unused({"validation.dataset"}, true,
+         "validation reads validation.dataset_path (any format), the name is not used");
+  unused({"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
+          "checkpoint.last_save_model_only"},
+         !c.checkpoint.enable, "checkpoint.enable is false");
+  unused({"checkpoint.initial_load_model_only", "checkpoint.initial_load_in_hf"},
+         c.checkpoint.initial_load_path.empty(), "checkpoint.initial_load_path is not set");
+  unused({"checkpoint.export_dtype"}, !c.checkpoint.last_save_in_hf,
+         "checkpoint.last_save_in_hf is false (no Hugging Face folder is exported)");
+  unused({"lr_scheduler.decay_ratio", "lr_scheduler.min_lr_factor"},
+         c.lr_scheduler.decay_type == "none",
+         "lr_scheduler.decay_type is \"none\" (set linear, cosine or sqrt to decay)");
+  unused({"training.deterministic"}, !c.training.deterministic,
+         "titan's kernels are deterministic for a given thread count whatever its value");
+  if (is_set("model.hf_assets_path") && c.model.flavor != "hf") {
+    warnings.push_back(
+        "model.hf_assets_path gives only the tokenizer: the model's dims come from "
+        "flavor '" +
+        c.model.flavor +
+        "' (model.flavor = \"hf\", or --preset hf, reads the folder's config.json)");
+  }
+  return warnings;
+}
+
 std::string job_config_to_toml(const JobConfig& config) {
   JobConfig c = config;
-  toml::table root;
+  std::ostringstream os;
+  std::string section;
   for (const Field& f : fields(c)) {
-    if (!root.contains(f.section)) root.insert(f.section, toml::table{});
-    toml::table& section = *root[f.section].as_table();
-    std::visit([&](auto* value) { section.insert(f.key, *value); }, f.target);
+    if (f.section != section) {
+      os << (section.empty() ? "" : "\n") << "[" << f.section << "]\n";
+      section = f.section;
+    }
+    os << f.key << " = ";
+    if (auto* d = std::get_if<double*>(&f.target)) {
+      os << toml_float(**d);
+    } else if (auto* i = std::get_if<int64_t*>(&f.target)) {
+      os << **i;
+    } else if (auto* b = std::get_if<bool*>(&f.target)) {
+      os << (**b ? "true" : "false");
+    } else {
+      os << toml::value<std::string>(*std::get<std::string*>(f.target));
+    }
+    os << "\n";
   }
   toml::table overrides;
   for (const auto& [pattern, kernel] : c.overrides) overrides.insert(pattern, kernel);
-  root.insert("overrides", overrides);
-  std::ostringstream os;
-  os << root << "\n";
+  os << "\n[overrides]\n" << overrides << "\n";
   return os.str();
 }
 

@@ -81,6 +81,9 @@ struct JobConfig {
   struct Metrics {
     int64_t log_freq = 10;
     std::string save_jsonl = "";
+    // titan's addition: the MFU denominator in TFLOP/s; 0 takes the hardware's peak for the
+    // threads the run uses (backend/cpu/peak.h, docs/TRAINING.md).
+    double peak_tflops = 0.0;
   } metrics;
   struct Validation {
     bool enable = false;
@@ -91,10 +94,13 @@ struct JobConfig {
   } validation;
   // [overrides]: module pattern -> kernel name, in file order.
   std::vector<std::pair<std::string, std::string>> overrides;
+  // "section.key" of every field a TOML file or the command line set (not the preset), so that
+  // one set to no effect can be named (job_config_unused_keys).
+  std::vector<std::string> set_keys;
 };
 
-// Built-in presets (debugmodel, qwen3_0.6b, ..., hf); the error for an unknown one names the
-// closest.
+// Built-in presets (tiny, the default run; tiny_moe; torchtitan's debugmodel and debugmodel_moe;
+// qwen3_0.6b, ...; hf); the error for an unknown one names the closest.
 JobConfig job_config_preset(const std::string& name);
 std::vector<std::string> job_config_preset_names();
 
@@ -105,6 +111,10 @@ void job_config_apply_toml(JobConfig& config, const std::string& path);
 void job_config_apply_override(JobConfig& config, const std::string& flag);
 // Checks values that do not depend on the model or the world size (positive sizes, known names).
 void job_config_validate(const JobConfig& config);
+// Keys the TOML file or the command line set that this config ignores. Where ignoring one would
+// train on something other than what was asked (data, a checkpoint step) it is a titan::Error;
+// otherwise one warning line each, naming the key and what would make it count.
+std::vector<std::string> job_config_unused_keys(const JobConfig& config);
 // The resolved config as TOML.
 std::string job_config_to_toml(const JobConfig& config);
 

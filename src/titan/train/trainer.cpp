@@ -1,13 +1,16 @@
 #include "titan/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 
-#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/peak.h"
+#include "titan/core/cpu_info.h"
 #include "titan/core/error.h"
+#include "titan/core/threads.h"
 #include "titan/data/tokenizer_train.h"
 #include "titan/models/flavors.h"
 #include "titan/models/flops.h"
@@ -26,7 +29,7 @@ double now_seconds() {
 int64_t scored_tokens(const Batch& b) {
   int64_t n = 0;
   for (int64_t r = 0; r < b.batch_size; ++r) {
-    for (int64_t s = 1; s < b.seq_len; ++s) n += b.labels[r * b.seq_len + s] != kIgnoreIndex;
+    for (int64_t s = 0; s < b.seq_len; ++s) n += b.labels[r * b.seq_len + s] != kIgnoreIndex;
   }
   return n;
 }
@@ -104,10 +107,26 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
               t.local_batch_size, " x ", dp, ")");
   accumulation_steps_ = global_batch / (t.local_batch_size * dp);
 
+  for (const std::string& line : job_config_unused_keys(config_)) {
+    std::fprintf(stderr, "warning: %s\n", line.c_str());
+  }
+  if (!config_.job.description.empty()) std::printf("job: %s\n", config_.job.description.c_str());
   const DataSources sources = resolve_data_sources(config_);
   tokenizer_dir_ = sources.tokenizer;
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
   args_ = resolve_model_args(config_, *tokenizer_);
+  if (config_.model.output_router_logits && !args_.is_moe()) {
+    std::fprintf(stderr,
+                 "warning: model.output_router_logits has no effect: the model has no sparse "
+                 "layers\n");
+  }
+  std::printf("model dims: %s; tokenizer: %s; data: %s\n",
+              config_.model.flavor == "hf" ? (config_.model.hf_assets_path + "/config.json").c_str()
+                                           : ("flavor '" + config_.model.flavor + "'").c_str(),
+              sources.tokenizer.c_str(),
+              config_.training.dataset == "default"
+                  ? ("the built-in corpus " + sources.train.front()).c_str()
+                  : config_.training.dataset_path.c_str());
 
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
@@ -307,18 +326,31 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
 }
 
 TrainResult Trainer::run() {
-  peak_gflops_ = measure_gemm_peak_gflops();
+  std::string peak_source = "metrics.peak_tflops";
+  if (config_.metrics.peak_tflops > 0) {
+    peak_gflops_ = config_.metrics.peak_tflops * 1e3;
+  } else {
+    const CpuPeak& peak = cpu_peak();
+    peak_gflops_ = cpu_peak_fp32_gflops(thread_count());
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "the fp32 peak of %d threads at %.1f GFLOP/s each: %.3f GHz x %d FMA/cycle x "
+                  "%d lanes x 2; %s",
+                  std::min(thread_count(), cpu_info().logical_cpus), peak.fp32_gflops_per_core(),
+                  peak.clock_ghz, peak.fma_per_cycle, peak.fp32_lanes, peak.source.c_str());
+    peak_source = line;
+  }
   const JobConfig::Training& t = config_.training;
   const int64_t tokens_per_step = accumulation_steps_ * t.local_batch_size * t.seq_len;
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak_gflops_,
                         config_.metrics.save_jsonl);
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
-      "(%lld micro-batches); peak %.1f GFLOP/s for MFU\n",
+      "(%lld micro-batches)\nMFU against %.1f GFLOP/s (%s)\n",
       config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
       training_flops_per_token(args_, t.seq_len), static_cast<long long>(t.steps),
       static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
-      static_cast<long long>(accumulation_steps_), peak_gflops_);
+      static_cast<long long>(accumulation_steps_), peak_gflops_, peak_source.c_str());
   TrainResult result;
   result.first_step = start_step_ + 1;
   for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {

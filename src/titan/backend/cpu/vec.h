@@ -50,7 +50,15 @@ struct VecKernels {
   // (attention's probabilities times its values).
   void (*axpy_rows)(float* y, const float* a, const float* x, int64_t ldx, int64_t rows,
                     int64_t cols);
+  // fp32 lanes of this ISA's widest vector.
+  int native_lanes;
+  // `rounds` of kFmaProbeChains independent vector FMA chains (acc = acc * m + a) on the widest
+  // vectors; returns a value that depends on every chain. The peak FLOP rate is timed on it
+  // (backend/cpu/peak.h).
+  float (*fma_chains)(int64_t rounds);
 };
+
+constexpr int kFmaProbeChains = 12;
 
 // gemv_bf16's x layout: each whole block of 32 columns as its 16 even-indexed elements, then its
 // 16 odd ones; the columns after the last whole block in place. x_split (cols) must not alias x.

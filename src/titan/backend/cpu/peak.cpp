@@ -1,0 +1,149 @@
+#include "titan/backend/cpu/peak.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "titan/backend/cpu/vec.h"
+#include "titan/core/cache_dir.h"
+#include "titan/core/cpu_info.h"
+
+namespace titan {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// 16 dependent adds per round: 16 cycles, the loop's own increment and branch issuing beside them.
+uint64_t add_chain(uint64_t x, int64_t rounds) {
+  for (int64_t r = 0; r < rounds; ++r) {
+    asm volatile(
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+        : "+r"(x)
+        :
+        : "cc");
+  }
+  return x;
+}
+
+// The shortest of `trials` timings of `run`: the trials nothing interrupted.
+template <typename Run>
+double best_seconds(int trials, Run run) {
+  double best = 1e30;
+  for (int t = 0; t < trials; ++t) {
+    const double t0 = now_seconds();
+    run();
+    best = std::min(best, now_seconds() - t0);
+  }
+  return best;
+}
+
+std::string cache_path() {
+  return cache_dir("the CPU's peak FLOP rate") + "/cpu-peak-v1.json";
+}
+
+std::string cpu_key() {
+  const CpuInfo& cpu = cpu_info();
+  return cpu.model_name +
+         (cpu.avx512 ? " avx512"
+          : cpu.avx2 ? " avx2"
+                     : " sse") +
+         (cpu.avx512_bf16 ? " bf16" : "");
+}
+
+// The cached peak of this CPU, if a readable cache file holds one.
+bool read_cache(const std::string& path, CpuPeak& peak) {
+  std::ifstream in(path);
+  if (!in) return false;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("cpu", "") != cpu_key()) return false;
+  const double clock = j.value("clock_ghz", 0.0);
+  const int fma = j.value("fma_per_cycle", 0), lanes = j.value("fp32_lanes", 0);
+  if (!(clock > 0.1 && clock < 20.0) || fma < 1 || fma > 8 || lanes < 1 || lanes > 64) {
+    return false;
+  }
+  peak.clock_ghz = clock;
+  peak.fma_per_cycle = fma;
+  peak.fp32_lanes = lanes;
+  peak.native_bf16 = cpu_info().avx512_bf16;
+  peak.source = path;
+  return true;
+}
+
+// Best effort: a cache that cannot be written means measuring again next time, nothing worse.
+void write_cache(const std::string& path, const CpuPeak& peak) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(tmp);
+    out << nlohmann::json{{"cpu", cpu_key()},
+                          {"clock_ghz", peak.clock_ghz},
+                          {"fma_per_cycle", peak.fma_per_cycle},
+                          {"fp32_lanes", peak.fp32_lanes}}
+               .dump(2)
+        << "\n";
+    if (!out) {
+      std::filesystem::remove(tmp, ec);
+      return;
+    }
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
+}
+
+}  // namespace
+
+CpuPeak measure_cpu_peak() {
+  const CpuInfo& cpu = cpu_info();
+  const VecKernels& widest = vec_kernels(cpu.avx512 ? Isa::avx512
+                                         : cpu.avx2 ? Isa::avx2
+                                                    : Isa::scalar);
+  // A ~20 ms spin first, so a core that raises its clock under load has done so.
+  volatile uint64_t sink = add_chain(0, 1 << 18);
+  constexpr int64_t kAddRounds = 2048;  // 32k cycles
+  const double add_s = best_seconds(300, [&] { sink = sink + add_chain(sink, kAddRounds); });
+  const double clock_hz = 16.0 * kAddRounds / add_s;
+
+  constexpr int64_t kFmaRounds = 2048;
+  volatile float fsink = 0.0f;
+  const double fma_s = best_seconds(300, [&] { fsink = fsink + widest.fma_chains(kFmaRounds); });
+  const double fma_per_cycle = kFmaProbeChains * static_cast<double>(kFmaRounds) / fma_s / clock_hz;
+
+  CpuPeak peak;
+  peak.clock_ghz = clock_hz * 1e-9;
+  peak.fma_per_cycle = std::max(1, static_cast<int>(std::lround(fma_per_cycle)));
+  peak.fp32_lanes = widest.native_lanes;
+  peak.native_bf16 = cpu.avx512_bf16;
+  peak.source = "measured now";
+  return peak;
+}
+
+const CpuPeak& cpu_peak() {
+  static const CpuPeak peak = [] {
+    const std::string path = cache_path();
+    CpuPeak p;
+    if (read_cache(path, p)) return p;
+    p = measure_cpu_peak();
+    write_cache(path, p);
+    p.source = "measured now, cached in " + path;
+    return p;
+  }();
+  return peak;
+}
+
+double cpu_peak_fp32_gflops(int threads) {
+  return cpu_peak().fp32_gflops_per_core() * std::clamp(threads, 1, cpu_info().logical_cpus);
+}
+
+}  // namespace titan
