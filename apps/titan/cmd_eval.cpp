@@ -25,7 +25,11 @@ Action add_eval_command(CLI::App& app) {
       ->required();
   command->add_option("--data", data, "dataset files, folders or globs")->required();
   command->add_option("--text-field", text_field, "JSON field holding the text");
-  command->add_option("--seq-len", seq_len, "tokens per row")->check(CLI::PositiveNumber);
+  command
+      ->add_option("--seq-len", seq_len,
+                   "inputs per row, as torchtitan's training.seq_len: each row scores seq-len "
+                   "targets from a window of seq-len + 1 tokens")
+      ->check(CLI::PositiveNumber);
   command->add_option("--batch-size", batch_size, "rows per batch")->check(CLI::PositiveNumber);
   command->add_option("--max-batches", max_batches, "stop after this many batches (-1: all)");
   return [] {
@@ -41,10 +45,13 @@ Action add_eval_command(CLI::App& app) {
     options.epochs = 1;
     DataLoader loader(options, tokenizer);
     const EvalResult r = evaluate(*model, loader, max_batches);
-    std::printf("loss %.6f  perplexity %.4f  (%lld tokens scored in %lld batches of %lld x %lld)\n",
-                r.loss, std::exp(r.loss), static_cast<long long>(r.tokens),
-                static_cast<long long>(r.batches), static_cast<long long>(batch_size),
-                static_cast<long long>(seq_len));
+    std::printf(
+        "loss %.6f  perplexity %.4f  (%lld tokens scored in %lld batches of %lld rows; a row is "
+        "%lld inputs and %lld targets, a window of %lld tokens, as torchtitan's seq_len)\n",
+        r.loss, std::exp(r.loss), static_cast<long long>(r.tokens),
+        static_cast<long long>(r.batches), static_cast<long long>(batch_size),
+        static_cast<long long>(seq_len), static_cast<long long>(seq_len),
+        static_cast<long long>(seq_len + 1));
     return 0;
   };
 }

@@ -87,6 +87,71 @@ TEST(JobConfig, BadValuesNameTheKey) {
   EXPECT_NE(error_of([&] { job_config_validate(c); }).find("local_batch_size"), std::string::npos);
 }
 
+// --print-config writes each double as the shortest decimal that reads back to it.
+TEST(JobConfig, PrintedFloatsAreTheShortestThatReadBack) {
+  JobConfig c = job_config_preset("tiny");
+  const std::string defaults = job_config_to_toml(c);
+  EXPECT_NE(defaults.find("\nbeta1 = 0.9\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nlr = 8e-04\n"), std::string::npos) << defaults;
+  EXPECT_NE(defaults.find("\nmax_norm = 1.0\n"), std::string::npos) << defaults;
+  c.optimizer.lr = 0.1 + 0.2;  // 0.30000000000000004: needs all 17 digits
+  c.optimizer.eps = 1e-300;
+  c.optimizer.weight_decay = 5e-324;  // the smallest subnormal
+  c.training.max_norm = 123456789.125;
+  JobConfig again = job_config_preset("tiny");
+  job_config_apply_toml(again, write_temp("floats.toml", job_config_to_toml(c)));
+  EXPECT_EQ(again.optimizer.lr, c.optimizer.lr);
+  EXPECT_EQ(again.optimizer.eps, c.optimizer.eps);
+  EXPECT_EQ(again.optimizer.weight_decay, c.optimizer.weight_decay);
+  EXPECT_EQ(again.training.max_norm, c.training.max_norm);
+  EXPECT_NE(job_config_to_toml(c).find("\nlr = 0.30000000000000004\n"), std::string::npos);
+}
+
+// Keys that a file or flag set but the resolved config ignores: refused where the run would
+// train on something else than asked, otherwise one warning naming the key and the remedy.
+TEST(JobConfig, KeysSetToNoEffectAreNamed) {
+  const auto unused_after = [](std::initializer_list<const char*> flags) {
+    JobConfig c = job_config_preset("tiny");
+    for (const char* flag : flags) job_config_apply_override(c, flag);
+    return job_config_unused_keys(c);
+  };
+  const auto warns = [&](std::initializer_list<const char*> flags, const std::string& key,
+                         const std::string& remedy) {
+    const std::vector<std::string> w = unused_after(flags);
+    ASSERT_EQ(w.size(), 1u) << key;
+    EXPECT_EQ(w[0].rfind(key, 0), 0u) << w[0];
+    EXPECT_NE(w[0].find(remedy), std::string::npos) << w[0];
+  };
+  EXPECT_TRUE(unused_after({}).empty());
+  // The preset's own values are not the user's: presets set keys that may go unused.
+  EXPECT_TRUE(job_config_preset("tiny").set_keys.empty());
+
+  const std::string data = error_of([&] { unused_after({"--training.dataset_path=my.jsonl"}); });
+  EXPECT_NE(data.find("training.dataset_path is set but training.dataset is \"default\""),
+            std::string::npos)
+      << data;
+  EXPECT_TRUE(unused_after({"--training.dataset_path=my.jsonl", "--training.dataset=mine"}).empty());
+  const std::string step = error_of([&] { unused_after({"--checkpoint.load_step=3"}); });
+  EXPECT_NE(step.find("checkpoint.enable = true"), std::string::npos) << step;
+
+  warns({"--model.hf_assets_path=/some/folder"}, "model.hf_assets_path gives only the tokenizer",
+        "flavor 'tiny'");
+  EXPECT_TRUE(unused_after({"--model.hf_assets_path=/f", "--model.flavor=hf"}).empty());
+  warns({"--validation.freq=5"}, "validation.freq has no effect", "validation.enable is false");
+  EXPECT_TRUE(unused_after({"--validation.freq=5", "--validation.enable=true"}).empty());
+  warns({"--validation.dataset=c4", "--validation.enable=true"}, "validation.dataset",
+        "validation.dataset_path");
+  warns({"--checkpoint.keep_latest_k=2"}, "checkpoint.keep_latest_k", "checkpoint.enable");
+  warns({"--checkpoint.initial_load_in_hf=true"}, "checkpoint.initial_load_in_hf",
+        "initial_load_path is not set");
+  warns({"--checkpoint.export_dtype=bfloat16", "--checkpoint.last_save_in_hf=false"},
+        "checkpoint.export_dtype", "last_save_in_hf is false");
+  EXPECT_TRUE(unused_after({"--checkpoint.export_dtype=bfloat16"}).empty());  // tiny exports
+  warns({"--lr_scheduler.min_lr_factor=0.1", "--lr_scheduler.decay_type=none"},
+        "lr_scheduler.min_lr_factor", "decay_type is \"none\"");
+  warns({"--training.deterministic=false"}, "training.deterministic", "deterministic");
+}
+
 TEST(LrSchedule, WarmupStableDecay) {
   // 10 steps: 2 warmup, decay over the last 4 (decay_ratio 0.4), cosine to 10%.
   const LrSchedule s = LrSchedule::make(1.0, 10, 2, 0.4, "cosine", 0.1);
