@@ -116,7 +116,7 @@ int run(int argc, char** argv) {
   }
   TITAN_CHECK(shape.top_k >= 1 && shape.top_k <= shape.n_experts, "--top-k must be in [1, E]");
   set_thread_count(threads);
-  const double peak = measure_gemm_peak_gflops();
+  const double peak = measure_gemm_ceiling_gflops();
   const double gemm_flops =
       2.0 * static_cast<double>(shape.rows()) * static_cast<double>(shape.hidden * shape.inter);
   std::printf(

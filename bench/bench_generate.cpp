@@ -2,7 +2,7 @@
 // with bf16 weights, against ceilings measured in the same run:
 //   decode  (batch 1) tokens/s vs memory bandwidth / bytes of weights read per token (that dtype),
 //           in segments of 32 tokens with the bandwidth measured between them
-//   prefill (512 tokens) GFLOP/s vs the fp32 GEMM ceiling (measure_gemm_peak_gflops), measured
+//   prefill (512 tokens) GFLOP/s vs the fp32 GEMM ceiling (measure_gemm_ceiling_gflops), measured
 //           just before and after it (the higher)
 // and, with --transformers PYTHON, Transformers' CPU generate on the same model exported in that
 // dtype (loaded with that torch dtype; batch 1, 512-token prompt, 128 new tokens, greedy, static
@@ -172,7 +172,7 @@ void bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t
   // Each ceiling is measured just before and just after the run it bounds, and the higher taken:
   // on this shared VM the ceilings move 2x within a minute as other jobs come and go, so a
   // ceiling from another moment would make the ratio meaningless either way.
-  const double ceiling_before = measure_gemm_peak_gflops();
+  const double ceiling_before = measure_gemm_ceiling_gflops();
   // Prefill alone, best of three (the first call also warms the caches and thread pool).
   double prefill = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
@@ -182,7 +182,7 @@ void bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t
     prefill = std::min(prefill, now_seconds() - t0);
   }
   const double prefill_gflops = prefill_flops(args, n_prompt) / prefill * 1e-9;
-  const double ceiling_after = measure_gemm_peak_gflops();
+  const double ceiling_after = measure_gemm_ceiling_gflops();
   const double ceiling = std::max(ceiling_before, ceiling_after);
   std::printf(
       "[%s] prefill %lld tokens: %.3f s, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the fp32 GEMM "

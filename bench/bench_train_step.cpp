@@ -158,7 +158,7 @@ int run(int argc, char** argv) {
   TITAN_CHECK(steps >= 1, "--steps must be at least 1");
   set_thread_count(threads);
   const BenchConfig c = make_config(config_name);
-  const double ceiling = measure_gemm_peak_gflops();
+  const double ceiling = measure_gemm_ceiling_gflops();
   const double flops = training_flops_per_token(c.args, c.seq);
   std::printf(
       "config %s: hidden %lld, layers %lld, heads %lld/%lld, head_dim %lld, "

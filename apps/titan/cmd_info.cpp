@@ -36,7 +36,7 @@ int print_device() {
                                : "no native bf16: widened to fp32, the fp32 rate");
   std::printf(
       "gemm ceiling  %.1f GFLOP/s (best 2048^3 sgemm measured now; not the MFU denominator)\n",
-      measure_gemm_peak_gflops());
+      measure_gemm_ceiling_gflops());
   return 0;
 }
 

@@ -29,6 +29,6 @@ namespace titan {
 // The fp32 GEMM ceiling of this machine with the current thread count, in GFLOP/s: the best of
 // seven square 2048^3 GEMMs after a warm-up (about half a second on 2 cores). MFU is reported
 // against this number.
-double measure_gemm_peak_gflops();
+double measure_gemm_ceiling_gflops();
 
 }  // namespace titan

@@ -6,7 +6,7 @@
 
 namespace titan {
 
-double measure_gemm_peak_gflops() {
+double measure_gemm_ceiling_gflops() {
   constexpr int64_t n = 2048;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
   double best = 1e30;
