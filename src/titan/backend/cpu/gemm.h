@@ -27,8 +27,8 @@ std::string gemm_library_name();
 namespace titan {
 
 // The fp32 GEMM ceiling of this machine with the current thread count, in GFLOP/s: the best of
-// seven square 2048^3 GEMMs after a warm-up (about half a second on 2 cores). MFU is reported
-// against this number.
+// seven square 2048^3 GEMMs after a warm-up (about half a second on 2 cores). The benchmarks
+// report against it; MFU is against the hardware's peak (peak.h), which no moment's load moves.
 double measure_gemm_ceiling_gflops();
 
 }  // namespace titan
