@@ -26,24 +26,37 @@ struct BufferSource {
   std::string prefix;  // tensor name = prefix + parameter name
 };
 
-// Checks that `file` holds exactly the tensors of `sources` (F32, each parameter's shape).
-void check_tensors(const SafetensorsFile& file, const std::vector<ParamGroup>& groups,
+// Checks that `file` holds exactly the tensors of `sources` for the parameters `params` (F32, each
+// parameter's shape).
+void check_tensors(const SafetensorsFile& file, const std::vector<ParamSpec>& params,
                    const std::vector<BufferSource>& sources) {
-  size_t expected = 0;
   for (const BufferSource& src : sources) {
-    for (const ParamGroup& g : groups) {
-      for (const ParamView& v : g.views()) {
-        const SafetensorsEntry* e = file.find(src.prefix + v.spec.name);
-        TITAN_CHECK(e != nullptr, file.path(), ": tensor ", src.prefix, v.spec.name, " is missing");
-        TITAN_CHECK(e->dtype == DType::f32 && e->shape == v.spec.shape, file.path(), ": tensor ",
-                    src.prefix, v.spec.name, " is ", e->dtype_name, " ", shape_str(e->shape),
-                    ", expected F32 ", shape_str(v.spec.shape));
-        ++expected;
-      }
+    for (const ParamSpec& p : params) {
+      const SafetensorsEntry* e = file.find(src.prefix + p.name);
+      TITAN_CHECK(e != nullptr, file.path(), ": tensor ", src.prefix, p.name, " is missing");
+      TITAN_CHECK(e->dtype == DType::f32 && e->shape == p.shape, file.path(), ": tensor ",
+                  src.prefix, p.name, " is ", e->dtype_name, " ", shape_str(e->shape),
+                  ", expected F32 ", shape_str(p.shape));
     }
   }
+  const size_t expected = params.size() * sources.size();
   TITAN_CHECK(file.entries().size() == expected, file.path(), ": holds ", file.entries().size(),
               " tensors, expected ", expected, " (a checkpoint of another model?)");
+}
+
+std::vector<ParamSpec> param_specs(const std::vector<ParamGroupSpec>& specs) {
+  std::vector<ParamSpec> params;
+  for (const ParamGroupSpec& g : specs)
+    params.insert(params.end(), g.params.begin(), g.params.end());
+  return params;
+}
+
+std::vector<ParamSpec> param_specs(const std::vector<ParamGroup>& groups) {
+  std::vector<ParamSpec> params;
+  for (const ParamGroup& g : groups) {
+    for (const ParamView& v : g.views()) params.push_back(v.spec);
+  }
+  return params;
 }
 
 void copy_tensors(const SafetensorsFile& file, std::vector<ParamGroup>& groups,
@@ -136,9 +149,10 @@ void save_training_checkpoint(const std::string& folder, const std::vector<Param
   fs::rename(temp_dir, final_dir);
   fsync_directory(folder);
   if (keep_latest_k > 0) {
-    const std::vector<int64_t> steps = list_training_checkpoints(folder);
-    for (size_t i = static_cast<size_t>(keep_latest_k); i < steps.size(); ++i) {
-      fs::remove_all(training_checkpoint_dir(folder, steps[i]));
+    int64_t kept = 0;
+    for (int64_t step : list_training_checkpoints(folder)) {  // newest first
+      if (step > state.step) continue;
+      if (++kept > keep_latest_k) fs::remove_all(training_checkpoint_dir(folder, step));
     }
   }
 }
@@ -180,26 +194,49 @@ TrainerState read_trainer_state(const std::string& dir) {
   return state;
 }
 
-TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
-                                      CheckpointContent content) {
-  const TrainerState state = read_trainer_state(dir);
+namespace {
+
+// The checks of check_training_checkpoint; the files stay open for the copy.
+struct OpenCheckpoint {
+  TrainerState state;
+  std::optional<SafetensorsFile> model, optimizer;
+};
+
+OpenCheckpoint open_training_checkpoint(const std::string& dir,
+                                        const std::vector<ParamSpec>& params,
+                                        CheckpointContent content) {
+  OpenCheckpoint ck;
+  ck.state = read_trainer_state(dir);
   const bool with_optimizer = content == CheckpointContent::full;
-  TITAN_CHECK(!with_optimizer || !state.model_only, dir,
+  TITAN_CHECK(!with_optimizer || !ck.state.model_only, dir,
               ": holds model weights only (saved with checkpoint.last_save_model_only), not the "
               "optimizer state training needs to continue");
-  const SafetensorsFile model = SafetensorsFile::open(dir + "/model.safetensors");
-  check_tensors(model, groups, model_sources());
-  std::optional<SafetensorsFile> optimizer;
+  ck.model.emplace(SafetensorsFile::open(dir + "/model.safetensors"));
+  check_tensors(*ck.model, params, model_sources());
   if (with_optimizer) {
-    optimizer.emplace(SafetensorsFile::open(dir + "/optimizer.safetensors"));
-    check_tensors(*optimizer, groups, optimizer_sources());
+    ck.optimizer.emplace(SafetensorsFile::open(dir + "/optimizer.safetensors"));
+    check_tensors(*ck.optimizer, params, optimizer_sources());
   }
+  return ck;
+}
+
+}  // namespace
+
+TrainerState check_training_checkpoint(const std::string& dir,
+                                       const std::vector<ParamGroupSpec>& specs,
+                                       CheckpointContent content) {
+  return open_training_checkpoint(dir, param_specs(specs), content).state;
+}
+
+TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
+                                      CheckpointContent content) {
+  const OpenCheckpoint ck = open_training_checkpoint(dir, param_specs(groups), content);
   Progress progress("loading " + dir,
-                    buffer_bytes(groups, with_optimizer ? 1 + optimizer_sources().size() : 1),
+                    buffer_bytes(groups, ck.optimizer ? 1 + optimizer_sources().size() : 1),
                     ProgressUnit::bytes);
-  copy_tensors(model, groups, model_sources(), progress);
-  if (optimizer) copy_tensors(*optimizer, groups, optimizer_sources(), progress);
-  return state;
+  copy_tensors(*ck.model, groups, model_sources(), progress);
+  if (ck.optimizer) copy_tensors(*ck.optimizer, groups, optimizer_sources(), progress);
+  return ck.state;
 }
 
 }  // namespace titan

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/models/state_dict_adapter.h"
 #include "titan/nn/param_group.h"
 
 namespace titan {
@@ -36,8 +37,10 @@ enum class CheckpointContent { model_only, full };
 std::string training_checkpoint_dir(const std::string& folder, int64_t step);
 
 // Saves groups' parameters, and their AdamW state unless state.model_only, with `state` as
-// <folder>/step-<state.step>, then removes the oldest step folders beyond keep_latest_k (0 keeps
-// all).
+// <folder>/step-<state.step>, then prunes to keep_latest_k (0 keeps all): only step folders older
+// than the one just written are removed, the oldest first, so that it and the k - 1 before it
+// remain. Newer step folders (left by another run, perhaps unusable) are never counted or removed:
+// pruning must not take the checkpoint this run just wrote for an older one.
 void save_training_checkpoint(const std::string& folder, const std::vector<ParamGroup>& groups,
                               const TrainerState& state, int64_t keep_latest_k);
 
@@ -46,6 +49,13 @@ std::vector<int64_t> list_training_checkpoints(const std::string& folder);
 
 // The trainer_state.json of a checkpoint folder.
 TrainerState read_trainer_state(const std::string& dir);
+
+// Checks the checkpoint folder `dir` against a model of `specs` without reading tensor data:
+// trainer_state.json readable, and model.safetensors (with `full`, optimizer.safetensors too)
+// holding exactly the model's tensors, F32, each of its shape. Returns its trainer state.
+TrainerState check_training_checkpoint(const std::string& dir,
+                                       const std::vector<ParamGroupSpec>& specs,
+                                       CheckpointContent content);
 
 // Loads the checkpoint folder `dir` into groups: the parameters, and with `full` the AdamW moments
 // too (groups must have optimizer state allocated; a model-only checkpoint is an error). Every

@@ -74,6 +74,9 @@ struct JobConfig {
     bool last_save_in_hf = false;
     std::string export_dtype = "float32";
     int64_t load_step = -1;
+    // A resume that finds checkpoints and can use none stops, unless this is set: then the run
+    // starts from step 1 beside them (replacing a step-N folder when it saves step N).
+    bool allow_fresh_start = false;
   } checkpoint;
   struct ActivationCheckpoint {
     std::string mode = "none";  // none | full

@@ -127,6 +127,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
               config_.training.dataset == "default"
                   ? ("the built-in corpus " + sources.train.front()).c_str()
                   : config_.training.dataset_path.c_str());
+  resume_ = find_resume_checkpoint(checkpoint_folder(), model_param_specs(args_),
+                                   config_.checkpoint, t.steps);
 
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
@@ -176,46 +178,12 @@ void Trainer::restore() {
     std::printf("resumed step %lld from %s%s\n", static_cast<long long>(state.step), dir.c_str(),
                 state.model_only ? " (model weights only: the run is already complete)" : "");
   };
-  const std::string folder = checkpoint_folder();
-  const std::vector<int64_t> steps =
-      ck.enable ? list_training_checkpoints(folder) : std::vector<int64_t>{};
-  std::string model_only_dir;  // a newer model-only checkpoint passed over
-  for (int64_t step : steps) {
-    if (ck.load_step >= 0 && step != ck.load_step) continue;
-    const std::string dir = training_checkpoint_dir(folder, step);
-    try {
-      const TrainerState saved = read_trainer_state(dir);
-      TITAN_CHECK(saved.step == step, dir, "/trainer_state.json says step ", saved.step);
-      // A model-only checkpoint ends a run; it can stand for that run only once it is complete.
-      if (saved.model_only && step < config_.training.steps) {
-        TITAN_CHECK(ck.load_step < 0, dir,
-                    " holds model weights only (checkpoint.last_save_model_only) and cannot "
-                    "continue training to step ",
-                    config_.training.steps);
-        std::printf(
-            "%s holds model weights only (checkpoint.last_save_model_only); looking for an older "
-            "full checkpoint to continue to step %lld\n",
-            dir.c_str(), static_cast<long long>(config_.training.steps));
-        if (model_only_dir.empty()) model_only_dir = dir;
-        continue;
-      }
-      resume_from(load_training_checkpoint(
-                      dir, model_->param_groups(),
-                      saved.model_only ? CheckpointContent::model_only : CheckpointContent::full),
-                  dir);
-      break;
-    } catch (const Error& e) {
-      TITAN_CHECK(ck.load_step < 0, "checkpoint.load_step ", ck.load_step, ": ", e.what());
-      std::fprintf(stderr, "warning: checkpoint step-%lld is unusable (%s); trying an older one\n",
-                   static_cast<long long>(step), e.what());
-    }
+  if (resume_) {
+    resume_from(load_training_checkpoint(resume_->dir, model_->param_groups(),
+                                         resume_->state.model_only ? CheckpointContent::model_only
+                                                                   : CheckpointContent::full),
+                resume_->dir);
   }
-  TITAN_CHECK(ck.load_step < 0 || start_step_ == ck.load_step, "checkpoint.load_step ",
-              ck.load_step, ": no step-", ck.load_step, " under ", folder);
-  TITAN_CHECK(start_step_ > 0 || model_only_dir.empty(), model_only_dir,
-              " holds model weights only and no full checkpoint precedes it; to start a new run "
-              "from its weights, set checkpoint.initial_load_path to it with "
-              "checkpoint.initial_load_in_hf = false and another job.dump_folder");
   const std::string& initial = ck.initial_load_path;
   if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {

@@ -15,6 +15,7 @@
 #include "titan/train/lr_schedule.h"
 #include "titan/train/metrics.h"
 #include "titan/train/optimizer.h"
+#include "titan/train/resume.h"
 
 namespace titan {
 
@@ -50,6 +51,7 @@ class Trainer {
   ModelArgs args_;
   std::string tokenizer_dir_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<ResumePoint> resume_;  // chosen before the model is allocated
   std::unique_ptr<Qwen3Model> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<DataLoader> loader_;

@@ -1,0 +1,73 @@
+#include "titan/train/resume.h"
+
+#include <cstdio>
+
+#include "titan/core/error.h"
+
+namespace titan {
+
+std::optional<ResumePoint> find_resume_checkpoint(const std::string& folder,
+                                                  const std::vector<ParamGroupSpec>& specs,
+                                                  const JobConfig::Checkpoint& ck,
+                                                  int64_t training_steps) {
+  TITAN_CHECK(ck.load_step < 0 || ck.enable, "checkpoint.load_step = ", ck.load_step,
+              " resumes from a checkpoint, but checkpoint.enable is false (set it to true to "
+              "read ",
+              folder, ")");
+  if (!ck.enable) return std::nullopt;
+  std::string model_only_dir;  // a newer model-only checkpoint passed over
+  std::vector<std::pair<std::string, std::string>> unusable;  // (step-N, why), newest first
+  for (int64_t step : list_training_checkpoints(folder)) {
+    if (ck.load_step >= 0 && step != ck.load_step) continue;
+    const std::string dir = training_checkpoint_dir(folder, step);
+    try {
+      const TrainerState saved = read_trainer_state(dir);
+      TITAN_CHECK(saved.step == step, dir, "/trainer_state.json says step ", saved.step);
+      // A model-only checkpoint ends a run; it can stand for that run only once it is complete.
+      if (saved.model_only && step < training_steps) {
+        TITAN_CHECK(ck.load_step < 0, dir,
+                    " holds model weights only (checkpoint.last_save_model_only) and cannot "
+                    "continue training to step ",
+                    training_steps);
+        std::printf(
+            "%s holds model weights only (checkpoint.last_save_model_only); looking for an older "
+            "full checkpoint to continue to step %lld\n",
+            dir.c_str(), static_cast<long long>(training_steps));
+        if (model_only_dir.empty()) model_only_dir = dir;
+        continue;
+      }
+      check_training_checkpoint(
+          dir, specs, saved.model_only ? CheckpointContent::model_only : CheckpointContent::full);
+      // Said only now: when none is usable the run stops with one line instead.
+      for (const auto& [name, why] : unusable) {
+        std::fprintf(stderr, "warning: checkpoint %s is unusable (%s); using %s\n", name.c_str(),
+                     why.c_str(), dir.c_str());
+      }
+      return ResumePoint{dir, saved};
+    } catch (const Error& e) {
+      TITAN_CHECK(ck.load_step < 0, "checkpoint.load_step ", ck.load_step, ": ", e.what());
+      unusable.emplace_back("step-" + std::to_string(step), e.what());
+    }
+  }
+  TITAN_CHECK(ck.load_step < 0, "checkpoint.load_step ", ck.load_step, ": no step-", ck.load_step,
+              " under ", folder);
+  TITAN_CHECK(model_only_dir.empty(), model_only_dir,
+              " holds model weights only and no full checkpoint precedes it; to start a new run "
+              "from its weights, set checkpoint.initial_load_path to it with "
+              "checkpoint.initial_load_in_hf = false and another job.dump_folder");
+  if (!unusable.empty()) {
+    std::string names;
+    for (const auto& [name, why] : unusable) names += (names.empty() ? "" : ", ") + name;
+    TITAN_CHECK(ck.allow_fresh_start, folder, ": none of its ", unusable.size(), " checkpoint(s) (",
+                names, ") can be resumed; ", unusable.front().first, ": ", unusable.front().second,
+                "; fix or move them away, or set checkpoint.allow_fresh_start = true to start a "
+                "new run from step 1 beside them");
+    std::fprintf(stderr,
+                 "warning: %s: none of its checkpoints (%s) can be resumed; starting a new run "
+                 "(checkpoint.allow_fresh_start)\n",
+                 folder.c_str(), names.c_str());
+  }
+  return std::nullopt;
+}
+
+}  // namespace titan
