@@ -19,12 +19,14 @@ Action add_convert_command(CLI::App& app) {
   static bool overwrite = false;
   add_threads_option(*command, threads);
   command->add_option("src", src, "source model folder")->required();
-  command->add_option("dst", dst, "destination folder (must not exist, or be empty)")->required();
+  command->add_option("dst", dst, "destination folder (new or empty; apart from SRC)")->required();
   command->add_option("--dtype", dtype,
                       "float32|bfloat16|float16 (or fp32|bf16|fp16); default: the source's");
   command->add_option("--shard-size", shard_size,
                       "largest shard, e.g. 5GB (default), 500MB, 2GiB or bytes");
-  command->add_flag("--overwrite", overwrite, "replace DST if it is a model folder");
+  command->add_flag("--overwrite", overwrite,
+                    "replace DST if it is a model folder titan wrote (its titan.json lists every "
+                    "file in it)");
   return [] {
     set_thread_count(threads);
     HfConvertOptions options;

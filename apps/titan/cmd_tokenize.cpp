@@ -21,6 +21,7 @@
 #include "titan/core/threads.h"
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/tokenizer.h"
+#include "titan/io/atomic_dir.h"
 
 namespace titan::cli {
 namespace {
@@ -154,6 +155,7 @@ void convert_jsonl(const Tokenizer& tok, const TokenizeOptions& o, std::ostream&
 // Writes to OUT.tmp.<pid> and renames it to OUT only when everything succeeded, so a failed run
 // never leaves a partial file under the final name.
 void convert_jsonl_to_file(const Tokenizer& tok, const TokenizeOptions& o) {
+  check_destination_apart(o.out, o.jsonl, "the input");
   const std::string tmp = o.out + ".tmp." + std::to_string(::getpid());
   try {
     {

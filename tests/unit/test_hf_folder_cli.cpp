@@ -118,16 +118,22 @@ TEST(ConvertCommand, BadFlagsAndDestinationsAreOneLine) {
                         "export dtype \"int8\"");
   expect_one_line_error(titan_cli("convert " + src + "'" + dir / "x" + "' --shard-size 5XB", dir),
                         "--shard-size \"5XB\" is not a size");
-  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "moe" + "'", dir),
-                        "already exists");
+  write_moe_folder(dir / "copy");
+  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "copy" + "'", dir),
+                        "copy: already exists");
   expect_one_line_error(titan_cli("convert '" + dir / "none" + "' '" + dir / "x" + "'", dir),
                         "none");
   EXPECT_FALSE(std::filesystem::exists(dir / "x"));
-  // --overwrite replaces a model folder (here the source itself, read before it is replaced).
+  // The source is never the destination, not even with --overwrite.
+  expect_one_line_error(
+      titan_cli("convert " + src + "'" + dir / "moe" + "' --dtype fp16 --overwrite", dir),
+      "moe: is the source model folder");
+  EXPECT_EQ(SafetensorsCheckpoint::open(dir / "moe").at("model.norm.weight").dtype, DType::bf16);
+  // --overwrite replaces a model folder titan wrote.
   const CommandResult r =
-      titan_cli("convert " + src + "'" + dir / "moe" + "' --dtype fp16 --overwrite", dir);
+      titan_cli("convert " + src + "'" + dir / "copy" + "' --dtype fp16 --overwrite", dir);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(SafetensorsCheckpoint::open(dir / "moe").at("model.norm.weight").dtype, DType::f16);
+  EXPECT_EQ(SafetensorsCheckpoint::open(dir / "copy").at("model.norm.weight").dtype, DType::f16);
 }
 
 }  // namespace

@@ -2,11 +2,14 @@
 
 #include <chrono>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "titan/core/progress.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/token_file.h"
+#include "titan/io/atomic_dir.h"
 
 namespace titan {
 namespace {
@@ -16,18 +19,35 @@ constexpr size_t kBatchDocs = 8192;
 
 enum class Outcome { ok, skipped, failed };
 
+// out_path may replace only a token file (what titan wrote there before), and never an input.
+void check_destination(const std::string& out_path, const std::vector<std::string>& inputs) {
+  for (const std::string& input : inputs) check_destination_apart(out_path, input, "the input");
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(out_path, ec))) return;
+  std::ifstream in(out_path, std::ios::binary);
+  std::string magic(kTokenFileMagic.size(), '\0');
+  in.read(magic.data(), static_cast<std::streamsize>(magic.size()));
+  TITAN_CHECK(std::filesystem::is_regular_file(out_path, ec) && in.gcount() == std::ssize(magic) &&
+                  is_token_file(magic),
+              out_path,
+              ": already exists and is not a token file, so it is not replaced (choose another "
+              "output)");
+}
+
 }  // namespace
 
 TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions& data,
                                      const std::string& out_path) {
   const auto start = std::chrono::steady_clock::now();
   TokenizeStats stats;
+  const std::vector<std::string> inputs = expand_data_paths(data.paths);
+  check_destination(out_path, inputs);
   TokenFileWriter writer(out_path, static_cast<uint32_t>(tok.vocab_size()));
   std::vector<std::vector<int32_t>> ids;
   std::vector<std::string> errors;
   std::vector<Outcome> outcomes;
   Progress progress("tokenizing into " + out_path, 0, ProgressUnit::tokens);
-  for (const std::string& path : expand_data_paths(data.paths)) {
+  for (const std::string& path : inputs) {
     const DocumentFile file = DocumentFile::open(path, data);
     TITAN_CHECK(file.vocab_size() == 0 || file.vocab_size() == tok.vocab_size(), path,
                 ": written for a vocabulary of ", file.vocab_size(), " ids, but the tokenizer has ",

@@ -16,10 +16,11 @@ struct TokenizeStats {
   double seconds = 0;
 };
 
-// Writes out_path atomically (temporary name, then rename). Documents are tokenized in parallel
-// on the engine's threads (thread_count()). Chat data cannot be written: a token file has no
-// loss mask. Bad records stop it (naming file and line) unless data.skip_bad_records, when they
-// are counted in n_skipped.
+// Writes out_path atomically (temporary name, then rename). out_path must not be an input (or lie
+// inside an input folder), and an existing out_path is replaced only if it is a token file.
+// Documents are tokenized in parallel on the engine's threads (thread_count()). Chat data cannot be
+// written: a token file has no loss mask. Bad records stop it (naming file and line) unless
+// data.skip_bad_records, when they are counted in n_skipped.
 TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions& data,
                                      const std::string& out_path);
 

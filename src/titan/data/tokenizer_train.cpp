@@ -7,16 +7,20 @@
 #include "titan/core/cache_dir.h"
 #include "titan/core/progress.h"
 #include "titan/data/dataset_read.h"
+#include "titan/io/atomic_dir.h"
 
 namespace titan {
 
 TokenizerTrainStats train_tokenizer(const DatasetOptions& data, const BpeTrainerOptions& options,
-                                    const std::string& out_dir) {
+                                    const std::string& out_dir, bool overwrite) {
   const auto start = std::chrono::steady_clock::now();
   TokenizerTrainStats stats;
   BpeTrainer trainer(options);
+  const std::vector<std::string> inputs = expand_data_paths(data.paths);
+  for (const std::string& path : inputs) check_destination_apart(out_dir, path, "the input");
+  AtomicDir out(out_dir, "tokenizer", overwrite);  // a refused destination before the work
   Progress reading("tokenizer training: reading", 0, ProgressUnit::bytes);
-  for (const std::string& path : expand_data_paths(data.paths)) {
+  for (const std::string& path : inputs) {
     const DocumentFile file = DocumentFile::open(path, data);
     for (size_t i = 0; i < file.size(); ++i) {
       Record r;
@@ -37,7 +41,8 @@ TokenizerTrainStats train_tokenizer(const DatasetOptions& data, const BpeTrainer
   reading.finish();
   TITAN_CHECK(stats.n_docs > 0, "tokenizer training: the files hold no text");
   const TrainedBpe bpe = trainer.train();
-  write_hf_tokenizer(bpe, out_dir);
+  write_hf_tokenizer(bpe, out.staging());
+  out.commit();
   stats.vocab_size = bpe.total_size();
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
@@ -65,7 +70,14 @@ std::string ensure_default_tokenizer(const std::string& dir) {
   data.paths = {default_corpus()};
   BpeTrainerOptions options;
   options.vocab_size = kDefaultVocabSize;
-  train_tokenizer(data, options, dir);
+  try {
+    train_tokenizer(data, options, dir);
+  } catch (const Error&) {
+    // Another process (a rank started at the same time) wrote the same tokenizer first.
+    if (!std::filesystem::is_regular_file(std::filesystem::path(dir) / "tokenizer.json", ec)) {
+      throw;
+    }
+  }
   return dir;
 }
 

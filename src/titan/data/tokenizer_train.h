@@ -18,9 +18,11 @@ struct TokenizerTrainStats {
 };
 
 // Trains on every text document of data.paths (in sorted file order) and writes the Hugging Face
-// tokenizer.json and tokenizer_config.json into out_dir.
+// tokenizer.json and tokenizer_config.json as the folder out_dir (io/atomic_dir.h: whole or not at
+// all). out_dir must be new or empty, or with `overwrite` a tokenizer folder titan wrote; it must
+// not be an input or lie inside one. Both are checked before the training.
 TokenizerTrainStats train_tokenizer(const DatasetOptions& data, const BpeTrainerOptions& options,
-                                    const std::string& out_dir);
+                                    const std::string& out_dir, bool overwrite = false);
 
 // The default corpus: the Jargon File (public domain), from Debian's jargon-text package, which
 // scripts/setup.sh installs (docs/DATA.md).
@@ -36,8 +38,8 @@ std::string default_corpus();
 std::string default_tokenizer_dir();
 
 // dir, holding the default tokenizer: trained there from the default corpus first when dir has no
-// tokenizer.json (under a second; the result is the same on every machine, so concurrent ranks
-// writing it at once write the same files, each atomically).
+// tokenizer.json (under a second; the result is the same on every machine, so when concurrent
+// ranks train it at once, the first folder committed stands and the others are dropped).
 std::string ensure_default_tokenizer(const std::string& dir = default_tokenizer_dir());
 
 }  // namespace titan

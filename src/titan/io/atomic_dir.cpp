@@ -7,8 +7,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
 
 #include "titan/core/error.h"
+#include "titan/io/atomic_file.h"
+#include "titan/io/json_util.h"
 
 namespace titan {
 namespace fs = std::filesystem;
@@ -43,10 +47,85 @@ void sync_folder(const fs::path& dir) {
   TITAN_CHECK(rc == 0, dir.string(), ": cannot sync: ", std::strerror(err));
 }
 
+// Why the existing folder `dir` is not one titan may replace with `content`, or "" when it is:
+// its marker names titan, `content` and every entry in it.
+std::string why_not_replaceable(const fs::path& dir, const std::string& content) {
+  const fs::path marker = dir / kTitanMarker;
+  if (!fs::is_regular_file(marker))
+    return "titan did not write it (no " + std::string(kTitanMarker) + ")";
+  nlohmann::json meta;
+  try {
+    meta = read_json_file(marker.string(), "titan folder marker", 4);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (!meta.is_object() || meta.value("written_by", nlohmann::json()) != "titan" ||
+      !meta.value("content", nlohmann::json()).is_string() ||
+      !meta.value("files", nlohmann::json()).is_array()) {
+    return marker.string() + " is not a titan marker";
+  }
+  if (meta["content"] != content) {
+    return "it holds a " + meta["content"].get<std::string>() + ", not a " + content;
+  }
+  std::set<std::string> files = {std::string(kTitanMarker)};
+  for (const nlohmann::json& f : meta["files"]) {
+    if (f.is_string()) files.insert(f.get<std::string>());
+  }
+  std::error_code ec;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!files.contains(name) || !entry.is_regular_file()) {
+      return "it holds " + json_quote(name) + ", which titan did not write there";
+    }
+  }
+  if (ec) return "it cannot be listed: " + ec.message();
+  return "";
+}
+
+// The marker naming `content` and every file in `staging`.
+void write_marker(const std::string& staging, const std::string& content) {
+  std::set<std::string> files;  // sorted: the same marker for the same files
+  for (const fs::directory_entry& entry : fs::directory_iterator(staging)) {
+    files.insert(entry.path().filename().string());
+  }
+  const nlohmann::json meta = {{"written_by", "titan"}, {"content", content}, {"files", files}};
+  write_file_atomic((fs::path(staging) / kTitanMarker).string(), meta.dump(2) + "\n");
+}
+
+// `path` made absolute, with symbolic links resolved as far as it exists.
+fs::path resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(fs::path(path)), ec);
+  if (ec) p = fs::absolute(fs::path(path)).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p;
+}
+
+// True when `inner` is `outer` or lies under it, component by component.
+bool contains(const fs::path& outer, const fs::path& inner) {
+  auto o = outer.begin(), i = inner.begin();
+  for (; o != outer.end(); ++o, ++i) {
+    if (i == inner.end() || *o != *i) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-AtomicDir::AtomicDir(std::string path, std::string replace_if)
-    : path_(normalized(path).string()), replace_if_(std::move(replace_if)) {
+void check_destination_apart(const std::string& destination, const std::string& source,
+                             std::string_view what) {
+  if (source.empty()) return;
+  const fs::path dst = resolved(destination), src = resolved(source);
+  TITAN_CHECK(dst != src, destination, ": is ", what, " ", source,
+              "; writing there would replace what is being read: choose another destination");
+  TITAN_CHECK(!contains(src, dst), destination, ": lies inside ", what, " ", source,
+              "; choose a destination outside it");
+  TITAN_CHECK(!contains(dst, src), destination, ": holds ", what, " ", source,
+              "; choose a destination that does not contain it");
+}
+
+AtomicDir::AtomicDir(std::string path, std::string content, bool replace)
+    : path_(normalized(path).string()), content_(std::move(content)), replace_(replace) {
   check_destination();
   const fs::path final_path(path_);
   std::error_code ec;
@@ -63,20 +142,45 @@ AtomicDir::~AtomicDir() {
   fs::remove_all(staging_, ec);
 }
 
-void AtomicDir::check_destination() const {
+void check_atomic_dir_destination(const std::string& path, const std::string& content,
+                                  bool replace) {
+  const std::string dir = normalized(path).string();
   std::error_code ec;
-  const fs::file_status st = fs::symlink_status(path_, ec);
+  const fs::file_status st = fs::symlink_status(dir, ec);
   if (!fs::exists(st)) return;
   const bool folder = fs::is_directory(st);
-  if (folder && fs::is_empty(path_, ec) && !ec) return;
-  const bool replaceable =
-      folder && !replace_if_.empty() && fs::is_regular_file(fs::path(path_) / replace_if_);
-  TITAN_CHECK(replaceable, path_, ": already exists and is not an empty folder",
-              replace_if_.empty() ? "; choose a new destination or ask to overwrite it"
-                                  : " holding " + replace_if_ + ", so it is not replaced");
+  if (folder && fs::is_empty(dir, ec) && !ec) return;
+  TITAN_CHECK(replace, dir,
+              ": already exists and is not an empty folder; choose a new destination or ask to "
+              "overwrite it");
+  TITAN_CHECK(folder, dir, ": already exists and is not a folder, so it is not replaced");
+  const std::string why = why_not_replaceable(dir, content);
+  TITAN_CHECK(why.empty(), dir, ": already exists and is not an empty folder, and ", why,
+              ", so it is not replaced (titan replaces only a ", content,
+              " folder it wrote itself, as its ", kTitanMarker, " lists)");
+}
+
+void AtomicDir::check_destination() const {
+  check_atomic_dir_destination(path_, content_, replace_);
+}
+
+void ensure_writable_folder(const std::string& path, std::string_view what) {
+  std::error_code ec;
+  TITAN_CHECK(!fs::exists(path, ec) || fs::is_directory(path, ec), what, " ", path,
+              ": is a file, not a folder");
+  fs::create_directories(path, ec);
+  TITAN_CHECK(!ec, what, " ", path, ": cannot create the folder: ", ec.message());
+  const fs::path probe = sibling_name(fs::path(path) / "write-probe", ".tmp-");
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  TITAN_CHECK(fd >= 0, what, " ", path, ": cannot create a file in it: ", std::strerror(errno));
+  ::close(fd);
+  fs::remove(probe, ec);
+  TITAN_CHECK(!ec, what, " ", path, ": cannot remove the probe file ", probe.string(), ": ",
+              ec.message());
 }
 
 void AtomicDir::commit() {
+  write_marker(staging_, content_);
   check_destination();  // again: the destination may have appeared since the constructor
   const fs::path final_path(path_);
   std::error_code ec;

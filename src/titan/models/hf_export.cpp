@@ -95,7 +95,8 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
       dir, ": weights cannot be exported as ", dtype_name(options.dtype));
   TITAN_CHECK(options.source_dir.empty() || fs::is_directory(options.source_dir),
               options.source_dir, ": the source model folder does not exist");
-  AtomicDir out(dir, options.overwrite ? "config.json" : "");
+  check_destination_apart(dir, options.source_dir, "the source model folder");
+  AtomicDir out(dir, "model", options.overwrite);
   SafetensorsWriteOptions write;
   write.float_dtype = options.dtype;
   write.max_shard_bytes = options.max_shard_bytes;
@@ -125,6 +126,7 @@ HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst
                                   const HfConvertOptions& options) {
   const std::string config = (fs::path(src) / "config.json").string();
   TITAN_CHECK(fs::is_directory(src), src, ": not a model folder");
+  check_destination_apart(dst, src, "the source model folder");
   HfConvertResult result;
   result.args = read_hf_config(config);
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(src);

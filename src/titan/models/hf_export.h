@@ -27,7 +27,9 @@ struct HfExportOptions {
   // (generation_config.json is then made from the model's token ids).
   std::string source_dir;
   // An existing destination is refused unless it is an empty folder, or `overwrite` is set and it
-  // is a model folder (holds a config.json), which is then replaced as a whole.
+  // is a model folder titan wrote (its titan.json marker lists every file in it: io/atomic_dir.h),
+  // which is then replaced as a whole. A destination that is source_dir, or inside it, or holds
+  // it, is always refused.
   bool overwrite = false;
 };
 
@@ -65,7 +67,8 @@ struct HfConvertResult {
 // Re-exports the model folder `src` as `dst` tensor by tensor, straight from the mapped source
 // files (no model, no fp32 copy, so any size of Qwen3 or Qwen3-MoE converts): validated like a
 // load, converted to the chosen dtype, re-sharded, with config.json rewritten for that dtype and
-// the tokenizer files copied. A tied lm_head.weight in the source is dropped.
+// the tokenizer files copied. A tied lm_head.weight in the source is dropped. `dst` must lie
+// apart from `src` (not the same folder, not inside it, not holding it).
 HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst,
                                   const HfConvertOptions& options);
 
