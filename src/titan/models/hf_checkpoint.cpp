@@ -98,13 +98,13 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
   return matched;
 }
 
-void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
-                     const std::string& path, const std::string& config_source) {
-  const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
-  const std::vector<HfCheckpointTensor> tensors =
-      match_hf_checkpoint(args, checkpoint, config_source);
+namespace {
 
-  // Every destination is resolved and size-checked before the first write.
+// The tensors `matched` in `checkpoint` (of `path`) converted into `groups`; every destination is
+// resolved and size-checked before the first write.
+void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
+                     const std::vector<HfCheckpointTensor>& tensors,
+                     std::vector<ParamGroup>& groups, const std::string& path) {
   std::unordered_map<std::string, std::pair<float*, int64_t>> params;  // name -> (data, numel)
   for (const ParamGroup& g : groups) {
     for (const ParamView& v : g.views()) {
@@ -130,6 +130,14 @@ void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
   }
 }
 
+}  // namespace
+
+void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
+                     const std::string& path, const std::string& config_source) {
+  const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
+  copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source), groups, path);
+}
+
 void load_hf_weights(Qwen3Model& model, const std::string& dir) {
   load_hf_weights(model.args(), model.param_groups(), dir, "the model's config");
 }
@@ -137,8 +145,14 @@ void load_hf_weights(Qwen3Model& model, const std::string& dir) {
 std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
                                           const std::vector<OverrideRule>& overrides) {
   const std::string config = (std::filesystem::path(dir) / "config.json").string();
-  auto model = std::make_unique<Qwen3Model>(read_hf_config(config), overrides);
-  load_hf_weights(model->args(), model->param_groups(), dir, config);
+  const ModelArgs args = read_hf_config(config);
+  // The weights are checked against config.json before the model is allocated: a config that
+  // disagrees with them (100000 layers beside a 2-layer file) fails in milliseconds, not after
+  // allocating what it describes.
+  const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(dir);
+  const std::vector<HfCheckpointTensor> tensors = match_hf_checkpoint(args, checkpoint, config);
+  auto model = std::make_unique<Qwen3Model>(args, overrides);
+  copy_hf_weights(checkpoint, tensors, model->param_groups(), dir);
   return model;
 }
 

@@ -39,7 +39,8 @@ void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source);
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
 void load_hf_weights(Qwen3Model& model, const std::string& dir);
-// The model folder `dir` as a ready model: config.json, then the weights checked against it.
+// The model folder `dir` as a ready model: config.json, then the weights checked against it
+// before the model is allocated, then loaded.
 std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
                                           const std::vector<OverrideRule>& overrides = {});
 

@@ -2,8 +2,12 @@
 
 #include <toml++/toml.h>
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <variant>
 
@@ -240,6 +244,12 @@ std::vector<std::string> job_config_preset_names() {
 }
 
 void job_config_apply_toml(JobConfig& config, const std::string& path) {
+  // toml++ reads a folder or an unreadable file as an empty document: the default run would start.
+  std::error_code ec;
+  TITAN_CHECK(!std::filesystem::is_directory(path, ec), path,
+              ": is a folder, not a TOML config file");
+  TITAN_CHECK(std::ifstream(path).good(), path, ": cannot read the config file: ",
+              std::filesystem::exists(path, ec) ? std::strerror(errno) : "no such file");
   toml::table root;
   try {
     root = toml::parse_file(path);

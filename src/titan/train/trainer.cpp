@@ -11,7 +11,9 @@
 #include "titan/core/cpu_info.h"
 #include "titan/core/error.h"
 #include "titan/core/threads.h"
+#include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
+#include "titan/io/atomic_dir.h"
 #include "titan/models/flavors.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
@@ -85,6 +87,68 @@ DataSources resolve_data_sources(const JobConfig& c) {
   return d;
 }
 
+std::string export_dir(const JobConfig& c) {
+  return c.job.dump_folder + "/hf";
+}
+
+// Every input path exists (a glob matches), so a typo stops the run now, not at the first
+// validation pass.
+void check_inputs(const DataSources& d) {
+  const auto check = [](const std::vector<std::string>& paths, const char* key) {
+    if (paths.empty()) return;  // validation off
+    try {
+      expand_data_paths(paths);
+    } catch (const Error& e) {
+      fail(key, ": ", e.what());
+    }
+  };
+  check(d.train, "training.dataset_path");
+  check(d.validation, "validation.dataset_path");
+}
+
+// What the run will write -- checkpoints, the exported model folder -- checked before any work, so
+// a mistake costs a second, not the run: the folders writable, and the export apart from every
+// source and replaceable (a model folder titan wrote: io/atomic_dir.h).
+void check_outputs(const JobConfig& c, const DataSources& d) {
+  if (!c.checkpoint.enable && !c.checkpoint.last_save_in_hf) return;
+  ensure_writable_folder(c.job.dump_folder, "job.dump_folder");
+  if (c.checkpoint.enable) {
+    ensure_writable_folder(c.job.dump_folder + "/" + c.checkpoint.folder, "checkpoint.folder");
+  }
+  if (!c.checkpoint.last_save_in_hf) return;
+  const std::string hf = export_dir(c);
+  check_destination_apart(hf, c.model.hf_assets_path, "model.hf_assets_path");
+  check_destination_apart(hf, c.checkpoint.initial_load_path, "checkpoint.initial_load_path");
+  check_destination_apart(hf, d.tokenizer, "the tokenizer folder");
+  for (const std::vector<std::string>* paths : {&d.train, &d.validation}) {
+    if (paths->empty()) continue;
+    for (const std::string& path : expand_data_paths(*paths)) {
+      check_destination_apart(hf, path, "the dataset file");
+    }
+  }
+  check_atomic_dir_destination(hf, "model", true);
+}
+
+// The initial weights checked against the model from their headers, before it is allocated.
+void check_initial_weights(const JobConfig::Checkpoint& ck, const ModelArgs& args) {
+  const std::string& initial = ck.initial_load_path;
+  if (initial.empty()) return;
+  if (ck.initial_load_in_hf) {
+    TITAN_CHECK(ck.initial_load_model_only,
+                "checkpoint.initial_load_in_hf = true loads model weights only (a Hugging Face "
+                "folder holds no optimizer state); set checkpoint.initial_load_model_only = true");
+    match_hf_checkpoint(args, SafetensorsCheckpoint::open(initial), "the model's config");
+    return;
+  }
+  TITAN_CHECK(std::filesystem::exists(initial + "/trainer_state.json") ||
+                  !std::filesystem::exists(initial + "/config.json"),
+              "checkpoint.initial_load_path ", initial,
+              " is a Hugging Face folder; set checkpoint.initial_load_in_hf = true to load it");
+  check_training_checkpoint(
+      initial, model_param_specs(args),
+      ck.initial_load_model_only ? CheckpointContent::model_only : CheckpointContent::full);
+}
+
 }  // namespace
 
 Trainer::Trainer(const JobConfig& config) : config_(config) {
@@ -112,6 +176,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   }
   if (!config_.job.description.empty()) std::printf("job: %s\n", config_.job.description.c_str());
   const DataSources sources = resolve_data_sources(config_);
+  check_inputs(sources);
+  check_outputs(config_, sources);
   tokenizer_dir_ = sources.tokenizer;
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
   args_ = resolve_model_args(config_, *tokenizer_);
@@ -129,6 +195,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                   : config_.training.dataset_path.c_str());
   resume_ = find_resume_checkpoint(checkpoint_folder(), model_param_specs(args_),
                                    config_.checkpoint, t.steps);
+  if (!resume_) check_initial_weights(config_.checkpoint, args_);
 
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
@@ -186,17 +253,9 @@ void Trainer::restore() {
   }
   const std::string& initial = ck.initial_load_path;
   if (start_step_ == 0 && !initial.empty()) {
-    if (ck.initial_load_in_hf) {
-      TITAN_CHECK(
-          ck.initial_load_model_only,
-          "checkpoint.initial_load_in_hf = true loads model weights only (a Hugging Face "
-          "folder holds no optimizer state); set checkpoint.initial_load_model_only = true");
+    if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(*model_, initial);
       std::printf("initial weights from %s\n", initial.c_str());
-    } else if (!std::filesystem::exists(initial + "/trainer_state.json") &&
-               std::filesystem::exists(initial + "/config.json")) {
-      fail("checkpoint.initial_load_path ", initial,
-           " is a Hugging Face folder; set checkpoint.initial_load_in_hf = true to load it");
     } else if (ck.initial_load_model_only) {
       const TrainerState state =
           load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::model_only);
@@ -347,7 +406,7 @@ TrainResult Trainer::run() {
     options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
     options.source_dir = tokenizer_dir_;
     options.overwrite = true;
-    const std::string dir = config_.job.dump_folder + "/hf";
+    const std::string dir = export_dir(config_);
     export_hf_folder(dir, args_, model_->param_groups(), options);
     std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
   }
