@@ -16,7 +16,7 @@ Action add_convert_command(CLI::App& app) {
       "convert", "re-export a Hugging Face model folder with another dtype or shard size");
   static int threads;
   static std::string src, dst, dtype, shard_size = "5GB";
-  static bool overwrite = false;
+  static bool overwrite = false, allow_nonfinite = false;
   add_threads_option(*command, threads);
   command->add_option("src", src, "source model folder")->required();
   command->add_option("dst", dst, "destination folder (new or empty; apart from SRC)")->required();
@@ -27,12 +27,15 @@ Action add_convert_command(CLI::App& app) {
   command->add_flag("--overwrite", overwrite,
                     "replace DST if it is a model folder titan wrote (its titan.json lists every "
                     "file in it)");
+  command->add_flag("--allow-nonfinite-weights", allow_nonfinite,
+                    "convert weights holding NaN or Inf (refused otherwise; for debugging)");
   return [] {
     set_thread_count(threads);
     HfConvertOptions options;
     if (!dtype.empty()) options.dtype = parse_export_dtype(dtype);
     options.max_shard_bytes = parse_byte_size(shard_size, "--shard-size");
     options.overwrite = overwrite;
+    options.allow_nonfinite = allow_nonfinite;
     const HfConvertResult r = convert_hf_folder(src, dst, options);
     std::printf("%s: %s, %zu tensors, %.3f GB of %s weights\n", dst.c_str(),
                 r.args.architecture.c_str(), r.tensors, static_cast<double>(r.data_bytes) / 1e9,

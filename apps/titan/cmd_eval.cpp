@@ -20,6 +20,7 @@ Action add_eval_command(CLI::App& app) {
   static std::vector<std::string> data;
   static int64_t seq_len = 2048, batch_size = 1, max_batches = -1;
   static int threads;
+  static bool allow_nonfinite = false;
   add_threads_option(*command, threads);
   command->add_option("--model", model_dir, "model folder (config.json, weights, tokenizer)")
       ->required();
@@ -32,10 +33,12 @@ Action add_eval_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   command->add_option("--batch-size", batch_size, "rows per batch")->check(CLI::PositiveNumber);
   command->add_option("--max-batches", max_batches, "stop after this many batches (-1: all)");
+  command->add_flag("--allow-nonfinite-weights", allow_nonfinite,
+                    "load weights holding NaN or Inf (refused otherwise; for debugging)");
   return [] {
     set_thread_count(threads);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
-    std::unique_ptr<Qwen3Model> model = load_hf_model(model_dir);
+    std::unique_ptr<Qwen3Model> model = load_hf_model(model_dir, {}, allow_nonfinite);
     LoaderOptions options;
     options.data.paths = data;
     options.data.text_field = text_field;

@@ -40,6 +40,7 @@ using nlohmann::json;
 struct GenerateFlags {
   std::string model, prompt, prompts, system, device = "cpu", dtype = "auto";
   bool prompt_given = false, chat = false, think = true, greedy = false;
+  bool allow_nonfinite = false;
   std::optional<int64_t> max_new_tokens, top_k;
   std::optional<double> temperature, top_p, min_p, repetition_penalty;
   uint64_t seed = 0;
@@ -235,6 +236,8 @@ Action add_generate_command(CLI::App& app) {
   command->add_option("--device", f.device, "cpu (the only backend so far)");
   command->add_option("--dtype", f.dtype,
                       "weights: auto (the folder's dtype), bfloat16 or float32; compute is fp32");
+  command->add_flag("--allow-nonfinite-weights", f.allow_nonfinite,
+                    "load weights holding NaN or Inf (refused otherwise; for debugging)");
   return [command] {
     f.prompt_given = command->count("--prompt") > 0;
     check_inference_device(f.device);
@@ -244,7 +247,7 @@ Action add_generate_command(CLI::App& app) {
                 ": no tokenizer.json (generate needs the tokenizer files beside the ", "weights)");
     const DType dtype = inference_dtype(f.model, f.dtype);  // a bad --dtype fails before loading
     const Tokenizer tok = Tokenizer::load(f.model);
-    std::unique_ptr<Qwen3Model> model = load_hf_model(f.model);
+    std::unique_ptr<Qwen3Model> model = load_hf_model(f.model, {}, f.allow_nonfinite);
     const InferenceWeights weights(*model, dtype);
     const GenerateOptions options = resolve_options(f, f.model, model->args());
     if (!f.prompts.empty()) return run_batch(f, weights, tok, options);

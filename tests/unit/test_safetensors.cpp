@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "titan/io/atomic_file.h"
@@ -159,6 +160,32 @@ TEST(SafetensorsReader, LargeConversionsMatchElementwise) {
   std::vector<uint16_t> f16(n);
   convert_float(h.data(), DType::f16, n, f16.data(), DType::bf16);
   EXPECT_EQ(f16[n - 1], f32_to_bf16(f16_to_f32(h[n - 1])));
+}
+
+TEST(SafetensorsReader, CountsNonFiniteValuesInEveryFloatDtype) {
+  // Above the threading threshold; NaN, +Inf, -Inf at both ends and mid-chunk, beside the largest
+  // finite values (all exponent bits but one set), which must not count.
+  const size_t n = (1 << 20) + 7;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x(n, 1.0f);
+  x[0] = std::nanf("");
+  x[70000] = inf;
+  x[n - 1] = -inf;
+  x[1] = bf16_to_f32(0x7f7f);  // the largest finite bf16 (+Inf as f16)
+  x[2] = 65504.0f;             // the largest finite f16
+  std::vector<uint16_t> h(n);
+  for (DType t : {DType::bf16, DType::f16}) {
+    convert_from_f32(x.data(), n, t, h.data());
+    const size_t f16_max_rounds_to_inf = t == DType::f16 ? 1 : 0;  // x[1]
+    EXPECT_EQ(count_nonfinite(h.data(), t, n), 3 + f16_max_rounds_to_inf) << dtype_name(t);
+    // Unaligned, and only a prefix.
+    std::vector<unsigned char> shifted(2 * n + 1);
+    std::memcpy(shifted.data() + 1, h.data(), 2 * n);
+    EXPECT_EQ(count_nonfinite(shifted.data() + 1, t, 2), 1 + f16_max_rounds_to_inf);
+  }
+  EXPECT_EQ(count_nonfinite(x.data(), DType::f32, n), 3u);
+  EXPECT_EQ(count_nonfinite(x.data() + 1, DType::f32, 100), 0u);
+  expect_error([&] { count_nonfinite(x.data(), DType::i32, 1); }, {"I32"});
 }
 
 TEST(SafetensorsReader, AcceptsAnyEntryOrderAndUnalignedData) {

@@ -74,7 +74,44 @@ void f32_to_f16_range(const float* src, unsigned char* dst, size_t begin, size_t
   }
 }
 
+// Non-finite: every exponent bit set (IEEE), for `Bits` values whose exponent field is `mask`.
+template <typename Bits, Bits mask>
+size_t count_nonfinite_bits(const unsigned char* data, size_t n) {
+  const auto count_range = [&](size_t begin, size_t end) {
+    size_t count = 0;
+    for (size_t i = begin; i < end; ++i) {
+      Bits b;
+      std::memcpy(&b, data + sizeof(Bits) * i, sizeof(Bits));
+      count += (b & mask) == mask;
+    }
+    return count;
+  };
+  if (n < kParallelMin) return count_range(0, n);
+  const auto chunks = static_cast<int64_t>((n + kChunk - 1) / kChunk);
+  size_t total = 0;
+#pragma omp parallel for schedule(static) reduction(+ : total)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t begin = static_cast<size_t>(c) * kChunk;
+    total += count_range(begin, std::min(n, begin + kChunk));
+  }
+  return total;
+}
+
 }  // namespace
+
+size_t count_nonfinite(const void* data, DType dtype, size_t n) {
+  const auto* d = static_cast<const unsigned char*>(data);
+  switch (dtype) {
+    case DType::f32:
+      return count_nonfinite_bits<uint32_t, 0x7f800000u>(d, n);
+    case DType::bf16:
+      return count_nonfinite_bits<uint16_t, 0x7f80u>(d, n);
+    case DType::f16:
+      return count_nonfinite_bits<uint16_t, 0x7c00u>(d, n);
+    default:
+      fail("cannot check ", dtype_name(dtype), " values for NaN: not a floating-point type");
+  }
+}
 
 void convert_to_f32(const void* src, DType src_dtype, size_t n, float* dst) {
   const auto* s = static_cast<const unsigned char*>(src);

@@ -15,5 +15,7 @@ void convert_to_f32(const void* src, DType src_dtype, size_t n, float* dst);
 void convert_from_f32(const float* src, size_t n, DType dst_dtype, void* dst);
 // Between any two of f32, bf16, f16 (through fp32 when neither side is f32).
 void convert_float(const void* src, DType src_dtype, size_t n, void* dst, DType dst_dtype);
+// How many of the n values at `data` (f32, bf16 or f16, maybe unaligned) are NaN or infinite.
+size_t count_nonfinite(const void* data, DType dtype, size_t n);
 
 }  // namespace titan

@@ -11,6 +11,7 @@
 #include "titan/io/convert.h"
 #include "titan/io/json_util.h"
 #include "titan/models/hf_config.h"
+#include "titan/models/nonfinite_weights.h"
 #include "titan/nn/qwen3.h"
 
 namespace titan {
@@ -101,10 +102,11 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
 namespace {
 
 // The tensors `matched` in `checkpoint` (of `path`) converted into `groups`; every destination is
-// resolved and size-checked before the first write.
+// resolved and size-checked before the first write; non-finite values are refused unless allowed.
 void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
                      const std::vector<HfCheckpointTensor>& tensors,
-                     std::vector<ParamGroup>& groups, const std::string& path) {
+                     std::vector<ParamGroup>& groups, const std::string& path,
+                     bool allow_nonfinite) {
   std::unordered_map<std::string, std::pair<float*, int64_t>> params;  // name -> (data, numel)
   for (const ParamGroup& g : groups) {
     for (const ParamView& v : g.views()) {
@@ -124,26 +126,33 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
   for (const HfCheckpointTensor& t : tensors) total_bytes += static_cast<int64_t>(t.entry->nbytes);
   Progress progress("loading " + path, total_bytes, ProgressUnit::bytes);
   for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
+  NonfiniteScan scan;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    read_f32(*tensors[i].entry, destinations[i], static_cast<size_t>(tensors[i].entry->numel()));
+    const auto numel = static_cast<size_t>(tensors[i].entry->numel());
+    read_f32(*tensors[i].entry, destinations[i], numel);
+    scan.add(tensors[i].entry->file, tensors[i].key.key, destinations[i], DType::f32, numel);
     progress.advance(static_cast<int64_t>(tensors[i].entry->nbytes));
   }
+  scan.check(allow_nonfinite);
 }
 
 }  // namespace
 
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
-                     const std::string& path, const std::string& config_source) {
+                     const std::string& path, const std::string& config_source,
+                     bool allow_nonfinite) {
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
-  copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source), groups, path);
+  copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source), groups, path,
+                  allow_nonfinite);
 }
 
-void load_hf_weights(Qwen3Model& model, const std::string& dir) {
-  load_hf_weights(model.args(), model.param_groups(), dir, "the model's config");
+void load_hf_weights(Qwen3Model& model, const std::string& dir, bool allow_nonfinite) {
+  load_hf_weights(model.args(), model.param_groups(), dir, "the model's config", allow_nonfinite);
 }
 
 std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
-                                          const std::vector<OverrideRule>& overrides) {
+                                          const std::vector<OverrideRule>& overrides,
+                                          bool allow_nonfinite) {
   const std::string config = (std::filesystem::path(dir) / "config.json").string();
   const ModelArgs args = read_hf_config(config);
   // The weights are checked against config.json before the model is allocated: a config that
@@ -152,7 +161,7 @@ std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(dir);
   const std::vector<HfCheckpointTensor> tensors = match_hf_checkpoint(args, checkpoint, config);
   auto model = std::make_unique<Qwen3Model>(args, overrides);
-  copy_hf_weights(checkpoint, tensors, model->param_groups(), dir);
+  copy_hf_weights(checkpoint, tensors, model->param_groups(), dir, allow_nonfinite);
   return model;
 }
 

@@ -34,14 +34,17 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
                                                     const std::string& config_source);
 
 // Validates the checkpoint at `path` (a model folder, an index or one .safetensors file) against
-// `args`, then converts every tensor into `groups` (laid out by model_param_specs(args)).
+// `args`, then converts every tensor into `groups` (laid out by model_param_specs(args)). Weights
+// holding NaN or Inf are refused (models/nonfinite_weights.h) unless `allow_nonfinite`.
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
-                     const std::string& path, const std::string& config_source);
+                     const std::string& path, const std::string& config_source,
+                     bool allow_nonfinite = false);
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
-void load_hf_weights(Qwen3Model& model, const std::string& dir);
+void load_hf_weights(Qwen3Model& model, const std::string& dir, bool allow_nonfinite = false);
 // The model folder `dir` as a ready model: config.json, then the weights checked against it
 // before the model is allocated, then loaded.
 std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
-                                          const std::vector<OverrideRule>& overrides = {});
+                                          const std::vector<OverrideRule>& overrides = {},
+                                          bool allow_nonfinite = false);
 
 }  // namespace titan

@@ -12,6 +12,7 @@
 #include "titan/io/safetensors.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
+#include "titan/models/nonfinite_weights.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/qwen3.h"
 
@@ -136,8 +137,12 @@ HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst
   std::set<DType> source_dtypes;
   std::vector<SafetensorsTensor> tensors;
   tensors.reserve(matched.size());
+  for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
+  NonfiniteScan scan;
   for (const HfCheckpointTensor& t : matched) {
     source_dtypes.insert(*t.entry->dtype);
+    scan.add(t.entry->file, t.key.key, t.entry->data, *t.entry->dtype,
+             static_cast<size_t>(t.entry->numel()));
     // The writer only reads through this view; the mapping itself is read-only.
     tensors.push_back(
         {t.key.key, Tensor::view(const_cast<void*>(t.entry->data), t.key.shape, *t.entry->dtype)});
@@ -149,11 +154,11 @@ HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst
                 ": the tensors have more than one dtype; choose the export dtype");
     result.dtype = *source_dtypes.begin();
   }
+  scan.check(options.allow_nonfinite);
   result.tensors = tensors.size();
   for (const SafetensorsTensor& t : tensors) {
     result.data_bytes += static_cast<uint64_t>(t.tensor.numel()) * dtype_size(result.dtype);
   }
-  for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
   export_hf_folder(dst, result.args, tensors,
                    {result.dtype, options.max_shard_bytes, src, options.overwrite});
   return result;

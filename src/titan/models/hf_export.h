@@ -55,6 +55,7 @@ struct HfConvertOptions {
   std::optional<DType> dtype;  // nullopt: the source's, which must then be one for all tensors
   uint64_t max_shard_bytes = 5'000'000'000;
   bool overwrite = false;
+  bool allow_nonfinite = false;  // convert weights holding NaN or Inf (refused otherwise)
 };
 
 struct HfConvertResult {

@@ -15,6 +15,7 @@
 #include "titan/io/atomic_file.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
+#include "titan/models/nonfinite_weights.h"
 
 namespace titan {
 namespace fs = std::filesystem;
@@ -60,13 +61,16 @@ std::vector<ParamSpec> param_specs(const std::vector<ParamGroup>& groups) {
 }
 
 void copy_tensors(const SafetensorsFile& file, std::vector<ParamGroup>& groups,
-                  const std::vector<BufferSource>& sources, Progress& progress) {
+                  const std::vector<BufferSource>& sources, Progress& progress,
+                  NonfiniteScan& scan) {
   file.prefetch();
   for (const BufferSource& src : sources) {
     for (ParamGroup& g : groups) {
       for (const ParamView& v : g.views()) {
         const SafetensorsEntry* e = file.find(src.prefix + v.spec.name);
-        std::memcpy((g.*src.buffer)() + v.offset, e->data, e->nbytes);
+        float* dst = (g.*src.buffer)() + v.offset;
+        std::memcpy(dst, e->data, e->nbytes);
+        scan.add(file.path(), e->name, dst, DType::f32, static_cast<size_t>(v.numel));
         progress.advance(static_cast<int64_t>(e->nbytes));
       }
     }
@@ -229,13 +233,15 @@ TrainerState check_training_checkpoint(const std::string& dir,
 }
 
 TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
-                                      CheckpointContent content) {
+                                      CheckpointContent content, bool allow_nonfinite) {
   const OpenCheckpoint ck = open_training_checkpoint(dir, param_specs(groups), content);
   Progress progress("loading " + dir,
                     buffer_bytes(groups, ck.optimizer ? 1 + optimizer_sources().size() : 1),
                     ProgressUnit::bytes);
-  copy_tensors(*ck.model, groups, model_sources(), progress);
-  if (ck.optimizer) copy_tensors(*ck.optimizer, groups, optimizer_sources(), progress);
+  NonfiniteScan scan;
+  copy_tensors(*ck.model, groups, model_sources(), progress, scan);
+  if (ck.optimizer) copy_tensors(*ck.optimizer, groups, optimizer_sources(), progress, scan);
+  scan.check(allow_nonfinite);
   return ck.state;
 }
 

@@ -60,7 +60,8 @@ TrainerState check_training_checkpoint(const std::string& dir,
 // Loads the checkpoint folder `dir` into groups: the parameters, and with `full` the AdamW moments
 // too (groups must have optimizer state allocated; a model-only checkpoint is an error). Every
 // tensor is checked (present, right shape) before any is copied; errors name file and tensor.
+// NaN or Inf in what was loaded is refused (models/nonfinite_weights.h) unless `allow_nonfinite`.
 TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
-                                      CheckpointContent content);
+                                      CheckpointContent content, bool allow_nonfinite = false);
 
 }  // namespace titan

@@ -75,6 +75,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint", "export_dtype", &c.checkpoint.export_dtype},
       {"checkpoint", "load_step", &c.checkpoint.load_step},
       {"checkpoint", "allow_fresh_start", &c.checkpoint.allow_fresh_start},
+      {"checkpoint", "allow_nonfinite_weights", &c.checkpoint.allow_nonfinite_weights},
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},

@@ -77,6 +77,9 @@ struct JobConfig {
     // A resume that finds checkpoints and can use none stops, unless this is set: then the run
     // starts from step 1 beside them (replacing a step-N folder when it saves step N).
     bool allow_fresh_start = false;
+    // Initial weights and checkpoints holding NaN or Inf are refused at load unless this is set
+    // (for debugging such weights).
+    bool allow_nonfinite_weights = false;
   } checkpoint;
   struct ActivationCheckpoint {
     std::string mode = "none";  // none | full

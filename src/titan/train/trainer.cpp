@@ -248,23 +248,25 @@ void Trainer::restore() {
   if (resume_) {
     resume_from(load_training_checkpoint(resume_->dir, model_->param_groups(),
                                          resume_->state.model_only ? CheckpointContent::model_only
-                                                                   : CheckpointContent::full),
+                                                                   : CheckpointContent::full,
+                                         ck.allow_nonfinite_weights),
                 resume_->dir);
   }
   const std::string& initial = ck.initial_load_path;
   if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
-      load_hf_weights(*model_, initial);
+      load_hf_weights(*model_, initial, ck.allow_nonfinite_weights);
       std::printf("initial weights from %s\n", initial.c_str());
     } else if (ck.initial_load_model_only) {
       const TrainerState state =
-          load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::model_only);
+          load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::model_only,
+                                   ck.allow_nonfinite_weights);
       std::printf("initial weights from %s (titan checkpoint of step %lld, model weights only)\n",
                   initial.c_str(), static_cast<long long>(state.step));
     } else {
-      resume_from(
-          load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::full),
-          initial);
+      resume_from(load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::full,
+                                           ck.allow_nonfinite_weights),
+                  initial);
     }
   } else if (start_step_ == 0) {
     std::printf("initial weights: random (HF init, seed %lld)\n",

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Weights holding NaN or Inf are found at load, named (file, first tensor, counts) and refused
+# with one line by every command that loads them -- generate, eval, convert, train's initial
+# weights and a resumed checkpoint -- unless explicitly allowed for debugging; nothing on disk
+# changes.
+set -euo pipefail
+titan="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/tree_sum.sh"
+common=(--training.steps=2 --lr_scheduler.warmup_steps=0 --training.seq_len=64
+        --training.local_batch_size=2 --threads 2)
+
+# poison FILE TENSOR VALUE...: overwrite the first values of an F32 tensor in a safetensors file.
+poison() { python3 - "$@" <<'PY'
+import json, struct, sys
+path, name, values = sys.argv[1], sys.argv[2], [float(v) for v in sys.argv[3:]]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    entry = json.loads(f.read(n))[name]
+    assert entry["dtype"] == "F32", entry
+    f.seek(8 + n + entry["data_offsets"][0])
+    f.write(struct.pack("<%df" % len(values), *values))
+PY
+}
+
+"$titan" train "${common[@]}" --checkpoint.enable=true --checkpoint.last_save_model_only=false \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$work/run" > "$work/run.log"
+poison "$work/run/hf/model.safetensors" model.norm.weight nan inf -inf
+poison "$work/run/checkpoint/step-2/model.safetensors" model.layers.1.mlp.up_proj.weight nan
+printf '{"text": "one two three four five six seven eight nine ten"}\n' > "$work/data.jsonl"
+tree_sum "$work" > "$work.before"
+same() { tree_sum "$work" | grep -v -e "\.out$" -e "\.err$" | diff <(grep -v -e "\.out$" -e "\.err$" "$work.before") - > /dev/null \
+  || { echo "$1: something changed"; exit 1; }; }
+named='3 non-finite weight\(s\) \(NaN or Inf\) in 1 tensor\(s\), the first "model.norm.weight" with 3; .*--allow-nonfinite-weights'
+
+expect_refusal generate "^titan generate: error: .*/run/hf/model.safetensors: $named" \
+  "$titan" generate --model "$work/run/hf" --prompt hi --max-new-tokens 2
+same generate
+expect_refusal eval "^titan eval: error: .*/run/hf/model.safetensors: $named" \
+  "$titan" eval --model "$work/run/hf" --data "$work/data.jsonl" --seq-len 8
+same eval
+expect_refusal convert "^titan convert: error: .*/run/hf/model.safetensors: $named" \
+  "$titan" convert "$work/run/hf" "$work/bf16" --dtype bfloat16
+same convert
+expect_refusal train_initial "^titan train: error: .*/run/hf/model.safetensors: $named" \
+  "$titan" train "${common[@]}" --checkpoint.initial_load_path="$work/run/hf" \
+  --checkpoint.initial_load_in_hf=true --job.dump_folder="$work/b"
+! grep -q "^step" "$work/train_initial.out" || { echo "training started"; exit 1; }
+rm -rf "$work/b"
+same train_initial
+expect_refusal resume "^titan train: error: .*/run/checkpoint/step-2/model.safetensors: 1 non-finite weight\(s\) .* the first \"model.layers.1.mlp.up_proj.weight\" with 1; .*checkpoint.allow_nonfinite_weights" \
+  "$titan" train "${common[@]}" --training.steps=4 --checkpoint.enable=true --checkpoint.last_save_in_hf=false \
+  --job.dump_folder="$work/run"
+same resume
+
+# Allowed, for debugging: loaded with a warning.
+"$titan" generate --model "$work/run/hf" --prompt hi --max-new-tokens 2 --greedy --allow-nonfinite-weights \
+  > "$work/allowed.out" 2> "$work/allowed.err"
+grep -q "^warning: .*model.norm.weight.*loaded anyway" "$work/allowed.err" || { echo "no warning"; cat "$work/allowed.err"; exit 1; }
+cat "$work"/generate.err "$work"/resume.err
