@@ -43,7 +43,7 @@ refused no_validation "^titan train: error: validation.dataset_path: .*/missing.
   train "${common[@]}" --job.dump_folder="$work/v" --validation.enable=true --validation.dataset_path="$work/missing.jsonl"
 refused config_folder "^titan train: error: .*/run: is a folder, not a TOML config file$" \
   train --config "$work/run" "${common[@]}"
-refused load_step "^titan train: error: checkpoint.load_step = 1 resumes from a checkpoint, but checkpoint.enable is false" \
+refused load_step "^titan train: error: checkpoint.load_step is set but checkpoint.enable is false: set checkpoint.enable = true" \
   train "${common[@]}" --job.dump_folder="$work/run" --checkpoint.load_step=1
 refused huge_layers "^titan train: error: .*/huge.*model.layers.4.input_layernorm.weight\" is missing \(and [0-9]+ more\)" \
   train "${common[@]}" --preset hf --model.hf_assets_path="$work/huge" --training.dataset=default \

@@ -10,10 +10,7 @@ std::optional<ResumePoint> find_resume_checkpoint(const std::string& folder,
                                                   const std::vector<ParamGroupSpec>& specs,
                                                   const JobConfig::Checkpoint& ck,
                                                   int64_t training_steps) {
-  TITAN_CHECK(ck.load_step < 0 || ck.enable, "checkpoint.load_step = ", ck.load_step,
-              " resumes from a checkpoint, but checkpoint.enable is false (set it to true to "
-              "read ",
-              folder, ")");
+  // checkpoint.load_step without checkpoint.enable is refused by job_config_unused_keys.
   if (!ck.enable) return std::nullopt;
   std::string model_only_dir;  // a newer model-only checkpoint passed over
   std::vector<std::pair<std::string, std::string>> unusable;  // (step-N, why), newest first
