@@ -375,7 +375,7 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");
   unused({"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
-          "checkpoint.last_save_model_only"},
+          "checkpoint.last_save_model_only", "checkpoint.allow_fresh_start"},
          !c.checkpoint.enable, "checkpoint.enable is false");
   unused({"checkpoint.initial_load_model_only", "checkpoint.initial_load_in_hf"},
          c.checkpoint.initial_load_path.empty(), "checkpoint.initial_load_path is not set");
