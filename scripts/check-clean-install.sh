@@ -70,10 +70,16 @@ apt_uri_for_suite() {
 # first), and removes $work only when nothing is mounted there any more.
 cleanup() {
   [ -n "$work" ] && [ -d "$work" ] || return 0
-  local pid root mounts
-  for pid in /proc/[0-9]*; do
-    root=$(readlink "$pid/root" 2>/dev/null) || continue
-    [[ "$root" == "$work"/* ]] && kill -9 "${pid#/proc/}" 2>/dev/null
+  local pid root mounts inside attempt
+  for attempt in $(seq 50); do  # again until none is left: a dying make may still spawn one
+    inside=()
+    for pid in /proc/[0-9]*; do
+      root=$(readlink "$pid/root" 2>/dev/null) || continue
+      [[ "$root" == "$work"/* ]] && inside+=("${pid#/proc/}")
+    done
+    [ ${#inside[@]} -gt 0 ] || break
+    kill -9 "${inside[@]}" 2>/dev/null || true
+    sleep 0.1
   done
   mounts=$(awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r)
   for m in $mounts; do
@@ -82,7 +88,7 @@ cleanup() {
   if awk -v w="$work/" 'index($2, w) == 1 { found = 1 } END { exit !found }' /proc/self/mounts; then
     echo "check-clean-install: left $work in place: something is still mounted under it" >&2
   else
-    rm -rf --one-file-system "$work"
+    rm -rf --one-file-system "$work" || echo "check-clean-install: could not remove all of $work" >&2
   fi
 }
 
@@ -90,9 +96,11 @@ on_exit() {
   local rc=$?
   trap '' INT TERM
   cleanup
-  if [ "$rc" -ne 0 ]; then
-    echo "check-clean-install: FAILED at step '$step' (exit $rc, after $((SECONDS - started)) s)" >&2
-  fi
+  case "$rc" in
+    0) ;;
+    130 | 143) echo "check-clean-install: interrupted during step '$step'" >&2 ;;
+    *) echo "check-clean-install: FAILED at step '$step' (exit $rc, after $((SECONDS - started)) s)" >&2 ;;
+  esac
   exit "$rc"
 }
 trap on_exit EXIT
@@ -112,7 +120,6 @@ keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -f "$keyring" ] || { echo "check-clean-install: $keyring is missing (apt-get install debian-archive-keyring)" >&2; exit 1; }
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/titan-clean-install.XXXXXX")
-log=$work/log
 
 if [ "$refresh" -eq 1 ] || [ ! -f "$cache" ]; then
   step="debootstrap $suite ($variant) from $mirror"
@@ -120,8 +127,8 @@ if [ "$refresh" -eq 1 ] || [ ! -f "$cache" ]; then
   t=$SECONDS
   variant_arg=()
   [ "$variant" = default ] || variant_arg=(--variant="$variant")
-  if ! debootstrap "${variant_arg[@]}" --keyring="$keyring" "$suite" "$work/bare" "$mirror" > "$log" 2>&1; then
-    tail -n 30 "$log" >&2
+  if ! debootstrap "${variant_arg[@]}" --keyring="$keyring" "$suite" "$work/bare" "$mirror" > "$work/debootstrap.log" 2>&1; then
+    tail -n 30 "$work/debootstrap.log" >&2
     exit 1
   fi
   step="cache the bare root in $cache"
@@ -177,24 +184,28 @@ env_args=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 for v in http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
   [ -z "${!v:-}" ] || env_args+=("$v=${!v}")
 done
-in_root() {
-  chroot "$root" /usr/bin/env -i "${env_args[@]}" /bin/bash -c 'cd /work/titan.cpp && "$@"' bash "$@"
+# Runs the shell command $1 in the checkout inside the root, in the background: a Ctrl-C then
+# reaches the trap at once (a foreground apt-get would hold it until its install ends) and the
+# cleanup kills what runs in the root.
+run_in_root() {
+  chroot "$root" /usr/bin/env -i "${env_args[@]}" /bin/bash -c "set -euo pipefail; cd /work/titan.cpp; $1" &
+  wait $!
 }
 
 step="scripts/setup.sh"
 echo "check-clean-install: running scripts/setup.sh in the root"
 t=$SECONDS
-in_root scripts/setup.sh
+run_in_root scripts/setup.sh
 setup_s=$((SECONDS - t))
 
 step="build/titan train --training.steps=$steps"
 echo "check-clean-install: running build/titan train --training.steps=$steps in the root"
 t=$SECONDS
-in_root build/titan train --training.steps="$steps" --metrics.log_freq=5 2>&1 | tee "$log"
+run_in_root "build/titan train --training.steps=$steps --metrics.log_freq=5 2>&1 | tee /tmp/train.log"
 train_s=$((SECONDS - t))
 
 step="the loss must fall (summary line of the train)"
-read -r first last < <(sed -n 's/^summary: loss \([0-9.]*\) -> \([0-9.]*\).*/\1 \2/p' "$log")
+read -r first last < <(sed -n 's/^summary: loss \([0-9.]*\) -> \([0-9.]*\).*/\1 \2/p' "$root/tmp/train.log")
 [ -n "${last:-}" ] || { echo "check-clean-install: the train printed no 'summary: loss A -> B' line" >&2; exit 1; }
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' ||
   { echo "check-clean-install: the loss did not fall: $first -> $last" >&2; exit 1; }
