@@ -66,24 +66,31 @@ apt_uri_for_suite() {
     END { if (!found) flush() }' "${files[@]}"
 }
 
-# Kills what still runs inside the temporary roots, unmounts everything under $work (deepest
-# first), and removes $work only when nothing is mounted there any more.
-cleanup() {
-  [ -n "$work" ] && [ -d "$work" ] || return 0
-  local pid root mounts inside attempt
-  for attempt in $(seq 50); do  # again until none is left: a dying make may still spawn one
+# Kills what still runs inside the temporary roots, again until none is left (a dying make may
+# still spawn one), and reaps the killed chroot (call with stderr closed: bash reports it).
+kill_processes_in_work() {
+  local pid root inside attempt
+  for attempt in $(seq 50); do
     inside=()
     for pid in /proc/[0-9]*; do
-      root=$(readlink "$pid/root" 2>/dev/null) || continue
+      root=$(readlink "$pid/root" 2> /dev/null) || continue
       [[ "$root" == "$work"/* ]] && inside+=("${pid#/proc/}")
     done
     [ ${#inside[@]} -gt 0 ] || break
-    kill -9 "${inside[@]}" 2>/dev/null || true
+    kill -9 "${inside[@]}" || true
     sleep 0.1
   done
-  mounts=$(awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r)
-  for m in $mounts; do
-    umount "$m" 2>/dev/null || umount -l "$m"
+  wait || true
+}
+
+# Unmounts everything under $work (deepest first) and removes $work only when nothing is mounted
+# there any more.
+cleanup() {
+  [ -n "$work" ] && [ -d "$work" ] || return 0
+  kill_processes_in_work 2> /dev/null
+  local m
+  for m in $(awk -v w="$work/" 'index($2, w) == 1 { print $2 }' /proc/self/mounts | sort -r); do
+    umount "$m" 2> /dev/null || umount -l "$m" || true
   done
   if awk -v w="$work/" 'index($2, w) == 1 { found = 1 } END { exit !found }' /proc/self/mounts; then
     echo "check-clean-install: left $work in place: something is still mounted under it" >&2
