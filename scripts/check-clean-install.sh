@@ -17,8 +17,9 @@
 #     environment (env -i, HOME=/root), and checks the summary's loss fell and outputs/hf exists.
 #   - always unmounts and removes the temporary root (trap), also on failure or Ctrl-C. The host's
 #     packages are not touched, except installing debootstrap and zstd when missing.
-# Time on the 2-core development VM: about 13 min cold (building the cached root about 2 min),
-# about 11 min cached; nearly all of it setup.sh's package install and Release build.
+# Time on the 2-core development VM (shared with other builds), including cleanup: 15.5 min cold
+# (debootstrap and caching the root 100 s), 9.5 min cached; the rest is nearly all setup.sh's
+# package install and build of every target (8-13 min), then 40-50 s of training.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
