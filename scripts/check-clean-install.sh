@@ -17,9 +17,9 @@
 #     environment (env -i, HOME=/root), and checks the summary's loss fell and outputs/hf exists.
 #   - always unmounts and removes the temporary root (trap), also on failure or Ctrl-C. The host's
 #     packages are not touched, except installing debootstrap and zstd when missing.
-# Time on the 2-core development VM (shared with other builds), including cleanup: 15.5 min cold
-# (debootstrap and caching the root 100 s), 9.5 to 14.5 min cached as the VM's load varied; nearly
-# all of it setup.sh's package install and build of every target, then 40-60 s of training.
+# Time on the 2-core development VM, whose cores other builds shared, including cleanup: cold
+# 15.5 to 18.5 min (debootstrap and caching the root 90-100 s), cached 9.5 to 15.5 min; nearly all
+# of it setup.sh's package install and build of every target, then 40-60 s of training.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
