@@ -34,10 +34,15 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  if [ "$(id -u)" -ne 0 ]; then
+    # A Debian installed with a root password has no sudo.
+    command -v sudo > /dev/null || { echo "setup.sh: installing ${missing[*]} needs root: run it as root, or install sudo first (as root: apt-get install sudo; adduser $(id -un) sudo)" >&2; exit 1; }
+    sudo_cmd=(sudo)
+  fi
   echo "setup.sh: installing ${missing[*]}"
   "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # Through env: sudo drops the caller's environment.
+  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
 if [ "$with_python" -eq 1 ]; then
