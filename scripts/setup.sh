@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Installs what titan.cpp needs on a fresh Debian 12 machine and builds it in Release.
-#   scripts/setup.sh            system packages + build (build/titan)
-#   scripts/setup.sh --python   also the Python references the tests compare against (.venv)
+#   scripts/setup.sh           system packages + the titan binary (build/titan): the quick start
+#   scripts/setup.sh --tests   also the tests and benchmarks, and the Python references they
+#                              compare against (.venv)
 # Safe to run again: installed packages and an up-to-date .venv are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-with_python=0
+with_tests=0
 build_dir=build
 cmake_args=()
 for arg in "$@"; do
   case "$arg" in
-    --python) with_python=1 ;;
+    --tests) with_tests=1 ;;
     --sanitize) build_dir=build-sanitize; cmake_args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_SANITIZE=ON) ;;
     --werror) cmake_args+=(-DTITAN_WERROR=ON) ;;
-    *) echo "setup.sh: unknown argument '$arg' (expected --python, --sanitize, --werror)" >&2; exit 2 ;;
+    *) echo "setup.sh: unknown argument '$arg' (expected --tests, --sanitize, --werror)" >&2; exit 2 ;;
   esac
 done
 
@@ -45,7 +46,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-if [ "$with_python" -eq 1 ]; then
+if [ "$with_tests" -eq 1 ]; then
   # Pinned references; the stamp makes a re-run skip the (large) torch install.
   req=tests/reference/requirements.txt
   stamp=.venv/.installed-$(sha1sum "$req" | cut -c1-12)
@@ -57,5 +58,8 @@ if [ "$with_python" -eq 1 ]; then
   fi
 fi
 
+# The quick start needs only the binary; the tests and benchmarks more than double the build.
+targets=(--target titan_cli)
+[ "$with_tests" -eq 1 ] && targets=()
 cmake -S . -B "$build_dir" "${cmake_args[@]}" > /dev/null
-cmake --build "$build_dir" -j"$(nproc)"
+cmake --build "$build_dir" -j"$(nproc)" "${targets[@]}"

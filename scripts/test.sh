@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build
 [ "${1:-}" = "--sanitize" ] && build_dir=build-sanitize
-scripts/setup.sh --python --werror "$@"
+scripts/setup.sh --tests --werror "$@"
 
 
 ctest --test-dir "$build_dir" --output-on-failure -j2 --timeout 600
