@@ -2,7 +2,7 @@
 # Weights holding NaN or Inf are found at load, named (file, first tensor, counts) and refused
 # with one line by every command that loads them -- generate, eval, convert, train's initial
 # weights and a resumed checkpoint -- unless explicitly allowed for debugging; nothing on disk
-# changes.
+# changes. Weights a run made non-finite are not exported.
 set -euo pipefail
 titan="$1"
 work=$(mktemp -d)
@@ -53,6 +53,17 @@ expect_refusal resume "^titan train: error: .*/run/checkpoint/step-2/model.safet
   "$titan" train "${common[@]}" --training.steps=4 --checkpoint.enable=true --checkpoint.last_save_in_hf=false \
   --job.dump_folder="$work/run"
 same resume
+
+# Weights that training itself made non-finite (an lr that overflows fp32, every later step
+# skipped) are not exported as a model.
+if "$titan" train "${common[@]}" --optimizer.lr=1e39 --training.skip_nonfinite_steps=true \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$work/blowup" > "$work/blowup.out" 2> "$work/blowup.err"; then
+  echo "training that made its weights non-finite exported them"; exit 1
+fi
+tail -n 1 "$work/blowup.err" | grep -qE "^titan train: error: the trained model: [0-9]+ non-finite weight" \
+  || { echo "trained export: unexpected error"; cat "$work/blowup.err"; exit 1; }
+[ ! -e "$work/blowup/hf" ] || { echo "a non-finite model was exported"; exit 1; }
+rm -rf "$work/blowup" "$work/blowup.out" "$work/blowup.err"
 
 # Allowed, for debugging: loaded with a warning.
 "$titan" generate --model "$work/run/hf" --prompt hi --max-new-tokens 2 --greedy --allow-nonfinite-weights \

@@ -19,6 +19,7 @@
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
+#include "titan/models/nonfinite_weights.h"
 #include "titan/train/checkpoint.h"
 
 namespace titan {
@@ -408,6 +409,15 @@ TrainResult Trainer::run() {
     options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
     options.source_dir = tokenizer_dir_;
     options.overwrite = true;
+    // Skipped non-finite steps can still leave weights that are; they are not exported as a model.
+    NonfiniteScan scan;
+    for (const ParamGroup& g : model_->param_groups()) {
+      for (const ParamView& v : g.views()) {
+        scan.add("the trained model", v.spec.name, g.params() + v.offset, DType::f32,
+                 static_cast<size_t>(v.numel));
+      }
+    }
+    scan.check(config_.checkpoint.allow_nonfinite_weights);
     const std::string dir = export_dir(config_);
     export_hf_folder(dir, args_, model_->param_groups(), options);
     std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
