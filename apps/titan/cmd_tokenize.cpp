@@ -1,6 +1,7 @@
 // titan tokenize: text to token ids and back with a Hugging Face tokenizer.json.
 //   --text T                     print the ids of T
 //   --jsonl IN [--out FILE]      {"text": ...} per line -> {"ids": [...]} per line, same order
+//                                (FILE must not exist yet)
 //   --decode                     the other way: ids on --text, or {"ids": [...]} lines -> {"text":
 //   ...}
 //   --bin OUT FILES...           dataset files (text, JSON Lines, JSON, gzip; dirs, globs) -> one
@@ -156,6 +157,11 @@ void convert_jsonl(const Tokenizer& tok, const TokenizeOptions& o, std::ostream&
 // never leaves a partial file under the final name.
 void convert_jsonl_to_file(const Tokenizer& tok, const TokenizeOptions& o) {
   check_destination_apart(o.out, o.jsonl, "the input");
+  // A file of ids carries no mark of who wrote it, so none is ever replaced.
+  std::error_code probe;
+  TITAN_CHECK(!std::filesystem::exists(o.out, probe), o.out,
+              ": exists; titan tokenize --out does not replace a file (remove it or choose "
+              "another name)");
   const std::string tmp = o.out + ".tmp." + std::to_string(::getpid());
   try {
     {

@@ -53,6 +53,9 @@ same bin_not_token_file
 expect_refusal jsonl_in_place "^titan tokenize: error: .*/data.jsonl: is the input" \
   "$titan" tokenize --tokenizer "$work/model" --jsonl "$work/data.jsonl" --out "$work/data.jsonl"
 same jsonl_in_place
+expect_refusal jsonl_over_a_file "^titan tokenize: error: .*/project/config.json: exists; titan tokenize --out does not replace a file" \
+  "$titan" tokenize --tokenizer "$work/model" --jsonl "$work/data.jsonl" --out "$work/project/config.json"
+same jsonl_over_a_file
 
 for flag in "" --overwrite; do
   expect_refusal "tokenizer_model$flag" "^titan tokenizer: error: .*/model: already exists and is not an empty folder" \
