@@ -34,11 +34,6 @@ struct Tokenizer::Loader {
     return j["type"].get<std::string>();
   }
 
-  // A type name as messages quote it: the file's text, cut short.
-  std::string quoted_type_of(const json& j, const char* where) const {
-    return json_quote(type_of(j, where));
-  }
-
   bool flag(const json& j, const char* key) const {
     if (!j.contains(key) || j[key].is_null()) return false;
     if (!j[key].is_boolean()) error("\"", key, "\" must be true or false");
@@ -77,10 +72,10 @@ struct Tokenizer::Loader {
     }
     const json& split = j["pretokenizers"][0];
     const json& byte_level = j["pretokenizers"][1];
-    const std::string split_type = quoted_type_of(split, "pre_tokenizer.pretokenizers[0]");
-    const std::string byte_type = quoted_type_of(byte_level, "pre_tokenizer.pretokenizers[1]");
-    if (split_type != "\"Split\"" || byte_type != "\"ByteLevel\"") {
-      error("pre_tokenizer Sequence[", split_type, ", ", byte_type,
+    const std::string split_type = type_of(split, "pre_tokenizer.pretokenizers[0]");
+    const std::string byte_type = type_of(byte_level, "pre_tokenizer.pretokenizers[1]");
+    if (split_type != "Split" || byte_type != "ByteLevel") {
+      error("pre_tokenizer Sequence[", json_quote(split_type), ", ", json_quote(byte_type),
             "] is not supported (only Sequence[Split, ByteLevel])");
     }
     if (split.value("behavior", "") != "Isolated" || flag(split, "invert")) {
@@ -102,17 +97,21 @@ struct Tokenizer::Loader {
 
   void post_processor(const json& j) const {
     if (j.is_null()) return;
-    const std::string type = quoted_type_of(j, "post_processor");
+    const std::string type = type_of(j, "post_processor");
     // Neither changes the ids of encode (see Tokenizer::encode): ByteLevel only adjusts offsets,
     // TemplateProcessing only acts with add_special_tokens.
-    if (type != "\"ByteLevel\"" && type != "\"TemplateProcessing\"") {
-      error("post_processor ", type, " is not supported (only ByteLevel, TemplateProcessing)");
+    if (type != "ByteLevel" && type != "TemplateProcessing") {
+      error("post_processor ", json_quote(type),
+            " is not supported (only ByteLevel, TemplateProcessing)");
     }
   }
 
   void decoder(const json& j) const {
-    const std::string type = j.is_null() ? "null" : quoted_type_of(j, "decoder");
-    if (type != "\"ByteLevel\"") error("decoder ", type, " is not supported (only ByteLevel)");
+    const std::string type = j.is_null() ? "null" : type_of(j, "decoder");
+    if (type != "ByteLevel") {
+      error("decoder ", j.is_null() ? type : json_quote(type),
+            " is not supported (only ByteLevel)");
+    }
   }
 
   void set_token(int32_t id, const std::string& token) {
