@@ -4,7 +4,7 @@
 // accepted (and then usable) or refused with one titan::Error line, naming the file, of bounded
 // length -- never a crash, a stack overflow, another exception type, or a message that quotes the
 // input whole (the suite also runs under ASan/UBSan). Seeds are generated, mutations
-// deterministic; TITAN_FUZZ_SECONDS runs longer (test_json_fuzz_util.h).
+// deterministic; TITAN_FUZZ_SECONDS runs longer (test_fuzz_util.h).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "test_dataset_util.h"
-#include "test_json_fuzz_util.h"
+#include "test_fuzz_util.h"
 #include "titan/data/bpe_trainer.h"
 #include "titan/data/dataset.h"
 #include "titan/data/tokenizer.h"

@@ -1,5 +1,5 @@
-// Bounded mutation fuzzing of JSON inputs (see test_json_fuzz.cpp): a mutator that edits JSON text
-// the ways hostile or broken files differ from good ones, and the time budget of a run.
+// Bounded mutation fuzzing (test_safetensors_fuzz.cpp, test_json_fuzz.cpp): the time budget of a
+// run, and a mutator that edits JSON text the ways hostile or broken files differ from good ones.
 #pragma once
 
 #include <chrono>
@@ -15,7 +15,7 @@ namespace titan::test {
 // iteration cap), TITAN_FUZZ_SEED explores another sequence of inputs.
 struct FuzzBudget {
   std::chrono::seconds time{3};
-  int64_t max_iterations = 200'000;
+  int64_t max_iterations = 400'000;
   uint64_t seed = 20240601;
 };
 
