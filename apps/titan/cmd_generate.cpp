@@ -29,6 +29,7 @@
 #include "titan/infer/device.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/weights.h"
+#include "titan/io/json_util.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/nn/qwen3.h"
 
@@ -104,12 +105,7 @@ struct BatchItem {
 // One JSON Lines record; errors name FILE:LINE.
 BatchItem parse_batch_line(const std::string& line, const std::string& where,
                            const GenerateFlags& f) {
-  json j;
-  try {
-    j = json::parse(line);
-  } catch (const json::parse_error& e) {
-    fail(where, ": not valid JSON (", e.what(), ")");
-  }
+  json j = parse_json_strict(line, where, "the record", kMaxJsonDocumentDepth);
   TITAN_CHECK(j.is_object(), where, ": expected an object with \"prompt\" or \"messages\"");
   if (j.contains("messages")) {
     TITAN_CHECK(j["messages"].is_array(), where, ": \"messages\" must be a list");

@@ -23,6 +23,7 @@
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/atomic_dir.h"
+#include "titan/io/json_util.h"
 
 namespace titan::cli {
 namespace {
@@ -76,12 +77,7 @@ std::vector<int32_t> parse_id_list(const Tokenizer& tok, const std::string& s) {
 // One JSON Lines record -> its output line; errors name the input line.
 std::string convert_line(const Tokenizer& tok, const TokenizeOptions& o, const std::string& line,
                          const std::string& where, size_t& n_tokens) {
-  json record;
-  try {
-    record = json::parse(line);
-  } catch (const json::parse_error& e) {
-    fail(where, ": not valid JSON (", e.what(), ")");
-  }
+  json record = parse_json_strict(line, where, "the record", kMaxJsonDocumentDepth);
   if (o.decode) {
     TITAN_CHECK(record.is_object() && record.contains("ids") && record["ids"].is_array(), where,
                 ": no \"ids\" list");

@@ -145,7 +145,7 @@ TEST(DatasetBadInput, JsonLinesBadLineAndMissingField) {
   const DocumentFile f = DocumentFile::open(dir / "a.jsonl", {});
   ASSERT_EQ(f.size(), 3u);
   const std::string bad = error_of([&] { f.record(1, DataMode::pretrain); });
-  EXPECT_EQ(bad.rfind(dir / "a.jsonl:3: not valid JSON", 0), 0u) << bad;
+  EXPECT_EQ(bad.rfind(dir / "a.jsonl:3: the record is not valid JSON", 0), 0u) << bad;
   EXPECT_EQ(error_of([&] { f.record(2, DataMode::pretrain); }),
             dir / "a.jsonl:4: no \"text\" field (nor an \"ids\" list)");
   EXPECT_EQ(error_of([&] { f.record(0, DataMode::chat); }),
@@ -177,7 +177,7 @@ TEST(DatasetBadInput, JsonArrayAndChatFromText) {
   write_text(dir / "a.json", "[{\"text\": \"a\"}, {\"text\": ]");
   EXPECT_EQ(error_of([&] {
               DocumentFile::open(dir / "a.json", {});
-            }).rfind(dir / "a.json: not valid JSON at byte 26", 0),
+            }).rfind(dir / "a.json: the JSON list is not valid JSON: ", 0),
             0u);
   write_text(dir / "c.txt", "plain");
   EXPECT_NE(error_of([&] {
@@ -210,6 +210,58 @@ TEST(DatasetBadInput, TruncatedAndCorruptGzip) {
   EXPECT_EQ(error_of([&] { DocumentFile::open(dir / "tail.txt.gz", {}); }),
             dir / "tail.txt.gz: bytes after the end of the gzip stream at compressed offset " +
                 std::to_string(full.size()) + " are not gzip data");
+}
+
+// Inflated a piece at a time: exactly the limit is read, a byte more is refused by name before
+// the rest of the stream is inflated; multi-member files count all members.
+TEST(DatasetBadInput, GunzipStopsAtTheLimit) {
+  const ScratchDir dir("gzip_limit");
+  const std::string text(3'000'000, 'z');
+  test::write_gzip(dir / "a.gz", text);
+  const std::string gz = test::read_bytes(dir / "a.gz");
+  EXPECT_EQ(gunzip(gz, "a.gz", text.size()), text);
+  EXPECT_EQ(error_of([&] { gunzip(gz, "a.gz", text.size() - 1); }),
+            "a.gz: decompresses to more than 2999999 bytes, the limit for one gzip file (set "
+            "TITAN_GUNZIP_LIMIT, e.g. to 64GiB, to raise it, or split the file)");
+  EXPECT_EQ(gunzip(gz + gz, "a.gz", 2 * text.size()), text + text);
+  EXPECT_NE(error_of([&] { gunzip(gz + gz, "a.gz", 2 * text.size() - 1); }).find("more than"),
+            std::string::npos);
+}
+
+TEST(DatasetBadInput, GunzipLimitComesFromTheEnvironment) {
+  ASSERT_EQ(unsetenv("TITAN_GUNZIP_LIMIT"), 0);
+  EXPECT_EQ(gunzip_limit(), uint64_t{4} << 30);
+  ASSERT_EQ(setenv("TITAN_GUNZIP_LIMIT", "64GiB", 1), 0);
+  EXPECT_EQ(gunzip_limit(), uint64_t{64} << 30);
+  ASSERT_EQ(setenv("TITAN_GUNZIP_LIMIT", "lots", 1), 0);
+  EXPECT_NE(error_of([] { gunzip_limit(); }).find("TITAN_GUNZIP_LIMIT \"lots\" is not a size"),
+            std::string::npos);
+  ASSERT_EQ(unsetenv("TITAN_GUNZIP_LIMIT"), 0);
+}
+
+// Hostile records: nesting past the limit is one bad record (skippable), and a bad element of
+// "ids" is quoted by its start, not written out whole.
+TEST(DatasetBadInput, DeepAndWideRecords) {
+  const ScratchDir dir("deep_records");
+  std::string wide = "{\"ids\": [1, [";
+  for (int i = 0; i < 100'000; ++i) wide += i ? ",7" : "7";
+  wide += "]]}\n";
+  const std::string deep =
+      "{\"ids\": [1, " + std::string(100'000, '[') + std::string(100'000, ']') + "]}\n";
+  write_text(dir / "a.jsonl", deep + wide + "{\"text\": \"a\", \"text\": \"b\"}\n");
+  const DocumentFile f = DocumentFile::open(dir / "a.jsonl", {});
+  EXPECT_EQ(error_of([&] { f.record(0, DataMode::pretrain); }),
+            dir / "a.jsonl:1: the record nests deeper than 128 levels");
+  EXPECT_THROW(f.record(0, DataMode::pretrain), BadRecordError);
+  EXPECT_EQ(error_of([&] { f.record(1, DataMode::pretrain); }),
+            dir /
+                "a.jsonl:2: \"ids\" holds array [7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7,7...,"
+                " not a non-negative 32-bit integer");
+  EXPECT_EQ(error_of([&] { f.record(2, DataMode::pretrain); }),
+            dir / "a.jsonl:3: the record has the key \"text\" twice");
+  write_text(dir / "b.json", "[" + deep.substr(0, deep.size() - 1) + "]");
+  EXPECT_EQ(error_of([&] { DocumentFile::open(dir / "b.json", {}); }),
+            dir / "b.json: the JSON list nests deeper than 129 levels");
 }
 
 // A token file by hand: header fields, tokens and document ends as given.

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "test_dataset_util.h"
+#include "test_hostile_inputs.h"
 #include "test_tokenizer_python.h"
 #include "titan/data/dataset.h"
 
@@ -98,6 +99,86 @@ TEST(DatasetCommand, TokenizeBinBadInputLeavesNoFile) {
       0u)
       << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1);
+}
+
+// Issue 12's hostile inputs: each ends as one error line naming the file and exit status 1 (a
+// crash would be a signal), and leaves the input as it was.
+TEST(DatasetCommand, DeeplyNestedNormalizerIsRefused) {
+  const ScratchDir dir("cli_deep_normalizer");
+  const std::string tokenizer =
+      test::with_normalizer(test::read_bytes(test::trained_tokenizer_dir() + "/tokenizer.json"),
+                            test::nested_sequence_normalizer(200'000));
+  write_text(dir / "tok/tokenizer.json", tokenizer);
+  const CommandResult r =
+      titan_command("tokenize --tokenizer '" + (dir / "tok") + "' --text hello", dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "titan tokenize: error: " + (dir / "tok/tokenizer.json") +
+                       ": tokenizer.json nests deeper than 128 levels\n");
+  EXPECT_EQ(test::read_bytes(dir / "tok/tokenizer.json"), tokenizer);
+}
+
+TEST(DatasetCommand, DeeplyNestedIdsAreRefused) {
+  const ScratchDir dir("cli_deep_ids");
+  const std::string data = "{\"ids\": [1, 2]}\n" + test::deeply_nested_ids_record(100'000);
+  write_text(dir / "a.jsonl", data);
+  const std::string error = dir / "a.jsonl:2: the record nests deeper than 128 levels\n";
+
+  CommandResult r =
+      titan_command("tokenize --tokenizer '" + test::trained_tokenizer_dir() + "' --bin '" +
+                        (dir / "out.bin") + "' '" + (dir / "a.jsonl") + "'",
+                    dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "titan tokenize: error: " + error);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
+
+  r = titan_command("train --training.dataset=files --training.dataset_path='" + (dir / "a.jsonl") +
+                        "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
+                        "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
+                        "--job.dump_folder='" +
+                        (dir / "run") + "' --threads 2",
+                    dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(r.err.ends_with("\ntitan train: error: " + error) ||
+              r.err == "titan train: error: " + error)
+      << r.err;
+  EXPECT_EQ(test::read_bytes(dir / "a.jsonl"), data);
+}
+
+TEST(DatasetCommand, GzipBombStopsAtTheLimit) {
+  const ScratchDir dir("cli_gzip_bomb");
+  const std::string bomb = dir / "bomb.jsonl.gz";
+  test::write_gzip_bomb(bomb, 64);
+  const std::string compressed = test::read_bytes(bomb);
+  ASSERT_LT(compressed.size(), size_t{1} << 20);
+  const std::string tokenize = "tokenize --threads 2 --tokenizer '" +
+                               test::trained_tokenizer_dir() + "' --bin '" + (dir / "out.bin") +
+                               "' '" + bomb + "'";
+  const std::string error = bomb +
+                            ": decompresses to more than 16777216 bytes, the limit for one gzip "
+                            "file (set TITAN_GUNZIP_LIMIT, e.g. to 64GiB, to raise it, or split "
+                            "the file)\n";
+  ASSERT_EQ(setenv("TITAN_GUNZIP_LIMIT", "16MiB", 1), 0);
+  CommandResult r = titan_command(tokenize, dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.err, "titan tokenize: error: " + error);
+  EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
+  r = titan_command("train --training.dataset=files --training.dataset_path='" + bomb +
+                        "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
+                        "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
+                        "--job.dump_folder='" +
+                        (dir / "run") + "' --threads 2",
+                    dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(r.err.ends_with("\ntitan train: error: " + error) ||
+              r.err == "titan train: error: " + error)
+      << r.err;
+  // Raised to the file's size, the same file is read.
+  ASSERT_EQ(setenv("TITAN_GUNZIP_LIMIT", "64MiB", 1), 0);
+  r = titan_command(tokenize, dir);
+  ASSERT_EQ(unsetenv("TITAN_GUNZIP_LIMIT"), 0);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("1 files, 16384 documents"), std::string::npos) << r.err;
+  EXPECT_EQ(test::read_bytes(bomb), compressed);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "test_generate_util.h"
+#include "test_hostile_inputs.h"
 #include "test_tokenizer_python.h"
 #include "titan/data/chat_template.h"
 #include "titan/infer/generate.h"
@@ -190,6 +191,33 @@ TEST_F(GenerateCli, BadInputs) {
   export_hf_folder(dir_ / "bare", model, options);
   expect_one_line_error(titan_cli("generate --model '" + (dir_ / "bare") + "' --prompt hi", dir_),
                         "no tokenizer.json");
+}
+
+// Issue 12: a normalizer nested 200,000 deep used to overflow the stack while the tokenizer was
+// read; now the parser's depth limit refuses the file, which is left as it was.
+TEST_F(GenerateCli, DeeplyNestedNormalizerIsRefused) {
+  Qwen3Model model(test::tiny_generate_args(true));
+  model.initialize(1);
+  HfExportOptions options;
+  options.dtype = DType::f32;
+  export_hf_folder(dir_ / "deep", model, options);
+  std::string qwen3;
+  {
+    std::ifstream in(test::qwen3_tokenizer_dir() + "/tokenizer.json");
+    qwen3.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const std::string tokenizer =
+      test::with_normalizer(qwen3, test::nested_sequence_normalizer(200'000));
+  const std::string path = dir_ / "deep/tokenizer.json";
+  std::ofstream(path) << tokenizer;
+  const CommandResult r =
+      titan_cli("generate --model '" + (dir_ / "deep") + "' --prompt hi --max-new-tokens 2", dir_);
+  ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status);
+  EXPECT_EQ(WEXITSTATUS(r.status), 1);
+  EXPECT_EQ(r.err,
+            "titan generate: error: " + path + ": tokenizer.json nests deeper than 128 levels\n");
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), tokenizer);
 }
 
 }  // namespace

@@ -181,7 +181,7 @@ TEST(HfConfig, RefusesUnknownArchitecturesByName) {
                {"model_type 'qwen3' does not match architecture Qwen3MoeForCausalLM"});
   c.erase("architectures");
   c["model_type"] = "qwen2";
-  expect_error([&] { (void)model_args_from_hf_config(c, "c.json"); }, {"model_type 'qwen2'"});
+  expect_error([&] { (void)model_args_from_hf_config(c, "c.json"); }, {"model_type \"qwen2\""});
   c.erase("model_type");
   expect_error([&] { (void)model_args_from_hf_config(c, "c.json"); },
                {"neither architectures nor model_type"});

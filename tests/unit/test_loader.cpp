@@ -351,7 +351,7 @@ TEST(LoaderBadInput, BadLineStopsTheLoaderWithFileAndLine) {
     error = e.what();
   }
   EXPECT_GT(n, 10u) << "the batches before the bad line arrive first";
-  EXPECT_EQ(error.rfind(dir / "a.jsonl:51: not valid JSON", 0), 0u) << error;
+  EXPECT_EQ(error.rfind(dir / "a.jsonl:51: the record is not valid JSON", 0), 0u) << error;
   EXPECT_EQ(error.find('\n'), std::string::npos);
   EXPECT_THROW(loader.next_batch(), Error);  // and again: the loader stays stopped
 
@@ -365,7 +365,7 @@ TEST(LoaderBadInput, BadLineStopsTheLoaderWithFileAndLine) {
   EXPECT_EQ(skipping.state().skipped, 6);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0].rfind(dir / "a.jsonl: skipped 6 bad record(s); the first: " +
-                                  dir / "a.jsonl:51: not valid JSON",
+                                  dir / "a.jsonl:51: the record is not valid JSON",
                               0),
             0u)
       << warnings[0];

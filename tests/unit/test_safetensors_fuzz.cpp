@@ -1,15 +1,16 @@
 // Bounded mutation fuzzing of the safetensors header parser (the one SafetensorsFile uses):
 // whatever the bytes, it returns a header whose entries tile the data buffer, or throws
 // titan::Error -- never crashes, reads out of bounds or throws anything else (the suite also
-// runs under ASan/UBSan). Deterministic seed, a few seconds of work.
+// runs under ASan/UBSan). Deterministic seed, a few seconds of work (TITAN_FUZZ_SECONDS for more,
+// test_fuzz_util.h).
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "test_fuzz_util.h"
 #include "titan/io/safetensors_header.h"
 #include "titan/io/safetensors_writer.h"
 #include "unit/test_safetensors_util.h"
@@ -18,9 +19,6 @@ namespace titan {
 namespace {
 
 using Bytes = std::vector<unsigned char>;
-
-constexpr auto kBudget = std::chrono::seconds(3);
-constexpr int kMaxIterations = 400'000;
 
 // Tokens that steer mutations into the parser's interesting paths.
 const std::vector<std::string> kDictionary = {"{",
@@ -225,12 +223,11 @@ void check_invariants(const SafetensorsHeader& h, size_t size) {
 
 TEST(SafetensorsFuzz, HeaderParserNeverCrashes) {
   const std::vector<Bytes> corpus = seeds();
-  Mutator m(20240601);
+  const test::FuzzBudget budget = test::fuzz_budget();
+  Mutator m(budget.seed);
   size_t accepted = 0;
   size_t refused = 0;
-  const auto start = std::chrono::steady_clock::now();
-  int i = 0;
-  for (; i < kMaxIterations && std::chrono::steady_clock::now() - start < kBudget; ++i) {
+  const int64_t n = test::run_fuzz(budget, [&](int64_t) {
     Bytes input = corpus[m.pick(corpus.size())];
     const size_t rounds = 1 + m.pick(3);
     for (size_t r = 0; r < rounds; ++r) m.mutate(input);
@@ -247,8 +244,9 @@ TEST(SafetensorsFuzz, HeaderParserNeverCrashes) {
       ASSERT_EQ(std::string(e.what()).rfind("fuzz: ", 0), 0u) << e.what();
       ++refused;
     }
-  }
-  std::printf("fuzz: %d inputs, %zu accepted, %zu refused\n", i, accepted, refused);
+  });
+  std::printf("fuzz: %lld inputs, %zu accepted, %zu refused\n", static_cast<long long>(n), accepted,
+              refused);
   EXPECT_GT(accepted, 0u);
   EXPECT_GT(refused, 0u);
 }

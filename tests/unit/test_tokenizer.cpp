@@ -389,11 +389,19 @@ TEST(Tokenizer, RefusesBadInput) {
   j["model"]["merges"] = json::array({42});
   EXPECT_NE(load_error(j.dump()).find("model.merges[0]"), std::string::npos);
 
+  // An id far past the entries would size the id tables by the id (found by test_json_fuzz).
+  j = tiny_tokenizer_json();
+  j["model"]["vocab"]["\xC4\xA0t"] = 2147483647;
+  EXPECT_NE(
+      load_error(j.dump()).find("model.vocab[\"\\u0120t\"]: id must be an integer in [0, 257)"),
+      std::string::npos);
+
   j = tiny_tokenizer_json();
   j["model"].erase("vocab");
   EXPECT_NE(load_error(j.dump()).find("model.vocab is missing"), std::string::npos);
 
   j = tiny_tokenizer_json();
+  j["model"]["vocab"]["zz"] = j["model"]["vocab"]["!"];  // the ids still number the entries
   j["model"]["vocab"].erase("!");
   EXPECT_NE(load_error(j.dump()).find("no entry for byte 33"), std::string::npos);
 

@@ -102,7 +102,7 @@ TEST(TokenizeCommand, BadLinesFailWithOneLineNamingFileAndLine) {
     EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
     EXPECT_FALSE(std::filesystem::exists(out));
   };
-  expect_error("{\"text\": \"a\"}\n{\"text\": \"b\"\n", "", "not valid JSON");
+  expect_error("{\"text\": \"a\"}\n{\"text\": \"b\"\n", "", "the record is not valid JSON");
   expect_error("{\"text\": \"a\"}\n{\"txt\": \"b\"}\n", "", "no string \"text\" field");
   expect_error("{\"ids\": [1]}\n{\"ids\": [1, 151669]}\n", "--decode",
                "id 151669 is outside the vocabulary");

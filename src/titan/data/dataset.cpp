@@ -2,8 +2,10 @@
 
 #include <cstring>
 #include <fstream>
+#include <new>
 
 #include "titan/data/dataset_read.h"
+#include "titan/io/json_util.h"
 
 namespace titan {
 
@@ -58,7 +60,7 @@ ChatMessage parse_message(const json& m, const std::string& where, size_t index)
   }
   if (message.role != "system" && message.role != "user" && message.role != "assistant" &&
       message.role != "tool") {
-    bad("has role \"" + message.role + "\" (expected system, user, assistant or tool)");
+    bad("has role " + json_quote(message.role) + " (expected system, user, assistant or tool)");
   }
   // The loss mask finds turns by their ChatML markers; a marker inside a message would forge a
   // turn (and is not text a model should learn to write).
@@ -73,6 +75,14 @@ ChatMessage parse_message(const json& m, const std::string& where, size_t index)
 }  // namespace
 
 DocumentFile DocumentFile::open(const std::string& path, const DatasetOptions& options) {
+  try {
+    return read(path, options);
+  } catch (const std::bad_alloc&) {
+    fail(path, ": out of memory reading the file");
+  }
+}
+
+DocumentFile DocumentFile::read(const std::string& path, const DatasetOptions& options) {
   DocumentFile f;
   f.path_ = path;
   f.options_ = options;
@@ -92,11 +102,8 @@ DocumentFile DocumentFile::open(const std::string& path, const DatasetOptions& o
   const size_t first = f.bytes_.find_first_not_of(" \t\r\n");
   if (json_name && first != std::string::npos && f.bytes_[first] == '[') {
     f.format_ = Format::json_array;
-    try {
-      f.array_ = json::parse(f.bytes_);
-    } catch (const json::parse_error& e) {
-      fail(path, ": not valid JSON at byte ", e.byte, " (", e.what(), ")");
-    }
+    // One level for the list, then the records' own.
+    f.array_ = parse_json_strict(f.bytes_, path, "the JSON list", kMaxJsonDocumentDepth + 1);
     f.bytes_.clear();
     f.bytes_.shrink_to_fit();
     f.n_docs_ = f.array_.size();
@@ -123,6 +130,14 @@ DocumentFile DocumentFile::open(const std::string& path, const DatasetOptions& o
 }
 
 Record DocumentFile::record(size_t i, DataMode mode) const {
+  try {
+    return read_record(i, mode);
+  } catch (const std::bad_alloc&) {
+    fail(path_, ": out of memory reading document ", i);
+  }
+}
+
+Record DocumentFile::read_record(size_t i, DataMode mode) const {
   switch (format_) {
     case Format::tokens: {
       TITAN_CHECK(mode == DataMode::pretrain, path_,
@@ -148,9 +163,10 @@ Record DocumentFile::record(size_t i, DataMode mode) const {
       std::string where = path_ + ":" + std::to_string(s.line);
       json j;
       try {
-        j = json::parse(std::string_view(bytes_).substr(s.begin, s.end - s.begin));
-      } catch (const json::parse_error& e) {
-        throw BadRecordError(where + ": not valid JSON (" + e.what() + ")");
+        j = parse_json_strict(std::string_view(bytes_).substr(s.begin, s.end - s.begin), where,
+                              "the record", kMaxJsonDocumentDepth);
+      } catch (const Error& e) {
+        throw BadRecordError(e.what());
       }
       return from_json(j, std::move(where), mode);
     }
@@ -188,7 +204,7 @@ Record DocumentFile::from_json(const json& j, std::string where, DataMode mode) 
     r.ids.reserve(j["ids"].size());
     for (const json& id : j["ids"]) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        throw BadRecordError(r.where + ": \"ids\" holds " + id.dump() +
+        throw BadRecordError(r.where + ": \"ids\" holds " + json_excerpt(id) +
                              ", not a non-negative 32-bit integer");
       }
       r.ids.push_back(id.get<int32_t>());

@@ -75,6 +75,10 @@ class DocumentFile {
     size_t line;        // 1-based line of begin
   };
 
+  // open() but for turning std::bad_alloc into an Error naming the file.
+  static DocumentFile read(const std::string& path, const DatasetOptions& options);
+  // record() but for turning std::bad_alloc into an Error naming the file.
+  Record read_record(size_t i, DataMode mode) const;
   Record from_json(const nlohmann::json& j, std::string where, DataMode mode) const;
 
   std::string path_;

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <set>
 
 #include "titan/core/error.h"
+#include "titan/io/byte_size.h"
 
 namespace titan {
 
@@ -95,13 +98,23 @@ std::vector<std::string> expand_data_paths(const std::vector<std::string>& specs
   return files;
 }
 
-std::string gunzip(std::string_view compressed, const std::string& name) {
+uint64_t gunzip_limit() {
+  const char* text = std::getenv(kGunzipLimitVariable);
+  return text == nullptr ? kDefaultGunzipLimit : parse_byte_size(text, kGunzipLimitVariable);
+}
+
+std::string gunzip(std::string_view compressed, const std::string& name, uint64_t max_bytes) {
   z_stream zs{};
   // 15 + 16: a gzip wrapper (not zlib or raw deflate), the largest window.
   TITAN_CHECK(inflateInit2(&zs, 15 + 16) == Z_OK, name, ": cannot initialise zlib");
+  const struct InflateEnd {
+    z_stream& zs;
+    ~InflateEnd() { inflateEnd(&zs); }
+  } inflate_end{zs};
+  // Inflated a piece at a time, so the output grows only by what the stream really holds and
+  // stops at the limit, whatever ratio the compressed bytes claim.
+  std::vector<char> piece(size_t{1} << 20);
   std::string out;
-  out.resize(std::max<size_t>(compressed.size() * 4, 1 << 16));
-  size_t produced = 0;
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
   zs.avail_in = 0;
   size_t consumed = 0;  // compressed bytes handed to zlib so far
@@ -114,39 +127,35 @@ std::string gunzip(std::string_view compressed, const std::string& name) {
       zs.avail_in = static_cast<uInt>(n);
       consumed += n;
     }
-    if (produced == out.size()) out.resize(out.size() * 2);
-    const size_t room = std::min<size_t>(out.size() - produced, size_t{1} << 30);
-    zs.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
-    zs.avail_out = static_cast<uInt>(room);
+    zs.next_out = reinterpret_cast<Bytef*>(piece.data());
+    zs.avail_out = static_cast<uInt>(piece.size());
     const int rc = inflate(&zs, Z_NO_FLUSH);
-    produced += room - zs.avail_out;
+    const size_t produced = piece.size() - zs.avail_out;
+    if (out.size() + produced > max_bytes) {
+      fail(name, ": decompresses to more than ", max_bytes,
+           " bytes, the limit for one gzip file (set ", kGunzipLimitVariable,
+           ", e.g. to 64GiB, to raise it, or split the file)");
+    }
+    out.append(piece.data(), produced);
     if (rc == Z_STREAM_END) {
       // Another member may follow (files made by `cat a.gz b.gz`); anything else is not gzip.
       const size_t at = compressed_offset();
       if (at == compressed.size()) break;
-      if (!is_gzip(compressed.substr(at))) {
-        inflateEnd(&zs);
-        fail(name, ": bytes after the end of the gzip stream at compressed offset ", at,
-             " are not gzip data");
-      }
+      TITAN_CHECK(is_gzip(compressed.substr(at)), name,
+                  ": bytes after the end of the gzip stream at compressed offset ", at,
+                  " are not gzip data");
       inflateReset(&zs);
       continue;
     }
     if (rc == Z_OK) continue;
     if (rc == Z_BUF_ERROR && zs.avail_in == 0 && consumed == compressed.size()) {
-      const size_t at = compressed_offset();
-      inflateEnd(&zs);
-      fail(name, ": truncated gzip stream (the data ends at compressed offset ", at,
-           " before the stream does)");
+      fail(name, ": truncated gzip stream (the data ends at compressed offset ",
+           compressed_offset(), " before the stream does)");
     }
     if (rc == Z_BUF_ERROR) continue;  // no progress possible this round: more input or output
-    const std::string msg = zs.msg ? zs.msg : "error " + std::to_string(rc);
-    const size_t at = compressed_offset();
-    inflateEnd(&zs);
-    fail(name, ": corrupt gzip data near compressed offset ", at, " (", msg, ")");
+    fail(name, ": corrupt gzip data near compressed offset ", compressed_offset(), " (",
+         zs.msg ? zs.msg : "error " + std::to_string(rc), ")");
   }
-  inflateEnd(&zs);
-  out.resize(produced);
   return out;
 }
 
@@ -156,10 +165,14 @@ std::string read_data_file(const std::string& path) {
   in.seekg(0, std::ios::end);
   const std::streamoff size = in.tellg();
   in.seekg(0);
-  std::string bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  TITAN_CHECK(in.good() || bytes.empty(), path, ": read failed");
-  return is_gzip(bytes) ? gunzip(bytes, path) : bytes;
+  try {
+    std::string bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    TITAN_CHECK(in.good() || bytes.empty(), path, ": read failed");
+    return is_gzip(bytes) ? gunzip(bytes, path, gunzip_limit()) : bytes;
+  } catch (const std::bad_alloc&) {
+    fail(path, ": out of memory reading the file (", size, " bytes on disk)");
+  }
 }
 
 std::string data_file_kind_name(const std::string& path) {

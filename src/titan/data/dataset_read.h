@@ -2,6 +2,7 @@
 // names, and a file's bytes, gunzipped when it is gzip-compressed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,12 +15,22 @@ namespace titan {
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& specs);
 
 // The whole file; a gzip file (by its magic bytes, any name) is decompressed, concatenated members
-// included. A truncated or corrupt stream is a titan::Error naming the file and the compressed
-// byte offset where it broke.
+// included, up to gunzip_limit() bytes. A truncated or corrupt stream, a file past the limit and
+// running out of memory are each a titan::Error naming the file (and, for a broken stream, the
+// compressed byte offset where it broke).
 std::string read_data_file(const std::string& path);
 
-// The gunzipped bytes of `compressed` (one or more gzip members); `name` is for messages.
-std::string gunzip(std::string_view compressed, const std::string& name);
+// A dataset file is held in memory whole, so what one gzip file may decompress to is capped: a
+// few compressed megabytes can claim terabytes. The default is well above common shards (c4's
+// decompress to under 1 GiB) and well below a training host's memory; the variable raises or
+// lowers it ("64GiB", "500MB", a number of bytes).
+inline constexpr uint64_t kDefaultGunzipLimit = uint64_t{4} << 30;
+inline constexpr const char* kGunzipLimitVariable = "TITAN_GUNZIP_LIMIT";
+uint64_t gunzip_limit();
+
+// The gunzipped bytes of `compressed` (one or more gzip members), inflated a piece at a time; more
+// than `max_bytes` of output is an Error. `name` is for messages.
+std::string gunzip(std::string_view compressed, const std::string& name, uint64_t max_bytes);
 
 inline bool is_gzip(std::string_view bytes) {
   return bytes.size() >= 2 && static_cast<unsigned char>(bytes[0]) == 0x1f &&

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/core/error.h"
+#include "titan/io/json_util.h"
 
 namespace titan {
 
@@ -36,12 +37,7 @@ std::string LoaderState::to_json() const {
 }
 
 LoaderState LoaderState::from_json(const std::string& text) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail("loader state: not valid JSON (", e.what(), ")");
-  }
+  const json j = parse_json_strict(text, "loader state", "the saved position", 4);
   TITAN_CHECK(j.is_object() && j.value("format", "") == kFormat,
               "loader state: not a titan loader state");
   TITAN_CHECK(j.value("version", 0) == kVersion, "loader state: version ", j.value("version", 0),

@@ -1,14 +1,15 @@
 // Reading tokenizer.json (and tokenizer_config.json) into a Tokenizer. Each component type the
 // file names is either implemented exactly or refused with its name; nothing is approximated.
 #include <filesystem>
-#include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <vector>
 
 #include "titan/core/error.h"
 #include "titan/data/byte_level.h"
 #include "titan/data/tokenizer.h"
 #include "titan/data/utf8.h"
+#include "titan/io/json_util.h"
 
 namespace titan {
 
@@ -26,18 +27,6 @@ struct Tokenizer::Loader {
     fail(path, ": ", args...);
   }
 
-  static json read_json(const std::string& file) {
-    std::ifstream in(file, std::ios::binary);
-    TITAN_CHECK(in, file, ": cannot open");
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    try {
-      return json::parse(buffer.str());
-    } catch (const json::parse_error& e) {
-      fail(file, ": not valid JSON (", e.what(), ")");
-    }
-  }
-
   std::string type_of(const json& j, const char* where) const {
     if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) {
       error(where, " has no \"type\"");
@@ -51,15 +40,23 @@ struct Tokenizer::Loader {
     return j[key].get<bool>();
   }
 
+  // Sequences may nest; walked with a stack of the normalizers still to read (in file order), not
+  // by recursion, so no nesting the parser lets through can exhaust the call stack.
   void normalizer(const json& j) {
     if (j.is_null()) return;
-    const std::string type = type_of(j, "normalizer");
-    if (type == "NFC") {
-      tok.nfc_ = true;
-    } else if (type == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array()) {
-      for (const json& n : j["normalizers"]) normalizer(n);
-    } else {
-      error("normalizer \"", type, "\" is not supported (only NFC)");
+    std::vector<const json*> pending = {&j};
+    while (!pending.empty()) {
+      const json& n = *pending.back();
+      pending.pop_back();
+      const std::string type = type_of(n, "normalizer");
+      if (type == "NFC") {
+        tok.nfc_ = true;
+      } else if (type == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array()) {
+        const json& list = n["normalizers"];
+        for (auto it = list.rbegin(); it != list.rend(); ++it) pending.push_back(&*it);
+      } else {
+        error("normalizer ", json_quote(type), " is not supported (only NFC)");
+      }
     }
   }
 
@@ -70,15 +67,15 @@ struct Tokenizer::Loader {
     const bool sequence = type == "Sequence" && j.contains("pretokenizers") &&
                           j["pretokenizers"].is_array() && j["pretokenizers"].size() == 2;
     if (!sequence) {
-      error("pre_tokenizer \"", type,
-            "\" is not supported (only Sequence[Split, ByteLevel], as in Qwen2/Qwen3/Llama-3)");
+      error("pre_tokenizer ", json_quote(type),
+            " is not supported (only Sequence[Split, ByteLevel], as in Qwen2/Qwen3/Llama-3)");
     }
     const json& split = j["pretokenizers"][0];
     const json& byte_level = j["pretokenizers"][1];
     const std::string split_type = type_of(split, "pre_tokenizer.pretokenizers[0]");
     const std::string byte_type = type_of(byte_level, "pre_tokenizer.pretokenizers[1]");
     if (split_type != "Split" || byte_type != "ByteLevel") {
-      error("pre_tokenizer Sequence[", split_type, ", ", byte_type,
+      error("pre_tokenizer Sequence[", json_quote(split_type), ", ", json_quote(byte_type),
             "] is not supported (only Sequence[Split, ByteLevel])");
     }
     if (split.value("behavior", "") != "Isolated" || flag(split, "invert")) {
@@ -91,7 +88,7 @@ struct Tokenizer::Loader {
     tok.pre_tokenizer_ = PreTokenizer::from_regex(pattern["Regex"].get<std::string>());
     if (!tok.pre_tokenizer_) {
       error("Split regex is not supported (only the Qwen2 and Llama-3 patterns): ",
-            pattern["Regex"].get<std::string>());
+            json_quote(pattern["Regex"].get<std::string>()));
     }
     if (flag(byte_level, "add_prefix_space") || flag(byte_level, "use_regex")) {
       error("ByteLevel pre-tokenizer: add_prefix_space and use_regex must be false");
@@ -104,13 +101,17 @@ struct Tokenizer::Loader {
     // Neither changes the ids of encode (see Tokenizer::encode): ByteLevel only adjusts offsets,
     // TemplateProcessing only acts with add_special_tokens.
     if (type != "ByteLevel" && type != "TemplateProcessing") {
-      error("post_processor \"", type, "\" is not supported (only ByteLevel, TemplateProcessing)");
+      error("post_processor ", json_quote(type),
+            " is not supported (only ByteLevel, TemplateProcessing)");
     }
   }
 
   void decoder(const json& j) const {
     const std::string type = j.is_null() ? "null" : type_of(j, "decoder");
-    if (type != "ByteLevel") error("decoder \"", type, "\" is not supported (only ByteLevel)");
+    if (type != "ByteLevel") {
+      error("decoder ", j.is_null() ? type : json_quote(type),
+            " is not supported (only ByteLevel)");
+    }
   }
 
   void set_token(int32_t id, const std::string& token) {
@@ -122,7 +123,7 @@ struct Tokenizer::Loader {
   int32_t vocab_id(const StringMap<int32_t>& vocab, const std::string& token, size_t index) const {
     const auto it = vocab.find(token);
     if (it == vocab.end()) {
-      error("model.merges[", index, "]: \"", token, "\" is not in model.vocab");
+      error("model.merges[", index, "]: ", json_quote(token), " is not in model.vocab");
     }
     return it->second;
   }
@@ -131,7 +132,7 @@ struct Tokenizer::Loader {
     const std::string type = j.is_object() && !j.contains("type") && j.contains("merges")
                                  ? std::string("BPE")
                                  : type_of(j, "model");
-    if (type != "BPE") error("model type \"", type, "\" is not supported (only BPE)");
+    if (type != "BPE") error("model type ", json_quote(type), " is not supported (only BPE)");
     if (flag(j, "byte_fallback")) error("BPE byte_fallback is not supported");
     if (j.contains("dropout") && !j["dropout"].is_null()) error("BPE dropout is not supported");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
@@ -143,14 +144,19 @@ struct Tokenizer::Loader {
       error("model.vocab is missing or not an object");
     }
     StringMap<int32_t> vocab;
+    // Ids number the entries: 0 .. n-1, each once (as in every Qwen and Llama file), so the id
+    // tables are as long as the vocabulary, never as large as an id a file claims.
+    const auto n_entries = static_cast<int64_t>(j["vocab"].size());
     for (const auto& [token, id] : j["vocab"].items()) {
-      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-        error("model.vocab[\"", token, "\"]: id must be a non-negative integer");
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n_entries ||
+          id.get<int64_t>() > INT32_MAX) {
+        error("model.vocab[", json_quote(token), "]: id must be an integer in [0, ", n_entries,
+              "), the number of entries");
       }
       const auto i = id.get<int32_t>();
       if (static_cast<size_t>(i) < tok.tokens_.size() && !tok.tokens_[i].empty()) {
-        error("model.vocab: id ", i, " is used by both \"", tok.tokens_[i], "\" and \"", token,
-              "\"");
+        error("model.vocab: id ", i, " is used by both ", json_quote(tok.tokens_[i]), " and ",
+              json_quote(token));
       }
       vocab.emplace(token, i);
       set_token(i, token);
@@ -161,7 +167,8 @@ struct Tokenizer::Loader {
       std::string symbol;
       utf8_append(symbol, byte_to_code_point(static_cast<uint8_t>(b)));
       const auto it = vocab.find(symbol);
-      if (it == vocab.end()) error("model.vocab has no entry for byte ", b, " (\"", symbol, "\")");
+      if (it == vocab.end())
+        error("model.vocab has no entry for byte ", b, " (", json_quote(symbol), ")");
       byte_ids[b] = it->second;
     }
     if (!j.contains("merges") || !j["merges"].is_array()) {
@@ -177,7 +184,8 @@ struct Tokenizer::Loader {
         const std::string s = m.get<std::string>();
         const size_t space = s.find(' ');
         if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-          error("model.merges[", i, "]: \"", s, "\" is not two tokens separated by one space");
+          error("model.merges[", i, "]: ", json_quote(s),
+                " is not two tokens separated by one space");
         }
         left = s.substr(0, space);
         right = s.substr(space + 1);
@@ -221,7 +229,7 @@ struct Tokenizer::Loader {
       const int32_t known = tok.token_to_id(a.content);
       const auto expected = known >= 0 ? known : static_cast<int32_t>(next_new_id++);
       if (a.id != expected) {
-        error("added_tokens[", i, "] \"", a.content, "\": id ", a.id,
+        error("added_tokens[", i, "] ", json_quote(a.content), ": id ", a.id,
               ", but Hugging Face tokenizers would assign ", expected);
       }
       set_token(a.id, a.content);
@@ -260,7 +268,7 @@ struct Tokenizer::Loader {
       fail(file, ": \"", key, "\" must be a string or {\"content\": ...}");
     }
     const int32_t id = tok.token_to_id(content);
-    TITAN_CHECK(id >= 0, file, ": ", key, " \"", content, "\" is not a token of ", path);
+    TITAN_CHECK(id >= 0, file, ": ", key, " ", json_quote(content), " is not a token of ", path);
     return id;
   }
 };
@@ -270,27 +278,32 @@ Tokenizer Tokenizer::load(const std::string& dir_or_json_path) {
   std::error_code ec;
   if (fs::is_directory(json_path, ec)) json_path /= "tokenizer.json";
   TITAN_CHECK(fs::is_regular_file(json_path, ec), json_path.string(), ": no such file");
-  const json j = Loader::read_json(json_path.string());
-  Tokenizer tok;
-  Loader loader{json_path.string(), tok};
-  if (!j.is_object()) loader.error("not a tokenizer.json object");
-  if (!j.contains("model")) loader.error("no \"model\"");
-  if (!j.contains("pre_tokenizer")) loader.error("no \"pre_tokenizer\"");
-  loader.model(j["model"]);
-  loader.normalizer(j.value("normalizer", json()));
-  loader.pre_tokenizer(j["pre_tokenizer"]);
-  loader.post_processor(j.value("post_processor", json()));
-  loader.decoder(j.value("decoder", json()));
-  loader.added_tokens(j.value("added_tokens", json()));
-  loader.decoded_forms();
-  const fs::path config_path = json_path.parent_path() / "tokenizer_config.json";
-  if (fs::is_regular_file(config_path, ec)) {
-    const json config = Loader::read_json(config_path.string());
-    TITAN_CHECK(config.is_object(), config_path.string(), ": not a JSON object");
-    tok.eos_id_ = loader.config_token(config, "eos_token", config_path.string());
-    tok.pad_id_ = loader.config_token(config, "pad_token", config_path.string());
+  try {
+    const json j = read_json_file(json_path.string(), "tokenizer.json", kMaxJsonDocumentDepth);
+    Tokenizer tok;
+    Loader loader{json_path.string(), tok};
+    if (!j.is_object()) loader.error("not a tokenizer.json object");
+    if (!j.contains("model")) loader.error("no \"model\"");
+    if (!j.contains("pre_tokenizer")) loader.error("no \"pre_tokenizer\"");
+    loader.model(j["model"]);
+    loader.normalizer(j.value("normalizer", json()));
+    loader.pre_tokenizer(j["pre_tokenizer"]);
+    loader.post_processor(j.value("post_processor", json()));
+    loader.decoder(j.value("decoder", json()));
+    loader.added_tokens(j.value("added_tokens", json()));
+    loader.decoded_forms();
+    const fs::path config_path = json_path.parent_path() / "tokenizer_config.json";
+    if (fs::is_regular_file(config_path, ec)) {
+      const json config =
+          read_json_file(config_path.string(), "tokenizer_config.json", kMaxJsonDocumentDepth);
+      TITAN_CHECK(config.is_object(), config_path.string(), ": not a JSON object");
+      tok.eos_id_ = loader.config_token(config, "eos_token", config_path.string());
+      tok.pad_id_ = loader.config_token(config, "pad_token", config_path.string());
+    }
+    return tok;
+  } catch (const std::bad_alloc&) {
+    fail(json_path.string(), ": out of memory loading the tokenizer");
   }
-  return tok;
 }
 
 }  // namespace titan

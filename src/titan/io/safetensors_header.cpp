@@ -43,7 +43,7 @@ uint64_t read_u64_le(const unsigned char* p) {
 uint64_t unsigned_field(const json& value, const std::string& file, const std::string& tensor,
                         const char* field) {
   TITAN_CHECK(value.is_number_unsigned(), file, ": tensor ", json_quote(tensor), ": ", field,
-              " holds ", one_line(value.dump()), ", not a non-negative integer");
+              " holds ", json_excerpt(value), ", not a non-negative integer");
   return value.get<uint64_t>();
 }
 
@@ -74,7 +74,7 @@ SafetensorsEntry parse_entry(const std::string& name, const json& value, const s
       has_shape = true;
     } else if (field == "data_offsets") {
       TITAN_CHECK(v.is_array() && v.size() == 2, where, ": data_offsets must be [begin, end], got ",
-                  one_line(v.dump()));
+                  json_excerpt(v));
       begin = unsigned_field(v[0], file, name, "data_offsets");
       end = unsigned_field(v[1], file, name, "data_offsets");
       has_offsets = true;

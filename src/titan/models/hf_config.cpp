@@ -36,10 +36,10 @@ class Fields {
 
   int64_t integer(const json& v, const std::string& field) const {
     TITAN_CHECK(v.is_number_integer(), where_, ": ", field, " must be an integer, got ",
-                one_line(v.dump()));
+                json_excerpt(v));
     TITAN_CHECK(!v.is_number_unsigned() ||
                     v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                where_, ": ", field, " is out of range: ", v.dump());
+                where_, ": ", field, " is out of range: ", json_excerpt(v));
     return v.get<int64_t>();
   }
   // A dimension or count: required, an integer in [1, kMaxDim].
@@ -56,21 +56,21 @@ class Fields {
     const json* v = get(key);
     if (v == nullptr) return fallback;
     TITAN_CHECK(v->is_number(), where_, ": ", name(key), " must be a number, got ",
-                one_line(v->dump()));
+                json_excerpt(*v));
     return v->get<double>();
   }
   bool boolean(const char* key, bool fallback) const {
     const json* v = get(key);
     if (v == nullptr) return fallback;
     TITAN_CHECK(v->is_boolean(), where_, ": ", name(key), " must be true or false, got ",
-                one_line(v->dump()));
+                json_excerpt(*v));
     return v->get<bool>();
   }
   std::string string(const char* key, const std::string& fallback) const {
     const json* v = get(key);
     if (v == nullptr) return fallback;
     TITAN_CHECK(v->is_string(), where_, ": ", name(key), " must be a string, got ",
-                one_line(v->dump()));
+                json_excerpt(*v));
     return v->get<std::string>();
   }
   // A token id: absent/null -> -1, else an integer in [0, vocab_size).
@@ -111,11 +111,11 @@ class Fields {
 std::string read_architecture(const Fields& f) {
   const std::string model_type = f.string("model_type", "");
   TITAN_CHECK(model_type.empty() || model_type == "qwen3" || model_type == "qwen3_moe", f.where(),
-              ": model_type '", model_type, "' is not supported (qwen3 or qwen3_moe)");
+              ": model_type ", json_quote(model_type), " is not supported (qwen3 or qwen3_moe)");
   std::string arch;
   if (const json* list = f.get("architectures")) {
     TITAN_CHECK(list->is_array() && list->size() == 1 && (*list)[0].is_string(), f.where(),
-                ": architectures must be a list of one name, got ", one_line(list->dump()));
+                ": architectures must be a list of one name, got ", json_excerpt(*list));
     arch = (*list)[0].get<std::string>();
     TITAN_CHECK(arch == kDense || arch == kMoe, f.where(), ": architecture ", json_quote(arch),
                 " is not supported (", kDense, " or ", kMoe, ")");
@@ -145,7 +145,7 @@ void read_rope(const Fields& f, ModelArgs& a) {
     return;
   }
   TITAN_CHECK(rope->is_object(), f.where(), ": ", field, " must be an object or null, got ",
-              one_line(rope->dump()));
+              json_excerpt(*rope));
   if (rope->contains("full_attention")) {
     TITAN_CHECK(rope->size() == 1, f.where(), ": ", field,
                 " has per-layer-type entries other than full_attention, which Qwen3 does not use");
@@ -159,8 +159,8 @@ void read_rope(const Fields& f, ModelArgs& a) {
   TITAN_CHECK(r.number("partial_rotary_factor", 1.0) == 1.0, f.where(), ": ",
               r.name("partial_rotary_factor"), " other than 1 is not supported");
   if (type == "default") return;
-  TITAN_CHECK(type == "yarn", f.where(), ": ", r.name("rope_type"), " '", type,
-              "' is not supported (default or yarn)");
+  TITAN_CHECK(type == "yarn", f.where(), ": ", r.name("rope_type"), " ", json_quote(type),
+              " is not supported (default or yarn)");
   a.rope_scaling.type = "yarn";
   TITAN_CHECK(r.get("factor") != nullptr, f.where(), ": ", r.name("factor"),
               " is missing (yarn needs it)");
@@ -184,8 +184,8 @@ void read_rope(const Fields& f, ModelArgs& a) {
 // Features HF implements that titan does not; a config that turns one on is refused, never
 // silently computed differently.
 void refuse_unsupported(const Fields& f, const ModelArgs& a) {
-  TITAN_CHECK(f.string("hidden_act", "silu") == "silu", f.where(), ": hidden_act '",
-              f.string("hidden_act", ""), "' is not supported (silu)");
+  TITAN_CHECK(f.string("hidden_act", "silu") == "silu", f.where(), ": hidden_act ",
+              json_quote(f.string("hidden_act", "")), " is not supported (silu)");
   TITAN_CHECK(!f.boolean("use_sliding_window", false), f.where(),
               ": use_sliding_window = true is not supported");
   TITAN_CHECK(f.number("attention_dropout", 0.0) == 0.0, f.where(),
@@ -194,7 +194,7 @@ void refuse_unsupported(const Fields& f, const ModelArgs& a) {
     TITAN_CHECK(types->is_array() && static_cast<int64_t>(types->size()) == a.num_hidden_layers,
                 f.where(), ": layer_types must list ", a.num_hidden_layers, " layer types");
     for (const json& t : *types) {
-      TITAN_CHECK(t == "full_attention", f.where(), ": layer_types entry ", one_line(t.dump()),
+      TITAN_CHECK(t == "full_attention", f.where(), ": layer_types entry ", json_excerpt(t),
                   " is not supported (full_attention)");
     }
   }

@@ -4,7 +4,6 @@
 #include <unistd.h>
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -13,6 +12,7 @@
 #include "titan/core/error.h"
 #include "titan/core/progress.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/nonfinite_weights.h"
@@ -177,14 +177,7 @@ std::vector<int64_t> list_training_checkpoints(const std::string& folder) {
 
 TrainerState read_trainer_state(const std::string& dir) {
   const std::string state_path = dir + "/trainer_state.json";
-  std::ifstream in(state_path);
-  TITAN_CHECK(in.good(), state_path, ": cannot open");
-  nlohmann::json meta;
-  try {
-    meta = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    fail(state_path, ": not valid JSON (", e.what(), ")");
-  }
+  const nlohmann::json meta = read_json_file(state_path, "trainer state", 4);
   TrainerState state;
   try {
     state.step = meta.at("step").get<int64_t>();
