@@ -29,6 +29,23 @@ CommandResult titan_command(const std::string& args, const ScratchDir& dir) {
   return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, test::read_bytes(dir / "stderr")};
 }
 
+// One training step of the tiny model on `dataset` (with the test tokenizer) that must fail with
+// `error` as its last stderr line.
+void expect_train_error(const std::string& dataset, const ScratchDir& dir,
+                        const std::string& error) {
+  const CommandResult r =
+      titan_command("train --training.dataset=files --training.dataset_path='" + dataset +
+                        "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
+                        "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
+                        "--job.dump_folder='" +
+                        (dir / "run") + "' --threads 2",
+                    dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(r.err.ends_with("\ntitan train: error: " + error) ||
+              r.err == "titan train: error: " + error)
+      << r.err;
+}
+
 TEST(DatasetCommand, TokenizerTrainWritesWhatTheLibraryWrites) {
   const ScratchDir dir("cli_train");
   const CommandResult r = titan_command(
@@ -131,16 +148,7 @@ TEST(DatasetCommand, DeeplyNestedIdsAreRefused) {
   EXPECT_EQ(r.err, "titan tokenize: error: " + error);
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
 
-  r = titan_command("train --training.dataset=files --training.dataset_path='" + (dir / "a.jsonl") +
-                        "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
-                        "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
-                        "--job.dump_folder='" +
-                        (dir / "run") + "' --threads 2",
-                    dir);
-  EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(r.err.ends_with("\ntitan train: error: " + error) ||
-              r.err == "titan train: error: " + error)
-      << r.err;
+  expect_train_error(dir / "a.jsonl", dir, error);
   EXPECT_EQ(test::read_bytes(dir / "a.jsonl"), data);
 }
 
@@ -162,16 +170,7 @@ TEST(DatasetCommand, GzipBombStopsAtTheLimit) {
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "titan tokenize: error: " + error);
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
-  r = titan_command("train --training.dataset=files --training.dataset_path='" + bomb +
-                        "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
-                        "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
-                        "--job.dump_folder='" +
-                        (dir / "run") + "' --threads 2",
-                    dir);
-  EXPECT_EQ(r.status, 1);
-  EXPECT_TRUE(r.err.ends_with("\ntitan train: error: " + error) ||
-              r.err == "titan train: error: " + error)
-      << r.err;
+  expect_train_error(bomb, dir, error);
   // Raised to the file's size, the same file is read.
   ASSERT_EQ(setenv("TITAN_GUNZIP_LIMIT", "64MiB", 1), 0);
   r = titan_command(tokenize, dir);

@@ -23,15 +23,21 @@ ModelArgs dense(int64_t h, int64_t inter, int64_t layers, int64_t heads, bool ti
   return a;
 }
 
-// `inter` is the dense width HF keeps in the config; no layer uses it (all layers are sparse).
-ModelArgs moe(int64_t h, int64_t inter, int64_t layers, int64_t heads, int64_t expert_width) {
-  ModelArgs a = dense(h, inter, layers, heads, false);
+// Every layer sparse: `experts` of width `expert_width`, `per_token` routed to each token (top-k
+// renormalised, as every Qwen3-MoE config has it).
+ModelArgs with_experts(ModelArgs a, int64_t experts, int64_t per_token, int64_t expert_width) {
   a.architecture = "Qwen3MoeForCausalLM";
-  a.num_key_value_heads = 4;
-  a.num_experts = 128;
-  a.num_experts_per_tok = 8;
+  a.num_experts = experts;
+  a.num_experts_per_tok = per_token;
   a.moe_intermediate_size = expert_width;
   a.norm_topk_prob = true;
+  return a;
+}
+
+// `inter` is the dense width HF keeps in the config; no layer uses it (all layers are sparse).
+ModelArgs moe(int64_t h, int64_t inter, int64_t layers, int64_t heads, int64_t expert_width) {
+  ModelArgs a = with_experts(dense(h, inter, layers, heads, false), 128, 8, expert_width);
+  a.num_key_value_heads = 4;
   return a;
 }
 
@@ -50,14 +56,7 @@ ModelArgs small_vocab(ModelArgs a) {
 ModelArgs torchtitan_debug(bool sparse) {
   ModelArgs a = small_vocab(dense(256, 3072, 8, 16, !sparse));
   a.max_position_embeddings = 4096;
-  if (sparse) {
-    a.architecture = "Qwen3MoeForCausalLM";
-    a.num_experts = 64;
-    a.num_experts_per_tok = 8;
-    a.moe_intermediate_size = 768;
-    a.norm_topk_prob = true;
-  }
-  return a;
+  return sparse ? with_experts(a, 64, 8, 768) : a;
 }
 
 // titan's own, small enough to train 200 steps in about a minute on two cores (the default run)
@@ -68,14 +67,7 @@ ModelArgs tiny(bool sparse) {
   a.num_key_value_heads = 2;
   a.head_dim = 64;
   a.max_position_embeddings = 2048;
-  if (sparse) {
-    a.architecture = "Qwen3MoeForCausalLM";
-    a.num_experts = 8;
-    a.num_experts_per_tok = 2;
-    a.moe_intermediate_size = 128;
-    a.norm_topk_prob = true;
-  }
-  return a;
+  return sparse ? with_experts(a, 8, 2, 128) : a;
 }
 
 const std::vector<std::pair<std::string, ModelArgs>>& registry() {
