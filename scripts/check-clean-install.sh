@@ -17,10 +17,11 @@
 #     environment (env -i, HOME=/root), and checks the summary's loss fell and outputs/hf exists.
 #   - always unmounts and removes the temporary root (trap), also on failure or Ctrl-C. The host's
 #     packages are not touched, except installing debootstrap and zstd when missing.
-# Time on the 2-core development VM, including cleanup: cached 5 min (setup.sh 275 s: the package
-# install and the build of the titan binary; training 24 s); cold adds the 90-100 s of debootstrap
-# and caching the root. (Before setup.sh built only the binary: cold 15.5-18.5 min, cached
-# 9.5-15.5 min, with other builds sharing the cores.)
+# Time on the 2-core development VM, including cleanup: cached 2.8 min on the quiet machine (in
+# CI's run: setup.sh 159 s -- the package install and the build of the titan binary -- training
+# 7 s), 5 min with other builds sharing the cores; cold adds the 90-100 s of debootstrap and
+# caching the root. (Before setup.sh built only the binary: cold 15.5-18.5 min, cached 9.5-15.5
+# min, with other builds sharing the cores.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
