@@ -130,7 +130,8 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   EXPECT_NE(data.find("training.dataset_path is set but training.dataset is \"default\""),
             std::string::npos)
       << data;
-  EXPECT_TRUE(unused_after({"--training.dataset_path=my.jsonl", "--training.dataset=mine"}).empty());
+  EXPECT_TRUE(
+      unused_after({"--training.dataset_path=my.jsonl", "--training.dataset=mine"}).empty());
   const std::string step = error_of([&] { unused_after({"--checkpoint.load_step=3"}); });
   EXPECT_NE(step.find("checkpoint.enable = true"), std::string::npos) << step;
 
