@@ -253,9 +253,9 @@ TEST(RmsNorm, MatchesReferenceAndFiniteDifferences) {
 }
 
 TEST(Rope, MatchesReferenceAndBackwardIsTheTranspose) {
-  ModelArgs args;
+  RopeParams args;
   args.head_dim = 12;
-  args.rope_theta = 10000.0;
+  args.theta = 10000.0;
   const int64_t n = 9, heads = 3;
   const RopeCache cache = rope_cache_build(args, 64);
   std::vector<int32_t> pos = {0, 1, 2, 5, 8, 13, 21, 34, 63};
@@ -278,11 +278,12 @@ TEST(Rope, MatchesReferenceAndBackwardIsTheTranspose) {
 }
 
 TEST(Rope, YarnScalesTheRotation) {
-  ModelArgs args;
+  RopeParams args;
   args.head_dim = 16;
-  args.rope_scaling.type = "yarn";
-  args.rope_scaling.factor = 4.0;
-  args.rope_scaling.original_max_position_embeddings = 64;
+  args.theta = 1000000.0;
+  args.scaling.type = "yarn";
+  args.scaling.factor = 4.0;
+  args.scaling.original_max_position_embeddings = 64;
   const RopeCache cache = rope_cache_build(args, 8);
   // cos^2 + sin^2 = attention_factor^2 = (0.1 ln 4 + 1)^2 at every position and frequency.
   const double factor = 0.1 * std::log(4.0) + 1.0;

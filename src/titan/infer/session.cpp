@@ -13,7 +13,7 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                                    int64_t max_chunk)
     : weights_(weights),
       cache_(weights.model().args(), max_len),
-      rope_(rope_cache_build(weights.model().args(), max_len)),
+      rope_(rope_cache_build(weights.model().args().rope(), max_len)),
       max_chunk_(max_chunk),
       positions_(static_cast<size_t>(max_chunk)) {
   const ModelArgs& a = weights.model().args();

@@ -7,20 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "titan/ops/rope.h"
+
 namespace titan {
 
-// rope_scaling: none (default RoPE) or YaRN, the only variant official Qwen3 cards use.
-struct RopeScaling {
-  std::string type = "default";  // "default" | "yarn"
-  double factor = 1.0;
-  int64_t original_max_position_embeddings = 0;
-  double attention_factor = 0.0;  // 0: derived as 0.1 ln(factor) + 1
-  double beta_fast = 32.0;
-  double beta_slow = 1.0;
-};
-
 struct ModelArgs {
-  std::string architecture = "Qwen3ForCausalLM";  // or "Qwen3MoeForCausalLM"
+  // Hugging Face's architectures[0], the model registry's key (models/registry.h):
+  // Qwen3ForCausalLM, Qwen3MoeForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM.
+  std::string architecture = "Qwen3ForCausalLM";
   int64_t vocab_size = 151936;
   int64_t hidden_size = 1024;        // h
   int64_t intermediate_size = 3072;  // I (dense SwiGLU width)
@@ -34,7 +28,11 @@ struct ModelArgs {
   double rms_norm_eps = 1e-6;
   double initializer_range = 0.02;
   bool tie_word_embeddings = true;
-  bool attention_bias = false;  // refused when true: no Qwen3 has it
+  // What the attention and MLP blocks contain, which is where the families differ.
+  bool qk_norm = true;          // per-head RMSNorm of q and k before RoPE (Qwen3)
+  bool attention_bias = false;  // q/k/v projections have biases (Qwen2; Llama/Qwen3 attention_bias)
+  bool o_proj_bias = false;     // o_proj has a bias (Llama and Qwen3 attention_bias)
+  bool mlp_bias = false;        // gate/up/down projections have biases (Llama mlp_bias)
   int64_t bos_token_id = 151643;
   std::vector<int64_t> eos_token_ids = {151645};
   int64_t pad_token_id = -1;  // -1: none
@@ -53,6 +51,7 @@ struct ModelArgs {
   std::string attn_backend = "blockwise";  // "blockwise" (flash-style) | "reference"
 
   bool is_moe() const { return num_experts > 0; }
+  RopeParams rope() const { return {head_dim, rope_theta, rope_scaling}; }
   // Layer i uses the sparse MoE block (Qwen3-MoE rule: not listed dense, every step-th layer).
   bool layer_is_sparse(int64_t layer) const;
 };

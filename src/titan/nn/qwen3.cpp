@@ -311,7 +311,7 @@ void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t s = 0; s < seq; ++s) positions_[b * seq + s] = static_cast<int32_t>(s);
   }
-  if (rope_cache_.max_positions < seq) rope_cache_ = rope_cache_build(args_, seq);
+  if (rope_cache_.max_positions < seq) rope_cache_ = rope_cache_build(args_.rope(), seq);
 }
 
 void Qwen3Model::layer_forward(size_t i, LayerActivations& a) {

@@ -11,15 +11,15 @@ namespace titan {
 namespace {
 
 // inv_freq (hd/2) as HF's default and YaRN RoPE compute it, in fp32; also the attention scaling.
-std::vector<float> inverse_frequencies(const ModelArgs& args, float* attention_scaling) {
-  const int64_t hd = args.head_dim, half = hd / 2;
-  const float base = static_cast<float>(args.rope_theta);
+std::vector<float> inverse_frequencies(const RopeParams& rope, float* attention_scaling) {
+  const int64_t hd = rope.head_dim, half = hd / 2;
+  const float base = static_cast<float>(rope.theta);
   std::vector<float> inv_freq(half);
   for (int64_t j = 0; j < half; ++j) {
     inv_freq[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(hd));
   }
   *attention_scaling = 1.0f;
-  const RopeScaling& yarn = args.rope_scaling;
+  const RopeScaling& yarn = rope.scaling;
   if (yarn.type != "yarn") return inv_freq;
   const double factor = yarn.factor;
   *attention_scaling = static_cast<float>(yarn.attention_factor > 0 ? yarn.attention_factor
@@ -29,7 +29,7 @@ std::vector<float> inverse_frequencies(const ModelArgs& args, float* attention_s
     return static_cast<double>(hd) *
            std::log(static_cast<double>(yarn.original_max_position_embeddings) /
                     (rotations * 2.0 * M_PI)) /
-           (2.0 * std::log(args.rope_theta));
+           (2.0 * std::log(rope.theta));
   };
   double low = std::max(std::floor(correction_dim(yarn.beta_fast)), 0.0);
   double high = std::min(std::ceil(correction_dim(yarn.beta_slow)), static_cast<double>(hd - 1));
@@ -70,13 +70,13 @@ void rotate(float* x, const int32_t* positions, const RopeCache& cache, int64_t 
 
 }  // namespace
 
-RopeCache rope_cache_build(const ModelArgs& args, int64_t max_positions) {
+RopeCache rope_cache_build(const RopeParams& rope, int64_t max_positions) {
   TITAN_CHECK(max_positions > 0, "RoPE cache needs at least one position");
   float scaling = 1.0f;
-  const std::vector<float> inv_freq = inverse_frequencies(args, &scaling);
+  const std::vector<float> inv_freq = inverse_frequencies(rope, &scaling);
   RopeCache cache;
   cache.max_positions = max_positions;
-  cache.half_dim = args.head_dim / 2;
+  cache.half_dim = rope.head_dim / 2;
   cache.cos = Tensor::empty({max_positions, cache.half_dim}, DType::f32, MemCategory::other);
   cache.sin = Tensor::empty({max_positions, cache.half_dim}, DType::f32, MemCategory::other);
   float* c = cache.cos.data<float>();
@@ -102,11 +102,11 @@ void rope_backward(float* dx, const int32_t* positions, const RopeCache& cache, 
   rotate(dx, positions, cache, n_tokens, n_heads, -1.0f);
 }
 
-void rope_forward_reference(float* x, const int32_t* positions, const ModelArgs& args,
+void rope_forward_reference(float* x, const int32_t* positions, const RopeParams& rope,
                             int64_t n_tokens, int64_t n_heads) {
   float scaling = 1.0f;
-  const std::vector<float> inv_freq = inverse_frequencies(args, &scaling);
-  const int64_t hd = args.head_dim, half = hd / 2;
+  const std::vector<float> inv_freq = inverse_frequencies(rope, &scaling);
+  const int64_t hd = rope.head_dim, half = hd / 2;
   std::vector<float> row(hd);
   for (int64_t n = 0; n < n_tokens; ++n) {
     for (int64_t h = 0; h < n_heads; ++h) {

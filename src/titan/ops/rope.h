@@ -4,10 +4,31 @@
 
 #include <cstdint>
 
+#include <string>
+
 #include "titan/core/tensor.h"
-#include "titan/models/model_args.h"
 
 namespace titan {
+
+// rope_scaling: none (default RoPE), YaRN (the variant official Qwen3 cards use) or Llama 3's
+// frequency-dependent scaling.
+struct RopeScaling {
+  std::string type = "default";  // "default" | "yarn" | "llama3"
+  double factor = 1.0;
+  int64_t original_max_position_embeddings = 0;
+  double attention_factor = 0.0;  // yarn; 0: derived as 0.1 ln(factor) + 1
+  double beta_fast = 32.0;        // yarn
+  double beta_slow = 1.0;         // yarn
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
+};
+
+// What RoPE needs of a model: its head dim, base and scaling.
+struct RopeParams {
+  int64_t head_dim = 0;
+  double theta = 10000.0;
+  RopeScaling scaling;
+};
 
 // cos and sin for every position below max_positions, each (max_positions, hd/2), computed as
 // HF does: inv_freq and pos * inv_freq in fp32 (YaRN when configured), attention scaling applied.
@@ -17,7 +38,7 @@ struct RopeCache {
   Tensor cos;  // (P, hd/2)
   Tensor sin;  // (P, hd/2)
 };
-RopeCache rope_cache_build(const ModelArgs& args, int64_t max_positions);
+RopeCache rope_cache_build(const RopeParams& rope, int64_t max_positions);
 
 // x (N, heads, hd) rotated in place by the angles of positions (N).
 void rope_forward(float* x, const int32_t* positions, const RopeCache& cache, int64_t n_tokens,
@@ -27,7 +48,7 @@ void rope_backward(float* dx, const int32_t* positions, const RopeCache& cache, 
                    int64_t n_heads);
 
 // Reference: HF's formula x*cos + rotate_half(x)*sin with cos/sin recomputed per element in fp64.
-void rope_forward_reference(float* x, const int32_t* positions, const ModelArgs& args,
+void rope_forward_reference(float* x, const int32_t* positions, const RopeParams& rope,
                             int64_t n_tokens, int64_t n_heads);
 
 }  // namespace titan
