@@ -18,6 +18,7 @@
 #include "titan/infer/session.h"
 #include "titan/infer/text_stream.h"
 #include "titan/infer/weights.h"
+#include "titan/models/decoder_lm.h"
 
 namespace titan {
 namespace {
@@ -30,7 +31,7 @@ using testing::expect_close;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Rounds the named parameters to their nearest bf16 values, in place.
-void round_to_bf16(Qwen3Model& model, const std::function<bool(const std::string&)>& which) {
+void round_to_bf16(CausalLM& model, const std::function<bool(const std::string&)>& which) {
   for (ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
       if (!which(v.spec.name)) continue;
@@ -49,7 +50,7 @@ void round_to_bf16(Qwen3Model& model, const std::function<bool(const std::string
 void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
                          int64_t steps, DType dtype = DType::f32) {
   const bool tied = args.tie_word_embeddings;
-  Qwen3Model model(args), reference(args);
+  DecoderLM model(args), reference(args);
   model.initialize(7);
   reference.initialize(7);
   if (dtype == DType::bf16) {
@@ -122,7 +123,7 @@ TEST(InferenceSession, MoeDecodeLogitsEqualFullForward) {
 // A cache truncated to a shared prefix continues exactly as a fresh session would: the logits of
 // a different continuation, prefilled in one chunk and then decoded, equal the full forward's.
 TEST(InferenceSession, TruncatedCacheContinuesLikeAFreshOne) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(8);
   const int64_t V = model.args().vocab_size;
   const std::vector<int32_t> first = test_ids(12, V, 3), other = test_ids(9, V, 4);
@@ -144,7 +145,7 @@ TEST(InferenceSession, TruncatedCacheContinuesLikeAFreshOne) {
 }
 
 TEST(InferenceSession, BadCalls) {
-  Qwen3Model model(tiny_generate_args(true, 97, 32));
+  DecoderLM model(tiny_generate_args(true, 97, 32));
   model.initialize(1);
   EXPECT_THROW(KvCache(model.args(), 33), Error);
   EXPECT_THROW(KvCache(model.args(), 0), Error);
@@ -265,7 +266,7 @@ GenerateOptions sampled(uint64_t seed) {
 }
 
 TEST(Generate, SamplingWithASeedRepeatsExactly) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(3);
   const std::vector<int32_t> prompt = test_ids(9, 97, 5);
   const GenerateResult a =
@@ -281,7 +282,7 @@ TEST(Generate, SamplingWithASeedRepeatsExactly) {
 }
 
 TEST(Generate, TopKOneEqualsGreedy) {
-  Qwen3Model model(tiny_generate_args(false));
+  DecoderLM model(tiny_generate_args(false));
   model.initialize(4);
   for (int64_t len : {1, 6, 17}) {
     const std::vector<int32_t> prompt = test_ids(len, 97, static_cast<uint32_t>(len));
@@ -297,7 +298,7 @@ TEST(Generate, TopKOneEqualsGreedy) {
 }
 
 TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(5);
   std::vector<int32_t> seq = test_ids(7, 97, 1);
   GenerateOptions o;
@@ -315,7 +316,7 @@ TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
 // generates what a fresh session would (greedy); a prompt that leaves the cached ids early
 // reuses only the shared prefix; a turn that outgrows the cache makes a larger one.
 TEST(Generate, PromptCacheReusesTheSharedPrefix) {
-  Qwen3Model model(tiny_generate_args(false));
+  DecoderLM model(tiny_generate_args(false));
   model.initialize(9);
   const InferenceWeights weights(model, DType::f32);
   GenerateOptions o;
@@ -352,7 +353,7 @@ TEST(Generate, PromptCacheReusesTheSharedPrefix) {
 }
 
 TEST(Generate, StopsOnEosIncludingIt) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(6);
   const std::vector<int32_t> prompt = test_ids(5, 97, 2);
   GenerateOptions o;
@@ -378,7 +379,7 @@ TEST(Generate, BadRequests) {
     EXPECT_NE(std::string(e.what()).find("max_position_embeddings is 32"), std::string::npos)
         << e.what();
   }
-  Qwen3Model model(a);
+  DecoderLM model(a);
   model.initialize(1);
   EXPECT_THROW(generate_tokens(InferenceWeights(model, DType::f32), {}, GenerateOptions{}), Error);
 }

@@ -11,7 +11,7 @@
 #include "tiny_models.h"
 #include "titan/core/allocator.h"
 #include "titan/core/rng.h"
-#include "titan/nn/qwen3.h"
+#include "titan/models/decoder_lm.h"
 
 namespace titan {
 namespace {
@@ -36,7 +36,7 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   return ids;
 }
 
-std::vector<float> all_grads(const Qwen3Model& m) {
+std::vector<float> all_grads(const CausalLM& m) {
   std::vector<float> out;
   for (const ParamGroup& g : m.param_groups())
     out.insert(out.end(), g.grads(), g.grads() + g.numel());
@@ -54,7 +54,7 @@ struct CheckpointedStep {
 
 CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int32_t>& ids,
                                    int64_t batch, int64_t seq, bool full) {
-  Qwen3Model m(args);
+  DecoderLM m(args);
   m.initialize(3);
   m.allocate_gradients();
   m.set_activation_checkpointing(full);
@@ -109,7 +109,7 @@ TEST(Model, MoeActivationCheckpointingKeepsGradientsAndTheArenaIsWhatActivationB
 TEST(Model, MoeInitialisationFollowsHuggingFace) {
   ModelArgs a = small_moe_args(false);
   a.initializer_range = 0.02;
-  Qwen3Model m(a);
+  DecoderLM m(a);
   m.initialize(9);
   const ParamGroup& g = m.param_groups()[1];  // layer 0, sparse
   for (const char* name : {"model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.gate_proj",
@@ -133,13 +133,13 @@ TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {
   o.compute_grad = true;
   o.grad_scale = 1.0f / static_cast<float>(valid);
 
-  Qwen3Model whole(small_args());
+  DecoderLM whole(small_args());
   whole.initialize(5);
   whole.allocate_gradients();
   const CrossEntropyResult big = whole.forward(ids.data(), labels.data(), batch, seq, o);
   whole.backward();
 
-  Qwen3Model parts(small_args());
+  DecoderLM parts(small_args());
   parts.initialize(5);
   parts.allocate_gradients();
   double loss_sum = 0.0;

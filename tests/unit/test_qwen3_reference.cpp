@@ -12,7 +12,7 @@
 
 #include "compare.h"
 #include "titan/io/safetensors.h"
-#include "titan/nn/qwen3.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/ops/adamw.h"
 
 namespace titan {
@@ -60,7 +60,7 @@ std::vector<int32_t> read_ids(const SafetensorsEntry& e) {
 class Qwen3Reference : public ::testing::TestWithParam<std::string> {};
 class Qwen3MoeReference : public ::testing::TestWithParam<std::string> {};
 
-void load_reference_params(Qwen3Model& model, const SafetensorsCheckpoint& ref) {
+void load_reference_params(CausalLM& model, const SafetensorsCheckpoint& ref) {
   for (ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
       read_f32(ref.at("param." + v.spec.name), g.params() + v.offset, v.numel);
@@ -68,7 +68,7 @@ void load_reference_params(Qwen3Model& model, const SafetensorsCheckpoint& ref) 
   }
 }
 
-void expect_grads_close(const Qwen3Model& model, const SafetensorsCheckpoint& ref,
+void expect_grads_close(const CausalLM& model, const SafetensorsCheckpoint& ref,
                         const std::string& prefix) {
   for (const ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
@@ -94,7 +94,7 @@ void run_reference(const std::string& file, const std::string& attn_backend,
   std::vector<OverrideRule> overrides;
   if (args.is_moe()) overrides.push_back({"model.layers.*.mlp.experts", experts_kernel});
 
-  Qwen3Model model(args, overrides);
+  DecoderLM model(args, overrides);
   model.allocate_gradients();
   load_reference_params(model, ref);
   const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
@@ -126,7 +126,7 @@ void run_reference(const std::string& file, const std::string& attn_backend,
     // With output_router_logits, under activation checkpointing (recomputed routing).
     ModelArgs with_aux = args;
     with_aux.output_router_logits = true;
-    Qwen3Model aux_model(with_aux, overrides);
+    DecoderLM aux_model(with_aux, overrides);
     aux_model.allocate_gradients();
     aux_model.set_activation_checkpointing(true);
     load_reference_params(aux_model, ref);
@@ -187,7 +187,7 @@ TEST(Qwen3Window, TrainingStepOnTorchtitanRowsMatchesPyTorch) {
     inputs.insert(inputs.end(), w, w + seq);
     labels.insert(labels.end(), w + 1, w + seq + 1);
   }
-  Qwen3Model model(args);
+  DecoderLM model(args);
   model.allocate_gradients();
   load_reference_params(model, ref);
   ForwardOptions options;

@@ -200,7 +200,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
 
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
-  model_ = std::make_unique<Qwen3Model>(args_, overrides);
+  model_ = make_model(args_, overrides);
   for (const std::string& line : model_->override_report().applied) {
     std::printf("override %s\n", line.c_str());
   }
