@@ -2,6 +2,7 @@
 // seeded repeatability, text streaming, and the request checks.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -11,6 +12,7 @@
 #include "test_generate_util.h"
 #include "test_tokenizer_python.h"
 #include "titan/core/error.h"
+#include "titan/core/rng.h"
 #include "titan/infer/device.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/kv_cache.h"
@@ -18,7 +20,9 @@
 #include "titan/infer/session.h"
 #include "titan/infer/text_stream.h"
 #include "titan/infer/weights.h"
+#include "titan/kernels/registry.h"
 #include "titan/models/decoder_lm.h"
+#include "titan/ops/linear.h"
 
 namespace titan {
 namespace {
@@ -47,12 +51,26 @@ void round_to_bf16(CausalLM& model, const std::function<bool(const std::string&)
 // values (a tied embedding is rounded in both models, as a bf16 folder stores it): same math, so
 // the tolerance stays the fp32 one, and a session that read the unrounded fp32 weights would be
 // off by the bf16 rounding (~1e-3), far outside it.
+// Biases start at zero (HF init); random ones make a forward that skipped them fail.
+void randomize_biases(CausalLM& model) {
+  for (ParamGroup& g : model.param_groups()) {
+    for (const ParamView& v : g.views()) {
+      if (v.spec.name.ends_with(".bias")) {
+        Rng(11, v.spec.name).fill_normal(g.params() + v.offset, v.numel, 0.0f, 0.1f);
+      }
+    }
+  }
+}
+
 void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
-                         int64_t steps, DType dtype = DType::f32) {
+                         int64_t steps, DType dtype = DType::f32,
+                         const std::vector<OverrideRule>& overrides = {}) {
   const bool tied = args.tie_word_embeddings;
-  DecoderLM model(args), reference(args);
+  DecoderLM model(args, overrides), reference(args, overrides);
   model.initialize(7);
   reference.initialize(7);
+  randomize_biases(model);
+  randomize_biases(reference);
   if (dtype == DType::bf16) {
     const auto embedding = [](const std::string& name) {
       return name == "model.embed_tokens.weight";
@@ -96,6 +114,42 @@ TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualFullForwardOnRoundedWeights) 
     check_cached_logits(tiny_generate_args(tied), 7, {7}, 9, DType::bf16);
     check_cached_logits(tiny_generate_args(tied), 13, {5, 1, 7}, 4,
                         DType::bf16);  // widened-GEMM prefill chunks
+  }
+}
+
+// Qwen2's and Llama's blocks: q/k/v (and o, MLP) biases, no q/k norm.
+TEST(InferenceSession, BiasesWithoutQkNormDecodeLogitsEqualFullForward) {
+  for (const bool tied : {true, false}) {
+    ModelArgs a = tiny_generate_args(tied);
+    a.qk_norm = false;
+    a.attention_bias = a.o_proj_bias = a.mlp_bias = true;
+    check_cached_logits(a, 7, {7}, 5);
+    check_cached_logits(a, 13, {5, 1, 7}, 4, DType::bf16);
+  }
+}
+
+std::atomic<int64_t> g_counted_linear_calls{0};
+
+void counted_linear_forward(float* y, const float* x, const float* w, int64_t n, int64_t in,
+                            int64_t out) {
+  ++g_counted_linear_calls;
+  linear_forward_reference(y, x, w, n, in, out);
+}
+
+// A linear rebound by [overrides] runs in decode as in training: prefill and every one-token
+// step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones.
+TEST(InferenceSession, OverriddenLinearsRunInDecode) {
+  if (kernel_registry().find("linear_counted") == nullptr) {
+    kernel_registry().add({"linear_counted", OpKind::linear, "counts its forward calls (test)",
+                           LinearKernel{counted_linear_forward, linear_backward_reference}});
+  }
+  const std::vector<OverrideRule> overrides = {
+      {"model.layers.*.self_attn.k_proj", "linear_counted"}};
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    g_counted_linear_calls = 0;
+    check_cached_logits(tiny_generate_args(false), 5, {5}, 3, dtype, overrides);
+    // 2 layers x (1 prefill + 3 steps) in the session, plus the reference's full forward.
+    EXPECT_EQ(g_counted_linear_calls.load(), 2 * 4 + 2) << dtype_name(dtype);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "compare.h"
@@ -152,6 +153,44 @@ TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {
   const std::vector<float> g_big = all_grads(whole), g_parts = all_grads(parts);
   // Same math, different summation order over the batch inside the GEMMs.
   testing::expect_close("accumulated gradients", g_parts.data(), g_big.data(), g_big.size(), 1e-5);
+}
+
+// The hooks a parallelism attaches to: each block's forward in order, then for each block from the
+// last, before_backward and after_backward around its backward -- whose gradients are complete by
+// after_backward -- and under activation checkpointing the recompute between them.
+TEST(Model, LayerHooksBracketEveryBlock) {
+  for (const bool checkpointing : {false, true}) {
+    DecoderLM m(small_args());
+    m.initialize(5);
+    m.allocate_gradients();
+    m.set_activation_checkpointing(checkpointing);
+    std::vector<std::string> events;
+    std::vector<float> layer2_grads_at_end;
+    LayerHooks hooks;
+    hooks.before_forward = [&](int64_t i) { events.push_back("f" + std::to_string(i)); };
+    hooks.before_backward = [&](int64_t i) { events.push_back("b" + std::to_string(i)); };
+    hooks.after_backward = [&](int64_t i) {
+      events.push_back("a" + std::to_string(i));
+      const ParamGroup& g = m.param_groups()[1 + 2];
+      if (i == 2) layer2_grads_at_end.assign(g.grads(), g.grads() + g.numel());
+    };
+    m.set_layer_hooks(hooks);
+    const int64_t batch = 2, seq = 9;
+    const std::vector<int32_t> ids = random_ids(batch * seq, 211, 8);
+    ForwardOptions o;
+    o.compute_grad = true;
+    o.grad_scale = 0.1f;
+    m.forward(ids.data(), ids.data(), batch, seq, o);
+    m.backward();
+    const std::vector<std::string> want = {"f0", "f1", "f2", "b2", "a2", "b1", "a1", "b0", "a0"};
+    EXPECT_EQ(events, want) << "checkpointing " << checkpointing;
+    const ParamGroup& g = m.param_groups()[1 + 2];
+    ASSERT_EQ(layer2_grads_at_end.size(), static_cast<size_t>(g.numel()));
+    EXPECT_EQ(0, std::memcmp(layer2_grads_at_end.data(), g.grads(), g.numel() * sizeof(float)));
+    double norm = 0.0;
+    for (float x : layer2_grads_at_end) norm += x * x;
+    EXPECT_GT(norm, 0.0);
+  }
 }
 
 }  // namespace

@@ -31,8 +31,6 @@ void validate_model_args(const ModelArgs& a, const std::string& where) {
   TITAN_CHECK(a.rms_norm_eps > 0 && a.rms_norm_eps < 1, where,
               ": rms_norm_eps must be in (0, 1), got ", a.rms_norm_eps);
   TITAN_CHECK(a.initializer_range >= 0, where, ": initializer_range must not be negative");
-  TITAN_CHECK(!a.attention_bias, where,
-              ": attention_bias = true is not supported (no Qwen3 has it)");
   TITAN_CHECK(a.rope_scaling.type == "default" || a.rope_scaling.type == "yarn", where,
               ": rope_scaling type '", a.rope_scaling.type, "' is not supported (default or yarn)");
   if (a.rope_scaling.type == "yarn") {
