@@ -13,6 +13,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/rng.h"
 #include "titan/models/decoder_lm.h"
+#include "titan/models/param_count.h"
 
 namespace titan {
 namespace {
@@ -153,6 +154,21 @@ TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {
   const std::vector<float> g_big = all_grads(whole), g_parts = all_grads(parts);
   // Same math, different summation order over the batch inside the GEMMs.
   testing::expect_close("accumulated gradients", g_parts.data(), g_big.data(), g_big.size(), 1e-5);
+}
+
+// count_parameters (titan info, the planner) from ModelArgs alone agrees with the model built from
+// them, whatever the family's blocks hold.
+TEST(Model, ParameterCountsFollowTheFamilysBlocks) {
+  ModelArgs biased = small_args();
+  biased.qk_norm = false;
+  biased.attention_bias = biased.o_proj_bias = biased.mlp_bias = true;
+  ModelArgs qwen2 = biased;
+  qwen2.o_proj_bias = qwen2.mlp_bias = false;
+  for (const ModelArgs& a : {small_args(), biased, qwen2, small_moe_args(false)}) {
+    EXPECT_EQ(count_parameters(a).total, DecoderLM(a).parameter_count());
+  }
+  EXPECT_EQ(count_parameters(biased).total - count_parameters(small_args()).total,
+            3 * (-2 * 16 + (64 + 2 * 32) + 32 + (2 * 48 + 32)));
 }
 
 // The hooks a parallelism attaches to: each block's forward in order, then for each block from the
