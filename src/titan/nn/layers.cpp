@@ -1,6 +1,6 @@
 #include "titan/nn/layers.h"
 
-#include <vector>
+#include <span>
 
 #include "titan/core/error.h"
 #include "titan/io/convert.h"
@@ -44,9 +44,10 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
   bool fused = n == 1 && outputs.size() <= kMaxGemvProducts;
   for (const LinearOutput& o : outputs) fused = fused && o.linear->kernel_name == kBuiltinLinear;
   if (fused) {
-    std::vector<GemvProduct> products;
-    for (const LinearOutput& o : outputs) products.push_back({o.linear->compute_weight(), o.y});
-    gemv_forward(products, x);
+    GemvProduct products[kMaxGemvProducts];
+    size_t count = 0;
+    for (const LinearOutput& o : outputs) products[count++] = {o.linear->compute_weight(), o.y};
+    gemv_forward(std::span<const GemvProduct>(products, count), x);
   }
   for (const LinearOutput& o : outputs) {
     const Linear& l = *o.linear;
