@@ -5,9 +5,11 @@
 // LlamaConfig.save_pretrained write, titan reads to the same fields.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "titan/io/safetensors.h"
 #include "titan/models/flavors.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/param_count.h"
@@ -163,6 +165,39 @@ TEST(HfConfigPython, TitanReadsWhatTransformersSaves) {
     expected.erase("dtype");
     expect_same_fields(expected, fields(args), name);
     EXPECT_EQ(count_parameters(args).total, n_params) << name;
+  }
+}
+
+// The model folders tests/reference/families_reference.py saves (ctest's families_reference
+// fixture): titan reads each config.json to the family's flags, and to exactly the parameters
+// Transformers' model has (the reference's param.* tensors: named_parameters, a tied lm_head once).
+TEST(HfConfigPython, TitanReadsTheFamilyReferenceModels) {
+  const char* binary_dir = std::getenv("TITAN_BINARY_DIR");
+  ASSERT_NE(binary_dir, nullptr);
+  const std::string root = std::string(binary_dir) + "/reference/families/";
+  const struct {
+    const char* name;
+    const char* architecture;
+    bool tied, qkv_bias, o_bias, mlp_bias;
+    const char* rope;
+  } cases[] = {{"llama_tied", "LlamaForCausalLM", true, false, false, false, "llama3"},
+               {"llama_untied_bias", "LlamaForCausalLM", false, true, true, true, "default"},
+               {"qwen2_tied", "Qwen2ForCausalLM", true, true, false, false, "default"},
+               {"qwen2_untied", "Qwen2ForCausalLM", false, true, false, false, "default"}};
+  for (const auto& c : cases) {
+    const ModelArgs a = read_hf_config(root + c.name + "/model");
+    EXPECT_EQ(a.architecture, c.architecture) << c.name;
+    EXPECT_FALSE(a.qk_norm) << c.name;
+    EXPECT_EQ(json({a.tie_word_embeddings, a.attention_bias, a.o_proj_bias, a.mlp_bias}),
+              json({c.tied, c.qkv_bias, c.o_bias, c.mlp_bias}))
+        << c.name;
+    EXPECT_EQ(a.rope_scaling.type, c.rope) << c.name;
+    const SafetensorsFile ref = SafetensorsFile::open(root + c.name + "/reference.safetensors");
+    int64_t hf_params = 0;
+    for (const SafetensorsEntry& e : ref.entries()) {
+      if (e.name.starts_with("param.")) hf_params += e.numel();
+    }
+    EXPECT_EQ(count_parameters(a).total, hf_params) << c.name;
   }
 }
 
