@@ -117,10 +117,11 @@ TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualFullForwardOnRoundedWeights) 
   }
 }
 
-// Qwen2's and Llama's blocks: q/k/v (and o, MLP) biases, no q/k norm.
+// Llama's blocks with attention_bias and mlp_bias: q/k/v/o and MLP biases, no q/k norm.
 TEST(InferenceSession, BiasesWithoutQkNormDecodeLogitsEqualFullForward) {
   for (const bool tied : {true, false}) {
     ModelArgs a = tiny_generate_args(tied);
+    a.architecture = "LlamaForCausalLM";
     a.qk_norm = false;
     a.attention_bias = a.o_proj_bias = a.mlp_bias = true;
     check_cached_logits(a, 7, {7}, 5);

@@ -159,10 +159,12 @@ TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {
 // count_parameters (titan info, the planner) from ModelArgs alone agrees with the model built from
 // them, whatever the family's blocks hold.
 TEST(Model, ParameterCountsFollowTheFamilysBlocks) {
-  ModelArgs biased = small_args();
+  ModelArgs biased = small_args();  // Llama with attention_bias and mlp_bias
+  biased.architecture = "LlamaForCausalLM";
   biased.qk_norm = false;
   biased.attention_bias = biased.o_proj_bias = biased.mlp_bias = true;
   ModelArgs qwen2 = biased;
+  qwen2.architecture = "Qwen2ForCausalLM";
   qwen2.o_proj_bias = qwen2.mlp_bias = false;
   for (const ModelArgs& a : {small_args(), biased, qwen2, small_moe_args(false)}) {
     EXPECT_EQ(count_parameters(a).total, DecoderLM(a).parameter_count());

@@ -6,12 +6,12 @@ ParamCounts count_parameters(const ModelArgs& a) {
   const int64_t h = a.hidden_size;
   ParamCounts c;
   c.embedding = a.vocab_size * h * (a.tie_word_embeddings ? 1 : 2);
-  // q, k, v, o projections, their biases and the per-head q_norm and k_norm weights, as the
-  // family has them.
-  const int64_t q_out = a.num_attention_heads * a.head_dim,
-                kv_out = a.num_key_value_heads * a.head_dim;
-  const int64_t attention = h * (2 * q_out + 2 * kv_out) + (a.qk_norm ? 2 * a.head_dim : 0) +
-                            (a.attention_bias ? q_out + 2 * kv_out : 0) + (a.o_proj_bias ? h : 0);
+  // q, k, v, o projections, their biases, and the per-head q_norm and k_norm weights.
+  const int64_t qkv_width = a.head_dim * (a.num_attention_heads + 2 * a.num_key_value_heads);
+  const int64_t attention =
+      h * a.head_dim * (2 * a.num_attention_heads + 2 * a.num_key_value_heads) +
+      (a.attention_bias ? qkv_width : 0) + (a.o_proj_bias ? h : 0) +
+      (a.qk_norm ? 2 * a.head_dim : 0);
   const int64_t dense_mlp =
       3 * h * a.intermediate_size + (a.mlp_bias ? 2 * a.intermediate_size + h : 0);
   const int64_t norms = 2 * h;
