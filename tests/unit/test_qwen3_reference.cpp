@@ -5,12 +5,12 @@
 // (output_router_logits), through the grouped and the reference experts kernels.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "compare.h"
+#include "model_reference_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/ops/adamw.h"
@@ -18,12 +18,10 @@
 namespace titan {
 namespace {
 
+using test::expect_grads_close;
+using test::read_ids;
+using test::reference_dir;
 using testing::expect_close;
-
-std::string reference_dir() {
-  const char* dir = std::getenv("TITAN_BINARY_DIR");
-  return std::string(dir != nullptr ? dir : ".") + "/reference";
-}
 
 ModelArgs args_from_metadata(const std::map<std::string, std::string>& meta) {
   const auto num = [&](const char* key) { return nlohmann::json::parse(meta.at(key)); };
@@ -52,11 +50,6 @@ ModelArgs args_from_metadata(const std::map<std::string, std::string>& meta) {
   return a;
 }
 
-std::vector<int32_t> read_ids(const SafetensorsEntry& e) {
-  const auto* p = static_cast<const int32_t*>(e.data);
-  return {p, p + e.numel()};
-}
-
 class Qwen3Reference : public ::testing::TestWithParam<std::string> {};
 class Qwen3MoeReference : public ::testing::TestWithParam<std::string> {};
 
@@ -64,17 +57,6 @@ void load_reference_params(CausalLM& model, const SafetensorsCheckpoint& ref) {
   for (ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
       read_f32(ref.at("param." + v.spec.name), g.params() + v.offset, v.numel);
-    }
-  }
-}
-
-void expect_grads_close(const CausalLM& model, const SafetensorsCheckpoint& ref,
-                        const std::string& prefix) {
-  for (const ParamGroup& g : model.param_groups()) {
-    for (const ParamView& v : g.views()) {
-      std::vector<float> want_grad(v.numel);
-      read_f32(ref.at(prefix + v.spec.name), want_grad.data(), v.numel);
-      expect_close(prefix + v.spec.name, g.grads() + v.offset, want_grad.data(), v.numel, 1e-4);
     }
   }
 }
