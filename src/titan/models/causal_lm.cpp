@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "titan/core/error.h"
+#include "titan/models/registry.h"
 
 namespace titan {
 
@@ -19,6 +20,11 @@ void CausalLM::zero_gradients() {
     TITAN_CHECK(g.grads() != nullptr, "zero_gradients before allocate_gradients");
     std::memset(g.grads(), 0, static_cast<size_t>(g.numel()) * sizeof(float));
   }
+}
+
+std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
+                                     const std::vector<OverrideRule>& overrides) {
+  return model_family(args.architecture, "model").make(args, overrides);
 }
 
 }  // namespace titan

@@ -432,8 +432,8 @@ void DecoderLM::backward() {
   m_.embed_tokens.backward(g.d_resid, ids_.data(), n);
 }
 
-std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
-                                     const std::vector<OverrideRule>& overrides) {
+std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
+                                          const std::vector<OverrideRule>& overrides) {
   return std::make_unique<DecoderLM>(args, overrides);
 }
 

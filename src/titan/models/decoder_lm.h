@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -88,5 +89,9 @@ class DecoderLM final : public CausalLM {
   bool grad_ready_ = false;
   bool checkpoint_layers_ = false;
 };
+
+// The model registry's factory for every family DecoderLM computes (models/registry.cpp).
+std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
+                                          const std::vector<OverrideRule>& overrides);
 
 }  // namespace titan
