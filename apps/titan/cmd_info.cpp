@@ -3,11 +3,11 @@
 #include <string>
 
 #include "commands.h"
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/peak.h"
-#include "titan/core/cpu_info.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 #include "titan/models/hf_info.h"
 
 namespace titan::cli {

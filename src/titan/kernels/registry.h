@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "titan/core/dtype.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/moe.h"
@@ -87,6 +88,9 @@ struct ExpertsKernel {
 struct KernelEntry {
   std::string name;
   OpKind kind;
+  // The dtypes its inputs and weights may have; a slot needing another is refused before
+  // anything is allocated (apply_overrides).
+  std::vector<DType> dtypes;
   std::string description;
   std::variant<EmbeddingKernel, RmsNormKernel, LinearKernel, RopeKernel, AttentionKernel,
                SwigluKernel, LmHeadLossKernel, ExpertsKernel>
