@@ -45,6 +45,12 @@ struct ReturnOf<R (*)(A...)> {
   fail("vector primitive '", name, "' is not implemented on CUDA yet");
 }
 
+// VecKernels' layout as of this list: isa, 13 primitives, native_lanes, fma_chains. A member left
+// out below would be a null pointer, so a changed struct stops the build here instead.
+static_assert(sizeof(VecKernels) == 8 + 13 * sizeof(void*) + 8 + sizeof(void*),
+              "VecKernels changed: give every new primitive a TITAN_CUDA_MISSING line below, then "
+              "update this size");
+
 // Every primitive of VecKernels, each throwing with its own name.
 #define TITAN_CUDA_MISSING(member) \
   k.member = [](auto...) -> ReturnOf<decltype(VecKernels::member)>::type { vec_missing(#member); }
