@@ -33,6 +33,24 @@ TEST(Backend, CpuIsTheActiveBackend) {
             "unknown backend 'tpu' (titan knows cpu and cuda)");
 }
 
+// A build without -DTITAN_CUDA, or a machine without a GPU, refuses it in one line; with both, it
+// exists but cannot become the active backend while the modules hold host memory.
+TEST(Backend, CudaIsThereOrRefusedInOneLine) {
+  try {
+    Backend& cuda = backend_named("cuda");
+    EXPECT_EQ(cuda.kind(), DeviceKind::cuda);
+    EXPECT_EQ(error_of([] { select_backend("cuda"); }),
+              "backend 'cuda' (" + cuda.name() +
+                  ") cannot run the model yet: its modules keep their tensors in host memory");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.rfind("this titan was built without CUDA (", 0) == 0 ||
+                m.rfind("no CUDA device (", 0) == 0)
+        << m;
+  }
+  EXPECT_EQ(&backend(), &cpu_backend());
+}
+
 TEST(Backend, CpuGemmsMatchTheReferenceForEveryTranspose) {
   EXPECT_EQ(testing::check_gemms(cpu_backend()), "");
 }
