@@ -14,16 +14,6 @@ Backend* g_active = nullptr;  // null: the CPU
 
 }  // namespace
 
-const char* device_kind_name(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::cpu:
-      return "cpu";
-    case DeviceKind::cuda:
-      return "cuda";
-  }
-  return "?";
-}
-
 Backend& backend() {
   return g_active != nullptr ? *g_active : cpu_backend();
 }

@@ -19,14 +19,13 @@ namespace titan {
 enum class Trans : char { no = 'N', yes = 'T' };
 
 enum class DeviceKind { cpu, cuda };
-const char* device_kind_name(DeviceKind kind);
 
 class Backend {
  public:
   virtual ~Backend() = default;
 
   virtual DeviceKind kind() const = 0;
-  // One line naming the device: "cpu: AMD EPYC 9R14 (avx512, 2 threads)".
+  // One line naming the device: "cpu: AMD EPYC (avx512, 2 threads)".
   virtual std::string name() const = 0;
   // Dense GEMM peak in GFLOP/s with `dtype` operands (fp32 accumulation) on the threads / SMs this
   // process uses: the MFU denominator. Empty where the backend does not know it (a dtype without
