@@ -13,9 +13,9 @@
 
 #include "bench_main.h"
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
-#include "titan/core/threads.h"
 #include "titan/kernels/registry.h"
 
 namespace titan {

@@ -28,10 +28,10 @@
 
 #include "bench_main.h"
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/sampling.h"
 #include "titan/infer/session.h"

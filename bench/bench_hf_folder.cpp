@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "bench_main.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/dtype.h"
-#include "titan/core/threads.h"
 #include "titan/io/safetensors.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flavors.h"

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "bench_main.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/dtype.h"
-#include "titan/core/threads.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/flavors.h"

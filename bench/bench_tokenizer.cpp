@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "bench_main.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 #include "titan/data/tokenizer.h"
 
 namespace fs = std::filesystem;

@@ -14,10 +14,10 @@
 
 #include "bench_main.h"
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
-#include "titan/core/threads.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flavors.h"
 #include "titan/models/flops.h"

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "commands.h"
-#include "titan/core/threads.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/io/byte_size.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"

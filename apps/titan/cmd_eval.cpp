@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "commands.h"
-#include "titan/core/threads.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/models/causal_lm.h"

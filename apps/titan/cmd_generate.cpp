@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 #include "titan/data/chat_template.h"
 #include "titan/data/tokenizer.h"
 #include "titan/infer/device.h"

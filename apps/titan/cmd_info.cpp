@@ -3,11 +3,11 @@
 #include <string>
 
 #include "commands.h"
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/peak.h"
-#include "titan/core/cpu_info.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 #include "titan/models/hf_info.h"
 
 namespace titan::cli {
@@ -23,6 +23,7 @@ int print_device() {
   std::printf("threads       %d\n", thread_count());
   std::printf("memory        %.1f GiB\n", static_cast<double>(cpu.memory_bytes) / (1u << 30));
   std::printf("gemm          %s\n", gemm_library_name().c_str());
+  std::printf("gemm bf16     %s\n", gemm_bf16_library_name().c_str());
   const CpuPeak& peak = cpu_peak();
   const int cores = std::min(thread_count(), cpu.logical_cpus);
   std::printf(

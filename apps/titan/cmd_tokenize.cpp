@@ -18,8 +18,8 @@
 #include <sstream>
 
 #include "commands.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/tokenizer.h"
 #include "titan/io/atomic_dir.h"

@@ -3,9 +3,9 @@
 #include <vector>
 
 #include "commands.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
-#include "titan/core/threads.h"
 #include "titan/train/job_config.h"
 #include "titan/train/trainer.h"
 

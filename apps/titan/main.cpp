@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "commands.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 
 namespace titan::cli {
 

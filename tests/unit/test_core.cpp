@@ -5,12 +5,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/progress.h"
 #include "titan/core/tensor.h"
-#include "titan/core/threads.h"
 
 namespace titan {
 namespace {

@@ -10,10 +10,10 @@
 
 #include "compare.h"
 #include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
-#include "titan/core/threads.h"
 #include "titan/kernels/registry.h"
 #include "titan/nn/layers.h"
 #include "titan/ops/adamw.h"

@@ -118,13 +118,63 @@ TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
   }
 }
 
+TEST(Overrides, EveryKernelDeclaresItsDtypes) {
+  for (const KernelEntry* e : kernel_registry().entries()) {
+    EXPECT_FALSE(e->dtypes.empty()) << e->name;
+  }
+  // The linear kernels take fp32 weights only: LinearKernel's functions have float weights.
+  EXPECT_EQ(kernel_registry().get("linear", OpKind::linear).dtypes, std::vector<DType>{DType::f32});
+}
+
+TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {
+  // A bf16-weight linear slot: the default binding is refused, and so is an override that keeps
+  // an fp32-only kernel; the check runs whether or not a rule rebinds the slot.
+  std::vector<KernelSlot> slots = {
+      {"model.layers.0.mlp.gate_proj", OpKind::linear, "linear", DType::bf16},
+      {"model.norm", OpKind::rms_norm, "rms_norm"},
+  };
+  const auto message = [&](std::vector<OverrideRule> rules) {
+    std::vector<KernelSlot> copy = slots;
+    try {
+      apply_overrides(copy, rules, kernel_registry());
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(
+      message({}),
+      "model.layers.0.mlp.gate_proj: linear kernel 'linear' takes F32, the module needs BF16");
+  EXPECT_EQ(message({{"*.gate_proj", "linear_reference"}}),
+            "model.layers.0.mlp.gate_proj: linear kernel 'linear_reference' takes F32, the module "
+            "needs BF16");
+  // A kernel that takes both is accepted for it.
+  static const bool registered = [] {
+    const LinearKernel& fp32 =
+        std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
+    kernel_registry().add({"linear_test_bf16",
+                           OpKind::linear,
+                           {DType::f32, DType::bf16},
+                           "test only",
+                           LinearKernel{fp32.forward, fp32.backward}});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  EXPECT_EQ(message({{"*.gate_proj", "linear_test_bf16"}}), "no error");
+  // Every slot of a model is fp32 today, and every kernel takes fp32.
+  EXPECT_NO_THROW(DecoderLM(tiny_args(), {}));
+}
+
 TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {
   // A registered experts kernel that takes at most 8 tokens.
   static const bool registered = [] {
     const ExpertsKernel& grouped =
         std::get<ExpertsKernel>(kernel_registry().get("experts_grouped", OpKind::experts).impl);
     kernel_registry().add(
-        {"experts_test_8_tokens", OpKind::experts, "test only",
+        {"experts_test_8_tokens",
+         OpKind::experts,
+         {DType::f32},
+         "test only",
          ExpertsKernel{grouped.forward, grouped.backward, [](const ExpertsShape& s) -> std::string {
                          return s.n_tokens <= 8 ? "" : "at most 8 tokens";
                        }}});

@@ -1,5 +1,6 @@
 #include "titan/kernels/overrides.h"
 
+#include <algorithm>
 #include <map>
 
 #include "titan/core/error.h"
@@ -84,6 +85,17 @@ OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
   for (const auto& [s, r] : claimed_by) {
     report.applied.push_back(slots[s].module + ": " + slots[s].kernel + " -> " + rules[r].kernel);
     slots[s].kernel = rules[r].kernel;
+  }
+  for (const KernelSlot& slot : slots) {
+    const KernelEntry& entry = registry.get(slot.kernel, slot.kind);
+    if (std::find(entry.dtypes.begin(), entry.dtypes.end(), slot.dtype) != entry.dtypes.end()) {
+      continue;
+    }
+    std::string accepted;
+    for (DType t : entry.dtypes)
+      accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
+    fail(slot.module, ": ", op_kind_name(slot.kind), " kernel '", slot.kernel, "' takes ", accepted,
+         ", the module needs ", dtype_name(slot.dtype));
   }
   return report;
 }

@@ -14,7 +14,8 @@ namespace titan {
 struct KernelSlot {
   std::string module;  // fully qualified module name
   OpKind kind;
-  std::string kernel;  // bound kernel name
+  std::string kernel;        // bound kernel name
+  DType dtype = DType::f32;  // of the inputs and weights the module hands its kernel
 };
 
 struct OverrideRule {
@@ -31,7 +32,8 @@ bool glob_match(std::string_view pattern, std::string_view text);
 
 // Rebinds matching slots in place. Errors (titan::Error): an unknown kernel; a rule naming
 // modules none of which has a slot of its kernel's kind (`*.mlp.experts = "swiglu"`); two rules
-// claiming the same slot; a rule claiming an ancestor module of another rule's module.
+// claiming the same slot; a rule claiming an ancestor module of another rule's module; a slot
+// (rebound or not) whose dtype its kernel does not accept.
 OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
                                const std::vector<OverrideRule>& rules,
                                const KernelRegistry& registry);

@@ -10,26 +10,54 @@ namespace titan {
 namespace {
 
 void register_builtins(KernelRegistry& r) {
-  r.add({"embedding", OpKind::embedding, "row gather; column-blocked scatter-add backward",
+  r.add({"embedding",
+         OpKind::embedding,
+         {DType::f32},
+         "row gather; column-blocked scatter-add backward",
          EmbeddingKernel{embedding_forward, embedding_backward}});
-  r.add({"linear", OpKind::linear, "oneDNN sgemm", LinearKernel{linear_forward, linear_backward}});
-  r.add({"linear_reference", OpKind::linear, "three loops, fp64 sums",
+  r.add({"linear",
+         OpKind::linear,
+         {DType::f32},
+         "oneDNN sgemm",
+         LinearKernel{linear_forward, linear_backward}});
+  r.add({"linear_reference",
+         OpKind::linear,
+         {DType::f32},
+         "three loops, fp64 sums",
          LinearKernel{linear_forward_reference, linear_backward_reference}});
-  r.add({"rope", OpKind::rope, "rotate_half with a precomputed cos/sin cache",
+  r.add({"rope",
+         OpKind::rope,
+         {DType::f32},
+         "rotate_half with a precomputed cos/sin cache",
          RopeKernel{rope_forward, rope_backward}});
-  r.add({"cross_entropy_chunked", OpKind::lm_head_loss,
+  r.add({"cross_entropy_chunked",
+         OpKind::lm_head_loss,
+         {DType::f32},
          "lm_head GEMM fused with cross-entropy, chunks of at most 320 MiB of logits",
          LmHeadLossKernel{lm_head_cross_entropy}});
-  r.add({"cross_entropy_reference", OpKind::lm_head_loss, "whole logits matrix, fp64 softmax",
+  r.add({"cross_entropy_reference",
+         OpKind::lm_head_loss,
+         {DType::f32},
+         "whole logits matrix, fp64 softmax",
          LmHeadLossKernel{lm_head_cross_entropy_reference}});
-  r.add({"rms_norm", OpKind::rms_norm, "fp32 statistics, vectorised, threaded over rows",
+  r.add({"rms_norm",
+         OpKind::rms_norm,
+         {DType::f32},
+         "fp32 statistics, vectorised, threaded over rows",
          RmsNormKernel{rms_norm_forward, rms_norm_backward}});
-  r.add({"rms_norm_reference", OpKind::rms_norm, "serial fp64-sum reference",
+  r.add({"rms_norm_reference",
+         OpKind::rms_norm,
+         {DType::f32},
+         "serial fp64-sum reference",
          RmsNormKernel{rms_norm_forward_reference, rms_norm_backward_reference}});
-  r.add({"attention_blockwise", OpKind::attention,
+  r.add({"attention_blockwise",
+         OpKind::attention,
+         {DType::f32},
          "flash-style online softmax over 64x64 blocks, FA2 backward",
          AttentionKernel{attention_forward_blockwise, attention_backward_blockwise, {}}});
-  r.add({"attention_reference", OpKind::attention,
+  r.add({"attention_reference",
+         OpKind::attention,
+         {DType::f32},
          "full probability matrix per head, fp64 sums (small inputs)",
          AttentionKernel{attention_forward_reference, attention_backward_reference,
                          [](const AttentionShape& s) -> std::string {
@@ -37,14 +65,25 @@ void register_builtins(KernelRegistry& r) {
                            if (s.seq_kv > 8192) return "seq_kv <= 8192";
                            return {};
                          }}});
-  r.add({"swiglu", OpKind::swiglu, "silu(gate) * up, vectorised",
+  r.add({"swiglu",
+         OpKind::swiglu,
+         {DType::f32},
+         "silu(gate) * up, vectorised",
          SwigluKernel{swiglu_forward, swiglu_backward}});
-  r.add({"experts_grouped", OpKind::experts,
+  r.add({"experts_grouped",
+         OpKind::experts,
+         {DType::f32},
          "tokens grouped by expert, three sgemms per expert over its rows",
          ExpertsKernel{experts_forward_grouped, experts_backward_grouped, experts_check_rows}});
-  r.add({"experts_reference", OpKind::experts, "token by token, fp64 sums (small inputs)",
+  r.add({"experts_reference",
+         OpKind::experts,
+         {DType::f32},
+         "token by token, fp64 sums (small inputs)",
          ExpertsKernel{experts_forward_reference, experts_backward_reference, experts_check_rows}});
-  r.add({"swiglu_reference", OpKind::swiglu, "fp64 reference",
+  r.add({"swiglu_reference",
+         OpKind::swiglu,
+         {DType::f32},
+         "fp64 reference",
          SwigluKernel{swiglu_forward_reference, swiglu_backward_reference}});
 }
 

@@ -1,7 +1,8 @@
 // The kernel registry: every primitive op is reached through a named entry holding its forward,
-// its backward, the plain fp32 reference and an optional constraint check. Modules bind one
-// entry per op slot at build time (defaults, then the config's [overrides], kernels/overrides.h),
-// so a custom kernel replaces a module's computation without touching the model code.
+// its backward, the plain fp32 reference, the dtypes it takes and an optional constraint check.
+// Modules bind one entry per op slot at build time (defaults, then the config's [overrides],
+// kernels/overrides.h), so a custom kernel replaces a module's computation without touching the
+// model code.
 #pragma once
 
 #include <functional>
@@ -10,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "titan/core/dtype.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/moe.h"
@@ -87,6 +89,9 @@ struct ExpertsKernel {
 struct KernelEntry {
   std::string name;
   OpKind kind;
+  // The dtypes its inputs and weights may have; a slot needing another is refused before
+  // anything is allocated (apply_overrides).
+  std::vector<DType> dtypes;
   std::string description;
   std::variant<EmbeddingKernel, RmsNormKernel, LinearKernel, RopeKernel, AttentionKernel,
                SwigluKernel, LmHeadLossKernel, ExpertsKernel>

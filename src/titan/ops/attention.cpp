@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/backend.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 
@@ -170,8 +170,8 @@ void attention_forward_blockwise(float* out, float* lse, const float* q, const f
           const int64_t key_end = offset + i0 + rows;  // keys past the last query are masked
           for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
             const int64_t cols = std::min(kBlockK, key_end - j0);
-            gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd, k_head + j0 * ldk,
-                     ldk, 0.0f, scores.data(), kBlockK);
+            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd,
+                               k_head + j0 * ldk, ldk, 0.0f, scores.data(), kBlockK);
             for (int64_t sr = 0; sr < m; ++sr) {
               float* row = scores.data() + sr * kBlockK;
               const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
@@ -183,8 +183,8 @@ void attention_forward_blockwise(float* out, float* lse, const float* q, const f
               if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
               row_max[sr] = m_new;
             }
-            gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(), kBlockK,
-                     v_head + j0 * ldk, ldk, 1.0f, acc.data(), hd);
+            backend().gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(), kBlockK,
+                               v_head + j0 * ldk, ldk, 1.0f, acc.data(), hd);
           }
           for (int64_t sr = 0; sr < m; ++sr) {
             vk.scale(acc.data() + sr * hd, 1.0f / row_sum[sr], hd);
@@ -243,10 +243,10 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
             const int64_t rows = std::min(kBlockQ, s.seq_q - i0), m = G * rows, at = G * i0;
             const float* q_blk = q_st.data() + at * hd;
             const float* do_blk = do_st.data() + at * hd;
-            gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk, hd, k_head + j0 * ldk, ldk,
-                     0.0f, p.data(), kBlockK);
-            gemm_f32(Trans::no, Trans::yes, m, cols, hd, 1.0f, do_blk, hd, v_head + j0 * ldk, ldk,
-                     0.0f, dp.data(), kBlockK);
+            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk, hd,
+                               k_head + j0 * ldk, ldk, 0.0f, p.data(), kBlockK);
+            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, 1.0f, do_blk, hd,
+                               v_head + j0 * ldk, ldk, 0.0f, dp.data(), kBlockK);
             for (int64_t sr = 0; sr < m; ++sr) {
               float* pr = p.data() + sr * kBlockK;
               float* dsr = dp.data() + sr * kBlockK;
@@ -257,12 +257,12 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
               // dS = P * (dP - delta), pre-multiplied by the score scale for dq and dk.
               for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - row_delta) * scale;
             }
-            gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, p.data(), kBlockK, do_blk, hd, 1.0f,
-                     dv_acc.data(), hd);
-            gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, dp.data(), kBlockK, k_head + j0 * ldk,
-                     ldk, 1.0f, dq_st.data() + at * hd, hd);
-            gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, dp.data(), kBlockK, q_blk, hd, 1.0f,
-                     dk_acc.data(), hd);
+            backend().gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, p.data(), kBlockK, do_blk,
+                               hd, 1.0f, dv_acc.data(), hd);
+            backend().gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, dp.data(), kBlockK,
+                               k_head + j0 * ldk, ldk, 1.0f, dq_st.data() + at * hd, hd);
+            backend().gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, dp.data(), kBlockK, q_blk,
+                               hd, 1.0f, dk_acc.data(), hd);
           }
           for (int64_t c = 0; c < cols; ++c) {
             const int64_t row = ((b * s.seq_kv + j0 + c) * KV + kvh) * hd;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "titan/core/threads.h"
+#include "titan/backend/cpu/threads.h"
 
 namespace titan {
 

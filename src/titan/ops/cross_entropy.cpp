@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "titan/backend/backend.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/allocator.h"
@@ -50,8 +51,8 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   for (int64_t n0 = 0; n0 < a.n_tokens; n0 += chunk) {
     const int64_t rows = std::min(chunk, a.n_tokens - n0);
     const float* x = a.x + n0 * a.hidden;
-    gemm_f32(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x, a.hidden, a.weight, a.hidden,
-             0.0f, logits, a.vocab);
+    backend().gemm_f32(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x, a.hidden, a.weight,
+                       a.hidden, 0.0f, logits, a.vocab);
     if (a.logits != nullptr) {
       std::memcpy(a.logits + n0 * a.vocab, logits, rows * a.vocab * sizeof(float));
     }
@@ -75,10 +76,10 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       }
     }
     if (want_grad) {
-      gemm_f32(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits, a.vocab, a.weight,
-               a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
-      gemm_f32(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, logits, a.vocab, x, a.hidden,
-               1.0f, a.dweight, a.hidden);
+      backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits, a.vocab,
+                         a.weight, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
+      backend().gemm_f32(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, logits, a.vocab, x,
+                         a.hidden, 1.0f, a.dweight, a.hidden);
     }
   }
   CrossEntropyResult result;

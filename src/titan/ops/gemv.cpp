@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "titan/backend/cpu/threads.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 
 namespace titan {
 namespace {

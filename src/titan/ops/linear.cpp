@@ -1,22 +1,24 @@
 #include "titan/ops/linear.h"
 
+#include "titan/backend/backend.h"
 #include "titan/backend/cpu/gemm.h"
 
 namespace titan {
 
 void linear_forward(float* y, const float* x, const float* weight, int64_t n_rows,
                     int64_t in_features, int64_t out_features) {
-  gemm_f32(Trans::no, Trans::yes, n_rows, out_features, in_features, 1.0f, x, in_features, weight,
-           in_features, 0.0f, y, out_features);
+  backend().gemm_f32(Trans::no, Trans::yes, n_rows, out_features, in_features, 1.0f, x, in_features,
+                     weight, in_features, 0.0f, y, out_features);
 }
 
 void linear_backward(float* dx, float* dweight, const float* dy, const float* x,
                      const float* weight, int64_t n_rows, int64_t in_features, int64_t out_features,
                      bool accumulate_dx) {
-  gemm_f32(Trans::no, Trans::no, n_rows, in_features, out_features, 1.0f, dy, out_features, weight,
-           in_features, accumulate_dx ? 1.0f : 0.0f, dx, in_features);
-  gemm_f32(Trans::yes, Trans::no, out_features, in_features, n_rows, 1.0f, dy, out_features, x,
-           in_features, 1.0f, dweight, in_features);
+  backend().gemm_f32(Trans::no, Trans::no, n_rows, in_features, out_features, 1.0f, dy,
+                     out_features, weight, in_features, accumulate_dx ? 1.0f : 0.0f, dx,
+                     in_features);
+  backend().gemm_f32(Trans::yes, Trans::no, out_features, in_features, n_rows, 1.0f, dy,
+                     out_features, x, in_features, 1.0f, dweight, in_features);
 }
 
 void linear_forward_reference(float* y, const float* x, const float* weight, int64_t n_rows,

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/backend.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 #include "titan/ops/swiglu.h"
@@ -140,15 +140,15 @@ void experts_forward_grouped(float* y, const ExpertsActivations& act, const Expe
   group_rows_by_expert(act, index, shape);
   gather_token_rows(s.x, x, act.row_of, shape, h);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, s.x + r0 * h, h, w.gate + e * Im * h, h, 0.0f,
-             act.gate + r0 * Im, Im);
-    gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, s.x + r0 * h, h, w.up + e * Im * h, h, 0.0f,
-             act.up + r0 * Im, Im);
+    backend().gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, s.x + r0 * h, h,
+                       w.gate + e * Im * h, h, 0.0f, act.gate + r0 * Im, Im);
+    backend().gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, s.x + r0 * h, h, w.up + e * Im * h,
+                       h, 0.0f, act.up + r0 * Im, Im);
   });
   swiglu_forward(act.act, act.gate, act.up, shape.rows() * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    gemm_f32(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act.act + r0 * Im, Im, w.down + e * h * Im,
-             Im, 0.0f, s.y + r0 * h, h);
+    backend().gemm_f32(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act.act + r0 * Im, Im,
+                       w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);
   });
   const VecKernels& v = vec();
 #pragma omp parallel for schedule(static)
@@ -177,8 +177,8 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
   gather_token_rows(s.y, dy, act.row_of, shape, h);
   // g = dy down_e per row, unweighted: dweight = <g, act>, and d act = weight * g.
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    gemm_f32(Trans::no, Trans::no, n_e, Im, h, 1.0f, s.y + r0 * h, h, w.down + e * h * Im, Im, 0.0f,
-             s.dact + r0 * Im, Im);
+    backend().gemm_f32(Trans::no, Trans::no, n_e, Im, h, 1.0f, s.y + r0 * h, h, w.down + e * h * Im,
+                       Im, 0.0f, s.dact + r0 * Im, Im);
   });
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < rows; ++p) {
@@ -188,20 +188,20 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
     v.scale(s.y + r * h, weight[p], h);  // weight * dy: down_proj's output gradient
   }
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    gemm_f32(Trans::yes, Trans::no, h, Im, n_e, 1.0f, s.y + r0 * h, h, act.act + r0 * Im, Im, 1.0f,
-             dw.down + e * h * Im, Im);
+    backend().gemm_f32(Trans::yes, Trans::no, h, Im, n_e, 1.0f, s.y + r0 * h, h, act.act + r0 * Im,
+                       Im, 1.0f, dw.down + e * h * Im, Im);
   });
   swiglu_backward(s.dgate, s.dup, s.dact, act.gate, act.up, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dgate + r0 * Im, Im, s.x + r0 * h, h, 1.0f,
-             dw.gate + e * Im * h, h);
-    gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dup + r0 * Im, Im, s.x + r0 * h, h, 1.0f,
-             dw.up + e * Im * h, h);
+    backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dgate + r0 * Im, Im, s.x + r0 * h,
+                       h, 1.0f, dw.gate + e * Im * h, h);
+    backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dup + r0 * Im, Im, s.x + r0 * h,
+                       h, 1.0f, dw.up + e * Im * h, h);
     // d x rows over the (now unneeded) weighted dy rows.
-    gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dgate + r0 * Im, Im, w.gate + e * Im * h, h,
-             0.0f, s.y + r0 * h, h);
-    gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dup + r0 * Im, Im, w.up + e * Im * h, h,
-             1.0f, s.y + r0 * h, h);
+    backend().gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dgate + r0 * Im, Im,
+                       w.gate + e * Im * h, h, 0.0f, s.y + r0 * h, h);
+    backend().gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dup + r0 * Im, Im,
+                       w.up + e * Im * h, h, 1.0f, s.y + r0 * h, h);
   });
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < shape.n_tokens; ++t) {

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <vector>
 
+#include "titan/backend/cpu/threads.h"
 #include "titan/backend/cpu/vec.h"
-#include "titan/core/threads.h"
 
 namespace titan {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "titan/backend/cpu/threads.h"
 #include "titan/backend/cpu/vec.h"
-#include "titan/core/threads.h"
 
 namespace titan {
 namespace {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/allocator.h"
-#include "titan/core/cpu_info.h"
 #include "titan/core/error.h"
 
 namespace titan {

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <limits>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/peak.h"
-#include "titan/core/cpu_info.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/threads.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
 #include "titan/io/atomic_dir.h"

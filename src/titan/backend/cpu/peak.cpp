@@ -10,9 +10,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/cache_dir.h"
-#include "titan/core/cpu_info.h"
 
 namespace titan {
 namespace {
@@ -144,6 +144,10 @@ const CpuPeak& cpu_peak() {
 
 double cpu_peak_fp32_gflops(int threads) {
   return cpu_peak().fp32_gflops_per_core() * std::clamp(threads, 1, cpu_info().logical_cpus);
+}
+
+double cpu_peak_bf16_gflops(int threads) {
+  return cpu_peak().bf16_gflops_per_core() * std::clamp(threads, 1, cpu_info().logical_cpus);
 }
 
 }  // namespace titan

@@ -33,5 +33,7 @@ const CpuPeak& cpu_peak();
 CpuPeak measure_cpu_peak();
 // The fp32 peak of `threads` cores (at most the CPU's logical count), in GFLOP/s.
 double cpu_peak_fp32_gflops(int threads);
+// The same for bf16 operands with fp32 accumulation.
+double cpu_peak_bf16_gflops(int threads);
 
 }  // namespace titan

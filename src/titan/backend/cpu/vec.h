@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "titan/core/cpu_info.h"
+#include "titan/backend/cpu/cpu_info.h"
 
 namespace titan {
 

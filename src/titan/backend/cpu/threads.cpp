@@ -1,11 +1,11 @@
-#include "titan/core/threads.h"
+#include "titan/backend/cpu/threads.h"
 
 #include <omp.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
-#include "titan/core/cpu_info.h"
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/core/error.h"
 
 namespace titan {

@@ -1,4 +1,4 @@
-#include "titan/core/cpu_info.h"
+#include "titan/backend/cpu/cpu_info.h"
 
 #include <cpuid.h>
 

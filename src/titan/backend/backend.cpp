@@ -1,0 +1,41 @@
+#include "titan/backend/backend.h"
+
+#include <memory>
+#include <mutex>
+
+#include "titan/backend/cpu/cpu_backend.h"
+#include "titan/backend/cuda/cuda_backend.h"
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+Backend* g_active = nullptr;  // null: the CPU
+
+}  // namespace
+
+Backend& backend() {
+  return g_active != nullptr ? *g_active : cpu_backend();
+}
+
+Backend& backend_named(std::string_view name) {
+  if (name == "cpu") return cpu_backend();
+  if (name == "cuda") {
+    // Created once, on first request: without a device that request is the error.
+    static std::mutex mutex;
+    static std::unique_ptr<Backend> cuda;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (cuda == nullptr) cuda = make_cuda_backend();
+    return *cuda;
+  }
+  fail("unknown backend '", name, "' (titan knows cpu and cuda)");
+}
+
+void select_backend(std::string_view name) {
+  Backend& chosen = backend_named(name);
+  TITAN_CHECK(chosen.kind() == DeviceKind::cpu, "backend '", name, "' (", chosen.name(),
+              ") cannot run the model yet: its modules keep their tensors in host memory");
+  g_active = &chosen;
+}
+
+}  // namespace titan

@@ -1,0 +1,67 @@
+// A compute backend: one device's name and kind, its peak FLOP rate, its memory, its GEMMs and its
+// vector primitives. The CPU backend (backend/cpu/cpu_backend.h) implements everything; the CUDA
+// backend (backend/cuda/, built with -DTITAN_CUDA=ON) has memory and cuBLAS GEMMs so far.
+// Pointers handed to a backend's GEMMs and copies are that backend's memory (device_buffer.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "titan/backend/cpu/vec.h"
+#include "titan/core/allocator.h"
+#include "titan/core/dtype.h"
+
+namespace titan {
+
+enum class Trans : char { no = 'N', yes = 'T' };
+
+enum class DeviceKind { cpu, cuda };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // One line naming the device: "cpu: AMD EPYC (avx512, 2 threads)".
+  virtual std::string name() const = 0;
+  // Dense GEMM peak in GFLOP/s with `dtype` operands (fp32 accumulation) on the threads / SMs this
+  // process uses: the MFU denominator. Empty where the backend does not know it (a dtype without
+  // a peak, or a device whose peak has not been measured yet).
+  virtual std::optional<double> peak_gflops(DType dtype) const = 0;
+
+  // Raw device memory; `category` is what the CPU's accounted allocator charges it to. Prefer
+  // DeviceBuffer, which pairs every allocation with its release.
+  virtual void* allocate(size_t bytes, MemCategory category) = 0;
+  virtual void release(void* ptr, size_t bytes, MemCategory category) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+
+  // Row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C[m,n], op(X) = X or X^T, fp32.
+  virtual void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
+                        float* c, int64_t ldc) = 0;
+  // The same with bf16 A and B (raw bits), products accumulated and C kept in fp32.
+  virtual void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                         float* c, int64_t ldc) = 0;
+
+  // The row-level vector primitives (backend/cpu/vec.h). A backend without a kernel for one has a
+  // function that throws titan::Error naming it.
+  virtual const VecKernels& vec() const = 0;
+};
+
+// The backend the ops (src/titan/ops) run on: the CPU unless select_backend chose another.
+Backend& backend();
+// "cpu" or "cuda" (created on first use; titan::Error when the build or the machine has none, or
+// for any other name).
+Backend& backend_named(std::string_view name);
+// Makes backend_named(name) the active backend; call at start-up, before any op runs. The modules
+// keep their tensors in host memory, so a backend whose memory is not the host's is refused
+// until they hold DeviceBuffers.
+void select_backend(std::string_view name);
+
+}  // namespace titan

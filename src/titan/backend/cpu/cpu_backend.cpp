@@ -1,0 +1,67 @@
+#include "titan/backend/cpu/cpu_backend.h"
+
+#include <cstring>
+
+#include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/cpu/peak.h"
+#include "titan/backend/cpu/threads.h"
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceKind kind() const override { return DeviceKind::cpu; }
+
+  std::string name() const override {
+    return detail::concat("cpu: ", cpu_info().model_name, " (", isa_name(active_isa()), ", ",
+                          thread_count(), " threads)");
+  }
+
+  std::optional<double> peak_gflops(DType dtype) const override {
+    if (dtype == DType::f32) return cpu_peak_fp32_gflops(thread_count());
+    if (dtype == DType::bf16) return cpu_peak_bf16_gflops(thread_count());
+    return std::nullopt;
+  }
+
+  void* allocate(size_t bytes, MemCategory category) override {
+    return mem_allocate(bytes, category);
+  }
+  void release(void* ptr, size_t bytes, MemCategory category) override {
+    mem_release(ptr, bytes, category);
+  }
+  // Host and device are one memory: every copy is a memcpy.
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
+    std::memcpy(dst, host_src, bytes);
+  }
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
+    std::memcpy(host_dst, src, bytes);
+  }
+  void copy_on_device(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+
+  void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) override {
+    titan::gemm_f32(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+  void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                 const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                 float* c, int64_t ldc) override {
+    titan::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
+  const VecKernels& vec() const override { return titan::vec(); }
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend cpu;
+  return cpu;
+}
+
+}  // namespace titan

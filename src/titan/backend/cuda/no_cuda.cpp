@@ -1,0 +1,12 @@
+// Linked instead of cuda_backend.cu when titan is configured without -DTITAN_CUDA=ON.
+#include "titan/backend/cuda/cuda_backend.h"
+#include "titan/core/error.h"
+
+namespace titan {
+
+std::unique_ptr<Backend> make_cuda_backend() {
+  fail(
+      "this titan was built without CUDA (configure with -DTITAN_CUDA=ON where nvcc is installed)");
+}
+
+}  // namespace titan

@@ -1,0 +1,125 @@
+// Checks any backend passes, run on the CPU by test_backend and on a GPU by titan_cuda_smoke: GEMMs
+// against the fp64-sum reference for every transpose pair, and copies through device memory.
+// Each returns "" or the first failure in words.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/device_buffer.h"
+#include "titan/core/dtype.h"
+
+namespace titan::testing {
+
+inline std::vector<float> uniform_values(size_t n, uint32_t seed) {
+  std::vector<float> v(n);
+  for (float& x : v) {
+    seed = seed * 1664525u + 1013904223u;
+    x = static_cast<float>(seed >> 8) / static_cast<float>(1u << 24) * 2.0f - 1.0f;  // [-1, 1)
+  }
+  return v;
+}
+
+template <typename T>
+DeviceBuffer to_device(Backend& be, const std::vector<T>& host, DType dtype) {
+  DeviceBuffer buf(be, static_cast<int64_t>(host.size()), dtype, MemCategory::other);
+  copy_from_host(buf, host.data(), dtype, static_cast<int64_t>(host.size()));
+  return buf;
+}
+
+// C = 0.5 op(A) op(B) + C with odd sizes and padded leading dimensions, fp32 or bf16 operands.
+//
+// Tolerance: the reference sums in fp64, so the error is the backend's fp32 accumulation: k
+// roundings of at most 2^-24 relative to the running sum, one more for each product (exact for
+// bf16 operands: 8-bit x 8-bit significands fit fp32's 24), for alpha and for adding beta * C,
+// plus the reference's own rounding to fp32. So |c - ref| <= (k + 4) 2^-24 (|alpha| sum_p
+// |a_ip b_pj| + |beta c_ij|), a worst-case bound that any fp32-accumulating order meets. bf16
+// operands are rounded before both sides see them, so bf16's 2^-9 never enters.
+inline std::string check_gemm(Backend& be, DType dtype, Trans ta, Trans tb) {
+  const int64_t m = 37, n = 29, k = 515;
+  const int64_t lda = (ta == Trans::no ? k : m) + 3, ldb = (tb == Trans::no ? n : k) + 5;
+  const int64_t ldc = n + 2;
+  const int64_t a_rows = ta == Trans::no ? m : k, b_rows = tb == Trans::no ? k : n;
+  std::vector<float> a = uniform_values(a_rows * lda, 1), b = uniform_values(b_rows * ldb, 2);
+  const std::vector<float> c0 = uniform_values(m * ldc, 3);
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  if (dtype == DType::bf16) {
+    for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(a16[i] = f32_to_bf16(a[i]));
+    for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_f32(b16[i] = f32_to_bf16(b[i]));
+  }
+  const float alpha = 0.5f, beta = 1.0f;
+  std::vector<float> want = c0;
+  gemm_f32_reference(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
+
+  DeviceBuffer c_dev = to_device(be, c0, DType::f32);
+  if (dtype == DType::bf16) {
+    const DeviceBuffer a_dev = to_device(be, a16, DType::bf16),
+                       b_dev = to_device(be, b16, DType::bf16);
+    be.gemm_bf16(ta, tb, m, n, k, alpha, a_dev.as<uint16_t>(), lda, b_dev.as<uint16_t>(), ldb, beta,
+                 c_dev.as<float>(), ldc);
+  } else {
+    const DeviceBuffer a_dev = to_device(be, a, DType::f32), b_dev = to_device(be, b, DType::f32);
+    be.gemm_f32(ta, tb, m, n, k, alpha, a_dev.as<float>(), lda, b_dev.as<float>(), ldb, beta,
+                c_dev.as<float>(), ldc);
+  }
+  std::vector<float> got(c0.size());
+  copy_to_host(got.data(), DType::f32, static_cast<int64_t>(got.size()), c_dev);
+
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float g = got[i * ldc + j], w = want[i * ldc + j];
+      double bound = 0.0;  // the padding columns must come back untouched
+      if (j < n) {
+        double magnitude = 0.0;
+        for (int64_t p = 0; p < k; ++p) {
+          const float av = ta == Trans::no ? a[i * lda + p] : a[p * lda + i];
+          const float bv = tb == Trans::no ? b[p * ldb + j] : b[j * ldb + p];
+          magnitude += std::fabs(static_cast<double>(av) * bv);
+        }
+        bound = (k + 4) * std::ldexp(1.0, -24) *
+                (alpha * magnitude + beta * std::fabs(c0[i * ldc + j]));
+      }
+      if (!(std::fabs(static_cast<double>(g) - w) <= bound)) {
+        char line[200];
+        std::snprintf(line, sizeof line,
+                      "%s gemm %c%c on %s: c[%lld,%lld] = %.9g, reference %.9g, bound %.3g",
+                      std::string(dtype_name(dtype)).c_str(), static_cast<char>(ta),
+                      static_cast<char>(tb), be.name().c_str(), static_cast<long long>(i),
+                      static_cast<long long>(j), g, w, bound);
+        return line;
+      }
+    }
+  }
+  return "";
+}
+
+inline std::string check_gemms(Backend& be) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (Trans ta : {Trans::no, Trans::yes}) {
+      for (Trans tb : {Trans::no, Trans::yes}) {
+        const std::string failure = check_gemm(be, dtype, ta, tb);
+        if (!failure.empty()) return failure;
+      }
+    }
+  }
+  return "";
+}
+
+// host -> device -> device -> host returns every bit (bf16 NaN payloads and signed zeros too).
+inline std::string check_copies(Backend& be) {
+  std::vector<uint16_t> host(1001);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint16_t>(i * 40503u);
+  const DeviceBuffer first = to_device(be, host, DType::bf16);
+  DeviceBuffer second(be, first.numel(), DType::bf16, MemCategory::other);
+  copy_buffer(second, first);
+  std::vector<uint16_t> back(host.size());
+  copy_to_host(back.data(), DType::bf16, static_cast<int64_t>(back.size()), second);
+  if (back != host) return "bf16 copy round trip on " + be.name() + " changed the data";
+  return "";
+}
+
+}  // namespace titan::testing

@@ -1,0 +1,102 @@
+// The backend interface on the CPU: GEMMs, memory and its accounting, the registry, the peak.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "titan/backend/backend.h"
+#include "titan/backend/cpu/cpu_backend.h"
+#include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/device_buffer.h"
+#include "titan/core/error.h"
+#include "unit/backend_checks.h"
+
+namespace titan {
+namespace {
+
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Backend, CpuIsTheActiveBackend) {
+  EXPECT_EQ(&backend(), &cpu_backend());
+  EXPECT_EQ(&backend_named("cpu"), &cpu_backend());
+  EXPECT_EQ(backend().kind(), DeviceKind::cpu);
+  EXPECT_EQ(backend().name().rfind("cpu: ", 0), 0u) << backend().name();
+  EXPECT_NO_THROW(select_backend("cpu"));
+  EXPECT_EQ(error_of([] { backend_named("tpu"); }),
+            "unknown backend 'tpu' (titan knows cpu and cuda)");
+}
+
+// A build without -DTITAN_CUDA, or a machine without a GPU, refuses it in one line; with both, it
+// exists but cannot become the active backend while the modules hold host memory.
+TEST(Backend, CudaIsThereOrRefusedInOneLine) {
+  try {
+    Backend& cuda = backend_named("cuda");
+    EXPECT_EQ(cuda.kind(), DeviceKind::cuda);
+    EXPECT_EQ(error_of([] { select_backend("cuda"); }),
+              "backend 'cuda' (" + cuda.name() +
+                  ") cannot run the model yet: its modules keep their tensors in host memory");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.rfind("this titan was built without CUDA (", 0) == 0 ||
+                m.rfind("no CUDA device (", 0) == 0)
+        << m;
+  }
+  EXPECT_EQ(&backend(), &cpu_backend());
+}
+
+TEST(Backend, CpuGemmsMatchTheReferenceForEveryTranspose) {
+  EXPECT_EQ(testing::check_gemms(cpu_backend()), "");
+}
+
+TEST(Backend, CpuCopiesRoundTrip) {
+  EXPECT_EQ(testing::check_copies(cpu_backend()), "");
+}
+
+TEST(Backend, CpuMemoryIsChargedToItsCategory) {
+  const size_t before = memory_stats().current[static_cast<int>(MemCategory::gradients)];
+  {
+    const DeviceBuffer g(cpu_backend(), 1000, DType::bf16, MemCategory::gradients);
+    EXPECT_EQ(g.bytes(), 2000u);
+    EXPECT_EQ(memory_stats().current[static_cast<int>(MemCategory::gradients)], before + 2000);
+  }
+  EXPECT_EQ(memory_stats().current[static_cast<int>(MemCategory::gradients)], before);
+}
+
+TEST(Backend, CopyMismatchesNameBothSides) {
+  DeviceBuffer f32(cpu_backend(), 4, DType::f32, MemCategory::other);
+  DeviceBuffer bf16(cpu_backend(), 4, DType::bf16, MemCategory::other);
+  const std::vector<uint16_t> host(4);
+  const std::string on = " on " + cpu_backend().name();
+  EXPECT_EQ(error_of([&] { copy_from_host(f32, host.data(), DType::bf16, 4); }),
+            "copy of 4 x BF16 from the host into a buffer of 4 x F32" + on);
+  EXPECT_EQ(error_of([&] { copy_buffer(f32, bf16); }),
+            "copy of a buffer of 4 x BF16" + on + " into one of 4 x F32" + on +
+                " (device to device needs one backend, dtype and size)");
+  std::vector<float> out(3);
+  EXPECT_EQ(error_of([&] { copy_to_host(out.data(), DType::f32, 3, f32); }),
+            "copy of a buffer of 4 x F32" + on + " to 3 x F32 on the host");
+}
+
+TEST(Backend, CpuVecIsTheActiveIsas) {
+  EXPECT_EQ(cpu_backend().vec().isa, active_isa());
+  const std::vector<float> a = {1, 2, 3}, b = {4, 5, 6};
+  EXPECT_EQ(cpu_backend().vec().dot(a.data(), b.data(), 3), 32.0f);
+}
+
+TEST(Backend, CpuPeakPerDtype) {
+  const double fp32 = cpu_backend().peak_gflops(DType::f32).value();
+  EXPECT_GT(fp32, 0.0);
+  EXPECT_EQ(cpu_backend().peak_gflops(DType::bf16).value(),
+            cpu_info().avx512_bf16 ? 2.0 * fp32 : fp32);
+  EXPECT_FALSE(cpu_backend().peak_gflops(DType::i32).has_value());
+}
+
+}  // namespace
+}  // namespace titan
