@@ -293,6 +293,34 @@ TEST(Rope, YarnScalesTheRotation) {
   }
 }
 
+TEST(Rope, Llama3ScalesOnlyTheLowFrequencies) {
+  RopeParams plain;
+  plain.head_dim = 16;
+  plain.theta = 500000.0;
+  RopeParams llama3 = plain;
+  llama3.scaling.type = "llama3";
+  llama3.scaling.factor = 8.0;
+  llama3.scaling.low_freq_factor = 1.0;
+  llama3.scaling.high_freq_factor = 4.0;
+  llama3.scaling.original_max_position_embeddings = 64;
+  // Wavelengths 2 pi 500000^(j/8): j = 0 (6.3) below 64/4 is kept, j = 1 (32.5) between 16 and
+  // 64 is blended, j >= 2 (168 and up) is divided by 8; no attention scaling.
+  const RopeCache a = rope_cache_build(plain, 2), b = rope_cache_build(llama3, 2);
+  const auto angle = [](const RopeCache& c, int64_t j) {
+    return std::atan2(c.sin.data<float>()[8 + j], c.cos.data<float>()[8 + j]);  // position 1
+  };
+  EXPECT_EQ(angle(b, 0), angle(a, 0));
+  const double smooth = (64.0 / (2 * M_PI / angle(a, 1)) - 1.0) / 3.0;
+  EXPECT_NEAR(angle(b, 1), angle(a, 1) * ((1 - smooth) / 8 + smooth), 1e-6);
+  EXPECT_GT(angle(b, 1), angle(a, 1) / 8);
+  EXPECT_LT(angle(b, 1), angle(a, 1));
+  for (int64_t j = 2; j < 8; ++j) EXPECT_NEAR(angle(b, j), angle(a, j) / 8, 1e-7 * angle(a, j));
+  for (int64_t j = 0; j < 8; ++j) {
+    const double c = b.cos.data<float>()[8 + j], s = b.sin.data<float>()[8 + j];
+    EXPECT_NEAR(c * c + s * s, 1.0, 1e-6);
+  }
+}
+
 struct AttentionCase {
   AttentionShape shape;
 };

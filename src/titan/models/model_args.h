@@ -1,6 +1,6 @@
-// The numbers that define a Qwen3 / Qwen3-MoE model. Both routes to a model -- a built-in flavor
-// (flavors.h) and a Hugging Face config.json (hf_config.h) -- produce this struct, and the model
-// is built from it alone.
+// The numbers that define a model of a registered family (models/registry.h). Both routes to a
+// model -- a built-in flavor (flavors.h) and a Hugging Face config.json (hf_config.h) -- produce
+// this struct, and the model is built from it alone.
 #pragma once
 
 #include <cstdint>
@@ -57,7 +57,8 @@ struct ModelArgs {
 };
 
 // Throws titan::Error naming the first field that is missing, non-positive or inconsistent
-// (heads not divisible by kv heads, top-k above the expert count, ...). `where` prefixes the
+// (heads not divisible by kv heads, top-k above the expert count, an unknown architecture, a
+// feature flag its family does not have, ...). `where` prefixes the
 // message (a file name or "flavor qwen3_0.6b").
 void validate_model_args(const ModelArgs& args, const std::string& where);
 

@@ -52,13 +52,12 @@ void apply_llama3(const RopeScaling& s, std::vector<float>& inv_freq) {
   const float two_pi = static_cast<float>(2.0 * M_PI);
   for (float& f : inv_freq) {
     const float wavelen = (1.0f / f) * two_pi;
-    const float kept = wavelen > low_freq_wavelen ? f / factor : f;
-    if (wavelen < high_freq_wavelen || wavelen > low_freq_wavelen) {
-      f = kept;
-      continue;
+    if (wavelen > low_freq_wavelen) {
+      f = f / factor;
+    } else if (wavelen >= high_freq_wavelen) {
+      const float smooth = ((1.0f / wavelen) * context_f - low) / smooth_span;
+      f = (1.0f - smooth) * f / factor + smooth * f;
     }
-    const float smooth = ((1.0f / wavelen) * context_f - low) / smooth_span;
-    f = (1.0f - smooth) * kept / factor + smooth * kept;
   }
 }
 

@@ -31,7 +31,8 @@ struct RopeParams {
 };
 
 // cos and sin for every position below max_positions, each (max_positions, hd/2), computed as
-// HF does: inv_freq and pos * inv_freq in fp32 (YaRN when configured), attention scaling applied.
+// HF does: inv_freq and pos * inv_freq in fp32 (YaRN or llama3 when configured), attention scaling
+// applied.
 struct RopeCache {
   int64_t max_positions = 0;
   int64_t half_dim = 0;
