@@ -13,6 +13,7 @@
 #include "titan/data/dataset_chat.h"
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/loader.h"
+#include "titan/data/token_file.h"
 
 namespace titan {
 namespace {
@@ -40,14 +41,15 @@ std::string prose(int i) {
 
 // torchtitan's rows: window k is stream[k * S, k * S + S + 1), inputs its first S tokens, labels
 // its last S; consecutive windows share one token, so every target of the stream is scored once.
-TEST(Loader, PacksDocumentsWithEosIntoTorchtitanWindows) {
+// Text documents are encoded as HF's tokenizer(text) does, with the post-processor's special
+// tokens (none for Qwen, <|begin_of_text|> first for Llama 3).
+void check_packing(const Tokenizer& tok) {
   const ScratchDir dir("pack");
-  const Tokenizer& tok = test::trained_tokenizer();
   std::string jsonl;
   std::vector<int32_t> stream;
   for (int i = 0; i < 40; ++i) {
     jsonl += json{{"text", prose(i)}}.dump() + "\n";
-    const std::vector<int32_t> ids = tok.encode(prose(i));
+    const std::vector<int32_t> ids = tok.encode_with_special_tokens(prose(i));
     stream.insert(stream.end(), ids.begin(), ids.end());
     stream.push_back(tok.eos_id());
   }
@@ -84,6 +86,42 @@ TEST(Loader, PacksDocumentsWithEosIntoTorchtitanWindows) {
   }
   EXPECT_FALSE(loader.next_batch());
   EXPECT_FALSE(loader.next_batch());
+}
+
+const Tokenizer& llama3_style_tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(test::env_or_empty("TITAN_SOURCE_DIR") +
+                                               "/tests/fixtures/llama3-style-tokenizer");
+  return tok;
+}
+
+TEST(Loader, PacksDocumentsWithEosIntoTorchtitanWindows) {
+  check_packing(test::trained_tokenizer());
+  const Tokenizer& llama = llama3_style_tokenizer();
+  const int32_t bos = llama.token_to_id("<|begin_of_text|>");
+  ASSERT_GE(bos, 0);
+  ASSERT_EQ(llama.encode_with_special_tokens(prose(0)).front(), bos);
+  check_packing(llama);
+}
+
+// titan tokenize --bin writes the ids the loader would make of the same text documents.
+TEST(Loader, TokenFilesHoldTheSpecialTokensToo) {
+  const ScratchDir dir("bin_bos");
+  const Tokenizer& tok = llama3_style_tokenizer();
+  write_text(dir / "a.jsonl", json{{"text", prose(1)}}.dump() + "\n" + json{{"text", ""}}.dump() +
+                                  "\n" + json{{"text", prose(2)}}.dump() + "\n");
+  DatasetOptions data;
+  data.paths = {dir / "a.jsonl"};
+  tokenize_to_token_file(tok, data, dir / "a.bin");
+  const TokenFileReader bin = TokenFileReader::open(dir / "a.bin");
+  ASSERT_EQ(bin.n_docs(), 3u);
+  const auto doc = [&](size_t i) {
+    std::vector<int32_t> ids;
+    bin.read_doc(i, ids);
+    return ids;
+  };
+  EXPECT_EQ(doc(0), tok.encode_with_special_tokens(prose(1)));
+  EXPECT_TRUE(doc(1).empty());  // an empty document stays empty: no lone BOS
+  EXPECT_EQ(doc(2), tok.encode_with_special_tokens(prose(2)));
 }
 
 // A dataset in four formats, three files of documents and a token file.
@@ -466,6 +504,7 @@ TEST(LoaderBadInput, LongConversationsStopOrAreCut) {
   LoaderOptions o;
   o.data.paths = {dir / "c.jsonl"};
   o.mode = DataMode::chat;
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
   o.seq_len = 16;
   o.epochs = 1;
   {
