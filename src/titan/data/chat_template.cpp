@@ -1,5 +1,8 @@
+// Rendering: each official template's output for messages without tools, as its Jinja computes it
+// (ChatML for Qwen, header/eot turns for Llama 3).
 #include "titan/data/chat_template.h"
 
+#include <cstdint>
 #include <ctime>
 #include <string_view>
 

@@ -82,6 +82,17 @@ std::string config_template(const json& config, const std::string& file) {
   fail(file, ": \"chat_template\" lists templates but none named \"default\"");
 }
 
+// Named templates beside the default one: any *.jinja there (Transformers then ignores
+// tokenizer_config.json's entry).
+bool has_additional_templates(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return false;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".jinja") return true;
+  }
+  return false;
+}
+
 std::string config_bos_token(const json& config, const std::string& file) {
   if (!config.contains("bos_token") || config["bos_token"].is_null()) return "";
   const json& v = config["bos_token"];
@@ -110,7 +121,7 @@ ChatTemplate ChatTemplate::load(const std::string& dir_or_json_path) {
     file = jinja_path.string();
     text = read_template_file(jinja_path);
   } else {
-    TITAN_CHECK(!fs::is_directory(dir / "additional_chat_templates", ec), dir.string(),
+    TITAN_CHECK(!has_additional_templates(dir / "additional_chat_templates"), dir.string(),
                 ": additional_chat_templates/ without chat_template.jinja leaves no default chat "
                 "template");
     file = config_path.string();
