@@ -185,6 +185,7 @@ int run_batch(const GenerateFlags& f, const InferenceWeights& weights, const Tok
 
 int run_interactive(const GenerateFlags& f, const InferenceWeights& weights, const Tokenizer& tok,
                     const GenerateOptions& options) {
+  chat_template(f);  // a folder without a template titan renders stops here, not at every turn
   const bool tty = ::isatty(STDIN_FILENO) != 0;
   if (tty)
     std::fprintf(stderr, "chat with %s (/reset clears the history, Ctrl-D quits)\n",

@@ -246,6 +246,10 @@ TEST_F(GenerateCli, UnknownTemplateRefusedOnlyForChat) {
   EXPECT_NE(chat.err.find(folder + "/tokenizer_config.json: not a chat template titan renders"),
             std::string::npos)
       << chat.err;
+  const CommandResult interactive =
+      titan_cli("generate --model '" + folder + "' --max-new-tokens 2", dir_, "Hi\n");
+  EXPECT_EQ(WEXITSTATUS(interactive.status), 1);
+  EXPECT_EQ(interactive.err, chat.err);
   const CommandResult raw =
       titan_cli("generate --model '" + folder + "' --prompt Hi --greedy --max-new-tokens 2", dir_);
   ASSERT_EQ(raw.status, 0) << raw.err;
