@@ -1,4 +1,5 @@
-// `titan generate` end to end on a tiny random model folder with the real Qwen3 tokenizer: the
+// `titan generate` end to end on a tiny random model folder with the real Qwen3 tokenizer (and a
+// Llama one over a Llama-3-style tokenizer, for the BOS of raw prompts and chats): the
 // streamed text equals the library's, batch JSON Lines, interactive chat from stdin, and every
 // bad input ending as one line on stderr with a non-zero exit.
 #include <gtest/gtest.h>
@@ -254,6 +255,49 @@ TEST_F(GenerateCli, UnknownTemplateRefusedOnlyForChat) {
       titan_cli("generate --model '" + folder + "' --prompt Hi --greedy --max-new-tokens 2", dir_);
   ASSERT_EQ(raw.status, 0) << raw.err;
   EXPECT_EQ(raw.out, library("Hi", 2).text + "\n");
+}
+
+// A tiny Llama model over the Llama-3-style tokenizer of tests/fixtures (Llama 3.1 template): a
+// raw prompt gets the tokenizer's BOS, as HF's tokenizer(prompt) does; a chat holds the
+// template's one BOS and no second.
+TEST(GenerateCliLlama, RawPromptsGetTheBosChatsHoldTheirOwn) {
+  const TempDir dir;
+  const std::string tokenizer_dir =
+      test::env_or_empty("TITAN_SOURCE_DIR") + "/tests/fixtures/llama3-style-tokenizer";
+  const Tokenizer tok = Tokenizer::load(tokenizer_dir);
+  ModelArgs args = test::tiny_generate_args(true, 512, 128);
+  args.architecture = "LlamaForCausalLM";
+  args.qk_norm = false;
+  DecoderLM model(args);
+  model.initialize(3);
+  HfExportOptions options;
+  options.dtype = DType::f32;
+  options.source_dir = tokenizer_dir;
+  const std::string folder = dir / "llama";
+  export_hf_folder(folder, model, options);
+  const auto prompt_tokens = [](const std::string& err) {
+    const size_t at = err.find("generate: prompt ");
+    return at == std::string::npos ? -1 : std::stoll(err.substr(at + 17));
+  };
+  const CommandResult raw = titan_cli(
+      "generate --model '" + folder + "' --prompt 'Hello there' --greedy --max-new-tokens 3", dir);
+  ASSERT_EQ(raw.status, 0) << raw.err;
+  const std::vector<int32_t> with_bos = tok.encode_with_special_tokens("Hello there");
+  ASSERT_EQ(with_bos.size(), tok.encode("Hello there").size() + 1);
+  EXPECT_EQ(prompt_tokens(raw.err), static_cast<int64_t>(with_bos.size())) << raw.err;
+  std::unique_ptr<CausalLM> loaded = load_hf_model(folder);
+  GenerateOptions o = generation_defaults(folder, loaded->args());
+  o.sampling.do_sample = false;
+  o.max_new_tokens = 3;
+  EXPECT_EQ(raw.out,
+            generate_text(InferenceWeights(*loaded, DType::f32), tok, with_bos, o).text + "\n");
+
+  const CommandResult chat = titan_cli(
+      "generate --model '" + folder + "' --prompt Hi --chat --greedy --max-new-tokens 3", dir);
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  const std::string text = ChatTemplate::load(folder).render({{"user", "Hi", ""}}, true, true);
+  ASSERT_TRUE(text.starts_with("<|begin_of_text|><|start_header_id|>system")) << text;
+  EXPECT_EQ(prompt_tokens(chat.err), static_cast<int64_t>(tok.encode(text).size())) << chat.err;
 }
 
 // Issue 12: a normalizer nested 200,000 deep used to overflow the stack while the tokenizer was
