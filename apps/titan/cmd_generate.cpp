@@ -158,8 +158,11 @@ int run_batch(const GenerateFlags& f, const InferenceWeights& weights, const Tok
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = f.prompts + ":" + std::to_string(line_no);
     const BatchItem item = parse_batch_line(line, where, f);
-    prompts.push_back(item.rendered ? tok.encode(item.text)
-                                    : tok.encode_with_special_tokens(item.text));
+    if (item.rendered) {
+      prompts.push_back(tok.encode(item.text));
+    } else {
+      prompts.push_back(tok.encode_with_special_tokens(item.text));
+    }
     try {
       check_generate_request(weights.model().args(), static_cast<int64_t>(prompts.back().size()),
                              options.max_new_tokens);
@@ -270,8 +273,13 @@ Action add_generate_command(CLI::App& app) {
     if (!f.prompts.empty()) return run_batch(f, weights, tok, options);
     if (!f.prompt_given) return run_interactive(f, weights, tok, options);
     TITAN_CHECK(!f.prompt.empty(), "--prompt is empty");
-    const std::vector<int32_t> ids = f.chat ? tok.encode(render_chat({{"user", f.prompt, ""}}, f))
-                                            : tok.encode_with_special_tokens(f.prompt);
+    // Not a ?: of two vectors: GCC 12 then warns maybe-uninitialized (as for the strings above).
+    std::vector<int32_t> ids;
+    if (f.chat) {
+      ids = tok.encode(render_chat({{"user", f.prompt, ""}}, f));
+    } else {
+      ids = tok.encode_with_special_tokens(f.prompt);
+    }
     const GenerateResult r = generate_text(weights, tok, ids, options, stream_out);
     stream_out("\n");
     print_stats(r);
