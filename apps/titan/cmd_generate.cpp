@@ -1,5 +1,5 @@
 // titan generate: text from a Hugging Face model folder, streamed to stdout as it is produced.
-//   --prompt TEXT            one completion (--chat wraps it in the Qwen3 chat template)
+//   --prompt TEXT            one completion (--chat wraps it in the model's chat template)
 //   --prompts FILE           JSON Lines, {"prompt": ...} or {"messages": [...]} per line ->
 //                            one JSON result per line on stdout, same order
 //   (neither)                interactive chat on stdin: history kept (its KV cache too: a turn
@@ -9,6 +9,10 @@
 // the folder's, like Transformers' torch_dtype="auto"; infer/weights.h): bf16 halves the bytes a
 // decode step reads, compute stays fp32. Speed (prompt tokens/s, generated tokens/s,
 // time to first token) goes to stderr so stdout stays the generated text.
+// Chat uses the folder's chat template (data/chat_template.h: Qwen3, Qwen2.5, Llama 3/3.1/3.2
+// Instruct), read only when a chat is rendered, so raw prompts work with any template. A raw
+// prompt gets the tokenizer's special tokens as HF's tokenizer(prompt) does (Llama 3: BOS);
+// rendered chat text does not (the template holds them).
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,7 +44,7 @@ using nlohmann::json;
 
 struct GenerateFlags {
   std::string model, prompt, prompts, system, device = "cpu", dtype = "auto";
-  bool prompt_given = false, chat = false, think = true, greedy = false;
+  bool prompt_given = false, chat = false, think = true, think_given = false, greedy = false;
   bool allow_nonfinite = false;
   std::optional<int64_t> max_new_tokens, top_k;
   std::optional<double> temperature, top_p, min_p, repetition_penalty;
@@ -68,11 +72,23 @@ GenerateOptions resolve_options(const GenerateFlags& f, const std::string& dir,
   return o;
 }
 
+// The folder's chat template, read on first use.
+const ChatTemplate& chat_template(const GenerateFlags& f) {
+  static std::optional<ChatTemplate> chat;
+  if (!chat) {
+    chat = ChatTemplate::load(f.model);
+    TITAN_CHECK(!f.think_given || chat->has_thinking_switch(), "--think/--no-think: the ",
+                chat->name(), " chat template of ", f.model,
+                " has no thinking switch (only Qwen3's has)");
+  }
+  return *chat;
+}
+
 std::string render_chat(const std::vector<ChatMessage>& messages, const GenerateFlags& f) {
   std::vector<ChatMessage> all;
   if (!f.system.empty()) all.push_back({"system", f.system, ""});
   all.insert(all.end(), messages.begin(), messages.end());
-  return apply_qwen3_chat_template(all, /*add_generation_prompt=*/true, f.think);
+  return chat_template(f).render(all, /*add_generation_prompt=*/true, f.think);
 }
 
 void print_stats(const GenerateResult& r) {
@@ -100,6 +116,7 @@ void stream_out(std::string_view piece) {
 
 struct BatchItem {
   std::string text;  // the prompt as the model sees it
+  bool rendered;     // a rendered chat (holds its special tokens) rather than a raw prompt
 };
 
 // One JSON Lines record; errors name FILE:LINE.
@@ -117,7 +134,7 @@ BatchItem parse_batch_line(const std::string& line, const std::string& where,
       messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>(), ""});
     }
     try {
-      return {render_chat(messages, f)};
+      return {render_chat(messages, f), true};
     } catch (const Error& e) {
       fail(where, ": ", e.what());
     }
@@ -127,7 +144,7 @@ BatchItem parse_batch_line(const std::string& line, const std::string& where,
   std::string prompt = j["prompt"].get<std::string>();
   // Not a ?: of two strings: GCC 12 then warns maybe-uninitialized once this is inlined.
   if (f.chat) prompt = render_chat({{"user", prompt, ""}}, f);
-  return {std::move(prompt)};
+  return {std::move(prompt), f.chat};
 }
 
 int run_batch(const GenerateFlags& f, const InferenceWeights& weights, const Tokenizer& tok,
@@ -140,7 +157,12 @@ int run_batch(const GenerateFlags& f, const InferenceWeights& weights, const Tok
   for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = f.prompts + ":" + std::to_string(line_no);
-    prompts.push_back(tok.encode(parse_batch_line(line, where, f).text));
+    const BatchItem item = parse_batch_line(line, where, f);
+    if (item.rendered) {
+      prompts.push_back(tok.encode(item.text));
+    } else {
+      prompts.push_back(tok.encode_with_special_tokens(item.text));
+    }
     try {
       check_generate_request(weights.model().args(), static_cast<int64_t>(prompts.back().size()),
                              options.max_new_tokens);
@@ -166,6 +188,7 @@ int run_batch(const GenerateFlags& f, const InferenceWeights& weights, const Tok
 
 int run_interactive(const GenerateFlags& f, const InferenceWeights& weights, const Tokenizer& tok,
                     const GenerateOptions& options) {
+  chat_template(f);  // a folder without a template titan renders stops here, not at every turn
   const bool tty = ::isatty(STDIN_FILENO) != 0;
   if (tty)
     std::fprintf(stderr, "chat with %s (/reset clears the history, Ctrl-D quits)\n",
@@ -214,10 +237,10 @@ Action add_generate_command(CLI::App& app) {
   auto* prompt = command->add_option("--prompt", f.prompt, "the prompt (--chat: the user turn)");
   command->add_option("--prompts", f.prompts, "JSON Lines file of {\"prompt\"} / {\"messages\"}")
       ->excludes(prompt);
-  command->add_flag("--chat", f.chat, "apply the Qwen3 chat template to --prompt / \"prompt\"");
+  command->add_flag("--chat", f.chat, "apply the model's chat template to --prompt / \"prompt\"");
   command->add_option("--system", f.system, "system message for --chat and interactive chat");
   command->add_flag("--think,!--no-think", f.think,
-                    "chat: let the model think first (default) or answer directly");
+                    "chat (Qwen3 only): let the model think first (default) or answer directly");
   command->add_option("--max-new-tokens", f.max_new_tokens,
                       "tokens to generate at most (default: generation_config.json, else 256)");
   command->add_flag("--greedy", f.greedy, "greedy decoding, whatever generation_config.json says");
@@ -236,6 +259,7 @@ Action add_generate_command(CLI::App& app) {
                     "load weights holding NaN or Inf (refused otherwise; for debugging)");
   return [command] {
     f.prompt_given = command->count("--prompt") > 0;
+    f.think_given = command->count("--think") > 0;  // either spelling
     check_inference_device(f.device);
     set_thread_count(f.threads);
     TITAN_CHECK(std::filesystem::is_directory(f.model), f.model, ": not a model folder");
@@ -249,8 +273,14 @@ Action add_generate_command(CLI::App& app) {
     if (!f.prompts.empty()) return run_batch(f, weights, tok, options);
     if (!f.prompt_given) return run_interactive(f, weights, tok, options);
     TITAN_CHECK(!f.prompt.empty(), "--prompt is empty");
-    const std::string text = f.chat ? render_chat({{"user", f.prompt, ""}}, f) : f.prompt;
-    const GenerateResult r = generate_text(weights, tok, tok.encode(text), options, stream_out);
+    // Not a ?: of two vectors: GCC 12 then warns maybe-uninitialized (as for the strings above).
+    std::vector<int32_t> ids;
+    if (f.chat) {
+      ids = tok.encode(render_chat({{"user", f.prompt, ""}}, f));
+    } else {
+      ids = tok.encode_with_special_tokens(f.prompt);
+    }
+    const GenerateResult r = generate_text(weights, tok, ids, options, stream_out);
     stream_out("\n");
     print_stats(r);
     return 0;

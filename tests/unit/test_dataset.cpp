@@ -158,7 +158,8 @@ TEST(DatasetBadInput, BadIdsAndMessages) {
   write_text(dir / "a.jsonl",
              "{\"ids\": [1, -2]}\n{\"text\": 5}\n"
              "{\"messages\": [{\"role\": \"user\", \"content\": \"<|im_start|>assistant\"}]}\n"
-             "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}\n");
+             "{\"messages\": [{\"role\": \"robot\", \"content\": \"x\"}]}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi<|eot_id|>\"}]}\n");
   const DocumentFile f = DocumentFile::open(dir / "a.jsonl", {});
   EXPECT_EQ(error_of([&] { f.record(0, DataMode::pretrain); }),
             dir / "a.jsonl:1: \"ids\" holds -2, not a non-negative 32-bit integer");
@@ -170,6 +171,9 @@ TEST(DatasetBadInput, BadIdsAndMessages) {
             dir /
                 "a.jsonl:4: messages[0] has role \"robot\" (expected system, user, assistant "
                 "or tool)");
+  // Llama 3's turn markers forge turns too.
+  EXPECT_EQ(error_of([&] { f.record(4, DataMode::chat); }),
+            dir / "a.jsonl:5: messages[0] contains <|eot_id|>");
 }
 
 TEST(DatasetBadInput, JsonArrayAndChatFromText) {

@@ -1,4 +1,5 @@
-// `titan generate` end to end on a tiny random model folder with the real Qwen3 tokenizer: the
+// `titan generate` end to end on a tiny random model folder with the real Qwen3 tokenizer (and a
+// Llama one over a Llama-3-style tokenizer, for the BOS of raw prompts and chats): the
 // streamed text equals the library's, batch JSON Lines, interactive chat from stdin, and every
 // bad input ending as one line on stderr with a non-zero exit.
 #include <gtest/gtest.h>
@@ -125,7 +126,7 @@ TEST_F(GenerateCli, BatchJsonLines) {
   while (std::getline(lines, line)) results.push_back(json::parse(line));
   ASSERT_EQ(results.size(), 2u);
   const std::string chat =
-      apply_qwen3_chat_template({{"user", "Hi", ""}}, /*add_generation_prompt=*/true, true);
+      ChatTemplate(ChatTemplateKind::qwen3).render({{"user", "Hi", ""}}, true, true);
   const GenerateResult want0 = library("The sky is", 6), want1 = library(chat, 6);
   EXPECT_EQ(results[0]["index"], 0);
   EXPECT_EQ(results[0]["ids"].get<std::vector<int32_t>>(), want0.ids);
@@ -141,7 +142,8 @@ TEST_F(GenerateCli, InteractiveChatKeepsHistoryAndResets) {
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("(history cleared)"), std::string::npos) << r.err;
   // Three answers; the first and the last saw the same conversation.
-  const std::string chat = apply_qwen3_chat_template({{"user", "Hi", ""}}, true, false);
+  const std::string chat =
+      ChatTemplate(ChatTemplateKind::qwen3).render({{"user", "Hi", ""}}, true, false);
   const std::string first = library(chat, 4).text + "\n";
   EXPECT_EQ(r.out.substr(0, first.size()), first);
   EXPECT_EQ(r.out.substr(r.out.size() - first.size()), first);
@@ -192,6 +194,110 @@ TEST_F(GenerateCli, BadInputs) {
   export_hf_folder(dir_ / "bare", model, options);
   expect_one_line_error(titan_cli("generate --model '" + (dir_ / "bare") + "' --prompt hi", dir_),
                         "no tokenizer.json");
+}
+
+// The model folder with another chat template in its tokenizer_config.json (the other files
+// linked): the Qwen2.5 Instruct one from tests/fixtures, edited by `edit` if given.
+std::string with_qwen25_template(const TempDir& dir, const std::string& model,
+                                 const std::string& edit = "") {
+  const std::filesystem::path out = dir / "qwen25";
+  std::filesystem::create_directories(out);
+  for (const auto& entry : std::filesystem::directory_iterator(model)) {
+    if (entry.path().filename() != "tokenizer_config.json") {
+      std::filesystem::create_symlink(entry.path(), out / entry.path().filename());
+    }
+  }
+  json config;
+  std::ifstream(std::filesystem::path(model) / "tokenizer_config.json") >> config;
+  std::ifstream fixtures(test::env_or_empty("TITAN_SOURCE_DIR") +
+                         "/tests/fixtures/chat_templates.json");
+  for (const json& f : json::parse(fixtures)) {
+    if (f["kind"] == "qwen2_5")
+      config["chat_template"] = f["chat_template"].get<std::string>() + edit;
+  }
+  std::ofstream(out / "tokenizer_config.json") << config.dump();
+  return out.string();
+}
+
+TEST_F(GenerateCli, ChatUsesTheFoldersTemplate) {
+  const std::string folder = with_qwen25_template(dir_, model_dir());
+  const CommandResult r = titan_cli(
+      "generate --model '" + folder + "' --prompt Hi --chat --greedy --max-new-tokens 4", dir_);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string chat =
+      ChatTemplate(ChatTemplateKind::qwen2_5).render({{"user", "Hi", ""}}, true, true);
+  EXPECT_NE(chat.find("You are Qwen, created by Alibaba Cloud."), std::string::npos);
+  EXPECT_EQ(r.out, library(chat, 4).text + "\n");
+  // Only Qwen3's template has a thinking switch: asking for one elsewhere is an error.
+  const CommandResult think = titan_cli(
+      "generate --model '" + folder + "' --prompt Hi --chat --no-think --max-new-tokens 2", dir_);
+  EXPECT_EQ(WEXITSTATUS(think.status), 1);
+  EXPECT_EQ(think.err,
+            "titan generate: error: --think/--no-think: the Qwen2.5 Instruct chat "
+            "template of " +
+                folder + " has no thinking switch (only Qwen3's has)\n");
+}
+
+TEST_F(GenerateCli, UnknownTemplateRefusedOnlyForChat) {
+  const std::string folder = with_qwen25_template(dir_, model_dir(), "{# edited #}");
+  const CommandResult chat =
+      titan_cli("generate --model '" + folder + "' --prompt Hi --chat --max-new-tokens 2", dir_);
+  EXPECT_EQ(WEXITSTATUS(chat.status), 1);
+  EXPECT_EQ(count_lines(chat.err), 1) << chat.err;
+  EXPECT_NE(chat.err.find(folder + "/tokenizer_config.json: not a chat template titan renders"),
+            std::string::npos)
+      << chat.err;
+  const CommandResult interactive =
+      titan_cli("generate --model '" + folder + "' --max-new-tokens 2", dir_, "Hi\n");
+  EXPECT_EQ(WEXITSTATUS(interactive.status), 1);
+  EXPECT_EQ(interactive.err, chat.err);
+  const CommandResult raw =
+      titan_cli("generate --model '" + folder + "' --prompt Hi --greedy --max-new-tokens 2", dir_);
+  ASSERT_EQ(raw.status, 0) << raw.err;
+  EXPECT_EQ(raw.out, library("Hi", 2).text + "\n");
+}
+
+// A tiny Llama model over the Llama-3-style tokenizer of tests/fixtures (Llama 3.1 template): a
+// raw prompt gets the tokenizer's BOS, as HF's tokenizer(prompt) does; a chat holds the
+// template's one BOS and no second.
+TEST(GenerateCliLlama, RawPromptsGetTheBosChatsHoldTheirOwn) {
+  const TempDir dir;
+  const std::string tokenizer_dir =
+      test::env_or_empty("TITAN_SOURCE_DIR") + "/tests/fixtures/llama3-style-tokenizer";
+  const Tokenizer tok = Tokenizer::load(tokenizer_dir);
+  ModelArgs args = test::tiny_generate_args(true, 512, 128);
+  args.architecture = "LlamaForCausalLM";
+  args.qk_norm = false;
+  DecoderLM model(args);
+  model.initialize(3);
+  HfExportOptions options;
+  options.dtype = DType::f32;
+  options.source_dir = tokenizer_dir;
+  const std::string folder = dir / "llama";
+  export_hf_folder(folder, model, options);
+  const auto prompt_tokens = [](const std::string& err) {
+    const size_t at = err.find("generate: prompt ");
+    return at == std::string::npos ? -1 : std::stoll(err.substr(at + 17));
+  };
+  const CommandResult raw = titan_cli(
+      "generate --model '" + folder + "' --prompt 'Hello there' --greedy --max-new-tokens 3", dir);
+  ASSERT_EQ(raw.status, 0) << raw.err;
+  const std::vector<int32_t> with_bos = tok.encode_with_special_tokens("Hello there");
+  ASSERT_EQ(with_bos.size(), tok.encode("Hello there").size() + 1);
+  EXPECT_EQ(prompt_tokens(raw.err), static_cast<int64_t>(with_bos.size())) << raw.err;
+  std::unique_ptr<CausalLM> loaded = load_hf_model(folder);
+  GenerateOptions o = generation_defaults(folder, loaded->args());
+  o.sampling.do_sample = false;
+  o.max_new_tokens = 3;
+  EXPECT_EQ(raw.out,
+            generate_text(InferenceWeights(*loaded, DType::f32), tok, with_bos, o).text + "\n");
+
+  const CommandResult chat = titan_cli(
+      "generate --model '" + folder + "' --prompt Hi --chat --greedy --max-new-tokens 3", dir);
+  ASSERT_EQ(chat.status, 0) << chat.err;
+  const std::string text = ChatTemplate::load(folder).render({{"user", "Hi", ""}}, true, true);
+  ASSERT_TRUE(text.starts_with("<|begin_of_text|><|start_header_id|>system")) << text;
+  EXPECT_EQ(prompt_tokens(chat.err), static_cast<int64_t>(tok.encode(text).size())) << chat.err;
 }
 
 // Issue 12: a normalizer nested 200,000 deep used to overflow the stack while the tokenizer was

@@ -13,6 +13,7 @@
 #include "titan/data/dataset_chat.h"
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/loader.h"
+#include "titan/data/token_file.h"
 
 namespace titan {
 namespace {
@@ -40,14 +41,15 @@ std::string prose(int i) {
 
 // torchtitan's rows: window k is stream[k * S, k * S + S + 1), inputs its first S tokens, labels
 // its last S; consecutive windows share one token, so every target of the stream is scored once.
-TEST(Loader, PacksDocumentsWithEosIntoTorchtitanWindows) {
+// Text documents are encoded as HF's tokenizer(text) does, with the post-processor's special
+// tokens (none for Qwen, <|begin_of_text|> first for Llama 3).
+void check_packing(const Tokenizer& tok) {
   const ScratchDir dir("pack");
-  const Tokenizer& tok = test::trained_tokenizer();
   std::string jsonl;
   std::vector<int32_t> stream;
   for (int i = 0; i < 40; ++i) {
     jsonl += json{{"text", prose(i)}}.dump() + "\n";
-    const std::vector<int32_t> ids = tok.encode(prose(i));
+    const std::vector<int32_t> ids = tok.encode_with_special_tokens(prose(i));
     stream.insert(stream.end(), ids.begin(), ids.end());
     stream.push_back(tok.eos_id());
   }
@@ -84,6 +86,42 @@ TEST(Loader, PacksDocumentsWithEosIntoTorchtitanWindows) {
   }
   EXPECT_FALSE(loader.next_batch());
   EXPECT_FALSE(loader.next_batch());
+}
+
+const Tokenizer& llama3_style_tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(test::env_or_empty("TITAN_SOURCE_DIR") +
+                                               "/tests/fixtures/llama3-style-tokenizer");
+  return tok;
+}
+
+TEST(Loader, PacksDocumentsWithEosIntoTorchtitanWindows) {
+  check_packing(test::trained_tokenizer());
+  const Tokenizer& llama = llama3_style_tokenizer();
+  const int32_t bos = llama.token_to_id("<|begin_of_text|>");
+  ASSERT_GE(bos, 0);
+  ASSERT_EQ(llama.encode_with_special_tokens(prose(0)).front(), bos);
+  check_packing(llama);
+}
+
+// titan tokenize --bin writes the ids the loader would make of the same text documents.
+TEST(Loader, TokenFilesHoldTheSpecialTokensToo) {
+  const ScratchDir dir("bin_bos");
+  const Tokenizer& tok = llama3_style_tokenizer();
+  write_text(dir / "a.jsonl", json{{"text", prose(1)}}.dump() + "\n" + json{{"text", ""}}.dump() +
+                                  "\n" + json{{"text", prose(2)}}.dump() + "\n");
+  DatasetOptions data;
+  data.paths = {dir / "a.jsonl"};
+  tokenize_to_token_file(tok, data, dir / "a.bin");
+  const TokenFileReader bin = TokenFileReader::open(dir / "a.bin");
+  ASSERT_EQ(bin.n_docs(), 3u);
+  const auto doc = [&](size_t i) {
+    std::vector<int32_t> ids;
+    bin.read_doc(i, ids);
+    return ids;
+  };
+  EXPECT_EQ(doc(0), tok.encode_with_special_tokens(prose(1)));
+  EXPECT_TRUE(doc(1).empty());  // an empty document stays empty: no lone BOS
+  EXPECT_EQ(doc(2), tok.encode_with_special_tokens(prose(2)));
 }
 
 // A dataset in four formats, three files of documents and a token file.
@@ -227,7 +265,7 @@ std::vector<size_t> token_starts(const Tokenizer& tok, const std::vector<int32_t
   return starts;
 }
 
-std::vector<std::vector<ChatMessage>> conversations() {
+std::vector<std::vector<ChatMessage>> qwen3_conversations() {
   return {
       {{"system", "You are terse.", ""},
        {"user", "What is 2+2?", ""},
@@ -242,17 +280,46 @@ std::vector<std::vector<ChatMessage>> conversations() {
   };
 }
 
-void check_chat_mask(const Tokenizer& tok) {
-  for (const std::vector<ChatMessage>& messages : conversations()) {
-    const std::string text = apply_qwen3_chat_template(messages, false, true);
+// Qwen2.5 renders no reasoning_content (its content keeps any <think> block as text).
+std::vector<std::vector<ChatMessage>> without_reasoning(std::vector<std::vector<ChatMessage>> all) {
+  for (auto& messages : all) {
+    for (ChatMessage& m : messages) m.reasoning_content.clear();
+  }
+  return all;
+}
+
+const Tokenizer& qwen3_tokenizer() {
+  static const Tokenizer tok = Tokenizer::load(test::qwen3_tokenizer_dir());
+  return tok;
+}
+
+// Llama 3.1 renders no tool turns and no reasoning; its replies are trimmed.
+std::vector<std::vector<ChatMessage>> llama_conversations() {
+  return {
+      {{"system", "You are terse.", ""},
+       {"user", "What is 2+2?", ""},
+       {"assistant", "4", ""},
+       {"user", "And 3+3?", ""},
+       {"assistant", "  6, which is 3 + 3.\n\n", ""}},
+      {{"user", "Hi", ""}, {"assistant", "Hello there! \xF0\x9F\x99\x82", ""}},
+      {{"assistant", "", ""}, {"user", "nothing?", ""}, {"assistant", "Nothing.", ""}},
+  };
+}
+
+// Labels are the ids of the tokens starting inside a reply: from after the assistant header
+// through the token that closes the turn.
+void check_chat_mask(const Tokenizer& tok, const ChatTemplate& chat,
+                     const std::vector<std::vector<ChatMessage>>& conversations,
+                     const std::string& header, const std::string& end) {
+  for (const std::vector<ChatMessage>& messages : conversations) {
+    const std::string text = chat.render(messages, false, true);
     std::vector<std::pair<size_t, size_t>> replies;
-    const std::string header = "<|im_start|>assistant\n";
     for (size_t at = text.find(header); at != std::string::npos; at = text.find(header, at + 1)) {
-      replies.emplace_back(at + header.size(), text.find("<|im_end|>", at) + 10);
+      replies.emplace_back(at + header.size(), text.find(end, at) + end.size());
     }
     ASSERT_FALSE(replies.empty());
     std::vector<int32_t> ids, labels;
-    encode_chat(tok, messages, ids, labels);
+    encode_chat(tok, chat, messages, ids, labels);
     ASSERT_EQ(ids, tok.encode(text));
     ASSERT_EQ(labels.size(), ids.size());
     const std::vector<size_t> starts = token_starts(tok, ids);
@@ -270,8 +337,46 @@ void check_chat_mask(const Tokenizer& tok) {
 }
 
 TEST(LoaderChat, LabelsExactlyTheAssistantReplies) {
-  check_chat_mask(Tokenizer::load(test::qwen3_tokenizer_dir()));
-  check_chat_mask(test::trained_tokenizer());
+  const ChatTemplate qwen3(ChatTemplateKind::qwen3);
+  for (const Tokenizer* tok : {&test::trained_tokenizer(), &qwen3_tokenizer()}) {
+    check_chat_mask(*tok, qwen3, qwen3_conversations(), "<|im_start|>assistant\n", "<|im_end|>");
+    check_chat_mask(*tok, ChatTemplate(ChatTemplateKind::qwen2_5),
+                    without_reasoning(qwen3_conversations()), "<|im_start|>assistant\n",
+                    "<|im_end|>");
+  }
+}
+
+// Llama 3 rows: the reply after "<|start_header_id|>assistant<|end_header_id|>\n\n" through its
+// <|eot_id|>, on the Llama-3-style tokenizer (tests/fixtures) with its own Llama 3.1 template.
+TEST(LoaderChat, LabelsTheLlama3AssistantReplies) {
+  const std::string dir =
+      test::env_or_empty("TITAN_SOURCE_DIR") + "/tests/fixtures/llama3-style-tokenizer";
+  const Tokenizer tok = Tokenizer::load(dir);
+  const ChatTemplate llama31 = ChatTemplate::load(dir);
+  ASSERT_EQ(llama31.kind(), ChatTemplateKind::llama3_1);
+  const std::string header = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  check_chat_mask(tok, llama31, llama_conversations(), header, "<|eot_id|>");
+  check_chat_mask(tok, ChatTemplate(ChatTemplateKind::llama3, "<|begin_of_text|>"),
+                  llama_conversations(), header, "<|eot_id|>");
+  // One BOS (the template's), the system turn unlabelled, the reply and its <|eot_id|> labelled.
+  std::vector<int32_t> ids, labels;
+  encode_chat(tok, llama31, {{"user", "Hi", ""}, {"assistant", "Hello there!", ""}}, ids, labels);
+  const int32_t bos = tok.token_to_id("<|begin_of_text|>");
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), bos), 1);
+  EXPECT_EQ(ids.front(), bos);
+  std::vector<int32_t> labelled;
+  for (const int32_t l : labels) {
+    if (l != kIgnoreLabel) labelled.push_back(l);
+  }
+  std::vector<int32_t> want = tok.encode("Hello there!");
+  want.push_back(tok.token_to_id("<|eot_id|>"));
+  EXPECT_EQ(labelled, want);
+  // A loader in chat mode without a template is refused.
+  LoaderOptions o;
+  o.data.paths = {dir + "/tokenizer_config.json"};
+  o.mode = DataMode::chat;
+  EXPECT_NE(error_of([&] { DataLoader loader(o, tok); }).find("needs the chat template"),
+            std::string::npos);
 }
 
 TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
@@ -292,6 +397,7 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
     LoaderOptions o;
     o.data.paths = {dir / "chat.jsonl"};
     o.mode = DataMode::chat;
+    o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
     o.epochs = 1;
     o.batch_size = 1;
     o.seq_len = 128;
@@ -316,7 +422,7 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
         const std::vector<ChatMessage> m = {{"user", "question " + std::to_string(i), ""},
                                             {"assistant", prose(i), ""}};
         std::vector<int32_t> want_ids, want_labels;
-        encode_chat(tok, m, want_ids, want_labels);
+        encode_chat(tok, *o.chat_template, m, want_ids, want_labels);
         if (std::vector<int32_t>(want_ids.begin(), want_ids.end() - 1) != ids) continue;
         matched = true;
         EXPECT_EQ(std::vector<int32_t>(b.labels.begin(), b.labels.begin() + n),
@@ -398,6 +504,7 @@ TEST(LoaderBadInput, LongConversationsStopOrAreCut) {
   LoaderOptions o;
   o.data.paths = {dir / "c.jsonl"};
   o.mode = DataMode::chat;
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
   o.seq_len = 16;
   o.epochs = 1;
   {

@@ -414,6 +414,48 @@ TEST(Tokenizer, RefusesBadInput) {
   EXPECT_NE(load_error(j.dump()).find("id 300, but Hugging Face tokenizers would assign 257"),
             std::string::npos);
 
+  // The post-processor: Sequence[ByteLevel, TemplateProcessing] as Llama 3 writes it, broken.
+  const auto with_template = [](const json& single, const json& specials) {
+    json t = tiny_tokenizer_json();
+    t["added_tokens"] = json::array({{{"id", 257}, {"content", "<s>"}, {"special", true}}});
+    t["post_processor"] = {{"type", "Sequence"},
+                           {"processors", json::array({{{"type", "ByteLevel"}},
+                                                       {{"type", "TemplateProcessing"},
+                                                        {"single", single},
+                                                        {"special_tokens", specials}}})}};
+    return t;
+  };
+  const json bos = {{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}};
+  const json seq_a = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const json bos_ids = {{"<s>", {{"id", "<s>"}, {"ids", {257}}, {"tokens", {"<s>"}}}}};
+  EXPECT_NE(load_error(with_template(json::array({bos}), bos_ids).dump())
+                .find("must hold the sequence $A exactly once"),
+            std::string::npos);
+  EXPECT_NE(load_error(with_template(json::array({bos, seq_a}), json::object()).dump())
+                .find("special token \"<s>\" has no \"ids\""),
+            std::string::npos);
+  const json bad_ids = {{"<s>", {{"id", "<s>"}, {"ids", {9999}}, {"tokens", {"<s>"}}}}};
+  EXPECT_NE(load_error(with_template(json::array({bos, seq_a}), bad_ids).dump())
+                .find("has id 9999, which is not a token of this file"),
+            std::string::npos);
+  const json seq_b = {{"Sequence", {{"id", "B"}, {"type_id", 1}}}};
+  EXPECT_NE(load_error(with_template(json::array({seq_b}), bos_ids).dump())
+                .find("must hold the sequence $A exactly once"),
+            std::string::npos);
+  j = tiny_tokenizer_json();
+  j["post_processor"] = {{"type", "RobertaProcessing"}};
+  EXPECT_NE(load_error(j.dump()).find("post_processor \"RobertaProcessing\" is not supported"),
+            std::string::npos);
+  {  // and read right: <s> before the text, nothing after
+    const auto dir = test::scratch_dir("template_processing");
+    std::ofstream(dir / "tokenizer.json")
+        << with_template(json::array({bos, seq_a}), bos_ids).dump();
+    const Tokenizer tok = Tokenizer::load(dir.string());
+    EXPECT_EQ(tok.encode_with_special_tokens(" t"), (std::vector<int32_t>{257, 256}));
+    EXPECT_EQ(tok.encode(" t"), (std::vector<int32_t>{256}));
+    std::filesystem::remove_all(dir);
+  }
+
   EXPECT_NE(load_error("{\"model\": [1, 2,").find("not valid JSON"), std::string::npos);
   EXPECT_NE(load_error("[1, 2]").find("not a tokenizer.json object"), std::string::npos);
 

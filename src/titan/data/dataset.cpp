@@ -62,11 +62,11 @@ ChatMessage parse_message(const json& m, const std::string& where, size_t index)
       message.role != "tool") {
     bad("has role " + json_quote(message.role) + " (expected system, user, assistant or tool)");
   }
-  // The loss mask finds turns by their ChatML markers; a marker inside a message would forge a
-  // turn (and is not text a model should learn to write).
+  // The loss mask finds turns by their markers (those of every template titan renders); a marker
+  // inside a message would forge a turn (and is not text a model should learn to write).
   for (const std::string* text : {&message.content, &message.reasoning_content}) {
-    for (const char* marker : {"<|im_start|>", "<|im_end|>"}) {
-      if (text->find(marker) != std::string::npos) bad(std::string("contains ") + marker);
+    for (const std::string_view marker : kChatTurnMarkerTokens) {
+      if (text->find(marker) != std::string::npos) bad("contains " + std::string(marker));
     }
   }
   return message;

@@ -18,38 +18,41 @@ std::string token_bytes(const Tokenizer& tok, int32_t id) {
 
 }  // namespace
 
-void encode_chat(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
-                 std::vector<int32_t>& ids, std::vector<int32_t>& labels) {
-  const int32_t im_start = tok.token_to_id("<|im_start|>");
-  const int32_t im_end = tok.token_to_id("<|im_end|>");
-  TITAN_CHECK(im_start >= 0 && im_end >= 0,
-              "chat data needs a tokenizer with the <|im_start|> and <|im_end|> tokens");
-  const std::string text = apply_qwen3_chat_template(messages, false, true);
-  // Turns are found in token space: every <|im_start|> and <|im_end|> comes from the template
-  // (messages holding the markers are refused when read), and the role header after
-  // <|im_start|> is ASCII, which normalisation leaves alone. So the split is exact without
-  // mapping token offsets back through NFC.
+void encode_chat(const Tokenizer& tok, const ChatTemplate& chat,
+                 const std::vector<ChatMessage>& messages, std::vector<int32_t>& ids,
+                 std::vector<int32_t>& labels) {
+  const ChatTurnMarkers markers = chat.turn_markers();
+  const int32_t turn_start = tok.token_to_id(markers.turn_start);
+  const int32_t turn_end = tok.token_to_id(markers.turn_end);
+  TITAN_CHECK(turn_start >= 0 && turn_end >= 0, "chat data with the ", chat.name(),
+              " template needs a tokenizer with the ", markers.turn_start, " and ",
+              markers.turn_end, " tokens");
+  const std::string text = chat.render(messages, false, true);
+  // Turns are found in token space: every turn marker comes from the template (messages holding
+  // one are refused when read), and the role headers are ASCII, which normalisation leaves
+  // alone. So the split is exact without mapping token offsets back through NFC.
   ids = tok.encode(text, true);
   labels.assign(ids.size(), kIgnoreLabel);
-  constexpr std::string_view kHeader = "assistant\n";
   enum class State { outside, header, reply } state = State::outside;
   std::string header;  // bytes of the current role header so far
   for (size_t t = 0; t < ids.size(); ++t) {
     const int32_t id = ids[t];
-    if (id == im_start) {
+    if (id == turn_start) {
       state = State::header;
       header.clear();
     } else if (state == State::header) {
       header += token_bytes(tok, id);
-      // The header ends with its newline; a reply begins after it only for the assistant. (The
-      // newline's token may run on into the reply when the reply starts with blank lines; it
-      // starts in the header, so it stays unlabelled.)
-      if (header.find('\n') != std::string::npos) {
-        state = header.starts_with(kHeader) ? State::reply : State::outside;
+      // A reply begins after the header only for the assistant. (The header's last token may run
+      // on into the reply when the reply starts with blank lines; it starts in the header, so it
+      // stays unlabelled.)
+      const size_t end = header.find(markers.header_end);
+      if (end != std::string::npos) {
+        const std::string_view whole(header.data(), end + markers.header_end.size());
+        state = whole == markers.assistant_header ? State::reply : State::outside;
       }
     } else if (state == State::reply) {
       labels[t] = id;
-      if (id == im_end) state = State::outside;
+      if (id == turn_end) state = State::outside;
     }
   }
 }

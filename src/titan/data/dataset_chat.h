@@ -1,4 +1,4 @@
-// Chat data for fine-tuning: a conversation rendered with the Qwen3 chat template, tokenized as
+// Chat data for fine-tuning: a conversation rendered with the model's chat template, tokenized as
 // one text (the ids the model sees at inference), with labels only on what the assistant says.
 #pragma once
 
@@ -12,12 +12,17 @@ namespace titan {
 
 inline constexpr int32_t kIgnoreLabel = -100;
 
-// ids: the tokens of apply_qwen3_chat_template(messages) (no generation prompt). labels: the same
-// ids on every assistant reply (from after "<|im_start|>assistant\n" through its "<|im_end|>",
-// so the model learns to stop) and kIgnoreLabel everywhere else: system, user and tool turns,
-// the role headers and the newline after each turn. A token that starts inside a header is a
-// header token. The tokenizer must have <|im_start|> and <|im_end|> (titan::Error otherwise).
-void encode_chat(const Tokenizer& tok, const std::vector<ChatMessage>& messages,
-                 std::vector<int32_t>& ids, std::vector<int32_t>& labels);
+// ids: the tokens of chat.render(messages) (no generation prompt; the text is encoded without the
+// post-processor's special tokens: the Llama templates hold their BOS). labels: the same ids on
+// every assistant reply and kIgnoreLabel everywhere else: system, user and tool turns, the role
+// headers and what separates turns. A reply runs from after its header through the token that
+// closes the turn, which is labelled so the model learns to stop:
+//   ChatML (Qwen):  <|im_start|>assistant\n | reply <|im_end|> | \n
+//   Llama 3:        <|start_header_id|>assistant<|end_header_id|>\n\n | reply <|eot_id|>
+// A token that starts inside a header is a header token. The tokenizer must have the template's
+// turn tokens (titan::Error otherwise).
+void encode_chat(const Tokenizer& tok, const ChatTemplate& chat,
+                 const std::vector<ChatMessage>& messages, std::vector<int32_t>& ids,
+                 std::vector<int32_t>& labels);
 
 }  // namespace titan

@@ -64,7 +64,9 @@ TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions&
         try {
           Record r = file.record(first + k, DataMode::pretrain);
           if (r.kind == Record::Kind::text) {
-            ids[k] = tok.encode(r.text, data.parse_special);
+            // As the loader encodes text documents (with the post-processor's special tokens).
+            if (!r.text.empty())
+              ids[k] = tok.encode_with_special_tokens(r.text, data.parse_special);
           } else {
             for (const int32_t id : r.ids) {
               if (static_cast<size_t>(id) >= tok.vocab_size()) {

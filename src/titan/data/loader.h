@@ -6,7 +6,9 @@
 // inputs w[:-1] and labels w[1:] -- labels[s] is the token position s predicts (no shift left to
 // do; CausalLM::forward scores position s against labels[s]).
 //
-// Pre-training packing: every document's ids are followed by the tokenizer's EOS and joined into
+// Pre-training packing: every document's ids (text encoded with the post-processor's special
+// tokens, as HF's tokenizer(text): Llama 3 starts each with <|begin_of_text|>; "ids" records and
+// token files as they are) are followed by the tokenizer's EOS and joined into
 // one stream per rank. Row k's window is stream[k * S, k * S + S + 1): consecutive windows share
 // one token (the last label of a row is the first input of the next), so every next-token target
 // of the stream is scored exactly once. Rows run on across documents, files and epochs. The
@@ -14,7 +16,8 @@
 //
 // Chat fine-tuning (DataMode::chat): one conversation of at most S + 1 tokens per window, inputs
 // and labels cut from it the same way and padded to S (the pad id, the EOS when the tokenizer has
-// none; labels -100), labels only on the assistant replies (dataset_chat.h).
+// none; labels -100), labels only on the assistant replies (dataset_chat.h), rendered with
+// LoaderOptions::chat_template.
 //
 // Order: each epoch visits the files in an order shuffled by (seed, epoch) and, within a file, the
 // documents in an order shuffled by (seed, epoch, file). Rank r of W takes the documents at
@@ -37,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "titan/data/chat_template.h"
 #include "titan/data/dataset.h"
 #include "titan/data/loader_state.h"
 #include "titan/data/tokenizer.h"
@@ -46,6 +50,9 @@ namespace titan {
 struct LoaderOptions {
   DatasetOptions data;
   DataMode mode = DataMode::pretrain;
+  // Chat mode: the template conversations are rendered with, the one of the tokenizer's folder
+  // (ChatTemplate::load); required there.
+  std::optional<ChatTemplate> chat_template;
   int64_t batch_size = 1;  // B: rows per batch (per rank)
   int64_t seq_len = 2048;  // S: inputs (and targets) per row
   uint64_t seed = 0;

@@ -73,6 +73,9 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
   TITAN_CHECK(eos_ >= 0, "loader: the tokenizer has no eos_token (tokenizer_config.json), which ",
               options.mode == DataMode::chat ? "pads conversations" : "separates documents");
 
+  TITAN_CHECK(options.mode != DataMode::chat || options.chat_template,
+              "loader: chat data needs the ",
+              "chat template of the tokenizer's folder (LoaderOptions::chat_template)");
   state_.mode = mode_name(options.mode);
   state_.seed = options.seed;
   state_.shuffle = options.shuffle;
@@ -174,13 +177,15 @@ bool BatchProducer::read_document(int64_t doc, Document& out) {
   out.labels.clear();
   switch (r.kind) {
     case Record::Kind::text:
-      out.ids = tok_.encode(r.text, options_.data.parse_special);
+      out.ids = r.text.empty()
+                    ? std::vector<int32_t>()  // not even a BOS (see below)
+                    : tok_.encode_with_special_tokens(r.text, options_.data.parse_special);
       break;
     case Record::Kind::ids:
       out.ids = std::move(r.ids);
       break;
     case Record::Kind::chat:
-      encode_chat(tok_, r.messages, out.ids, out.labels);
+      encode_chat(tok_, *options_.chat_template, r.messages, out.ids, out.labels);
       return true;
   }
   // An empty document adds nothing, not even a separator.

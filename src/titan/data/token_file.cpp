@@ -69,6 +69,7 @@ TokenFileReader TokenFileReader::open(const std::string& path) {
 void TokenFileReader::read_doc(size_t i, std::vector<int32_t>& out) const {
   const uint64_t begin = i == 0 ? 0 : doc_ends_[i - 1];
   const uint64_t end = doc_ends_[i];
+  if (end == begin) return;  // an empty document (memcpy must not get out's null data())
   const unsigned char* p = file_.data() + kTokenFileHeaderBytes;
   const size_t first = out.size();
   out.resize(first + (end - begin));
@@ -101,6 +102,7 @@ TokenFileWriter::~TokenFileWriter() {
 }
 
 void TokenFileWriter::write(const void* data, size_t bytes) {
+  if (bytes == 0) return;  // an empty document: its data() may be null, which fwrite must not get
   TITAN_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, path_, ": writing ", temp_path_,
               " failed: ", std::strerror(errno));
 }

@@ -24,6 +24,15 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   return ids;
 }
 
+std::vector<int32_t> Tokenizer::encode_with_special_tokens(std::string_view text,
+                                                           bool parse_special) const {
+  std::vector<int32_t> ids = special_prefix_;
+  const std::vector<int32_t> body = encode(text, parse_special);
+  ids.insert(ids.end(), body.begin(), body.end());
+  ids.insert(ids.end(), special_suffix_.begin(), special_suffix_.end());
+  return ids;
+}
+
 void Tokenizer::encode_segment(std::string_view text, bool parse_special,
                                std::vector<int32_t>& ids) const {
   if (text.empty()) return;

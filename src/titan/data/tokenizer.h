@@ -25,10 +25,16 @@ class Tokenizer {
 
   // Ids of text; invalid UTF-8 is first replaced as bytes.decode("utf-8", errors="replace") does.
   // No post-processor template is applied: the ids equal HF encode(text, add_special_tokens=False)
-  // (for Qwen2/Qwen3 the same as the default). parse_special=false equals HF's
-  // encode_special_tokens=True: special tokens in text are encoded as plain text, while added
-  // tokens that are not special (<think>, <tool_call>, ...) are still recognised. Thread-safe.
+  // (for Qwen2/Qwen3 the same as the default; a rendered chat template already holds its BOS).
+  // parse_special=false equals HF's encode_special_tokens=True: special tokens in text are encoded
+  // as plain text, while added tokens that are not special (<think>, <tool_call>, ...) are still
+  // recognised. Thread-safe.
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // encode(text) inside the post-processor's TemplateProcessing "single" template: HF's
+  // tokenizer(text), add_special_tokens=True. Llama 3 puts <|begin_of_text|> first; Qwen's
+  // tokenizer.json adds nothing. For raw prompts and pre-training documents.
+  std::vector<int32_t> encode_with_special_tokens(std::string_view text,
+                                                  bool parse_special = true) const;
 
   // Text of ids, invalid UTF-8 replaced by U+FFFD (errors="replace"). skip_special drops special
   // added tokens only (<think> stays). Ids with no token are dropped, as Hugging Face does.
@@ -60,6 +66,7 @@ class Tokenizer {
   bool nfc_ = false;
   std::optional<PreTokenizer> pre_tokenizer_;
   BpeModel bpe_;
+  std::vector<int32_t> special_prefix_, special_suffix_;  // the single template around $A
   int32_t eos_id_ = -1, pad_id_ = -1;
 };
 

@@ -21,6 +21,7 @@ struct Tokenizer::Loader {
   Tokenizer& tok;
   std::vector<int32_t> special_ids = {};
   size_t model_vocab_entries = 0;
+  bool template_seen = false;
 
   template <typename... Args>
   [[noreturn]] void error(const Args&... args) const {
@@ -95,15 +96,80 @@ struct Tokenizer::Loader {
     }
   }
 
-  void post_processor(const json& j) const {
+  // ByteLevel only adjusts offsets; TemplateProcessing's "single" template says which special
+  // tokens encode_with_special_tokens puts around the text (the "pair" template has no use here).
+  // Either alone or in a Sequence, as Llama 3's file has them. Read after the added tokens, whose
+  // ids the template names.
+  void post_processor(const json& j) {
     if (j.is_null()) return;
     const std::string type = type_of(j, "post_processor");
-    // Neither changes the ids of encode (see Tokenizer::encode): ByteLevel only adjusts offsets,
-    // TemplateProcessing only acts with add_special_tokens.
-    if (type != "ByteLevel" && type != "TemplateProcessing") {
+    if (type == "Sequence") {
+      if (!j.contains("processors") || !j["processors"].is_array()) {
+        error("post_processor Sequence has no \"processors\" list");
+      }
+      for (const json& p : j["processors"]) {
+        const std::string inner = type_of(p, "post_processor.processors[]");
+        if (inner == "Sequence") error("post_processor: nested Sequence is not supported");
+        post_processor(p);
+      }
+    } else if (type == "TemplateProcessing") {
+      template_processing(j);
+    } else if (type != "ByteLevel") {
       error("post_processor ", json_quote(type),
-            " is not supported (only ByteLevel, TemplateProcessing)");
+            " is not supported (only ByteLevel, TemplateProcessing, or a Sequence of them)");
     }
+  }
+
+  void template_processing(const json& j) {
+    if (template_seen) error("post_processor: more than one TemplateProcessing");
+    template_seen = true;
+    if (!j.contains("single") || !j["single"].is_array()) {
+      error("TemplateProcessing has no \"single\" list");
+    }
+    const json specials = j.value("special_tokens", json::object());
+    if (!specials.is_object()) error("TemplateProcessing \"special_tokens\" is not an object");
+    bool seen_a = false;
+    for (const json& piece : j["single"]) {
+      if (piece.is_object() && piece.size() == 1 && piece.contains("Sequence")) {
+        const json& seq = piece["Sequence"];
+        if (!seq.is_object() || seq.value("id", json()) != "A" || seen_a) {
+          error("TemplateProcessing \"single\" must hold the sequence $A exactly once");
+        }
+        seen_a = true;
+      } else if (piece.is_object() && piece.size() == 1 && piece.contains("SpecialToken") &&
+                 piece["SpecialToken"].is_object() && piece["SpecialToken"].contains("id") &&
+                 piece["SpecialToken"]["id"].is_string()) {
+        const std::string name = piece["SpecialToken"]["id"].get<std::string>();
+        std::vector<int32_t>& out = seen_a ? tok.special_suffix_ : tok.special_prefix_;
+        for (const int32_t id : template_token_ids(specials, name)) out.push_back(id);
+      } else {
+        error(
+            "TemplateProcessing \"single\": each piece must be {\"SpecialToken\": {\"id\": ...}} "
+            "or {\"Sequence\": {\"id\": \"A\"}}");
+      }
+    }
+    if (!seen_a) error("TemplateProcessing \"single\" must hold the sequence $A exactly once");
+  }
+
+  // The ids special_tokens gives a template token (Hugging Face takes them from there, not from
+  // the vocabulary); each must be a token of this file.
+  std::vector<int32_t> template_token_ids(const json& specials, const std::string& name) const {
+    if (!specials.contains(name) || !specials[name].is_object() ||
+        !specials[name].contains("ids") || !specials[name]["ids"].is_array()) {
+      error("TemplateProcessing: special token ", json_quote(name),
+            " has no \"ids\" in \"special_tokens\"");
+    }
+    std::vector<int32_t> ids;
+    for (const json& id : specials[name]["ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= static_cast<int64_t>(tok.tokens_.size()) ||
+          tok.tokens_[id.get<size_t>()].empty()) {
+        error("TemplateProcessing: special token ", json_quote(name), " has id ", json_excerpt(id),
+              ", which is not a token of this file");
+      }
+      ids.push_back(id.get<int32_t>());
+    }
+    return ids;
   }
 
   void decoder(const json& j) const {
@@ -288,9 +354,9 @@ Tokenizer Tokenizer::load(const std::string& dir_or_json_path) {
     loader.model(j["model"]);
     loader.normalizer(j.value("normalizer", json()));
     loader.pre_tokenizer(j["pre_tokenizer"]);
-    loader.post_processor(j.value("post_processor", json()));
     loader.decoder(j.value("decoder", json()));
     loader.added_tokens(j.value("added_tokens", json()));
+    loader.post_processor(j.value("post_processor", json()));
     loader.decoded_forms();
     const fs::path config_path = json_path.parent_path() / "tokenizer_config.json";
     if (fs::is_regular_file(config_path, ec)) {
