@@ -36,10 +36,10 @@
 #include "titan/infer/sampling.h"
 #include "titan/infer/session.h"
 #include "titan/infer/weights.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/flavors.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
-#include "titan/nn/qwen3.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/linear.h"
 
@@ -162,7 +162,7 @@ HfTiming run_transformers(const std::string& python, const std::string& folder,
 }
 
 // One dtype's prefill, decode and (with `python`) the Transformers comparison.
-void bench_dtype(const Qwen3Model& model, DType dtype, const std::vector<int32_t>& prompt,
+void bench_dtype(const CausalLM& model, DType dtype, const std::vector<int32_t>& prompt,
                  int64_t n_new, const std::string& python, const std::string& dir, int threads) {
   const ModelArgs& args = model.args();
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
@@ -308,7 +308,7 @@ int run(int argc, char** argv) {
 
   compare_gemv(args);
 
-  Qwen3Model model(args);
+  DecoderLM model(args);
   model.initialize(1);
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 151643);

@@ -1,5 +1,5 @@
 // Model-level Hugging Face folder export and load for Qwen3-0.6B dims (issue 3's bars: load into
-// the fp32 parameters >= 1 GB/s from the page cache, export >= 0.5 GB/s). A Qwen3Model with HF
+// the fp32 parameters >= 1 GB/s from the page cache, export >= 0.5 GB/s). A CausalLM with HF
 // init is exported as a complete bf16 folder (~1.19 GB of weights, config, generation config,
 // staging folder renamed into place, every file synced), then loaded back into the same model:
 // open, validation against the model's keys and shapes, bf16 -> fp32 into the parameter groups.
@@ -14,10 +14,10 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/dtype.h"
 #include "titan/io/safetensors.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/flavors.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
-#include "titan/nn/qwen3.h"
 
 namespace {
 
@@ -28,7 +28,7 @@ using namespace titan;
 namespace fs = std::filesystem;
 
 // One value per parameter (its middle element), rounded to bf16 as the export stores it.
-std::vector<float> bf16_samples(const Qwen3Model& model) {
+std::vector<float> bf16_samples(const CausalLM& model) {
   std::vector<float> samples;
   for (const ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
@@ -41,7 +41,7 @@ std::vector<float> bf16_samples(const Qwen3Model& model) {
 // Overwrites the sampled elements, so the check after loading shows they were loaded. (Clearing
 // every parameter instead would cost seconds between export and load, long enough for the VM's
 // page reclaimer to drop the freshly written file from the page cache.)
-void poison_samples(Qwen3Model& model) {
+void poison_samples(CausalLM& model) {
   for (ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) g.params()[v.offset + v.numel / 2] = -1e30f;
   }
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     const fs::path root = own_dir ? fs::temp_directory_path() / "titan_bench_hf_folder" : argv[1];
     fs::remove_all(root);
     fs::create_directories(root);
-    Qwen3Model model(flavor("0.6B"));
+    DecoderLM model(flavor("0.6B"));
     model.initialize(1);
     const std::vector<float> samples = bf16_samples(model);
     std::printf("hf folder bench: Qwen3-0.6B dims, %.3f G params, %d threads\n",

@@ -18,9 +18,9 @@
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/flavors.h"
 #include "titan/models/flops.h"
-#include "titan/nn/qwen3.h"
 #include "titan/ops/adamw.h"
 
 namespace titan {
@@ -70,7 +70,7 @@ struct Timing {
 };
 
 Timing run_titan(const BenchConfig& c, int steps) {
-  Qwen3Model model(c.args);
+  DecoderLM model(c.args);
   model.initialize(0);
   model.allocate_gradients();
   for (ParamGroup& g : model.param_groups()) g.allocate_optimizer_state();

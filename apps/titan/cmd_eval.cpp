@@ -7,8 +7,8 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/models/causal_lm.h"
 #include "titan/models/hf_checkpoint.h"
-#include "titan/nn/qwen3.h"
 #include "titan/train/evaluate.h"
 
 namespace titan::cli {
@@ -38,7 +38,7 @@ Action add_eval_command(CLI::App& app) {
   return [] {
     set_thread_count(threads);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
-    std::unique_ptr<Qwen3Model> model = load_hf_model(model_dir, {}, allow_nonfinite);
+    std::unique_ptr<CausalLM> model = load_hf_model(model_dir, {}, allow_nonfinite);
     LoaderOptions options;
     options.data.paths = data;
     options.data.text_field = text_field;

@@ -30,8 +30,8 @@
 #include "titan/infer/generate.h"
 #include "titan/infer/weights.h"
 #include "titan/io/json_util.h"
+#include "titan/models/causal_lm.h"
 #include "titan/models/hf_checkpoint.h"
-#include "titan/nn/qwen3.h"
 
 namespace titan::cli {
 namespace {
@@ -243,7 +243,7 @@ Action add_generate_command(CLI::App& app) {
                 ": no tokenizer.json (generate needs the tokenizer files beside the ", "weights)");
     const DType dtype = inference_dtype(f.model, f.dtype);  // a bad --dtype fails before loading
     const Tokenizer tok = Tokenizer::load(f.model);
-    std::unique_ptr<Qwen3Model> model = load_hf_model(f.model, {}, f.allow_nonfinite);
+    std::unique_ptr<CausalLM> model = load_hf_model(f.model, {}, f.allow_nonfinite);
     const InferenceWeights weights(*model, dtype);
     const GenerateOptions options = resolve_options(f, f.model, model->args());
     if (!f.prompts.empty()) return run_batch(f, weights, tok, options);

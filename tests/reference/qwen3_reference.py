@@ -24,8 +24,9 @@ import json
 import sys
 
 import torch
-from safetensors.torch import save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+from reference_common import hf_targets, make_batch, metadata, named, perturb_norms, save_reference
 
 # name: (config overrides, batch, seq). Together they cover tied and untied embeddings, GQA ratios
 # 1, 2 and 4, head_dim != hidden / heads, odd sequence lengths, batch > 1, and sequences longer
@@ -71,46 +72,28 @@ MIN_ROUTING_GAP = 1e-4
 ADAMW = dict(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
-def hf_targets(labels):
-    """HF's CausalLM shift as a tensor: position s is scored against labels[s + 1]."""
-    ignore = torch.full_like(labels[:, :1], -100)
-    return torch.cat([labels[:, 1:], ignore], dim=1)
-
-
 def make(name, overrides, batch, seq, out_dir):
     torch.manual_seed(1234)
     config = Qwen3Config(rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=512,
                          attention_dropout=0.0, **overrides)
     model = Qwen3ForCausalLM._from_config(config, attn_implementation="eager",
                                           dtype=torch.float32)
-    # Non-trivial norm weights, so a kernel that ignored them would fail.
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if pname.endswith("norm.weight"):
-                p.add_(0.1 * torch.randn_like(p))
-    params = {f"param.{k}": v.detach().clone() for k, v in model.named_parameters()}
-
-    ids = torch.randint(0, config.vocab_size, (batch, seq), dtype=torch.int64)
-    labels = ids.clone()
-    labels[:, 1] = -100  # ignored tokens take no part in the loss or the mean
-    if seq > 4:
-        labels[0, seq - 2] = -100
+    perturb_norms(model)
+    params = named("param.", model.named_parameters())
+    ids, labels = make_batch(config.vocab_size, batch, seq)
 
     out = model(input_ids=ids, labels=labels)
     out.loss.backward()
-    grads = {f"grad.{k}": v.grad.detach().clone() for k, v in model.named_parameters()}
+    grads = named("grad.", ((k, v.grad) for k, v in model.named_parameters()))
     torch.optim.AdamW(model.parameters(), foreach=False, **ADAMW).step()
-    updated = {f"updated.{k}": v.detach().clone() for k, v in model.named_parameters()}
+    updated = named("updated.", model.named_parameters())
 
     tensors = {**params, **grads, **updated,
                "input_ids": ids.to(torch.int32), "targets": hf_targets(labels).to(torch.int32),
-               "logits": out.logits.detach().contiguous(), "loss": out.loss.detach().reshape(1)}
-    meta = {k: json.dumps(v) for k, v in overrides.items()}
-    meta.update(rms_norm_eps=json.dumps(config.rms_norm_eps), rope_theta="10000.0",
-                max_position_embeddings="512", batch=str(batch), seq=str(seq),
-                adamw=json.dumps(ADAMW), format="pt")
-    save_file({k: v.contiguous() for k, v in tensors.items()},
-              f"{out_dir}/qwen3_{name}.safetensors", metadata=meta)
+               "logits": out.logits.detach(), "loss": out.loss.detach().reshape(1)}
+    meta = metadata(overrides, config, batch, seq, rope_theta="10000.0",
+                    max_position_embeddings="512", adamw=json.dumps(ADAMW))
+    save_reference(tensors, f"{out_dir}/qwen3_{name}.safetensors", meta)
 
 
 def routing_gap(router_logits, top_k):
@@ -144,21 +127,15 @@ def make_moe(name, overrides, batch, seq, out_dir):
     assert not config.output_router_logits  # the class default the first run relies on
     model = Qwen3MoeForCausalLM._from_config(config, attn_implementation="eager",
                                              experts_implementation="eager", dtype=torch.float32)
+    perturb_norms(model)
     with torch.no_grad():
         for pname, p in model.named_parameters():
-            if pname.endswith("norm.weight"):
-                p.add_(0.1 * torch.randn_like(p))
             if pname.endswith("mlp.gate.weight"):
                 p.mul_(ROUTER_SCALE)
-    params = {f"param.{k}": v for k, v in titan_layout(model.named_parameters()).items()}
+    params = named("param.", titan_layout(model.named_parameters()).items())
     sparse = sum(k.endswith("mlp.gate.weight") for k in params)
     assert 0 < sparse, name
-
-    ids = torch.randint(0, config.vocab_size, (batch, seq), dtype=torch.int64)
-    labels = ids.clone()
-    labels[:, 1] = -100
-    if seq > 4:
-        labels[0, seq - 2] = -100
+    ids, labels = make_batch(config.vocab_size, batch, seq)
 
     out = model(input_ids=ids, labels=labels)
     assert out.aux_loss is None
@@ -178,21 +155,18 @@ def make_moe(name, overrides, batch, seq, out_dir):
     for k, v in model.named_parameters():
         v.grad = grads[k].clone()
     torch.optim.AdamW(model.parameters(), foreach=False, **ADAMW).step()
-    updated = {f"updated.{k}": v for k, v in titan_layout(model.named_parameters()).items()}
-    grads = {f"grad.{k}": v for k, v in titan_layout(grads.items()).items()}
-    grads_aux = {f"grad_aux.{k}": v for k, v in grads_aux.items()}
+    updated = named("updated.", titan_layout(model.named_parameters()).items())
+    grads = named("grad.", titan_layout(grads.items()).items())
+    grads_aux = named("grad_aux.", grads_aux.items())
 
     tensors = {**params, **grads, **grads_aux, **updated,
                "input_ids": ids.to(torch.int32), "targets": hf_targets(labels).to(torch.int32),
-               "logits": out.logits.detach().contiguous(), "loss": out.loss.detach().reshape(1),
+               "logits": out.logits.detach(), "loss": out.loss.detach().reshape(1),
                "loss_aux": out_aux.loss.detach().reshape(1),
                "aux_loss": out_aux.aux_loss.detach().reshape(1)}
-    meta = {k: json.dumps(v) for k, v in overrides.items()}
-    meta.update(rms_norm_eps=json.dumps(config.rms_norm_eps), rope_theta="10000.0",
-                max_position_embeddings="512", batch=str(batch), seq=str(seq),
-                adamw=json.dumps(ADAMW), format="pt")
-    save_file({k: v.contiguous() for k, v in tensors.items()},
-              f"{out_dir}/qwen3_moe_{name}.safetensors", metadata=meta)
+    meta = metadata(overrides, config, batch, seq, rope_theta="10000.0",
+                    max_position_embeddings="512", adamw=json.dumps(ADAMW))
+    save_reference(tensors, f"{out_dir}/qwen3_moe_{name}.safetensors", meta)
 
 
 def make_window(overrides, batch, seq, out_dir):
@@ -202,20 +176,18 @@ def make_window(overrides, batch, seq, out_dir):
                          attention_dropout=0.0, **overrides)
     model = Qwen3ForCausalLM._from_config(config, attn_implementation="eager",
                                           dtype=torch.float32)
-    params = {f"param.{k}": v.detach().clone() for k, v in model.named_parameters()}
+    params = named("param.", model.named_parameters())
     window = torch.randint(0, config.vocab_size, (batch, seq + 1), dtype=torch.int64)
     logits = model(input_ids=window[:, :-1]).logits
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, config.vocab_size),
                                              window[:, 1:].reshape(-1))
     loss.backward()
-    grads = {f"grad.{k}": v.grad.detach().clone() for k, v in model.named_parameters()}
+    grads = named("grad.", ((k, v.grad) for k, v in model.named_parameters()))
     tensors = {**params, **grads, "window": window.to(torch.int32),
                "loss": loss.detach().reshape(1)}
-    meta = {k: json.dumps(v) for k, v in overrides.items()}
-    meta.update(rms_norm_eps=json.dumps(config.rms_norm_eps), rope_theta="10000.0",
-                max_position_embeddings="512", batch=str(batch), seq=str(seq), format="pt")
-    save_file({k: v.contiguous() for k, v in tensors.items()},
-              f"{out_dir}/qwen3_window.safetensors", metadata=meta)
+    meta = metadata(overrides, config, batch, seq, rope_theta="10000.0",
+                    max_position_embeddings="512")
+    save_reference(tensors, f"{out_dir}/qwen3_window.safetensors", meta)
 
 
 def main():

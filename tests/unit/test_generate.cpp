@@ -2,6 +2,7 @@
 // seeded repeatability, text streaming, and the request checks.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -11,6 +12,7 @@
 #include "test_generate_util.h"
 #include "test_tokenizer_python.h"
 #include "titan/core/error.h"
+#include "titan/core/rng.h"
 #include "titan/infer/device.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/kv_cache.h"
@@ -18,6 +20,9 @@
 #include "titan/infer/session.h"
 #include "titan/infer/text_stream.h"
 #include "titan/infer/weights.h"
+#include "titan/kernels/registry.h"
+#include "titan/models/decoder_lm.h"
+#include "titan/ops/linear.h"
 
 namespace titan {
 namespace {
@@ -30,7 +35,7 @@ using testing::expect_close;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // Rounds the named parameters to their nearest bf16 values, in place.
-void round_to_bf16(Qwen3Model& model, const std::function<bool(const std::string&)>& which) {
+void round_to_bf16(CausalLM& model, const std::function<bool(const std::string&)>& which) {
   for (ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
       if (!which(v.spec.name)) continue;
@@ -46,12 +51,26 @@ void round_to_bf16(Qwen3Model& model, const std::function<bool(const std::string
 // values (a tied embedding is rounded in both models, as a bf16 folder stores it): same math, so
 // the tolerance stays the fp32 one, and a session that read the unrounded fp32 weights would be
 // off by the bf16 rounding (~1e-3), far outside it.
+// Biases start at zero (HF init); random ones make a forward that skipped them fail.
+void randomize_biases(CausalLM& model) {
+  for (ParamGroup& g : model.param_groups()) {
+    for (const ParamView& v : g.views()) {
+      if (v.spec.name.ends_with(".bias")) {
+        Rng(11, v.spec.name).fill_normal(g.params() + v.offset, v.numel, 0.0f, 0.1f);
+      }
+    }
+  }
+}
+
 void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
-                         int64_t steps, DType dtype = DType::f32) {
+                         int64_t steps, DType dtype = DType::f32,
+                         const std::vector<OverrideRule>& overrides = {}) {
   const bool tied = args.tie_word_embeddings;
-  Qwen3Model model(args), reference(args);
+  DecoderLM model(args, overrides), reference(args, overrides);
   model.initialize(7);
   reference.initialize(7);
+  randomize_biases(model);
+  randomize_biases(reference);
   if (dtype == DType::bf16) {
     const auto embedding = [](const std::string& name) {
       return name == "model.embed_tokens.weight";
@@ -98,6 +117,46 @@ TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualFullForwardOnRoundedWeights) 
   }
 }
 
+// Llama's blocks with attention_bias and mlp_bias: q/k/v/o and MLP biases, no q/k norm.
+TEST(InferenceSession, BiasesWithoutQkNormDecodeLogitsEqualFullForward) {
+  for (const bool tied : {true, false}) {
+    ModelArgs a = tiny_generate_args(tied);
+    a.architecture = "LlamaForCausalLM";
+    a.qk_norm = false;
+    a.attention_bias = a.o_proj_bias = a.mlp_bias = true;
+    check_cached_logits(a, 7, {7}, 5);
+    check_cached_logits(a, 13, {5, 1, 7}, 4, DType::bf16);
+  }
+}
+
+std::atomic<int64_t> g_counted_linear_calls{0};
+
+void counted_linear_forward(float* y, const float* x, const float* w, int64_t n, int64_t in,
+                            int64_t out) {
+  ++g_counted_linear_calls;
+  linear_forward_reference(y, x, w, n, in, out);
+}
+
+// A linear rebound by [overrides] runs in decode as in training: prefill and every one-token
+// step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones.
+TEST(InferenceSession, OverriddenLinearsRunInDecode) {
+  if (kernel_registry().find("linear_counted") == nullptr) {
+    kernel_registry().add({"linear_counted",
+                           OpKind::linear,
+                           {DType::f32},
+                           "counts its forward calls (test)",
+                           LinearKernel{counted_linear_forward, linear_backward_reference}});
+  }
+  const std::vector<OverrideRule> overrides = {
+      {"model.layers.*.self_attn.k_proj", "linear_counted"}};
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    g_counted_linear_calls = 0;
+    check_cached_logits(tiny_generate_args(false), 5, {5}, 3, dtype, overrides);
+    // 2 layers x (1 prefill + 3 steps) in the session, plus the reference's full forward.
+    EXPECT_EQ(g_counted_linear_calls.load(), 2 * 4 + 2) << dtype_name(dtype);
+  }
+}
+
 TEST(InferenceSession, ChunkedPrefillAndLongPromptsAcrossAttentionBlocks) {
   check_cached_logits(tiny_generate_args(false), 13, {5, 1, 7}, 4);
   // Past the 128-key attention block: decode queries see several key blocks.
@@ -122,7 +181,7 @@ TEST(InferenceSession, MoeDecodeLogitsEqualFullForward) {
 // A cache truncated to a shared prefix continues exactly as a fresh session would: the logits of
 // a different continuation, prefilled in one chunk and then decoded, equal the full forward's.
 TEST(InferenceSession, TruncatedCacheContinuesLikeAFreshOne) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(8);
   const int64_t V = model.args().vocab_size;
   const std::vector<int32_t> first = test_ids(12, V, 3), other = test_ids(9, V, 4);
@@ -144,7 +203,7 @@ TEST(InferenceSession, TruncatedCacheContinuesLikeAFreshOne) {
 }
 
 TEST(InferenceSession, BadCalls) {
-  Qwen3Model model(tiny_generate_args(true, 97, 32));
+  DecoderLM model(tiny_generate_args(true, 97, 32));
   model.initialize(1);
   EXPECT_THROW(KvCache(model.args(), 33), Error);
   EXPECT_THROW(KvCache(model.args(), 0), Error);
@@ -265,7 +324,7 @@ GenerateOptions sampled(uint64_t seed) {
 }
 
 TEST(Generate, SamplingWithASeedRepeatsExactly) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(3);
   const std::vector<int32_t> prompt = test_ids(9, 97, 5);
   const GenerateResult a =
@@ -281,7 +340,7 @@ TEST(Generate, SamplingWithASeedRepeatsExactly) {
 }
 
 TEST(Generate, TopKOneEqualsGreedy) {
-  Qwen3Model model(tiny_generate_args(false));
+  DecoderLM model(tiny_generate_args(false));
   model.initialize(4);
   for (int64_t len : {1, 6, 17}) {
     const std::vector<int32_t> prompt = test_ids(len, 97, static_cast<uint32_t>(len));
@@ -297,7 +356,7 @@ TEST(Generate, TopKOneEqualsGreedy) {
 }
 
 TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(5);
   std::vector<int32_t> seq = test_ids(7, 97, 1);
   GenerateOptions o;
@@ -315,7 +374,7 @@ TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
 // generates what a fresh session would (greedy); a prompt that leaves the cached ids early
 // reuses only the shared prefix; a turn that outgrows the cache makes a larger one.
 TEST(Generate, PromptCacheReusesTheSharedPrefix) {
-  Qwen3Model model(tiny_generate_args(false));
+  DecoderLM model(tiny_generate_args(false));
   model.initialize(9);
   const InferenceWeights weights(model, DType::f32);
   GenerateOptions o;
@@ -352,7 +411,7 @@ TEST(Generate, PromptCacheReusesTheSharedPrefix) {
 }
 
 TEST(Generate, StopsOnEosIncludingIt) {
-  Qwen3Model model(tiny_generate_args(true));
+  DecoderLM model(tiny_generate_args(true));
   model.initialize(6);
   const std::vector<int32_t> prompt = test_ids(5, 97, 2);
   GenerateOptions o;
@@ -378,7 +437,7 @@ TEST(Generate, BadRequests) {
     EXPECT_NE(std::string(e.what()).find("max_position_embeddings is 32"), std::string::npos)
         << e.what();
   }
-  Qwen3Model model(a);
+  DecoderLM model(a);
   model.initialize(1);
   EXPECT_THROW(generate_tokens(InferenceWeights(model, DType::f32), {}, GenerateOptions{}), Error);
 }

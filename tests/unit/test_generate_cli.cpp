@@ -13,6 +13,7 @@
 #include "test_tokenizer_python.h"
 #include "titan/data/chat_template.h"
 #include "titan/infer/generate.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "unit/test_safetensors_util.h"
@@ -53,7 +54,7 @@ class GenerateCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     folder_ = test::scratch_dir("generate_cli");
-    Qwen3Model model(test::tiny_generate_args(true, 151936, 64));
+    DecoderLM model(test::tiny_generate_args(true, 151936, 64));
     model.initialize(8);
     HfExportOptions options;
     options.dtype = DType::f32;
@@ -67,7 +68,7 @@ class GenerateCli : public ::testing::Test {
   static GenerateResult library(const std::string& text, int64_t max_new,
                                 DType dtype = DType::f32) {
     const Tokenizer tok = Tokenizer::load(model_dir());
-    std::unique_ptr<Qwen3Model> model = load_hf_model(model_dir());
+    std::unique_ptr<CausalLM> model = load_hf_model(model_dir());
     GenerateOptions o = generation_defaults(model_dir(), model->args());
     o.sampling.do_sample = false;
     o.max_new_tokens = max_new;
@@ -184,7 +185,7 @@ TEST_F(GenerateCli, BadInputs) {
   expect_one_line_error(titan_cli(m + "--max-new-tokens 4 --prompts '" + prompts + "'", dir_),
                         "bad.jsonl:2");
   // A folder with weights but no tokenizer.
-  Qwen3Model model(test::tiny_generate_args(true));
+  DecoderLM model(test::tiny_generate_args(true));
   model.initialize(1);
   HfExportOptions options;
   options.dtype = DType::f32;
@@ -196,7 +197,7 @@ TEST_F(GenerateCli, BadInputs) {
 // Issue 12: a normalizer nested 200,000 deep used to overflow the stack while the tokenizer was
 // read; now the parser's depth limit refuses the file, which is left as it was.
 TEST_F(GenerateCli, DeeplyNestedNormalizerIsRefused) {
-  Qwen3Model model(test::tiny_generate_args(true));
+  DecoderLM model(test::tiny_generate_args(true));
   model.initialize(1);
   HfExportOptions options;
   options.dtype = DType::f32;

@@ -17,6 +17,7 @@
 #include "tiny_models.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/sampling.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "unit/test_safetensors_util.h"
@@ -45,14 +46,14 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
     uint64_t seed = 21;
     for (const auto& [name, args] : models) {
       const std::string folder = dir / (name + "_" + std::string(dtype_name(dtype)));
-      Qwen3Model model(args);
+      DecoderLM model(args);
       model.initialize(seed++);
       HfExportOptions export_options;
       export_options.dtype = dtype;
       export_hf_folder(folder, model, export_options);
       // Generate from what was exported, with the folder's own defaults (greedy, its eos ids)
       // and its dtype.
-      std::unique_ptr<Qwen3Model> loaded = load_hf_model(folder);
+      std::unique_ptr<CausalLM> loaded = load_hf_model(folder);
       ASSERT_EQ(inference_dtype(folder, "auto"), dtype) << folder;
       const InferenceWeights weights(*loaded, inference_dtype(folder, "auto"));
       GenerateOptions options = generation_defaults(folder, loaded->args());

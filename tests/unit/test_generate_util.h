@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "tiny_models.h"
+#include "titan/models/causal_lm.h"
 #include "titan/models/model_args.h"
-#include "titan/nn/qwen3.h"
 
 namespace titan::test {
 
@@ -23,7 +23,7 @@ inline ModelArgs tiny_generate_args(bool tied, int64_t vocab = 97, int64_t max_p
 }
 
 // (S, V) logits of the full-sequence training forward.
-inline std::vector<float> full_forward_logits(Qwen3Model& model, const std::vector<int32_t>& ids) {
+inline std::vector<float> full_forward_logits(CausalLM& model, const std::vector<int32_t>& ids) {
   std::vector<float> logits(ids.size() * static_cast<size_t>(model.args().vocab_size));
   model.forward(ids.data(), nullptr, 1, static_cast<int64_t>(ids.size()),
                 {.logits = logits.data()});

@@ -14,11 +14,11 @@
 #include "compare.h"
 #include "test_tokenizer_python.h"
 #include "titan/io/safetensors.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
-#include "titan/nn/qwen3.h"
 #include "unit/python_runner.h"
 #include "unit/test_safetensors_util.h"
 #include "unit/tiny_models.h"
@@ -60,7 +60,7 @@ void spread_routers(std::vector<ParamGroup>& groups) {
   }
 }
 
-std::vector<float> titan_logits(Qwen3Model& model, const std::vector<int32_t>& ids) {
+std::vector<float> titan_logits(CausalLM& model, const std::vector<int32_t>& ids) {
   std::vector<float> logits(ids.size() * static_cast<size_t>(model.args().vocab_size));
   model.forward(ids.data(), nullptr, 1, static_cast<int64_t>(ids.size()),
                 {.logits = logits.data()});
@@ -91,7 +91,7 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
   json request = {{"input_ids", {ids}}, {"folders", json::array()}};
   std::map<std::string, std::vector<float>> logits;
   for (const Dense& d : dense) {
-    Qwen3Model model(tiny(d.tied));
+    DecoderLM model(tiny(d.tied));
     model.initialize(99);
     perturb_norms(model.param_groups());
     HfExportOptions options;
@@ -110,7 +110,7 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
   // Qwen3-MoE: written per expert, one layer sparse and one dense (mlp_only_layers), sharded.
   ModelArgs moe = test::tiny_moe();
   moe.rope_theta = 10000.0;
-  Qwen3Model moe_model(moe);
+  DecoderLM moe_model(moe);
   moe_model.initialize(5);
   std::vector<ParamGroup>& moe_params = moe_model.param_groups();
   perturb_norms(moe_params);
@@ -159,7 +159,7 @@ TEST(HfFolderPython, TitanLoadsWhatTransformersSaves) {
     const SafetensorsEntry& ids_entry = reference.at("input_ids");
     const auto* p = static_cast<const int32_t*>(ids_entry.data);
     const std::vector<int32_t> ids(p, p + ids_entry.numel());
-    const std::unique_ptr<Qwen3Model> model = load_hf_model(dir / name);
+    const std::unique_ptr<CausalLM> model = load_hf_model(dir / name);
     const std::vector<float> got = titan_logits(*model, ids);
     const std::vector<float> want = read_logits(ref);
     ASSERT_EQ(got.size(), want.size()) << name;

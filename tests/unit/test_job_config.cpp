@@ -85,6 +85,16 @@ TEST(JobConfig, BadValuesNameTheKey) {
   c = JobConfig{};
   c.training.local_batch_size = 0;
   EXPECT_NE(error_of([&] { job_config_validate(c); }).find("local_batch_size"), std::string::npos);
+  // model.name is a family of the model registry, torchtitan's names where it has one.
+  c = JobConfig{};
+  for (const char* name : {"qwen3", "qwen2", "llama3"}) {
+    c.model.name = name;
+    EXPECT_NO_THROW(job_config_validate(c)) << name;
+  }
+  c.model.name = "llama";
+  EXPECT_NE(error_of([&] { job_config_validate(c); })
+                .find("model.name 'llama' is not one of qwen3, qwen2, llama3"),
+            std::string::npos);
 }
 
 // --print-config writes each double as the shortest decimal that reads back to it.

@@ -5,13 +5,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "compare.h"
 #include "tiny_models.h"
 #include "titan/core/allocator.h"
 #include "titan/core/rng.h"
-#include "titan/nn/qwen3.h"
+#include "titan/models/decoder_lm.h"
+#include "titan/models/param_count.h"
 
 namespace titan {
 namespace {
@@ -36,7 +38,7 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint64_t seed) {
   return ids;
 }
 
-std::vector<float> all_grads(const Qwen3Model& m) {
+std::vector<float> all_grads(const CausalLM& m) {
   std::vector<float> out;
   for (const ParamGroup& g : m.param_groups())
     out.insert(out.end(), g.grads(), g.grads() + g.numel());
@@ -54,7 +56,7 @@ struct CheckpointedStep {
 
 CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int32_t>& ids,
                                    int64_t batch, int64_t seq, bool full) {
-  Qwen3Model m(args);
+  DecoderLM m(args);
   m.initialize(3);
   m.allocate_gradients();
   m.set_activation_checkpointing(full);
@@ -109,7 +111,7 @@ TEST(Model, MoeActivationCheckpointingKeepsGradientsAndTheArenaIsWhatActivationB
 TEST(Model, MoeInitialisationFollowsHuggingFace) {
   ModelArgs a = small_moe_args(false);
   a.initializer_range = 0.02;
-  Qwen3Model m(a);
+  DecoderLM m(a);
   m.initialize(9);
   const ParamGroup& g = m.param_groups()[1];  // layer 0, sparse
   for (const char* name : {"model.layers.0.mlp.gate.weight", "model.layers.0.mlp.experts.gate_proj",
@@ -133,13 +135,13 @@ TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {
   o.compute_grad = true;
   o.grad_scale = 1.0f / static_cast<float>(valid);
 
-  Qwen3Model whole(small_args());
+  DecoderLM whole(small_args());
   whole.initialize(5);
   whole.allocate_gradients();
   const CrossEntropyResult big = whole.forward(ids.data(), labels.data(), batch, seq, o);
   whole.backward();
 
-  Qwen3Model parts(small_args());
+  DecoderLM parts(small_args());
   parts.initialize(5);
   parts.allocate_gradients();
   double loss_sum = 0.0;
@@ -152,6 +154,61 @@ TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {
   const std::vector<float> g_big = all_grads(whole), g_parts = all_grads(parts);
   // Same math, different summation order over the batch inside the GEMMs.
   testing::expect_close("accumulated gradients", g_parts.data(), g_big.data(), g_big.size(), 1e-5);
+}
+
+// count_parameters (titan info, the planner) from ModelArgs alone agrees with the model built from
+// them, whatever the family's blocks hold.
+TEST(Model, ParameterCountsFollowTheFamilysBlocks) {
+  ModelArgs biased = small_args();  // Llama with attention_bias and mlp_bias
+  biased.architecture = "LlamaForCausalLM";
+  biased.qk_norm = false;
+  biased.attention_bias = biased.o_proj_bias = biased.mlp_bias = true;
+  ModelArgs qwen2 = biased;
+  qwen2.architecture = "Qwen2ForCausalLM";
+  qwen2.o_proj_bias = qwen2.mlp_bias = false;
+  for (const ModelArgs& a : {small_args(), biased, qwen2, small_moe_args(false)}) {
+    EXPECT_EQ(count_parameters(a).total, DecoderLM(a).parameter_count());
+  }
+  EXPECT_EQ(count_parameters(biased).total - count_parameters(small_args()).total,
+            3 * (-2 * 16 + (64 + 2 * 32) + 32 + (2 * 48 + 32)));
+}
+
+// The hooks a parallelism attaches to: each block's forward in order, then for each block from the
+// last, before_backward and after_backward around its backward -- whose gradients are complete by
+// after_backward -- and under activation checkpointing the recompute between them.
+TEST(Model, LayerHooksBracketEveryBlock) {
+  for (const bool checkpointing : {false, true}) {
+    DecoderLM m(small_args());
+    m.initialize(5);
+    m.allocate_gradients();
+    m.set_activation_checkpointing(checkpointing);
+    std::vector<std::string> events;
+    std::vector<float> layer2_grads_at_end;
+    LayerHooks hooks;
+    hooks.before_forward = [&](int64_t i) { events.push_back("f" + std::to_string(i)); };
+    hooks.before_backward = [&](int64_t i) { events.push_back("b" + std::to_string(i)); };
+    hooks.after_backward = [&](int64_t i) {
+      events.push_back("a" + std::to_string(i));
+      const ParamGroup& g = m.param_groups()[1 + 2];
+      if (i == 2) layer2_grads_at_end.assign(g.grads(), g.grads() + g.numel());
+    };
+    m.set_layer_hooks(hooks);
+    const int64_t batch = 2, seq = 9;
+    const std::vector<int32_t> ids = random_ids(batch * seq, 211, 8);
+    ForwardOptions o;
+    o.compute_grad = true;
+    o.grad_scale = 0.1f;
+    m.forward(ids.data(), ids.data(), batch, seq, o);
+    m.backward();
+    const std::vector<std::string> want = {"f0", "f1", "f2", "b2", "a2", "b1", "a1", "b0", "a0"};
+    EXPECT_EQ(events, want) << "checkpointing " << checkpointing;
+    const ParamGroup& g = m.param_groups()[1 + 2];
+    ASSERT_EQ(layer2_grads_at_end.size(), static_cast<size_t>(g.numel()));
+    EXPECT_EQ(0, std::memcmp(layer2_grads_at_end.data(), g.grads(), g.numel() * sizeof(float)));
+    double norm = 0.0;
+    for (float x : layer2_grads_at_end) norm += x * x;
+    EXPECT_GT(norm, 0.0);
+  }
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 
 #include "titan/core/error.h"
 #include "titan/kernels/overrides.h"
-#include "titan/nn/qwen3.h"
+#include "titan/models/decoder_lm.h"
 
 #include "tiny_models.h"
 
@@ -36,8 +36,8 @@ TEST(Glob, StarCrossesDots) {
 }
 
 TEST(Overrides, RebindAndReport) {
-  Qwen3Model model(tiny_args(), {{"model.layers.1.self_attn", "attention_reference"},
-                                 {"*.mlp", "swiglu_reference"}});
+  DecoderLM model(tiny_args(), {{"model.layers.1.self_attn", "attention_reference"},
+                                {"*.mlp", "swiglu_reference"}});
   const OverrideReport& r = model.override_report();
   ASSERT_EQ(r.applied.size(), 3u);
   EXPECT_NE(std::find(r.applied.begin(), r.applied.end(),
@@ -88,8 +88,8 @@ ModelArgs tiny_moe_args() {
 }
 
 TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
-  Qwen3Model model(tiny_moe_args(), {{"model.layers.*.mlp.experts", "experts_reference"},
-                                     {"*.mlp", "swiglu_reference"}});
+  DecoderLM model(tiny_moe_args(), {{"model.layers.*.mlp.experts", "experts_reference"},
+                                    {"*.mlp", "swiglu_reference"}});
   const OverrideReport& r = model.override_report();
   EXPECT_EQ(r.applied, (std::vector<std::string>{
                            "model.layers.0.mlp: swiglu -> swiglu_reference",
@@ -97,7 +97,7 @@ TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
   EXPECT_TRUE(r.warnings.empty());
   const auto message = [](std::vector<OverrideRule> rules) {
     try {
-      Qwen3Model m(tiny_moe_args(), rules);
+      DecoderLM m(tiny_moe_args(), rules);
     } catch (const Error& e) {
       return std::string(e.what());
     }
@@ -111,7 +111,7 @@ TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
   ModelArgs too_many = tiny_moe_args();
   too_many.num_experts_per_tok = 4;
   try {
-    Qwen3Model m(too_many);
+    DecoderLM m(too_many);
     FAIL() << "num_experts_per_tok > num_experts must be refused";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "model: num_experts_per_tok (4) exceeds num_experts (3)");
@@ -162,7 +162,7 @@ TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {
   ASSERT_TRUE(registered);
   EXPECT_EQ(message({{"*.gate_proj", "linear_test_bf16"}}), "no error");
   // Every slot of a model is fp32 today, and every kernel takes fp32.
-  EXPECT_NO_THROW(Qwen3Model(tiny_args(), {}));
+  EXPECT_NO_THROW(DecoderLM(tiny_args(), {}));
 }
 
 TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {
@@ -181,7 +181,7 @@ TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {
     return true;
   }();
   ASSERT_TRUE(registered);
-  Qwen3Model model(tiny_moe_args(), {{"*.experts", "experts_test_8_tokens"}});
+  DecoderLM model(tiny_moe_args(), {{"*.experts", "experts_test_8_tokens"}});
   model.initialize(0);
   EXPECT_NO_THROW(model.check_kernel_constraints(2, 4));
   try {
@@ -200,7 +200,7 @@ TEST(Overrides, KernelConstraintIsAnErrorNamingIt) {
   ModelArgs a = tiny_args();
   a.max_position_embeddings = 10000;
   a.attn_backend = "reference";
-  Qwen3Model model(a);
+  DecoderLM model(a);
   model.initialize(0);
   std::vector<int32_t> ids(9000, 1);
   try {
@@ -214,19 +214,19 @@ TEST(Overrides, KernelConstraintIsAnErrorNamingIt) {
 TEST(Model, BadArgumentsNameTheField) {
   ModelArgs a = tiny_args();
   a.num_key_value_heads = 3;
-  EXPECT_THROW(Qwen3Model{a}, Error);
+  EXPECT_THROW(DecoderLM{a}, Error);
   a = tiny_args();
   a.hidden_size = 0;
-  EXPECT_THROW(Qwen3Model{a}, Error);
+  EXPECT_THROW(DecoderLM{a}, Error);
   a = tiny_args();
   a.attn_backend = "sdpa_magic";
-  EXPECT_THROW(Qwen3Model{a}, Error);
+  EXPECT_THROW(DecoderLM{a}, Error);
 }
 
 TEST(Model, InitialisationFollowsHuggingFace) {
   ModelArgs a = tiny_args();
   a.vocab_size = 4096;
-  Qwen3Model model(a);
+  DecoderLM model(a);
   model.initialize(7);
   const ParamGroup& g0 = model.param_groups()[0];
   const ParamView& emb = g0.view("model.embed_tokens.weight");
@@ -242,7 +242,7 @@ TEST(Model, InitialisationFollowsHuggingFace) {
   const ParamView& norm = g0.view("model.norm.weight");
   for (int64_t i = 0; i < norm.numel; ++i) EXPECT_EQ(g0.params()[norm.offset + i], 1.0f);
   // Same seed, same weights, whatever the build order.
-  Qwen3Model again(a);
+  DecoderLM again(a);
   again.initialize(7);
   EXPECT_EQ(0, std::memcmp(g0.params(), again.param_groups()[0].params(), 4 * g0.numel()));
 }

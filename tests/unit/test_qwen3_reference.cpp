@@ -5,25 +5,23 @@
 // (output_router_logits), through the grouped and the reference experts kernels.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "compare.h"
+#include "model_reference_util.h"
 #include "titan/io/safetensors.h"
-#include "titan/nn/qwen3.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/ops/adamw.h"
 
 namespace titan {
 namespace {
 
+using test::expect_grads_close;
+using test::read_ids;
+using test::reference_dir;
 using testing::expect_close;
-
-std::string reference_dir() {
-  const char* dir = std::getenv("TITAN_BINARY_DIR");
-  return std::string(dir != nullptr ? dir : ".") + "/reference";
-}
 
 ModelArgs args_from_metadata(const std::map<std::string, std::string>& meta) {
   const auto num = [&](const char* key) { return nlohmann::json::parse(meta.at(key)); };
@@ -52,29 +50,13 @@ ModelArgs args_from_metadata(const std::map<std::string, std::string>& meta) {
   return a;
 }
 
-std::vector<int32_t> read_ids(const SafetensorsEntry& e) {
-  const auto* p = static_cast<const int32_t*>(e.data);
-  return {p, p + e.numel()};
-}
-
 class Qwen3Reference : public ::testing::TestWithParam<std::string> {};
 class Qwen3MoeReference : public ::testing::TestWithParam<std::string> {};
 
-void load_reference_params(Qwen3Model& model, const SafetensorsCheckpoint& ref) {
+void load_reference_params(CausalLM& model, const SafetensorsCheckpoint& ref) {
   for (ParamGroup& g : model.param_groups()) {
     for (const ParamView& v : g.views()) {
       read_f32(ref.at("param." + v.spec.name), g.params() + v.offset, v.numel);
-    }
-  }
-}
-
-void expect_grads_close(const Qwen3Model& model, const SafetensorsCheckpoint& ref,
-                        const std::string& prefix) {
-  for (const ParamGroup& g : model.param_groups()) {
-    for (const ParamView& v : g.views()) {
-      std::vector<float> want_grad(v.numel);
-      read_f32(ref.at(prefix + v.spec.name), want_grad.data(), v.numel);
-      expect_close(prefix + v.spec.name, g.grads() + v.offset, want_grad.data(), v.numel, 1e-4);
     }
   }
 }
@@ -94,7 +76,7 @@ void run_reference(const std::string& file, const std::string& attn_backend,
   std::vector<OverrideRule> overrides;
   if (args.is_moe()) overrides.push_back({"model.layers.*.mlp.experts", experts_kernel});
 
-  Qwen3Model model(args, overrides);
+  DecoderLM model(args, overrides);
   model.allocate_gradients();
   load_reference_params(model, ref);
   const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
@@ -126,7 +108,7 @@ void run_reference(const std::string& file, const std::string& attn_backend,
     // With output_router_logits, under activation checkpointing (recomputed routing).
     ModelArgs with_aux = args;
     with_aux.output_router_logits = true;
-    Qwen3Model aux_model(with_aux, overrides);
+    DecoderLM aux_model(with_aux, overrides);
     aux_model.allocate_gradients();
     aux_model.set_activation_checkpointing(true);
     load_reference_params(aux_model, ref);
@@ -187,7 +169,7 @@ TEST(Qwen3Window, TrainingStepOnTorchtitanRowsMatchesPyTorch) {
     inputs.insert(inputs.end(), w, w + seq);
     labels.insert(labels.end(), w + 1, w + seq + 1);
   }
-  Qwen3Model model(args);
+  DecoderLM model(args);
   model.allocate_gradients();
   load_reference_params(model, ref);
   ForwardOptions options;

@@ -10,12 +10,12 @@
 #include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/flavors.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
-#include "titan/nn/qwen3.h"
 #include "unit/test_safetensors_util.h"
 #include "unit/tiny_models.h"
 
@@ -95,7 +95,7 @@ SafetensorsTensor* find_tensor(std::vector<SafetensorsTensor>& tensors, const st
 TEST(StateDictAdapter, DenseSpecsAreTheModelsParameters) {
   for (bool tied : {true, false}) {
     const ModelArgs args = tiny_dense(tied);
-    const Qwen3Model model(args);
+    const DecoderLM model(args);
     const std::vector<ParamGroupSpec> specs = model_param_specs(args);
     ASSERT_EQ(specs.size(), model.param_groups().size());
     for (size_t g = 0; g < specs.size(); ++g) {
@@ -211,10 +211,10 @@ TEST(HfFolder, ExportThenLoadIsExactInFp32AndRoundsInBf16) {
 
 TEST(HfFolder, ModelExportLoadsIntoANewModelWithTheSameLogits) {
   TempDir dir;
-  Qwen3Model model(tiny_dense(true));
+  DecoderLM model(tiny_dense(true));
   model.initialize(7);
   export_hf_folder(dir / "out", model, opts(DType::f32));
-  const std::unique_ptr<Qwen3Model> again = load_hf_model(dir / "out");
+  const std::unique_ptr<CausalLM> again = load_hf_model(dir / "out");
   const std::vector<int32_t> ids = {3, 14, 15, 92, 65, 35, 89, 79};
   std::vector<float> a(ids.size() * 97), b(ids.size() * 97);
   model.forward(ids.data(), nullptr, 1, static_cast<int64_t>(ids.size()), {.logits = a.data()});
@@ -314,7 +314,7 @@ class HfFolderBadInput : public ::testing::Test {
     fill_distinct(groups_);
     folder_ = dir_ / "model";
     export_hf_folder(folder_, args_, groups_, opts(DType::bf16));
-    model_ = std::make_unique<Qwen3Model>(args_);
+    model_ = make_model(args_);
     model_->initialize(3);
     before_ = make_param_groups(args_);
     for (size_t g = 0; g < before_.size(); ++g) {
@@ -332,7 +332,7 @@ class HfFolderBadInput : public ::testing::Test {
   ModelArgs args_;
   std::vector<ParamGroup> groups_, before_;
   std::string folder_;
-  std::unique_ptr<Qwen3Model> model_;
+  std::unique_ptr<CausalLM> model_;
 };
 
 TEST_F(HfFolderBadInput, TheGoodFolderLoads) {

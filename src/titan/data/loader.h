@@ -4,7 +4,7 @@
 //
 // A row is torchtitan's: seq_len = S inputs and S targets, cut from a window of S + 1 tokens w as
 // inputs w[:-1] and labels w[1:] -- labels[s] is the token position s predicts (no shift left to
-// do; Qwen3Model::forward scores position s against labels[s]).
+// do; CausalLM::forward scores position s against labels[s]).
 //
 // Pre-training packing: every document's ids are followed by the tokenizer's EOS and joined into
 // one stream per rank. Row k's window is stream[k * S, k * S + S + 1): consecutive windows share

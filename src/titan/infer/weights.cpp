@@ -1,5 +1,6 @@
 #include "titan/infer/weights.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "titan/core/error.h"
@@ -8,41 +9,33 @@
 #include "titan/io/safetensors.h"
 
 namespace titan {
-namespace {
 
-GemvWeight f32_weight(const Linear& l) {
-  return {DType::f32, l.weight, l.out_features, l.in_features};
-}
-
-}  // namespace
-
-InferenceWeights::InferenceWeights(const Qwen3Model& model, DType dtype)
-    : model_(model), dtype_(dtype) {
+InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
+    : model_(model), dtype_(dtype), modules_(model.modules()) {
   TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16, "inference weights in ",
               dtype_name(dtype), ": only F32 and BF16 are supported");
-  const ModelArgs& a = model.args();
-  for (const DecoderLayer& l : model.layers()) {
-    const SelfAttention& s = l.self_attn;
-    layers_.push_back({f32_weight(s.q_proj), f32_weight(s.k_proj), f32_weight(s.v_proj),
-                       f32_weight(s.o_proj), f32_weight(l.mlp.gate_proj), f32_weight(l.mlp.up_proj),
-                       f32_weight(l.mlp.down_proj)});
-  }
-  lm_head_ = {DType::f32, model.lm_head_weight(), a.vocab_size, a.hidden_size};
   if (dtype == DType::f32) return;
-
-  std::vector<GemvWeight*> all;
-  for (LayerWeights& l : layers_) {
-    for (GemvWeight* w : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) all.push_back(w);
+  std::vector<Linear*> all;
+  for (DecoderLayer& l : modules_.layers) {
+    SelfAttention& s = l.self_attn;
+    for (Linear* w : {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj}) all.push_back(w);
+    if (!l.sparse) {
+      for (Linear* w : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) all.push_back(w);
+    }
   }
-  all.push_back(&lm_head_);
-  int64_t total = 0;
-  for (const GemvWeight* w : all) total += w->rows * w->cols;
+  int64_t total = modules_.lm_head.out_features * modules_.lm_head.in_features;
+  for (const Linear* w : all) {
+    const int64_t n = w->out_features * w->in_features;
+    total += n;
+    widened_floats_ = std::max(widened_floats_, n);  // the lm_head only ever runs as a GEMV
+  }
+  all.push_back(&modules_.lm_head);
   copies_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
   uint16_t* next = copies_.as<uint16_t>();
-  for (GemvWeight* w : all) {
-    const auto n = static_cast<size_t>(w->rows * w->cols);
-    convert_from_f32(static_cast<const float*>(w->data), n, DType::bf16, next);
-    *w = {DType::bf16, next, w->rows, w->cols};
+  for (Linear* w : all) {
+    const auto n = static_cast<size_t>(w->out_features * w->in_features);
+    convert_from_f32(w->weight, n, DType::bf16, next);
+    w->weight_bf16 = next;
     next += n;
   }
 }

@@ -10,9 +10,9 @@
 #include "titan/core/progress.h"
 #include "titan/io/convert.h"
 #include "titan/io/json_util.h"
+#include "titan/models/causal_lm.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/nonfinite_weights.h"
-#include "titan/nn/qwen3.h"
 
 namespace titan {
 namespace {
@@ -146,13 +146,13 @@ void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                   allow_nonfinite);
 }
 
-void load_hf_weights(Qwen3Model& model, const std::string& dir, bool allow_nonfinite) {
+void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite) {
   load_hf_weights(model.args(), model.param_groups(), dir, "the model's config", allow_nonfinite);
 }
 
-std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
-                                          const std::vector<OverrideRule>& overrides,
-                                          bool allow_nonfinite) {
+std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
+                                        const std::vector<OverrideRule>& overrides,
+                                        bool allow_nonfinite) {
   const std::string config = (std::filesystem::path(dir) / "config.json").string();
   const ModelArgs args = read_hf_config(config);
   // The weights are checked against config.json before the model is allocated: a config that
@@ -160,7 +160,7 @@ std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
   // allocating what it describes.
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(dir);
   const std::vector<HfCheckpointTensor> tensors = match_hf_checkpoint(args, checkpoint, config);
-  auto model = std::make_unique<Qwen3Model>(args, overrides);
+  auto model = make_model(args, overrides);
   copy_hf_weights(checkpoint, tensors, model->param_groups(), dir, allow_nonfinite);
   return model;
 }

@@ -16,7 +16,7 @@
 
 namespace titan {
 
-class Qwen3Model;
+class CausalLM;
 
 struct HfCheckpointTensor {
   HfKey key;                      // where it goes in the model
@@ -40,11 +40,11 @@ void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
                      bool allow_nonfinite = false);
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
-void load_hf_weights(Qwen3Model& model, const std::string& dir, bool allow_nonfinite = false);
+void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite = false);
 // The model folder `dir` as a ready model: config.json, then the weights checked against it
 // before the model is allocated, then loaded.
-std::unique_ptr<Qwen3Model> load_hf_model(const std::string& dir,
-                                          const std::vector<OverrideRule>& overrides = {},
-                                          bool allow_nonfinite = false);
+std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
+                                        const std::vector<OverrideRule>& overrides = {},
+                                        bool allow_nonfinite = false);
 
 }  // namespace titan

@@ -10,11 +10,11 @@
 #include "titan/io/atomic_file.h"
 #include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
+#include "titan/models/causal_lm.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/state_dict_adapter.h"
-#include "titan/nn/qwen3.h"
 
 namespace titan {
 namespace fs = std::filesystem;
@@ -118,7 +118,7 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
   export_hf_folder(dir, args, hf_state_dict(groups), options);
 }
 
-void export_hf_folder(const std::string& dir, const Qwen3Model& model,
+void export_hf_folder(const std::string& dir, const CausalLM& model,
                       const HfExportOptions& options) {
   export_hf_folder(dir, model.args(), model.param_groups(), options);
 }

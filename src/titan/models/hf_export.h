@@ -18,7 +18,7 @@
 
 namespace titan {
 
-class Qwen3Model;
+class CausalLM;
 
 struct HfExportOptions {
   DType dtype = DType::bf16;  // export_dtype: every weight is stored as this (f32, bf16, f16)
@@ -48,7 +48,7 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
 // Parameters laid out by model_param_specs(args).
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
                       const std::vector<ParamGroup>& groups, const HfExportOptions& options);
-void export_hf_folder(const std::string& dir, const Qwen3Model& model,
+void export_hf_folder(const std::string& dir, const CausalLM& model,
                       const HfExportOptions& options);
 
 struct HfConvertOptions {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "titan/core/error.h"
+#include "titan/models/registry.h"
 
 namespace titan {
 
@@ -31,17 +32,28 @@ void validate_model_args(const ModelArgs& a, const std::string& where) {
   TITAN_CHECK(a.rms_norm_eps > 0 && a.rms_norm_eps < 1, where,
               ": rms_norm_eps must be in (0, 1), got ", a.rms_norm_eps);
   TITAN_CHECK(a.initializer_range >= 0, where, ": initializer_range must not be negative");
-  TITAN_CHECK(!a.attention_bias, where,
-              ": attention_bias = true is not supported (no Qwen3 has it)");
-  TITAN_CHECK(a.rope_scaling.type == "default" || a.rope_scaling.type == "yarn", where,
-              ": rope_scaling type '", a.rope_scaling.type, "' is not supported (default or yarn)");
-  if (a.rope_scaling.type == "yarn") {
-    TITAN_CHECK(a.rope_scaling.factor >= 1.0, where, ": rope_scaling.factor must be >= 1");
-    positive(a.rope_scaling.original_max_position_embeddings,
+  const RopeScaling& rope = a.rope_scaling;
+  TITAN_CHECK(rope.type == "default" || rope.type == "yarn" || rope.type == "llama3", where,
+              ": rope_scaling type '", rope.type, "' is not supported (default, yarn or llama3)");
+  if (rope.type != "default") {
+    TITAN_CHECK(rope.factor >= 1.0, where, ": rope_scaling.factor must be >= 1, got ", rope.factor);
+    positive(rope.original_max_position_embeddings,
              "rope_scaling.original_max_position_embeddings");
+  }
+  if (rope.type == "llama3") {
+    TITAN_CHECK(rope.low_freq_factor > 0, where,
+                ": rope_scaling.low_freq_factor must be positive, got ", rope.low_freq_factor);
+    TITAN_CHECK(rope.high_freq_factor > rope.low_freq_factor, where,
+                ": rope_scaling.high_freq_factor (", rope.high_freq_factor,
+                ") must exceed low_freq_factor (", rope.low_freq_factor, ")");
   }
   TITAN_CHECK(a.attn_backend == "blockwise" || a.attn_backend == "reference", where,
               ": attn_backend '", a.attn_backend, "' is unknown (blockwise or reference)");
+  const ModelFamily& family = model_family(a.architecture, where);
+  TITAN_CHECK(
+      a.is_moe() == family.moe, where, ": ", a.architecture,
+      family.moe ? " needs experts (num_experts > 0)" : " has no experts (num_experts = 0)");
+  family.validate(a, where);
   if (a.is_moe()) {
     positive(a.num_experts_per_tok, "num_experts_per_tok");
     positive(a.moe_intermediate_size, "moe_intermediate_size");

@@ -14,15 +14,22 @@ std::string layer_name(int64_t i) {
   return "model.layers." + std::to_string(i);
 }
 
+// nn.Linear `name` of (out, in): its weight, and its bias (HF init: zeros) when it has one.
+void append_linear_specs(const std::string& name, int64_t out, int64_t in, bool bias,
+                         std::vector<ParamSpec>& specs) {
+  specs.push_back({name + ".weight", {out, in}});
+  if (bias) specs.push_back({name + ".bias", {out}, ParamInit::zeros});
+}
+
 // The MLP of layer `p`: HF's dense SwiGLU, or the router and the stacked experts.
 void append_mlp_specs(const ModelArgs& a, int64_t layer, const std::string& p,
                       std::vector<ParamSpec>& specs) {
   const int64_t h = a.hidden_size;
   if (!a.layer_is_sparse(layer)) {
     const int64_t I = a.intermediate_size;
-    specs.push_back({p + ".mlp.gate_proj.weight", {I, h}});
-    specs.push_back({p + ".mlp.up_proj.weight", {I, h}});
-    specs.push_back({p + ".mlp.down_proj.weight", {h, I}});
+    append_linear_specs(p + ".mlp.gate_proj", I, h, a.mlp_bias, specs);
+    append_linear_specs(p + ".mlp.up_proj", I, h, a.mlp_bias, specs);
+    append_linear_specs(p + ".mlp.down_proj", h, I, a.mlp_bias, specs);
     return;
   }
   const int64_t E = a.num_experts, Im = a.moe_intermediate_size;
@@ -32,21 +39,21 @@ void append_mlp_specs(const ModelArgs& a, int64_t layer, const std::string& p,
   specs.push_back({p + kExpertsInfix + "down_proj", {E, h, Im}});
 }
 
-// The layer order Qwen3Model uses, so a dense model's groups match these specs exactly.
+// One decoder layer's parameters, in the order of HF's modules.
 std::vector<ParamSpec> layer_specs(const ModelArgs& a, int64_t layer) {
-  const std::string p = layer_name(layer);
+  const std::string p = layer_name(layer), attn = p + ".self_attn";
   const int64_t h = a.hidden_size, hd = a.head_dim;
   const int64_t q_out = a.num_attention_heads * hd, kv_out = a.num_key_value_heads * hd;
-  std::vector<ParamSpec> specs = {
-      {p + ".input_layernorm.weight", {h}, ParamInit::ones},
-      {p + ".self_attn.q_proj.weight", {q_out, h}},
-      {p + ".self_attn.k_proj.weight", {kv_out, h}},
-      {p + ".self_attn.v_proj.weight", {kv_out, h}},
-      {p + ".self_attn.o_proj.weight", {h, q_out}},
-      {p + ".self_attn.q_norm.weight", {hd}, ParamInit::ones},
-      {p + ".self_attn.k_norm.weight", {hd}, ParamInit::ones},
-      {p + ".post_attention_layernorm.weight", {h}, ParamInit::ones},
-  };
+  std::vector<ParamSpec> specs = {{p + ".input_layernorm.weight", {h}, ParamInit::ones}};
+  append_linear_specs(attn + ".q_proj", q_out, h, a.attention_bias, specs);
+  append_linear_specs(attn + ".k_proj", kv_out, h, a.attention_bias, specs);
+  append_linear_specs(attn + ".v_proj", kv_out, h, a.attention_bias, specs);
+  append_linear_specs(attn + ".o_proj", h, q_out, a.o_proj_bias, specs);
+  if (a.qk_norm) {
+    specs.push_back({attn + ".q_norm.weight", {hd}, ParamInit::ones});
+    specs.push_back({attn + ".k_norm.weight", {hd}, ParamInit::ones});
+  }
+  specs.push_back({p + ".post_attention_layernorm.weight", {h}, ParamInit::ones});
   append_mlp_specs(a, layer, p, specs);
   return specs;
 }

@@ -9,8 +9,9 @@
 // stacked tensor, so every HF key is one contiguous range of one parameter. A tied model has no
 // lm_head parameter and no lm_head.weight key (the lm_head reads model.embed_tokens.weight).
 //
-// Everything here is derived from ModelArgs alone, so it serves Qwen3Model (dense and MoE) and
-// tools that only move parameters.
+// Everything here is derived from ModelArgs alone, so it serves the model (models/decoder_lm.h:
+// every family, dense and MoE, with their biases and q/k norms) and tools that only move
+// parameters.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,7 @@
 
 namespace titan {
 
-// One flat parameter group's worth of specs, as Qwen3Model groups them: "model.embed_tokens+
+// One flat parameter group's worth of specs, as the model groups them: "model.embed_tokens+
 // norm+lm_head" first (lm_head only when untied), then one group per decoder layer
 // ("model.layers.{i}").
 struct ParamGroupSpec {
@@ -35,7 +36,8 @@ std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args);
 // The groups of model_param_specs, allocated and zeroed: the parameters of a model that is only
 // stored, converted or initialised (no module tree, no kernels).
 std::vector<ParamGroup> make_param_groups(const ModelArgs& args);
-// HF init (normal(0, initializer_range), norms 1), deterministic in `seed`, as Qwen3Model does.
+// HF init (normal(0, initializer_range), norms 1, biases 0), deterministic in `seed`, as the
+// model does.
 void initialize_param_groups(std::vector<ParamGroup>& groups, const ModelArgs& args, uint64_t seed);
 
 // One HF tensor and where it lives: elements [offset, offset + numel(shape)) of parameter

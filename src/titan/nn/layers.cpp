@@ -1,6 +1,10 @@
 #include "titan/nn/layers.h"
 
+#include <span>
+
 #include "titan/core/error.h"
+#include "titan/io/convert.h"
+#include "titan/ops/bias.h"
 
 namespace titan {
 
@@ -13,13 +17,53 @@ const KernelEntry& KernelBinder::bind(const std::string& module, OpKind kind) co
   fail("module ", module, " has no ", op_kind_name(kind), " slot");
 }
 
-void Linear::forward(float* y, const float* x, int64_t n) const {
-  kernel->forward(y, x, weight, n, in_features, out_features);
+namespace {
+
+// The built-in kernel, whose one-token products may run fused as GEMVs.
+constexpr const char* kBuiltinLinear = "linear";
+
+}  // namespace
+
+GemvWeight Linear::compute_weight() const {
+  if (weight_bf16 != nullptr) return {DType::bf16, weight_bf16, out_features, in_features};
+  return {DType::f32, weight, out_features, in_features};
+}
+
+void Linear::forward(float* y, const float* x, int64_t n, float* widened) const {
+  linear_group_forward({{this, y}}, x, n, widened);
 }
 
 void Linear::backward(float* dx, const float* dy, const float* x, int64_t n,
                       bool accumulate_dx) const {
   kernel->backward(dx, weight_grad, dy, x, weight, n, in_features, out_features, accumulate_dx);
+  if (bias_grad != nullptr) bias_backward(bias_grad, dy, n, out_features);
+}
+
+void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
+                          float* widened) {
+  bool fused = n == 1 && outputs.size() <= kMaxGemvProducts;
+  for (const LinearOutput& o : outputs) fused = fused && o.linear->kernel_name == kBuiltinLinear;
+  if (fused) {
+    GemvProduct products[kMaxGemvProducts];
+    size_t count = 0;
+    for (const LinearOutput& o : outputs) products[count++] = {o.linear->compute_weight(), o.y};
+    gemv_forward(std::span<const GemvProduct>(products, count), x);
+  }
+  for (const LinearOutput& o : outputs) {
+    const Linear& l = *o.linear;
+    if (!fused) {
+      const float* w = l.weight;
+      if (l.weight_bf16 != nullptr) {
+        TITAN_CHECK(widened != nullptr, l.name, ": bf16 weights need a widening buffer");
+        convert_to_f32(l.weight_bf16, DType::bf16,
+                       static_cast<size_t>(l.out_features) * static_cast<size_t>(l.in_features),
+                       widened);
+        w = widened;
+      }
+      l.kernel->forward(o.y, x, w, n, l.in_features, l.out_features);
+    }
+    if (l.bias != nullptr) bias_forward(o.y, l.bias, n, l.out_features);
+  }
 }
 
 void RMSNorm::forward(float* out, float* rstd, const float* x, int64_t rows) const {
@@ -39,74 +83,65 @@ void Embedding::backward(const float* dout, const int32_t* ids, int64_t n) const
   kernel->backward(weight_grad, dout, ids, n, dim);
 }
 
-AttentionShape SelfAttention::shape(int64_t batch, int64_t seq) const {
-  return {batch, seq, seq, n_heads, n_kv_heads, head_dim};
+AttentionShape SelfAttention::shape(const LayerCall& call) const {
+  return {call.batch, call.seq, call.past + call.seq, n_heads, n_kv_heads, head_dim};
 }
 
-void SelfAttention::check_constraints(int64_t batch, int64_t seq) const {
+void SelfAttention::check_constraints(const AttentionShape& s) const {
   if (!attention->check) return;
-  const std::string broken = attention->check(shape(batch, seq));
+  const std::string broken = attention->check(s);
   TITAN_CHECK(broken.empty(), name, ": attention kernel '", attention_kernel, "' requires ",
               broken);
 }
 
 void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
-                            const int32_t* positions, const RopeCache& rope_cache, int64_t batch,
-                            int64_t seq) const {
-  const int64_t n = batch * seq;
-  const AttentionShape s = shape(batch, seq);
-  check_constraints(batch, seq);
-  q_proj.forward(act.q_pre, x, n);
-  k_proj.forward(act.k_pre, x, n);
-  v_proj.forward(act.v, x, n);
-  q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
-  k_norm.forward(act.k, act.k_rstd, act.k_pre, n * n_kv_heads);
-  rope->forward(act.q, positions, rope_cache, n, n_heads);
-  rope->forward(act.k, positions, rope_cache, n, n_kv_heads);
-  attention->forward(act.out, act.lse, act.q, act.k, act.v, s);
-  o_proj.forward(y, act.out, n);
-}
-
-void SelfAttention::attend_cached(const AttentionCachedScratch& s, const float* q_pre,
-                                  const float* k_pre, const int32_t* positions,
-                                  const RopeCache& rope_cache, float* k_cache, const float* v_cache,
-                                  int64_t past, int64_t n) const {
-  const AttentionShape shape{1, n, past + n, n_heads, n_kv_heads, head_dim};
-  if (attention->check) {
-    const std::string broken = attention->check(shape);
-    TITAN_CHECK(broken.empty(), name, ": attention kernel '", attention_kernel, "' requires ",
-                broken);
+                            const LayerCall& call) const {
+  const int64_t n = call.tokens(), kv_row = n_kv_heads * head_dim;
+  const AttentionShape s = shape(call);
+  check_constraints(s);
+  const bool cached = call.k_cache != nullptr;
+  TITAN_CHECK(!cached || call.batch == 1, name, ": a KV cache holds one sequence, not ",
+              call.batch);
+  // This call's keys and values (after k_norm and RoPE), and every key and value it attends over.
+  float* k = cached ? call.k_cache + call.past * kv_row : act.k;
+  float* v = cached ? call.v_cache + call.past * kv_row : act.v;
+  const float* k_all = cached ? call.k_cache : act.k;
+  const float* v_all = cached ? call.v_cache : act.v;
+  linear_group_forward(
+      {{&q_proj, qk_norm ? act.q_pre : act.q}, {&k_proj, qk_norm ? act.k_pre : k}, {&v_proj, v}}, x,
+      n, call.widened);
+  if (qk_norm) {
+    q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
+    k_norm.forward(k, act.k_rstd, act.k_pre, n * n_kv_heads);
   }
-  float* k_new = k_cache + past * n_kv_heads * head_dim;  // (n, KV, hd)
-  q_norm.forward(s.q, s.rstd, q_pre, n * n_heads);
-  k_norm.forward(k_new, s.rstd, k_pre, n * n_kv_heads);
-  rope->forward(s.q, positions, rope_cache, n, n_heads);
-  rope->forward(k_new, positions, rope_cache, n, n_kv_heads);
-  attention->forward(s.out, s.lse, s.q, k_cache, v_cache, shape);
+  rope->forward(act.q, call.positions, *call.rope, n, n_heads);
+  rope->forward(k, call.positions, *call.rope, n, n_kv_heads);
+  attention->forward(act.out, act.lse, act.q, k_all, v_all, s);
+  o_proj.forward(y, act.out, n, call.widened);
 }
 
 void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy,
                              const AttentionActivations& act, const float* x,
-                             const int32_t* positions, const RopeCache& rope_cache, int64_t batch,
-                             int64_t seq) const {
-  const int64_t n = batch * seq;
+                             const LayerCall& call) const {
+  const int64_t n = call.tokens();
   o_proj.backward(g.dout, dy, act.out, n, false);
-  attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse,
-                      shape(batch, seq));
-  rope->backward(g.dq, positions, rope_cache, n, n_heads);
-  rope->backward(g.dk, positions, rope_cache, n, n_kv_heads);
-  q_norm.backward(g.dq, g.dq, act.q_pre, act.q_rstd, n * n_heads);
-  k_norm.backward(g.dk, g.dk, act.k_pre, act.k_rstd, n * n_kv_heads);
+  attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse, shape(call));
+  rope->backward(g.dq, call.positions, *call.rope, n, n_heads);
+  rope->backward(g.dk, call.positions, *call.rope, n, n_kv_heads);
+  if (qk_norm) {
+    q_norm.backward(g.dq, g.dq, act.q_pre, act.q_rstd, n * n_heads);
+    k_norm.backward(g.dk, g.dk, act.k_pre, act.k_rstd, n * n_kv_heads);
+  }
   q_proj.backward(dx, g.dq, x, n, false);
   k_proj.backward(dx, g.dk, x, n, true);
   v_proj.backward(dx, g.dv, x, n, true);
 }
 
-void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n) const {
-  gate_proj.forward(act.gate, x, n);
-  up_proj.forward(act.up, x, n);
+void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
+                        float* widened) const {
+  linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, widened);
   swiglu->forward(act.act, act.gate, act.up, n * intermediate);
-  down_proj.forward(y, act.act, n);
+  down_proj.forward(y, act.act, n, widened);
 }
 
 void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,

@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include <initializer_list>
+
 #include "titan/kernels/overrides.h"
 #include "titan/kernels/registry.h"
 #include "titan/nn/param_group.h"
+#include "titan/ops/gemv.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/rope.h"
 
@@ -27,18 +30,58 @@ class KernelBinder {
   const std::vector<KernelSlot>& slots_;
 };
 
+// Where one forward call of a layer reads and writes besides its parameters and activations.
+// Training and evaluation run a batch of sequences whose keys and values are the call's own
+// activations; KV-cached decode runs the new tokens of one sequence against a cache.
+struct LayerCall {
+  int64_t batch = 0, seq = 0;          // this call's tokens: batch x seq
+  const int32_t* positions = nullptr;  // (batch * seq) absolute positions
+  const RopeCache* rope = nullptr;
+  // Decode (batch 1): the cache's keys and values, each (max_len, KV, hd); this call's rows are
+  // [past, past + seq) and it attends over [0, past + seq). Null: the activations' k and v.
+  float* k_cache = nullptr;
+  float* v_cache = nullptr;
+  int64_t past = 0;
+  const ExpertsScratch* experts_scratch = nullptr;  // a sparse layer's gathered rows
+  // Room for the largest bf16 weight widened to fp32, for GEMMs over bf16 weights (n > 1), or
+  // for a linear kernel that takes only fp32 weights; null when every weight is fp32.
+  float* widened = nullptr;
+
+  int64_t tokens() const { return batch * seq; }
+};
+
 struct Linear {
   std::string name;  // e.g. model.layers.0.self_attn.q_proj
   int64_t in_features = 0, out_features = 0;
-  float* weight = nullptr;       // (out, in)
+  float* weight = nullptr;       // (out, in) the fp32 parameter
   float* weight_grad = nullptr;  // (out, in) or null
+  float* bias = nullptr;         // (out), or null for bias=False
+  float* bias_grad = nullptr;    // (out) or null
+  // A bf16 copy of weight that the forward multiplies by instead (inference weights), or null.
+  const uint16_t* weight_bf16 = nullptr;
   const LinearKernel* kernel = nullptr;
+  std::string kernel_name;  // registry name
 
-  // y (N, out) = x (N, in) W^T
-  void forward(float* y, const float* x, int64_t n) const;
-  // dx (N, in) = dy W (or += when accumulate_dx), dW += dy^T x
+  // What the forward multiplies by, as the decode GEMVs take it.
+  GemvWeight compute_weight() const;
+  // y (N, out) = x (N, in) W^T + b
+  void forward(float* y, const float* x, int64_t n, float* widened = nullptr) const;
+  // dx (N, in) = dy W (or += when accumulate_dx), dW += dy^T x, db += column sums of dy
   void backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx) const;
 };
+
+// One product of linear_group_forward.
+struct LinearOutput {
+  const Linear* linear = nullptr;
+  float* y = nullptr;  // (N, out)
+};
+
+// y_i = x W_i^T + b_i for linears that share their input (q/k/v, gate/up). A one-token call whose
+// linears are all bound to the built-in kernel runs as one fused GEMV over their weights (fp32 or
+// bf16, ops/gemv.h) -- the decode path, bound by weight bytes; otherwise each linear's kernel
+// runs, a bf16 weight widened into `widened` first.
+void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
+                          float* widened);
 
 struct RMSNorm {
   std::string name;
@@ -67,23 +110,15 @@ struct Embedding {
 
 // Activations one self-attention module keeps for its backward (N = batch * seq tokens).
 struct AttentionActivations {
-  float* q_pre = nullptr;   // (N, H*hd) q_proj output, q_norm's input
-  float* q_rstd = nullptr;  // (N*H)
-  float* k_pre = nullptr;   // (N, KV*hd)
-  float* k_rstd = nullptr;  // (N*KV)
+  float* q_pre = nullptr;   // (N, H*hd) q_proj output, q_norm's input (with q/k norm)
+  float* q_rstd = nullptr;  // (N*H) (with q/k norm)
+  float* k_pre = nullptr;   // (N, KV*hd) (with q/k norm)
+  float* k_rstd = nullptr;  // (N*KV) (with q/k norm)
   float* q = nullptr;       // (N, H, hd) after q_norm and RoPE
-  float* k = nullptr;       // (N, KV, hd) after k_norm and RoPE
-  float* v = nullptr;       // (N, KV, hd)
+  float* k = nullptr;       // (N, KV, hd) after k_norm and RoPE (null when the call has a cache)
+  float* v = nullptr;       // (N, KV, hd) (null when the call has a cache)
   float* out = nullptr;     // (N, H, hd) attention output, o_proj's input
   float* lse = nullptr;     // (B, H, S)
-};
-
-// Scratch of one cached (inference) attention call over n new tokens; no backward state kept.
-struct AttentionCachedScratch {
-  float* q = nullptr;     // (n, H, hd) after q_norm and RoPE
-  float* out = nullptr;   // (n, H, hd) attention output, o_proj's input
-  float* rstd = nullptr;  // (n * H) q_norm / k_norm row scales, discarded
-  float* lse = nullptr;   // (H, n)
 };
 
 struct AttentionGradScratch {
@@ -93,35 +128,27 @@ struct AttentionGradScratch {
   float* dout = nullptr;  // (N, H*hd)
 };
 
-// Qwen3 self-attention: q/k/v projections, per-head q_norm/k_norm, RoPE, causal GQA, o_proj.
+// Causal GQA self-attention as the Llama family computes it: q/k/v projections (biases optional:
+// Qwen2), per-head q_norm/k_norm when qk_norm (Qwen3), RoPE, attention, o_proj.
 struct SelfAttention {
   std::string name;  // model.layers.{i}.self_attn
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
   Linear q_proj, k_proj, v_proj, o_proj;
-  RMSNorm q_norm, k_norm;
+  bool qk_norm = false;
+  RMSNorm q_norm, k_norm;  // only with qk_norm
   const AttentionKernel* attention = nullptr;
   std::string attention_kernel;  // registry name, for error messages
   const RopeKernel* rope = nullptr;
 
-  // y (N, h) = attention of x (N, h); positions (N)
-  void forward(float* y, AttentionActivations& act, const float* x, const int32_t* positions,
-               const RopeCache& rope_cache, int64_t batch, int64_t seq) const;
-  // dx (N, h) = d y / d x given dy; parameter gradients accumulated.
+  // y (N, h) = attention of x (N, h). With a cache in `call`, k and v go into its rows and the
+  // queries attend over every cached row; else into act.k / act.v.
+  void forward(float* y, AttentionActivations& act, const float* x, const LayerCall& call) const;
+  // dx (N, h) = d y / d x given dy; parameter gradients accumulated (training calls only).
   void backward(float* dx, AttentionGradScratch& scratch, const float* dy,
-                const AttentionActivations& act, const float* x, const int32_t* positions,
-                const RopeCache& rope_cache, int64_t batch, int64_t seq) const;
-  // Inference against a KV cache of one sequence, between the projections (the caller runs
-  // them, from fp32 or bf16 weights): the n new tokens at absolute positions [past, past + n)
-  // attend over cache rows [0, past + n). q_pre (n, H*hd) and k_pre (n, KV*hd) are their q and k
-  // projections; their v projection is already in rows [past, past + n) of v_cache. Their k
-  // (after k_norm and RoPE) is written into those rows of k_cache (caches (max_len, KV, hd)),
-  // the attention output into scratch.out (n, H*hd), o_proj's input. q_pre may be scratch.out.
-  void attend_cached(const AttentionCachedScratch& scratch, const float* q_pre, const float* k_pre,
-                     const int32_t* positions, const RopeCache& rope_cache, float* k_cache,
-                     const float* v_cache, int64_t past, int64_t n) const;
-  AttentionShape shape(int64_t batch, int64_t seq) const;
+                const AttentionActivations& act, const float* x, const LayerCall& call) const;
+  AttentionShape shape(const LayerCall& call) const;
   // The attention kernel's constraint for this shape (titan::Error when broken).
-  void check_constraints(int64_t batch, int64_t seq) const;
+  void check_constraints(const AttentionShape& shape) const;
 };
 
 struct MlpActivations {
@@ -143,7 +170,7 @@ struct SwigluMlp {
   Linear gate_proj, up_proj, down_proj;
   const SwigluKernel* swiglu = nullptr;
 
-  void forward(float* y, MlpActivations& act, const float* x, int64_t n) const;
+  void forward(float* y, MlpActivations& act, const float* x, int64_t n, float* widened) const;
   void backward(float* dx, MlpGradScratch& scratch, const float* dy, const MlpActivations& act,
                 const float* x, int64_t n) const;
 };

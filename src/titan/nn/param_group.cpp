@@ -23,11 +23,17 @@ ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs)
   params_.zero();  // alignment padding stays zero through every update
 }
 
-const ParamView& ParamGroup::view(const std::string& param_name) const {
+const ParamView* ParamGroup::find(const std::string& param_name) const {
   for (const ParamView& v : views_) {
-    if (v.spec.name == param_name) return v;
+    if (v.spec.name == param_name) return &v;
   }
-  fail("no parameter named '", param_name, "' in group ", name_);
+  return nullptr;
+}
+
+const ParamView& ParamGroup::view(const std::string& param_name) const {
+  const ParamView* v = find(param_name);
+  TITAN_CHECK(v != nullptr, "no parameter named '", param_name, "' in group ", name_);
+  return *v;
 }
 
 void ParamGroup::allocate_gradients() {
@@ -60,8 +66,8 @@ void ParamGroup::initialize(uint64_t seed, float std) {
   for (size_t i = 0; i < views_.size(); ++i) {
     const ParamView& v = views_[i];
     float* p = params() + v.offset;
-    if (v.spec.init == ParamInit::ones) {
-      std::fill(p, p + v.numel, 1.0f);
+    if (v.spec.init == ParamInit::ones || v.spec.init == ParamInit::zeros) {
+      std::fill(p, p + v.numel, v.spec.init == ParamInit::ones ? 1.0f : 0.0f);
     } else {
       Rng(seed, v.spec.name).fill_normal(p, v.numel, 0.0f, std);
     }

@@ -13,7 +13,7 @@
 
 namespace titan {
 
-enum class ParamInit { normal, ones };
+enum class ParamInit { normal, ones, zeros };
 
 struct ParamSpec {
   std::string
@@ -34,7 +34,8 @@ class ParamGroup {
 
   const std::string& name() const { return name_; }
   const std::vector<ParamView>& views() const { return views_; }
-  const ParamView& view(const std::string& param_name) const;
+  const ParamView& view(const std::string& param_name) const;  // titan::Error when absent
+  const ParamView* find(const std::string& param_name) const;  // null when absent
   int64_t numel() const { return numel_; }
 
   // Gradient and optimizer buffers exist only once requested (inference needs neither).
@@ -48,8 +49,8 @@ class ParamGroup {
   Tensor param(const std::string& param_name) const;
   Tensor grad(const std::string& param_name) const;
 
-  // HF initialisation: N(0, std) for ParamInit::normal, 1 for ones; each parameter from its own
-  // stream (core/rng.h).
+  // HF initialisation: N(0, std) for ParamInit::normal, 1 for ones, 0 for zeros (biases); each
+  // parameter from its own stream (core/rng.h).
   void initialize(uint64_t seed, float std);
 
  private:

@@ -10,17 +10,11 @@
 namespace titan {
 namespace {
 
-// inv_freq (hd/2) as HF's default and YaRN RoPE compute it, in fp32; also the attention scaling.
-std::vector<float> inverse_frequencies(const RopeParams& rope, float* attention_scaling) {
-  const int64_t hd = rope.head_dim, half = hd / 2;
-  const float base = static_cast<float>(rope.theta);
-  std::vector<float> inv_freq(half);
-  for (int64_t j = 0; j < half; ++j) {
-    inv_freq[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(hd));
-  }
-  *attention_scaling = 1.0f;
+// YaRN (Transformers' _compute_yarn_parameters): each frequency blended between itself and
+// itself / factor by a ramp over the dims; cos and sin scaled by the attention factor.
+void apply_yarn(const RopeParams& rope, std::vector<float>& inv_freq, float* attention_scaling) {
   const RopeScaling& yarn = rope.scaling;
-  if (yarn.type != "yarn") return inv_freq;
+  const int64_t hd = rope.head_dim;
   const double factor = yarn.factor;
   *attention_scaling = static_cast<float>(yarn.attention_factor > 0 ? yarn.attention_factor
                                                                     : 0.1 * std::log(factor) + 1.0);
@@ -34,13 +28,51 @@ std::vector<float> inverse_frequencies(const RopeParams& rope, float* attention_
   double low = std::max(std::floor(correction_dim(yarn.beta_fast)), 0.0);
   double high = std::min(std::ceil(correction_dim(yarn.beta_slow)), static_cast<double>(hd - 1));
   if (low == high) high += 0.001;
-  for (int64_t j = 0; j < half; ++j) {
+  for (size_t j = 0; j < inv_freq.size(); ++j) {
     const float ramp =
         static_cast<float>(std::clamp((static_cast<double>(j) - low) / (high - low), 0.0, 1.0));
     const float extrapolation = inv_freq[j],
                 interpolation = inv_freq[j] / static_cast<float>(factor);
     inv_freq[j] = interpolation * ramp + extrapolation * (1.0f - ramp);
   }
+}
+
+// Llama 3 (Transformers' _compute_llama3_parameters): wavelengths above the original context /
+// low_freq_factor are divided by factor, those below original / high_freq_factor kept, and those
+// between blended smoothly. Every step is one fp32 torch op with its scalars rounded to fp32, as
+// HF runs it (`c / t` is t.reciprocal() * c there).
+void apply_llama3(const RopeScaling& s, std::vector<float>& inv_freq) {
+  const float factor = static_cast<float>(s.factor);
+  const float low = static_cast<float>(s.low_freq_factor);
+  const double context = static_cast<double>(s.original_max_position_embeddings);
+  const float context_f = static_cast<float>(context);
+  const float low_freq_wavelen = static_cast<float>(context / s.low_freq_factor);
+  const float high_freq_wavelen = static_cast<float>(context / s.high_freq_factor);
+  const float smooth_span = static_cast<float>(s.high_freq_factor - s.low_freq_factor);
+  const float two_pi = static_cast<float>(2.0 * M_PI);
+  for (float& f : inv_freq) {
+    const float wavelen = (1.0f / f) * two_pi;
+    const float kept = wavelen > low_freq_wavelen ? f / factor : f;
+    if (wavelen < high_freq_wavelen || wavelen > low_freq_wavelen) {
+      f = kept;
+      continue;
+    }
+    const float smooth = ((1.0f / wavelen) * context_f - low) / smooth_span;
+    f = (1.0f - smooth) * kept / factor + smooth * kept;
+  }
+}
+
+// inv_freq (hd/2) as HF's RoPE variants compute it, in fp32; also the attention scaling.
+std::vector<float> inverse_frequencies(const RopeParams& rope, float* attention_scaling) {
+  const int64_t hd = rope.head_dim, half = hd / 2;
+  const float base = static_cast<float>(rope.theta);
+  std::vector<float> inv_freq(half);
+  for (int64_t j = 0; j < half; ++j) {
+    inv_freq[j] = 1.0f / std::pow(base, static_cast<float>(2 * j) / static_cast<float>(hd));
+  }
+  *attention_scaling = 1.0f;
+  if (rope.scaling.type == "yarn") apply_yarn(rope, inv_freq, attention_scaling);
+  if (rope.scaling.type == "llama3") apply_llama3(rope.scaling, inv_freq);
   return inv_freq;
 }
 

@@ -7,7 +7,7 @@
 
 namespace titan {
 
-EvalResult evaluate(Qwen3Model& model, DataLoader& loader, int64_t max_batches) {
+EvalResult evaluate(CausalLM& model, DataLoader& loader, int64_t max_batches) {
   EvalResult result;
   double loss_sum = 0.0;
   Progress progress("evaluating", std::max<int64_t>(max_batches, 0), ProgressUnit::batches);

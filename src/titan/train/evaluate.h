@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "titan/data/loader.h"
-#include "titan/nn/qwen3.h"
+#include "titan/models/causal_lm.h"
 
 namespace titan {
 
@@ -16,6 +16,6 @@ struct EvalResult {
 };
 
 // Up to max_batches batches (-1: until the loader ends). No scored token at all is an error.
-EvalResult evaluate(Qwen3Model& model, DataLoader& loader, int64_t max_batches);
+EvalResult evaluate(CausalLM& model, DataLoader& loader, int64_t max_batches);
 
 }  // namespace titan

@@ -13,6 +13,7 @@
 
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
+#include "titan/models/registry.h"
 
 namespace titan {
 namespace {
@@ -309,7 +310,8 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(c.training.max_norm >= 0, "training.max_norm must not be negative (0 disables)");
   check_one_of(c.training.mixed_precision_param, {"float32"},
                "training.mixed_precision_param (bf16 compute is not implemented yet)");
-  check_one_of(c.model.name, {"qwen3"}, "model.name");
+  TITAN_CHECK(model_family_by_name(c.model.name) != nullptr, "model.name '", c.model.name,
+              "' is not one of ", known_model_names());
   check_one_of(c.optimizer.name, {"AdamW"}, "optimizer.name");
   TITAN_CHECK(c.optimizer.lr > 0, "optimizer.lr must be positive");
   TITAN_CHECK(c.optimizer.beta1 >= 0 && c.optimizer.beta1 < 1, "optimizer.beta1 must be in [0, 1)");

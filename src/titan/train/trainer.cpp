@@ -15,6 +15,7 @@
 #include "titan/data/tokenizer_train.h"
 #include "titan/io/atomic_dir.h"
 #include "titan/models/flavors.h"
+#include "titan/models/registry.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
@@ -47,6 +48,16 @@ ModelArgs resolve_model_args(const JobConfig& c, const Tokenizer& tok) {
   } else {
     args = flavor(c.model.flavor, c.model.attn_backend);
   }
+  // model.name picks the family of a built-in flavor; a folder names its own, which an explicit
+  // model.name must agree with.
+  const bool name_set =
+      std::find(c.set_keys.begin(), c.set_keys.end(), "model.name") != c.set_keys.end();
+  const std::string family = model_family(args.architecture, "model").name;
+  TITAN_CHECK(family == c.model.name || (c.model.flavor == "hf" && !name_set), "model.name '",
+              c.model.name, "' does not match ",
+              c.model.flavor == "hf" ? c.model.hf_assets_path + "/config.json"
+                                     : "flavor '" + c.model.flavor + "'",
+              ", a ", args.architecture, " (model.name '", family, "')");
   args.output_router_logits = args.output_router_logits || c.model.output_router_logits;
   TITAN_CHECK(static_cast<int64_t>(tok.vocab_size()) <= args.vocab_size, "the tokenizer has ",
               tok.vocab_size(), " tokens but model flavor '", c.model.flavor, "' has vocab_size ",
@@ -200,7 +211,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
 
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
-  model_ = std::make_unique<Qwen3Model>(args_, overrides);
+  model_ = make_model(args_, overrides);
   for (const std::string& line : model_->override_report().applied) {
     std::printf("override %s\n", line.c_str());
   }

@@ -9,7 +9,7 @@
 
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
-#include "titan/nn/qwen3.h"
+#include "titan/models/causal_lm.h"
 #include "titan/train/evaluate.h"
 #include "titan/train/job_config.h"
 #include "titan/train/lr_schedule.h"
@@ -52,7 +52,7 @@ class Trainer {
   std::string tokenizer_dir_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ResumePoint> resume_;  // chosen before the model is allocated
-  std::unique_ptr<Qwen3Model> model_;
+  std::unique_ptr<CausalLM> model_;
   std::unique_ptr<AdamWOptimizer> optimizer_;
   std::unique_ptr<DataLoader> loader_;
   LoaderOptions loader_options_;

@@ -1,9 +1,8 @@
-#include "titan/nn/qwen3.h"
+#include "titan/models/decoder_lm.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/ops/moe.h"
@@ -23,8 +22,10 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a) {
     for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
       slots.push_back({p + ".self_attn." + proj, OpKind::linear, "linear"});
     }
-    slots.push_back({p + ".self_attn.q_norm", OpKind::rms_norm, "rms_norm"});
-    slots.push_back({p + ".self_attn.k_norm", OpKind::rms_norm, "rms_norm"});
+    if (a.qk_norm) {
+      slots.push_back({p + ".self_attn.q_norm", OpKind::rms_norm, "rms_norm"});
+      slots.push_back({p + ".self_attn.k_norm", OpKind::rms_norm, "rms_norm"});
+    }
     slots.push_back({p + ".self_attn", OpKind::rope, "rope"});
     slots.push_back({p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend});
     slots.push_back({p + ".post_attention_layernorm", OpKind::rms_norm, "rms_norm"});
@@ -59,6 +60,7 @@ class Carver {
   int64_t used_ = 0;
 };
 
+// A linear module over `name`.weight, and `name`.bias when the group has one.
 Linear make_linear(const std::string& name, const ParamGroup& g, const KernelBinder& binder,
                    int64_t in, int64_t out) {
   Linear l;
@@ -66,8 +68,17 @@ Linear make_linear(const std::string& name, const ParamGroup& g, const KernelBin
   l.in_features = in;
   l.out_features = out;
   l.weight = g.params() + g.view(name + ".weight").offset;
-  l.kernel = &std::get<LinearKernel>(binder.bind(name, OpKind::linear).impl);
+  if (const ParamView* bias = g.find(name + ".bias")) l.bias = g.params() + bias->offset;
+  const KernelEntry& kernel = binder.bind(name, OpKind::linear);
+  l.kernel = &std::get<LinearKernel>(kernel.impl);
+  l.kernel_name = kernel.name;
   return l;
+}
+
+// Points a linear module at its gradient views.
+void bind_linear_grads(Linear& l, const ParamGroup& g) {
+  l.weight_grad = g.grads() + g.view(l.name + ".weight").offset;
+  if (const ParamView* bias = g.find(l.name + ".bias")) l.bias_grad = g.grads() + bias->offset;
 }
 
 RMSNorm make_norm(const std::string& name, const ParamGroup& g, const KernelBinder& binder,
@@ -83,7 +94,7 @@ RMSNorm make_norm(const std::string& name, const ParamGroup& g, const KernelBind
 
 }  // namespace
 
-Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& overrides)
+DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides)
     : args_(args) {
   validate_model_args(args_, "model");
   slots_ = default_slots(args_);
@@ -94,15 +105,25 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& o
   for (const ParamGroupSpec& g : model_param_specs(args_)) groups_.emplace_back(g.name, g.params);
 
   const ParamGroup& g0 = groups_[0];
-  embed_tokens_.name = "model.embed_tokens";
-  embed_tokens_.vocab = args_.vocab_size;
-  embed_tokens_.dim = h;
-  embed_tokens_.weight = g0.params() + g0.view("model.embed_tokens.weight").offset;
-  embed_tokens_.kernel =
+  Embedding& embed = m_.embed_tokens;
+  embed.name = "model.embed_tokens";
+  embed.vocab = args_.vocab_size;
+  embed.dim = h;
+  embed.weight = g0.params() + g0.view("model.embed_tokens.weight").offset;
+  embed.kernel =
       &std::get<EmbeddingKernel>(binder.bind("model.embed_tokens", OpKind::embedding).impl);
-  norm_ = make_norm("model.norm", g0, binder, h, args_.rms_norm_eps);
-  lm_head_weight_ = args_.tie_word_embeddings ? embed_tokens_.weight
-                                              : g0.params() + g0.view("lm_head.weight").offset;
+  m_.norm = make_norm("model.norm", g0, binder, h, args_.rms_norm_eps);
+  // The training loss runs the lm_head inside its kernel; this module serves inference, whose
+  // one-token logits are a GEMV on the built-in linear kernel.
+  Linear& lm_head = m_.lm_head;
+  lm_head.name = "lm_head";
+  lm_head.in_features = h;
+  lm_head.out_features = args_.vocab_size;
+  lm_head.weight =
+      args_.tie_word_embeddings ? embed.weight : g0.params() + g0.view("lm_head.weight").offset;
+  const KernelEntry& builtin_linear = kernel_registry().get("linear", OpKind::linear);
+  lm_head.kernel = &std::get<LinearKernel>(builtin_linear.impl);
+  lm_head.kernel_name = builtin_linear.name;
   lm_head_loss_ = &std::get<LmHeadLossKernel>(binder.bind("lm_head", OpKind::lm_head_loss).impl);
 
   for (int64_t i = 0; i < args_.num_hidden_layers; ++i) {
@@ -120,8 +141,11 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& o
     at.k_proj = make_linear(at.name + ".k_proj", g, binder, h, at.n_kv_heads * hd);
     at.v_proj = make_linear(at.name + ".v_proj", g, binder, h, at.n_kv_heads * hd);
     at.o_proj = make_linear(at.name + ".o_proj", g, binder, at.n_heads * hd, h);
-    at.q_norm = make_norm(at.name + ".q_norm", g, binder, hd, args_.rms_norm_eps);
-    at.k_norm = make_norm(at.name + ".k_norm", g, binder, hd, args_.rms_norm_eps);
+    at.qk_norm = args_.qk_norm;
+    if (at.qk_norm) {
+      at.q_norm = make_norm(at.name + ".q_norm", g, binder, hd, args_.rms_norm_eps);
+      at.k_norm = make_norm(at.name + ".k_norm", g, binder, hd, args_.rms_norm_eps);
+    }
     const KernelEntry& attention = binder.bind(at.name, OpKind::attention);
     at.attention = &std::get<AttentionKernel>(attention.impl);
     at.attention_kernel = attention.name;
@@ -156,81 +180,73 @@ Qwen3Model::Qwen3Model(const ModelArgs& args, const std::vector<OverrideRule>& o
       mlp.down_proj = make_linear(mlp.name + ".down_proj", g, binder, mlp.intermediate, h);
       mlp.swiglu = &std::get<SwigluKernel>(binder.bind(mlp.name, OpKind::swiglu).impl);
     }
-    layers_.push_back(std::move(layer));
+    m_.layers.push_back(std::move(layer));
   }
 }
 
-int64_t Qwen3Model::parameter_count() const {
-  int64_t n = 0;
-  for (const ParamGroup& g : groups_) {
-    for (const ParamView& v : g.views()) n += v.numel;
-  }
-  return n;
-}
-
-void Qwen3Model::initialize(uint64_t seed) {
+void DecoderLM::initialize(uint64_t seed) {
   initialize_param_groups(groups_, args_, seed);
 }
 
-void Qwen3Model::allocate_gradients() {
+void DecoderLM::allocate_gradients() {
   for (ParamGroup& g : groups_) g.allocate_gradients();
   // Point every module at its gradient view.
   const auto grad_of = [](const ParamGroup& g, const std::string& param) {
     return g.grads() + g.view(param).offset;
   };
   const ParamGroup& g0 = groups_[0];
-  embed_tokens_.weight_grad = grad_of(g0, "model.embed_tokens.weight");
-  norm_.weight_grad = grad_of(g0, "model.norm.weight");
-  lm_head_weight_grad_ =
-      args_.tie_word_embeddings ? embed_tokens_.weight_grad : grad_of(g0, "lm_head.weight");
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  m_.embed_tokens.weight_grad = grad_of(g0, "model.embed_tokens.weight");
+  m_.norm.weight_grad = grad_of(g0, "model.norm.weight");
+  m_.lm_head.weight_grad =
+      args_.tie_word_embeddings ? m_.embed_tokens.weight_grad : grad_of(g0, "lm_head.weight");
+  for (size_t i = 0; i < m_.layers.size(); ++i) {
     const ParamGroup& g = groups_[1 + i];
-    DecoderLayer& l = layers_[i];
-    for (RMSNorm* n : {&l.input_layernorm, &l.post_attention_layernorm, &l.self_attn.q_norm,
-                       &l.self_attn.k_norm}) {
+    DecoderLayer& l = m_.layers[i];
+    for (RMSNorm* n : {&l.input_layernorm, &l.post_attention_layernorm}) {
       n->weight_grad = grad_of(g, n->name + ".weight");
+    }
+    if (l.self_attn.qk_norm) {
+      for (RMSNorm* n : {&l.self_attn.q_norm, &l.self_attn.k_norm}) {
+        n->weight_grad = grad_of(g, n->name + ".weight");
+      }
     }
     for (Linear* lin :
          {&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj}) {
-      lin->weight_grad = grad_of(g, lin->name + ".weight");
+      bind_linear_grads(*lin, g);
     }
     if (l.sparse) {
       SparseMoeBlock& moe = l.moe;
-      moe.gate.weight_grad = grad_of(g, moe.gate.name + ".weight");
+      bind_linear_grads(moe.gate, g);
       moe.grads = {grad_of(g, moe.name + ".experts.gate_proj"),
                    grad_of(g, moe.name + ".experts.up_proj"),
                    grad_of(g, moe.name + ".experts.down_proj")};
       continue;
     }
     for (Linear* lin : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) {
-      lin->weight_grad = grad_of(g, lin->name + ".weight");
+      bind_linear_grads(*lin, g);
     }
   }
 }
 
-void Qwen3Model::zero_gradients() {
-  for (ParamGroup& g : groups_) {
-    TITAN_CHECK(g.grads() != nullptr, "zero_gradients before allocate_gradients");
-    std::memset(g.grads(), 0, static_cast<size_t>(g.numel()) * sizeof(float));
-  }
-}
-
-void Qwen3Model::check_kernel_constraints(int64_t batch, int64_t seq) const {
-  for (const DecoderLayer& layer : layers_) {
-    layer.self_attn.check_constraints(batch, seq);
+void DecoderLM::check_kernel_constraints(int64_t batch, int64_t seq) const {
+  LayerCall call;
+  call.batch = batch;
+  call.seq = seq;
+  for (const DecoderLayer& layer : m_.layers) {
+    layer.self_attn.check_constraints(layer.self_attn.shape(call));
     if (layer.sparse) layer.moe.check_constraints(batch * seq);
   }
 }
 
-void Qwen3Model::set_activation_checkpointing(bool full) {
+void DecoderLM::set_activation_checkpointing(bool full) {
   if (full == checkpoint_layers_) return;
   checkpoint_layers_ = full;
   arena_ = Buffer();
   batch_ = seq_ = 0;  // the arena is re-carved on the next forward
 }
 
-int64_t Qwen3Model::carve_activations(float* base, int64_t batch, int64_t seq,
-                                      Activations& v) const {
+int64_t DecoderLM::carve_activations(float* base, int64_t batch, int64_t seq,
+                                     Activations& v) const {
   const int64_t n = batch * seq, h = args_.hidden_size, hd = args_.head_dim;
   const int64_t H = args_.num_attention_heads, KV = args_.num_key_value_heads;
   const int64_t I = args_.intermediate_size, Im = args_.moe_intermediate_size;
@@ -247,10 +263,12 @@ int64_t Qwen3Model::carve_activations(float* base, int64_t batch, int64_t seq,
     LayerActivations& a = v.layers[i];
     a.norm1 = c.take(n * h);
     a.norm1_rstd = c.take(n);
-    a.attn.q_pre = c.take(n * H * hd);
-    a.attn.q_rstd = c.take(n * H);
-    a.attn.k_pre = c.take(n * KV * hd);
-    a.attn.k_rstd = c.take(n * KV);
+    if (args_.qk_norm) {
+      a.attn.q_pre = c.take(n * H * hd);
+      a.attn.q_rstd = c.take(n * H);
+      a.attn.k_pre = c.take(n * KV * hd);
+      a.attn.k_rstd = c.take(n * KV);
+    }
     a.attn.q = c.take(n * H * hd);
     a.attn.k = c.take(n * KV * hd);
     a.attn.v = c.take(n * KV * hd);
@@ -260,8 +278,8 @@ int64_t Qwen3Model::carve_activations(float* base, int64_t batch, int64_t seq,
     a.norm2 = c.take(n * h);
     a.norm2_rstd = c.take(n);
     // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
-    const bool sparse = checkpoint_layers_ ? any_sparse : layers_[i].sparse;
-    const bool dense = checkpoint_layers_ ? any_dense : !layers_[i].sparse;
+    const bool sparse = checkpoint_layers_ ? any_sparse : m_.layers[i].sparse;
+    const bool dense = checkpoint_layers_ ? any_dense : !m_.layers[i].sparse;
     if (dense) a.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
     if (sparse) {
       a.moe.router_logits = c.take(n * E);
@@ -275,29 +293,30 @@ int64_t Qwen3Model::carve_activations(float* base, int64_t batch, int64_t seq,
   v.final_norm = c.take(n * h);
   v.final_norm_rstd = c.take(n);
   v.d_resid = c.take(n * h);
-  v.d_norm = c.take(n * h);
-  v.attn_grad = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
-  if (any_dense) v.mlp_grad = {c.take(n * I), c.take(n * I), c.take(n * I)};
+  LayerGradScratch& g = v.grad;
+  g.d_norm = c.take(n * h);
+  g.attn = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
+  if (any_dense) g.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
   if (any_sparse) {
-    v.moe_grad = {c.take(n * E),
-                  c.take(n * k),
-                  {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
-                   c.take(rows * Im)}};
+    g.moe = {c.take(n * E),
+             c.take(n * k),
+             {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
+              c.take(rows * Im)}};
   }
   return c.used();
 }
 
-int64_t Qwen3Model::lm_head_scratch_bytes(int64_t batch, int64_t seq) const {
+int64_t DecoderLM::lm_head_scratch_bytes(int64_t batch, int64_t seq) const {
   return lm_head_chunk_tokens(batch * seq, args_.vocab_size, 0) * args_.vocab_size *
          static_cast<int64_t>(sizeof(float));
 }
 
-int64_t Qwen3Model::activation_bytes(int64_t batch, int64_t seq) const {
+int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
   Activations measured;
   return carve_activations(nullptr, batch, seq, measured) * static_cast<int64_t>(sizeof(float));
 }
 
-void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
+void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   if (batch == batch_ && seq == seq_) return;
   const int64_t n = batch * seq;
   arena_ = Buffer();  // release the old arena before taking the new one
@@ -312,29 +331,20 @@ void Qwen3Model::ensure_activations(int64_t batch, int64_t seq) {
     for (int64_t s = 0; s < seq; ++s) positions_[b * seq + s] = static_cast<int32_t>(s);
   }
   if (rope_cache_.max_positions < seq) rope_cache_ = rope_cache_build(args_.rope(), seq);
+  call_ = LayerCall{};
+  call_.batch = batch;
+  call_.seq = seq;
+  call_.positions = positions_.data();
+  call_.rope = &rope_cache_;
+  call_.experts_scratch = &acts_.grad.moe.experts;
 }
 
-void Qwen3Model::layer_forward(size_t i, LayerActivations& a) {
-  const int64_t n = batch_ * seq_, h = args_.hidden_size;
-  const DecoderLayer& layer = layers_[i];
-  const float* x = acts_.resid[i];
-  float* out = acts_.resid[i + 1];
-  const VecKernels& v = vec();
-  layer.input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
-  layer.self_attn.forward(a.resid_mid, a.attn, a.norm1, positions_.data(), rope_cache_, batch_,
-                          seq_);
-  v.axpy(a.resid_mid, 1.0f, x, n * h);
-  layer.post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
-  if (layer.sparse) {
-    layer.moe.forward(out, a.moe, acts_.moe_grad.experts, a.norm2, n);
-  } else {
-    layer.mlp.forward(out, a.mlp, a.norm2, n);
-  }
-  v.axpy(out, 1.0f, a.resid_mid, n * h);
+void DecoderLM::layer_forward(size_t i, LayerActivations& a) {
+  m_.layers[i].forward(acts_.resid[i + 1], a, acts_.resid[i], call_);
 }
 
-CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* labels,
-                                       int64_t batch, int64_t seq, const ForwardOptions& options) {
+CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* labels,
+                                      int64_t batch, int64_t seq, const ForwardOptions& options) {
   TITAN_CHECK(batch > 0 && seq > 0, "forward: batch (", batch, ") and seq (", seq,
               ") must be positive");
   TITAN_CHECK(seq <= args_.max_position_embeddings, "forward: sequence length ", seq,
@@ -358,11 +368,12 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
     router_counts_.assign(E, 0.0);
     router_prob_sums_.assign(E, 0.0);
   }
-  embed_tokens_.forward(acts_.resid[0], ids_.data(), n);
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
+  for (size_t i = 0; i < m_.layers.size(); ++i) {
+    if (hooks_.before_forward) hooks_.before_forward(static_cast<int64_t>(i));
     LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
     layer_forward(i, a);
-    if (aux && layers_[i].sparse) {
+    if (aux && m_.layers[i].sparse) {
       load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(), a.moe.router_probs,
                                 a.moe.topk_index, n, E, k);
     }
@@ -377,11 +388,11 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
     load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
                         args_.router_aux_loss_coef * options.aux_loss_scale);
   }
-  norm_.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
+  m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
 
   CrossEntropyArgs ce;
   ce.x = acts_.final_norm;
-  ce.weight = lm_head_weight_;
+  ce.weight = m_.lm_head.weight;
   ce.targets = targets_.data();
   ce.n_tokens = n;
   ce.hidden = h;
@@ -395,40 +406,35 @@ CrossEntropyResult Qwen3Model::forward(const int32_t* input_ids, const int32_t* 
   }
   ce.workspace = logits_chunk_.as<float>();
   if (options.compute_grad) {
-    ce.dx = acts_.d_norm;
-    ce.dweight = lm_head_weight_grad_;
+    ce.dx = acts_.grad.d_norm;
+    ce.dweight = m_.lm_head.weight_grad;
     ce.grad_scale = options.grad_scale;
   }
   grad_ready_ = options.compute_grad;
   return lm_head_loss_->forward_backward(ce);
 }
 
-void Qwen3Model::backward() {
+void DecoderLM::backward() {
   TITAN_CHECK(grad_ready_, "backward without a preceding forward with compute_grad");
   grad_ready_ = false;
-  const int64_t n = batch_ * seq_, h = args_.hidden_size;
-  const VecKernels& v = vec();
+  const int64_t n = batch_ * seq_;
   Activations& g = acts_;
-  norm_.backward(g.d_resid, g.d_norm, g.resid.back(), g.final_norm_rstd, n);
-  for (size_t i = layers_.size(); i-- > 0;) {
-    const DecoderLayer& layer = layers_[i];
+  m_.norm.backward(g.d_resid, g.grad.d_norm, g.resid.back(), g.final_norm_rstd, n);
+  for (size_t i = m_.layers.size(); i-- > 0;) {
+    const auto index = static_cast<int64_t>(i);
+    if (hooks_.before_backward) hooks_.before_backward(index);
     LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];
     if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
-    // d_resid holds d loss / d layer output; it becomes d loss / d layer input.
-    if (layer.sparse) {
-      layer.moe.backward(g.d_norm, g.moe_grad, g.d_resid, a.moe, a.norm2,
-                         aux_grad_ ? aux_dprobs_.data() : nullptr, n);
-    } else {
-      layer.mlp.backward(g.d_norm, g.mlp_grad, g.d_resid, a.mlp, a.norm2, n);
-    }
-    layer.post_attention_layernorm.backward(g.d_norm, g.d_norm, a.resid_mid, a.norm2_rstd, n);
-    v.axpy(g.d_resid, 1.0f, g.d_norm, n * h);
-    layer.self_attn.backward(g.d_norm, g.attn_grad, g.d_resid, a.attn, a.norm1, positions_.data(),
-                             rope_cache_, batch_, seq_);
-    layer.input_layernorm.backward(g.d_norm, g.d_norm, g.resid[i], a.norm1_rstd, n);
-    v.axpy(g.d_resid, 1.0f, g.d_norm, n * h);
+    m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
+                          aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
+    if (hooks_.after_backward) hooks_.after_backward(index);
   }
-  embed_tokens_.backward(g.d_resid, ids_.data(), n);
+  m_.embed_tokens.backward(g.d_resid, ids_.data(), n);
+}
+
+std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
+                                          const std::vector<OverrideRule>& overrides) {
+  return std::make_unique<DecoderLM>(args, overrides);
 }
 
 }  // namespace titan

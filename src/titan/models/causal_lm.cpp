@@ -1,0 +1,30 @@
+#include "titan/models/causal_lm.h"
+
+#include <cstring>
+
+#include "titan/core/error.h"
+#include "titan/models/registry.h"
+
+namespace titan {
+
+int64_t CausalLM::parameter_count() const {
+  int64_t n = 0;
+  for (const ParamGroup& g : param_groups()) {
+    for (const ParamView& v : g.views()) n += v.numel;
+  }
+  return n;
+}
+
+void CausalLM::zero_gradients() {
+  for (ParamGroup& g : param_groups()) {
+    TITAN_CHECK(g.grads() != nullptr, "zero_gradients before allocate_gradients");
+    std::memset(g.grads(), 0, static_cast<size_t>(g.numel()) * sizeof(float));
+  }
+}
+
+std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
+                                     const std::vector<OverrideRule>& overrides) {
+  return model_family(args.architecture, "model").make(args, overrides);
+}
+
+}  // namespace titan

@@ -1,0 +1,96 @@
+// The model interface: everything the trainer, `titan eval`, `titan generate`, `convert` and
+// `info` ask of a causal language model, whatever its family. A model is made from its ModelArgs
+// (make_model); Hugging Face's `architectures` name picks the family (models/registry.h).
+//
+// Parameters live in flat ParamGroups (nn/param_group.h): [0] embed_tokens / norm / lm_head, then
+// one per transformer block, the unit FSDP shards and gathers. LayerHooks let a parallelism act
+// around each block's forward and backward.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "titan/kernels/overrides.h"
+#include "titan/models/model_args.h"
+#include "titan/nn/decoder_layer.h"
+#include "titan/nn/param_group.h"
+#include "titan/ops/cross_entropy.h"
+
+namespace titan {
+
+struct ForwardOptions {
+  bool compute_grad = false;  // also run d loss / d logits into the lm_head (fused CE)
+  float grad_scale = 0.0f;    // gradients are of sum(token losses) * grad_scale
+  float* logits = nullptr;    // optional (B, S, V) output
+  // With args().output_router_logits, the gradients also include router_aux_loss_coef *
+  // aux_loss_scale * the load-balancing loss (1 / micro-batches when accumulating).
+  float aux_loss_scale = 1.0f;
+};
+
+// Called with the block's index (0 .. layers-1). Under activation checkpointing a block's forward
+// is recomputed inside the backward, after before_backward (its parameters are needed from there
+// to after_backward).
+struct LayerHooks {
+  std::function<void(int64_t)> before_forward;   // before block i's forward
+  std::function<void(int64_t)> before_backward;  // before block i's backward (and its recompute)
+  std::function<void(int64_t)> after_backward;   // block i's gradients are complete
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+
+  virtual const ModelArgs& args() const = 0;
+  virtual std::vector<ParamGroup>& param_groups() = 0;
+  virtual const std::vector<ParamGroup>& param_groups() const = 0;
+  virtual const std::vector<KernelSlot>& kernel_slots() const = 0;
+  virtual const OverrideReport& override_report() const = 0;
+  int64_t parameter_count() const;
+
+  // HF init (normal(0, initializer_range), norms 1, biases 0), deterministic in `seed`.
+  virtual void initialize(uint64_t seed) = 0;
+  virtual void allocate_gradients() = 0;
+  void zero_gradients();
+
+  // input_ids, labels: (B, S). labels as torchtitan's: labels[s] is the token position s
+  // predicts (already shifted; Hugging Face's labels, aligned with the inputs, become
+  // labels[s] = hf_labels[s + 1] with -100 last); -100 is ignored; labels may be null (no loss).
+  // Returns the loss sum and the number of scored tokens; the mean loss is loss_sum / n_scored.
+  virtual CrossEntropyResult forward(const int32_t* input_ids, const int32_t* labels, int64_t batch,
+                                     int64_t seq, const ForwardOptions& options) = 0;
+  // The load-balancing loss of the last forward (qwen3-spec.md §2.3) when args().output_router_
+  // logits and the model has sparse layers, else 0. HF's loss with labels is
+  // loss_sum / n_scored + router_aux_loss_coef * aux_loss().
+  virtual double aux_loss() const = 0;
+  // Backward of the last forward (which must have had compute_grad): accumulates every
+  // parameter gradient.
+  virtual void backward() = 0;
+
+  // Every bound kernel's constraint for inputs of (batch, seq); a broken one is a titan::Error
+  // naming the module, the kernel and the constraint. The trainer calls this at start-up so a
+  // bad override fails before anything is allocated.
+  virtual void check_kernel_constraints(int64_t batch, int64_t seq) const = 0;
+  // Activation checkpointing "full": keep only each block's input and recompute its forward
+  // inside the backward.
+  virtual void set_activation_checkpointing(bool full) = 0;
+  virtual bool activation_checkpointing() const = 0;
+  virtual void set_layer_hooks(LayerHooks hooks) = 0;
+
+  // Bytes of the activation arena for (batch, seq): what the backward must keep.
+  virtual int64_t activation_bytes(int64_t batch, int64_t seq) const = 0;
+  // Bytes of the lm_head loss's logits chunk for (batch, seq), held beside the arena.
+  virtual int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const = 0;
+
+  // The module tree, read-only, for forwards that run it another way (KV-cached decode,
+  // infer/session.h).
+  virtual const DecoderModules& modules() const = 0;
+};
+
+// The model of `args.architecture` (models/registry.h), its parameters allocated but not
+// initialised; overrides rebind kernel slots (what they did is in override_report()).
+std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
+                                     const std::vector<OverrideRule>& overrides = {});
+
+}  // namespace titan

@@ -1,0 +1,97 @@
+// The decoder-only causal LM of the Llama family as Hugging Face computes it -- LlamaForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM (docs: qwen3-spec.md): embed ->
+// L x [x + attn(norm(x)), x + mlp(norm(x))] -> norm -> lm_head -> CE, each layer's mlp a dense
+// SwiGLU or a sparse MoE block (ModelArgs::layer_is_sparse), its blocks' biases and q/k norm as
+// ModelArgs says, plus the load-balancing loss when output_router_logits. Module and parameter
+// names are the HF state-dict keys.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/core/allocator.h"
+#include "titan/models/causal_lm.h"
+
+namespace titan {
+
+class DecoderLM final : public CausalLM {
+ public:
+  // Builds the module tree and allocates parameters (not yet initialised). Overrides rebind
+  // kernel slots; what they did is in override_report().
+  explicit DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides = {});
+
+  const ModelArgs& args() const override { return args_; }
+  std::vector<ParamGroup>& param_groups() override { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const override { return groups_; }
+  const std::vector<KernelSlot>& kernel_slots() const override { return slots_; }
+  const OverrideReport& override_report() const override { return override_report_; }
+
+  void initialize(uint64_t seed) override;
+  void allocate_gradients() override;
+
+  CrossEntropyResult forward(const int32_t* input_ids, const int32_t* labels, int64_t batch,
+                             int64_t seq, const ForwardOptions& options) override;
+  double aux_loss() const override { return aux_loss_; }
+  void backward() override;
+
+  void check_kernel_constraints(int64_t batch, int64_t seq) const override;
+  void set_activation_checkpointing(bool full) override;
+  bool activation_checkpointing() const override { return checkpoint_layers_; }
+  void set_layer_hooks(LayerHooks hooks) override { hooks_ = std::move(hooks); }
+
+  int64_t activation_bytes(int64_t batch, int64_t seq) const override;
+  int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const override;
+  const DecoderModules& modules() const override { return m_; }
+
+ private:
+  // Every view of the activation arena.
+  struct Activations {
+    std::vector<float*> resid;             // L + 1 residual streams, each (N, h)
+    std::vector<LayerActivations> layers;  // one per layer, or one shared when checkpointing
+    float* final_norm = nullptr;           // (N, h)
+    float* final_norm_rstd = nullptr;      // (N)
+    // Backward scratch shared by all layers (grad.moe.experts also serves the forward).
+    float* d_resid = nullptr;  // (N, h)
+    LayerGradScratch grad;
+  };
+  // Carves the activations of (batch, seq) out of `base` into `v` (a null base only measures);
+  // returns the floats taken. The one table both ensure_activations and activation_bytes use.
+  int64_t carve_activations(float* base, int64_t batch, int64_t seq, Activations& v) const;
+  void ensure_activations(int64_t batch, int64_t seq);
+  // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
+  void layer_forward(size_t i, LayerActivations& a);
+
+  ModelArgs args_;
+  std::vector<KernelSlot> slots_;
+  OverrideReport override_report_;
+  std::vector<ParamGroup> groups_;  // [0]: embed_tokens, norm, lm_head; [1 + i]: layer i
+  DecoderModules m_;
+  const LmHeadLossKernel* lm_head_loss_ = nullptr;
+  RopeCache rope_cache_;
+  LayerHooks hooks_;
+
+  // The activation arena and its views, sized for (batch_, seq_).
+  int64_t batch_ = 0, seq_ = 0;
+  Buffer arena_;
+  Activations acts_;
+  LayerCall call_;  // the current (batch_, seq_) call
+  std::vector<int32_t> ids_, positions_, targets_;
+  Buffer logits_chunk_;  // (chunk, V) lm_head loss scratch, kept across steps
+  // The load-balancing loss over all sparse layers of the last forward.
+  int64_t n_sparse_layers_ = 0;
+  std::vector<double> router_counts_;     // (E) tokens routed to each expert
+  std::vector<double> router_prob_sums_;  // (E) summed router probabilities
+  std::vector<float> aux_dprobs_;         // (E) its gradient on every row's probabilities
+  double aux_loss_ = 0.0;
+  bool aux_grad_ = false;
+  bool grad_ready_ = false;
+  bool checkpoint_layers_ = false;
+};
+
+// The model registry's factory for every family DecoderLM computes (models/registry.cpp).
+std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
+                                          const std::vector<OverrideRule>& overrides);
+
+}  // namespace titan

@@ -1,0 +1,64 @@
+// The decoder layer of the Llama family -- Llama, Qwen2, Qwen3 and Qwen3-MoE differ only in what
+// its blocks contain (biases, q/k norm, a dense or sparse MLP) -- written once for training,
+// evaluation and KV-cached decode:
+//   x -> input_layernorm -> self_attn -> + x -> post_attention_layernorm -> mlp -> + (x + attn)
+// and the module tree of a whole decoder-only model built from such layers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/nn/layers.h"
+
+namespace titan {
+
+// What one layer's forward keeps for its backward (N = batch * seq tokens). Decode points every
+// layer at the same scratch, since nothing is kept.
+struct LayerActivations {
+  float* norm1 = nullptr;       // (N, h)
+  float* norm1_rstd = nullptr;  // (N)
+  AttentionActivations attn;
+  float* resid_mid = nullptr;   // (N, h) x + attention
+  float* norm2 = nullptr;       // (N, h)
+  float* norm2_rstd = nullptr;  // (N)
+  MlpActivations mlp;           // dense layers
+  MoeActivations moe;           // sparse layers
+};
+
+// Backward scratch one layer uses while it runs, shared by all layers.
+struct LayerGradScratch {
+  float* d_norm = nullptr;  // (N, h)
+  AttentionGradScratch attn;
+  MlpGradScratch mlp;
+  MoeGradScratch moe;
+};
+
+struct DecoderLayer {
+  std::string name;  // model.layers.{i}
+  RMSNorm input_layernorm;
+  SelfAttention self_attn;
+  RMSNorm post_attention_layernorm;
+  bool sparse = false;  // the MLP is `moe`, else `mlp`
+  SwigluMlp mlp;
+  SparseMoeBlock moe;
+
+  // out (N, h) = the layer of x (N, h), which out may alias (decode updates one residual stream
+  // in place). What the backward needs is kept in `a`.
+  void forward(float* out, LayerActivations& a, const float* x, const LayerCall& call) const;
+  // d_resid (N, h) holds d loss / d out on entry and d loss / d x on return; parameter gradients
+  // accumulate. dprobs_all (E), optional: the load-balancing loss's gradient on every row's router
+  // probabilities (sparse layers).
+  void backward(float* d_resid, LayerGradScratch& g, const LayerActivations& a, const float* x,
+                const float* dprobs_all, const LayerCall& call) const;
+};
+
+// The module tree of a decoder-only causal LM: what a forward of any kind walks.
+struct DecoderModules {
+  Embedding embed_tokens;
+  std::vector<DecoderLayer> layers;
+  RMSNorm norm;
+  Linear lm_head;  // (V, h); its weight is embed_tokens' when tied
+};
+
+}  // namespace titan
