@@ -1,5 +1,5 @@
 // Row-level vector primitives, written once (vec_impl.inc) and compiled per ISA (scalar, AVX2,
-// AVX-512); the variant is picked at run time from the CPU (core/cpu_info.h). The ops in
+// AVX-512); the variant is picked at run time from the CPU (backend/cpu/cpu_info.h). The ops in
 // src/titan/ops compose these with OpenMP threading and GEMM calls.
 #pragma once
 
