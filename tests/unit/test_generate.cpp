@@ -141,7 +141,9 @@ void counted_linear_forward(float* y, const float* x, const float* w, int64_t n,
 // step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones.
 TEST(InferenceSession, OverriddenLinearsRunInDecode) {
   if (kernel_registry().find("linear_counted") == nullptr) {
-    kernel_registry().add({"linear_counted", OpKind::linear, {DType::f32},
+    kernel_registry().add({"linear_counted",
+                           OpKind::linear,
+                           {DType::f32},
                            "counts its forward calls (test)",
                            LinearKernel{counted_linear_forward, linear_backward_reference}});
   }

@@ -92,8 +92,9 @@ TEST(JobConfig, BadValuesNameTheKey) {
     EXPECT_NO_THROW(job_config_validate(c)) << name;
   }
   c.model.name = "llama";
-  EXPECT_NE(error_of([&] { job_config_validate(c); })
-                .find("model.name 'llama' is not one of qwen3, qwen2, llama3"),
+  EXPECT_NE(error_of([&] {
+              job_config_validate(c);
+            }).find("model.name 'llama' is not one of qwen3, qwen2, llama3"),
             std::string::npos);
 }
 
