@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "compare.h"
 #include "model_reference_util.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/weights.h"
@@ -18,8 +17,6 @@
 
 namespace titan {
 namespace {
-
-using testing::expect_close;
 
 class FamilyReference : public ::testing::TestWithParam<std::string> {};
 
@@ -33,26 +30,7 @@ TEST_P(FamilyReference, LogitsLossGradientsAndGreedyTokensMatchTransformers) {
   EXPECT_EQ(args.architecture, meta.at("architecture"));
   model->allocate_gradients();
 
-  const std::vector<int32_t> ids = test::read_ids(ref.at("input_ids"));
-  const std::vector<int32_t> targets = test::read_ids(ref.at("targets"));
-  int64_t n_valid = 0;
-  for (const int32_t t : targets) n_valid += t != kIgnoreIndex;
-  std::vector<float> logits(batch * seq * args.vocab_size), want(logits.size());
-  ForwardOptions options;
-  options.compute_grad = true;
-  options.grad_scale = 1.0f / static_cast<float>(n_valid);
-  options.logits = logits.data();
-  const CrossEntropyResult r = model->forward(ids.data(), targets.data(), batch, seq, options);
-  model->backward();
-  EXPECT_EQ(r.n_scored, n_valid);
-  // fp32 on both sides, summed in other orders: agreement to accumulated rounding, as for Qwen3.
-  read_f32(ref.at("logits"), want.data(), want.size());
-  expect_close("logits", logits.data(), want.data(), logits.size(), 1e-5);
-  float want_loss = 0.0f;
-  read_f32(ref.at("loss"), &want_loss, 1);
-  const auto loss = static_cast<float>(r.loss_sum / r.n_scored);
-  expect_close("loss", &loss, &want_loss, 1, 1e-5);
-  test::expect_grads_close(*model, ref, "grad.");
+  test::expect_step_matches_reference(*model, ref, batch, seq);
 
   // Greedy decoding: the prompt prefilled, then one token per step through the KV cache.
   const std::vector<int32_t> prompt = test::read_ids(ref.at("prompt_ids"));

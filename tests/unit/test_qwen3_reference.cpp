@@ -79,30 +79,8 @@ void run_reference(const std::string& file, const std::string& attn_backend,
   DecoderLM model(args, overrides);
   model.allocate_gradients();
   load_reference_params(model, ref);
-  const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
-  const std::vector<int32_t> labels = read_ids(ref.at("targets"));
-  int64_t n_valid = 0;
-  for (const int32_t label : labels) n_valid += label != kIgnoreIndex;
-
-  std::vector<float> logits(batch * seq * args.vocab_size), want(logits.size());
-  ForwardOptions options;
-  options.compute_grad = true;
-  options.grad_scale = 1.0f / static_cast<float>(n_valid);
-  options.logits = logits.data();
-  const CrossEntropyResult result = model.forward(ids.data(), labels.data(), batch, seq, options);
-  model.backward();
-  EXPECT_EQ(result.n_scored, n_valid);
-
-  // fp32 throughout; the references sum in a different order (and HF's eager softmax is not
-  // blockwise), so agreement is to accumulated rounding, ~1e-6 relative.
-  read_f32(ref.at("logits"), want.data(), want.size());
-  expect_close("logits", logits.data(), want.data(), logits.size(), 1e-5);
-  float want_loss = 0.0f;
-  read_f32(ref.at("loss"), &want_loss, 1);
-  const float loss = static_cast<float>(result.loss_sum / result.n_scored);
-  expect_close("loss", &loss, &want_loss, 1, 1e-5);
+  const ForwardOptions options = test::expect_step_matches_reference(model, ref, batch, seq);
   EXPECT_EQ(model.aux_loss(), 0.0);  // output_router_logits is off by default, as in HF
-  expect_grads_close(model, ref, "grad.");
 
   if (args.is_moe()) {
     // With output_router_logits, under activation checkpointing (recomputed routing).
@@ -112,6 +90,8 @@ void run_reference(const std::string& file, const std::string& attn_backend,
     aux_model.allocate_gradients();
     aux_model.set_activation_checkpointing(true);
     load_reference_params(aux_model, ref);
+    const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
+    const std::vector<int32_t> labels = read_ids(ref.at("targets"));
     const CrossEntropyResult r = aux_model.forward(ids.data(), labels.data(), batch, seq, options);
     aux_model.backward();
     const float aux = static_cast<float>(aux_model.aux_loss());
