@@ -59,19 +59,23 @@ TEST(Overrides, UnmatchedIsAWarning) {
   EXPECT_NE(r.warnings[0].find("matches no module"), std::string::npos);
 }
 
+// What apply_overrides says of `rules` over a copy of `slots`: its error, or "no error".
+std::string override_error(std::vector<KernelSlot> slots, const std::vector<OverrideRule>& rules) {
+  try {
+    apply_overrides(slots, rules, kernel_registry());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(Overrides, Errors) {
   std::vector<KernelSlot> slots = {
       {"model.layers.0.mlp", OpKind::swiglu, "swiglu"},
       {"model.layers.0.mlp.gate_proj", OpKind::linear, "linear"},
   };
-  const auto message = [&](std::vector<OverrideRule> rules) {
-    std::vector<KernelSlot> copy = slots;
-    try {
-      apply_overrides(copy, rules, kernel_registry());
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+  const auto message = [&](const std::vector<OverrideRule>& rules) {
+    return override_error(slots, rules);
   };
   EXPECT_NE(message({{"*.mlp", "no_such_kernel"}}).find("no kernel of that name"),
             std::string::npos);
@@ -133,14 +137,8 @@ TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {
       {"model.layers.0.mlp.gate_proj", OpKind::linear, "linear", DType::bf16},
       {"model.norm", OpKind::rms_norm, "rms_norm"},
   };
-  const auto message = [&](std::vector<OverrideRule> rules) {
-    std::vector<KernelSlot> copy = slots;
-    try {
-      apply_overrides(copy, rules, kernel_registry());
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+  const auto message = [&](const std::vector<OverrideRule>& rules) {
+    return override_error(slots, rules);
   };
   EXPECT_EQ(
       message({}),
