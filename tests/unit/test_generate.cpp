@@ -34,23 +34,6 @@ using testing::expect_close;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Rounds the named parameters to their nearest bf16 values, in place.
-void round_to_bf16(CausalLM& model, const std::function<bool(const std::string&)>& which) {
-  for (ParamGroup& g : model.param_groups()) {
-    for (const ParamView& v : g.views()) {
-      if (!which(v.spec.name)) continue;
-      float* p = g.params() + v.offset;
-      for (int64_t i = 0; i < v.numel; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
-    }
-  }
-}
-
-// Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
-// equal the full forward's logits at that position. With bf16 weights the session rounds the
-// linear weights itself, and the full forward runs on an fp32 model holding exactly those rounded
-// values (a tied embedding is rounded in both models, as a bf16 folder stores it): same math, so
-// the tolerance stays the fp32 one, and a session that read the unrounded fp32 weights would be
-// off by the bf16 rounding (~1e-3), far outside it.
 // Biases start at zero (HF init); random ones make a forward that skipped them fail.
 void randomize_biases(CausalLM& model) {
   for (ParamGroup& g : model.param_groups()) {
@@ -62,25 +45,23 @@ void randomize_biases(CausalLM& model) {
   }
 }
 
+// Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
+// equal the full forward's logits at that position. With bf16 weights the full forward is the
+// mixed-precision training model on the same fp32 weights (DecoderLM with compute dtype bf16):
+// every matmul multiplies bf16-rounded inputs by bf16-rounded weights with fp32 accumulation in
+// both, prefill GEMMs and decode GEMVs alike, so the tolerance stays the fp32 one, and a session
+// that skipped a rounding (weights or inputs, ~2^-9 relative each) would be far outside it. The
+// reference runs without `overrides`: training refuses an fp32-only kernel for a bf16 matmul,
+// and the session gives such a kernel the same rounded operands, widened.
 void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
                          int64_t steps, DType dtype = DType::f32,
                          const std::vector<OverrideRule>& overrides = {}) {
-  const bool tied = args.tie_word_embeddings;
-  DecoderLM model(args, overrides), reference(args, overrides);
+  DecoderLM model(args, overrides);
+  DecoderLM reference(args, dtype == DType::f32 ? overrides : std::vector<OverrideRule>{}, dtype);
   model.initialize(7);
   reference.initialize(7);
   randomize_biases(model);
   randomize_biases(reference);
-  if (dtype == DType::bf16) {
-    const auto embedding = [](const std::string& name) {
-      return name == "model.embed_tokens.weight";
-    };
-    if (tied) round_to_bf16(model, embedding);
-    round_to_bf16(reference, [&](const std::string& name) {
-      return name.ends_with("_proj.weight") || name == "lm_head.weight" ||
-             (tied && embedding(name));
-    });
-  }
   const int64_t V = model.args().vocab_size;
   const std::vector<int32_t> ids = test_ids(prompt + steps, V, static_cast<uint32_t>(prompt));
   const std::vector<float> want = full_forward_logits(reference, ids);
@@ -109,11 +90,11 @@ TEST(InferenceSession, DecodeLogitsEqualFullForward) {
   check_cached_logits(tiny_generate_args(false), 11, {11}, 6);
 }
 
-TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualFullForwardOnRoundedWeights) {
+TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualBf16TrainingForward) {
   for (const bool tied : {true, false}) {
     check_cached_logits(tiny_generate_args(tied), 7, {7}, 9, DType::bf16);
     check_cached_logits(tiny_generate_args(tied), 13, {5, 1, 7}, 4,
-                        DType::bf16);  // widened-GEMM prefill chunks
+                        DType::bf16);  // bf16-GEMM prefill chunks, one of a single token
   }
 }
 
@@ -138,7 +119,8 @@ void counted_linear_forward(float* y, const float* x, const float* w, int64_t n,
 }
 
 // A linear rebound by [overrides] runs in decode as in training: prefill and every one-token
-// step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones.
+// step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones (on
+// the input rounded to bf16, so it computes what the bf16 kernels compute).
 TEST(InferenceSession, OverriddenLinearsRunInDecode) {
   if (kernel_registry().find("linear_counted") == nullptr) {
     kernel_registry().add({"linear_counted",
@@ -152,8 +134,9 @@ TEST(InferenceSession, OverriddenLinearsRunInDecode) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     g_counted_linear_calls = 0;
     check_cached_logits(tiny_generate_args(false), 5, {5}, 3, dtype, overrides);
-    // 2 layers x (1 prefill + 3 steps) in the session, plus the reference's full forward.
-    EXPECT_EQ(g_counted_linear_calls.load(), 2 * 4 + 2) << dtype_name(dtype);
+    // 2 layers x (1 prefill + 3 steps) in the session, plus the fp32 reference's full forward.
+    EXPECT_EQ(g_counted_linear_calls.load(), 2 * 4 + (dtype == DType::f32 ? 2 : 0))
+        << dtype_name(dtype);
   }
 }
 

@@ -150,12 +150,14 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
       const GemvProduct f32_product{{DType::f32, w.data(), rows, cols}, want.data()};
       gemv_forward_reference({&f32_product, 1}, x.data());
       expect_gemv_close("gemv_f32", got.data(), want.data(), w, x, rows, cols);
-      std::vector<float> x_split(cols);
-      gemv_bf16_split_x(x_split.data(), x.data(), cols);
+      // The kernel multiplies whatever x it is given; gemv_forward gives it x rounded to bf16.
+      std::vector<float> x_rounded(cols), x_split(cols);
+      for (int64_t c = 0; c < cols; ++c) x_rounded[c] = round_to_bf16(x[c]);
+      gemv_bf16_split_x(x_split.data(), x_rounded.data(), cols);
       v.gemv_bf16(got.data(), w_bf16.data(), cols, x_split.data(), rows, cols);
       const GemvProduct bf16_product{{DType::bf16, w_bf16.data(), rows, cols}, want.data()};
       gemv_forward_reference({&bf16_product, 1}, x.data());
-      expect_gemv_close("gemv_bf16", got.data(), want.data(), w_rounded, x, rows, cols);
+      expect_gemv_close("gemv_bf16", got.data(), want.data(), w_rounded, x_rounded, rows, cols);
       // Rows ldw = cols + 3 apart (keys in a KV cache row): the first cols of each row only.
       const int64_t ldw = cols + 3;
       std::vector<float> w_strided(rows * ldw, NAN);
@@ -183,15 +185,18 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
 }
 
 // Several products of mixed dtypes in one call, two spanning several row blocks with a ragged
-// last one and one inside a single block: every row computed once, by the right weights.
+// last one and one inside a single block: every row computed once, by the right weights, the bf16
+// ones on x rounded to bf16 and the fp32 one on x itself.
 TEST(Gemv, FusedProductsMatchReference) {
   const int64_t cols = 1000;
   const int64_t rows[] = {101, 33, 7};
   const DType dtypes[] = {DType::bf16, DType::f32, DType::bf16};
   std::vector<std::vector<float>> w_f32(3), got(3), want(3);
   std::vector<std::vector<uint16_t>> w_bf16(3);
-  std::vector<GemvProduct> products, references;
+  std::vector<GemvProduct> products;
   const std::vector<float> x = randn(cols, 5);
+  std::vector<float> x_rounded(x);
+  for (float& f : x_rounded) f = round_to_bf16(f);
   for (size_t i = 0; i < 3; ++i) {
     w_f32[i] = randn(rows[i] * cols, 40 + i);
     if (dtypes[i] == DType::bf16) {
@@ -205,16 +210,39 @@ TEST(Gemv, FusedProductsMatchReference) {
     const void* data =
         dtypes[i] == DType::bf16 ? static_cast<const void*>(w_bf16[i].data()) : w_f32[i].data();
     products.push_back({{dtypes[i], data, rows[i], cols}, got[i].data()});
-    references.push_back({{DType::f32, w_f32[i].data(), rows[i], cols}, want[i].data()});
   }
   gemv_forward(products, x.data());
-  gemv_forward_reference(references, x.data());
   for (size_t i = 0; i < 3; ++i) {
-    expect_gemv_close("product " + std::to_string(i), got[i].data(), want[i].data(), w_f32[i], x,
-                      rows[i], cols);
+    const bool bf16 = dtypes[i] == DType::bf16;
+    const GemvProduct reference{{DType::f32, w_f32[i].data(), rows[i], cols}, want[i].data()};
+    gemv_forward_reference({&reference, 1}, bf16 ? x_rounded.data() : x.data());
+    expect_gemv_close("product " + std::to_string(i), got[i].data(), want[i].data(), w_f32[i],
+                      bf16 ? x_rounded : x, rows[i], cols);
   }
   products[1].w.cols = cols - 1;
   EXPECT_THROW(gemv_forward(products, x.data()), Error);  // one x for every product
+}
+
+// x = 1 + 2^-10 is 1 in bf16: against bf16 weights of 1 each row sums cols ones, exactly, where
+// the unrounded x would give cols * (1 + 2^-10); fp32 weights multiply x itself.
+TEST(Gemv, Bf16WeightsMultiplyXRoundedToBf16) {
+  const int64_t rows = 3, cols = 64;
+  const std::vector<uint16_t> w_bf16(rows * cols, f32_to_bf16(1.0f));
+  const std::vector<float> w_f32(rows * cols, 1.0f), x(cols, 1.0f + 0x1p-10f);
+  std::vector<float> y_bf16(rows), y_f32(rows);
+  const GemvProduct products[] = {{{DType::bf16, w_bf16.data(), rows, cols}, y_bf16.data()},
+                                  {{DType::f32, w_f32.data(), rows, cols}, y_f32.data()}};
+  for (const bool reference : {false, true}) {
+    if (reference) {
+      gemv_forward_reference(products, x.data());
+    } else {
+      gemv_forward(products, x.data());
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(y_bf16[r], static_cast<float>(cols)) << "reference " << reference;
+      EXPECT_EQ(y_f32[r], cols * (1.0f + 0x1p-10f)) << "reference " << reference;
+    }
+  }
 }
 
 TEST(Gemm, MatchesReferenceForEveryTransposition) {

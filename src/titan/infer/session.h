@@ -28,9 +28,11 @@ namespace titan {
 
 class InferenceSession {
  public:
-  // A cache of max_len positions and scratch for calls of up to max_chunk tokens. `weights`
-  // (and its model) must outlive the session.
-  InferenceSession(const InferenceWeights& weights, int64_t max_len, int64_t max_chunk);
+  // A cache of max_len positions in kv_cache_dtype (f32 or bf16) and scratch for calls of up to
+  // max_chunk tokens. `weights` (and its model) must outlive the session. A bf16 cache with an
+  // attention kernel that reads only fp32 keys and values is a titan::Error.
+  InferenceSession(const InferenceWeights& weights, int64_t max_len, int64_t max_chunk,
+                   DType kv_cache_dtype = DType::f32);
 
   // ids (n), 1 <= n <= max_chunk, at positions [length(), length() + n): their keys and values
   // are appended to the cache. Returns the logits (V) of the last of them, valid until the next

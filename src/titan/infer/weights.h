@@ -28,7 +28,8 @@ class InferenceWeights {
   // The model's modules, each linear pointing at its bf16 copy when dtype is bf16.
   const DecoderModules& modules() const { return modules_; }
   size_t copy_bytes() const { return copies_.bytes(); }  // 0 for f32
-  // Floats of the largest weight a GEMM widens from bf16 (0 for f32).
+  // Floats of the largest bf16 weight a linear kernel without bf16 operands (an [overrides] one)
+  // widens to fp32; 0 for f32 weights or when every kernel takes bf16.
   int64_t widened_floats() const { return widened_floats_; }
 
  private:
