@@ -124,7 +124,7 @@ void expect_gemv_close(const std::string& what, const float* got, const float* w
   }
 }
 
-// Every ISA's gemv_f32, gemv_bf16 and axpy_rows at odd row and column counts.
+// Every ISA's gemv_f32, gemv_bf16, axpy_rows and axpy_bf16 at odd row and column counts.
 TEST(Vec, GemvEveryIsaMatchesReference) {
   const CpuInfo& cpu = cpu_info();
   std::vector<Isa> isas = {Isa::scalar};
@@ -179,6 +179,17 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
           abs_sum += std::fabs(static_cast<double>(a[r]) * w[r * cols + c]);
         }
         EXPECT_NEAR(y[c], sum, (rows + 2) * 0x1p-24 * abs_sum) << "axpy_rows column " << c;
+      }
+      // axpy_bf16 into y in the split layout: each column y0[c] + a * widened x[c], with at most
+      // two fp32 roundings (product and sum; one when fused). Unsplitting restores the order.
+      std::vector<float> y_split(cols), y_back(cols);
+      gemv_bf16_split_x(y_split.data(), y0.data(), cols);
+      v.axpy_bf16(y_split.data(), a[0], w_bf16.data(), cols);
+      gemv_bf16_unsplit_x(y_back.data(), y_split.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        const double want_c = y0[c] + static_cast<double>(a[0]) * w_rounded[c];
+        const double bound = 0x1p-23 * (std::fabs(y0[c]) + std::fabs(a[0] * w_rounded[c]));
+        EXPECT_NEAR(y_back[c], want_c, bound) << "axpy_bf16 column " << c;
       }
     }
   }
@@ -424,6 +435,53 @@ TEST(Attention, OneQueryFewerKeysThanThreads) {
   set_thread_count(5);
   check_attention({2, 1, 3, 4, 2, 8});
   check_attention_forward({2, 1, 1, 4, 2, 8});
+  set_thread_count(saved);
+}
+
+// bf16 keys and values (a bf16 KV cache): the forward equals the fp32 forward -- and the
+// reference -- on the same values widened, to fp32 summation order (the widening is exact), on
+// the one-query path (split layouts, a head_dim with a tail after its blocks of 32, more threads
+// than keys) and the blockwise one (queries at the end of longer keys, several key blocks).
+void check_attention_bf16_kv(const AttentionShape& s) {
+  SCOPED_TRACE("seq_q " + std::to_string(s.seq_q) + " seq_kv " + std::to_string(s.seq_kv) + " hd " +
+               std::to_string(s.head_dim));
+  const int64_t nq = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t nkv = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  const int64_t n_lse = s.batch * s.n_heads * s.seq_q;
+  const std::vector<float> q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3);
+  std::vector<uint16_t> k16(nkv), v16(nkv);
+  std::vector<float> k_wide(nkv), v_wide(nkv);
+  for (int64_t i = 0; i < nkv; ++i) {
+    k16[i] = f32_to_bf16(k[i]);
+    v16[i] = f32_to_bf16(v[i]);
+    k_wide[i] = bf16_to_f32(k16[i]);
+    v_wide[i] = bf16_to_f32(v16[i]);
+  }
+  std::vector<float> out(nq), lse(n_lse), want(nq), want_lse(n_lse), ref(nq), ref_lse(n_lse);
+  attention_forward_blockwise_bf16_kv(out.data(), lse.data(), q.data(), k16.data(), v16.data(), s);
+  attention_forward_blockwise(want.data(), want_lse.data(), q.data(), k_wide.data(), v_wide.data(),
+                              s);
+  expect_close("bf16 kv out vs fp32 on widened", out.data(), want.data(), nq, 1e-6);
+  expect_close("bf16 kv lse vs fp32 on widened", lse.data(), want_lse.data(), n_lse, 1e-6);
+  attention_forward_reference(want.data(), want_lse.data(), q.data(), k_wide.data(), v_wide.data(),
+                              s);
+  attention_forward_reference_bf16_kv(ref.data(), ref_lse.data(), q.data(), k16.data(), v16.data(),
+                                      s);
+  EXPECT_EQ(ref, want);
+  EXPECT_EQ(ref_lse, want_lse);
+  expect_close("bf16 kv out vs reference", out.data(), ref.data(), nq, 1e-5);
+  expect_close("bf16 kv lse vs reference", lse.data(), ref_lse.data(), n_lse, 1e-6);
+}
+
+TEST(Attention, Bf16KeysAndValuesEqualFp32OnWidenedValues) {
+  check_attention_bf16_kv({2, 1, 300, 4, 2, 12});
+  check_attention_bf16_kv({1, 1, 37, 16, 8, 128});  // Qwen3-0.6B's heads
+  check_attention_bf16_kv({1, 1, 19, 4, 2, 70});    // two blocks of 32 and a tail of 6
+  check_attention_bf16_kv({2, 3, 70, 4, 1, 8});
+  check_attention_bf16_kv({1, 131, 140, 4, 2, 40});  // several query and key blocks
+  const int saved = thread_count();
+  set_thread_count(5);
+  check_attention_bf16_kv({2, 1, 3, 4, 2, 40});
   set_thread_count(saved);
 }
 
