@@ -35,7 +35,11 @@ struct JobConfig {
     std::string dataset_path = "";
     int64_t seed = 0;
     bool deterministic = true;
+    // torchtitan's mixed precision: "bfloat16" keeps fp32 master weights and AdamW state and
+    // computes every matmul with bf16 operands and fp32 accumulation (models/causal_lm.h);
+    // "float32" computes in fp32. Gradients are reduced in fp32, the only value torchtitan takes.
     std::string mixed_precision_param = "float32";
+    std::string mixed_precision_reduce = "float32";
     // titan's addition: a step whose loss or gradients are not finite is skipped (no update,
     // counted and reported) instead of stopping the run.
     bool skip_nonfinite_steps = false;

@@ -211,7 +211,12 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
 
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
-  model_ = make_model(args_, overrides);
+  const DType compute = t.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
+  model_ = make_model(args_, overrides, compute);
+  std::printf("%s\n", compute == DType::bf16
+                          ? "mixed precision: matmuls in bf16 with fp32 accumulation; fp32 master "
+                            "weights, AdamW state, norms, attention, softmax, loss and gradients"
+                          : "precision: fp32 throughout");
   for (const std::string& line : model_->override_report().applied) {
     std::printf("override %s\n", line.c_str());
   }

@@ -40,5 +40,7 @@ namespace titan {
 // seven square 2048^3 GEMMs after a warm-up (about half a second on 2 cores). The benchmarks
 // report against it; MFU is against the hardware's peak (peak.h), which no moment's load moves.
 double measure_gemm_ceiling_gflops();
+// The same with bf16 operands and fp32 accumulation (gemm_bf16): the mixed-precision ceiling.
+double measure_gemm_bf16_ceiling_gflops();
 
 }  // namespace titan
