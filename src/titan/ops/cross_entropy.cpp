@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "titan/backend/backend.h"
-#include "titan/backend/cpu/gemm.h"
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/gemm_reference.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 
@@ -47,7 +46,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
     logits = own_logits.as<float>();
   }
   std::vector<double> row_loss(a.n_tokens, 0.0);
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
   for (int64_t n0 = 0; n0 < a.n_tokens; n0 += chunk) {
     const int64_t rows = std::min(chunk, a.n_tokens - n0);
     const float* x = a.x + n0 * a.hidden;

@@ -1,7 +1,7 @@
 #include "titan/ops/linear.h"
 
 #include "titan/backend/backend.h"
-#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/gemm_reference.h"
 
 namespace titan {
 
