@@ -12,12 +12,12 @@
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
 #include "titan/io/atomic_dir.h"
-#include "titan/models/flavors.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/qwen3/flavors.h"
 #include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
 
