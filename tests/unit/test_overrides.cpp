@@ -9,6 +9,7 @@
 #include "titan/kernels/overrides.h"
 #include "titan/models/decoder_lm.h"
 
+#include "test_safetensors_util.h"
 #include "tiny_models.h"
 
 namespace titan {
@@ -126,40 +127,62 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
   for (const KernelEntry* e : kernel_registry().entries()) {
     EXPECT_FALSE(e->dtypes.empty()) << e->name;
   }
-  // The linear kernels take fp32 weights only: LinearKernel's functions have float weights.
-  EXPECT_EQ(kernel_registry().get("linear", OpKind::linear).dtypes, std::vector<DType>{DType::f32});
+  // The built-in linears compute in fp32 and, for mixed precision, with bf16 operands.
+  const std::vector<DType> both = {DType::f32, DType::bf16};
+  EXPECT_EQ(kernel_registry().get("linear", OpKind::linear).dtypes, both);
+  EXPECT_EQ(kernel_registry().get("linear_reference", OpKind::linear).dtypes, both);
+  // A linear kernel that declares bf16 must bring the bf16 functions, and one that has them must
+  // declare bf16.
+  const LinearKernel& builtin =
+      std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
+  KernelRegistry registry;
+  test::expect_error(
+      [&] {
+        registry.add({"claims_bf16",
+                      OpKind::linear,
+                      {DType::f32, DType::bf16},
+                      "test only",
+                      LinearKernel{builtin.forward, builtin.backward}});
+      },
+      {"kernel 'claims_bf16'", "declares bf16 needs forward_bf16 and backward_bf16"});
+  test::expect_error(
+      [&] {
+        registry.add({"hides_bf16", OpKind::linear, {DType::f32}, "test only", builtin});
+      },
+      {"kernel 'hides_bf16'", "does not declare bf16 has forward_bf16"});
 }
 
 TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {
-  // A bf16-weight linear slot: the default binding is refused, and so is an override that keeps
-  // an fp32-only kernel; the check runs whether or not a rule rebinds the slot.
+  // A bf16 linear slot (mixed precision): an fp32-only kernel is refused for it, the built-in
+  // ones are accepted; the check runs whether or not a rule rebinds the slot.
+  static const bool registered = [] {
+    const LinearKernel& builtin =
+        std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
+    kernel_registry().add({"linear_test_f32_only",
+                           OpKind::linear,
+                           {DType::f32},
+                           "test only",
+                           LinearKernel{builtin.forward, builtin.backward}});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
   std::vector<KernelSlot> slots = {
-      {"model.layers.0.mlp.gate_proj", OpKind::linear, "linear", DType::bf16},
+      {"model.layers.0.mlp.gate_proj", OpKind::linear, "linear_test_f32_only", DType::bf16},
       {"model.norm", OpKind::rms_norm, "rms_norm"},
   };
   const auto message = [&](const std::vector<OverrideRule>& rules) {
     return override_error(slots, rules);
   };
-  EXPECT_EQ(
-      message({}),
-      "model.layers.0.mlp.gate_proj: linear kernel 'linear' takes F32, the module needs BF16");
-  EXPECT_EQ(message({{"*.gate_proj", "linear_reference"}}),
-            "model.layers.0.mlp.gate_proj: linear kernel 'linear_reference' takes F32, the module "
-            "needs BF16");
-  // A kernel that takes both is accepted for it.
-  static const bool registered = [] {
-    const LinearKernel& fp32 =
-        std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
-    kernel_registry().add({"linear_test_bf16",
-                           OpKind::linear,
-                           {DType::f32, DType::bf16},
-                           "test only",
-                           LinearKernel{fp32.forward, fp32.backward}});
-    return true;
-  }();
-  ASSERT_TRUE(registered);
-  EXPECT_EQ(message({{"*.gate_proj", "linear_test_bf16"}}), "no error");
-  // Every slot of a model is fp32 today, and every kernel takes fp32.
+  EXPECT_EQ(message({}),
+            "model.layers.0.mlp.gate_proj: linear kernel 'linear_test_f32_only' takes F32, the "
+            "module needs BF16");
+  slots[0].kernel = "linear";
+  EXPECT_EQ(message({{"*.gate_proj", "linear_test_f32_only"}}),
+            "model.layers.0.mlp.gate_proj: linear kernel 'linear_test_f32_only' takes F32, the "
+            "module needs BF16");
+  EXPECT_EQ(message({}), "no error");
+  EXPECT_EQ(message({{"*.gate_proj", "linear_reference"}}), "no error");
+  // Every slot of an fp32 model is fp32, and every kernel takes fp32.
   EXPECT_NO_THROW(DecoderLM(tiny_args(), {}));
 }
 

@@ -42,13 +42,14 @@ constexpr std::string_view dtype_name(DType t) {
   return "?";
 }
 
-// bf16 conversion with round-to-nearest-even, as torch's .to(torch.bfloat16) does.
+// bf16 conversion with round-to-nearest-even, as torch's .to(torch.bfloat16) does; NaN stays a
+// (quiet) NaN. Both results are computed and one selected, so loops over it vectorise.
 inline uint16_t f32_to_bf16(float f) {
   uint32_t u;
   std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // NaN
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 inline float bf16_to_f32(uint16_t h) {

@@ -1,5 +1,7 @@
 #include "titan/infer/session.h"
 
+#include <algorithm>
+
 #include "titan/core/error.h"
 
 namespace titan {
@@ -19,6 +21,8 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   const int64_t I = a.intermediate_size, E = a.num_experts, k = a.num_experts_per_tok;
   const int64_t Im = a.moe_intermediate_size, rows = n * k;  // rows: 0 for a dense model
   const int64_t qk = a.qk_norm ? 1 : 0;
+  // bf16 weights: each GEMM's input rounded to bf16 (the widest input: h, H * hd or I), in floats.
+  const int64_t bf16_in = weights.dtype() == DType::bf16 ? (n * std::max({h, qd, I}) + 1) / 2 : 0;
   // Sizes in take() order; each view starts 64-byte aligned.
   const int64_t sizes[] = {n * h,
                            n * h,
@@ -49,7 +53,8 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                            rows * h,
                            rows * h,
                            a.vocab_size,
-                           weights.widened_floats()};
+                           weights.widened_floats(),
+                           bf16_in};
   int64_t total = 0;
   for (int64_t s : sizes) total += (s + 15) / 16 * 16;
   scratch_ = Buffer(static_cast<size_t>(total) * sizeof(float), MemCategory::activations);
@@ -86,7 +91,8 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   moe_scratch_.x = take(rows * h);  // the forward uses only the gathered rows
   moe_scratch_.y = take(rows * h);
   logits_ = take(a.vocab_size);
-  widened_ = take(weights.widened_floats());
+  linear_.widened = take(weights.widened_floats());
+  linear_.x_bf16 = reinterpret_cast<uint16_t*>(take(bf16_in));
 }
 
 float* InferenceSession::forward(const int32_t* ids, int64_t n) {
@@ -109,7 +115,7 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
   call.rope = &rope_;
   call.past = past;
   call.experts_scratch = &moe_scratch_;
-  call.widened = widened_;
+  call.linear = linear_;
   m.embed_tokens.forward(resid_, ids, n);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const auto layer = static_cast<int64_t>(l);
@@ -120,7 +126,7 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
   cache_.advance(n);
   const float* last = resid_ + (n - 1) * h;
   m.norm.forward(norm_, rstd_, last, 1);
-  m.lm_head.forward(logits_, norm_, 1, widened_);
+  m.lm_head.forward(logits_, norm_, 1, linear_);
   return logits_;
 }
 

@@ -11,8 +11,9 @@
 // bound by the bytes of weights it streams: q/k/v run as one fused GEMV, gate/up as another, so
 // a layer costs five parallel regions (qkv, attention, o, gate/up, down); the one-token norms,
 // RoPE and SwiGLU run on the calling thread (kMinParallelElements). A call of many tokens uses
-// the GEMM, bf16 weights widened to fp32 one matrix at a time; so do linears bound by
-// [overrides] to another kernel, which generate runs as training does.
+// the GEMM: with bf16 weights, bf16 operands (the tokens rounded to bf16) and fp32 accumulation,
+// as mixed-precision training computes. Linears bound by [overrides] to another kernel run as
+// training runs them (a bf16 weight widened for a kernel that takes only fp32).
 #pragma once
 
 #include <cstdint>
@@ -58,8 +59,10 @@ class InferenceSession {
   float* rstd_ = nullptr;   // (n) its discarded row scales
   LayerActivations acts_;   // every layer's, nothing kept between layers
   ExpertsScratch moe_scratch_;
-  float* logits_ = nullptr;   // (V)
-  float* widened_ = nullptr;  // (largest layer weight) bf16 widened for a GEMM; null for f32
+  float* logits_ = nullptr;  // (V)
+  // bf16 weights: the GEMMs' inputs rounded to bf16, and the widened weight for an fp32-only
+  // kernel; nulls for fp32 weights.
+  LinearScratch linear_;
 };
 
 }  // namespace titan

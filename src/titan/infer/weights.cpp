@@ -14,7 +14,6 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
     : model_(model), dtype_(dtype), modules_(model.modules()) {
   TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16, "inference weights in ",
               dtype_name(dtype), ": only F32 and BF16 are supported");
-  if (dtype == DType::f32) return;
   std::vector<Linear*> all;
   for (DecoderLayer& l : modules_.layers) {
     SelfAttention& s = l.self_attn;
@@ -23,6 +22,10 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
       for (Linear* w : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) all.push_back(w);
     }
   }
+  // A model that trains in bf16 keeps bf16 copies of its own; these weights are this object's.
+  for (Linear* w : all) w->weight_bf16 = nullptr;
+  modules_.lm_head.weight_bf16 = nullptr;
+  if (dtype == DType::f32) return;
   int64_t total = modules_.lm_head.out_features * modules_.lm_head.in_features;
   for (const Linear* w : all) {
     const int64_t n = w->out_features * w->in_features;

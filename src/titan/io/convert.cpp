@@ -46,15 +46,9 @@ void bf16_to_f32_range(const unsigned char* src, float* dst, size_t begin, size_
   }
 }
 
-// f32_to_bf16 (core/dtype.h) without its early return, so the loop vectorises: both results are
-// computed and NaN picks the quieted one.
 void f32_to_bf16_range(const float* src, unsigned char* dst, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) {
-    uint32_t u;
-    std::memcpy(&u, src + i, 4);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (u >> 16) | 0x40u;
-    const auto h = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+    const uint16_t h = f32_to_bf16(src[i]);
     std::memcpy(dst + 2 * i, &h, 2);
   }
 }

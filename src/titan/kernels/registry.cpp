@@ -1,5 +1,7 @@
 #include "titan/kernels/registry.h"
 
+#include <algorithm>
+
 #include "titan/core/error.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/linear.h"
@@ -17,14 +19,15 @@ void register_builtins(KernelRegistry& r) {
          EmbeddingKernel{embedding_forward, embedding_backward}});
   r.add({"linear",
          OpKind::linear,
-         {DType::f32},
-         "oneDNN sgemm",
-         LinearKernel{linear_forward, linear_backward}});
+         {DType::f32, DType::bf16},
+         "oneDNN sgemm; bf16 operands through oneDNN's matmul",
+         LinearKernel{linear_forward, linear_backward, linear_forward_bf16, linear_backward_bf16}});
   r.add({"linear_reference",
          OpKind::linear,
-         {DType::f32},
+         {DType::f32, DType::bf16},
          "three loops, fp64 sums",
-         LinearKernel{linear_forward_reference, linear_backward_reference}});
+         LinearKernel{linear_forward_reference, linear_backward_reference,
+                      linear_forward_bf16_reference, linear_backward_bf16_reference}});
   r.add({"rope",
          OpKind::rope,
          {DType::f32},
@@ -32,7 +35,7 @@ void register_builtins(KernelRegistry& r) {
          RopeKernel{rope_forward, rope_backward}});
   r.add({"cross_entropy_chunked",
          OpKind::lm_head_loss,
-         {DType::f32},
+         {DType::f32, DType::bf16},
          "lm_head GEMM fused with cross-entropy, chunks of at most 320 MiB of logits",
          LmHeadLossKernel{lm_head_cross_entropy}});
   r.add({"cross_entropy_reference",
@@ -113,6 +116,14 @@ const char* op_kind_name(OpKind kind) {
 
 void KernelRegistry::add(KernelEntry entry) {
   TITAN_CHECK(entries_.count(entry.name) == 0, "kernel '", entry.name, "' is registered twice");
+  if (const auto* linear = std::get_if<LinearKernel>(&entry.impl)) {
+    const bool takes_bf16 =
+        std::find(entry.dtypes.begin(), entry.dtypes.end(), DType::bf16) != entry.dtypes.end();
+    TITAN_CHECK(takes_bf16 == (linear->forward_bf16 != nullptr && linear->backward_bf16 != nullptr),
+                "kernel '", entry.name, "': a linear kernel ",
+                takes_bf16 ? "that declares bf16 needs" : "that does not declare bf16 has",
+                " forward_bf16 and backward_bf16");
+  }
   const std::string name = entry.name;
   entries_.emplace(name, std::move(entry));
 }

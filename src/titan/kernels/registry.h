@@ -58,6 +58,12 @@ struct LinearKernel {
   void (*forward)(float*, const float*, const float*, int64_t, int64_t, int64_t);
   void (*backward)(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
                    int64_t, bool);
+  // bf16 x, W and dy, fp32 accumulation and outputs (ops/linear.h): required when the entry's
+  // dtypes include bf16, else null.
+  void (*forward_bf16)(float*, const uint16_t*, const uint16_t*, int64_t, int64_t,
+                       int64_t) = nullptr;
+  void (*backward_bf16)(float*, float*, const uint16_t*, const uint16_t*, const uint16_t*, int64_t,
+                        int64_t, int64_t, bool) = nullptr;
 };
 
 struct RopeKernel {

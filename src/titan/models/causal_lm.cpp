@@ -23,8 +23,9 @@ void CausalLM::zero_gradients() {
 }
 
 std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
-                                     const std::vector<OverrideRule>& overrides) {
-  return model_family(args.architecture, "model").make(args, overrides);
+                                     const std::vector<OverrideRule>& overrides,
+                                     DType compute_dtype) {
+  return model_family(args.architecture, "model").make(args, overrides, compute_dtype);
 }
 
 }  // namespace titan

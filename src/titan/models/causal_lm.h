@@ -43,6 +43,9 @@ class CausalLM {
   virtual ~CausalLM() = default;
 
   virtual const ModelArgs& args() const = 0;
+  // What the matmuls compute in: f32, or bf16 operands with fp32 accumulation (mixed precision:
+  // fp32 master weights, bf16 copies made at each forward; norms, softmax, router and loss fp32).
+  virtual DType compute_dtype() const = 0;
   virtual std::vector<ParamGroup>& param_groups() = 0;
   virtual const std::vector<ParamGroup>& param_groups() const = 0;
   virtual const std::vector<KernelSlot>& kernel_slots() const = 0;
@@ -89,8 +92,10 @@ class CausalLM {
 };
 
 // The model of `args.architecture` (models/registry.h), its parameters allocated but not
-// initialised; overrides rebind kernel slots (what they did is in override_report()).
+// initialised; overrides rebind kernel slots (what they did is in override_report()), each
+// checked against the dtype its slot computes in.
 std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
-                                     const std::vector<OverrideRule>& overrides = {});
+                                     const std::vector<OverrideRule>& overrides = {},
+                                     DType compute_dtype = DType::f32);
 
 }  // namespace titan

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "titan/core/error.h"
+#include "titan/io/convert.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/ops/moe.h"
 
@@ -14,13 +15,15 @@ std::string layer_name(int64_t i) {
   return "model.layers." + std::to_string(i);
 }
 
-std::vector<KernelSlot> default_slots(const ModelArgs& a) {
+// `compute`: the dtype of the matmuls' operands; the router, norms, RoPE, attention and SwiGLU
+// stay fp32.
+std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
   std::vector<KernelSlot> slots = {{"model.embed_tokens", OpKind::embedding, "embedding"}};
   for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
     const std::string p = layer_name(i);
     slots.push_back({p + ".input_layernorm", OpKind::rms_norm, "rms_norm"});
     for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-      slots.push_back({p + ".self_attn." + proj, OpKind::linear, "linear"});
+      slots.push_back({p + ".self_attn." + proj, OpKind::linear, "linear", compute});
     }
     if (a.qk_norm) {
       slots.push_back({p + ".self_attn.q_norm", OpKind::rms_norm, "rms_norm"});
@@ -35,12 +38,12 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a) {
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-      slots.push_back({p + ".mlp." + proj, OpKind::linear, "linear"});
+      slots.push_back({p + ".mlp." + proj, OpKind::linear, "linear", compute});
     }
     slots.push_back({p + ".mlp", OpKind::swiglu, "swiglu"});
   }
   slots.push_back({"model.norm", OpKind::rms_norm, "rms_norm"});
-  slots.push_back({"lm_head", OpKind::lm_head_loss, "cross_entropy_chunked"});
+  slots.push_back({"lm_head", OpKind::lm_head_loss, "cross_entropy_chunked", compute});
   return slots;
 }
 
@@ -94,10 +97,13 @@ RMSNorm make_norm(const std::string& name, const ParamGroup& g, const KernelBind
 
 }  // namespace
 
-DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides)
-    : args_(args) {
+DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides,
+                     DType compute_dtype)
+    : args_(args), compute_dtype_(compute_dtype) {
   validate_model_args(args_, "model");
-  slots_ = default_slots(args_);
+  TITAN_CHECK(compute_dtype == DType::f32 || compute_dtype == DType::bf16, "model: compute in ",
+              dtype_name(compute_dtype), " is not supported (F32 or BF16)");
+  slots_ = default_slots(args_, compute_dtype_);
   override_report_ = apply_overrides(slots_, overrides, kernel_registry());
   const KernelBinder binder(slots_);
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
@@ -181,6 +187,35 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       mlp.swiglu = &std::get<SwigluKernel>(binder.bind(mlp.name, OpKind::swiglu).impl);
     }
     m_.layers.push_back(std::move(layer));
+  }
+  if (compute_dtype_ == DType::bf16) allocate_compute_weights();
+}
+
+void DecoderLM::allocate_compute_weights() {
+  std::vector<Linear*> linears;
+  for (DecoderLayer& l : m_.layers) {
+    SelfAttention& s = l.self_attn;
+    for (Linear* w : {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj}) linears.push_back(w);
+    if (!l.sparse) {
+      for (Linear* w : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) linears.push_back(w);
+    }
+  }
+  linears.push_back(&m_.lm_head);  // the embedding's weight when tied: its copy serves the head
+  int64_t total = 0;
+  for (const Linear* w : linears) total += w->out_features * w->in_features;
+  compute_weights_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
+  uint16_t* next = compute_weights_.as<uint16_t>();
+  for (Linear* w : linears) {
+    const int64_t n = w->out_features * w->in_features;
+    w->weight_bf16 = next;
+    compute_copies_.push_back({w->weight, next, n});
+    next += n;
+  }
+}
+
+void DecoderLM::refresh_compute_weights() {
+  for (const ComputeCopy& c : compute_copies_) {
+    convert_from_f32(c.master, static_cast<size_t>(c.numel), DType::bf16, c.copy);
   }
 }
 
@@ -292,6 +327,12 @@ int64_t DecoderLM::carve_activations(float* base, int64_t batch, int64_t seq,
   }
   v.final_norm = c.take(n * h);
   v.final_norm_rstd = c.take(n);
+  if (compute_dtype_ == DType::bf16) {
+    // Two bf16 values per float; the lm_head's input (N, h) is among the widest inputs.
+    const int64_t widest = std::max({h, H * hd, any_dense ? I : 0});
+    v.linear.x_bf16 = reinterpret_cast<uint16_t*>(c.take((n * widest + 1) / 2));
+    v.linear.dy_bf16 = reinterpret_cast<uint16_t*>(c.take((n * widest + 1) / 2));
+  }
   v.d_resid = c.take(n * h);
   LayerGradScratch& g = v.grad;
   g.d_norm = c.take(n * h);
@@ -337,6 +378,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   call_.positions = positions_.data();
   call_.rope = &rope_cache_;
   call_.experts_scratch = &acts_.grad.moe.experts;
+  call_.linear = acts_.linear;
 }
 
 void DecoderLM::layer_forward(size_t i, LayerActivations& a) {
@@ -352,6 +394,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(!options.compute_grad || groups_[0].grads() != nullptr,
               "forward with compute_grad before allocate_gradients");
   ensure_activations(batch, seq);
+  refresh_compute_weights();
   const int64_t n = batch * seq, h = args_.hidden_size;
   std::memcpy(ids_.data(), input_ids, n * sizeof(int32_t));
   if (labels != nullptr) {
@@ -393,6 +436,8 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   CrossEntropyArgs ce;
   ce.x = acts_.final_norm;
   ce.weight = m_.lm_head.weight;
+  ce.weight_bf16 = m_.lm_head.weight_bf16;
+  ce.x_bf16 = acts_.linear.x_bf16;
   ce.targets = targets_.data();
   ce.n_tokens = n;
   ce.hidden = h;
@@ -433,8 +478,9 @@ void DecoderLM::backward() {
 }
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
-                                          const std::vector<OverrideRule>& overrides) {
-  return std::make_unique<DecoderLM>(args, overrides);
+                                          const std::vector<OverrideRule>& overrides,
+                                          DType compute_dtype) {
+  return std::make_unique<DecoderLM>(args, overrides, compute_dtype);
 }
 
 }  // namespace titan

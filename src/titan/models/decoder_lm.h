@@ -19,10 +19,12 @@ namespace titan {
 class DecoderLM final : public CausalLM {
  public:
   // Builds the module tree and allocates parameters (not yet initialised). Overrides rebind
-  // kernel slots; what they did is in override_report().
-  explicit DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides = {});
+  // kernel slots; what they did is in override_report(). compute_dtype: f32 or bf16.
+  explicit DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides = {},
+                     DType compute_dtype = DType::f32);
 
   const ModelArgs& args() const override { return args_; }
+  DType compute_dtype() const override { return compute_dtype_; }
   std::vector<ParamGroup>& param_groups() override { return groups_; }
   const std::vector<ParamGroup>& param_groups() const override { return groups_; }
   const std::vector<KernelSlot>& kernel_slots() const override { return slots_; }
@@ -55,6 +57,7 @@ class DecoderLM final : public CausalLM {
     // Backward scratch shared by all layers (grad.moe.experts also serves the forward).
     float* d_resid = nullptr;  // (N, h)
     LayerGradScratch grad;
+    LinearScratch linear;  // bf16 compute: (N, widest input) and (N, widest output) in bf16
   };
   // Carves the activations of (batch, seq) out of `base` into `v` (a null base only measures);
   // returns the floats taken. The one table both ensure_activations and activation_bytes use.
@@ -62,8 +65,14 @@ class DecoderLM final : public CausalLM {
   void ensure_activations(int64_t batch, int64_t seq);
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
+  // bf16 compute: lays out one bf16 copy of every matmul weight and points the modules at it.
+  void allocate_compute_weights();
+  // Rounds the fp32 master weights into their bf16 copies (each forward: the optimizer or a
+  // load may have changed them).
+  void refresh_compute_weights();
 
   ModelArgs args_;
+  DType compute_dtype_ = DType::f32;
   std::vector<KernelSlot> slots_;
   OverrideReport override_report_;
   std::vector<ParamGroup> groups_;  // [0]: embed_tokens, norm, lm_head; [1 + i]: layer i
@@ -79,6 +88,14 @@ class DecoderLM final : public CausalLM {
   LayerCall call_;  // the current (batch_, seq_) call
   std::vector<int32_t> ids_, positions_, targets_;
   Buffer logits_chunk_;  // (chunk, V) lm_head loss scratch, kept across steps
+  // bf16 compute: the copies of the matmul weights (the router's excepted) and what each copies.
+  Buffer compute_weights_;
+  struct ComputeCopy {
+    const float* master;
+    uint16_t* copy;
+    int64_t numel;
+  };
+  std::vector<ComputeCopy> compute_copies_;
   // The load-balancing loss over all sparse layers of the last forward.
   int64_t n_sparse_layers_ = 0;
   std::vector<double> router_counts_;     // (E) tokens routed to each expert
@@ -92,6 +109,7 @@ class DecoderLM final : public CausalLM {
 
 // The model registry's factory for every family DecoderLM computes (models/registry.cpp).
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
-                                          const std::vector<OverrideRule>& overrides);
+                                          const std::vector<OverrideRule>& overrides,
+                                          DType compute_dtype);
 
 }  // namespace titan

@@ -15,7 +15,7 @@ void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
   if (sparse) {
     moe.forward(out, a.moe, *call.experts_scratch, a.norm2, n);
   } else {
-    mlp.forward(out, a.mlp, a.norm2, n, call.widened);
+    mlp.forward(out, a.mlp, a.norm2, n, call.linear);
   }
   v.axpy(out, 1.0f, a.resid_mid, n * h);
 }
@@ -27,7 +27,7 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
   if (sparse) {
     moe.backward(g.d_norm, g.moe, d_resid, a.moe, a.norm2, dprobs_all, n);
   } else {
-    mlp.backward(g.d_norm, g.mlp, d_resid, a.mlp, a.norm2, n);
+    mlp.backward(g.d_norm, g.mlp, d_resid, a.mlp, a.norm2, n, call.linear);
   }
   post_attention_layernorm.backward(g.d_norm, g.d_norm, a.resid_mid, a.norm2_rstd, n);
   v.axpy(d_resid, 1.0f, g.d_norm, n * h);

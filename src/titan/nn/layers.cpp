@@ -29,18 +29,32 @@ GemvWeight Linear::compute_weight() const {
   return {DType::f32, weight, out_features, in_features};
 }
 
-void Linear::forward(float* y, const float* x, int64_t n, float* widened) const {
-  linear_group_forward({{this, y}}, x, n, widened);
+bool Linear::computes_in_bf16() const {
+  return weight_bf16 != nullptr && kernel->forward_bf16 != nullptr;
 }
 
-void Linear::backward(float* dx, const float* dy, const float* x, int64_t n,
-                      bool accumulate_dx) const {
-  kernel->backward(dx, weight_grad, dy, x, weight, n, in_features, out_features, accumulate_dx);
+void Linear::forward(float* y, const float* x, int64_t n, const LinearScratch& scratch) const {
+  linear_group_forward({{this, y}}, x, n, scratch);
+}
+
+void Linear::backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
+                      const LinearScratch& scratch) const {
+  if (computes_in_bf16()) {
+    TITAN_CHECK(scratch.x_bf16 != nullptr && scratch.dy_bf16 != nullptr, name,
+                ": bf16 compute needs rounding buffers");
+    convert_from_f32(x, static_cast<size_t>(n * in_features), DType::bf16, scratch.x_bf16);
+    convert_from_f32(dy, static_cast<size_t>(n * out_features), DType::bf16, scratch.dy_bf16);
+    kernel->backward_bf16(dx, weight_grad, scratch.dy_bf16, scratch.x_bf16, weight_bf16, n,
+                          in_features, out_features, accumulate_dx);
+  } else {
+    TITAN_CHECK(weight_bf16 == nullptr, name, ": no backward through a widened bf16 weight");
+    kernel->backward(dx, weight_grad, dy, x, weight, n, in_features, out_features, accumulate_dx);
+  }
   if (bias_grad != nullptr) bias_backward(bias_grad, dy, n, out_features);
 }
 
 void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
-                          float* widened) {
+                          const LinearScratch& scratch) {
   bool fused = n == 1 && outputs.size() <= kMaxGemvProducts;
   for (const LinearOutput& o : outputs) fused = fused && o.linear->kernel_name == kBuiltinLinear;
   if (fused) {
@@ -49,16 +63,24 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
     for (const LinearOutput& o : outputs) products[count++] = {o.linear->compute_weight(), o.y};
     gemv_forward(std::span<const GemvProduct>(products, count), x);
   }
+  bool x_rounded = false;  // the linears share x: it is rounded to bf16 once
   for (const LinearOutput& o : outputs) {
     const Linear& l = *o.linear;
-    if (!fused) {
+    if (!fused && l.computes_in_bf16()) {
+      TITAN_CHECK(scratch.x_bf16 != nullptr, l.name, ": bf16 compute needs a rounding buffer");
+      if (!x_rounded) {
+        convert_from_f32(x, static_cast<size_t>(n * l.in_features), DType::bf16, scratch.x_bf16);
+        x_rounded = true;
+      }
+      l.kernel->forward_bf16(o.y, scratch.x_bf16, l.weight_bf16, n, l.in_features, l.out_features);
+    } else if (!fused) {
       const float* w = l.weight;
       if (l.weight_bf16 != nullptr) {
-        TITAN_CHECK(widened != nullptr, l.name, ": bf16 weights need a widening buffer");
+        TITAN_CHECK(scratch.widened != nullptr, l.name, ": bf16 weights need a widening buffer");
         convert_to_f32(l.weight_bf16, DType::bf16,
                        static_cast<size_t>(l.out_features) * static_cast<size_t>(l.in_features),
-                       widened);
-        w = widened;
+                       scratch.widened);
+        w = scratch.widened;
       }
       l.kernel->forward(o.y, x, w, n, l.in_features, l.out_features);
     }
@@ -109,7 +131,7 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   const float* v_all = cached ? call.v_cache : act.v;
   linear_group_forward(
       {{&q_proj, qk_norm ? act.q_pre : act.q}, {&k_proj, qk_norm ? act.k_pre : k}, {&v_proj, v}}, x,
-      n, call.widened);
+      n, call.linear);
   if (qk_norm) {
     q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
     k_norm.forward(k, act.k_rstd, act.k_pre, n * n_kv_heads);
@@ -117,14 +139,14 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   rope->forward(act.q, call.positions, *call.rope, n, n_heads);
   rope->forward(k, call.positions, *call.rope, n, n_kv_heads);
   attention->forward(act.out, act.lse, act.q, k_all, v_all, s);
-  o_proj.forward(y, act.out, n, call.widened);
+  o_proj.forward(y, act.out, n, call.linear);
 }
 
 void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy,
                              const AttentionActivations& act, const float* x,
                              const LayerCall& call) const {
   const int64_t n = call.tokens();
-  o_proj.backward(g.dout, dy, act.out, n, false);
+  o_proj.backward(g.dout, dy, act.out, n, false, call.linear);
   attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse, shape(call));
   rope->backward(g.dq, call.positions, *call.rope, n, n_heads);
   rope->backward(g.dk, call.positions, *call.rope, n, n_kv_heads);
@@ -132,24 +154,24 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
     q_norm.backward(g.dq, g.dq, act.q_pre, act.q_rstd, n * n_heads);
     k_norm.backward(g.dk, g.dk, act.k_pre, act.k_rstd, n * n_kv_heads);
   }
-  q_proj.backward(dx, g.dq, x, n, false);
-  k_proj.backward(dx, g.dk, x, n, true);
-  v_proj.backward(dx, g.dv, x, n, true);
+  q_proj.backward(dx, g.dq, x, n, false, call.linear);
+  k_proj.backward(dx, g.dk, x, n, true, call.linear);
+  v_proj.backward(dx, g.dv, x, n, true, call.linear);
 }
 
 void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
-                        float* widened) const {
-  linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, widened);
+                        const LinearScratch& linear) const {
+  linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear);
   swiglu->forward(act.act, act.gate, act.up, n * intermediate);
-  down_proj.forward(y, act.act, n, widened);
+  down_proj.forward(y, act.act, n, linear);
 }
 
 void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,
-                         const float* x, int64_t n) const {
-  down_proj.backward(g.dact, dy, act.act, n, false);
+                         const float* x, int64_t n, const LinearScratch& linear) const {
+  down_proj.backward(g.dact, dy, act.act, n, false, linear);
   swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, n * intermediate);
-  gate_proj.backward(dx, g.dgate, x, n, false);
-  up_proj.backward(dx, g.dup, x, n, true);
+  gate_proj.backward(dx, g.dgate, x, n, false, linear);
+  up_proj.backward(dx, g.dup, x, n, true, linear);
 }
 
 ExpertsShape SparseMoeBlock::shape(int64_t n) const {
@@ -166,7 +188,7 @@ void SparseMoeBlock::check_constraints(int64_t n) const {
 void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& scratch,
                              const float* x, int64_t n) const {
   check_constraints(n);
-  gate.forward(act.router_logits, x, n);
+  gate.forward(act.router_logits, x, n, {});
   router_topk_forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
                       n_experts, top_k, norm_topk_prob);
   experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights, shape(n));
@@ -179,7 +201,7 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
                     act.topk_weight, weights, shape(n));
   router_topk_backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n,
                        n_experts, top_k, norm_topk_prob);
-  gate.backward(dx, g.dlogits, x, n, true);
+  gate.backward(dx, g.dlogits, x, n, true, {});
 }
 
 }  // namespace titan

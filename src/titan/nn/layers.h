@@ -30,6 +30,16 @@ class KernelBinder {
   const std::vector<KernelSlot>& slots_;
 };
 
+// Room the linears of a call use besides their inputs and outputs, shared by all of them.
+struct LinearScratch {
+  // A bf16 weight widened to fp32 for a kernel that takes only fp32 (largest weight).
+  float* widened = nullptr;
+  // bf16 compute: the input rounded to bf16 (N x largest in_features) and, in a backward, the
+  // output's gradient (N x largest out_features).
+  uint16_t* x_bf16 = nullptr;
+  uint16_t* dy_bf16 = nullptr;
+};
+
 // Where one forward call of a layer reads and writes besides its parameters and activations.
 // Training and evaluation run a batch of sequences whose keys and values are the call's own
 // activations; KV-cached decode runs the new tokens of one sequence against a cache.
@@ -43,9 +53,7 @@ struct LayerCall {
   float* v_cache = nullptr;
   int64_t past = 0;
   const ExpertsScratch* experts_scratch = nullptr;  // a sparse layer's gathered rows
-  // Room for the largest bf16 weight widened to fp32, for GEMMs over bf16 weights (n > 1), or
-  // for a linear kernel that takes only fp32 weights; null when every weight is fp32.
-  float* widened = nullptr;
+  LinearScratch linear;
 
   int64_t tokens() const { return batch * seq; }
 };
@@ -57,17 +65,22 @@ struct Linear {
   float* weight_grad = nullptr;  // (out, in) or null
   float* bias = nullptr;         // (out), or null for bias=False
   float* bias_grad = nullptr;    // (out) or null
-  // A bf16 copy of weight that the forward multiplies by instead (inference weights), or null.
+  // A bf16 copy of weight that the GEMMs use instead (mixed-precision training, bf16 inference),
+  // or null. With a kernel that takes bf16, x and dy are rounded to bf16 too and products
+  // accumulate in fp32; with an fp32-only kernel (inference) the weight is widened.
   const uint16_t* weight_bf16 = nullptr;
   const LinearKernel* kernel = nullptr;
   std::string kernel_name;  // registry name
 
   // What the forward multiplies by, as the decode GEMVs take it.
   GemvWeight compute_weight() const;
+  // Whether the GEMMs take bf16 operands.
+  bool computes_in_bf16() const;
   // y (N, out) = x (N, in) W^T + b
-  void forward(float* y, const float* x, int64_t n, float* widened = nullptr) const;
+  void forward(float* y, const float* x, int64_t n, const LinearScratch& scratch) const;
   // dx (N, in) = dy W (or += when accumulate_dx), dW += dy^T x, db += column sums of dy
-  void backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx) const;
+  void backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
+                const LinearScratch& scratch) const;
 };
 
 // One product of linear_group_forward.
@@ -79,9 +92,9 @@ struct LinearOutput {
 // y_i = x W_i^T + b_i for linears that share their input (q/k/v, gate/up). A one-token call whose
 // linears are all bound to the built-in kernel runs as one fused GEMV over their weights (fp32 or
 // bf16, ops/gemv.h) -- the decode path, bound by weight bytes; otherwise each linear's kernel
-// runs, a bf16 weight widened into `widened` first.
+// runs, on x rounded to bf16 once for all of them when they compute in bf16.
 void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
-                          float* widened);
+                          const LinearScratch& scratch);
 
 struct RMSNorm {
   std::string name;
@@ -170,9 +183,10 @@ struct SwigluMlp {
   Linear gate_proj, up_proj, down_proj;
   const SwigluKernel* swiglu = nullptr;
 
-  void forward(float* y, MlpActivations& act, const float* x, int64_t n, float* widened) const;
+  void forward(float* y, MlpActivations& act, const float* x, int64_t n,
+               const LinearScratch& linear) const;
   void backward(float* dx, MlpGradScratch& scratch, const float* dy, const MlpActivations& act,
-                const float* x, int64_t n) const;
+                const float* x, int64_t n, const LinearScratch& linear) const;
 };
 
 // Activations one sparse MoE block keeps for its backward (N tokens, E experts, top k).

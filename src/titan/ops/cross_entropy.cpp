@@ -9,6 +9,7 @@
 #include "titan/backend/gemm_reference.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
+#include "titan/io/convert.h"
 
 namespace titan {
 namespace {
@@ -22,6 +23,19 @@ void check_targets(const CrossEntropyArgs& a) {
     const int32_t t = a.targets[n];
     TITAN_CHECK(t == kIgnoreIndex || (t >= 0 && t < a.vocab), "cross-entropy: target ", t,
                 " at token ", n, " is outside [0, ", a.vocab, ") and not the ignore index -100");
+  }
+}
+
+// row[0, n) as bf16 values in the row's first 2n bytes. Blocks of 64 are read whole before their
+// bf16 values are written, and a block's output ends before the next block's input begins.
+void round_row_to_bf16_in_place(float* row, int64_t n) {
+  constexpr int64_t kBlock = 64;
+  auto* out = reinterpret_cast<uint16_t*>(row);
+  float block[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t count = std::min(kBlock, n - i);
+    std::memcpy(block, row + i, static_cast<size_t>(count) * sizeof(float));
+    for (int64_t j = 0; j < count; ++j) out[i + j] = f32_to_bf16(block[j]);
   }
 }
 
@@ -47,11 +61,22 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   }
   std::vector<double> row_loss(a.n_tokens, 0.0);
   const VecKernels& v = backend().vec();
+  const bool bf16 = a.weight_bf16 != nullptr;
+  if (bf16) {
+    TITAN_CHECK(a.x_bf16 != nullptr, "cross-entropy: bf16 weights need room for x in bf16");
+    convert_from_f32(a.x, static_cast<size_t>(a.n_tokens * a.hidden), DType::bf16, a.x_bf16);
+  }
   for (int64_t n0 = 0; n0 < a.n_tokens; n0 += chunk) {
     const int64_t rows = std::min(chunk, a.n_tokens - n0);
     const float* x = a.x + n0 * a.hidden;
-    backend().gemm_f32(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x, a.hidden, a.weight,
-                       a.hidden, 0.0f, logits, a.vocab);
+    const uint16_t* x_bf16 = bf16 ? a.x_bf16 + n0 * a.hidden : nullptr;
+    if (bf16) {
+      backend().gemm_bf16(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x_bf16, a.hidden,
+                          a.weight_bf16, a.hidden, 0.0f, logits, a.vocab);
+    } else {
+      backend().gemm_f32(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x, a.hidden,
+                         a.weight, a.hidden, 0.0f, logits, a.vocab);
+    }
     if (a.logits != nullptr) {
       std::memcpy(a.logits + n0 * a.vocab, logits, rows * a.vocab * sizeof(float));
     }
@@ -72,9 +97,18 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       if (want_grad) {
         v.scale(exps, a.grad_scale / sum, a.vocab);
         exps[target] -= a.grad_scale;
+        if (bf16) round_row_to_bf16_in_place(lr, a.vocab);
       }
     }
-    if (want_grad) {
+    if (want_grad && bf16) {
+      // Each row's bf16 gradient sits in the first half of its fp32 row: a leading dimension of
+      // 2V bf16 values.
+      const auto* dlogits = reinterpret_cast<const uint16_t*>(logits);
+      backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, dlogits, 2 * a.vocab,
+                          a.weight_bf16, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
+      backend().gemm_bf16(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, dlogits,
+                          2 * a.vocab, x_bf16, a.hidden, 1.0f, a.dweight, a.hidden);
+    } else if (want_grad) {
       backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits, a.vocab,
                          a.weight, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
       backend().gemm_f32(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, logits, a.vocab, x,

@@ -12,8 +12,13 @@ constexpr int32_t kIgnoreIndex = -100;
 constexpr int64_t kLogitsChunkBytes = int64_t{320} << 20;
 
 struct CrossEntropyArgs {
-  const float* x = nullptr;          // (N, h) final-norm output
-  const float* weight = nullptr;     // (V, h) lm_head (the embedding when tied)
+  const float* x = nullptr;       // (N, h) final-norm output
+  const float* weight = nullptr;  // (V, h) lm_head (the embedding when tied)
+  // Mixed precision: weight's bf16 copy (V, h), and room for x rounded to bf16 (N, h). With them
+  // the GEMMs take bf16 operands (d loss / d logits rounded too) and accumulate in fp32; the
+  // logits, softmax and loss stay fp32.
+  const uint16_t* weight_bf16 = nullptr;
+  uint16_t* x_bf16 = nullptr;
   const int32_t* targets = nullptr;  // (N) next-token ids, kIgnoreIndex where not scored
   int64_t n_tokens = 0;
   int64_t hidden = 0;

@@ -1,4 +1,5 @@
-// nn.Linear without bias: y = x W^T, W (out, in) as in Hugging Face checkpoints.
+// nn.Linear without bias: y = x W^T, W (out, in) as in Hugging Face checkpoints. In fp32, and
+// with bf16 operands (raw bits) and fp32 accumulation and outputs, as mixed precision computes it.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +14,23 @@ void linear_backward(float* dx, float* dweight, const float* dy, const float* x,
                      const float* weight, int64_t n_rows, int64_t in_features, int64_t out_features,
                      bool accumulate_dx);
 
-// The same contract on gemm_f32_reference.
+// The same with bf16 x, W and dy: y, dx and dweight are fp32, so gradients accumulate in fp32.
+void linear_forward_bf16(float* y, const uint16_t* x, const uint16_t* weight, int64_t n_rows,
+                         int64_t in_features, int64_t out_features);
+void linear_backward_bf16(float* dx, float* dweight, const uint16_t* dy, const uint16_t* x,
+                          const uint16_t* weight, int64_t n_rows, int64_t in_features,
+                          int64_t out_features, bool accumulate_dx);
+
+// The same contracts on gemm_f32_reference (bf16 operands widened exactly to fp32 first).
 void linear_forward_reference(float* y, const float* x, const float* weight, int64_t n_rows,
                               int64_t in_features, int64_t out_features);
 void linear_backward_reference(float* dx, float* dweight, const float* dy, const float* x,
                                const float* weight, int64_t n_rows, int64_t in_features,
                                int64_t out_features, bool accumulate_dx);
+void linear_forward_bf16_reference(float* y, const uint16_t* x, const uint16_t* weight,
+                                   int64_t n_rows, int64_t in_features, int64_t out_features);
+void linear_backward_bf16_reference(float* dx, float* dweight, const uint16_t* dy,
+                                    const uint16_t* x, const uint16_t* weight, int64_t n_rows,
+                                    int64_t in_features, int64_t out_features, bool accumulate_dx);
 
 }  // namespace titan

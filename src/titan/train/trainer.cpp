@@ -380,7 +380,7 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
 }
 
 TrainResult Trainer::run() {
-  const MfuPeak peak = mfu_peak(backend(), compute_dtype_, config_.metrics.peak_tflops);
+  const MfuPeak peak = mfu_peak(backend(), model_->compute_dtype(), config_.metrics.peak_tflops);
   const JobConfig::Training& t = config_.training;
   const int64_t tokens_per_step = accumulation_steps_ * t.local_batch_size * t.seq_len;
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops,

@@ -7,7 +7,6 @@
 #include <memory>
 #include <string>
 
-#include "titan/core/dtype.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/models/causal_lm.h"
@@ -62,8 +61,6 @@ class Trainer {
   int64_t accumulation_steps_ = 1;
   int64_t start_step_ = 0;     // steps already done (resumed)
   int64_t skipped_steps_ = 0;  // non-finite steps skipped (training.skip_nonfinite_steps)
-  // The training GEMMs' operand dtype: MFU is measured against the device's peak for it.
-  DType compute_dtype_ = DType::f32;
 };
 
 }  // namespace titan
