@@ -20,8 +20,8 @@
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/models/decoder_lm.h"
-#include "titan/models/flavors.h"
 #include "titan/models/flops.h"
+#include "titan/models/qwen3/flavors.h"
 #include "titan/ops/adamw.h"
 
 namespace titan {

@@ -91,8 +91,8 @@ struct JobConfig {
   struct Metrics {
     int64_t log_freq = 10;
     std::string save_jsonl = "";
-    // titan's addition: the MFU denominator in TFLOP/s; 0 takes the hardware's peak for the
-    // threads the run uses (backend/cpu/peak.h, docs/TRAINING.md).
+    // titan's addition: the MFU denominator in TFLOP/s; 0 takes the device's peak for the
+    // threads the run uses (Backend::peak_gflops, docs/TRAINING.md).
     double peak_tflops = 0.0;
   } metrics;
   struct Validation {

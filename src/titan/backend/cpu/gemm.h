@@ -22,11 +22,6 @@ void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, fl
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
-// The fp32 reference used by tests: three loops, fp64 accumulation.
-void gemm_f32_reference(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                        const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                        float* c, int64_t ldc);
-
 std::string gemm_library_name();
 // The oneDNN implementation gemm_bf16 dispatches to on this CPU ("brg:avx512_core_bf16"; a
 // "ref" one would mean no bf16 kernel, orders of magnitude slower).
