@@ -37,9 +37,9 @@
 #include "titan/infer/session.h"
 #include "titan/infer/weights.h"
 #include "titan/models/decoder_lm.h"
-#include "titan/models/flavors.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
+#include "titan/models/qwen3/flavors.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/linear.h"
 

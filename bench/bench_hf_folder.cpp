@@ -15,9 +15,9 @@
 #include "titan/core/dtype.h"
 #include "titan/io/safetensors.h"
 #include "titan/models/decoder_lm.h"
-#include "titan/models/flavors.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
+#include "titan/models/qwen3/flavors.h"
 
 namespace {
 

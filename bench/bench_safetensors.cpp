@@ -13,7 +13,7 @@
 #include "titan/core/dtype.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
-#include "titan/models/flavors.h"
+#include "titan/models/qwen3/flavors.h"
 
 namespace {
 

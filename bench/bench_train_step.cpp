@@ -1,11 +1,12 @@
 // One training step -- forward, backward, AdamW -- of a Qwen3 model on random tokens, timed.
-// Prints tokens/s, model GFLOP/s (docs/PERFORMANCE.md gives the formula), MFU against the fp32
-// GEMM ceiling measured in this same run, and peak memory by category against what the design
-// must keep. With --torch it also times the same step in PyTorch eager (Transformers' Qwen3,
-// fp32, sdpa attention, torch.optim.AdamW) in the same run and prints the ratio.
+// Prints tokens/s, model GFLOP/s (docs/PERFORMANCE.md gives the formula), MFU against the GEMM
+// ceiling of the compute dtype measured in this same run, and peak memory by category against
+// what the design must keep. With --torch it also times the same step in PyTorch eager
+// (Transformers' Qwen3, fp32 weights, sdpa attention, torch.optim.AdamW; with --dtype bfloat16
+// under torch.autocast("cpu", bfloat16)) in the same run and prints the ratio.
 //
-// usage: bench_train_step [--config small|0.6b-4l|tiny] [--steps N] [--threads N] [--torch
-// PYTHON]
+// usage: bench_train_step [--config small|0.6b-4l|tiny] [--steps N] [--threads N]
+//                         [--dtype float32|bfloat16] [--torch PYTHON]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,8 +20,8 @@
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/models/decoder_lm.h"
-#include "titan/models/flavors.h"
 #include "titan/models/flops.h"
+#include "titan/models/qwen3/flavors.h"
 #include "titan/ops/adamw.h"
 
 namespace titan {
@@ -69,8 +70,8 @@ struct Timing {
   double tokens_per_second = 0.0;
 };
 
-Timing run_titan(const BenchConfig& c, int steps) {
-  DecoderLM model(c.args);
+Timing run_titan(const BenchConfig& c, int steps, DType compute) {
+  DecoderLM model(c.args, {}, compute);
   model.initialize(0);
   model.allocate_gradients();
   for (ParamGroup& g : model.param_groups()) g.allocate_optimizer_state();
@@ -99,9 +100,11 @@ Timing run_titan(const BenchConfig& c, int steps) {
     best = std::min(best, now_seconds() - t0);
   }
   const MemoryStats mem = memory_stats();
+  // fp32 weights, gradients and AdamW moments; bf16 compute adds the matmul weights' bf16 copies.
   const size_t param_bytes = static_cast<size_t>(model.parameter_count()) * 4;
-  const size_t must_keep =
-      4 * param_bytes + static_cast<size_t>(model.activation_bytes(c.batch, c.seq));
+  const size_t must_keep = 4 * param_bytes + mem.peak[static_cast<int>(MemCategory::parameters)] -
+                           param_bytes +
+                           static_cast<size_t>(model.activation_bytes(c.batch, c.seq));
   std::printf("  memory peak %.2f GiB vs %.2f GiB the design must keep (ratio %.2f)\n",
               gib(mem.total_peak), gib(must_keep),
               static_cast<double>(mem.total_peak) / static_cast<double>(must_keep));
@@ -114,7 +117,8 @@ Timing run_titan(const BenchConfig& c, int steps) {
   return {best, static_cast<double>(n) / best};
 }
 
-Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int threads) {
+Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int threads,
+                 DType compute) {
   const char* src = std::getenv("TITAN_SOURCE_DIR");
   const std::string script = std::string(src != nullptr ? src : ".") + "/bench/torch_train_step.py";
   const ModelArgs& a = c.args;
@@ -125,7 +129,7 @@ Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int
       std::to_string(a.num_key_value_heads) + " --head-dim " + std::to_string(a.head_dim) +
       " --vocab " + std::to_string(a.vocab_size) + " --batch " + std::to_string(c.batch) +
       " --seq " + std::to_string(c.seq) + " --steps " + std::to_string(steps) + " --threads " +
-      std::to_string(threads);
+      std::to_string(threads) + (compute == DType::bf16 ? " --autocast-bf16" : "");
   FILE* pipe = popen(cmd.c_str(), "r");
   TITAN_CHECK(pipe != nullptr, "cannot run ", cmd);
   double seconds = -1.0;
@@ -139,7 +143,7 @@ Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int
 }
 
 int run(int argc, char** argv) {
-  std::string config_name = "small", python;
+  std::string config_name = "small", python, dtype = "float32";
   int steps = 3, threads = default_thread_count();
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -152,13 +156,19 @@ int run(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     else if (arg == "--torch")
       python = argv[++i];
+    else if (arg == "--dtype")
+      dtype = argv[++i];
     else
       fail("unknown argument '", arg, "'");
   }
   TITAN_CHECK(steps >= 1, "--steps must be at least 1");
+  TITAN_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype: '", dtype,
+              "' is not float32 or bfloat16");
+  const DType compute = dtype == "bfloat16" ? DType::bf16 : DType::f32;
   set_thread_count(threads);
   const BenchConfig c = make_config(config_name);
-  const double ceiling = measure_gemm_ceiling_gflops();
+  const double ceiling =
+      compute == DType::bf16 ? measure_gemm_bf16_ceiling_gflops() : measure_gemm_ceiling_gflops();
   const double flops = training_flops_per_token(c.args, c.seq);
   std::printf(
       "config %s: hidden %lld, layers %lld, heads %lld/%lld, head_dim %lld, "
@@ -167,15 +177,16 @@ int run(int argc, char** argv) {
       (long long)c.args.num_attention_heads, (long long)c.args.num_key_value_heads,
       (long long)c.args.head_dim, (long long)c.args.intermediate_size, (long long)c.args.vocab_size,
       (long long)c.batch, (long long)c.seq, threads);
-  std::printf("fp32 GEMM ceiling (2048^3 sgemm, this run): %.1f GFLOP/s\n", ceiling);
+  std::printf("%s GEMM ceiling (2048^3, this run): %.1f GFLOP/s\n",
+              compute == DType::bf16 ? "bf16 (fp32 accumulation)" : "fp32", ceiling);
   std::printf("model FLOPs per token: %.3f GFLOP\n", flops * 1e-9);
-  const Timing titan = run_titan(c, steps);
+  const Timing titan = run_titan(c, steps, compute);
   const double titan_gflops = titan.tokens_per_second * flops * 1e-9;
   std::printf("titan   %.3f s/step  %.1f tokens/s  %.1f GFLOP/s  MFU %.1f%% of the ceiling\n",
               titan.seconds_per_step, titan.tokens_per_second, titan_gflops,
               100.0 * titan_gflops / ceiling);
   if (!python.empty()) {
-    const Timing torch = run_torch(python, c, steps, threads);
+    const Timing torch = run_torch(python, c, steps, threads, compute);
     const double torch_gflops = torch.tokens_per_second * flops * 1e-9;
     std::printf("pytorch %.3f s/step  %.1f tokens/s  %.1f GFLOP/s  MFU %.1f%% of the ceiling\n",
                 torch.seconds_per_step, torch.tokens_per_second, torch_gflops,

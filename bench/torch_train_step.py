@@ -1,5 +1,7 @@
 """The PyTorch eager side of bench_train_step: Transformers' Qwen3ForCausalLM in fp32 with sdpa
-attention, the HF loss on the inputs as labels, torch.optim.AdamW. Prints the best step time."""
+attention (with --autocast-bf16, its forward under torch.autocast("cpu", bfloat16): PyTorch's
+mixed precision), the HF loss on the inputs as labels, torch.optim.AdamW. Prints the best step
+time."""
 import argparse
 import time
 
@@ -12,6 +14,7 @@ def main():
     for name in ["hidden", "intermediate", "layers", "heads", "kv-heads", "head-dim", "vocab",
                  "batch", "seq", "steps", "threads"]:
         p.add_argument(f"--{name}", type=int, required=True)
+    p.add_argument("--autocast-bf16", action="store_true")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -28,7 +31,9 @@ def main():
 
     def step():
         optimizer.zero_grad(set_to_none=False)
-        model(input_ids=ids, labels=ids).loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast_bf16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
         optimizer.step()
 
     step()  # warm-up

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "titan/backend/cpu/gemm.h"
 #include "titan/backend/device_buffer.h"
+#include "titan/backend/gemm_reference.h"
 #include "titan/core/dtype.h"
 
 namespace titan::testing {

@@ -1,12 +1,17 @@
-// The backend interface on the CPU: GEMMs, memory and its accounting, the registry, the peak.
+// The backend interface on the CPU: GEMMs, memory and its accounting, the registry, the peak,
+// the memory size and threads.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "titan/backend/backend.h"
 #include "titan/backend/cpu/cpu_backend.h"
 #include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/peak.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/backend/device_buffer.h"
 #include "titan/core/error.h"
 #include "unit/backend_checks.h"
@@ -85,7 +90,7 @@ TEST(Backend, CopyMismatchesNameBothSides) {
 }
 
 TEST(Backend, CpuVecIsTheActiveIsas) {
-  EXPECT_EQ(cpu_backend().vec().isa, active_isa());
+  EXPECT_STREQ(cpu_backend().vec().variant, isa_name(active_isa()));
   const std::vector<float> a = {1, 2, 3}, b = {4, 5, 6};
   EXPECT_EQ(cpu_backend().vec().dot(a.data(), b.data(), 3), 32.0f);
 }
@@ -96,6 +101,38 @@ TEST(Backend, CpuPeakPerDtype) {
   EXPECT_EQ(cpu_backend().peak_gflops(DType::bf16).value(),
             cpu_info().avx512_bf16 ? 2.0 * fp32 : fp32);
   EXPECT_FALSE(cpu_backend().peak_gflops(DType::i32).has_value());
+}
+
+// The trainer's start-up log prints this line beside the MFU denominator.
+TEST(Backend, CpuPeakSourceSpellsOutThePeak) {
+  const CpuPeak& peak = cpu_peak();
+  const int threads = std::clamp(thread_count(), 1, cpu_info().logical_cpus);
+  char fp32[160];
+  std::snprintf(fp32, sizeof fp32,
+                "the fp32 peak of %d threads at %.1f GFLOP/s each: %.3f GHz x %d FMA/cycle x %d "
+                "lanes x 2; ",
+                threads, peak.fp32_gflops_per_core(), peak.clock_ghz, peak.fma_per_cycle,
+                peak.fp32_lanes);
+  EXPECT_EQ(cpu_backend().peak_source(DType::f32), fp32 + peak.source);
+  const std::string bf16 = cpu_backend().peak_source(DType::bf16);
+  EXPECT_EQ(bf16.rfind("the bf16 peak of " + std::to_string(threads) + " threads at ", 0), 0u)
+      << bf16;
+  EXPECT_NE(bf16.find(peak.native_bf16 ? "x 2 x 2 (AVX512_BF16 dot products); "
+                                       : "x 2 (no native bf16: widened to fp32); "),
+            std::string::npos)
+      << bf16;
+  EXPECT_EQ(cpu_backend().peak_source(DType::i32),
+            "no I32 peak on the CPU (it knows fp32 and bf16)");
+}
+
+TEST(Backend, CpuMemoryAndThreadsAreTheMachines) {
+  EXPECT_GT(cpu_backend().memory_bytes(), 0u);
+  EXPECT_EQ(cpu_backend().memory_bytes(), cpu_info().memory_bytes);
+  const int saved = thread_count();
+  set_thread_count(3);
+  EXPECT_EQ(cpu_backend().threads(), 3);
+  set_thread_count(saved);
+  EXPECT_EQ(cpu_backend().threads(), saved);
 }
 
 }  // namespace

@@ -2,9 +2,9 @@
 // every flavor validates, names are exact and a typo gets a suggestion.
 #include <gtest/gtest.h>
 
-#include "titan/models/flavors.h"
 #include "titan/models/flops.h"
 #include "titan/models/param_count.h"
+#include "titan/models/qwen3/flavors.h"
 #include "unit/test_safetensors_util.h"
 
 namespace titan {

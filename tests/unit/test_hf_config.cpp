@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/io/atomic_file.h"
-#include "titan/models/flavors.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/param_count.h"
+#include "titan/models/qwen3/flavors.h"
 #include "titan/models/registry.h"
 #include "unit/test_safetensors_util.h"
 

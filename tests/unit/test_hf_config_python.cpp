@@ -10,9 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "titan/io/safetensors.h"
-#include "titan/models/flavors.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/param_count.h"
+#include "titan/models/qwen3/flavors.h"
 #include "titan/models/registry.h"
 #include "unit/python_runner.h"
 #include "unit/test_safetensors_util.h"

@@ -96,6 +96,20 @@ TEST(JobConfig, BadValuesNameTheKey) {
               job_config_validate(c);
             }).find("model.name 'llama' is not one of qwen3, qwen2, llama3"),
             std::string::npos);
+  // Mixed precision: torchtitan's values; fp32 is the only gradient reduction dtype.
+  c = JobConfig{};
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    c.training.mixed_precision_param = dtype;
+    EXPECT_NO_THROW(job_config_validate(c)) << dtype;
+  }
+  c.training.mixed_precision_param = "float16";
+  EXPECT_EQ(error_of([&] { job_config_validate(c); }),
+            "training.mixed_precision_param 'float16' is not one of float32, bfloat16");
+  c = JobConfig{};
+  c.training.mixed_precision_reduce = "bfloat16";
+  EXPECT_EQ(error_of([&] { job_config_validate(c); }),
+            "training.mixed_precision_reduce 'bfloat16': gradients are reduced in float32, the "
+            "only value torchtitan takes");
 }
 
 // --print-config writes each double as the shortest decimal that reads back to it.

@@ -18,8 +18,8 @@
 #include "titan/data/bpe_trainer.h"
 #include "titan/data/dataset.h"
 #include "titan/data/tokenizer.h"
-#include "titan/models/flavors.h"
 #include "titan/models/hf_config.h"
+#include "titan/models/qwen3/flavors.h"
 
 namespace titan {
 namespace {

@@ -12,6 +12,7 @@
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/backend/cpu/vec.h"
+#include "titan/backend/gemm_reference.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/kernels/registry.h"
@@ -75,6 +76,7 @@ TEST(Vec, EveryIsaMatchesDoublePrecision) {
   if (cpu.avx512) isas.push_back(Isa::avx512);
   for (Isa isa : isas) {
     const VecKernels& v = vec_kernels(isa);
+    EXPECT_STREQ(v.variant, isa_name(isa));
     for (int64_t n : {1, 7, 16, 17, 33, 67, 1000}) {
       std::vector<float> x = randn(n, n, 3.0f), w = randn(n, n + 1), y(n), z(n);
       double max = -1e30, sum_sq = 0, d = 0, sum_exp = 0;

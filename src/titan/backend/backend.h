@@ -1,7 +1,15 @@
-// A compute backend: one device's name and kind, its peak FLOP rate, its memory, its GEMMs and its
-// vector primitives. The CPU backend (backend/cpu/cpu_backend.h) implements everything; the CUDA
-// backend (backend/cuda/, built with -DTITAN_CUDA=ON) has memory and cuBLAS GEMMs so far.
-// Pointers handed to a backend's GEMMs and copies are that backend's memory (device_buffer.h).
+// A compute backend: one device's name and kind, its peak FLOP rate, its memory, its threads, its
+// GEMMs and its vector primitives. The CPU backend (backend/cpu/cpu_backend.h) implements
+// everything; the CUDA backend (backend/cuda/, built with -DTITAN_CUDA=ON) has memory and cuBLAS
+// GEMMs so far. Pointers handed to a backend's GEMMs and copies are that backend's memory
+// (device_buffer.h).
+//
+// Everything above the backend layer reaches the hardware through this interface (and the
+// backend-level headers beside it: vec_kernels.h, gemm_reference.h, device_buffer.h), never
+// through backend/cpu/ or backend/cuda/ (scripts/check-layering.sh refuses such an include). The
+// ops in src/titan/ops are the host backend's kernels: they run on the CPU, threaded with OpenMP
+// over threads(), and call this interface's GEMMs and vec(); another device's kernels will be
+// registered in the kernel registry under their own names.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/vec_kernels.h"
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 
@@ -31,6 +39,15 @@ class Backend {
   // process uses: the MFU denominator. Empty where the backend does not know it (a dtype without
   // a peak, or a device whose peak has not been measured yet).
   virtual std::optional<double> peak_gflops(DType dtype) const = 0;
+  // Where peak_gflops(dtype) comes from, in one line for a run's log ("the fp32 peak of 2 threads
+  // at 118.2 GFLOP/s each: 3.693 GHz x 1 FMA/cycle x 16 lanes x 2; measured now"), or why there
+  // is none.
+  virtual std::string peak_source(DType dtype) const = 0;
+  // The device's memory in bytes: the machine's RAM on the CPU, global memory on a GPU.
+  virtual size_t memory_bytes() const = 0;
+  // The CPU threads this backend's host-side work is split over: the OpenMP teams of the host
+  // kernels (src/titan/ops) and the GEMM library's. 1 on a device whose kernels run on the device.
+  virtual int threads() const = 0;
 
   // Raw device memory; `category` is what the CPU's accounted allocator charges it to. Prefer
   // DeviceBuffer, which pairs every allocation with its release.
@@ -49,8 +66,8 @@ class Backend {
                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                          float* c, int64_t ldc) = 0;
 
-  // The row-level vector primitives (backend/cpu/vec.h). A backend without a kernel for one has a
-  // function that throws titan::Error naming it.
+  // The row-level vector primitives (vec_kernels.h). A backend without a kernel for one has a
+  // function that throws titan::Error naming it. Fetch the table once per op call, outside loops.
   virtual const VecKernels& vec() const = 0;
 };
 

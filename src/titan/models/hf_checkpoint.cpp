@@ -152,7 +152,7 @@ void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfini
 
 std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
                                         const std::vector<OverrideRule>& overrides,
-                                        bool allow_nonfinite) {
+                                        bool allow_nonfinite, DType compute_dtype) {
   const std::string config = (std::filesystem::path(dir) / "config.json").string();
   const ModelArgs args = read_hf_config(config);
   // The weights are checked against config.json before the model is allocated: a config that
@@ -160,7 +160,7 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
   // allocating what it describes.
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(dir);
   const std::vector<HfCheckpointTensor> tensors = match_hf_checkpoint(args, checkpoint, config);
-  auto model = make_model(args, overrides);
+  auto model = make_model(args, overrides, compute_dtype);
   copy_hf_weights(checkpoint, tensors, model->param_groups(), dir, allow_nonfinite);
   return model;
 }

@@ -42,9 +42,10 @@ void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite = false);
 // The model folder `dir` as a ready model: config.json, then the weights checked against it
-// before the model is allocated, then loaded.
+// before the model is allocated, then loaded; its matmuls compute in `compute_dtype`.
 std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
                                         const std::vector<OverrideRule>& overrides = {},
-                                        bool allow_nonfinite = false);
+                                        bool allow_nonfinite = false,
+                                        DType compute_dtype = DType::f32);
 
 }  // namespace titan

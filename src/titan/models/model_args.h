@@ -1,6 +1,6 @@
 // The numbers that define a model of a registered family (models/registry.h). Both routes to a
-// model -- a built-in flavor (flavors.h) and a Hugging Face config.json (hf_config.h) -- produce
-// this struct, and the model is built from it alone.
+// model -- a built-in flavor (qwen3/flavors.h) and a Hugging Face config.json (hf_config.h) --
+// produce this struct, and the model is built from it alone.
 #pragma once
 
 #include <cstdint>

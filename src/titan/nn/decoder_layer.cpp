@@ -1,13 +1,13 @@
 #include "titan/nn/decoder_layer.h"
 
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/backend.h"
 
 namespace titan {
 
 void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
                            const LayerCall& call) const {
   const int64_t n = call.tokens(), h = input_layernorm.dim;
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
   input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
   self_attn.forward(a.resid_mid, a.attn, a.norm1, call);
   v.axpy(a.resid_mid, 1.0f, x, n * h);  // x's last read: out may now overwrite it
@@ -23,7 +23,7 @@ void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
 void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActivations& a,
                             const float* x, const float* dprobs_all, const LayerCall& call) const {
   const int64_t n = call.tokens(), h = input_layernorm.dim;
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
   if (sparse) {
     moe.backward(g.d_norm, g.moe, d_resid, a.moe, a.norm2, dprobs_all, n);
   } else {

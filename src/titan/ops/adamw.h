@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/vec_kernels.h"
 
 namespace titan {
 

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "titan/backend/backend.h"
-#include "titan/backend/cpu/vec.h"
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
 
@@ -71,7 +70,7 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
   const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim, G = H / KV_heads;
   const int64_t ldk = KV_heads * hd, n_keys = s.seq_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const VecKernels& vk = vec();
+  const VecKernels& vk = backend().vec();
   const int64_t max_threads = std::min<int64_t>(omp_get_max_threads(), n_keys);
   // Per thread t and sequence b: (H) max, (H) sum, (H, hd) output -- stride per (t, b).
   const int64_t part = H * (hd + 2);
@@ -187,7 +186,7 @@ void attention_forward_blocks(float* out, float* lse, const float* q, const KV* 
   const int64_t ldk = KV_heads * hd, offset = s.seq_kv - s.seq_q;
   const int64_t n_qblocks = (s.seq_q + kBlockQ - 1) / kBlockQ;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const VecKernels& vk = vec();
+  const VecKernels& vk = backend().vec();
 #pragma omp parallel
   {
     std::vector<float> q_blk(G * kBlockQ * hd), scores(G * kBlockQ * kBlockK),
@@ -270,7 +269,7 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
   const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
   const int64_t ldk = KV * hd, offset = s.seq_kv - s.seq_q;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const VecKernels& vk = vec();
+  const VecKernels& vk = backend().vec();
   // One task per (batch, kv head): it owns dk/dv of that head and dq of its G query heads, so no
   // two threads write the same element. The task's queries, output gradients and dq are kept
   // stacked per query block (block qb at row qb * G * kBlockQ; see gather_query_heads).

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "titan/backend/cpu/threads.h"
+#include "titan/ops/host_parallel.h"
 
 namespace titan {
 

@@ -6,8 +6,7 @@
 #include <vector>
 
 #include "titan/backend/backend.h"
-#include "titan/backend/cpu/gemm.h"
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/gemm_reference.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/io/convert.h"
@@ -61,7 +60,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
     logits = own_logits.as<float>();
   }
   std::vector<double> row_loss(a.n_tokens, 0.0);
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
   const bool bf16 = a.weight_bf16 != nullptr;
   if (bf16) {
     TITAN_CHECK(a.x_bf16 != nullptr, "cross-entropy: bf16 weights need room for x in bf16");

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
+#include "titan/ops/host_parallel.h"
 
 namespace titan {
 

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "titan/backend/cpu/threads.h"
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -52,8 +51,9 @@ void gemv_forward(std::span<const GemvProduct> products, const float* x) {
     weight_bytes += static_cast<size_t>(p.w.rows * p.w.cols) * dtype_size(p.w.dtype);
     element_bytes = std::max(element_bytes, dtype_size(p.w.dtype));
   }
-  const size_t block_bytes = std::clamp(weight_bytes / (4 * static_cast<size_t>(thread_count())),
-                                        kMinBlockBytes, kMaxBlockBytes);
+  const size_t block_bytes =
+      std::clamp(weight_bytes / (4 * static_cast<size_t>(backend().threads())), kMinBlockBytes,
+                 kMaxBlockBytes);
   const int64_t row_bytes = std::max<int64_t>(cols, 1) * static_cast<int64_t>(element_bytes);
   const int64_t block = std::max<int64_t>(1, static_cast<int64_t>(block_bytes) / row_bytes);
   // Product i owns blocks [first_block[i], first_block[i + 1]).
@@ -62,7 +62,7 @@ void gemv_forward(std::span<const GemvProduct> products, const float* x) {
     first_block[i + 1] = first_block[i] + (products[i].w.rows + block - 1) / block;
   }
   const int64_t n_blocks = first_block[products.size()];
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
   // x split once per call for the bf16 products, into a buffer that grows to the widest x seen:
   // a decode step makes ~140 calls and allocates nothing.
   thread_local std::vector<float> x_split;

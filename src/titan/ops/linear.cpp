@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "titan/backend/backend.h"
-#include "titan/backend/cpu/gemm.h"
+#include "titan/backend/gemm_reference.h"
 #include "titan/io/convert.h"
 
 namespace titan {

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "titan/backend/backend.h"
-#include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 #include "titan/ops/swiglu.h"
 
@@ -80,7 +79,7 @@ void router_topk_forward(int32_t* index, float* weight, float* probs, const floa
                          int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob) {
   TITAN_CHECK(top_k >= 1 && top_k <= n_experts, "router: num_experts_per_tok (", top_k,
               ") must be in [1, num_experts = ", n_experts, "]");
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* l = logits + t * n_experts;
@@ -150,7 +149,7 @@ void experts_forward_grouped(float* y, const ExpertsActivations& act, const Expe
     backend().gemm_f32(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act.act + r0 * Im, Im,
                        w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);
   });
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
     float* yt = y + t * h;
@@ -171,7 +170,7 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
                               const float* weight, const ExpertWeights& w,
                               const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k, rows = shape.rows();
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
   // Other layers' forwards reused s.x since this layer's.
   gather_token_rows(s.x, x, act.row_of, shape, h);
   gather_token_rows(s.y, dy, act.row_of, shape, h);

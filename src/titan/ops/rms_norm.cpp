@@ -5,14 +5,14 @@
 #include <cmath>
 #include <vector>
 
-#include "titan/backend/cpu/threads.h"
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/backend.h"
+#include "titan/ops/host_parallel.h"
 
 namespace titan {
 
 void rms_norm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t rows,
                       int64_t dim, float eps) {
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (rows * dim >= kMinParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
@@ -24,7 +24,7 @@ void rms_norm_forward(float* out, float* rstd, const float* x, const float* weig
 
 void rms_norm_backward(float* dx, float* dweight, const float* dout, const float* x,
                        const float* weight, const float* rstd, int64_t rows, int64_t dim) {
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
   const int n_threads = omp_get_max_threads();
   // Per-thread partial dweight, summed in thread order afterwards: deterministic for a fixed
   // thread count.

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <vector>
 
-#include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
+#include "titan/ops/host_parallel.h"
 
 namespace titan {
 namespace {

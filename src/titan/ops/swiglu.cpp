@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "titan/backend/cpu/threads.h"
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/backend.h"
+#include "titan/ops/host_parallel.h"
 
 namespace titan {
 namespace {
@@ -12,7 +12,7 @@ constexpr int64_t kChunk = 4096;
 }
 
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
   for (int64_t i = 0; i < n; i += kChunk) {
     v.silu_mul(out + i, gate + i, up + i, std::min(kChunk, n - i));
@@ -21,7 +21,7 @@ void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
 
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, int64_t n) {
-  const VecKernels& v = vec();
+  const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; i += kChunk) {
     v.silu_mul_backward(dgate + i, dup + i, dout + i, gate + i, up + i, std::min(kChunk, n - i));

@@ -46,6 +46,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"training", "seed", &c.training.seed},
       {"training", "deterministic", &c.training.deterministic},
       {"training", "mixed_precision_param", &c.training.mixed_precision_param},
+      {"training", "mixed_precision_reduce", &c.training.mixed_precision_reduce},
       {"training", "skip_nonfinite_steps", &c.training.skip_nonfinite_steps},
       {"optimizer", "name", &c.optimizer.name},
       {"optimizer", "lr", &c.optimizer.lr},
@@ -308,8 +309,11 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(c.training.global_batch_size == -1 || c.training.global_batch_size > 0,
               "training.global_batch_size must be positive or -1");
   TITAN_CHECK(c.training.max_norm >= 0, "training.max_norm must not be negative (0 disables)");
-  check_one_of(c.training.mixed_precision_param, {"float32"},
-               "training.mixed_precision_param (bf16 compute is not implemented yet)");
+  check_one_of(c.training.mixed_precision_param, {"float32", "bfloat16"},
+               "training.mixed_precision_param");
+  TITAN_CHECK(c.training.mixed_precision_reduce == "float32", "training.mixed_precision_reduce '",
+              c.training.mixed_precision_reduce,
+              "': gradients are reduced in float32, the only value torchtitan takes");
   TITAN_CHECK(model_family_by_name(c.model.name) != nullptr, "model.name '", c.model.name,
               "' is not one of ", known_model_names());
   check_one_of(c.optimizer.name, {"AdamW"}, "optimizer.name");

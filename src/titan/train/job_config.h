@@ -35,7 +35,11 @@ struct JobConfig {
     std::string dataset_path = "";
     int64_t seed = 0;
     bool deterministic = true;
+    // torchtitan's mixed precision: "bfloat16" keeps fp32 master weights and AdamW state and
+    // computes every matmul with bf16 operands and fp32 accumulation (models/causal_lm.h);
+    // "float32" computes in fp32. Gradients are reduced in fp32, the only value torchtitan takes.
     std::string mixed_precision_param = "float32";
+    std::string mixed_precision_reduce = "float32";
     // titan's addition: a step whose loss or gradients are not finite is skipped (no update,
     // counted and reported) instead of stopping the run.
     bool skip_nonfinite_steps = false;
@@ -87,8 +91,8 @@ struct JobConfig {
   struct Metrics {
     int64_t log_freq = 10;
     std::string save_jsonl = "";
-    // titan's addition: the MFU denominator in TFLOP/s; 0 takes the hardware's peak for the
-    // threads the run uses (backend/cpu/peak.h, docs/TRAINING.md).
+    // titan's addition: the MFU denominator in TFLOP/s; 0 takes the device's peak for the
+    // threads the run uses (Backend::peak_gflops, docs/TRAINING.md).
     double peak_tflops = 0.0;
   } metrics;
   struct Validation {

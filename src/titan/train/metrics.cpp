@@ -3,7 +3,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/backend.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
 
@@ -39,7 +39,7 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
   first_ = false;
   if (!print) return;
   const MemoryStats mem = memory_stats();
-  const double machine = static_cast<double>(cpu_info().memory_bytes);
+  const double machine = static_cast<double>(backend().memory_bytes());
   const double tps = static_cast<double>(m.tokens) / m.step_time_s;
   const double tflops = tps * flops_per_token_ * 1e-12;
   const double mfu = 100.0 * tflops * 1e3 / peak_gflops_;

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "titan/backend/cpu/vec.h"
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -44,7 +44,7 @@ double AdamWOptimizer::clip_grad_norm(double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
   if (max_norm > 0 && coef < 1.0) {
     constexpr int64_t kChunk = 1 << 16;
-    const VecKernels& v = vec();
+    const VecKernels& v = backend().vec();
     for (ParamGroup& g : groups_) {
       float* grads = g.grads();
       const int64_t n = g.numel();

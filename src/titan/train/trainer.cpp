@@ -7,19 +7,17 @@
 #include <filesystem>
 #include <limits>
 
-#include "titan/backend/cpu/cpu_info.h"
-#include "titan/backend/cpu/peak.h"
-#include "titan/backend/cpu/threads.h"
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
 #include "titan/io/atomic_dir.h"
-#include "titan/models/flavors.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/qwen3/flavors.h"
 #include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
 
@@ -161,6 +159,21 @@ void check_initial_weights(const JobConfig::Checkpoint& ck, const ModelArgs& arg
       ck.initial_load_model_only ? CheckpointContent::model_only : CheckpointContent::full);
 }
 
+// The MFU denominator and where it came from: metrics.peak_tflops when set, else the device's
+// peak for GEMMs with `dtype` operands.
+struct MfuPeak {
+  double gflops = 0.0;
+  std::string source;
+};
+
+MfuPeak mfu_peak(const Backend& device, DType dtype, double peak_tflops) {
+  if (peak_tflops > 0) return {peak_tflops * 1e3, "metrics.peak_tflops"};
+  const std::optional<double> peak = device.peak_gflops(dtype);
+  TITAN_CHECK(peak.has_value(), "no ", dtype_name(dtype), " peak to measure MFU against on ",
+              device.name(), " (", device.peak_source(dtype), "): set metrics.peak_tflops");
+  return {*peak, device.peak_source(dtype)};
+}
+
 }  // namespace
 
 Trainer::Trainer(const JobConfig& config) : config_(config) {
@@ -211,7 +224,12 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
 
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
-  model_ = make_model(args_, overrides);
+  const DType compute = t.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
+  model_ = make_model(args_, overrides, compute);
+  std::printf("%s\n", compute == DType::bf16
+                          ? "mixed precision: matmuls in bf16 with fp32 accumulation; fp32 master "
+                            "weights, AdamW state, norms, attention, softmax, loss and gradients"
+                          : "precision: fp32 throughout");
   for (const std::string& line : model_->override_report().applied) {
     std::printf("override %s\n", line.c_str());
   }
@@ -367,23 +385,10 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
 }
 
 TrainResult Trainer::run() {
-  std::string peak_source = "metrics.peak_tflops";
-  if (config_.metrics.peak_tflops > 0) {
-    peak_gflops_ = config_.metrics.peak_tflops * 1e3;
-  } else {
-    const CpuPeak& peak = cpu_peak();
-    peak_gflops_ = cpu_peak_fp32_gflops(thread_count());
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "the fp32 peak of %d threads at %.1f GFLOP/s each: %.3f GHz x %d FMA/cycle x "
-                  "%d lanes x 2; %s",
-                  std::min(thread_count(), cpu_info().logical_cpus), peak.fp32_gflops_per_core(),
-                  peak.clock_ghz, peak.fma_per_cycle, peak.fp32_lanes, peak.source.c_str());
-    peak_source = line;
-  }
+  const MfuPeak peak = mfu_peak(backend(), model_->compute_dtype(), config_.metrics.peak_tflops);
   const JobConfig::Training& t = config_.training;
   const int64_t tokens_per_step = accumulation_steps_ * t.local_batch_size * t.seq_len;
-  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak_gflops_,
+  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops,
                         config_.metrics.save_jsonl);
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
@@ -391,7 +396,7 @@ TrainResult Trainer::run() {
       config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
       training_flops_per_token(args_, t.seq_len), static_cast<long long>(t.steps),
       static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
-      static_cast<long long>(accumulation_steps_), peak_gflops_, peak_source.c_str());
+      static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
   TrainResult result;
   result.first_step = start_step_ + 1;
   for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {

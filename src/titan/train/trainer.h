@@ -61,7 +61,6 @@ class Trainer {
   int64_t accumulation_steps_ = 1;
   int64_t start_step_ = 0;     // steps already done (resumed)
   int64_t skipped_steps_ = 0;  // non-finite steps skipped (training.skip_nonfinite_steps)
-  double peak_gflops_ = 0.0;
 };
 
 }  // namespace titan

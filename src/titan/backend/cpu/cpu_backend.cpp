@@ -1,11 +1,14 @@
 #include "titan/backend/cpu/cpu_backend.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/peak.h"
 #include "titan/backend/cpu/threads.h"
+#include "titan/backend/cpu/vec.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -25,6 +28,30 @@ class CpuBackend final : public Backend {
     if (dtype == DType::bf16) return cpu_peak_bf16_gflops(thread_count());
     return std::nullopt;
   }
+
+  std::string peak_source(DType dtype) const override {
+    if (dtype != DType::f32 && dtype != DType::bf16) {
+      return detail::concat("no ", dtype_name(dtype), " peak on the CPU (it knows fp32 and bf16)");
+    }
+    const CpuPeak& peak = cpu_peak();
+    const bool bf16 = dtype == DType::bf16;
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "the %s peak of %d threads at %.1f GFLOP/s each: %.3f GHz x %d FMA/cycle x "
+                  "%d lanes x 2%s; %s",
+                  bf16 ? "bf16" : "fp32", std::clamp(thread_count(), 1, cpu_info().logical_cpus),
+                  bf16 ? peak.bf16_gflops_per_core() : peak.fp32_gflops_per_core(), peak.clock_ghz,
+                  peak.fma_per_cycle, peak.fp32_lanes,
+                  !bf16              ? ""
+                  : peak.native_bf16 ? " x 2 (AVX512_BF16 dot products)"
+                                     : " (no native bf16: widened to fp32)",
+                  peak.source.c_str());
+    return line;
+  }
+
+  size_t memory_bytes() const override { return cpu_info().memory_bytes; }
+
+  int threads() const override { return thread_count(); }
 
   void* allocate(size_t bytes, MemCategory category) override {
     return mem_allocate(bytes, category);

@@ -22,11 +22,6 @@ void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, fl
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
-// The fp32 reference used by tests: three loops, fp64 accumulation.
-void gemm_f32_reference(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                        const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
-                        float* c, int64_t ldc);
-
 std::string gemm_library_name();
 // The oneDNN implementation gemm_bf16 dispatches to on this CPU ("brg:avx512_core_bf16"; a
 // "ref" one would mean no bf16 kernel, orders of magnitude slower).
@@ -40,5 +35,7 @@ namespace titan {
 // seven square 2048^3 GEMMs after a warm-up (about half a second on 2 cores). The benchmarks
 // report against it; MFU is against the hardware's peak (peak.h), which no moment's load moves.
 double measure_gemm_ceiling_gflops();
+// The same with bf16 operands and fp32 accumulation (gemm_bf16): the mixed-precision ceiling.
+double measure_gemm_bf16_ceiling_gflops();
 
 }  // namespace titan

@@ -45,9 +45,9 @@ struct ReturnOf<R (*)(A...)> {
   fail("vector primitive '", name, "' is not implemented on CUDA yet");
 }
 
-// VecKernels' layout as of this list: isa, 13 primitives, native_lanes, fma_chains. A member left
-// out below would be a null pointer, so a changed struct stops the build here instead.
-static_assert(sizeof(VecKernels) == 8 + 13 * sizeof(void*) + 8 + sizeof(void*),
+// VecKernels' layout as of this list: variant, 14 primitives, native_lanes, fma_chains. A member
+// left out below would be a null pointer, so a changed struct stops the build here instead.
+static_assert(sizeof(VecKernels) == sizeof(const char*) + 14 * sizeof(void*) + 8 + sizeof(void*),
               "VecKernels changed: give every new primitive a TITAN_CUDA_MISSING line below, then "
               "update this size");
 
@@ -57,7 +57,7 @@ static_assert(sizeof(VecKernels) == 8 + 13 * sizeof(void*) + 8 + sizeof(void*),
 
 VecKernels missing_vec_kernels() {
   VecKernels k{};
-  k.isa = Isa::scalar;  // a CPU notion; nothing on CUDA reads it
+  k.variant = "cuda";
   k.native_lanes = 0;
   TITAN_CUDA_MISSING(max);
   TITAN_CUDA_MISSING(exp_shift_sum);
@@ -71,6 +71,7 @@ VecKernels missing_vec_kernels() {
   TITAN_CUDA_MISSING(adamw);
   TITAN_CUDA_MISSING(gemv_f32);
   TITAN_CUDA_MISSING(gemv_bf16);
+  TITAN_CUDA_MISSING(axpy_bf16);
   TITAN_CUDA_MISSING(axpy_rows);
   TITAN_CUDA_MISSING(fma_chains);
   return k;
@@ -83,6 +84,7 @@ class CudaBackend final : public Backend {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
+    memory_bytes_ = prop.totalGlobalMem;
     name_ = detail::concat("cuda:", device_, ": ", prop.name, " (sm_", prop.major, prop.minor, ", ",
                            prop.multiProcessorCount, " SMs, ",
                            static_cast<double>(prop.totalGlobalMem) / (1ull << 30), " GiB)");
@@ -95,6 +97,10 @@ class CudaBackend final : public Backend {
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
   std::optional<double> peak_gflops(DType) const override { return std::nullopt; }
+  std::string peak_source(DType) const override { return "no peak on CUDA yet: not measured"; }
+  size_t memory_bytes() const override { return memory_bytes_; }
+  // The kernels run on the device; the host only launches them.
+  int threads() const override { return 1; }
 
   // Device memory is not charged to the host's memory categories.
   void* allocate(size_t bytes, MemCategory) override {
@@ -150,6 +156,7 @@ class CudaBackend final : public Backend {
   int device_;
   VecKernels vec_;
   std::string name_;
+  size_t memory_bytes_ = 0;
   cublasHandle_t cublas_ = nullptr;
 };
 

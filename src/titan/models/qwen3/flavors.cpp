@@ -1,4 +1,4 @@
-#include "titan/models/flavors.h"
+#include "titan/models/qwen3/flavors.h"
 
 #include <algorithm>
 #include <cctype>

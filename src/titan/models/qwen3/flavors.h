@@ -1,6 +1,7 @@
-// Built-in model flavors, chosen by name like torchtitan's model registry: the official Qwen3 dims
-// (spec §4.2, "0.6B" ... "235B-A22B"), torchtitan's debug models under torchtitan's names
-// ("debugmodel", "debugmodel_moe"), and titan's smaller ones ("tiny", "tiny_moe").
+// Built-in model flavors, chosen by name like torchtitan's model registry; all are Qwen3 or
+// Qwen3-MoE: the official Qwen3 dims (spec §4.2, "0.6B" ... "235B-A22B"), torchtitan's debug
+// models under torchtitan's names ("debugmodel", "debugmodel_moe"), and titan's smaller ones
+// ("tiny", "tiny_moe"). The other families have none: they train from a Hugging Face folder.
 #pragma once
 
 #include <string>

@@ -1,0 +1,16 @@
+// The ops in src/titan/ops are the host backend's kernels: they run on the CPU, split their work
+// over backend().threads() with OpenMP, and reach the GEMMs and vector primitives through
+// backend() (backend/backend.h). This is what their OpenMP regions share.
+#pragma once
+
+#include <cstdint>
+
+namespace titan {
+
+// Elements below which an elementwise op runs on the calling thread (an OpenMP `if` clause): a
+// fork/join costs microseconds, more than such an op, and on a machine shared with other jobs
+// every region also waits for its slowest, possibly descheduled, thread. A decode step's
+// one-token norms, RoPE and SwiGLU stay under it; training and prefill shapes are far above.
+constexpr int64_t kMinParallelElements = int64_t{1} << 14;
+
+}  // namespace titan

@@ -1,0 +1,105 @@
+// bf16 mixed-precision training against PyTorch, on the tiny Qwen3 folders of
+// tests/reference/mixed_precision_reference.py (a ctest fixture). The folder is loaded as
+// `titan train --preset hf` loads it, with compute dtype bf16, and one training step (logits,
+// loss, every gradient) is compared with
+//  - bf16_mm: PyTorch computing titan's rounding points exactly (bf16 matmul operands, fp32
+//    accumulation, everything else fp32). Products of bf16 values are exact in fp32, so the two
+//    differ by fp32 summation order, as the fp32 reference tests do -- plus, rarely, an
+//    intermediate that lands on the other side of a bf16 rounding boundary (see kFlipTolerance);
+//  - autocast: torch.autocast("cpu", bfloat16), which rounds more (every linear's output,
+//    attention's matmuls, the q/k norms' outputs); see kAutocastNoiseFactor.
+// and the step must differ from the fp32 one by bf16's rounding, so an fp32 step cannot pass.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "model_reference_util.h"
+#include "titan/io/safetensors.h"
+#include "titan/models/hf_checkpoint.h"
+
+namespace titan {
+namespace {
+
+// fp32 summation order moves a matmul input by an fp32 ulp or two; where that crosses a bf16
+// rounding boundary the rounded value moves by one bf16 ulp (2^-8 relative). One such flip in a
+// sum of h = 64 terms of similar size moves the result by about 2^-8 / 64 = 6e-5 of its scale,
+// and a flip in the backward's rounded dy moves a gradient alike; 2e-4 allows a few coinciding.
+constexpr double kFlipTolerance = 2e-4;
+// Against autocast: titan rounds a subset of what autocast rounds (the matmuls' operands, not
+// their outputs, attention's matmuls or the q/k norms' outputs), so the two steps differ by
+// about autocast's own rounding noise, which is measured as its distance from the fp32 step. A
+// tensor's worst element may gather both sides' noise: at most twice that distance.
+constexpr double kAutocastNoiseFactor = 2.0;
+
+std::vector<float> read_all(const SafetensorsCheckpoint& ref, const std::string& name) {
+  const SafetensorsEntry& e = ref.at(name);
+  std::vector<float> out(e.numel());
+  read_f32(e, out.data(), static_cast<int64_t>(out.size()));
+  return out;
+}
+
+double relative_error(const float* got, const std::vector<float>& want) {
+  return testing::compare_arrays(got, want.data(), static_cast<int64_t>(want.size())).rel();
+}
+
+class MixedPrecisionReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MixedPrecisionReference, Bf16StepMatchesPyTorch) {
+  const std::string dir = test::reference_dir() + "/mixed_precision/" + GetParam();
+  const SafetensorsCheckpoint ref = SafetensorsCheckpoint::open(dir + "/reference.safetensors");
+  const auto& meta = ref.files().front().metadata();
+  const int64_t batch = std::stoll(meta.at("batch")), seq = std::stoll(meta.at("seq"));
+  std::unique_ptr<CausalLM> model = load_hf_model(dir + "/model", {}, false, DType::bf16);
+  ASSERT_EQ(model->compute_dtype(), DType::bf16);
+  model->allocate_gradients();
+
+  const std::vector<int32_t> ids = test::read_ids(ref.at("input_ids"));
+  const std::vector<int32_t> targets = test::read_ids(ref.at("targets"));
+  int64_t n_valid = 0;
+  for (const int32_t t : targets) n_valid += t != kIgnoreIndex;
+  std::vector<float> logits(static_cast<size_t>(batch * seq * model->args().vocab_size));
+  ForwardOptions options;
+  options.compute_grad = true;
+  options.grad_scale = 1.0f / static_cast<float>(n_valid);
+  options.logits = logits.data();
+  const CrossEntropyResult r = model->forward(ids.data(), targets.data(), batch, seq, options);
+  model->backward();
+  const auto loss = static_cast<float>(r.loss_sum / r.n_scored);
+
+  struct Tensor {
+    std::string name;
+    const float* got;
+  };
+  std::vector<Tensor> tensors = {{"logits", logits.data()}, {"loss", &loss}};
+  for (const ParamGroup& g : model->param_groups()) {
+    for (const ParamView& v : g.views())
+      tensors.push_back({"grad." + v.spec.name, g.grads() + v.offset});
+  }
+  for (const Tensor& t : tensors) {
+    const std::vector<float> fp32 = read_all(ref, "fp32." + t.name);
+    const std::vector<float> bf16_mm = read_all(ref, "bf16_mm." + t.name);
+    const std::vector<float> autocast = read_all(ref, "autocast." + t.name);
+    const double exact = relative_error(t.got, bf16_mm);
+    const double vs_autocast = relative_error(t.got, autocast);
+    const double bf16_effect = relative_error(bf16_mm.data(), fp32);
+    const double autocast_noise = relative_error(autocast.data(), fp32);
+    std::printf(
+        "  %-52s vs bf16_mm %.2e  vs autocast %.2e  (fp32 vs bf16_mm %.2e, autocast %.2e)\n",
+        t.name.c_str(), exact, vs_autocast, bf16_effect, autocast_noise);
+    EXPECT_LE(exact, kFlipTolerance) << t.name;
+    EXPECT_LE(vs_autocast, kAutocastNoiseFactor * autocast_noise) << t.name;
+    // The comparison can tell bf16 from fp32: rounding moved this tensor by more than the
+    // tolerance the exact comparison allows.
+    if (t.name == "logits" || t.name == "loss") {
+      EXPECT_GT(bf16_effect, 2 * exact) << t.name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, MixedPrecisionReference,
+                         ::testing::Values("qwen3_tied", "qwen3_untied"));
+
+}  // namespace
+}  // namespace titan
