@@ -1,36 +1,16 @@
 #!/usr/bin/env bash
 # bf16 mixed precision in `titan train` (training.mixed_precision_param = "bfloat16"):
-#  1. the default run's loss curve in bf16 stays within 2 % of the fp32 run's at every logged step
-#     after warm-up (same data, same init);
+#  1. the start-up log says what the matmuls compute in;
 #  2. a resumed bf16 run equals the uninterrupted one bit for bit (the checkpoint holds the fp32
 #     master weights and AdamW state; the bf16 copies are remade from them), dense and MoE;
-#  3. the checkpoint's weights are fp32, and the start-up log says what the matmuls compute in.
+#  3. the checkpoint's weights are fp32.
+# The loss curve against fp32 is train_bf16_curve.sh.
 set -euo pipefail
 titan="$1"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# 1. The default run (flavor tiny, 200 steps of 8 x 256 tokens), fp32 and bf16.
-for dtype in float32 bfloat16; do
-  "$titan" train --training.mixed_precision_param=$dtype --metrics.log_freq=10 \
-    --metrics.save_jsonl="$work/curve_$dtype.jsonl" --checkpoint.last_save_in_hf=false \
-    --job.dump_folder="$work/curve_$dtype" --threads 2 > "$work/curve_$dtype.log"
-done
-grep -q "mixed precision: matmuls in bf16" "$work/curve_bfloat16.log" || { echo "no bf16 start-up line"; cat "$work/curve_bfloat16.log"; exit 1; }
-python3 - "$work/curve_float32.jsonl" "$work/curve_bfloat16.jsonl" <<'PY'
-import json, sys
-fp32 = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[1]))}
-bf16 = {r["step"]: r["loss"] for r in map(json.loads, open(sys.argv[2]))}
-assert fp32.keys() == bf16.keys() and max(fp32) == 200, (sorted(fp32), sorted(bf16))
-warmup = 20  # the default lr_scheduler.warmup_steps
-worst = max(abs(bf16[s] - fp32[s]) / fp32[s] for s in fp32 if s > warmup)
-for s in sorted(fp32):
-    print(f"step {s:3d}  fp32 {fp32[s]:.4f}  bf16 {bf16[s]:.4f}")
-print(f"largest relative difference after warm-up: {worst:.4%}")
-assert worst <= 0.02, f"bf16 loss curve departs from fp32 by {worst:.2%}"
-PY
-
-# 2. Resume under bf16, as tests/e2e/train_resume.sh does in fp32.
+# 1 and 2. Resume under bf16, as tests/e2e/train_resume.sh does in fp32.
 losses() { python3 -c 'import json,sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
@@ -45,6 +25,7 @@ for flavor in tiny tiny_moe; do
   "$titan" train "${common[@]}" --metrics.save_jsonl="$run.full.jsonl" > "$run.full.log"
   rm -rf "$run/checkpoint/step-4" "$run/checkpoint/step-6"
   "$titan" train "${common[@]}" --metrics.save_jsonl="$run.resumed.jsonl" > "$run.resumed.log"
+  grep -q "mixed precision: matmuls in bf16" "$run.full.log" || { echo "$flavor: no bf16 start-up line"; cat "$run.full.log"; exit 1; }
   grep -q "resumed step 2 from" "$run.resumed.log" || { echo "$flavor: did not resume"; cat "$run.resumed.log"; exit 1; }
   diff <(losses "$run.full.jsonl") <(losses "$run.resumed.jsonl") || { echo "$flavor: resumed bf16 losses differ"; exit 1; }
   [ "$(losses "$run.full.jsonl" | wc -l)" = 4 ] || { echo "$flavor: expected 4 compared steps"; exit 1; }
@@ -58,4 +39,4 @@ with open(sys.argv[1], "rb") as f:
 dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
 assert dtypes == {"F32"}, f"checkpoint weights are {dtypes}, not F32 master weights"
 PY
-echo "bf16: loss curve within 2 % of fp32 after warm-up; resumed runs identical (tiny, tiny_moe); fp32 master weights in the checkpoint"
+echo "bf16: resumed runs identical (tiny, tiny_moe); fp32 master weights in the checkpoint"
