@@ -89,12 +89,22 @@ struct LinearOutput {
   float* y = nullptr;  // (N, out)
 };
 
+// One gradient of linear_group_backward.
+struct LinearGrad {
+  const Linear* linear = nullptr;
+  const float* dy = nullptr;  // (N, out)
+};
+
 // y_i = x W_i^T + b_i for linears that share their input (q/k/v, gate/up). A one-token call whose
 // linears are all bound to the built-in kernel runs as one fused GEMV over their weights (fp32 or
 // bf16, ops/gemv.h) -- the decode path, bound by weight bytes; otherwise each linear's kernel
 // runs, on x rounded to bf16 once for all of them when they compute in bf16.
 void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
                           const LinearScratch& scratch);
+// Its backward: dx (N, in) = sum_i dy_i W_i (overwritten, or added to when accumulate_dx), each
+// dW_i and db_i accumulated; x is rounded to bf16 once for all of them when they compute in bf16.
+void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, const float* x,
+                           int64_t n, bool accumulate_dx, const LinearScratch& scratch);
 
 struct RMSNorm {
   std::string name;
