@@ -3,7 +3,8 @@
 #  1. the start-up log says what the matmuls compute in;
 #  2. a resumed bf16 run equals the uninterrupted one bit for bit (the checkpoint holds the fp32
 #     master weights and AdamW state; the bf16 copies are remade from them), dense and MoE;
-#  3. the checkpoint's weights are fp32.
+#  3. the checkpoint's weights are fp32;
+#  4. `titan eval --dtype bfloat16` computes what a bf16 run's validation pass computes.
 # The loss curve against fp32 is train_bf16_curve.sh.
 set -euo pipefail
 titan="$1"
@@ -31,6 +32,27 @@ for flavor in tiny tiny_moe; do
   [ "$(losses "$run.full.jsonl" | wc -l)" = 4 ] || { echo "$flavor: expected 4 compared steps"; exit 1; }
 done
 
+# A bf16 run's validation pass computes what `titan eval --dtype bfloat16` computes on its
+# (fp32) export; `--dtype float32` computes another loss.
+corpus=/usr/share/doc/jargon-text/jargon.txt.gz
+"$titan" train --training.mixed_precision_param=bfloat16 --training.steps=20 --training.seq_len=128 \
+  --lr_scheduler.warmup_steps=2 --validation.enable=true --validation.dataset_path="$corpus" \
+  --validation.freq=20 --validation.steps=3 --metrics.save_jsonl="$work/val.jsonl" \
+  --job.dump_folder="$work/val" --threads 2 > "$work/val.log"
+validation=$(python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "validation_loss" in r: print("%.5f" % r["validation_loss"])' "$work/val.jsonl")
+evaluate() { "$titan" eval --model "$work/val/hf" --data "$corpus" --seq-len 128 --batch-size 8 \
+  --max-batches 3 --threads 2 --dtype "$1" | awk '{printf "%.5f", $2}'; }
+eval_bf16=$(evaluate bfloat16)
+eval_fp32=$(evaluate float32)
+echo "bf16 run: validation loss $validation, eval --dtype bfloat16 $eval_bf16, float32 $eval_fp32"
+[ -n "$validation" ] && [ "$validation" = "$eval_bf16" ] || { echo "bf16 eval and validation disagree"; exit 1; }
+[ "$eval_bf16" != "$eval_fp32" ] || { echo "eval --dtype bfloat16 computed what float32 does"; exit 1; }
+"$titan" eval --model "$work/val/hf" --data "$corpus" --dtype float16 > "$work/bad.log" 2>&1 && { echo "--dtype float16 accepted"; exit 1; }
+[ "$(wc -l < "$work/bad.log")" = 1 ] && grep -q "float16" "$work/bad.log" || { echo "bad --dtype message:"; cat "$work/bad.log"; exit 1; }
+
 # 3. The checkpoint keeps fp32 master weights.
 python3 - "$work/resume_tiny/checkpoint/step-2/model.safetensors" <<'PY'
 import json, struct, sys
@@ -39,4 +61,4 @@ with open(sys.argv[1], "rb") as f:
 dtypes = {v["dtype"] for k, v in header.items() if k != "__metadata__"}
 assert dtypes == {"F32"}, f"checkpoint weights are {dtypes}, not F32 master weights"
 PY
-echo "bf16: resumed runs identical (tiny, tiny_moe); fp32 master weights in the checkpoint"
+echo "bf16: resumed runs identical (tiny, tiny_moe); fp32 master weights in the checkpoint; eval --dtype bfloat16 equals the bf16 validation"
