@@ -192,15 +192,8 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
 }
 
 void DecoderLM::allocate_compute_weights() {
-  std::vector<Linear*> linears;
-  for (DecoderLayer& l : m_.layers) {
-    SelfAttention& s = l.self_attn;
-    for (Linear* w : {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj}) linears.push_back(w);
-    if (!l.sparse) {
-      for (Linear* w : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) linears.push_back(w);
-    }
-  }
-  linears.push_back(&m_.lm_head);  // the embedding's weight when tied: its copy serves the head
+  // The lm_head's weight is the embedding's when tied: its copy serves the head.
+  const std::vector<Linear*> linears = m_.matmul_linears();
   int64_t total = 0;
   for (const Linear* w : linears) total += w->out_features * w->in_features;
   compute_weights_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
