@@ -203,14 +203,28 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   gate.forward(act.router_logits, x, n, {});
   router_topk_forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
                       n_experts, top_k, norm_topk_prob);
-  experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights, shape(n));
+  if (computes_in_bf16()) {
+    // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
+    TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
+                experts_kernel, "' does not take bf16");
+    experts->forward_bf16(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights_bf16,
+                          shape(n));
+  } else {
+    experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights,
+                     shape(n));
+  }
 }
 
 void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
                               const MoeActivations& act, const float* x, const float* dprobs_all,
                               int64_t n) const {
-  experts->backward(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
-                    act.topk_weight, weights, shape(n));
+  if (computes_in_bf16()) {
+    experts->backward_bf16(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
+                           act.topk_weight, weights_bf16, shape(n));
+  } else {
+    experts->backward(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
+                      act.topk_weight, weights, shape(n));
+  }
   router_topk_backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n,
                        n_experts, top_k, norm_topk_prob);
   gate.backward(dx, g.dlogits, x, n, true, {});

@@ -224,11 +224,15 @@ struct SparseMoeBlock {
   bool norm_topk_prob = false;
   Linear gate;            // the router, (E, h), model.layers.{i}.mlp.gate
   ExpertWeights weights;  // the stacked model.layers.{i}.mlp.experts.{gate,up,down}_proj
-  ExpertGrads grads;      // or nulls
+  // Their bf16 copies, or nulls: with them the experts compute in bf16 (mixed precision).
+  ExpertWeightsBf16 weights_bf16;
+  ExpertGrads grads;  // or nulls
   const ExpertsKernel* experts = nullptr;
   std::string experts_kernel;  // registry name, for error messages
 
   ExpertsShape shape(int64_t n) const;
+  // Whether the experts' GEMMs take bf16 operands.
+  bool computes_in_bf16() const { return weights_bf16.gate != nullptr; }
   // The experts kernel's constraint for n tokens (titan::Error when broken).
   void check_constraints(int64_t n) const;
   // y (N, h) from x (N, h); `scratch` is only used during the call.
