@@ -1,7 +1,9 @@
 // The MoE experts kernels on one sparse layer, timed: forward and backward of every registered
-// experts kernel except the reference (checked against it first on a few tokens), in GFLOP/s of
-// the expert GEMMs (forward 3, backward 6 of 2 * rows * h * Im each) and as a share of the fp32
-// GEMM ceiling measured in the same run. Routing is random, k distinct experts per token.
+// experts kernel except the reference, in each dtype it takes (fp32; bf16 GEMM operands with fp32
+// accumulation), each checked first on a few tokens against the reference in the same dtype. In
+// GFLOP/s of the expert GEMMs (forward 3, backward 6 of 2 * rows * h * Im each; the bf16 backward
+// runs a seventh, which is not counted) and as a share of that dtype's GEMM ceiling measured in
+// the same run. Routing is random, k distinct experts per token.
 //
 // usage: bench_experts [--tokens N] [--hidden H] [--inter IM] [--experts E] [--top-k K]
 //                      [--steps N] [--threads N]
@@ -14,6 +16,7 @@
 #include "bench_main.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/threads.h"
+#include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/kernels/registry.h"
@@ -27,6 +30,7 @@ using titan::bench::now_seconds;
 struct ExpertsProblem {
   ExpertsShape shape;
   std::vector<float> x, dy, y, dx, weight, dweight, gate, up, down, dgate_w, dup_w, ddown_w;
+  std::vector<uint16_t> gate_bf16, up_bf16, down_bf16;  // the weights rounded, for bf16 kernels
   std::vector<float> act_gate, act_up, act_act, sx, sy, sdgate, sdup, sdact;
   std::vector<int32_t> index, row_of, offsets;
 
@@ -43,6 +47,14 @@ struct ExpertsProblem {
     gate = randn(E * Im * h, 3, 0.02f);
     up = randn(E * Im * h, 4, 0.02f);
     down = randn(E * h * Im, 5, 0.02f);
+    const auto rounded = [](const std::vector<float>& w) {
+      std::vector<uint16_t> out(w.size());
+      for (size_t i = 0; i < w.size(); ++i) out[i] = f32_to_bf16(w[i]);
+      return out;
+    };
+    gate_bf16 = rounded(gate);
+    up_bf16 = rounded(up);
+    down_bf16 = rounded(down);
     for (auto* v : {&dgate_w, &dup_w}) v->assign(E * Im * h, 0.0f);
     ddown_w.assign(E * h * Im, 0.0f);
     for (auto* v : {&y, &dx}) v->resize(n * h);
@@ -71,14 +83,25 @@ struct ExpertsProblem {
   ExpertsScratch scratch() {
     return {sx.data(), sy.data(), sdgate.data(), sdup.data(), sdact.data()};
   }
-  void forward(const ExpertsKernel& kernel) {
-    kernel.forward(y.data(), act(), scratch(), x.data(), index.data(), weight.data(),
-                   {gate.data(), up.data(), down.data()}, shape);
+  void forward(const ExpertsKernel& kernel, DType dtype) {
+    if (dtype == DType::bf16) {
+      kernel.forward_bf16(y.data(), act(), scratch(), x.data(), index.data(), weight.data(),
+                          {gate_bf16.data(), up_bf16.data(), down_bf16.data()}, shape);
+    } else {
+      kernel.forward(y.data(), act(), scratch(), x.data(), index.data(), weight.data(),
+                     {gate.data(), up.data(), down.data()}, shape);
+    }
   }
-  void backward(const ExpertsKernel& kernel) {
-    kernel.backward(dx.data(), dweight.data(), {dgate_w.data(), dup_w.data(), ddown_w.data()},
-                    scratch(), dy.data(), act(), x.data(), index.data(), weight.data(),
-                    {gate.data(), up.data(), down.data()}, shape);
+  void backward(const ExpertsKernel& kernel, DType dtype) {
+    const ExpertGrads grads{dgate_w.data(), dup_w.data(), ddown_w.data()};
+    if (dtype == DType::bf16) {
+      kernel.backward_bf16(dx.data(), dweight.data(), grads, scratch(), dy.data(), act(), x.data(),
+                           index.data(), weight.data(),
+                           {gate_bf16.data(), up_bf16.data(), down_bf16.data()}, shape);
+    } else {
+      kernel.backward(dx.data(), dweight.data(), grads, scratch(), dy.data(), act(), x.data(),
+                      index.data(), weight.data(), {gate.data(), up.data(), down.data()}, shape);
+    }
   }
 };
 
@@ -116,52 +139,60 @@ int run(int argc, char** argv) {
   }
   TITAN_CHECK(shape.top_k >= 1 && shape.top_k <= shape.n_experts, "--top-k must be in [1, E]");
   set_thread_count(threads);
-  const double peak = measure_gemm_ceiling_gflops();
+  const double ceiling_f32 = measure_gemm_ceiling_gflops();
+  const double ceiling_bf16 = measure_gemm_bf16_ceiling_gflops();
   const double gemm_flops =
       2.0 * static_cast<double>(shape.rows()) * static_cast<double>(shape.hidden * shape.inter);
   std::printf(
       "experts: %lld tokens, h %lld, Im %lld, E %lld, k %lld (%.1f rows per expert), "
-      "threads %d, GEMM ceiling %.1f GFLOP/s\n",
+      "threads %d, GEMM ceiling fp32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
       static_cast<long long>(shape.n_tokens), static_cast<long long>(shape.hidden),
       static_cast<long long>(shape.inter), static_cast<long long>(shape.n_experts),
       static_cast<long long>(shape.top_k),
-      static_cast<double>(shape.rows()) / static_cast<double>(shape.n_experts), threads, peak);
+      static_cast<double>(shape.rows()) / static_cast<double>(shape.n_experts), threads,
+      ceiling_f32, ceiling_bf16);
 
   const KernelEntry& reference = kernel_registry().get("experts_reference", OpKind::experts);
+  const ExpertsKernel& reference_kernel = std::get<ExpertsKernel>(reference.impl);
   for (const KernelEntry* entry : kernel_registry().entries()) {
     if (entry->kind != OpKind::experts || entry == &reference) continue;
     const ExpertsKernel& kernel = std::get<ExpertsKernel>(entry->impl);
-    // Checked first on a few tokens against the reference.
-    ExpertsShape small = shape;
-    small.n_tokens = 3;
-    ExpertsProblem check(small), want(small);
-    check.forward(kernel);
-    check.backward(kernel);
-    want.forward(std::get<ExpertsKernel>(reference.impl));
-    want.backward(std::get<ExpertsKernel>(reference.impl));
-    const double err = std::max({max_rel_error(check.y, want.y), max_rel_error(check.dx, want.dx),
-                                 max_rel_error(check.ddown_w, want.ddown_w)});
-    TITAN_CHECK(err < 1e-4, entry->name, " disagrees with experts_reference (", err, ")");
+    for (const DType dtype : entry->dtypes) {
+      // Checked first on a few tokens against the reference in the same dtype.
+      ExpertsShape small = shape;
+      small.n_tokens = 3;
+      ExpertsProblem check(small), want(small);
+      check.forward(kernel, dtype);
+      check.backward(kernel, dtype);
+      want.forward(reference_kernel, dtype);
+      want.backward(reference_kernel, dtype);
+      const double err = std::max({max_rel_error(check.y, want.y), max_rel_error(check.dx, want.dx),
+                                   max_rel_error(check.ddown_w, want.ddown_w)});
+      TITAN_CHECK(err < 1e-4, entry->name, " in ", dtype_name(dtype),
+                  " disagrees with experts_reference (", err, ")");
 
-    ExpertsProblem p(shape);
-    p.forward(kernel);  // warm-up
-    p.backward(kernel);
-    double forward_s = 1e30, backward_s = 1e30;
-    for (int s = 0; s < steps; ++s) {
-      const double t0 = now_seconds();
-      p.forward(kernel);
-      const double t1 = now_seconds();
-      p.backward(kernel);
-      const double t2 = now_seconds();
-      forward_s = std::min(forward_s, t1 - t0);
-      backward_s = std::min(backward_s, t2 - t1);
+      ExpertsProblem p(shape);
+      p.forward(kernel, dtype);  // warm-up
+      p.backward(kernel, dtype);
+      double forward_s = 1e30, backward_s = 1e30;
+      for (int s = 0; s < steps; ++s) {
+        const double t0 = now_seconds();
+        p.forward(kernel, dtype);
+        const double t1 = now_seconds();
+        p.backward(kernel, dtype);
+        const double t2 = now_seconds();
+        forward_s = std::min(forward_s, t1 - t0);
+        backward_s = std::min(backward_s, t2 - t1);
+      }
+      const double peak = dtype == DType::bf16 ? ceiling_bf16 : ceiling_f32;
+      const double fwd = 3 * gemm_flops / forward_s * 1e-9,
+                   bwd = 6 * gemm_flops / backward_s * 1e-9;
+      std::printf(
+          "  %-20s %-4s forward %7.2f ms %6.1f GFLOP/s (%3.0f%%)  backward %7.2f ms %6.1f "
+          "GFLOP/s (%3.0f%%)\n",
+          entry->name.c_str(), std::string(dtype_name(dtype)).c_str(), forward_s * 1e3, fwd,
+          100 * fwd / peak, backward_s * 1e3, bwd, 100 * bwd / peak);
     }
-    const double fwd = 3 * gemm_flops / forward_s * 1e-9, bwd = 6 * gemm_flops / backward_s * 1e-9;
-    std::printf(
-        "  %-20s forward %7.2f ms %6.1f GFLOP/s (%3.0f%%)  backward %7.2f ms %6.1f "
-        "GFLOP/s (%3.0f%%)\n",
-        entry->name.c_str(), forward_s * 1e3, fwd, 100 * fwd / peak, backward_s * 1e3, bwd,
-        100 * bwd / peak);
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/infer/weights.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/train/evaluate.h"
@@ -16,7 +17,7 @@ namespace titan::cli {
 Action add_eval_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("eval", "loss and perplexity of a Hugging Face model folder on a dataset");
-  static std::string model_dir, text_field = "text";
+  static std::string model_dir, text_field = "text", dtype = "auto";
   static std::vector<std::string> data;
   static int64_t seq_len = 2048, batch_size = 1, max_batches = -1;
   static int threads;
@@ -33,12 +34,17 @@ Action add_eval_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   command->add_option("--batch-size", batch_size, "rows per batch")->check(CLI::PositiveNumber);
   command->add_option("--max-batches", max_batches, "stop after this many batches (-1: all)");
+  command->add_option("--dtype", dtype,
+                      "matmuls: auto (bf16 for a bf16 folder, like Transformers' "
+                      "torch_dtype=\"auto\"), bfloat16 (bf16 operands, fp32 accumulation, as "
+                      "mixed-precision training) or float32");
   command->add_flag("--allow-nonfinite-weights", allow_nonfinite,
                     "load weights holding NaN or Inf (refused otherwise; for debugging)");
   return [] {
     set_thread_count(threads);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
-    std::unique_ptr<CausalLM> model = load_hf_model(model_dir, {}, allow_nonfinite);
+    const DType compute = inference_dtype(model_dir, dtype);  // a bad --dtype fails first
+    std::unique_ptr<CausalLM> model = load_hf_model(model_dir, {}, allow_nonfinite, compute);
     LoaderOptions options;
     options.data.paths = data;
     options.data.text_field = text_field;

@@ -1,23 +1,30 @@
-"""Reference data for bf16 mixed-precision training, from Hugging Face Transformers' Qwen3 models
-(eager attention, float32 master weights) on tiny random configs, computed three ways on the same
-weights and batch:
+"""Reference data for bf16 mixed-precision training, from Hugging Face Transformers' Qwen3 and
+Qwen3-MoE models (eager attention and experts, float32 master weights) on tiny random configs,
+computed three ways on the same weights and batch:
 
   fp32       the plain float32 step;
   bf16_mm    titan's mixed precision as PyTorch ops: every matmul weight (q/k/v/o, gate/up/down,
-             the lm_head, tied or not; not the MoE router) and the matmul's input are rounded to
-             bf16, the product accumulates in fp32 and stays fp32; in the backward the output's
-             gradient is rounded to bf16 before the two products (d input, d weight), which
-             accumulate in fp32; norms, RoPE, attention, softmax, the router and the loss stay
-             fp32. Products of bf16 values are exact in fp32, so this equals titan's bf16 step up
-             to fp32 summation order;
+             each expert's gate_up/down, the lm_head, tied or not; not the MoE router) and the
+             matmul's input are rounded to bf16, the product accumulates in fp32 and stays fp32; in
+             the backward the output's gradient is rounded to bf16 before the two products (d
+             input, d weight), which accumulate in fp32; norms, RoPE, attention, softmax, SwiGLU,
+             the router, the routing weights' product and sum, and the loss stay fp32. Products of
+             bf16 values are exact in fp32, so this equals titan's bf16 step up to fp32 summation
+             order;
   autocast   torch.autocast("cpu", dtype=torch.bfloat16), the way PyTorch users train in bf16
              (it also rounds every linear's output, attention's matmuls and the q/k norms' outputs
              to bf16).
 
 For each case it writes OUT_DIR/<case>/model/ (save_pretrained, fp32) and
 OUT_DIR/<case>/reference.safetensors with input_ids, targets (I32; HF's labels shifted left),
-and for each way W in (fp32, bf16_mm, autocast): W.loss (F32 (1)), W.logits (F32 (B, S, V)) and
-W.grad.<hf name> for every parameter.
+and for each way W in (fp32, bf16_mm, autocast): W.loss (F32 (1); with output_router_logits in
+the config, HF's loss: cross-entropy + router_aux_loss_coef * the load-balancing loss),
+W.logits (F32 (B, S, V)) and W.grad.<name> for every parameter (titan's names: the fused
+experts.gate_up_proj as experts.gate_proj and experts.up_proj).
+
+The MoE cases route every token to the same experts in all three ways, and no token is near a tie
+between its k-th and (k+1)-th expert (which a summation-order difference could flip): the script
+checks both, so the comparisons measure rounding, not routing.
 
 usage: python mixed_precision_reference.py OUT_DIR
 """
@@ -26,9 +33,11 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from transformers import Qwen3Config, Qwen3ForCausalLM
+from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts, Qwen3MoeTopKRouter
 
-from reference_common import hf_targets, make_batch, metadata, named, perturb_norms, save_reference
+from reference_common import (hf_targets, make_batch, metadata, named, perturb_norms, routing_gap,
+                              save_reference, titan_layout)
 
 BATCH, SEQ = 2, 24
 # h 64 with 4 heads of 16: wide enough that a bf16 rounding is one of many terms in every sum.
@@ -37,10 +46,29 @@ BATCH, SEQ = 2, 24
 TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
             initializer_range=0.1, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)
+# The MoE cases: 8 experts of width 32, 2 per token, in every layer (all_sparse, whose loss
+# includes the load-balancing loss) or in layer 1 only (mixed); norm_topk_prob both ways.
+TINY_MOE = dict(TINY, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
+                decoder_sparse_step=1, tie_word_embeddings=False)
+# name: (model class, seed, config). The MoE seeds are the first where (a) autocast and bf16_mm
+# route every token as fp32 does (checked below; autocast rounds the router's logits to bf16,
+# which at most seeds moves 1 to 4 of the 96 (token, layer) choices), and (b) titan's step has no
+# cascading rounding flip: at the others tried, an fp32-ulp difference in one input of a bf16
+# rounding (an rms_norm output beside a rounding boundary) flips it, and through attention that
+# flip moves later roundings and gradients by ~1e-3 -- bf16_mm itself moves by 2e-3 to 9e-3 when
+# every weight is scaled by 1 + 1e-7 noise, the dense cases too.
 CASES = {
-    "qwen3_tied": dict(tie_word_embeddings=True),
-    "qwen3_untied": dict(tie_word_embeddings=False),
+    "qwen3_tied": (Qwen3ForCausalLM, 1357, dict(TINY, tie_word_embeddings=True)),
+    "qwen3_untied": (Qwen3ForCausalLM, 1357, dict(TINY, tie_word_embeddings=False)),
+    "qwen3_moe_all_sparse": (Qwen3MoeForCausalLM, 4,
+                             dict(TINY_MOE, mlp_only_layers=[], norm_topk_prob=True,
+                                  output_router_logits=True, router_aux_loss_coef=0.02)),
+    "qwen3_moe_mixed": (Qwen3MoeForCausalLM, 4,
+                        dict(TINY_MOE, mlp_only_layers=[0], norm_topk_prob=False)),
 }
+# Smallest allowed gap between a token's k-th and (k+1)-th router probability: titan and bf16_mm
+# differ by fp32 summation order (~1e-6 in a probability), far below it.
+MIN_ROUTING_GAP = 1e-4
 
 
 def bf16(t):
@@ -74,10 +102,44 @@ def bf16_forward(module):
     return forward
 
 
+def bf16_experts_forward(experts):
+    """Transformers' eager Qwen3MoeExperts.forward with each expert's two linears as Bf16Matmul:
+    the gathered rows and silu(gate) * up rounded, the routing weights' product and the index_add_
+    sum in fp32."""
+    def forward(hidden_states, top_k_index, top_k_weights):
+        final_hidden_states = torch.zeros_like(hidden_states)
+        expert_mask = F.one_hot(top_k_index, num_classes=experts.num_experts).permute(2, 1, 0)
+        for expert_idx in range(experts.num_experts):
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            if token_idx.numel() == 0:
+                continue
+            current_state = hidden_states[token_idx]
+            gate, up = Bf16Matmul.apply(current_state, experts.gate_up_proj[expert_idx],
+                                        None).chunk(2, dim=-1)
+            current = Bf16Matmul.apply(experts.act_fn(gate) * up, experts.down_proj[expert_idx],
+                                       None)
+            current = current * top_k_weights[token_idx, top_k_pos, None]
+            final_hidden_states.index_add_(0, token_idx, current)
+        return final_hidden_states
+    return forward
+
+
 def use_bf16_matmuls(model):
-    for name, m in model.named_modules():
-        if isinstance(m, torch.nn.Linear) and not name.endswith("mlp.gate"):
+    for m in model.modules():
+        if isinstance(m, torch.nn.Linear):  # the MoE router is a Qwen3MoeTopKRouter: not rounded
             m.forward = bf16_forward(m)
+        elif isinstance(m, Qwen3MoeExperts):
+            m.forward = bf16_experts_forward(m)
+
+
+def record_routing(model):
+    """A list that each MoE router call appends (logits, chosen experts) to."""
+    calls = []
+    for m in model.modules():
+        if isinstance(m, Qwen3MoeTopKRouter):
+            m.register_forward_hook(
+                lambda module, args, out: calls.append((out[0].detach(), out[2].detach())))
+    return calls
 
 
 def step(model, ids, labels, prefix, autocast=False):
@@ -85,24 +147,28 @@ def step(model, ids, labels, prefix, autocast=False):
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         out = model(input_ids=ids, labels=labels)
     out.loss.backward()
-    tensors = named(prefix + "grad.", ((k, v.grad.float()) for k, v in model.named_parameters()))
+    tensors = named(prefix + "grad.",
+                    titan_layout((k, v.grad.float()) for k, v in model.named_parameters()).items())
     tensors[prefix + "loss"] = out.loss.detach().float().reshape(1)
     tensors[prefix + "logits"] = out.logits.detach().float()
     return tensors, out.loss.item()
 
 
-def make(name, overrides, out_dir):
-    torch.manual_seed(1357)
-    config = Qwen3Config(**{**TINY, **overrides})
-    config.architectures = ["Qwen3ForCausalLM"]
-    model = Qwen3ForCausalLM._from_config(config, attn_implementation="eager",
-                                          dtype=torch.float32)
+def make(name, model_class, seed, overrides, out_dir):
+    torch.manual_seed(seed)
+    is_moe = model_class is Qwen3MoeForCausalLM
+    config = (Qwen3MoeConfig if is_moe else Qwen3Config)(**overrides)
+    config.architectures = [model_class.__name__]
+    extra = dict(experts_implementation="eager") if is_moe else {}
+    model = model_class._from_config(config, attn_implementation="eager", dtype=torch.float32,
+                                     **extra)
     perturb_norms(model)
     ids, labels = make_batch(config.vocab_size, BATCH, SEQ)
     folder = os.path.join(out_dir, name)
     model.save_pretrained(os.path.join(folder, "model"))
 
     tensors = {"input_ids": ids.to(torch.int32), "targets": hf_targets(labels).to(torch.int32)}
+    routing = record_routing(model)
     fp32, loss_fp32 = step(model, ids, labels, "fp32.")
     autocast, loss_autocast = step(model, ids, labels, "autocast.", autocast=True)
     use_bf16_matmuls(model)
@@ -112,14 +178,25 @@ def make(name, overrides, out_dir):
     tensors.update(bf16_mm)
     print(f"{name}: loss fp32 {loss_fp32:.6f}, bf16 matmuls {loss_bf16:.6f}, "
           f"autocast {loss_autocast:.6f}")
+    if is_moe:
+        layers = len(routing) // 3  # one call per sparse layer in each way
+        fp32_calls, autocast_calls, bf16_calls = (routing[i * layers:(i + 1) * layers]
+                                                  for i in range(3))
+        for (_, chosen), (_, autocast_chosen), (_, bf16_chosen) in zip(fp32_calls, autocast_calls,
+                                                                       bf16_calls):
+            assert torch.equal(chosen, autocast_chosen), f"{name}: autocast routes differently"
+            assert torch.equal(chosen, bf16_chosen), f"{name}: bf16 matmuls route differently"
+        gap = routing_gap([logits for logits, _ in bf16_calls], config.num_experts_per_tok)
+        print(f"{name}: {layers} sparse layers, smallest routing gap {gap:.3e}")
+        assert gap > MIN_ROUTING_GAP, f"{name}: a token is near a routing tie ({gap})"
     save_reference(tensors, os.path.join(folder, "reference.safetensors"),
                    metadata(overrides, config, BATCH, SEQ))
 
 
 def main():
     out_dir = sys.argv[1]
-    for name, overrides in CASES.items():
-        make(name, overrides, out_dir)
+    for name, (model_class, seed, overrides) in CASES.items():
+        make(name, model_class, seed, overrides, out_dir)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import sys
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from reference_common import hf_targets, make_batch, metadata, named, perturb_norms, save_reference
+from reference_common import (hf_targets, make_batch, metadata, named, perturb_norms, routing_gap,
+                              save_reference, titan_layout)
 
 # name: (config overrides, batch, seq). Together they cover tied and untied embeddings, GQA ratios
 # 1, 2 and 4, head_dim != hidden / heads, odd sequence lengths, batch > 1, and sequences longer
@@ -94,30 +95,6 @@ def make(name, overrides, batch, seq, out_dir):
     meta = metadata(overrides, config, batch, seq, rope_theta="10000.0",
                     max_position_embeddings="512", adamw=json.dumps(ADAMW))
     save_reference(tensors, f"{out_dir}/qwen3_{name}.safetensors", meta)
-
-
-def routing_gap(router_logits, top_k):
-    """The smallest gap between any token's k-th and (k+1)-th router probability."""
-    gap = float("inf")
-    for logits in router_logits:
-        probs = torch.softmax(logits.float(), dim=-1).sort(dim=-1, descending=True).values
-        gap = min(gap, (probs[:, top_k - 1] - probs[:, top_k]).min().item())
-    return gap
-
-
-def titan_layout(named):
-    """Transformers 5's fused experts.gate_up_proj (E, 2 Im, h), gate rows first, as titan's
-    stacked experts.gate_proj and experts.up_proj (E, Im, h); every other name unchanged."""
-    out = {}
-    for key, value in named:
-        value = value.detach().clone()
-        if key.endswith(".experts.gate_up_proj"):
-            gate, up = value.chunk(2, dim=1)
-            out[key.replace("gate_up_proj", "gate_proj")] = gate.contiguous()
-            out[key.replace("gate_up_proj", "up_proj")] = up.contiguous()
-        else:
-            out[key] = value
-    return out
 
 
 def make_moe(name, overrides, batch, seq, out_dir):

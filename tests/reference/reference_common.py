@@ -1,7 +1,8 @@
-"""What the model reference scripts (qwen3_reference.py, families_reference.py) share: the batch
-and its labels, HF's label shift as titan's targets, non-trivial norm weights, named tensor dicts
-and the safetensors file with its metadata. Each helper draws from torch's global RNG in a fixed
-order, so a script's output depends only on its seed.
+"""What the model reference scripts (qwen3_reference.py, families_reference.py,
+mixed_precision_reference.py) share: the batch and its labels, HF's label shift as titan's targets,
+non-trivial norm weights, named tensor dicts, the safetensors file with its metadata, and for MoE
+models the routing margin and titan's stacked-experts names. Each helper draws from torch's global
+RNG in a fixed order, so a script's output depends only on its seed.
 """
 import json
 
@@ -51,3 +52,27 @@ def metadata(overrides, config, batch, seq, **extra):
 
 def save_reference(tensors, path, meta):
     save_file({k: v.contiguous() for k, v in tensors.items()}, path, metadata=meta)
+
+
+def routing_gap(router_logits, top_k):
+    """The smallest gap between any token's k-th and (k+1)-th router probability."""
+    gap = float("inf")
+    for logits in router_logits:
+        probs = torch.softmax(logits.float(), dim=-1).sort(dim=-1, descending=True).values
+        gap = min(gap, (probs[:, top_k - 1] - probs[:, top_k]).min().item())
+    return gap
+
+
+def titan_layout(named):
+    """Transformers 5's fused experts.gate_up_proj (E, 2 Im, h), gate rows first, as titan's
+    stacked experts.gate_proj and experts.up_proj (E, Im, h); every other name unchanged."""
+    out = {}
+    for key, value in named:
+        value = value.detach().clone()
+        if key.endswith(".experts.gate_up_proj"):
+            gate, up = value.chunk(2, dim=1)
+            out[key.replace("gate_up_proj", "gate_proj")] = gate.contiguous()
+            out[key.replace("gate_up_proj", "up_proj")] = up.contiguous()
+        else:
+            out[key] = value
+    return out

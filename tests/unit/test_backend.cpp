@@ -125,6 +125,13 @@ TEST(Backend, CpuPeakSourceSpellsOutThePeak) {
             "no I32 peak on the CPU (it knows fp32 and bf16)");
 }
 
+// bf16 GEMMs are native where the CPU has AVX512_BF16 dot products (the trainer warns otherwise).
+TEST(Backend, CpuNativeDtypesFollowTheIsa) {
+  EXPECT_TRUE(cpu_backend().native(DType::f32));
+  EXPECT_EQ(cpu_backend().native(DType::bf16), cpu_info().avx512_bf16);
+  EXPECT_FALSE(cpu_backend().native(DType::f16));
+}
+
 TEST(Backend, CpuMemoryAndThreadsAreTheMachines) {
   EXPECT_GT(cpu_backend().memory_bytes(), 0u);
   EXPECT_EQ(cpu_backend().memory_bytes(), cpu_info().memory_bytes);

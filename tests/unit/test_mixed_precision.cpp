@@ -1,4 +1,4 @@
-// bf16 mixed-precision training against PyTorch, on the tiny Qwen3 folders of
+// bf16 mixed-precision training against PyTorch, on the tiny Qwen3 and Qwen3-MoE folders of
 // tests/reference/mixed_precision_reference.py (a ctest fixture). The folder is loaded as
 // `titan train --preset hf` loads it, with compute dtype bf16, and one training step (logits,
 // loss, every gradient) is compared with
@@ -66,7 +66,12 @@ TEST_P(MixedPrecisionReference, Bf16StepMatchesPyTorch) {
   options.logits = logits.data();
   const CrossEntropyResult r = model->forward(ids.data(), targets.data(), batch, seq, options);
   model->backward();
-  const auto loss = static_cast<float>(r.loss_sum / r.n_scored);
+  // With output_router_logits (config.json), HF's loss adds the load-balancing loss, as do the
+  // gradients (ForwardOptions::aux_loss_scale 1).
+  const double aux = model->args().output_router_logits
+                         ? model->args().router_aux_loss_coef * model->aux_loss()
+                         : 0.0;
+  const auto loss = static_cast<float>(r.loss_sum / r.n_scored + aux);
 
   struct Tensor {
     std::string name;
@@ -99,7 +104,8 @@ TEST_P(MixedPrecisionReference, Bf16StepMatchesPyTorch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, MixedPrecisionReference,
-                         ::testing::Values("qwen3_tied", "qwen3_untied"));
+                         ::testing::Values("qwen3_tied", "qwen3_untied", "qwen3_moe_all_sparse",
+                                           "qwen3_moe_mixed"));
 
 }  // namespace
 }  // namespace titan

@@ -13,6 +13,7 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/backend/gemm_reference.h"
+#include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/kernels/registry.h"
@@ -605,6 +606,7 @@ struct MoeCase {
   int64_t n = 13, h = 19, Im = 11, E = 5, k;
   bool norm;
   std::vector<float> x, router, gate, up, down;
+  std::vector<uint16_t> gate_bf16, up_bf16, down_bf16;  // after use_bf16()
   std::vector<float> router_grad, gate_grad, up_grad, down_grad;
   // Activations and scratch of the block (owned here, viewed by act / g).
   std::vector<float> logits, probs, weight, gate_act, up_act, act_act, sx, sy, dgate, dup, dact,
@@ -666,6 +668,18 @@ struct MoeCase {
         &std::get<ExpertsKernel>(kernel_registry().get(experts_kernel, OpKind::experts).impl);
     block.experts_kernel = experts_kernel;
   }
+  // The experts compute in bf16 from here on, on bf16 copies of their weights.
+  void use_bf16() {
+    const auto rounded = [](const std::vector<float>& w) {
+      std::vector<uint16_t> out(w.size());
+      for (size_t i = 0; i < w.size(); ++i) out[i] = f32_to_bf16(w[i]);
+      return out;
+    };
+    gate_bf16 = rounded(gate);
+    up_bf16 = rounded(up);
+    down_bf16 = rounded(down);
+    block.weights_bf16 = {gate_bf16.data(), up_bf16.data(), down_bf16.data()};
+  }
   std::vector<float> forward() {
     std::vector<float> y(n * h);
     block.forward(y.data(), act, g.experts, x.data(), n);
@@ -704,6 +718,48 @@ TEST(Moe, GroupedExpertsMatchReferenceWhereOneExpertGetsEveryTokenAndOneNone) {
   }
 }
 
+// Mixed precision: both kernels round the same operands to bf16 (ops/moe.h), so they differ by
+// fp32 summation order, not by bf16 rounding -- unless an fp32 intermediate (gate, up, d act, ...)
+// lands on the other side of a bf16 rounding boundary, which moves one term of a later sum by a
+// bf16 ulp (2^-8 relative) and, in these sums of h = 19 or Im = 11 terms, the result by up to
+// 2^-8 / 11 = 4e-4 of its scale; no such flip happens at these seeds. The fp32 kernel differs
+// from both by bf16's rounding, far more than the tolerance: the comparison tells bf16 from fp32.
+TEST(Moe, Bf16GroupedExpertsMatchBf16Reference) {
+  constexpr double kTolerance = 1e-5;
+  for (const auto& [k, norm, forced] :
+       {std::tuple<int64_t, bool, bool>{2, true, true}, {3, false, true}, {2, true, false}}) {
+    MoeCase fast(k, norm, "experts_grouped", 11, forced),
+        ref(k, norm, "experts_reference", 11, forced), fp32(k, norm, "experts_grouped", 11, forced);
+    fast.use_bf16();
+    ref.use_bf16();
+    const std::vector<float> y = fast.forward(), want = ref.forward(), y_fp32 = fp32.forward();
+    ASSERT_EQ(fast.index, ref.index);
+    ASSERT_EQ(fast.index, fp32.index);
+    expect_close("bf16 moe y", y.data(), want.data(), y.size(), kTolerance);
+    EXPECT_GT(testing::compare_arrays(y_fp32.data(), want.data(), y.size()).rel(), 10 * kTolerance);
+    const std::vector<float> dy = randn(fast.n * fast.h, 21), dprobs = randn(fast.E, 22);
+    const std::vector<float> dx = fast.backward(dy, dprobs), want_dx = ref.backward(dy, dprobs),
+                             dx_fp32 = fp32.backward(dy, dprobs);
+    expect_close("bf16 moe dx", dx.data(), want_dx.data(), dx.size(), kTolerance);
+    EXPECT_GT(testing::compare_arrays(dx_fp32.data(), want_dx.data(), dx.size()).rel(),
+              10 * kTolerance);
+    expect_close("bf16 moe dweight", fast.dweight.data(), ref.dweight.data(), fast.dweight.size(),
+                 kTolerance);
+    expect_close("bf16 moe router grad", fast.router_grad.data(), ref.router_grad.data(),
+                 fast.router_grad.size(), kTolerance);
+    expect_close("bf16 moe gate_proj grad", fast.gate_grad.data(), ref.gate_grad.data(),
+                 fast.gate_grad.size(), kTolerance);
+    expect_close("bf16 moe up_proj grad", fast.up_grad.data(), ref.up_grad.data(),
+                 fast.up_grad.size(), kTolerance);
+    expect_close("bf16 moe down_proj grad", fast.down_grad.data(), ref.down_grad.data(),
+                 fast.down_grad.size(), kTolerance);
+    EXPECT_GT(
+        testing::compare_arrays(fp32.down_grad.data(), ref.down_grad.data(), fp32.down_grad.size())
+            .rel(),
+        10 * kTolerance);
+  }
+}
+
 TEST(Moe, BlockGradientsMatchFiniteDifferences) {
   for (const auto& [k, norm, forced] : {std::tuple<int64_t, bool, bool>{2, true, false},
                                         {3, false, false},
@@ -736,6 +792,7 @@ TEST(Moe, BlockGradientsMatchFiniteDifferences) {
 
 TEST(Moe, BadRoutingIsAnError) {
   MoeCase c(2, true, "experts_grouped", 11);
+  c.use_bf16();
   EXPECT_THROW(router_topk_forward(c.index.data(), c.weight.data(), c.probs.data(), c.logits.data(),
                                    c.n, c.E, c.E + 1, true),
                Error);
@@ -749,6 +806,10 @@ TEST(Moe, BadRoutingIsAnError) {
                            c.weight.data(), c.block.weights, c.block.shape(c.n)),
                  Error)
         << kernel;
+    EXPECT_THROW(k.forward_bf16(y.data(), c.act.experts, c.g.experts, c.x.data(), c.index.data(),
+                                c.weight.data(), c.block.weights_bf16, c.block.shape(c.n)),
+                 Error)
+        << kernel << " in bf16";
   }
 }
 

@@ -131,8 +131,11 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
   const std::vector<DType> both = {DType::f32, DType::bf16};
   EXPECT_EQ(kernel_registry().get("linear", OpKind::linear).dtypes, both);
   EXPECT_EQ(kernel_registry().get("linear_reference", OpKind::linear).dtypes, both);
-  // A linear kernel that declares bf16 must bring the bf16 functions, and one that has them must
-  // declare bf16.
+  // So do the built-in experts.
+  EXPECT_EQ(kernel_registry().get("experts_grouped", OpKind::experts).dtypes, both);
+  EXPECT_EQ(kernel_registry().get("experts_reference", OpKind::experts).dtypes, both);
+  // A linear or experts kernel that declares bf16 must bring the bf16 functions, and one that has
+  // them must declare bf16.
   const LinearKernel& builtin =
       std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
   KernelRegistry registry;
@@ -150,6 +153,23 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
         registry.add({"hides_bf16", OpKind::linear, {DType::f32}, "test only", builtin});
       },
       {"kernel 'hides_bf16'", "does not declare bf16 has forward_bf16"});
+  const ExpertsKernel& grouped =
+      std::get<ExpertsKernel>(kernel_registry().get("experts_grouped", OpKind::experts).impl);
+  test::expect_error(
+      [&] {
+        registry.add({"experts_claims_bf16",
+                      OpKind::experts,
+                      {DType::f32, DType::bf16},
+                      "test only",
+                      ExpertsKernel{grouped.forward, grouped.backward, grouped.check}});
+      },
+      {"kernel 'experts_claims_bf16': an experts kernel that declares bf16 needs forward_bf16 and "
+       "backward_bf16"});
+  test::expect_error(
+      [&] {
+        registry.add({"experts_hides_bf16", OpKind::experts, {DType::f32}, "test only", grouped});
+      },
+      {"kernel 'experts_hides_bf16'", "does not declare bf16 has forward_bf16"});
 }
 
 TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {
@@ -203,6 +223,15 @@ TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {
   }();
   ASSERT_TRUE(registered);
   DecoderLM model(tiny_moe_args(), {{"*.experts", "experts_test_8_tokens"}});
+  // It takes fp32 only: a model whose experts compute in bf16 refuses it before allocating.
+  try {
+    DecoderLM bf16(tiny_moe_args(), {{"*.experts", "experts_test_8_tokens"}}, DType::bf16);
+    FAIL() << "an fp32-only experts kernel must be refused for bf16 experts";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "model.layers.1.mlp.experts: experts kernel 'experts_test_8_tokens' takes F32, the "
+              "module needs BF16");
+  }
   model.initialize(0);
   EXPECT_NO_THROW(model.check_kernel_constraints(2, 4));
   try {

@@ -43,6 +43,9 @@ class Backend {
   // at 118.2 GFLOP/s each: 3.693 GHz x 1 FMA/cycle x 16 lanes x 2; measured now"), or why there
   // is none.
   virtual std::string peak_source(DType dtype) const = 0;
+  // Whether GEMMs with `dtype` operands run on instructions made for it; false where they are
+  // emulated (bf16 widened to fp32 in registers on a CPU without AVX512_BF16): correct, slower.
+  virtual bool native(DType dtype) const = 0;
   // The device's memory in bytes: the machine's RAM on the CPU, global memory on a GPU.
   virtual size_t memory_bytes() const = 0;
   // The CPU threads this backend's host-side work is split over: the OpenMP teams of the host

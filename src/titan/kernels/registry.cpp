@@ -79,14 +79,17 @@ void register_builtins(KernelRegistry& r) {
          SwigluKernel{swiglu_forward, swiglu_backward}});
   r.add({"experts_grouped",
          OpKind::experts,
-         {DType::f32},
-         "tokens grouped by expert, three sgemms per expert over its rows",
-         ExpertsKernel{experts_forward_grouped, experts_backward_grouped, experts_check_rows}});
+         {DType::f32, DType::bf16},
+         "tokens grouped by expert, three GEMMs per expert over its rows (sgemm; bf16 operands "
+         "through oneDNN's matmul)",
+         ExpertsKernel{experts_forward_grouped, experts_backward_grouped, experts_check_rows,
+                       experts_forward_grouped_bf16, experts_backward_grouped_bf16}});
   r.add({"experts_reference",
          OpKind::experts,
-         {DType::f32},
+         {DType::f32, DType::bf16},
          "token by token, fp64 sums (small inputs)",
-         ExpertsKernel{experts_forward_reference, experts_backward_reference, experts_check_rows}});
+         ExpertsKernel{experts_forward_reference, experts_backward_reference, experts_check_rows,
+                       experts_forward_bf16_reference, experts_backward_bf16_reference}});
   r.add({"swiglu_reference",
          OpKind::swiglu,
          {DType::f32},
@@ -120,13 +123,20 @@ const char* op_kind_name(OpKind kind) {
 
 void KernelRegistry::add(KernelEntry entry) {
   TITAN_CHECK(entries_.count(entry.name) == 0, "kernel '", entry.name, "' is registered twice");
-  if (const auto* linear = std::get_if<LinearKernel>(&entry.impl)) {
+  const auto check_bf16_functions = [&](const char* kind, bool has_bf16_functions) {
     const bool takes_bf16 =
         std::find(entry.dtypes.begin(), entry.dtypes.end(), DType::bf16) != entry.dtypes.end();
-    TITAN_CHECK(takes_bf16 == (linear->forward_bf16 != nullptr && linear->backward_bf16 != nullptr),
-                "kernel '", entry.name, "': a linear kernel ",
+    TITAN_CHECK(takes_bf16 == has_bf16_functions, "kernel '", entry.name, "': ", kind, " kernel ",
                 takes_bf16 ? "that declares bf16 needs" : "that does not declare bf16 has",
                 " forward_bf16 and backward_bf16");
+  };
+  if (const auto* linear = std::get_if<LinearKernel>(&entry.impl)) {
+    check_bf16_functions("a linear",
+                         linear->forward_bf16 != nullptr && linear->backward_bf16 != nullptr);
+  }
+  if (const auto* experts = std::get_if<ExpertsKernel>(&entry.impl)) {
+    check_bf16_functions("an experts",
+                         experts->forward_bf16 != nullptr && experts->backward_bf16 != nullptr);
   }
   const std::string name = entry.name;
   entries_.emplace(name, std::move(entry));

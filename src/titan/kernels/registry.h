@@ -90,11 +90,22 @@ using ExpertsBackward = void (*)(float*, float*, const ExpertGrads&, const Exper
                                  const float*, const ExpertsActivations&, const float*,
                                  const int32_t*, const float*, const ExpertWeights&,
                                  const ExpertsShape&);
+using ExpertsForwardBf16 = void (*)(float*, const ExpertsActivations&, const ExpertsScratch&,
+                                    const float*, const int32_t*, const float*,
+                                    const ExpertWeightsBf16&, const ExpertsShape&);
+using ExpertsBackwardBf16 = void (*)(float*, float*, const ExpertGrads&, const ExpertsScratch&,
+                                     const float*, const ExpertsActivations&, const float*,
+                                     const int32_t*, const float*, const ExpertWeightsBf16&,
+                                     const ExpertsShape&);
 struct ExpertsKernel {
   ExpertsForward forward;
   ExpertsBackward backward;
   // Empty when the kernel can run this shape, else the violated constraint in words.
   std::function<std::string(const ExpertsShape&)> check;
+  // bf16 GEMM operands, fp32 accumulation, routing and outputs (ops/moe.h): required when the
+  // entry's dtypes include bf16, else null.
+  ExpertsForwardBf16 forward_bf16 = nullptr;
+  ExpertsBackwardBf16 backward_bf16 = nullptr;
 };
 
 struct KernelEntry {

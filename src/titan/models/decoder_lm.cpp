@@ -15,8 +15,8 @@ std::string layer_name(int64_t i) {
   return "model.layers." + std::to_string(i);
 }
 
-// `compute`: the dtype of the matmuls' operands; the router, norms, RoPE, attention and SwiGLU
-// stay fp32.
+// `compute`: the dtype of the matmuls' operands (the experts' GEMMs included); the router,
+// norms, RoPE, attention and SwiGLU stay fp32.
 std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
   std::vector<KernelSlot> slots = {{"model.embed_tokens", OpKind::embedding, "embedding"}};
   for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
@@ -34,7 +34,7 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
     slots.push_back({p + ".post_attention_layernorm", OpKind::rms_norm, "rms_norm"});
     if (a.layer_is_sparse(i)) {
       slots.push_back({p + ".mlp.gate", OpKind::linear, "linear"});
-      slots.push_back({p + ".mlp.experts", OpKind::experts, "experts_grouped"});
+      slots.push_back({p + ".mlp.experts", OpKind::experts, "experts_grouped", compute});
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
@@ -192,24 +192,33 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
 }
 
 void DecoderLM::allocate_compute_weights() {
-  std::vector<Linear*> linears;
-  for (DecoderLayer& l : m_.layers) {
-    SelfAttention& s = l.self_attn;
-    for (Linear* w : {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj}) linears.push_back(w);
-    if (!l.sparse) {
-      for (Linear* w : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) linears.push_back(w);
-    }
+  // Each weight with the module's pointer to its copy.
+  struct Target {
+    const float* master;
+    int64_t numel;
+    const uint16_t** copy;
+  };
+  std::vector<Target> targets;
+  // The lm_head's weight is the embedding's when tied: its copy serves the head.
+  for (Linear* w : m_.matmul_linears()) {
+    targets.push_back({w->weight, w->out_features * w->in_features, &w->weight_bf16});
   }
-  linears.push_back(&m_.lm_head);  // the embedding's weight when tied: its copy serves the head
+  for (DecoderLayer& l : m_.layers) {
+    if (!l.sparse) continue;
+    SparseMoeBlock& moe = l.moe;  // the router (moe.gate) stays fp32
+    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;  // each of the three
+    targets.push_back({moe.weights.gate, n, &moe.weights_bf16.gate});
+    targets.push_back({moe.weights.up, n, &moe.weights_bf16.up});
+    targets.push_back({moe.weights.down, n, &moe.weights_bf16.down});
+  }
   int64_t total = 0;
-  for (const Linear* w : linears) total += w->out_features * w->in_features;
+  for (const Target& t : targets) total += t.numel;
   compute_weights_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
   uint16_t* next = compute_weights_.as<uint16_t>();
-  for (Linear* w : linears) {
-    const int64_t n = w->out_features * w->in_features;
-    w->weight_bf16 = next;
-    compute_copies_.push_back({w->weight, next, n});
-    next += n;
+  for (const Target& t : targets) {
+    *t.copy = next;
+    compute_copies_.push_back({t.master, next, t.numel});
+    next += t.numel;
   }
 }
 

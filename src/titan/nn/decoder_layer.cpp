@@ -36,4 +36,17 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
   v.axpy(d_resid, 1.0f, g.d_norm, n * h);
 }
 
+std::vector<Linear*> DecoderModules::matmul_linears() {
+  std::vector<Linear*> linears;
+  for (DecoderLayer& l : layers) {
+    SelfAttention& s = l.self_attn;
+    for (Linear* w : {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj}) linears.push_back(w);
+    if (!l.sparse) {
+      for (Linear* w : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) linears.push_back(w);
+    }
+  }
+  linears.push_back(&lm_head);
+  return linears;
+}
+
 }  // namespace titan

@@ -59,6 +59,10 @@ struct DecoderModules {
   std::vector<DecoderLayer> layers;
   RMSNorm norm;
   Linear lm_head;  // (V, h); its weight is embed_tokens' when tied
+
+  // The linears whose weights a bf16 copy serves: every layer's attention projections and dense
+  // MLP projections (not the MoE router, which stays fp32), then the lm_head.
+  std::vector<Linear*> matmul_linears();
 };
 
 }  // namespace titan

@@ -39,18 +39,32 @@ void Linear::forward(float* y, const float* x, int64_t n, const LinearScratch& s
 
 void Linear::backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
                       const LinearScratch& scratch) const {
-  if (computes_in_bf16()) {
-    TITAN_CHECK(scratch.x_bf16 != nullptr && scratch.dy_bf16 != nullptr, name,
-                ": bf16 compute needs rounding buffers");
-    convert_from_f32(x, static_cast<size_t>(n * in_features), DType::bf16, scratch.x_bf16);
-    convert_from_f32(dy, static_cast<size_t>(n * out_features), DType::bf16, scratch.dy_bf16);
-    kernel->backward_bf16(dx, weight_grad, scratch.dy_bf16, scratch.x_bf16, weight_bf16, n,
-                          in_features, out_features, accumulate_dx);
-  } else {
-    TITAN_CHECK(weight_bf16 == nullptr, name, ": no backward through a widened bf16 weight");
-    kernel->backward(dx, weight_grad, dy, x, weight, n, in_features, out_features, accumulate_dx);
+  linear_group_backward({{this, dy}}, dx, x, n, accumulate_dx, scratch);
+}
+
+void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, const float* x,
+                           int64_t n, bool accumulate_dx, const LinearScratch& scratch) {
+  bool x_rounded = false;  // the linears share x: it is rounded to bf16 once
+  for (const LinearGrad& g : grads) {
+    const Linear& l = *g.linear;
+    if (l.computes_in_bf16()) {
+      TITAN_CHECK(scratch.x_bf16 != nullptr && scratch.dy_bf16 != nullptr, l.name,
+                  ": bf16 compute needs rounding buffers");
+      if (!x_rounded) {
+        convert_from_f32(x, static_cast<size_t>(n * l.in_features), DType::bf16, scratch.x_bf16);
+        x_rounded = true;
+      }
+      convert_from_f32(g.dy, static_cast<size_t>(n * l.out_features), DType::bf16, scratch.dy_bf16);
+      l.kernel->backward_bf16(dx, l.weight_grad, scratch.dy_bf16, scratch.x_bf16, l.weight_bf16, n,
+                              l.in_features, l.out_features, accumulate_dx);
+    } else {
+      TITAN_CHECK(l.weight_bf16 == nullptr, l.name, ": no backward through a widened bf16 weight");
+      l.kernel->backward(dx, l.weight_grad, g.dy, x, l.weight, n, l.in_features, l.out_features,
+                         accumulate_dx);
+    }
+    if (l.bias_grad != nullptr) bias_backward(l.bias_grad, g.dy, n, l.out_features);
+    accumulate_dx = true;
   }
-  if (bias_grad != nullptr) bias_backward(bias_grad, dy, n, out_features);
 }
 
 void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
@@ -175,9 +189,8 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
     q_norm.backward(g.dq, g.dq, act.q_pre, act.q_rstd, n * n_heads);
     k_norm.backward(g.dk, g.dk, act.k_pre, act.k_rstd, n * n_kv_heads);
   }
-  q_proj.backward(dx, g.dq, x, n, false, call.linear);
-  k_proj.backward(dx, g.dk, x, n, true, call.linear);
-  v_proj.backward(dx, g.dv, x, n, true, call.linear);
+  linear_group_backward({{&q_proj, g.dq}, {&k_proj, g.dk}, {&v_proj, g.dv}}, dx, x, n, false,
+                        call.linear);
 }
 
 void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
@@ -191,8 +204,7 @@ void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const Ml
                          const float* x, int64_t n, const LinearScratch& linear) const {
   down_proj.backward(g.dact, dy, act.act, n, false, linear);
   swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, n * intermediate);
-  gate_proj.backward(dx, g.dgate, x, n, false, linear);
-  up_proj.backward(dx, g.dup, x, n, true, linear);
+  linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear);
 }
 
 ExpertsShape SparseMoeBlock::shape(int64_t n) const {
@@ -212,14 +224,28 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   gate.forward(act.router_logits, x, n, {});
   router_topk_forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
                       n_experts, top_k, norm_topk_prob);
-  experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights, shape(n));
+  if (computes_in_bf16()) {
+    // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
+    TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
+                experts_kernel, "' does not take bf16");
+    experts->forward_bf16(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights_bf16,
+                          shape(n));
+  } else {
+    experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights,
+                     shape(n));
+  }
 }
 
 void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
                               const MoeActivations& act, const float* x, const float* dprobs_all,
                               int64_t n) const {
-  experts->backward(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
-                    act.topk_weight, weights, shape(n));
+  if (computes_in_bf16()) {
+    experts->backward_bf16(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
+                           act.topk_weight, weights_bf16, shape(n));
+  } else {
+    experts->backward(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
+                      act.topk_weight, weights, shape(n));
+  }
   router_topk_backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n,
                        n_experts, top_k, norm_topk_prob);
   gate.backward(dx, g.dlogits, x, n, true, {});

@@ -100,12 +100,22 @@ struct LinearOutput {
   float* y = nullptr;  // (N, out)
 };
 
+// One gradient of linear_group_backward.
+struct LinearGrad {
+  const Linear* linear = nullptr;
+  const float* dy = nullptr;  // (N, out)
+};
+
 // y_i = x W_i^T + b_i for linears that share their input (q/k/v, gate/up). A one-token call whose
 // linears are all bound to the built-in kernel runs as one fused GEMV over their weights (fp32 or
 // bf16, ops/gemv.h) -- the decode path, bound by weight bytes; otherwise each linear's kernel
 // runs, on x rounded to bf16 once for all of them when they compute in bf16.
 void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
                           const LinearScratch& scratch);
+// Its backward: dx (N, in) = sum_i dy_i W_i (overwritten, or added to when accumulate_dx), each
+// dW_i and db_i accumulated; x is rounded to bf16 once for all of them when they compute in bf16.
+void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, const float* x,
+                           int64_t n, bool accumulate_dx, const LinearScratch& scratch);
 
 struct RMSNorm {
   std::string name;
@@ -225,11 +235,15 @@ struct SparseMoeBlock {
   bool norm_topk_prob = false;
   Linear gate;            // the router, (E, h), model.layers.{i}.mlp.gate
   ExpertWeights weights;  // the stacked model.layers.{i}.mlp.experts.{gate,up,down}_proj
-  ExpertGrads grads;      // or nulls
+  // Their bf16 copies, or nulls: with them the experts compute in bf16 (mixed precision).
+  ExpertWeightsBf16 weights_bf16;
+  ExpertGrads grads;  // or nulls
   const ExpertsKernel* experts = nullptr;
   std::string experts_kernel;  // registry name, for error messages
 
   ExpertsShape shape(int64_t n) const;
+  // Whether the experts' GEMMs take bf16 operands.
+  bool computes_in_bf16() const { return weights_bf16.gate != nullptr; }
   // The experts kernel's constraint for n tokens (titan::Error when broken).
   void check_constraints(int64_t n) const;
   // y (N, h) from x (N, h); `scratch` is only used during the call.

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "titan/backend/backend.h"
+#include "titan/core/dtype.h"
 #include "titan/core/error.h"
+#include "titan/ops/host_parallel.h"
 #include "titan/ops/swiglu.h"
 
 namespace titan {
@@ -50,6 +52,76 @@ void gather_token_rows(float* dst, const float* src, const int32_t* row_of,
   }
 }
 
+// dst (n) = bf16(scale * src), each product in fp32 as PyTorch multiplies before it rounds.
+void round_to_bf16(uint16_t* dst, const float* src, int64_t n, float scale = 1.0f) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(scale * src[i]);
+}
+
+// round_to_bf16 over a long array, threaded.
+void round_to_bf16_threaded(uint16_t* dst, const float* src, int64_t n) {
+  constexpr int64_t kChunk = 1 << 14;
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
+  for (int64_t i = 0; i < n; i += kChunk) round_to_bf16(dst + i, src + i, std::min(kChunk, n - i));
+}
+
+// gather_token_rows with the rows rounded to bf16 on the way.
+void gather_token_rows_bf16(uint16_t* dst, const float* src, const int32_t* row_of,
+                            const ExpertsShape& shape, int64_t dim) {
+  const int64_t k = shape.top_k;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < shape.rows(); ++p) {
+    round_to_bf16(dst + static_cast<int64_t>(row_of[p]) * dim, src + (p / k) * dim, dim);
+  }
+}
+
+// act (n) = bf16(silu(gate) * up), the product computed in fp32 as swiglu_forward does.
+void swiglu_forward_to_bf16(uint16_t* act, const float* gate, const float* up, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  const VecKernels& v = backend().vec();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
+  for (int64_t i = 0; i < n; i += kChunk) {
+    float product[kChunk];
+    const int64_t len = std::min(kChunk, n - i);
+    v.silu_mul(product, gate + i, up + i, len);
+    round_to_bf16(act + i, product, len);
+  }
+}
+
+// y (N, h): each token's weighted expert outputs (rows of expert_out), summed in ascending expert
+// order as Transformers' index_add_ loop.
+void sum_weighted_expert_rows(float* y, const float* expert_out, const int32_t* row_of,
+                              const int32_t* index, const float* weight,
+                              const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, k = shape.top_k;
+  const VecKernels& v = backend().vec();
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < shape.n_tokens; ++t) {
+    float* yt = y + t * h;
+    std::memset(yt, 0, static_cast<size_t>(h) * sizeof(float));
+    int32_t last = -1;
+    for (int64_t step = 0; step < k; ++step) {
+      const int64_t j = next_slot_by_expert(index + t * k, k, last);
+      last = index[t * k + j];
+      v.axpy(yt, weight[t * k + j], expert_out + static_cast<int64_t>(row_of[t * k + j]) * h, h);
+    }
+  }
+}
+
+// dx (N, h): the sum of each token's k rows of dx_rows, in slot order.
+void sum_token_rows(float* dx, const float* dx_rows, const int32_t* row_of,
+                    const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, k = shape.top_k;
+  const VecKernels& v = backend().vec();
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < shape.n_tokens; ++t) {
+    float* dxt = dx + t * h;
+    std::memset(dxt, 0, static_cast<size_t>(h) * sizeof(float));
+    for (int64_t j = 0; j < k; ++j) {
+      v.axpy(dxt, 1.0f, dx_rows + static_cast<int64_t>(row_of[t * k + j]) * h, h);
+    }
+  }
+}
+
 // fn(e, first_row, n_rows) for every expert that has rows. With at least two experts per thread,
 // the experts are spread over the threads, each GEMM on its calling thread (bench_experts, 2
 // threads, 64 experts of 64 rows: forward 35% -> 67% of the GEMM ceiling; 8 experts of 512 rows
@@ -71,6 +143,14 @@ void for_each_expert(const int32_t* offsets, int64_t n_experts, const Fn& fn) {
 
 double silu_of(double g) {
   return g / (1.0 + std::exp(-g));
+}
+
+// For the bf16 references: a bf16 value, and an fp32 value rounded to bf16, both exact in fp64.
+double widen(uint16_t bf16) {
+  return bf16_to_f32(bf16);
+}
+double round_bf16(float value) {
+  return bf16_to_f32(f32_to_bf16(value));
 }
 
 }  // namespace
@@ -135,7 +215,7 @@ void router_topk_backward(float* dlogits, const float* dweight, const float* dpr
 void experts_forward_grouped(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
                              const float* x, const int32_t* index, const float* weight,
                              const ExpertWeights& w, const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
+  const int64_t h = shape.hidden, Im = shape.inter;
   group_rows_by_expert(act, index, shape);
   gather_token_rows(s.x, x, act.row_of, shape, h);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
@@ -149,18 +229,7 @@ void experts_forward_grouped(float* y, const ExpertsActivations& act, const Expe
     backend().gemm_f32(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act.act + r0 * Im, Im,
                        w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);
   });
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < shape.n_tokens; ++t) {
-    float* yt = y + t * h;
-    std::memset(yt, 0, static_cast<size_t>(h) * sizeof(float));
-    int32_t last = -1;
-    for (int64_t step = 0; step < k; ++step) {
-      const int64_t j = next_slot_by_expert(index + t * k, k, last);
-      last = index[t * k + j];
-      v.axpy(yt, weight[t * k + j], s.y + static_cast<int64_t>(act.row_of[t * k + j]) * h, h);
-    }
-  }
+  sum_weighted_expert_rows(y, s.y, act.row_of, index, weight, shape);
 }
 
 void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
@@ -169,7 +238,7 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
                               const int32_t* /*index: the forward's act.row_of is reused*/,
                               const float* weight, const ExpertWeights& w,
                               const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k, rows = shape.rows();
+  const int64_t h = shape.hidden, Im = shape.inter, rows = shape.rows();
   const VecKernels& v = backend().vec();
   // Other layers' forwards reused s.x since this layer's.
   gather_token_rows(s.x, x, act.row_of, shape, h);
@@ -202,14 +271,82 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
     backend().gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dup + r0 * Im, Im,
                        w.up + e * Im * h, h, 1.0f, s.y + r0 * h, h);
   });
+  sum_token_rows(dx, s.y, act.row_of, shape);
+}
+
+void experts_forward_grouped_bf16(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                                  const float* x, const int32_t* index, const float* weight,
+                                  const ExpertWeightsBf16& w, const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter;
+  auto* x_bf16 = reinterpret_cast<uint16_t*>(s.x);        // (N*k, h) in the first half of s.x
+  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);  // (N*k, Im), kept for the backward
+  group_rows_by_expert(act, index, shape);
+  gather_token_rows_bf16(x_bf16, x, act.row_of, shape, h);
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,
+                        w.gate + e * Im * h, h, 0.0f, act.gate + r0 * Im, Im);
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,
+                        w.up + e * Im * h, h, 0.0f, act.up + r0 * Im, Im);
+  });
+  swiglu_forward_to_bf16(act_bf16, act.gate, act.up, shape.rows() * Im);
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
+                        w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);
+  });
+  sum_weighted_expert_rows(y, s.y, act.row_of, index, weight, shape);
+}
+
+void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads& dw,
+                                   const ExpertsScratch& s, const float* dy,
+                                   const ExpertsActivations& act, const float* x,
+                                   const int32_t* /*index: the forward's act.row_of is reused*/,
+                                   const float* weight, const ExpertWeightsBf16& w,
+                                   const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k, rows = shape.rows();
+  const VecKernels& v = backend().vec();
+  // The rounded operands live in the fp32 scratch: s.x holds the gathered rows and then
+  // weight * dy, down_proj's output gradient (N*k, h) each; s.dact, once SwiGLU's backward has
+  // read d act, holds d gate and d up (N*k, Im) each.
+  auto* x_bf16 = reinterpret_cast<uint16_t*>(s.x);
+  uint16_t* dy_down_bf16 = x_bf16 + rows * h;
+  auto* dgate_bf16 = reinterpret_cast<uint16_t*>(s.dact);
+  uint16_t* dup_bf16 = dgate_bf16 + rows * Im;
+  const auto* act_bf16 = reinterpret_cast<const uint16_t*>(act.act);
+  // Other layers' forwards reused s.x since this layer's.
+  gather_token_rows_bf16(x_bf16, x, act.row_of, shape, h);
+  // The experts' outputs again: d weight is <dy, output>.
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
+                        w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);
+  });
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < shape.n_tokens; ++t) {
-    float* dxt = dx + t * h;
-    std::memset(dxt, 0, static_cast<size_t>(h) * sizeof(float));
-    for (int64_t j = 0; j < k; ++j) {
-      v.axpy(dxt, 1.0f, s.y + static_cast<int64_t>(act.row_of[t * k + j]) * h, h);
-    }
+  for (int64_t p = 0; p < rows; ++p) {
+    const int64_t r = act.row_of[p];
+    const float* dyt = dy + (p / k) * h;
+    dweight[p] = v.dot(dyt, s.y + r * h, h);
+    round_to_bf16(dy_down_bf16 + r * h, dyt, h, weight[p]);
   }
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::no, n_e, Im, h, 1.0f, dy_down_bf16 + r0 * h, h,
+                        w.down + e * h * Im, Im, 0.0f, s.dact + r0 * Im, Im);
+    backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
+                        act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
+  });
+  swiglu_backward(s.dgate, s.dup, s.dact, act.gate, act.up, rows * Im);
+  round_to_bf16_threaded(dgate_bf16, s.dgate, rows * Im);
+  round_to_bf16_threaded(dup_bf16, s.dup, rows * Im);
+  for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dgate_bf16 + r0 * Im, Im,
+                        x_bf16 + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);
+    backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dup_bf16 + r0 * Im, Im,
+                        x_bf16 + r0 * h, h, 1.0f, dw.up + e * Im * h, h);
+    // d x rows over the (now unneeded) expert outputs.
+    backend().gemm_bf16(Trans::no, Trans::no, n_e, h, Im, 1.0f, dgate_bf16 + r0 * Im, Im,
+                        w.gate + e * Im * h, h, 0.0f, s.y + r0 * h, h);
+    backend().gemm_bf16(Trans::no, Trans::no, n_e, h, Im, 1.0f, dup_bf16 + r0 * Im, Im,
+                        w.up + e * Im * h, h, 1.0f, s.y + r0 * h, h);
+  });
+  sum_token_rows(dx, s.y, act.row_of, shape);
 }
 
 void experts_forward_reference(float* y, const ExpertsActivations& act,
@@ -288,6 +425,102 @@ void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw
           dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xt[c]);
           dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xt[c]);
           dxt[c] += w.gate[(e * Im + i) * h + c] * dgate[i] + w.up[(e * Im + i) * h + c] * dup[i];
+        }
+      }
+    }
+    for (int64_t c = 0; c < h; ++c) dx[t * h + c] = static_cast<float>(dxt[c]);
+  }
+}
+
+void experts_forward_bf16_reference(float* y, const ExpertsActivations& act,
+                                    const ExpertsScratch& /*scratch: none needed*/, const float* x,
+                                    const int32_t* index, const float* weight,
+                                    const ExpertWeightsBf16& w, const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
+  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
+  std::vector<double> out(static_cast<size_t>(h)), xr(static_cast<size_t>(h));
+  for (int64_t t = 0; t < shape.n_tokens; ++t) {
+    for (int64_t c = 0; c < h; ++c) xr[c] = round_bf16(x[t * h + c]);
+    std::fill(out.begin(), out.end(), 0.0);
+    int32_t last = -1;
+    for (int64_t step = 0; step < k; ++step) {
+      const int64_t j = next_slot_by_expert(index + t * k, k, last);
+      const int32_t e = index[t * k + j];
+      last = e;
+      TITAN_CHECK(e >= 0 && e < shape.n_experts, "experts: token ", t, " is routed to expert ", e,
+                  ", outside [0, ", shape.n_experts, ")");
+      const int64_t r = t * k + j;
+      for (int64_t i = 0; i < Im; ++i) {
+        double g = 0.0, u = 0.0;
+        for (int64_t c = 0; c < h; ++c) {
+          g += widen(w.gate[(e * Im + i) * h + c]) * xr[c];
+          u += widen(w.up[(e * Im + i) * h + c]) * xr[c];
+        }
+        act.gate[r * Im + i] = static_cast<float>(g);
+        act.up[r * Im + i] = static_cast<float>(u);
+        // From the fp32 gate and up, as the GEMMs leave them.
+        const double gate = act.gate[r * Im + i];
+        act_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(silu_of(gate) * act.up[r * Im + i]));
+      }
+      for (int64_t c = 0; c < h; ++c) {
+        double s = 0.0;
+        for (int64_t i = 0; i < Im; ++i) {
+          s += widen(w.down[(e * h + c) * Im + i]) * widen(act_bf16[r * Im + i]);
+        }
+        out[c] += weight[r] * static_cast<double>(static_cast<float>(s));
+      }
+    }
+    for (int64_t c = 0; c < h; ++c) y[t * h + c] = static_cast<float>(out[c]);
+  }
+}
+
+void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrads& dw,
+                                     const ExpertsScratch& /*scratch: none needed*/,
+                                     const float* dy, const ExpertsActivations& act, const float* x,
+                                     const int32_t* index, const float* weight,
+                                     const ExpertWeightsBf16& w, const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
+  const auto* act_bf16 = reinterpret_cast<const uint16_t*>(act.act);
+  std::vector<double> dxt(static_cast<size_t>(h)), xr(static_cast<size_t>(h)),
+      dy_down(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)), dup(static_cast<size_t>(Im));
+  for (int64_t t = 0; t < shape.n_tokens; ++t) {
+    const float* dyt = dy + t * h;
+    for (int64_t c = 0; c < h; ++c) xr[c] = round_bf16(x[t * h + c]);
+    std::fill(dxt.begin(), dxt.end(), 0.0);
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t r = t * k + j, e = index[r];
+      // d weight = <dy, the expert's fp32 output>; down_proj's output gradient is weight * dy.
+      double d_weight = 0.0;
+      for (int64_t c = 0; c < h; ++c) {
+        double out = 0.0;
+        for (int64_t i = 0; i < Im; ++i) {
+          out += widen(w.down[(e * h + c) * Im + i]) * widen(act_bf16[r * Im + i]);
+        }
+        d_weight += static_cast<double>(dyt[c]) * static_cast<float>(out);
+        dy_down[c] = round_bf16(weight[r] * dyt[c]);
+      }
+      dweight[r] = static_cast<float>(d_weight);
+      for (int64_t i = 0; i < Im; ++i) {
+        double dact = 0.0;
+        for (int64_t c = 0; c < h; ++c) dact += widen(w.down[(e * h + c) * Im + i]) * dy_down[c];
+        const double gate = act.gate[r * Im + i], sig = 1.0 / (1.0 + std::exp(-gate));
+        const auto dact_f = static_cast<float>(dact);
+        dup[i] = round_bf16(static_cast<float>(dact_f * gate * sig));
+        dgate[i] = round_bf16(
+            static_cast<float>(dact_f * act.up[r * Im + i] * sig * (1.0 + gate * (1.0 - sig))));
+      }
+      for (int64_t c = 0; c < h; ++c) {
+        for (int64_t i = 0; i < Im; ++i) {
+          dw.down[(e * h + c) * Im + i] +=
+              static_cast<float>(dy_down[c] * widen(act_bf16[r * Im + i]));
+        }
+      }
+      for (int64_t i = 0; i < Im; ++i) {
+        for (int64_t c = 0; c < h; ++c) {
+          dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xr[c]);
+          dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xr[c]);
+          dxt[c] += widen(w.gate[(e * Im + i) * h + c]) * dgate[i] +
+                    widen(w.up[(e * Im + i) * h + c]) * dup[i];
         }
       }
     }

@@ -2,6 +2,8 @@
 // Qwen3MoeExperts): the router's softmax and top-k, and the grouped experts, each token's output
 // the routing-weighted sum of its k experts' SwiGLU MLPs. The router's projection is a linear
 // (ops/linear.h). Also the Switch-Transformer load-balancing loss of Qwen3MoeForCausalLM (§2.3).
+// The experts compute in fp32, or for mixed precision with bf16 GEMM operands and fp32
+// accumulation (the *_bf16 kernels); the router always computes in fp32.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,12 @@ struct ExpertWeights {
   const float* up = nullptr;    // (E, Im, h)
   const float* down = nullptr;  // (E, h, Im)
 };
+// Their bf16 copies (raw bits), for mixed precision.
+struct ExpertWeightsBf16 {
+  const uint16_t* gate = nullptr;  // (E, Im, h)
+  const uint16_t* up = nullptr;    // (E, Im, h)
+  const uint16_t* down = nullptr;  // (E, h, Im)
+};
 struct ExpertGrads {
   float* gate = nullptr;  // (E, Im, h), accumulated
   float* up = nullptr;    // (E, Im, h)
@@ -45,14 +53,18 @@ struct ExpertGrads {
 // What the experts' backward needs: one row per routed (token, slot) pair, N*k rows in the
 // kernel's own order (only the same kernel's backward reads them).
 struct ExpertsActivations {
-  float* gate = nullptr;       // (N*k, Im) gate_proj output
-  float* up = nullptr;         // (N*k, Im)
-  float* act = nullptr;        // (N*k, Im) silu(gate) * up, down_proj's input
+  float* gate = nullptr;  // (N*k, Im) gate_proj output
+  float* up = nullptr;    // (N*k, Im)
+  // (N*k, Im) silu(gate) * up, down_proj's input; the bf16 kernels keep it rounded to bf16, as
+  // the GEMM takes it, in the first half of this room.
+  float* act = nullptr;
   int32_t* row_of = nullptr;   // (N*k) the row of (token t, slot j) at [t*k + j]
   int32_t* offsets = nullptr;  // (E + 1) expert e owns rows [offsets[e], offsets[e + 1])
 };
 
-// Scratch for the forward and the backward, needed only during one call.
+// Scratch for the forward and the backward, needed only during one call. The bf16 kernels keep
+// their rounded GEMM operands in this same room (ops/moe.cpp says where); a forward uses only x
+// and y.
 struct ExpertsScratch {
   float* x = nullptr;      // (N*k, h) the routed tokens' inputs, gathered
   float* y = nullptr;      // (N*k, h) expert outputs; in the backward d y, then d x rows
@@ -74,6 +86,21 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
                               const float* weight, const ExpertWeights& w,
                               const ExpertsShape& shape);
 
+// Mixed precision, as PyTorch computes these experts with every GEMM's operands rounded to bf16
+// and products accumulated in fp32: the gathered token rows and down_proj's input silu(gate) * up
+// are rounded in the forward, and each GEMM's output gradient in the backward (weight * dy for
+// down_proj, d gate and d up for gate_proj and up_proj); outputs, gradients, SwiGLU, the routing
+// weights and the weighted sum stay fp32. d weight is <dy, the expert's fp32 output>, which the
+// backward recomputes (one more GEMM) rather than keep N*k rows of h per layer.
+void experts_forward_grouped_bf16(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                                  const float* x, const int32_t* index, const float* weight,
+                                  const ExpertWeightsBf16& w, const ExpertsShape& shape);
+void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads& dw,
+                                   const ExpertsScratch& s, const float* dy,
+                                   const ExpertsActivations& act, const float* x,
+                                   const int32_t* index, const float* weight,
+                                   const ExpertWeightsBf16& w, const ExpertsShape& shape);
+
 // The same contracts token by token with fp64 sums (rows in (token, slot) order).
 void experts_forward_reference(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
                                const float* x, const int32_t* index, const float* weight,
@@ -83,6 +110,15 @@ void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw
                                 const ExpertsActivations& act, const float* x, const int32_t* index,
                                 const float* weight, const ExpertWeights& w,
                                 const ExpertsShape& shape);
+void experts_forward_bf16_reference(float* y, const ExpertsActivations& act,
+                                    const ExpertsScratch& s, const float* x, const int32_t* index,
+                                    const float* weight, const ExpertWeightsBf16& w,
+                                    const ExpertsShape& shape);
+void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrads& dw,
+                                     const ExpertsScratch& s, const float* dy,
+                                     const ExpertsActivations& act, const float* x,
+                                     const int32_t* index, const float* weight,
+                                     const ExpertWeightsBf16& w, const ExpertsShape& shape);
 // Empty when N*k rows fit the kernels' int32 row numbers, else the violated constraint.
 std::string experts_check_rows(const ExpertsShape& shape);
 

@@ -230,6 +230,12 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                           ? "mixed precision: matmuls in bf16 with fp32 accumulation; fp32 master "
                             "weights, AdamW state, norms, attention, softmax, loss and gradients"
                           : "precision: fp32 throughout");
+  if (compute == DType::bf16 && !backend().native(DType::bf16)) {
+    std::fprintf(stderr,
+                 "warning: %s has no native bf16 dot products (AVX512_BF16): bf16 matmuls are "
+                 "widened to fp32 in registers and will be slower than fp32 training\n",
+                 backend().name().c_str());
+  }
   for (const std::string& line : model_->override_report().applied) {
     std::printf("override %s\n", line.c_str());
   }

@@ -49,6 +49,10 @@ class CpuBackend final : public Backend {
     return line;
   }
 
+  bool native(DType dtype) const override {
+    return dtype == DType::f32 || (dtype == DType::bf16 && cpu_peak().native_bf16);
+  }
+
   size_t memory_bytes() const override { return cpu_info().memory_bytes; }
 
   int threads() const override { return thread_count(); }

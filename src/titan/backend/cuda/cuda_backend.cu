@@ -98,6 +98,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   std::optional<double> peak_gflops(DType) const override { return std::nullopt; }
   std::string peak_source(DType) const override { return "no peak on CUDA yet: not measured"; }
+  // cuBLAS runs fp32 and bf16 GEMMs on the GPU's own units (tensor cores from sm_80 for bf16).
+  bool native(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
   size_t memory_bytes() const override { return memory_bytes_; }
   // The kernels run on the device; the host only launches them.
   int threads() const override { return 1; }
