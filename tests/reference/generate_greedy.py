@@ -9,9 +9,9 @@ usage: python generate_greedy.py REQUEST RESPONSE
     included, nothing after it) go to RESPONSE as {"<key>": [[ids...], ...]}.
 
     A bf16 folder's weights are bf16 values upcast. bf16_matmul_inputs computes titan's bf16-weight
-    math on them: the input of every linear titan runs with bf16 operands (q/k/v/o, a dense MLP's
-    gate/up/down, lm_head; not the MoE router or experts) rounded to bf16, fp32 accumulation (a
-    product of two bf16 values is exact in fp32). bf16_kv_cache stores the keys (after k_norm and
+    math on them: the input of every matmul titan runs with bf16 operands (q/k/v/o, a dense MLP's
+    gate/up/down, both GEMMs of each MoE expert, lm_head; not the MoE router) rounded to bf16,
+    fp32 accumulation (a product of two bf16 values is exact in fp32). bf16_kv_cache stores the keys (after k_norm and
     RoPE) and values rounded to bf16, as titan's bf16 KV cache and torch's bf16 static cache hold
     them, and attends over the rounded values.
 """
@@ -30,13 +30,44 @@ def to_bf16_values(t):
     return t.to(torch.bfloat16).to(t.dtype)
 
 
+rounded_expert_products = 0
+
+
+def rounding_linear(x, weight, bias=None):
+    global rounded_expert_products
+    rounded_expert_products += 1
+    return _linear(to_bf16_values(x), weight, bias)
+
+
+_linear = torch.nn.functional.linear
+
+
+def with_rounded_linear(forward):
+    """forward, with every torch.nn.functional.linear inside it taking its input rounded (the
+    MoE experts module multiplies its stacked weights through it)."""
+
+    def wrapped(*args, **kwargs):
+        torch.nn.functional.linear = rounding_linear
+        try:
+            return forward(*args, **kwargs)
+        finally:
+            torch.nn.functional.linear = _linear
+
+    return wrapped
+
+
 def round_matmul_inputs(model):
-    rounded = 0
+    """Returns whether the model has MoE experts (whose products must then be seen rounded)."""
+    rounded, experts = 0, False
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and BF16_LINEAR.search(name):
             module.register_forward_pre_hook(lambda m, args: (to_bf16_values(args[0]), *args[1:]))
             rounded += 1
+        elif name.endswith(".mlp.experts"):
+            module.forward = with_rounded_linear(module.forward)
+            experts = True
     assert rounded > 0, "no linear matched"
+    return experts
 
 
 _static_update = StaticLayer.update
@@ -54,10 +85,12 @@ def main():
     torch.manual_seed(0)
     response = {}
     for run in request["runs"]:
-        model = AutoModelForCausalLM.from_pretrained(run["folder"], dtype=torch.float32)
+        # The eager experts multiply through torch.nn.functional.linear, which the rounding wraps.
+        rounding = {"experts_implementation": "eager"} if run.get("bf16_matmul_inputs") else {}
+        model = AutoModelForCausalLM.from_pretrained(run["folder"], dtype=torch.float32, **rounding)
         model.eval()
-        if run.get("bf16_matmul_inputs", False):
-            round_matmul_inputs(model)
+        experts = run.get("bf16_matmul_inputs", False) and round_matmul_inputs(model)
+        products_before = rounded_expert_products
         StaticLayer.update = rounding_update if run.get("bf16_kv_cache", False) else _static_update
         eos = model.generation_config.eos_token_id
         outputs = []
@@ -74,6 +107,9 @@ def main():
                     pad_token_id=eos[0] if isinstance(eos, list) else eos,
                 )
             outputs.append(out[0, len(prompt):].tolist())
+        # The experts must have multiplied through the rounding linear (not another
+        # implementation of Transformers' experts interface).
+        assert not experts or rounded_expert_products > products_before, run["key"]
         response[run["key"]] = outputs
     with open(response_path, "w") as f:
         json.dump(response, f)

@@ -4,7 +4,7 @@
 // sampling warpers against HF's logits processors (tests/reference/generate_warpers.py).
 //
 // The bf16 folders run in titan with bf16 weights (--dtype auto picks them): every matmul but the
-// MoE router's and experts' takes its input rounded to bf16, fp32 accumulation. Transformers loads
+// MoE router's takes its input rounded to bf16, fp32 accumulation. Transformers loads
 // them in fp32 (the same bf16 weights upcast) with the input of those same linears rounded to
 // bf16 -- exactly titan's math, so the ids must be equal. Every folder also runs with a bf16 KV
 // cache, against Transformers storing the keys and values rounded to bf16 in its static cache.
