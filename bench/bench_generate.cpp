@@ -1,21 +1,26 @@
 // Generation speed of a Qwen3 model with the Qwen3-0.6B dims and random weights, with fp32 and
-// with bf16 weights, against ceilings measured in the same run:
-//   decode  (batch 1) tokens/s vs memory bandwidth / bytes of weights read per token (that dtype),
-//           in segments of 32 tokens with the bandwidth measured between them
-//   prefill (512 tokens) GFLOP/s vs the fp32 GEMM ceiling (measure_gemm_ceiling_gflops), measured
-//           just before and after it (the higher)
+// with bf16 weights, each with an fp32 and a bf16 KV cache, against ceilings measured in the same
+// run:
+//   prefill (512 tokens) GFLOP/s vs the GEMM ceiling of the weights' dtype (fp32:
+//           measure_gemm_ceiling_gflops; bf16, whose GEMMs take bf16 operands:
+//           measure_gemm_bf16_ceiling_gflops), measured just before and after it (the higher)
+//   decode  (batch 1, after the prompt: at depth 512 + the tokens so far) tokens/s vs memory
+//           bandwidth / bytes read per token (the weights in their dtype and the KV cache at that
+//           depth in its dtype), in segments of 32 tokens with the bandwidth measured between them
+//   titan generate's time to first token (prefill and the first token's choice)
 // and, with --transformers PYTHON, Transformers' CPU generate on the same model exported in that
-// dtype (loaded with that torch dtype; batch 1, 512-token prompt, 128 new tokens, greedy, static
-// cache) with the titan / HF ratio. First, one lm_head-sized matrix-vector product three ways:
-// titan's fp32 and bf16 GEMV and oneDNN's sgemm with M = 1 (why fp32 decode uses the GEMV).
+// dtype (loaded with that torch dtype, so its static cache is in it too; batch 1, 512-token
+// prompt, 128 new tokens, greedy) with the titan / HF ratios of new tokens/s and of time to
+// first token. First, one lm_head-sized matrix-vector product three ways: titan's fp32 and bf16
+// GEMV and oneDNN's sgemm with M = 1 (why fp32 decode uses the GEMV).
 //
 // Like titan generate, it re-executes itself with OMP_WAIT_POLICY=passive and a short
 // GOMP_SPINCOUNT when neither is set (reexec_with_short_omp_spin); --omp-wait libgomp keeps
 // libgomp's defaults instead, and a policy or spin count set in the environment is kept.
 //
 // usage: bench_generate [--layers N] [--prompt 512] [--new 128] [--threads N]
-//                       [--dtype both|float32|bfloat16] [--omp-wait short|libgomp]
-//                       [--transformers PYTHON] [--dir DIR]
+//                       [--dtype both|float32|bfloat16] [--kv-cache both|float32|bfloat16]
+//                       [--omp-wait short|libgomp] [--transformers PYTHON] [--dir DIR]
 #include <omp.h>
 
 #include <algorithm>
@@ -161,77 +166,109 @@ HfTiming run_transformers(const std::string& python, const std::string& folder,
   return t;
 }
 
-// One dtype's prefill, decode and (with `python`) the Transformers comparison.
-void bench_dtype(const CausalLM& model, DType dtype, const std::vector<int32_t>& prompt,
-                 int64_t n_new, const std::string& python, const std::string& dir, int threads) {
-  const ModelArgs& args = model.args();
+// Bytes of the KV cache one decode step reads with `depth` positions cached (its own included):
+// every layer's keys and values.
+double kv_cache_bytes(const ModelArgs& a, int64_t depth, DType cache) {
+  return 2.0 * static_cast<double>(a.num_hidden_layers * a.num_key_value_heads * a.head_dim) *
+         static_cast<double>(depth) * static_cast<double>(dtype_size(cache));
+}
+
+std::string setup_name(DType weights, DType cache) {
+  return torch_dtype_name(weights) + " weights, " + torch_dtype_name(cache) + " cache";
+}
+
+struct TitanTiming {
+  double ttft = 0.0, seconds = 0.0;  // titan generate's time to first token, and end to end
+};
+
+// Prefill, decode and titan generate for one weight and cache dtype.
+TitanTiming bench_setup(const InferenceWeights& weights, DType cache,
+                        const std::vector<int32_t>& prompt, int64_t n_new) {
+  const ModelArgs& args = weights.model().args();
+  const DType dtype = weights.dtype();
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
-  const std::string name = torch_dtype_name(dtype);
-  const InferenceWeights weights(model, dtype);
+  const std::string name = setup_name(dtype, cache);
+  const bool bf16 = dtype == DType::bf16;
+  const auto ceiling_gflops = [&] {
+    return bf16 ? measure_gemm_bf16_ceiling_gflops() : measure_gemm_ceiling_gflops();
+  };
 
   // Each ceiling is measured just before and just after the run it bounds, and the higher taken:
   // on this shared VM the ceilings move 2x within a minute as other jobs come and go, so a
-  // ceiling from another moment would make the ratio meaningless either way.
-  const double ceiling_before = measure_gemm_ceiling_gflops();
+  // ceiling from another moment would make the ratio meaningless either way. bf16 weights run
+  // bf16 GEMMs: their bound is the bf16 GEMM ceiling.
+  const double ceiling_before = ceiling_gflops();
   // Prefill alone, best of three (the first call also warms the caches and thread pool).
   double prefill = 1e30;
   for (int rep = 0; rep < 3; ++rep) {
-    InferenceSession session(weights, n_prompt + n_new, n_prompt);
+    InferenceSession session(weights, n_prompt + n_new, n_prompt, cache);
     const double t0 = now_seconds();
     session.forward(prompt.data(), n_prompt);
     prefill = std::min(prefill, now_seconds() - t0);
   }
   const double prefill_gflops = prefill_flops(args, n_prompt) / prefill * 1e-9;
-  const double ceiling_after = measure_gemm_ceiling_gflops();
+  const double ceiling_after = ceiling_gflops();
   const double ceiling = std::max(ceiling_before, ceiling_after);
   std::printf(
-      "[%s] prefill %lld tokens: %.3f s, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the fp32 GEMM "
-      "ceiling %.1f GFLOP/s (bar 50%%; ceiling %.1f before, %.1f after)\n",
+      "[%s] prefill %lld tokens: %.3f s, %.0f tokens/s, %.1f GFLOP/s = %.0f%% of the %s GEMM "
+      "ceiling %.1f GFLOP/s (bar %s; ceiling %.1f before, %.1f after)\n",
       name.c_str(), static_cast<long long>(n_prompt), prefill, n_prompt / prefill, prefill_gflops,
-      100.0 * prefill_gflops / ceiling, ceiling, ceiling_before, ceiling_after);
+      100.0 * prefill_gflops / ceiling, bf16 ? "bf16" : "fp32", ceiling, bf16 ? "60%" : "50%",
+      ceiling_before, ceiling_after);
 
   // Decode alone (greedy, the session's one-token calls), in segments of kSegment tokens with the
   // read bandwidth measured between them, each segment bounded by the higher of the two around
   // it: the VM's bandwidth switches between ~35 and ~60 GB/s within seconds, so one ceiling for
-  // the whole decode would compare most of its tokens against another moment's machine. The
-  // ratio is the tokens decoded over the tokens the bound allows in the same time, segment by
-  // segment.
+  // the whole decode would compare most of its tokens against another moment's machine. A step
+  // reads every weight once and the whole KV cache so far (its own row included); the ratio is
+  // the bytes the decoded tokens read over the bytes the bandwidth moves in the same time,
+  // segment by segment.
   constexpr int64_t kSegment = 32;
-  const double bytes = weight_bytes_per_token(args, dtype);
-  InferenceSession session(weights, n_prompt + n_new, n_prompt);
+  const double weight_bytes = weight_bytes_per_token(args, dtype);
+  InferenceSession session(weights, n_prompt + n_new, n_prompt, cache);
   int32_t id = argmax(session.forward(prompt.data(), n_prompt), args.vocab_size);
-  double bandwidth_before = measure_read_bandwidth_gbs(), decode_seconds = 0.0, allowed = 0.0;
+  double bandwidth_before = measure_read_bandwidth_gbs(), decode_seconds = 0.0;
+  double read = 0.0, movable = 0.0;
   double worst = 1e30, best = 0.0, bandwidth_low = 1e30, bandwidth_high = 0.0;
   int64_t decoded = 0;
+  const int64_t first_depth = session.length() + 1;
   while (decoded + kSegment <= n_new - 1) {  // the last new token is never fed back
+    double bytes = 0.0;
     const double t0 = now_seconds();
     for (int64_t i = 0; i < kSegment; ++i) {
       id = argmax(session.forward(&id, 1), args.vocab_size);
     }
     const double seconds = now_seconds() - t0;
+    for (int64_t depth = session.length() - kSegment + 1; depth <= session.length(); ++depth) {
+      bytes += weight_bytes + kv_cache_bytes(args, depth, cache);
+    }
     const double bandwidth_after = measure_read_bandwidth_gbs();
-    const double bound = std::max(bandwidth_before, bandwidth_after) * 1e9 / bytes;
-    const double ratio = kSegment / seconds / bound;
-    worst = std::min(worst, ratio);
-    best = std::max(best, ratio);
+    const double can_move = std::max(bandwidth_before, bandwidth_after) * 1e9 * seconds;
+    worst = std::min(worst, bytes / can_move);
+    best = std::max(best, bytes / can_move);
     bandwidth_low = std::min({bandwidth_low, bandwidth_before, bandwidth_after});
     bandwidth_high = std::max({bandwidth_high, bandwidth_before, bandwidth_after});
     decoded += kSegment;
     decode_seconds += seconds;
-    allowed += seconds * bound;
+    read += bytes;
+    movable += can_move;
     bandwidth_before = bandwidth_after;
   }
   TITAN_CHECK(decoded > 0, "--new ", n_new, ": decode needs at least ", kSegment + 1,
               " new tokens (one segment)");
   std::printf(
-      "[%s] decode: %.2f tokens/s = %.0f%% of the bandwidth bound (bar 60%%; %lld segments of "
-      "%lld tokens: %.0f-%.0f%%): %.2f GB of weights per token, read bandwidth %.1f-%.1f GB/s\n",
-      name.c_str(), decoded / decode_seconds, 100.0 * decoded / allowed,
-      static_cast<long long>(decoded / kSegment), static_cast<long long>(kSegment), 100.0 * worst,
-      100.0 * best, bytes * 1e-9, bandwidth_low, bandwidth_high);
+      "[%s] decode at depth %lld-%lld: %.2f tokens/s = %.0f%% of the bandwidth bound (bar 80%%; "
+      "%lld segments of %lld tokens: %.0f-%.0f%%): %.3f GB of weights + %.1f-%.1f MB of KV cache "
+      "per token, read bandwidth %.1f-%.1f GB/s\n",
+      name.c_str(), static_cast<long long>(first_depth), static_cast<long long>(session.length()),
+      decoded / decode_seconds, 100.0 * read / movable, static_cast<long long>(decoded / kSegment),
+      static_cast<long long>(kSegment), 100.0 * worst, 100.0 * best, weight_bytes * 1e-9,
+      kv_cache_bytes(args, first_depth, cache) * 1e-6,
+      kv_cache_bytes(args, session.length(), cache) * 1e-6, bandwidth_low, bandwidth_high);
 
   GenerateOptions options;
   options.max_new_tokens = n_new;  // no eos ids: exactly n_new tokens, like HF's min_new_tokens
+  options.kv_cache_dtype = cache;
   const GenerateResult r = generate_tokens(weights, prompt, options);
   const double titan_total = r.time_to_first_token + r.decode_seconds;
   std::printf(
@@ -239,9 +276,22 @@ void bench_dtype(const CausalLM& model, DType dtype, const std::vector<int32_t>&
       "first token %.0f ms\n",
       name.c_str(), static_cast<long long>(n_prompt), static_cast<long long>(r.ids.size()),
       titan_total, r.ids.size() / titan_total, r.time_to_first_token * 1e3);
+  return {r.time_to_first_token, titan_total};
+}
+
+// One weight dtype: every cache dtype's prefill, decode and time to first token, then (with
+// `python`) Transformers' generate on the same weights in that dtype (its cache in that dtype
+// too, as torch keeps it).
+void bench_dtype(const CausalLM& model, DType dtype, const std::vector<DType>& caches,
+                 const std::vector<int32_t>& prompt, int64_t n_new, const std::string& python,
+                 const std::string& dir, int threads) {
+  const InferenceWeights weights(model, dtype);
+  std::vector<TitanTiming> titan;
+  for (const DType cache : caches) titan.push_back(bench_setup(weights, cache, prompt, n_new));
   if (python.empty()) return;
 
   // The folder holds the weights rounded to `dtype`: the values titan's bf16 copies hold.
+  const std::string name = torch_dtype_name(dtype);
   HfExportOptions export_options;
   export_options.dtype = dtype;
   export_options.overwrite = true;
@@ -251,15 +301,20 @@ void bench_dtype(const CausalLM& model, DType dtype, const std::vector<int32_t>&
       "[%s] transformers generate (torch_dtype=%s): %.2f s end to end, %.2f new tokens/s, time "
       "to first token %.0f ms\n",
       name.c_str(), name.c_str(), hf.seconds, n_new / hf.seconds, hf.ttft * 1e3);
-  std::printf("[%s] titan / transformers new tokens/s: %.2fx (bar 1.5x)\n", name.c_str(),
-              hf.seconds / titan_total);
+  for (size_t i = 0; i < caches.size(); ++i) {
+    std::printf(
+        "[%s] titan / transformers: new tokens/s %.2fx (bar 1.5x), time to first token %.2fx "
+        "(bar at most 1x)\n",
+        setup_name(dtype, caches[i]).c_str(), hf.seconds / titan[i].seconds,
+        titan[i].ttft / hf.ttft);
+  }
   std::filesystem::remove_all(dir);
 }
 
 int run(int argc, char** argv) {
   int64_t layers = -1, n_prompt = 512, n_new = 128;
   int threads = default_thread_count();
-  std::string python, dtypes = "both", omp_wait = "short";
+  std::string python, dtypes = "both", caches = "both", omp_wait = "short";
   std::string dir = (std::filesystem::temp_directory_path() / "titan_bench_generate");
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -275,6 +330,8 @@ int run(int argc, char** argv) {
       threads = std::stoi(value);
     else if (arg == "--dtype")
       dtypes = value;
+    else if (arg == "--kv-cache")
+      caches = value;
     else if (arg == "--omp-wait")
       omp_wait = value;
     else if (arg == "--transformers")
@@ -292,6 +349,12 @@ int run(int argc, char** argv) {
     run_dtypes = {dtypes == "float32" ? DType::f32 : DType::bf16};
   } else {
     TITAN_CHECK(dtypes == "both", "--dtype ", dtypes, ": expected both, float32 or bfloat16");
+  }
+  std::vector<DType> run_caches = {DType::f32, DType::bf16};
+  if (caches == "float32" || caches == "bfloat16") {
+    run_caches = {caches == "float32" ? DType::f32 : DType::bf16};
+  } else {
+    TITAN_CHECK(caches == "both", "--kv-cache ", caches, ": expected both, float32 or bfloat16");
   }
   set_thread_count(threads);
   ModelArgs args = flavor("0.6B");
@@ -313,7 +376,7 @@ int run(int argc, char** argv) {
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 151643);
   for (DType dtype : run_dtypes) {
-    bench_dtype(model, dtype, prompt, n_new, python, dir, threads);
+    bench_dtype(model, dtype, run_caches, prompt, n_new, python, dir, threads);
   }
   return 0;
 }

@@ -7,9 +7,10 @@
 // Sampling defaults come from the folder's generation_config.json, as in Transformers; flags
 // override them and --greedy overrides do_sample. --dtype picks the weights' dtype (default:
 // the folder's, like Transformers' torch_dtype="auto"; infer/weights.h): bf16 halves the bytes a
-// decode step reads, compute stays fp32. Speed (prompt tokens/s, generated tokens/s,
-// time to first token) goes to stderr so stdout stays the generated text.
-// Chat uses the folder's chat template (data/chat_template.h: Qwen3, Qwen2.5, Llama 3/3.1/3.2
+// decode step reads and the matmuls take bf16 operands with fp32 accumulation. --kv-cache-dtype
+// picks the KV cache's (default: the weights', as torch keeps it; infer/kv_cache.h). Speed (prompt
+// tokens/s, generated tokens/s, time to first token) goes to stderr so stdout stays the generated
+// text. Chat uses the folder's chat template (data/chat_template.h: Qwen3, Qwen2.5, Llama 3/3.1/3.2
 // Instruct), read only when a chat is rendered, so raw prompts work with any template. A raw
 // prompt gets the tokenizer's special tokens as HF's tokenizer(prompt) does (Llama 3: BOS);
 // rendered chat text does not (the template holds them).
@@ -32,6 +33,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/infer/device.h"
 #include "titan/infer/generate.h"
+#include "titan/infer/kv_cache.h"
 #include "titan/infer/weights.h"
 #include "titan/io/json_util.h"
 #include "titan/models/causal_lm.h"
@@ -44,6 +46,7 @@ using nlohmann::json;
 
 struct GenerateFlags {
   std::string model, prompt, prompts, system, device = "cpu", dtype = "auto";
+  std::string kv_cache_dtype = "auto";
   bool prompt_given = false, chat = false, think = true, think_given = false, greedy = false;
   bool allow_nonfinite = false;
   std::optional<int64_t> max_new_tokens, top_k;
@@ -54,8 +57,9 @@ struct GenerateFlags {
 };
 
 GenerateOptions resolve_options(const GenerateFlags& f, const std::string& dir,
-                                const ModelArgs& args) {
+                                const ModelArgs& args, DType kv_cache) {
   GenerateOptions o = generation_defaults(dir, args);
+  o.kv_cache_dtype = kv_cache;
   SamplingParams& s = o.sampling;
   // An explicit sampling flag means the user wants to sample, unless --greedy says otherwise.
   if (f.temperature || f.top_k || f.top_p || f.min_p) s.do_sample = true;
@@ -254,7 +258,10 @@ Action add_generate_command(CLI::App& app) {
   command->add_option("--stop", f.stop, "stop when this text appears (repeatable; not printed)");
   command->add_option("--device", f.device, "cpu (the only backend so far)");
   command->add_option("--dtype", f.dtype,
-                      "weights: auto (the folder's dtype), bfloat16 or float32; compute is fp32");
+                      "weights: auto (the folder's dtype), bfloat16 or float32; bf16 matmuls "
+                      "take bf16 operands, fp32 accumulation");
+  command->add_option("--kv-cache-dtype", f.kv_cache_dtype,
+                      "KV cache: auto (the weights' dtype), bfloat16 or float32");
   command->add_flag("--allow-nonfinite-weights", f.allow_nonfinite,
                     "load weights holding NaN or Inf (refused otherwise; for debugging)");
   return [command] {
@@ -266,10 +273,11 @@ Action add_generate_command(CLI::App& app) {
     TITAN_CHECK(std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json"), f.model,
                 ": no tokenizer.json (generate needs the tokenizer files beside the ", "weights)");
     const DType dtype = inference_dtype(f.model, f.dtype);  // a bad --dtype fails before loading
+    const DType kv_cache = kv_cache_dtype(f.kv_cache_dtype, dtype);
     const Tokenizer tok = Tokenizer::load(f.model);
     std::unique_ptr<CausalLM> model = load_hf_model(f.model, {}, f.allow_nonfinite);
     const InferenceWeights weights(*model, dtype);
-    const GenerateOptions options = resolve_options(f, f.model, model->args());
+    const GenerateOptions options = resolve_options(f, f.model, model->args(), kv_cache);
     if (!f.prompts.empty()) return run_batch(f, weights, tok, options);
     if (!f.prompt_given) return run_interactive(f, weights, tok, options);
     TITAN_CHECK(!f.prompt.empty(), "--prompt is empty");

@@ -23,6 +23,7 @@
 #include "titan/kernels/registry.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/ops/linear.h"
+#include "unit/test_safetensors_util.h"
 
 namespace titan {
 namespace {
@@ -34,23 +35,6 @@ using testing::expect_close;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Rounds the named parameters to their nearest bf16 values, in place.
-void round_to_bf16(CausalLM& model, const std::function<bool(const std::string&)>& which) {
-  for (ParamGroup& g : model.param_groups()) {
-    for (const ParamView& v : g.views()) {
-      if (!which(v.spec.name)) continue;
-      float* p = g.params() + v.offset;
-      for (int64_t i = 0; i < v.numel; ++i) p[i] = bf16_to_f32(f32_to_bf16(p[i]));
-    }
-  }
-}
-
-// Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
-// equal the full forward's logits at that position. With bf16 weights the session rounds the
-// linear weights itself, and the full forward runs on an fp32 model holding exactly those rounded
-// values (a tied embedding is rounded in both models, as a bf16 folder stores it): same math, so
-// the tolerance stays the fp32 one, and a session that read the unrounded fp32 weights would be
-// off by the bf16 rounding (~1e-3), far outside it.
 // Biases start at zero (HF init); random ones make a forward that skipped them fail.
 void randomize_biases(CausalLM& model) {
   for (ParamGroup& g : model.param_groups()) {
@@ -62,32 +46,63 @@ void randomize_biases(CausalLM& model) {
   }
 }
 
+// Attention on k and v rounded to bf16 (each copied, rounded, then the blockwise kernel): a bf16
+// KV cache's semantics computed the fp32 way, as the reference of the bf16-cache tests.
+void attention_on_bf16_rounded_kv(float* out, float* lse, const float* q, const float* k,
+                                  const float* v, const AttentionShape& s) {
+  const size_t n = static_cast<size_t>(s.batch * s.seq_kv * s.n_kv_heads * s.head_dim);
+  std::vector<float> k_rounded(k, k + n), v_rounded(v, v + n);
+  for (float& x : k_rounded) x = round_to_bf16(x);
+  for (float& x : v_rounded) x = round_to_bf16(x);
+  attention_forward_blockwise(out, lse, q, k_rounded.data(), v_rounded.data(), s);
+}
+
+void register_attention_bf16_rounded() {
+  if (kernel_registry().find("attention_bf16_rounded") != nullptr) return;
+  kernel_registry().add(
+      {"attention_bf16_rounded",
+       OpKind::attention,
+       {DType::f32},
+       "k and v rounded to bf16, then blockwise (test)",
+       AttentionKernel{attention_on_bf16_rounded_kv, attention_backward_reference, {}}});
+}
+
+// Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
+// equal the full forward's logits at that position. With bf16 weights the full forward is the
+// mixed-precision training model on the same fp32 weights (DecoderLM with compute dtype bf16):
+// every matmul multiplies bf16-rounded inputs by bf16-rounded weights with fp32 accumulation in
+// both, prefill GEMMs and decode GEMVs alike, so the tolerance stays the fp32 one, and a session
+// that skipped a rounding (weights or inputs, ~2^-9 relative each) would be far outside it. The
+// reference runs without `overrides`: training refuses an fp32-only kernel for a bf16 matmul,
+// and the session gives such a kernel the same rounded operands, widened.
+//
+// With a bf16 KV cache (kv_dtype) the reference binds every layer's attention to
+// attention_bf16_rounded, which rounds k and v to bf16 before attending: what a bf16 cache holds
+// (rounded once when written) and its attention reads (widened exactly), so the tolerance stays
+// the fp32 one there too.
 void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
                          int64_t steps, DType dtype = DType::f32,
-                         const std::vector<OverrideRule>& overrides = {}) {
-  const bool tied = args.tie_word_embeddings;
-  DecoderLM model(args, overrides), reference(args, overrides);
+                         const std::vector<OverrideRule>& overrides = {},
+                         DType kv_dtype = DType::f32) {
+  DecoderLM model(args, overrides);
+  std::vector<OverrideRule> reference_overrides;
+  if (dtype == DType::f32) reference_overrides = overrides;
+  if (kv_dtype == DType::bf16) {
+    register_attention_bf16_rounded();
+    reference_overrides.push_back({"model.layers.*.self_attn", "attention_bf16_rounded"});
+  }
+  DecoderLM reference(args, reference_overrides, dtype);
   model.initialize(7);
   reference.initialize(7);
   randomize_biases(model);
   randomize_biases(reference);
-  if (dtype == DType::bf16) {
-    const auto embedding = [](const std::string& name) {
-      return name == "model.embed_tokens.weight";
-    };
-    if (tied) round_to_bf16(model, embedding);
-    round_to_bf16(reference, [&](const std::string& name) {
-      return name.ends_with("_proj.weight") || name == "lm_head.weight" ||
-             (tied && embedding(name));
-    });
-  }
   const int64_t V = model.args().vocab_size;
   const std::vector<int32_t> ids = test_ids(prompt + steps, V, static_cast<uint32_t>(prompt));
   const std::vector<float> want = full_forward_logits(reference, ids);
   int64_t max_chunk = 1;
   for (int64_t c : chunks) max_chunk = std::max(max_chunk, c);
   const InferenceWeights weights(model, dtype);
-  InferenceSession session(weights, prompt + steps, max_chunk);
+  InferenceSession session(weights, prompt + steps, max_chunk, kv_dtype);
   int64_t pos = 0;
   for (int64_t c : chunks) {
     const float* got = session.forward(ids.data() + pos, c);
@@ -109,12 +124,32 @@ TEST(InferenceSession, DecodeLogitsEqualFullForward) {
   check_cached_logits(tiny_generate_args(false), 11, {11}, 6);
 }
 
-TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualFullForwardOnRoundedWeights) {
+TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualBf16TrainingForward) {
   for (const bool tied : {true, false}) {
     check_cached_logits(tiny_generate_args(tied), 7, {7}, 9, DType::bf16);
     check_cached_logits(tiny_generate_args(tied), 13, {5, 1, 7}, 4,
-                        DType::bf16);  // widened-GEMM prefill chunks
+                        DType::bf16);  // bf16-GEMM prefill chunks, one of a single token
   }
+}
+
+// A bf16 KV cache holds k (after k_norm and RoPE) and v rounded to bf16 and attends over them as
+// read: chunked prefill and decode equal a full forward whose attention rounds k and v, with fp32
+// and with bf16 weights, across attention blocks, and for MoE and biased Llama blocks.
+TEST(InferenceSession, Bf16KvCacheLogitsEqualFullForwardOnRoundedKeysAndValues) {
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    check_cached_logits(tiny_generate_args(true), 7, {7}, 9, dtype, {}, DType::bf16);
+    check_cached_logits(tiny_generate_args(false), 13, {5, 1, 7}, 4, dtype, {}, DType::bf16);
+    check_cached_logits(tiny_generate_args(false), 131, {131}, 5, dtype, {}, DType::bf16);
+  }
+  ModelArgs llama = tiny_generate_args(true);
+  llama.architecture = "LlamaForCausalLM";
+  llama.qk_norm = false;
+  llama.attention_bias = llama.o_proj_bias = llama.mlp_bias = true;
+  check_cached_logits(llama, 13, {5, 1, 7}, 4, DType::bf16, {}, DType::bf16);
+  ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
+  moe.num_hidden_layers = 3;
+  check_cached_logits(moe, 12, {4, 1, 7}, 3, DType::f32, {}, DType::bf16);
 }
 
 // Llama's blocks with attention_bias and mlp_bias: q/k/v/o and MLP biases, no q/k norm.
@@ -138,7 +173,8 @@ void counted_linear_forward(float* y, const float* x, const float* w, int64_t n,
 }
 
 // A linear rebound by [overrides] runs in decode as in training: prefill and every one-token
-// step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones.
+// step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones (on
+// the input rounded to bf16, so it computes what the bf16 kernels compute).
 TEST(InferenceSession, OverriddenLinearsRunInDecode) {
   if (kernel_registry().find("linear_counted") == nullptr) {
     kernel_registry().add({"linear_counted",
@@ -152,8 +188,9 @@ TEST(InferenceSession, OverriddenLinearsRunInDecode) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     g_counted_linear_calls = 0;
     check_cached_logits(tiny_generate_args(false), 5, {5}, 3, dtype, overrides);
-    // 2 layers x (1 prefill + 3 steps) in the session, plus the reference's full forward.
-    EXPECT_EQ(g_counted_linear_calls.load(), 2 * 4 + 2) << dtype_name(dtype);
+    // 2 layers x (1 prefill + 3 steps) in the session, plus the fp32 reference's full forward.
+    EXPECT_EQ(g_counted_linear_calls.load(), 2 * 4 + (dtype == DType::f32 ? 2 : 0))
+        << dtype_name(dtype);
   }
 }
 
@@ -200,6 +237,81 @@ TEST(InferenceSession, TruncatedCacheContinuesLikeAFreshOne) {
     expect_close("decode after truncate at " + std::to_string(pos), got, want.data() + pos * V, V,
                  2e-6);
   }
+}
+
+// The largest relative difference (to the largest |logit|) between the logits of two sessions
+// over the same ids: a 13-token prefill, then 6 one-token steps.
+double session_deviation(const InferenceWeights& a_weights, DType a_cache,
+                         const InferenceWeights& b_weights, DType b_cache) {
+  const int64_t V = a_weights.model().args().vocab_size, prompt = 13, steps = 6;
+  const std::vector<int32_t> ids = test_ids(prompt + steps, V, 5);
+  InferenceSession a(a_weights, prompt + steps, prompt, a_cache);
+  InferenceSession b(b_weights, prompt + steps, prompt, b_cache);
+  double worst = 0.0;
+  for (int64_t pos = 0; pos < prompt + steps;) {
+    const int64_t n = pos == 0 ? prompt : 1;
+    const float* a_logits = a.forward(ids.data() + pos, n);
+    const std::vector<float> got(a_logits, a_logits + V);
+    const float* want = b.forward(ids.data() + pos, n);
+    worst = std::max(worst, testing::compare_arrays(got.data(), want, V).rel());
+    pos += n;
+  }
+  return worst;
+}
+
+// How far a bf16 cache moves the logits from the fp32 cache. Rounding k and v once to bf16 moves
+// each by at most u = 2^-9 relative; an attention output then moves by at most u max|v| through
+// the values (a convex combination) and 2 u A max|v| through the keys (each score by at most
+// u A, A = max_j sum_d |q_d k_jd| / sqrt(hd), and softmax weights by twice that, relatively).
+// That is the size of perturbation one bf16 rounding of a matmul input makes, and bf16 weights
+// make seven of those per layer (every linear's input) plus one of every weight, against the two
+// of the cache (the rest of the network carries both the same way). So the bound used is the
+// deviation bf16 weights cause in the same model on the same ids, measured here; and the cache
+// must move the logits at all (far above the fp32 noise of 2e-6 the exact tests hold), or it
+// would not be holding bf16 values. (With bf16 weights the same comparison is not one rounding
+// against others: each matmul input is rounded again after the cache's change, so a small change
+// turns into whole-ulp flips of some inputs -- measured 1.1e-2 against bf16 weights' 1.0e-2 from
+// fp32. What a bf16 cache computes there is pinned exactly by the test above.)
+TEST(InferenceSession, Bf16KvCacheStaysWithinTheBf16WeightsDeviation) {
+  for (const bool tied : {true, false}) {
+    DecoderLM model(tiny_generate_args(tied));
+    model.initialize(7);
+    const InferenceWeights f32(model, DType::f32), bf16(model, DType::bf16);
+    const double cache = session_deviation(f32, DType::bf16, f32, DType::f32);
+    const double weights = session_deviation(bf16, DType::f32, f32, DType::f32);
+    std::printf("  tied %d: bf16 cache moves the logits by %.3e, bf16 weights by %.3e\n", tied,
+                cache, weights);
+    EXPECT_LT(cache, weights) << "tied " << tied;
+    EXPECT_GT(cache, 1e-4) << "tied " << tied;
+  }
+}
+
+// A bf16 cache holds half the bytes; it needs an attention kernel that reads bf16 keys and
+// values (the built-in ones do), and says which when one does not.
+TEST(InferenceSession, Bf16KvCacheHalvesTheBytesAndNeedsABf16Attention) {
+  const ModelArgs a = tiny_generate_args(true);
+  EXPECT_EQ(KvCache(a, 10, DType::bf16).bytes() * 2, KvCache(a, 10, DType::f32).bytes());
+  EXPECT_THROW(KvCache(a, 10, DType::f16), Error);
+  register_attention_bf16_rounded();
+  DecoderLM model(a, {{"model.layers.*.self_attn", "attention_bf16_rounded"}});
+  model.initialize(1);
+  const InferenceWeights weights(model, DType::f32);
+  test::expect_error(
+      [&] { InferenceSession(weights, 8, 4, DType::bf16); },
+      {"model.layers.0.self_attn", "attention_bf16_rounded", "reads only fp32 keys and values"});
+  InferenceSession fp32_cache(weights, 8, 4, DType::f32);
+  EXPECT_EQ(fp32_cache.cache().dtype(), DType::f32);
+}
+
+TEST(InferenceSession, KvCacheDtypeNames) {
+  EXPECT_EQ(kv_cache_dtype("auto", DType::bf16), DType::bf16);
+  EXPECT_EQ(kv_cache_dtype("", DType::f32), DType::f32);
+  EXPECT_EQ(kv_cache_dtype("bf16", DType::f32), DType::bf16);
+  EXPECT_EQ(kv_cache_dtype("bfloat16", DType::f32), DType::bf16);
+  EXPECT_EQ(kv_cache_dtype("float32", DType::bf16), DType::f32);
+  EXPECT_EQ(kv_cache_dtype("fp32", DType::bf16), DType::f32);
+  test::expect_error([] { kv_cache_dtype("float16", DType::f32); },
+                     {"KV cache dtype \"float16\" is not one of auto, bfloat16, float32"});
 }
 
 TEST(InferenceSession, BadCalls) {

@@ -66,13 +66,14 @@ class GenerateCli : public ::testing::Test {
   static std::string model_dir() { return (folder_ / "model").string(); }
 
   // What the library generates (greedy) for `text`.
-  static GenerateResult library(const std::string& text, int64_t max_new,
-                                DType dtype = DType::f32) {
+  static GenerateResult library(const std::string& text, int64_t max_new, DType dtype = DType::f32,
+                                DType kv_cache = DType::f32) {
     const Tokenizer tok = Tokenizer::load(model_dir());
     std::unique_ptr<CausalLM> model = load_hf_model(model_dir());
     GenerateOptions o = generation_defaults(model_dir(), model->args());
     o.sampling.do_sample = false;
     o.max_new_tokens = max_new;
+    o.kv_cache_dtype = kv_cache;
     return generate_text(InferenceWeights(*model, dtype), tok, tok.encode(text), o);
   }
 
@@ -91,13 +92,23 @@ TEST_F(GenerateCli, StreamsTheLibrarysTextAndReportsSpeed) {
   EXPECT_NE(r.err.find("time to first token"), std::string::npos) << r.err;
 }
 
-TEST_F(GenerateCli, Bf16WeightsOnRequest) {
-  const CommandResult r = titan_cli("generate --model '" + model_dir() +
-                                        "' --prompt 'Hello there' --greedy --max-new-tokens 12 "
-                                        "--dtype bfloat16",
-                                    dir_);
-  ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_EQ(r.out, library("Hello there", 12, DType::bf16).text + "\n");
+// --dtype bfloat16 takes a bf16 KV cache with it (auto: the weights' dtype) unless
+// --kv-cache-dtype says otherwise; either cache dtype goes with either weight dtype.
+TEST_F(GenerateCli, Bf16WeightsAndKvCacheOnRequest) {
+  const std::string base =
+      "generate --model '" + model_dir() + "' --prompt 'Hello there' --greedy --max-new-tokens 12 ";
+  const struct {
+    std::string flags;
+    DType weights, kv_cache;
+  } cases[] = {{"--dtype bfloat16", DType::bf16, DType::bf16},
+               {"--dtype bfloat16 --kv-cache-dtype float32", DType::bf16, DType::f32},
+               {"--kv-cache-dtype bf16", DType::f32, DType::bf16},
+               {"--dtype fp32 --kv-cache-dtype auto", DType::f32, DType::f32}};
+  for (const auto& c : cases) {
+    const CommandResult r = titan_cli(base + c.flags, dir_);
+    ASSERT_EQ(r.status, 0) << c.flags << ": " << r.err;
+    EXPECT_EQ(r.out, library("Hello there", 12, c.weights, c.kv_cache).text + "\n") << c.flags;
+  }
 }
 
 TEST_F(GenerateCli, ChatTemplateAndSeededSampling) {
@@ -179,6 +190,8 @@ TEST_F(GenerateCli, BadInputs) {
   expect_one_line_error(titan_cli(m + "--prompt hi --top-p 1.5", dir_), "top_p");
   expect_one_line_error(titan_cli(m + "--prompt hi --dtype float8", dir_),
                         "weight dtype \"float8\" is not one of auto, bfloat16, float32");
+  expect_one_line_error(titan_cli(m + "--prompt hi --kv-cache-dtype float16", dir_),
+                        "KV cache dtype \"float16\" is not one of auto, bfloat16, float32");
   const std::string prompts = dir_ / "bad.jsonl";
   std::ofstream(prompts) << R"({"prompt": "ok"})"
                          << "\n"

@@ -3,10 +3,13 @@
 // fails the test): the generated ids must be equal, token for token, for several prompts; and the
 // sampling warpers against HF's logits processors (tests/reference/generate_warpers.py).
 //
-// The bf16 folders run in titan with bf16 weights (--dtype auto picks them) and fp32 compute.
-// Transformers loads them in fp32: the same bf16-rounded weights upcast, fp32 compute -- exactly
-// titan's math, so the ids must be equal. Loaded as torch.bfloat16, Transformers would also round
-// every activation to bf16, and ids may then legitimately diverge after a near tie.
+// The bf16 folders run in titan with bf16 weights (--dtype auto picks them): every matmul but the
+// MoE router's and experts' takes its input rounded to bf16, fp32 accumulation. Transformers loads
+// them in fp32 (the same bf16 weights upcast) with the input of those same linears rounded to
+// bf16 -- exactly titan's math, so the ids must be equal. Every folder also runs with a bf16 KV
+// cache, against Transformers storing the keys and values rounded to bf16 in its static cache.
+// Loaded as torch.bfloat16, Transformers would also round every other activation to bf16, and
+// ids may then legitimately diverge after a near tie.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -33,7 +36,7 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
   const std::vector<std::vector<int32_t>> prompts = {
       {7}, test::test_ids(5, 97, 11), test::test_ids(12, 97, 12), test::test_ids(33, 97, 13)};
   const int64_t max_new = 20;
-  json request = {{"folders", json::array()}, {"prompts", prompts}, {"max_new_tokens", max_new}};
+  json request = {{"runs", json::array()}, {"prompts", prompts}, {"max_new_tokens", max_new}};
   std::map<std::string, std::vector<std::vector<int32_t>>> titan_ids;
   // A tiny Qwen3-MoE too: layers 0 and 2 sparse (5 experts, 2 per token), layer 1 dense.
   ModelArgs moe = test::with_moe(test::tiny_generate_args(false), 5, 2, 16, {1});
@@ -59,20 +62,27 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
       GenerateOptions options = generation_defaults(folder, loaded->args());
       options.sampling.do_sample = false;
       options.max_new_tokens = max_new;
-      for (const std::vector<int32_t>& p : prompts) {
-        titan_ids[folder].push_back(generate_tokens(weights, p, options).ids);
+      for (const DType cache : {DType::f32, DType::bf16}) {
+        options.kv_cache_dtype = cache;
+        const std::string key = folder + " kv " + std::string(dtype_name(cache));
+        for (const std::vector<int32_t>& p : prompts) {
+          titan_ids[key].push_back(generate_tokens(weights, p, options).ids);
+        }
+        request["runs"].push_back({{"key", key},
+                                   {"folder", folder},
+                                   {"bf16_matmul_inputs", dtype == DType::bf16},
+                                   {"bf16_kv_cache", cache == DType::bf16}});
       }
-      request["folders"].push_back(folder);
     }
   }
   const json response = test::run_reference("generate_greedy.py", {}, request);
   ASSERT_TRUE(response.is_object());
-  for (const auto& [folder, ids] : titan_ids) {
-    ASSERT_TRUE(response.contains(folder)) << folder;
-    const auto hf = response[folder].get<std::vector<std::vector<int32_t>>>();
+  for (const auto& [key, ids] : titan_ids) {
+    ASSERT_TRUE(response.contains(key)) << key;
+    const auto hf = response[key].get<std::vector<std::vector<int32_t>>>();
     ASSERT_EQ(hf.size(), ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
-      EXPECT_EQ(ids[i], hf[i]) << folder << " prompt " << i;
+      EXPECT_EQ(ids[i], hf[i]) << key << " prompt " << i;
       EXPECT_FALSE(ids[i].empty());
     }
   }

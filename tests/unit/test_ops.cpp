@@ -127,7 +127,7 @@ void expect_gemv_close(const std::string& what, const float* got, const float* w
   }
 }
 
-// Every ISA's gemv_f32, gemv_bf16 and axpy_rows at odd row and column counts.
+// Every ISA's gemv_f32, gemv_bf16, axpy_rows and axpy_bf16 at odd row and column counts.
 TEST(Vec, GemvEveryIsaMatchesReference) {
   const CpuInfo& cpu = cpu_info();
   std::vector<Isa> isas = {Isa::scalar};
@@ -153,12 +153,14 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
       const GemvProduct f32_product{{DType::f32, w.data(), rows, cols}, want.data()};
       gemv_forward_reference({&f32_product, 1}, x.data());
       expect_gemv_close("gemv_f32", got.data(), want.data(), w, x, rows, cols);
-      std::vector<float> x_split(cols);
-      gemv_bf16_split_x(x_split.data(), x.data(), cols);
+      // The kernel multiplies whatever x it is given; gemv_forward gives it x rounded to bf16.
+      std::vector<float> x_rounded(cols), x_split(cols);
+      for (int64_t c = 0; c < cols; ++c) x_rounded[c] = round_to_bf16(x[c]);
+      gemv_bf16_split_x(x_split.data(), x_rounded.data(), cols);
       v.gemv_bf16(got.data(), w_bf16.data(), cols, x_split.data(), rows, cols);
       const GemvProduct bf16_product{{DType::bf16, w_bf16.data(), rows, cols}, want.data()};
       gemv_forward_reference({&bf16_product, 1}, x.data());
-      expect_gemv_close("gemv_bf16", got.data(), want.data(), w_rounded, x, rows, cols);
+      expect_gemv_close("gemv_bf16", got.data(), want.data(), w_rounded, x_rounded, rows, cols);
       // Rows ldw = cols + 3 apart (keys in a KV cache row): the first cols of each row only.
       const int64_t ldw = cols + 3;
       std::vector<float> w_strided(rows * ldw, NAN);
@@ -181,20 +183,34 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
         }
         EXPECT_NEAR(y[c], sum, (rows + 2) * 0x1p-24 * abs_sum) << "axpy_rows column " << c;
       }
+      // axpy_bf16 into y in the split layout: each column y0[c] + a * widened x[c], with at most
+      // two fp32 roundings (product and sum; one when fused). Unsplitting restores the order.
+      std::vector<float> y_split(cols), y_back(cols);
+      gemv_bf16_split_x(y_split.data(), y0.data(), cols);
+      v.axpy_bf16(y_split.data(), a[0], w_bf16.data(), cols);
+      gemv_bf16_unsplit_x(y_back.data(), y_split.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        const double want_c = y0[c] + static_cast<double>(a[0]) * w_rounded[c];
+        const double bound = 0x1p-23 * (std::fabs(y0[c]) + std::fabs(a[0] * w_rounded[c]));
+        EXPECT_NEAR(y_back[c], want_c, bound) << "axpy_bf16 column " << c;
+      }
     }
   }
 }
 
 // Several products of mixed dtypes in one call, two spanning several row blocks with a ragged
-// last one and one inside a single block: every row computed once, by the right weights.
+// last one and one inside a single block: every row computed once, by the right weights, the bf16
+// ones on x rounded to bf16 and the fp32 one on x itself.
 TEST(Gemv, FusedProductsMatchReference) {
   const int64_t cols = 1000;
   const int64_t rows[] = {101, 33, 7};
   const DType dtypes[] = {DType::bf16, DType::f32, DType::bf16};
   std::vector<std::vector<float>> w_f32(3), got(3), want(3);
   std::vector<std::vector<uint16_t>> w_bf16(3);
-  std::vector<GemvProduct> products, references;
+  std::vector<GemvProduct> products;
   const std::vector<float> x = randn(cols, 5);
+  std::vector<float> x_rounded(x);
+  for (float& f : x_rounded) f = round_to_bf16(f);
   for (size_t i = 0; i < 3; ++i) {
     w_f32[i] = randn(rows[i] * cols, 40 + i);
     if (dtypes[i] == DType::bf16) {
@@ -208,16 +224,39 @@ TEST(Gemv, FusedProductsMatchReference) {
     const void* data =
         dtypes[i] == DType::bf16 ? static_cast<const void*>(w_bf16[i].data()) : w_f32[i].data();
     products.push_back({{dtypes[i], data, rows[i], cols}, got[i].data()});
-    references.push_back({{DType::f32, w_f32[i].data(), rows[i], cols}, want[i].data()});
   }
   gemv_forward(products, x.data());
-  gemv_forward_reference(references, x.data());
   for (size_t i = 0; i < 3; ++i) {
-    expect_gemv_close("product " + std::to_string(i), got[i].data(), want[i].data(), w_f32[i], x,
-                      rows[i], cols);
+    const bool bf16 = dtypes[i] == DType::bf16;
+    const GemvProduct reference{{DType::f32, w_f32[i].data(), rows[i], cols}, want[i].data()};
+    gemv_forward_reference({&reference, 1}, bf16 ? x_rounded.data() : x.data());
+    expect_gemv_close("product " + std::to_string(i), got[i].data(), want[i].data(), w_f32[i],
+                      bf16 ? x_rounded : x, rows[i], cols);
   }
   products[1].w.cols = cols - 1;
   EXPECT_THROW(gemv_forward(products, x.data()), Error);  // one x for every product
+}
+
+// x = 1 + 2^-10 is 1 in bf16: against bf16 weights of 1 each row sums cols ones, exactly, where
+// the unrounded x would give cols * (1 + 2^-10); fp32 weights multiply x itself.
+TEST(Gemv, Bf16WeightsMultiplyXRoundedToBf16) {
+  const int64_t rows = 3, cols = 64;
+  const std::vector<uint16_t> w_bf16(rows * cols, f32_to_bf16(1.0f));
+  const std::vector<float> w_f32(rows * cols, 1.0f), x(cols, 1.0f + 0x1p-10f);
+  std::vector<float> y_bf16(rows), y_f32(rows);
+  const GemvProduct products[] = {{{DType::bf16, w_bf16.data(), rows, cols}, y_bf16.data()},
+                                  {{DType::f32, w_f32.data(), rows, cols}, y_f32.data()}};
+  for (const bool reference : {false, true}) {
+    if (reference) {
+      gemv_forward_reference(products, x.data());
+    } else {
+      gemv_forward(products, x.data());
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_EQ(y_bf16[r], static_cast<float>(cols)) << "reference " << reference;
+      EXPECT_EQ(y_f32[r], cols * (1.0f + 0x1p-10f)) << "reference " << reference;
+    }
+  }
 }
 
 TEST(Gemm, MatchesReferenceForEveryTransposition) {
@@ -399,6 +438,53 @@ TEST(Attention, OneQueryFewerKeysThanThreads) {
   set_thread_count(5);
   check_attention({2, 1, 3, 4, 2, 8});
   check_attention_forward({2, 1, 1, 4, 2, 8});
+  set_thread_count(saved);
+}
+
+// bf16 keys and values (a bf16 KV cache): the forward equals the fp32 forward -- and the
+// reference -- on the same values widened, to fp32 summation order (the widening is exact), on
+// the one-query path (split layouts, a head_dim with a tail after its blocks of 32, more threads
+// than keys) and the blockwise one (queries at the end of longer keys, several key blocks).
+void check_attention_bf16_kv(const AttentionShape& s) {
+  SCOPED_TRACE("seq_q " + std::to_string(s.seq_q) + " seq_kv " + std::to_string(s.seq_kv) + " hd " +
+               std::to_string(s.head_dim));
+  const int64_t nq = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t nkv = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  const int64_t n_lse = s.batch * s.n_heads * s.seq_q;
+  const std::vector<float> q = randn(nq, 1), k = randn(nkv, 2), v = randn(nkv, 3);
+  std::vector<uint16_t> k16(nkv), v16(nkv);
+  std::vector<float> k_wide(nkv), v_wide(nkv);
+  for (int64_t i = 0; i < nkv; ++i) {
+    k16[i] = f32_to_bf16(k[i]);
+    v16[i] = f32_to_bf16(v[i]);
+    k_wide[i] = bf16_to_f32(k16[i]);
+    v_wide[i] = bf16_to_f32(v16[i]);
+  }
+  std::vector<float> out(nq), lse(n_lse), want(nq), want_lse(n_lse), ref(nq), ref_lse(n_lse);
+  attention_forward_blockwise_bf16_kv(out.data(), lse.data(), q.data(), k16.data(), v16.data(), s);
+  attention_forward_blockwise(want.data(), want_lse.data(), q.data(), k_wide.data(), v_wide.data(),
+                              s);
+  expect_close("bf16 kv out vs fp32 on widened", out.data(), want.data(), nq, 1e-6);
+  expect_close("bf16 kv lse vs fp32 on widened", lse.data(), want_lse.data(), n_lse, 1e-6);
+  attention_forward_reference(want.data(), want_lse.data(), q.data(), k_wide.data(), v_wide.data(),
+                              s);
+  attention_forward_reference_bf16_kv(ref.data(), ref_lse.data(), q.data(), k16.data(), v16.data(),
+                                      s);
+  EXPECT_EQ(ref, want);
+  EXPECT_EQ(ref_lse, want_lse);
+  expect_close("bf16 kv out vs reference", out.data(), ref.data(), nq, 1e-5);
+  expect_close("bf16 kv lse vs reference", lse.data(), ref_lse.data(), n_lse, 1e-6);
+}
+
+TEST(Attention, Bf16KeysAndValuesEqualFp32OnWidenedValues) {
+  check_attention_bf16_kv({2, 1, 300, 4, 2, 12});
+  check_attention_bf16_kv({1, 1, 37, 16, 8, 128});  // Qwen3-0.6B's heads
+  check_attention_bf16_kv({1, 1, 19, 4, 2, 70});    // two blocks of 32 and a tail of 6
+  check_attention_bf16_kv({2, 3, 70, 4, 1, 8});
+  check_attention_bf16_kv({1, 131, 140, 4, 2, 40});  // several query and key blocks
+  const int saved = thread_count();
+  set_thread_count(5);
+  check_attention_bf16_kv({2, 1, 3, 4, 2, 40});
   set_thread_count(saved);
 }
 

@@ -47,6 +47,10 @@ struct VecKernels {
   // gemv_bf16_split_x (its pairs of columns apart, which lets the kernel widen without shuffles).
   void (*gemv_bf16)(float* y, const uint16_t* w, int64_t ldw, const float* x_split, int64_t rows,
                     int64_t cols);
+  // y_split += a * x for bf16 x (raw bits), y in gemv_bf16_split_x's layout: x widened by the
+  // even/odd split of gemv_bf16, no shuffles (attention's values read from a bf16 KV cache; the
+  // sum is unsplit once at the end).
+  void (*axpy_bf16)(float* y_split, float a, const uint16_t* x, int64_t n);
   // y[c] += sum_r a[r] * x[r * ldx + c] for c < cols: the rows of x, weighted by a, summed into y
   // (attention's probabilities times its values).
   void (*axpy_rows)(float* y, const float* a, const float* x, int64_t ldx, int64_t rows,
@@ -64,5 +68,7 @@ constexpr int kFmaProbeChains = 12;
 // gemv_bf16's x layout: each whole block of 32 columns as its 16 even-indexed elements, then its
 // 16 odd ones; the columns after the last whole block in place. x_split (cols) must not alias x.
 void gemv_bf16_split_x(float* x_split, const float* x, int64_t cols);
+// Its inverse: x (cols) back in column order. x must not alias x_split.
+void gemv_bf16_unsplit_x(float* x, const float* x_split, int64_t cols);
 
 }  // namespace titan

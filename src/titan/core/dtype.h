@@ -59,6 +59,11 @@ inline float bf16_to_f32(uint16_t h) {
   return f;
 }
 
+// The bf16 value nearest f, as an fp32 (what a bf16 operand holds, exactly).
+inline float round_to_bf16(float f) {
+  return bf16_to_f32(f32_to_bf16(f));
+}
+
 // IEEE half conversions (round-to-nearest-even), via the compiler's _Float16.
 inline uint16_t f32_to_f16(float f) {
   _Float16 h = static_cast<_Float16>(f);

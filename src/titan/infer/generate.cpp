@@ -25,22 +25,24 @@ constexpr int64_t kPromptCacheChunk = 512;
 // cache, the longest prefix shared with cache->ids (at most n_prompt - 1: the last prompt token
 // is always fed, for its logits); without, a new session of its own in `own`.
 InferenceSession& session_for(const InferenceWeights& weights, const std::vector<int32_t>& prompt,
-                              int64_t needed, PromptCache* cache,
+                              int64_t needed, DType kv_dtype, PromptCache* cache,
                               std::unique_ptr<InferenceSession>& own, int64_t& reused) {
   const int64_t n_prompt = static_cast<int64_t>(prompt.size());
   reused = 0;
   if (cache == nullptr) {
-    own = std::make_unique<InferenceSession>(weights, needed, n_prompt);
+    own = std::make_unique<InferenceSession>(weights, needed, n_prompt, kv_dtype);
     return *own;
   }
   TITAN_CHECK(cache->session == nullptr || &cache->session->weights() == &weights,
               "a prompt cache was used with other weights than it was made for");
+  TITAN_CHECK(cache->session == nullptr || cache->session->cache().dtype() == kv_dtype,
+              "a prompt cache was used with another KV cache dtype than it was made for");
   if (cache->session == nullptr || cache->session->max_len() < needed) {
     const int64_t len = std::min(weights.model().args().max_position_embeddings, 2 * needed);
     cache->session.reset();  // its cache is freed before the larger one is allocated
     cache->ids.clear();
     cache->session = std::make_unique<InferenceSession>(
-        weights, len, std::min(len, std::max(n_prompt, kPromptCacheChunk)));
+        weights, len, std::min(len, std::max(n_prompt, kPromptCacheChunk)), kv_dtype);
   }
   const size_t limit = std::min(cache->ids.size(), prompt.size() - 1);
   while (static_cast<size_t>(reused) < limit && cache->ids[reused] == prompt[reused]) ++reused;
@@ -104,8 +106,9 @@ GenerateResult generate_tokens(const InferenceWeights& weights, const std::vecto
   // The last token is never fed back, but the cache is sized for all of them (one shape).
   std::unique_ptr<InferenceSession> own;
   GenerateResult r;
-  InferenceSession& session = session_for(weights, prompt, n_prompt + options.max_new_tokens, cache,
-                                          own, r.cached_prompt_tokens);
+  InferenceSession& session =
+      session_for(weights, prompt, n_prompt + options.max_new_tokens, options.kv_cache_dtype, cache,
+                  own, r.cached_prompt_tokens);
   try {
     const int64_t vocab = args.vocab_size;
     std::vector<int32_t> context = prompt;  // the repetition penalty sees prompt and output

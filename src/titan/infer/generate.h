@@ -22,7 +22,8 @@ struct GenerateOptions {
   SamplingParams sampling;
   uint64_t seed = 0;
   std::vector<int64_t> eos_ids;
-  std::vector<std::string> stop;  // text-level stop strings (generate_text only)
+  std::vector<std::string> stop;      // text-level stop strings (generate_text only)
+  DType kv_cache_dtype = DType::f32;  // f32 or bf16 (infer/kv_cache.h)
 };
 
 // Defaults as Transformers takes them from a model folder: generation_config.json's sampling

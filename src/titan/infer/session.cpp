@@ -7,9 +7,9 @@
 namespace titan {
 
 InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_len,
-                                   int64_t max_chunk)
+                                   int64_t max_chunk, DType kv_cache_dtype)
     : weights_(weights),
-      cache_(weights.model().args(), max_len),
+      cache_(weights.model().args(), max_len, kv_cache_dtype),
       rope_(rope_cache_build(weights.model().args().rope(), max_len)),
       max_chunk_(max_chunk),
       positions_(static_cast<size_t>(max_chunk)) {
@@ -21,8 +21,19 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   const int64_t I = a.intermediate_size, E = a.num_experts, k = a.num_experts_per_tok;
   const int64_t Im = a.moe_intermediate_size, rows = n * k;  // rows: 0 for a dense model
   const int64_t qk = a.qk_norm ? 1 : 0;
-  // bf16 weights: each GEMM's input rounded to bf16 (the widest input: h, H * hd or I), in floats.
-  const int64_t bf16_in = weights.dtype() == DType::bf16 ? (n * std::max({h, qd, I}) + 1) / 2 : 0;
+  // bf16 weights: each GEMM's input rounded to bf16 (the widest input: h, H * hd or I), in floats;
+  // in fp32 too for a kernel that widens the weights.
+  const int64_t widest_in = n * std::max({h, qd, I});
+  const int64_t bf16_in = weights.dtype() == DType::bf16 ? (widest_in + 1) / 2 : 0;
+  const int64_t rounded_in = weights.widened_floats() > 0 ? widest_in : 0;
+  // A bf16 cache: this call's keys and values in fp32 before they are rounded into it.
+  const int64_t kv_in = kv_cache_dtype == DType::bf16 ? n * kvd : 0;
+  for (const DecoderLayer& layer : weights.modules().layers) {
+    const SelfAttention& s = layer.self_attn;
+    TITAN_CHECK(kv_cache_dtype != DType::bf16 || s.attention->forward_bf16_kv != nullptr, s.name,
+                ": attention kernel '", s.attention_kernel,
+                "' reads only fp32 keys and values; a bf16 KV cache needs one that reads bf16");
+  }
   // Sizes in take() order; each view starts 64-byte aligned.
   const int64_t sizes[] = {n * h,
                            n * h,
@@ -34,6 +45,8 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                            qk * n * kvd,
                            qk * n * a.num_key_value_heads,
                            n * qd,
+                           kv_in,
+                           kv_in,
                            n * qd,
                            H * n,
                            n * h,
@@ -54,6 +67,7 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                            rows * h,
                            a.vocab_size,
                            weights.widened_floats(),
+                           rounded_in,
                            bf16_in};
   int64_t total = 0;
   for (int64_t s : sizes) total += (s + 15) / 16 * 16;
@@ -76,6 +90,8 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   a_.attn.k_pre = take(qk * n * kvd);
   a_.attn.k_rstd = take(qk * n * a.num_key_value_heads);
   a_.attn.q = take(n * qd);
+  a_.attn.k = take(kv_in);
+  a_.attn.v = take(kv_in);
   a_.attn.out = take(n * qd);
   a_.attn.lse = take(H * n);
   a_.resid_mid = take(n * h);
@@ -92,6 +108,7 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   moe_scratch_.y = take(rows * h);
   logits_ = take(a.vocab_size);
   linear_.widened = take(weights.widened_floats());
+  linear_.x_rounded = take(rounded_in);
   linear_.x_bf16 = reinterpret_cast<uint16_t*>(take(bf16_in));
 }
 
@@ -119,8 +136,7 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
   m.embed_tokens.forward(resid_, ids, n);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const auto layer = static_cast<int64_t>(l);
-    call.k_cache = cache_.keys(layer);
-    call.v_cache = cache_.values(layer);
+    call.kv_cache = cache_.layer(layer);
     m.layers[l].forward(resid_, acts_, resid_, call);
   }
   cache_.advance(n);

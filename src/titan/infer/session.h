@@ -11,9 +11,15 @@
 // bound by the bytes of weights it streams: q/k/v run as one fused GEMV, gate/up as another, so
 // a layer costs five parallel regions (qkv, attention, o, gate/up, down); the one-token norms,
 // RoPE and SwiGLU run on the calling thread (kMinParallelElements). A call of many tokens uses
-// the GEMM: with bf16 weights, bf16 operands (the tokens rounded to bf16) and fp32 accumulation,
-// as mixed-precision training computes. Linears bound by [overrides] to another kernel run as
-// training runs them (a bf16 weight widened for a kernel that takes only fp32).
+// the GEMM. With bf16 weights both take bf16 operands (the tokens rounded to bf16) and
+// accumulate in fp32, as mixed-precision training computes, so prefill and decode compute the
+// same products. Linears bound by [overrides] to a kernel that takes only fp32 get the bf16
+// weight and the rounded input widened: the same products again.
+//
+// The KV cache is fp32 or bf16 (kv_cache_dtype). A bf16 cache holds each key (after k_norm and
+// RoPE) and value rounded once, when its token's call writes it, and every call -- prefill and
+// decode alike -- attends over the rounded rows, widened exactly: half the cache bytes a decode
+// step reads, and the same attention in both.
 #pragma once
 
 #include <cstdint>
@@ -28,9 +34,11 @@ namespace titan {
 
 class InferenceSession {
  public:
-  // A cache of max_len positions and scratch for calls of up to max_chunk tokens. `weights`
-  // (and its model) must outlive the session.
-  InferenceSession(const InferenceWeights& weights, int64_t max_len, int64_t max_chunk);
+  // A cache of max_len positions in kv_cache_dtype (f32 or bf16) and scratch for calls of up to
+  // max_chunk tokens. `weights` (and its model) must outlive the session. A bf16 cache with an
+  // attention kernel that reads only fp32 keys and values is a titan::Error.
+  InferenceSession(const InferenceWeights& weights, int64_t max_len, int64_t max_chunk,
+                   DType kv_cache_dtype = DType::f32);
 
   // ids (n), 1 <= n <= max_chunk, at positions [length(), length() + n): their keys and values
   // are appended to the cache. Returns the logits (V) of the last of them, valid until the next

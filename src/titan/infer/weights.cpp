@@ -30,7 +30,9 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
   for (const Linear* w : all) {
     const int64_t n = w->out_features * w->in_features;
     total += n;
-    widened_floats_ = std::max(widened_floats_, n);  // the lm_head only ever runs as a GEMV
+    // A kernel without bf16 operands multiplies the widened weight (the lm_head only ever runs
+    // as a GEMV).
+    if (w->kernel->forward_bf16 == nullptr) widened_floats_ = std::max(widened_floats_, n);
   }
   all.push_back(&modules_.lm_head);
   copies_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);

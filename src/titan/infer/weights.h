@@ -1,12 +1,15 @@
 // The weights an InferenceSession reads: the model's module tree with its linear weights (q/k/v/o,
 // gate/up/down, lm_head) either the model's own fp32 parameters or bf16 copies of them. Decode is
 // bound by the bytes of weights read per token, so bf16 -- a copy rounded to nearest even, as
-// torch's .to(torch.bfloat16) -- halves them; compute stays fp32 (activations, accumulation,
-// norms, the KV cache). The model keeps its fp32 parameters either way (the norms and the
-// embedding are read from there), so a bf16 session costs 1.5x an fp32 one in memory. MoE
-// routers and experts are read from the fp32 parameters in either dtype (no bf16 experts path
-// yet): exact for a bf16 folder, whose loaded values are bf16 already, but not rounded when
-// --dtype bfloat16 is asked of an fp32 MoE folder.
+// torch's .to(torch.bfloat16) -- halves them, and with bf16 weights each matmul takes its input
+// rounded to bf16 too (fp32 accumulation and outputs; bf16 GEMMs for a prompt, GEMVs widening in
+// registers for one token), as mixed-precision training computes; norms, RoPE, attention, SwiGLU
+// and the residual stream stay fp32 (the KV cache's dtype is the session's choice). The model
+// keeps its fp32 parameters either way (the norms and the embedding are read from there), so a
+// bf16 session costs 1.5x an fp32 one in memory. MoE routers and experts are read from the fp32
+// parameters in either dtype, their inputs unrounded (no bf16 experts path yet): the weights are
+// exact for a bf16 folder, whose loaded values are bf16 already, but not rounded when --dtype
+// bfloat16 is asked of an fp32 MoE folder.
 #pragma once
 
 #include <string>
@@ -28,7 +31,8 @@ class InferenceWeights {
   // The model's modules, each linear pointing at its bf16 copy when dtype is bf16.
   const DecoderModules& modules() const { return modules_; }
   size_t copy_bytes() const { return copies_.bytes(); }  // 0 for f32
-  // Floats of the largest weight a GEMM widens from bf16 (0 for f32).
+  // Floats of the largest bf16 weight a linear kernel without bf16 operands (an [overrides] one)
+  // widens to fp32; 0 for f32 weights or when every kernel takes bf16.
   int64_t widened_floats() const { return widened_floats_; }
 
  private:

@@ -57,7 +57,10 @@ void register_builtins(KernelRegistry& r) {
          OpKind::attention,
          {DType::f32},
          "flash-style online softmax over 64x64 blocks, FA2 backward",
-         AttentionKernel{attention_forward_blockwise, attention_backward_blockwise, {}}});
+         AttentionKernel{attention_forward_blockwise,
+                         attention_backward_blockwise,
+                         {},
+                         attention_forward_blockwise_bf16_kv}});
   r.add({"attention_reference",
          OpKind::attention,
          {DType::f32},
@@ -67,7 +70,8 @@ void register_builtins(KernelRegistry& r) {
                            // O(S^2 hd) serial loops: minutes beyond a few thousand positions.
                            if (s.seq_kv > 8192) return "seq_kv <= 8192";
                            return {};
-                         }}});
+                         },
+                         attention_forward_reference_bf16_kv}});
   r.add({"swiglu",
          OpKind::swiglu,
          {DType::f32},

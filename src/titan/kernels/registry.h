@@ -35,11 +35,16 @@ using AttentionForward = void (*)(float*, float*, const float*, const float*, co
                                   const AttentionShape&);
 using AttentionBackward = void (*)(float*, float*, float*, const float*, const float*, const float*,
                                    const float*, const float*, const float*, const AttentionShape&);
+using AttentionForwardBf16Kv = void (*)(float*, float*, const float*, const uint16_t*,
+                                        const uint16_t*, const AttentionShape&);
 struct AttentionKernel {
   AttentionForward forward;
   AttentionBackward backward;
   // Empty when the kernel can run this shape, else the violated constraint in words.
   std::function<std::string(const AttentionShape&)> check;
+  // The forward over bf16 keys and values (a bf16 KV cache, ops/attention.h), or null when the
+  // kernel reads only fp32 ones.
+  AttentionForwardBf16Kv forward_bf16_kv = nullptr;
 };
 
 using SwigluForward = void (*)(float*, const float*, const float*, int64_t);

@@ -89,14 +89,19 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
       l.kernel->forward_bf16(o.y, scratch.x_bf16, l.weight_bf16, n, l.in_features, l.out_features);
     } else if (!fused) {
       const float* w = l.weight;
+      const float* x_in = x;
       if (l.weight_bf16 != nullptr) {
-        TITAN_CHECK(scratch.widened != nullptr, l.name, ": bf16 weights need a widening buffer");
+        TITAN_CHECK(scratch.widened != nullptr && scratch.x_rounded != nullptr, l.name,
+                    ": bf16 weights need widening buffers");
         convert_to_f32(l.weight_bf16, DType::bf16,
                        static_cast<size_t>(l.out_features) * static_cast<size_t>(l.in_features),
                        scratch.widened);
         w = scratch.widened;
+        const int64_t count = n * l.in_features;
+        for (int64_t i = 0; i < count; ++i) scratch.x_rounded[i] = round_to_bf16(x[i]);
+        x_in = scratch.x_rounded;
       }
-      l.kernel->forward(o.y, x, w, n, l.in_features, l.out_features);
+      l.kernel->forward(o.y, x_in, w, n, l.in_features, l.out_features);
     }
     if (l.bias != nullptr) bias_forward(o.y, l.bias, n, l.out_features);
   }
@@ -135,14 +140,15 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   const int64_t n = call.tokens(), kv_row = n_kv_heads * head_dim;
   const AttentionShape s = shape(call);
   check_constraints(s);
-  const bool cached = call.k_cache != nullptr;
+  const KvCacheView& cache = call.kv_cache;
+  const bool cached = cache.keys != nullptr;
   TITAN_CHECK(!cached || call.batch == 1, name, ": a KV cache holds one sequence, not ",
               call.batch);
-  // This call's keys and values (after k_norm and RoPE), and every key and value it attends over.
-  float* k = cached ? call.k_cache + call.past * kv_row : act.k;
-  float* v = cached ? call.v_cache + call.past * kv_row : act.v;
-  const float* k_all = cached ? call.k_cache : act.k;
-  const float* v_all = cached ? call.v_cache : act.v;
+  // This call's keys and values (after k_norm and RoPE): straight into an fp32 cache, else into
+  // the activations (and from there rounded into a bf16 cache).
+  const bool f32_cache = cached && cache.dtype == DType::f32;
+  float* k = f32_cache ? static_cast<float*>(cache.keys) + call.past * kv_row : act.k;
+  float* v = f32_cache ? static_cast<float*>(cache.values) + call.past * kv_row : act.v;
   linear_group_forward(
       {{&q_proj, qk_norm ? act.q_pre : act.q}, {&k_proj, qk_norm ? act.k_pre : k}, {&v_proj, v}}, x,
       n, call.linear);
@@ -152,7 +158,22 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   }
   rope->forward(act.q, call.positions, *call.rope, n, n_heads);
   rope->forward(k, call.positions, *call.rope, n, n_kv_heads);
-  attention->forward(act.out, act.lse, act.q, k_all, v_all, s);
+  if (!cached || f32_cache) {
+    const float* k_all = cached ? static_cast<const float*>(cache.keys) : act.k;
+    const float* v_all = cached ? static_cast<const float*>(cache.values) : act.v;
+    attention->forward(act.out, act.lse, act.q, k_all, v_all, s);
+  } else {
+    TITAN_CHECK(cache.dtype == DType::bf16, name, ": a KV cache in ", dtype_name(cache.dtype),
+                "; expected F32 or BF16");
+    TITAN_CHECK(attention->forward_bf16_kv != nullptr, name, ": attention kernel '",
+                attention_kernel, "' reads only fp32 keys and values, not a bf16 KV cache");
+    auto* keys = static_cast<uint16_t*>(cache.keys);
+    auto* values = static_cast<uint16_t*>(cache.values);
+    const auto count = static_cast<size_t>(n * kv_row);
+    convert_from_f32(k, count, DType::bf16, keys + call.past * kv_row);
+    convert_from_f32(v, count, DType::bf16, values + call.past * kv_row);
+    attention->forward_bf16_kv(act.out, act.lse, act.q, keys, values, s);
+  }
   o_proj.forward(y, act.out, n, call.linear);
 }
 

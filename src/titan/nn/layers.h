@@ -32,12 +32,23 @@ class KernelBinder {
 
 // Room the linears of a call use besides their inputs and outputs, shared by all of them.
 struct LinearScratch {
-  // A bf16 weight widened to fp32 for a kernel that takes only fp32 (largest weight).
+  // A bf16 weight widened to fp32 for a kernel that takes only fp32 (largest weight), and the
+  // input rounded to bf16 values in fp32 (N x largest in_features), so that kernel computes what
+  // a bf16 one would (inference only: training refuses such a kernel for a bf16 slot).
   float* widened = nullptr;
+  float* x_rounded = nullptr;
   // bf16 compute: the input rounded to bf16 (N x largest in_features) and, in a backward, the
   // output's gradient (N x largest out_features).
   uint16_t* x_bf16 = nullptr;
   uint16_t* dy_bf16 = nullptr;
+};
+
+// One layer's keys and values in a KV cache (infer/kv_cache.h), each (max_len, KV, hd): fp32, or
+// bf16 (raw bits) rounded from the fp32 keys (after k_norm and RoPE) and values.
+struct KvCacheView {
+  DType dtype = DType::f32;
+  void* keys = nullptr;
+  void* values = nullptr;
 };
 
 // Where one forward call of a layer reads and writes besides its parameters and activations.
@@ -47,10 +58,10 @@ struct LayerCall {
   int64_t batch = 0, seq = 0;          // this call's tokens: batch x seq
   const int32_t* positions = nullptr;  // (batch * seq) absolute positions
   const RopeCache* rope = nullptr;
-  // Decode (batch 1): the cache's keys and values, each (max_len, KV, hd); this call's rows are
-  // [past, past + seq) and it attends over [0, past + seq). Null: the activations' k and v.
-  float* k_cache = nullptr;
-  float* v_cache = nullptr;
+  // Decode (batch 1): this call's keys and values go to rows [past, past + seq) of the cache and
+  // it attends over rows [0, past + seq). With a bf16 cache they are computed into the
+  // activations' k and v (seq rows) first. Null keys: no cache, the activations' k and v.
+  KvCacheView kv_cache;
   int64_t past = 0;
   const ExpertsScratch* experts_scratch = nullptr;  // a sparse layer's gathered rows
   LinearScratch linear;
@@ -138,8 +149,8 @@ struct AttentionActivations {
   float* k_pre = nullptr;   // (N, KV*hd) (with q/k norm)
   float* k_rstd = nullptr;  // (N*KV) (with q/k norm)
   float* q = nullptr;       // (N, H, hd) after q_norm and RoPE
-  float* k = nullptr;       // (N, KV, hd) after k_norm and RoPE (null when the call has a cache)
-  float* v = nullptr;       // (N, KV, hd) (null when the call has a cache)
+  float* k = nullptr;       // (N, KV, hd) after k_norm and RoPE (null with an fp32 cache)
+  float* v = nullptr;       // (N, KV, hd) (null with an fp32 cache)
   float* out = nullptr;     // (N, H, hd) attention output, o_proj's input
   float* lse = nullptr;     // (B, H, S)
 };

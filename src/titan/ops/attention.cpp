@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "titan/backend/backend.h"
+#include "titan/core/dtype.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -57,16 +59,28 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
 // one G-row GEMV over the row's slice; each value row is then added to each head's output with
 // that head's weight (axpy), row by row. Chunks of 2-32 rows per pass over the heads measured
 // slower than row by row (docs/PERFORMANCE.md, Generation).
-void attention_forward_one_query(float* out, float* lse, const float* q, const float* k,
-                                 const float* v, const AttentionShape& s) {
-  const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
-  const int64_t ldk = KV * hd, n_keys = s.seq_kv;
+//
+// bf16 keys and values (KV = uint16_t) are widened in registers by gemv_bf16 and axpy_bf16, which
+// take their fp32 side in gemv_bf16_split_x's layout: each query head is split once, and each
+// head's output accumulates split and is put back in order by the merge.
+template <typename KV>
+void attention_forward_one_query(float* out, float* lse, const float* q, const KV* k, const KV* v,
+                                 const AttentionShape& s) {
+  constexpr bool kBf16 = std::is_same_v<KV, uint16_t>;
+  const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim, G = H / KV_heads;
+  const int64_t ldk = KV_heads * hd, n_keys = s.seq_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const VecKernels& vk = backend().vec();
   const int64_t max_threads = std::min<int64_t>(omp_get_max_threads(), n_keys);
   // Per thread t and sequence b: (H) max, (H) sum, (H, hd) output -- stride per (t, b).
   const int64_t part = H * (hd + 2);
   std::vector<float> parts(static_cast<size_t>(max_threads * s.batch * part));
+  std::vector<float> q_split(kBf16 ? static_cast<size_t>(s.batch * H * hd) : 0);
+  if constexpr (kBf16) {
+    for (int64_t r = 0; r < s.batch * H; ++r) {
+      gemv_bf16_split_x(q_split.data() + r * hd, q + r * hd, hd);
+    }
+  }
   int64_t used_threads = 1;  // the team OpenMP gave, at most max_threads
 #pragma omp parallel num_threads(max_threads)
   {
@@ -77,14 +91,21 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const f
     std::vector<float> scores(static_cast<size_t>(G));  // one key row's, for one kv head
     for (int64_t b = 0; b < s.batch; ++b) {
       const float* qb = q + b * H * hd;
-      const float* kb = k + (b * n_keys + j0) * ldk;
-      const float* vb = v + (b * n_keys + j0) * ldk;
+      const KV* kb = k + (b * n_keys + j0) * ldk;
+      const KV* vb = v + (b * n_keys + j0) * ldk;
       float* row_max = parts.data() + (t * s.batch + b) * part;
       float* row_sum = row_max + H;
       float* acc = row_sum + H;  // (H, hd)
       for (int64_t j = 0; j < n; ++j) {
-        for (int64_t kvh = 0; kvh < KV; ++kvh) {
-          vk.gemv_f32(scores.data(), qb + kvh * G * hd, hd, kb + j * ldk + kvh * hd, G, hd);
+        for (int64_t kvh = 0; kvh < KV_heads; ++kvh) {
+          if constexpr (kBf16) {
+            const float* qs = q_split.data() + (b * H + kvh * G) * hd;
+            for (int64_t g = 0; g < G; ++g) {
+              vk.gemv_bf16(&scores[g], kb + j * ldk + kvh * hd, hd, qs + g * hd, 1, hd);
+            }
+          } else {
+            vk.gemv_f32(scores.data(), qb + kvh * G * hd, hd, kb + j * ldk + kvh * hd, G, hd);
+          }
           for (int64_t g = 0; g < G; ++g) p[(kvh * G + g) * n + j] = scores[g];
         }
       }
@@ -97,12 +118,17 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const f
       std::fill(acc, acc + H * hd, 0.0f);
       for (int64_t j = 0; j < n; ++j) {
         for (int64_t h = 0; h < H; ++h) {
-          vk.axpy(acc + h * hd, p[h * n + j], vb + j * ldk + (h / G) * hd, hd);
+          if constexpr (kBf16) {
+            vk.axpy_bf16(acc + h * hd, p[h * n + j], vb + j * ldk + (h / G) * hd, hd);
+          } else {
+            vk.axpy(acc + h * hd, p[h * n + j], vb + j * ldk + (h / G) * hd, hd);
+          }
         }
       }
     }
   }
   // Merge the threads' ranges: out = sum_t e^(m_t - m) acc_t / sum_t e^(m_t - m) l_t.
+  std::vector<float> merged(static_cast<size_t>(hd));
   for (int64_t b = 0; b < s.batch; ++b) {
     for (int64_t h = 0; h < H; ++h) {
       float m = kNegInf;
@@ -110,16 +136,104 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const f
         m = std::max(m, parts[(t * s.batch + b) * part + h]);
       }
       float* o = out + (b * H + h) * hd;
-      std::fill(o, o + hd, 0.0f);
+      float* sum_into = kBf16 ? merged.data() : o;
+      std::fill(sum_into, sum_into + hd, 0.0f);
       float sum = 0.0f;
       for (int64_t t = 0; t < used_threads; ++t) {
         const float* base = parts.data() + (t * s.batch + b) * part;
         const float w = std::exp(base[h] - m);
         sum += w * base[H + h];
-        vk.axpy(o, w, base + 2 * H + h * hd, hd);
+        vk.axpy(sum_into, w, base + 2 * H + h * hd, hd);
       }
-      vk.scale(o, 1.0f / sum, hd);
+      vk.scale(sum_into, 1.0f / sum, hd);
+      if constexpr (kBf16) gemv_bf16_unsplit_x(o, merged.data(), hd);
       lse[b * H + h] = m + std::log(sum);
+    }
+  }
+}
+
+// Rows [j0, j0 + cols) of one kv head's keys or values (rows ld apart) as fp32 rows: the rows
+// themselves for fp32, else widened into `staging` (cols, hd), hd apart. `ld_out` is their stride.
+const float* key_block_f32(const float* head, int64_t ld, int64_t j0, int64_t, int64_t, float*,
+                           int64_t& ld_out) {
+  ld_out = ld;
+  return head + j0 * ld;
+}
+
+const float* key_block_f32(const uint16_t* head, int64_t ld, int64_t j0, int64_t cols, int64_t hd,
+                           float* staging, int64_t& ld_out) {
+  for (int64_t r = 0; r < cols; ++r) {
+    const uint16_t* row = head + (j0 + r) * ld;
+    float* to = staging + r * hd;
+#pragma omp simd
+    for (int64_t d = 0; d < hd; ++d) to[d] = bf16_to_f32(row[d]);
+  }
+  ld_out = hd;
+  return staging;
+}
+
+// The blockwise forward for fp32 or bf16 (raw bits) keys and values.
+template <typename KV>
+void attention_forward_blocks(float* out, float* lse, const float* q, const KV* k, const KV* v,
+                              const AttentionShape& s) {
+  attention_check_shape(s);
+  if (s.seq_q == 1) {
+    attention_forward_one_query(out, lse, q, k, v, s);
+    return;
+  }
+  constexpr bool kBf16 = std::is_same_v<KV, uint16_t>;
+  const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim, G = H / KV_heads;
+  const int64_t ldk = KV_heads * hd, offset = s.seq_kv - s.seq_q;
+  const int64_t n_qblocks = (s.seq_q + kBlockQ - 1) / kBlockQ;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const VecKernels& vk = backend().vec();
+#pragma omp parallel
+  {
+    std::vector<float> q_blk(G * kBlockQ * hd), scores(G * kBlockQ * kBlockK),
+        acc(G * kBlockQ * hd), row_max(G * kBlockQ), row_sum(G * kBlockQ);
+    std::vector<float> k_staging(kBf16 ? kBlockK * hd : 0), v_staging(kBf16 ? kBlockK * hd : 0);
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < s.batch; ++b) {
+      for (int64_t kvh = 0; kvh < KV_heads; ++kvh) {
+        for (int64_t qb = 0; qb < n_qblocks; ++qb) {
+          const int64_t i0 = qb * kBlockQ, rows = std::min(kBlockQ, s.seq_q - i0);
+          const int64_t m = G * rows;  // stacked rows
+          gather_query_heads(q_blk.data(), q + b * s.seq_q * H * hd, i0, rows, kvh, G, H, hd);
+          const KV* k_head = k + (b * s.seq_kv * KV_heads + kvh) * hd;
+          const KV* v_head = v + (b * s.seq_kv * KV_heads + kvh) * hd;
+          std::fill(acc.begin(), acc.begin() + m * hd, 0.0f);
+          std::fill(row_max.begin(), row_max.begin() + m, kNegInf);
+          std::fill(row_sum.begin(), row_sum.begin() + m, 0.0f);
+          const int64_t key_end = offset + i0 + rows;  // keys past the last query are masked
+          for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
+            const int64_t cols = std::min(kBlockK, key_end - j0);
+            int64_t ld_k = 0, ld_v = 0;
+            const float* k_blk = key_block_f32(k_head, ldk, j0, cols, hd, k_staging.data(), ld_k);
+            const float* v_blk = key_block_f32(v_head, ldk, j0, cols, hd, v_staging.data(), ld_v);
+            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd, k_blk,
+                               ld_k, 0.0f, scores.data(), kBlockK);
+            for (int64_t sr = 0; sr < m; ++sr) {
+              float* row = scores.data() + sr * kBlockK;
+              const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
+              std::fill(row + visible, row + cols, 0.0f);
+              if (visible == 0) continue;
+              const float m_new = std::max(row_max[sr], vk.max(row, visible));
+              const float correction = std::exp(row_max[sr] - m_new);  // 0 on the first block
+              row_sum[sr] = row_sum[sr] * correction + vk.exp_shift_sum(row, row, visible, m_new);
+              if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
+              row_max[sr] = m_new;
+            }
+            backend().gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(), kBlockK,
+                               v_blk, ld_v, 1.0f, acc.data(), hd);
+          }
+          for (int64_t sr = 0; sr < m; ++sr) {
+            vk.scale(acc.data() + sr * hd, 1.0f / row_sum[sr], hd);
+            const int64_t h = kvh * G + sr / rows, i = i0 + sr % rows;
+            lse[(b * H + h) * s.seq_q + i] = row_max[sr] + std::log(row_sum[sr]);
+          }
+          scatter_query_heads(out + b * s.seq_q * H * hd, acc.data(), i0, rows, kvh, G, H, hd);
+        }
+      }
     }
   }
 }
@@ -140,61 +254,12 @@ void attention_check_shape(const AttentionShape& s) {
 
 void attention_forward_blockwise(float* out, float* lse, const float* q, const float* k,
                                  const float* v, const AttentionShape& s) {
-  attention_check_shape(s);
-  if (s.seq_q == 1) {
-    attention_forward_one_query(out, lse, q, k, v, s);
-    return;
-  }
-  const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
-  const int64_t ldk = KV * hd, offset = s.seq_kv - s.seq_q;
-  const int64_t n_qblocks = (s.seq_q + kBlockQ - 1) / kBlockQ;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const VecKernels& vk = backend().vec();
-#pragma omp parallel
-  {
-    std::vector<float> q_blk(G * kBlockQ * hd), scores(G * kBlockQ * kBlockK),
-        acc(G * kBlockQ * hd), row_max(G * kBlockQ), row_sum(G * kBlockQ);
-#pragma omp for collapse(3) schedule(dynamic)
-    for (int64_t b = 0; b < s.batch; ++b) {
-      for (int64_t kvh = 0; kvh < KV; ++kvh) {
-        for (int64_t qb = 0; qb < n_qblocks; ++qb) {
-          const int64_t i0 = qb * kBlockQ, rows = std::min(kBlockQ, s.seq_q - i0);
-          const int64_t m = G * rows;  // stacked rows
-          gather_query_heads(q_blk.data(), q + b * s.seq_q * H * hd, i0, rows, kvh, G, H, hd);
-          const float* k_head = k + (b * s.seq_kv * KV + kvh) * hd;
-          const float* v_head = v + (b * s.seq_kv * KV + kvh) * hd;
-          std::fill(acc.begin(), acc.begin() + m * hd, 0.0f);
-          std::fill(row_max.begin(), row_max.begin() + m, kNegInf);
-          std::fill(row_sum.begin(), row_sum.begin() + m, 0.0f);
-          const int64_t key_end = offset + i0 + rows;  // keys past the last query are masked
-          for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
-            const int64_t cols = std::min(kBlockK, key_end - j0);
-            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd,
-                               k_head + j0 * ldk, ldk, 0.0f, scores.data(), kBlockK);
-            for (int64_t sr = 0; sr < m; ++sr) {
-              float* row = scores.data() + sr * kBlockK;
-              const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
-              std::fill(row + visible, row + cols, 0.0f);
-              if (visible == 0) continue;
-              const float m_new = std::max(row_max[sr], vk.max(row, visible));
-              const float correction = std::exp(row_max[sr] - m_new);  // 0 on the first block
-              row_sum[sr] = row_sum[sr] * correction + vk.exp_shift_sum(row, row, visible, m_new);
-              if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
-              row_max[sr] = m_new;
-            }
-            backend().gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(), kBlockK,
-                               v_head + j0 * ldk, ldk, 1.0f, acc.data(), hd);
-          }
-          for (int64_t sr = 0; sr < m; ++sr) {
-            vk.scale(acc.data() + sr * hd, 1.0f / row_sum[sr], hd);
-            const int64_t h = kvh * G + sr / rows, i = i0 + sr % rows;
-            lse[(b * H + h) * s.seq_q + i] = row_max[sr] + std::log(row_sum[sr]);
-          }
-          scatter_query_heads(out + b * s.seq_q * H * hd, acc.data(), i0, rows, kvh, G, H, hd);
-        }
-      }
-    }
-  }
+  attention_forward_blocks(out, lse, q, k, v, s);
+}
+
+void attention_forward_blockwise_bf16_kv(float* out, float* lse, const float* q, const uint16_t* k,
+                                         const uint16_t* v, const AttentionShape& s) {
+  attention_forward_blocks(out, lse, q, k, v, s);
 }
 
 void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* dout,
@@ -311,6 +376,18 @@ void attention_forward_reference(float* out, float* lse, const float* q, const f
       }
     }
   }
+}
+
+void attention_forward_reference_bf16_kv(float* out, float* lse, const float* q, const uint16_t* k,
+                                         const uint16_t* v, const AttentionShape& s) {
+  attention_check_shape(s);
+  const size_t n = static_cast<size_t>(s.batch * s.seq_kv * s.n_kv_heads * s.head_dim);
+  std::vector<float> k32(n), v32(n);
+  for (size_t i = 0; i < n; ++i) {
+    k32[i] = bf16_to_f32(k[i]);
+    v32[i] = bf16_to_f32(v[i]);
+  }
+  attention_forward_reference(out, lse, q, k32.data(), v32.data(), s);
 }
 
 void attention_backward_reference(float* dq, float* dk, float* dv, const float* dout,

@@ -28,6 +28,12 @@ void attention_check_shape(const AttentionShape& s);
 // thread, never (Sq, Skv). One query (Sq == 1, a decode step) takes a dot-product path instead.
 void attention_forward_blockwise(float* out, float* lse, const float* q, const float* k,
                                  const float* v, const AttentionShape& s);
+// The same over keys and values in bf16 (raw bits: a bf16 KV cache), widened exactly to fp32 as
+// they are read, so it computes what attention_forward_blockwise computes on the widened values.
+// The one-query path reads the bf16 rows in registers (half the bytes of an fp32 cache); the
+// blockwise path widens each key block's keys and values once per query block before its GEMMs.
+void attention_forward_blockwise_bf16_kv(float* out, float* lse, const float* q, const uint16_t* k,
+                                         const uint16_t* v, const AttentionShape& s);
 // FlashAttention-2 backward: recomputes each probability block from lse. dq, dk, dv overwritten.
 void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* dout,
                                   const float* q, const float* k, const float* v, const float* out,
@@ -37,6 +43,9 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
 // `reference` attention backend on small inputs.
 void attention_forward_reference(float* out, float* lse, const float* q, const float* k,
                                  const float* v, const AttentionShape& s);
+// The reference on k and v widened from bf16 (whole copies).
+void attention_forward_reference_bf16_kv(float* out, float* lse, const float* q, const uint16_t* k,
+                                         const uint16_t* v, const AttentionShape& s);
 void attention_backward_reference(float* dq, float* dk, float* dv, const float* dout,
                                   const float* q, const float* k, const float* v, const float* out,
                                   const float* lse, const AttentionShape& s);

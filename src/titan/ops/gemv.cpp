@@ -71,6 +71,7 @@ void gemv_forward(std::span<const GemvProduct> products, const float* x) {
   if (any_bf16) {
     if (x_split.size() < static_cast<size_t>(cols)) x_split.resize(static_cast<size_t>(cols));
     gemv_bf16_split_x(x_split.data(), x, cols);
+    for (int64_t c = 0; c < cols; ++c) x_split[c] = round_to_bf16(x_split[c]);
   }
   const float* xs = x_split.data();
 #pragma omp parallel for schedule(dynamic)
@@ -90,10 +91,10 @@ void gemv_forward_reference(std::span<const GemvProduct> products, const float* 
       double s = 0.0;
       for (int64_t c = 0; c < p.w.cols; ++c) {
         const int64_t i = r * p.w.cols + c;
-        const float w = p.w.dtype == DType::bf16
-                            ? bf16_to_f32(static_cast<const uint16_t*>(p.w.data)[i])
-                            : static_cast<const float*>(p.w.data)[i];
-        s += static_cast<double>(w) * x[c];
+        const bool bf16 = p.w.dtype == DType::bf16;
+        const float w = bf16 ? bf16_to_f32(static_cast<const uint16_t*>(p.w.data)[i])
+                             : static_cast<const float*>(p.w.data)[i];
+        s += static_cast<double>(w) * (bf16 ? round_to_bf16(x[c]) : x[c]);
       }
       p.y[r] = static_cast<float>(s);
     }

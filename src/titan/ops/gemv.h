@@ -1,7 +1,8 @@
 // Matrix-vector products for one-token decode. A decode step reads every weight once and does two
 // FLOPs per weight, so it is bound by memory bandwidth, not by the GEMM ceiling: the weights are
 // streamed row by row, fp32 or bf16 (widened to fp32 in registers; half the bytes), with fp32
-// accumulation.
+// accumulation. A bf16 weight multiplies x rounded to bf16, as the bf16 GEMMs take their operands
+// (ops/linear.h), so one token's products equal a prompt's up to summation order.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,8 @@ constexpr size_t kMaxGemvProducts = 4;
 // cols; dtypes may differ; at most kMaxGemvProducts.
 void gemv_forward(std::span<const GemvProduct> products, const float* x);
 
-// The same contract, one row at a time with fp64 accumulation (tests).
+// The same contract (x rounded to bf16 for the bf16 weights), one row at a time with fp64
+// accumulation (tests).
 void gemv_forward_reference(std::span<const GemvProduct> products, const float* x);
 
 }  // namespace titan
