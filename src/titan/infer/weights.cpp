@@ -14,34 +14,40 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
     : model_(model), dtype_(dtype), modules_(model.modules()) {
   TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16, "inference weights in ",
               dtype_name(dtype), ": only F32 and BF16 are supported");
-  std::vector<Linear*> all;
-  for (DecoderLayer& l : modules_.layers) {
-    SelfAttention& s = l.self_attn;
-    for (Linear* w : {&s.q_proj, &s.k_proj, &s.v_proj, &s.o_proj}) all.push_back(w);
-    if (!l.sparse) {
-      for (Linear* w : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) all.push_back(w);
-    }
-  }
+  const std::vector<Linear*> all = modules_.matmul_linears();  // the lm_head last
   // A model that trains in bf16 keeps bf16 copies of its own; these weights are this object's.
   for (Linear* w : all) w->weight_bf16 = nullptr;
-  modules_.lm_head.weight_bf16 = nullptr;
+  for (DecoderLayer& l : modules_.layers) l.moe.weights_bf16 = {};
   if (dtype == DType::f32) return;
-  int64_t total = modules_.lm_head.out_features * modules_.lm_head.in_features;
+  int64_t total = 0;
   for (const Linear* w : all) {
     const int64_t n = w->out_features * w->in_features;
     total += n;
     // A kernel without bf16 operands multiplies the widened weight (the lm_head only ever runs
     // as a GEMV).
-    if (w->kernel->forward_bf16 == nullptr) widened_floats_ = std::max(widened_floats_, n);
+    if (w != &modules_.lm_head && w->kernel->forward_bf16 == nullptr) {
+      widened_floats_ = std::max(widened_floats_, n);
+    }
   }
-  all.push_back(&modules_.lm_head);
+  for (const DecoderLayer& l : modules_.layers) {
+    if (l.sparse) total += 3 * l.moe.n_experts * l.moe.intermediate * l.moe.hidden;
+  }
   copies_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
   uint16_t* next = copies_.as<uint16_t>();
-  for (Linear* w : all) {
-    const auto n = static_cast<size_t>(w->out_features * w->in_features);
-    convert_from_f32(w->weight, n, DType::bf16, next);
-    w->weight_bf16 = next;
-    next += n;
+  const auto copy = [&](const float* master, int64_t numel) {
+    convert_from_f32(master, static_cast<size_t>(numel), DType::bf16, next);
+    const uint16_t* copied = next;
+    next += numel;
+    return copied;
+  };
+  for (Linear* w : all) w->weight_bf16 = copy(w->weight, w->out_features * w->in_features);
+  // The stacked experts too (not the router, which computes in fp32), as DecoderLM in bf16 does.
+  for (DecoderLayer& l : modules_.layers) {
+    if (!l.sparse) continue;
+    SparseMoeBlock& moe = l.moe;
+    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;
+    moe.weights_bf16 = {copy(moe.weights.gate, n), copy(moe.weights.up, n),
+                        copy(moe.weights.down, n)};
   }
 }
 

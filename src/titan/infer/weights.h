@@ -6,10 +6,8 @@
 // registers for one token), as mixed-precision training computes; norms, RoPE, attention, SwiGLU
 // and the residual stream stay fp32 (the KV cache's dtype is the session's choice). The model
 // keeps its fp32 parameters either way (the norms and the embedding are read from there), so a
-// bf16 session costs 1.5x an fp32 one in memory. MoE routers and experts are read from the fp32
-// parameters in either dtype, their inputs unrounded (no bf16 experts path yet): the weights are
-// exact for a bf16 folder, whose loaded values are bf16 already, but not rounded when --dtype
-// bfloat16 is asked of an fp32 MoE folder.
+// bf16 session costs 1.5x an fp32 one in memory. The MoE experts' stacked weights get bf16 copies
+// too and their GEMMs the same rounding (ops/moe.h); routers compute in fp32 in either dtype.
 #pragma once
 
 #include <string>
