@@ -168,7 +168,10 @@ int run(int argc, char** argv) {
       want.backward(reference_kernel, dtype);
       const double err = std::max({max_rel_error(check.y, want.y), max_rel_error(check.dx, want.dx),
                                    max_rel_error(check.ddown_w, want.ddown_w)});
-      TITAN_CHECK(err < 1e-4, entry->name, " in ", dtype_name(dtype),
+      // In bf16 an fp32 summation difference may carry an intermediate across a rounding
+      // boundary: one bf16 ulp (2^-8) in a weight gradient that, at 3 tokens, is one row's product.
+      const double tolerance = dtype == DType::bf16 ? 1e-2 : 1e-4;
+      TITAN_CHECK(err < tolerance, entry->name, " in ", dtype_name(dtype),
                   " disagrees with experts_reference (", err, ")");
 
       ExpertsProblem p(shape);

@@ -15,6 +15,9 @@ computed three ways on the same weights and batch:
              (it also rounds every linear's output, attention's matmuls and the q/k norms' outputs
              to bf16).
 
+bf16_mm_spread.<name> (F32 (1)) is how far bf16_mm's tensor moves under summation-order noise
+(see JITTER_ULPS), relative to its largest magnitude.
+
 For each case it writes OUT_DIR/<case>/model/ (save_pretrained, fp32) and
 OUT_DIR/<case>/reference.safetensors with input_ids, targets (I32; HF's labels shifted left),
 and for each way W in (fp32, bf16_mm, autocast): W.loss (F32 (1); with output_router_logits in
@@ -50,17 +53,13 @@ TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_la
 # includes the load-balancing loss) or in layer 1 only (mixed); norm_topk_prob both ways.
 TINY_MOE = dict(TINY, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2,
                 decoder_sparse_step=1, tie_word_embeddings=False)
-# name: (model class, seed, config). The MoE seeds are the first where (a) autocast and bf16_mm
-# route every token as fp32 does (checked below; autocast rounds the router's logits to bf16,
-# which at most seeds moves 1 to 4 of the 96 (token, layer) choices), and (b) titan's step has no
-# cascading rounding flip: at the others tried, an fp32-ulp difference in one input of a bf16
-# rounding (an rms_norm output beside a rounding boundary) flips it, and through attention that
-# flip moves later roundings and gradients by ~1e-3 -- bf16_mm itself moves by 2e-3 to 9e-3 when
-# every weight is scaled by 1 + 1e-7 noise, the dense cases too.
+# name: (model class, seed, config). The MoE seeds are ones where autocast and bf16_mm route
+# every token as fp32 does (checked below; autocast rounds the router's logits to bf16, which at
+# most seeds moves 1 to 4 of the 96 (token, layer) choices).
 CASES = {
     "qwen3_tied": (Qwen3ForCausalLM, 1357, dict(TINY, tie_word_embeddings=True)),
     "qwen3_untied": (Qwen3ForCausalLM, 1357, dict(TINY, tie_word_embeddings=False)),
-    "qwen3_moe_all_sparse": (Qwen3MoeForCausalLM, 4,
+    "qwen3_moe_all_sparse": (Qwen3MoeForCausalLM, 45,
                              dict(TINY_MOE, mlp_only_layers=[], norm_topk_prob=True,
                                   output_router_logits=True, router_aux_loss_coef=0.02)),
     "qwen3_moe_mixed": (Qwen3MoeForCausalLM, 4,
@@ -75,12 +74,30 @@ def bf16(t):
     return t.to(torch.bfloat16).to(torch.float32)
 
 
+# Summation-order noise: titan sums each product in another order than PyTorch, so a value about
+# to be rounded to bf16 may differ by a few fp32 ulps, and where it sits by a rounding boundary
+# the two round it apart; through attention such a flip moves later roundings and the gradients
+# (by ~1e-3 of a tensor's scale, more than fp32 summation order itself). To measure how far that
+# noise alone moves this step, bf16_mm is rerun with every rounded value first scaled by
+# 1 + JITTER_ULPS * 2^-23 * u, u uniform in [-1, 1]; SPREAD_RUNS such runs give each tensor's
+# spread, which bounds titan's distance from bf16_mm (tests/unit/test_mixed_precision.cpp).
+JITTER_ULPS = 4
+SPREAD_RUNS = 3
+jitter = {"on": False}
+
+
+def rounded(t):
+    if jitter["on"]:
+        t = t * (1 + JITTER_ULPS * 2.0 ** -23 * (2 * torch.rand_like(t) - 1))
+    return bf16(t)
+
+
 class Bf16Matmul(torch.autograd.Function):
     """y = round(x) round(W)^T + b in fp32; backward rounds dy once for both products."""
 
     @staticmethod
     def forward(ctx, x, weight, bias):
-        xr, wr = bf16(x), bf16(weight)
+        xr, wr = rounded(x), bf16(weight)
         ctx.save_for_backward(xr, wr)
         ctx.has_bias = bias is not None
         y = xr @ wr.t()
@@ -89,7 +106,7 @@ class Bf16Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         xr, wr = ctx.saved_tensors
-        dyr = bf16(dy)
+        dyr = rounded(dy)
         dx = dyr @ wr
         dw = dyr.reshape(-1, dyr.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])
         db = dy.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_bias else None
@@ -173,6 +190,17 @@ def make(name, model_class, seed, overrides, out_dir):
     autocast, loss_autocast = step(model, ids, labels, "autocast.", autocast=True)
     use_bf16_matmuls(model)
     bf16_mm, loss_bf16 = step(model, ids, labels, "bf16_mm.")
+    jitter["on"] = True
+    spread = {}
+    for _ in range(SPREAD_RUNS):
+        jittered, _ = step(model, ids, labels, "bf16_mm.")
+        for key, value in jittered.items():
+            ref = bf16_mm[key]
+            rel = ((value - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).reshape(1)
+            name = "bf16_mm_spread." + key[len("bf16_mm."):]
+            spread[name] = torch.maximum(spread.get(name, rel), rel)
+    jitter["on"] = False
+    tensors.update(spread)
     tensors.update(fp32)
     tensors.update(autocast)
     tensors.update(bf16_mm)

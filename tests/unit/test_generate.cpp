@@ -213,8 +213,7 @@ TEST(InferenceSession, MoeDecodeLogitsEqualFullForward) {
   a.mlp_only_layers = {1};
   check_cached_logits(a, 9, {9}, 7);
   check_cached_logits(a, 12, {4, 1, 7}, 3);
-  // bf16 weights: the experts' GEMMs take bf16 operands too (the router stays fp32), in decode as
-  // in the bf16 training forward.
+  // bf16 weights: the experts' GEMMs round as the router-free matmuls do, as DecoderLM in bf16.
   check_cached_logits(a, 12, {4, 1, 7}, 3, DType::bf16);
 }
 

@@ -4,13 +4,14 @@
 // loss, every gradient) is compared with
 //  - bf16_mm: PyTorch computing titan's rounding points exactly (bf16 matmul operands, fp32
 //    accumulation, everything else fp32). Products of bf16 values are exact in fp32, so the two
-//    differ by fp32 summation order, as the fp32 reference tests do -- plus, rarely, an
-//    intermediate that lands on the other side of a bf16 rounding boundary (see kFlipTolerance);
+//    differ by fp32 summation order, and by the bf16 rounding flips it causes (see
+//    kSpreadFactor);
 //  - autocast: torch.autocast("cpu", bfloat16), which rounds more (every linear's output,
 //    attention's matmuls, the q/k norms' outputs); see kAutocastNoiseFactor.
-// and the step must differ from the fp32 one by bf16's rounding, so an fp32 step cannot pass.
+// and its logits must be closer to bf16_mm's than fp32's are, so an fp32 step cannot pass.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -22,11 +23,13 @@
 namespace titan {
 namespace {
 
-// fp32 summation order moves a matmul input by an fp32 ulp or two; where that crosses a bf16
-// rounding boundary the rounded value moves by one bf16 ulp (2^-8 relative). One such flip in a
-// sum of h = 64 terms of similar size moves the result by about 2^-8 / 64 = 6e-5 of its scale,
-// and a flip in the backward's rounded dy moves a gradient alike; 2e-4 allows a few coinciding.
-constexpr double kFlipTolerance = 2e-4;
+// titan and bf16_mm differ by fp32 summation order. Without a bf16 rounding flip that is the fp32
+// tests' 1e-5; with flips (a value beside a bf16 rounding boundary rounded apart, the change
+// carried on through attention) it is what the reference measured as bf16_mm's spread under
+// summation-order noise (bf16_mm_spread: the worst of several jittered runs), and titan may be
+// up to twice that far: its own summation order is one more such draw.
+constexpr double kSummationTolerance = 1e-5;
+constexpr double kSpreadFactor = 2.0;
 // Against autocast: titan rounds a subset of what autocast rounds (the matmuls' operands, not
 // their outputs, attention's matmuls or the q/k norms' outputs), so the two steps differ by
 // about autocast's own rounding noise, which is measured as its distance from the fp32 step. A
@@ -90,14 +93,18 @@ TEST_P(MixedPrecisionReference, Bf16StepMatchesPyTorch) {
     const double vs_autocast = relative_error(t.got, autocast);
     const double bf16_effect = relative_error(bf16_mm.data(), fp32);
     const double autocast_noise = relative_error(autocast.data(), fp32);
+    float spread = 0.0f;
+    read_f32(ref.at("bf16_mm_spread." + t.name), &spread, 1);
+    const double tolerance = std::max(kSummationTolerance, kSpreadFactor * spread);
     std::printf(
-        "  %-52s vs bf16_mm %.2e  vs autocast %.2e  (fp32 vs bf16_mm %.2e, autocast %.2e)\n",
-        t.name.c_str(), exact, vs_autocast, bf16_effect, autocast_noise);
-    EXPECT_LE(exact, kFlipTolerance) << t.name;
+        "  %-52s vs bf16_mm %.2e (tol %.1e)  vs autocast %.2e  (fp32 vs bf16_mm %.2e, autocast "
+        "%.2e)\n",
+        t.name.c_str(), exact, tolerance, vs_autocast, bf16_effect, autocast_noise);
+    EXPECT_LE(exact, tolerance) << t.name;
     EXPECT_LE(vs_autocast, kAutocastNoiseFactor * autocast_noise) << t.name;
-    // The comparison can tell bf16 from fp32: rounding moved this tensor by more than the
-    // tolerance the exact comparison allows.
-    if (t.name == "logits" || t.name == "loss") {
+    // titan computed bf16, not fp32: its logits are closer to bf16_mm than fp32's are, by more
+    // than a factor of two.
+    if (t.name == "logits") {
       EXPECT_GT(bf16_effect, 2 * exact) << t.name;
     }
   }

@@ -719,11 +719,11 @@ TEST(Moe, GroupedExpertsMatchReferenceWhereOneExpertGetsEveryTokenAndOneNone) {
 }
 
 // Mixed precision: both kernels round the same operands to bf16 (ops/moe.h), so they differ by
-// fp32 summation order, not by bf16 rounding -- unless an fp32 intermediate (gate, up, d act, ...)
-// lands on the other side of a bf16 rounding boundary, which moves one term of a later sum by a
-// bf16 ulp (2^-8 relative) and, in these sums of h = 19 or Im = 11 terms, the result by up to
-// 2^-8 / 11 = 4e-4 of its scale; no such flip happens at these seeds. The fp32 kernel differs
-// from both by bf16's rounding, far more than the tolerance: the comparison tells bf16 from fp32.
+// fp32 summation order (here < 3e-7), not by bf16 rounding -- unless an fp32 intermediate (gate,
+// up, d act, ...) lands on the other side of a bf16 rounding boundary, which moves one term of a
+// later sum by a bf16 ulp (2^-8 relative), far beyond the tolerance; no such flip happens at these
+// seeds. The fp32 kernel differs from both by bf16's rounding, also far beyond it: the comparison
+// tells bf16 from fp32.
 TEST(Moe, Bf16GroupedExpertsMatchBf16Reference) {
   constexpr double kTolerance = 1e-5;
   for (const auto& [k, norm, forced] :

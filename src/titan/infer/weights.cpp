@@ -14,44 +14,40 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
     : model_(model), dtype_(dtype), modules_(model.modules()) {
   TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16, "inference weights in ",
               dtype_name(dtype), ": only F32 and BF16 are supported");
-  // Each weight a bf16 copy serves, with the module's pointer to it. A model that trains in bf16
-  // keeps copies of its own; these weights are this object's, so every pointer starts null.
-  struct Target {
-    const float* master;
-    int64_t numel;
-    const uint16_t** copy;
-  };
-  std::vector<Target> targets;
-  for (Linear* w : modules_.matmul_linears()) {
-    w->weight_bf16 = nullptr;
+  const std::vector<Linear*> all = modules_.matmul_linears();  // the lm_head last
+  // A model that trains in bf16 keeps bf16 copies of its own; these weights are this object's.
+  for (Linear* w : all) w->weight_bf16 = nullptr;
+  for (DecoderLayer& l : modules_.layers) l.moe.weights_bf16 = {};
+  if (dtype == DType::f32) return;
+  int64_t total = 0;
+  for (const Linear* w : all) {
     const int64_t n = w->out_features * w->in_features;
-    targets.push_back({w->weight, n, &w->weight_bf16});
+    total += n;
     // A kernel without bf16 operands multiplies the widened weight (the lm_head only ever runs
     // as a GEMV).
-    if (dtype == DType::bf16 && w != &modules_.lm_head && w->kernel->forward_bf16 == nullptr) {
+    if (w != &modules_.lm_head && w->kernel->forward_bf16 == nullptr) {
       widened_floats_ = std::max(widened_floats_, n);
     }
   }
-  for (DecoderLayer& l : modules_.layers) {
-    if (!l.sparse) continue;
-    SparseMoeBlock& moe = l.moe;  // the router (moe.gate) stays fp32
-    moe.weights_bf16 = {};
-    // An experts kernel that takes only fp32 (an override) keeps the fp32 weights.
-    if (moe.experts->forward_bf16 == nullptr) continue;
-    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;  // each of the three
-    targets.push_back({moe.weights.gate, n, &moe.weights_bf16.gate});
-    targets.push_back({moe.weights.up, n, &moe.weights_bf16.up});
-    targets.push_back({moe.weights.down, n, &moe.weights_bf16.down});
+  for (const DecoderLayer& l : modules_.layers) {
+    if (l.sparse) total += 3 * l.moe.n_experts * l.moe.intermediate * l.moe.hidden;
   }
-  if (dtype == DType::f32) return;
-  int64_t total = 0;
-  for (const Target& t : targets) total += t.numel;
   copies_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
   uint16_t* next = copies_.as<uint16_t>();
-  for (const Target& t : targets) {
-    convert_from_f32(t.master, static_cast<size_t>(t.numel), DType::bf16, next);
-    *t.copy = next;
-    next += t.numel;
+  const auto copy = [&](const float* master, int64_t numel) {
+    convert_from_f32(master, static_cast<size_t>(numel), DType::bf16, next);
+    const uint16_t* copied = next;
+    next += numel;
+    return copied;
+  };
+  for (Linear* w : all) w->weight_bf16 = copy(w->weight, w->out_features * w->in_features);
+  // The stacked experts too (not the router, which computes in fp32), as DecoderLM in bf16 does.
+  for (DecoderLayer& l : modules_.layers) {
+    if (!l.sparse) continue;
+    SparseMoeBlock& moe = l.moe;
+    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;
+    moe.weights_bf16 = {copy(moe.weights.gate, n), copy(moe.weights.up, n),
+                        copy(moe.weights.down, n)};
   }
 }
 

@@ -1,15 +1,13 @@
-// The weights an InferenceSession reads: the model's module tree with its matmul weights (q/k/v/o,
-// gate/up/down, the MoE experts, lm_head) either the model's own fp32 parameters or bf16 copies of
-// them. Decode is bound by the bytes of weights read per token, so bf16 -- a copy rounded to
-// nearest even, as torch's .to(torch.bfloat16) -- halves them, and with bf16 weights each matmul
-// takes its input rounded to bf16 too (fp32 accumulation and outputs; bf16 GEMMs for a prompt,
-// GEMVs widening in registers for one token, the experts' grouped GEMMs for either), as
-// mixed-precision training computes (DecoderLM with compute dtype bf16); the MoE router, norms,
-// RoPE, attention, SwiGLU and the residual stream stay fp32 (the KV cache's dtype is the
-// session's choice). The model keeps its fp32 parameters either way (the norms, the embedding and
-// the router are read from there), so a bf16 session costs 1.5x an fp32 one in memory. An
-// [overrides] kernel that takes only fp32 gets the bf16 weights widened (linears) or the fp32
-// ones (experts).
+// The weights an InferenceSession reads: the model's module tree with its linear weights (q/k/v/o,
+// gate/up/down, lm_head) either the model's own fp32 parameters or bf16 copies of them. Decode is
+// bound by the bytes of weights read per token, so bf16 -- a copy rounded to nearest even, as
+// torch's .to(torch.bfloat16) -- halves them, and with bf16 weights each matmul takes its input
+// rounded to bf16 too (fp32 accumulation and outputs; bf16 GEMMs for a prompt, GEMVs widening in
+// registers for one token), as mixed-precision training computes; norms, RoPE, attention, SwiGLU
+// and the residual stream stay fp32 (the KV cache's dtype is the session's choice). The model
+// keeps its fp32 parameters either way (the norms and the embedding are read from there), so a
+// bf16 session costs 1.5x an fp32 one in memory. The MoE experts' stacked weights get bf16 copies
+// too and their GEMMs the same rounding (ops/moe.h); routers compute in fp32 in either dtype.
 #pragma once
 
 #include <string>
