@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -6,6 +7,7 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
+#include "titan/dist/world.h"
 #include "titan/train/job_config.h"
 #include "titan/train/trainer.h"
 
@@ -20,14 +22,17 @@ Action add_train_command(CLI::App& app) {
   static bool print_config = false;
   static int threads;
   add_threads_option(*command, threads);
+  const CLI::Option* threads_option = command->get_option("--threads");
   command
       ->add_option("--preset", preset, "built-in preset: " + join_names(job_config_preset_names()))
       ->capture_default_str();
   command->add_option("--config", config_file, "TOML file applied on top of the preset");
   command->add_flag("--print-config", print_config, "print the resolved config and exit");
   command->allow_extras();
-  return [command] {
-    set_thread_count(threads);
+  return [command, threads_option] {
+    // Ranks on one machine share its cores unless --threads says otherwise.
+    const int local_ranks = world_info().local_size;
+    set_thread_count(threads_option->count() > 0 ? threads : std::max(1, threads / local_ranks));
     JobConfig config = job_config_preset(preset);
     if (!config_file.empty()) job_config_apply_toml(config, config_file);
     for (const std::string& flag : command->remaining()) job_config_apply_override(config, flag);

@@ -15,6 +15,7 @@ Action add_tokenizer_command(CLI::App& app);
 Action add_train_command(CLI::App& app);
 Action add_eval_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
+Action add_launch_command(CLI::App& app);
 
 // --threads N (default: physical cores), applied before the action runs.
 void add_threads_option(CLI::App& command, int& threads);

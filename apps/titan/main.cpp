@@ -1,14 +1,18 @@
 // The titan command line: one binary, one subcommand per job. Every error raised anywhere below
 // arrives here and leaves as one line on stderr and exit status 1 (2 for a malformed command line).
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "commands.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
+#include "titan/dist/world.h"
 
 namespace titan::cli {
 
@@ -19,6 +23,26 @@ void add_threads_option(CLI::App& command, int& threads) {
 }
 
 }  // namespace titan::cli
+
+namespace {
+
+// Prints the error and ends the job. Under mpirun the error is prefixed with the failing rank and
+// every rank is ended (a rank left alone would wait forever in its next collective). When every
+// rank fails the same way (a config mistake), rank 0's line comes first and its abort ends the
+// others before they print: the other ranks wait half a second before printing.
+int report_error(const std::string& line, int status) {
+  const titan::WorldInfo& w = titan::world_info();
+  if (w.size == 1) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    return status;
+  }
+  if (w.rank != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::fprintf(stderr, "[rank %d of %d] %s\n", w.rank, w.size, line.c_str());
+  std::fflush(stderr);
+  titan::abort_world(status);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   // Decode is ~140 small parallel regions per token: see reexec_with_short_omp_spin.
@@ -36,6 +60,8 @@ int main(int argc, char** argv) {
   add(titan::cli::add_train_command(app));
   add(titan::cli::add_eval_command(app));
   add(titan::cli::add_generate_command(app));
+  add(titan::cli::add_launch_command(app));
+  titan::init_world(&argc, &argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -43,19 +69,32 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "titan: error: %s (run 'titan --help')\n", e.what());
-    return 2;
+    return report_error(std::string("titan: error: ") + e.what() + " (run 'titan --help')", 2);
   }
   for (auto& [command, action] : commands) {
     if (!command->parsed()) continue;
-    try {
-      return action();
-    } catch (const titan::Error& e) {
-      std::fprintf(stderr, "titan %s: error: %s\n", command->get_name().c_str(), e.what());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "titan %s: internal error: %s\n", command->get_name().c_str(), e.what());
+    const std::string name = command->get_name();
+    if (titan::world_info().size > 1 && name != "train") {
+      return report_error(
+          "titan " + name +
+              ": error: runs in one process; under mpirun (or titan launch) only titan train runs",
+          2);
     }
-    return 1;
+    // One rank speaks for the job; every rank's errors and warnings still reach stderr.
+    if (titan::world_info().rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {
+      return report_error("titan: error: cannot silence the output of rank " +
+                              std::to_string(titan::world_info().rank),
+                          1);
+    }
+    try {
+      const int status = action();
+      titan::finalize_world();
+      return status;
+    } catch (const titan::Error& e) {
+      return report_error("titan " + name + ": error: " + e.what(), 1);
+    } catch (const std::exception& e) {
+      return report_error("titan " + name + ": internal error: " + e.what(), 1);
+    }
   }
   return 2;
 }

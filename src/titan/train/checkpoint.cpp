@@ -118,6 +118,13 @@ void fsync_directory(const std::string& dir) {
   TITAN_CHECK(rc == 0, dir, ": fsync failed");
 }
 
+// A folder save_training_checkpoint wrote: the only kind it replaces or prunes.
+bool is_titan_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_directory(fs::symlink_status(dir, ec)) &&
+         fs::is_regular_file(fs::symlink_status(dir + "/trainer_state.json", ec));
+}
+
 }  // namespace
 
 std::string training_checkpoint_dir(const std::string& folder, int64_t step) {
@@ -128,6 +135,12 @@ void save_training_checkpoint(const std::string& folder, const std::vector<Param
                               const TrainerState& state, int64_t keep_latest_k) {
   fs::create_directories(folder);
   const std::string final_dir = training_checkpoint_dir(folder, state.step);
+  // A step saved again (a resumed run) replaces the old checkpoint, never anything else.
+  std::error_code ec;
+  TITAN_CHECK(!fs::exists(fs::symlink_status(final_dir, ec)) || is_titan_checkpoint(final_dir),
+              final_dir,
+              " exists and is not a titan checkpoint (no trainer_state.json): move it "
+              "away, it is not replaced");
   const std::string temp_dir = folder + "/.step-" + std::to_string(state.step) + ".tmp";
   fs::remove_all(temp_dir);  // leftovers of a save that was killed
   fs::create_directories(temp_dir);
@@ -149,14 +162,15 @@ void save_training_checkpoint(const std::string& folder, const std::vector<Param
                                {"model_only", state.model_only}};
   write_file_atomic(temp_dir + "/trainer_state.json", meta.dump(2) + "\n");
   fsync_directory(temp_dir);
-  fs::remove_all(final_dir);  // a step saved again (resumed run) replaces the old one
+  fs::remove_all(final_dir);
   fs::rename(temp_dir, final_dir);
   fsync_directory(folder);
   if (keep_latest_k > 0) {
     int64_t kept = 0;
     for (int64_t step : list_training_checkpoints(folder)) {  // newest first
       if (step > state.step) continue;
-      if (++kept > keep_latest_k) fs::remove_all(training_checkpoint_dir(folder, step));
+      const std::string dir = training_checkpoint_dir(folder, step);
+      if (++kept > keep_latest_k && is_titan_checkpoint(dir)) fs::remove_all(dir);
     }
   }
 }

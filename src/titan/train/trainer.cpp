@@ -11,6 +11,8 @@
 #include "titan/core/error.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
+#include "titan/dist/data_parallel.h"
+#include "titan/dist/world.h"
 #include "titan/io/atomic_dir.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
@@ -179,16 +181,26 @@ MfuPeak mfu_peak(const Backend& device, DType dtype, double peak_tflops) {
 Trainer::Trainer(const JobConfig& config) : config_(config) {
   job_config_validate(config_);
   const JobConfig::Training& t = config_.training;
-  // One process for now: every data-parallel degree resolves against a world of 1.
-  const int64_t world = 1;
   const JobConfig::Parallelism& p = config_.parallelism;
-  const int64_t dp_shard =
-      p.data_parallel_shard_degree == -1 ? world : p.data_parallel_shard_degree;
-  const int64_t product = p.data_parallel_replicate_degree * dp_shard * p.tensor_parallel_degree *
-                          p.pipeline_parallel_degree * p.context_parallel_degree;
-  TITAN_CHECK(product == world, "parallelism degrees multiply to ", product, " but the world has ",
-              world, " rank (run under mpirun for more)");
-  const int64_t dp = p.data_parallel_replicate_degree * dp_shard;
+  const MeshDims dims = resolve_mesh_dims(
+      {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
+       p.pipeline_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree},
+      world().size());
+  TITAN_CHECK(dims.dp_shard == 1, "parallelism.data_parallel_shard_degree = ", dims.dp_shard,
+              (p.data_parallel_shard_degree == -1 ? " (-1: the rest of the world)" : ""),
+              ": FSDP (sharded parameters) is not built yet; for data parallelism with replicated "
+              "parameters over ",
+              dims.dp(), " ranks set data_parallel_replicate_degree = ", dims.dp(),
+              " and data_parallel_shard_degree = 1");
+  mesh_ = std::make_unique<DeviceMesh>(world(), dims);
+  if (dims.dp() > 1) {
+    std::printf(
+        "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (rank = "
+        "replicate index x %lld + shard index), parameters replicated\n",
+        static_cast<long long>(dims.dp()), static_cast<long long>(dims.dp_replicate),
+        static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard));
+  }
+  const int64_t dp = dims.dp();
   const int64_t global_batch =
       t.global_batch_size == -1 ? t.local_batch_size * dp : t.global_batch_size;
   TITAN_CHECK(global_batch % (t.local_batch_size * dp) == 0, "training.global_batch_size (",
@@ -319,13 +331,16 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   // The loss is normalised by the scored tokens of the whole global batch, so accumulating
   // micro-batches gives exactly the gradients of one big batch: fetch them all first.
   const double t0 = now_seconds();
+  // Every data-parallel rank reads the whole global batch (the same loader, the same state) and
+  // runs its own accumulation_steps_ micro-batches of it: rank r the r-th run of them.
+  const int64_t dp = mesh_->dims().dp(), dp_rank = mesh_->world().rank();
   std::vector<Batch> micro;
   int64_t scored = 0;
-  for (int64_t i = 0; i < accumulation_steps_; ++i) {
+  for (int64_t i = 0; i < accumulation_steps_ * dp; ++i) {
     std::optional<Batch> b = loader_->next_batch();
     TITAN_CHECK(b.has_value(), "the training data ran out at step ", step);
     scored += scored_tokens(*b);
-    micro.push_back(std::move(*b));
+    if (i / accumulation_steps_ == dp_rank) micro.push_back(std::move(*b));
   }
   out.data_time_s = now_seconds() - t0;
   TITAN_CHECK(scored > 0, "step ", step, ": the global batch has no scored tokens");
@@ -334,17 +349,20 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   options.compute_grad = true;
   options.grad_scale = 1.0f / static_cast<float>(scored);
   // The load-balancing loss (0 unless enabled) is per micro-batch; the step takes their mean.
-  options.aux_loss_scale = 1.0f / static_cast<float>(accumulation_steps_);
-  double loss_sum = 0.0, aux_sum = 0.0;
+  const int64_t micro_batches = accumulation_steps_ * dp;
+  options.aux_loss_scale = 1.0f / static_cast<float>(micro_batches);
+  double sums[2] = {0.0, 0.0};  // the loss over scored tokens, the load-balancing losses
   for (const Batch& b : micro) {
-    loss_sum +=
+    sums[0] +=
         model_->forward(b.input_ids.data(), b.labels.data(), b.batch_size, b.seq_len, options)
             .loss_sum;
-    aux_sum += model_->aux_loss();
+    sums[1] += model_->aux_loss();
     model_->backward();
   }
-  out.loss = loss_sum / static_cast<double>(scored) +
-             args_.router_aux_loss_coef * aux_sum / static_cast<double>(accumulation_steps_);
+  all_reduce_gradients(model_->param_groups(), mesh_->world());
+  mesh_->world().all_reduce_sum(sums, 2);
+  out.loss = sums[0] / static_cast<double>(scored) +
+             args_.router_aux_loss_coef * sums[1] / static_cast<double>(micro_batches);
   std::string nonfinite;
   if (!std::isfinite(out.loss)) {
     nonfinite = "the loss is not finite (" + std::to_string(out.loss) + ")";
@@ -386,19 +404,30 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   state.optimizer_step = optimizer_->step_count();
   state.loader_state = loader_->state().to_json();
   state.seed = config_.training.seed;
-  save_training_checkpoint(checkpoint_folder(), model_->param_groups(), state,
-                           config_.checkpoint.keep_latest_k);
+  // Replicated parameters and optimizer state: rank 0 writes them; the others wait, so no rank
+  // runs ahead of a checkpoint it might resume from.
+  if (mesh_->world().rank() == 0) {
+    save_training_checkpoint(checkpoint_folder(), model_->param_groups(), state,
+                             config_.checkpoint.keep_latest_k);
+  }
+  mesh_->world().barrier();
 }
 
 TrainResult Trainer::run() {
-  const MfuPeak peak = mfu_peak(backend(), model_->compute_dtype(), config_.metrics.peak_tflops);
+  const int64_t dp = mesh_->dims().dp();
+  MfuPeak peak = mfu_peak(backend(), model_->compute_dtype(), config_.metrics.peak_tflops);
+  if (dp > 1) {  // every rank's device counts (ranks are alike)
+    peak.gflops *= static_cast<double>(dp);
+    peak.source = std::to_string(dp) + " ranks x " + peak.source;
+  }
   const JobConfig::Training& t = config_.training;
-  const int64_t tokens_per_step = accumulation_steps_ * t.local_batch_size * t.seq_len;
+  const int64_t tokens_per_step = accumulation_steps_ * dp * t.local_batch_size * t.seq_len;
+  // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops,
-                        config_.metrics.save_jsonl);
+                        mesh_->world().rank() == 0 ? config_.metrics.save_jsonl : std::string());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
-      "(%lld micro-batches)\nMFU against %.1f GFLOP/s (%s)\n",
+      "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
       config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
       training_flops_per_token(args_, t.seq_len), static_cast<long long>(t.steps),
       static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
@@ -426,7 +455,7 @@ TrainResult Trainer::run() {
     }
   }
   metrics.print_summary();
-  if (config_.checkpoint.last_save_in_hf) {
+  if (config_.checkpoint.last_save_in_hf && mesh_->world().rank() == 0) {
     HfExportOptions options;
     options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
     options.source_dir = tokenizer_dir_;
@@ -444,6 +473,7 @@ TrainResult Trainer::run() {
     export_hf_folder(dir, args_, model_->param_groups(), options);
     std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
   }
+  mesh_->world().barrier();
   return result;
 }
 

@@ -9,6 +9,7 @@
 
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/dist/mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/train/evaluate.h"
 #include "titan/train/job_config.h"
@@ -48,6 +49,7 @@ class Trainer {
   std::string checkpoint_folder() const;
 
   JobConfig config_;
+  std::unique_ptr<DeviceMesh> mesh_;  // the data-parallel ranks (one without mpirun)
   ModelArgs args_;
   std::string tokenizer_dir_;
   std::unique_ptr<Tokenizer> tokenizer_;

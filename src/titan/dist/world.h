@@ -1,0 +1,26 @@
+// The processes of one job: the MPI world when mpirun (or another MPI launcher) started this
+// process, else a world of one rank without MPI at all. Initialised once at start-up by the
+// command line, before any thread starts; everything distributed goes through `world()`.
+#pragma once
+
+#include "titan/dist/communicator.h"
+
+namespace titan {
+
+struct WorldInfo {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // among the ranks on this machine
+};
+
+// Whether an MPI launcher started this process (its environment says so).
+bool launched_by_mpi();
+// Joins the MPI world when launched_by_mpi(), else makes the world of one rank.
+void init_world(int* argc, char*** argv);
+// Leaves MPI (every rank must reach it); nothing for a world of one.
+void finalize_world();
+const WorldInfo& world_info();
+Communicator& world();
+// Ends every rank of the job with `code` (MPI_Abort), or this process in a world of one.
+[[noreturn]] void abort_world(int code);
+
+}  // namespace titan

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# `titan train` on several ranks (titan launch -> mpirun, oversubscribed on this 2-core machine):
+#  1. data parallelism over 2 and 4 ranks (replicated parameters) computes the single process's
+#     run with the same global batch: the first 10 losses and grad norms within 1e-5 relative,
+#     the exported weights within 1e-6;
+#  2. a resumed 2-rank run equals the uninterrupted one bit for bit, and a 2-rank checkpoint
+#     resumes on one process;
+#  3. bad meshes get one line; an error on one rank and a rank killed with SIGKILL end the whole
+#     job within 60 s, the failing rank's message printed once.
+# usage: train_data_parallel.sh TITAN PYTHON
+set -euo pipefail
+titan="$1"
+python="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=2
+        --training.global_batch_size=8 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
+        --threads 1)
+dp() { echo --parallelism.data_parallel_replicate_degree="$1" --parallelism.data_parallel_shard_degree=1; }
+
+# 1. One process (4 micro-batches a step) against 2 ranks (2 each) and 4 ranks (1 each).
+"$titan" train "${common[@]}" --job.dump_folder="$work/single" \
+  --metrics.save_jsonl="$work/single.jsonl" > "$work/single.log"
+for n in 2 4; do
+  # shellcheck disable=SC2046
+  "$titan" launch --nproc $n train "${common[@]}" $(dp $n) --job.dump_folder="$work/dp$n" \
+    --metrics.save_jsonl="$work/dp$n.jsonl" > "$work/dp$n.log" 2>&1 || { cat "$work/dp$n.log"; exit 1; }
+  grep -q "data parallel over $n ranks" "$work/dp$n.log" || { echo "dp$n: no mesh line"; cat "$work/dp$n.log"; exit 1; }
+  [ "$(grep -c '^step ' "$work/dp$n.log")" = 10 ] || { echo "dp$n: expected 10 step lines from rank 0 only"; cat "$work/dp$n.log"; exit 1; }
+done
+"$python" - "$work" <<'PY'
+import json, sys, torch
+from safetensors.torch import load_file
+work = sys.argv[1]
+def records(name):
+    return [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
+single = records("single")
+assert len(single) == 10, len(single)
+ref = load_file(f"{work}/single/hf/model.safetensors")
+for n in (2, 4):
+    run = records(f"dp{n}")
+    assert [r["step"] for r in run] == [r["step"] for r in single], f"dp{n}: steps differ"
+    for a, b in zip(single, run):
+        for key in ("loss", "grad_norm"):
+            rel = abs(a[key] - b[key]) / abs(a[key])
+            assert rel <= 1e-5, f"dp{n} step {a['step']} {key}: {b[key]} vs {a[key]} ({rel:.2e})"
+    got = load_file(f"{work}/dp{n}/hf/model.safetensors")
+    assert got.keys() == ref.keys(), f"dp{n}: exported tensors differ"
+    worst = max((got[k].float() - ref[k].float()).abs().max().item() for k in ref)
+    assert worst <= 1e-6, f"dp{n}: exported weights differ by {worst}"
+    print(f"dp{n}: 10 losses and grad norms within 1e-5 of one process; export within {worst:.1e}")
+PY
+
+# 2. Resume on 2 ranks, bit for bit; and the 2-rank checkpoint on one process.
+losses() { python3 -c 'import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "loss" in r and r["step"] > 4: print(r["step"], repr(r["loss"]), repr(r["grad_norm"]))' "$1"; }
+ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0 --checkpoint.last_save_in_hf=false)
+# shellcheck disable=SC2046
+"$titan" launch --nproc 2 train "${common[@]}" $(dp 2) "${ckpt[@]}" --job.dump_folder="$work/r2" \
+  --metrics.save_jsonl="$work/r2.full.jsonl" > "$work/r2.full.log" 2>&1 || { cat "$work/r2.full.log"; exit 1; }
+cp -r "$work/r2" "$work/r1"
+rm -rf "$work/r2/checkpoint/step-8" "$work/r2/checkpoint/step-10" "$work/r1/checkpoint/step-8" "$work/r1/checkpoint/step-10"
+# shellcheck disable=SC2046
+"$titan" launch --nproc 2 train "${common[@]}" $(dp 2) "${ckpt[@]}" --job.dump_folder="$work/r2" \
+  --metrics.save_jsonl="$work/r2.resumed.jsonl" > "$work/r2.resumed.log" 2>&1 || { cat "$work/r2.resumed.log"; exit 1; }
+grep -q "resumed step 4 from" "$work/r2.resumed.log" || { echo "2 ranks did not resume"; cat "$work/r2.resumed.log"; exit 1; }
+diff <(losses "$work/r2.full.jsonl") <(losses "$work/r2.resumed.jsonl") || { echo "resumed 2-rank losses differ"; exit 1; }
+[ "$(losses "$work/r2.full.jsonl" | wc -l)" = 6 ] || { echo "expected 6 compared steps"; exit 1; }
+"$titan" train "${common[@]}" "${ckpt[@]}" --job.dump_folder="$work/r1" \
+  --metrics.save_jsonl="$work/r1.resumed.jsonl" > "$work/r1.resumed.log"
+grep -q "resumed step 4 from" "$work/r1.resumed.log" || { echo "one process did not resume"; cat "$work/r1.resumed.log"; exit 1; }
+"$python" - "$work/r2.full.jsonl" "$work/r1.resumed.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+a = {r["step"]: r["loss"] for r in a if r["step"] > 4}
+b = {r["step"]: r["loss"] for r in b}
+assert a.keys() == b.keys(), (a.keys(), b.keys())
+for s in a:
+    assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), f"step {s}: {b[s]} on one process vs {a[s]} on 2 ranks"
+print("a 2-rank checkpoint resumed on one process continues the run within 1e-5")
+PY
+
+# 3. Failures. Each must end with a non-zero status, its message once.
+one_line() {  # one_line LOG PATTERN: exactly one line of the log matches
+  [ "$(grep -c -- "$2" "$1")" = 1 ] || { echo "expected one line matching '$2':"; cat "$1"; exit 1; }
+}
+if "$titan" launch --nproc 2 train "${common[@]}" --parallelism.data_parallel_replicate_degree=3 > "$work/bad.log" 2>&1; then
+  echo "a mesh of 3 ranks over 2 ran"; exit 1
+fi
+one_line "$work/bad.log" "data_parallel_replicate_degree = 3 does not divide the world of 2 ranks"
+if "$titan" train "${common[@]}" $(dp 2) > "$work/bad1.log" 2>&1; then echo "a mesh of 2 on one process ran"; exit 1; fi
+[ "$(wc -l < "$work/bad1.log")" = 1 ] && grep -q "but the world has 1 (run under mpirun" "$work/bad1.log" || { cat "$work/bad1.log"; exit 1; }
+if "$titan" launch --nproc 2 generate --model x > "$work/bad2.log" 2>&1; then echo "launch generate ran"; exit 1; fi
+[ "$(wc -l < "$work/bad2.log")" = 1 ] && grep -q "titan launch runs titan train" "$work/bad2.log" || { cat "$work/bad2.log"; exit 1; }
+
+# Rank 0 fails while saving (its checkpoint destination is a file) as rank 1 waits for it.
+mkdir -p "$work/fail/checkpoint" && echo occupied > "$work/fail/checkpoint/step-2"
+start=$(date +%s)
+# shellcheck disable=SC2046
+if "$titan" launch --nproc 2 train "${common[@]}" $(dp 2) "${ckpt[@]}" --checkpoint.interval=2 \
+     --job.dump_folder="$work/fail" > "$work/fail.log" 2>&1; then
+  echo "a failed checkpoint save ended with status 0"; exit 1
+fi
+[ $(( $(date +%s) - start )) -le 60 ] || { echo "the failed job took over 60 s to end"; exit 1; }
+one_line "$work/fail.log" "^\[rank 0 of 2\] titan train: error: .*step-2 exists and is not a titan checkpoint"
+[ "$(cat "$work/fail/checkpoint/step-2")" = occupied ] || { echo "the file in the checkpoint's way was replaced"; exit 1; }
+
+# Rank 1 killed with SIGKILL mid-run.
+# shellcheck disable=SC2046
+"$titan" launch --nproc 2 train "${common[@]}" $(dp 2) --training.steps=100000 --lr_scheduler.warmup_steps=2 \
+  --job.dump_folder="$work/kill" > "$work/kill.log" 2>&1 &
+launcher=$!
+for _ in $(seq 1 600); do
+  grep -q '^step     2' "$work/kill.log" 2> /dev/null && break
+  sleep 0.1
+done
+rank1=$(pgrep -f -n -- "--job.dump_folder=$work/kill" || true)
+[ -n "$rank1" ] || { echo "no rank to kill"; cat "$work/kill.log"; exit 1; }
+kill -9 "$rank1"
+start=$(date +%s)
+status=0
+wait "$launcher" || status=$?
+[ $(( $(date +%s) - start )) -le 60 ] || { echo "the job outlived a killed rank by over 60 s"; exit 1; }
+[ "$status" != 0 ] || { echo "a job with a killed rank ended with status 0"; cat "$work/kill.log"; exit 1; }
+grep -q "rank 1 .*signal 9" "$work/kill.log" || { echo "no word of the killed rank:"; cat "$work/kill.log"; exit 1; }
+echo "data parallel: equal to one process, resumable, and failures end the job"

@@ -1,0 +1,70 @@
+// The data-parallel mesh: how [parallelism] degrees resolve against a world, what each bad
+// combination is told, and the collectives of a group of one rank. The collectives over MPI are
+// exercised by tests/e2e/train_data_parallel.sh (several ranks, against one process).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "titan/core/error.h"
+#include "titan/dist/communicator.h"
+#include "titan/dist/mesh.h"
+
+namespace titan {
+namespace {
+
+std::string error_of(const ParallelDegrees& d, int64_t world) {
+  try {
+    resolve_mesh_dims(d, world);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Mesh, ResolvesTheRestOfTheWorld) {
+  MeshDims m = resolve_mesh_dims({1, -1}, 8);
+  EXPECT_EQ(m.dp_replicate, 1);
+  EXPECT_EQ(m.dp_shard, 8);
+  m = resolve_mesh_dims({2, -1}, 8);
+  EXPECT_EQ(m.dp_replicate, 2);
+  EXPECT_EQ(m.dp_shard, 4);
+  m = resolve_mesh_dims({4, 1}, 4);
+  EXPECT_EQ(m.dp(), 4);
+  m = resolve_mesh_dims({1, -1}, 1);
+  EXPECT_EQ(m.dp(), 1);
+}
+
+TEST(Mesh, EachBadCombinationNamesItsKey) {
+  EXPECT_NE(error_of({3, -1}, 8)
+                .find("data_parallel_replicate_degree = 3 does not divide the "
+                      "world of 8 ranks"),
+            std::string::npos);
+  EXPECT_NE(error_of({2, 2}, 8).find("= 4 ranks, but the world has 8"), std::string::npos);
+  EXPECT_NE(error_of({2, 1}, 1).find("run under mpirun"), std::string::npos);
+  EXPECT_NE(error_of({0, 1}, 1).find("data_parallel_replicate_degree = 0"), std::string::npos);
+  EXPECT_NE(error_of({1, 0}, 1).find("data_parallel_shard_degree = 0"), std::string::npos);
+  EXPECT_NE(error_of({1, -1, 2, 1, 1, 1}, 2).find("tensor_parallel_degree = 2"), std::string::npos);
+  EXPECT_NE(error_of({1, -1, 1, 1, 1, 4}, 4).find("expert_parallel_degree = 4"), std::string::npos);
+}
+
+TEST(Mesh, SingleRankGroupCopies) {
+  auto comm = make_single_rank_communicator();
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  std::vector<float> in = {1, 2, 3}, out(3, 0.0f);
+  comm->all_gather(out.data(), in.data(), 3);
+  EXPECT_EQ(out, in);
+  std::fill(out.begin(), out.end(), 0.0f);
+  comm->reduce_scatter_sum(out.data(), in.data(), 3);
+  EXPECT_EQ(out, in);
+  double sums[2] = {1.5, 2.5};
+  comm->all_reduce_sum(sums, 2);
+  EXPECT_EQ(sums[0], 1.5);
+  DeviceMesh mesh(*comm, resolve_mesh_dims({1, -1}, 1));
+  EXPECT_EQ(mesh.describe(), "rank 0 of 1: dp_replicate 0 of 1, dp_shard 0 of 1");
+  EXPECT_EQ(mesh.shard_group().size(), 1);
+}
+
+}  // namespace
+}  // namespace titan
