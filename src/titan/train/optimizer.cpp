@@ -8,8 +8,9 @@
 
 namespace titan {
 
-AdamWOptimizer::AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config)
-    : groups_(groups), config_(config) {
+AdamWOptimizer::AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config,
+                               Communicator* shards)
+    : groups_(groups), config_(config), shards_(shards) {
   for (ParamGroup& g : groups_) {
     TITAN_CHECK(g.grads() != nullptr, "optimizer: group ", g.name(), " has no gradients");
     g.allocate_optimizer_state();
@@ -25,6 +26,7 @@ double AdamWOptimizer::grad_norm() const {
     for (int64_t i = 0; i < g.numel(); ++i) group_sum += static_cast<double>(grads[i]) * grads[i];
     sum += group_sum;
   }
+  if (shards_ != nullptr) shards_->all_reduce_sum(&sum, 1);
   const double norm = std::sqrt(sum);
   if (std::isfinite(norm)) return norm;
   for (const ParamGroup& g : groups_) {
@@ -36,6 +38,9 @@ double AdamWOptimizer::grad_norm() const {
       }
     }
   }
+  TITAN_CHECK(shards_ == nullptr || shards_->size() == 1,
+              "the gradient norm is not finite: a non-finite gradient, or an overflow, in another "
+              "rank's shard");
   fail("gradient norm overflowed (every gradient is finite; their squares are not)");
 }
 

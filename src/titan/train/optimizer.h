@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "titan/dist/communicator.h"
 #include "titan/nn/param_group.h"
 #include "titan/ops/adamw.h"
 
@@ -11,11 +12,13 @@ namespace titan {
 
 class AdamWOptimizer {
  public:
-  // Allocates the AdamW state (exp_avg, exp_avg_sq) of every group.
-  AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config);
+  // Allocates the AdamW state (exp_avg, exp_avg_sq) of every group. With `shards`, the groups
+  // are this rank's FSDP shards (dist/fsdp.h) and the gradient norm sums over that group's ranks.
+  AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config,
+                 Communicator* shards = nullptr);
 
   // The L2 norm of all gradients (fp64 sum). A non-finite norm is a titan::Error naming the
-  // first parameter holding a non-finite gradient.
+  // first parameter holding a non-finite gradient (on this rank).
   double grad_norm() const;
   // torch.nn.utils.clip_grad_norm_: scales gradients by max_norm / (norm + 1e-6) when that is
   // below 1. max_norm 0 disables. Returns the norm before clipping.
@@ -29,6 +32,7 @@ class AdamWOptimizer {
  private:
   std::vector<ParamGroup>& groups_;
   AdamWConfig config_;
+  Communicator* shards_ = nullptr;
   int64_t step_ = 0;
 };
 

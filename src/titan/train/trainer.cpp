@@ -12,6 +12,7 @@
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
 #include "titan/dist/data_parallel.h"
+#include "titan/dist/fsdp.h"
 #include "titan/dist/world.h"
 #include "titan/io/atomic_dir.h"
 #include "titan/models/flops.h"
@@ -186,19 +187,27 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
       {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
        p.pipeline_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree},
       world().size());
-  TITAN_CHECK(dims.dp_shard == 1, "parallelism.data_parallel_shard_degree = ", dims.dp_shard,
-              (p.data_parallel_shard_degree == -1 ? " (-1: the rest of the world)" : ""),
-              ": FSDP (sharded parameters) is not built yet; for data parallelism with replicated "
-              "parameters over ",
-              dims.dp(), " ranks set data_parallel_replicate_degree = ", dims.dp(),
-              " and data_parallel_shard_degree = 1");
+  const JobConfig::Checkpoint& ck = config_.checkpoint;
+  if (dims.dp_shard > 1) {
+    TITAN_CHECK(!ck.enable, "checkpoint.enable under FSDP (data_parallel_shard_degree ",
+                dims.dp_shard,
+                "): sharded checkpoints are not built yet; the final Hugging Face export "
+                "(checkpoint.last_save_in_hf) works");
+    TITAN_CHECK(ck.initial_load_path.empty() || ck.initial_load_model_only,
+                "checkpoint.initial_load_path with optimizer state under FSDP "
+                "(data_parallel_shard_degree ",
+                dims.dp_shard, "): set checkpoint.initial_load_model_only = true");
+  }
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
     std::printf(
         "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (rank = "
-        "replicate index x %lld + shard index), parameters replicated\n",
+        "replicate index x %lld + shard index); %s\n",
         static_cast<long long>(dims.dp()), static_cast<long long>(dims.dp_replicate),
-        static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard));
+        static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard),
+        dims.dp_shard > 1 ? "FSDP: gradients reduce-scattered, AdamW state sharded, parameters "
+                            "all-gathered whole after each step (not yet per unit)"
+                          : "parameters replicated, gradients all-reduced");
   }
   const int64_t dp = dims.dp();
   const int64_t global_batch =
@@ -264,7 +273,12 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.beta2 = static_cast<float>(config_.optimizer.beta2);
   adamw.eps = static_cast<float>(config_.optimizer.eps);
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
-  optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
+  if (dims.dp_shard > 1) {
+    fsdp_ = std::make_unique<FullyShardedGroups>(model_->param_groups(), *mesh_);
+    optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
+  } else {
+    optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
+  }
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
                                config_.lr_scheduler.min_lr_factor);
@@ -275,6 +289,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   loader_options_.seq_len = t.seq_len;
   loader_options_.seed = static_cast<uint64_t>(t.seed);
   restore();
+  if (fsdp_) fsdp_->shard_parameters();
 }
 
 Trainer::~Trainer() = default;
@@ -359,7 +374,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     sums[1] += model_->aux_loss();
     model_->backward();
   }
-  all_reduce_gradients(model_->param_groups(), mesh_->world());
+  if (fsdp_) {
+    fsdp_->reduce_gradients();
+  } else {
+    all_reduce_gradients(model_->param_groups(), mesh_->world());
+  }
   mesh_->world().all_reduce_sum(sums, 2);
   out.loss = sums[0] / static_cast<double>(scored) +
              args_.router_aux_loss_coef * sums[1] / static_cast<double>(micro_batches);
@@ -384,6 +403,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     return out;  // no update; the gradients are zeroed by the next step
   }
   optimizer_->step(schedule_.at(step));
+  if (fsdp_) fsdp_->gather_parameters();
   return out;
 }
 

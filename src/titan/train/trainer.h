@@ -9,6 +9,7 @@
 
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/dist/fsdp.h"
 #include "titan/dist/mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/train/evaluate.h"
@@ -55,7 +56,8 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ResumePoint> resume_;  // chosen before the model is allocated
   std::unique_ptr<CausalLM> model_;
-  std::unique_ptr<AdamWOptimizer> optimizer_;
+  std::unique_ptr<FullyShardedGroups> fsdp_;   // with data_parallel_shard_degree > 1
+  std::unique_ptr<AdamWOptimizer> optimizer_;  // over fsdp_'s shards, or the whole groups
   std::unique_ptr<DataLoader> loader_;
   LoaderOptions loader_options_;
   std::vector<std::string> validation_paths_;
