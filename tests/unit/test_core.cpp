@@ -28,6 +28,36 @@ TEST(Allocator, ChargesAndReleasesPerCategory) {
   EXPECT_EQ(memory_stats().current[act], before.current[act]);
 }
 
+// FSDP's whole units: a decommitted buffer is not charged (nor counted twice when freed), keeps its
+// address, and is usable again once recommitted -- for a huge-page buffer and a small one whose
+// end pages stay.
+TEST(Allocator, DecommitStopsChargingAndRecommitCharges) {
+  const int grads = static_cast<int>(MemCategory::gradients);
+  const size_t base = memory_stats().current[grads];
+  for (const size_t bytes : {size_t{5} << 20, size_t{10000}}) {
+    {
+      Buffer b(bytes, MemCategory::gradients);
+      float* data = b.as<float>();
+      const size_t n = bytes / sizeof(float);
+      std::fill(data, data + n, 3.0f);
+      b.decommit();
+      EXPECT_FALSE(b.committed());
+      EXPECT_EQ(memory_stats().current[grads], base);
+      b.decommit();  // twice is once
+      EXPECT_EQ(memory_stats().current[grads], base);
+      b.recommit();
+      EXPECT_EQ(memory_stats().current[grads] - base, bytes);
+      EXPECT_EQ(b.as<float>(), data);
+      b.zero();
+      EXPECT_EQ(data[n / 2], 0.0f);
+      data[n - 1] = 1.0f;
+      EXPECT_EQ(data[n - 1], 1.0f);
+      b.decommit();
+    }
+    EXPECT_EQ(memory_stats().current[grads], base) << bytes << " bytes";
+  }
+}
+
 TEST(Tensor, ReshapeAndNarrow) {
   Tensor t = Tensor::empty({4, 6}, DType::f32, MemCategory::other);
   for (int i = 0; i < 24; ++i) t.data<float>()[i] = static_cast<float>(i);

@@ -173,41 +173,62 @@ TEST(Model, ParameterCountsFollowTheFamilysBlocks) {
             3 * (-2 * 16 + (64 + 2 * 32) + 32 + (2 * 48 + 32)));
 }
 
-// The hooks a parallelism attaches to: each block's forward in order, then for each block from the
-// last, before_backward and after_backward around its backward -- whose gradients are complete by
-// after_backward -- and under activation checkpointing the recompute between them.
-TEST(Model, LayerHooksBracketEveryBlock) {
+// The hooks a parallelism attaches to bracket every use of every parameter group, as FSDP needs:
+// released parameters are poisoned (NaN) and restored on acquire, and each use's gradients are
+// moved out of the group at its release (what FSDP's reduce-scatter does) -- the loss and the
+// gradients summed over the uses still equal a run without hooks, bit for bit, with and without
+// activation checkpointing. The order of the uses is the documented one.
+TEST(Model, ParamGroupHooksBracketEveryUse) {
+  const int64_t batch = 2, seq = 9;
+  const std::vector<int32_t> ids = random_ids(batch * seq, 211, 8);
+  ForwardOptions o;
+  o.compute_grad = true;
+  o.grad_scale = 0.1f;
   for (const bool checkpointing : {false, true}) {
+    DecoderLM plain(small_args());
+    plain.initialize(5);
+    plain.allocate_gradients();
+    plain.set_activation_checkpointing(checkpointing);
+    const double want_loss = plain.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
+    plain.backward();
+
     DecoderLM m(small_args());
     m.initialize(5);
     m.allocate_gradients();
     m.set_activation_checkpointing(checkpointing);
+    std::vector<ParamGroup>& groups = m.param_groups();
+    std::vector<std::vector<float>> saved, grad_sums;
+    for (const ParamGroup& g : groups) {
+      saved.emplace_back(g.params(), g.params() + g.numel());
+      grad_sums.emplace_back(g.numel(), 0.0f);
+      std::fill(g.params(), g.params() + g.numel(), std::nanf(""));
+    }
     std::vector<std::string> events;
-    std::vector<float> layer2_grads_at_end;
-    LayerHooks hooks;
-    hooks.before_forward = [&](int64_t i) { events.push_back("f" + std::to_string(i)); };
-    hooks.before_backward = [&](int64_t i) { events.push_back("b" + std::to_string(i)); };
-    hooks.after_backward = [&](int64_t i) {
-      events.push_back("a" + std::to_string(i));
-      const ParamGroup& g = m.param_groups()[1 + 2];
-      if (i == 2) layer2_grads_at_end.assign(g.grads(), g.grads() + g.numel());
+    ParamGroupHooks hooks;
+    hooks.acquire = [&](int64_t i, bool gradients) {
+      events.push_back((gradients ? "A" : "a") + std::to_string(i));
+      std::copy(saved[i].begin(), saved[i].end(), groups[i].params());
     };
-    m.set_layer_hooks(hooks);
-    const int64_t batch = 2, seq = 9;
-    const std::vector<int32_t> ids = random_ids(batch * seq, 211, 8);
-    ForwardOptions o;
-    o.compute_grad = true;
-    o.grad_scale = 0.1f;
-    m.forward(ids.data(), ids.data(), batch, seq, o);
+    hooks.release = [&](int64_t i, bool gradients) {
+      events.push_back((gradients ? "R" : "r") + std::to_string(i));
+      ParamGroup& g = groups[i];
+      std::fill(g.params(), g.params() + g.numel(), std::nanf(""));
+      if (!gradients) return;
+      for (int64_t k = 0; k < g.numel(); ++k) grad_sums[i][k] += g.grads()[k];
+      std::fill(g.grads(), g.grads() + g.numel(), 0.0f);
+    };
+    m.set_param_group_hooks(hooks);
+    const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
     m.backward();
-    const std::vector<std::string> want = {"f0", "f1", "f2", "b2", "a2", "b1", "a1", "b0", "a0"};
+    EXPECT_EQ(loss, want_loss) << "checkpointing " << checkpointing;
+    const std::vector<std::string> want = {"a0", "r0", "a1", "r1", "a2", "r2", "a3", "r3", "A0",
+                                           "R0", "A3", "R3", "A2", "R2", "A1", "R1", "A0", "R0"};
     EXPECT_EQ(events, want) << "checkpointing " << checkpointing;
-    const ParamGroup& g = m.param_groups()[1 + 2];
-    ASSERT_EQ(layer2_grads_at_end.size(), static_cast<size_t>(g.numel()));
-    EXPECT_EQ(0, std::memcmp(layer2_grads_at_end.data(), g.grads(), g.numel() * sizeof(float)));
-    double norm = 0.0;
-    for (float x : layer2_grads_at_end) norm += x * x;
-    EXPECT_GT(norm, 0.0);
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const ParamGroup& p = plain.param_groups()[i];
+      EXPECT_EQ(0, std::memcmp(grad_sums[i].data(), p.grads(), p.numel() * sizeof(float)))
+          << "group " << i << ", checkpointing " << checkpointing;
+    }
   }
 }
 

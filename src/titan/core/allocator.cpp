@@ -1,8 +1,10 @@
 #include "titan/core/allocator.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -48,6 +50,21 @@ std::string_view mem_category_name(MemCategory c) {
   return "?";
 }
 
+namespace {
+
+void charge(size_t bytes, MemCategory category) {
+  const int c = static_cast<int>(category);
+  raise_peak(g_peak[c], g_current[c].fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  raise_peak(g_total_peak, g_total_current.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+}
+
+void uncharge(size_t bytes, MemCategory category) {
+  g_current[static_cast<int>(category)].fetch_sub(bytes, std::memory_order_relaxed);
+  g_total_current.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void* mem_allocate(size_t bytes, MemCategory category) {
   if (bytes == 0) return nullptr;
   const size_t alignment = bytes >= kHugePage ? kHugePage : kAlignment;
@@ -57,17 +74,14 @@ void* mem_allocate(size_t bytes, MemCategory category) {
               mem_category_name(category));
   // Advice only: where it fails (no THP), the buffer works the same with 4 KiB pages.
   if (alignment == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);
-  const int c = static_cast<int>(category);
-  raise_peak(g_peak[c], g_current[c].fetch_add(bytes, std::memory_order_relaxed) + bytes);
-  raise_peak(g_total_peak, g_total_current.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  charge(bytes, category);
   return ptr;
 }
 
 void mem_release(void* ptr, size_t bytes, MemCategory category) {
   if (ptr == nullptr) return;
   std::free(ptr);
-  g_current[static_cast<int>(category)].fetch_sub(bytes, std::memory_order_relaxed);
-  g_total_current.fetch_sub(bytes, std::memory_order_relaxed);
+  uncharge(bytes, category);
 }
 
 MemoryStats memory_stats() {
@@ -90,22 +104,44 @@ Buffer::Buffer(size_t bytes, MemCategory category)
     : data_(mem_allocate(bytes, category)), bytes_(bytes), category_(category) {}
 
 Buffer::~Buffer() {
+  recommit();  // what mem_release uncharges
   mem_release(data_, bytes_, category_);
 }
 
 Buffer::Buffer(Buffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
-      category_(other.category_) {}
+      category_(other.category_),
+      committed_(std::exchange(other.committed_, true)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
+    recommit();
     mem_release(data_, bytes_, category_);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     category_ = other.category_;
+    committed_ = std::exchange(other.committed_, true);
   }
   return *this;
+}
+
+void Buffer::decommit() {
+  if (data_ == nullptr || !committed_) return;
+  // Only whole pages go back; the partial pages at either end (of a buffer under 2 MiB) stay.
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data_);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + bytes_) / page * page;
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  uncharge(bytes_, category_);
+  committed_ = false;
+}
+
+void Buffer::recommit() {
+  if (data_ == nullptr || committed_) return;
+  charge(bytes_, category_);
+  committed_ = true;
 }
 
 void Buffer::zero() {

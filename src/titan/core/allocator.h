@@ -46,11 +46,19 @@ class Buffer {
     return static_cast<T*>(data_);
   }
   void zero();
+  // Hands the buffer's pages back to the OS and stops charging them: FSDP's whole parameters and
+  // gradients of a unit exist only while it is in flight. The contents are lost, the address
+  // stays valid; recommit charges the bytes again (write before reading: the contents are
+  // undefined, zero pages or what the partial end pages held).
+  void decommit();
+  void recommit();
+  bool committed() const { return committed_; }
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemCategory category_ = MemCategory::other;
+  bool committed_ = true;
 };
 
 }  // namespace titan

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -37,35 +38,34 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
     largest = std::max(largest, shards_.back().numel());
   }
   staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
+  reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
 }
 
-void FullyShardedGroups::pack(float* blocks, const ParamGroup& full, const float* whole) const {
+void FullyShardedGroups::pack(float* blocks, size_t g, const float* whole) const {
   const int64_t n = mesh_.dims().dp_shard;
-  const ParamGroup& shard = shards_[&full - full_.data()];
+  const ParamGroup &full = full_[g], &shard = shards_[g];
+  std::memset(blocks, 0, static_cast<size_t>(n * shard.numel()) * sizeof(float));
   for (int64_t r = 0; r < n; ++r) {
     float* block = blocks + r * shard.numel();
-    std::memset(block, 0, static_cast<size_t>(shard.numel()) * sizeof(float));
     for (size_t i = 0; i < full.views().size(); ++i) {
       const ParamView& v = full.views()[i];
-      const int64_t row = v.numel / v.spec.shape[0], c = rows_per_shard(v, n);
-      const int64_t first = std::min(r * c, v.spec.shape[0]);
-      const int64_t rows = std::min(c, v.spec.shape[0] - first);
+      const int64_t d0 = v.spec.shape[0], row = v.numel / d0, c = rows_per_shard(v, n);
+      const int64_t first = std::min(r * c, d0), rows = std::min(c, d0 - first);
       std::memcpy(block + shard.views()[i].offset, whole + v.offset + first * row,
                   static_cast<size_t>(rows * row) * sizeof(float));
     }
   }
 }
 
-void FullyShardedGroups::unpack(float* whole, const ParamGroup& full, const float* blocks) const {
+void FullyShardedGroups::unpack(float* whole, size_t g, const float* blocks) const {
   const int64_t n = mesh_.dims().dp_shard;
-  const ParamGroup& shard = shards_[&full - full_.data()];
+  const ParamGroup &full = full_[g], &shard = shards_[g];
   for (int64_t r = 0; r < n; ++r) {
     const float* block = blocks + r * shard.numel();
     for (size_t i = 0; i < full.views().size(); ++i) {
       const ParamView& v = full.views()[i];
-      const int64_t row = v.numel / v.spec.shape[0], c = rows_per_shard(v, n);
-      const int64_t first = std::min(r * c, v.spec.shape[0]);
-      const int64_t rows = std::min(c, v.spec.shape[0] - first);
+      const int64_t d0 = v.spec.shape[0], row = v.numel / d0, c = rows_per_shard(v, n);
+      const int64_t first = std::min(r * c, d0), rows = std::min(c, d0 - first);
       std::memcpy(whole + v.offset + first * row, block + shard.views()[i].offset,
                   static_cast<size_t>(rows * row) * sizeof(float));
     }
@@ -75,27 +75,51 @@ void FullyShardedGroups::unpack(float* whole, const ParamGroup& full, const floa
 void FullyShardedGroups::shard_parameters() {
   const int64_t rank = mesh_.shard_index();
   for (size_t g = 0; g < full_.size(); ++g) {
-    pack(staging_.as<float>(), full_[g], full_[g].params());
+    pack(staging_.as<float>(), g, full_[g].params());
     std::memcpy(shards_[g].params(), staging_.as<float>() + rank * shards_[g].numel(),
                 static_cast<size_t>(shards_[g].numel()) * sizeof(float));
   }
+  release_all();
 }
 
-void FullyShardedGroups::reduce_gradients() {
-  for (size_t g = 0; g < full_.size(); ++g) {
-    pack(staging_.as<float>(), full_[g], full_[g].grads());
-    mesh_.shard_group().reduce_scatter_sum(shards_[g].grads(), staging_.as<float>(),
-                                           shards_[g].numel());
-    if (mesh_.dims().dp_replicate > 1) {
-      mesh_.replicate_group().all_reduce_sum(shards_[g].grads(), shards_[g].numel());
-    }
+void FullyShardedGroups::acquire(int64_t g, bool gradients) {
+  ParamGroup& full = full_[g];
+  full.acquire_params();
+  mesh_.shard_group().all_gather(staging_.as<float>(), shards_[g].params(), shards_[g].numel());
+  unpack(full.params(), static_cast<size_t>(g), staging_.as<float>());
+  if (gradients) full.acquire_grads();
+}
+
+void FullyShardedGroups::release(int64_t g, bool gradients) {
+  ParamGroup &full = full_[g], &shard = shards_[g];
+  if (gradients) {
+    pack(staging_.as<float>(), static_cast<size_t>(g), full.grads());
+    float* reduced = reduced_grad_.as<float>();
+    mesh_.shard_group().reduce_scatter_sum(reduced, staging_.as<float>(), shard.numel());
+    backend().vec().axpy(shard.grads(), 1.0f, reduced, shard.numel());
+    full.release_grads();
   }
+  full.release_params();
 }
 
-void FullyShardedGroups::gather_parameters() {
-  for (size_t g = 0; g < full_.size(); ++g) {
-    mesh_.shard_group().all_gather(staging_.as<float>(), shards_[g].params(), shards_[g].numel());
-    unpack(full_[g].params(), full_[g], staging_.as<float>());
+void FullyShardedGroups::zero_gradients() {
+  for (ParamGroup& s : shards_)
+    std::memset(s.grads(), 0, static_cast<size_t>(s.numel()) * sizeof(float));
+}
+
+void FullyShardedGroups::finish_gradients() {
+  if (mesh_.dims().dp_replicate == 1) return;
+  for (ParamGroup& s : shards_) mesh_.replicate_group().all_reduce_sum(s.grads(), s.numel());
+}
+
+void FullyShardedGroups::gather_all() {
+  for (size_t g = 0; g < full_.size(); ++g) acquire(static_cast<int64_t>(g), false);
+}
+
+void FullyShardedGroups::release_all() {
+  for (ParamGroup& g : full_) {
+    g.release_params();
+    g.release_grads();
   }
 }
 

@@ -1,14 +1,13 @@
-// FSDP's sharding of a model's parameter groups (one group per FSDP unit: each transformer
-// block, the embedding, [norm, lm_head]) over the shard group of a data-parallel mesh: each rank
-// keeps a dim-0 shard of every parameter -- rows [r*c, (r+1)*c) of a parameter with d0 rows,
+// FSDP over the shard group of a data-parallel mesh, one unit per parameter group (each
+// transformer block; group 0, the embedding with the final norm and lm_head). Each rank keeps a
+// dim-0 shard of every parameter -- rows [r*c, (r+1)*c) of a parameter with d0 rows,
 // c = ceil(d0 / N), the last ranks' missing rows zero padding -- with the matching shards of its
-// gradient and of the AdamW moments. After the backward, each group's gradients are
-// reduce-scattered over the shard group (and, under HSDP, all-reduced over the replicas); the
-// optimizer updates the shards; the updated shards are all-gathered into the whole parameters.
-//
-// Not yet FSDP's memory: the whole parameters and gradients of every group stay allocated on
-// every rank between steps (only the optimizer state is 1/N); gathering each unit just before its
-// forward and freeing it after is the next step, through the model's per-layer hooks.
+// gradient and of the AdamW moments (what the optimizer updates). A unit's whole parameters exist
+// only while the model uses it (ParamGroupHooks, models/causal_lm.h): all-gathered into the
+// group's buffer at acquire, handed back to the OS at release; when the use computed gradients,
+// the release reduce-scatters them into the shards' gradients (summed over uses and
+// micro-batches) and hands the whole gradients back too. Under HSDP the shards' gradients are
+// then all-reduced over the replicas (finish_gradients).
 #pragma once
 
 #include <cstdint>
@@ -22,29 +21,34 @@ namespace titan {
 
 class FullyShardedGroups {
  public:
-  // `full` (with gradients allocated) and `mesh` must outlive this.
+  // `full` (with gradients allocated) and `mesh` must outlive this. The whole groups stay
+  // resident until shard_parameters.
   FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh);
 
-  // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients:
-  // what the optimizer updates.
+  // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients.
   std::vector<ParamGroup>& shards() { return shards_; }
-  // The whole parameters -> this rank's shards (after initialisation or loading).
+  // The whole parameters -> this rank's shards (after initialisation or loading); then every
+  // whole group is released.
   void shard_parameters();
-  // The whole gradients of every rank -> their sum's shard on each rank (reduce-scatter over the
-  // shard group, then all-reduce over the replicate group).
-  void reduce_gradients();
-  // Every rank's shards -> the whole parameters on each rank (all-gather over the shard group).
-  void gather_parameters();
+  // The model's uses of group g (install as its ParamGroupHooks).
+  void acquire(int64_t g, bool gradients);
+  void release(int64_t g, bool gradients);
+  void zero_gradients();    // the shards' gradients, before a step's micro-batches
+  void finish_gradients();  // after the backward of the step's last micro-batch (HSDP)
+  // Every group whole and resident (the export at the end of training), or released again.
+  void gather_all();
+  void release_all();
 
  private:
-  // rank's block (N x shard numel) <-> the whole group's layout
-  void pack(float* blocks, const ParamGroup& full, const float* whole) const;
-  void unpack(float* whole, const ParamGroup& full, const float* blocks) const;
+  // Each rank's block (N x shard numel) <-> the whole group's layout.
+  void pack(float* blocks, size_t g, const float* whole) const;
+  void unpack(float* whole, size_t g, const float* blocks) const;
 
   std::vector<ParamGroup>& full_;
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
-  Buffer staging_;  // N x the largest group's shard numel
+  Buffer staging_;       // N x the largest shard: the collectives' whole side
+  Buffer reduced_grad_;  // the largest shard: one reduce-scatter's result
 };
 
 }  // namespace titan

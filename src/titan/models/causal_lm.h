@@ -3,8 +3,8 @@
 // (make_model); Hugging Face's `architectures` name picks the family (models/registry.h).
 //
 // Parameters live in flat ParamGroups (nn/param_group.h): [0] embed_tokens / norm / lm_head, then
-// one per transformer block, the unit FSDP shards and gathers. LayerHooks let a parallelism act
-// around each block's forward and backward.
+// one per transformer block, the units FSDP shards and gathers. ParamGroupHooks let a parallelism
+// act around every use of a group.
 #pragma once
 
 #include <cstdint>
@@ -29,13 +29,17 @@ struct ForwardOptions {
   float aux_loss_scale = 1.0f;
 };
 
-// Called with the block's index (0 .. layers-1). Under activation checkpointing a block's forward
-// is recomputed inside the backward, after before_backward (its parameters are needed from there
-// to after_backward).
-struct LayerHooks {
-  std::function<void(int64_t)> before_forward;   // before block i's forward
-  std::function<void(int64_t)> before_backward;  // before block i's backward (and its recompute)
-  std::function<void(int64_t)> after_backward;   // block i's gradients are complete
+// Every use of a parameter group by the forward and backward, for a parallelism to act around:
+// FSDP gathers the group's parameters in `acquire` and frees them in `release`, and when the use
+// accumulated into the group's gradients (`gradients`), reduce-scatters them in `release`. Every
+// read of a group's parameters, and every write of its gradients, lies between an acquire and the
+// matching release. Group 0 (embedding, final norm, lm_head) is used three times per training
+// micro-batch: the embedding's forward; the final norm, the loss and their backward (from the
+// forward into the backward); the embedding's backward. Group 1 + i (block i) twice: its forward,
+// and its backward (with, under activation checkpointing, the recompute of its forward).
+struct ParamGroupHooks {
+  std::function<void(int64_t group, bool gradients)> acquire;
+  std::function<void(int64_t group, bool gradients)> release;
 };
 
 class CausalLM {
@@ -79,7 +83,7 @@ class CausalLM {
   // inside the backward.
   virtual void set_activation_checkpointing(bool full) = 0;
   virtual bool activation_checkpointing() const = 0;
-  virtual void set_layer_hooks(LayerHooks hooks) = 0;
+  virtual void set_param_group_hooks(ParamGroupHooks hooks) = 0;
 
   // Bytes of the activation arena for (batch, seq): what the backward must keep.
   virtual int64_t activation_bytes(int64_t batch, int64_t seq) const = 0;

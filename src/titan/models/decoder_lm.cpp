@@ -420,11 +420,15 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     router_counts_.assign(E, 0.0);
     router_prob_sums_.assign(E, 0.0);
   }
+  acquire(0, false);
   m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
+  release(0, false);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
-    if (hooks_.before_forward) hooks_.before_forward(static_cast<int64_t>(i));
+    const auto group = static_cast<int64_t>(1 + i);
+    acquire(group, false);
     LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
     layer_forward(i, a);
+    release(group, false);
     if (aux && m_.layers[i].sparse) {
       load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(), a.moe.router_probs,
                                 a.moe.topk_index, n, E, k);
@@ -440,6 +444,8 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
                         args_.router_aux_loss_coef * options.aux_loss_scale);
   }
+  // Group 0 stays in use from here into the backward's final norm when computing gradients.
+  acquire(0, options.compute_grad);
   m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
 
   CrossEntropyArgs ce;
@@ -465,7 +471,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     ce.grad_scale = options.grad_scale;
   }
   grad_ready_ = options.compute_grad;
-  return lm_head_loss_->forward_backward(ce);
+  const CrossEntropyResult result = lm_head_loss_->forward_backward(ce);
+  if (!options.compute_grad) release(0, false);
+  return result;
 }
 
 void DecoderLM::backward() {
@@ -474,16 +482,19 @@ void DecoderLM::backward() {
   const int64_t n = batch_ * seq_;
   Activations& g = acts_;
   m_.norm.backward(g.d_resid, g.grad.d_norm, g.resid.back(), g.final_norm_rstd, n);
+  release(0, true);
   for (size_t i = m_.layers.size(); i-- > 0;) {
-    const auto index = static_cast<int64_t>(i);
-    if (hooks_.before_backward) hooks_.before_backward(index);
+    const auto group = static_cast<int64_t>(1 + i);
+    acquire(group, true);
     LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];
     if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
     m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
                           aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
-    if (hooks_.after_backward) hooks_.after_backward(index);
+    release(group, true);
   }
+  acquire(0, true);
   m_.embed_tokens.backward(g.d_resid, ids_.data(), n);
+  release(0, true);
 }
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,

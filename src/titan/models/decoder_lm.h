@@ -41,7 +41,7 @@ class DecoderLM final : public CausalLM {
   void check_kernel_constraints(int64_t batch, int64_t seq) const override;
   void set_activation_checkpointing(bool full) override;
   bool activation_checkpointing() const override { return checkpoint_layers_; }
-  void set_layer_hooks(LayerHooks hooks) override { hooks_ = std::move(hooks); }
+  void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
 
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
   int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const override;
@@ -79,7 +79,13 @@ class DecoderLM final : public CausalLM {
   DecoderModules m_;
   const LmHeadLossKernel* lm_head_loss_ = nullptr;
   RopeCache rope_cache_;
-  LayerHooks hooks_;
+  ParamGroupHooks hooks_;
+  void acquire(int64_t group, bool gradients) const {
+    if (hooks_.acquire) hooks_.acquire(group, gradients);
+  }
+  void release(int64_t group, bool gradients) const {
+    if (hooks_.release) hooks_.release(group, gradients);
+  }
 
   // The activation arena and its views, sized for (batch_, seq_).
   int64_t batch_ = 0, seq_ = 0;

@@ -50,6 +50,18 @@ void ParamGroup::allocate_optimizer_state() {
   exp_avg_sq_.zero();
 }
 
+void ParamGroup::acquire_params() {
+  if (params_.committed()) return;
+  params_.recommit();
+  params_.zero();
+}
+
+void ParamGroup::acquire_grads() {
+  if (grads_.committed()) return;
+  grads_.recommit();
+  grads_.zero();
+}
+
 Tensor ParamGroup::param(const std::string& param_name) const {
   const ParamView& v = view(param_name);
   return Tensor::view(params() + v.offset, v.spec.shape, DType::f32);

@@ -46,6 +46,16 @@ class ParamGroup {
   float* grads() const { return grads_.as<float>(); }      // (numel) or null
   float* exp_avg() const { return exp_avg_.as<float>(); }  // (numel) or null
   float* exp_avg_sq() const { return exp_avg_sq_.as<float>(); }
+  // FSDP (dist/fsdp.h): the whole parameters or gradients of a unit handed back to the OS while
+  // it is not in flight (Buffer::decommit); the views keep their addresses. Acquired again, they
+  // read zero until written (the all-gather writes the parameters, the backward accumulates
+  // into the gradients).
+  void release_params() { params_.decommit(); }
+  void release_grads() { grads_.decommit(); }
+  void acquire_params();
+  void acquire_grads();
+  bool params_resident() const { return params_.committed(); }
+
   Tensor param(const std::string& param_name) const;
   Tensor grad(const std::string& param_name) const;
 

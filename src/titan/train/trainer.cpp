@@ -189,6 +189,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
       world().size());
   const JobConfig::Checkpoint& ck = config_.checkpoint;
   if (dims.dp_shard > 1) {
+    TITAN_CHECK(t.mixed_precision_param == "float32", "training.mixed_precision_param = \"",
+                t.mixed_precision_param, "\" under FSDP (data_parallel_shard_degree ",
+                dims.dp_shard, "): bf16 units are not built yet; use float32");
     TITAN_CHECK(!ck.enable, "checkpoint.enable under FSDP (data_parallel_shard_degree ",
                 dims.dp_shard,
                 "): sharded checkpoints are not built yet; the final Hugging Face export "
@@ -205,8 +208,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
         "replicate index x %lld + shard index); %s\n",
         static_cast<long long>(dims.dp()), static_cast<long long>(dims.dp_replicate),
         static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard),
-        dims.dp_shard > 1 ? "FSDP: gradients reduce-scattered, AdamW state sharded, parameters "
-                            "all-gathered whole after each step (not yet per unit)"
+        dims.dp_shard > 1 ? "FSDP: parameters, gradients and AdamW state sharded, each unit "
+                            "gathered while in use"
                           : "parameters replicated, gradients all-reduced");
   }
   const int64_t dp = dims.dp();
@@ -275,6 +278,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
   if (dims.dp_shard > 1) {
     fsdp_ = std::make_unique<FullyShardedGroups>(model_->param_groups(), *mesh_);
+    FullyShardedGroups* fsdp = fsdp_.get();
+    model_->set_param_group_hooks({[fsdp](int64_t g, bool grads) { fsdp->acquire(g, grads); },
+                                   [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); }});
     optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
   } else {
     optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
@@ -359,7 +365,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   }
   out.data_time_s = now_seconds() - t0;
   TITAN_CHECK(scored > 0, "step ", step, ": the global batch has no scored tokens");
-  model_->zero_gradients();
+  if (fsdp_) {
+    fsdp_->zero_gradients();
+  } else {
+    model_->zero_gradients();
+  }
   ForwardOptions options;
   options.compute_grad = true;
   options.grad_scale = 1.0f / static_cast<float>(scored);
@@ -375,7 +385,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     model_->backward();
   }
   if (fsdp_) {
-    fsdp_->reduce_gradients();
+    fsdp_->finish_gradients();
   } else {
     all_reduce_gradients(model_->param_groups(), mesh_->world());
   }
@@ -403,7 +413,6 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     return out;  // no update; the gradients are zeroed by the next step
   }
   optimizer_->step(schedule_.at(step));
-  if (fsdp_) fsdp_->gather_parameters();
   return out;
 }
 
@@ -431,6 +440,25 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
                              config_.checkpoint.keep_latest_k);
   }
   mesh_->world().barrier();
+}
+
+void Trainer::export_model() {
+  HfExportOptions options;
+  options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
+  options.source_dir = tokenizer_dir_;
+  options.overwrite = true;
+  // Skipped non-finite steps can still leave weights that are; they are not exported as a model.
+  NonfiniteScan scan;
+  for (const ParamGroup& g : model_->param_groups()) {
+    for (const ParamView& v : g.views()) {
+      scan.add("the trained model", v.spec.name, g.params() + v.offset, DType::f32,
+               static_cast<size_t>(v.numel));
+    }
+  }
+  scan.check(config_.checkpoint.allow_nonfinite_weights);
+  const std::string dir = export_dir(config_);
+  export_hf_folder(dir, args_, model_->param_groups(), options);
+  std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
 }
 
 TrainResult Trainer::run() {
@@ -475,23 +503,9 @@ TrainResult Trainer::run() {
     }
   }
   metrics.print_summary();
-  if (config_.checkpoint.last_save_in_hf && mesh_->world().rank() == 0) {
-    HfExportOptions options;
-    options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
-    options.source_dir = tokenizer_dir_;
-    options.overwrite = true;
-    // Skipped non-finite steps can still leave weights that are; they are not exported as a model.
-    NonfiniteScan scan;
-    for (const ParamGroup& g : model_->param_groups()) {
-      for (const ParamView& v : g.views()) {
-        scan.add("the trained model", v.spec.name, g.params() + v.offset, DType::f32,
-                 static_cast<size_t>(v.numel));
-      }
-    }
-    scan.check(config_.checkpoint.allow_nonfinite_weights);
-    const std::string dir = export_dir(config_);
-    export_hf_folder(dir, args_, model_->param_groups(), options);
-    std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
+  if (config_.checkpoint.last_save_in_hf) {
+    if (fsdp_) fsdp_->gather_all();  // every rank takes part; rank 0 writes
+    if (mesh_->world().rank() == 0) export_model();
   }
   mesh_->world().barrier();
   return result;

@@ -46,6 +46,8 @@ class Trainer {
   EvalResult validate();
   // model_only: parameters only (checkpoint.last_save_model_only, for the last step).
   void save_checkpoint(int64_t step, bool model_only);
+  // The trained model as a Hugging Face folder (checkpoint.last_save_in_hf; whole parameters).
+  void export_model();
   void restore();
   std::string checkpoint_folder() const;
 
