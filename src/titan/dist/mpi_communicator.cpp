@@ -4,14 +4,83 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "titan/core/error.h"
 #include "titan/dist/world.h"
 
 namespace titan {
 namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Watches the collective the main thread is in (only it calls MPI). It cannot call MPI itself
+// (MPI_THREAD_FUNNELED), so it ends this rank with _Exit and leaves the rest to mpirun.
+class Watchdog {
+ public:
+  ~Watchdog() { stop(); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    thread_.join();
+  }
+  void set_timeout(int64_t seconds, const char* key) {
+    key_ = key;
+    timeout_ns_ = seconds * 1'000'000'000;
+  }
+  void enter(const char* collective) {
+    collective_ = collective;
+    since_ns_ = now_ns();
+  }
+  void leave() { since_ns_ = 0; }
+
+ private:
+  void run() {
+    while (!stopping_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const int64_t since = since_ns_, timeout = timeout_ns_;
+      if (since == 0 || timeout <= 0 || now_ns() - since < timeout) continue;
+      int rank = 0, size = 0;
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank);  // allowed from any thread: no communication
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      std::fprintf(stderr,
+                   "[rank %d of %d] titan train: error: %s waited %lld s for the other ranks "
+                   "(comm.%s): a rank is stuck; ending the job\n",
+                   rank, size, collective_.load(), static_cast<long long>(timeout / 1'000'000'000),
+                   key_.load());
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+  }
+
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> since_ns_{0}, timeout_ns_{0};
+  std::atomic<const char*> collective_{""}, key_{""};
+};
+
+Watchdog g_watchdog;
+
+// The main thread is inside one collective while this lives.
+class InCollective {
+ public:
+  explicit InCollective(const char* name) { g_watchdog.enter(name); }
+  ~InCollective() { g_watchdog.leave(); }
+  InCollective(const InCollective&) = delete;
+  InCollective& operator=(const InCollective&) = delete;
+};
 
 // MPI counts are ints: reductions and broadcasts go in chunks of at most this many elements.
 constexpr int64_t kMaxChunk = int64_t{1} << 30;
@@ -44,27 +113,35 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce_sum(float* data, int64_t count) override {
+    const InCollective watch("all_reduce");
     in_chunks(count, [&](int64_t at, int n) {
       MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_FLOAT, MPI_SUM, comm_);
     });
   }
   void all_reduce_sum(double* data, int64_t count) override {
+    const InCollective watch("all_reduce");
     in_chunks(count, [&](int64_t at, int n) {
       MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_DOUBLE, MPI_SUM, comm_);
     });
   }
   void all_gather(float* out, const float* in, int64_t count) override {
+    const InCollective watch("all_gather");
     const int n = checked_count(count, "all_gather");
     MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm_);
   }
   void reduce_scatter_sum(float* out, const float* in, int64_t count) override {
+    const InCollective watch("reduce_scatter");
     const int n = checked_count(count, "reduce_scatter");
     MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm_);
   }
   void broadcast(float* data, int64_t count, int root) override {
+    const InCollective watch("broadcast");
     in_chunks(count, [&](int64_t at, int n) { MPI_Bcast(data + at, n, MPI_FLOAT, root, comm_); });
   }
-  void barrier() override { MPI_Barrier(comm_); }
+  void barrier() override {
+    const InCollective watch("barrier");
+    MPI_Barrier(comm_);
+  }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
     MPI_Comm_split(comm_, color, key, &sub);
@@ -100,6 +177,7 @@ void init_world(int* argc, char*** argv) {
   // Only the main thread calls MPI (OpenMP teams and the data loader's thread never do).
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
   g_mpi = true;
+  g_watchdog.start();
   g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
   g_info.rank = g_world->rank();
   g_info.size = g_world->size();
@@ -112,6 +190,7 @@ void init_world(int* argc, char*** argv) {
 
 void finalize_world() {
   if (!g_mpi) return;
+  g_watchdog.stop();
   g_world.reset();
   MPI_Finalize();
   g_mpi = false;
@@ -126,7 +205,12 @@ Communicator& world() {
   return *g_world;
 }
 
+void set_collective_timeout(int64_t seconds, const char* key) {
+  g_watchdog.set_timeout(seconds, key);
+}
+
 void abort_world(int code) {
+  g_watchdog.stop();
   if (g_mpi) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }

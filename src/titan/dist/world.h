@@ -22,5 +22,10 @@ const WorldInfo& world_info();
 Communicator& world();
 // Ends every rank of the job with `code` (MPI_Abort), or this process in a world of one.
 [[noreturn]] void abort_world(int code);
+// A collective that waits longer than `seconds` for the other ranks ends the job: a watchdog
+// prints one line naming the collective and `key` (the config key that sets the limit) and exits
+// this rank, and mpirun ends the others. For a rank that hangs without dying (a rank that dies
+// ends the job through mpirun at once). No effect in a world of one.
+void set_collective_timeout(int64_t seconds, const char* key);
 
 }  // namespace titan

@@ -78,6 +78,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint", "load_step", &c.checkpoint.load_step},
       {"checkpoint", "allow_fresh_start", &c.checkpoint.allow_fresh_start},
       {"checkpoint", "allow_nonfinite_weights", &c.checkpoint.allow_nonfinite_weights},
+      {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
+      {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},
@@ -330,6 +332,8 @@ void job_config_validate(const JobConfig& c) {
                "lr_scheduler.decay_type");
   TITAN_CHECK(c.lr_scheduler.min_lr_factor >= 0 && c.lr_scheduler.min_lr_factor <= 1,
               "lr_scheduler.min_lr_factor must be in [0, 1]");
+  positive(c.comm.init_timeout_seconds, "comm.init_timeout_seconds");
+  positive(c.comm.train_timeout_seconds, "comm.train_timeout_seconds");
   check_one_of(c.activation_checkpoint.mode, {"none", "full"}, "activation_checkpoint.mode");
   positive(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(

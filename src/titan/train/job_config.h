@@ -85,6 +85,12 @@ struct JobConfig {
     // (for debugging such weights).
     bool allow_nonfinite_weights = false;
   } checkpoint;
+  // torchtitan's [comm]: how long a collective may wait before the job is ended (a rank that
+  // hangs without dying): the first step and everything before it, then every later step.
+  struct Comm {
+    int64_t init_timeout_seconds = 300;
+    int64_t train_timeout_seconds = 100;
+  } comm;
   struct ActivationCheckpoint {
     std::string mode = "none";  // none | full
   } activation_checkpoint;

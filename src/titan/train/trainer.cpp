@@ -201,6 +201,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                 "(data_parallel_shard_degree ",
                 dims.dp_shard, "): set checkpoint.initial_load_model_only = true");
   }
+  set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
     std::printf(
@@ -435,11 +436,14 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   state.seed = config_.training.seed;
   // Replicated parameters and optimizer state: rank 0 writes them; the others wait, so no rank
   // runs ahead of a checkpoint it might resume from.
+  // The others wait for rank 0's writes as long as for start-up, not one step.
+  set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   if (mesh_->world().rank() == 0) {
     save_training_checkpoint(checkpoint_folder(), model_->param_groups(), state,
                              config_.checkpoint.keep_latest_k);
   }
   mesh_->world().barrier();
+  set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
 }
 
 void Trainer::export_model() {
@@ -486,7 +490,10 @@ TrainResult Trainer::run() {
     const double t0 = now_seconds();
     const StepOutcome out = train_step(step);
     const double elapsed = now_seconds() - t0;
-    if (step == result.first_step) result.first_loss = out.loss;
+    if (step == result.first_step) {
+      result.first_loss = out.loss;
+      set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
+    }
     result.last_step = step;
     result.last_loss = out.loss;
     const bool print =
@@ -504,6 +511,7 @@ TrainResult Trainer::run() {
   }
   metrics.print_summary();
   if (config_.checkpoint.last_save_in_hf) {
+    set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
     if (fsdp_) fsdp_->gather_all();  // every rank takes part; rank 0 writes
     if (mesh_->world().rank() == 0) export_model();
   }
