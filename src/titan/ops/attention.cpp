@@ -53,6 +53,9 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
 // takes a contiguous range of cache rows, all heads, and streams it row after row -- the access
 // the hardware prefetcher follows best. Splitting by kv head instead had each thread read half of
 // every 4 KiB row (at 8 x 128), and the cache streamed at 13-17 GB/s, half the weights' rate.
+// Eight ranges handed out dynamically (as the GEMVs' blocks are, so that a descheduled thread
+// holds up one range, not half the cache) measured no faster than these static halves on the
+// loaded 2-vCPU VM, and slower as long as the loop kept its own barrier.
 // A thread leaves, per head, its range's max score, sum of exponentials and unnormalised output;
 // the calling thread merges them after the join (no barrier inside the region, which would be
 // one more team-wide wait per layer). A thread's range is two vector calls: every head's scores
