@@ -198,6 +198,82 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
   }
 }
 
+// Every ISA's one-query attention kernels (gqa_scores_*, gqa_values_*) against fp64 sums, within
+// the fp32 summation bound of each: groups that run as 4 + 2 + 1, 4 + 4, 2 + 1 and 1 query heads
+// per kv head; head dims with whole blocks of 32, a lone 16 and scalar tails; cache rows padded
+// with NaN past their heads (a read past a head's slice would show).
+TEST(Vec, GqaAttentionKernelsEveryIsaMatchReference) {
+  const CpuInfo& cpu = cpu_info();
+  std::vector<Isa> isas = {Isa::scalar};
+  if (cpu.avx2) isas.push_back(Isa::avx2);
+  if (cpu.avx512) isas.push_back(Isa::avx512);
+  struct Case {
+    GqaHeads heads;
+    int64_t rows;
+  };
+  const Case cases[] = {{{1, 1, 5}, 1},  {{2, 3, 16}, 7}, {{8, 2, 128}, 19},
+                        {{2, 8, 70}, 4}, {{3, 5, 48}, 9}, {{1, 7, 33}, 3}};
+  for (Isa isa : isas) {
+    const VecKernels& v = vec_kernels(isa);
+    for (const auto& [heads, rows] : cases) {
+      const int64_t hd = heads.head_dim, H = heads.kv_heads * heads.group;
+      const int64_t ld = heads.kv_heads * hd + 3, lds = rows + 2;
+      SCOPED_TRACE(std::string(isa_name(isa)) + " kv heads " + std::to_string(heads.kv_heads) +
+                   " group " + std::to_string(heads.group) + " hd " + std::to_string(hd) +
+                   " rows " + std::to_string(rows));
+      const std::vector<float> q = randn(H * hd, hd), p = randn(H * lds, rows + 1),
+                               out0 = randn(H * hd, 7);
+      std::vector<float> kv = randn(rows * ld, ld);
+      std::vector<uint16_t> kv16(kv.size());
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = heads.kv_heads * hd; c < ld; ++c) kv[r * ld + c] = NAN;
+      }
+      for (size_t i = 0; i < kv.size(); ++i) kv16[i] = f32_to_bf16(kv[i]);
+      for (const bool bf16 : {false, true}) {
+        SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+        // The kernels' inputs as fp32 values: bf16 rows widened exactly.
+        const auto at = [&](int64_t r, int64_t h, int64_t c) -> double {
+          const int64_t i = r * ld + h / heads.group * hd + c;
+          return bf16 ? bf16_to_f32(kv16[i]) : kv[i];
+        };
+        std::vector<float> q_in(q), scores(H * lds, -1.0f), out(out0), got(H * hd);
+        if (bf16) {
+          for (int64_t h = 0; h < H; ++h) gemv_bf16_split_x(&q_in[h * hd], &q[h * hd], hd);
+          for (int64_t h = 0; h < H; ++h) gemv_bf16_split_x(&out[h * hd], &out0[h * hd], hd);
+          v.gqa_scores_bf16(scores.data(), lds, q_in.data(), kv16.data(), ld, rows, heads);
+          v.gqa_values_bf16(out.data(), p.data(), lds, kv16.data(), ld, rows, heads);
+          for (int64_t h = 0; h < H; ++h) gemv_bf16_unsplit_x(&got[h * hd], &out[h * hd], hd);
+        } else {
+          v.gqa_scores_f32(scores.data(), lds, q.data(), kv.data(), ld, rows, heads);
+          v.gqa_values_f32(out.data(), p.data(), lds, kv.data(), ld, rows, heads);
+          got = out;
+        }
+        for (int64_t h = 0; h < H; ++h) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double sum = 0.0, abs_sum = 0.0;
+            for (int64_t c = 0; c < hd; ++c) {
+              sum += q[h * hd + c] * at(r, h, c);
+              abs_sum += std::fabs(q[h * hd + c] * at(r, h, c));
+            }
+            EXPECT_NEAR(scores[h * lds + r], sum, (hd + 1) * 0x1p-24 * abs_sum)
+                << "score of head " << h << " row " << r;
+          }
+          for (int64_t r = rows; r < lds; ++r) EXPECT_EQ(scores[h * lds + r], -1.0f);
+          for (int64_t c = 0; c < hd; ++c) {
+            double sum = out0[h * hd + c], abs_sum = std::fabs(out0[h * hd + c]);
+            for (int64_t r = 0; r < rows; ++r) {
+              sum += p[h * lds + r] * at(r, h, c);
+              abs_sum += std::fabs(p[h * lds + r] * at(r, h, c));
+            }
+            EXPECT_NEAR(got[h * hd + c], sum, (rows + 2) * 0x1p-24 * abs_sum)
+                << "output of head " << h << " column " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
 // Several products of mixed dtypes in one call, two spanning several row blocks with a ragged
 // last one and one inside a single block: every row computed once, by the right weights, the bf16
 // ones on x rounded to bf16 and the fp32 one on x itself.
@@ -486,6 +562,21 @@ TEST(Attention, Bf16KeysAndValuesEqualFp32OnWidenedValues) {
   set_thread_count(5);
   check_attention_bf16_kv({2, 1, 3, 4, 2, 40});
   set_thread_count(saved);
+}
+
+// The one-query path against the reference at decode depths from one key to past 512 (ranges of
+// every thread count's split), for groups of 1, 2, 3 and 8 query heads per kv head, head dims
+// with and without tails, over an fp32 and a bf16 cache.
+TEST(Attention, OneQueryAtSeveralDepthsHeadCountsAndCacheDtypes) {
+  const int64_t heads[][3] = {{16, 8, 128}, {8, 1, 64}, {6, 2, 40}, {5, 5, 70}};
+  for (const auto& [n_heads, n_kv_heads, hd] : heads) {
+    for (int64_t depth : {1, 2, 31, 130, 513, 600}) {
+      SCOPED_TRACE("heads " + std::to_string(n_heads) + "/" + std::to_string(n_kv_heads) +
+                   " depth " + std::to_string(depth));
+      check_attention_forward({1, 1, depth, n_heads, n_kv_heads, hd});
+      check_attention_bf16_kv({1, 1, depth, n_heads, n_kv_heads, hd});
+    }
+  }
 }
 
 TEST(Attention, RejectsBadShapes) {

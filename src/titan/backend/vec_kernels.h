@@ -15,6 +15,12 @@ struct AdamWScalars {
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
 };
 
+// The heads of a grouped-query attention's cache rows: kv_heads slices of head_dim values per row,
+// each shared by `group` consecutive query heads (query head h reads kv head h / group).
+struct GqaHeads {
+  int64_t kv_heads, group, head_dim;
+};
+
 struct VecKernels {
   // What this table was compiled for: the CPU's ISA ("scalar", "avx2", "avx512": isa_name in
   // backend/cpu/cpu_info.h), or another backend's name.
@@ -55,6 +61,23 @@ struct VecKernels {
   // (attention's probabilities times its values).
   void (*axpy_rows)(float* y, const float* a, const float* x, int64_t ldx, int64_t rows,
                     int64_t cols);
+  // One query's attention scores over `rows` cache rows ldk apart, every head:
+  // scores[h * lds + r] = sum_c q[h * head_dim + c] * k[r * ldk + (h / group) * head_dim + c]
+  // for h < kv_heads * group. Rows are read in order, each kv head's slice once for the group of
+  // query heads sharing it (a decode step's keys; one call per thread's range of the cache).
+  void (*gqa_scores_f32)(float* scores, int64_t lds, const float* q, const float* k, int64_t ldk,
+                         int64_t rows, const GqaHeads& heads);
+  // The same over bf16 keys (raw bits), each head of q split by gemv_bf16_split_x.
+  void (*gqa_scores_bf16)(float* scores, int64_t lds, const float* q_split, const uint16_t* k,
+                          int64_t ldk, int64_t rows, const GqaHeads& heads);
+  // The weighted sum of value rows: out[h * head_dim + c] += sum_r p[h * ldp + r] *
+  // v[r * ldv + (h / group) * head_dim + c], rows added in order, each kv head's slice read once
+  // for its group.
+  void (*gqa_values_f32)(float* out, const float* p, int64_t ldp, const float* v, int64_t ldv,
+                         int64_t rows, const GqaHeads& heads);
+  // The same over bf16 values (raw bits), each head of out in gemv_bf16_split_x's layout.
+  void (*gqa_values_bf16)(float* out_split, const float* p, int64_t ldp, const uint16_t* v,
+                          int64_t ldv, int64_t rows, const GqaHeads& heads);
   // fp32 lanes of this ISA's widest vector.
   int native_lanes;
   // `rounds` of kFmaProbeChains independent vector FMA chains (acc = acc * m + a) on the widest

@@ -53,22 +53,27 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
 // takes a contiguous range of cache rows, all heads, and streams it row after row -- the access
 // the hardware prefetcher follows best. Splitting by kv head instead had each thread read half of
 // every 4 KiB row (at 8 x 128), and the cache streamed at 13-17 GB/s, half the weights' rate.
+// Eight ranges handed out dynamically (as the GEMVs' blocks are, so that a descheduled thread
+// holds up one range, not half the cache) measured no faster than these static halves on the
+// loaded 2-vCPU VM, and slower as long as the loop kept its own barrier.
 // A thread leaves, per head, its range's max score, sum of exponentials and unnormalised output;
 // the calling thread merges them after the join (no barrier inside the region, which would be
-// one more team-wide wait per layer). Per key row and kv head, the G query heads that share it are
-// one G-row GEMV over the row's slice; each value row is then added to each head's output with
-// that head's weight (axpy), row by row. Chunks of 2-32 rows per pass over the heads measured
-// slower than row by row (docs/PERFORMANCE.md, Generation).
+// one more team-wide wait per layer). A thread's range is two vector calls: every head's scores
+// over all its rows (gqa_scores: each kv head's slice of a row read once for the query heads
+// sharing it), the softmax per head, then the weighted sum of its value rows (gqa_values, the
+// same way). Two calls per key row and kv head (a G-row GEMV, then G axpys) cost more in calls
+// than the rows' bytes (docs/PERFORMANCE.md, bf16 inference).
 //
-// bf16 keys and values (KV = uint16_t) are widened in registers by gemv_bf16 and axpy_bf16, which
-// take their fp32 side in gemv_bf16_split_x's layout: each query head is split once, and each
-// head's output accumulates split and is put back in order by the merge.
+// bf16 keys and values (KV = uint16_t) are widened in registers, with their fp32 side in
+// gemv_bf16_split_x's layout: each query head is split once, and each head's output accumulates
+// split and is put back in order by the merge.
 template <typename KV>
 void attention_forward_one_query(float* out, float* lse, const float* q, const KV* k, const KV* v,
                                  const AttentionShape& s) {
   constexpr bool kBf16 = std::is_same_v<KV, uint16_t>;
-  const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim, G = H / KV_heads;
+  const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim;
   const int64_t ldk = KV_heads * hd, n_keys = s.seq_kv;
+  const GqaHeads heads{KV_heads, H / KV_heads, hd};
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const VecKernels& vk = backend().vec();
   const int64_t max_threads = std::min<int64_t>(omp_get_max_threads(), n_keys);
@@ -87,27 +92,17 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
     const int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
     if (t == 0) used_threads = n_threads;
     const int64_t j0 = n_keys * t / n_threads, j1 = n_keys * (t + 1) / n_threads, n = j1 - j0;
-    std::vector<float> p(static_cast<size_t>(H * n));   // (H, n) scores, then weights
-    std::vector<float> scores(static_cast<size_t>(G));  // one key row's, for one kv head
+    std::vector<float> p(static_cast<size_t>(H * n));  // (H, n) scores, then weights
     for (int64_t b = 0; b < s.batch; ++b) {
-      const float* qb = q + b * H * hd;
       const KV* kb = k + (b * n_keys + j0) * ldk;
       const KV* vb = v + (b * n_keys + j0) * ldk;
       float* row_max = parts.data() + (t * s.batch + b) * part;
       float* row_sum = row_max + H;
       float* acc = row_sum + H;  // (H, hd)
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t kvh = 0; kvh < KV_heads; ++kvh) {
-          if constexpr (kBf16) {
-            const float* qs = q_split.data() + (b * H + kvh * G) * hd;
-            for (int64_t g = 0; g < G; ++g) {
-              vk.gemv_bf16(&scores[g], kb + j * ldk + kvh * hd, hd, qs + g * hd, 1, hd);
-            }
-          } else {
-            vk.gemv_f32(scores.data(), qb + kvh * G * hd, hd, kb + j * ldk + kvh * hd, G, hd);
-          }
-          for (int64_t g = 0; g < G; ++g) p[(kvh * G + g) * n + j] = scores[g];
-        }
+      if constexpr (kBf16) {
+        vk.gqa_scores_bf16(p.data(), n, q_split.data() + b * H * hd, kb, ldk, n, heads);
+      } else {
+        vk.gqa_scores_f32(p.data(), n, q + b * H * hd, kb, ldk, n, heads);
       }
       for (int64_t h = 0; h < H; ++h) {
         float* row = p.data() + h * n;
@@ -116,14 +111,10 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
         row_sum[h] = vk.exp_shift_sum(row, row, n, row_max[h]);
       }
       std::fill(acc, acc + H * hd, 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t h = 0; h < H; ++h) {
-          if constexpr (kBf16) {
-            vk.axpy_bf16(acc + h * hd, p[h * n + j], vb + j * ldk + (h / G) * hd, hd);
-          } else {
-            vk.axpy(acc + h * hd, p[h * n + j], vb + j * ldk + (h / G) * hd, hd);
-          }
-        }
+      if constexpr (kBf16) {
+        vk.gqa_values_bf16(acc, p.data(), n, vb, ldk, n, heads);
+      } else {
+        vk.gqa_values_f32(acc, p.data(), n, vb, ldk, n, heads);
       }
     }
   }

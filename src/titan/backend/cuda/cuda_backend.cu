@@ -45,9 +45,9 @@ struct ReturnOf<R (*)(A...)> {
   fail("vector primitive '", name, "' is not implemented on CUDA yet");
 }
 
-// VecKernels' layout as of this list: variant, 14 primitives, native_lanes, fma_chains. A member
+// VecKernels' layout as of this list: variant, 18 primitives, native_lanes, fma_chains. A member
 // left out below would be a null pointer, so a changed struct stops the build here instead.
-static_assert(sizeof(VecKernels) == sizeof(const char*) + 14 * sizeof(void*) + 8 + sizeof(void*),
+static_assert(sizeof(VecKernels) == sizeof(const char*) + 18 * sizeof(void*) + 8 + sizeof(void*),
               "VecKernels changed: give every new primitive a TITAN_CUDA_MISSING line below, then "
               "update this size");
 
@@ -73,6 +73,10 @@ VecKernels missing_vec_kernels() {
   TITAN_CUDA_MISSING(gemv_bf16);
   TITAN_CUDA_MISSING(axpy_bf16);
   TITAN_CUDA_MISSING(axpy_rows);
+  TITAN_CUDA_MISSING(gqa_scores_f32);
+  TITAN_CUDA_MISSING(gqa_scores_bf16);
+  TITAN_CUDA_MISSING(gqa_values_f32);
+  TITAN_CUDA_MISSING(gqa_values_bf16);
   TITAN_CUDA_MISSING(fma_chains);
   return k;
 }
