@@ -156,7 +156,7 @@ for d in $dtypes; do
     result[llama_${kind}_$d]=$("$py" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"{r[0][\"avg_ts\"]:.2f} {r[0][\"stddev_ts\"]:.2f}")' "$logs/llama-$kind-$d.json") ||
+print("%.2f %.2f" % (r[0]["avg_ts"], r[0]["stddev_ts"]))' "$logs/llama-$kind-$d.json" 2> /dev/null) ||
       die "cannot read llama-bench's result; see $logs/llama-$kind-$d.json"
   done
 done
