@@ -12,7 +12,8 @@
 # and its llama-bench built (Release, CPU only, -DGGML_NATIVE=ON) once into
 # $TITAN_LLAMA_CPP_DIR (default ${XDG_CACHE_HOME:-~/.cache}/titan/llama.cpp-0.3.36), reused after.
 # The model is exported by `bench_generate --export` and converted by llama.cpp's own
-# convert_hf_to_gguf.py (--outtype f32 / bf16) in a temporary folder, removed at the end.
+# convert_hf_to_gguf.py (--outtype f32 / bf16) in a temporary folder, removed at the end; the
+# folder gets a stand-in tokenizer first (bench/llama_cpp_vocab.py says why it does not matter).
 #
 # For each dtype, one after the other in the same run: titan's bench_generate (prefill 512
 # tokens, best of 3; decode of 96 tokens at depth 513-608), then llama-bench's pp512 at depth 0
@@ -164,13 +165,13 @@ echo "$me: done $(date -u '+%H:%M UTC'), load average $(load)"
 
 # 5. The table.
 echo
-printf '%-10s %-8s %18s %18s\n' engine weights "prefill tok/s" "decode tok/s"
+printf '%-12s %-8s %18s %18s\n' engine weights "prefill tok/s" "decode tok/s"
 for d in $dtypes; do
   read -r lpp lpp_sd <<< "${result[llama_pp_$d]}"
   read -r ltg ltg_sd <<< "${result[llama_tg_$d]}"
-  printf '%-10s %-8s %18s %18s\n' titan "$d" "${result[titan_pp_$d]}" "${result[titan_tg_$d]}"
-  printf '%-10s %-8s %18s %18s\n' llama.cpp "$d" "$lpp ± $lpp_sd" "$ltg ± $ltg_sd"
-  printf '%-10s %-8s %17sx %17sx\n' "titan/llama" "$d" \
+  printf '%-12s %-8s %18s %18s\n' titan "$d" "${result[titan_pp_$d]}" "${result[titan_tg_$d]}"
+  printf '%-12s %-8s %18s %18s\n' llama.cpp "$d" "$lpp +- $lpp_sd" "$ltg +- $ltg_sd"
+  printf '%-12s %-8s %17sx %17sx\n' "titan/llama" "$d" \
     "$(awk -v a="${result[titan_pp_$d]}" -v b="$lpp" 'BEGIN { printf "%.2f", a / b }')" \
     "$(awk -v a="${result[titan_tg_$d]}" -v b="$ltg" 'BEGIN { printf "%.2f", a / b }')"
 done
