@@ -6,7 +6,13 @@
 # its bf16 one).
 #
 #   bench/llama_cpp_compare.sh [--threads 2] [--dtype both|float32|bfloat16] [--reps 5]
-#                              [--llama-kv f16|bf16]
+#                              [--llama-kv f16|bf16] [--llama-omp-wait libgomp|short]
+#
+# --llama-omp-wait short runs llama-bench with the OMP_WAIT_POLICY and GOMP_SPINCOUNT that
+# bench_generate ran with (its short spin, passive waits); libgomp, the default, leaves them as
+# they are, as llama.cpp ships. ggml's OpenMP build ends every graph node with an omp barrier:
+# on a machine with more runnable threads than cores, libgomp's spinning there slows its decode
+# several times (docs/PERFORMANCE.md, "Against llama.cpp").
 #
 # llama.cpp is the copy vendored in the llama-cpp-python 0.3.36 source package: fetched with pip
 # and its llama-bench built (Release, CPU only, -DGGML_NATIVE=ON) once into
@@ -29,7 +35,7 @@ die() {
   exit 1
 }
 
-threads=2 dtypes=both reps=5 llama_kv=f16
+threads=2 dtypes=both reps=5 llama_kv=f16 llama_omp_wait=libgomp
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
@@ -37,7 +43,8 @@ while [ $# -gt 0 ]; do
     --dtype) dtypes=$2 ;;
     --reps) reps=$2 ;;
     --llama-kv) llama_kv=$2 ;;
-    *) die "unknown argument '$1' (expected --threads N, --dtype both|float32|bfloat16, --reps N, --llama-kv f16|bf16)" ;;
+    --llama-omp-wait) llama_omp_wait=$2 ;;
+    *) die "unknown argument '$1' (expected --threads N, --dtype both|float32|bfloat16, --reps N, --llama-kv f16|bf16, --llama-omp-wait libgomp|short)" ;;
   esac
   shift 2
 done
@@ -46,6 +53,10 @@ done
 case "$llama_kv" in
   f16 | bf16) ;;
   *) die "--llama-kv $llama_kv: expected f16 or bf16" ;;
+esac
+case "$llama_omp_wait" in
+  libgomp | short) ;;
+  *) die "--llama-omp-wait $llama_omp_wait: expected libgomp or short" ;;
 esac
 case "$dtypes" in
   both) dtypes="float32 bfloat16" ;;
@@ -132,7 +143,7 @@ done
 # 4. The runs, titan then llama.cpp for each dtype.
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "$me: $(date -u '+%F %H:%M UTC'), load average $(load), $threads threads, llama-bench --reps $reps"
-echo "$me: KV cache: titan bf16, llama.cpp $llama_kv"
+echo "$me: KV cache: titan bf16, llama.cpp $llama_kv; llama-bench's OpenMP waits: $llama_omp_wait"
 declare -A result
 for d in $dtypes; do
   echo "$me: titan $d (load $(load))"
@@ -147,12 +158,20 @@ for d in $dtypes; do
     die "no prefill or decode line in bench_generate's output; see $logs/titan-$d.log"
   fi
 
-  echo "$me: llama.cpp $d (load $(load))"
+  llama_env=()
+  if [ "$llama_omp_wait" = short ]; then
+    # bench_generate's header line: "... OMP_WAIT_POLICY=P GOMP_SPINCOUNT=N".
+    read -r policy spin <<< "$(sed -n 's/.*OMP_WAIT_POLICY=\([^ ]*\) GOMP_SPINCOUNT=\([^ ]*\)$/\1 \2/p' \
+      "$logs/titan-$d.log")"
+    [ -n "${spin:-}" ] || die "no OMP_WAIT_POLICY / GOMP_SPINCOUNT line in $logs/titan-$d.log"
+    llama_env=(OMP_WAIT_POLICY="$policy" GOMP_SPINCOUNT="$spin")
+  fi
+  echo "$me: llama.cpp $d (load $(load)${llama_env[*]:+; ${llama_env[*]}})"
   common=(-m "$work/$d.gguf" -t "$threads" -ctk "$llama_kv" -ctv "$llama_kv" -r "$reps" -o json)
   for run in "pp:-p 512 -n 0" "tg:-p 0 -n 128 -d 512"; do
     kind=${run%%:*}
     # shellcheck disable=SC2086  # the run's flags are split on purpose
-    "$bench" "${common[@]}" ${run#*:} > "$logs/llama-$kind-$d.json" 2> "$logs/llama-$kind-$d.log" ||
+    env "${llama_env[@]}" "$bench" "${common[@]}" ${run#*:} > "$logs/llama-$kind-$d.json" 2> "$logs/llama-$kind-$d.log" ||
       die "llama-bench ${run#*:} on the $d model failed; see $logs/llama-$kind-$d.log"
     result[llama_${kind}_$d]=$("$py" -c '
 import json, sys
@@ -176,4 +195,5 @@ for d in $dtypes; do
     "$(awk -v a="${result[titan_tg_$d]}" -v b="$ltg" 'BEGIN { printf "%.2f", a / b }')"
 done
 echo "(prefill: 512 tokens from an empty cache; decode: titan 96 tokens at depth 513-608,"
-echo " llama.cpp 128 tokens at depth 512-640; KV cache titan bf16, llama.cpp $llama_kv; logs: $logs)"
+echo " llama.cpp 128 tokens at depth 512-640; KV cache titan bf16, llama.cpp $llama_kv;"
+echo " llama-bench's OpenMP waits: $llama_omp_wait; logs: $logs)"
