@@ -18,9 +18,14 @@
 // GOMP_SPINCOUNT when neither is set (reexec_with_short_omp_spin); --omp-wait libgomp keeps
 // libgomp's defaults instead, and a policy or spin count set in the environment is kept.
 //
+// --export DIR measures nothing: it writes the model as Hugging Face folders DIR/float32 and
+// DIR/bfloat16 (those of --dtype) and exits, for another engine to run the same weights
+// (bench/llama_cpp_compare.sh). The random init is seeded, so every run builds the same model.
+//
 // usage: bench_generate [--layers N] [--prompt 512] [--new 128] [--threads N]
 //                       [--dtype both|float32|bfloat16] [--kv-cache both|float32|bfloat16]
 //                       [--omp-wait short|libgomp] [--transformers PYTHON] [--dir DIR]
+//                       [--export DIR]
 #include <omp.h>
 
 #include <algorithm>
@@ -314,7 +319,7 @@ void bench_dtype(const CausalLM& model, DType dtype, const std::vector<DType>& c
 int run(int argc, char** argv) {
   int64_t layers = -1, n_prompt = 512, n_new = 128;
   int threads = default_thread_count();
-  std::string python, dtypes = "both", caches = "both", omp_wait = "short";
+  std::string python, dtypes = "both", caches = "both", omp_wait = "short", export_dir;
   std::string dir = (std::filesystem::temp_directory_path() / "titan_bench_generate");
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -338,6 +343,8 @@ int run(int argc, char** argv) {
       python = value;
     else if (arg == "--dir")
       dir = value;
+    else if (arg == "--export")
+      export_dir = value;
     else
       fail("unknown argument ", arg);
   }
@@ -369,10 +376,20 @@ int run(int argc, char** argv) {
       static_cast<long long>(args.num_hidden_layers), threads, env_or_unset("OMP_WAIT_POLICY"),
       env_or_unset("GOMP_SPINCOUNT"));
 
-  compare_gemv(args);
-
   DecoderLM model(args);
   model.initialize(1);
+  if (!export_dir.empty()) {
+    for (DType dtype : run_dtypes) {
+      const std::string folder = export_dir + "/" + torch_dtype_name(dtype);
+      HfExportOptions export_options;
+      export_options.dtype = dtype;
+      export_hf_folder(folder, model, export_options);
+      std::printf("exported %s\n", folder.c_str());
+    }
+    return 0;
+  }
+
+  compare_gemv(args);
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 151643);
   for (DType dtype : run_dtypes) {

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# titan's prefill and decode against llama.cpp's on the same model (issue 14): bench_generate's
+# Qwen3-0.6B-dims model (all 28 layers, random weights, seeded) in fp32 and in bf16, batch 1,
+# a 512-token prompt and 128 new tokens, 2 threads, a 16-bit KV cache in both engines: titan's
+# bf16 one, llama.cpp's f16 one (llama-bench's default; it has no f32 cache; --llama-kv bf16 for
+# its bf16 one).
+#
+#   bench/llama_cpp_compare.sh [--threads 2] [--dtype both|float32|bfloat16] [--reps 5]
+#                              [--llama-kv f16|bf16] [--llama-omp-wait libgomp|short]
+#
+# --llama-omp-wait short runs llama-bench with the OMP_WAIT_POLICY and GOMP_SPINCOUNT that
+# bench_generate ran with (its short spin, passive waits); libgomp, the default, leaves them as
+# they are, as llama.cpp ships. ggml's OpenMP build ends every graph node with an omp barrier:
+# on a machine with more runnable threads than cores, libgomp's spinning there slows its decode
+# several times (docs/PERFORMANCE.md, "Against llama.cpp").
+#
+# llama.cpp is the copy vendored in the llama-cpp-python 0.3.36 source package: fetched with pip
+# and its llama-bench built (Release, CPU only, -DGGML_NATIVE=ON) once into
+# $TITAN_LLAMA_CPP_DIR (default ${XDG_CACHE_HOME:-~/.cache}/titan/llama.cpp-0.3.36), reused after.
+# The model is exported by `bench_generate --export` and converted by llama.cpp's own
+# convert_hf_to_gguf.py (--outtype f32 / bf16) in a temporary folder, removed at the end; the
+# folder gets a stand-in tokenizer first (bench/llama_cpp_vocab.py says why it does not matter).
+#
+# For each dtype, one after the other in the same run: titan's bench_generate (prefill 512
+# tokens, best of 3; decode of 96 tokens at depth 513-608), then llama-bench's pp512 at depth 0
+# (-p 512 -n 0) and tg128 at depth 512 (-p 0 -n 128 -d 512), the mean of --reps repetitions.
+# Prints a table of tokens/s and the titan / llama.cpp ratios; the full logs stay under the
+# cache's logs/ folder.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+me=llama_cpp_compare.sh
+die() {
+  echo "$me: $*" >&2
+  exit 1
+}
+
+threads=2 dtypes=both reps=5 llama_kv=f16 llama_omp_wait=libgomp
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || die "$1 needs a value"
+  case "$1" in
+    --threads) threads=$2 ;;
+    --dtype) dtypes=$2 ;;
+    --reps) reps=$2 ;;
+    --llama-kv) llama_kv=$2 ;;
+    --llama-omp-wait) llama_omp_wait=$2 ;;
+    *) die "unknown argument '$1' (expected --threads N, --dtype both|float32|bfloat16, --reps N, --llama-kv f16|bf16, --llama-omp-wait libgomp|short)" ;;
+  esac
+  shift 2
+done
+[[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads $threads: expected a positive integer"
+[[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps $reps: expected a positive integer"
+case "$llama_kv" in
+  f16 | bf16) ;;
+  *) die "--llama-kv $llama_kv: expected f16 or bf16" ;;
+esac
+case "$llama_omp_wait" in
+  libgomp | short) ;;
+  *) die "--llama-omp-wait $llama_omp_wait: expected libgomp or short" ;;
+esac
+case "$dtypes" in
+  both) dtypes="float32 bfloat16" ;;
+  float32 | bfloat16) ;;
+  *) die "--dtype $dtypes: expected both, float32 or bfloat16" ;;
+esac
+
+version=0.3.36
+cache=${TITAN_LLAMA_CPP_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/titan/llama.cpp-$version}
+py=$root/.venv/bin/python
+[ -x "$py" ] || die ".venv/bin/python not found: run scripts/setup.sh --tests first"
+mkdir -p "$cache/logs" || die "cannot create the cache folder $cache"
+logs=$cache/logs
+
+# 1. llama.cpp: the sdist, unpacked, and its llama-bench built; each step kept once done.
+sdist=$cache/sdist
+llama=$sdist/vendor/llama.cpp
+bench=$cache/build/bin/llama-bench
+if [ ! -d "$sdist" ]; then
+  tarball=$cache/llama_cpp_python-$version.tar.gz
+  if [ ! -f "$tarball" ]; then
+    echo "$me: downloading the llama-cpp-python==$version source package"
+    rm -rf "$cache/download"
+    "$root/.venv/bin/pip" download --no-deps --no-binary :all: -d "$cache/download" \
+      "llama-cpp-python==$version" > "$logs/download.log" 2>&1 ||
+      die "pip download of llama-cpp-python==$version failed; see $logs/download.log"
+    mv "$cache/download/llama_cpp_python-$version.tar.gz" "$tarball" ||
+      die "pip download did not write llama_cpp_python-$version.tar.gz; see $logs/download.log"
+    rm -rf "$cache/download"
+  fi
+  rm -rf "$cache/unpack"
+  mkdir -p "$cache/unpack"
+  tar -xzf "$tarball" -C "$cache/unpack" || die "cannot unpack $tarball"
+  mv "$cache/unpack/llama_cpp_python-$version" "$sdist" ||
+    die "$tarball holds no llama_cpp_python-$version folder"
+  rm -rf "$cache/unpack"
+fi
+if [ ! -f "$llama/CMakeLists.txt" ] || [ ! -f "$llama/convert_hf_to_gguf.py" ]; then
+  die "$llama is not a llama.cpp source tree (remove $sdist to unpack it again)"
+fi
+if [ ! -x "$bench" ]; then
+  echo "$me: building llama.cpp's llama-bench (-j2; takes a while, log: $logs/build.log)"
+  # CPU only (no CUDA, Metal, Vulkan: their defaults are off), no HTTPS download support, a static
+  # binary; only the llama-bench target.
+  {
+    cmake -S "$llama" -B "$cache/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+      -DBUILD_SHARED_LIBS=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF \
+      -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF &&
+      cmake --build "$cache/build" -j2 --target llama-bench
+  } > "$logs/build.log" 2>&1 || die "building llama-bench failed; see $logs/build.log"
+fi
+
+# 2. What convert_hf_to_gguf.py imports (its vendored gguf-py aside): the project's pinned
+# references plus sentencepiece, all in tests/reference/requirements.txt (PyYAML comes with
+# transformers).
+imports="torch, numpy, yaml, safetensors, transformers, sentencepiece"
+if ! "$py" -c "import $imports" > /dev/null 2>&1; then
+  echo "$me: installing the converter's missing Python packages from tests/reference/requirements.txt"
+  "$root/.venv/bin/pip" install -q -r tests/reference/requirements.txt > "$logs/pip.log" 2>&1 ||
+    die "pip install -r tests/reference/requirements.txt failed; see $logs/pip.log"
+  "$py" -c "import $imports" > "$logs/pip.log" 2>&1 ||
+    die "the converter's packages ($imports) still do not import; see $logs/pip.log"
+fi
+
+# 3. titan's bench_generate, and the model as GGUF files.
+{
+  cmake -S . -B build && cmake --build build -j2 --target bench_generate
+} > "$logs/titan-build.log" 2>&1 || die "building titan's bench_generate failed; see $logs/titan-build.log"
+work=$(mktemp -d "${TMPDIR:-/tmp}/titan-llama-cpp.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+gguf_type() { [ "$1" = float32 ] && echo f32 || echo bf16; }
+for d in $dtypes; do
+  build/bench/bench_generate --dtype "$d" --export "$work/hf" > "$logs/export-$d.log" 2>&1 ||
+    die "bench_generate --export failed; see $logs/export-$d.log"
+  "$py" bench/llama_cpp_vocab.py "$work/hf/$d/tokenizer.model" > "$logs/vocab.log" 2>&1 ||
+    die "writing the stand-in tokenizer.model failed; see $logs/vocab.log"
+  echo "$me: converting the $d model with convert_hf_to_gguf.py --outtype $(gguf_type "$d")"
+  "$py" "$llama/convert_hf_to_gguf.py" "$work/hf/$d" --outtype "$(gguf_type "$d")" \
+    --outfile "$work/$d.gguf" > "$logs/convert-$d.log" 2>&1 ||
+    die "convert_hf_to_gguf.py --outtype $(gguf_type "$d") failed; see $logs/convert-$d.log"
+  rm -rf "$work/hf/$d"  # 1.2-2.4 GB the GGUF now holds
+done
+
+# 4. The runs, titan then llama.cpp for each dtype.
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "$me: $(date -u '+%F %H:%M UTC'), load average $(load), $threads threads, llama-bench --reps $reps"
+echo "$me: KV cache: titan bf16, llama.cpp $llama_kv; llama-bench's OpenMP waits: $llama_omp_wait"
+declare -A result
+for d in $dtypes; do
+  echo "$me: titan $d (load $(load))"
+  build/bench/bench_generate --threads "$threads" --dtype "$d" --kv-cache bfloat16 \
+    > "$logs/titan-$d.log" 2>&1 || die "bench_generate --dtype $d failed; see $logs/titan-$d.log"
+  # Tokens over seconds: the line's tokens/s is rounded to a whole number.
+  result[titan_pp_$d]=$(sed -n 's/.*] prefill \([0-9]*\) tokens: \([0-9.]*\) s,.*/\1 \2/p' \
+    "$logs/titan-$d.log" | awk '{ printf "%.1f", $1 / $2 }')
+  result[titan_tg_$d]=$(sed -n 's/.*] decode at depth .*: \([0-9.]*\) tokens\/s.*/\1/p' \
+    "$logs/titan-$d.log")
+  if [ -z "${result[titan_pp_$d]}" ] || [ -z "${result[titan_tg_$d]}" ]; then
+    die "no prefill or decode line in bench_generate's output; see $logs/titan-$d.log"
+  fi
+
+  llama_env=()
+  if [ "$llama_omp_wait" = short ]; then
+    # bench_generate's header line: "... OMP_WAIT_POLICY=P GOMP_SPINCOUNT=N".
+    read -r policy spin <<< "$(sed -n 's/.*OMP_WAIT_POLICY=\([^ ]*\) GOMP_SPINCOUNT=\([^ ]*\)$/\1 \2/p' \
+      "$logs/titan-$d.log")"
+    [ -n "${spin:-}" ] || die "no OMP_WAIT_POLICY / GOMP_SPINCOUNT line in $logs/titan-$d.log"
+    llama_env=(OMP_WAIT_POLICY="$policy" GOMP_SPINCOUNT="$spin")
+  fi
+  echo "$me: llama.cpp $d (load $(load)${llama_env[*]:+; ${llama_env[*]}})"
+  common=(-m "$work/$d.gguf" -t "$threads" -ctk "$llama_kv" -ctv "$llama_kv" -r "$reps" -o json)
+  for run in "pp:-p 512 -n 0" "tg:-p 0 -n 128 -d 512"; do
+    kind=${run%%:*}
+    # shellcheck disable=SC2086  # the run's flags are split on purpose
+    env "${llama_env[@]}" "$bench" "${common[@]}" ${run#*:} > "$logs/llama-$kind-$d.json" 2> "$logs/llama-$kind-$d.log" ||
+      die "llama-bench ${run#*:} on the $d model failed; see $logs/llama-$kind-$d.log"
+    result[llama_${kind}_$d]=$("$py" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("%.2f %.2f" % (r[0]["avg_ts"], r[0]["stddev_ts"]))' "$logs/llama-$kind-$d.json" 2> /dev/null) ||
+      die "cannot read llama-bench's result; see $logs/llama-$kind-$d.json"
+  done
+done
+echo "$me: done $(date -u '+%H:%M UTC'), load average $(load)"
+
+# 5. The table.
+echo
+printf '%-12s %-8s %18s %18s\n' engine weights "prefill tok/s" "decode tok/s"
+for d in $dtypes; do
+  read -r lpp lpp_sd <<< "${result[llama_pp_$d]}"
+  read -r ltg ltg_sd <<< "${result[llama_tg_$d]}"
+  printf '%-12s %-8s %18s %18s\n' titan "$d" "${result[titan_pp_$d]}" "${result[titan_tg_$d]}"
+  printf '%-12s %-8s %18s %18s\n' llama.cpp "$d" "$lpp +- $lpp_sd" "$ltg +- $ltg_sd"
+  printf '%-12s %-8s %17sx %17sx\n' "titan/llama" "$d" \
+    "$(awk -v a="${result[titan_pp_$d]}" -v b="$lpp" 'BEGIN { printf "%.2f", a / b }')" \
+    "$(awk -v a="${result[titan_tg_$d]}" -v b="$ltg" 'BEGIN { printf "%.2f", a / b }')"
+done
+echo "(prefill: 512 tokens from an empty cache; decode: titan 96 tokens at depth 513-608,"
+echo " llama.cpp 128 tokens at depth 512-640; KV cache titan bf16, llama.cpp $llama_kv;"
+echo " llama-bench's OpenMP waits: $llama_omp_wait; logs: $logs)"
