@@ -18,7 +18,8 @@ trap 'rm -rf "$work"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # Under AddressSanitizer: OpenMPI's own never-freed allocations are not titan's leaks.
 export OMPI_MCA_mca_base_component_disable_dlclose=1
-export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/openmpi.lsan.supp:fast_unwind_on_malloc=0:print_suppressions=0"
+suppressions="$(cd "$(dirname "$0")" && pwd)/openmpi.lsan.supp"
+export LSAN_OPTIONS="suppressions=$suppressions:fast_unwind_on_malloc=0:print_suppressions=0"
 
 common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
         --training.global_batch_size=12 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
@@ -101,6 +102,7 @@ if "$titan" launch --nproc 2 train "${common[@]}" --parallelism.data_parallel_re
   echo "a mesh of 3 ranks over 2 ran"; exit 1
 fi
 one_line "$work/bad.log" "data_parallel_replicate_degree = 3 does not divide the world of 2 ranks"
+# shellcheck disable=SC2046
 if "$titan" train "${common[@]}" $(dp 2) > "$work/bad1.log" 2>&1; then echo "a mesh of 2 on one process ran"; exit 1; fi
 [ "$(wc -l < "$work/bad1.log")" = 1 ] && grep -q "but the world has 1 (run under mpirun" "$work/bad1.log" || { cat "$work/bad1.log"; exit 1; }
 if "$titan" launch --nproc 2 train "${common[@]}" --checkpoint.enable=true > "$work/bad3.log" 2>&1; then echo "an FSDP checkpoint was accepted"; exit 1; fi
@@ -120,42 +122,32 @@ fi
 one_line "$work/fail.log" "^\[rank 0 of 2\] titan train: error: .*step-2 exists and is not a titan checkpoint"
 [ "$(cat "$work/fail/checkpoint/step-2")" = occupied ] || { echo "the file in the checkpoint's way was replaced"; exit 1; }
 
-# Rank 1 killed with SIGKILL mid-run.
+# signal_rank1 NAME SIGNAL ARGS...: a long 2-rank run; once it logs step 2, rank 1 gets SIGNAL; the
+# job must then end within 60 s with a non-zero status (its output in $work/NAME.log).
+signal_rank1() {
+  local name="$1" signal="$2" launcher rank1 start status=0
+  shift 2
+  "$titan" launch --nproc 2 train "${common[@]}" --training.steps=100000 "$@" \
+    --job.dump_folder="$work/$name" > "$work/$name.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 1 600); do
+    grep -q '^step     2' "$work/$name.log" 2> /dev/null && break
+    sleep 0.1
+  done
+  rank1=$(pgrep -f -n -- "--job.dump_folder=$work/$name" || true)
+  [ -n "$rank1" ] || { echo "$name: no rank to signal"; cat "$work/$name.log"; exit 1; }
+  kill -"$signal" "$rank1"
+  start=$(date +%s)
+  wait "$launcher" || status=$?
+  kill -KILL "$rank1" 2> /dev/null || true  # a stopped rank outlives the job otherwise
+  [ $(( $(date +%s) - start )) -le 60 ] || { echo "$name: the job outlived rank 1 by over 60 s"; exit 1; }
+  [ "$status" != 0 ] || { echo "$name: the job ended with status 0"; cat "$work/$name.log"; exit 1; }
+}
+# Rank 1 killed with SIGKILL mid-run: mpirun names it.
 # shellcheck disable=SC2046
-"$titan" launch --nproc 2 train "${common[@]}" $(dp 2) --training.steps=100000 --lr_scheduler.warmup_steps=2 \
-  --job.dump_folder="$work/kill" > "$work/kill.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 600); do
-  grep -q '^step     2' "$work/kill.log" 2> /dev/null && break
-  sleep 0.1
-done
-rank1=$(pgrep -f -n -- "--job.dump_folder=$work/kill" || true)
-[ -n "$rank1" ] || { echo "no rank to kill"; cat "$work/kill.log"; exit 1; }
-kill -9 "$rank1"
-start=$(date +%s)
-status=0
-wait "$launcher" || status=$?
-[ $(( $(date +%s) - start )) -le 60 ] || { echo "the job outlived a killed rank by over 60 s"; exit 1; }
-[ "$status" != 0 ] || { echo "a job with a killed rank ended with status 0"; cat "$work/kill.log"; exit 1; }
+signal_rank1 kill KILL $(dp 2)
 grep -q "rank 1 .*signal 9" "$work/kill.log" || { echo "no word of the killed rank:"; cat "$work/kill.log"; exit 1; }
-
 # Rank 1 stopped (SIGSTOP: alive, never answering): rank 0's next collective times out.
-# shellcheck disable=SC2046
-"$titan" launch --nproc 2 train "${common[@]}" --training.steps=100000 --comm.train_timeout_seconds=5 \
-  --job.dump_folder="$work/hang" > "$work/hang.log" 2>&1 &
-launcher=$!
-for _ in $(seq 1 600); do
-  grep -q '^step     2' "$work/hang.log" 2> /dev/null && break
-  sleep 0.1
-done
-rank1=$(pgrep -f -n -- "--job.dump_folder=$work/hang" || true)
-[ -n "$rank1" ] || { echo "no rank to stop"; cat "$work/hang.log"; exit 1; }
-kill -STOP "$rank1"
-start=$(date +%s)
-status=0
-wait "$launcher" || status=$?
-kill -KILL "$rank1" 2> /dev/null || true
-[ $(( $(date +%s) - start )) -le 60 ] || { echo "the job outlived a hung rank by over 60 s"; exit 1; }
-[ "$status" != 0 ] || { echo "a job with a hung rank ended with status 0"; cat "$work/hang.log"; exit 1; }
+signal_rank1 hang STOP --comm.train_timeout_seconds=5
 one_line "$work/hang.log" "^\[rank 0 of 2\] titan train: error: .* waited 5 s for the other ranks (comm.train_timeout_seconds)"
 echo "data parallel: equal to one process, resumable, and failures end the job"
