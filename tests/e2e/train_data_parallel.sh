@@ -5,8 +5,11 @@
 #     run with the same global batch: the first 10 losses and grad norms within 1e-5 relative,
 #     the exported weights within 1e-6;
 #  2. a resumed 2-rank run equals the uninterrupted one bit for bit, and a 2-rank checkpoint
-#     resumes on one process;
-#  3. bad meshes, and checkpoints under FSDP (not built yet), get one line; an error on one rank,
+#     resumes on one process; under FSDP, each shard rank writes its rows (sharding.json indexes
+#     them): FSDP 2 resumes on FSDP 2 bit for bit and reshards onto 4 ranks and onto one process,
+#     a single-process checkpoint loads into FSDP 3's shards, and HSDP 2 x 2's checkpoint (replica
+#     0 writes) resumes on FSDP 2, each continuing within 1e-5; a missing shard file is one line; Hugging Face weights load into FSDP 3's shards;
+#  3. bad meshes get one line; an error on one rank,
 #     a rank killed with SIGKILL and a rank that hangs (SIGSTOP: comm.train_timeout_seconds) end
 #     the whole job within 60 s, the failing rank's message printed once.
 # usage: train_data_parallel.sh TITAN PYTHON
@@ -24,6 +27,9 @@ export LSAN_OPTIONS="suppressions=$suppressions:fast_unwind_on_malloc=0:print_su
 common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
         --training.global_batch_size=12 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
         --threads 1)
+one_line() {  # one_line LOG PATTERN: exactly one line of the log matches
+  [ "$(grep -c -- "$2" "$1")" = 1 ] || { echo "expected one line matching '$2':"; cat "$1"; exit 1; }
+}
 dp() { echo --parallelism.data_parallel_replicate_degree="$1" --parallelism.data_parallel_shard_degree=1; }
 
 # 1. One process (12 micro-batches a step) against 2, 3 and 4 ranks (6, 4 and 3 each).
@@ -94,21 +100,99 @@ for s in a:
 print("a 2-rank checkpoint resumed on one process continues the run within 1e-5")
 PY
 
-# 3. Failures. Each must end with a non-zero status, its message once.
-one_line() {  # one_line LOG PATTERN: exactly one line of the log matches
-  [ "$(grep -c -- "$2" "$1")" = 1 ] || { echo "expected one line matching '$2':"; cat "$1"; exit 1; }
+# Sharded checkpoints. resume NAME NPROC FROM MESH...: a copy of run FROM's folder without steps 8
+# and 10, resumed on NPROC ranks (1: one process) with MESH; its losses in $work/NAME.jsonl.
+resume() {
+  local name="$1" n="$2" from="$3"
+  shift 3
+  cp -r "$work/$from" "$work/$name"
+  rm -rf "$work/$name/checkpoint/step-8" "$work/$name/checkpoint/step-10"
+  if [ "$n" = 1 ]; then
+    "$titan" train "${common[@]}" "${ckpt[@]}" "$@" --job.dump_folder="$work/$name"       --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+  else
+    "$titan" launch --nproc "$n" train "${common[@]}" "${ckpt[@]}" "$@" --job.dump_folder="$work/$name"       --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+  fi
+  grep -q "resumed step 4 from" "$work/$name.log" || { echo "$name did not resume"; cat "$work/$name.log"; exit 1; }
 }
+"$titan" launch --nproc 2 train "${common[@]}" "${ckpt[@]}" --job.dump_folder="$work/f2" \
+  --metrics.save_jsonl="$work/f2.full.jsonl" > "$work/f2.full.log" 2>&1 || { cat "$work/f2.full.log"; exit 1; }
+"$titan" launch --nproc 4 train "${common[@]}" "${ckpt[@]}" --parallelism.data_parallel_replicate_degree=2 \
+  --job.dump_folder="$work/h22" --metrics.save_jsonl="$work/h22.full.jsonl" > "$work/h22.full.log" 2>&1 || { cat "$work/h22.full.log"; exit 1; }
+resume f2to2 2 f2
+diff <(losses "$work/f2.full.jsonl") <(losses "$work/f2to2.jsonl") || { echo "FSDP 2 resumed on FSDP 2: losses differ"; exit 1; }
+resume f2to4 4 f2
+resume f2to1 1 f2
+resume r1to3 3 r1
+resume h22to2 2 h22
+"$python" - "$work" <<'PY'
+import json, sys
+from safetensors import safe_open
+work = sys.argv[1]
+# The layout: each shard file holds c = ceil(d0 / 2) rows of every tensor; sharding.json says
+# which are real, and together they hold every row once.
+step = f"{work}/f2/checkpoint/step-4"
+index = json.load(open(f"{step}/sharding.json"))
+assert index["shards"] == 2, index["shards"]
+files = [safe_open(f"{step}/{kind}.shard-{i}-of-2.safetensors", "pt")
+         for kind in ("model", "optimizer") for i in range(2)]
+for name, p in index["parameters"].items():
+    d0 = p["shape"][0]
+    c = (d0 + 1) // 2
+    assert [r[0] for r in p["rows"]] == [0, min(c, d0)], (name, p["rows"])
+    assert sum(r[1] for r in p["rows"]) == d0, (name, p["rows"])
+    for i in range(2):
+        shape = list(files[i].get_slice(name).get_shape())
+        assert shape == [c] + p["shape"][1:], (name, shape)
+        for prefix in ("exp_avg.", "exp_avg_sq."):
+            assert list(files[2 + i].get_slice(prefix + name).get_shape()) == shape, (prefix, name)
+def losses(name, after=4):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl"))
+            if "loss" in r and r["step"] > after}
+for name, ref in (("f2to4", "f2.full"), ("f2to1", "f2.full"), ("r1to3", "r2.full"),
+                  ("h22to2", "h22.full")):
+    a, b = losses(ref), losses(name)
+    assert a.keys() == b.keys() and len(a) == 6, (name, a.keys(), b.keys())
+    for s in a:
+        assert abs(a[s] - b[s]) <= 1e-5 * abs(a[s]), f"{name} step {s}: {b[s]} vs {a[s]}"
+print("sharded checkpoints: FSDP 2 -> 2 bit for bit; 2 -> 4, 2 -> 1, 1 -> 3, HSDP 2x2 -> 2 within 1e-5")
+PY
+# Hugging Face weights load straight into each rank's rows: FSDP 3 from the single run's export
+# starts where one process loading it starts.
+hf=(--training.steps=2 --checkpoint.initial_load_path="$work/single/hf" --checkpoint.initial_load_in_hf=true
+    --checkpoint.initial_load_model_only=true --checkpoint.last_save_in_hf=false)
+"$titan" train "${common[@]}" "${hf[@]}" --job.dump_folder="$work/hf1" --metrics.save_jsonl="$work/hf1.jsonl" \
+  > "$work/hf1.log" 2>&1 || { cat "$work/hf1.log"; exit 1; }
+"$titan" launch --nproc 3 train "${common[@]}" "${hf[@]}" --job.dump_folder="$work/hf3" \
+  --metrics.save_jsonl="$work/hf3.jsonl" > "$work/hf3.log" 2>&1 || { cat "$work/hf3.log"; exit 1; }
+"$python" - "$work/hf1.jsonl" "$work/hf3.jsonl" "$work/single.jsonl" <<'PY'
+import json, sys
+one, three, fresh = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+assert len(one) == len(three) == 2, (len(one), len(three))
+assert one[0]["loss"] < 0.9 * fresh[0]["loss"], "the loaded weights were not used"
+for a, b in zip(one, three):
+    assert abs(a["loss"] - b["loss"]) <= 1e-5 * a["loss"], (a, b)
+print("Hugging Face weights loaded into FSDP 3's shards train as on one process within 1e-5")
+PY
+
+rm "$work/f2to2/checkpoint/step-4/model.shard-1-of-2.safetensors"
+rm -rf "$work/f2to2/checkpoint/step-8" "$work/f2to2/checkpoint/step-10"
+if "$titan" launch --nproc 2 train "${common[@]}" "${ckpt[@]}" --job.dump_folder="$work/f2to2" > "$work/torn.log" 2>&1; then
+  echo "a checkpoint missing a shard file was resumed"; exit 1
+fi
+one_line "$work/torn.log" "step-4/model.shard-1-of-2.safetensors"
+
+# 3. Failures. Each must end with a non-zero status, its message once.
 if "$titan" launch --nproc 2 train "${common[@]}" --parallelism.data_parallel_replicate_degree=3 > "$work/bad.log" 2>&1; then
   echo "a mesh of 3 ranks over 2 ran"; exit 1
 fi
 one_line "$work/bad.log" "data_parallel_replicate_degree = 3 does not divide the world of 2 ranks"
 # shellcheck disable=SC2046
 if "$titan" train "${common[@]}" $(dp 2) > "$work/bad1.log" 2>&1; then echo "a mesh of 2 on one process ran"; exit 1; fi
-[ "$(wc -l < "$work/bad1.log")" = 1 ] && grep -q "but the world has 1 (run under mpirun" "$work/bad1.log" || { cat "$work/bad1.log"; exit 1; }
-if "$titan" launch --nproc 2 train "${common[@]}" --checkpoint.enable=true > "$work/bad3.log" 2>&1; then echo "an FSDP checkpoint was accepted"; exit 1; fi
-one_line "$work/bad3.log" "checkpoint.enable under FSDP (data_parallel_shard_degree 2): sharded checkpoints are not built yet"
+one_line "$work/bad1.log" "but the world has 1 (run under mpirun"
+[ "$(wc -l < "$work/bad1.log")" = 1 ] || { cat "$work/bad1.log"; exit 1; }
 if "$titan" launch --nproc 2 generate --model x > "$work/bad2.log" 2>&1; then echo "launch generate ran"; exit 1; fi
-[ "$(wc -l < "$work/bad2.log")" = 1 ] && grep -q "titan launch runs titan train" "$work/bad2.log" || { cat "$work/bad2.log"; exit 1; }
+one_line "$work/bad2.log" "titan launch runs titan train"
+[ "$(wc -l < "$work/bad2.log")" = 1 ] || { cat "$work/bad2.log"; exit 1; }
 
 # Rank 0 fails while saving (its checkpoint destination is a file) as rank 1 waits for it.
 mkdir -p "$work/fail/checkpoint" && echo occupied > "$work/fail/checkpoint/step-2"

@@ -65,7 +65,10 @@ void uncharge(size_t bytes, MemCategory category) {
 
 }  // namespace
 
-void* mem_allocate(size_t bytes, MemCategory category) {
+namespace {
+
+// Address space only: no page is touched, nothing is charged.
+void* allocate_uncharged(size_t bytes, MemCategory category) {
   if (bytes == 0) return nullptr;
   const size_t alignment = bytes >= kHugePage ? kHugePage : kAlignment;
   const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
@@ -74,7 +77,14 @@ void* mem_allocate(size_t bytes, MemCategory category) {
               mem_category_name(category));
   // Advice only: where it fails (no THP), the buffer works the same with 4 KiB pages.
   if (alignment == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);
-  charge(bytes, category);
+  return ptr;
+}
+
+}  // namespace
+
+void* mem_allocate(size_t bytes, MemCategory category) {
+  void* ptr = allocate_uncharged(bytes, category);
+  if (ptr != nullptr) charge(bytes, category);
   return ptr;
 }
 
@@ -100,8 +110,15 @@ void memory_reset_peak() {
   g_total_peak.store(g_total_current.load());
 }
 
-Buffer::Buffer(size_t bytes, MemCategory category)
-    : data_(mem_allocate(bytes, category)), bytes_(bytes), category_(category) {}
+Buffer::Buffer(size_t bytes, MemCategory category, Residency residency)
+    : bytes_(bytes), category_(category) {
+  if (residency == Residency::committed) {
+    data_ = mem_allocate(bytes, category);
+  } else {
+    data_ = allocate_uncharged(bytes, category);
+    committed_ = false;
+  }
+}
 
 Buffer::~Buffer() {
   recommit();  // what mem_release uncharges

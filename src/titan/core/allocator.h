@@ -27,11 +27,15 @@ void mem_release(void* ptr, size_t bytes, MemCategory category);
 MemoryStats memory_stats();
 void memory_reset_peak();
 
+// Whether a new Buffer is charged and usable at once, or starts as if decommitted (FSDP's whole
+// units, which exist only while in flight: not one of their pages is touched before recommit).
+enum class Residency { committed, released };
+
 // Owning, move-only block of accounted memory.
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(size_t bytes, MemCategory category);
+  Buffer(size_t bytes, MemCategory category, Residency residency = Residency::committed);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;

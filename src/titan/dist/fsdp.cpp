@@ -10,17 +10,13 @@ namespace titan {
 namespace {
 
 int64_t rows_per_shard(const ParamView& v, int64_t shards) {
-  return (v.spec.shape[0] + shards - 1) / shards;
+  return RowShard{0, shards}.rows_per_shard(v.spec.shape[0]);
 }
 
 // The group of one rank's shards: every parameter with dim 0 cut to c rows.
-ParamGroup shard_group_of(const ParamGroup& full, int64_t shards) {
+ParamGroup shard_group_of(const ParamGroup& full, RowShard cut) {
   std::vector<ParamSpec> specs;
-  for (const ParamView& v : full.views()) {
-    ParamSpec s = v.spec;
-    s.shape[0] = rows_per_shard(v, shards);
-    specs.push_back(std::move(s));
-  }
+  for (const ParamView& v : full.views()) specs.push_back(cut.spec_of(v.spec));
   ParamGroup g(full.name(), specs);
   g.allocate_gradients();
   return g;
@@ -34,7 +30,9 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
   int64_t largest = 0;
   for (const ParamGroup& g : full_) {
     TITAN_CHECK(g.grads() != nullptr, "FSDP: group ", g.name(), " has no gradients");
-    shards_.push_back(shard_group_of(g, n));
+    TITAN_CHECK(!g.params_resident(), "FSDP: group ", g.name(),
+                " is resident; make the model with Residency::released");
+    shards_.push_back(shard_group_of(g, cut()));
     largest = std::max(largest, shards_.back().numel());
   }
   staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
@@ -72,14 +70,26 @@ void FullyShardedGroups::unpack(float* whole, size_t g, const float* blocks) con
   }
 }
 
-void FullyShardedGroups::shard_parameters() {
-  const int64_t rank = mesh_.shard_index();
-  for (size_t g = 0; g < full_.size(); ++g) {
-    pack(staging_.as<float>(), g, full_[g].params());
-    std::memcpy(shards_[g].params(), staging_.as<float>() + rank * shards_[g].numel(),
-                static_cast<size_t>(shards_[g].numel()) * sizeof(float));
+void FullyShardedGroups::keep_own_rows(size_t g) {
+  const RowShard own = cut();
+  const ParamGroup &full = full_[g], &shard = shards_[g];
+  for (size_t i = 0; i < full.views().size(); ++i) {
+    const ParamView &v = full.views()[i], &s = shard.views()[i];
+    const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
+    float* dst = shard.params() + s.offset;
+    std::memcpy(dst, full.params() + v.offset + own.first_row(d0) * row,
+                static_cast<size_t>(own.rows(d0) * row) * sizeof(float));
+    std::fill(dst + own.rows(d0) * row, dst + s.numel, 0.0f);
   }
-  release_all();
+}
+
+void FullyShardedGroups::initialize(const std::function<void(ParamGroup&)>& init) {
+  for (size_t g = 0; g < full_.size(); ++g) {
+    full_[g].acquire_params();
+    init(full_[g]);
+    keep_own_rows(g);
+    full_[g].release_params();
+  }
 }
 
 void FullyShardedGroups::acquire(int64_t g, bool gradients) {

@@ -11,25 +11,31 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "titan/core/allocator.h"
 #include "titan/dist/mesh.h"
 #include "titan/nn/param_group.h"
+#include "titan/nn/row_shard.h"
 
 namespace titan {
 
 class FullyShardedGroups {
  public:
-  // `full` (with gradients allocated) and `mesh` must outlive this. The whole groups stay
-  // resident until shard_parameters.
+  // `full` (with gradients allocated, both released: make_model's Residency::released) and `mesh`
+  // must outlive this.
   FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh);
 
-  // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients.
+  // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients; the
+  // cut they hold. Checkpoints and weights load into them directly (train/checkpoint.h).
   std::vector<ParamGroup>& shards() { return shards_; }
-  // The whole parameters -> this rank's shards (after initialisation or loading); then every
-  // whole group is released.
-  void shard_parameters();
+  RowShard cut() const { return {mesh_.shard_index(), mesh_.dims().dp_shard}; }
+  // Initialises the shards a unit at a time: `init` fills the whole group (committed for the
+  // call), this rank keeps its rows, and the group is handed back, so a rank never holds more
+  // than one whole unit while starting (random init is keyed by parameter name, so every rank
+  // computes the same whole values).
+  void initialize(const std::function<void(ParamGroup&)>& init);
   // The model's uses of group g (install as its ParamGroupHooks).
   void acquire(int64_t g, bool gradients);
   void release(int64_t g, bool gradients);
@@ -40,6 +46,8 @@ class FullyShardedGroups {
   void release_all();
 
  private:
+  // This rank's rows of the whole group g -> its shard (padding rows zero).
+  void keep_own_rows(size_t g);
   // Each rank's block (N x shard numel) <-> the whole group's layout.
   void pack(float* blocks, size_t g, const float* whole) const;
   void unpack(float* whole, size_t g, const float* blocks) const;

@@ -153,10 +153,18 @@ void read_f32(const SafetensorsEntry& entry, float* dst, size_t numel) {
   TITAN_CHECK(static_cast<size_t>(entry.numel()) == numel, entry.file, ": tensor ",
               json_quote(entry.name), " has ", entry.numel(), " elements (shape ",
               shape_str(entry.shape), "), expected ", numel);
+  read_f32_range(entry, 0, numel, dst);
+}
+
+void read_f32_range(const SafetensorsEntry& entry, size_t first, size_t count, float* dst) {
+  TITAN_CHECK(first + count <= static_cast<size_t>(entry.numel()), entry.file, ": tensor ",
+              json_quote(entry.name), " has ", entry.numel(), " elements, not [", first, ", ",
+              first + count, ")");
   TITAN_CHECK(entry.dtype == DType::f32 || entry.dtype == DType::bf16 || entry.dtype == DType::f16,
               entry.file, ": tensor ", json_quote(entry.name), " has dtype ", entry.dtype_name,
               "; only F32, BF16 and F16 load as floats");
-  convert_to_f32(entry.data, *entry.dtype, numel, dst);
+  const auto* bytes = static_cast<const unsigned char*>(entry.data);
+  convert_to_f32(bytes + first * dtype_size(*entry.dtype), *entry.dtype, count, dst);
 }
 
 }  // namespace titan

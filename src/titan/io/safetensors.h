@@ -62,5 +62,7 @@ class SafetensorsCheckpoint {
 // Converts a float tensor (F32, BF16 or F16) into `dst`, which holds exactly `numel` floats.
 // A different element count or a non-float dtype is a titan::Error naming file and tensor.
 void read_f32(const SafetensorsEntry& entry, float* dst, size_t numel);
+// Elements [first, first + count) of the tensor in row-major order (an FSDP shard's rows).
+void read_f32_range(const SafetensorsEntry& entry, size_t first, size_t count, float* dst);
 
 }  // namespace titan

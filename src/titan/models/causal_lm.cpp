@@ -24,8 +24,8 @@ void CausalLM::zero_gradients() {
 
 std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
                                      const std::vector<OverrideRule>& overrides,
-                                     DType compute_dtype) {
-  return model_family(args.architecture, "model").make(args, overrides, compute_dtype);
+                                     DType compute_dtype, Residency params) {
+  return model_family(args.architecture, "model").make(args, overrides, compute_dtype, params);
 }
 
 }  // namespace titan

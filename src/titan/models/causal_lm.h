@@ -97,9 +97,11 @@ class CausalLM {
 
 // The model of `args.architecture` (models/registry.h), its parameters allocated but not
 // initialised; overrides rebind kernel slots (what they did is in override_report()), each
-// checked against the dtype its slot computes in.
+// checked against the dtype its slot computes in. Residency::released: every group's parameters
+// and gradients start handed back (FSDP, dist/fsdp.h: a rank holds whole units only in flight).
 std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
                                      const std::vector<OverrideRule>& overrides = {},
-                                     DType compute_dtype = DType::f32);
+                                     DType compute_dtype = DType::f32,
+                                     Residency params = Residency::committed);
 
 }  // namespace titan

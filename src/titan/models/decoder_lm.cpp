@@ -98,7 +98,7 @@ RMSNorm make_norm(const std::string& name, const ParamGroup& g, const KernelBind
 }  // namespace
 
 DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides,
-                     DType compute_dtype)
+                     DType compute_dtype, Residency params)
     : args_(args), compute_dtype_(compute_dtype) {
   validate_model_args(args_, "model");
   TITAN_CHECK(compute_dtype == DType::f32 || compute_dtype == DType::bf16, "model: compute in ",
@@ -108,7 +108,9 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   const KernelBinder binder(slots_);
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
 
-  for (const ParamGroupSpec& g : model_param_specs(args_)) groups_.emplace_back(g.name, g.params);
+  for (const ParamGroupSpec& g : model_param_specs(args_)) {
+    groups_.emplace_back(g.name, g.params, params);
+  }
 
   const ParamGroup& g0 = groups_[0];
   Embedding& embed = m_.embed_tokens;
@@ -499,8 +501,8 @@ void DecoderLM::backward() {
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
                                           const std::vector<OverrideRule>& overrides,
-                                          DType compute_dtype) {
-  return std::make_unique<DecoderLM>(args, overrides, compute_dtype);
+                                          DType compute_dtype, Residency params) {
+  return std::make_unique<DecoderLM>(args, overrides, compute_dtype, params);
 }
 
 }  // namespace titan

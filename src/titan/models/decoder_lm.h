@@ -19,9 +19,10 @@ namespace titan {
 class DecoderLM final : public CausalLM {
  public:
   // Builds the module tree and allocates parameters (not yet initialised). Overrides rebind
-  // kernel slots; what they did is in override_report(). compute_dtype: f32 or bf16.
+  // kernel slots; what they did is in override_report(). compute_dtype: f32 or bf16. params:
+  // the groups' residency (make_model).
   explicit DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides = {},
-                     DType compute_dtype = DType::f32);
+                     DType compute_dtype = DType::f32, Residency params = Residency::committed);
 
   const ModelArgs& args() const override { return args_; }
   DType compute_dtype() const override { return compute_dtype_; }
@@ -116,6 +117,6 @@ class DecoderLM final : public CausalLM {
 // The model registry's factory for every family DecoderLM computes (models/registry.cpp).
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
                                           const std::vector<OverrideRule>& overrides,
-                                          DType compute_dtype);
+                                          DType compute_dtype, Residency params);
 
 }  // namespace titan

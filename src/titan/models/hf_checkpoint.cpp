@@ -101,25 +101,46 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
 
 namespace {
 
-// The tensors `matched` in `checkpoint` (of `path`) converted into `groups`; every destination is
-// resolved and size-checked before the first write; non-finite values are refused unless allowed.
+// Where a parameter's elements go: the held rows [first, first + count) of its row-major whole,
+// at `data`.
+struct HeldElements {
+  float* data = nullptr;
+  int64_t first = 0, count = 0;
+};
+
+// The tensors `matched` in `checkpoint` (of `path`) converted into `groups`, which hold `shard` of
+// the model of `specs`: each HF tensor's elements that fall in the held rows. Every destination
+// is resolved and size-checked before the first write; non-finite values are refused unless
+// allowed.
 void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
                      const std::vector<HfCheckpointTensor>& tensors,
-                     std::vector<ParamGroup>& groups, const std::string& path,
-                     bool allow_nonfinite) {
-  std::unordered_map<std::string, std::pair<float*, int64_t>> params;  // name -> (data, numel)
-  for (const ParamGroup& g : groups) {
-    for (const ParamView& v : g.views()) {
-      params.emplace(v.spec.name, std::pair(g.params() + v.offset, v.numel));
+                     const std::vector<ParamGroupSpec>& specs, std::vector<ParamGroup>& groups,
+                     RowShard shard, const std::string& path, bool allow_nonfinite) {
+  TITAN_CHECK(specs.size() == groups.size(), "model: ", groups.size(),
+              " parameter groups for a model of ", specs.size());
+  std::unordered_map<std::string, std::pair<HeldElements, int64_t>> params;  // -> (held, numel)
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (size_t i = 0; i < groups[g].views().size(); ++i) {
+      const ParamView& v = groups[g].views()[i];
+      const Shape& whole = specs[g].params[i].shape;
+      const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
+      TITAN_CHECK(v.numel == shard.rows_per_shard(d0) * row, "model: parameter ", v.spec.name,
+                  " is not shard ", shard.index, " of ", shard.count, " of ", shape_str(whole));
+      float* data = groups[g].params() + v.offset;
+      std::fill(data + shard.rows(d0) * row, data + v.numel, 0.0f);  // the padding rows
+      params.emplace(v.spec.name,
+                     std::pair(HeldElements{data,
+                                            shard.first_row(d0) * row, shard.rows(d0) * row},
+                               shape_numel(whole)));
     }
   }
-  std::vector<float*> destinations;
+  std::vector<HeldElements> destinations;
   destinations.reserve(tensors.size());
   for (const HfCheckpointTensor& t : tensors) {
     const auto it = params.find(t.key.param);
     TITAN_CHECK(it != params.end() && t.key.offset + shape_numel(t.key.shape) <= it->second.second,
                 "the model has no parameter ", t.key.param, " laid out for ", t.key.key);
-    destinations.push_back(it->second.first + t.key.offset);
+    destinations.push_back(it->second.first);
   }
 
   int64_t total_bytes = 0;
@@ -128,9 +149,17 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
   for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
   NonfiniteScan scan;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto numel = static_cast<size_t>(tensors[i].entry->numel());
-    read_f32(*tensors[i].entry, destinations[i], numel);
-    scan.add(tensors[i].entry->file, tensors[i].key.key, destinations[i], DType::f32, numel);
+    // The tensor is elements [offset, offset + numel) of its parameter; its part in the shard:
+    const HfKey& key = tensors[i].key;
+    const HeldElements& held = destinations[i];
+    const int64_t lo = std::max(key.offset, held.first);
+    const int64_t hi = std::min(key.offset + tensors[i].entry->numel(), held.first + held.count);
+    if (lo < hi) {
+      float* dst = held.data + (lo - held.first);
+      read_f32_range(*tensors[i].entry, static_cast<size_t>(lo - key.offset),
+                     static_cast<size_t>(hi - lo), dst);
+      scan.add(tensors[i].entry->file, key.key, dst, DType::f32, static_cast<size_t>(hi - lo));
+    }
     progress.advance(static_cast<int64_t>(tensors[i].entry->nbytes));
   }
   scan.check(allow_nonfinite);
@@ -140,10 +169,10 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
 
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
-                     bool allow_nonfinite) {
+                     bool allow_nonfinite, RowShard shard) {
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
-  copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source), groups, path,
-                  allow_nonfinite);
+  copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source),
+                  model_param_specs(args), groups, shard, path, allow_nonfinite);
 }
 
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite) {
@@ -161,7 +190,8 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(dir);
   const std::vector<HfCheckpointTensor> tensors = match_hf_checkpoint(args, checkpoint, config);
   auto model = make_model(args, overrides, compute_dtype);
-  copy_hf_weights(checkpoint, tensors, model->param_groups(), dir, allow_nonfinite);
+  copy_hf_weights(checkpoint, tensors, model_param_specs(args), model->param_groups(), RowShard{},
+                  dir, allow_nonfinite);
   return model;
 }
 

@@ -12,6 +12,7 @@
 #include "titan/kernels/overrides.h"
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/row_shard.h"
 #include "titan/nn/param_group.h"
 
 namespace titan {
@@ -34,11 +35,12 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
                                                     const std::string& config_source);
 
 // Validates the checkpoint at `path` (a model folder, an index or one .safetensors file) against
-// `args`, then converts every tensor into `groups` (laid out by model_param_specs(args)). Weights
-// holding NaN or Inf are refused (models/nonfinite_weights.h) unless `allow_nonfinite`.
+// `args`, then converts every tensor into `groups` (laid out by model_param_specs(args), each
+// parameter cut to `shard`'s rows: FSDP loads a rank's rows only). Weights holding NaN or Inf are
+// refused (models/nonfinite_weights.h) unless `allow_nonfinite`.
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
-                     bool allow_nonfinite = false);
+                     bool allow_nonfinite = false, RowShard shard = {});
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite = false);
 // The model folder `dir` as a ready model: config.json, then the weights checked against it

@@ -35,7 +35,7 @@ struct ModelFamily {
   // The model, parameters allocated, not initialised (models/causal_lm.h make_model).
   std::unique_ptr<CausalLM> (*make)(const ModelArgs& args,
                                     const std::vector<OverrideRule>& overrides,
-                                    DType compute_dtype);
+                                    DType compute_dtype, Residency params);
 };
 
 const std::vector<ModelFamily>& model_families();

@@ -97,7 +97,11 @@ std::vector<ParamGroup> make_param_groups(const ModelArgs& args) {
 
 void initialize_param_groups(std::vector<ParamGroup>& groups, const ModelArgs& args,
                              uint64_t seed) {
-  for (ParamGroup& g : groups) g.initialize(seed, static_cast<float>(args.initializer_range));
+  for (ParamGroup& g : groups) initialize_param_group(g, args, seed);
+}
+
+void initialize_param_group(ParamGroup& group, const ModelArgs& args, uint64_t seed) {
+  group.initialize(seed, static_cast<float>(args.initializer_range));
 }
 
 std::vector<HfKey> hf_keys_for(const ParamSpec& param) {

@@ -11,16 +11,17 @@ namespace {
 constexpr int64_t kAlignFloats = 16;
 }  // namespace
 
-ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs)
-    : name_(std::move(name)) {
+ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs,
+                       Residency residency)
+    : name_(std::move(name)), residency_(residency) {
   for (const ParamSpec& spec : specs) {
     const int64_t n = shape_numel(spec.shape);
     TITAN_CHECK(n > 0, "parameter ", spec.name, " has an empty shape ", shape_str(spec.shape));
     views_.push_back({spec, numel_, n});
     numel_ += (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   }
-  params_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::parameters);
-  params_.zero();  // alignment padding stays zero through every update
+  params_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::parameters, residency);
+  if (residency == Residency::committed) params_.zero();  // padding stays zero through updates
 }
 
 const ParamView* ParamGroup::find(const std::string& param_name) const {
@@ -38,8 +39,8 @@ const ParamView& ParamGroup::view(const std::string& param_name) const {
 
 void ParamGroup::allocate_gradients() {
   if (grads_.data() != nullptr) return;
-  grads_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::gradients);
-  grads_.zero();
+  grads_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::gradients, residency_);
+  if (residency_ == Residency::committed) grads_.zero();
 }
 
 void ParamGroup::allocate_optimizer_state() {

@@ -30,7 +30,10 @@ struct ParamView {
 
 class ParamGroup {
  public:
-  ParamGroup(std::string name, const std::vector<ParamSpec>& specs);
+  // Residency::released: the parameters (and later the gradients) start handed back, as FSDP's
+  // whole units do between uses; acquire_params commits them.
+  ParamGroup(std::string name, const std::vector<ParamSpec>& specs,
+             Residency residency = Residency::committed);
 
   const std::string& name() const { return name_; }
   const std::vector<ParamView>& views() const { return views_; }
@@ -38,7 +41,8 @@ class ParamGroup {
   const ParamView* find(const std::string& param_name) const;  // null when absent
   int64_t numel() const { return numel_; }
 
-  // Gradient and optimizer buffers exist only once requested (inference needs neither).
+  // Gradient and optimizer buffers exist only once requested (inference needs neither); the
+  // gradients with the parameters' residency.
   void allocate_gradients();
   void allocate_optimizer_state();
 
@@ -67,6 +71,7 @@ class ParamGroup {
   std::string name_;
   std::vector<ParamView> views_;
   int64_t numel_ = 0;
+  Residency residency_;
   Buffer params_, grads_, exp_avg_, exp_avg_sq_;
 };
 

@@ -27,12 +27,38 @@ struct BufferSource {
   std::string prefix;  // tensor name = prefix + parameter name
 };
 
-// Checks that `file` holds exactly the tensors of `sources` for the parameters `params` (F32, each
-// parameter's shape).
+const std::vector<BufferSource>& model_sources() {
+  static const std::vector<BufferSource> sources = {{&ParamGroup::params, ""}};
+  return sources;
+}
+
+const std::vector<BufferSource>& optimizer_sources() {
+  static const std::vector<BufferSource> sources = {{&ParamGroup::exp_avg, "exp_avg."},
+                                                    {&ParamGroup::exp_avg_sq, "exp_avg_sq."}};
+  return sources;
+}
+
+std::vector<ParamSpec> param_specs(const std::vector<ParamGroupSpec>& specs) {
+  std::vector<ParamSpec> params;
+  for (const ParamGroupSpec& g : specs)
+    params.insert(params.end(), g.params.begin(), g.params.end());
+  return params;
+}
+
+// The files of one kind ("model", "optimizer") in a checkpoint of `shards` shards.
+std::string shard_file_name(const std::string& kind, int64_t index, int64_t shards) {
+  if (shards == 1) return kind + ".safetensors";
+  return kind + ".shard-" + std::to_string(index) + "-of-" + std::to_string(shards) +
+         ".safetensors";
+}
+
+// Checks that `file`, shard `shard` of a checkpoint, holds exactly the tensors of `sources` for
+// `params` (F32, each parameter's shard shape).
 void check_tensors(const SafetensorsFile& file, const std::vector<ParamSpec>& params,
-                   const std::vector<BufferSource>& sources) {
+                   const std::vector<BufferSource>& sources, RowShard shard) {
   for (const BufferSource& src : sources) {
-    for (const ParamSpec& p : params) {
+    for (const ParamSpec& whole : params) {
+      const ParamSpec p = shard.spec_of(whole);
       const SafetensorsEntry* e = file.find(src.prefix + p.name);
       TITAN_CHECK(e != nullptr, file.path(), ": tensor ", src.prefix, p.name, " is missing");
       TITAN_CHECK(e->dtype == DType::f32 && e->shape == p.shape, file.path(), ": tensor ",
@@ -45,55 +71,12 @@ void check_tensors(const SafetensorsFile& file, const std::vector<ParamSpec>& pa
               " tensors, expected ", expected, " (a checkpoint of another model?)");
 }
 
-std::vector<ParamSpec> param_specs(const std::vector<ParamGroupSpec>& specs) {
-  std::vector<ParamSpec> params;
-  for (const ParamGroupSpec& g : specs)
-    params.insert(params.end(), g.params.begin(), g.params.end());
-  return params;
-}
-
-std::vector<ParamSpec> param_specs(const std::vector<ParamGroup>& groups) {
-  std::vector<ParamSpec> params;
-  for (const ParamGroup& g : groups) {
-    for (const ParamView& v : g.views()) params.push_back(v.spec);
-  }
-  return params;
-}
-
-void copy_tensors(const SafetensorsFile& file, std::vector<ParamGroup>& groups,
-                  const std::vector<BufferSource>& sources, Progress& progress,
-                  NonfiniteScan& scan) {
-  file.prefetch();
-  for (const BufferSource& src : sources) {
-    for (ParamGroup& g : groups) {
-      for (const ParamView& v : g.views()) {
-        const SafetensorsEntry* e = file.find(src.prefix + v.spec.name);
-        float* dst = (g.*src.buffer)() + v.offset;
-        std::memcpy(dst, e->data, e->nbytes);
-        scan.add(file.path(), e->name, dst, DType::f32, static_cast<size_t>(v.numel));
-        progress.advance(static_cast<int64_t>(e->nbytes));
-      }
-    }
-  }
-}
-
 int64_t buffer_bytes(const std::vector<ParamGroup>& groups, size_t buffers) {
   int64_t bytes = 0;
   for (const ParamGroup& g : groups) {
     for (const ParamView& v : g.views()) bytes += v.numel * static_cast<int64_t>(sizeof(float));
   }
   return bytes * static_cast<int64_t>(buffers);
-}
-
-const std::vector<BufferSource>& model_sources() {
-  static const std::vector<BufferSource> sources = {{&ParamGroup::params, ""}};
-  return sources;
-}
-
-const std::vector<BufferSource>& optimizer_sources() {
-  static const std::vector<BufferSource> sources = {{&ParamGroup::exp_avg, "exp_avg."},
-                                                    {&ParamGroup::exp_avg_sq, "exp_avg_sq."}};
-  return sources;
 }
 
 std::vector<SafetensorsTensor> views_of(const std::vector<ParamGroup>& groups,
@@ -118,11 +101,137 @@ void fsync_directory(const std::string& dir) {
   TITAN_CHECK(rc == 0, dir, ": fsync failed");
 }
 
-// A folder save_training_checkpoint wrote: the only kind it replaces or prunes.
+// A folder a training checkpoint was committed as: the only kind it replaces or prunes.
 bool is_titan_checkpoint(const std::string& dir) {
   std::error_code ec;
   return fs::is_directory(fs::symlink_status(dir, ec)) &&
          fs::is_regular_file(fs::symlink_status(dir + "/trainer_state.json", ec));
+}
+
+// sharding.json: the index of a sharded checkpoint.
+nlohmann::json sharding_index(const std::vector<ParamGroupSpec>& specs, int64_t shards) {
+  nlohmann::json params = nlohmann::json::object();
+  for (const ParamSpec& p : param_specs(specs)) {
+    nlohmann::json slices = nlohmann::json::array();
+    for (int64_t i = 0; i < shards; ++i) {
+      const RowShard s{i, shards};
+      slices.push_back({s.first_row(p.shape[0]), s.rows(p.shape[0])});
+    }
+    params[p.name] = {{"shape", p.shape}, {"rows", slices}};
+  }
+  return {{"format", "titan.fsdp-rows"}, {"shards", shards}, {"parameters", params}};
+}
+
+// The shard count of the checkpoint in `dir`: 1 without sharding.json, else its "shards", checked
+// against `params` (every parameter's whole shape and its slices).
+int64_t read_shard_count(const std::string& dir, const std::vector<ParamSpec>& params) {
+  const std::string path = dir + "/sharding.json";
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return 1;
+  const nlohmann::json index = read_json_file(path, "checkpoint sharding index", 6);
+  int64_t shards = 0;
+  try {
+    shards = index.at("shards").get<int64_t>();
+    TITAN_CHECK(shards >= 1 && shards <= (int64_t{1} << 20), path, ": shards ", shards,
+                " is out of range");
+    const nlohmann::json& entries = index.at("parameters");
+    TITAN_CHECK(entries.size() == params.size(), path, ": indexes ", entries.size(),
+                " parameters, the model has ", params.size());
+    for (const ParamSpec& p : params) {
+      const auto it = entries.find(p.name);
+      TITAN_CHECK(it != entries.end(), path, ": parameter ", p.name, " is missing");
+      const Shape shape = it->at("shape").get<Shape>();
+      TITAN_CHECK(shape == p.shape, path, ": parameter ", p.name, " has shape ", shape_str(shape),
+                  ", the model's is ", shape_str(p.shape));
+      const nlohmann::json& rows = it->at("rows");
+      TITAN_CHECK(rows.is_array() && static_cast<int64_t>(rows.size()) == shards, path,
+                  ": parameter ", p.name, " lists ", rows.size(), " slices for ", shards,
+                  " shards");
+      for (int64_t i = 0; i < shards; ++i) {
+        const RowShard s{i, shards};
+        const auto slice = rows[static_cast<size_t>(i)].get<std::vector<int64_t>>();
+        const std::vector<int64_t> expected = {s.first_row(p.shape[0]), s.rows(p.shape[0])};
+        TITAN_CHECK(slice == expected, path, ": parameter ", p.name, " shard ", i, " is not rows [",
+                    s.first_row(p.shape[0]), ", +", s.rows(p.shape[0]),
+                    ") (titan cuts dim 0 in equal blocks of ceil(d0 / shards) rows)");
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": ", e.what());
+  }
+  return shards;
+}
+
+// The checks of check_training_checkpoint; the files stay open for the copy.
+struct OpenCheckpoint {
+  TrainerState state;
+  int64_t shards = 1;
+  std::vector<SafetensorsFile> model, optimizer;  // one per shard; optimizer empty unless full
+};
+
+OpenCheckpoint open_training_checkpoint(const std::string& dir,
+                                        const std::vector<ParamSpec>& params,
+                                        CheckpointContent content) {
+  OpenCheckpoint ck;
+  ck.state = read_trainer_state(dir);
+  const bool with_optimizer = content == CheckpointContent::full;
+  TITAN_CHECK(!with_optimizer || !ck.state.model_only, dir,
+              ": holds model weights only (saved with checkpoint.last_save_model_only), not the "
+              "optimizer state training needs to continue");
+  ck.shards = read_shard_count(dir, params);
+  for (int64_t i = 0; i < ck.shards; ++i) {
+    const RowShard shard{i, ck.shards};
+    ck.model.push_back(SafetensorsFile::open(dir + "/" + shard_file_name("model", i, ck.shards)));
+    check_tensors(ck.model.back(), params, model_sources(), shard);
+    if (with_optimizer) {
+      ck.optimizer.push_back(
+          SafetensorsFile::open(dir + "/" + shard_file_name("optimizer", i, ck.shards)));
+      check_tensors(ck.optimizer.back(), params, optimizer_sources(), shard);
+    }
+  }
+  return ck;
+}
+
+// Every row of `dst` (the groups' cut `shard` of the model of `specs`) from the checkpoint's
+// shard files `files`, wherever each row was written; padding rows zeroed.
+void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<ParamGroupSpec>& specs,
+               std::vector<ParamGroup>& groups, RowShard shard,
+               const std::vector<BufferSource>& sources, Progress& progress,
+               NonfiniteScan& scan) {
+  const auto saved = static_cast<int64_t>(files.size());
+  for (const SafetensorsFile& f : files) f.prefetch();
+  const std::string where = saved == 1 ? files.front().path()
+                                       : fs::path(files.front().path()).parent_path().string() +
+                                             " (" + std::to_string(saved) + " shards)";
+  for (const BufferSource& src : sources) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      for (size_t i = 0; i < groups[g].views().size(); ++i) {
+        const ParamView& v = groups[g].views()[i];
+        const Shape& whole = specs[g].params[i].shape;
+        const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
+        TITAN_CHECK(v.spec.name == specs[g].params[i].name &&
+                        v.numel == shard.rows_per_shard(d0) * row,
+                    "checkpoint: parameter ", v.spec.name, " is not shard ", shard.index, " of ",
+                    shard.count, " of ", specs[g].params[i].name, " ", shape_str(whole));
+        const int64_t first = shard.first_row(d0), rows = shard.rows(d0);
+        float* dst = (groups[g].*src.buffer)() + v.offset;
+        // The saved shards holding rows [first, first + rows): each copies its overlap.
+        for (int64_t k = 0; k < saved; ++k) {
+          const RowShard from{k, saved};
+          const int64_t lo = std::max(first, from.first_row(d0));
+          const int64_t hi = std::min(first + rows, from.first_row(d0) + from.rows(d0));
+          if (lo >= hi) continue;
+          const SafetensorsEntry* e = files[static_cast<size_t>(k)].find(src.prefix + v.spec.name);
+          std::memcpy(dst + (lo - first) * row,
+                      static_cast<const float*>(e->data) + (lo - from.first_row(d0)) * row,
+                      static_cast<size_t>((hi - lo) * row) * sizeof(float));
+        }
+        std::fill(dst + rows * row, dst + v.numel, 0.0f);
+        scan.add(where, src.prefix + v.spec.name, dst, DType::f32, static_cast<size_t>(rows * row));
+        progress.advance(v.numel * static_cast<int64_t>(sizeof(float)));
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -131,29 +240,48 @@ std::string training_checkpoint_dir(const std::string& folder, int64_t step) {
   return folder + "/step-" + std::to_string(step);
 }
 
-void save_training_checkpoint(const std::string& folder, const std::vector<ParamGroup>& groups,
-                              const TrainerState& state, int64_t keep_latest_k) {
+std::string training_checkpoint_temp_dir(const std::string& folder, int64_t step) {
+  return folder + "/.step-" + std::to_string(step) + ".tmp";
+}
+
+std::string begin_training_checkpoint(const std::string& folder, int64_t step) {
   fs::create_directories(folder);
-  const std::string final_dir = training_checkpoint_dir(folder, state.step);
+  const std::string final_dir = training_checkpoint_dir(folder, step);
   // A step saved again (a resumed run) replaces the old checkpoint, never anything else.
   std::error_code ec;
   TITAN_CHECK(!fs::exists(fs::symlink_status(final_dir, ec)) || is_titan_checkpoint(final_dir),
               final_dir,
               " exists and is not a titan checkpoint (no trainer_state.json): move it "
               "away, it is not replaced");
-  const std::string temp_dir = folder + "/.step-" + std::to_string(state.step) + ".tmp";
+  const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
   fs::remove_all(temp_dir);  // leftovers of a save that was killed
   fs::create_directories(temp_dir);
-  Progress progress("saving " + final_dir,
-                    buffer_bytes(groups, state.model_only ? 1 : 1 + optimizer_sources().size()),
+  return temp_dir;
+}
+
+void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
+                            const std::vector<ParamGroup>& groups, RowShard shard,
+                            bool model_only) {
+  TITAN_CHECK(specs.size() == groups.size(), "checkpoint: ", groups.size(),
+              " parameter groups for a model of ", specs.size());
+  Progress progress("saving " + temp_dir,
+                    buffer_bytes(groups, model_only ? 1 : 1 + optimizer_sources().size()),
                     ProgressUnit::bytes);
   SafetensorsWriteOptions options;
   options.progress = &progress;
-  write_safetensors_file(temp_dir + "/model.safetensors", views_of(groups, model_sources()),
-                         options);
-  if (!state.model_only) {
-    write_safetensors_file(temp_dir + "/optimizer.safetensors",
+  write_safetensors_file(temp_dir + "/" + shard_file_name("model", shard.index, shard.count),
+                         views_of(groups, model_sources()), options);
+  if (!model_only) {
+    write_safetensors_file(temp_dir + "/" + shard_file_name("optimizer", shard.index, shard.count),
                            views_of(groups, optimizer_sources()), options);
+  }
+}
+
+void commit_training_checkpoint(const std::string& folder, const std::string& temp_dir,
+                                const std::vector<ParamGroupSpec>& specs, int64_t shards,
+                                const TrainerState& state, int64_t keep_latest_k) {
+  if (shards > 1) {
+    write_file_atomic(temp_dir + "/sharding.json", sharding_index(specs, shards).dump(1) + "\n");
   }
   const nlohmann::json meta = {{"step", state.step},
                                {"optimizer_step", state.optimizer_step},
@@ -162,6 +290,7 @@ void save_training_checkpoint(const std::string& folder, const std::vector<Param
                                {"model_only", state.model_only}};
   write_file_atomic(temp_dir + "/trainer_state.json", meta.dump(2) + "\n");
   fsync_directory(temp_dir);
+  const std::string final_dir = training_checkpoint_dir(folder, state.step);
   fs::remove_all(final_dir);
   fs::rename(temp_dir, final_dir);
   fsync_directory(folder);
@@ -205,49 +334,27 @@ TrainerState read_trainer_state(const std::string& dir) {
   return state;
 }
 
-namespace {
-
-// The checks of check_training_checkpoint; the files stay open for the copy.
-struct OpenCheckpoint {
-  TrainerState state;
-  std::optional<SafetensorsFile> model, optimizer;
-};
-
-OpenCheckpoint open_training_checkpoint(const std::string& dir,
-                                        const std::vector<ParamSpec>& params,
-                                        CheckpointContent content) {
-  OpenCheckpoint ck;
-  ck.state = read_trainer_state(dir);
-  const bool with_optimizer = content == CheckpointContent::full;
-  TITAN_CHECK(!with_optimizer || !ck.state.model_only, dir,
-              ": holds model weights only (saved with checkpoint.last_save_model_only), not the "
-              "optimizer state training needs to continue");
-  ck.model.emplace(SafetensorsFile::open(dir + "/model.safetensors"));
-  check_tensors(*ck.model, params, model_sources());
-  if (with_optimizer) {
-    ck.optimizer.emplace(SafetensorsFile::open(dir + "/optimizer.safetensors"));
-    check_tensors(*ck.optimizer, params, optimizer_sources());
-  }
-  return ck;
-}
-
-}  // namespace
-
 TrainerState check_training_checkpoint(const std::string& dir,
                                        const std::vector<ParamGroupSpec>& specs,
                                        CheckpointContent content) {
   return open_training_checkpoint(dir, param_specs(specs), content).state;
 }
 
-TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
+TrainerState load_training_checkpoint(const std::string& dir,
+                                      const std::vector<ParamGroupSpec>& specs,
+                                      std::vector<ParamGroup>& groups, RowShard shard,
                                       CheckpointContent content, bool allow_nonfinite) {
-  const OpenCheckpoint ck = open_training_checkpoint(dir, param_specs(groups), content);
+  TITAN_CHECK(specs.size() == groups.size(), "checkpoint: ", groups.size(),
+              " parameter groups for a model of ", specs.size());
+  const OpenCheckpoint ck = open_training_checkpoint(dir, param_specs(specs), content);
   Progress progress("loading " + dir,
-                    buffer_bytes(groups, ck.optimizer ? 1 + optimizer_sources().size() : 1),
+                    buffer_bytes(groups, ck.optimizer.empty() ? 1 : 1 + optimizer_sources().size()),
                     ProgressUnit::bytes);
   NonfiniteScan scan;
-  copy_tensors(*ck.model, groups, model_sources(), progress, scan);
-  if (ck.optimizer) copy_tensors(*ck.optimizer, groups, optimizer_sources(), progress, scan);
+  copy_rows(ck.model, specs, groups, shard, model_sources(), progress, scan);
+  if (!ck.optimizer.empty()) {
+    copy_rows(ck.optimizer, specs, groups, shard, optimizer_sources(), progress, scan);
+  }
   scan.check(allow_nonfinite);
   return ck.state;
 }

@@ -5,8 +5,19 @@
 //   <folder>/step-<N>/trainer_state.json     step, optimizer step, data-loader state, seed,
 //                                            model_only
 //
+// Under FSDP over K ranks (dist/fsdp.h) each shard rank writes its rows instead, every tensor
+// (c, ...) with c = ceil(d0 / K), zero padded past d0 (nn/row_shard.h):
+//
+//   <folder>/step-<N>/model.shard-<i>-of-<K>.safetensors, optimizer.shard-<i>-of-<K>.safetensors
+//   <folder>/step-<N>/sharding.json          K, and per parameter its whole shape and each
+//                                            shard's slice of rows [first, first + rows)
+//
+// Either layout loads into any cut of the parameters (the whole model, or shard i of any K): a
+// run resumes on another number of ranks, or on one process, by reading each row where it was
+// written.
+//
 // A model-only checkpoint (torchtitan's last_save_model_only, for the last step) has no
-// optimizer.safetensors: it can seed another run's weights but cannot resume this one exactly.
+// optimizer files: it can seed another run's weights but cannot resume this one exactly.
 //
 // A checkpoint is written into a hidden temporary folder and renamed to step-<N> only when every
 // file in it is complete and on disk, so a process killed at any moment leaves the previous
@@ -20,6 +31,7 @@
 
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/param_group.h"
+#include "titan/nn/row_shard.h"
 
 namespace titan {
 
@@ -36,13 +48,24 @@ enum class CheckpointContent { model_only, full };
 // <folder>/step-<step>
 std::string training_checkpoint_dir(const std::string& folder, int64_t step);
 
-// Saves groups' parameters, and their AdamW state unless state.model_only, with `state` as
-// <folder>/step-<state.step>, then prunes to keep_latest_k (0 keeps all): only step folders older
+// Saves the parameters, and their AdamW state unless state.model_only, with `state` as
+// <folder>/step-<state.step>, in steps so that several ranks can write one checkpoint (the trainer
+// orders them with barriers): one rank begins (refuses to replace a step-<N> that is not a titan
+// checkpoint, clears a killed save's leftovers); every writer writes its cut into the temporary
+// folder; when all are written, one rank commits: trainer_state.json (and sharding.json for K > 1
+// shards), fsync, rename, then prunes to keep_latest_k (0 keeps all). Only step folders older
 // than the one just written are removed, the oldest first, so that it and the k - 1 before it
-// remain. Newer step folders (left by another run, perhaps unusable) are never counted or removed:
-// pruning must not take the checkpoint this run just wrote for an older one.
-void save_training_checkpoint(const std::string& folder, const std::vector<ParamGroup>& groups,
-                              const TrainerState& state, int64_t keep_latest_k);
+// remain; newer step folders (left by another run, perhaps unusable) are never counted or removed:
+// pruning must not take the checkpoint this run just wrote for an older one. `specs` are the
+// whole model's; `groups` hold `shard` of it.
+std::string begin_training_checkpoint(const std::string& folder, int64_t step);
+std::string training_checkpoint_temp_dir(const std::string& folder, int64_t step);
+void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
+                            const std::vector<ParamGroup>& groups, RowShard shard,
+                            bool model_only);
+void commit_training_checkpoint(const std::string& folder, const std::string& temp_dir,
+                                const std::vector<ParamGroupSpec>& specs, int64_t shards,
+                                const TrainerState& state, int64_t keep_latest_k);
 
 // The step numbers of the step-<N> folders under `folder`, newest first.
 std::vector<int64_t> list_training_checkpoints(const std::string& folder);
@@ -51,17 +74,21 @@ std::vector<int64_t> list_training_checkpoints(const std::string& folder);
 TrainerState read_trainer_state(const std::string& dir);
 
 // Checks the checkpoint folder `dir` against a model of `specs` without reading tensor data:
-// trainer_state.json readable, and model.safetensors (with `full`, optimizer.safetensors too)
-// holding exactly the model's tensors, F32, each of its shape. Returns its trainer state.
+// trainer_state.json readable; model.safetensors (with `full`, optimizer.safetensors too) holding
+// exactly the model's tensors, F32, each of its shape -- or, in a sharded checkpoint, sharding.json
+// and every shard file holding each tensor's rows. Returns its trainer state.
 TrainerState check_training_checkpoint(const std::string& dir,
                                        const std::vector<ParamGroupSpec>& specs,
                                        CheckpointContent content);
 
-// Loads the checkpoint folder `dir` into groups: the parameters, and with `full` the AdamW moments
-// too (groups must have optimizer state allocated; a model-only checkpoint is an error). Every
-// tensor is checked (present, right shape) before any is copied; errors name file and tensor.
-// NaN or Inf in what was loaded is refused (models/nonfinite_weights.h) unless `allow_nonfinite`.
-TrainerState load_training_checkpoint(const std::string& dir, std::vector<ParamGroup>& groups,
+// Loads the checkpoint folder `dir` (either layout) into groups holding `shard` of the model of
+// `specs`: the parameters, and with `full` the AdamW moments too (groups must have optimizer state
+// allocated; a model-only checkpoint is an error). Every file is checked before any tensor is
+// copied; errors name file and tensor. NaN or Inf in what was loaded is refused
+// (models/nonfinite_weights.h) unless `allow_nonfinite`.
+TrainerState load_training_checkpoint(const std::string& dir,
+                                      const std::vector<ParamGroupSpec>& specs,
+                                      std::vector<ParamGroup>& groups, RowShard shard,
                                       CheckpointContent content, bool allow_nonfinite = false);
 
 }  // namespace titan

@@ -187,19 +187,10 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
       {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
        p.pipeline_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree},
       world().size());
-  const JobConfig::Checkpoint& ck = config_.checkpoint;
   if (dims.dp_shard > 1) {
     TITAN_CHECK(t.mixed_precision_param == "float32", "training.mixed_precision_param = \"",
                 t.mixed_precision_param, "\" under FSDP (data_parallel_shard_degree ",
                 dims.dp_shard, "): bf16 units are not built yet; use float32");
-    TITAN_CHECK(!ck.enable, "checkpoint.enable under FSDP (data_parallel_shard_degree ",
-                dims.dp_shard,
-                "): sharded checkpoints are not built yet; the final Hugging Face export "
-                "(checkpoint.last_save_in_hf) works");
-    TITAN_CHECK(ck.initial_load_path.empty() || ck.initial_load_model_only,
-                "checkpoint.initial_load_path with optimizer state under FSDP "
-                "(data_parallel_shard_degree ",
-                dims.dp_shard, "): set checkpoint.initial_load_model_only = true");
   }
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
@@ -250,7 +241,10 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
   const DType compute = t.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
-  model_ = make_model(args_, overrides, compute);
+  // Under FSDP no rank ever holds the whole model: the groups start released and are initialised
+  // or loaded a unit (or a shard) at a time.
+  model_ = make_model(args_, overrides, compute,
+                      dims.dp_shard > 1 ? Residency::released : Residency::committed);
   std::printf("%s\n", compute == DType::bf16
                           ? "mixed precision: matmuls in bf16 with fp32 accumulation; fp32 master "
                             "weights, AdamW state, norms, attention, softmax, loss and gradients"
@@ -269,7 +263,6 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   }
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
   model_->set_activation_checkpointing(config_.activation_checkpoint.mode == "full");
-  model_->initialize(static_cast<uint64_t>(t.seed));
   model_->allocate_gradients();
   AdamWConfig adamw;
   adamw.lr = static_cast<float>(config_.optimizer.lr);
@@ -295,8 +288,13 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   loader_options_.batch_size = t.local_batch_size;
   loader_options_.seq_len = t.seq_len;
   loader_options_.seed = static_cast<uint64_t>(t.seed);
+  const auto seed = static_cast<uint64_t>(t.seed);
+  if (fsdp_) {
+    fsdp_->initialize([&](ParamGroup& g) { initialize_param_group(g, args_, seed); });
+  } else {
+    model_->initialize(seed);
+  }
   restore();
-  if (fsdp_) fsdp_->shard_parameters();
 }
 
 Trainer::~Trainer() = default;
@@ -304,6 +302,12 @@ Trainer::~Trainer() = default;
 std::string Trainer::checkpoint_folder() const {
   return config_.job.dump_folder + "/" + config_.checkpoint.folder;
 }
+
+std::vector<ParamGroup>& Trainer::state_groups() {
+  return fsdp_ ? fsdp_->shards() : model_->param_groups();
+}
+
+RowShard Trainer::state_cut() const { return fsdp_ ? fsdp_->cut() : RowShard{}; }
 
 void Trainer::restore() {
   const JobConfig::Checkpoint& ck = config_.checkpoint;
@@ -315,28 +319,28 @@ void Trainer::restore() {
     std::printf("resumed step %lld from %s%s\n", static_cast<long long>(state.step), dir.c_str(),
                 state.model_only ? " (model weights only: the run is already complete)" : "");
   };
+  const std::vector<ParamGroupSpec> specs = model_param_specs(args_);
+  const auto load = [&](const std::string& dir, CheckpointContent content) {
+    return load_training_checkpoint(dir, specs, state_groups(), state_cut(), content,
+                                    ck.allow_nonfinite_weights);
+  };
   if (resume_) {
-    resume_from(load_training_checkpoint(resume_->dir, model_->param_groups(),
-                                         resume_->state.model_only ? CheckpointContent::model_only
-                                                                   : CheckpointContent::full,
-                                         ck.allow_nonfinite_weights),
+    resume_from(load(resume_->dir, resume_->state.model_only ? CheckpointContent::model_only
+                                                             : CheckpointContent::full),
                 resume_->dir);
   }
   const std::string& initial = ck.initial_load_path;
   if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
-      load_hf_weights(*model_, initial, ck.allow_nonfinite_weights);
+      load_hf_weights(args_, state_groups(), initial, "the model's config",
+                      ck.allow_nonfinite_weights, state_cut());
       std::printf("initial weights from %s\n", initial.c_str());
     } else if (ck.initial_load_model_only) {
-      const TrainerState state =
-          load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::model_only,
-                                   ck.allow_nonfinite_weights);
+      const TrainerState state = load(initial, CheckpointContent::model_only);
       std::printf("initial weights from %s (titan checkpoint of step %lld, model weights only)\n",
                   initial.c_str(), static_cast<long long>(state.step));
     } else {
-      resume_from(load_training_checkpoint(initial, model_->param_groups(), CheckpointContent::full,
-                                           ck.allow_nonfinite_weights),
-                  initial);
+      resume_from(load(initial, CheckpointContent::full), initial);
     }
   } else if (start_step_ == 0) {
     std::printf("initial weights: random (HF init, seed %lld)\n",
@@ -434,15 +438,25 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   state.optimizer_step = optimizer_->step_count();
   state.loader_state = loader_->state().to_json();
   state.seed = config_.training.seed;
-  // Replicated parameters and optimizer state: rank 0 writes them; the others wait, so no rank
-  // runs ahead of a checkpoint it might resume from.
-  // The others wait for rank 0's writes as long as for start-up, not one step.
+  // One writer per distinct cut of the state: rank 0 for replicated parameters (one process,
+  // DDP), replica 0's shard ranks under FSDP and HSDP. Rank 0 begins and commits; every rank
+  // waits for the commit, so none runs ahead of a checkpoint it might resume from, and waits as
+  // long as for start-up, not one step.
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
-  if (mesh_->world().rank() == 0) {
-    save_training_checkpoint(checkpoint_folder(), model_->param_groups(), state,
-                             config_.checkpoint.keep_latest_k);
+  const std::string folder = checkpoint_folder();
+  const std::vector<ParamGroupSpec> specs = model_param_specs(args_);
+  Communicator& world = mesh_->world();
+  if (world.rank() == 0) begin_training_checkpoint(folder, step);
+  world.barrier();
+  const bool writer = fsdp_ ? mesh_->replicate_index() == 0 : world.rank() == 0;
+  const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
+  if (writer) write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
+  world.barrier();
+  if (world.rank() == 0) {
+    commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
+                               config_.checkpoint.keep_latest_k);
   }
-  mesh_->world().barrier();
+  world.barrier();
   set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
 }
 

@@ -50,6 +50,10 @@ class Trainer {
   void export_model();
   void restore();
   std::string checkpoint_folder() const;
+  // What optimizer state lives in and checkpoints hold: fsdp_'s shards and their cut, or the
+  // model's whole groups.
+  std::vector<ParamGroup>& state_groups();
+  RowShard state_cut() const;
 
   JobConfig config_;
   std::unique_ptr<DeviceMesh> mesh_;  // the data-parallel ranks (one without mpirun)
