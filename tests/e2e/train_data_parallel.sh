@@ -35,7 +35,13 @@ dp() { echo --parallelism.data_parallel_replicate_degree="$1" --parallelism.data
 # 1. One process (12 micro-batches a step) against 2, 3 and 4 ranks (6, 4 and 3 each).
 "$titan" train "${common[@]}" --job.dump_folder="$work/single" \
   --metrics.save_jsonl="$work/single.jsonl" > "$work/single.log"
-runs=("dp2 2 $(dp 2)" "dp4 4 $(dp 4)" "fsdp2 2" "fsdp3 3" "fsdp4 4"
+# FSDP 2 also validates every 3 steps (a forward without backward must not leave the last block,
+# kept after its forward by default, stale for the next step); FSDP 3 keeps every unit from its
+# forward to its backward, FSDP 4 gathers each again (fsdp_reshard_after_forward never, always).
+validate="--validation.enable=true --validation.dataset_path=/usr/share/doc/jargon-text/jargon.txt.gz --validation.freq=3 --validation.steps=1"
+runs=("dp2 2 $(dp 2)" "dp4 4 $(dp 4)" "fsdp2 2 $validate"
+      "fsdp3 3 --parallelism.fsdp_reshard_after_forward=never"
+      "fsdp4 4 --parallelism.fsdp_reshard_after_forward=always"
       "hsdp2x2 4 --parallelism.data_parallel_replicate_degree=2")
 for run in "${runs[@]}"; do
   read -r name n mesh <<< "$run"

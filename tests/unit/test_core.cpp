@@ -58,6 +58,29 @@ TEST(Allocator, DecommitStopsChargingAndRecommitCharges) {
   }
 }
 
+// A buffer made released (FSDP's whole units at start-up) is never charged -- not even for a
+// moment, so the peak does not see it -- until recommitted, and is freed without a charge.
+TEST(Allocator, ReleasedBufferIsChargedOnlyOnceRecommitted) {
+  const int params = static_cast<int>(MemCategory::parameters);
+  memory_reset_peak();
+  const size_t base = memory_stats().current[params];
+  const size_t peak = memory_stats().peak[params];
+  {
+    Buffer b(size_t{8} << 20, MemCategory::parameters, Residency::released);
+    EXPECT_FALSE(b.committed());
+    EXPECT_NE(b.data(), nullptr);
+    EXPECT_EQ(memory_stats().current[params], base);
+    EXPECT_EQ(memory_stats().peak[params], peak);
+    b.recommit();
+    EXPECT_EQ(memory_stats().current[params] - base, size_t{8} << 20);
+    b.zero();
+    b.decommit();
+  }
+  { Buffer never_used(size_t{8} << 20, MemCategory::parameters, Residency::released); }
+  EXPECT_EQ(memory_stats().current[params], base);
+  EXPECT_EQ(memory_stats().peak[params], peak + (size_t{8} << 20));
+}
+
 TEST(Tensor, ReshapeAndNarrow) {
   Tensor t = Tensor::empty({4, 6}, DType::f32, MemCategory::other);
   for (int i = 0; i < 24; ++i) t.data<float>()[i] = static_cast<float>(i);

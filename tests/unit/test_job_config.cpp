@@ -106,6 +106,11 @@ TEST(JobConfig, BadValuesNameTheKey) {
   EXPECT_EQ(error_of([&] { job_config_validate(c); }),
             "training.mixed_precision_param 'float16' is not one of float32, bfloat16");
   c = JobConfig{};
+  c.parallelism.fsdp_reshard_after_forward = "sometimes";
+  EXPECT_EQ(error_of([&] { job_config_validate(c); }),
+            "parallelism.fsdp_reshard_after_forward 'sometimes' is not one of default, always, "
+            "never");
+  c = JobConfig{};
   c.training.mixed_precision_reduce = "bfloat16";
   EXPECT_EQ(error_of([&] { job_config_validate(c); }),
             "training.mixed_precision_reduce 'bfloat16': gradients are reduced in float32, the "
@@ -176,6 +181,18 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   warns({"--lr_scheduler.min_lr_factor=0.1", "--lr_scheduler.decay_type=none"},
         "lr_scheduler.min_lr_factor", "decay_type is \"none\"");
   warns({"--training.deterministic=false"}, "training.deterministic", "deterministic");
+  // torchtitan's older [training] place for the data-parallel keys is read as [parallelism].
+  warns({"--training.data_parallel_shard_degree=2"}, "training.data_parallel_shard_degree",
+        "read as parallelism.data_parallel_shard_degree");
+  JobConfig moved;
+  job_config_apply_toml(moved, write_temp("moved.toml",
+                                          "[training]\ndata_parallel_replicate_degree = 2\n"
+                                          "fsdp_reshard_after_forward = \"never\"\n"));
+  EXPECT_EQ(moved.parallelism.data_parallel_replicate_degree, 2);
+  EXPECT_EQ(moved.parallelism.fsdp_reshard_after_forward, "never");
+  EXPECT_EQ(job_config_unused_keys(moved).size(), 2u);
+  EXPECT_NE(job_config_to_toml(moved).find("[parallelism]\ndata_parallel_replicate_degree = 2"),
+            std::string::npos);
 }
 
 TEST(LrSchedule, WarmupStableDecay) {

@@ -121,8 +121,16 @@ Buffer::Buffer(size_t bytes, MemCategory category, Residency residency)
 }
 
 Buffer::~Buffer() {
-  recommit();  // what mem_release uncharges
-  mem_release(data_, bytes_, category_);
+  free_storage();
+}
+
+void Buffer::free_storage() {
+  // A decommitted buffer is no longer charged: only its address space goes.
+  if (committed_) {
+    mem_release(data_, bytes_, category_);
+  } else {
+    std::free(data_);
+  }
 }
 
 Buffer::Buffer(Buffer&& other) noexcept
@@ -133,8 +141,7 @@ Buffer::Buffer(Buffer&& other) noexcept
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
-    recommit();
-    mem_release(data_, bytes_, category_);
+    free_storage();
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     category_ = other.category_;

@@ -59,6 +59,8 @@ class Buffer {
   bool committed() const { return committed_; }
 
  private:
+  void free_storage();
+
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemCategory category_ = MemCategory::other;

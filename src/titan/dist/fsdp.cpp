@@ -35,6 +35,7 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
     shards_.push_back(shard_group_of(g, cut()));
     largest = std::max(largest, shards_.back().numel());
   }
+  kept_after_forward_.assign(full_.size(), false);
   staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
 }
@@ -94,10 +95,11 @@ void FullyShardedGroups::initialize(const std::function<void(ParamGroup&)>& init
 
 void FullyShardedGroups::acquire(int64_t g, bool gradients) {
   ParamGroup& full = full_[g];
+  if (gradients) full.acquire_grads();
+  if (full.params_resident()) return;  // kept since its forward
   full.acquire_params();
   mesh_.shard_group().all_gather(staging_.as<float>(), shards_[g].params(), shards_[g].numel());
   unpack(full.params(), static_cast<size_t>(g), staging_.as<float>());
-  if (gradients) full.acquire_grads();
 }
 
 void FullyShardedGroups::release(int64_t g, bool gradients) {
@@ -108,6 +110,8 @@ void FullyShardedGroups::release(int64_t g, bool gradients) {
     mesh_.shard_group().reduce_scatter_sum(reduced, staging_.as<float>(), shard.numel());
     backend().vec().axpy(shard.grads(), 1.0f, reduced, shard.numel());
     full.release_grads();
+  } else if (kept_after_forward_[static_cast<size_t>(g)]) {
+    return;
   }
   full.release_params();
 }

@@ -36,6 +36,9 @@ class FullyShardedGroups {
   // than one whole unit while starting (random init is keyed by parameter name, so every rank
   // computes the same whole values).
   void initialize(const std::function<void(ParamGroup&)>& init);
+  // parallelism.fsdp_reshard_after_forward: after a use without gradients (a forward), group g
+  // keeps its whole parameters until its next use (its backward) instead of gathering them again.
+  void keep_after_forward(int64_t g) { kept_after_forward_[static_cast<size_t>(g)] = true; }
   // The model's uses of group g (install as its ParamGroupHooks).
   void acquire(int64_t g, bool gradients);
   void release(int64_t g, bool gradients);
@@ -55,6 +58,7 @@ class FullyShardedGroups {
   std::vector<ParamGroup>& full_;
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
+  std::vector<bool> kept_after_forward_;
   Buffer staging_;       // N x the largest shard: the collectives' whole side
   Buffer reduced_grad_;  // the largest shard: one reduce-scatter's result
 };

@@ -129,8 +129,7 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
       float* data = groups[g].params() + v.offset;
       std::fill(data + shard.rows(d0) * row, data + v.numel, 0.0f);  // the padding rows
       params.emplace(v.spec.name,
-                     std::pair(HeldElements{data,
-                                            shard.first_row(d0) * row, shard.rows(d0) * row},
+                     std::pair(HeldElements{data, shard.first_row(d0) * row, shard.rows(d0) * row},
                                shape_numel(whole)));
     }
   }

@@ -12,8 +12,8 @@
 #include "titan/kernels/overrides.h"
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
-#include "titan/nn/row_shard.h"
 #include "titan/nn/param_group.h"
+#include "titan/nn/row_shard.h"
 
 namespace titan {
 

@@ -34,8 +34,8 @@ struct ModelFamily {
   void (*validate)(const ModelArgs& args, const std::string& where);
   // The model, parameters allocated, not initialised (models/causal_lm.h make_model).
   std::unique_ptr<CausalLM> (*make)(const ModelArgs& args,
-                                    const std::vector<OverrideRule>& overrides,
-                                    DType compute_dtype, Residency params);
+                                    const std::vector<OverrideRule>& overrides, DType compute_dtype,
+                                    Residency params);
 };
 
 const std::vector<ModelFamily>& model_families();

@@ -11,8 +11,7 @@ namespace {
 constexpr int64_t kAlignFloats = 16;
 }  // namespace
 
-ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs,
-                       Residency residency)
+ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs, Residency residency)
     : name_(std::move(name)), residency_(residency) {
   for (const ParamSpec& spec : specs) {
     const int64_t n = shape_numel(spec.shape);

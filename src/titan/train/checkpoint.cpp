@@ -196,8 +196,7 @@ OpenCheckpoint open_training_checkpoint(const std::string& dir,
 // shard files `files`, wherever each row was written; padding rows zeroed.
 void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<ParamGroupSpec>& specs,
                std::vector<ParamGroup>& groups, RowShard shard,
-               const std::vector<BufferSource>& sources, Progress& progress,
-               NonfiniteScan& scan) {
+               const std::vector<BufferSource>& sources, Progress& progress, NonfiniteScan& scan) {
   const auto saved = static_cast<int64_t>(files.size());
   for (const SafetensorsFile& f : files) f.prefetch();
   const std::string where = saved == 1 ? files.front().path()
@@ -209,10 +208,10 @@ void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<Para
         const ParamView& v = groups[g].views()[i];
         const Shape& whole = specs[g].params[i].shape;
         const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
-        TITAN_CHECK(v.spec.name == specs[g].params[i].name &&
-                        v.numel == shard.rows_per_shard(d0) * row,
-                    "checkpoint: parameter ", v.spec.name, " is not shard ", shard.index, " of ",
-                    shard.count, " of ", specs[g].params[i].name, " ", shape_str(whole));
+        TITAN_CHECK(
+            v.spec.name == specs[g].params[i].name && v.numel == shard.rows_per_shard(d0) * row,
+            "checkpoint: parameter ", v.spec.name, " is not shard ", shard.index, " of ",
+            shard.count, " of ", specs[g].params[i].name, " ", shape_str(whole));
         const int64_t first = shard.first_row(d0), rows = shard.rows(d0);
         float* dst = (groups[g].*src.buffer)() + v.offset;
         // The saved shards holding rows [first, first + rows): each copies its overlap.

@@ -61,8 +61,7 @@ std::string training_checkpoint_dir(const std::string& folder, int64_t step);
 std::string begin_training_checkpoint(const std::string& folder, int64_t step);
 std::string training_checkpoint_temp_dir(const std::string& folder, int64_t step);
 void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
-                            const std::vector<ParamGroup>& groups, RowShard shard,
-                            bool model_only);
+                            const std::vector<ParamGroup>& groups, RowShard shard, bool model_only);
 void commit_training_checkpoint(const std::string& folder, const std::string& temp_dir,
                                 const std::vector<ParamGroupSpec>& specs, int64_t shards,
                                 const TrainerState& state, int64_t keep_latest_k);

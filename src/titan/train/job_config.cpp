@@ -65,6 +65,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"parallelism", "pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree},
       {"parallelism", "context_parallel_degree", &c.parallelism.context_parallel_degree},
       {"parallelism", "expert_parallel_degree", &c.parallelism.expert_parallel_degree},
+      {"parallelism", "fsdp_reshard_after_forward", &c.parallelism.fsdp_reshard_after_forward},
       {"checkpoint", "enable", &c.checkpoint.enable},
       {"checkpoint", "folder", &c.checkpoint.folder},
       {"checkpoint", "interval", &c.checkpoint.interval},
@@ -114,6 +115,18 @@ Field find_field(JobConfig& c, const std::string& section, const std::string& ke
     if (f.section != section) continue;
     if (f.key == key) return f;
     keys.emplace_back(f.key);
+  }
+  // torchtitan kept the data-parallel keys in [training] before it had a [parallelism] section.
+  static const char* const moved_to_parallelism[] = {
+      "data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
+      "fsdp_reshard_after_forward"};
+  for (const char* moved : moved_to_parallelism) {
+    if (section != "training" || key != moved) continue;
+    const std::string old_name = section + "." + key;
+    if (std::find(c.renamed_keys.begin(), c.renamed_keys.end(), old_name) == c.renamed_keys.end()) {
+      c.renamed_keys.push_back(old_name);
+    }
+    return find_field(c, "parallelism", key, where);
   }
   fail(where, ": unknown key '", key, "' in [", section, "]; did you mean '",
        closest_name(key, keys), "'?");
@@ -313,6 +326,8 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(c.training.max_norm >= 0, "training.max_norm must not be negative (0 disables)");
   check_one_of(c.training.mixed_precision_param, {"float32", "bfloat16"},
                "training.mixed_precision_param");
+  check_one_of(c.parallelism.fsdp_reshard_after_forward, {"default", "always", "never"},
+               "parallelism.fsdp_reshard_after_forward");
   TITAN_CHECK(c.training.mixed_precision_reduce == "float32", "training.mixed_precision_reduce '",
               c.training.mixed_precision_reduce,
               "': gradients are reduced in float32, the only value torchtitan takes");
@@ -373,6 +388,10 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
               "checkpoint.enable = true to resume from step ",
               c.checkpoint.load_step);
   std::vector<std::string> warnings;
+  for (const std::string& old_name : c.renamed_keys) {
+    warnings.push_back(old_name + " is torchtitan's older place for it: read as parallelism." +
+                       old_name.substr(old_name.find('.') + 1) + " (move it to [parallelism])");
+  }
   const auto unused = [&](std::initializer_list<const char*> keys, bool ignored,
                           const std::string& remedy) {
     if (!ignored) return;

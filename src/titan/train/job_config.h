@@ -65,6 +65,9 @@ struct JobConfig {
     int64_t pipeline_parallel_degree = 1;
     int64_t context_parallel_degree = 1;
     int64_t expert_parallel_degree = 1;
+    // After a block's forward under FSDP: default | always hand its whole parameters back (gather
+    // again for backward) | never (keep them until its backward: less communication, more memory).
+    std::string fsdp_reshard_after_forward = "default";
   } parallelism;
   struct Checkpoint {
     bool enable = false;
@@ -113,6 +116,9 @@ struct JobConfig {
   // "section.key" of every field a TOML file or the command line set (not the preset), so that
   // one set to no effect can be named (job_config_unused_keys).
   std::vector<std::string> set_keys;
+  // Keys given under an older torchtitan name ("training.data_parallel_shard_degree"), each read
+  // as its [parallelism] key; job_config_unused_keys warns about them.
+  std::vector<std::string> renamed_keys;
 };
 
 // Built-in presets (tiny, the default run; tiny_moe; torchtitan's debugmodel and debugmodel_moe;

@@ -275,6 +275,14 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     FullyShardedGroups* fsdp = fsdp_.get();
     model_->set_param_group_hooks({[fsdp](int64_t g, bool grads) { fsdp->acquire(g, grads); },
                                    [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); }});
+    // torchtitan's "default" keeps the last block: its backward follows its forward at once.
+    const std::string& reshard = config_.parallelism.fsdp_reshard_after_forward;
+    const auto groups = static_cast<int64_t>(model_->param_groups().size());
+    for (int64_t g = 0; g < groups; ++g) {
+      if (reshard == "never" || (reshard == "default" && g == groups - 1 && g > 0)) {
+        fsdp_->keep_after_forward(g);
+      }
+    }
     optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
   } else {
     optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
@@ -307,7 +315,9 @@ std::vector<ParamGroup>& Trainer::state_groups() {
   return fsdp_ ? fsdp_->shards() : model_->param_groups();
 }
 
-RowShard Trainer::state_cut() const { return fsdp_ ? fsdp_->cut() : RowShard{}; }
+RowShard Trainer::state_cut() const {
+  return fsdp_ ? fsdp_->cut() : RowShard{};
+}
 
 void Trainer::restore() {
   const JobConfig::Checkpoint& ck = config_.checkpoint;
@@ -428,7 +438,11 @@ EvalResult Trainer::validate() {
   options.shuffle = false;
   options.epochs = 1;
   DataLoader loader(options, *tokenizer_);
-  return evaluate(*model_, loader, config_.validation.steps);
+  const EvalResult result = evaluate(*model_, loader, config_.validation.steps);
+  // A forward without a backward: units kept after it (fsdp_reshard_after_forward) would be
+  // stale once the optimizer steps.
+  if (fsdp_) fsdp_->release_all();
+  return result;
 }
 
 void Trainer::save_checkpoint(int64_t step, bool model_only) {

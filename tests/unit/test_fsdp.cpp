@@ -1,0 +1,90 @@
+// FSDP's bookkeeping on a shard group of one rank (the collectives are copies there; several ranks
+// are tests/e2e/train_data_parallel.sh): whole units are resident only in flight, initialisation
+// keeps each rank's rows, and a unit kept after its forward (fsdp_reshard_after_forward) is not
+// gathered again for its backward. RowShard's cut is checked against the rows it must hold.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "titan/dist/communicator.h"
+#include "titan/dist/fsdp.h"
+#include "titan/dist/mesh.h"
+#include "titan/nn/row_shard.h"
+
+namespace titan {
+namespace {
+
+TEST(RowShard, EveryRowOnceInEqualBlocks) {
+  for (int64_t d0 : {1, 2, 3, 7, 8, 1000}) {
+    for (int64_t count : {1, 2, 3, 4, 64}) {
+      int64_t next = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        const RowShard s{i, count};
+        EXPECT_EQ(s.rows_per_shard(d0), (d0 + count - 1) / count);
+        EXPECT_EQ(s.first_row(d0), next) << d0 << " rows, shard " << i << " of " << count;
+        EXPECT_GE(s.rows(d0), 0);
+        EXPECT_LE(s.rows(d0), s.rows_per_shard(d0));
+        next += s.rows(d0);
+      }
+      EXPECT_EQ(next, d0) << d0 << " rows over " << count;
+    }
+  }
+  const ParamSpec cut = RowShard{1, 3}.spec_of({"w", {7, 5}, ParamInit::normal});
+  EXPECT_EQ(cut.shape, (Shape{3, 5}));
+  EXPECT_EQ(cut.name, "w");
+}
+
+std::vector<ParamGroup> released_groups() {
+  std::vector<ParamGroup> groups;
+  groups.emplace_back("embed", std::vector<ParamSpec>{{"e", {5, 3}, ParamInit::normal}},
+                      Residency::released);
+  groups.emplace_back(
+      "block",
+      std::vector<ParamSpec>{{"w", {4, 2}, ParamInit::normal}, {"n", {2}, ParamInit::ones}},
+      Residency::released);
+  for (ParamGroup& g : groups) g.allocate_gradients();
+  return groups;
+}
+
+TEST(Fsdp, UnitsAreResidentOnlyInFlightAndKeptOnesSkipTheGather) {
+  std::unique_ptr<Communicator> world = make_single_rank_communicator();
+  DeviceMesh mesh(*world, resolve_mesh_dims({1, 1}, 1));
+  std::vector<ParamGroup> full = released_groups();
+  FullyShardedGroups fsdp(full, mesh);
+  fsdp.initialize([](ParamGroup& g) {
+    for (const ParamView& v : g.views()) {
+      for (int64_t i = 0; i < v.numel; ++i) g.params()[v.offset + i] = static_cast<float>(i + 1);
+    }
+  });
+  for (const ParamGroup& g : full) EXPECT_FALSE(g.params_resident()) << g.name();
+  const ParamGroup& shard = fsdp.shards()[1];
+  EXPECT_EQ(shard.params()[shard.view("w").offset + 7], 8.0f);
+
+  fsdp.keep_after_forward(1);
+  fsdp.acquire(0, false);
+  fsdp.acquire(1, false);
+  EXPECT_EQ(full[1].params()[full[1].view("w").offset + 3], 4.0f);
+  fsdp.release(0, false);
+  fsdp.release(1, false);
+  EXPECT_FALSE(full[0].params_resident());
+  ASSERT_TRUE(full[1].params_resident());
+  // Proof that the backward's acquire does not gather again: a value written into the kept
+  // whole parameters survives it.
+  full[1].params()[full[1].view("w").offset] = -1.0f;
+  fsdp.zero_gradients();
+  fsdp.acquire(1, true);
+  EXPECT_EQ(full[1].params()[full[1].view("w").offset], -1.0f);
+  full[1].grads()[full[1].view("n").offset + 1] = 0.5f;
+  fsdp.release(1, true);
+  EXPECT_FALSE(full[1].params_resident());
+  EXPECT_EQ(shard.grads()[shard.view("n").offset + 1], 0.5f);
+  // Released, the next use gathers the shard again.
+  fsdp.acquire(1, false);
+  EXPECT_EQ(full[1].params()[full[1].view("w").offset], 1.0f);
+  fsdp.release_all();
+  EXPECT_FALSE(full[1].params_resident());
+}
+
+}  // namespace
+}  // namespace titan
