@@ -3,7 +3,7 @@
 #  1. data parallelism over 2 and 4 ranks -- replicated parameters (DDP), FSDP 2 and 4 (the
 #     default mesh: data_parallel_shard_degree = -1; 3 pads every dim 0 of the tiny model), HSDP 2 x 2 -- computes the single process's
 #     run with the same global batch: the first 10 losses and grad norms within 1e-5 relative,
-#     the exported weights within 1e-6;
+#     the exported weights within 1e-6; bf16 mixed precision under FSDP 3 likewise (bf16 bounds);
 #  2. a resumed 2-rank run equals the uninterrupted one bit for bit, and a 2-rank checkpoint
 #     resumes on one process; under FSDP, each shard rank writes its rows (sharding.json indexes
 #     them): FSDP 2 resumes on FSDP 2 bit for bit and reshards onto 4 ranks and onto one process,
@@ -73,6 +73,31 @@ for name in ("dp2", "dp4", "fsdp2", "fsdp3", "fsdp4", "hsdp2x2"):
     worst = max((got[k].float() - ref[k].float()).abs().max().item() for k in ref)
     assert worst <= 1e-6, f"{name}: exported weights differ by {worst}"
     print(f"{name}: 10 losses and grad norms within 1e-5 of one process; export within {worst:.1e}")
+PY
+
+# bf16 mixed precision under FSDP: each unit's bf16 copies are made from its gathered masters at
+# every acquire. Step 1 starts from the same masters, so its bf16 products are the single
+# process's and only fp32 sums differ in order: fp32's bounds. Later steps' masters differ at
+# float rounding; a master that lies at a bf16 rounding boundary then rounds to the neighbouring
+# bf16 value (a 2^-8 step) on one side, so later steps get bounds of a fraction of bf16's
+# precision (loss 1e-4, grad norm 2e-3 = half a bf16 ulp); a stale or misplaced unit moves a loss
+# by far more (whole-model bf16 rounding errors are 1e-3 to 1e-2 of the loss).
+bf16=(--training.mixed_precision_param=bfloat16 --checkpoint.last_save_in_hf=false)
+"$titan" train "${common[@]}" "${bf16[@]}" --job.dump_folder="$work/bf1" --metrics.save_jsonl="$work/bf1.jsonl" \
+  > "$work/bf1.log" 2>&1 || { cat "$work/bf1.log"; exit 1; }
+"$titan" launch --nproc 3 train "${common[@]}" "${bf16[@]}" --job.dump_folder="$work/bf3" \
+  --metrics.save_jsonl="$work/bf3.jsonl" > "$work/bf3.log" 2>&1 || { cat "$work/bf3.log"; exit 1; }
+grep -q "mixed precision: matmuls in bf16" "$work/bf3.log" || { echo "bf3: not bf16"; cat "$work/bf3.log"; exit 1; }
+"$python" - "$work/bf1.jsonl" "$work/bf3.jsonl" <<'PY'
+import json, sys
+one, three = ([json.loads(l) for l in open(p) if '"loss"' in l] for p in sys.argv[1:])
+assert len(one) == len(three) == 10, (len(one), len(three))
+def rel(a, b, key):
+    return abs(a[key] - b[key]) / abs(a[key])
+assert rel(one[0], three[0], "loss") <= 1e-6 and rel(one[0], three[0], "grad_norm") <= 1e-5, (one[0], three[0])
+for a, b in zip(one, three):
+    assert rel(a, b, "loss") <= 1e-4 and rel(a, b, "grad_norm") <= 2e-3, (a, b)
+print("bf16 under FSDP 3: step 1 equal to one process within fp32's bounds, 10 steps within bf16's")
 PY
 
 # 2. Resume on 2 ranks, bit for bit; and the 2-rank checkpoint on one process.

@@ -190,10 +190,10 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     }
     m_.layers.push_back(std::move(layer));
   }
-  if (compute_dtype_ == DType::bf16) allocate_compute_weights();
+  if (compute_dtype_ == DType::bf16) allocate_compute_weights(params);
 }
 
-void DecoderLM::allocate_compute_weights() {
+void DecoderLM::allocate_compute_weights(Residency residency) {
   // Each weight with the module's pointer to its copy.
   struct Target {
     const float* master;
@@ -213,21 +213,49 @@ void DecoderLM::allocate_compute_weights() {
     targets.push_back({moe.weights.up, n, &moe.weights_bf16.up});
     targets.push_back({moe.weights.down, n, &moe.weights_bf16.down});
   }
-  int64_t total = 0;
-  for (const Target& t : targets) total += t.numel;
-  compute_weights_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
-  uint16_t* next = compute_weights_.as<uint16_t>();
+  const auto group_of = [&](const float* master) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const float* begin = groups_[g].params();
+      if (master >= begin && master < begin + groups_[g].numel()) return static_cast<int64_t>(g);
+    }
+    fail("model: a matmul weight outside every parameter group");
+  };
+  std::vector<int64_t> totals(groups_.size(), 0);
+  for (const Target& t : targets) totals[static_cast<size_t>(group_of(t.master))] += t.numel;
+  std::vector<uint16_t*> next(groups_.size(), nullptr);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    compute_weights_.emplace_back(static_cast<size_t>(totals[g]) * sizeof(uint16_t),
+                                  MemCategory::parameters, residency);
+    next[g] = compute_weights_.back().as<uint16_t>();
+  }
   for (const Target& t : targets) {
-    *t.copy = next;
-    compute_copies_.push_back({t.master, next, t.numel});
-    next += t.numel;
+    const int64_t g = group_of(t.master);
+    uint16_t*& copy = next[static_cast<size_t>(g)];
+    *t.copy = copy;
+    compute_copies_.push_back({t.master, copy, t.numel, g});
+    copy += t.numel;
   }
 }
 
-void DecoderLM::refresh_compute_weights() {
+void DecoderLM::refresh_compute_weights(int64_t group) {
   for (const ComputeCopy& c : compute_copies_) {
+    if (group >= 0 && c.group != group) continue;
     convert_from_f32(c.master, static_cast<size_t>(c.numel), DType::bf16, c.copy);
   }
+}
+
+void DecoderLM::acquire(int64_t group, bool gradients) {
+  if (!hooks_.acquire) return;
+  hooks_.acquire(group, gradients);
+  if (compute_copies_.empty()) return;
+  compute_weights_[static_cast<size_t>(group)].recommit();
+  refresh_compute_weights(group);
+}
+
+void DecoderLM::release(int64_t group, bool gradients) {
+  if (!hooks_.release) return;
+  hooks_.release(group, gradients);
+  if (!compute_copies_.empty()) compute_weights_[static_cast<size_t>(group)].decommit();
 }
 
 void DecoderLM::initialize(uint64_t seed) {
@@ -405,7 +433,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(!options.compute_grad || groups_[0].grads() != nullptr,
               "forward with compute_grad before allocate_gradients");
   ensure_activations(batch, seq);
-  refresh_compute_weights();
+  if (!hooks_.acquire) refresh_compute_weights(-1);  // under hooks, each group at its acquire
   const int64_t n = batch * seq, h = args_.hidden_size;
   std::memcpy(ids_.data(), input_ids, n * sizeof(int32_t));
   if (labels != nullptr) {

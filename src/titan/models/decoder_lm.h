@@ -67,10 +67,7 @@ class DecoderLM final : public CausalLM {
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
   // bf16 compute: lays out one bf16 copy of every matmul weight and points the modules at it.
-  void allocate_compute_weights();
-  // Rounds the fp32 master weights into their bf16 copies (each forward: the optimizer or a
-  // load may have changed them).
-  void refresh_compute_weights();
+  void allocate_compute_weights(Residency residency);
 
   ModelArgs args_;
   DType compute_dtype_ = DType::f32;
@@ -81,12 +78,10 @@ class DecoderLM final : public CausalLM {
   const LmHeadLossKernel* lm_head_loss_ = nullptr;
   RopeCache rope_cache_;
   ParamGroupHooks hooks_;
-  void acquire(int64_t group, bool gradients) const {
-    if (hooks_.acquire) hooks_.acquire(group, gradients);
-  }
-  void release(int64_t group, bool gradients) const {
-    if (hooks_.release) hooks_.release(group, gradients);
-  }
+  // A use of a group, bracketed for the hooks; under hooks (FSDP) the group's bf16 copies exist
+  // only in flight too, remade from the masters the acquire brought.
+  void acquire(int64_t group, bool gradients);
+  void release(int64_t group, bool gradients);
 
   // The activation arena and its views, sized for (batch_, seq_).
   int64_t batch_ = 0, seq_ = 0;
@@ -95,14 +90,19 @@ class DecoderLM final : public CausalLM {
   LayerCall call_;  // the current (batch_, seq_) call
   std::vector<int32_t> ids_, positions_, targets_;
   Buffer logits_chunk_;  // (chunk, V) lm_head loss scratch, kept across steps
-  // bf16 compute: the copies of the matmul weights (the router's excepted) and what each copies.
-  Buffer compute_weights_;
+  // bf16 compute: the copies of the matmul weights (the router's excepted), one buffer per
+  // parameter group with the groups' residency, and what each copies.
+  std::vector<Buffer> compute_weights_;
   struct ComputeCopy {
     const float* master;
     uint16_t* copy;
     int64_t numel;
+    int64_t group;
   };
   std::vector<ComputeCopy> compute_copies_;
+  // Rounds the fp32 master weights of `group`, or of every group (-1), into their bf16 copies
+  // (each forward: the optimizer or a load may have changed them).
+  void refresh_compute_weights(int64_t group);
   // The load-balancing loss over all sparse layers of the last forward.
   int64_t n_sparse_layers_ = 0;
   std::vector<double> router_counts_;     // (E) tokens routed to each expert

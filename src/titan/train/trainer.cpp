@@ -187,11 +187,6 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
       {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
        p.pipeline_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree},
       world().size());
-  if (dims.dp_shard > 1) {
-    TITAN_CHECK(t.mixed_precision_param == "float32", "training.mixed_precision_param = \"",
-                t.mixed_precision_param, "\" under FSDP (data_parallel_shard_degree ",
-                dims.dp_shard, "): bf16 units are not built yet; use float32");
-  }
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
