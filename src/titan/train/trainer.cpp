@@ -17,12 +17,10 @@
 #include "titan/io/atomic_dir.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
-#include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
-#include "titan/models/qwen3/flavors.h"
-#include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/job_resolve.h"
 
 namespace titan {
 namespace {
@@ -39,34 +37,12 @@ int64_t scored_tokens(const Batch& b) {
   return n;
 }
 
+// The job's model (train/job_resolve.h) and the tokenizer that will feed it.
 ModelArgs resolve_model_args(const JobConfig& c, const Tokenizer& tok) {
-  ModelArgs args;
-  if (c.model.flavor == "hf") {
-    TITAN_CHECK(!c.model.hf_assets_path.empty(),
-                "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face model folder)");
-    args = read_hf_config(c.model.hf_assets_path);
-    args.attn_backend = c.model.attn_backend;
-  } else {
-    args = flavor(c.model.flavor, c.model.attn_backend);
-  }
-  // model.name picks the family of a built-in flavor; a folder names its own, which an explicit
-  // model.name must agree with.
-  const bool name_set =
-      std::find(c.set_keys.begin(), c.set_keys.end(), "model.name") != c.set_keys.end();
-  const std::string family = model_family(args.architecture, "model").name;
-  TITAN_CHECK(family == c.model.name || (c.model.flavor == "hf" && !name_set), "model.name '",
-              c.model.name, "' does not match ",
-              c.model.flavor == "hf" ? c.model.hf_assets_path + "/config.json"
-                                     : "flavor '" + c.model.flavor + "'",
-              ", a ", args.architecture, " (model.name '", family, "')");
-  args.output_router_logits = args.output_router_logits || c.model.output_router_logits;
+  ModelArgs args = resolve_job_model_args(c);
   TITAN_CHECK(static_cast<int64_t>(tok.vocab_size()) <= args.vocab_size, "the tokenizer has ",
               tok.vocab_size(), " tokens but model flavor '", c.model.flavor, "' has vocab_size ",
               args.vocab_size);
-  TITAN_CHECK(c.training.seq_len <= args.max_position_embeddings, "training.seq_len (",
-              c.training.seq_len, ") exceeds the model's max_position_embeddings (",
-              args.max_position_embeddings, ")");
-  validate_model_args(args, "model flavor '" + c.model.flavor + "'");
   return args;
 }
 
@@ -476,7 +452,8 @@ TrainResult Trainer::run() {
   const int64_t tokens_per_step = accumulation_steps_ * dp * t.local_batch_size * t.seq_len;
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops,
-                        mesh_->world().rank() == 0 ? config_.metrics.save_jsonl : std::string());
+                        mesh_->world().rank() == 0 ? config_.metrics.save_jsonl : std::string(),
+                        &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
       "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
