@@ -18,6 +18,11 @@ std::string bytes(int64_t n) {
   return format_byte_size(static_cast<uint64_t>(n));
 }
 
+// "1 rank", "4 ranks"
+std::string count(int64_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
 std::string mesh_name(const MeshDims& d) {
   if (d.dp() == 1) return "one process";
   const std::string dims = "dp_replicate " + std::to_string(d.dp_replicate) + " x dp_shard " +
@@ -34,15 +39,14 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   const PlanInputs& in = p.inputs;
   const MemoryPlan& m = p.memory;
   const bool fsdp = in.mesh.dp_shard > 1;
-  std::printf("model %s (%s, %lld parameters), %lld ranks: %s\n", model.c_str(),
+  std::printf("model %s (%s, %lld parameters), %s: %s\n", model.c_str(),
               in.args.architecture.c_str(), static_cast<long long>(p.parameter_count),
-              static_cast<long long>(in.mesh.dp()), mesh_name(in.mesh).c_str());
-  std::printf(
-      "a step: %lld micro-batch(es) of %lld x %lld tokens per rank, %lld tokens in all; matmuls "
-      "in %s\n",
-      static_cast<long long>(in.accumulation_steps), static_cast<long long>(in.local_batch_size),
-      static_cast<long long>(in.seq_len), static_cast<long long>(p.tokens_per_step),
-      in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)" : "fp32");
+              count(in.mesh.dp(), "rank", "ranks").c_str(), mesh_name(in.mesh).c_str());
+  std::printf("a step: %s of %lld x %lld tokens per rank, %lld tokens in all; matmuls in %s\n",
+              count(in.accumulation_steps, "micro-batch", "micro-batches").c_str(),
+              static_cast<long long>(in.local_batch_size), static_cast<long long>(in.seq_len),
+              static_cast<long long>(p.tokens_per_step),
+              in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)" : "fp32");
   std::printf("\nmemory per rank (the trainer's categories)\n");
   row("parameters", m.parameters + m.compute_copies,
       std::string(fsdp ? "this rank's shards" : "fp32") +
