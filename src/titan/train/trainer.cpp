@@ -158,25 +158,8 @@ MfuPeak mfu_peak(const Backend& device, DType dtype, double peak_tflops) {
 Trainer::Trainer(const JobConfig& config) : config_(config) {
   job_config_validate(config_);
   const JobConfig::Training& t = config_.training;
-  const JobConfig::Parallelism& p = config_.parallelism;
-  const MeshDims dims = resolve_mesh_dims(
-      {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
-       p.pipeline_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree},
-      world().size());
-  const JobConfig::Checkpoint& ck = config_.checkpoint;
-  if (dims.dp_shard > 1) {
-    TITAN_CHECK(t.mixed_precision_param == "float32", "training.mixed_precision_param = \"",
-                t.mixed_precision_param, "\" under FSDP (data_parallel_shard_degree ",
-                dims.dp_shard, "): bf16 units are not built yet; use float32");
-    TITAN_CHECK(!ck.enable, "checkpoint.enable under FSDP (data_parallel_shard_degree ",
-                dims.dp_shard,
-                "): sharded checkpoints are not built yet; the final Hugging Face export "
-                "(checkpoint.last_save_in_hf) works");
-    TITAN_CHECK(ck.initial_load_path.empty() || ck.initial_load_model_only,
-                "checkpoint.initial_load_path with optimizer state under FSDP "
-                "(data_parallel_shard_degree ",
-                dims.dp_shard, "): set checkpoint.initial_load_model_only = true");
-  }
+  const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
+  check_job_parallel_support(config_, dims);
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
@@ -189,13 +172,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                             "gathered while in use"
                           : "parameters replicated, gradients all-reduced");
   }
-  const int64_t dp = dims.dp();
-  const int64_t global_batch =
-      t.global_batch_size == -1 ? t.local_batch_size * dp : t.global_batch_size;
-  TITAN_CHECK(global_batch % (t.local_batch_size * dp) == 0, "training.global_batch_size (",
-              global_batch, ") is not a multiple of local_batch_size x data-parallel ranks (",
-              t.local_batch_size, " x ", dp, ")");
-  accumulation_steps_ = global_batch / (t.local_batch_size * dp);
+  accumulation_steps_ = job_accumulation_steps(config_, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
