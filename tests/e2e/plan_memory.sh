@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `titan plan` against `titan train`:
 #  1. the predicted peak memory per rank within 10 % of the peak the trainer reports (its JSONL:
-#     the maximum over ranks) for one process, DDP over 2 ranks and FSDP over 2 ranks, on the
-#     tiny model with a small batch, so that parameters, gradients and AdamW state -- what FSDP
-#     shards -- outweigh the activations; each category's figures are printed beside;
+#     the maximum over ranks) for one process (also saving checkpoints: the writer's staging),
+#     DDP over 2 ranks and FSDP over 2 ranks, on the tiny model with a small batch, so that
+#     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
+#     category's figures are printed beside;
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line.
 # usage: plan_memory.sh TITAN
@@ -21,6 +22,7 @@ common=(--training.steps=3 --training.seq_len=64 --training.local_batch_size=2
         --training.global_batch_size=4 --lr_scheduler.warmup_steps=1 --metrics.log_freq=1
         --checkpoint.last_save_in_hf=false)
 ddp=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
+ckpt=(--checkpoint.enable=true --checkpoint.interval=1)
 
 # 1. Plan, then train, each mesh.
 "$titan" plan "${common[@]}" --json > "$work/single.plan"
@@ -28,6 +30,9 @@ ddp=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_
 "$titan" plan "${common[@]}" --nproc 2 --json > "$work/fsdp2.plan"
 "$titan" train "${common[@]}" --threads 1 --job.dump_folder="$work/single" \
   --metrics.save_jsonl="$work/single.jsonl" > "$work/single.log"
+"$titan" plan "${common[@]}" "${ckpt[@]}" --json > "$work/ckpt.plan"
+"$titan" train "${common[@]}" "${ckpt[@]}" --threads 1 --job.dump_folder="$work/ckpt" \
+  --metrics.save_jsonl="$work/ckpt.jsonl" > "$work/ckpt.log"
 "$titan" launch --nproc 2 train "${common[@]}" "${ddp[@]}" --threads 1 --job.dump_folder="$work/ddp2" \
   --metrics.save_jsonl="$work/ddp2.jsonl" > "$work/ddp2.log" 2>&1 || { cat "$work/ddp2.log"; exit 1; }
 "$titan" launch --nproc 2 train "${common[@]}" --threads 1 --job.dump_folder="$work/fsdp2" \
@@ -38,7 +43,8 @@ import json, sys
 work = sys.argv[1]
 MiB = 2**20
 failed = []
-for name, ranks, shard, micro in (("single", 1, 1, 2), ("ddp2", 2, 1, 1), ("fsdp2", 2, 2, 1)):
+for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
+                                  ("fsdp2", 2, 2, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
@@ -46,6 +52,8 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ddp2", 2, 1, 1), ("fsdp
     last = records[-1]  # peaks are running maxima
     measured = round(last["memory_peak_gib"] * 2**30)
     predicted = plan["memory_bytes"]["peak"]
+    assert (predicted > plan["memory_bytes"]["step_peak"]) == (name == "ckpt"), plan["memory_bytes"]
+    # The step's categories (a save adds the writer's staging to "other").
     by_category = plan["memory_bytes"]["step_by_category"]
     cats = ", ".join(f"{c} {by_category[c] / MiB:.2f} / {last['memory_peak_by_category_gib'][c] * 2**30 / MiB:.2f}"
                      for c in ("parameters", "gradients", "optimizer", "activations", "other"))
