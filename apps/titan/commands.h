@@ -13,6 +13,7 @@ Action add_convert_command(CLI::App& app);
 Action add_tokenize_command(CLI::App& app);
 Action add_tokenizer_command(CLI::App& app);
 Action add_train_command(CLI::App& app);
+Action add_plan_command(CLI::App& app);
 Action add_eval_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
 Action add_launch_command(CLI::App& app);

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   add(titan::cli::add_tokenize_command(app));
   add(titan::cli::add_tokenizer_command(app));
   add(titan::cli::add_train_command(app));
+  add(titan::cli::add_plan_command(app));
   add(titan::cli::add_eval_command(app));
   add(titan::cli::add_generate_command(app));
   add(titan::cli::add_launch_command(app));

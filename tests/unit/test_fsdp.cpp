@@ -61,7 +61,7 @@ TEST(Fsdp, UnitsAreResidentOnlyInFlightAndKeptOnesSkipTheGather) {
   const ParamGroup& shard = fsdp.shards()[1];
   EXPECT_EQ(shard.params()[shard.view("w").offset + 7], 8.0f);
 
-  fsdp.keep_after_forward(1);
+  fsdp.set_reshard_after_forward("default");  // keeps the last group, here the block
   fsdp.acquire(0, false);
   fsdp.acquire(1, false);
   EXPECT_EQ(full[1].params()[full[1].view("w").offset + 3], 4.0f);

@@ -497,5 +497,17 @@ TEST(ExportOptions, ShardSizes) {
   }
 }
 
+TEST(ByteSize, WrittenForPeople) {
+  EXPECT_EQ(format_byte_size(0), "0 B");
+  EXPECT_EQ(format_byte_size(1023), "1023 B");
+  EXPECT_EQ(format_byte_size(1024), "1.00 KiB");
+  EXPECT_EQ(format_byte_size(1536), "1.50 KiB");
+  EXPECT_EQ(format_byte_size(1048063), "1023 KiB");
+  EXPECT_EQ(format_byte_size(1048064), "1.00 MiB");  // 1023.5 KiB would print as 1024 KiB
+  EXPECT_EQ(format_byte_size(39216742), "37.4 MiB");
+  EXPECT_EQ(format_byte_size(uint64_t{213} << 30), "213 GiB");
+  EXPECT_EQ(format_byte_size(uint64_t{3} << 50), "3.00 PiB");
+}
+
 }  // namespace
 }  // namespace titan

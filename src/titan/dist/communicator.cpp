@@ -13,6 +13,7 @@ class SingleRankCommunicator final : public Communicator {
   int size() const override { return 1; }
   void all_reduce_sum(float*, int64_t) override {}
   void all_reduce_sum(double*, int64_t) override {}
+  void all_reduce_max(double*, int64_t) override {}
   void all_gather(float* out, const float* in, int64_t count) override { copy(out, in, count); }
   void reduce_scatter_sum(float* out, const float* in, int64_t count) override {
     copy(out, in, count);

@@ -1,8 +1,9 @@
 // The collectives data parallelism is built on, over one group of ranks (a communicator): what
 // FSDP's all-gather and reduce-scatter, HSDP's all-reduce across replicas and the trainer's
-// loss / token sums need. One implementation over MPI (mpi_communicator.cpp) and one for a group
-// of a single rank (`titan train` without mpirun); a CUDA backend will add one over NCCL.
-// Every rank of a group makes the same calls in the same order with the same counts.
+// loss / token sums and the metrics' memory peaks (the maximum over ranks) need. One implementation
+// over MPI (mpi_communicator.cpp) and one for a group of a single rank (`titan train` without
+// mpirun); a CUDA backend will add one over NCCL. Every rank of a group makes the same calls in the
+// same order with the same counts.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,8 @@ class Communicator {
   // data (count) = the sum over ranks of each rank's data (count), in place.
   virtual void all_reduce_sum(float* data, int64_t count) = 0;
   virtual void all_reduce_sum(double* data, int64_t count) = 0;
+  // data (count) = the maximum over ranks of each rank's data (count), in place.
+  virtual void all_reduce_max(double* data, int64_t count) = 0;
   // out (size x count) = every rank's in (count), in rank order.
   virtual void all_gather(float* out, const float* in, int64_t count) = 0;
   // out (count) = the sum over ranks of their in's block `rank()` (in: size x count).

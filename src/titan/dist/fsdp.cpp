@@ -93,6 +93,16 @@ void FullyShardedGroups::initialize(const std::function<void(ParamGroup&)>& init
   }
 }
 
+void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
+  TITAN_CHECK(policy == "default" || policy == "always" || policy == "never",
+              "parallelism.fsdp_reshard_after_forward '", policy,
+              "' is not one of default, always, never");
+  const size_t last = full_.size() - 1;
+  for (size_t g = 0; g < full_.size(); ++g) {
+    kept_after_forward_[g] = policy == "never" || (policy == "default" && g == last && g > 0);
+  }
+}
+
 void FullyShardedGroups::acquire(int64_t g, bool gradients) {
   ParamGroup& full = full_[g];
   if (gradients) full.acquire_grads();

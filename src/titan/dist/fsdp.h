@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "titan/core/allocator.h"
@@ -36,9 +37,11 @@ class FullyShardedGroups {
   // than one whole unit while starting (random init is keyed by parameter name, so every rank
   // computes the same whole values).
   void initialize(const std::function<void(ParamGroup&)>& init);
-  // parallelism.fsdp_reshard_after_forward: after a use without gradients (a forward), group g
-  // keeps its whole parameters until its next use (its backward) instead of gathering them again.
-  void keep_after_forward(int64_t g) { kept_after_forward_[static_cast<size_t>(g)] = true; }
+  // parallelism.fsdp_reshard_after_forward: which groups keep their whole parameters after a use
+  // without gradients (a forward) until their next use (the backward) instead of gathering them
+  // again: "always" none, "never" every group, "default" (torchtitan's) the last block, whose
+  // backward follows its forward at once.
+  void set_reshard_after_forward(const std::string& policy);
   // The model's uses of group g (install as its ParamGroupHooks).
   void acquire(int64_t g, bool gradients);
   void release(int64_t g, bool gradients);

@@ -124,6 +124,12 @@ class MpiCommunicator final : public Communicator {
       MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_DOUBLE, MPI_SUM, comm_);
     });
   }
+  void all_reduce_max(double* data, int64_t count) override {
+    const InCollective watch("all_reduce");
+    in_chunks(count, [&](int64_t at, int n) {
+      MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_DOUBLE, MPI_MAX, comm_);
+    });
+  }
   void all_gather(float* out, const float* in, int64_t count) override {
     const InCollective watch("all_gather");
     const int n = checked_count(count, "all_gather");

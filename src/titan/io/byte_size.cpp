@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cctype>
+#include <cstdio>
 #include <limits>
 #include <string>
 #include <utility>
@@ -59,6 +60,25 @@ uint64_t parse_byte_size(std::string_view text, std::string_view what) {
   }
   if (n == 0 || n > kMax / scale) bad();
   return n * scale;
+}
+
+std::string format_byte_size(uint64_t bytes) {
+  static constexpr std::array<const char*, 6> kNames = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  auto value = static_cast<double>(bytes);
+  size_t unit = 0;
+  // 1023.9 KiB would print as "1024 KiB": step up once the rounded figure reaches 1024.
+  while (unit + 1 < kNames.size() && value >= 1023.5) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text,
+                value < 9.995   ? "%.2f %s"
+                : value < 99.95 ? "%.1f %s"
+                                : "%.0f %s",
+                value, kNames[unit]);
+  return text;
 }
 
 }  // namespace titan

@@ -17,9 +17,6 @@ namespace titan {
 namespace fs = std::filesystem;
 namespace {
 
-// Bytes converted per write() call: big enough for few syscalls, small enough to stay in cache.
-constexpr size_t kStagingBytes = 16 << 20;
-
 bool is_float(DType t) {
   return t == DType::f32 || t == DType::bf16 || t == DType::f16;
 }
@@ -58,8 +55,8 @@ class DataWriter {
  public:
   explicit DataWriter(AtomicFile& out)
       : out_(out),
-        staging_{Buffer(kStagingBytes, MemCategory::other),
-                 Buffer(kStagingBytes, MemCategory::other)} {}
+        staging_{Buffer(kSafetensorsStagingBytes, MemCategory::other),
+                 Buffer(kSafetensorsStagingBytes, MemCategory::other)} {}
   ~DataWriter() {
     if (pending_.valid()) pending_.wait();  // never leave a thread writing into a freed buffer
   }
@@ -73,7 +70,7 @@ class DataWriter {
     }
     const size_t src_size = dtype_size(t.dtype());
     const size_t dst_size = dtype_size(dtype);
-    const size_t per_chunk = kStagingBytes / dst_size;
+    const size_t per_chunk = kSafetensorsStagingBytes / dst_size;
     for (size_t begin = 0; begin < n; begin += per_chunk) {
       const size_t len = std::min(per_chunk, n - begin);
       Buffer& buffer = staging_[next_];

@@ -30,6 +30,11 @@ struct SafetensorsWriteOptions {
   Progress* progress = nullptr;
 };
 
+// Bytes converted per write() call: big enough for few syscalls, small enough to stay in cache.
+// A file being written holds two such staging buffers (accounted as "other"; one converts while
+// the other is written), which titan plan counts.
+constexpr size_t kSafetensorsStagingBytes = size_t{16} << 20;
+
 // One safetensors file at `path`. Tensors are laid out in the reference writer's order (element
 // size descending, then name), the header padded with spaces to a multiple of 8 bytes. Throws
 // titan::Error on duplicate names, non-contiguous tensors or I/O failure; the destination is

@@ -319,25 +319,27 @@ void DecoderLM::set_activation_checkpointing(bool full) {
   batch_ = seq_ = 0;  // the arena is re-carved on the next forward
 }
 
-int64_t DecoderLM::carve_activations(float* base, int64_t batch, int64_t seq,
-                                     Activations& v) const {
-  const int64_t n = batch * seq, h = args_.hidden_size, hd = args_.head_dim;
-  const int64_t H = args_.num_attention_heads, KV = args_.num_key_value_heads;
-  const int64_t I = args_.intermediate_size, Im = args_.moe_intermediate_size;
-  const int64_t E = args_.num_experts, k = args_.num_experts_per_tok, rows = n * k;
-  const int64_t n_layers = args_.num_hidden_layers;
-  const bool any_sparse = n_sparse_layers_ > 0, any_dense = n_sparse_layers_ < n_layers;
+int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype, bool checkpointing,
+                                     float* base, int64_t batch, int64_t seq, Activations& v) {
+  const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
+  const int64_t H = args.num_attention_heads, KV = args.num_key_value_heads;
+  const int64_t I = args.intermediate_size, Im = args.moe_intermediate_size;
+  const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = n * k;
+  const int64_t n_layers = args.num_hidden_layers;
+  int64_t n_sparse = 0;
+  for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
+  const bool any_sparse = n_sparse > 0, any_dense = n_sparse < n_layers;
   Carver c(base);
   // Index arrays share the float arena (same width).
   const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
   v.resid.assign(n_layers + 1, nullptr);
   for (float*& r : v.resid) r = c.take(n * h);
-  v.layers.assign(checkpoint_layers_ ? 1 : n_layers, {});
+  v.layers.assign(checkpointing ? 1 : n_layers, {});
   for (size_t i = 0; i < v.layers.size(); ++i) {
     LayerActivations& a = v.layers[i];
     a.norm1 = c.take(n * h);
     a.norm1_rstd = c.take(n);
-    if (args_.qk_norm) {
+    if (args.qk_norm) {
       a.attn.q_pre = c.take(n * H * hd);
       a.attn.q_rstd = c.take(n * H);
       a.attn.k_pre = c.take(n * KV * hd);
@@ -352,8 +354,9 @@ int64_t DecoderLM::carve_activations(float* base, int64_t batch, int64_t seq,
     a.norm2 = c.take(n * h);
     a.norm2_rstd = c.take(n);
     // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
-    const bool sparse = checkpoint_layers_ ? any_sparse : m_.layers[i].sparse;
-    const bool dense = checkpoint_layers_ ? any_dense : !m_.layers[i].sparse;
+    const auto layer = static_cast<int64_t>(i);
+    const bool sparse = checkpointing ? any_sparse : args.layer_is_sparse(layer);
+    const bool dense = checkpointing ? any_dense : !args.layer_is_sparse(layer);
     if (dense) a.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
     if (sparse) {
       a.moe.router_logits = c.take(n * E);
@@ -366,7 +369,7 @@ int64_t DecoderLM::carve_activations(float* base, int64_t batch, int64_t seq,
   }
   v.final_norm = c.take(n * h);
   v.final_norm_rstd = c.take(n);
-  if (compute_dtype_ == DType::bf16) {
+  if (compute_dtype == DType::bf16) {
     // Two bf16 values per float; the lm_head's input (N, h) is among the widest inputs.
     const int64_t widest = std::max({h, H * hd, any_dense ? I : 0});
     v.linear.x_bf16 = reinterpret_cast<uint16_t*>(c.take((n * widest + 1) / 2));
@@ -386,14 +389,24 @@ int64_t DecoderLM::carve_activations(float* base, int64_t batch, int64_t seq,
   return c.used();
 }
 
-int64_t DecoderLM::lm_head_scratch_bytes(int64_t batch, int64_t seq) const {
-  return lm_head_chunk_tokens(batch * seq, args_.vocab_size, 0) * args_.vocab_size *
+int64_t DecoderLM::lm_head_scratch_bytes_of(const ModelArgs& args, int64_t batch, int64_t seq) {
+  return lm_head_chunk_tokens(batch * seq, args.vocab_size, 0) * args.vocab_size *
          static_cast<int64_t>(sizeof(float));
 }
 
-int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
+int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
+                                       bool checkpointing, int64_t batch, int64_t seq) {
   Activations measured;
-  return carve_activations(nullptr, batch, seq, measured) * static_cast<int64_t>(sizeof(float));
+  return carve_activations(args, compute_dtype, checkpointing, nullptr, batch, seq, measured) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int64_t DecoderLM::lm_head_scratch_bytes(int64_t batch, int64_t seq) const {
+  return lm_head_scratch_bytes_of(args_, batch, seq);
+}
+
+int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
+  return activation_bytes_of(args_, compute_dtype_, checkpoint_layers_, batch, seq);
 }
 
 void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
@@ -401,7 +414,8 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   const int64_t n = batch * seq;
   arena_ = Buffer();  // release the old arena before taking the new one
   arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
-  carve_activations(arena_.as<float>(), batch, seq, acts_);
+  carve_activations(args_, compute_dtype_, checkpoint_layers_, arena_.as<float>(), batch, seq,
+                    acts_);
   batch_ = batch;
   seq_ = seq;
   ids_.resize(n);

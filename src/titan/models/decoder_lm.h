@@ -48,6 +48,12 @@ class DecoderLM final : public CausalLM {
   int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const override;
   const DecoderModules& modules() const override { return m_; }
 
+  // The same two sizes for a model of `args` computing in `compute_dtype`, with or without full
+  // activation checkpointing, without building it (titan plan).
+  static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype, bool checkpointing,
+                                     int64_t batch, int64_t seq);
+  static int64_t lm_head_scratch_bytes_of(const ModelArgs& args, int64_t batch, int64_t seq);
+
  private:
   // Every view of the activation arena.
   struct Activations {
@@ -60,9 +66,11 @@ class DecoderLM final : public CausalLM {
     LayerGradScratch grad;
     LinearScratch linear;  // bf16 compute: (N, widest input) and (N, widest output) in bf16
   };
-  // Carves the activations of (batch, seq) out of `base` into `v` (a null base only measures);
-  // returns the floats taken. The one table both ensure_activations and activation_bytes use.
-  int64_t carve_activations(float* base, int64_t batch, int64_t seq, Activations& v) const;
+  // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
+  // base only measures); returns the floats taken. The one table both ensure_activations and
+  // activation_bytes use.
+  static int64_t carve_activations(const ModelArgs& args, DType compute_dtype, bool checkpointing,
+                                   float* base, int64_t batch, int64_t seq, Activations& v);
   void ensure_activations(int64_t batch, int64_t seq);
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);

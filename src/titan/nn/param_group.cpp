@@ -6,10 +6,17 @@
 #include "titan/core/rng.h"
 
 namespace titan {
-namespace {
-// Views start on 64-byte boundaries so every parameter is aligned for vector loads.
-constexpr int64_t kAlignFloats = 16;
-}  // namespace
+
+int64_t param_view_span(int64_t numel) {
+  constexpr int64_t kAlignFloats = 16;
+  return (numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+}
+
+int64_t param_group_numel(const std::vector<ParamSpec>& specs) {
+  int64_t numel = 0;
+  for (const ParamSpec& spec : specs) numel += param_view_span(shape_numel(spec.shape));
+  return numel;
+}
 
 ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs, Residency residency)
     : name_(std::move(name)), residency_(residency) {
@@ -17,7 +24,7 @@ ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs, Re
     const int64_t n = shape_numel(spec.shape);
     TITAN_CHECK(n > 0, "parameter ", spec.name, " has an empty shape ", shape_str(spec.shape));
     views_.push_back({spec, numel_, n});
-    numel_ += (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
+    numel_ += param_view_span(n);
   }
   params_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::parameters, residency);
   if (residency == Residency::committed) params_.zero();  // padding stays zero through updates

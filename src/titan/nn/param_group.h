@@ -28,6 +28,13 @@ struct ParamView {
   int64_t numel = 0;
 };
 
+// Floats a parameter of `numel` elements takes in its group's flat buffers: views start on
+// 64-byte boundaries so every parameter is aligned for vector loads.
+int64_t param_view_span(int64_t numel);
+// Floats of each of a group's flat buffers (parameters, gradients, each AdamW moment) holding
+// `specs`: what ParamGroup allocates, computed without allocating (titan plan).
+int64_t param_group_numel(const std::vector<ParamSpec>& specs);
+
 class ParamGroup {
  public:
   // Residency::released: the parameters (and later the gradients) start handed back, as FSDP's

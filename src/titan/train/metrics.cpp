@@ -1,5 +1,6 @@
 #include "titan/train/metrics.h"
 
+#include <array>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -15,8 +16,11 @@ double gib(size_t bytes) {
 }  // namespace
 
 MetricsLogger::MetricsLogger(double flops_per_token, double peak_gflops,
-                             const std::string& jsonl_path)
-    : flops_per_token_(flops_per_token), peak_gflops_(peak_gflops), jsonl_path_(jsonl_path) {
+                             const std::string& jsonl_path, Communicator* ranks)
+    : flops_per_token_(flops_per_token),
+      peak_gflops_(peak_gflops),
+      jsonl_path_(jsonl_path),
+      ranks_(ranks) {
   if (jsonl_path.empty()) return;
   jsonl_ = std::fopen(jsonl_path.c_str(), "a");
   TITAN_CHECK(jsonl_ != nullptr, "metrics.save_jsonl: cannot open ", jsonl_path, " for appending");
@@ -24,6 +28,27 @@ MetricsLogger::MetricsLogger(double flops_per_token, double peak_gflops,
 
 MetricsLogger::~MetricsLogger() {
   if (jsonl_ != nullptr) std::fclose(jsonl_);
+}
+
+MemoryStats MetricsLogger::max_memory_stats() const {
+  MemoryStats mem = memory_stats();
+  if (ranks_ == nullptr || ranks_->size() == 1) return mem;
+  // Bytes as doubles: exact below 2^53 (8 PiB).
+  std::array<double, 2 * kMemCategoryCount + 2> v{};
+  for (int c = 0; c < kMemCategoryCount; ++c) {
+    v[c] = static_cast<double>(mem.current[c]);
+    v[kMemCategoryCount + c] = static_cast<double>(mem.peak[c]);
+  }
+  v[2 * kMemCategoryCount] = static_cast<double>(mem.total_current);
+  v[2 * kMemCategoryCount + 1] = static_cast<double>(mem.total_peak);
+  ranks_->all_reduce_max(v.data(), static_cast<int64_t>(v.size()));
+  for (int c = 0; c < kMemCategoryCount; ++c) {
+    mem.current[c] = static_cast<size_t>(v[c]);
+    mem.peak[c] = static_cast<size_t>(v[kMemCategoryCount + c]);
+  }
+  mem.total_current = static_cast<size_t>(v[2 * kMemCategoryCount]);
+  mem.total_peak = static_cast<size_t>(v[2 * kMemCategoryCount + 1]);
+  return mem;
 }
 
 void MetricsLogger::record(const StepMetrics& m, bool print) {
@@ -38,7 +63,7 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
   const bool first = first_;
   first_ = false;
   if (!print) return;
-  const MemoryStats mem = memory_stats();
+  const MemoryStats mem = max_memory_stats();
   const double machine = static_cast<double>(backend().memory_bytes());
   const double tps = static_cast<double>(m.tokens) / m.step_time_s;
   const double tflops = tps * flops_per_token_ * 1e-12;
@@ -51,6 +76,11 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
       m.step_time_s, m.data_time_s, first ? "  [first step: includes warm-up]" : "");
   std::fflush(stdout);
   if (jsonl_ != nullptr) {
+    nlohmann::json peak_by_category = nlohmann::json::object();
+    for (int c = 0; c < kMemCategoryCount; ++c) {
+      peak_by_category[std::string(mem_category_name(static_cast<MemCategory>(c)))] =
+          gib(mem.peak[c]);
+    }
     const nlohmann::json j = {{"step", m.step},
                               {"loss", m.loss},
                               {"grad_norm", m.grad_norm},
@@ -60,6 +90,7 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
                               {"mfu", mfu},
                               {"memory_current_gib", gib(mem.total_current)},
                               {"memory_peak_gib", gib(mem.total_peak)},
+                              {"memory_peak_by_category_gib", peak_by_category},
                               {"step_time_s", m.step_time_s},
                               {"data_time_s", m.data_time_s}};
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
@@ -82,7 +113,7 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
 }
 
 void MetricsLogger::print_summary() const {
-  const MemoryStats mem = memory_stats();
+  const MemoryStats mem = max_memory_stats();
   std::printf("summary: loss %.4f -> %.4f", first_loss_, last_loss_);
   if (steady_steps_ > 0) {
     const double tps = static_cast<double>(steady_tokens_) / steady_time_;

@@ -1,12 +1,16 @@
 // The per-step training log, as torchtitan prints it: loss, grad norm, memory, tokens/s, TFLOP/s,
 // MFU, step and data time; the same fields appended as one JSON object per logged step to the
-// metrics.save_jsonl file; a summary at the end.
+// metrics.save_jsonl file; a summary at the end. Memory is the accounted allocator's
+// (core/allocator.h), the maximum over the job's ranks of each figure.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "titan/core/allocator.h"
+#include "titan/dist/communicator.h"
 
 namespace titan {
 
@@ -22,8 +26,11 @@ struct StepMetrics {
 
 class MetricsLogger {
  public:
-  // peak_gflops: the device peak MFU is measured against; jsonl_path "" writes no file.
-  MetricsLogger(double flops_per_token, double peak_gflops, const std::string& jsonl_path);
+  // peak_gflops: the device peak MFU is measured against; jsonl_path "" writes no file; ranks:
+  // the job's ranks, over which memory is the maximum (every rank calls record and print_summary
+  // alike; null: this process alone).
+  MetricsLogger(double flops_per_token, double peak_gflops, const std::string& jsonl_path,
+                Communicator* ranks = nullptr);
   ~MetricsLogger();
   MetricsLogger(const MetricsLogger&) = delete;
   MetricsLogger& operator=(const MetricsLogger&) = delete;
@@ -37,10 +44,14 @@ class MetricsLogger {
   void print_summary() const;
 
  private:
+  // This rank's memory figures, each raised to its maximum over the ranks.
+  MemoryStats max_memory_stats() const;
+
   double flops_per_token_;
   double peak_gflops_;
   std::FILE* jsonl_ = nullptr;
   std::string jsonl_path_;
+  Communicator* ranks_ = nullptr;
   bool first_ = true;
   int64_t steady_steps_ = 0, steady_tokens_ = 0;
   double steady_time_ = 0.0, first_loss_ = 0.0, last_loss_ = 0.0;

@@ -17,12 +17,10 @@
 #include "titan/io/atomic_dir.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
-#include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
-#include "titan/models/qwen3/flavors.h"
-#include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/job_resolve.h"
 
 namespace titan {
 namespace {
@@ -39,34 +37,12 @@ int64_t scored_tokens(const Batch& b) {
   return n;
 }
 
+// The job's model (train/job_resolve.h) and the tokenizer that will feed it.
 ModelArgs resolve_model_args(const JobConfig& c, const Tokenizer& tok) {
-  ModelArgs args;
-  if (c.model.flavor == "hf") {
-    TITAN_CHECK(!c.model.hf_assets_path.empty(),
-                "model.flavor = \"hf\" needs model.hf_assets_path (a Hugging Face model folder)");
-    args = read_hf_config(c.model.hf_assets_path);
-    args.attn_backend = c.model.attn_backend;
-  } else {
-    args = flavor(c.model.flavor, c.model.attn_backend);
-  }
-  // model.name picks the family of a built-in flavor; a folder names its own, which an explicit
-  // model.name must agree with.
-  const bool name_set =
-      std::find(c.set_keys.begin(), c.set_keys.end(), "model.name") != c.set_keys.end();
-  const std::string family = model_family(args.architecture, "model").name;
-  TITAN_CHECK(family == c.model.name || (c.model.flavor == "hf" && !name_set), "model.name '",
-              c.model.name, "' does not match ",
-              c.model.flavor == "hf" ? c.model.hf_assets_path + "/config.json"
-                                     : "flavor '" + c.model.flavor + "'",
-              ", a ", args.architecture, " (model.name '", family, "')");
-  args.output_router_logits = args.output_router_logits || c.model.output_router_logits;
+  ModelArgs args = resolve_job_model_args(c);
   TITAN_CHECK(static_cast<int64_t>(tok.vocab_size()) <= args.vocab_size, "the tokenizer has ",
               tok.vocab_size(), " tokens but model flavor '", c.model.flavor, "' has vocab_size ",
               args.vocab_size);
-  TITAN_CHECK(c.training.seq_len <= args.max_position_embeddings, "training.seq_len (",
-              c.training.seq_len, ") exceeds the model's max_position_embeddings (",
-              args.max_position_embeddings, ")");
-  validate_model_args(args, "model flavor '" + c.model.flavor + "'");
   return args;
 }
 
@@ -182,11 +158,7 @@ MfuPeak mfu_peak(const Backend& device, DType dtype, double peak_tflops) {
 Trainer::Trainer(const JobConfig& config) : config_(config) {
   job_config_validate(config_);
   const JobConfig::Training& t = config_.training;
-  const JobConfig::Parallelism& p = config_.parallelism;
-  const MeshDims dims = resolve_mesh_dims(
-      {p.data_parallel_replicate_degree, p.data_parallel_shard_degree, p.tensor_parallel_degree,
-       p.pipeline_parallel_degree, p.context_parallel_degree, p.expert_parallel_degree},
-      world().size());
+  const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
@@ -199,13 +171,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                             "gathered while in use"
                           : "parameters replicated, gradients all-reduced");
   }
-  const int64_t dp = dims.dp();
-  const int64_t global_batch =
-      t.global_batch_size == -1 ? t.local_batch_size * dp : t.global_batch_size;
-  TITAN_CHECK(global_batch % (t.local_batch_size * dp) == 0, "training.global_batch_size (",
-              global_batch, ") is not a multiple of local_batch_size x data-parallel ranks (",
-              t.local_batch_size, " x ", dp, ")");
-  accumulation_steps_ = global_batch / (t.local_batch_size * dp);
+  accumulation_steps_ = job_accumulation_steps(config_, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
@@ -270,14 +236,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     FullyShardedGroups* fsdp = fsdp_.get();
     model_->set_param_group_hooks({[fsdp](int64_t g, bool grads) { fsdp->acquire(g, grads); },
                                    [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); }});
-    // torchtitan's "default" keeps the last block: its backward follows its forward at once.
-    const std::string& reshard = config_.parallelism.fsdp_reshard_after_forward;
-    const auto groups = static_cast<int64_t>(model_->param_groups().size());
-    for (int64_t g = 0; g < groups; ++g) {
-      if (reshard == "never" || (reshard == "default" && g == groups - 1 && g > 0)) {
-        fsdp_->keep_after_forward(g);
-      }
-    }
+    fsdp_->set_reshard_after_forward(config_.parallelism.fsdp_reshard_after_forward);
     optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
   } else {
     optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
@@ -499,7 +458,8 @@ TrainResult Trainer::run() {
   const int64_t tokens_per_step = accumulation_steps_ * dp * t.local_batch_size * t.seq_len;
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops,
-                        mesh_->world().rank() == 0 ? config_.metrics.save_jsonl : std::string());
+                        mesh_->world().rank() == 0 ? config_.metrics.save_jsonl : std::string(),
+                        &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
       "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",

@@ -1,0 +1,200 @@
+// `titan plan [train's config flags] [--nproc N] [--json]`: what the training job would take per
+// rank -- memory by category and its peak, FLOPs and communication per step -- from its config
+// alone, before anything is read or allocated (train/training_plan.h).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "commands.h"
+#include "titan/core/suggest.h"
+#include "titan/io/byte_size.h"
+#include "titan/train/job_config.h"
+#include "titan/train/training_plan.h"
+
+namespace titan::cli {
+namespace {
+
+std::string bytes(int64_t n) {
+  return format_byte_size(static_cast<uint64_t>(n));
+}
+
+// "1 rank", "4 ranks"
+std::string count(int64_t n, const std::string& one, const std::string& many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+std::string mesh_name(const MeshDims& d) {
+  if (d.dp() == 1) return "one process";
+  const std::string dims = "dp_replicate " + std::to_string(d.dp_replicate) + " x dp_shard " +
+                           std::to_string(d.dp_shard);
+  if (d.dp_shard == 1) return "DDP (" + dims + ")";
+  return (d.dp_replicate == 1 ? "FSDP (" : "HSDP (") + dims + ")";
+}
+
+void row(const char* label, int64_t n, const std::string& detail) {
+  std::printf("  %-22s %10s  %s\n", label, bytes(n).c_str(), detail.c_str());
+}
+
+void print_text(const TrainingPlan& p, const std::string& model) {
+  const PlanInputs& in = p.inputs;
+  const MemoryPlan& m = p.memory;
+  const bool fsdp = in.mesh.dp_shard > 1;
+  std::printf("model %s (%s, %lld parameters), %s: %s\n", model.c_str(),
+              in.args.architecture.c_str(), static_cast<long long>(p.parameter_count),
+              count(in.mesh.dp(), "rank", "ranks").c_str(), mesh_name(in.mesh).c_str());
+  std::printf("a step: %s of %lld x %lld tokens per rank, %lld tokens in all; matmuls in %s\n",
+              count(in.accumulation_steps, "micro-batch", "micro-batches").c_str(),
+              static_cast<long long>(in.local_batch_size), static_cast<long long>(in.seq_len),
+              static_cast<long long>(p.tokens_per_step),
+              in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)" : "fp32");
+  std::printf("\nmemory per rank (the trainer's categories)\n");
+  row("parameters", m.parameters + m.compute_copies,
+      std::string(fsdp ? "this rank's shards" : "fp32") +
+          (m.compute_copies > 0 ? " + bf16 copies of the matmul weights " + bytes(m.compute_copies)
+                                : ""));
+  row("gradients", m.gradients, fsdp ? "this rank's shards" : "fp32");
+  row("optimizer", m.optimizer, fsdp ? "AdamW moments of the shards" : "AdamW moments");
+  if (fsdp) {
+    row("units in flight", m.units_in_flight + m.collective_buffers,
+        "whole parameters and gradients at most at once (fsdp_reshard_after_forward = \"" +
+            in.reshard_after_forward + "\"; peaks " + bytes(m.unit_parameters) + " and " +
+            bytes(m.unit_gradients) + "); staging and reduced shard " +
+            bytes(m.collective_buffers) + " (other)");
+  }
+  row("activations", m.activations,
+      std::string("activation_checkpoint.mode = \"") +
+          (in.activation_checkpointing ? "full" : "none") +
+          "\" (none: " + bytes(m.activations_none) + ", full: " + bytes(m.activations_full) +
+          "; with the lm_head's logits chunk)");
+  row("other", m.rope, "RoPE tables");
+  row("step peak", m.step_peak(),
+      fsdp ? "resident + the units in flight at their most" : "everything resident");
+  if (in.checkpoint_saves) {
+    row("checkpoint save", m.checkpoint_peak(),
+        "between steps + the writer's staging " + bytes(m.writer_staging));
+  }
+  if (in.export_hf) {
+    row("final export", m.export_peak(),
+        std::string("checkpoint.last_save_in_hf: ") +
+            (fsdp ? "every unit's whole parameters " + bytes(m.export_gather) + " + " : "") +
+            "the writer's staging " + bytes(m.writer_staging));
+  }
+  const int64_t peak = p.peak();
+  const char* phase = peak == m.step_peak()                     ? "a step"
+                      : in.export_hf && peak == m.export_peak() ? "the final export"
+                                                                : "a checkpoint save";
+  row("predicted peak", peak, std::string("during ") + phase);
+
+  const CommPlan& c = p.comm;
+  std::printf("\nper step per rank\n");
+  std::printf("  %-22s %10.4g  (%.4g per token, model FLOPs as MFU counts them)\n", "FLOPs",
+              p.flops_per_step_rank, p.flops_per_token);
+  if (fsdp) {
+    row("all-gather", c.micro_batches * (c.all_gather_forward + c.all_gather_backward),
+        "per micro-batch: forward " + bytes(c.all_gather_forward) + ", backward " +
+            bytes(c.all_gather_backward));
+    row("reduce-scatter", c.micro_batches * c.reduce_scatter,
+        "per micro-batch " + bytes(c.reduce_scatter) + " (gradients)");
+  }
+  if (in.mesh.dp_replicate > 1) {
+    row("all-reduce", c.all_reduce,
+        fsdp ? "the shards' gradients over the replicas, once a step"
+             : "the gradients, once a step");
+  }
+  row("communication", c.per_step(),
+      in.mesh.dp() == 1 ? "one process" : "sent by each rank (ring algorithms)");
+}
+
+nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
+  const PlanInputs& in = p.inputs;
+  const MemoryPlan& m = p.memory;
+  const CommPlan& c = p.comm;
+  nlohmann::json step = nlohmann::json::object();
+  const auto by_category = m.step_by_category();
+  for (int i = 0; i < kMemCategoryCount; ++i) {
+    step[std::string(mem_category_name(static_cast<MemCategory>(i)))] = by_category[i];
+  }
+  return {
+      {"model", model},
+      {"architecture", in.args.architecture},
+      {"parameters", p.parameter_count},
+      {"ranks", in.mesh.dp()},
+      {"dp_replicate", in.mesh.dp_replicate},
+      {"dp_shard", in.mesh.dp_shard},
+      {"micro_batches", in.accumulation_steps},
+      {"local_batch_size", in.local_batch_size},
+      {"seq_len", in.seq_len},
+      {"tokens_per_step", p.tokens_per_step},
+      {"activation_checkpointing", in.activation_checkpointing ? "full" : "none"},
+      {"memory_bytes",
+       {{"parameters", m.parameters},
+        {"compute_copies", m.compute_copies},
+        {"gradients", m.gradients},
+        {"optimizer", m.optimizer},
+        {"unit_parameters", m.unit_parameters},
+        {"unit_gradients", m.unit_gradients},
+        {"units_in_flight", m.units_in_flight},
+        {"collective_buffers", m.collective_buffers},
+        {"activations", m.activations},
+        {"activations_none", m.activations_none},
+        {"activations_full", m.activations_full},
+        {"rope", m.rope},
+        {"writer_staging", m.writer_staging},
+        {"export_gather", m.export_gather},
+        {"step_by_category", step},
+        {"step_peak", m.step_peak()},
+        {"checkpoint_peak", in.checkpoint_saves ? nlohmann::json(m.checkpoint_peak()) : nullptr},
+        {"export_peak", in.export_hf ? nlohmann::json(m.export_peak()) : nullptr},
+        {"peak", p.peak()}}},
+      {"flops_per_token", p.flops_per_token},
+      {"flops_per_step_per_rank", p.flops_per_step_rank},
+      {"communication_bytes_per_rank",
+       {{"all_gather_forward_per_micro_batch", c.all_gather_forward},
+        {"all_gather_backward_per_micro_batch", c.all_gather_backward},
+        {"reduce_scatter_per_micro_batch", c.reduce_scatter},
+        {"all_reduce_per_step", c.all_reduce},
+        {"per_step", c.per_step()}}},
+  };
+}
+
+}  // namespace
+
+Action add_plan_command(CLI::App& app) {
+  CLI::App* command = app.add_subcommand(
+      "plan",
+      "what a training job would take per rank: memory by category and its peak, FLOPs and "
+      "communication per step (train's config flags; reads no data, allocates no model)");
+  static std::string preset = "tiny", config_file;
+  static int nproc = 1;
+  static bool json = false;
+  command
+      ->add_option("--preset", preset, "built-in preset: " + join_names(job_config_preset_names()))
+      ->capture_default_str();
+  command->add_option("--config", config_file, "TOML file applied on top of the preset");
+  command->add_option("--nproc", nproc, "ranks the job would run on (the mesh as titan train)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command->add_flag("--json", json, "print the plan as one JSON object (bytes)");
+  command->allow_extras();
+  return [command] {
+    JobConfig config = job_config_preset(preset);
+    if (!config_file.empty()) job_config_apply_toml(config, config_file);
+    for (const std::string& flag : command->remaining()) job_config_apply_override(config, flag);
+    job_config_validate(config);
+    for (const std::string& line : job_config_unused_keys(config)) {
+      std::fprintf(stderr, "warning: %s\n", line.c_str());
+    }
+    const TrainingPlan plan = plan_training(plan_inputs(config, nproc));
+    const std::string model = config.model.flavor == "hf"
+                                  ? config.model.hf_assets_path + "/config.json"
+                                  : config.model.flavor;
+    if (json) {
+      std::printf("%s\n", to_json(plan, model).dump().c_str());
+    } else {
+      print_text(plan, model);
+    }
+    return 0;
+  };
+}
+
+}  // namespace titan::cli

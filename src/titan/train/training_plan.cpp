@@ -1,0 +1,199 @@
+#include "titan/train/training_plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "titan/io/safetensors_writer.h"
+#include "titan/models/decoder_lm.h"
+#include "titan/models/flops.h"
+#include "titan/models/param_count.h"
+#include "titan/models/state_dict_adapter.h"
+#include "titan/nn/param_group.h"
+#include "titan/train/job_resolve.h"
+
+namespace titan {
+namespace {
+
+constexpr int64_t kFloat = sizeof(float);
+
+// FSDP's shard of a group (dist/fsdp.h): every parameter's dim 0 cut to ceil(d0 / N) rows.
+std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t shards) {
+  std::vector<ParamSpec> specs = whole;
+  for (ParamSpec& s : specs) s.shape[0] = (s.shape[0] + shards - 1) / shards;
+  return specs;
+}
+
+// Elements of the bf16 copies mixed precision keeps (DecoderLM::allocate_compute_weights), per
+// parameter group: every matmul weight -- the lm_head (the embedding when tied) in group 0; q/k/v/o
+// and the dense MLP or the stacked experts (not the router) in each block's.
+std::vector<int64_t> compute_copy_numel(const ModelArgs& a) {
+  const int64_t h = a.hidden_size;
+  std::vector<int64_t> n = {a.vocab_size * h};
+  for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
+    n.push_back(h * a.head_dim * (2 * a.num_attention_heads + 2 * a.num_key_value_heads) +
+                (a.layer_is_sparse(i) ? 3 * a.num_experts * a.moe_intermediate_size * h
+                                      : 3 * h * a.intermediate_size));
+  }
+  return n;
+}
+
+// Bytes each rank sends in a ring all-gather or reduce-scatter whose whole side is
+// `ranks` x `shard_bytes`.
+int64_t ring_bytes(int64_t ranks, int64_t shard_bytes) {
+  return (ranks - 1) * shard_bytes;
+}
+
+}  // namespace
+
+PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
+  PlanInputs in;
+  in.mesh = resolve_mesh_dims(job_parallel_degrees(config), world_size);
+  in.accumulation_steps = job_accumulation_steps(config, in.mesh);
+  in.args = resolve_job_model_args(config);
+  in.local_batch_size = config.training.local_batch_size;
+  in.seq_len = config.training.seq_len;
+  in.compute_dtype = config.training.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
+  in.activation_checkpointing = config.activation_checkpoint.mode == "full";
+  in.reshard_after_forward = config.parallelism.fsdp_reshard_after_forward;
+  in.checkpoint_saves = config.checkpoint.enable;
+  in.export_hf = config.checkpoint.last_save_in_hf;
+  return in;
+}
+
+std::array<int64_t, kMemCategoryCount> MemoryPlan::step_by_category() const {
+  std::array<int64_t, kMemCategoryCount> c{};
+  c[static_cast<int>(MemCategory::parameters)] = parameters + compute_copies + unit_parameters;
+  c[static_cast<int>(MemCategory::gradients)] = gradients + unit_gradients;
+  c[static_cast<int>(MemCategory::optimizer)] = optimizer;
+  c[static_cast<int>(MemCategory::activations)] = activations;
+  c[static_cast<int>(MemCategory::other)] = rope + collective_buffers;
+  return c;
+}
+
+int64_t MemoryPlan::step_peak() const {
+  int64_t total = units_in_flight;
+  for (const int64_t bytes : step_by_category()) total += bytes;
+  return total - unit_parameters - unit_gradients;
+}
+
+int64_t MemoryPlan::checkpoint_peak() const {
+  return step_peak() - units_in_flight + writer_staging;
+}
+
+int64_t MemoryPlan::export_peak() const {
+  return checkpoint_peak() + export_gather;
+}
+
+int64_t TrainingPlan::peak() const {
+  int64_t peak = memory.step_peak();
+  if (inputs.checkpoint_saves) peak = std::max(peak, memory.checkpoint_peak());
+  if (inputs.export_hf) peak = std::max(peak, memory.export_peak());
+  return peak;
+}
+
+TrainingPlan plan_training(const PlanInputs& in) {
+  TrainingPlan plan;
+  plan.inputs = in;
+  const ModelArgs& a = in.args;
+  plan.parameter_count = count_parameters(a).total;
+  const int64_t n = in.mesh.dp_shard;
+  const bool fsdp = n > 1;
+
+  // Floats per rank of each group's buffers (FSDP: its shard) and of the largest whole group.
+  int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0;
+  std::vector<int64_t> shard_numel, whole_numel;
+  for (const ParamGroupSpec& g : model_param_specs(a)) {
+    const int64_t group = param_group_numel(g.params);
+    whole_numel.push_back(group);
+    const int64_t shard = fsdp ? param_group_numel(shard_specs(g.params, n)) : group;
+    shard_numel.push_back(shard);
+    resident += shard;
+    whole += group;
+    largest_whole = std::max(largest_whole, group);
+    largest_shard = std::max(largest_shard, shard);
+  }
+
+  MemoryPlan& m = plan.memory;
+  m.parameters = m.gradients = resident * kFloat;
+  m.optimizer = 2 * resident * kFloat;
+  const std::vector<int64_t> copies = in.compute_dtype == DType::bf16
+                                          ? compute_copy_numel(a)
+                                          : std::vector<int64_t>(whole_numel.size(), 0);
+  const auto bf16 = static_cast<int64_t>(dtype_size(DType::bf16));
+  if (!fsdp) m.compute_copies = std::accumulate(copies.begin(), copies.end(), int64_t{0}) * bf16;
+  if (fsdp) {
+    // The moments of a micro-batch, in the model's order of uses (models/decoder_lm.cpp): whole
+    // parameters in flight (masters, and under bf16 the copies made at each acquire) and whole
+    // gradients. A unit kept after its forward stays whole until its backward.
+    const std::string& policy = in.reshard_after_forward;
+    const size_t groups = whole_numel.size(), last = groups - 1;
+    const auto kept = [&](size_t g) {
+      return policy == "never" || (policy == "default" && g == last && g > 0);
+    };
+    const auto in_use = [&](size_t g) { return whole_numel[g] * kFloat + copies[g] * bf16; };
+    const auto moment = [&](int64_t params, int64_t grads) {
+      m.unit_parameters = std::max(m.unit_parameters, params);
+      m.unit_gradients = std::max(m.unit_gradients, grads);
+      m.units_in_flight = std::max(m.units_in_flight, params + grads);
+    };
+    int64_t kept_masters = 0;  // whole masters kept from their forward
+    for (size_t g = 0; g < groups; ++g) {  // the forward: the embedding, then each block
+      moment(kept_masters + in_use(g), 0);
+      if (kept(g)) kept_masters += whole_numel[g] * kFloat;
+    }
+    // The final norm and loss: group 0 again, with gradients, beside every kept unit.
+    moment((kept(0) ? kept_masters : kept_masters + whole_numel[0] * kFloat) + copies[0] * bf16,
+           whole_numel[0] * kFloat);
+    if (kept(0)) kept_masters -= whole_numel[0] * kFloat;
+    for (size_t g = last; g >= 1; --g) {  // the backward, last block first
+      if (kept(g)) kept_masters -= whole_numel[g] * kFloat;
+      moment(kept_masters + in_use(g), whole_numel[g] * kFloat);
+    }
+    moment(in_use(0), whole_numel[0] * kFloat);  // the embedding's backward
+    m.collective_buffers = (n + 1) * largest_shard * kFloat;
+    // gather_all leaves every unit's whole parameters resident for the export.
+    m.export_gather = whole * kFloat;
+  }
+  const auto activations = [&](bool checkpointing) {
+    return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
+                                          in.seq_len) +
+           DecoderLM::lm_head_scratch_bytes_of(a, in.local_batch_size, in.seq_len);
+  };
+  m.activations_none = activations(false);
+  m.activations_full = activations(true);
+  m.activations = in.activation_checkpointing ? m.activations_full : m.activations_none;
+  m.rope = 2 * in.seq_len * (a.head_dim / 2) * kFloat;  // cos and sin (ops/rope.h)
+  m.writer_staging = 2 * static_cast<int64_t>(kSafetensorsStagingBytes);
+
+  CommPlan& c = plan.comm;
+  c.micro_batches = in.accumulation_steps;
+  if (fsdp) {
+    int64_t blocks = 0;  // the blocks' shards, bytes
+    for (size_t g = 1; g < shard_numel.size(); ++g) blocks += shard_numel[g] * kFloat;
+    const int64_t embedding = shard_numel[0] * kFloat;
+    // A unit kept after its forward is not gathered again: the last block ("default"); every
+    // block, and the embedding unit for the final norm and loss ("never").
+    const std::string& policy = in.reshard_after_forward;
+    const int64_t last_block = shard_numel.size() > 1 ? shard_numel.back() * kFloat : 0;
+    const int64_t regathered = policy == "never"     ? 0
+                               : policy == "default" ? blocks - last_block
+                                                     : blocks;
+    c.all_gather_forward = ring_bytes(n, (policy == "never" ? 1 : 2) * embedding + blocks);
+    c.all_gather_backward = ring_bytes(n, embedding + regathered);
+    c.reduce_scatter = ring_bytes(n, 2 * embedding + blocks);
+  }
+  // All-reduce: a reduce-scatter and an all-gather of the buffer over the group's ranks.
+  const int64_t replicas = in.mesh.dp_replicate;
+  if (replicas > 1) {
+    c.all_reduce = 2 * (replicas - 1) * resident * kFloat / replicas;
+  }
+
+  const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;
+  plan.tokens_per_step = rank_tokens * in.mesh.dp();
+  plan.flops_per_token = training_flops_per_token(a, in.seq_len);
+  plan.flops_per_step_rank = plan.flops_per_token * static_cast<double>(rank_tokens);
+  return plan;
+}
+
+}  // namespace titan

@@ -1,0 +1,108 @@
+// What a training job will take on each rank, from its config alone -- nothing read, nothing
+// allocated (`titan plan`): the bytes the trainer's accounted allocator (core/allocator.h) will
+// hold in each category at the run's peak, the FLOPs of a step and the bytes each rank sends in
+// a step's collectives. Every figure follows what the trainer allocates and what dist/ moves;
+// tests/unit/test_training_plan.cpp checks the bytes against the real buffers.
+//
+// Per rank (P: the model's parameter buffers, 4 bytes a float, each parameter padded to 16
+// floats; under FSDP over N ranks each parameter's shard has ceil(d0 / N) rows, and the unit of
+// a group is its whole buffers):
+//   parameters  P, or under FSDP the shards + the largest unit's whole parameters in flight
+//               (+ the bf16 copies of the matmul weights with mixed precision)
+//   gradients   the same without the bf16 copies
+//   optimizer   2 x the parameters (AdamW's two moments; shards under FSDP)
+//   activations the model's arena for (local_batch_size, seq_len) -- every layer's saved
+//               tensors, or one layer's set with full activation checkpointing -- plus the
+//               lm_head loss's logits chunk
+//   other       the RoPE cos/sin tables for seq_len; under FSDP the collectives' staging (N x the
+//               largest shard) and one reduced-gradient shard; while a file is written, the
+//               writer's staging
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "titan/core/allocator.h"
+#include "titan/core/dtype.h"
+#include "titan/dist/mesh.h"
+#include "titan/models/model_args.h"
+#include "titan/train/job_config.h"
+
+namespace titan {
+
+// What the plan depends on, as the trainer resolves it from a JobConfig (plan_inputs).
+struct PlanInputs {
+  ModelArgs args;
+  MeshDims mesh;
+  int64_t local_batch_size = 1, seq_len = 1;
+  int64_t accumulation_steps = 1;  // micro-batches per rank per step
+  DType compute_dtype = DType::f32;
+  bool activation_checkpointing = false;  // activation_checkpoint.mode = "full"
+  std::string reshard_after_forward = "default";  // parallelism.fsdp_reshard_after_forward
+  bool checkpoint_saves = false;          // checkpoint.enable
+  bool export_hf = false;                 // checkpoint.last_save_in_hf
+};
+
+// The inputs of `config` on a world of `world_size` ranks: the same resolution and the same
+// one-line errors as `titan train` (train/job_resolve.h), without reading the tokenizer or data.
+PlanInputs plan_inputs(const JobConfig& config, int64_t world_size);
+
+// Bytes on one rank. The resident figures are held from the first step to the end; the others
+// only at their moment.
+struct MemoryPlan {
+  // Resident: the parameters (FSDP: this rank's shards) and the bf16 compute copies of the
+  // matmul weights, the gradients, AdamW's moments.
+  int64_t parameters = 0, compute_copies = 0, gradients = 0, optimizer = 0;
+  // FSDP: the most whole parameters (with their bf16 copies) and whole gradients in flight at
+  // once -- each category's peak -- and the most of both together (the step's moment: a unit's
+  // backward, or the final norm and loss beside units kept after their forward,
+  // fsdp_reshard_after_forward); the collectives' buffers (staging, reduced gradient). 0 otherwise.
+  int64_t unit_parameters = 0, unit_gradients = 0, units_in_flight = 0, collective_buffers = 0;
+  // Activations with and without full activation checkpointing, and those of the config's mode.
+  int64_t activations_none = 0, activations_full = 0, activations = 0;
+  int64_t rope = 0;  // the RoPE tables
+  // While a checkpoint or the final Hugging Face folder is written: the writer's staging; under
+  // FSDP the export also gathers every unit's whole parameters.
+  int64_t writer_staging = 0, export_gather = 0;
+
+  // During a step: per category its peak; in all, resident + units_in_flight + activations.
+  std::array<int64_t, kMemCategoryCount> step_by_category() const;
+  int64_t step_peak() const;
+  int64_t checkpoint_peak() const;  // resident + the writer's staging
+  int64_t export_peak() const;      // resident + the whole parameters gathered + the staging
+};
+
+// Bytes one rank sends (and receives) in a step's collectives, ring algorithms: an all-gather or
+// a reduce-scatter of M bytes over N ranks moves (N - 1) / N x M per rank, an all-reduce twice
+// that. The scalars (loss sums, the gradient norm) are left out.
+struct CommPlan {
+  // FSDP, per micro-batch (each micro-batch gathers every unit again): the all-gathers of the
+  // forward (the embedding unit twice: the embedding, the final norm and loss; each block once)
+  // and of the backward (each block; the embedding unit once more), the reduce-scatters of the
+  // gradients (the embedding unit twice, each block once).
+  int64_t all_gather_forward = 0, all_gather_backward = 0, reduce_scatter = 0;
+  // Once per step: HSDP's all-reduce of the shards' gradients over the replicas, or DDP's of the
+  // whole gradients.
+  int64_t all_reduce = 0;
+  int64_t micro_batches = 1;
+  int64_t per_step() const {
+    return micro_batches * (all_gather_forward + all_gather_backward + reduce_scatter) + all_reduce;
+  }
+};
+
+struct TrainingPlan {
+  PlanInputs inputs;
+  int64_t parameter_count = 0;  // count_parameters(args).total
+  MemoryPlan memory;
+  CommPlan comm;
+  double flops_per_token = 0.0;      // models/flops.h (the MFU numerator; no recompute)
+  double flops_per_step_rank = 0.0;  // x the tokens one rank runs in a step
+  int64_t tokens_per_step = 0;       // the global batch's
+  // The run's highest figure: the step's, or the checkpoint's or the export's when the config
+  // writes them and they are higher.
+  int64_t peak() const;
+};
+
+TrainingPlan plan_training(const PlanInputs& inputs);
+
+}  // namespace titan

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `titan plan` against `titan train`:
+#  1. the predicted peak memory per rank within 10 % of the peak the trainer reports (its JSONL:
+#     the maximum over ranks) for one process (also saving checkpoints: the writer's staging),
+#     DDP over 2 ranks and FSDP over 2 ranks, on the tiny model with a small batch, so that
+#     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
+#     category's figures are printed beside;
+#  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
+#     bad --nproc is one line.
+# usage: plan_memory.sh TITAN
+set -euo pipefail
+titan="$1"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# Under AddressSanitizer: OpenMPI's own never-freed allocations are not titan's leaks.
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+suppressions="$(cd "$(dirname "$0")" && pwd)/openmpi.lsan.supp"
+export LSAN_OPTIONS="suppressions=$suppressions:fast_unwind_on_malloc=0:print_suppressions=0"
+
+common=(--training.steps=3 --training.seq_len=64 --training.local_batch_size=2
+        --training.global_batch_size=4 --lr_scheduler.warmup_steps=1 --metrics.log_freq=1
+        --checkpoint.last_save_in_hf=false)
+ddp=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
+ckpt=(--checkpoint.enable=true --checkpoint.interval=1)
+
+# 1. Plan, then train, each mesh.
+"$titan" plan "${common[@]}" --json > "$work/single.plan"
+"$titan" plan "${common[@]}" --nproc 2 "${ddp[@]}" --json > "$work/ddp2.plan"
+"$titan" plan "${common[@]}" --nproc 2 --json > "$work/fsdp2.plan"
+"$titan" train "${common[@]}" --threads 1 --job.dump_folder="$work/single" \
+  --metrics.save_jsonl="$work/single.jsonl" > "$work/single.log"
+"$titan" plan "${common[@]}" "${ckpt[@]}" --json > "$work/ckpt.plan"
+"$titan" train "${common[@]}" "${ckpt[@]}" --threads 1 --job.dump_folder="$work/ckpt" \
+  --metrics.save_jsonl="$work/ckpt.jsonl" > "$work/ckpt.log"
+"$titan" launch --nproc 2 train "${common[@]}" "${ddp[@]}" --threads 1 --job.dump_folder="$work/ddp2" \
+  --metrics.save_jsonl="$work/ddp2.jsonl" > "$work/ddp2.log" 2>&1 || { cat "$work/ddp2.log"; exit 1; }
+"$titan" launch --nproc 2 train "${common[@]}" --threads 1 --job.dump_folder="$work/fsdp2" \
+  --metrics.save_jsonl="$work/fsdp2.jsonl" > "$work/fsdp2.log" 2>&1 || { cat "$work/fsdp2.log"; exit 1; }
+grep -q "(2 micro-batches per rank)" "$work/single.log" || { cat "$work/single.log"; exit 1; }
+python3 - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+MiB = 2**20
+failed = []
+for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
+                                  ("fsdp2", 2, 2, 1)):
+    plan = json.load(open(f"{work}/{name}.plan"))
+    assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
+    records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
+    assert len(records) == 3, f"{name}: {len(records)} step records"
+    last = records[-1]  # peaks are running maxima
+    measured = round(last["memory_peak_gib"] * 2**30)
+    predicted = plan["memory_bytes"]["peak"]
+    assert (predicted > plan["memory_bytes"]["step_peak"]) == (name == "ckpt"), plan["memory_bytes"]
+    # The step's categories (a save adds the writer's staging to "other").
+    by_category = plan["memory_bytes"]["step_by_category"]
+    cats = ", ".join(f"{c} {by_category[c] / MiB:.2f} / {last['memory_peak_by_category_gib'][c] * 2**30 / MiB:.2f}"
+                     for c in ("parameters", "gradients", "optimizer", "activations", "other"))
+    off = (predicted - measured) / measured
+    print(f"{name}: predicted peak {predicted / MiB:.2f} MiB, measured {measured / MiB:.2f} MiB "
+          f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
+    if abs(off) > 0.10:
+        failed.append(name)
+assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
+PY
+
+# 2. Errors: one line each, the trainer's own for the same config.
+error_of() {  # error_of LOG: the message after "error: " of the log's one line
+  [ "$(wc -l < "$1")" = 1 ] || { echo "expected one line:"; cat "$1"; exit 1; }
+  sed 's/.*error: //' "$1"
+}
+for flags in "--training.seq_len=100000" "--model.flavor=nope" "--training.no_such_key=1" \
+             "--activation_checkpoint.mode=some"; do
+  if "$titan" plan "$flags" > "$work/plan.err" 2>&1; then echo "plan $flags ran"; exit 1; fi
+  if "$titan" train "$flags" --job.dump_folder="$work/bad" > "$work/train.err" 2>&1; then echo "train $flags ran"; exit 1; fi
+  [ "$(error_of "$work/plan.err")" = "$(error_of "$work/train.err")" ] || {
+    echo "plan and train differ on $flags:"; cat "$work/plan.err" "$work/train.err"; exit 1; }
+done
+if "$titan" plan --nproc 2 --parallelism.data_parallel_replicate_degree=3 > "$work/mesh.err" 2>&1; then
+  echo "a mesh of 3 over 2 ranks was planned"; exit 1
+fi
+expect_line() {  # expect_line LOG PATTERN: the log is one line, matching
+  error_of "$1" > /dev/null
+  grep -q -- "$2" "$1" || { echo "expected '$2':"; cat "$1"; exit 1; }
+}
+expect_line "$work/mesh.err" "data_parallel_replicate_degree = 3 does not divide the world of 2 ranks"
+for nproc in 0 -1 x; do
+  if "$titan" plan --nproc "$nproc" > "$work/nproc.err" 2>&1; then echo "--nproc $nproc was planned"; exit 1; fi
+  expect_line "$work/nproc.err" "--nproc"
+done
+# HSDP: the shards' gradients all-reduced over the replicas once a step.
+"$titan" plan --nproc 4 --parallelism.data_parallel_replicate_degree=2 > "$work/hsdp.txt"
+for line in "4 ranks: HSDP (dp_replicate 2 x dp_shard 2)" "all-reduce"; do
+  grep -q "$line" "$work/hsdp.txt" || { echo "expected '$line':"; cat "$work/hsdp.txt"; exit 1; }
+done
+echo "plan_memory: ok"

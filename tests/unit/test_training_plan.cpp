@@ -1,0 +1,269 @@
+// titan plan's figures against the real thing: the bytes each memory category holds after the
+// trainer's start-up steps and at the peak of a training step -- one process, FSDP over 2 and 3
+// ranks, dense and MoE, fp32 and bf16, with and without activation checkpointing -- and the
+// bytes a step's collectives send, counted by a communicator that stands for N ranks (rank 0 of
+// N; its collectives only count what a ring would send). The trainer's run under mpirun is
+// checked against the plan by tests/e2e/plan_memory.sh.
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tiny_models.h"
+#include "titan/core/allocator.h"
+#include "titan/core/error.h"
+#include "titan/dist/data_parallel.h"
+#include "titan/dist/fsdp.h"
+#include "titan/dist/mesh.h"
+#include "titan/models/causal_lm.h"
+#include "titan/train/job_config.h"
+#include "titan/train/optimizer.h"
+#include "titan/models/state_dict_adapter.h"
+#include "titan/train/training_plan.h"
+
+namespace titan {
+namespace {
+
+// Rank 0 of `size` ranks: every collective counts the bytes a ring sends from this rank; an
+// all-gather repeats this rank's block (the other ranks' parameters, for memory's sake).
+class CountingCommunicator final : public Communicator {
+ public:
+  // split_sizes: the sizes of the groups successive split() calls return (DeviceMesh splits the
+  // shard group, then the replicate group).
+  CountingCommunicator(int size, std::shared_ptr<int64_t> sent, std::deque<int> split_sizes = {})
+      : size_(size), sent_(std::move(sent)), split_sizes_(std::move(split_sizes)) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  void all_reduce_sum(float*, int64_t count) override { all_reduce(count, sizeof(float)); }
+  void all_reduce_sum(double*, int64_t count) override { all_reduce(count, sizeof(double)); }
+  void all_reduce_max(double*, int64_t count) override { all_reduce(count, sizeof(double)); }
+  void all_gather(float* out, const float* in, int64_t count) override {
+    for (int r = 0; r < size_; ++r) std::copy(in, in + count, out + r * count);
+    *sent_ += (size_ - 1) * count * static_cast<int64_t>(sizeof(float));
+  }
+  void reduce_scatter_sum(float* out, const float* in, int64_t count) override {
+    std::copy(in, in + count, out);
+    *sent_ += (size_ - 1) * count * static_cast<int64_t>(sizeof(float));
+  }
+  void broadcast(float*, int64_t, int) override {}
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int) override {
+    const int size = split_sizes_.front();
+    split_sizes_.pop_front();
+    return std::make_unique<CountingCommunicator>(size, sent_);
+  }
+
+ private:
+  void all_reduce(int64_t count, size_t width) {
+    *sent_ += 2 * (size_ - 1) * count * static_cast<int64_t>(width) / size_;
+  }
+  int size_;
+  std::shared_ptr<int64_t> sent_;
+  std::deque<int> split_sizes_;
+};
+
+int64_t current(MemCategory c) {
+  return static_cast<int64_t>(memory_stats().current[static_cast<int>(c)]);
+}
+
+struct Case {
+  std::string name;
+  ModelArgs args;
+  int64_t dp_replicate = 1, dp_shard = 1;
+  DType dtype = DType::f32;
+  bool checkpointing = false;
+  int64_t micro_batches = 2;
+  std::string reshard_after_forward = "default";
+};
+
+PlanInputs inputs_of(const Case& c) {
+  PlanInputs in;
+  in.args = c.args;
+  in.mesh = {c.dp_replicate, c.dp_shard};
+  in.local_batch_size = 2;
+  in.seq_len = 24;
+  in.accumulation_steps = c.micro_batches;
+  in.compute_dtype = c.dtype;
+  in.reshard_after_forward = c.reshard_after_forward;
+  in.activation_checkpointing = c.checkpointing;
+  return in;
+}
+
+// What the trainer does, in its order, with the memory it holds checked against the plan after
+// each part, then the peak of `micro_batches` forward/backward passes and the bytes they send.
+void check_against_model(const Case& c) {
+  SCOPED_TRACE(c.name);
+  const PlanInputs in = inputs_of(c);
+  const TrainingPlan plan = plan_training(in);
+  const MemoryPlan& m = plan.memory;
+  memory_reset_peak();  // the case's own peak, start-up included
+  const MemoryStats before = memory_stats();
+  const auto grew = [&](MemCategory cat) {
+    return current(cat) - static_cast<int64_t>(before.current[static_cast<int>(cat)]);
+  };
+  auto sent = std::make_shared<int64_t>(0);
+  CountingCommunicator world(static_cast<int>(c.dp_replicate * c.dp_shard), sent,
+                             {static_cast<int>(c.dp_shard), static_cast<int>(c.dp_replicate)});
+  DeviceMesh mesh(world, in.mesh);
+
+  const bool sharded = c.dp_shard > 1;
+  std::unique_ptr<CausalLM> model = make_model(
+      c.args, {}, c.dtype, sharded ? Residency::released : Residency::committed);
+  model->set_activation_checkpointing(c.checkpointing);
+  model->allocate_gradients();
+  std::unique_ptr<FullyShardedGroups> fsdp;
+  std::unique_ptr<AdamWOptimizer> optimizer;
+  if (sharded) {
+    fsdp = std::make_unique<FullyShardedGroups>(model->param_groups(), mesh);
+    FullyShardedGroups* f = fsdp.get();
+    model->set_param_group_hooks({[f](int64_t g, bool grads) { f->acquire(g, grads); },
+                                  [f](int64_t g, bool grads) { f->release(g, grads); }});
+    fsdp->set_reshard_after_forward(c.reshard_after_forward);
+    optimizer = std::make_unique<AdamWOptimizer>(fsdp->shards(), AdamWConfig{});
+    fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });
+  } else {
+    optimizer = std::make_unique<AdamWOptimizer>(model->param_groups(), AdamWConfig{});
+    model->initialize(7);
+  }
+  // Between steps (before the first): exactly the resident figures.
+  EXPECT_EQ(grew(MemCategory::parameters), m.parameters + m.compute_copies);
+  EXPECT_EQ(grew(MemCategory::gradients), m.gradients);
+  EXPECT_EQ(grew(MemCategory::optimizer), m.optimizer);
+  EXPECT_EQ(grew(MemCategory::other), m.collective_buffers);
+  EXPECT_EQ(grew(MemCategory::activations), 0);
+
+  // The peak is not reset here: start-up (a unit at a time under FSDP) stays under the step's.
+  const int64_t n = in.local_batch_size * in.seq_len;
+  std::vector<int32_t> ids(n), labels(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ids[i] = static_cast<int32_t>((i * 7 + 3) % c.args.vocab_size);
+    labels[i] = static_cast<int32_t>((i * 5 + 1) % c.args.vocab_size);
+  }
+  ForwardOptions options;
+  options.compute_grad = true;
+  options.grad_scale = 1.0f / static_cast<float>(n);
+  if (fsdp) {
+    fsdp->zero_gradients();
+  } else {
+    model->zero_gradients();
+  }
+  for (int64_t i = 0; i < c.micro_batches; ++i) {
+    model->forward(ids.data(), labels.data(), in.local_batch_size, in.seq_len, options);
+    model->backward();
+  }
+  if (fsdp) {
+    fsdp->finish_gradients();
+  } else {
+    all_reduce_gradients(model->param_groups(), world);
+  }
+  const MemoryStats after = memory_stats();
+  const auto by_category = m.step_by_category();
+  for (int cat = 0; cat < kMemCategoryCount; ++cat) {
+    SCOPED_TRACE(std::string(mem_category_name(static_cast<MemCategory>(cat))));
+    EXPECT_EQ(static_cast<int64_t>(after.peak[cat] - before.current[cat]), by_category[cat]);
+  }
+  int64_t before_total = 0;
+  for (const size_t bytes : before.current) before_total += static_cast<int64_t>(bytes);
+  EXPECT_EQ(static_cast<int64_t>(after.total_peak) - before_total, m.step_peak());
+  EXPECT_EQ(static_cast<int64_t>(after.total_current) - before_total,
+            m.step_peak() - m.units_in_flight);
+  EXPECT_EQ(m.activations, model->activation_bytes(in.local_batch_size, in.seq_len) +
+                               model->lm_head_scratch_bytes(in.local_batch_size, in.seq_len));
+  EXPECT_EQ(*sent, plan.comm.per_step());
+}
+
+TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
+  check_against_model({"dense tied", test::tiny_dense(true)});
+  check_against_model(
+      {"dense untied, checkpointing", test::tiny_dense(false), 1, 1, DType::f32, true});
+  check_against_model({"dense bf16", test::tiny_dense(false), 1, 1, DType::bf16});
+  check_against_model({"moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {1})});
+  check_against_model({"moe bf16, checkpointing",
+                       test::with_moe(test::tiny_dense(true), 4, 2, 24, {0}), 1, 1, DType::bf16,
+                       true});
+}
+
+TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
+  // 97 vocabulary rows, 2 kv heads and 4 experts over 3 ranks: every kind of padded shard.
+  check_against_model({"fsdp 2", test::tiny_dense(true), 1, 2});
+  check_against_model({"fsdp 3 untied", test::tiny_dense(false), 1, 3});
+  check_against_model({"fsdp 3, checkpointing", test::tiny_dense(true), 1, 3, DType::f32, true});
+  check_against_model({"fsdp 2 moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {1}), 1, 2});
+  check_against_model({"fsdp 3 moe, one micro-batch",
+                       test::with_moe(test::tiny_dense(true), 4, 2, 24, {}), 1, 3, DType::f32,
+                       false, 1});
+  // bf16: each unit's bf16 copies exist only in flight, beside its gathered masters.
+  check_against_model({"fsdp 2 bf16", test::tiny_dense(false), 1, 2, DType::bf16});
+  check_against_model({"fsdp 3 moe bf16", test::with_moe(test::tiny_dense(true), 4, 2, 24, {1}), 1,
+                       3, DType::bf16});
+  // Every unit whole from its forward to its backward, or gathered again for it.
+  check_against_model({"fsdp 2 never", test::tiny_dense(true), 1, 2, DType::f32, false, 2, "never"});
+  check_against_model(
+      {"fsdp 3 bf16 always", test::tiny_dense(false), 1, 3, DType::bf16, false, 2, "always"});
+}
+
+TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {
+  check_against_model({"ddp 2", test::tiny_dense(true), 2, 1});
+  check_against_model(
+      {"ddp 3, one micro-batch", test::tiny_dense(false), 3, 1, DType::f32, false, 1});
+  check_against_model({"hsdp 2 x 2", test::tiny_dense(true), 2, 2});
+  check_against_model(
+      {"hsdp 2 x 3 moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {}), 2, 3});
+}
+
+TEST(TrainingPlan, ThePeakIsTheWriterOrTheExportWhenTheyAreHigher) {
+  PlanInputs in = inputs_of({"fsdp 2", test::tiny_dense(true), 1, 2});
+  TrainingPlan plan = plan_training(in);
+  const MemoryPlan& m = plan.memory;
+  EXPECT_EQ(plan.peak(), m.step_peak());
+  // The writer's 32 MiB outweigh these tiny models' steps.
+  in.checkpoint_saves = true;
+  EXPECT_EQ(plan_training(in).peak(),
+            m.step_peak() - m.units_in_flight + 2 * (int64_t{16} << 20));
+  in.export_hf = true;
+  plan = plan_training(in);
+  EXPECT_EQ(plan.peak(), plan.memory.export_peak());
+  // The export gathers every unit whole: one process's parameters, beside the shards.
+  in.mesh = {1, 1};
+  EXPECT_EQ(plan.memory.export_gather, plan_training(in).memory.parameters);
+}
+
+std::string error_of(const std::vector<std::string>& flags, int64_t world) {
+  try {
+    JobConfig config = job_config_preset("tiny");
+    for (const std::string& f : flags) job_config_apply_override(config, f);
+    plan_inputs(config, world);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(TrainingPlan, ResolvesTheConfigAsTheTrainerDoes) {
+  JobConfig config = job_config_preset("tiny");
+  job_config_apply_override(config, "--training.global_batch_size=48");
+  job_config_apply_override(config, "--parallelism.data_parallel_replicate_degree=2");
+  const PlanInputs in = plan_inputs(config, 6);
+  EXPECT_EQ(in.mesh.dp_replicate, 2);
+  EXPECT_EQ(in.mesh.dp_shard, 3);
+  EXPECT_EQ(in.accumulation_steps, 48 / (8 * 6));
+  EXPECT_EQ(in.args.num_hidden_layers, 4);
+  EXPECT_EQ(in.seq_len, 256);
+
+  EXPECT_NE(error_of({"--training.global_batch_size=12"}, 2)
+                .find("training.global_batch_size (12) is not a multiple of local_batch_size x "
+                      "data-parallel ranks (8 x 2)"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--parallelism.data_parallel_replicate_degree=3"}, 2)
+                .find("does not divide the world of 2 ranks"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--training.seq_len=100000"}, 1).find("exceeds the model's"),
+            std::string::npos);
+  EXPECT_NE(error_of({"--model.name=llama3"}, 1).find("model.name 'llama3' does not match"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan
