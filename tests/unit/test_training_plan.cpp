@@ -18,9 +18,9 @@
 #include "titan/dist/fsdp.h"
 #include "titan/dist/mesh.h"
 #include "titan/models/causal_lm.h"
+#include "titan/models/state_dict_adapter.h"
 #include "titan/train/job_config.h"
 #include "titan/train/optimizer.h"
-#include "titan/models/state_dict_adapter.h"
 #include "titan/train/training_plan.h"
 
 namespace titan {
@@ -109,8 +109,8 @@ void check_against_model(const Case& c) {
   DeviceMesh mesh(world, in.mesh);
 
   const bool sharded = c.dp_shard > 1;
-  std::unique_ptr<CausalLM> model = make_model(
-      c.args, {}, c.dtype, sharded ? Residency::released : Residency::committed);
+  std::unique_ptr<CausalLM> model =
+      make_model(c.args, {}, c.dtype, sharded ? Residency::released : Residency::committed);
   model->set_activation_checkpointing(c.checkpointing);
   model->allocate_gradients();
   std::unique_ptr<FullyShardedGroups> fsdp;
@@ -199,7 +199,8 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
   check_against_model({"fsdp 3 moe bf16", test::with_moe(test::tiny_dense(true), 4, 2, 24, {1}), 1,
                        3, DType::bf16});
   // Every unit whole from its forward to its backward, or gathered again for it.
-  check_against_model({"fsdp 2 never", test::tiny_dense(true), 1, 2, DType::f32, false, 2, "never"});
+  check_against_model(
+      {"fsdp 2 never", test::tiny_dense(true), 1, 2, DType::f32, false, 2, "never"});
   check_against_model(
       {"fsdp 3 bf16 always", test::tiny_dense(false), 1, 3, DType::bf16, false, 2, "always"});
 }
@@ -220,8 +221,7 @@ TEST(TrainingPlan, ThePeakIsTheWriterOrTheExportWhenTheyAreHigher) {
   EXPECT_EQ(plan.peak(), m.step_peak());
   // The writer's 32 MiB outweigh these tiny models' steps.
   in.checkpoint_saves = true;
-  EXPECT_EQ(plan_training(in).peak(),
-            m.step_peak() - m.units_in_flight + 2 * (int64_t{16} << 20));
+  EXPECT_EQ(plan_training(in).peak(), m.step_peak() - m.units_in_flight + 2 * (int64_t{16} << 20));
   in.export_hf = true;
   plan = plan_training(in);
   EXPECT_EQ(plan.peak(), plan.memory.export_peak());

@@ -137,7 +137,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
       m.unit_gradients = std::max(m.unit_gradients, grads);
       m.units_in_flight = std::max(m.units_in_flight, params + grads);
     };
-    int64_t kept_masters = 0;  // whole masters kept from their forward
+    int64_t kept_masters = 0;              // whole masters kept from their forward
     for (size_t g = 0; g < groups; ++g) {  // the forward: the embedding, then each block
       moment(kept_masters + in_use(g), 0);
       if (kept(g)) kept_masters += whole_numel[g] * kFloat;

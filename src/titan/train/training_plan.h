@@ -37,10 +37,10 @@ struct PlanInputs {
   int64_t local_batch_size = 1, seq_len = 1;
   int64_t accumulation_steps = 1;  // micro-batches per rank per step
   DType compute_dtype = DType::f32;
-  bool activation_checkpointing = false;  // activation_checkpoint.mode = "full"
+  bool activation_checkpointing = false;          // activation_checkpoint.mode = "full"
   std::string reshard_after_forward = "default";  // parallelism.fsdp_reshard_after_forward
-  bool checkpoint_saves = false;          // checkpoint.enable
-  bool export_hf = false;                 // checkpoint.last_save_in_hf
+  bool checkpoint_saves = false;                  // checkpoint.enable
+  bool export_hf = false;                         // checkpoint.last_save_in_hf
 };
 
 // The inputs of `config` on a world of `world_size` ranks: the same resolution and the same
