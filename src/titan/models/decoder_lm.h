@@ -86,6 +86,9 @@ class DecoderLM final : public CausalLM {
   void release(int64_t group, bool gradients) const {
     if (hooks_.release) hooks_.release(group, gradients);
   }
+  void prefetch(int64_t group) const {
+    if (hooks_.prefetch) hooks_.prefetch(group);
+  }
 
   // The activation arena and its views, sized for (batch_, seq_).
   int64_t batch_ = 0, seq_ = 0;

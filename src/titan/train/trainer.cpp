@@ -281,7 +281,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     fsdp_ = std::make_unique<FullyShardedGroups>(model_->param_groups(), *mesh_);
     FullyShardedGroups* fsdp = fsdp_.get();
     model_->set_param_group_hooks({[fsdp](int64_t g, bool grads) { fsdp->acquire(g, grads); },
-                                   [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); }});
+                                   [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); },
+                                   [fsdp](int64_t g) { fsdp->prefetch(g); }});
     optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
   } else {
     optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
@@ -486,6 +487,7 @@ TrainResult Trainer::run() {
       static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
   TrainResult result;
   result.first_step = start_step_ + 1;
+  reset_collective_times();  // the steps' collectives only, not start-up's
   for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {
     const double t0 = now_seconds();
     const StepOutcome out = train_step(step);
@@ -510,6 +512,16 @@ TrainResult Trainer::run() {
     }
   }
   metrics.print_summary();
+  if (dp > 1 && result.last_step >= result.first_step) {
+    // Rank 0's view (the ranks are alike): the collectives' time on its communication thread and
+    // the part its compute thread waited for; the rest ran behind compute.
+    const CommTimes c = collective_times();
+    std::printf(
+        "collectives: %.3f s on the communication thread, %.3f s exposed (%.0f %% hidden) "
+        "over %lld steps\n",
+        c.busy_s, c.exposed_s, 100.0 * c.hidden_fraction(),
+        static_cast<long long>(result.last_step - result.first_step + 1));
+  }
   if (config_.checkpoint.last_save_in_hf) {
     set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
     if (fsdp_) fsdp_->gather_all();  // every rank takes part; rank 0 writes
