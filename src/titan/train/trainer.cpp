@@ -495,6 +495,7 @@ TrainResult Trainer::run() {
     if (step == result.first_step) {
       result.first_loss = out.loss;
       set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
+      if (step < t.steps) reset_collective_times();  // timed after warm-up, as the summary
     }
     result.last_step = step;
     result.last_loss = out.loss;
@@ -516,11 +517,15 @@ TrainResult Trainer::run() {
     // Rank 0's view (the ranks are alike): the collectives' time on its communication thread and
     // the part its compute thread waited for; the rest ran behind compute.
     const CommTimes c = collective_times();
+    const int64_t timed = std::max<int64_t>(1, result.last_step - result.first_step);
     std::printf(
-        "collectives: %.3f s on the communication thread, %.3f s exposed (%.0f %% hidden) "
-        "over %lld steps\n",
-        c.busy_s, c.exposed_s, 100.0 * c.hidden_fraction(),
-        static_cast<long long>(result.last_step - result.first_step + 1));
+        "collectives: %.3f s per step on the communication thread, %.3f s of it exposed "
+        "(%.0f %% hidden)%s\n",
+        c.busy_s / static_cast<double>(timed), c.exposed_s / static_cast<double>(timed),
+        100.0 * c.hidden_fraction(),
+        result.last_step > result.first_step
+            ? (" after warm-up (" + std::to_string(timed) + " steps)").c_str()
+            : "");
   }
   if (config_.checkpoint.last_save_in_hf) {
     set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
