@@ -30,7 +30,8 @@ struct CommTimes {
 };
 
 // One queued collective. A default-made handle is complete (a collective that ran at once, as on a
-// group of one rank).
+// group of one rank). A handle dropped unwaited leaves its collective to run: its buffers must
+// outlive it.
 class CommHandle {
  public:
   CommHandle() = default;

@@ -43,6 +43,15 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
   reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
 }
 
+FullyShardedGroups::~FullyShardedGroups() {
+  for (CommHandle* h : {&gathered_, &scattered_}) {
+    try {
+      h->wait();
+    } catch (const std::exception&) {  // the error that matters is the one unwinding, if any
+    }
+  }
+}
+
 template <typename Fn>
 void FullyShardedGroups::for_each_slice(size_t g, Fn&& fn) const {
   const int64_t n = mesh_.dims().dp_shard;

@@ -31,6 +31,9 @@ class FullyShardedGroups {
   // `full` (with gradients allocated) and `mesh` must outlive this. The whole groups stay
   // resident until shard_parameters.
   FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh);
+  // Waits for the collectives in flight (they write into this object's buffers), even when an
+  // error is unwinding the trainer.
+  ~FullyShardedGroups();
 
   // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients.
   std::vector<ParamGroup>& shards() { return shards_; }

@@ -98,6 +98,22 @@ CommHandle queue(std::function<void()> call) {
   return {};
 }
 
+// Starts a nonblocking collective (start(&request)) and waits for it, testing it every 50 us and
+// sleeping in between. OpenMPI's blocking collectives spin in its progress loop while a peer is
+// not there yet; on a machine whose cores all compute, that spinning thread takes a core's share
+// from the compute threads. The tests are what progress the transfer (OpenMPI has no progress
+// thread of its own).
+template <typename Start>
+void complete(Start&& start) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  start(&request);
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done != 0) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 // MPI counts are ints: reductions and broadcasts go in chunks of at most this many elements.
 constexpr int64_t kMaxChunk = int64_t{1} << 30;
 
@@ -142,26 +158,31 @@ class MpiCommunicator final : public Communicator {
     const int n = checked_count(count, "all_gather");
     return queue([=, comm = comm_] {
       const InCollective watch("all_gather");
-      MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm);
+      complete(
+          [&](MPI_Request* r) { MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm, r); });
     });
   }
   CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) override {
     const int n = checked_count(count, "reduce_scatter");
     return queue([=, comm = comm_] {
       const InCollective watch("reduce_scatter");
-      MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm);
+      complete([&](MPI_Request* r) {
+        MPI_Ireduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm, r);
+      });
     });
   }
   void broadcast(float* data, int64_t count, int root) override {
     queue([=, comm = comm_] {
       const InCollective watch("broadcast");
-      in_chunks(count, [&](int64_t at, int n) { MPI_Bcast(data + at, n, MPI_FLOAT, root, comm); });
+      in_chunks(count, [&](int64_t at, int n) {
+        complete([&](MPI_Request* r) { MPI_Ibcast(data + at, n, MPI_FLOAT, root, comm, r); });
+      });
     }).wait();
   }
   void barrier() override {
     queue([comm = comm_] {
       const InCollective watch("barrier");
-      MPI_Barrier(comm);
+      complete([&](MPI_Request* r) { MPI_Ibarrier(comm, r); });
     }).wait();
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
@@ -179,7 +200,9 @@ class MpiCommunicator final : public Communicator {
     queue([=, comm = comm_] {
       const InCollective watch("all_reduce");
       in_chunks(count, [&](int64_t at, int n) {
-        MPI_Allreduce(MPI_IN_PLACE, data + at, n, type, MPI_SUM, comm);
+        complete([&](MPI_Request* r) {
+          MPI_Iallreduce(MPI_IN_PLACE, data + at, n, type, MPI_SUM, comm, r);
+        });
       });
     }).wait();
   }
