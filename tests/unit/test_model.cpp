@@ -177,7 +177,8 @@ TEST(Model, ParameterCountsFollowTheFamilysBlocks) {
 // released parameters are poisoned (NaN) and restored on acquire, and each use's gradients are
 // moved out of the group at its release (what FSDP's reduce-scatter does) -- the loss and the
 // gradients summed over the uses still equal a run without hooks, bit for bit, with and without
-// activation checkpointing. The order of the uses is the documented one.
+// activation checkpointing. The order of the uses is the documented one, and after an acquire
+// the model names the group it acquires next (what FSDP prefetches).
 TEST(Model, ParamGroupHooksBracketEveryUse) {
   const int64_t batch = 2, seq = 9;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 8);
@@ -217,12 +218,15 @@ TEST(Model, ParamGroupHooksBracketEveryUse) {
       for (int64_t k = 0; k < g.numel(); ++k) grad_sums[i][k] += g.grads()[k];
       std::fill(g.grads(), g.grads() + g.numel(), 0.0f);
     };
+    hooks.prefetch = [&](int64_t i) { events.push_back("p" + std::to_string(i)); };
     m.set_param_group_hooks(hooks);
     const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
     m.backward();
     EXPECT_EQ(loss, want_loss) << "checkpointing " << checkpointing;
-    const std::vector<std::string> want = {"a0", "r0", "a1", "r1", "a2", "r2", "a3", "r3", "A0",
-                                           "R0", "A3", "R3", "A2", "R2", "A1", "R1", "A0", "R0"};
+    // Each prefetch names the group acquired next.
+    const std::vector<std::string> want = {"a0", "p1", "r0", "a1", "p2", "r1", "a2", "p3", "r2",
+                                           "a3", "p0", "r3", "A0", "p3", "R0", "A3", "p2", "R3",
+                                           "A2", "p1", "R2", "A1", "p0", "R1", "A0", "R0"};
     EXPECT_EQ(events, want) << "checkpointing " << checkpointing;
     for (size_t i = 0; i < groups.size(); ++i) {
       const ParamGroup& p = plain.param_groups()[i];

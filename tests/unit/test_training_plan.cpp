@@ -47,6 +47,14 @@ class CountingCommunicator final : public Communicator {
     std::copy(in, in + count, out);
     *sent_ += (size_ - 1) * count * static_cast<int64_t>(sizeof(float));
   }
+  CommHandle all_gather_async(float* out, const float* in, int64_t count) override {
+    all_gather(out, in, count);
+    return {};
+  }
+  CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) override {
+    reduce_scatter_sum(out, in, count);
+    return {};
+  }
   void broadcast(float*, int64_t, int) override {}
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override {
@@ -119,7 +127,8 @@ void check_against_model(const Case& c) {
     fsdp = std::make_unique<FullyShardedGroups>(model->param_groups(), mesh);
     FullyShardedGroups* f = fsdp.get();
     model->set_param_group_hooks({[f](int64_t g, bool grads) { f->acquire(g, grads); },
-                                  [f](int64_t g, bool grads) { f->release(g, grads); }});
+                                  [f](int64_t g, bool grads) { f->release(g, grads); },
+                                  [f](int64_t g) { f->prefetch(g); }});
     fsdp->set_reshard_after_forward(c.reshard_after_forward);
     optimizer = std::make_unique<AdamWOptimizer>(fsdp->shards(), AdamWConfig{});
     fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "titan/dist/comm_stream.h"
+
 namespace titan {
 
 class Communicator {
@@ -26,6 +28,10 @@ class Communicator {
   virtual void all_gather(float* out, const float* in, int64_t count) = 0;
   // out (count) = the sum over ranks of their in's block `rank()` (in: size x count).
   virtual void reduce_scatter_sum(float* out, const float* in, int64_t count) = 0;
+  // The same, queued on the process's communication stream (dist/comm_stream.h): `in` must stay
+  // unchanged and `out` unread until the handle is waited for. A group of one rank copies at once.
+  virtual CommHandle all_gather_async(float* out, const float* in, int64_t count) = 0;
+  virtual CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) = 0;
   // data (count) = root's data.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
   virtual void barrier() = 0;

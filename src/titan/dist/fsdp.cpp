@@ -5,6 +5,7 @@
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/ops/host_parallel.h"
 
 namespace titan {
 namespace {
@@ -37,38 +38,47 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
   }
   kept_after_forward_.assign(full_.size(), false);
   staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
+  scatter_staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
 }
 
-void FullyShardedGroups::pack(float* blocks, size_t g, const float* whole) const {
-  const int64_t n = mesh_.dims().dp_shard;
-  const ParamGroup &full = full_[g], &shard = shards_[g];
-  std::memset(blocks, 0, static_cast<size_t>(n * shard.numel()) * sizeof(float));
-  for (int64_t r = 0; r < n; ++r) {
-    float* block = blocks + r * shard.numel();
-    for (size_t i = 0; i < full.views().size(); ++i) {
-      const ParamView& v = full.views()[i];
-      const int64_t d0 = v.spec.shape[0], row = v.numel / d0, c = rows_per_shard(v, n);
-      const int64_t first = std::min(r * c, d0), rows = std::min(c, d0 - first);
-      std::memcpy(block + shard.views()[i].offset, whole + v.offset + first * row,
-                  static_cast<size_t>(rows * row) * sizeof(float));
+FullyShardedGroups::~FullyShardedGroups() {
+  for (CommHandle* h : {&gathered_, &scattered_}) {
+    try {
+      h->wait();
+    } catch (const std::exception&) {  // the error that matters is the one unwinding, if any
     }
   }
 }
 
-void FullyShardedGroups::unpack(float* whole, size_t g, const float* blocks) const {
+template <typename Fn>
+void FullyShardedGroups::for_each_slice(size_t g, Fn&& fn) const {
   const int64_t n = mesh_.dims().dp_shard;
   const ParamGroup &full = full_[g], &shard = shards_[g];
   for (int64_t r = 0; r < n; ++r) {
-    const float* block = blocks + r * shard.numel();
     for (size_t i = 0; i < full.views().size(); ++i) {
       const ParamView& v = full.views()[i];
       const int64_t d0 = v.spec.shape[0], row = v.numel / d0, c = rows_per_shard(v, n);
       const int64_t first = std::min(r * c, d0), rows = std::min(c, d0 - first);
-      std::memcpy(whole + v.offset + first * row, block + shard.views()[i].offset,
-                  static_cast<size_t>(rows * row) * sizeof(float));
+      const int64_t at = shard.views()[i].offset;
+      const int64_t next =
+          i + 1 < shard.views().size() ? shard.views()[i + 1].offset : shard.numel();
+      fn(v.offset + first * row, r * shard.numel() + at, rows * row, next - at - rows * row);
     }
   }
+}
+
+void FullyShardedGroups::pack(float* blocks, size_t g, const float* whole) const {
+  for_each_slice(g, [&](int64_t w, int64_t b, int64_t count, int64_t padding) {
+    std::memcpy(blocks + b, whole + w, static_cast<size_t>(count) * sizeof(float));
+    std::memset(blocks + b + count, 0, static_cast<size_t>(padding) * sizeof(float));
+  });
+}
+
+void FullyShardedGroups::unpack(float* whole, size_t g, const float* blocks) const {
+  for_each_slice(g, [&](int64_t w, int64_t b, int64_t count, int64_t) {
+    std::memcpy(whole + w, blocks + b, static_cast<size_t>(count) * sizeof(float));
+  });
 }
 
 void FullyShardedGroups::keep_own_rows(size_t g) {
@@ -107,36 +117,71 @@ void FullyShardedGroups::acquire(int64_t g, bool gradients) {
   ParamGroup& full = full_[g];
   if (gradients) full.acquire_grads();
   if (full.params_resident()) return;  // kept since its forward
+  TITAN_CHECK(gathering_ == -1 || gathering_ == g, "FSDP: group ", g,
+              " acquired while the prefetch of group ", gathering_, " is in flight");
+  CommHandle gathered = gathering_ == g
+                            ? std::move(gathered_)
+                            : mesh_.shard_group().all_gather_async(
+                                  staging_.as<float>(), shards_[g].params(), shards_[g].numel());
+  gathering_ = -1;
   full.acquire_params();
-  mesh_.shard_group().all_gather(staging_.as<float>(), shards_[g].params(), shards_[g].numel());
+  gathered.wait();
   unpack(full.params(), static_cast<size_t>(g), staging_.as<float>());
+}
+
+void FullyShardedGroups::prefetch(int64_t g) {
+  if (full_[g].params_resident()) return;  // kept since its forward: nothing to gather
+  TITAN_CHECK(gathering_ == -1, "FSDP: prefetch of group ", g, " while group ", gathering_,
+              "'s is in flight");
+  gathered_ = mesh_.shard_group().all_gather_async(staging_.as<float>(), shards_[g].params(),
+                                                   shards_[g].numel());
+  gathering_ = g;
 }
 
 void FullyShardedGroups::release(int64_t g, bool gradients) {
   ParamGroup &full = full_[g], &shard = shards_[g];
   if (gradients) {
-    pack(staging_.as<float>(), static_cast<size_t>(g), full.grads());
-    float* reduced = reduced_grad_.as<float>();
-    mesh_.shard_group().reduce_scatter_sum(reduced, staging_.as<float>(), shard.numel());
-    backend().vec().axpy(shard.grads(), 1.0f, reduced, shard.numel());
+    finish_scatter();  // its staging is reused now
+    pack(scatter_staging_.as<float>(), static_cast<size_t>(g), full.grads());
     full.release_grads();
+    scattered_ = mesh_.shard_group().reduce_scatter_sum_async(
+        reduced_grad_.as<float>(), scatter_staging_.as<float>(), shard.numel());
+    scattering_ = g;
   } else if (kept_after_forward_[static_cast<size_t>(g)]) {
     return;
   }
   full.release_params();
 }
 
+void FullyShardedGroups::finish_scatter() {
+  if (scattering_ == -1) return;
+  scattered_.wait();
+  ParamGroup& shard = shards_[scattering_];
+  scattering_ = -1;
+  float* grads = shard.grads();
+  const float* reduced = reduced_grad_.as<float>();
+  const int64_t n = shard.numel();
+  constexpr int64_t kChunk = int64_t{1} << 14;
+  const VecKernels& v = backend().vec();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
+  for (int64_t i = 0; i < n; i += kChunk)
+    v.axpy(grads + i, 1.0f, reduced + i, std::min(kChunk, n - i));
+}
+
 void FullyShardedGroups::zero_gradients() {
+  finish_scatter();
   for (ParamGroup& s : shards_)
     std::memset(s.grads(), 0, static_cast<size_t>(s.numel()) * sizeof(float));
 }
 
 void FullyShardedGroups::finish_gradients() {
+  finish_scatter();
   if (mesh_.dims().dp_replicate == 1) return;
   for (ParamGroup& s : shards_) mesh_.replicate_group().all_reduce_sum(s.grads(), s.numel());
 }
 
 void FullyShardedGroups::gather_all() {
+  finish_scatter();
   for (size_t g = 0; g < full_.size(); ++g) acquire(static_cast<int64_t>(g), false);
 }
 

@@ -8,6 +8,13 @@
 // the release reduce-scatters them into the shards' gradients (summed over uses and
 // micro-batches) and hands the whole gradients back too. Under HSDP the shards' gradients are
 // then all-reduced over the replicas (finish_gradients).
+//
+// The collectives overlap compute (torchtitan's FSDP2): they run on the communication stream
+// (dist/comm_stream.h). The model names the group it will use next (ParamGroupHooks::prefetch)
+// and its all-gather is queued then, to run under the current unit's compute; a release queues its
+// reduce-scatter and returns, and the sum into the shards' gradients is made at the next release
+// with gradients (under the next unit's backward) or at finish_gradients. At most one all-gather
+// and one reduce-scatter are in flight, each with its own staging buffer.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +34,9 @@ class FullyShardedGroups {
   // `full` (with gradients allocated, both released: make_model's Residency::released) and `mesh`
   // must outlive this.
   FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh);
+  // Waits for the collectives in flight (they write into this object's buffers), even when an
+  // error is unwinding the trainer.
+  ~FullyShardedGroups();
 
   // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients; the
   // cut they hold. Checkpoints and weights load into them directly (train/checkpoint.h).
@@ -44,9 +54,12 @@ class FullyShardedGroups {
   void set_reshard_after_forward(const std::string& policy);
   // The model's uses of group g (install as its ParamGroupHooks).
   void acquire(int64_t g, bool gradients);
+  void prefetch(int64_t g);
   void release(int64_t g, bool gradients);
-  void zero_gradients();    // the shards' gradients, before a step's micro-batches
-  void finish_gradients();  // after the backward of the step's last micro-batch (HSDP)
+  void zero_gradients();  // the shards' gradients, before a step's micro-batches
+  // After the backward of the step's last micro-batch: the last reduce-scatter summed in, and
+  // under HSDP the all-reduce over the replicas.
+  void finish_gradients();
   // Every group whole and resident (the export at the end of training), or released again.
   void gather_all();
   void release_all();
@@ -54,16 +67,28 @@ class FullyShardedGroups {
  private:
   // This rank's rows of the whole group g -> its shard (padding rows zero).
   void keep_own_rows(size_t g);
-  // Each rank's block (N x shard numel) <-> the whole group's layout.
+  // fn(whole offset, block offset, elements, padding) for every rank's rows of every parameter
+  // of group g: the whole group's layout against each rank's block (N x shard numel); padding,
+  // the elements after them up to the block's next parameter (the last ranks' missing rows and
+  // the alignment gap), which the blocks must hold as zeros.
+  template <typename Fn>
+  void for_each_slice(size_t g, Fn&& fn) const;
   void pack(float* blocks, size_t g, const float* whole) const;
   void unpack(float* whole, size_t g, const float* blocks) const;
+  // Waits for the reduce-scatter in flight, if any, and adds it into its shards' gradients.
+  void finish_scatter();
 
   std::vector<ParamGroup>& full_;
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
   std::vector<bool> kept_after_forward_;
-  Buffer staging_;       // N x the largest shard: the collectives' whole side
-  Buffer reduced_grad_;  // the largest shard: one reduce-scatter's result
+  Buffer staging_;          // N x the largest shard: the all-gathers' whole side
+  Buffer scatter_staging_;  // the same for the reduce-scatters: one of each may be in flight
+  Buffer reduced_grad_;     // the largest shard: one reduce-scatter's result
+  int64_t gathering_ = -1;  // the group whose all-gather (prefetch) is in flight, else -1
+  CommHandle gathered_;
+  int64_t scattering_ = -1;  // the group whose reduce-scatter is in flight, else -1
+  CommHandle scattered_;
 };
 
 }  // namespace titan

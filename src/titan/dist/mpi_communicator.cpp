@@ -1,6 +1,9 @@
 // The MPI implementation of Communicator and of the world (dist/world.h): the only file that
 // includes mpi.h. MPI's default error handler stays (errors are fatal to the job), so a failed
-// collective ends every rank instead of leaving the others waiting.
+// collective ends every rank instead of leaving the others waiting. Between init_world and
+// finalize_world every MPI call runs on the process's communication stream (dist/comm_stream.h):
+// one thread, so MPI_THREAD_SERIALIZED suffices; the one exception is MPI_Abort, which ends the
+// process from wherever the error is, the stream possibly stuck in a collective.
 #include <mpi.h>
 
 #include <algorithm>
@@ -9,6 +12,8 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include "titan/core/error.h"
@@ -23,12 +28,15 @@ int64_t now_ns() {
       .count();
 }
 
-// Watches the collective the main thread is in (only it calls MPI). It cannot call MPI itself
-// (MPI_THREAD_FUNNELED), so it ends this rank with _Exit and leaves the rest to mpirun.
+// Watches the collective the communication stream's thread is in (the compute thread waits on
+// its handle meanwhile). It cannot call MPI itself (only the stream's thread does), so it ends this
+// rank with _Exit and leaves the rest to mpirun.
 class Watchdog {
  public:
   ~Watchdog() { stop(); }
-  void start() {
+  void start(int rank, int size) {
+    rank_ = rank;
+    size_ = size;
     thread_ = std::thread([this] { run(); });
   }
   void stop() {
@@ -52,20 +60,18 @@ class Watchdog {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       const int64_t since = since_ns_, timeout = timeout_ns_;
       if (since == 0 || timeout <= 0 || now_ns() - since < timeout) continue;
-      int rank = 0, size = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);  // allowed from any thread: no communication
-      MPI_Comm_size(MPI_COMM_WORLD, &size);
       std::fprintf(stderr,
                    "[rank %d of %d] titan train: error: %s waited %lld s for the other ranks "
                    "(comm.%s): a rank is stuck; ending the job\n",
-                   rank, size, collective_.load(), static_cast<long long>(timeout / 1'000'000'000),
-                   key_.load());
+                   rank_, size_, collective_.load(),
+                   static_cast<long long>(timeout / 1'000'000'000), key_.load());
       std::fflush(stderr);
       std::_Exit(1);
     }
   }
 
   std::thread thread_;
+  int rank_ = 0, size_ = 1;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> since_ns_{0}, timeout_ns_{0};
   std::atomic<const char*> collective_{""}, key_{""};
@@ -73,7 +79,7 @@ class Watchdog {
 
 Watchdog g_watchdog;
 
-// The main thread is inside one collective while this lives.
+// The stream's thread is inside one collective while this lives.
 class InCollective {
  public:
   explicit InCollective(const char* name) { g_watchdog.enter(name); }
@@ -81,6 +87,32 @@ class InCollective {
   InCollective(const InCollective&) = delete;
   InCollective& operator=(const InCollective&) = delete;
 };
+
+std::unique_ptr<CommStream> g_stream;  // between init_world and finalize_world under MPI
+
+// `call` queued on the communication stream while there is one, else run here (before it starts
+// and after it stops, this is the only thread calling MPI).
+CommHandle queue(std::function<void()> call) {
+  if (g_stream) return g_stream->submit(std::move(call));
+  call();
+  return {};
+}
+
+// Starts a nonblocking collective (start(&request)) and waits for it, testing it every 50 us and
+// sleeping in between. OpenMPI's blocking collectives spin in its progress loop while a peer is
+// not there yet; on a machine whose cores all compute, that spinning thread takes a core's share
+// from the compute threads. The tests are what progress the transfer (OpenMPI has no progress
+// thread of its own).
+template <typename Start>
+void complete(Start&& start) {
+  MPI_Request request = MPI_REQUEST_NULL;
+  start(&request);
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done != 0) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
 
 // MPI counts are ints: reductions and broadcasts go in chunks of at most this many elements.
 constexpr int64_t kMaxChunk = int64_t{1} << 30;
@@ -101,60 +133,86 @@ int checked_count(int64_t count, const char* what) {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+    queue([this] {
+      MPI_Comm_rank(comm_, &rank_);
+      MPI_Comm_size(comm_, &size_);
+    }).wait();
   }
   ~MpiCommunicator() override {
     int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (owned_ && !finalized) MPI_Comm_free(&comm_);
+    MPI_Finalized(&finalized);  // callable from any thread at any time
+    if (owned_ && !finalized) queue([this] { MPI_Comm_free(&comm_); }).wait();
   }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
   void all_reduce_sum(float* data, int64_t count) override {
-    const InCollective watch("all_reduce");
-    in_chunks(count, [&](int64_t at, int n) {
-      MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_FLOAT, MPI_SUM, comm_);
-    });
+    all_reduce(data, count, MPI_FLOAT, MPI_SUM);
   }
   void all_reduce_sum(double* data, int64_t count) override {
-    const InCollective watch("all_reduce");
-    in_chunks(count, [&](int64_t at, int n) {
-      MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_DOUBLE, MPI_SUM, comm_);
-    });
+    all_reduce(data, count, MPI_DOUBLE, MPI_SUM);
   }
   void all_reduce_max(double* data, int64_t count) override {
-    const InCollective watch("all_reduce");
-    in_chunks(count, [&](int64_t at, int n) {
-      MPI_Allreduce(MPI_IN_PLACE, data + at, n, MPI_DOUBLE, MPI_MAX, comm_);
-    });
+    all_reduce(data, count, MPI_DOUBLE, MPI_MAX);
   }
   void all_gather(float* out, const float* in, int64_t count) override {
-    const InCollective watch("all_gather");
-    const int n = checked_count(count, "all_gather");
-    MPI_Allgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm_);
+    all_gather_async(out, in, count).wait();
   }
   void reduce_scatter_sum(float* out, const float* in, int64_t count) override {
-    const InCollective watch("reduce_scatter");
+    reduce_scatter_sum_async(out, in, count).wait();
+  }
+  CommHandle all_gather_async(float* out, const float* in, int64_t count) override {
+    const int n = checked_count(count, "all_gather");
+    return queue([=, comm = comm_] {
+      const InCollective watch("all_gather");
+      complete(
+          [&](MPI_Request* r) { MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm, r); });
+    });
+  }
+  CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) override {
     const int n = checked_count(count, "reduce_scatter");
-    MPI_Reduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm_);
+    return queue([=, comm = comm_] {
+      const InCollective watch("reduce_scatter");
+      complete([&](MPI_Request* r) {
+        MPI_Ireduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm, r);
+      });
+    });
   }
   void broadcast(float* data, int64_t count, int root) override {
-    const InCollective watch("broadcast");
-    in_chunks(count, [&](int64_t at, int n) { MPI_Bcast(data + at, n, MPI_FLOAT, root, comm_); });
+    queue([=, comm = comm_] {
+      const InCollective watch("broadcast");
+      in_chunks(count, [&](int64_t at, int n) {
+        complete([&](MPI_Request* r) { MPI_Ibcast(data + at, n, MPI_FLOAT, root, comm, r); });
+      });
+    }).wait();
   }
   void barrier() override {
-    const InCollective watch("barrier");
-    MPI_Barrier(comm_);
+    queue([comm = comm_] {
+      const InCollective watch("barrier");
+      complete([&](MPI_Request* r) { MPI_Ibarrier(comm, r); });
+    }).wait();
   }
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
-    MPI_Comm_split(comm_, color, key, &sub);
+    queue([&, comm = comm_] {
+      const InCollective watch("split");
+      MPI_Comm_split(comm, color, key, &sub);
+    }).wait();
     return std::make_unique<MpiCommunicator>(sub, true);
   }
 
  private:
+  template <typename T>
+  void all_reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
+    queue([=, comm = comm_] {
+      const InCollective watch("all_reduce");
+      in_chunks(count, [&](int64_t at, int n) {
+        complete(
+            [&](MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, data + at, n, type, op, comm, r); });
+      });
+    }).wait();
+  }
+
   MPI_Comm comm_;
   bool owned_;
   int rank_ = 0, size_ = 1;
@@ -180,24 +238,36 @@ void init_world(int* argc, char*** argv) {
     return;
   }
   int provided = 0;
-  // Only the main thread calls MPI (OpenMP teams and the data loader's thread never do).
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // One thread at a time calls MPI: this one until the communication stream starts, then the
+  // stream's (OpenMP teams and the data loader's thread never do).
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
   g_mpi = true;
-  g_watchdog.start();
-  g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
-  g_info.rank = g_world->rank();
-  g_info.size = g_world->size();
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_info.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_info.size);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    std::fprintf(stderr,
+                 "[rank %d of %d] titan: error: this MPI library gives thread support level %d, "
+                 "below MPI_THREAD_SERIALIZED (%d) that the communication thread needs; use an "
+                 "MPI built with thread support (OpenMPI's is)\n",
+                 g_info.rank, g_info.size, provided, MPI_THREAD_SERIALIZED);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   MPI_Comm local = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, g_info.rank, MPI_INFO_NULL, &local);
   MPI_Comm_rank(local, &g_info.local_rank);
   MPI_Comm_size(local, &g_info.local_size);
   MPI_Comm_free(&local);
+  g_watchdog.start(g_info.rank, g_info.size);
+  g_stream = std::make_unique<CommStream>();
+  g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
 }
 
 void finalize_world() {
   if (!g_mpi) return;
-  g_watchdog.stop();
   g_world.reset();
+  g_stream.reset();  // runs what is queued; MPI is this thread's again
+  g_watchdog.stop();
   MPI_Finalize();
   g_mpi = false;
 }
@@ -209,6 +279,14 @@ const WorldInfo& world_info() {
 Communicator& world() {
   if (!g_world) g_world = make_single_rank_communicator();  // a library user without init_world
   return *g_world;
+}
+
+CommTimes collective_times() {
+  return g_stream ? g_stream->times() : CommTimes{};
+}
+
+void reset_collective_times() {
+  if (g_stream) g_stream->reset_times();
 }
 
 void set_collective_timeout(int64_t seconds, const char* key) {

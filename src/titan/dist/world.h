@@ -20,6 +20,11 @@ void init_world(int* argc, char*** argv);
 void finalize_world();
 const WorldInfo& world_info();
 Communicator& world();
+// The communication stream's times since start-up or the last reset (dist/comm_stream.h): the
+// collectives' seconds on its thread and the part the compute thread waited for. Zero in a world
+// of one.
+CommTimes collective_times();
+void reset_collective_times();
 // Ends every rank of the job with `code` (MPI_Abort), or this process in a world of one.
 [[noreturn]] void abort_world(int code);
 // A collective that waits longer than `seconds` for the other ranks ends the job: a watchdog

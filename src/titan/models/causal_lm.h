@@ -37,9 +37,15 @@ struct ForwardOptions {
 // micro-batch: the embedding's forward; the final norm, the loss and their backward (from the
 // forward into the backward); the embedding's backward. Group 1 + i (block i) twice: its forward,
 // and its backward (with, under activation checkpointing, the recompute of its forward).
+//
+// After an acquire, the model names the group it will acquire next when it knows it (`prefetch`,
+// optional): FSDP starts gathering it then, under this use's compute. The forward prefetches each
+// next block, then group 0 for the final norm, and with gradients the last block for the
+// backward; the backward each previous block, then group 0 for the embedding's backward.
 struct ParamGroupHooks {
   std::function<void(int64_t group, bool gradients)> acquire;
   std::function<void(int64_t group, bool gradients)> release;
+  std::function<void(int64_t group)> prefetch;
 };
 
 class CausalLM {

@@ -464,12 +464,15 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     router_counts_.assign(E, 0.0);
     router_prob_sums_.assign(E, 0.0);
   }
+  const auto n_layers = static_cast<int64_t>(m_.layers.size());
   acquire(0, false);
+  prefetch(n_layers > 0 ? 1 : 0);
   m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
   release(0, false);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
     const auto group = static_cast<int64_t>(1 + i);
     acquire(group, false);
+    prefetch(group < n_layers ? group + 1 : 0);
     LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
     layer_forward(i, a);
     release(group, false);
@@ -490,6 +493,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   }
   // Group 0 stays in use from here into the backward's final norm when computing gradients.
   acquire(0, options.compute_grad);
+  if (options.compute_grad && n_layers > 0) prefetch(n_layers);  // the backward's first block
   m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
 
   CrossEntropyArgs ce;
@@ -530,6 +534,7 @@ void DecoderLM::backward() {
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const auto group = static_cast<int64_t>(1 + i);
     acquire(group, true);
+    prefetch(group - 1);  // the previous block, or group 0 for the embedding's backward
     LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];
     if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
     m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],

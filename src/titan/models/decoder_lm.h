@@ -90,6 +90,9 @@ class DecoderLM final : public CausalLM {
   // only in flight too, remade from the masters the acquire brought.
   void acquire(int64_t group, bool gradients);
   void release(int64_t group, bool gradients);
+  void prefetch(int64_t group) const {
+    if (hooks_.prefetch) hooks_.prefetch(group);
+  }
 
   // The activation arena and its views, sized for (batch_, seq_).
   int64_t batch_ = 0, seq_ = 0;

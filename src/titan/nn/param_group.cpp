@@ -60,7 +60,12 @@ void ParamGroup::allocate_optimizer_state() {
 void ParamGroup::acquire_params() {
   if (params_.committed()) return;
   params_.recommit();
-  params_.zero();
+  float* p = params();
+  for (size_t i = 0; i < views_.size(); ++i) {
+    const int64_t end = views_[i].offset + views_[i].numel;
+    const int64_t next = i + 1 < views_.size() ? views_[i + 1].offset : numel_;
+    std::fill(p + end, p + next, 0.0f);
+  }
 }
 
 void ParamGroup::acquire_grads() {

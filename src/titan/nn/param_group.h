@@ -58,9 +58,10 @@ class ParamGroup {
   float* exp_avg() const { return exp_avg_.as<float>(); }  // (numel) or null
   float* exp_avg_sq() const { return exp_avg_sq_.as<float>(); }
   // FSDP (dist/fsdp.h): the whole parameters or gradients of a unit handed back to the OS while
-  // it is not in flight (Buffer::decommit); the views keep their addresses. Acquired again, they
-  // read zero until written (the all-gather writes the parameters, the backward accumulates
-  // into the gradients).
+  // it is not in flight (Buffer::decommit); the views keep their addresses. Acquired again, the
+  // gradients read zero (the backward accumulates into them); the parameters are undefined
+  // until written, but for the alignment padding between views, zero (the all-gather writes
+  // every view).
   void release_params() { params_.decommit(); }
   void release_grads() { grads_.decommit(); }
   void acquire_params();

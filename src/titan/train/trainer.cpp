@@ -235,7 +235,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     fsdp_ = std::make_unique<FullyShardedGroups>(model_->param_groups(), *mesh_);
     FullyShardedGroups* fsdp = fsdp_.get();
     model_->set_param_group_hooks({[fsdp](int64_t g, bool grads) { fsdp->acquire(g, grads); },
-                                   [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); }});
+                                   [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); },
+                                   [fsdp](int64_t g) { fsdp->prefetch(g); }});
     fsdp_->set_reshard_after_forward(config_.parallelism.fsdp_reshard_after_forward);
     optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
   } else {
@@ -469,6 +470,7 @@ TrainResult Trainer::run() {
       static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
   TrainResult result;
   result.first_step = start_step_ + 1;
+  reset_collective_times();  // the steps' collectives only, not start-up's
   for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {
     const double t0 = now_seconds();
     const StepOutcome out = train_step(step);
@@ -476,6 +478,7 @@ TrainResult Trainer::run() {
     if (step == result.first_step) {
       result.first_loss = out.loss;
       set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
+      if (step < t.steps) reset_collective_times();  // timed after warm-up, as the summary
     }
     result.last_step = step;
     result.last_loss = out.loss;
@@ -493,6 +496,20 @@ TrainResult Trainer::run() {
     }
   }
   metrics.print_summary();
+  if (dp > 1 && result.last_step >= result.first_step) {
+    // Rank 0's view (the ranks are alike): the collectives' time on its communication thread and
+    // the part its compute thread waited for; the rest ran behind compute.
+    const CommTimes c = collective_times();
+    const int64_t timed = std::max<int64_t>(1, result.last_step - result.first_step);
+    std::printf(
+        "collectives: %.3f s per step on the communication thread, %.3f s of it exposed "
+        "(%.0f %% hidden)%s\n",
+        c.busy_s / static_cast<double>(timed), c.exposed_s / static_cast<double>(timed),
+        100.0 * c.hidden_fraction(),
+        result.last_step > result.first_step
+            ? (" after warm-up (" + std::to_string(timed) + " steps)").c_str()
+            : "");
+  }
   if (config_.checkpoint.last_save_in_hf) {
     set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
     if (fsdp_) fsdp_->gather_all();  // every rank takes part; rank 0 writes

@@ -151,7 +151,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
       moment(kept_masters + in_use(g), whole_numel[g] * kFloat);
     }
     moment(in_use(0), whole_numel[0] * kFloat);  // the embedding's backward
-    m.collective_buffers = (n + 1) * largest_shard * kFloat;
+    // Staging for an all-gather and a reduce-scatter in flight at once, and one reduced shard.
+    m.collective_buffers = (2 * n + 1) * largest_shard * kFloat;
     // gather_all leaves every unit's whole parameters resident for the export.
     m.export_gather = whole * kFloat;
   }

@@ -1,0 +1,100 @@
+#include "titan/dist/comm_stream.h"
+
+#include <chrono>
+
+namespace titan {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+struct CommHandle::Task {
+  std::function<void()> work;
+  CommStream* stream = nullptr;
+  bool done = false;  // under the stream's mutex
+  std::exception_ptr error;
+};
+
+void CommHandle::wait() {
+  if (!task_) return;
+  const std::shared_ptr<Task> task = std::move(task_);
+  task->stream->wait(*task);
+}
+
+CommStream::CommStream() : thread_([this] { work_loop(); }) {}
+
+CommStream::~CommStream() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  queued_.notify_one();
+  thread_.join();
+}
+
+CommHandle CommStream::submit(std::function<void()> work) {
+  auto task = std::make_shared<CommHandle::Task>();
+  task->work = std::move(work);
+  task->stream = this;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(task);
+  }
+  queued_.notify_one();
+  return CommHandle(std::move(task));
+}
+
+void CommStream::run(std::function<void()> work) {
+  submit(std::move(work)).wait();
+}
+
+void CommStream::wait(CommHandle::Task& task) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!task.done) {
+    const int64_t t0 = now_ns();
+    finished_.wait(lock, [&] { return task.done; });
+    exposed_ns_ += now_ns() - t0;
+  }
+  if (task.error) std::rethrow_exception(task.error);
+}
+
+void CommStream::work_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, everything run
+    const std::shared_ptr<CommHandle::Task> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    const int64_t t0 = now_ns();
+    try {
+      task->work();
+    } catch (...) {
+      task->error = std::current_exception();
+    }
+    task->work = nullptr;  // what it captured goes now, not with the last handle
+    const int64_t t1 = now_ns();
+    lock.lock();
+    busy_ns_ += t1 - t0;
+    task->done = true;
+    finished_.notify_all();
+  }
+}
+
+CommTimes CommStream::times() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return {static_cast<double>(busy_ns_) * 1e-9, static_cast<double>(exposed_ns_) * 1e-9};
+}
+
+void CommStream::reset_times() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  busy_ns_ = 0;
+  exposed_ns_ = 0;
+}
+
+}  // namespace titan
