@@ -19,6 +19,7 @@
 #include "titan/dist/mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
 #include "titan/train/optimizer.h"
 #include "titan/train/training_plan.h"
@@ -125,10 +126,7 @@ void check_against_model(const Case& c) {
   std::unique_ptr<AdamWOptimizer> optimizer;
   if (sharded) {
     fsdp = std::make_unique<FullyShardedGroups>(model->param_groups(), mesh);
-    FullyShardedGroups* f = fsdp.get();
-    model->set_param_group_hooks({[f](int64_t g, bool grads) { f->acquire(g, grads); },
-                                  [f](int64_t g, bool grads) { f->release(g, grads); },
-                                  [f](int64_t g) { f->prefetch(g); }});
+    shard_model(*model, *fsdp);
     fsdp->set_reshard_after_forward(c.reshard_after_forward);
     optimizer = std::make_unique<AdamWOptimizer>(fsdp->shards(), AdamWConfig{});
     fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });

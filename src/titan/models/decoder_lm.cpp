@@ -232,30 +232,56 @@ void DecoderLM::allocate_compute_weights(Residency residency) {
     const int64_t g = group_of(t.master);
     uint16_t*& copy = next[static_cast<size_t>(g)];
     *t.copy = copy;
-    compute_copies_.push_back({t.master, copy, t.numel, g});
+    compute_copies_.push_back({t.master, copy, t.numel, g, t.master == m_.embed_tokens.weight});
     copy += t.numel;
   }
 }
 
-void DecoderLM::refresh_compute_weights(int64_t group) {
+void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
+    if (!all && !c.master_read) continue;
     convert_from_f32(c.master, static_cast<size_t>(c.numel), DType::bf16, c.copy);
   }
 }
 
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
+  std::vector<std::vector<ComputeCopyTarget>> targets(groups_.size());
+  for (const ComputeCopy& c : compute_copies_) {
+    if (c.master_read) continue;
+    const ParamGroup& g = groups_[static_cast<size_t>(c.group)];
+    const auto at = c.master - g.params();
+    for (const ParamView& v : g.views()) {
+      if (v.offset == at) targets[static_cast<size_t>(c.group)].push_back({v.spec.name, c.copy});
+    }
+  }
+  return targets;
+}
+
 void DecoderLM::acquire(int64_t group, bool gradients) {
   if (!hooks_.acquire) return;
+  const auto g = static_cast<size_t>(group);
+  // Copies the acquire fills are made only from a gather: a unit kept whole since its last use
+  // kept them (its masters of those were never written). Otherwise they are remade each time.
+  const bool fills = hooks_.fills_compute_copies;
+  const bool kept = fills && groups_[g].params_resident();
+  if (!compute_copies_.empty()) compute_weights_[g].recommit();  // the acquire may write them
   hooks_.acquire(group, gradients);
-  if (compute_copies_.empty()) return;
-  compute_weights_[static_cast<size_t>(group)].recommit();
-  refresh_compute_weights(group);
+  if (!compute_copies_.empty() && !kept) refresh_compute_weights(group, !fills);
 }
 
 void DecoderLM::release(int64_t group, bool gradients) {
   if (!hooks_.release) return;
   hooks_.release(group, gradients);
-  if (!compute_copies_.empty()) compute_weights_[static_cast<size_t>(group)].decommit();
+  const auto g = static_cast<size_t>(group);
+  if (compute_copies_.empty()) return;
+  if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
+}
+
+void DecoderLM::release_compute_copies() {
+  for (size_t g = 0; g < compute_weights_.size(); ++g) {
+    if (!groups_[g].params_resident()) compute_weights_[g].decommit();
+  }
 }
 
 void DecoderLM::initialize(uint64_t seed) {
