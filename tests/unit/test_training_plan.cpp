@@ -201,7 +201,9 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
   check_against_model({"fsdp 3 moe, one micro-batch",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {}), 1, 3, DType::f32,
                        false, 1});
-  // bf16: each unit's bf16 copies exist only in flight, beside its gathered masters.
+  // bf16: the matmul weights are gathered in bf16 into the unit's copies, which exist only in
+  // flight, beside the masters read in fp32 (a tied embedding's among them); start-up's whole
+  // fp32 unit may be the parameters' peak.
   check_against_model({"fsdp 2 bf16", test::tiny_dense(false), 1, 2, DType::bf16});
   check_against_model({"fsdp 3 moe bf16", test::with_moe(test::tiny_dense(true), 4, 2, 24, {1}), 1,
                        3, DType::bf16});
@@ -210,6 +212,9 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
       {"fsdp 2 never", test::tiny_dense(true), 1, 2, DType::f32, false, 2, "never"});
   check_against_model(
       {"fsdp 3 bf16 always", test::tiny_dense(false), 1, 3, DType::bf16, false, 2, "always"});
+  // Kept units keep their bf16 copies (their masters of them were never gathered).
+  check_against_model(
+      {"fsdp 2 bf16 never, tied", test::tiny_dense(true), 1, 2, DType::bf16, false, 2, "never"});
 }
 
 TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {

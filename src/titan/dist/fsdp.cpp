@@ -111,6 +111,7 @@ void FullyShardedGroups::gather_in_bf16(
               " groups, the model has ", full_.size());
   gather_slots_.assign(full_.size(), {});
   gather_block_.assign(full_.size(), 0);
+  master_views_.assign(full_.size(), 0);
   int64_t largest_rounded = 0;
   for (size_t g = 0; g < full_.size(); ++g) {
     const ParamGroup &full = full_[g], &shard = shards_[g];
@@ -128,6 +129,11 @@ void FullyShardedGroups::gather_in_bf16(
       block += param_view_span(slots[i].copy != nullptr ? (numel + 1) / 2 : numel);
     }
     gather_block_[g] = block;
+    const auto first_bf16 = std::find_if(slots.begin(), slots.end(),
+                                         [](const GatherSlot& s) { return s.copy != nullptr; });
+    const bool last =
+        std::all_of(first_bf16, slots.end(), [](const GatherSlot& s) { return s.copy != nullptr; });
+    master_views_[g] = last ? static_cast<size_t>(first_bf16 - slots.begin()) : slots.size();
     if (!targets[g].empty()) largest_rounded = std::max(largest_rounded, block);
   }
   send_ = Buffer(static_cast<size_t>(largest_rounded) * sizeof(float), MemCategory::other);
@@ -152,7 +158,7 @@ void FullyShardedGroups::acquire(int64_t g, bool gradients) {
   CommHandle gathered =
       gathering_ == g ? std::move(gathered_) : start_gather(static_cast<size_t>(g));
   gathering_ = -1;
-  full.acquire_params();
+  full.acquire_params(master_views_[static_cast<size_t>(g)]);
   gathered.wait();
   unpack_gathered(static_cast<size_t>(g));
 }
@@ -261,6 +267,7 @@ void FullyShardedGroups::gather_all() {
   for (size_t g = 0; g < full_.size(); ++g) {
     ParamGroup& full = full_[g];
     // Every master in fp32, those gathered in bf16 too (a kept unit's were never written).
+    full.release_params();
     full.acquire_params();
     mesh_.shard_group().all_gather(staging_.as<float>(), shards_[g].params(), shards_[g].numel());
     unpack(full.params(), g, staging_.as<float>());

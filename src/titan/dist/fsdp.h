@@ -19,9 +19,11 @@
 // Mixed precision (torchtitan's mixed_precision_param = "bfloat16"): the parameters the model
 // reads only through bf16 copies (gather_in_bf16) are gathered in bf16 -- each rank rounds its
 // shard's rows into a send buffer as the all-gather is queued, and the gathered rows land in the
-// model's copies, their fp32 masters left unwritten; the rest (norms, biases, the router, an
-// embedding the lookup reads) are gathered in fp32 as before. Rounding is elementwise, so the
-// copies hold exactly the whole masters rounded. Gradients stay fp32 (mixed_precision_reduce).
+// model's copies, their fp32 masters left unwritten and, laid out last in the group, not even
+// committed (a unit in flight: its fp32-read masters and its bf16 copies); the rest (norms, biases,
+// the router, an embedding the lookup reads) are gathered in fp32 as before. Rounding is
+// elementwise, so the copies hold exactly the whole masters rounded. Gradients stay fp32
+// (mixed_precision_reduce).
 #pragma once
 
 #include <cstdint>
@@ -106,6 +108,10 @@ class FullyShardedGroups {
   };
   std::vector<std::vector<GatherSlot>> gather_slots_;
   std::vector<int64_t> gather_block_;
+  // Per group, the views whose masters a gather writes: those before the first view gathered in
+  // bf16 when every later one is too (the model lays them out last), else all. Only they are
+  // committed in flight: the unit's masters of the rest are never needed.
+  std::vector<size_t> master_views_;
   Buffer send_;             // the largest block with bf16 views: this rank's rows, rounded
   Buffer staging_;          // N x the largest shard: the all-gathers' whole side
   Buffer scatter_staging_;  // the same for the reduce-scatters: one of each may be in flight

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "titan/core/error.h"
 #include "titan/io/convert.h"
@@ -108,7 +109,13 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   const KernelBinder binder(slots_);
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
 
-  for (const ParamGroupSpec& g : model_param_specs(args_)) {
+  for (ParamGroupSpec& g : model_param_specs(args_)) {
+    // bf16 units in flight (FSDP): the weights read only in bf16 last, so a unit's fp32 masters
+    // in use are a prefix of its buffer (FullyShardedGroups commits only that).
+    if (compute_dtype_ == DType::bf16 && params == Residency::released) {
+      std::stable_partition(g.params.begin(), g.params.end(),
+                            [](const ParamSpec& p) { return !read_only_in_bf16(p.name); });
+    }
     groups_.emplace_back(g.name, g.params, params);
   }
 
@@ -237,6 +244,16 @@ void DecoderLM::allocate_compute_weights(Residency residency) {
   }
 }
 
+bool DecoderLM::read_only_in_bf16(const std::string& name) {
+  const auto ends_with = [&](std::string_view tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with("_proj.weight") || ends_with(".experts.gate_proj") ||
+         ends_with(".experts.up_proj") || ends_with(".experts.down_proj") ||
+         name == "lm_head.weight";
+}
+
 void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
@@ -252,7 +269,11 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
     const ParamGroup& g = groups_[static_cast<size_t>(c.group)];
     const auto at = c.master - g.params();
     for (const ParamView& v : g.views()) {
-      if (v.offset == at) targets[static_cast<size_t>(c.group)].push_back({v.spec.name, c.copy});
+      if (v.offset != at) continue;
+      // The one list of what is read only in bf16, which the plan reads too.
+      TITAN_CHECK(read_only_in_bf16(v.spec.name), "model: ", v.spec.name,
+                  " has a bf16 copy but is not listed as read only in bf16");
+      targets[static_cast<size_t>(c.group)].push_back({v.spec.name, c.copy});
     }
   }
   return targets;

@@ -55,6 +55,11 @@ class DecoderLM final : public CausalLM {
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype, bool checkpointing,
                                      int64_t batch, int64_t seq);
   static int64_t lm_head_scratch_bytes_of(const ModelArgs& args, int64_t batch, int64_t seq);
+  // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
+  // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
+  // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
+  // fp32). What FSDP gathers in bf16 (bf16_only_params) and the plan counts.
+  static bool read_only_in_bf16(const std::string& name);
 
  private:
   // Every view of the activation arena.

@@ -73,7 +73,10 @@ class ParamGroup {
   // every view).
   void release_params() { params_.decommit(); }
   void release_grads() { grads_.decommit(); }
-  void acquire_params();
+  // `views` (default all): only the first that many are committed, charged and zero-padded; the
+  // rest stay unbacked and must not be touched until the next release (FSDP under bf16: views
+  // gathered into bf16 copies elsewhere, laid out last).
+  void acquire_params(size_t views = SIZE_MAX);
   void acquire_grads();
   bool params_resident() const { return params_.committed(); }
 

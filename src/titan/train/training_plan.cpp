@@ -38,26 +38,13 @@ std::vector<int64_t> compute_copy_numel(const ModelArgs& a) {
   return n;
 }
 
-// Whether FSDP gathers `name` in bf16 under bf16 compute (DecoderLM::bf16_only_params): the matmul
-// weights -- q/k/v/o, the dense MLP's projections, the stacked experts and an untied lm_head --
-// not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in fp32).
-bool gathered_in_bf16(const std::string& name) {
-  const auto ends_with = [&](const std::string& tail) {
-    return name.size() >= tail.size() &&
-           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return ends_with("_proj.weight") || ends_with(".experts.gate_proj") ||
-         ends_with(".experts.up_proj") || ends_with(".experts.down_proj") ||
-         name == "lm_head.weight";
-}
-
 // Floats of one rank's block in the all-gather of a group whose shard is `shard`
 // (FullyShardedGroups::gather_in_bf16): each view's span, a bf16 one's over half its elements.
 int64_t gather_block_numel(const std::vector<ParamSpec>& shard, bool bf16) {
   int64_t block = 0;
   for (const ParamSpec& spec : shard) {
     const int64_t n = shape_numel(spec.shape);
-    block += param_view_span(bf16 && gathered_in_bf16(spec.name) ? (n + 1) / 2 : n);
+    block += param_view_span(bf16 && DecoderLM::read_only_in_bf16(spec.name) ? (n + 1) / 2 : n);
   }
   return block;
 }
@@ -128,16 +115,22 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // under FSDP, of each group's all-gather block, and of the largest one rounded to bf16.
   const bool bf16 = in.compute_dtype == DType::bf16;
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_rounded = 0;
-  std::vector<int64_t> shard_numel, whole_numel, gather_numel;
+  std::vector<int64_t> shard_numel, whole_numel, gather_numel, master_numel;
   for (const ParamGroupSpec& g : model_param_specs(a)) {
     const int64_t group = param_group_numel(g.params);
     whole_numel.push_back(group);
+    // The masters a unit in flight holds: under bf16 not those gathered into copies.
+    std::vector<ParamSpec> masters;
+    for (const ParamSpec& p : g.params) {
+      if (!bf16 || !DecoderLM::read_only_in_bf16(p.name)) masters.push_back(p);
+    }
+    master_numel.push_back(param_group_numel(masters));
     const std::vector<ParamSpec> specs = fsdp ? shard_specs(g.params, n) : g.params;
     const int64_t shard = param_group_numel(specs);
     shard_numel.push_back(shard);
     gather_numel.push_back(gather_block_numel(specs, bf16));
     const bool rounds = bf16 && std::any_of(specs.begin(), specs.end(), [](const ParamSpec& p) {
-                          return gathered_in_bf16(p.name);
+                          return DecoderLM::read_only_in_bf16(p.name);
                         });
     if (rounds) largest_rounded = std::max(largest_rounded, gather_numel.back());
     resident += shard;
@@ -158,20 +151,24 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   if (fsdp) {
     // The moments of a micro-batch, in the model's order of uses (models/decoder_lm.cpp): whole
-    // parameters in flight (masters, and under bf16 the copies the gather fills or the model
-    // rounds) and whole gradients. A unit kept after its forward stays whole until its backward,
-    // under bf16 with its copies (gathered in bf16, its masters of them were never written).
+    // parameters in flight (masters -- under bf16 only those read in fp32 -- and under bf16 the
+    // copies the gather fills or the model rounds) and whole gradients. A unit kept after its
+    // forward stays whole until its backward, under bf16 with its copies (gathered in bf16, its
+    // masters of them were never written).
     const std::string& policy = in.reshard_after_forward;
     const size_t groups = whole_numel.size(), last = groups - 1;
     const auto kept = [&](size_t g) {
       return policy == "never" || (policy == "default" && g == last && g > 0);
     };
-    const auto in_use = [&](size_t g) { return whole_numel[g] * kFloat + copies[g] * bf16_size; };
+    const auto in_use = [&](size_t g) { return master_numel[g] * kFloat + copies[g] * bf16_size; };
     const auto moment = [&](int64_t params, int64_t grads) {
       m.unit_parameters = std::max(m.unit_parameters, params);
       m.unit_gradients = std::max(m.unit_gradients, grads);
       m.units_in_flight = std::max(m.units_in_flight, params + grads);
     };
+    // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
+    // bf16 more than a unit in flight holds.
+    moment(largest_whole * kFloat, 0);
     int64_t kept_bytes = 0;                // whole units kept from their forward
     for (size_t g = 0; g < groups; ++g) {  // the forward: the embedding, then each block
       moment(kept_bytes + in_use(g), 0);
