@@ -75,8 +75,10 @@ for name in ("dp2", "dp4", "fsdp2", "fsdp3", "fsdp4", "hsdp2x2"):
     print(f"{name}: 10 losses and grad norms within 1e-5 of one process; export within {worst:.1e}")
 PY
 
-# bf16 mixed precision under FSDP: each unit's bf16 copies are made from its gathered masters at
-# every acquire. Step 1 starts from the same masters, so its bf16 products are the single
+# bf16 mixed precision under FSDP: the matmul weights are gathered in bf16 (each rank's rows
+# rounded, which is the whole master rounded) into each unit's copies at every acquire, the tied
+# embedding's copy rounded from its fp32 gather. Step 1 starts from the same masters, so its bf16
+# products are the single
 # process's and only fp32 sums differ in order: fp32's bounds. Later steps' masters differ at
 # float rounding; a master that lies at a bf16 rounding boundary then rounds to the neighbouring
 # bf16 value (a 2^-8 step) on one side, so later steps get bounds of a fraction of bf16's

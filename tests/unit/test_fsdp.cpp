@@ -1,12 +1,16 @@
 // FSDP's bookkeeping on a shard group of one rank (the collectives are copies there; several ranks
 // are tests/e2e/train_data_parallel.sh): whole units are resident only in flight, initialisation
 // keeps each rank's rows, and a unit kept after its forward (fsdp_reshard_after_forward) is not
-// gathered again for its backward. RowShard's cut is checked against the rows it must hold.
+// gathered again for its backward; under bf16 the weights read only in bf16 are gathered into
+// their copies, rounded, their masters never committed. RowShard's cut is checked against the rows
+// it must hold.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <vector>
 
+#include "titan/core/allocator.h"
+#include "titan/core/dtype.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/fsdp.h"
 #include "titan/dist/mesh.h"
@@ -85,6 +89,49 @@ TEST(Fsdp, UnitsAreResidentOnlyInFlightAndKeptOnesSkipTheGather) {
   EXPECT_EQ(full[1].params()[full[1].view("w").offset], 1.0f);
   fsdp.release_all();
   EXPECT_FALSE(full[1].params_resident());
+}
+
+TEST(Fsdp, Bf16GatherFillsTheCopiesAndCommitsOnlyTheFp32Masters) {
+  std::unique_ptr<Communicator> world = make_single_rank_communicator();
+  DeviceMesh mesh(*world, resolve_mesh_dims({1, 1}, 1));
+  // A norm read in fp32, then a weight read only through its bf16 copy (laid out last).
+  std::vector<ParamGroup> full;
+  full.emplace_back(
+      "block",
+      std::vector<ParamSpec>{{"n", {3}, ParamInit::ones}, {"w", {5, 7}, ParamInit::normal}},
+      Residency::released);
+  full[0].allocate_gradients();
+  FullyShardedGroups fsdp(full, mesh);
+  // Values between bf16 neighbours, half of them exactly halfway (ties to even).
+  const auto value = [](int64_t i) { return 1.0f + static_cast<float>(i) * 0x1p-9f; };
+  fsdp.initialize([&](ParamGroup& g) {
+    for (const ParamView& v : g.views()) {
+      for (int64_t i = 0; i < v.numel; ++i) g.params()[v.offset + i] = value(i);
+    }
+  });
+  std::vector<uint16_t> copy(35, 0);
+  fsdp.gather_in_bf16({{{"w", copy.data()}}});
+  fsdp.set_reshard_after_forward("never");
+
+  const auto params_bytes = [] {
+    return memory_stats().current[static_cast<int>(MemCategory::parameters)];
+  };
+  const size_t before = params_bytes();
+  fsdp.acquire(0, false);
+  // Only "n" (one 16-float span) is charged: the master of "w" is never needed.
+  EXPECT_EQ(params_bytes() - before, 16 * sizeof(float));
+  const ParamGroup& g = full[0];
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(g.params()[g.view("n").offset + i], value(i));
+  for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(copy[i], f32_to_bf16(value(i))) << i;
+  fsdp.release(0, false);  // kept: resident, copy untouched
+  EXPECT_TRUE(g.params_resident());
+  fsdp.release_all();
+  EXPECT_EQ(params_bytes(), before);
+  // The export's gather writes every master in fp32.
+  fsdp.gather_all();
+  for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(g.params()[g.view("w").offset + i], value(i));
+  EXPECT_EQ(params_bytes() - before, static_cast<size_t>(g.numel()) * sizeof(float));
+  fsdp.release_all();
 }
 
 }  // namespace

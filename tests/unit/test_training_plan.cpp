@@ -19,6 +19,7 @@
 #include "titan/dist/mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
 #include "titan/train/optimizer.h"
 #include "titan/train/training_plan.h"
@@ -125,10 +126,7 @@ void check_against_model(const Case& c) {
   std::unique_ptr<AdamWOptimizer> optimizer;
   if (sharded) {
     fsdp = std::make_unique<FullyShardedGroups>(model->param_groups(), mesh);
-    FullyShardedGroups* f = fsdp.get();
-    model->set_param_group_hooks({[f](int64_t g, bool grads) { f->acquire(g, grads); },
-                                  [f](int64_t g, bool grads) { f->release(g, grads); },
-                                  [f](int64_t g) { f->prefetch(g); }});
+    shard_model(*model, *fsdp);
     fsdp->set_reshard_after_forward(c.reshard_after_forward);
     optimizer = std::make_unique<AdamWOptimizer>(fsdp->shards(), AdamWConfig{});
     fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });
@@ -203,7 +201,9 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
   check_against_model({"fsdp 3 moe, one micro-batch",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {}), 1, 3, DType::f32,
                        false, 1});
-  // bf16: each unit's bf16 copies exist only in flight, beside its gathered masters.
+  // bf16: the matmul weights are gathered in bf16 into the unit's copies, which exist only in
+  // flight, beside the masters read in fp32 (a tied embedding's among them); start-up's whole
+  // fp32 unit may be the parameters' peak.
   check_against_model({"fsdp 2 bf16", test::tiny_dense(false), 1, 2, DType::bf16});
   check_against_model({"fsdp 3 moe bf16", test::with_moe(test::tiny_dense(true), 4, 2, 24, {1}), 1,
                        3, DType::bf16});
@@ -212,6 +212,9 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
       {"fsdp 2 never", test::tiny_dense(true), 1, 2, DType::f32, false, 2, "never"});
   check_against_model(
       {"fsdp 3 bf16 always", test::tiny_dense(false), 1, 3, DType::bf16, false, 2, "always"});
+  // Kept units keep their bf16 copies (their masters of them were never gathered).
+  check_against_model(
+      {"fsdp 2 bf16 never, tied", test::tiny_dense(true), 1, 2, DType::bf16, false, 2, "never"});
 }
 
 TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {

@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -114,6 +115,7 @@ Buffer::Buffer(size_t bytes, MemCategory category, Residency residency)
     : bytes_(bytes), category_(category) {
   if (residency == Residency::committed) {
     data_ = mem_allocate(bytes, category);
+    charged_ = bytes;
   } else {
     data_ = allocate_uncharged(bytes, category);
     committed_ = false;
@@ -127,7 +129,7 @@ Buffer::~Buffer() {
 void Buffer::free_storage() {
   // A decommitted buffer is no longer charged: only its address space goes.
   if (committed_) {
-    mem_release(data_, bytes_, category_);
+    mem_release(data_, charged_, category_);
   } else {
     std::free(data_);
   }
@@ -137,7 +139,8 @@ Buffer::Buffer(Buffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       category_(other.category_),
-      committed_(std::exchange(other.committed_, true)) {}
+      committed_(std::exchange(other.committed_, true)),
+      charged_(std::exchange(other.charged_, 0)) {}
 
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
@@ -146,6 +149,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
     category_ = other.category_;
     committed_ = std::exchange(other.committed_, true);
+    charged_ = std::exchange(other.charged_, 0);
   }
   return *this;
 }
@@ -158,13 +162,15 @@ void Buffer::decommit() {
   const uintptr_t first = (begin + page - 1) / page * page;
   const uintptr_t last = (begin + bytes_) / page * page;
   if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-  uncharge(bytes_, category_);
+  uncharge(charged_, category_);
   committed_ = false;
+  charged_ = 0;
 }
 
-void Buffer::recommit() {
+void Buffer::recommit(size_t bytes) {
   if (data_ == nullptr || committed_) return;
-  charge(bytes_, category_);
+  charged_ = std::min(bytes, bytes_);
+  charge(charged_, category_);
   committed_ = true;
 }
 

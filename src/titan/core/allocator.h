@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace titan {
@@ -55,7 +56,10 @@ class Buffer {
   // stays valid; recommit charges the bytes again (write before reading: the contents are
   // undefined, zero pages or what the partial end pages held).
   void decommit();
-  void recommit();
+  // `bytes` (default all): only the first that many are charged and may be touched until the
+  // next decommit -- a unit whose later parameters are never written in flight (FSDP under bf16
+  // gathers them into copies elsewhere); their pages stay unbacked.
+  void recommit(size_t bytes = SIZE_MAX);
   bool committed() const { return committed_; }
 
  private:
@@ -65,6 +69,7 @@ class Buffer {
   size_t bytes_ = 0;
   MemCategory category_ = MemCategory::other;
   bool committed_ = true;
+  size_t charged_ = 0;  // while committed: the bytes charged (bytes_ but after a partial recommit)
 };
 
 }  // namespace titan

@@ -5,6 +5,7 @@
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/io/convert.h"
 #include "titan/ops/host_parallel.h"
 
 namespace titan {
@@ -37,6 +38,7 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
     largest = std::max(largest, shards_.back().numel());
   }
   kept_after_forward_.assign(full_.size(), false);
+  gather_in_bf16(std::vector<std::vector<ComputeCopyTarget>>(full_.size()));
   staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   scatter_staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
@@ -103,6 +105,40 @@ void FullyShardedGroups::initialize(const std::function<void(ParamGroup&)>& init
   }
 }
 
+void FullyShardedGroups::gather_in_bf16(
+    const std::vector<std::vector<ComputeCopyTarget>>& targets) {
+  TITAN_CHECK(targets.size() == full_.size(), "FSDP: bf16 gather targets for ", targets.size(),
+              " groups, the model has ", full_.size());
+  gather_slots_.assign(full_.size(), {});
+  gather_block_.assign(full_.size(), 0);
+  master_views_.assign(full_.size(), 0);
+  int64_t largest_rounded = 0;
+  for (size_t g = 0; g < full_.size(); ++g) {
+    const ParamGroup &full = full_[g], &shard = shards_[g];
+    std::vector<GatherSlot>& slots = gather_slots_[g];
+    slots.resize(full.views().size());
+    for (const ComputeCopyTarget& t : targets[g]) {
+      const ParamView& v = full.view(t.param);
+      slots[static_cast<size_t>(&v - full.views().data())].copy = t.copy;
+    }
+    // Views keep their order and 64-byte alignment; a bf16 one takes half the floats.
+    int64_t block = 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const int64_t numel = shard.views()[i].numel;
+      slots[i].offset = block;
+      block += param_view_span(slots[i].copy != nullptr ? (numel + 1) / 2 : numel);
+    }
+    gather_block_[g] = block;
+    const auto first_bf16 = std::find_if(slots.begin(), slots.end(),
+                                         [](const GatherSlot& s) { return s.copy != nullptr; });
+    const bool last =
+        std::all_of(first_bf16, slots.end(), [](const GatherSlot& s) { return s.copy != nullptr; });
+    master_views_[g] = last ? static_cast<size_t>(first_bf16 - slots.begin()) : slots.size();
+    if (!targets[g].empty()) largest_rounded = std::max(largest_rounded, block);
+  }
+  send_ = Buffer(static_cast<size_t>(largest_rounded) * sizeof(float), MemCategory::other);
+}
+
 void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
   TITAN_CHECK(policy == "default" || policy == "always" || policy == "never",
               "parallelism.fsdp_reshard_after_forward '", policy,
@@ -119,22 +155,66 @@ void FullyShardedGroups::acquire(int64_t g, bool gradients) {
   if (full.params_resident()) return;  // kept since its forward
   TITAN_CHECK(gathering_ == -1 || gathering_ == g, "FSDP: group ", g,
               " acquired while the prefetch of group ", gathering_, " is in flight");
-  CommHandle gathered = gathering_ == g
-                            ? std::move(gathered_)
-                            : mesh_.shard_group().all_gather_async(
-                                  staging_.as<float>(), shards_[g].params(), shards_[g].numel());
+  CommHandle gathered =
+      gathering_ == g ? std::move(gathered_) : start_gather(static_cast<size_t>(g));
   gathering_ = -1;
-  full.acquire_params();
+  full.acquire_params(master_views_[static_cast<size_t>(g)]);
   gathered.wait();
-  unpack(full.params(), static_cast<size_t>(g), staging_.as<float>());
+  unpack_gathered(static_cast<size_t>(g));
+}
+
+CommHandle FullyShardedGroups::start_gather(size_t g) {
+  const ParamGroup& shard = shards_[g];
+  const std::vector<GatherSlot>& slots = gather_slots_[g];
+  const int64_t block = gather_block_[g];
+  const float* send = shard.params();
+  const bool rounds = std::any_of(slots.begin(), slots.end(),
+                                  [](const GatherSlot& s) { return s.copy != nullptr; });
+  if (rounds) {  // some views go in bf16: this rank's rows, those rounded
+    float* out = send_.as<float>();
+    std::memset(out, 0, static_cast<size_t>(block) * sizeof(float));
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const ParamView& v = shard.views()[i];
+      const float* rows = shard.params() + v.offset;
+      if (slots[i].copy != nullptr) {
+        convert_from_f32(rows, static_cast<size_t>(v.numel), DType::bf16, out + slots[i].offset);
+      } else {
+        std::memcpy(out + slots[i].offset, rows, static_cast<size_t>(v.numel) * sizeof(float));
+      }
+    }
+    send = out;
+  }
+  return mesh_.shard_group().all_gather_async(staging_.as<float>(), send, block);
+}
+
+void FullyShardedGroups::unpack_gathered(size_t g) {
+  const int64_t n = mesh_.dims().dp_shard;
+  const ParamGroup& full = full_[g];
+  const std::vector<GatherSlot>& slots = gather_slots_[g];
+  const float* staging = staging_.as<float>();
+  for (int64_t r = 0; r < n; ++r) {
+    const float* block = staging + r * gather_block_[g];
+    for (size_t i = 0; i < slots.size(); ++i) {
+      const ParamView& v = full.views()[i];
+      const int64_t d0 = v.spec.shape[0], row = v.numel / d0, c = rows_per_shard(v, n);
+      const int64_t first = std::min(r * c, d0), count = std::min(c, d0 - first) * row;
+      const float* from = block + slots[i].offset;
+      if (slots[i].copy != nullptr) {
+        std::memcpy(slots[i].copy + first * row, from,
+                    static_cast<size_t>(count) * sizeof(uint16_t));
+      } else {
+        std::memcpy(full.params() + v.offset + first * row, from,
+                    static_cast<size_t>(count) * sizeof(float));
+      }
+    }
+  }
 }
 
 void FullyShardedGroups::prefetch(int64_t g) {
   if (full_[g].params_resident()) return;  // kept since its forward: nothing to gather
   TITAN_CHECK(gathering_ == -1, "FSDP: prefetch of group ", g, " while group ", gathering_,
               "'s is in flight");
-  gathered_ = mesh_.shard_group().all_gather_async(staging_.as<float>(), shards_[g].params(),
-                                                   shards_[g].numel());
+  gathered_ = start_gather(static_cast<size_t>(g));
   gathering_ = g;
 }
 
@@ -182,7 +262,16 @@ void FullyShardedGroups::finish_gradients() {
 
 void FullyShardedGroups::gather_all() {
   finish_scatter();
-  for (size_t g = 0; g < full_.size(); ++g) acquire(static_cast<int64_t>(g), false);
+  if (gathering_ != -1) gathered_.wait();  // a prefetch nothing used: its staging is reused now
+  gathering_ = -1;
+  for (size_t g = 0; g < full_.size(); ++g) {
+    ParamGroup& full = full_[g];
+    // Every master in fp32, those gathered in bf16 too (a kept unit's were never written).
+    full.release_params();
+    full.acquire_params();
+    mesh_.shard_group().all_gather(staging_.as<float>(), shards_[g].params(), shards_[g].numel());
+    unpack(full.params(), g, staging_.as<float>());
+  }
 }
 
 void FullyShardedGroups::release_all() {

@@ -15,6 +15,15 @@
 // reduce-scatter and returns, and the sum into the shards' gradients is made at the next release
 // with gradients (under the next unit's backward) or at finish_gradients. At most one all-gather
 // and one reduce-scatter are in flight, each with its own staging buffer.
+//
+// Mixed precision (torchtitan's mixed_precision_param = "bfloat16"): the parameters the model
+// reads only through bf16 copies (gather_in_bf16) are gathered in bf16 -- each rank rounds its
+// shard's rows into a send buffer as the all-gather is queued, and the gathered rows land in the
+// model's copies, their fp32 masters left unwritten and, laid out last in the group, not even
+// committed (a unit in flight: its fp32-read masters and its bf16 copies); the rest (norms, biases,
+// the router, an embedding the lookup reads) are gathered in fp32 as before. Rounding is
+// elementwise, so the copies hold exactly the whole masters rounded. Gradients stay fp32
+// (mixed_precision_reduce).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +61,9 @@ class FullyShardedGroups {
   // again: "always" none, "never" every group, "default" (torchtitan's) the last block, whose
   // backward follows its forward at once.
   void set_reshard_after_forward(const std::string& policy);
+  // Per group, the parameters to gather in bf16 straight into their copies (empty: fp32, the
+  // default). The copies are written at acquire; they must be resident then.
+  void gather_in_bf16(const std::vector<std::vector<ComputeCopyTarget>>& targets);
   // The model's uses of group g (install as its ParamGroupHooks).
   void acquire(int64_t g, bool gradients);
   void prefetch(int64_t g);
@@ -60,7 +72,8 @@ class FullyShardedGroups {
   // After the backward of the step's last micro-batch: the last reduce-scatter summed in, and
   // under HSDP the all-reduce over the replicas.
   void finish_gradients();
-  // Every group whole and resident (the export at the end of training), or released again.
+  // Every group whole and resident, every master written in fp32 (the export at the end of
+  // training), or released again.
   void gather_all();
   void release_all();
 
@@ -75,6 +88,10 @@ class FullyShardedGroups {
   void for_each_slice(size_t g, Fn&& fn) const;
   void pack(float* blocks, size_t g, const float* whole) const;
   void unpack(float* whole, size_t g, const float* blocks) const;
+  // Queues group g's all-gather into staging_ in its gather layout (bf16 parameters rounded into
+  // send_ first), and writes what it brought into the whole masters and the bf16 copies.
+  CommHandle start_gather(size_t g);
+  void unpack_gathered(size_t g);
   // Waits for the reduce-scatter in flight, if any, and adds it into its shards' gradients.
   void finish_scatter();
 
@@ -82,6 +99,20 @@ class FullyShardedGroups {
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
   std::vector<bool> kept_after_forward_;
+  // Each group's all-gather: per view its offset in a rank's block (floats; a bf16 view takes
+  // half its shard's floats) and its bf16 copy (null: gathered in fp32 into the master), and the
+  // floats of a rank's block (the shard's numel when every view is fp32).
+  struct GatherSlot {
+    int64_t offset = 0;
+    uint16_t* copy = nullptr;
+  };
+  std::vector<std::vector<GatherSlot>> gather_slots_;
+  std::vector<int64_t> gather_block_;
+  // Per group, the views whose masters a gather writes: those before the first view gathered in
+  // bf16 when every later one is too (the model lays them out last), else all. Only they are
+  // committed in flight: the unit's masters of the rest are never needed.
+  std::vector<size_t> master_views_;
+  Buffer send_;             // the largest block with bf16 views: this rank's rows, rounded
   Buffer staging_;          // N x the largest shard: the all-gathers' whole side
   Buffer scatter_staging_;  // the same for the reduce-scatters: one of each may be in flight
   Buffer reduced_grad_;     // the largest shard: one reduce-scatter's result

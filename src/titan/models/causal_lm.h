@@ -42,10 +42,16 @@ struct ForwardOptions {
 // optional): FSDP starts gathering it then, under this use's compute. The forward prefetches each
 // next block, then group 0 for the final norm, and with gradients the last block for the
 // backward; the backward each previous block, then group 0 for the embedding's backward.
+//
+// Under bf16 compute, `fills_compute_copies`: the acquire writes the bf16 copies the model names
+// in bf16_only_params() (FSDP gathers them in bf16) and leaves those parameters' fp32 masters
+// unwritten; the model rounds only its other copies. A unit the parallelism keeps whole between
+// uses (still resident after its release) keeps its copies too.
 struct ParamGroupHooks {
   std::function<void(int64_t group, bool gradients)> acquire;
   std::function<void(int64_t group, bool gradients)> release;
   std::function<void(int64_t group)> prefetch;
+  bool fills_compute_copies = false;
 };
 
 class CausalLM {
@@ -90,6 +96,13 @@ class CausalLM {
   virtual void set_activation_checkpointing(bool full) = 0;
   virtual bool activation_checkpointing() const = 0;
   virtual void set_param_group_hooks(ParamGroupHooks hooks) = 0;
+  // Per group, the parameters read only through bf16 copies under bf16 compute -- every matmul
+  // weight but one whose fp32 master is read too (a tied embedding: the lookup) -- with where their
+  // copies live; empty lists in fp32. What a parallelism may gather in bf16 (ParamGroupHooks).
+  virtual std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() = 0;
+  // Hands back the bf16 copies of groups not in use (after a parallelism released units it had
+  // kept whole: FullyShardedGroups::release_all).
+  virtual void release_compute_copies() = 0;
 
   // Bytes of the activation arena for (batch, seq): what the backward must keep.
   virtual int64_t activation_bytes(int64_t batch, int64_t seq) const = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "titan/core/error.h"
 #include "titan/io/convert.h"
@@ -108,7 +109,13 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   const KernelBinder binder(slots_);
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
 
-  for (const ParamGroupSpec& g : model_param_specs(args_)) {
+  for (ParamGroupSpec& g : model_param_specs(args_)) {
+    // bf16 units in flight (FSDP): the weights read only in bf16 last, so a unit's fp32 masters
+    // in use are a prefix of its buffer (FullyShardedGroups commits only that).
+    if (compute_dtype_ == DType::bf16 && params == Residency::released) {
+      std::stable_partition(g.params.begin(), g.params.end(),
+                            [](const ParamSpec& p) { return !read_only_in_bf16(p.name); });
+    }
     groups_.emplace_back(g.name, g.params, params);
   }
 
@@ -232,30 +239,70 @@ void DecoderLM::allocate_compute_weights(Residency residency) {
     const int64_t g = group_of(t.master);
     uint16_t*& copy = next[static_cast<size_t>(g)];
     *t.copy = copy;
-    compute_copies_.push_back({t.master, copy, t.numel, g});
+    compute_copies_.push_back({t.master, copy, t.numel, g, t.master == m_.embed_tokens.weight});
     copy += t.numel;
   }
 }
 
-void DecoderLM::refresh_compute_weights(int64_t group) {
+bool DecoderLM::read_only_in_bf16(const std::string& name) {
+  const auto ends_with = [&](std::string_view tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with("_proj.weight") || ends_with(".experts.gate_proj") ||
+         ends_with(".experts.up_proj") || ends_with(".experts.down_proj") ||
+         name == "lm_head.weight";
+}
+
+void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
+    if (!all && !c.master_read) continue;
     convert_from_f32(c.master, static_cast<size_t>(c.numel), DType::bf16, c.copy);
   }
 }
 
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
+  std::vector<std::vector<ComputeCopyTarget>> targets(groups_.size());
+  for (const ComputeCopy& c : compute_copies_) {
+    if (c.master_read) continue;
+    const ParamGroup& g = groups_[static_cast<size_t>(c.group)];
+    const auto at = c.master - g.params();
+    for (const ParamView& v : g.views()) {
+      if (v.offset != at) continue;
+      // The one list of what is read only in bf16, which the plan reads too.
+      TITAN_CHECK(read_only_in_bf16(v.spec.name), "model: ", v.spec.name,
+                  " has a bf16 copy but is not listed as read only in bf16");
+      targets[static_cast<size_t>(c.group)].push_back({v.spec.name, c.copy});
+    }
+  }
+  return targets;
+}
+
 void DecoderLM::acquire(int64_t group, bool gradients) {
   if (!hooks_.acquire) return;
+  const auto g = static_cast<size_t>(group);
+  // Copies the acquire fills are made only from a gather: a unit kept whole since its last use
+  // kept them (its masters of those were never written). Otherwise they are remade each time.
+  const bool fills = hooks_.fills_compute_copies;
+  const bool kept = fills && groups_[g].params_resident();
+  if (!compute_copies_.empty()) compute_weights_[g].recommit();  // the acquire may write them
   hooks_.acquire(group, gradients);
-  if (compute_copies_.empty()) return;
-  compute_weights_[static_cast<size_t>(group)].recommit();
-  refresh_compute_weights(group);
+  if (!compute_copies_.empty() && !kept) refresh_compute_weights(group, !fills);
 }
 
 void DecoderLM::release(int64_t group, bool gradients) {
   if (!hooks_.release) return;
   hooks_.release(group, gradients);
-  if (!compute_copies_.empty()) compute_weights_[static_cast<size_t>(group)].decommit();
+  const auto g = static_cast<size_t>(group);
+  if (compute_copies_.empty()) return;
+  if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
+}
+
+void DecoderLM::release_compute_copies() {
+  for (size_t g = 0; g < compute_weights_.size(); ++g) {
+    if (!groups_[g].params_resident()) compute_weights_[g].decommit();
+  }
 }
 
 void DecoderLM::initialize(uint64_t seed) {

@@ -43,6 +43,8 @@ class DecoderLM final : public CausalLM {
   void set_activation_checkpointing(bool full) override;
   bool activation_checkpointing() const override { return checkpoint_layers_; }
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
+  std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
+  void release_compute_copies() override;
 
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
   int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const override;
@@ -53,6 +55,11 @@ class DecoderLM final : public CausalLM {
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype, bool checkpointing,
                                      int64_t batch, int64_t seq);
   static int64_t lm_head_scratch_bytes_of(const ModelArgs& args, int64_t batch, int64_t seq);
+  // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
+  // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
+  // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
+  // fp32). What FSDP gathers in bf16 (bf16_only_params) and the plan counts.
+  static bool read_only_in_bf16(const std::string& name);
 
  private:
   // Every view of the activation arena.
@@ -87,7 +94,8 @@ class DecoderLM final : public CausalLM {
   RopeCache rope_cache_;
   ParamGroupHooks hooks_;
   // A use of a group, bracketed for the hooks; under hooks (FSDP) the group's bf16 copies exist
-  // only in flight too, remade from the masters the acquire brought.
+  // only in flight too: written by the acquire (fills_compute_copies) or remade from the masters
+  // it brought.
   void acquire(int64_t group, bool gradients);
   void release(int64_t group, bool gradients);
   void prefetch(int64_t group) const {
@@ -109,11 +117,13 @@ class DecoderLM final : public CausalLM {
     uint16_t* copy;
     int64_t numel;
     int64_t group;
+    bool master_read;  // the fp32 master is read too (the tied embedding's lookup)
   };
   std::vector<ComputeCopy> compute_copies_;
   // Rounds the fp32 master weights of `group`, or of every group (-1), into their bf16 copies
-  // (each forward: the optimizer or a load may have changed them).
-  void refresh_compute_weights(int64_t group);
+  // (each forward: the optimizer or a load may have changed them); `all`: false leaves the copies
+  // the hooks' acquire fills.
+  void refresh_compute_weights(int64_t group, bool all = true);
   // The load-balancing loss over all sparse layers of the last forward.
   int64_t n_sparse_layers_ = 0;
   std::vector<double> router_counts_;     // (E) tokens routed to each expert

@@ -35,6 +35,15 @@ int64_t param_view_span(int64_t numel);
 // `specs`: what ParamGroup allocates, computed without allocating (titan plan).
 int64_t param_group_numel(const std::vector<ParamSpec>& specs);
 
+// Mixed precision: a parameter a model reads only through a bf16 copy it keeps outside the group
+// (DecoderLM's compute weights: the matmul weights). Whoever fills the whole group from shards
+// (FSDP's all-gather, dist/fsdp.h) may write the copy -- the parameter rounded to bf16, element by
+// element -- and leave the fp32 master unwritten, moving half the bytes.
+struct ComputeCopyTarget {
+  std::string param;  // its name in the group
+  uint16_t* copy;     // numel bf16 values, the parameter's layout
+};
+
 class ParamGroup {
  public:
   // Residency::released: the parameters (and later the gradients) start handed back, as FSDP's
@@ -64,7 +73,10 @@ class ParamGroup {
   // every view).
   void release_params() { params_.decommit(); }
   void release_grads() { grads_.decommit(); }
-  void acquire_params();
+  // `views` (default all): only the first that many are committed, charged and zero-padded; the
+  // rest stay unbacked and must not be touched until the next release (FSDP under bf16: views
+  // gathered into bf16 copies elsewhere, laid out last).
+  void acquire_params(size_t views = SIZE_MAX);
   void acquire_grads();
   bool params_resident() const { return params_.committed(); }
 

@@ -20,6 +20,7 @@
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/fsdp_model.h"
 #include "titan/train/job_resolve.h"
 
 namespace titan {
@@ -233,10 +234,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
   if (dims.dp_shard > 1) {
     fsdp_ = std::make_unique<FullyShardedGroups>(model_->param_groups(), *mesh_);
-    FullyShardedGroups* fsdp = fsdp_.get();
-    model_->set_param_group_hooks({[fsdp](int64_t g, bool grads) { fsdp->acquire(g, grads); },
-                                   [fsdp](int64_t g, bool grads) { fsdp->release(g, grads); },
-                                   [fsdp](int64_t g) { fsdp->prefetch(g); }});
+    shard_model(*model_, *fsdp_);
     fsdp_->set_reshard_after_forward(config_.parallelism.fsdp_reshard_after_forward);
     optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
   } else {
@@ -396,7 +394,10 @@ EvalResult Trainer::validate() {
   const EvalResult result = evaluate(*model_, loader, config_.validation.steps);
   // A forward without a backward: units kept after it (fsdp_reshard_after_forward) would be
   // stale once the optimizer steps.
-  if (fsdp_) fsdp_->release_all();
+  if (fsdp_) {
+    fsdp_->release_all();
+    model_->release_compute_copies();
+  }
   return result;
 }
 

@@ -38,6 +38,17 @@ std::vector<int64_t> compute_copy_numel(const ModelArgs& a) {
   return n;
 }
 
+// Floats of one rank's block in the all-gather of a group whose shard is `shard`
+// (FullyShardedGroups::gather_in_bf16): each view's span, a bf16 one's over half its elements.
+int64_t gather_block_numel(const std::vector<ParamSpec>& shard, bool bf16) {
+  int64_t block = 0;
+  for (const ParamSpec& spec : shard) {
+    const int64_t n = shape_numel(spec.shape);
+    block += param_view_span(bf16 && DecoderLM::read_only_in_bf16(spec.name) ? (n + 1) / 2 : n);
+  }
+  return block;
+}
+
 // Bytes each rank sends in a ring all-gather or reduce-scatter whose whole side is
 // `ranks` x `shard_bytes`.
 int64_t ring_bytes(int64_t ranks, int64_t shard_bytes) {
@@ -100,14 +111,28 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = n > 1;
 
-  // Floats per rank of each group's buffers (FSDP: its shard) and of the largest whole group.
-  int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0;
-  std::vector<int64_t> shard_numel, whole_numel;
+  // Floats per rank of each group's buffers (FSDP: its shard) and of the largest whole group;
+  // under FSDP, of each group's all-gather block, and of the largest one rounded to bf16.
+  const bool bf16 = in.compute_dtype == DType::bf16;
+  int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_rounded = 0;
+  std::vector<int64_t> shard_numel, whole_numel, gather_numel, master_numel;
   for (const ParamGroupSpec& g : model_param_specs(a)) {
     const int64_t group = param_group_numel(g.params);
     whole_numel.push_back(group);
-    const int64_t shard = fsdp ? param_group_numel(shard_specs(g.params, n)) : group;
+    // The masters a unit in flight holds: under bf16 not those gathered into copies.
+    std::vector<ParamSpec> masters;
+    for (const ParamSpec& p : g.params) {
+      if (!bf16 || !DecoderLM::read_only_in_bf16(p.name)) masters.push_back(p);
+    }
+    master_numel.push_back(param_group_numel(masters));
+    const std::vector<ParamSpec> specs = fsdp ? shard_specs(g.params, n) : g.params;
+    const int64_t shard = param_group_numel(specs);
     shard_numel.push_back(shard);
+    gather_numel.push_back(gather_block_numel(specs, bf16));
+    const bool rounds = bf16 && std::any_of(specs.begin(), specs.end(), [](const ParamSpec& p) {
+                          return DecoderLM::read_only_in_bf16(p.name);
+                        });
+    if (rounds) largest_rounded = std::max(largest_rounded, gather_numel.back());
     resident += shard;
     whole += group;
     largest_whole = std::max(largest_whole, group);
@@ -120,39 +145,46 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const std::vector<int64_t> copies = in.compute_dtype == DType::bf16
                                           ? compute_copy_numel(a)
                                           : std::vector<int64_t>(whole_numel.size(), 0);
-  const auto bf16 = static_cast<int64_t>(dtype_size(DType::bf16));
-  if (!fsdp) m.compute_copies = std::accumulate(copies.begin(), copies.end(), int64_t{0}) * bf16;
+  const auto bf16_size = static_cast<int64_t>(dtype_size(DType::bf16));
+  if (!fsdp) {
+    m.compute_copies = std::accumulate(copies.begin(), copies.end(), int64_t{0}) * bf16_size;
+  }
   if (fsdp) {
     // The moments of a micro-batch, in the model's order of uses (models/decoder_lm.cpp): whole
-    // parameters in flight (masters, and under bf16 the copies made at each acquire) and whole
-    // gradients. A unit kept after its forward stays whole until its backward.
+    // parameters in flight (masters -- under bf16 only those read in fp32 -- and under bf16 the
+    // copies the gather fills or the model rounds) and whole gradients. A unit kept after its
+    // forward stays whole until its backward, under bf16 with its copies (gathered in bf16, its
+    // masters of them were never written).
     const std::string& policy = in.reshard_after_forward;
     const size_t groups = whole_numel.size(), last = groups - 1;
     const auto kept = [&](size_t g) {
       return policy == "never" || (policy == "default" && g == last && g > 0);
     };
-    const auto in_use = [&](size_t g) { return whole_numel[g] * kFloat + copies[g] * bf16; };
+    const auto in_use = [&](size_t g) { return master_numel[g] * kFloat + copies[g] * bf16_size; };
     const auto moment = [&](int64_t params, int64_t grads) {
       m.unit_parameters = std::max(m.unit_parameters, params);
       m.unit_gradients = std::max(m.unit_gradients, grads);
       m.units_in_flight = std::max(m.units_in_flight, params + grads);
     };
-    int64_t kept_masters = 0;              // whole masters kept from their forward
+    // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
+    // bf16 more than a unit in flight holds.
+    moment(largest_whole * kFloat, 0);
+    int64_t kept_bytes = 0;                // whole units kept from their forward
     for (size_t g = 0; g < groups; ++g) {  // the forward: the embedding, then each block
-      moment(kept_masters + in_use(g), 0);
-      if (kept(g)) kept_masters += whole_numel[g] * kFloat;
+      moment(kept_bytes + in_use(g), 0);
+      if (kept(g)) kept_bytes += in_use(g);
     }
     // The final norm and loss: group 0 again, with gradients, beside every kept unit.
-    moment((kept(0) ? kept_masters : kept_masters + whole_numel[0] * kFloat) + copies[0] * bf16,
-           whole_numel[0] * kFloat);
-    if (kept(0)) kept_masters -= whole_numel[0] * kFloat;
+    moment(kept_bytes + (kept(0) ? 0 : in_use(0)), whole_numel[0] * kFloat);
+    if (kept(0)) kept_bytes -= in_use(0);
     for (size_t g = last; g >= 1; --g) {  // the backward, last block first
-      if (kept(g)) kept_masters -= whole_numel[g] * kFloat;
-      moment(kept_masters + in_use(g), whole_numel[g] * kFloat);
+      if (kept(g)) kept_bytes -= in_use(g);
+      moment(kept_bytes + in_use(g), whole_numel[g] * kFloat);
     }
     moment(in_use(0), whole_numel[0] * kFloat);  // the embedding's backward
     // Staging for an all-gather and a reduce-scatter in flight at once, and one reduced shard.
-    m.collective_buffers = (2 * n + 1) * largest_shard * kFloat;
+    // Under bf16, the send buffer this rank's rows are rounded into.
+    m.collective_buffers = ((2 * n + 1) * largest_shard + largest_rounded) * kFloat;
     // gather_all leaves every unit's whole parameters resident for the export.
     m.export_gather = whole * kFloat;
   }
@@ -170,19 +202,24 @@ TrainingPlan plan_training(const PlanInputs& in) {
   CommPlan& c = plan.comm;
   c.micro_batches = in.accumulation_steps;
   if (fsdp) {
-    int64_t blocks = 0;  // the blocks' shards, bytes
-    for (size_t g = 1; g < shard_numel.size(); ++g) blocks += shard_numel[g] * kFloat;
-    const int64_t embedding = shard_numel[0] * kFloat;
+    // Each rank's block of a gather (under bf16 the matmul weights' rows in bf16); the
+    // reduce-scatters move the fp32 gradient shards.
+    int64_t blocks = 0, block_shards = 0;  // the blocks' gathers and shards, bytes
+    for (size_t g = 1; g < shard_numel.size(); ++g) {
+      blocks += gather_numel[g] * kFloat;
+      block_shards += shard_numel[g] * kFloat;
+    }
+    const int64_t embedding = gather_numel[0] * kFloat;
     // A unit kept after its forward is not gathered again: the last block ("default"); every
     // block, and the embedding unit for the final norm and loss ("never").
     const std::string& policy = in.reshard_after_forward;
-    const int64_t last_block = shard_numel.size() > 1 ? shard_numel.back() * kFloat : 0;
+    const int64_t last_block = gather_numel.size() > 1 ? gather_numel.back() * kFloat : 0;
     const int64_t regathered = policy == "never"     ? 0
                                : policy == "default" ? blocks - last_block
                                                      : blocks;
     c.all_gather_forward = ring_bytes(n, (policy == "never" ? 1 : 2) * embedding + blocks);
     c.all_gather_backward = ring_bytes(n, embedding + regathered);
-    c.reduce_scatter = ring_bytes(n, 2 * embedding + blocks);
+    c.reduce_scatter = ring_bytes(n, 2 * shard_numel[0] * kFloat + block_shards);
   }
   // All-reduce: a reduce-scatter and an all-gather of the buffer over the group's ranks.
   const int64_t replicas = in.mesh.dp_replicate;

@@ -7,16 +7,20 @@
 // Per rank (P: the model's parameter buffers, 4 bytes a float, each parameter padded to 16
 // floats; under FSDP over N ranks each parameter's shard has ceil(d0 / N) rows, and the unit of
 // a group is its whole buffers):
-//   parameters  P, or under FSDP the shards + the largest unit's whole parameters in flight
-//               (+ the bf16 copies of the matmul weights with mixed precision)
-//   gradients   the same without the bf16 copies
+//   parameters  P (+ the bf16 copies of the matmul weights with mixed precision), or under FSDP
+//               the shards + the whole parameters in flight: a unit's masters and, under bf16,
+//               its bf16 copies instead of the masters of the weights gathered in bf16 (or
+//               start-up's one whole fp32 unit, when more)
+//   gradients   the shards + the whole gradients in flight
 //   optimizer   2 x the parameters (AdamW's two moments; shards under FSDP)
 //   activations the model's arena for (local_batch_size, seq_len) -- every layer's saved
 //               tensors, or one layer's set with full activation checkpointing -- plus the
 //               lm_head loss's logits chunk
 //   other       the RoPE cos/sin tables for seq_len; under FSDP the collectives' staging (N x the
-//               largest shard) and one reduced-gradient shard; while a file is written, the
-//               writer's staging
+//               largest shard), one reduced-gradient shard and under bf16 the send buffer of the
+//               largest bf16 gather block; while a file is written, the writer's staging
+// Under FSDP with bf16 the all-gathers move the bf16-only weights' rows in bf16
+// (DecoderLM::read_only_in_bf16), the rest in fp32; the reduce-scatters move fp32 gradients.
 #pragma once
 
 #include <array>
@@ -53,7 +57,8 @@ struct MemoryPlan {
   // Resident: the parameters (FSDP: this rank's shards) and the bf16 compute copies of the
   // matmul weights, the gradients, AdamW's moments.
   int64_t parameters = 0, compute_copies = 0, gradients = 0, optimizer = 0;
-  // FSDP: the most whole parameters (with their bf16 copies) and whole gradients in flight at
+  // FSDP: the most whole parameters (under bf16: fp32-read masters and bf16 copies; start-up's
+  // whole fp32 unit when more) and whole gradients in flight at
   // once -- each category's peak -- and the most of both together (the step's moment: a unit's
   // backward, or the final norm and loss beside units kept after their forward,
   // fsdp_reshard_after_forward); the collectives' buffers (staging, reduced gradient). 0 otherwise.

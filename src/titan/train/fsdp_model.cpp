@@ -1,0 +1,14 @@
+#include "titan/train/fsdp_model.h"
+
+namespace titan {
+
+void shard_model(CausalLM& model, FullyShardedGroups& fsdp) {
+  const bool bf16 = model.compute_dtype() == DType::bf16;
+  if (bf16) fsdp.gather_in_bf16(model.bf16_only_params());
+  FullyShardedGroups* f = &fsdp;
+  model.set_param_group_hooks({[f](int64_t g, bool grads) { f->acquire(g, grads); },
+                               [f](int64_t g, bool grads) { f->release(g, grads); },
+                               [f](int64_t g) { f->prefetch(g); }, bf16});
+}
+
+}  // namespace titan

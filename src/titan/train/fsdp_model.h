@@ -1,0 +1,15 @@
+// A model's parameter groups sharded by FSDP (dist/fsdp.h): the trainer's wiring of the two, which
+// the plan's tests repeat.
+#pragma once
+
+#include "titan/dist/fsdp.h"
+#include "titan/models/causal_lm.h"
+
+namespace titan {
+
+// Installs `fsdp` as `model`'s ParamGroupHooks. Under bf16 compute the parameters the model reads
+// only in bf16 (CausalLM::bf16_only_params: the matmul weights but a tied embedding) are gathered
+// in bf16 straight into its copies, as torchtitan's FSDP2 with mixed_precision_param = bfloat16.
+void shard_model(CausalLM& model, FullyShardedGroups& fsdp);
+
+}  // namespace titan
