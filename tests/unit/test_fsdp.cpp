@@ -6,7 +6,10 @@
 // it must hold.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/core/allocator.h"
@@ -65,12 +68,29 @@ TEST(Fsdp, UnitsAreResidentOnlyInFlightAndKeptOnesSkipTheGather) {
   const ParamGroup& shard = fsdp.shards()[1];
   EXPECT_EQ(shard.params()[shard.view("w").offset + 7], 8.0f);
 
-  fsdp.set_reshard_after_forward("default");  // keeps the last group, here the block
+  // Which forward ends keep a unit whole, per policy: used again next, used again later, not
+  // used again (evaluation).
+  const std::vector<std::pair<std::string, std::array<bool, 3>>> policies = {
+      {"default", {true, false, false}},
+      {"always", {false, false, false}},
+      {"never", {true, true, false}}};
+  for (const auto& [policy, keeps] : policies) {
+    fsdp.set_reshard_after_forward(policy);
+    const GroupUseEnd ends[] = {GroupUseEnd::used_next, GroupUseEnd::used_later, GroupUseEnd::last};
+    for (size_t e = 0; e < 3; ++e) {
+      fsdp.acquire(1, false);
+      fsdp.release(1, ends[e]);
+      EXPECT_EQ(full[1].params_resident(), keeps[e]) << policy << ", end " << e;
+      fsdp.release_all();
+    }
+  }
+
+  fsdp.set_reshard_after_forward("default");
   fsdp.acquire(0, false);
   fsdp.acquire(1, false);
   EXPECT_EQ(full[1].params()[full[1].view("w").offset + 3], 4.0f);
-  fsdp.release(0, false);
-  fsdp.release(1, false);
+  fsdp.release(0, GroupUseEnd::used_later);
+  fsdp.release(1, GroupUseEnd::used_next);
   EXPECT_FALSE(full[0].params_resident());
   ASSERT_TRUE(full[1].params_resident());
   // Proof that the backward's acquire does not gather again: a value written into the kept
@@ -80,7 +100,7 @@ TEST(Fsdp, UnitsAreResidentOnlyInFlightAndKeptOnesSkipTheGather) {
   fsdp.acquire(1, true);
   EXPECT_EQ(full[1].params()[full[1].view("w").offset], -1.0f);
   full[1].grads()[full[1].view("n").offset + 1] = 0.5f;
-  fsdp.release(1, true);
+  fsdp.release(1, GroupUseEnd::gradients);
   EXPECT_FALSE(full[1].params_resident());
   fsdp.finish_gradients();  // the reduce-scatter is summed in when the step's gradients are done
   EXPECT_EQ(shard.grads()[shard.view("n").offset + 1], 0.5f);
@@ -123,7 +143,7 @@ TEST(Fsdp, Bf16GatherFillsTheCopiesAndCommitsOnlyTheFp32Masters) {
   const ParamGroup& g = full[0];
   for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(g.params()[g.view("n").offset + i], value(i));
   for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(copy[i], f32_to_bf16(value(i))) << i;
-  fsdp.release(0, false);  // kept: resident, copy untouched
+  fsdp.release(0, GroupUseEnd::used_later);  // kept: resident, copy untouched
   EXPECT_TRUE(g.params_resident());
   fsdp.release_all();
   EXPECT_EQ(params_bytes(), before);

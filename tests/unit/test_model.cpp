@@ -177,61 +177,88 @@ TEST(Model, ParameterCountsFollowTheFamilysBlocks) {
 // released parameters are poisoned (NaN) and restored on acquire, and each use's gradients are
 // moved out of the group at its release (what FSDP's reduce-scatter does) -- the loss and the
 // gradients summed over the uses still equal a run without hooks, bit for bit, with and without
-// activation checkpointing. The order of the uses is the documented one, and after an acquire
-// the model names the group it acquires next (what FSDP prefetches).
+// activation checkpointing, tied and untied (the [norm, lm_head] unit last). The order of the
+// uses is the documented one, each release says when the group is used again, and after an
+// acquire the model names the group it acquires next (what FSDP prefetches).
 TEST(Model, ParamGroupHooksBracketEveryUse) {
   const int64_t batch = 2, seq = 9;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 8);
-  ForwardOptions o;
-  o.compute_grad = true;
-  o.grad_scale = 0.1f;
-  for (const bool checkpointing : {false, true}) {
-    DecoderLM plain(small_args());
-    plain.initialize(5);
-    plain.allocate_gradients();
-    plain.set_activation_checkpointing(checkpointing);
-    const double want_loss = plain.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
-    plain.backward();
+  // Events: a/A acquire without/with gradients, p prefetch; the release's end: r last,
+  // l used_later, n used_next, R gradients.
+  const std::string end_codes = "rlnR";
+  struct Case {
+    bool tied, compute_grad;
+    std::vector<std::string> want;
+  };
+  const std::vector<Case> cases = {
+      {false, true, {"a0", "p1", "l0", "a1", "p2", "l1", "a2", "p3", "l2", "a3", "p4", "n3", "A4",
+                     "p3", "R4", "A3", "p2", "R3", "A2", "p1", "R2", "A1", "p0", "R1", "A0", "R0"}},
+      {true, true, {"a0", "p1", "l0", "a1", "p2", "l1", "a2", "p3", "l2", "a3", "p0", "n3", "A0",
+                    "p3", "R0", "A3", "p2", "R3", "A2", "p1", "R2", "A1", "p0", "R1", "A0", "R0"}},
+      // Evaluation: no use is followed by another of the same group, but the tied embedding's.
+      {false,
+       false,
+       {"a0", "p1", "r0", "a1", "p2", "r1", "a2", "p3", "r2", "a3", "p4", "r3", "a4", "r4"}},
+      {true,
+       false,
+       {"a0", "p1", "l0", "a1", "p2", "r1", "a2", "p3", "r2", "a3", "p0", "r3", "a0", "r0"}},
+  };
+  for (const Case& c : cases) {
+    for (const bool checkpointing : {false, true}) {
+      ModelArgs args = small_args();
+      args.tie_word_embeddings = c.tied;
+      ForwardOptions o;
+      o.compute_grad = c.compute_grad;
+      o.grad_scale = 0.1f;
+      const std::string where = std::string(c.tied ? "tied" : "untied") +
+                                (c.compute_grad ? ", training" : ", evaluation") +
+                                (checkpointing ? ", checkpointing" : "");
+      DecoderLM plain(args);
+      plain.initialize(5);
+      plain.allocate_gradients();
+      plain.set_activation_checkpointing(checkpointing);
+      const double want_loss = plain.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
+      if (c.compute_grad) plain.backward();
 
-    DecoderLM m(small_args());
-    m.initialize(5);
-    m.allocate_gradients();
-    m.set_activation_checkpointing(checkpointing);
-    std::vector<ParamGroup>& groups = m.param_groups();
-    std::vector<std::vector<float>> saved, grad_sums;
-    for (const ParamGroup& g : groups) {
-      saved.emplace_back(g.params(), g.params() + g.numel());
-      grad_sums.emplace_back(g.numel(), 0.0f);
-      std::fill(g.params(), g.params() + g.numel(), std::nanf(""));
-    }
-    std::vector<std::string> events;
-    ParamGroupHooks hooks;
-    hooks.acquire = [&](int64_t i, bool gradients) {
-      events.push_back((gradients ? "A" : "a") + std::to_string(i));
-      std::copy(saved[i].begin(), saved[i].end(), groups[i].params());
-    };
-    hooks.release = [&](int64_t i, bool gradients) {
-      events.push_back((gradients ? "R" : "r") + std::to_string(i));
-      ParamGroup& g = groups[i];
-      std::fill(g.params(), g.params() + g.numel(), std::nanf(""));
-      if (!gradients) return;
-      for (int64_t k = 0; k < g.numel(); ++k) grad_sums[i][k] += g.grads()[k];
-      std::fill(g.grads(), g.grads() + g.numel(), 0.0f);
-    };
-    hooks.prefetch = [&](int64_t i) { events.push_back("p" + std::to_string(i)); };
-    m.set_param_group_hooks(hooks);
-    const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
-    m.backward();
-    EXPECT_EQ(loss, want_loss) << "checkpointing " << checkpointing;
-    // Each prefetch names the group acquired next.
-    const std::vector<std::string> want = {"a0", "p1", "r0", "a1", "p2", "r1", "a2", "p3", "r2",
-                                           "a3", "p0", "r3", "A0", "p3", "R0", "A3", "p2", "R3",
-                                           "A2", "p1", "R2", "A1", "p0", "R1", "A0", "R0"};
-    EXPECT_EQ(events, want) << "checkpointing " << checkpointing;
-    for (size_t i = 0; i < groups.size(); ++i) {
-      const ParamGroup& p = plain.param_groups()[i];
-      EXPECT_EQ(0, std::memcmp(grad_sums[i].data(), p.grads(), p.numel() * sizeof(float)))
-          << "group " << i << ", checkpointing " << checkpointing;
+      DecoderLM m(args);
+      m.initialize(5);
+      m.allocate_gradients();
+      m.set_activation_checkpointing(checkpointing);
+      std::vector<ParamGroup>& groups = m.param_groups();
+      ASSERT_EQ(groups.size(), c.tied ? 4u : 5u);
+      std::vector<std::vector<float>> saved, grad_sums;
+      for (const ParamGroup& g : groups) {
+        saved.emplace_back(g.params(), g.params() + g.numel());
+        grad_sums.emplace_back(g.numel(), 0.0f);
+        std::fill(g.params(), g.params() + g.numel(), std::nanf(""));
+      }
+      std::vector<std::string> events;
+      ParamGroupHooks hooks;
+      hooks.acquire = [&](int64_t i, bool gradients) {
+        events.push_back((gradients ? "A" : "a") + std::to_string(i));
+        std::copy(saved[i].begin(), saved[i].end(), groups[i].params());
+      };
+      hooks.release = [&](int64_t i, GroupUseEnd end) {
+        events.push_back(end_codes[static_cast<size_t>(end)] + std::to_string(i));
+        ParamGroup& g = groups[i];
+        std::fill(g.params(), g.params() + g.numel(), std::nanf(""));
+        if (end != GroupUseEnd::gradients) return;
+        for (int64_t k = 0; k < g.numel(); ++k) grad_sums[i][k] += g.grads()[k];
+        std::fill(g.grads(), g.grads() + g.numel(), 0.0f);
+      };
+      hooks.prefetch = [&](int64_t i) { events.push_back("p" + std::to_string(i)); };
+      m.set_param_group_hooks(hooks);
+      const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
+      if (c.compute_grad) m.backward();
+      EXPECT_EQ(loss, want_loss) << where;
+      // Each prefetch names the group acquired next.
+      EXPECT_EQ(events, c.want) << where;
+      if (!c.compute_grad) continue;
+      for (size_t i = 0; i < groups.size(); ++i) {
+        const ParamGroup& p = plain.param_groups()[i];
+        EXPECT_EQ(0, std::memcmp(grad_sums[i].data(), p.grads(), p.numel() * sizeof(float)))
+            << "group " << i << ", " << where;
+      }
     }
   }
 }

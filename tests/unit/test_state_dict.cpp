@@ -356,10 +356,13 @@ TEST_F(HfFolderBadInput, ShapeThatDisagreesWithTheConfig) {
 TEST_F(HfFolderBadInput, MissingTensor) {
   rewrite_checkpoint(folder_, [](std::vector<SafetensorsTensor>& t) {
     t.erase(t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2));
-    t.erase(std::find_if(t.begin(), t.end(),
-                         [](const SafetensorsTensor& x) { return x.name == "lm_head.weight"; }));
+    t.erase(std::find_if(t.begin(), t.end(), [](const SafetensorsTensor& x) {
+      return x.name == "model.embed_tokens.weight";
+    }));
   });
-  expect_load_error({"model.safetensors", "\"lm_head.weight\" is missing", "(and 1 more)"});
+  // The first missing in the model's order (Hugging Face's) is named.
+  expect_load_error(
+      {"model.safetensors", "\"model.embed_tokens.weight\" is missing", "(and 1 more)"});
 }
 
 TEST_F(HfFolderBadInput, UnexpectedTensor) {

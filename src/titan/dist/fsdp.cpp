@@ -37,7 +37,6 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
     shards_.push_back(shard_group_of(g, cut()));
     largest = std::max(largest, shards_.back().numel());
   }
-  kept_after_forward_.assign(full_.size(), false);
   gather_in_bf16(std::vector<std::vector<ComputeCopyTarget>>(full_.size()));
   staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   scatter_staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
@@ -143,10 +142,8 @@ void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
   TITAN_CHECK(policy == "default" || policy == "always" || policy == "never",
               "parallelism.fsdp_reshard_after_forward '", policy,
               "' is not one of default, always, never");
-  const size_t last = full_.size() - 1;
-  for (size_t g = 0; g < full_.size(); ++g) {
-    kept_after_forward_[g] = policy == "never" || (policy == "default" && g == last && g > 0);
-  }
+  keep_used_next_ = policy != "always";
+  keep_used_later_ = policy == "never";
 }
 
 void FullyShardedGroups::acquire(int64_t g, bool gradients) {
@@ -218,16 +215,17 @@ void FullyShardedGroups::prefetch(int64_t g) {
   gathering_ = g;
 }
 
-void FullyShardedGroups::release(int64_t g, bool gradients) {
+void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
   ParamGroup &full = full_[g], &shard = shards_[g];
-  if (gradients) {
+  if (end == GroupUseEnd::gradients) {
     finish_scatter();  // its staging is reused now
     pack(scatter_staging_.as<float>(), static_cast<size_t>(g), full.grads());
     full.release_grads();
     scattered_ = mesh_.shard_group().reduce_scatter_sum_async(
         reduced_grad_.as<float>(), scatter_staging_.as<float>(), shard.numel());
     scattering_ = g;
-  } else if (kept_after_forward_[static_cast<size_t>(g)]) {
+  } else if ((end == GroupUseEnd::used_next && keep_used_next_) ||
+             (end == GroupUseEnd::used_later && keep_used_later_)) {
     return;
   }
   full.release_params();

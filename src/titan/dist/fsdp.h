@@ -1,6 +1,6 @@
-// FSDP over the shard group of a data-parallel mesh, one unit per parameter group (each
-// transformer block; group 0, the embedding with the final norm and lm_head). Each rank keeps a
-// dim-0 shard of every parameter -- rows [r*c, (r+1)*c) of a parameter with d0 rows,
+// FSDP over the shard group of a data-parallel mesh, one unit per parameter group (the embedding;
+// each transformer block; [norm, lm_head]; the three one unit when tied: models/causal_lm.h). Each
+// rank keeps a dim-0 shard of every parameter -- rows [r*c, (r+1)*c) of a parameter with d0 rows,
 // c = ceil(d0 / N), the last ranks' missing rows zero padding -- with the matching shards of its
 // gradient and of the AdamW moments (what the optimizer updates). A unit's whole parameters exist
 // only while the model uses it (ParamGroupHooks, models/causal_lm.h): all-gathered into the
@@ -56,10 +56,11 @@ class FullyShardedGroups {
   // than one whole unit while starting (random init is keyed by parameter name, so every rank
   // computes the same whole values).
   void initialize(const std::function<void(ParamGroup&)>& init);
-  // parallelism.fsdp_reshard_after_forward: which groups keep their whole parameters after a use
-  // without gradients (a forward) until their next use (the backward) instead of gathering them
-  // again: "always" none, "never" every group, "default" (torchtitan's) the last block, whose
-  // backward follows its forward at once.
+  // parallelism.fsdp_reshard_after_forward: which units keep their whole parameters after a
+  // forward use until their next use (the backward) instead of gathering them again: "always"
+  // none, "never" every unit used again, "default" (torchtitan's) only the one used again next
+  // (the last block, whose backward follows its forward at once). A forward without gradients
+  // (GroupUseEnd::last) keeps nothing.
   void set_reshard_after_forward(const std::string& policy);
   // Per group, the parameters to gather in bf16 straight into their copies (empty: fp32, the
   // default). The copies are written at acquire; they must be resident then.
@@ -67,7 +68,7 @@ class FullyShardedGroups {
   // The model's uses of group g (install as its ParamGroupHooks).
   void acquire(int64_t g, bool gradients);
   void prefetch(int64_t g);
-  void release(int64_t g, bool gradients);
+  void release(int64_t g, GroupUseEnd end);
   void zero_gradients();  // the shards' gradients, before a step's micro-batches
   // After the backward of the step's last micro-batch: the last reduce-scatter summed in, and
   // under HSDP the all-reduce over the replicas.
@@ -98,7 +99,9 @@ class FullyShardedGroups {
   std::vector<ParamGroup>& full_;
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
-  std::vector<bool> kept_after_forward_;
+  // fsdp_reshard_after_forward: whether a unit stays whole after a forward use that ends
+  // used_next ("default", "never") and used_later ("never").
+  bool keep_used_next_ = true, keep_used_later_ = false;
   // Each group's all-gather: per view its offset in a rank's block (floats; a bf16 view takes
   // half its shard's floats) and its bf16 copy (null: gathered in fp32 into the master), and the
   // floats of a rank's block (the shard's numel when every view is fp32).

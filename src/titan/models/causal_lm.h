@@ -2,9 +2,10 @@
 // `info` ask of a causal language model, whatever its family. A model is made from its ModelArgs
 // (make_model); Hugging Face's `architectures` name picks the family (models/registry.h).
 //
-// Parameters live in flat ParamGroups (nn/param_group.h): [0] embed_tokens / norm / lm_head, then
-// one per transformer block, the units FSDP shards and gathers. ParamGroupHooks let a parallelism
-// act around every use of a group.
+// Parameters live in flat ParamGroups (nn/param_group.h), the units FSDP shards and gathers, as
+// torchtitan wraps them: [0] the embedding, then one per transformer block, then [norm, lm_head];
+// when the embedding is tied to the lm_head, [0] holds all three and there is no last group.
+// ParamGroupHooks let a parallelism act around every use of a group.
 #pragma once
 
 #include <cstdint>
@@ -31,17 +32,19 @@ struct ForwardOptions {
 
 // Every use of a parameter group by the forward and backward, for a parallelism to act around:
 // FSDP gathers the group's parameters in `acquire` and frees them in `release`, and when the use
-// accumulated into the group's gradients (`gradients`), reduce-scatters them in `release`. Every
-// read of a group's parameters, and every write of its gradients, lies between an acquire and the
-// matching release. Group 0 (embedding, final norm, lm_head) is used three times per training
-// micro-batch: the embedding's forward; the final norm, the loss and their backward (from the
-// forward into the backward); the embedding's backward. Group 1 + i (block i) twice: its forward,
-// and its backward (with, under activation checkpointing, the recompute of its forward).
+// accumulated into the group's gradients (acquired with `gradients`; ended GroupUseEnd::gradients),
+// reduce-scatters them in `release`. Every read of a group's parameters, and every write of its
+// gradients, lies between an acquire and the matching release. Per training micro-batch: the
+// embedding unit for the embedding's forward; block i (group 1 + i) for its forward; the
+// [norm, lm_head] unit (the embedding unit when tied) for the final norm, the loss and their
+// backward, from the forward into the backward; block i for its backward (with, under activation
+// checkpointing, the recompute of its forward), last block first; the embedding unit for the
+// embedding's backward.
 //
 // After an acquire, the model names the group it will acquire next when it knows it (`prefetch`,
 // optional): FSDP starts gathering it then, under this use's compute. The forward prefetches each
-// next block, then group 0 for the final norm, and with gradients the last block for the
-// backward; the backward each previous block, then group 0 for the embedding's backward.
+// next block, then the [norm, lm_head] unit, and with gradients the last block for the backward;
+// the backward each previous block, then the embedding unit for the embedding's backward.
 //
 // Under bf16 compute, `fills_compute_copies`: the acquire writes the bf16 copies the model names
 // in bf16_only_params() (FSDP gathers them in bf16) and leaves those parameters' fp32 masters
@@ -49,7 +52,7 @@ struct ForwardOptions {
 // uses (still resident after its release) keeps its copies too.
 struct ParamGroupHooks {
   std::function<void(int64_t group, bool gradients)> acquire;
-  std::function<void(int64_t group, bool gradients)> release;
+  std::function<void(int64_t group, GroupUseEnd end)> release;
   std::function<void(int64_t group)> prefetch;
   bool fills_compute_copies = false;
 };
@@ -100,9 +103,6 @@ class CausalLM {
   // weight but one whose fp32 master is read too (a tied embedding: the lookup) -- with where their
   // copies live; empty lists in fp32. What a parallelism may gather in bf16 (ParamGroupHooks).
   virtual std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() = 0;
-  // Hands back the bf16 copies of groups not in use (after a parallelism released units it had
-  // kept whole: FullyShardedGroups::release_all).
-  virtual void release_compute_copies() = 0;
 
   // Bytes of the activation arena for (batch, seq): what the backward must keep.
   virtual int64_t activation_bytes(int64_t batch, int64_t seq) const = 0;

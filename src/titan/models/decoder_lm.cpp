@@ -119,7 +119,8 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     groups_.emplace_back(g.name, g.params, params);
   }
 
-  const ParamGroup& g0 = groups_[0];
+  head_group_ = args_.tie_word_embeddings ? 0 : args_.num_hidden_layers + 1;
+  const ParamGroup &g0 = groups_[0], &head = groups_[static_cast<size_t>(head_group_)];
   Embedding& embed = m_.embed_tokens;
   embed.name = "model.embed_tokens";
   embed.vocab = args_.vocab_size;
@@ -127,7 +128,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   embed.weight = g0.params() + g0.view("model.embed_tokens.weight").offset;
   embed.kernel =
       &std::get<EmbeddingKernel>(binder.bind("model.embed_tokens", OpKind::embedding).impl);
-  m_.norm = make_norm("model.norm", g0, binder, h, args_.rms_norm_eps);
+  m_.norm = make_norm("model.norm", head, binder, h, args_.rms_norm_eps);
   // The training loss runs the lm_head inside its kernel; this module serves inference, whose
   // one-token logits are a GEMV on the built-in linear kernel.
   Linear& lm_head = m_.lm_head;
@@ -135,7 +136,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   lm_head.in_features = h;
   lm_head.out_features = args_.vocab_size;
   lm_head.weight =
-      args_.tie_word_embeddings ? embed.weight : g0.params() + g0.view("lm_head.weight").offset;
+      args_.tie_word_embeddings ? embed.weight : head.params() + head.view("lm_head.weight").offset;
   const KernelEntry& builtin_linear = kernel_registry().get("linear", OpKind::linear);
   lm_head.kernel = &std::get<LinearKernel>(builtin_linear.impl);
   lm_head.kernel_name = builtin_linear.name;
@@ -291,18 +292,12 @@ void DecoderLM::acquire(int64_t group, bool gradients) {
   if (!compute_copies_.empty() && !kept) refresh_compute_weights(group, !fills);
 }
 
-void DecoderLM::release(int64_t group, bool gradients) {
+void DecoderLM::release(int64_t group, GroupUseEnd end) {
   if (!hooks_.release) return;
-  hooks_.release(group, gradients);
+  hooks_.release(group, end);
   const auto g = static_cast<size_t>(group);
   if (compute_copies_.empty()) return;
   if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
-}
-
-void DecoderLM::release_compute_copies() {
-  for (size_t g = 0; g < compute_weights_.size(); ++g) {
-    if (!groups_[g].params_resident()) compute_weights_[g].decommit();
-  }
 }
 
 void DecoderLM::initialize(uint64_t seed) {
@@ -315,11 +310,11 @@ void DecoderLM::allocate_gradients() {
   const auto grad_of = [](const ParamGroup& g, const std::string& param) {
     return g.grads() + g.view(param).offset;
   };
-  const ParamGroup& g0 = groups_[0];
+  const ParamGroup &g0 = groups_[0], &head = groups_[static_cast<size_t>(head_group_)];
   m_.embed_tokens.weight_grad = grad_of(g0, "model.embed_tokens.weight");
-  m_.norm.weight_grad = grad_of(g0, "model.norm.weight");
+  m_.norm.weight_grad = grad_of(head, "model.norm.weight");
   m_.lm_head.weight_grad =
-      args_.tie_word_embeddings ? m_.embed_tokens.weight_grad : grad_of(g0, "lm_head.weight");
+      args_.tie_word_embeddings ? m_.embed_tokens.weight_grad : grad_of(head, "lm_head.weight");
   for (size_t i = 0; i < m_.layers.size(); ++i) {
     const ParamGroup& g = groups_[1 + i];
     DecoderLayer& l = m_.layers[i];
@@ -512,17 +507,20 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     router_prob_sums_.assign(E, 0.0);
   }
   const auto n_layers = static_cast<int64_t>(m_.layers.size());
+  const bool grad = options.compute_grad;
   acquire(0, false);
-  prefetch(n_layers > 0 ? 1 : 0);
+  prefetch(n_layers > 0 ? 1 : head_group_);
   m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
-  release(0, false);
+  release(0, grad || head_group_ == 0 ? GroupUseEnd::used_later : GroupUseEnd::last);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
     const auto group = static_cast<int64_t>(1 + i);
     acquire(group, false);
-    prefetch(group < n_layers ? group + 1 : 0);
+    prefetch(group < n_layers ? group + 1 : head_group_);
     LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
     layer_forward(i, a);
-    release(group, false);
+    release(group, !grad               ? GroupUseEnd::last
+                   : group == n_layers ? GroupUseEnd::used_next
+                                       : GroupUseEnd::used_later);
     if (aux && m_.layers[i].sparse) {
       load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(), a.moe.router_probs,
                                 a.moe.topk_index, n, E, k);
@@ -538,9 +536,11 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
                         args_.router_aux_loss_coef * options.aux_loss_scale);
   }
-  // Group 0 stays in use from here into the backward's final norm when computing gradients.
-  acquire(0, options.compute_grad);
-  if (options.compute_grad && n_layers > 0) prefetch(n_layers);  // the backward's first block
+  // The [norm, lm_head] unit stays in use from here into the backward's final norm when computing
+  // gradients; the backward's first use after it: the last block, or the embedding.
+  acquire(head_group_, grad);
+  if (grad && n_layers > 0) prefetch(n_layers);
+  if (grad && n_layers == 0 && head_group_ != 0) prefetch(0);
   m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
 
   CrossEntropyArgs ce;
@@ -567,7 +567,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   }
   grad_ready_ = options.compute_grad;
   const CrossEntropyResult result = lm_head_loss_->forward_backward(ce);
-  if (!options.compute_grad) release(0, false);
+  if (!grad) release(head_group_, GroupUseEnd::last);
   return result;
 }
 
@@ -577,7 +577,7 @@ void DecoderLM::backward() {
   const int64_t n = batch_ * seq_;
   Activations& g = acts_;
   m_.norm.backward(g.d_resid, g.grad.d_norm, g.resid.back(), g.final_norm_rstd, n);
-  release(0, true);
+  release(head_group_, GroupUseEnd::gradients);
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const auto group = static_cast<int64_t>(1 + i);
     acquire(group, true);
@@ -586,11 +586,11 @@ void DecoderLM::backward() {
     if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
     m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
                           aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
-    release(group, true);
+    release(group, GroupUseEnd::gradients);
   }
   acquire(0, true);
   m_.embed_tokens.backward(g.d_resid, ids_.data(), n);
-  release(0, true);
+  release(0, GroupUseEnd::gradients);
 }
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,

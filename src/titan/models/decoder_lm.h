@@ -44,7 +44,6 @@ class DecoderLM final : public CausalLM {
   bool activation_checkpointing() const override { return checkpoint_layers_; }
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
-  void release_compute_copies() override;
 
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
   int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const override;
@@ -88,7 +87,10 @@ class DecoderLM final : public CausalLM {
   DType compute_dtype_ = DType::f32;
   std::vector<KernelSlot> slots_;
   OverrideReport override_report_;
-  std::vector<ParamGroup> groups_;  // [0]: embed_tokens, norm, lm_head; [1 + i]: layer i
+  // [0]: embed_tokens (+ norm when tied); [1 + i]: layer i; [head_group_]: norm, lm_head -- the
+  // last group, or 0 when the lm_head is the embedding (state_dict_adapter's model_param_specs).
+  std::vector<ParamGroup> groups_;
+  int64_t head_group_ = 0;
   DecoderModules m_;
   const LmHeadLossKernel* lm_head_loss_ = nullptr;
   RopeCache rope_cache_;
@@ -97,7 +99,7 @@ class DecoderLM final : public CausalLM {
   // only in flight too: written by the acquire (fills_compute_copies) or remade from the masters
   // it brought.
   void acquire(int64_t group, bool gradients);
-  void release(int64_t group, bool gradients);
+  void release(int64_t group, GroupUseEnd end);
   void prefetch(int64_t group) const {
     if (hooks_.prefetch) hooks_.prefetch(group);
   }

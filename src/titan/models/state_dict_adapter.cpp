@@ -76,14 +76,19 @@ std::pair<std::string, std::string> split_stacked_expert(const std::string& name
 std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args) {
   validate_model_args(args, "model");
   const int64_t h = args.hidden_size;
-  std::vector<ParamGroupSpec> groups(1);
-  groups[0].name = "model.embed_tokens+norm+lm_head";
-  groups[0].params = {{"model.embed_tokens.weight", {args.vocab_size, h}},
-                      {"model.norm.weight", {h}, ParamInit::ones}};
-  if (!args.tie_word_embeddings)
-    groups[0].params.push_back({"lm_head.weight", {args.vocab_size, h}});
+  const ParamSpec embedding = {"model.embed_tokens.weight", {args.vocab_size, h}};
+  const ParamSpec norm = {"model.norm.weight", {h}, ParamInit::ones};
+  std::vector<ParamGroupSpec> groups;
+  if (args.tie_word_embeddings) {
+    groups.push_back({"model.embed_tokens+norm+lm_head", {embedding, norm}});
+  } else {
+    groups.push_back({"model.embed_tokens", {embedding}});
+  }
   for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
     groups.push_back({layer_name(i), layer_specs(args, i)});
+  }
+  if (!args.tie_word_embeddings) {
+    groups.push_back({"model.norm+lm_head", {norm, {"lm_head.weight", {args.vocab_size, h}}}});
   }
   return groups;
 }

@@ -24,9 +24,10 @@
 
 namespace titan {
 
-// One flat parameter group's worth of specs, as the model groups them: "model.embed_tokens+
-// norm+lm_head" first (lm_head only when untied), then one group per decoder layer
-// ("model.layers.{i}").
+// One flat parameter group's worth of specs, as the model groups them (torchtitan's FSDP units):
+// "model.embed_tokens" first, one group per decoder layer ("model.layers.{i}"), then
+// "model.norm+lm_head"; a tied model has one first group "model.embed_tokens+norm+lm_head" and no
+// last one. The order is Hugging Face's state-dict order too.
 struct ParamGroupSpec {
   std::string name;
   std::vector<ParamSpec> params;

@@ -44,6 +44,18 @@ struct ComputeCopyTarget {
   uint16_t* copy;     // numel bf16 values, the parameter's layout
 };
 
+// How a use of a parameter group ends (ParamGroupHooks::release, models/causal_lm.h): whether, and
+// how soon, the group is used again in this micro-batch -- what a parallelism needs to decide
+// whether to keep the unit whole until then (fsdp_reshard_after_forward).
+enum class GroupUseEnd {
+  last,        // not used again (a forward without gradients: evaluation)
+  used_later,  // used again later (a block's forward before its backward; a tied embedding unit
+               // before the final norm and loss)
+  used_next,   // used again by the model's very next use of any group (the last block's forward,
+               // its backward next)
+  gradients,   // the use accumulated into the group's gradients, complete for this use
+};
+
 class ParamGroup {
  public:
   // Residency::released: the parameters (and later the gradients) start handed back, as FSDP's

@@ -7,7 +7,7 @@ void shard_model(CausalLM& model, FullyShardedGroups& fsdp) {
   if (bf16) fsdp.gather_in_bf16(model.bf16_only_params());
   FullyShardedGroups* f = &fsdp;
   model.set_param_group_hooks({[f](int64_t g, bool grads) { f->acquire(g, grads); },
-                               [f](int64_t g, bool grads) { f->release(g, grads); },
+                               [f](int64_t g, GroupUseEnd end) { f->release(g, end); },
                                [f](int64_t g) { f->prefetch(g); }, bf16});
 }
 

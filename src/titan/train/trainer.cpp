@@ -391,14 +391,8 @@ EvalResult Trainer::validate() {
   options.shuffle = false;
   options.epochs = 1;
   DataLoader loader(options, *tokenizer_);
-  const EvalResult result = evaluate(*model_, loader, config_.validation.steps);
-  // A forward without a backward: units kept after it (fsdp_reshard_after_forward) would be
-  // stale once the optimizer steps.
-  if (fsdp_) {
-    fsdp_->release_all();
-    model_->release_compute_copies();
-  }
-  return result;
+  // A forward without gradients ends each use GroupUseEnd::last: FSDP keeps no unit after it.
+  return evaluate(*model_, loader, config_.validation.steps);
 }
 
 void Trainer::save_checkpoint(int64_t step, bool model_only) {

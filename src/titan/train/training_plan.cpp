@@ -25,16 +25,18 @@ std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t 
 }
 
 // Elements of the bf16 copies mixed precision keeps (DecoderLM::allocate_compute_weights), per
-// parameter group: every matmul weight -- the lm_head (the embedding when tied) in group 0; q/k/v/o
-// and the dense MLP or the stacked experts (not the router) in each block's.
+// parameter group (model_param_specs): every matmul weight -- q/k/v/o and the dense MLP or the
+// stacked experts (not the router) in each block's, the lm_head in the [norm, lm_head] group (in
+// the embedding's when tied).
 std::vector<int64_t> compute_copy_numel(const ModelArgs& a) {
-  const int64_t h = a.hidden_size;
-  std::vector<int64_t> n = {a.vocab_size * h};
+  const int64_t h = a.hidden_size, head = a.vocab_size * h;
+  std::vector<int64_t> n = {a.tie_word_embeddings ? head : 0};
   for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
     n.push_back(h * a.head_dim * (2 * a.num_attention_heads + 2 * a.num_key_value_heads) +
                 (a.layer_is_sparse(i) ? 3 * a.num_experts * a.moe_intermediate_size * h
                                       : 3 * h * a.intermediate_size));
   }
+  if (!a.tie_word_embeddings) n.push_back(head);
   return n;
 }
 
@@ -149,18 +151,18 @@ TrainingPlan plan_training(const PlanInputs& in) {
   if (!fsdp) {
     m.compute_copies = std::accumulate(copies.begin(), copies.end(), int64_t{0}) * bf16_size;
   }
+  CommPlan& c = plan.comm;
+  c.micro_batches = in.accumulation_steps;
   if (fsdp) {
-    // The moments of a micro-batch, in the model's order of uses (models/decoder_lm.cpp): whole
-    // parameters in flight (masters -- under bf16 only those read in fp32 -- and under bf16 the
-    // copies the gather fills or the model rounds) and whole gradients. A unit kept after its
-    // forward stays whole until its backward, under bf16 with its copies (gathered in bf16, its
-    // masters of them were never written).
+    // A micro-batch's uses in the model's order (ParamGroupHooks, models/causal_lm.h), walked with
+    // the units whole at each: parameters in flight (masters -- under bf16 only those read in
+    // fp32 -- and under bf16 the copies the gather fills or the model rounds; a unit kept after
+    // its forward stays whole with its copies until its backward) and the whole gradients of the
+    // use; the bytes each gather and reduce-scatter moves.
+    const auto groups = static_cast<int64_t>(whole_numel.size());
+    const int64_t blocks = a.num_hidden_layers, head = a.tie_word_embeddings ? 0 : blocks + 1;
     const std::string& policy = in.reshard_after_forward;
-    const size_t groups = whole_numel.size(), last = groups - 1;
-    const auto kept = [&](size_t g) {
-      return policy == "never" || (policy == "default" && g == last && g > 0);
-    };
-    const auto in_use = [&](size_t g) { return master_numel[g] * kFloat + copies[g] * bf16_size; };
+    const auto in_use = [&](int64_t g) { return master_numel[g] * kFloat + copies[g] * bf16_size; };
     const auto moment = [&](int64_t params, int64_t grads) {
       m.unit_parameters = std::max(m.unit_parameters, params);
       m.unit_gradients = std::max(m.unit_gradients, grads);
@@ -169,19 +171,39 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
     // bf16 more than a unit in flight holds.
     moment(largest_whole * kFloat, 0);
-    int64_t kept_bytes = 0;                // whole units kept from their forward
-    for (size_t g = 0; g < groups; ++g) {  // the forward: the embedding, then each block
-      moment(kept_bytes + in_use(g), 0);
-      if (kept(g)) kept_bytes += in_use(g);
+    std::vector<bool> whole_now(static_cast<size_t>(groups), false);
+    int64_t gathered_forward = 0, gathered_backward = 0, scattered = 0;  // bytes per rank's block
+    const auto acquire = [&](int64_t g, bool gradients, int64_t& gathered) {
+      if (!whole_now[g]) gathered += gather_numel[g] * kFloat;
+      whole_now[g] = true;
+      int64_t params = 0;
+      for (int64_t u = 0; u < groups; ++u) params += whole_now[u] ? in_use(u) : 0;
+      moment(params, gradients ? whole_numel[g] * kFloat : 0);
+    };
+    const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
+      if (end == GroupUseEnd::gradients) scattered += shard_numel[g] * kFloat;
+      const bool kept = (end == GroupUseEnd::used_next && policy != "always") ||
+                        (end == GroupUseEnd::used_later && policy == "never");
+      if (!kept) whole_now[g] = false;
+    };
+    acquire(0, false, gathered_forward);
+    release(0, GroupUseEnd::used_later);
+    for (int64_t g = 1; g <= blocks; ++g) {
+      acquire(g, false, gathered_forward);
+      release(g, g == blocks ? GroupUseEnd::used_next : GroupUseEnd::used_later);
     }
-    // The final norm and loss: group 0 again, with gradients, beside every kept unit.
-    moment(kept_bytes + (kept(0) ? 0 : in_use(0)), whole_numel[0] * kFloat);
-    if (kept(0)) kept_bytes -= in_use(0);
-    for (size_t g = last; g >= 1; --g) {  // the backward, last block first
-      if (kept(g)) kept_bytes -= in_use(g);
-      moment(kept_bytes + in_use(g), whole_numel[g] * kFloat);
+    acquire(head, true, gathered_forward);  // the final norm and loss into their backward
+    release(head, GroupUseEnd::gradients);
+    for (int64_t g = blocks; g >= 1; --g) {
+      acquire(g, true, gathered_backward);
+      release(g, GroupUseEnd::gradients);
     }
-    moment(in_use(0), whole_numel[0] * kFloat);  // the embedding's backward
+    acquire(0, true, gathered_backward);
+    release(0, GroupUseEnd::gradients);
+    c.all_gather_forward = ring_bytes(n, gathered_forward);
+    c.all_gather_backward = ring_bytes(n, gathered_backward);
+    c.reduce_scatter = ring_bytes(n, scattered);
+
     // Staging for an all-gather and a reduce-scatter in flight at once, and one reduced shard.
     // Under bf16, the send buffer this rank's rows are rounded into.
     m.collective_buffers = ((2 * n + 1) * largest_shard + largest_rounded) * kFloat;
@@ -199,33 +221,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   m.rope = 2 * in.seq_len * (a.head_dim / 2) * kFloat;  // cos and sin (ops/rope.h)
   m.writer_staging = 2 * static_cast<int64_t>(kSafetensorsStagingBytes);
 
-  CommPlan& c = plan.comm;
-  c.micro_batches = in.accumulation_steps;
-  if (fsdp) {
-    // Each rank's block of a gather (under bf16 the matmul weights' rows in bf16); the
-    // reduce-scatters move the fp32 gradient shards.
-    int64_t blocks = 0, block_shards = 0;  // the blocks' gathers and shards, bytes
-    for (size_t g = 1; g < shard_numel.size(); ++g) {
-      blocks += gather_numel[g] * kFloat;
-      block_shards += shard_numel[g] * kFloat;
-    }
-    const int64_t embedding = gather_numel[0] * kFloat;
-    // A unit kept after its forward is not gathered again: the last block ("default"); every
-    // block, and the embedding unit for the final norm and loss ("never").
-    const std::string& policy = in.reshard_after_forward;
-    const int64_t last_block = gather_numel.size() > 1 ? gather_numel.back() * kFloat : 0;
-    const int64_t regathered = policy == "never"     ? 0
-                               : policy == "default" ? blocks - last_block
-                                                     : blocks;
-    c.all_gather_forward = ring_bytes(n, (policy == "never" ? 1 : 2) * embedding + blocks);
-    c.all_gather_backward = ring_bytes(n, embedding + regathered);
-    c.reduce_scatter = ring_bytes(n, 2 * shard_numel[0] * kFloat + block_shards);
-  }
-  // All-reduce: a reduce-scatter and an all-gather of the buffer over the group's ranks.
+  // All-reduce, one per group: a reduce-scatter and an all-gather of the buffer over the
+  // replicas.
   const int64_t replicas = in.mesh.dp_replicate;
-  if (replicas > 1) {
-    c.all_reduce = 2 * (replicas - 1) * resident * kFloat / replicas;
-  }
+  for (const int64_t shard : shard_numel)
+    c.all_reduce += 2 * (replicas - 1) * shard * kFloat / replicas;
 
   const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;
   plan.tokens_per_step = rank_tokens * in.mesh.dp();

@@ -82,9 +82,10 @@ struct MemoryPlan {
 // that. The scalars (loss sums, the gradient norm) are left out.
 struct CommPlan {
   // FSDP, per micro-batch (each micro-batch gathers every unit again): the all-gathers of the
-  // forward (the embedding unit twice: the embedding, the final norm and loss; each block once)
-  // and of the backward (each block; the embedding unit once more), the reduce-scatters of the
-  // gradients (the embedding unit twice, each block once).
+  // forward (each unit once; a tied embedding unit twice, for the embedding and for the final norm
+  // and loss, unless kept between) and of the backward (each block not kept since its forward; the
+  // embedding unit), the reduce-scatters of the gradients (each unit once; a tied embedding unit
+  // twice).
   int64_t all_gather_forward = 0, all_gather_backward = 0, reduce_scatter = 0;
   // Once per step: HSDP's all-reduce of the shards' gradients over the replicas, or DDP's of the
   // whole gradients.
