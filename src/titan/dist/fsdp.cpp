@@ -11,10 +11,6 @@
 namespace titan {
 namespace {
 
-int64_t rows_per_shard(const ParamView& v, int64_t shards) {
-  return RowShard{0, shards}.rows_per_shard(v.spec.shape[0]);
-}
-
 // The group of one rank's shards: every parameter with dim 0 cut to c rows.
 ParamGroup shard_group_of(const ParamGroup& full, RowShard cut) {
   std::vector<ParamSpec> specs;
@@ -53,31 +49,37 @@ FullyShardedGroups::~FullyShardedGroups() {
 }
 
 template <typename Fn>
-void FullyShardedGroups::for_each_slice(size_t g, Fn&& fn) const {
+void FullyShardedGroups::for_each_slice(size_t g, BlockLayout layout, Fn&& fn) const {
   const int64_t n = mesh_.dims().dp_shard;
   const ParamGroup &full = full_[g], &shard = shards_[g];
+  const bool gather = layout == BlockLayout::gather;
+  const int64_t block = gather ? gather_block_[g] : shard.numel();
+  const auto offset_of = [&](size_t i) {
+    return gather ? gather_slots_[g][i].offset : shard.views()[i].offset;
+  };
+  const size_t views = full.views().size();
   for (int64_t r = 0; r < n; ++r) {
-    for (size_t i = 0; i < full.views().size(); ++i) {
+    const RowShard rank{r, n};
+    for (size_t i = 0; i < views; ++i) {
       const ParamView& v = full.views()[i];
-      const int64_t d0 = v.spec.shape[0], row = v.numel / d0, c = rows_per_shard(v, n);
-      const int64_t first = std::min(r * c, d0), rows = std::min(c, d0 - first);
-      const int64_t at = shard.views()[i].offset;
-      const int64_t next =
-          i + 1 < shard.views().size() ? shard.views()[i + 1].offset : shard.numel();
-      fn(v.offset + first * row, r * shard.numel() + at, rows * row, next - at - rows * row);
+      const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
+      const int64_t first = rank.first_row(d0), count = rank.rows(d0) * row;
+      const int64_t at = offset_of(i), next = i + 1 < views ? offset_of(i + 1) : block;
+      fn(i, v.offset + first * row, r * block + at, count, next - at - count);
     }
   }
 }
 
 void FullyShardedGroups::pack(float* blocks, size_t g, const float* whole) const {
-  for_each_slice(g, [&](int64_t w, int64_t b, int64_t count, int64_t padding) {
-    std::memcpy(blocks + b, whole + w, static_cast<size_t>(count) * sizeof(float));
-    std::memset(blocks + b + count, 0, static_cast<size_t>(padding) * sizeof(float));
-  });
+  for_each_slice(g, BlockLayout::shard,
+                 [&](size_t, int64_t w, int64_t b, int64_t count, int64_t padding) {
+                   std::memcpy(blocks + b, whole + w, static_cast<size_t>(count) * sizeof(float));
+                   std::memset(blocks + b + count, 0, static_cast<size_t>(padding) * sizeof(float));
+                 });
 }
 
 void FullyShardedGroups::unpack(float* whole, size_t g, const float* blocks) const {
-  for_each_slice(g, [&](int64_t w, int64_t b, int64_t count, int64_t) {
+  for_each_slice(g, BlockLayout::shard, [&](size_t, int64_t w, int64_t b, int64_t count, int64_t) {
     std::memcpy(whole + w, blocks + b, static_cast<size_t>(count) * sizeof(float));
   });
 }
@@ -185,26 +187,19 @@ CommHandle FullyShardedGroups::start_gather(size_t g) {
 }
 
 void FullyShardedGroups::unpack_gathered(size_t g) {
-  const int64_t n = mesh_.dims().dp_shard;
   const ParamGroup& full = full_[g];
   const std::vector<GatherSlot>& slots = gather_slots_[g];
   const float* staging = staging_.as<float>();
-  for (int64_t r = 0; r < n; ++r) {
-    const float* block = staging + r * gather_block_[g];
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const ParamView& v = full.views()[i];
-      const int64_t d0 = v.spec.shape[0], row = v.numel / d0, c = rows_per_shard(v, n);
-      const int64_t first = std::min(r * c, d0), count = std::min(c, d0 - first) * row;
-      const float* from = block + slots[i].offset;
-      if (slots[i].copy != nullptr) {
-        std::memcpy(slots[i].copy + first * row, from,
-                    static_cast<size_t>(count) * sizeof(uint16_t));
-      } else {
-        std::memcpy(full.params() + v.offset + first * row, from,
-                    static_cast<size_t>(count) * sizeof(float));
-      }
-    }
-  }
+  for_each_slice(
+      g, BlockLayout::gather, [&](size_t i, int64_t w, int64_t b, int64_t count, int64_t) {
+        if (slots[i].copy !=
+            nullptr) {  // bf16 values from the block's start, the copy's own layout
+          std::memcpy(slots[i].copy + (w - full.views()[i].offset), staging + b,
+                      static_cast<size_t>(count) * sizeof(uint16_t));
+        } else {
+          std::memcpy(full.params() + w, staging + b, static_cast<size_t>(count) * sizeof(float));
+        }
+      });
 }
 
 void FullyShardedGroups::prefetch(int64_t g) {

@@ -81,12 +81,15 @@ class FullyShardedGroups {
  private:
   // This rank's rows of the whole group g -> its shard (padding rows zero).
   void keep_own_rows(size_t g);
-  // fn(whole offset, block offset, elements, padding) for every rank's rows of every parameter
-  // of group g: the whole group's layout against each rank's block (N x shard numel); padding,
-  // the elements after them up to the block's next parameter (the last ranks' missing rows and
-  // the alignment gap), which the blocks must hold as zeros.
+  // A rank's block of group g in a collective: its shard's layout (fp32 gathers, reduce-scatters)
+  // or the gather layout of gather_in_bf16 (bf16 views in half the floats).
+  enum class BlockLayout { shard, gather };
+  // fn(view, whole offset, block offset (floats), elements, padding) for every rank's rows of
+  // every parameter of group g: the whole group's layout against each rank's block (N x the
+  // block); padding (shard layout), the floats after them up to the block's next parameter (the
+  // last ranks' missing rows and the alignment gap), which the blocks must hold as zeros.
   template <typename Fn>
-  void for_each_slice(size_t g, Fn&& fn) const;
+  void for_each_slice(size_t g, BlockLayout layout, Fn&& fn) const;
   void pack(float* blocks, size_t g, const float* whole) const;
   void unpack(float* whole, size_t g, const float* blocks) const;
   // Queues group g's all-gather into staging_ in its gather layout (bf16 parameters rounded into
