@@ -18,11 +18,7 @@ titan="$1"
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export OMPI_MCA_rmaps_base_oversubscribe=1
-# Under AddressSanitizer: OpenMPI's own never-freed allocations are not titan's leaks.
-export OMPI_MCA_mca_base_component_disable_dlclose=1
-suppressions="$(cd "$(dirname "$0")" && pwd)/openmpi.lsan.supp"
-export LSAN_OPTIONS="suppressions=$suppressions:fast_unwind_on_malloc=0:print_suppressions=0"
+. "$(dirname "$0")/mpi_env.sh"
 
 common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
         --training.global_batch_size=12 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
