@@ -6,7 +6,6 @@
 #include <string>
 
 #include "commands.h"
-#include "titan/core/suggest.h"
 #include "titan/io/byte_size.h"
 #include "titan/train/job_config.h"
 #include "titan/train/training_plan.h"
@@ -164,23 +163,16 @@ Action add_plan_command(CLI::App& app) {
       "plan",
       "what a training job would take per rank: memory by category and its peak, FLOPs and "
       "communication per step (train's config flags; reads no data, allocates no model)");
-  static std::string preset = "tiny", config_file;
+  static JobConfigFlags config_flags;
   static int nproc = 1;
   static bool json = false;
-  command
-      ->add_option("--preset", preset, "built-in preset: " + join_names(job_config_preset_names()))
-      ->capture_default_str();
-  command->add_option("--config", config_file, "TOML file applied on top of the preset");
+  add_job_config_options(*command, config_flags);
   command->add_option("--nproc", nproc, "ranks the job would run on (the mesh as titan train)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   command->add_flag("--json", json, "print the plan as one JSON object (bytes)");
-  command->allow_extras();
   return [command] {
-    JobConfig config = job_config_preset(preset);
-    if (!config_file.empty()) job_config_apply_toml(config, config_file);
-    for (const std::string& flag : command->remaining()) job_config_apply_override(config, flag);
-    job_config_validate(config);
+    const JobConfig config = job_config_from_flags(*command, config_flags);
     for (const std::string& line : job_config_unused_keys(config)) {
       std::fprintf(stderr, "warning: %s\n", line.c_str());
     }

@@ -1,12 +1,9 @@
 #include <algorithm>
 #include <cstdio>
-#include <string>
-#include <vector>
 
 #include "commands.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/core/suggest.h"
 #include "titan/dist/world.h"
 #include "titan/train/job_config.h"
 #include "titan/train/trainer.h"
@@ -18,25 +15,18 @@ Action add_train_command(CLI::App& app) {
       "train",
       "train a model (torchtitan-style config; any key as --section.key=value, e.g. "
       "--training.steps=50)");
-  static std::string preset = "tiny", config_file;
+  static JobConfigFlags config_flags;
   static bool print_config = false;
   static int threads;
   add_threads_option(*command, threads);
   const CLI::Option* threads_option = command->get_option("--threads");
-  command
-      ->add_option("--preset", preset, "built-in preset: " + join_names(job_config_preset_names()))
-      ->capture_default_str();
-  command->add_option("--config", config_file, "TOML file applied on top of the preset");
+  add_job_config_options(*command, config_flags);
   command->add_flag("--print-config", print_config, "print the resolved config and exit");
-  command->allow_extras();
   return [command, threads_option] {
     // Ranks on one machine share its cores unless --threads says otherwise.
     const int local_ranks = world_info().local_size;
     set_thread_count(threads_option->count() > 0 ? threads : std::max(1, threads / local_ranks));
-    JobConfig config = job_config_preset(preset);
-    if (!config_file.empty()) job_config_apply_toml(config, config_file);
-    for (const std::string& flag : command->remaining()) job_config_apply_override(config, flag);
-    job_config_validate(config);
+    const JobConfig config = job_config_from_flags(*command, config_flags);
     if (print_config) {
       std::fputs(job_config_to_toml(config).c_str(), stdout);
       return 0;

@@ -3,6 +3,11 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+
+namespace titan {
+struct JobConfig;
+}
 
 namespace titan::cli {
 
@@ -20,5 +25,15 @@ Action add_launch_command(CLI::App& app);
 
 // --threads N (default: physical cores), applied before the action runs.
 void add_threads_option(CLI::App& command, int& threads);
+
+// The job config a command takes as titan train does: --preset, --config, and any
+// --section.key=value left over (the command allows extras).
+struct JobConfigFlags {
+  std::string preset = "tiny";
+  std::string config_file;
+};
+void add_job_config_options(CLI::App& command, JobConfigFlags& flags);
+// The preset, the TOML file on top, then each override in order; validated.
+JobConfig job_config_from_flags(const CLI::App& command, const JobConfigFlags& flags);
 
 }  // namespace titan::cli

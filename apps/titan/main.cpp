@@ -62,7 +62,14 @@ int main(int argc, char** argv) {
   add(titan::cli::add_eval_command(app));
   add(titan::cli::add_generate_command(app));
   add(titan::cli::add_launch_command(app));
-  titan::init_world(&argc, &argv);
+  try {
+    titan::init_world(&argc, &argv);
+  } catch (const std::exception& e) {
+    // Under MPI it starts two threads (the communication stream and its watchdog); a rank short of
+    // memory or of threads cannot.
+    return report_error(
+        std::string("titan: error: cannot start the communication threads: ") + e.what(), 1);
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -12,11 +12,7 @@ set -euo pipefail
 titan="$1"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export OMPI_MCA_rmaps_base_oversubscribe=1
-# Under AddressSanitizer: OpenMPI's own never-freed allocations are not titan's leaks.
-export OMPI_MCA_mca_base_component_disable_dlclose=1
-suppressions="$(cd "$(dirname "$0")" && pwd)/openmpi.lsan.supp"
-export LSAN_OPTIONS="suppressions=$suppressions:fast_unwind_on_malloc=0:print_suppressions=0"
+. "$(dirname "$0")/mpi_env.sh"
 
 common=(--training.steps=3 --training.seq_len=64 --training.local_batch_size=2
         --training.global_batch_size=4 --lr_scheduler.warmup_steps=1 --metrics.log_freq=1

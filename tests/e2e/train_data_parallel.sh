@@ -10,20 +10,17 @@
 #     them): FSDP 2 resumes on FSDP 2 bit for bit and reshards onto 4 ranks and onto one process,
 #     a single-process checkpoint loads into FSDP 3's shards, and HSDP 2 x 2's checkpoint (replica
 #     0 writes) resumes on FSDP 2, each continuing within 1e-5; a missing shard file is one line; Hugging Face weights load into FSDP 3's shards;
-#  3. bad meshes get one line; an error on one rank,
-#     a rank killed with SIGKILL and a rank that hangs (SIGSTOP: comm.train_timeout_seconds) end
-#     the whole job within 60 s, the failing rank's message printed once.
+#  3. bad meshes get one line; an error on one rank, a rank out of memory (its allocator refuses
+#     the parameters: one line naming the bytes and what they were for), a rank killed with SIGKILL
+#     and a rank that hangs (SIGSTOP: comm.train_timeout_seconds) end the whole job within 60 s,
+#     the failing rank's message printed once.
 # usage: train_data_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export OMPI_MCA_rmaps_base_oversubscribe=1
-# Under AddressSanitizer: OpenMPI's own never-freed allocations are not titan's leaks.
-export OMPI_MCA_mca_base_component_disable_dlclose=1
-suppressions="$(cd "$(dirname "$0")" && pwd)/openmpi.lsan.supp"
-export LSAN_OPTIONS="suppressions=$suppressions:fast_unwind_on_malloc=0:print_suppressions=0"
+. "$(dirname "$0")/mpi_env.sh"
 
 common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
         --training.global_batch_size=12 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
@@ -279,6 +276,26 @@ fi
 [ $(( $(date +%s) - start )) -le 60 ] || { echo "the failed job took over 60 s to end"; exit 1; }
 one_line "$work/fail.log" "^\[rank 0 of 2\] titan train: error: .*step-2 exists and is not a titan checkpoint"
 [ "$(cat "$work/fail/checkpoint/step-2")" = occupied ] || { echo "the file in the checkpoint's way was replaced"; exit 1; }
+
+# Rank 1 out of memory as the model is built: only its allocator is limited, so that the
+# debugmodel's whole parameters (122 MB; FSDP reserves each block's 15 MB) do not fit while
+# start-up (about 40 MB) does: a heap limit (ulimit -d). AddressSanitizer maps terabytes of shadow
+# memory at start-up, past any such limit, so under it rank 1's allocator refuses one allocation
+# over 8 MB instead (the parameter blocks; nothing before them is as large), returning null as
+# glibc's does under the limit.
+if ldd "$titan" | grep -q libasan; then
+  limit="export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1:max_allocation_size_mb=8"
+else
+  limit='ulimit -d 98304'
+fi
+start=$(date +%s)
+if mpirun -np 2 --bind-to none sh -c "if [ \"\$OMPI_COMM_WORLD_RANK\" = 1 ]; then $limit; fi; exec \"\$@\"" sh \
+     "$titan" train "${common[@]}" --preset debugmodel --job.dump_folder="$work/oom" > "$work/oom.log" 2>&1; then
+  echo "a rank out of memory ended with status 0"; cat "$work/oom.log"; exit 1
+fi
+[ $(( $(date +%s) - start )) -le 60 ] || { echo "the job with a rank out of memory took over 60 s to end"; exit 1; }
+one_line "$work/oom.log" "titan train: error"
+one_line "$work/oom.log" "^\[rank 1 of 2\] titan train: error: out of memory: could not allocate [0-9]* bytes for parameters$"
 
 # signal_rank1 NAME SIGNAL ARGS...: a long 2-rank run; once it logs step 2, rank 1 gets SIGNAL; the
 # job must then end within 60 s with a non-zero status (its output in $work/NAME.log).

@@ -3,15 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+
+#include "titan/core/clock.h"
 
 namespace titan {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 std::mutex& output_mutex() {
   static std::mutex m;

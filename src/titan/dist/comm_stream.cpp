@@ -1,17 +1,8 @@
 #include "titan/dist/comm_stream.h"
 
-#include <chrono>
+#include "titan/core/clock.h"
 
 namespace titan {
-namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 struct CommHandle::Task {
   std::function<void()> work;

@@ -16,17 +16,12 @@
 #include <memory>
 #include <thread>
 
+#include "titan/core/clock.h"
 #include "titan/core/error.h"
 #include "titan/dist/world.h"
 
 namespace titan {
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 // Watches the collective the communication stream's thread is in (the compute thread waits on
 // its handle meanwhile). It cannot call MPI itself (only the stream's thread does), so it ends this

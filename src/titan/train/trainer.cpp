@@ -1,13 +1,13 @@
 #include "titan/train/trainer.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <limits>
 
 #include "titan/backend/backend.h"
+#include "titan/core/clock.h"
 #include "titan/core/error.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
@@ -25,10 +25,6 @@
 
 namespace titan {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int64_t scored_tokens(const Batch& b) {
   int64_t n = 0;

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -13,13 +12,10 @@
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/vec.h"
 #include "titan/core/cache_dir.h"
+#include "titan/core/clock.h"
 
 namespace titan {
 namespace {
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // 16 dependent adds per round: 16 cycles, the loop's own increment and branch issuing beside them.
 uint64_t add_chain(uint64_t x, int64_t rounds) {
