@@ -7,10 +7,11 @@ computed three ways on the same weights and batch:
              each expert's gate_up/down, the lm_head, tied or not; not the MoE router) and the
              matmul's input are rounded to bf16, the product accumulates in fp32 and stays fp32; in
              the backward the output's gradient is rounded to bf16 before the two products (d
-             input, d weight), which accumulate in fp32; norms, RoPE, attention, softmax, SwiGLU,
-             the router, the routing weights' product and sum, and the loss stay fp32. Products of
-             bf16 values are exact in fp32, so this equals titan's bf16 step up to fp32 summation
-             order;
+             input, d weight), which accumulate in fp32; the dense MLP's backward reads gate_proj's
+             and up_proj's outputs rounded to bf16 (titan keeps them that way), its forward the fp32
+             ones; norms, RoPE, attention, softmax, SwiGLU, the router, the routing weights' product
+             and sum, and the loss stay fp32. Products of bf16 values are exact in fp32, so this
+             equals titan's bf16 step up to fp32 summation order;
   autocast   torch.autocast("cpu", dtype=torch.bfloat16), the way PyTorch users train in bf16
              (it also rounds every linear's output, attention's matmuls and the q/k norms' outputs
              to bf16).
@@ -37,7 +38,9 @@ import sys
 import torch
 import torch.nn.functional as F
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
-from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts, Qwen3MoeTopKRouter
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
+from transformers.models.qwen3_moe.modeling_qwen3_moe import (Qwen3MoeExperts, Qwen3MoeMLP,
+                                                              Qwen3MoeTopKRouter)
 
 from reference_common import (hf_targets, make_batch, metadata, named, perturb_norms, routing_gap,
                               save_reference, titan_layout)
@@ -113,6 +116,27 @@ class Bf16Matmul(torch.autograd.Function):
         return dx, dw, db
 
 
+class KeptBf16Swiglu(torch.autograd.Function):
+    """silu(gate) * up in fp32, whose backward reads gate and up as kept: rounded to bf16."""
+
+    @staticmethod
+    def forward(ctx, gate, up):
+        ctx.save_for_backward(rounded(gate), rounded(up))
+        return F.silu(gate) * up
+
+    @staticmethod
+    def backward(ctx, dout):
+        gate, up = ctx.saved_tensors
+        sig = torch.sigmoid(gate)
+        return dout * up * sig * (1 + gate * (1 - sig)), dout * gate * sig
+
+
+def bf16_mlp_forward(mlp):
+    def forward(x):
+        return mlp.down_proj(KeptBf16Swiglu.apply(mlp.gate_proj(x), mlp.up_proj(x)))
+    return forward
+
+
 def bf16_forward(module):
     def forward(x):
         return Bf16Matmul.apply(x, module.weight, module.bias)
@@ -143,6 +167,8 @@ def bf16_experts_forward(experts):
 
 def use_bf16_matmuls(model):
     for m in model.modules():
+        if isinstance(m, (Qwen3MLP, Qwen3MoeMLP)):  # the dense MLPs (their linears below)
+            m.forward = bf16_mlp_forward(m)
         if isinstance(m, torch.nn.Linear):  # the MoE router is a Qwen3MoeTopKRouter: not rounded
             m.forward = bf16_forward(m)
         elif isinstance(m, Qwen3MoeExperts):

@@ -55,8 +55,9 @@ struct CheckpointedStep {
 };
 
 CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int32_t>& ids,
-                                   int64_t batch, int64_t seq, bool full) {
-  DecoderLM m(args);
+                                   int64_t batch, int64_t seq, bool full,
+                                   DType compute = DType::f32) {
+  DecoderLM m(args, {}, compute);
   m.initialize(3);
   m.allocate_gradients();
   m.set_activation_checkpointing(full);
@@ -74,14 +75,40 @@ CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int3
 TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
   const int64_t batch = 2, seq = 37;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 1);
-  const CheckpointedStep kept = checkpointed_step(small_args(), ids, batch, seq, false);
-  const CheckpointedStep recomputed = checkpointed_step(small_args(), ids, batch, seq, true);
-  // Recomputation runs the same kernels on the same inputs: bit-identical.
-  ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
-  EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
-                           kept.grads.size() * sizeof(float)));
-  EXPECT_LT(recomputed.arena, kept.arena);
-  for (const CheckpointedStep* step : {&kept, &recomputed}) EXPECT_EQ(step->taken, step->arena);
+  // bf16 compute keeps the linears' inputs and the MLP's gate/up in bf16, computing their fp32
+  // values in scratch every layer shares: recomputation must refill both.
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    const std::string where(dtype_name(compute));
+    const CheckpointedStep kept = checkpointed_step(small_args(), ids, batch, seq, false, compute);
+    const CheckpointedStep recomputed =
+        checkpointed_step(small_args(), ids, batch, seq, true, compute);
+    // Recomputation runs the same kernels on the same inputs: bit-identical.
+    ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
+    EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
+                             kept.grads.size() * sizeof(float)))
+        << where;
+    EXPECT_LT(recomputed.arena, kept.arena) << where;
+    for (const CheckpointedStep* step : {&kept, &recomputed}) {
+      EXPECT_EQ(step->taken, step->arena) << where;
+    }
+  }
+}
+
+// What bf16 training keeps per dense layer, against fp32: its two norms' outputs (the linears'
+// inputs) and the MLP's gate, up and product at half the bytes; q/k/v and the attention output
+// stay fp32. Measured as the arena's growth per layer, so the shared scratch cancels out.
+TEST(Model, Bf16TrainingKeepsTheLinearInputsAndTheMlpInBf16) {
+  const int64_t batch = 2, seq = 16, n = batch * seq;
+  ModelArgs one = small_args(), two = small_args();
+  one.num_hidden_layers = 1;
+  two.num_hidden_layers = 2;
+  const auto per_layer = [&](DType compute) {
+    return DecoderLM::activation_bytes_of(two, compute, false, batch, seq) -
+           DecoderLM::activation_bytes_of(one, compute, false, batch, seq);
+  };
+  const int64_t h = one.hidden_size, I = one.intermediate_size;
+  const int64_t halved = (2 * n * h + 3 * n * I) * static_cast<int64_t>(sizeof(uint16_t));
+  EXPECT_EQ(per_layer(DType::f32) - per_layer(DType::bf16), halved);
 }
 
 // small_args() with layers 0 and 2 sparse (5 experts, 2 per token) and layer 1 dense; the wide
@@ -96,16 +123,25 @@ ModelArgs small_moe_args(bool aux) {
 TEST(Model, MoeActivationCheckpointingKeepsGradientsAndTheArenaIsWhatActivationBytesSays) {
   const int64_t batch = 3, seq = 11;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 4);
-  const CheckpointedStep kept = checkpointed_step(small_moe_args(true), ids, batch, seq, false);
-  const CheckpointedStep recomputed =
-      checkpointed_step(small_moe_args(true), ids, batch, seq, true);
-  for (const CheckpointedStep* step : {&kept, &recomputed}) EXPECT_EQ(step->taken, step->arena);
-  ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
-  EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
-                           kept.grads.size() * sizeof(float)));
-  EXPECT_EQ(kept.aux, recomputed.aux);
-  EXPECT_GT(kept.aux, 0.0);
-  EXPECT_LT(recomputed.arena, kept.arena);
+  // The shared layer set of checkpointing holds both MLP kinds, in bf16 a dense layer's kept
+  // values beside a sparse layer's fp32 ones.
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    const std::string where(dtype_name(compute));
+    const CheckpointedStep kept =
+        checkpointed_step(small_moe_args(true), ids, batch, seq, false, compute);
+    const CheckpointedStep recomputed =
+        checkpointed_step(small_moe_args(true), ids, batch, seq, true, compute);
+    for (const CheckpointedStep* step : {&kept, &recomputed}) {
+      EXPECT_EQ(step->taken, step->arena) << where;
+    }
+    ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
+    EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
+                             kept.grads.size() * sizeof(float)))
+        << where;
+    EXPECT_EQ(kept.aux, recomputed.aux) << where;
+    EXPECT_GT(kept.aux, 0.0) << where;
+    EXPECT_LT(recomputed.arena, kept.arena) << where;
+  }
 }
 
 TEST(Model, MoeInitialisationFollowsHuggingFace) {

@@ -372,14 +372,31 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
   const bool any_sparse = n_sparse > 0, any_dense = n_sparse < n_layers;
   Carver c(base);
-  // Index arrays share the float arena (same width).
+  // Index arrays share the float arena (same width); bf16 values take two to a float.
   const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
+  const auto take_bf16 = [&](int64_t count) {
+    return reinterpret_cast<uint16_t*>(c.take((count + 1) / 2));
+  };
+  // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
+  // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors); the fp32
+  // values are computed into scratch every layer shares. The attention's tensors stay fp32, as its
+  // arithmetic does, and so do the MoE block's (its router computes in fp32).
+  const bool keep_bf16 = compute_dtype == DType::bf16;
+  float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
+  const MlpActivations mlp_scratch =
+      keep_bf16 && any_dense ? MlpActivations{c.take(n * I), c.take(n * I), c.take(n * I)}
+                             : MlpActivations{};
   v.resid.assign(n_layers + 1, nullptr);
   for (float*& r : v.resid) r = c.take(n * h);
   v.layers.assign(checkpointing ? 1 : n_layers, {});
   for (size_t i = 0; i < v.layers.size(); ++i) {
     LayerActivations& a = v.layers[i];
-    a.norm1 = c.take(n * h);
+    // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
+    const auto layer = static_cast<int64_t>(i);
+    const bool sparse = checkpointing ? any_sparse : args.layer_is_sparse(layer);
+    const bool dense = checkpointing ? any_dense : !args.layer_is_sparse(layer);
+    a.norm1 = keep_bf16 ? norm_scratch : c.take(n * h);
+    a.attn.x_bf16 = keep_bf16 ? take_bf16(n * h) : nullptr;
     a.norm1_rstd = c.take(n);
     if (args.qk_norm) {
       a.attn.q_pre = c.take(n * H * hd);
@@ -393,13 +410,18 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     a.attn.out = c.take(n * H * hd);
     a.attn.lse = c.take(batch * H * seq);
     a.resid_mid = c.take(n * h);
-    a.norm2 = c.take(n * h);
+    // The router reads the MoE block's input in fp32, forward and backward.
+    a.norm2 = keep_bf16 && !sparse ? norm_scratch : c.take(n * h);
     a.norm2_rstd = c.take(n);
-    // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
-    const auto layer = static_cast<int64_t>(i);
-    const bool sparse = checkpointing ? any_sparse : args.layer_is_sparse(layer);
-    const bool dense = checkpointing ? any_dense : !args.layer_is_sparse(layer);
-    if (dense) a.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+    if (dense && keep_bf16) {
+      a.mlp = mlp_scratch;
+      a.mlp.x_bf16 = take_bf16(n * h);
+      a.mlp.gate_bf16 = take_bf16(n * I);
+      a.mlp.up_bf16 = take_bf16(n * I);
+      a.mlp.act_bf16 = take_bf16(n * I);
+    } else if (dense) {
+      a.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+    }
     if (sparse) {
       a.moe.router_logits = c.take(n * E);
       a.moe.router_probs = c.take(n * E);
@@ -414,8 +436,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   if (compute_dtype == DType::bf16) {
     // Two bf16 values per float; the lm_head's input (N, h) is among the widest inputs.
     const int64_t widest = std::max({h, H * hd, any_dense ? I : 0});
-    v.linear.x_bf16 = reinterpret_cast<uint16_t*>(c.take((n * widest + 1) / 2));
-    v.linear.dy_bf16 = reinterpret_cast<uint16_t*>(c.take((n * widest + 1) / 2));
+    v.linear.x_bf16 = take_bf16(n * widest);
+    v.linear.dy_bf16 = take_bf16(n * widest);
   }
   v.d_resid = c.take(n * h);
   LayerGradScratch& g = v.grad;

@@ -33,31 +33,35 @@ bool Linear::computes_in_bf16() const {
   return weight_bf16 != nullptr && kernel->forward_bf16 != nullptr;
 }
 
-void Linear::forward(float* y, const float* x, int64_t n, const LinearScratch& scratch) const {
-  linear_group_forward({{this, y}}, x, n, scratch);
+void Linear::forward(float* y, const float* x, int64_t n, const LinearScratch& scratch,
+                     uint16_t* keep_x_bf16) const {
+  linear_group_forward({{this, y}}, x, n, scratch, keep_x_bf16);
 }
 
 void Linear::backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
-                      const LinearScratch& scratch) const {
-  linear_group_backward({{this, dy}}, dx, x, n, accumulate_dx, scratch);
+                      const LinearScratch& scratch, const uint16_t* x_bf16) const {
+  linear_group_backward({{this, dy}}, dx, x, n, accumulate_dx, scratch, x_bf16);
 }
 
 void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, const float* x,
-                           int64_t n, bool accumulate_dx, const LinearScratch& scratch) {
-  bool x_rounded = false;  // the linears share x: it is rounded to bf16 once
+                           int64_t n, bool accumulate_dx, const LinearScratch& scratch,
+                           const uint16_t* x_bf16) {
+  // The linears share x: it is rounded to bf16 once, unless the forward kept its rounding.
+  const uint16_t* rounded = x_bf16;
   for (const LinearGrad& g : grads) {
     const Linear& l = *g.linear;
     if (l.computes_in_bf16()) {
       TITAN_CHECK(scratch.x_bf16 != nullptr && scratch.dy_bf16 != nullptr, l.name,
                   ": bf16 compute needs rounding buffers");
-      if (!x_rounded) {
+      if (rounded == nullptr) {
         convert_from_f32(x, static_cast<size_t>(n * l.in_features), DType::bf16, scratch.x_bf16);
-        x_rounded = true;
+        rounded = scratch.x_bf16;
       }
       convert_from_f32(g.dy, static_cast<size_t>(n * l.out_features), DType::bf16, scratch.dy_bf16);
-      l.kernel->backward_bf16(dx, l.weight_grad, scratch.dy_bf16, scratch.x_bf16, l.weight_bf16, n,
+      l.kernel->backward_bf16(dx, l.weight_grad, scratch.dy_bf16, rounded, l.weight_bf16, n,
                               l.in_features, l.out_features, accumulate_dx);
     } else {
+      TITAN_CHECK(x_bf16 == nullptr, l.name, ": its input kept in bf16, but it computes in fp32");
       TITAN_CHECK(l.weight_bf16 == nullptr, l.name, ": no backward through a widened bf16 weight");
       l.kernel->backward(dx, l.weight_grad, g.dy, x, l.weight, n, l.in_features, l.out_features,
                          accumulate_dx);
@@ -68,8 +72,9 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
 }
 
 void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
-                          const LinearScratch& scratch) {
-  bool fused = n == 1 && outputs.size() <= kMaxGemvProducts;
+                          const LinearScratch& scratch, uint16_t* keep_x_bf16) {
+  // A kept rounding is for a backward, which the fused GEMVs (decode) never have.
+  bool fused = n == 1 && outputs.size() <= kMaxGemvProducts && keep_x_bf16 == nullptr;
   for (const LinearOutput& o : outputs) fused = fused && o.linear->kernel_name == kBuiltinLinear;
   if (fused) {
     GemvProduct products[kMaxGemvProducts];
@@ -77,16 +82,18 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
     for (const LinearOutput& o : outputs) products[count++] = {o.linear->compute_weight(), o.y};
     gemv_forward(std::span<const GemvProduct>(products, count), x);
   }
-  bool x_rounded = false;  // the linears share x: it is rounded to bf16 once
+  uint16_t* rounded = nullptr;  // the linears share x: it is rounded to bf16 once
   for (const LinearOutput& o : outputs) {
     const Linear& l = *o.linear;
+    TITAN_CHECK(keep_x_bf16 == nullptr || l.computes_in_bf16(), l.name,
+                ": its input kept in bf16, but it computes in fp32");
     if (!fused && l.computes_in_bf16()) {
-      TITAN_CHECK(scratch.x_bf16 != nullptr, l.name, ": bf16 compute needs a rounding buffer");
-      if (!x_rounded) {
-        convert_from_f32(x, static_cast<size_t>(n * l.in_features), DType::bf16, scratch.x_bf16);
-        x_rounded = true;
+      if (rounded == nullptr) {
+        rounded = keep_x_bf16 != nullptr ? keep_x_bf16 : scratch.x_bf16;
+        TITAN_CHECK(rounded != nullptr, l.name, ": bf16 compute needs a rounding buffer");
+        convert_from_f32(x, static_cast<size_t>(n * l.in_features), DType::bf16, rounded);
       }
-      l.kernel->forward_bf16(o.y, scratch.x_bf16, l.weight_bf16, n, l.in_features, l.out_features);
+      l.kernel->forward_bf16(o.y, rounded, l.weight_bf16, n, l.in_features, l.out_features);
     } else if (!fused) {
       const float* w = l.weight;
       const float* x_in = x;
@@ -151,7 +158,7 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   float* v = f32_cache ? static_cast<float*>(cache.values) + call.past * kv_row : act.v;
   linear_group_forward(
       {{&q_proj, qk_norm ? act.q_pre : act.q}, {&k_proj, qk_norm ? act.k_pre : k}, {&v_proj, v}}, x,
-      n, call.linear);
+      n, call.linear, act.x_bf16);
   if (qk_norm) {
     q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
     k_norm.forward(k, act.k_rstd, act.k_pre, n * n_kv_heads);
@@ -190,21 +197,32 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
     k_norm.backward(g.dk, g.dk, act.k_pre, act.k_rstd, n * n_kv_heads);
   }
   linear_group_backward({{&q_proj, g.dq}, {&k_proj, g.dk}, {&v_proj, g.dv}}, dx, x, n, false,
-                        call.linear);
+                        call.linear, act.x_bf16);
 }
 
 void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
                         const LinearScratch& linear) const {
-  linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear);
+  linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
   swiglu->forward(act.act, act.gate, act.up, n * intermediate);
-  down_proj.forward(y, act.act, n, linear);
+  down_proj.forward(y, act.act, n, linear, act.act_bf16);
+  if (act.gate_bf16 != nullptr) {
+    const auto count = static_cast<size_t>(n * intermediate);
+    convert_from_f32(act.gate, count, DType::bf16, act.gate_bf16);
+    convert_from_f32(act.up, count, DType::bf16, act.up_bf16);
+  }
 }
 
 void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,
                          const float* x, int64_t n, const LinearScratch& linear) const {
-  down_proj.backward(g.dact, dy, act.act, n, false, linear);
+  down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
+  if (act.gate_bf16 != nullptr) {
+    const auto count = static_cast<size_t>(n * intermediate);
+    convert_to_f32(act.gate_bf16, DType::bf16, count, act.gate);
+    convert_to_f32(act.up_bf16, DType::bf16, count, act.up);
+  }
   swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, n * intermediate);
-  linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear);
+  linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear,
+                        act.x_bf16);
 }
 
 ExpertsShape SparseMoeBlock::shape(int64_t n) const {

@@ -87,11 +87,14 @@ struct Linear {
   GemvWeight compute_weight() const;
   // Whether the GEMMs take bf16 operands.
   bool computes_in_bf16() const;
-  // y (N, out) = x (N, in) W^T + b
-  void forward(float* y, const float* x, int64_t n, const LinearScratch& scratch) const;
-  // dx (N, in) = dy W (or += when accumulate_dx), dW += dy^T x, db += column sums of dy
+  // y (N, out) = x (N, in) W^T + b. keep_x_bf16 (N, in), or null: where x's bf16 rounding is
+  // kept for the backward (a linear that computes in bf16; linear_group_forward).
+  void forward(float* y, const float* x, int64_t n, const LinearScratch& scratch,
+               uint16_t* keep_x_bf16 = nullptr) const;
+  // dx (N, in) = dy W (or += when accumulate_dx), dW += dy^T x, db += column sums of dy; x_bf16:
+  // the rounding the forward kept, read instead of x (linear_group_backward).
   void backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
-                const LinearScratch& scratch) const;
+                const LinearScratch& scratch, const uint16_t* x_bf16 = nullptr) const;
 };
 
 // One product of linear_group_forward.
@@ -109,13 +112,18 @@ struct LinearGrad {
 // y_i = x W_i^T + b_i for linears that share their input (q/k/v, gate/up). A one-token call whose
 // linears are all bound to the built-in kernel runs as one fused GEMV over their weights (fp32 or
 // bf16, ops/gemv.h) -- the decode path, bound by weight bytes; otherwise each linear's kernel
-// runs, on x rounded to bf16 once for all of them when they compute in bf16.
+// runs, on x rounded to bf16 once for all of them when they compute in bf16. keep_x_bf16 (N, in),
+// or null: that rounding goes there rather than to the scratch, so a backward reads it instead of
+// x (mixed-precision training keeps the linears' inputs only in bf16); every linear must then
+// compute in bf16.
 void linear_group_forward(std::initializer_list<LinearOutput> outputs, const float* x, int64_t n,
-                          const LinearScratch& scratch);
+                          const LinearScratch& scratch, uint16_t* keep_x_bf16 = nullptr);
 // Its backward: dx (N, in) = sum_i dy_i W_i (overwritten, or added to when accumulate_dx), each
-// dW_i and db_i accumulated; x is rounded to bf16 once for all of them when they compute in bf16.
+// dW_i and db_i accumulated; x is rounded to bf16 once for all of them when they compute in bf16,
+// unless x_bf16, the rounding the forward kept, is given (x is then not read).
 void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, const float* x,
-                           int64_t n, bool accumulate_dx, const LinearScratch& scratch);
+                           int64_t n, bool accumulate_dx, const LinearScratch& scratch,
+                           const uint16_t* x_bf16 = nullptr);
 
 struct RMSNorm {
   std::string name;
@@ -153,6 +161,9 @@ struct AttentionActivations {
   float* v = nullptr;       // (N, KV, hd) (null with an fp32 cache)
   float* out = nullptr;     // (N, H, hd) attention output, o_proj's input
   float* lse = nullptr;     // (B, H, S)
+  // (N, h) the projections' input rounded to bf16, kept for their backward in bf16 training (the
+  // caller's fp32 input is then scratch); null otherwise.
+  uint16_t* x_bf16 = nullptr;
 };
 
 struct AttentionGradScratch {
@@ -185,10 +196,18 @@ struct SelfAttention {
   void check_constraints(const AttentionShape& shape) const;
 };
 
+// In bf16 training what the backward reads is kept as its bf16 rounding, as torch.autocast keeps
+// it: the input, gate, up and act below; gate, up and act are then fp32 scratch that every layer
+// shares (the forward computes there, the backward widens the kept values into it). Otherwise the
+// bf16 pointers are null and gate, up and act are kept.
 struct MlpActivations {
   float* gate = nullptr;  // (N, I)
   float* up = nullptr;    // (N, I)
   float* act = nullptr;   // (N, I) silu(gate) * up, down_proj's input
+  uint16_t* x_bf16 = nullptr;     // (N, h) gate_proj's and up_proj's input
+  uint16_t* gate_bf16 = nullptr;  // (N, I)
+  uint16_t* up_bf16 = nullptr;    // (N, I)
+  uint16_t* act_bf16 = nullptr;   // (N, I)
 };
 
 struct MlpGradScratch {
