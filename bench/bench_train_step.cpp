@@ -68,6 +68,8 @@ double gib(size_t bytes) {
 struct Timing {
   double seconds_per_step = 0.0;
   double tokens_per_second = 0.0;
+  // PyTorch only: the process's peak resident memory, and what it held before the first step.
+  double peak_rss_gib = 0.0, before_steps_gib = 0.0;
 };
 
 Timing run_titan(const BenchConfig& c, int steps, DType compute) {
@@ -132,14 +134,15 @@ Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int
       std::to_string(threads) + (compute == DType::bf16 ? " --autocast-bf16" : "");
   FILE* pipe = popen(cmd.c_str(), "r");
   TITAN_CHECK(pipe != nullptr, "cannot run ", cmd);
-  double seconds = -1.0;
+  double seconds = -1.0, peak = -1.0, before = -1.0;
   char line[512];
   while (std::fgets(line, sizeof line, pipe) != nullptr) {
     std::sscanf(line, "seconds_per_step %lf", &seconds);
+    std::sscanf(line, "peak_rss_gib %lf before_steps_gib %lf", &peak, &before);
   }
   const int status = pclose(pipe);
-  TITAN_CHECK(status == 0 && seconds > 0, "PyTorch reference failed (", cmd, ")");
-  return {seconds, static_cast<double>(c.batch * c.seq) / seconds};
+  TITAN_CHECK(status == 0 && seconds > 0 && peak > 0, "PyTorch reference failed (", cmd, ")");
+  return {seconds, static_cast<double>(c.batch * c.seq) / seconds, peak, before};
 }
 
 int run(int argc, char** argv) {
@@ -191,6 +194,8 @@ int run(int argc, char** argv) {
     std::printf("pytorch %.3f s/step  %.1f tokens/s  %.1f GFLOP/s  MFU %.1f%% of the ceiling\n",
                 torch.seconds_per_step, torch.tokens_per_second, torch_gflops,
                 100.0 * torch_gflops / ceiling);
+    std::printf("  pytorch peak resident memory %.2f GiB, %.2f GiB before its first step\n",
+                torch.peak_rss_gib, torch.before_steps_gib);
     std::printf("titan / pytorch tokens/s: %.2fx\n",
                 titan.tokens_per_second / torch.tokens_per_second);
   }

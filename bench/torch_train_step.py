@@ -1,8 +1,11 @@
 """The PyTorch eager side of bench_train_step: Transformers' Qwen3ForCausalLM in fp32 with sdpa
 attention (with --autocast-bf16, its forward under torch.autocast("cpu", bfloat16): PyTorch's
 mixed precision), the HF loss on the inputs as labels, torch.optim.AdamW. Prints the best step
-time."""
+time and the process's peak resident memory, with what it held before the first step (the fp32
+weights, the interpreter and the libraries): PyTorch's CPU tensors are plain allocations, so the
+growth is the step's own memory (gradients, AdamW moments, activations, autocast's bf16 copies)."""
 import argparse
+import resource
 import time
 
 import torch
@@ -36,6 +39,7 @@ def main():
         loss.backward()
         optimizer.step()
 
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     step()  # warm-up
     best = float("inf")
     for _ in range(a.steps):
@@ -43,6 +47,8 @@ def main():
         step()
         best = min(best, time.perf_counter() - t0)
     print(f"seconds_per_step {best:.6f}")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"peak_rss_gib {peak / 2**20:.4f} before_steps_gib {rss_before / 2**20:.4f}")
 
 
 if __name__ == "__main__":
