@@ -192,8 +192,8 @@ void FullyShardedGroups::unpack_gathered(size_t g) {
   const float* staging = staging_.as<float>();
   for_each_slice(
       g, BlockLayout::gather, [&](size_t i, int64_t w, int64_t b, int64_t count, int64_t) {
-        if (slots[i].copy !=
-            nullptr) {  // bf16 values from the block's start, the copy's own layout
+        // bf16 values from the block's start, the copy's own layout.
+        if (slots[i].copy != nullptr) {
           std::memcpy(slots[i].copy + (w - full.views()[i].offset), staging + b,
                       static_cast<size_t>(count) * sizeof(uint16_t));
         } else {
