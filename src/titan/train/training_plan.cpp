@@ -162,7 +162,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // use; the bytes each gather and reduce-scatter moves.
     const auto groups = static_cast<int64_t>(whole_numel.size());
     const int64_t blocks = a.num_hidden_layers, head = a.tie_word_embeddings ? 0 : blocks + 1;
-    const std::string& policy = in.reshard_after_forward;
+    const ReshardPolicy policy = parse_reshard_policy(in.reshard_after_forward);
     const auto in_use = [&](int64_t g) { return master_numel[g] * kFloat + copies[g] * bf16_size; };
     const auto moment = [&](int64_t params, int64_t grads) {
       m.unit_parameters = std::max(m.unit_parameters, params);
@@ -183,9 +183,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
     };
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
       if (end == GroupUseEnd::gradients) scattered += shard_numel[g] * kFloat;
-      const bool kept = (end == GroupUseEnd::used_next && policy != "always") ||
-                        (end == GroupUseEnd::used_later && policy == "never");
-      if (!kept) whole_now[g] = false;
+      if (!keeps_whole(policy, end)) whole_now[g] = false;
     };
     acquire(0, false, gathered_forward);
     release(0, GroupUseEnd::used_later);
