@@ -178,17 +178,22 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // bf16 more than a unit in flight holds.
     moment(largest_whole * kFloat, 0);
     std::vector<bool> whole_now(static_cast<size_t>(groups), false);
+    int64_t whole_params = 0;  // in_use of the units whole now
     int64_t gathered_forward = 0, gathered_backward = 0, scattered = 0;  // bytes per rank's block
     const auto acquire = [&](int64_t g, bool gradients, int64_t& gathered) {
-      if (!whole_now[g]) gathered += gather_numel[g] * kFloat;
-      whole_now[g] = true;
-      int64_t params = 0;
-      for (int64_t u = 0; u < groups; ++u) params += whole_now[u] ? in_use(u) : 0;
-      moment(params, gradients ? whole_numel[g] * kFloat : 0);
+      if (!whole_now[g]) {
+        gathered += gather_numel[g] * kFloat;
+        whole_params += in_use(g);
+        whole_now[g] = true;
+      }
+      moment(whole_params, gradients ? whole_numel[g] * kFloat : 0);
     };
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
       if (end == GroupUseEnd::gradients) scattered += shard_numel[g] * kFloat;
-      if (!keeps_whole(policy, end)) whole_now[g] = false;
+      if (!keeps_whole(policy, end)) {  // whole now: each release follows its acquire
+        whole_params -= in_use(g);
+        whole_now[g] = false;
+      }
     };
     acquire(0, false, gathered_forward);
     release(0, GroupUseEnd::used_later);
