@@ -3,7 +3,7 @@
 // keeps each rank's rows, and a unit kept after its forward (fsdp_reshard_after_forward) is not
 // gathered again for its backward; under bf16 the weights read only in bf16 are gathered into
 // their copies, rounded, their masters never committed. RowShard's cut is checked against the rows
-// it must hold.
+// it must hold, and the reshard policy's rule (keeps_whole, which the plan shares) for every end.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -14,9 +14,11 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
+#include "titan/core/error.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/fsdp.h"
 #include "titan/dist/mesh.h"
+#include "titan/nn/param_group.h"
 #include "titan/nn/row_shard.h"
 
 namespace titan {
@@ -40,6 +42,33 @@ TEST(RowShard, EveryRowOnceInEqualBlocks) {
   const ParamSpec cut = RowShard{1, 3}.spec_of({"w", {7, 5}, ParamInit::normal});
   EXPECT_EQ(cut.shape, (Shape{3, 5}));
   EXPECT_EQ(cut.name, "w");
+}
+
+TEST(ReshardPolicy, KeepsWholeOnlyAfterTheForwardUsesItNames) {
+  EXPECT_EQ(parse_reshard_policy("default"), ReshardPolicy::except_next);
+  EXPECT_EQ(parse_reshard_policy("always"), ReshardPolicy::always);
+  EXPECT_EQ(parse_reshard_policy("never"), ReshardPolicy::never);
+  try {
+    parse_reshard_policy("sometimes");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "parallelism.fsdp_reshard_after_forward 'sometimes' is not one of default, "
+                 "always, never");
+  }
+  // Per policy, whether a use ending used_next, used_later, last or gradients keeps the unit.
+  const std::vector<std::pair<ReshardPolicy, std::array<bool, 4>>> policies = {
+      {ReshardPolicy::except_next, {true, false, false, false}},
+      {ReshardPolicy::always, {false, false, false, false}},
+      {ReshardPolicy::never, {true, true, false, false}}};
+  const GroupUseEnd ends[] = {GroupUseEnd::used_next, GroupUseEnd::used_later, GroupUseEnd::last,
+                              GroupUseEnd::gradients};
+  for (const auto& [policy, keeps] : policies) {
+    for (size_t e = 0; e < 4; ++e) {
+      EXPECT_EQ(keeps_whole(policy, ends[e]), keeps[e])
+          << static_cast<int>(policy) << ", end " << e;
+    }
+  }
 }
 
 std::vector<ParamGroup> released_groups() {

@@ -111,6 +111,24 @@ TEST(StateDictAdapter, DenseSpecsAreTheModelsParameters) {
   }
 }
 
+TEST(StateDictAdapter, HeadGroupIndexIsTheGroupHoldingNormAndLmHead) {
+  for (bool tied : {true, false}) {
+    const ModelArgs args = tiny_dense(tied);
+    const std::vector<ParamGroupSpec> specs = model_param_specs(args);
+    const int64_t head = head_group_index(args);
+    for (size_t g = 0; g < specs.size(); ++g) {
+      bool norm = false, lm_head = false;
+      for (const ParamSpec& p : specs[g].params) {
+        norm = norm || p.name == "model.norm.weight";
+        lm_head = lm_head || p.name == "lm_head.weight";
+      }
+      EXPECT_EQ(norm, static_cast<int64_t>(g) == head) << "tied " << tied << ", group " << g;
+      EXPECT_EQ(lm_head, !tied && static_cast<int64_t>(g) == head)
+          << "tied " << tied << ", group " << g;
+    }
+  }
+}
+
 TEST(StateDictAdapter, DenseKeysAreTheParameterNames) {
   for (bool tied : {true, false}) {
     const ModelArgs args = tiny_dense(tied);

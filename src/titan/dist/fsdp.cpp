@@ -141,11 +141,7 @@ void FullyShardedGroups::gather_in_bf16(
 }
 
 void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
-  TITAN_CHECK(policy == "default" || policy == "always" || policy == "never",
-              "parallelism.fsdp_reshard_after_forward '", policy,
-              "' is not one of default, always, never");
-  keep_used_next_ = policy != "always";
-  keep_used_later_ = policy == "never";
+  reshard_ = parse_reshard_policy(policy);
 }
 
 void FullyShardedGroups::acquire(int64_t g, bool gradients) {
@@ -192,8 +188,8 @@ void FullyShardedGroups::unpack_gathered(size_t g) {
   const float* staging = staging_.as<float>();
   for_each_slice(
       g, BlockLayout::gather, [&](size_t i, int64_t w, int64_t b, int64_t count, int64_t) {
-        if (slots[i].copy !=
-            nullptr) {  // bf16 values from the block's start, the copy's own layout
+        // bf16 values from the block's start, the copy's own layout.
+        if (slots[i].copy != nullptr) {
           std::memcpy(slots[i].copy + (w - full.views()[i].offset), staging + b,
                       static_cast<size_t>(count) * sizeof(uint16_t));
         } else {
@@ -219,8 +215,7 @@ void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
     scattered_ = mesh_.shard_group().reduce_scatter_sum_async(
         reduced_grad_.as<float>(), scatter_staging_.as<float>(), shard.numel());
     scattering_ = g;
-  } else if ((end == GroupUseEnd::used_next && keep_used_next_) ||
-             (end == GroupUseEnd::used_later && keep_used_later_)) {
+  } else if (keeps_whole(reshard_, end)) {
     return;
   }
   full.release_params();

@@ -57,10 +57,8 @@ class FullyShardedGroups {
   // computes the same whole values).
   void initialize(const std::function<void(ParamGroup&)>& init);
   // parallelism.fsdp_reshard_after_forward: which units keep their whole parameters after a
-  // forward use until their next use (the backward) instead of gathering them again: "always"
-  // none, "never" every unit used again, "default" (torchtitan's) only the one used again next
-  // (the last block, whose backward follows its forward at once). A forward without gradients
-  // (GroupUseEnd::last) keeps nothing.
+  // forward use until their next use (the backward) instead of gathering them again
+  // (parse_reshard_policy and keeps_whole, nn/param_group.h).
   void set_reshard_after_forward(const std::string& policy);
   // Per group, the parameters to gather in bf16 straight into their copies (empty: fp32, the
   // default). The copies are written at acquire; they must be resident then.
@@ -102,9 +100,7 @@ class FullyShardedGroups {
   std::vector<ParamGroup>& full_;
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
-  // fsdp_reshard_after_forward: whether a unit stays whole after a forward use that ends
-  // used_next ("default", "never") and used_later ("never").
-  bool keep_used_next_ = true, keep_used_later_ = false;
+  ReshardPolicy reshard_ = ReshardPolicy::except_next;  // fsdp_reshard_after_forward
   // Each group's all-gather: per view its offset in a rank's block (floats; a bf16 view takes
   // half its shard's floats) and its bf16 copy (null: gathered in fp32 into the master), and the
   // floats of a rank's block (the shard's numel when every view is fp32).

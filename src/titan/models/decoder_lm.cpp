@@ -119,7 +119,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     groups_.emplace_back(g.name, g.params, params);
   }
 
-  head_group_ = args_.tie_word_embeddings ? 0 : args_.num_hidden_layers + 1;
+  head_group_ = head_group_index(args_);
   const ParamGroup &g0 = groups_[0], &head = groups_[static_cast<size_t>(head_group_)];
   Embedding& embed = m_.embed_tokens;
   embed.name = "model.embed_tokens";

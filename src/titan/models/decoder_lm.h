@@ -90,7 +90,7 @@ class DecoderLM final : public CausalLM {
   // [0]: embed_tokens (+ norm when tied); [1 + i]: layer i; [head_group_]: norm, lm_head -- the
   // last group, or 0 when the lm_head is the embedding (state_dict_adapter's model_param_specs).
   std::vector<ParamGroup> groups_;
-  int64_t head_group_ = 0;
+  int64_t head_group_ = 0;  // head_group_index(args_)
   DecoderModules m_;
   const LmHeadLossKernel* lm_head_loss_ = nullptr;
   RopeCache rope_cache_;

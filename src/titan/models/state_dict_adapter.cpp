@@ -93,6 +93,10 @@ std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args) {
   return groups;
 }
 
+int64_t head_group_index(const ModelArgs& args) {
+  return args.tie_word_embeddings ? 0 : args.num_hidden_layers + 1;
+}
+
 std::vector<ParamGroup> make_param_groups(const ModelArgs& args) {
   std::vector<ParamGroup> groups;
   for (const ParamGroupSpec& spec : model_param_specs(args))

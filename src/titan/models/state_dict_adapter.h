@@ -34,6 +34,9 @@ struct ParamGroupSpec {
 };
 
 std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args);
+// The index in model_param_specs of the group holding [norm, lm_head]: the last, or 0 (the
+// embedding's) when tied.
+int64_t head_group_index(const ModelArgs& args);
 // The groups of model_param_specs, allocated and zeroed: the parameters of a model that is only
 // stored, converted or initialised (no module tree, no kernels).
 std::vector<ParamGroup> make_param_groups(const ModelArgs& args);

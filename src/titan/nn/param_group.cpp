@@ -18,6 +18,19 @@ int64_t param_group_numel(const std::vector<ParamSpec>& specs) {
   return numel;
 }
 
+ReshardPolicy parse_reshard_policy(const std::string& policy) {
+  if (policy == "default") return ReshardPolicy::except_next;
+  if (policy == "always") return ReshardPolicy::always;
+  TITAN_CHECK(policy == "never", "parallelism.fsdp_reshard_after_forward '", policy,
+              "' is not one of default, always, never");
+  return ReshardPolicy::never;
+}
+
+bool keeps_whole(ReshardPolicy policy, GroupUseEnd end) {
+  return (end == GroupUseEnd::used_next && policy != ReshardPolicy::always) ||
+         (end == GroupUseEnd::used_later && policy == ReshardPolicy::never);
+}
+
 ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs, Residency residency)
     : name_(std::move(name)), residency_(residency) {
   for (const ParamSpec& spec : specs) {

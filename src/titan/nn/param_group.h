@@ -56,6 +56,19 @@ enum class GroupUseEnd {
   gradients,   // the use accumulated into the group's gradients, complete for this use
 };
 
+// parallelism.fsdp_reshard_after_forward: which forward uses leave a unit whole until its next use
+// (the backward) instead of handing it back and gathering it again.
+enum class ReshardPolicy {
+  except_next,  // "default" (torchtitan's): only the unit used again next (the last block)
+  always,       // none
+  never,        // every unit used again
+};
+// The policy a config string names; titan::Error naming the key unless default, always or never.
+ReshardPolicy parse_reshard_policy(const std::string& policy);
+// Whether a use ending `end` keeps the unit whole under `policy`: never after the last use
+// (evaluation) or a use that computed gradients.
+bool keeps_whole(ReshardPolicy policy, GroupUseEnd end);
+
 class ParamGroup {
  public:
   // Residency::released: the parameters (and later the gradients) start handed back, as FSDP's

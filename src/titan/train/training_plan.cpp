@@ -26,18 +26,22 @@ std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t 
 }
 
 // Elements of the bf16 copies mixed precision keeps (DecoderLM::allocate_compute_weights), per
-// parameter group (model_param_specs): every matmul weight -- q/k/v/o and the dense MLP or the
-// stacked experts (not the router) in each block's, the lm_head in the [norm, lm_head] group (in
-// the embedding's when tied).
-std::vector<int64_t> compute_copy_numel(const ModelArgs& a) {
-  const int64_t h = a.hidden_size, head = a.vocab_size * h;
-  std::vector<int64_t> n = {a.tie_word_embeddings ? head : 0};
-  for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
-    n.push_back(h * a.head_dim * (2 * a.num_attention_heads + 2 * a.num_key_value_heads) +
-                (a.layer_is_sparse(i) ? 3 * a.num_experts * a.moe_intermediate_size * h
-                                      : 3 * h * a.intermediate_size));
+// group of `groups` (model_param_specs(a)): each group's weights read only in bf16 (q/k/v/o and
+// the dense MLP or the stacked experts, not the router; an untied lm_head) and, when tied, the
+// lm_head's copy of the embedding in the [norm, lm_head] group (head_group_index), then the
+// embedding's.
+std::vector<int64_t> compute_copy_numel(const ModelArgs& a,
+                                        const std::vector<ParamGroupSpec>& groups) {
+  std::vector<int64_t> n;
+  for (const ParamGroupSpec& g : groups) {
+    int64_t copies = 0;
+    for (const ParamSpec& p : g.params) {
+      if (DecoderLM::read_only_in_bf16(p.name)) copies += shape_numel(p.shape);
+    }
+    n.push_back(copies);
   }
-  if (!a.tie_word_embeddings) n.push_back(head);
+  if (a.tie_word_embeddings)
+    n[static_cast<size_t>(head_group_index(a))] += a.vocab_size * a.hidden_size;
   return n;
 }
 
@@ -119,7 +123,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const bool bf16 = in.compute_dtype == DType::bf16;
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_rounded = 0;
   std::vector<int64_t> shard_numel, whole_numel, gather_numel, master_numel;
-  for (const ParamGroupSpec& g : model_param_specs(a)) {
+  const std::vector<ParamGroupSpec> group_specs = model_param_specs(a);
+  for (const ParamGroupSpec& g : group_specs) {
     const int64_t group = param_group_numel(g.params);
     whole_numel.push_back(group);
     // The masters a unit in flight holds: under bf16 not those gathered into copies.
@@ -146,7 +151,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   m.parameters = m.gradients = resident * kFloat;
   m.optimizer = 2 * resident * kFloat;
   const std::vector<int64_t> copies = in.compute_dtype == DType::bf16
-                                          ? compute_copy_numel(a)
+                                          ? compute_copy_numel(a, group_specs)
                                           : std::vector<int64_t>(whole_numel.size(), 0);
   const auto bf16_size = static_cast<int64_t>(dtype_size(DType::bf16));
   if (!fsdp) {
@@ -161,8 +166,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // its forward stays whole with its copies until its backward) and the whole gradients of the
     // use; the bytes each gather and reduce-scatter moves.
     const auto groups = static_cast<int64_t>(whole_numel.size());
-    const int64_t blocks = a.num_hidden_layers, head = a.tie_word_embeddings ? 0 : blocks + 1;
-    const std::string& policy = in.reshard_after_forward;
+    const int64_t blocks = a.num_hidden_layers, head = head_group_index(a);
+    const ReshardPolicy policy = parse_reshard_policy(in.reshard_after_forward);
     const auto in_use = [&](int64_t g) { return master_numel[g] * kFloat + copies[g] * bf16_size; };
     const auto moment = [&](int64_t params, int64_t grads) {
       m.unit_parameters = std::max(m.unit_parameters, params);
@@ -173,19 +178,22 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // bf16 more than a unit in flight holds.
     moment(largest_whole * kFloat, 0);
     std::vector<bool> whole_now(static_cast<size_t>(groups), false);
+    int64_t whole_params = 0;  // in_use of the units whole now
     int64_t gathered_forward = 0, gathered_backward = 0, scattered = 0;  // bytes per rank's block
     const auto acquire = [&](int64_t g, bool gradients, int64_t& gathered) {
-      if (!whole_now[g]) gathered += gather_numel[g] * kFloat;
-      whole_now[g] = true;
-      int64_t params = 0;
-      for (int64_t u = 0; u < groups; ++u) params += whole_now[u] ? in_use(u) : 0;
-      moment(params, gradients ? whole_numel[g] * kFloat : 0);
+      if (!whole_now[g]) {
+        gathered += gather_numel[g] * kFloat;
+        whole_params += in_use(g);
+        whole_now[g] = true;
+      }
+      moment(whole_params, gradients ? whole_numel[g] * kFloat : 0);
     };
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
       if (end == GroupUseEnd::gradients) scattered += shard_numel[g] * kFloat;
-      const bool kept = (end == GroupUseEnd::used_next && policy != "always") ||
-                        (end == GroupUseEnd::used_later && policy == "never");
-      if (!kept) whole_now[g] = false;
+      if (!keeps_whole(policy, end)) {  // whole now: each release follows its acquire
+        whole_params -= in_use(g);
+        whole_now[g] = false;
+      }
     };
     acquire(0, false, gathered_forward);
     release(0, GroupUseEnd::used_later);
