@@ -71,10 +71,7 @@ void expect_finite_difference(const char* what, std::vector<float>& x,
 }
 
 TEST(Vec, EveryIsaMatchesDoublePrecision) {
-  const CpuInfo& cpu = cpu_info();
-  std::vector<Isa> isas = {Isa::scalar};
-  if (cpu.avx2) isas.push_back(Isa::avx2);
-  if (cpu.avx512) isas.push_back(Isa::avx512);
+  const std::vector<Isa> isas = supported_isas();
   for (Isa isa : isas) {
     const VecKernels& v = vec_kernels(isa);
     EXPECT_STREQ(v.variant, isa_name(isa));
@@ -129,10 +126,7 @@ void expect_gemv_close(const std::string& what, const float* got, const float* w
 
 // Every ISA's gemv_f32, gemv_bf16, axpy_rows and axpy_bf16 at odd row and column counts.
 TEST(Vec, GemvEveryIsaMatchesReference) {
-  const CpuInfo& cpu = cpu_info();
-  std::vector<Isa> isas = {Isa::scalar};
-  if (cpu.avx2) isas.push_back(Isa::avx2);
-  if (cpu.avx512) isas.push_back(Isa::avx512);
+  const std::vector<Isa> isas = supported_isas();
   // Column counts around gemv_bf16's blocks of 32 and steps of 64.
   const std::pair<int64_t, int64_t> sizes[] = {{1, 1},  {3, 7},  {4, 16},  {5, 17},   {13, 33},
                                                {9, 67}, {2, 96}, {3, 100}, {8, 1000}, {7, 1001}};
@@ -153,7 +147,7 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
       const GemvProduct f32_product{{DType::f32, w.data(), rows, cols}, want.data()};
       gemv_forward_reference({&f32_product, 1}, x.data());
       expect_gemv_close("gemv_f32", got.data(), want.data(), w, x, rows, cols);
-      // The kernel multiplies whatever x it is given; gemv_forward gives it x rounded to bf16.
+      // The kernel takes x holding bf16 values, as gemv_forward gives it.
       std::vector<float> x_rounded(cols), x_split(cols);
       for (int64_t c = 0; c < cols; ++c) x_rounded[c] = round_to_bf16(x[c]);
       gemv_bf16_split_x(x_split.data(), x_rounded.data(), cols);
@@ -203,10 +197,7 @@ TEST(Vec, GemvEveryIsaMatchesReference) {
 // per kv head; head dims with whole blocks of 32, a lone 16 and scalar tails; cache rows padded
 // with NaN past their heads (a read past a head's slice would show).
 TEST(Vec, GqaAttentionKernelsEveryIsaMatchReference) {
-  const CpuInfo& cpu = cpu_info();
-  std::vector<Isa> isas = {Isa::scalar};
-  if (cpu.avx2) isas.push_back(Isa::avx2);
-  if (cpu.avx512) isas.push_back(Isa::avx512);
+  const std::vector<Isa> isas = supported_isas();
   struct Case {
     GqaHeads heads;
     int64_t rows;

@@ -50,7 +50,9 @@ struct VecKernels {
                    int64_t cols);
   // The same with bf16 weights (their raw bits), widened to fp32 in registers -- exactly, since
   // bf16 is the top half of an fp32 -- so half the bytes stream from memory. x comes split by
-  // gemv_bf16_split_x (its pairs of columns apart, which lets the kernel widen without shuffles).
+  // gemv_bf16_split_x (its pairs of columns apart, which lets the kernel widen without shuffles)
+  // and must hold bf16 values (x rounded, as gemv_forward gives it): with AVX512_BF16 the
+  // kernel multiplies them as bf16.
   void (*gemv_bf16)(float* y, const uint16_t* w, int64_t ldw, const float* x_split, int64_t rows,
                     int64_t cols);
   // y_split += a * x for bf16 x (raw bits), y in gemv_bf16_split_x's layout: x widened by the

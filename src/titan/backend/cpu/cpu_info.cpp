@@ -2,6 +2,8 @@
 
 #include <cpuid.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -85,6 +87,8 @@ const char* isa_name(Isa isa) {
       return "avx2";
     case Isa::avx512:
       return "avx512";
+    case Isa::avx512_bf16:
+      return "avx512_bf16";
   }
   return "?";
 }
@@ -96,23 +100,28 @@ const CpuInfo& cpu_info() {
 
 Isa active_isa() {
   static const Isa isa = [] {
-    const CpuInfo& info = cpu_info();
-    const Isa best = info.avx512 ? Isa::avx512 : info.avx2 ? Isa::avx2 : Isa::scalar;
     const char* env = std::getenv("TITAN_ISA");
-    if (env == nullptr || *env == '\0') return best;
+    const std::vector<Isa> isas = supported_isas();
+    if (env == nullptr || *env == '\0') return isas.back();
     const std::string want = env;
-    if (want == "scalar") return Isa::scalar;
-    if (want == "avx2") {
-      TITAN_CHECK(info.avx2, "TITAN_ISA=avx2: this CPU has no AVX2/FMA");
-      return Isa::avx2;
+    for (const Isa candidate : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512_bf16}) {
+      if (want != isa_name(candidate)) continue;
+      TITAN_CHECK(std::find(isas.begin(), isas.end(), candidate) != isas.end(), "TITAN_ISA=", want,
+                  ": this CPU has no ", want);
+      return candidate;
     }
-    if (want == "avx512") {
-      TITAN_CHECK(info.avx512, "TITAN_ISA=avx512: this CPU has no AVX-512");
-      return Isa::avx512;
-    }
-    fail("TITAN_ISA=", want, ": expected scalar, avx2 or avx512");
+    fail("TITAN_ISA=", want, ": expected scalar, avx2, avx512 or avx512_bf16");
   }();
   return isa;
+}
+
+std::vector<Isa> supported_isas() {
+  const CpuInfo& info = cpu_info();
+  std::vector<Isa> isas = {Isa::scalar};
+  if (info.avx2) isas.push_back(Isa::avx2);
+  if (info.avx512) isas.push_back(Isa::avx512);
+  if (info.avx512_bf16) isas.push_back(Isa::avx512_bf16);
+  return isas;
 }
 
 }  // namespace titan

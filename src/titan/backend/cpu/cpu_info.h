@@ -3,10 +3,12 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace titan {
 
-enum class Isa { scalar, avx2, avx512 };
+// avx512_bf16: AVX-512 with its bf16 dot product (vdpbf16ps), which the bf16 GEMV multiplies with.
+enum class Isa { scalar, avx2, avx512, avx512_bf16 };
 const char* isa_name(Isa isa);
 
 struct CpuInfo {
@@ -21,8 +23,10 @@ struct CpuInfo {
 
 const CpuInfo& cpu_info();
 
-// The vector ISA the kernels use: the best the CPU has, or TITAN_ISA=scalar|avx2|avx512 when set
-// (tests run every variant that way). Asking for an ISA the CPU lacks is an error.
+// The vector ISA the kernels use: the best the CPU has, or TITAN_ISA=scalar|avx2|avx512|avx512_bf16
+// when set (tests run every variant that way). Asking for an ISA the CPU lacks is an error.
 Isa active_isa();
+// Every ISA this CPU runs, scalar first.
+std::vector<Isa> supported_isas();
 
 }  // namespace titan

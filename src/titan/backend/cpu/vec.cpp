@@ -10,9 +10,14 @@ extern const VecKernels kKernels;
 namespace vec_avx512 {
 extern const VecKernels kKernels;
 }
+namespace vec_avx512_bf16 {
+extern const VecKernels kKernels;
+}
 
 const VecKernels& vec_kernels(Isa isa) {
   switch (isa) {
+    case Isa::avx512_bf16:
+      return vec_avx512_bf16::kKernels;
     case Isa::avx512:
       return vec_avx512::kKernels;
     case Isa::avx2:
