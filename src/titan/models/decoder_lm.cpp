@@ -433,11 +433,11 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   }
   v.final_norm = c.take(n * h);
   v.final_norm_rstd = c.take(n);
-  if (compute_dtype == DType::bf16) {
-    // Two bf16 values per float; the lm_head's input (N, h) is among the widest inputs.
-    const int64_t widest = std::max({h, H * hd, any_dense ? I : 0});
-    v.linear.x_bf16 = take_bf16(n * widest);
-    v.linear.dy_bf16 = take_bf16(n * widest);
+  if (keep_bf16) {
+    // The inputs rounded here are o_proj's and the lm_head's (the others are kept above); the
+    // output gradients are every linear's.
+    v.linear.x_bf16 = take_bf16(n * std::max(h, H * hd));
+    v.linear.dy_bf16 = take_bf16(n * std::max({h, H * hd, any_dense ? I : 0}));
   }
   v.d_resid = c.take(n * h);
   LayerGradScratch& g = v.grad;

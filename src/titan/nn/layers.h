@@ -201,9 +201,9 @@ struct SelfAttention {
 // shares (the forward computes there, the backward widens the kept values into it). Otherwise the
 // bf16 pointers are null and gate, up and act are kept.
 struct MlpActivations {
-  float* gate = nullptr;  // (N, I)
-  float* up = nullptr;    // (N, I)
-  float* act = nullptr;   // (N, I) silu(gate) * up, down_proj's input
+  float* gate = nullptr;          // (N, I)
+  float* up = nullptr;            // (N, I)
+  float* act = nullptr;           // (N, I) silu(gate) * up, down_proj's input
   uint16_t* x_bf16 = nullptr;     // (N, h) gate_proj's and up_proj's input
   uint16_t* gate_bf16 = nullptr;  // (N, I)
   uint16_t* up_bf16 = nullptr;    // (N, I)
