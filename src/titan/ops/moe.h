@@ -56,7 +56,7 @@ struct ExpertsActivations {
   float* gate = nullptr;  // (N*k, Im) gate_proj output
   float* up = nullptr;    // (N*k, Im)
   // (N*k, Im) silu(gate) * up, down_proj's input; the bf16 kernels keep it rounded to bf16, as
-  // the GEMM takes it, in the first half of this room.
+  // the GEMM takes it: (N*k, Im) bf16 values, half the room (a bf16 model carves only that).
   float* act = nullptr;
   int32_t* row_of = nullptr;   // (N*k) the row of (token t, slot j) at [t*k + j]
   int32_t* offsets = nullptr;  // (E + 1) expert e owns rows [offsets[e], offsets[e + 1])
