@@ -143,7 +143,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   lm_head_loss_ = &std::get<LmHeadLossKernel>(binder.bind("lm_head", OpKind::lm_head_loss).impl);
 
   for (int64_t i = 0; i < args_.num_hidden_layers; ++i) {
-    const ParamGroup& g = groups_[1 + i];
+    const ParamGroup& g = groups_[static_cast<size_t>(layer_group_index(i))];
     const std::string p = layer_name(i);
     DecoderLayer layer;
     layer.name = p;
@@ -316,7 +316,7 @@ void DecoderLM::allocate_gradients() {
   m_.lm_head.weight_grad =
       args_.tie_word_embeddings ? m_.embed_tokens.weight_grad : grad_of(head, "lm_head.weight");
   for (size_t i = 0; i < m_.layers.size(); ++i) {
-    const ParamGroup& g = groups_[1 + i];
+    const ParamGroup& g = groups_[static_cast<size_t>(layer_group_index(static_cast<int64_t>(i)))];
     DecoderLayer& l = m_.layers[i];
     for (RMSNorm* n : {&l.input_layernorm, &l.post_attention_layernorm}) {
       n->weight_grad = grad_of(g, n->name + ".weight");
@@ -533,18 +533,19 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   const auto n_layers = static_cast<int64_t>(m_.layers.size());
   const bool grad = options.compute_grad;
   acquire(0, false);
-  prefetch(n_layers > 0 ? 1 : head_group_);
+  prefetch(n_layers > 0 ? layer_group_index(0) : head_group_);
   m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
   release(0, grad || head_group_ == 0 ? GroupUseEnd::used_later : GroupUseEnd::last);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
-    const auto group = static_cast<int64_t>(1 + i);
+    const int64_t group = layer_group_index(static_cast<int64_t>(i));
+    const bool last_layer = i + 1 == m_.layers.size();
     acquire(group, false);
-    prefetch(group < n_layers ? group + 1 : head_group_);
+    prefetch(last_layer ? head_group_ : layer_group_index(static_cast<int64_t>(i) + 1));
     LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
     layer_forward(i, a);
-    release(group, !grad               ? GroupUseEnd::last
-                   : group == n_layers ? GroupUseEnd::used_next
-                                       : GroupUseEnd::used_later);
+    release(group, !grad        ? GroupUseEnd::last
+                   : last_layer ? GroupUseEnd::used_next
+                                : GroupUseEnd::used_later);
     if (aux && m_.layers[i].sparse) {
       load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(), a.moe.router_probs,
                                 a.moe.topk_index, n, E, k);
@@ -603,7 +604,7 @@ void DecoderLM::backward() {
   m_.norm.backward(g.d_resid, g.grad.d_norm, g.resid.back(), g.final_norm_rstd, n);
   release(head_group_, GroupUseEnd::gradients);
   for (size_t i = m_.layers.size(); i-- > 0;) {
-    const auto group = static_cast<int64_t>(1 + i);
+    const int64_t group = layer_group_index(static_cast<int64_t>(i));
     acquire(group, true);
     prefetch(group - 1);  // the previous block, or group 0 for the embedding's backward
     LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];

@@ -120,9 +120,8 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
               " parameter groups for a model of ", specs.size());
   std::unordered_map<std::string, std::pair<HeldElements, int64_t>> params;  // -> (held, numel)
   for (size_t g = 0; g < groups.size(); ++g) {
-    for (size_t i = 0; i < groups[g].views().size(); ++i) {
-      const ParamView& v = groups[g].views()[i];
-      const Shape& whole = specs[g].params[i].shape;
+    for (const ParamView& v : groups[g].views()) {
+      const Shape& whole = specs[g].param(v.spec.name).shape;
       const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
       TITAN_CHECK(v.numel == shard.rows_per_shard(d0) * row, "model: parameter ", v.spec.name,
                   " is not shard ", shard.index, " of ", shard.count, " of ", shape_str(whole));

@@ -1,5 +1,6 @@
 #include "titan/models/state_dict_adapter.h"
 
+#include <algorithm>
 #include <array>
 
 #include "titan/core/error.h"
@@ -91,6 +92,17 @@ std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args) {
     groups.push_back({"model.norm+lm_head", {norm, {"lm_head.weight", {args.vocab_size, h}}}});
   }
   return groups;
+}
+
+const ParamSpec& ParamGroupSpec::param(const std::string& param) const {
+  const auto it = std::find_if(params.begin(), params.end(),
+                               [&](const ParamSpec& p) { return p.name == param; });
+  TITAN_CHECK(it != params.end(), "parameter group ", name, " has no parameter ", param);
+  return *it;
+}
+
+int64_t layer_group_index(int64_t layer) {
+  return 1 + layer;
 }
 
 int64_t head_group_index(const ModelArgs& args) {

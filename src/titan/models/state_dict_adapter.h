@@ -31,9 +31,16 @@ namespace titan {
 struct ParamGroupSpec {
   std::string name;
   std::vector<ParamSpec> params;
+
+  // The parameter named `param` (a model's group may hold its views in another order: bf16 FSDP
+  // units put the weights read only in bf16 last); an error names the group when it has none.
+  const ParamSpec& param(const std::string& param) const;
 };
 
 std::vector<ParamGroupSpec> model_param_specs(const ModelArgs& args);
+// The index in model_param_specs of decoder layer `layer`'s group: 1 + layer (the embedding's
+// is 0).
+int64_t layer_group_index(int64_t layer);
 // The index in model_param_specs of the group holding [norm, lm_head]: the last, or 0 (the
 // embedding's) when tied.
 int64_t head_group_index(const ModelArgs& args);

@@ -204,14 +204,12 @@ void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<Para
                                              " (" + std::to_string(saved) + " shards)";
   for (const BufferSource& src : sources) {
     for (size_t g = 0; g < groups.size(); ++g) {
-      for (size_t i = 0; i < groups[g].views().size(); ++i) {
-        const ParamView& v = groups[g].views()[i];
-        const Shape& whole = specs[g].params[i].shape;
+      for (const ParamView& v : groups[g].views()) {
+        const Shape& whole = specs[g].param(v.spec.name).shape;
         const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
-        TITAN_CHECK(
-            v.spec.name == specs[g].params[i].name && v.numel == shard.rows_per_shard(d0) * row,
-            "checkpoint: parameter ", v.spec.name, " is not shard ", shard.index, " of ",
-            shard.count, " of ", specs[g].params[i].name, " ", shape_str(whole));
+        TITAN_CHECK(v.numel == shard.rows_per_shard(d0) * row, "checkpoint: parameter ",
+                    v.spec.name, " is not shard ", shard.index, " of ", shard.count, " of ",
+                    shape_str(whole));
         const int64_t first = shard.first_row(d0), rows = shard.rows(d0);
         float* dst = (groups[g].*src.buffer)() + v.offset;
         // The saved shards holding rows [first, first + rows): each copies its overlap.

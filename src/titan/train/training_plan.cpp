@@ -197,13 +197,15 @@ TrainingPlan plan_training(const PlanInputs& in) {
     };
     acquire(0, false, gathered_forward);
     release(0, GroupUseEnd::used_later);
-    for (int64_t g = 1; g <= blocks; ++g) {
+    for (int64_t layer = 0; layer < blocks; ++layer) {
+      const int64_t g = layer_group_index(layer);
       acquire(g, false, gathered_forward);
-      release(g, g == blocks ? GroupUseEnd::used_next : GroupUseEnd::used_later);
+      release(g, layer + 1 == blocks ? GroupUseEnd::used_next : GroupUseEnd::used_later);
     }
     acquire(head, true, gathered_forward);  // the final norm and loss into their backward
     release(head, GroupUseEnd::gradients);
-    for (int64_t g = blocks; g >= 1; --g) {
+    for (int64_t layer = blocks; layer-- > 0;) {
+      const int64_t g = layer_group_index(layer);
       acquire(g, true, gathered_backward);
       release(g, GroupUseEnd::gradients);
     }
