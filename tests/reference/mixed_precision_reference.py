@@ -7,9 +7,9 @@ computed three ways on the same weights and batch:
              each expert's gate_up/down, the lm_head, tied or not; not the MoE router) and the
              matmul's input are rounded to bf16, the product accumulates in fp32 and stays fp32; in
              the backward the output's gradient is rounded to bf16 before the two products (d
-             input, d weight), which accumulate in fp32; the dense MLP's backward reads gate_proj's
-             and up_proj's outputs rounded to bf16 (titan keeps them that way), its forward the fp32
-             ones; norms, RoPE, attention, softmax, SwiGLU, the router, the routing weights' product
+             input, d weight), which accumulate in fp32; the MLPs' and experts' SwiGLU backward
+             reads gate_proj's and up_proj's outputs rounded to bf16 (titan keeps them that way),
+             its forward the fp32 ones; norms, RoPE, attention, softmax, SwiGLU, the router, the routing weights' product
              and sum, and the loss stay fp32. Products of bf16 values are exact in fp32, so this
              equals titan's bf16 step up to fp32 summation order;
   autocast   torch.autocast("cpu", dtype=torch.bfloat16), the way PyTorch users train in bf16
@@ -145,8 +145,8 @@ def bf16_forward(module):
 
 def bf16_experts_forward(experts):
     """Transformers' eager Qwen3MoeExperts.forward with each expert's two linears as Bf16Matmul:
-    the gathered rows and silu(gate) * up rounded, the routing weights' product and the index_add_
-    sum in fp32."""
+    the gathered rows and silu(gate) * up rounded, gate and up kept rounded for SwiGLU's backward
+    (KeptBf16Swiglu), the routing weights' product and the index_add_ sum in fp32."""
     def forward(hidden_states, top_k_index, top_k_weights):
         final_hidden_states = torch.zeros_like(hidden_states)
         expert_mask = F.one_hot(top_k_index, num_classes=experts.num_experts).permute(2, 1, 0)
@@ -157,8 +157,8 @@ def bf16_experts_forward(experts):
             current_state = hidden_states[token_idx]
             gate, up = Bf16Matmul.apply(current_state, experts.gate_up_proj[expert_idx],
                                         None).chunk(2, dim=-1)
-            current = Bf16Matmul.apply(experts.act_fn(gate) * up, experts.down_proj[expert_idx],
-                                       None)
+            current = Bf16Matmul.apply(KeptBf16Swiglu.apply(gate, up),
+                                       experts.down_proj[expert_idx], None)
             current = current * top_k_weights[token_idx, top_k_pos, None]
             final_hidden_states.index_add_(0, token_idx, current)
         return final_hidden_states

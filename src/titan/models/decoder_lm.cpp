@@ -427,10 +427,13 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.moe.router_probs = c.take(n * E);
       a.moe.topk_index = take_ints(n * k);
       a.moe.topk_weight = c.take(n * k);
-      // A bf16 experts kernel keeps silu(gate) * up as the bf16 values its GEMM takes.
-      float* act = keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
-      a.moe.experts = {c.take(rows * Im), c.take(rows * Im), act, take_ints(rows),
-                       take_ints(E + 1)};
+      // A bf16 experts kernel keeps gate, up and silu(gate) * up as bf16 values (ops/moe.h).
+      const auto take_kept = [&] {
+        return keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
+      };
+      float* gate = take_kept();
+      float* up = take_kept();
+      a.moe.experts = {gate, up, take_kept(), take_ints(rows), take_ints(E + 1)};
     }
   }
   v.final_norm = c.take(n * h);

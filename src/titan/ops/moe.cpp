@@ -74,8 +74,10 @@ void gather_token_rows_bf16(uint16_t* dst, const float* src, const int32_t* row_
   }
 }
 
-// act (n) = bf16(silu(gate) * up), the product computed in fp32 as swiglu_forward does.
-void swiglu_forward_to_bf16(uint16_t* act, const float* gate, const float* up, int64_t n) {
+// act (n) = bf16(silu(gate) * up), the product computed in fp32 as swiglu_forward does; gate and
+// up are kept rounded to bf16 (gate_kept, up_kept) for the backward.
+void swiglu_forward_to_bf16(uint16_t* act, uint16_t* gate_kept, uint16_t* up_kept,
+                            const float* gate, const float* up, int64_t n) {
   constexpr int64_t kChunk = 1024;
   const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
@@ -84,6 +86,25 @@ void swiglu_forward_to_bf16(uint16_t* act, const float* gate, const float* up, i
     const int64_t len = std::min(kChunk, n - i);
     v.silu_mul(product, gate + i, up + i, len);
     round_to_bf16(act + i, product, len);
+    round_to_bf16(gate_kept + i, gate + i, len);
+    round_to_bf16(up_kept + i, up + i, len);
+  }
+}
+
+// swiglu_backward over the gate and up the forward kept in bf16, widened a chunk at a time.
+void swiglu_backward_from_bf16(float* dgate, float* dup, const float* dact, const uint16_t* gate,
+                               const uint16_t* up, int64_t n) {
+  constexpr int64_t kChunk = 1024;
+  const VecKernels& v = backend().vec();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
+  for (int64_t i = 0; i < n; i += kChunk) {
+    float gate_f32[kChunk], up_f32[kChunk];
+    const int64_t len = std::min(kChunk, n - i);
+    for (int64_t j = 0; j < len; ++j) {
+      gate_f32[j] = bf16_to_f32(gate[i + j]);
+      up_f32[j] = bf16_to_f32(up[i + j]);
+    }
+    v.silu_mul_backward(dgate + i, dup + i, dact + i, gate_f32, up_f32, len);
   }
 }
 
@@ -278,17 +299,20 @@ void experts_forward_grouped_bf16(float* y, const ExpertsActivations& act, const
                                   const float* x, const int32_t* index, const float* weight,
                                   const ExpertWeightsBf16& w, const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter;
-  auto* x_bf16 = reinterpret_cast<uint16_t*>(s.x);        // (N*k, h) in the first half of s.x
-  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);  // (N*k, Im), kept for the backward
+  auto* x_bf16 = reinterpret_cast<uint16_t*>(s.x);  // (N*k, h) in the first half of s.x
+  // (N*k, Im) each, kept for the backward in bf16; gate and up are computed in s.dgate and s.dup.
+  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
+  auto* gate_bf16 = reinterpret_cast<uint16_t*>(act.gate);
+  auto* up_bf16 = reinterpret_cast<uint16_t*>(act.up);
   group_rows_by_expert(act, index, shape);
   gather_token_rows_bf16(x_bf16, x, act.row_of, shape, h);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,
-                        w.gate + e * Im * h, h, 0.0f, act.gate + r0 * Im, Im);
+                        w.gate + e * Im * h, h, 0.0f, s.dgate + r0 * Im, Im);
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,
-                        w.up + e * Im * h, h, 0.0f, act.up + r0 * Im, Im);
+                        w.up + e * Im * h, h, 0.0f, s.dup + r0 * Im, Im);
   });
-  swiglu_forward_to_bf16(act_bf16, act.gate, act.up, shape.rows() * Im);
+  swiglu_forward_to_bf16(act_bf16, gate_bf16, up_bf16, s.dgate, s.dup, shape.rows() * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
                         w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);
@@ -332,7 +356,8 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
     backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
                         act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
   });
-  swiglu_backward(s.dgate, s.dup, s.dact, act.gate, act.up, rows * Im);
+  swiglu_backward_from_bf16(s.dgate, s.dup, s.dact, reinterpret_cast<const uint16_t*>(act.gate),
+                            reinterpret_cast<const uint16_t*>(act.up), rows * Im);
   round_to_bf16_threaded(dgate_bf16, s.dgate, rows * Im);
   round_to_bf16_threaded(dup_bf16, s.dup, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
@@ -438,6 +463,8 @@ void experts_forward_bf16_reference(float* y, const ExpertsActivations& act,
                                     const ExpertWeightsBf16& w, const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
   auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
+  auto* gate_bf16 = reinterpret_cast<uint16_t*>(act.gate);
+  auto* up_bf16 = reinterpret_cast<uint16_t*>(act.up);
   std::vector<double> out(static_cast<size_t>(h)), xr(static_cast<size_t>(h));
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
     for (int64_t c = 0; c < h; ++c) xr[c] = round_bf16(x[t * h + c]);
@@ -456,11 +483,11 @@ void experts_forward_bf16_reference(float* y, const ExpertsActivations& act,
           g += widen(w.gate[(e * Im + i) * h + c]) * xr[c];
           u += widen(w.up[(e * Im + i) * h + c]) * xr[c];
         }
-        act.gate[r * Im + i] = static_cast<float>(g);
-        act.up[r * Im + i] = static_cast<float>(u);
-        // From the fp32 gate and up, as the GEMMs leave them.
-        const double gate = act.gate[r * Im + i];
-        act_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(silu_of(gate) * act.up[r * Im + i]));
+        // act from the fp32 gate and up, as the GEMMs leave them; both kept rounded to bf16.
+        const auto gate = static_cast<float>(g), up = static_cast<float>(u);
+        gate_bf16[r * Im + i] = f32_to_bf16(gate);
+        up_bf16[r * Im + i] = f32_to_bf16(up);
+        act_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(silu_of(gate) * up));
       }
       for (int64_t c = 0; c < h; ++c) {
         double s = 0.0;
@@ -481,6 +508,8 @@ void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrad
                                      const ExpertWeightsBf16& w, const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
   const auto* act_bf16 = reinterpret_cast<const uint16_t*>(act.act);
+  const auto* gate_bf16 = reinterpret_cast<const uint16_t*>(act.gate);
+  const auto* up_bf16 = reinterpret_cast<const uint16_t*>(act.up);
   std::vector<double> dxt(static_cast<size_t>(h)), xr(static_cast<size_t>(h)),
       dy_down(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)), dup(static_cast<size_t>(Im));
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
@@ -503,11 +532,12 @@ void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrad
       for (int64_t i = 0; i < Im; ++i) {
         double dact = 0.0;
         for (int64_t c = 0; c < h; ++c) dact += widen(w.down[(e * h + c) * Im + i]) * dy_down[c];
-        const double gate = act.gate[r * Im + i], sig = 1.0 / (1.0 + std::exp(-gate));
+        // SwiGLU's backward reads gate and up as kept: rounded to bf16.
+        const double gate = widen(gate_bf16[r * Im + i]), sig = 1.0 / (1.0 + std::exp(-gate));
         const auto dact_f = static_cast<float>(dact);
         dup[i] = round_bf16(static_cast<float>(dact_f * gate * sig));
-        dgate[i] = round_bf16(
-            static_cast<float>(dact_f * act.up[r * Im + i] * sig * (1.0 + gate * (1.0 - sig))));
+        dgate[i] = round_bf16(static_cast<float>(dact_f * widen(up_bf16[r * Im + i]) * sig *
+                                                 (1.0 + gate * (1.0 - sig))));
       }
       for (int64_t c = 0; c < h; ++c) {
         for (int64_t i = 0; i < Im; ++i) {

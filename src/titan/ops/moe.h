@@ -52,19 +52,20 @@ struct ExpertGrads {
 
 // What the experts' backward needs: one row per routed (token, slot) pair, N*k rows in the
 // kernel's own order (only the same kernel's backward reads them).
+// The bf16 kernels keep gate, up and act as (N*k, Im) bf16 values, in the first half of each
+// room (a bf16 model carves only that): act rounded as its GEMM takes it, gate and up as
+// torch.autocast saves them, for SwiGLU's backward.
 struct ExpertsActivations {
-  float* gate = nullptr;  // (N*k, Im) gate_proj output
-  float* up = nullptr;    // (N*k, Im)
-  // (N*k, Im) silu(gate) * up, down_proj's input; the bf16 kernels keep it rounded to bf16, as
-  // the GEMM takes it: (N*k, Im) bf16 values, half the room (a bf16 model carves only that).
-  float* act = nullptr;
+  float* gate = nullptr;       // (N*k, Im) gate_proj output
+  float* up = nullptr;         // (N*k, Im)
+  float* act = nullptr;        // (N*k, Im) silu(gate) * up, down_proj's input
   int32_t* row_of = nullptr;   // (N*k) the row of (token t, slot j) at [t*k + j]
   int32_t* offsets = nullptr;  // (E + 1) expert e owns rows [offsets[e], offsets[e + 1])
 };
 
 // Scratch for the forward and the backward, needed only during one call. The bf16 kernels keep
-// their rounded GEMM operands in this same room (ops/moe.cpp says where); a forward uses only x
-// and y.
+// their rounded GEMM operands in this same room (ops/moe.cpp says where); a forward uses x and
+// y, and with bf16 kernels dgate and dup (the gate and up GEMMs' fp32 outputs).
 struct ExpertsScratch {
   float* x = nullptr;      // (N*k, h) the routed tokens' inputs, gathered
   float* y = nullptr;      // (N*k, h) expert outputs; in the backward d y, then d x rows
