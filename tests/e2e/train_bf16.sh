@@ -18,7 +18,7 @@ for line in open(sys.argv[1]):
     if r["step"] >= 3: print(r["step"], repr(r["loss"]), repr(r["grad_norm"]))' "$1"; }
 for flavor in tiny tiny_moe; do
   run="$work/resume_$flavor"
-  common=(--model.flavor=$flavor --training.mixed_precision_param=bfloat16 --training.steps=6
+  common=(--model.flavor="$flavor" --training.mixed_precision_param=bfloat16 --training.steps=6
           --lr_scheduler.warmup_steps=2 --training.seq_len=64 --training.local_batch_size=2
           --metrics.log_freq=1 --checkpoint.enable=true --checkpoint.interval=2
           --checkpoint.keep_latest_k=0 --checkpoint.last_save_in_hf=false --job.dump_folder="$run"
