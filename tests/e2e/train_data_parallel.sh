@@ -139,12 +139,39 @@ for run in "bf 3 2e-3" "bfmoe 2 - --model.flavor=tiny_moe"; do
     --metrics.save_jsonl="$work/${name}1.jsonl" > "$work/${name}1.log" 2>&1 || { cat "$work/${name}1.log"; exit 1; }
   cp -r "$work/${name}1" "$work/${name}${n}r"
   rm -rf "$work/${name}${n}r/checkpoint/step-8" "$work/${name}${n}r/checkpoint/step-10"
-  for run_name in "$name$n" "${name}${n}r"; do
+  # The run from scratch also exports its weights (an FSDP unit in bf16 holds the weights read
+  # only in bf16 last; the export is in Hugging Face order all the same).
+  for run_spec in "$name$n true" "${name}${n}r false"; do
+    read -r run_name export <<< "$run_spec"
     # shellcheck disable=SC2086
-    "$titan" launch --nproc "$n" train "${common[@]}" "${bf16[@]}" $model --job.dump_folder="$work/$run_name" \
-      --metrics.save_jsonl="$work/$run_name.jsonl" > "$work/$run_name.log" 2>&1 || { cat "$work/$run_name.log"; exit 1; }
+    "$titan" launch --nproc "$n" train "${common[@]}" "${bf16[@]}" $model --checkpoint.last_save_in_hf="$export" \
+      --job.dump_folder="$work/$run_name" --metrics.save_jsonl="$work/$run_name.jsonl" > "$work/$run_name.log" 2>&1 \
+      || { cat "$work/$run_name.log"; exit 1; }
     grep -q "mixed precision: matmuls in bf16" "$work/$run_name.log" || { echo "$run_name: not bf16"; cat "$work/$run_name.log"; exit 1; }
   done
+  "$python" - "$work/$name$n" <<'PY'
+import json, sys, torch
+from safetensors.torch import load_file
+run = sys.argv[1]
+hf = load_file(f"{run}/hf/model.safetensors")
+step = f"{run}/checkpoint/step-10"
+index = json.load(open(f"{step}/sharding.json"))
+shards = [load_file(f"{step}/model.shard-{i}-of-{index['shards']}.safetensors")
+          for i in range(index["shards"])]
+exported = set()
+for name, p in index["parameters"].items():
+    whole = torch.cat([shards[i][name][:rows] for i, (_, rows) in enumerate(p["rows"])])
+    if name in hf:
+        parts = {name: whole}
+    else:  # stacked experts, one HF tensor per expert
+        prefix, proj = name.rsplit(".", 1)
+        parts = {f"{prefix}.{e}.{proj}.weight": whole[e] for e in range(whole.shape[0])}
+    for key, t in parts.items():
+        assert torch.equal(hf[key], t), f"{run}: exported {key} is not the final checkpoint's master"
+    exported |= parts.keys()
+assert exported == hf.keys(), sorted(exported ^ hf.keys())
+print(f"{run}: the Hugging Face export holds the final checkpoint's masters exactly")
+PY
   grep -q "resumed step 4 from" "$work/${name}${n}r.log" || { echo "${name}${n}r did not resume"; cat "$work/${name}${n}r.log"; exit 1; }
   "$python" - "$work/${name}1.jsonl" "$work/$name$n.jsonl" "$work/${name}${n}r.jsonl" "$grad_bound" <<'PY'
 import json, sys

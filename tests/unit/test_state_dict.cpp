@@ -189,7 +189,7 @@ TEST(StateDictAdapter, StateDictViewsAliasTheParameters) {
   const ModelArgs args = tiny_moe();
   std::vector<ParamGroup> groups = make_param_groups(args);
   fill_distinct(groups);
-  const std::vector<SafetensorsTensor> sd = hf_state_dict(groups);
+  const std::vector<SafetensorsTensor> sd = hf_state_dict(args, groups);
   ASSERT_EQ(sd.size(), hf_keys(args).size());
   const ParamGroup& layer0 = groups[1];
   const ParamView& up = layer0.view("model.layers.0.mlp.experts.up_proj");
@@ -318,7 +318,7 @@ TEST(HfFolder, ExportRefusesTensorsThatAreNotTheModelsStateDict) {
   TempDir dir;
   const ModelArgs args = tiny_dense(true);
   std::vector<ParamGroup> groups = make_param_groups(args);
-  std::vector<SafetensorsTensor> sd = hf_state_dict(groups);
+  std::vector<SafetensorsTensor> sd = hf_state_dict(args, groups);
   sd.pop_back();
   expect_error([&] { export_hf_folder(dir / "x", args, sd, {}); }, {"tensors given"});
   EXPECT_FALSE(std::filesystem::exists(dir / "x"));

@@ -115,7 +115,7 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
 
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
                       const std::vector<ParamGroup>& groups, const HfExportOptions& options) {
-  export_hf_folder(dir, args, hf_state_dict(groups), options);
+  export_hf_folder(dir, args, hf_state_dict(args, groups), options);
 }
 
 void export_hf_folder(const std::string& dir, const CausalLM& model,

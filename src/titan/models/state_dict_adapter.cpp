@@ -151,13 +151,18 @@ std::vector<HfKey> hf_keys(const ModelArgs& args) {
   return keys;
 }
 
-std::vector<SafetensorsTensor> hf_state_dict(const std::vector<ParamGroup>& groups) {
+std::vector<SafetensorsTensor> hf_state_dict(const ModelArgs& args,
+                                             const std::vector<ParamGroup>& groups) {
+  const std::vector<ParamGroupSpec> specs = model_param_specs(args);
+  TITAN_CHECK(specs.size() == groups.size(), "model: ", groups.size(),
+              " parameter groups for a model of ", specs.size());
   std::vector<SafetensorsTensor> tensors;
-  for (const ParamGroup& g : groups) {
-    for (const ParamView& v : g.views()) {
+  for (size_t g = 0; g < specs.size(); ++g) {
+    for (const ParamSpec& spec : specs[g].params) {
+      const ParamView& v = groups[g].view(spec.name);
       for (const HfKey& key : hf_keys_for(v.spec)) {
-        tensors.push_back(
-            {key.key, Tensor::view(g.params() + v.offset + key.offset, key.shape, DType::f32)});
+        tensors.push_back({key.key, Tensor::view(groups[g].params() + v.offset + key.offset,
+                                                 key.shape, DType::f32)});
       }
     }
   }

@@ -68,8 +68,10 @@ std::vector<HfKey> hf_keys_for(const ParamSpec& param);
 // Every HF key of the model, in model order (group by group, parameter by parameter).
 std::vector<HfKey> hf_keys(const ModelArgs& args);
 
-// The parameters as an HF state dict: fp32 views into the groups' buffers under HF keys, in
-// model order, ready for the safetensors writer. The views live as long as the groups.
-std::vector<SafetensorsTensor> hf_state_dict(const std::vector<ParamGroup>& groups);
+// The parameters as an HF state dict: fp32 views into the buffers of `groups` (the model's, whose
+// views may stand in another order within a group) under HF keys, in model order, ready for the
+// safetensors writer. The views live as long as the groups.
+std::vector<SafetensorsTensor> hf_state_dict(const ModelArgs& args,
+                                             const std::vector<ParamGroup>& groups);
 
 }  // namespace titan
