@@ -380,7 +380,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
   // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors); the fp32
   // values are computed into scratch every layer shares. The attention's tensors stay fp32, as its
-  // arithmetic does, and so do the MoE block's (its router computes in fp32).
+  // arithmetic does, and so does the MoE block's input (its router computes in fp32); the experts
+  // kernel keeps its rows' gate, up and product in bf16 (below).
   const bool keep_bf16 = compute_dtype == DType::bf16;
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
   const MlpActivations mlp_scratch =
