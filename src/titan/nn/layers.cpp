@@ -215,6 +215,9 @@ void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n
 void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,
                          const float* x, int64_t n, const LinearScratch& linear) const {
   down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
+  // The swiglu slot's kernel (any kernel bound there) takes gate and up whole in fp32, so the kept
+  // values are widened into the shared scratch; the experts kernel, which owns its SwiGLU, widens
+  // a chunk at a time instead (ops/moe.cpp).
   if (act.gate_bf16 != nullptr) {
     const auto count = static_cast<size_t>(n * intermediate);
     convert_to_f32(act.gate_bf16, DType::bf16, count, act.gate);
