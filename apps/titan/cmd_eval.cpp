@@ -46,10 +46,7 @@ Action add_eval_command(CLI::App& app) {
     const DType compute = inference_dtype(model_dir, dtype);  // a bad --dtype fails first
     std::unique_ptr<CausalLM> model = load_hf_model(model_dir, {}, allow_nonfinite, compute);
     // Said from the loaded model, not the flag: what its matmuls will compute in.
-    std::fprintf(stderr, "precision: %s\n",
-                 model->compute_dtype() == DType::bf16
-                     ? "matmuls in bf16 with fp32 accumulation, the rest in fp32"
-                     : "fp32 throughout");
+    std::fprintf(stderr, "precision: %s\n", describe_compute_dtype(model->compute_dtype()));
     LoaderOptions options;
     options.data.paths = data;
     options.data.text_field = text_field;

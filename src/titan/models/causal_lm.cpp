@@ -7,6 +7,11 @@
 
 namespace titan {
 
+const char* describe_compute_dtype(DType compute) {
+  return compute == DType::bf16 ? "matmuls in bf16 with fp32 accumulation, the rest in fp32"
+                                : "fp32 throughout";
+}
+
 int64_t CausalLM::parameter_count() const {
   int64_t n = 0;
   for (const ParamGroup& g : param_groups()) {

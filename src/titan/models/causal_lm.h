@@ -57,6 +57,11 @@ struct ParamGroupHooks {
   bool fills_compute_copies = false;
 };
 
+// What a model computing in `compute` (CausalLM::compute_dtype) does in which dtype, for the
+// start-up lines of titan train and titan eval: "matmuls in bf16 with fp32 accumulation, the rest
+// in fp32" or "fp32 throughout".
+const char* describe_compute_dtype(DType compute);
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;

@@ -203,10 +203,12 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   // or loaded a unit (or a shard) at a time.
   model_ = make_model(args_, overrides, compute,
                       dims.dp_shard > 1 ? Residency::released : Residency::committed);
-  std::printf("%s\n", compute == DType::bf16
-                          ? "mixed precision: matmuls in bf16 with fp32 accumulation; fp32 master "
-                            "weights, AdamW state, norms, attention, softmax, loss and gradients"
-                          : "precision: fp32 throughout");
+  if (compute == DType::bf16) {
+    std::printf("mixed precision: %s; fp32 master weights, AdamW state and gradients\n",
+                describe_compute_dtype(compute));
+  } else {
+    std::printf("precision: %s\n", describe_compute_dtype(compute));
+  }
   if (compute == DType::bf16 && !backend().native(DType::bf16)) {
     std::fprintf(stderr,
                  "warning: %s has no native bf16 dot products (AVX512_BF16): bf16 matmuls are "
