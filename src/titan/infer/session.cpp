@@ -65,8 +65,6 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                            E + 1,
                            rows * h,
                            rows * h,
-                           rows * Im,
-                           rows * Im,
                            a.vocab_size,
                            weights.widened_floats(),
                            rounded_in,
@@ -106,11 +104,9 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   a_.moe.topk_weight = take(n * k);
   a_.moe.experts = {take(rows * Im), take(rows * Im), take(rows * Im), take_ints(rows),
                     take_ints(E + 1)};
-  // The forward uses the gathered rows and, with bf16 experts, the gate and up GEMMs' outputs.
+  // The forward uses the gathered rows; dgate and dup stay null, as no backward follows.
   moe_scratch_.x = take(rows * h);
   moe_scratch_.y = take(rows * h);
-  moe_scratch_.dgate = take(rows * Im);
-  moe_scratch_.dup = take(rows * Im);
   logits_ = take(a.vocab_size);
   linear_.widened = take(weights.widened_floats());
   linear_.x_rounded = take(rounded_in);

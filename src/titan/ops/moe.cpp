@@ -74,8 +74,14 @@ void gather_token_rows_bf16(uint16_t* dst, const float* src, const int32_t* row_
   }
 }
 
+// dst (n) = src widened to fp32.
+void widen_bf16(float* dst, const uint16_t* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
 // act (n) = bf16(silu(gate) * up), the product computed in fp32 as swiglu_forward does; gate and
-// up are kept rounded to bf16 (gate_kept, up_kept) for the backward.
+// up are kept rounded to bf16 (gate_kept, up_kept) for the backward, unless those are null (no
+// backward follows).
 void swiglu_forward_to_bf16(uint16_t* act, uint16_t* gate_kept, uint16_t* up_kept,
                             const float* gate, const float* up, int64_t n) {
   constexpr int64_t kChunk = 1024;
@@ -86,8 +92,10 @@ void swiglu_forward_to_bf16(uint16_t* act, uint16_t* gate_kept, uint16_t* up_kep
     const int64_t len = std::min(kChunk, n - i);
     v.silu_mul(product, gate + i, up + i, len);
     round_to_bf16(act + i, product, len);
-    round_to_bf16(gate_kept + i, gate + i, len);
-    round_to_bf16(up_kept + i, up + i, len);
+    if (gate_kept != nullptr) {
+      round_to_bf16(gate_kept + i, gate + i, len);
+      round_to_bf16(up_kept + i, up + i, len);
+    }
   }
 }
 
@@ -100,10 +108,8 @@ void swiglu_backward_from_bf16(float* dgate, float* dup, const float* dact, cons
   for (int64_t i = 0; i < n; i += kChunk) {
     float gate_f32[kChunk], up_f32[kChunk];
     const int64_t len = std::min(kChunk, n - i);
-    for (int64_t j = 0; j < len; ++j) {
-      gate_f32[j] = bf16_to_f32(gate[i + j]);
-      up_f32[j] = bf16_to_f32(up[i + j]);
-    }
+    widen_bf16(gate_f32, gate + i, len);
+    widen_bf16(up_f32, up + i, len);
     v.silu_mul_backward(dgate + i, dup + i, dact + i, gate_f32, up_f32, len);
   }
 }
@@ -300,19 +306,24 @@ void experts_forward_grouped_bf16(float* y, const ExpertsActivations& act, const
                                   const ExpertWeightsBf16& w, const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter;
   auto* x_bf16 = reinterpret_cast<uint16_t*>(s.x);  // (N*k, h) in the first half of s.x
-  // (N*k, Im) each, kept for the backward in bf16; gate and up are computed in s.dgate and s.dup.
+  // (N*k, Im) each. A forward that a backward follows computes gate and up in s.dgate and s.dup
+  // and keeps them, with act, in bf16. Without one (s.dgate null: inference) gate and up are
+  // computed in act's fp32 rooms and not kept.
+  const bool keep = s.dgate != nullptr;
   auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
-  auto* gate_bf16 = reinterpret_cast<uint16_t*>(act.gate);
-  auto* up_bf16 = reinterpret_cast<uint16_t*>(act.up);
+  float* gate = keep ? s.dgate : act.gate;
+  float* up = keep ? s.dup : act.up;
   group_rows_by_expert(act, index, shape);
   gather_token_rows_bf16(x_bf16, x, act.row_of, shape, h);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,
-                        w.gate + e * Im * h, h, 0.0f, s.dgate + r0 * Im, Im);
+                        w.gate + e * Im * h, h, 0.0f, gate + r0 * Im, Im);
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,
-                        w.up + e * Im * h, h, 0.0f, s.dup + r0 * Im, Im);
+                        w.up + e * Im * h, h, 0.0f, up + r0 * Im, Im);
   });
-  swiglu_forward_to_bf16(act_bf16, gate_bf16, up_bf16, s.dgate, s.dup, shape.rows() * Im);
+  swiglu_forward_to_bf16(act_bf16, keep ? reinterpret_cast<uint16_t*>(act.gate) : nullptr,
+                         keep ? reinterpret_cast<uint16_t*>(act.up) : nullptr, gate, up,
+                         shape.rows() * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
                         w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);

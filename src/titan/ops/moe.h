@@ -65,7 +65,9 @@ struct ExpertsActivations {
 
 // Scratch for the forward and the backward, needed only during one call. The bf16 kernels keep
 // their rounded GEMM operands in this same room (ops/moe.cpp says where); a forward uses x and
-// y, and with bf16 kernels dgate and dup (the gate and up GEMMs' fp32 outputs).
+// y, and with bf16 kernels dgate and dup (the gate and up GEMMs' fp32 outputs) when a backward
+// follows. Inference leaves dgate and dup null: the bf16 forward then computes gate and up in
+// the activations' rooms, in fp32, and keeps nothing for a backward.
 struct ExpertsScratch {
   float* x = nullptr;      // (N*k, h) the routed tokens' inputs, gathered
   float* y = nullptr;      // (N*k, h) expert outputs; in the backward d y, then d x rows
