@@ -568,7 +568,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   // The [norm, lm_head] unit stays in use from here into the backward's final norm when computing
   // gradients; the backward's first use after it: the last block, or the embedding.
   acquire(head_group_, grad);
-  if (grad && n_layers > 0) prefetch(n_layers);
+  if (grad && n_layers > 0) prefetch(layer_group_index(n_layers - 1));
   if (grad && n_layers == 0 && head_group_ != 0) prefetch(0);
   m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
 
@@ -610,7 +610,8 @@ void DecoderLM::backward() {
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
     acquire(group, true);
-    prefetch(group - 1);  // the previous block, or group 0 for the embedding's backward
+    // The previous block, or group 0 for the embedding's backward.
+    prefetch(i > 0 ? layer_group_index(static_cast<int64_t>(i) - 1) : 0);
     LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];
     if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
     m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
