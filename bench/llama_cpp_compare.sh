@@ -7,6 +7,10 @@
 #
 #   bench/llama_cpp_compare.sh [--threads 2] [--dtype both|float32|bfloat16] [--reps 5]
 #                              [--llama-kv f16|bf16] [--llama-omp-wait libgomp|short]
+#                              [--depth 512]
+#
+# --depth D makes the prompt D tokens long: both engines prefill D tokens from an empty cache
+# and decode at depth D and after.
 #
 # --llama-omp-wait short runs llama-bench with the OMP_WAIT_POLICY and GOMP_SPINCOUNT that
 # bench_generate ran with (its short spin, passive waits); libgomp, the default, leaves them as
@@ -21,9 +25,9 @@
 # convert_hf_to_gguf.py (--outtype f32 / bf16) in a temporary folder, removed at the end; the
 # folder gets a stand-in tokenizer first (bench/llama_cpp_vocab.py says why it does not matter).
 #
-# For each dtype, one after the other in the same run: titan's bench_generate (prefill 512
-# tokens, best of 3; decode of 96 tokens at depth 513-608), then llama-bench's pp512 at depth 0
-# (-p 512 -n 0) and tg128 at depth 512 (-p 0 -n 128 -d 512), the mean of --reps repetitions.
+# For each dtype, one after the other in the same run: titan's bench_generate (prefill D
+# tokens, best of 3; decode of 96 tokens at depth D+1 to D+96), then llama-bench's ppD at depth 0
+# (-p D -n 0) and tg128 at depth D (-p 0 -n 128 -d D), the mean of --reps repetitions.
 # Prints a table of tokens/s and the titan / llama.cpp ratios; the full logs stay under the
 # cache's logs/ folder.
 set -euo pipefail
@@ -35,7 +39,7 @@ die() {
   exit 1
 }
 
-threads=2 dtypes=both reps=5 llama_kv=f16 llama_omp_wait=libgomp
+threads=2 dtypes=both reps=5 llama_kv=f16 llama_omp_wait=libgomp depth=512
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
@@ -44,12 +48,14 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2 ;;
     --llama-kv) llama_kv=$2 ;;
     --llama-omp-wait) llama_omp_wait=$2 ;;
-    *) die "unknown argument '$1' (expected --threads N, --dtype both|float32|bfloat16, --reps N, --llama-kv f16|bf16, --llama-omp-wait libgomp|short)" ;;
+    --depth) depth=$2 ;;
+    *) die "unknown argument '$1' (expected --threads N, --dtype both|float32|bfloat16, --reps N, --llama-kv f16|bf16, --llama-omp-wait libgomp|short, --depth N)" ;;
   esac
   shift 2
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads $threads: expected a positive integer"
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps $reps: expected a positive integer"
+[[ "$depth" =~ ^[1-9][0-9]*$ ]] || die "--depth $depth: expected a positive integer"
 case "$llama_kv" in
   f16 | bf16) ;;
   *) die "--llama-kv $llama_kv: expected f16 or bf16" ;;
@@ -142,17 +148,18 @@ done
 
 # 4. The runs, titan then llama.cpp for each dtype.
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "$me: $(date -u '+%F %H:%M UTC'), load average $(load), $threads threads, llama-bench --reps $reps"
+echo "$me: $(date -u '+%F %H:%M UTC'), load average $(load), $threads threads, depth $depth, llama-bench --reps $reps"
 echo "$me: KV cache: titan bf16, llama.cpp $llama_kv; llama-bench's OpenMP waits: $llama_omp_wait"
 declare -A result
 for d in $dtypes; do
   echo "$me: titan $d (load $(load))"
   build/bench/bench_generate --threads "$threads" --dtype "$d" --kv-cache bfloat16 \
-    > "$logs/titan-$d.log" 2>&1 || die "bench_generate --dtype $d failed; see $logs/titan-$d.log"
+    --prompt "$depth" > "$logs/titan-$d.log" 2>&1 || die "bench_generate --dtype $d failed; see $logs/titan-$d.log"
   # Tokens over seconds: the line's tokens/s is rounded to a whole number.
   result[titan_pp_$d]=$(sed -n 's/.*] prefill \([0-9]*\) tokens: \([0-9.]*\) s,.*/\1 \2/p' \
     "$logs/titan-$d.log" | awk '{ printf "%.1f", $1 / $2 }')
-  result[titan_tg_$d]=$(sed -n 's/.*] decode at depth .*: \([0-9.]*\) tokens\/s.*/\1/p' \
+  # The segments' line (the step-by-step line decodes with read passes between the steps).
+  result[titan_tg_$d]=$(sed -n 's/.*] decode at depth [0-9]*-[0-9]*: \([0-9.]*\) tokens\/s.*/\1/p' \
     "$logs/titan-$d.log")
   if [ -z "${result[titan_pp_$d]}" ] || [ -z "${result[titan_tg_$d]}" ]; then
     die "no prefill or decode line in bench_generate's output; see $logs/titan-$d.log"
@@ -168,7 +175,7 @@ for d in $dtypes; do
   fi
   echo "$me: llama.cpp $d (load $(load)${llama_env[*]:+; ${llama_env[*]}})"
   common=(-m "$work/$d.gguf" -t "$threads" -ctk "$llama_kv" -ctv "$llama_kv" -r "$reps" -o json)
-  for run in "pp:-p 512 -n 0" "tg:-p 0 -n 128 -d 512"; do
+  for run in "pp:-p $depth -n 0" "tg:-p 0 -n 128 -d $depth"; do
     kind=${run%%:*}
     # shellcheck disable=SC2086  # the run's flags are split on purpose
     env "${llama_env[@]}" "$bench" "${common[@]}" ${run#*:} > "$logs/llama-$kind-$d.json" 2> "$logs/llama-$kind-$d.log" ||
@@ -194,6 +201,6 @@ for d in $dtypes; do
     "$(awk -v a="${result[titan_pp_$d]}" -v b="$lpp" 'BEGIN { printf "%.2f", a / b }')" \
     "$(awk -v a="${result[titan_tg_$d]}" -v b="$ltg" 'BEGIN { printf "%.2f", a / b }')"
 done
-echo "(prefill: 512 tokens from an empty cache; decode: titan 96 tokens at depth 513-608,"
-echo " llama.cpp 128 tokens at depth 512-640; KV cache titan bf16, llama.cpp $llama_kv;"
+echo "(prefill: $depth tokens from an empty cache; decode: titan 96 tokens at depth $((depth + 1))-$((depth + 96)),"
+echo " llama.cpp 128 tokens at depth $depth-$((depth + 128)); KV cache titan bf16, llama.cpp $llama_kv;"
 echo " llama-bench's OpenMP waits: $llama_omp_wait; logs: $logs)"
