@@ -14,7 +14,7 @@
 // dtype (loaded with that torch dtype, so its static cache is in it too; batch 1, 512-token
 // prompt, 128 new tokens, greedy) with the titan / HF ratios of new tokens/s and of time to
 // first token. First, one lm_head-sized matrix-vector product three ways: titan's fp32 and bf16
-// GEMV and oneDNN's sgemm with M = 1 (why fp32 decode uses the GEMV).
+// GEMV and the fp32 GEMM (gemm_f32) with M = 1 (why fp32 decode uses the GEMV).
 //
 // Like titan generate, it re-executes itself with OMP_WAIT_POLICY=passive and a short
 // GOMP_SPINCOUNT when neither is set (reexec_with_short_omp_spin); --omp-wait libgomp keeps
@@ -120,7 +120,7 @@ double weight_bytes_per_token(const ModelArgs& a, DType linear_dtype) {
 }
 
 // An lm_head-sized (V, h) product with one token, best of five, in GB/s of weights read:
-// titan's GEMV with fp32 and bf16 weights, and oneDNN's sgemm with M = 1.
+// titan's GEMV with fp32 and bf16 weights, and the fp32 GEMM (gemm_f32) with M = 1.
 void compare_gemv(const ModelArgs& a) {
   const int64_t rows = a.vocab_size, cols = a.hidden_size;
   Buffer w32(static_cast<size_t>(rows * cols) * sizeof(float), MemCategory::other);
@@ -145,12 +145,12 @@ void compare_gemv(const ModelArgs& a) {
   const GemvProduct bf16{{DType::bf16, w16.data(), rows, cols}, y.data()};
   const double gemv_f32 = best_gbs(f32_bytes, [&] { gemv_forward({&f32, 1}, x.data()); });
   const double gemv_bf16 = best_gbs(bf16_bytes, [&] { gemv_forward({&bf16, 1}, x.data()); });
-  const double sgemm = best_gbs(
+  const double gemm = best_gbs(
       f32_bytes, [&] { linear_forward(y.data(), x.data(), w32.as<float>(), 1, cols, rows); });
   std::printf(
       "lm_head GEMV (%lld x %lld), GB/s of weights: titan fp32 %.1f, titan bf16 %.1f, "
-      "oneDNN sgemm M=1 fp32 %.1f (read bandwidth now %.1f)\n",
-      static_cast<long long>(rows), static_cast<long long>(cols), gemv_f32, gemv_bf16, sgemm,
+      "fp32 GEMM M=1 %.1f (read bandwidth now %.1f)\n",
+      static_cast<long long>(rows), static_cast<long long>(cols), gemv_f32, gemv_bf16, gemm,
       measure_read_bandwidth_gbs());
 }
 

@@ -31,70 +31,87 @@ DeviceBuffer to_device(Backend& be, const std::vector<T>& host, DType dtype) {
   return buf;
 }
 
-// C = 0.5 op(A) op(B) + C with odd sizes and padded leading dimensions, fp32 or bf16 operands.
-//
-// Tolerance: the reference sums in fp64, so the error is the backend's fp32 accumulation: k
-// roundings of at most 2^-24 relative to the running sum, one more for each product (exact for
-// bf16 operands: 8-bit x 8-bit significands fit fp32's 24), for alpha and for adding beta * C,
-// plus the reference's own rounding to fp32. So |c - ref| <= (k + 4) 2^-24 (|alpha| sum_p
-// |a_ip b_pj| + |beta c_ij|), a worst-case bound that any fp32-accumulating order meets. bf16
-// operands are rounded before both sides see them, so bf16's 2^-9 never enters.
-inline std::string check_gemm(Backend& be, DType dtype, Trans ta, Trans tb) {
-  const int64_t m = 37, n = 29, k = 515;
-  const int64_t lda = (ta == Trans::no ? k : m) + 3, ldb = (tb == Trans::no ? n : k) + 5;
-  const int64_t ldc = n + 2;
-  const int64_t a_rows = ta == Trans::no ? m : k, b_rows = tb == Trans::no ? k : n;
-  std::vector<float> a = uniform_values(a_rows * lda, 1), b = uniform_values(b_rows * ldb, 2);
-  const std::vector<float> c0 = uniform_values(m * ldc, 3);
-  std::vector<uint16_t> a16(a.size()), b16(b.size());
-  if (dtype == DType::bf16) {
-    for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(a16[i] = f32_to_bf16(a[i]));
-    for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_f32(b16[i] = f32_to_bf16(b[i]));
-  }
-  const float alpha = 0.5f, beta = 1.0f;
-  std::vector<float> want = c0;
-  gemm_f32_reference(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(), ldc);
+// C = 0.5 op(A) op(B) + C with odd sizes and padded leading dimensions, fp32 or bf16 operands
+// (a, b hold the operands' values in fp32, a16, b16 their bf16 bits), and the fp64-sum reference.
+struct GemmCase {
+  DType dtype;
+  Trans ta, tb;
+  int64_t m = 37, n = 29, k = 515, lda, ldb, ldc;
+  float alpha = 0.5f, beta = 1.0f;
+  std::vector<float> a, b, c0, want;
+  std::vector<uint16_t> a16, b16;
 
-  DeviceBuffer c_dev = to_device(be, c0, DType::f32);
-  if (dtype == DType::bf16) {
-    const DeviceBuffer a_dev = to_device(be, a16, DType::bf16),
-                       b_dev = to_device(be, b16, DType::bf16);
-    be.gemm_bf16(ta, tb, m, n, k, alpha, a_dev.as<uint16_t>(), lda, b_dev.as<uint16_t>(), ldb, beta,
-                 c_dev.as<float>(), ldc);
-  } else {
-    const DeviceBuffer a_dev = to_device(be, a, DType::f32), b_dev = to_device(be, b, DType::f32);
-    be.gemm_f32(ta, tb, m, n, k, alpha, a_dev.as<float>(), lda, b_dev.as<float>(), ldb, beta,
-                c_dev.as<float>(), ldc);
+  GemmCase(DType dtype_, Trans ta_, Trans tb_) : dtype(dtype_), ta(ta_), tb(tb_) {
+    lda = (ta == Trans::no ? k : m) + 3;
+    ldb = (tb == Trans::no ? n : k) + 5;
+    ldc = n + 2;
+    a = uniform_values((ta == Trans::no ? m : k) * lda, 1);
+    b = uniform_values((tb == Trans::no ? k : n) * ldb, 2);
+    c0 = uniform_values(m * ldc, 3);
+    a16.resize(a.size());
+    b16.resize(b.size());
+    if (dtype == DType::bf16) {
+      for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(a16[i] = f32_to_bf16(a[i]));
+      for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_f32(b16[i] = f32_to_bf16(b[i]));
+    }
+    want = c0;
+    gemm_f32_reference(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(),
+                       ldc);
   }
-  std::vector<float> got(c0.size());
-  copy_to_host(got.data(), DType::f32, static_cast<int64_t>(got.size()), c_dev);
 
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < ldc; ++j) {
-      const float g = got[i * ldc + j], w = want[i * ldc + j];
-      double bound = 0.0;  // the padding columns must come back untouched
-      if (j < n) {
-        double magnitude = 0.0;
-        for (int64_t p = 0; p < k; ++p) {
-          const float av = ta == Trans::no ? a[i * lda + p] : a[p * lda + i];
-          const float bv = tb == Trans::no ? b[p * ldb + j] : b[j * ldb + p];
-          magnitude += std::fabs(static_cast<double>(av) * bv);
+  // Tolerance: the reference sums in fp64, so the error is the GEMM's fp32 accumulation: k
+  // roundings of at most 2^-24 relative to the running sum, one more for each product (exact for
+  // bf16 operands: 8-bit x 8-bit significands fit fp32's 24), for alpha and for adding beta * C,
+  // plus the reference's own rounding to fp32. So |c - ref| <= (k + 4) 2^-24 (|alpha| sum_p
+  // |a_ip b_pj| + |beta c_ij|), a worst-case bound that any fp32-accumulating order meets. bf16
+  // operands are rounded before both sides see them, so bf16's 2^-9 never enters. "" or the first
+  // element out of bound, named after `gemm`.
+  std::string compare(const std::vector<float>& got, const std::string& gemm) const {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        const float g = got[i * ldc + j], w = want[i * ldc + j];
+        double bound = 0.0;  // the padding columns must come back untouched
+        if (j < n) {
+          double magnitude = 0.0;
+          for (int64_t p = 0; p < k; ++p) {
+            const float av = ta == Trans::no ? a[i * lda + p] : a[p * lda + i];
+            const float bv = tb == Trans::no ? b[p * ldb + j] : b[j * ldb + p];
+            magnitude += std::fabs(static_cast<double>(av) * bv);
+          }
+          bound = (k + 4) * std::ldexp(1.0, -24) *
+                  (alpha * magnitude + beta * std::fabs(c0[i * ldc + j]));
         }
-        bound = (k + 4) * std::ldexp(1.0, -24) *
-                (alpha * magnitude + beta * std::fabs(c0[i * ldc + j]));
-      }
-      if (!(std::fabs(static_cast<double>(g) - w) <= bound)) {
-        char line[200];
-        std::snprintf(line, sizeof line,
-                      "%s gemm %c%c on %s: c[%lld,%lld] = %.9g, reference %.9g, bound %.3g",
-                      std::string(dtype_name(dtype)).c_str(), static_cast<char>(ta),
-                      static_cast<char>(tb), be.name().c_str(), static_cast<long long>(i),
-                      static_cast<long long>(j), g, w, bound);
-        return line;
+        if (!(std::fabs(static_cast<double>(g) - w) <= bound)) {
+          char line[200];
+          std::snprintf(line, sizeof line,
+                        "%s %c%c: c[%lld,%lld] = %.9g, reference %.9g, bound %.3g", gemm.c_str(),
+                        static_cast<char>(ta), static_cast<char>(tb), static_cast<long long>(i),
+                        static_cast<long long>(j), g, w, bound);
+          return line;
+        }
       }
     }
+    return "";
   }
-  return "";
+};
+
+inline std::string check_gemm(Backend& be, DType dtype, Trans ta, Trans tb) {
+  const GemmCase t(dtype, ta, tb);
+  DeviceBuffer c_dev = to_device(be, t.c0, DType::f32);
+  if (dtype == DType::bf16) {
+    const DeviceBuffer a_dev = to_device(be, t.a16, DType::bf16),
+                       b_dev = to_device(be, t.b16, DType::bf16);
+    be.gemm_bf16(ta, tb, t.m, t.n, t.k, t.alpha, a_dev.as<uint16_t>(), t.lda, b_dev.as<uint16_t>(),
+                 t.ldb, t.beta, c_dev.as<float>(), t.ldc);
+  } else {
+    const DeviceBuffer a_dev = to_device(be, t.a, DType::f32),
+                       b_dev = to_device(be, t.b, DType::f32);
+    be.gemm_f32(ta, tb, t.m, t.n, t.k, t.alpha, a_dev.as<float>(), t.lda, b_dev.as<float>(), t.ldb,
+                t.beta, c_dev.as<float>(), t.ldc);
+  }
+  std::vector<float> got(t.c0.size());
+  copy_to_host(got.data(), DType::f32, static_cast<int64_t>(got.size()), c_dev);
+  return t.compare(got, std::string(dtype_name(dtype)) + " gemm on " + be.name());
 }
 
 inline std::string check_gemms(Backend& be) {

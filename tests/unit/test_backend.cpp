@@ -10,6 +10,7 @@
 #include "titan/backend/backend.h"
 #include "titan/backend/cpu/cpu_backend.h"
 #include "titan/backend/cpu/cpu_info.h"
+#include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/peak.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/backend/device_buffer.h"
@@ -58,6 +59,33 @@ TEST(Backend, CudaIsThereOrRefusedInOneLine) {
 
 TEST(Backend, CpuGemmsMatchTheReferenceForEveryTranspose) {
   EXPECT_EQ(testing::check_gemms(cpu_backend()), "");
+}
+
+// gemm_f32 takes oneDNN's matmul primitive for x W^T and its sgemm otherwise, and sgemm on the
+// calling thread inside a parallel region (attention's blocks): every route on every pair.
+TEST(Backend, CpuFp32GemmRoutesMatchTheReferenceForEveryTranspose) {
+  for (Trans ta : {Trans::no, Trans::yes}) {
+    for (Trans tb : {Trans::no, Trans::yes}) {
+      const testing::GemmCase t(DType::f32, ta, tb);
+      std::vector<float> c = t.c0;
+      sgemm(ta, tb, t.m, t.n, t.k, t.alpha, t.a.data(), t.lda, t.b.data(), t.ldb, t.beta, c.data(),
+            t.ldc);
+      EXPECT_EQ(t.compare(c, "sgemm"), "");
+      c = t.c0;
+      matmul_f32(ta, tb, t.m, t.n, t.k, t.alpha, t.a.data(), t.lda, t.b.data(), t.ldb, t.beta,
+                 c.data(), t.ldc);
+      EXPECT_EQ(t.compare(c, "fp32 matmul"), "");
+      std::vector<std::vector<float>> per_thread(2, t.c0);
+#pragma omp parallel for num_threads(2)
+      for (int i = 0; i < 2; ++i) {
+        gemm_f32(ta, tb, t.m, t.n, t.k, t.alpha, t.a.data(), t.lda, t.b.data(), t.ldb, t.beta,
+                 per_thread[i].data(), t.ldc);
+      }
+      for (const std::vector<float>& got : per_thread) {
+        EXPECT_EQ(t.compare(got, "gemm_f32 in a parallel region"), "");
+      }
+    }
+  }
 }
 
 TEST(Backend, CpuCopiesRoundTrip) {

@@ -67,27 +67,23 @@ void register_attention_bf16_rounded() {
        AttentionKernel{attention_on_bf16_rounded_kv, attention_backward_reference, {}}});
 }
 
-// Prefill of `prompt` tokens in `chunks`, then one token per step: every call's logits must
-// equal the full forward's logits at that position. With bf16 weights the full forward is the
-// mixed-precision training model on the same fp32 weights (DecoderLM with compute dtype bf16):
-// every matmul multiplies bf16-rounded inputs by bf16-rounded weights with fp32 accumulation in
-// both, prefill GEMMs and decode GEMVs alike, so the tolerance stays the fp32 one, and a session
-// that skipped a rounding (weights or inputs, ~2^-9 relative each) would be far outside it. The
-// reference runs without `overrides`: training refuses an fp32-only kernel for a bf16 matmul,
-// and the session gives such a kernel the same rounded operands, widened.
-//
-// With a bf16 KV cache (kv_dtype) the reference binds every layer's attention to
-// attention_bf16_rounded, which rounds k and v to bf16 before attending: what a bf16 cache holds
-// (rounded once when written) and its attention reads (widened exactly), so the tolerance stays
-// the fp32 one there too.
-void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
-                         int64_t steps, DType dtype = DType::f32,
-                         const std::vector<OverrideRule>& overrides = {},
-                         DType kv_dtype = DType::f32) {
+// Prefill of `prompt` tokens in `chunks`, then one token per step, each call's logits handed to
+// `check(what, got, want)` with the full forward's logits at that position. With bf16 weights the
+// full forward is the mixed-precision training model on the same fp32 weights (DecoderLM with
+// compute dtype bf16): every matmul multiplies bf16-rounded inputs by bf16-rounded weights with
+// fp32 accumulation in both, prefill GEMMs and decode GEMVs alike. The reference runs without
+// `overrides`: training refuses an fp32-only kernel for a bf16 matmul, and the session gives such
+// a kernel the same rounded operands, widened. With `reference_rounds_kv` the reference binds every
+// layer's attention to attention_bf16_rounded, which rounds k and v to bf16 before attending: what
+// a bf16 cache holds (rounded once when written) and its attention reads (widened exactly).
+template <typename Check>
+void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<int64_t>& chunks,
+                       int64_t steps, DType dtype, const std::vector<OverrideRule>& overrides,
+                       DType kv_dtype, bool reference_rounds_kv, const Check& check) {
   DecoderLM model(args, overrides);
   std::vector<OverrideRule> reference_overrides;
   if (dtype == DType::f32) reference_overrides = overrides;
-  if (kv_dtype == DType::bf16) {
+  if (reference_rounds_kv) {
     register_attention_bf16_rounded();
     reference_overrides.push_back({"model.layers.*.self_attn", "attention_bf16_rounded"});
   }
@@ -107,14 +103,38 @@ void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int6
   for (int64_t c : chunks) {
     const float* got = session.forward(ids.data() + pos, c);
     pos += c;
-    expect_close("prefill to " + std::to_string(pos), got, want.data() + (pos - 1) * V, V, 2e-6);
+    check("prefill to " + std::to_string(pos), got, want.data() + (pos - 1) * V, V);
   }
   ASSERT_EQ(pos, prompt);
   for (; pos < prompt + steps; ++pos) {
     const float* got = session.forward(ids.data() + pos, 1);
-    expect_close("decode at " + std::to_string(pos), got, want.data() + pos * V, V, 2e-6);
+    check("decode at " + std::to_string(pos), got, want.data() + pos * V, V);
   }
   EXPECT_EQ(session.length(), prompt + steps);
+}
+
+// With an fp32 cache the session and the full forward differ only in fp32 summation order, so the
+// tolerance is the fp32 one.
+//
+// A bf16 cache adds one effect of that order: an element of k or v whose fp32 value lies within
+// the two computations' difference (~1e-7 relative) of a midpoint between two bf16 values rounds
+// up in one and down in the other, a step of 2^-8 relative in one element. That moves the tiny
+// models' logits by ~2e-5 per such element, and whether any lands that close changes with any
+// change of summation order (a GEMM's, attention's). So the bf16 cache's tolerance is
+// kRoundingFlipTol, 10x a flip's effect; a cache that kept k and v unrounded, or rounded them
+// elsewhere, moves every element and is 10x beyond it (Bf16KvCacheToleranceSeesAnUnroundedCache).
+constexpr double kFp32Tol = 2e-6, kRoundingFlipTol = 2e-4;
+
+void check_cached_logits(const ModelArgs& args, int64_t prompt, std::vector<int64_t> chunks,
+                         int64_t steps, DType dtype = DType::f32,
+                         const std::vector<OverrideRule>& overrides = {},
+                         DType kv_dtype = DType::f32) {
+  const double tol = kv_dtype == DType::bf16 ? kRoundingFlipTol : kFp32Tol;
+  run_cached_logits(args, prompt, chunks, steps, dtype, overrides, kv_dtype,
+                    kv_dtype == DType::bf16,
+                    [&](const std::string& what, const float* got, const float* want, int64_t n) {
+                      expect_close(what, got, want, n, tol);
+                    });
 }
 
 TEST(InferenceSession, DecodeLogitsEqualFullForward) {
@@ -133,8 +153,9 @@ TEST(InferenceSession, Bf16WeightsDecodeLogitsEqualBf16TrainingForward) {
 }
 
 // A bf16 KV cache holds k (after k_norm and RoPE) and v rounded to bf16 and attends over them as
-// read: chunked prefill and decode equal a full forward whose attention rounds k and v, with fp32
-// and with bf16 weights, across attention blocks, and for MoE and biased Llama blocks.
+// read: chunked prefill and decode equal a full forward whose attention rounds k and v (up to a
+// rounding flip: kRoundingFlipTol), with fp32 and with bf16 weights, across attention blocks, and
+// for MoE and biased Llama blocks.
 TEST(InferenceSession, Bf16KvCacheLogitsEqualFullForwardOnRoundedKeysAndValues) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(dtype_name(dtype));
@@ -150,6 +171,33 @@ TEST(InferenceSession, Bf16KvCacheLogitsEqualFullForwardOnRoundedKeysAndValues) 
   ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
   moe.num_hidden_layers = 3;
   check_cached_logits(moe, 12, {4, 1, 7}, 3, DType::f32, {}, DType::bf16);
+}
+
+// The bf16 cache's tolerance tells a cache that rounds from one that does not: an fp32 cache
+// against the same rounded reference is far outside it in every case above.
+TEST(InferenceSession, Bf16KvCacheToleranceSeesAnUnroundedCache) {
+  ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
+  moe.num_hidden_layers = 3;
+  const struct {
+    ModelArgs args;
+    int64_t prompt;
+    std::vector<int64_t> chunks;
+    int64_t steps;
+    DType dtype;
+  } cases[] = {{tiny_generate_args(true), 7, {7}, 9, DType::f32},
+               {tiny_generate_args(false), 13, {5, 1, 7}, 4, DType::bf16},
+               {tiny_generate_args(false), 131, {131}, 5, DType::f32},
+               {moe, 12, {4, 1, 7}, 3, DType::f32}};
+  for (const auto& c : cases) {
+    double worst = 0.0;
+    run_cached_logits(c.args, c.prompt, c.chunks, c.steps, c.dtype, {}, DType::f32, true,
+                      [&](const std::string&, const float* got, const float* want, int64_t n) {
+                        worst = std::max(worst, testing::compare_arrays(got, want, n).rel());
+                      });
+    std::printf("  fp32 cache against the rounded reference, prompt %lld: worst rel %.3e\n",
+                static_cast<long long>(c.prompt), worst);
+    EXPECT_GT(worst, 10 * kRoundingFlipTol) << "prompt " << c.prompt;
+  }
 }
 
 // Llama's blocks with attention_bias and mlp_bias: q/k/v/o and MLP biases, no q/k norm.

@@ -64,6 +64,11 @@ class Backend {
   virtual void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                         const float* a, int64_t lda, const float* b, int64_t ldb, float beta,
                         float* c, int64_t ldc) = 0;
+  // The same for one block of a kernel that spreads its own blocks over threads (attention's
+  // q k^T and p v): run on the calling thread, without per-call setup a block would notice.
+  virtual void gemm_f32_block(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                              float beta, float* c, int64_t ldc) = 0;
   // The same with bf16 A and B (raw bits), products accumulated and C kept in fp32.
   virtual void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,

@@ -201,8 +201,8 @@ void attention_forward_blocks(float* out, float* lse, const float* q, const KV* 
             int64_t ld_k = 0, ld_v = 0;
             const float* k_blk = key_block_f32(k_head, ldk, j0, cols, hd, k_staging.data(), ld_k);
             const float* v_blk = key_block_f32(v_head, ldk, j0, cols, hd, v_staging.data(), ld_v);
-            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd, k_blk,
-                               ld_k, 0.0f, scores.data(), kBlockK);
+            backend().gemm_f32_block(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd,
+                                     k_blk, ld_k, 0.0f, scores.data(), kBlockK);
             for (int64_t sr = 0; sr < m; ++sr) {
               float* row = scores.data() + sr * kBlockK;
               const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
@@ -214,8 +214,8 @@ void attention_forward_blocks(float* out, float* lse, const float* q, const KV* 
               if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
               row_max[sr] = m_new;
             }
-            backend().gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(), kBlockK,
-                               v_blk, ld_v, 1.0f, acc.data(), hd);
+            backend().gemm_f32_block(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(),
+                                     kBlockK, v_blk, ld_v, 1.0f, acc.data(), hd);
           }
           for (int64_t sr = 0; sr < m; ++sr) {
             vk.scale(acc.data() + sr * hd, 1.0f / row_sum[sr], hd);
@@ -298,10 +298,10 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
             const int64_t rows = std::min(kBlockQ, s.seq_q - i0), m = G * rows, at = G * i0;
             const float* q_blk = q_st.data() + at * hd;
             const float* do_blk = do_st.data() + at * hd;
-            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, scale, q_blk, hd,
-                               k_head + j0 * ldk, ldk, 0.0f, p.data(), kBlockK);
-            backend().gemm_f32(Trans::no, Trans::yes, m, cols, hd, 1.0f, do_blk, hd,
-                               v_head + j0 * ldk, ldk, 0.0f, dp.data(), kBlockK);
+            backend().gemm_f32_block(Trans::no, Trans::yes, m, cols, hd, scale, q_blk, hd,
+                                     k_head + j0 * ldk, ldk, 0.0f, p.data(), kBlockK);
+            backend().gemm_f32_block(Trans::no, Trans::yes, m, cols, hd, 1.0f, do_blk, hd,
+                                     v_head + j0 * ldk, ldk, 0.0f, dp.data(), kBlockK);
             for (int64_t sr = 0; sr < m; ++sr) {
               float* pr = p.data() + sr * kBlockK;
               float* dsr = dp.data() + sr * kBlockK;
@@ -312,12 +312,12 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
               // dS = P * (dP - delta), pre-multiplied by the score scale for dq and dk.
               for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - row_delta) * scale;
             }
-            backend().gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, p.data(), kBlockK, do_blk,
-                               hd, 1.0f, dv_acc.data(), hd);
-            backend().gemm_f32(Trans::no, Trans::no, m, hd, cols, 1.0f, dp.data(), kBlockK,
-                               k_head + j0 * ldk, ldk, 1.0f, dq_st.data() + at * hd, hd);
-            backend().gemm_f32(Trans::yes, Trans::no, cols, hd, m, 1.0f, dp.data(), kBlockK, q_blk,
-                               hd, 1.0f, dk_acc.data(), hd);
+            backend().gemm_f32_block(Trans::yes, Trans::no, cols, hd, m, 1.0f, p.data(), kBlockK,
+                                     do_blk, hd, 1.0f, dv_acc.data(), hd);
+            backend().gemm_f32_block(Trans::no, Trans::no, m, hd, cols, 1.0f, dp.data(), kBlockK,
+                                     k_head + j0 * ldk, ldk, 1.0f, dq_st.data() + at * hd, hd);
+            backend().gemm_f32_block(Trans::yes, Trans::no, cols, hd, m, 1.0f, dp.data(), kBlockK,
+                                     q_blk, hd, 1.0f, dk_acc.data(), hd);
           }
           for (int64_t c = 0; c < cols; ++c) {
             const int64_t row = ((b * s.seq_kv + j0 + c) * KV + kvh) * hd;

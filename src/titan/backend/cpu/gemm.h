@@ -10,10 +10,25 @@
 
 namespace titan {
 
-// fp32: oneDNN's sgemm. Called inside an OpenMP parallel region it runs on the calling thread.
+// fp32: x W^T (A as stored, B transposed: every linear's forward) through oneDNN's matmul
+// primitive (brgemm), which at a prefill's 128-512 rows runs 1.2-2x faster than its sgemm; the
+// other transpose pairs through oneDNN's sgemm, which is level or faster there. Inside an OpenMP
+// parallel region either runs on the calling thread. Measurements: docs/GEMM.md.
 void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
               int64_t ldc);
+
+// gemm_f32's two routes: oneDNN's sgemm (BLAS-like C API; threaded, or on the calling thread
+// inside a parallel region) and its matmul primitive with fp32 operands. sgemm is also the CPU's
+// Backend::gemm_f32_block, since it has no per-call setup (the matmul builds a descriptor, 10-20
+// us, about a 64 x 64 x 128 block's own time). bench_gemm_backend calls both on every pair, which
+// is how gemm_f32's choice was made.
+void sgemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc);
+void matmul_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc);
 
 // bf16 A and B (raw bits), fp32 accumulation and C: oneDNN's matmul primitive (brgemm with
 // AVX512_BF16 or AMX where the CPU has them). Each call builds the primitive's descriptor (10-20
@@ -22,9 +37,9 @@ void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, fl
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
+// The oneDNN implementation gemm_f32's x W^T and gemm_bf16 dispatch to on this CPU
+// ("brg:avx512_core_bf16"; a "ref" one would mean no kernel for the dtype, orders slower).
 std::string gemm_library_name();
-// The oneDNN implementation gemm_bf16 dispatches to on this CPU ("brg:avx512_core_bf16"; a
-// "ref" one would mean no bf16 kernel, orders of magnitude slower).
 std::string gemm_bf16_library_name();
 
 }  // namespace titan

@@ -1,26 +1,18 @@
 #include <dnnl.h>
 
-#include <string>
-
 #include "titan/backend/cpu/gemm.h"
 #include "titan/core/error.h"
 
 namespace titan {
 
-void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-              int64_t ldc) {
+void sgemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+           int64_t ldc) {
   if (m == 0 || n == 0) return;
   const dnnl_status_t status = dnnl_sgemm(static_cast<char>(trans_a), static_cast<char>(trans_b), m,
                                           n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   TITAN_CHECK(status == dnnl_success, "oneDNN sgemm failed (status ", static_cast<int>(status),
               ") for m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
-}
-
-std::string gemm_library_name() {
-  const dnnl_version_t* v = dnnl_version();
-  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-         std::to_string(v->patch) + " sgemm";
 }
 
 }  // namespace titan
