@@ -7,10 +7,15 @@
 #
 #   bench/llama_cpp_compare.sh [--threads 2] [--dtype both|float32|bfloat16] [--reps 5]
 #                              [--llama-kv f16|bf16] [--llama-omp-wait libgomp|short]
-#                              [--depth 512]
+#                              [--depth 512] [--rounds 1]
 #
 # --depth D makes the prompt D tokens long: both engines prefill D tokens from an empty cache
 # and decode at depth D and after.
+#
+# --rounds N runs both engines N times per dtype, alternating which goes first (titan in odd rounds,
+# llama.cpp in even ones), and prints each round's ratios and their median: decode is bound by
+# the memory's bandwidth, which on a shared VM moves by 2x within a minute, so one engine after the
+# other compares the two moments as much as the two engines.
 #
 # --llama-omp-wait short runs llama-bench with the OMP_WAIT_POLICY and GOMP_SPINCOUNT that
 # bench_generate ran with (its short spin, passive waits); libgomp, the default, leaves them as
@@ -39,7 +44,7 @@ die() {
   exit 1
 }
 
-threads=2 dtypes=both reps=5 llama_kv=f16 llama_omp_wait=libgomp depth=512
+threads=2 dtypes=both reps=5 llama_kv=f16 llama_omp_wait=libgomp depth=512 rounds=1
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
@@ -49,13 +54,15 @@ while [ $# -gt 0 ]; do
     --llama-kv) llama_kv=$2 ;;
     --llama-omp-wait) llama_omp_wait=$2 ;;
     --depth) depth=$2 ;;
-    *) die "unknown argument '$1' (expected --threads N, --dtype both|float32|bfloat16, --reps N, --llama-kv f16|bf16, --llama-omp-wait libgomp|short, --depth N)" ;;
+    --rounds) rounds=$2 ;;
+    *) die "unknown argument '$1' (expected --threads N, --dtype both|float32|bfloat16, --reps N, --llama-kv f16|bf16, --llama-omp-wait libgomp|short, --depth N, --rounds N)" ;;
   esac
   shift 2
 done
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--threads $threads: expected a positive integer"
 [[ "$reps" =~ ^[1-9][0-9]*$ ]] || die "--reps $reps: expected a positive integer"
 [[ "$depth" =~ ^[1-9][0-9]*$ ]] || die "--depth $depth: expected a positive integer"
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || die "--rounds $rounds: expected a positive integer"
 case "$llama_kv" in
   f16 | bf16) ;;
   *) die "--llama-kv $llama_kv: expected f16 or bf16" ;;
@@ -146,61 +153,89 @@ for d in $dtypes; do
   rm -rf "$work/hf/$d"  # 1.2-2.4 GB the GGUF now holds
 done
 
-# 4. The runs, titan then llama.cpp for each dtype.
+# 4. The runs: for each round and dtype, titan and llama.cpp, titan first in odd rounds.
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "$me: $(date -u '+%F %H:%M UTC'), load average $(load), $threads threads, depth $depth, llama-bench --reps $reps"
+echo "$me: $(date -u '+%F %H:%M UTC'), load average $(load), $threads threads, depth $depth, llama-bench --reps $reps, $rounds round(s)"
 echo "$me: KV cache: titan bf16, llama.cpp $llama_kv; llama-bench's OpenMP waits: $llama_omp_wait"
 declare -A result
-for d in $dtypes; do
-  echo "$me: titan $d (load $(load))"
+run_titan() { # dtype round
+  local d=$1 r=$2 log=$logs/titan-$1-round$2.log
+  echo "$me: round $r: titan $d (load $(load))"
   build/bench/bench_generate --threads "$threads" --dtype "$d" --kv-cache bfloat16 \
-    --prompt "$depth" > "$logs/titan-$d.log" 2>&1 || die "bench_generate --dtype $d failed; see $logs/titan-$d.log"
+    --prompt "$depth" > "$log" 2>&1 || die "bench_generate --dtype $d failed; see $log"
   # Tokens over seconds: the line's tokens/s is rounded to a whole number.
-  result[titan_pp_$d]=$(sed -n 's/.*] prefill \([0-9]*\) tokens: \([0-9.]*\) s,.*/\1 \2/p' \
-    "$logs/titan-$d.log" | awk '{ printf "%.1f", $1 / $2 }')
+  result[titan_pp_${d}_$r]=$(sed -n 's/.*] prefill \([0-9]*\) tokens: \([0-9.]*\) s,.*/\1 \2/p' \
+    "$log" | awk '{ printf "%.1f", $1 / $2 }')
   # The segments' line (the step-by-step line decodes with read passes between the steps).
-  result[titan_tg_$d]=$(sed -n 's/.*] decode at depth [0-9]*-[0-9]*: \([0-9.]*\) tokens\/s.*/\1/p' \
-    "$logs/titan-$d.log")
-  if [ -z "${result[titan_pp_$d]}" ] || [ -z "${result[titan_tg_$d]}" ]; then
-    die "no prefill or decode line in bench_generate's output; see $logs/titan-$d.log"
+  result[titan_tg_${d}_$r]=$(sed -n 's/.*] decode at depth [0-9]*-[0-9]*: \([0-9.]*\) tokens\/s.*/\1/p' \
+    "$log")
+  if [ -z "${result[titan_pp_${d}_$r]}" ] || [ -z "${result[titan_tg_${d}_$r]}" ]; then
+    die "no prefill or decode line in bench_generate's output; see $log"
   fi
-
-  llama_env=()
-  if [ "$llama_omp_wait" = short ]; then
+  if [ "$llama_omp_wait" = short ] && [ -z "${llama_env[*]}" ]; then
     # bench_generate's header line: "... OMP_WAIT_POLICY=P GOMP_SPINCOUNT=N".
-    read -r policy spin <<< "$(sed -n 's/.*OMP_WAIT_POLICY=\([^ ]*\) GOMP_SPINCOUNT=\([^ ]*\)$/\1 \2/p' \
-      "$logs/titan-$d.log")"
-    [ -n "${spin:-}" ] || die "no OMP_WAIT_POLICY / GOMP_SPINCOUNT line in $logs/titan-$d.log"
+    read -r policy spin <<< "$(sed -n 's/.*OMP_WAIT_POLICY=\([^ ]*\) GOMP_SPINCOUNT=\([^ ]*\)$/\1 \2/p' "$log")"
+    [ -n "${spin:-}" ] || die "no OMP_WAIT_POLICY / GOMP_SPINCOUNT line in $log"
     llama_env=(OMP_WAIT_POLICY="$policy" GOMP_SPINCOUNT="$spin")
   fi
-  echo "$me: llama.cpp $d (load $(load)${llama_env[*]:+; ${llama_env[*]}})"
+}
+run_llama() { # dtype round
+  local d=$1 r=$2 run kind out
+  echo "$me: round $r: llama.cpp $d (load $(load)${llama_env[*]:+; ${llama_env[*]}})"
   common=(-m "$work/$d.gguf" -t "$threads" -ctk "$llama_kv" -ctv "$llama_kv" -r "$reps" -o json)
   for run in "pp:-p $depth -n 0" "tg:-p 0 -n 128 -d $depth"; do
     kind=${run%%:*}
+    out=$logs/llama-$kind-$d-round$r
     # shellcheck disable=SC2086  # the run's flags are split on purpose
-    env "${llama_env[@]}" "$bench" "${common[@]}" ${run#*:} > "$logs/llama-$kind-$d.json" 2> "$logs/llama-$kind-$d.log" ||
-      die "llama-bench ${run#*:} on the $d model failed; see $logs/llama-$kind-$d.log"
-    result[llama_${kind}_$d]=$("$py" -c '
+    env "${llama_env[@]}" "$bench" "${common[@]}" ${run#*:} > "$out.json" 2> "$out.log" ||
+      die "llama-bench ${run#*:} on the $d model failed; see $out.log"
+    result[llama_${kind}_${d}_$r]=$("$py" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("%.2f %.2f" % (r[0]["avg_ts"], r[0]["stddev_ts"]))' "$logs/llama-$kind-$d.json" 2> /dev/null) ||
-      die "cannot read llama-bench's result; see $logs/llama-$kind-$d.json"
+print("%.2f %.2f" % (r[0]["avg_ts"], r[0]["stddev_ts"]))' "$out.json" 2> /dev/null) ||
+      die "cannot read llama-bench's result; see $out.json"
+  done
+}
+# llama-bench's waits come from titan's first run (its header line), so round 1 runs titan first.
+llama_env=()
+for r in $(seq 1 "$rounds"); do
+  for d in $dtypes; do
+    if [ $((r % 2)) -eq 1 ]; then
+      run_titan "$d" "$r"
+      run_llama "$d" "$r"
+    else
+      run_llama "$d" "$r"
+      run_titan "$d" "$r"
+    fi
   done
 done
 echo "$me: done $(date -u '+%H:%M UTC'), load average $(load)"
 
-# 5. The table.
+# 5. The table: each round's tokens/s and ratios, then each dtype's median ratios.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 echo
-printf '%-12s %-8s %18s %18s\n' engine weights "prefill tok/s" "decode tok/s"
-for d in $dtypes; do
-  read -r lpp lpp_sd <<< "${result[llama_pp_$d]}"
-  read -r ltg ltg_sd <<< "${result[llama_tg_$d]}"
-  printf '%-12s %-8s %18s %18s\n' titan "$d" "${result[titan_pp_$d]}" "${result[titan_tg_$d]}"
-  printf '%-12s %-8s %18s %18s\n' llama.cpp "$d" "$lpp +- $lpp_sd" "$ltg +- $ltg_sd"
-  printf '%-12s %-8s %17sx %17sx\n' "titan/llama" "$d" \
-    "$(awk -v a="${result[titan_pp_$d]}" -v b="$lpp" 'BEGIN { printf "%.2f", a / b }')" \
-    "$(awk -v a="${result[titan_tg_$d]}" -v b="$ltg" 'BEGIN { printf "%.2f", a / b }')"
+printf '%-6s %-12s %-8s %18s %18s\n' round engine weights "prefill tok/s" "decode tok/s"
+declare -A ratios
+for r in $(seq 1 "$rounds"); do
+  for d in $dtypes; do
+    read -r lpp lpp_sd <<< "${result[llama_pp_${d}_$r]}"
+    read -r ltg ltg_sd <<< "${result[llama_tg_${d}_$r]}"
+    rpp=$(ratio "${result[titan_pp_${d}_$r]}" "$lpp")
+    rtg=$(ratio "${result[titan_tg_${d}_$r]}" "$ltg")
+    ratios[pp_$d]="${ratios[pp_$d]:+${ratios[pp_$d]} }$rpp"
+    ratios[tg_$d]="${ratios[tg_$d]:+${ratios[tg_$d]} }$rtg"
+    printf '%-6s %-12s %-8s %18s %18s\n' "$r" titan "$d" "${result[titan_pp_${d}_$r]}" "${result[titan_tg_${d}_$r]}"
+    printf '%-6s %-12s %-8s %18s %18s\n' "$r" llama.cpp "$d" "$lpp +- $lpp_sd" "$ltg +- $ltg_sd"
+    printf '%-6s %-12s %-8s %17sx %17sx\n' "$r" "titan/llama" "$d" "$rpp" "$rtg"
+  done
 done
+if [ "$rounds" -gt 1 ]; then
+  for d in $dtypes; do
+    printf '%-6s %-12s %-8s %17sx %17sx\n' median "titan/llama" "$d" \
+      "$(median <<< "${ratios[pp_$d]}")" "$(median <<< "${ratios[tg_$d]}")"
+  done
+fi
 echo "(prefill: $depth tokens from an empty cache; decode: titan 96 tokens at depth $((depth + 1))-$((depth + 96)),"
 echo " llama.cpp 128 tokens at depth $depth-$((depth + 128)); KV cache titan bf16, llama.cpp $llama_kv;"
 echo " llama-bench's OpenMP waits: $llama_omp_wait; logs: $logs)"
