@@ -48,7 +48,7 @@ for name in llama qwen2; do
   grep -q "architecture  $arch" "$work/$name.info" || { echo "$name: info"; cat "$work/$name.info"; exit 1; }
 
   "$titan" convert "$src" "$work/$name-bf16" --dtype bfloat16 > /dev/null
-  "$titan" info "$work/$name-bf16" | grep -q "architecture  $arch" || { echo "$name: convert"; exit 1; }
+  "$titan" info "$work/$name-bf16" | grep "architecture  $arch" > /dev/null || { echo "$name: convert"; exit 1; }
 
   "$titan" train "${common[@]}" --preset hf --model.hf_assets_path="$src" --training.steps=3 \
     --training.dataset_path="$corpus" --checkpoint.initial_load_path="$src" \

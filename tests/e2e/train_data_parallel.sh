@@ -356,8 +356,9 @@ one_line "$work/fail.log" "^\[rank 0 of 2\] titan train: error: .*step-2 exists 
 # start-up (about 40 MB) does: a heap limit (ulimit -d). AddressSanitizer maps terabytes of shadow
 # memory at start-up, past any such limit, so under it rank 1's allocator refuses one allocation
 # over 8 MB instead (the parameter blocks; nothing before them is as large), returning null as
-# glibc's does under the limit.
-if ldd "$titan" | grep -q libasan; then
+# glibc's does under the limit. (grep reads all of ldd's output: with -q it could exit first, and
+# ldd's SIGPIPE would fail the pipeline under pipefail, taking the ulimit branch under ASan.)
+if ldd "$titan" | grep libasan > /dev/null; then
   limit="export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1:max_allocation_size_mb=8"
 else
   limit='ulimit -d 98304'
