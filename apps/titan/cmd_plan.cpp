@@ -49,7 +49,8 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   std::printf("\nmemory per rank (the trainer's categories)\n");
   row("parameters", m.parameters + m.compute_copies,
       std::string(fsdp ? "this rank's shards" : "fp32") +
-          (m.compute_copies > 0 ? " + bf16 copies of the matmul weights " + bytes(m.compute_copies)
+          (m.compute_copies > 0 ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
+                                      bytes(m.compute_copies)
                                 : ""));
   row("gradients", m.gradients, fsdp ? "this rank's shards" : "fp32");
   row("optimizer", m.optimizer, fsdp ? "AdamW moments of the shards" : "AdamW moments");
@@ -59,6 +60,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
             in.reshard_after_forward + "\"; peaks " + bytes(m.unit_parameters) + " and " +
             bytes(m.unit_gradients) + "); staging and reduced shard " +
             bytes(m.collective_buffers) + " (other)");
+  } else if (m.units_in_flight > 0) {
+    row("block in flight", m.units_in_flight,
+        "one block's bf16 copies of its matmul weights, made at each of its uses (parameters)");
   }
   row("activations", m.activations,
       std::string("activation_checkpoint.mode = \"") +
@@ -67,7 +71,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
           "; with the lm_head's logits chunk)");
   row("other", m.rope, "RoPE tables");
   row("step peak", m.step_peak(),
-      fsdp ? "resident + the units in flight at their most" : "everything resident");
+      fsdp                    ? "resident + the units in flight at their most"
+      : m.units_in_flight > 0 ? "everything resident + one block's bf16 copies"
+                              : "everything resident");
   if (in.checkpoint_saves) {
     row("checkpoint save", m.checkpoint_peak(),
         "between steps + the writer's staging " + bytes(m.writer_staging));

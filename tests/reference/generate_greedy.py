@@ -1,17 +1,18 @@
 """Greedy generation with the real Transformers, for titan's generate test.
 
 usage: python generate_greedy.py REQUEST RESPONSE
-    REQUEST: {"runs": [{"key": K, "folder": F, "bf16_matmul_inputs": bool,
+    REQUEST: {"runs": [{"key": K, "folder": F, "bf16_math": bool,
                         "bf16_kv_cache": bool}, ...],
               "prompts": [[ids...], ...], "max_new_tokens": N}.
     Each run loads its model folder (written by titan) in float32 and runs every prompt through
     AutoModelForCausalLM.generate(do_sample=False) with a static cache; the new ids (an ending eos
     included, nothing after it) go to RESPONSE as {"<key>": [[ids...], ...]}.
 
-    A bf16 folder's weights are bf16 values upcast. bf16_matmul_inputs computes titan's bf16-weight
+    A bf16 folder's weights are bf16 values upcast. bf16_math computes titan's bf16-weight
     math on them: the input of every matmul titan runs with bf16 operands (q/k/v/o, a dense MLP's
     gate/up/down, both GEMMs of each MoE expert, lm_head; not the MoE router) rounded to bf16,
-    fp32 accumulation (a product of two bf16 values is exact in fp32). bf16_kv_cache stores the keys (after k_norm and
+    fp32 accumulation (a product of two bf16 values is exact in fp32); q/k/v_proj's outputs, q and
+    k after RoPE, and the logits rounded to bf16. bf16_kv_cache stores the keys (after k_norm and
     RoPE) and values rounded to bf16, as titan's bf16 KV cache and torch's bf16 static cache hold
     them, and attends over the rounded values.
 """
@@ -24,6 +25,7 @@ from transformers import AutoModelForCausalLM
 from transformers.cache_utils import StaticLayer
 
 BF16_LINEAR = re.compile(r"(\.self_attn\.[qkvo]_proj|\.mlp\.(gate|up|down)_proj|^lm_head)$")
+ROUNDED_OUTPUT = re.compile(r"(\.self_attn\.[qkv]_proj|^lm_head)$")
 
 
 def to_bf16_values(t):
@@ -56,12 +58,32 @@ def with_rounded_linear(forward):
     return wrapped
 
 
-def round_matmul_inputs(model):
+# While on, the models' apply_rotary_pos_emb (looked up by name at each call) returns q and k
+# rounded to bf16.
+rounding_rope = {"on": False}
+
+
+def with_rounded_outputs(apply_rotary_pos_emb):
+    def wrapped(*args, **kwargs):
+        q, k = apply_rotary_pos_emb(*args, **kwargs)
+        if rounding_rope["on"]:
+            q, k = to_bf16_values(q), to_bf16_values(k)
+        return q, k
+    wrapped.rounds = True
+    return wrapped
+
+
+def use_bf16_math(model):
     """Returns whether the model has MoE experts (whose products must then be seen rounded)."""
+    modeling = sys.modules[type(model).__module__]
+    if not getattr(modeling.apply_rotary_pos_emb, "rounds", False):
+        modeling.apply_rotary_pos_emb = with_rounded_outputs(modeling.apply_rotary_pos_emb)
     rounded, experts = 0, False
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Linear) and BF16_LINEAR.search(name):
             module.register_forward_pre_hook(lambda m, args: (to_bf16_values(args[0]), *args[1:]))
+            if ROUNDED_OUTPUT.search(name):
+                module.register_forward_hook(lambda m, args, out: to_bf16_values(out))
             rounded += 1
         elif name.endswith(".mlp.experts"):
             module.forward = with_rounded_linear(module.forward)
@@ -86,10 +108,11 @@ def main():
     response = {}
     for run in request["runs"]:
         # The eager experts multiply through torch.nn.functional.linear, which the rounding wraps.
-        rounding = {"experts_implementation": "eager"} if run.get("bf16_matmul_inputs") else {}
+        rounding = {"experts_implementation": "eager"} if run.get("bf16_math") else {}
         model = AutoModelForCausalLM.from_pretrained(run["folder"], dtype=torch.float32, **rounding)
         model.eval()
-        experts = run.get("bf16_matmul_inputs", False) and round_matmul_inputs(model)
+        rounding_rope["on"] = run.get("bf16_math", False)
+        experts = rounding_rope["on"] and use_bf16_math(model)
         products_before = rounded_expert_products
         StaticLayer.update = rounding_update if run.get("bf16_kv_cache", False) else _static_update
         eos = model.generation_config.eos_token_id

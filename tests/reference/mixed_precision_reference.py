@@ -5,13 +5,16 @@ computed three ways on the same weights and batch:
   fp32       the plain float32 step;
   bf16_mm    titan's mixed precision as PyTorch ops: every matmul weight (q/k/v/o, gate/up/down,
              each expert's gate_up/down, the lm_head, tied or not; not the MoE router) and the
-             matmul's input are rounded to bf16, the product accumulates in fp32 and stays fp32; in
-             the backward the output's gradient is rounded to bf16 before the two products (d
-             input, d weight), which accumulate in fp32; the MLPs' and experts' SwiGLU backward
-             reads gate_proj's and up_proj's outputs rounded to bf16 (titan keeps them that way),
-             its forward the fp32 ones; norms, RoPE, attention, softmax, SwiGLU, the router, the routing weights' product
-             and sum, and the loss stay fp32. Products of bf16 values are exact in fp32, so this
-             equals titan's bf16 step up to fp32 summation order;
+             matmul's input are rounded to bf16, the product accumulates in fp32 and stays fp32,
+             except q/k/v_proj's and the lm_head's (the logits), rounded to bf16 as titan keeps
+             them; q and k after their norms and RoPE are rounded before attention (each of these
+             roundings passes the gradient through unchanged); in the backward the output's
+             gradient is rounded to bf16 before the two products (d input, d weight), which
+             accumulate in fp32; the MLPs' and experts' SwiGLU backward reads gate_proj's and
+             up_proj's outputs rounded to bf16 (titan keeps them that way), its forward the fp32
+             ones; norms, RoPE, attention's arithmetic, softmax, SwiGLU, the router, the routing
+             weights' product and sum, and the loss stay fp32. Products of bf16 values are exact
+             in fp32, so this equals titan's bf16 step up to fp32 summation order;
   autocast   torch.autocast("cpu", dtype=torch.bfloat16), the way PyTorch users train in bf16
              (it also rounds every linear's output, attention's matmuls and the q/k norms' outputs
              to bf16).
@@ -38,7 +41,9 @@ import sys
 import torch
 import torch.nn.functional as F
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
+from transformers.models.qwen3 import modeling_qwen3
 from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
+from transformers.models.qwen3_moe import modeling_qwen3_moe
 from transformers.models.qwen3_moe.modeling_qwen3_moe import (Qwen3MoeExperts, Qwen3MoeMLP,
                                                               Qwen3MoeTopKRouter)
 
@@ -96,15 +101,17 @@ def rounded(t):
 
 
 class Bf16Matmul(torch.autograd.Function):
-    """y = round(x) round(W)^T + b in fp32; backward rounds dy once for both products."""
+    """y = round(x) round(W)^T + b in fp32 (round_output: y rounded to bf16 too, the rounding
+    passing the gradient through unchanged); backward rounds dy once for both products."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias):
+    def forward(ctx, x, weight, bias, round_output=False):
         xr, wr = rounded(x), bf16(weight)
         ctx.save_for_backward(xr, wr)
         ctx.has_bias = bias is not None
         y = xr @ wr.t()
-        return y + bias if bias is not None else y
+        y = y + bias if bias is not None else y
+        return rounded(y) if round_output else y
 
     @staticmethod
     def backward(ctx, dy):
@@ -113,7 +120,7 @@ class Bf16Matmul(torch.autograd.Function):
         dx = dyr @ wr
         dw = dyr.reshape(-1, dyr.shape[-1]).t() @ xr.reshape(-1, xr.shape[-1])
         db = dy.reshape(-1, dy.shape[-1]).sum(0) if ctx.has_bias else None
-        return dx, dw, db
+        return dx, dw, db, None
 
 
 class KeptBf16Swiglu(torch.autograd.Function):
@@ -137,9 +144,39 @@ def bf16_mlp_forward(mlp):
     return forward
 
 
-def bf16_forward(module):
+class RoundedStraightThrough(torch.autograd.Function):
+    """x rounded to bf16; the gradient passes unchanged, as through titan's rounding points."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return rounded(x)
+
+    @staticmethod
+    def backward(ctx, dx):
+        return dx
+
+
+# While on, eager attention (both models' modules look it up by name at each call) reads q and k
+# rounded to bf16, after their norms and RoPE; v comes rounded from v_proj.
+bf16_attention = {"on": False}
+
+
+def rounding_attention(original):
+    def forward(module, query, key, value, *args, **kwargs):
+        if bf16_attention["on"]:
+            query = RoundedStraightThrough.apply(query)
+            key = RoundedStraightThrough.apply(key)
+        return original(module, query, key, value, *args, **kwargs)
+    return forward
+
+
+for _modeling in (modeling_qwen3, modeling_qwen3_moe):
+    _modeling.eager_attention_forward = rounding_attention(_modeling.eager_attention_forward)
+
+
+def bf16_forward(module, round_output=False):
     def forward(x):
-        return Bf16Matmul.apply(x, module.weight, module.bias)
+        return Bf16Matmul.apply(x, module.weight, module.bias, round_output)
     return forward
 
 
@@ -166,11 +203,12 @@ def bf16_experts_forward(experts):
 
 
 def use_bf16_matmuls(model):
-    for m in model.modules():
+    for name, m in model.named_modules():
         if isinstance(m, (Qwen3MLP, Qwen3MoeMLP)):  # the dense MLPs (their linears below)
             m.forward = bf16_mlp_forward(m)
         if isinstance(m, torch.nn.Linear):  # the MoE router is a Qwen3MoeTopKRouter: not rounded
-            m.forward = bf16_forward(m)
+            keeps_output = m is model.lm_head or name.endswith(("q_proj", "k_proj", "v_proj"))
+            m.forward = bf16_forward(m, round_output=keeps_output)
         elif isinstance(m, Qwen3MoeExperts):
             m.forward = bf16_experts_forward(m)
 
@@ -215,6 +253,7 @@ def make(name, model_class, seed, overrides, out_dir):
     fp32, loss_fp32 = step(model, ids, labels, "fp32.")
     autocast, loss_autocast = step(model, ids, labels, "autocast.", autocast=True)
     use_bf16_matmuls(model)
+    bf16_attention["on"] = True
     bf16_mm, loss_bf16 = step(model, ids, labels, "bf16_mm.")
     jitter["on"] = True
     spread = {}
@@ -226,6 +265,7 @@ def make(name, model_class, seed, overrides, out_dir):
             name = "bf16_mm_spread." + key[len("bf16_mm."):]
             spread[name] = torch.maximum(spread.get(name, rel), rel)
     jitter["on"] = False
+    bf16_attention["on"] = False
     tensors.update(spread)
     tensors.update(fp32)
     tensors.update(autocast)

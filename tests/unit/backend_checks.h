@@ -3,6 +3,7 @@
 // Each returns "" or the first failure in words.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -31,17 +32,41 @@ DeviceBuffer to_device(Backend& be, const std::vector<T>& host, DType dtype) {
   return buf;
 }
 
-// C = 0.5 op(A) op(B) + C with odd sizes and padded leading dimensions, fp32 or bf16 operands
-// (a, b hold the operands' values in fp32, a16, b16 their bf16 bits), and the fp64-sum reference.
+// The backend entry points a GEMM check calls.
+enum class GemmRoute { f32, f32_block, bf16, bf16_to_bf16 };
+
+inline const char* gemm_route_name(GemmRoute route) {
+  switch (route) {
+    case GemmRoute::f32:
+      return "gemm_f32";
+    case GemmRoute::f32_block:
+      return "gemm_f32_block";
+    case GemmRoute::bf16:
+      return "gemm_bf16";
+    case GemmRoute::bf16_to_bf16:
+      return "gemm_bf16_to_bf16";
+  }
+  return "?";
+}
+
+// C = 0.5 op(A) op(B) + C with odd sizes and padded leading dimensions (bf16_to_bf16: + 0 C, C
+// written in bf16), fp32 or bf16 operands (a, b hold the operands' values in fp32, a16, b16 their
+// bf16 bits), and the fp64-sum reference.
 struct GemmCase {
-  DType dtype;
+  GemmRoute route;
   Trans ta, tb;
   int64_t m = 37, n = 29, k = 515, lda, ldb, ldc;
-  float alpha = 0.5f, beta = 1.0f;
+  float alpha = 0.5f, beta;
+  // Unit roundoff of C's type: the most a correct rounding of the fp32 sum moves it, relative.
+  double output_rounding;
   std::vector<float> a, b, c0, want;
-  std::vector<uint16_t> a16, b16;
+  std::vector<uint16_t> a16, b16, c16;
 
-  GemmCase(DType dtype_, Trans ta_, Trans tb_) : dtype(dtype_), ta(ta_), tb(tb_) {
+  GemmCase(GemmRoute route_, Trans ta_, Trans tb_) : route(route_), ta(ta_), tb(tb_) {
+    const bool bf16_operands = route == GemmRoute::bf16 || route == GemmRoute::bf16_to_bf16;
+    const bool bf16_output = route == GemmRoute::bf16_to_bf16;
+    beta = bf16_output ? 0.0f : 1.0f;
+    output_rounding = bf16_output ? std::ldexp(1.0, -8) : 0.0;
     lda = (ta == Trans::no ? k : m) + 3;
     ldb = (tb == Trans::no ? n : k) + 5;
     ldc = n + 2;
@@ -50,9 +75,14 @@ struct GemmCase {
     c0 = uniform_values(m * ldc, 3);
     a16.resize(a.size());
     b16.resize(b.size());
-    if (dtype == DType::bf16) {
+    c16.resize(c0.size());
+    if (bf16_operands) {
       for (size_t i = 0; i < a.size(); ++i) a[i] = bf16_to_f32(a16[i] = f32_to_bf16(a[i]));
       for (size_t i = 0; i < b.size(); ++i) b[i] = bf16_to_f32(b16[i] = f32_to_bf16(b[i]));
+    }
+    // A bf16 C's padding is compared exactly, so it starts as bf16 values.
+    if (bf16_output) {
+      for (size_t i = 0; i < c0.size(); ++i) c0[i] = bf16_to_f32(c16[i] = f32_to_bf16(c0[i]));
     }
     want = c0;
     gemm_f32_reference(ta, tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, want.data(),
@@ -64,8 +94,10 @@ struct GemmCase {
   // bf16 operands: 8-bit x 8-bit significands fit fp32's 24), for alpha and for adding beta * C,
   // plus the reference's own rounding to fp32. So |c - ref| <= (k + 4) 2^-24 (|alpha| sum_p
   // |a_ip b_pj| + |beta c_ij|), a worst-case bound that any fp32-accumulating order meets. bf16
-  // operands are rounded before both sides see them, so bf16's 2^-9 never enters. "" or the first
-  // element out of bound, named after `gemm`.
+  // operands are rounded before both sides see them, so bf16's 2^-9 never enters. A bf16 C adds
+  // its one rounding of that sum: at most 2^-8 of it (bf16 keeps 8 significant bits), so a
+  // truncating conversion (up to 2^-7) can fail. "" or the first element out of bound, named after
+  // `gemm`.
   std::string compare(const std::vector<float>& got, const std::string& gemm) const {
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < ldc; ++j) {
@@ -80,6 +112,7 @@ struct GemmCase {
           }
           bound = (k + 4) * std::ldexp(1.0, -24) *
                   (alpha * magnitude + beta * std::fabs(c0[i * ldc + j]));
+          bound += output_rounding * (std::fabs(w) + bound);
         }
         if (!(std::fabs(static_cast<double>(g) - w) <= bound)) {
           char line[200];
@@ -95,30 +128,43 @@ struct GemmCase {
   }
 };
 
-inline std::string check_gemm(Backend& be, DType dtype, Trans ta, Trans tb) {
-  const GemmCase t(dtype, ta, tb);
-  DeviceBuffer c_dev = to_device(be, t.c0, DType::f32);
-  if (dtype == DType::bf16) {
+inline std::string check_gemm(Backend& be, GemmRoute route, Trans ta, Trans tb) {
+  const GemmCase t(route, ta, tb);
+  std::vector<float> got(t.c0.size());
+  if (route == GemmRoute::bf16_to_bf16) {
+    DeviceBuffer c_dev = to_device(be, t.c16, DType::bf16);
+    const DeviceBuffer a_dev = to_device(be, t.a16, DType::bf16),
+                       b_dev = to_device(be, t.b16, DType::bf16);
+    be.gemm_bf16_to_bf16(ta, tb, t.m, t.n, t.k, t.alpha, a_dev.as<uint16_t>(), t.lda,
+                         b_dev.as<uint16_t>(), t.ldb, c_dev.as<uint16_t>(), t.ldc);
+    std::vector<uint16_t> bits(got.size());
+    copy_to_host(bits.data(), DType::bf16, static_cast<int64_t>(bits.size()), c_dev);
+    std::transform(bits.begin(), bits.end(), got.begin(), bf16_to_f32);
+  } else if (route == GemmRoute::bf16) {
+    DeviceBuffer c_dev = to_device(be, t.c0, DType::f32);
     const DeviceBuffer a_dev = to_device(be, t.a16, DType::bf16),
                        b_dev = to_device(be, t.b16, DType::bf16);
     be.gemm_bf16(ta, tb, t.m, t.n, t.k, t.alpha, a_dev.as<uint16_t>(), t.lda, b_dev.as<uint16_t>(),
                  t.ldb, t.beta, c_dev.as<float>(), t.ldc);
+    copy_to_host(got.data(), DType::f32, static_cast<int64_t>(got.size()), c_dev);
   } else {
+    DeviceBuffer c_dev = to_device(be, t.c0, DType::f32);
     const DeviceBuffer a_dev = to_device(be, t.a, DType::f32),
                        b_dev = to_device(be, t.b, DType::f32);
-    be.gemm_f32(ta, tb, t.m, t.n, t.k, t.alpha, a_dev.as<float>(), t.lda, b_dev.as<float>(), t.ldb,
-                t.beta, c_dev.as<float>(), t.ldc);
+    const auto gemm = route == GemmRoute::f32 ? &Backend::gemm_f32 : &Backend::gemm_f32_block;
+    (be.*gemm)(ta, tb, t.m, t.n, t.k, t.alpha, a_dev.as<float>(), t.lda, b_dev.as<float>(), t.ldb,
+               t.beta, c_dev.as<float>(), t.ldc);
+    copy_to_host(got.data(), DType::f32, static_cast<int64_t>(got.size()), c_dev);
   }
-  std::vector<float> got(t.c0.size());
-  copy_to_host(got.data(), DType::f32, static_cast<int64_t>(got.size()), c_dev);
-  return t.compare(got, std::string(dtype_name(dtype)) + " gemm on " + be.name());
+  return t.compare(got, std::string(gemm_route_name(route)) + " on " + be.name());
 }
 
 inline std::string check_gemms(Backend& be) {
-  for (DType dtype : {DType::f32, DType::bf16}) {
+  for (GemmRoute route :
+       {GemmRoute::f32, GemmRoute::f32_block, GemmRoute::bf16, GemmRoute::bf16_to_bf16}) {
     for (Trans ta : {Trans::no, Trans::yes}) {
       for (Trans tb : {Trans::no, Trans::yes}) {
-        const std::string failure = check_gemm(be, dtype, ta, tb);
+        const std::string failure = check_gemm(be, route, ta, tb);
         if (!failure.empty()) return failure;
       }
     }

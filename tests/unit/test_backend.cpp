@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -66,7 +67,7 @@ TEST(Backend, CpuGemmsMatchTheReferenceForEveryTranspose) {
 TEST(Backend, CpuFp32GemmRoutesMatchTheReferenceForEveryTranspose) {
   for (Trans ta : {Trans::no, Trans::yes}) {
     for (Trans tb : {Trans::no, Trans::yes}) {
-      const testing::GemmCase t(DType::f32, ta, tb);
+      const testing::GemmCase t(testing::GemmRoute::f32, ta, tb);
       std::vector<float> c = t.c0;
       sgemm(ta, tb, t.m, t.n, t.k, t.alpha, t.a.data(), t.lda, t.b.data(), t.ldb, t.beta, c.data(),
             t.ldc);
@@ -86,6 +87,26 @@ TEST(Backend, CpuFp32GemmRoutesMatchTheReferenceForEveryTranspose) {
       }
     }
   }
+}
+
+// The bf16-output bound admits one correct rounding of the fp32 sum and no more: the same sums
+// truncated to bf16 (error up to 2^-7, twice what rounding to nearest allows) must fail it.
+TEST(Backend, Bf16OutputBoundRejectsTruncation) {
+  const testing::GemmCase t(testing::GemmRoute::bf16_to_bf16, Trans::no, Trans::yes);
+  std::vector<float> c = t.c0;
+  gemm_bf16(t.ta, t.tb, t.m, t.n, t.k, t.alpha, t.a16.data(), t.lda, t.b16.data(), t.ldb, 0.0f,
+            c.data(), t.ldc);
+  std::vector<float> rounded = c, truncated = c;
+  for (int64_t i = 0; i < t.m; ++i) {
+    for (int64_t j = 0; j < t.n; ++j) {
+      float& r = rounded[i * t.ldc + j];
+      float& d = truncated[i * t.ldc + j];
+      r = round_to_bf16(r);
+      d = bf16_to_f32(static_cast<uint16_t>(std::bit_cast<uint32_t>(d) >> 16));
+    }
+  }
+  EXPECT_EQ(t.compare(rounded, "rounded"), "");
+  EXPECT_NE(t.compare(truncated, "truncated"), "");
 }
 
 TEST(Backend, CpuCopiesRoundTrip) {

@@ -70,7 +70,7 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
         }
         request["runs"].push_back({{"key", key},
                                    {"folder", folder},
-                                   {"bf16_matmul_inputs", dtype == DType::bf16},
+                                   {"bf16_math", dtype == DType::bf16},
                                    {"bf16_kv_cache", cache == DType::bf16}});
       }
     }

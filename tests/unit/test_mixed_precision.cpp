@@ -3,11 +3,12 @@
 // `titan train --preset hf` loads it, with compute dtype bf16, and one training step (logits,
 // loss, every gradient) is compared with
 //  - bf16_mm: PyTorch computing titan's rounding points exactly (bf16 matmul operands, fp32
-//    accumulation, everything else fp32). Products of bf16 values are exact in fp32, so the two
+//    accumulation; q/k/v_proj's outputs, q and k after RoPE, and the logits rounded to bf16;
+//    everything else fp32). Products of bf16 values are exact in fp32, so the two
 //    differ by fp32 summation order, and by the bf16 rounding flips it causes (see
 //    kSpreadFactor);
-//  - autocast: torch.autocast("cpu", bfloat16), which rounds more (every linear's output,
-//    attention's matmuls, the q/k norms' outputs); see kAutocastNoiseFactor.
+//  - autocast: torch.autocast("cpu", bfloat16), which rounds more (every linear's output, the
+//    q/k norms' outputs); see kAutocastNoiseFactor.
 // and its logits must be closer to bf16_mm's than fp32's are, so an fp32 step cannot pass.
 #include <gtest/gtest.h>
 
@@ -30,10 +31,13 @@ namespace {
 // up to twice that far: its own summation order is one more such draw.
 constexpr double kSummationTolerance = 1e-5;
 constexpr double kSpreadFactor = 2.0;
-// Against autocast: titan rounds a subset of what autocast rounds (the matmuls' operands, not
-// their outputs, attention's matmuls or the q/k norms' outputs), so the two steps differ by
-// about autocast's own rounding noise, which is measured as its distance from the fp32 step. A
-// tensor's worst element may gather both sides' noise: at most twice that distance.
+// Against autocast: titan rounds a subset of what autocast rounds (the matmuls' operands, q/k/v
+// and the logits, not the other linears' outputs or the q/k norms' outputs), so the two steps
+// differ by about autocast's own rounding noise, which is measured as its distance from the fp32
+// step. A tensor's worst element may gather both sides' noise: at most twice that distance. Not
+// the loss: one scalar is one draw of each side's noise (titan's, rounding the logits, is as
+// large as autocast's), and two draws may differ by more than twice either; the loss is held to
+// bf16_mm above, and the logits it is computed from to autocast.
 constexpr double kAutocastNoiseFactor = 2.0;
 
 std::vector<float> read_all(const SafetensorsCheckpoint& ref, const std::string& name) {
@@ -101,7 +105,9 @@ TEST_P(MixedPrecisionReference, Bf16StepMatchesPyTorch) {
         "%.2e)\n",
         t.name.c_str(), exact, tolerance, vs_autocast, bf16_effect, autocast_noise);
     EXPECT_LE(exact, tolerance) << t.name;
-    EXPECT_LE(vs_autocast, kAutocastNoiseFactor * autocast_noise) << t.name;
+    if (t.name != "loss") {
+      EXPECT_LE(vs_autocast, kAutocastNoiseFactor * autocast_noise) << t.name;
+    }
     // titan computed bf16, not fp32: its logits are closer to bf16_mm than fp32's are, by more
     // than a factor of two.
     if (t.name == "logits") {

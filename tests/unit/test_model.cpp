@@ -95,9 +95,10 @@ TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
 }
 
 // What bf16 training keeps per dense layer, against fp32: its two norms' outputs (the linears'
-// inputs) and the MLP's gate, up and product at half the bytes; q/k/v and the attention output
-// stay fp32. Measured as the arena's growth per layer, so the shared scratch cancels out.
-TEST(Model, Bf16TrainingKeepsTheLinearInputsAndTheMlpInBf16) {
+// inputs), the q/k norms' inputs, q, k and v, and the MLP's gate, up and product at half the
+// bytes; the attention output and the statistics stay fp32. Measured as the arena's growth per
+// layer, so the shared scratch cancels out.
+TEST(Model, Bf16TrainingKeepsTheLinearInputsAttentionInputsAndTheMlpInBf16) {
   const int64_t batch = 2, seq = 16, n = batch * seq;
   ModelArgs one = small_args(), two = small_args();
   one.num_hidden_layers = 1;
@@ -106,8 +107,14 @@ TEST(Model, Bf16TrainingKeepsTheLinearInputsAndTheMlpInBf16) {
     return DecoderLM::activation_bytes_of(two, compute, false, batch, seq) -
            DecoderLM::activation_bytes_of(one, compute, false, batch, seq);
   };
+  ASSERT_TRUE(one.qk_norm);
   const int64_t h = one.hidden_size, I = one.intermediate_size;
-  const int64_t halved = (2 * n * h + 3 * n * I) * static_cast<int64_t>(sizeof(uint16_t));
+  const int64_t q = one.num_attention_heads * one.head_dim;
+  const int64_t kv = one.num_key_value_heads * one.head_dim;
+  // q_pre, k_pre; q, k, v.
+  const int64_t attention = (q + kv) + (q + 2 * kv);
+  const int64_t halved =
+      (2 * n * h + n * attention + 3 * n * I) * static_cast<int64_t>(sizeof(uint16_t));
   EXPECT_EQ(per_layer(DType::f32) - per_layer(DType::bf16), halved);
 }
 

@@ -73,6 +73,11 @@ class Backend {
   virtual void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                          float* c, int64_t ldc) = 0;
+  // bf16 A and B, fp32 accumulation, C written in bf16 (each element rounded to nearest even once)
+  // and no beta: for a result only bf16 GEMMs and row-wise fp32 kernels read, at half the bytes.
+  virtual void gemm_bf16_to_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k,
+                                 float alpha, const uint16_t* a, int64_t lda, const uint16_t* b,
+                                 int64_t ldb, uint16_t* c, int64_t ldc) = 0;
 
   // The row-level vector primitives (vec_kernels.h). A backend without a kernel for one has a
   // function that throws titan::Error naming it. Fetch the table once per op call, outside loops.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "titan/core/error.h"
+#include "titan/io/convert.h"
 
 namespace titan {
 
@@ -144,6 +145,10 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
   const float* last = resid_ + (n - 1) * h;
   m.norm.forward(norm_, rstd_, last, 1);
   m.lm_head.forward(logits_, norm_, 1, linear_);
+  // bf16 weights: the logits as a bf16 model returns them, and as bf16 training keeps them.
+  if (m.lm_head.weight_bf16 != nullptr) {
+    round_to_bf16_keeping(logits_, static_cast<size_t>(a.vocab_size), nullptr);
+  }
   return logits_;
 }
 

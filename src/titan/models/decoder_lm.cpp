@@ -201,7 +201,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   if (compute_dtype_ == DType::bf16) allocate_compute_weights(params);
 }
 
-void DecoderLM::allocate_compute_weights(Residency residency) {
+void DecoderLM::allocate_compute_weights(Residency head_residency) {
   // Each weight with the module's pointer to its copy.
   struct Target {
     const float* master;
@@ -232,8 +232,9 @@ void DecoderLM::allocate_compute_weights(Residency residency) {
   for (const Target& t : targets) totals[static_cast<size_t>(group_of(t.master))] += t.numel;
   std::vector<uint16_t*> next(groups_.size(), nullptr);
   for (size_t g = 0; g < groups_.size(); ++g) {
-    compute_weights_.emplace_back(static_cast<size_t>(totals[g]) * sizeof(uint16_t),
-                                  MemCategory::parameters, residency);
+    compute_weights_.emplace_back(
+        static_cast<size_t>(totals[g]) * sizeof(uint16_t), MemCategory::parameters,
+        static_cast<int64_t>(g) == head_group_ ? head_residency : Residency::released);
     next[g] = compute_weights_.back().as<uint16_t>();
   }
   for (const Target& t : targets) {
@@ -281,8 +282,17 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
 }
 
 void DecoderLM::acquire(int64_t group, bool gradients) {
-  if (!hooks_.acquire) return;
   const auto g = static_cast<size_t>(group);
+  if (!hooks_.acquire) {
+    // One process: a block's bf16 copies exist only while it is in use, as under FSDP, so one
+    // block's are held at a time. The [norm, lm_head] unit's are made at the forward's start and
+    // kept: the loss, where a step's memory peaks, needs them.
+    if (!compute_copies_.empty() && group != head_group_ && !compute_weights_[g].committed()) {
+      compute_weights_[g].recommit();
+      refresh_compute_weights(group);
+    }
+    return;
+  }
   // Copies the acquire fills are made only from a gather: a unit kept whole since its last use
   // kept them (its masters of those were never written). Otherwise they are remade each time.
   const bool fills = hooks_.fills_compute_copies;
@@ -293,9 +303,12 @@ void DecoderLM::acquire(int64_t group, bool gradients) {
 }
 
 void DecoderLM::release(int64_t group, GroupUseEnd end) {
-  if (!hooks_.release) return;
-  hooks_.release(group, end);
   const auto g = static_cast<size_t>(group);
+  if (!hooks_.release) {
+    if (!compute_copies_.empty() && group != head_group_) compute_weights_[g].decommit();
+    return;
+  }
+  hooks_.release(group, end);
   if (compute_copies_.empty()) return;
   if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
 }
@@ -378,15 +391,27 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     return reinterpret_cast<uint16_t*>(c.take((count + 1) / 2));
   };
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
-  // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors); the fp32
-  // values are computed into scratch every layer shares. The attention's tensors stay fp32, as its
-  // arithmetic does, and so does the MoE block's input (its router computes in fp32); the experts
-  // kernel keeps its rows' gate, up and product in bf16 (below).
+  // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors), and the
+  // attention its q/k norms' inputs, q, k and v (rounded where they are made, as autocast's bf16
+  // projections and attention matmuls have them); the fp32 values are computed into scratch
+  // every layer shares. The attention's output and statistics stay fp32, and so does the MoE
+  // block's input (its router computes in fp32); the experts kernel keeps its rows' gate, up and
+  // product in bf16 (below).
   const bool keep_bf16 = compute_dtype == DType::bf16;
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
   const MlpActivations mlp_scratch =
       keep_bf16 && any_dense ? MlpActivations{c.take(n * I), c.take(n * I), c.take(n * I)}
                              : MlpActivations{};
+  AttentionActivations attn_scratch;
+  if (keep_bf16) {
+    if (args.qk_norm) {
+      attn_scratch.q_pre = c.take(n * H * hd);
+      attn_scratch.k_pre = c.take(n * KV * hd);
+    }
+    attn_scratch.q = c.take(n * H * hd);
+    attn_scratch.k = c.take(n * KV * hd);
+    attn_scratch.v = c.take(n * KV * hd);
+  }
   v.resid.assign(n_layers + 1, nullptr);
   for (float*& r : v.resid) r = c.take(n * h);
   v.layers.assign(checkpointing ? 1 : n_layers, {});
@@ -399,15 +424,32 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     a.norm1 = keep_bf16 ? norm_scratch : c.take(n * h);
     a.attn.x_bf16 = keep_bf16 ? take_bf16(n * h) : nullptr;
     a.norm1_rstd = c.take(n);
+    if (keep_bf16) {
+      a.attn.q_pre = attn_scratch.q_pre;
+      a.attn.k_pre = attn_scratch.k_pre;
+      a.attn.q = attn_scratch.q;
+      a.attn.k = attn_scratch.k;
+      a.attn.v = attn_scratch.v;
+      if (args.qk_norm) {
+        a.attn.kept.q_pre = take_bf16(n * H * hd);
+        a.attn.kept.k_pre = take_bf16(n * KV * hd);
+      }
+      a.attn.kept.q = take_bf16(n * H * hd);
+      a.attn.kept.k = take_bf16(n * KV * hd);
+      a.attn.kept.v = take_bf16(n * KV * hd);
+    } else {
+      if (args.qk_norm) {
+        a.attn.q_pre = c.take(n * H * hd);
+        a.attn.k_pre = c.take(n * KV * hd);
+      }
+      a.attn.q = c.take(n * H * hd);
+      a.attn.k = c.take(n * KV * hd);
+      a.attn.v = c.take(n * KV * hd);
+    }
     if (args.qk_norm) {
-      a.attn.q_pre = c.take(n * H * hd);
       a.attn.q_rstd = c.take(n * H);
-      a.attn.k_pre = c.take(n * KV * hd);
       a.attn.k_rstd = c.take(n * KV);
     }
-    a.attn.q = c.take(n * H * hd);
-    a.attn.k = c.take(n * KV * hd);
-    a.attn.v = c.take(n * KV * hd);
     a.attn.out = c.take(n * H * hd);
     a.attn.lse = c.take(batch * H * seq);
     a.resid_mid = c.take(n * h);
@@ -459,9 +501,9 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   return c.used();
 }
 
-int64_t DecoderLM::lm_head_scratch_bytes_of(const ModelArgs& args, int64_t batch, int64_t seq) {
-  return lm_head_chunk_tokens(batch * seq, args.vocab_size, 0) * args.vocab_size *
-         static_cast<int64_t>(sizeof(float));
+int64_t DecoderLM::lm_head_scratch_bytes_of(const ModelArgs& args, DType compute_dtype,
+                                            int64_t batch, int64_t seq) {
+  return lm_head_workspace_bytes(batch * seq, args.vocab_size, 0, compute_dtype == DType::bf16);
 }
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
@@ -472,7 +514,7 @@ int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtyp
 }
 
 int64_t DecoderLM::lm_head_scratch_bytes(int64_t batch, int64_t seq) const {
-  return lm_head_scratch_bytes_of(args_, batch, seq);
+  return lm_head_scratch_bytes_of(args_, compute_dtype_, batch, seq);
 }
 
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
@@ -517,7 +559,16 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(!options.compute_grad || groups_[0].grads() != nullptr,
               "forward with compute_grad before allocate_gradients");
   ensure_activations(batch, seq);
-  if (!hooks_.acquire) refresh_compute_weights(-1);  // under hooks, each group at its acquire
+  // Under hooks each group's copies are made at its acquire; in one process the blocks' are too,
+  // and the head's here. Copies left from a forward without its backward are stale after an
+  // optimizer step: dropped, so their acquire remakes them.
+  if (!hooks_.acquire && !compute_copies_.empty()) {
+    for (size_t g = 0; g < compute_weights_.size(); ++g) {
+      if (static_cast<int64_t>(g) != head_group_) compute_weights_[g].decommit();
+    }
+    compute_weights_[static_cast<size_t>(head_group_)].recommit();
+    refresh_compute_weights(head_group_);
+  }
   const int64_t n = batch * seq, h = args_.hidden_size;
   std::memcpy(ids_.data(), input_ids, n * sizeof(int32_t));
   if (labels != nullptr) {
@@ -588,7 +639,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     logits_chunk_ = Buffer();  // the old one freed first: never both at once
     logits_chunk_ = Buffer(chunk_bytes, MemCategory::activations);
   }
-  ce.workspace = logits_chunk_.as<float>();
+  ce.workspace = logits_chunk_.data();
   if (options.compute_grad) {
     ce.dx = acts_.grad.d_norm;
     ce.dweight = m_.lm_head.weight_grad;

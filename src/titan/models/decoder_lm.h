@@ -53,7 +53,8 @@ class DecoderLM final : public CausalLM {
   // activation checkpointing, without building it (titan plan).
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype, bool checkpointing,
                                      int64_t batch, int64_t seq);
-  static int64_t lm_head_scratch_bytes_of(const ModelArgs& args, int64_t batch, int64_t seq);
+  static int64_t lm_head_scratch_bytes_of(const ModelArgs& args, DType compute_dtype, int64_t batch,
+                                          int64_t seq);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -81,7 +82,9 @@ class DecoderLM final : public CausalLM {
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
   // bf16 compute: lays out one bf16 copy of every matmul weight and points the modules at it.
-  void allocate_compute_weights(Residency residency);
+  // The [norm, lm_head] unit's copies get the parameters' residency; the blocks' start released
+  // (made at each use: acquire).
+  void allocate_compute_weights(Residency head_residency);
 
   ModelArgs args_;
   DType compute_dtype_ = DType::f32;
@@ -112,7 +115,7 @@ class DecoderLM final : public CausalLM {
   std::vector<int32_t> ids_, positions_, targets_;
   Buffer logits_chunk_;  // (chunk, V) lm_head loss scratch, kept across steps
   // bf16 compute: the copies of the matmul weights (the router's excepted), one buffer per
-  // parameter group with the groups' residency, and what each copies.
+  // parameter group, committed while the group is in use, and what each copies.
   std::vector<Buffer> compute_weights_;
   struct ComputeCopy {
     const float* master;

@@ -159,12 +159,31 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   linear_group_forward(
       {{&q_proj, qk_norm ? act.q_pre : act.q}, {&k_proj, qk_norm ? act.k_pre : k}, {&v_proj, v}}, x,
       n, call.linear, act.x_bf16);
+  // bf16 projections (training under bf16, inference on bf16 weights) return q_pre, k_pre and v
+  // rounded to bf16, and attention reads q and k rounded after RoPE, as autocast's bf16 matmuls
+  // and a bf16 model have them; training keeps the roundings (act.kept) for its backward.
+  const bool bf16 = q_proj.weight_bf16 != nullptr;
+  TITAN_CHECK(act.kept.q == nullptr || (bf16 && !cached), name,
+              ": bf16-kept activations need bf16 projections and no KV cache");
+  const auto q_count = static_cast<size_t>(n * n_heads * head_dim);
+  const auto kv_count = static_cast<size_t>(n * kv_row);
+  if (bf16) {
+    if (qk_norm) {
+      round_to_bf16_keeping(act.q_pre, q_count, act.kept.q_pre);
+      round_to_bf16_keeping(act.k_pre, kv_count, act.kept.k_pre);
+    }
+    round_to_bf16_keeping(v, kv_count, act.kept.v);
+  }
   if (qk_norm) {
     q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
     k_norm.forward(k, act.k_rstd, act.k_pre, n * n_kv_heads);
   }
   rope->forward(act.q, call.positions, *call.rope, n, n_heads);
   rope->forward(k, call.positions, *call.rope, n, n_kv_heads);
+  if (bf16) {
+    round_to_bf16_keeping(act.q, q_count, act.kept.q);
+    round_to_bf16_keeping(k, kv_count, act.kept.k);
+  }
   if (!cached || f32_cache) {
     const float* k_all = cached ? static_cast<const float*>(cache.keys) : act.k;
     const float* v_all = cached ? static_cast<const float*>(cache.values) : act.v;
@@ -176,9 +195,8 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
                 attention_kernel, "' reads only fp32 keys and values, not a bf16 KV cache");
     auto* keys = static_cast<uint16_t*>(cache.keys);
     auto* values = static_cast<uint16_t*>(cache.values);
-    const auto count = static_cast<size_t>(n * kv_row);
-    convert_from_f32(k, count, DType::bf16, keys + call.past * kv_row);
-    convert_from_f32(v, count, DType::bf16, values + call.past * kv_row);
+    convert_from_f32(k, kv_count, DType::bf16, keys + call.past * kv_row);
+    convert_from_f32(v, kv_count, DType::bf16, values + call.past * kv_row);
     attention->forward_bf16_kv(act.out, act.lse, act.q, keys, values, s);
   }
   o_proj.forward(y, act.out, n, call.linear);
@@ -188,6 +206,17 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
                              const AttentionActivations& act, const float* x,
                              const LayerCall& call) const {
   const int64_t n = call.tokens();
+  if (act.kept.q != nullptr) {
+    const auto q_count = static_cast<size_t>(n * n_heads * head_dim);
+    const auto kv_count = static_cast<size_t>(n * n_kv_heads * head_dim);
+    if (qk_norm) {
+      convert_to_f32(act.kept.q_pre, DType::bf16, q_count, act.q_pre);
+      convert_to_f32(act.kept.k_pre, DType::bf16, kv_count, act.k_pre);
+    }
+    convert_to_f32(act.kept.q, DType::bf16, q_count, act.q);
+    convert_to_f32(act.kept.k, DType::bf16, kv_count, act.k);
+    convert_to_f32(act.kept.v, DType::bf16, kv_count, act.v);
+  }
   o_proj.backward(g.dout, dy, act.out, n, false, call.linear);
   attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse, shape(call));
   rope->backward(g.dq, call.positions, *call.rope, n, n_heads);

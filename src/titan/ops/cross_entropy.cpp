@@ -1,5 +1,6 @@
 #include "titan/ops/cross_entropy.h"
 
+#include <omp.h>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,17 +27,18 @@ void check_targets(const CrossEntropyArgs& a) {
   }
 }
 
-// row[0, n) as bf16 values in the row's first 2n bytes. Blocks of 64 are read whole before their
-// bf16 values are written, and a block's output ends before the next block's input begins.
-void round_row_to_bf16_in_place(float* row, int64_t n) {
-  constexpr int64_t kBlock = 64;
-  auto* out = reinterpret_cast<uint16_t*>(row);
-  float block[kBlock];
-  for (int64_t i = 0; i < n; i += kBlock) {
-    const int64_t count = std::min(kBlock, n - i);
-    std::memcpy(block, row + i, static_cast<size_t>(count) * sizeof(float));
-    for (int64_t j = 0; j < count; ++j) out[i + j] = f32_to_bf16(block[j]);
+// -log softmax(row)[target] from a row of fp32 logits. With gradients the row becomes
+// d loss / d logits * grad_scale in place: softmax * grad_scale, minus grad_scale at the target.
+double row_loss(float* row, int32_t target, int64_t vocab, bool want_grad, float grad_scale,
+                const VecKernels& v) {
+  const float target_logit = row[target];
+  const float m = v.max(row, vocab);
+  const float sum = v.exp_shift_sum(row, row, vocab, m);
+  if (want_grad) {
+    v.scale(row, grad_scale / sum, vocab);
+    row[target] -= grad_scale;
   }
+  return static_cast<double>(m) + std::log(static_cast<double>(sum)) - target_logit;
 }
 
 }  // namespace
@@ -48,66 +50,72 @@ int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_toke
   return std::max<int64_t>(1, std::min(wanted, n_tokens));
 }
 
+int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens, bool bf16) {
+  const int64_t chunk = lm_head_chunk_tokens(n_tokens, vocab, chunk_tokens);
+  if (!bf16) return chunk * vocab * static_cast<int64_t>(sizeof(float));
+  return (omp_get_max_threads() * static_cast<int64_t>(sizeof(float)) +
+          chunk * static_cast<int64_t>(sizeof(uint16_t))) *
+         vocab;
+}
+
 CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   check_targets(a);
   const bool want_grad = a.dx != nullptr;
-  const int64_t chunk = lm_head_chunk_tokens(a.n_tokens, a.vocab, a.chunk_tokens);
-  Buffer own_logits;
-  float* logits = a.workspace;
-  if (logits == nullptr) {
-    own_logits =
-        Buffer(static_cast<size_t>(chunk * a.vocab) * sizeof(float), MemCategory::activations);
-    logits = own_logits.as<float>();
-  }
-  std::vector<double> row_loss(a.n_tokens, 0.0);
-  const VecKernels& v = backend().vec();
   const bool bf16 = a.weight_bf16 != nullptr;
+  const int64_t chunk = lm_head_chunk_tokens(a.n_tokens, a.vocab, a.chunk_tokens);
+  Buffer own_workspace;
+  void* workspace = a.workspace;
+  if (workspace == nullptr) {
+    own_workspace = Buffer(
+        static_cast<size_t>(lm_head_workspace_bytes(a.n_tokens, a.vocab, a.chunk_tokens, bf16)),
+        MemCategory::activations);
+    workspace = own_workspace.data();
+  }
+  // fp32: the chunk's logits. bf16: a row of fp32 per thread, into which each bf16 row of logits
+  // is widened for its softmax, then the chunk's bf16 logits.
+  auto* logits = static_cast<float*>(workspace);
+  float* widened_rows = logits;
+  auto* logits_bf16 = reinterpret_cast<uint16_t*>(widened_rows + omp_get_max_threads() * a.vocab);
+  const size_t element = bf16 ? sizeof(uint16_t) : sizeof(float);
   if (bf16) {
     TITAN_CHECK(a.x_bf16 != nullptr, "cross-entropy: bf16 weights need room for x in bf16");
     convert_from_f32(a.x, static_cast<size_t>(a.n_tokens * a.hidden), DType::bf16, a.x_bf16);
   }
+  std::vector<double> row_losses(a.n_tokens, 0.0);
+  const VecKernels& v = backend().vec();
   for (int64_t n0 = 0; n0 < a.n_tokens; n0 += chunk) {
     const int64_t rows = std::min(chunk, a.n_tokens - n0);
     const float* x = a.x + n0 * a.hidden;
     const uint16_t* x_bf16 = bf16 ? a.x_bf16 + n0 * a.hidden : nullptr;
     if (bf16) {
-      backend().gemm_bf16(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x_bf16, a.hidden,
-                          a.weight_bf16, a.hidden, 0.0f, logits, a.vocab);
+      backend().gemm_bf16_to_bf16(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x_bf16,
+                                  a.hidden, a.weight_bf16, a.hidden, logits_bf16, a.vocab);
     } else {
       backend().gemm_f32(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x, a.hidden,
                          a.weight, a.hidden, 0.0f, logits, a.vocab);
     }
-    if (a.logits != nullptr) {
-      std::memcpy(a.logits + n0 * a.vocab, logits, rows * a.vocab * sizeof(float));
-    }
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      float* lr = logits + r * a.vocab;
+      const auto vocab = static_cast<size_t>(a.vocab);
+      uint16_t* row_bf16 = logits_bf16 + r * a.vocab;
+      float* row = bf16 ? widened_rows + omp_get_thread_num() * a.vocab : logits + r * a.vocab;
+      if (bf16) convert_to_f32(row_bf16, DType::bf16, vocab, row);
+      if (a.logits != nullptr) {
+        std::memcpy(a.logits + (n0 + r) * a.vocab, row, vocab * sizeof(float));
+      }
       const int32_t target = a.targets[n0 + r];
       if (target == kIgnoreIndex) {
-        if (want_grad) std::memset(lr, 0, a.vocab * sizeof(float));
+        if (want_grad) std::memset(bf16 ? static_cast<void*>(row_bf16) : row, 0, vocab * element);
         continue;
       }
-      const float target_logit = lr[target];
-      const float m = v.max(lr, a.vocab);
-      // With gradients the exponentials are kept in place: they become softmax * grad_scale.
-      float* exps = lr;
-      const float sum = v.exp_shift_sum(exps, lr, a.vocab, m);
-      row_loss[n0 + r] = static_cast<double>(m) + std::log(static_cast<double>(sum)) - target_logit;
-      if (want_grad) {
-        v.scale(exps, a.grad_scale / sum, a.vocab);
-        exps[target] -= a.grad_scale;
-        if (bf16) round_row_to_bf16_in_place(lr, a.vocab);
-      }
+      row_losses[n0 + r] = row_loss(row, target, a.vocab, want_grad, a.grad_scale, v);
+      if (want_grad && bf16) convert_from_f32(row, vocab, DType::bf16, row_bf16);
     }
     if (want_grad && bf16) {
-      // Each row's bf16 gradient sits in the first half of its fp32 row: a leading dimension of
-      // 2V bf16 values.
-      const auto* dlogits = reinterpret_cast<const uint16_t*>(logits);
-      backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, dlogits, 2 * a.vocab,
+      backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits_bf16, a.vocab,
                           a.weight_bf16, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
-      backend().gemm_bf16(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, dlogits,
-                          2 * a.vocab, x_bf16, a.hidden, 1.0f, a.dweight, a.hidden);
+      backend().gemm_bf16(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, logits_bf16,
+                          a.vocab, x_bf16, a.hidden, 1.0f, a.dweight, a.hidden);
     } else if (want_grad) {
       backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits, a.vocab,
                          a.weight, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
@@ -118,7 +126,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   CrossEntropyResult result;
   for (int64_t n = 0; n < a.n_tokens; ++n) {
     if (a.targets[n] == kIgnoreIndex) continue;
-    result.loss_sum += row_loss[n];
+    result.loss_sum += row_losses[n];
     ++result.n_scored;
   }
   return result;

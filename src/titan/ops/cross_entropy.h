@@ -15,8 +15,10 @@ struct CrossEntropyArgs {
   const float* x = nullptr;       // (N, h) final-norm output
   const float* weight = nullptr;  // (V, h) lm_head (the embedding when tied)
   // Mixed precision: weight's bf16 copy (V, h), and room for x rounded to bf16 (N, h). With them
-  // the GEMMs take bf16 operands (d loss / d logits rounded too) and accumulate in fp32; the
-  // logits, softmax and loss stay fp32.
+  // the GEMMs take bf16 operands and accumulate in fp32, the logits are kept in bf16 as the
+  // lm_head's output is under autocast (half the chunk's bytes), and each row is widened to fp32
+  // for its softmax and loss; d loss / d logits is rounded back into the row for the backward's
+  // bf16 GEMMs.
   const uint16_t* weight_bf16 = nullptr;
   uint16_t* x_bf16 = nullptr;
   const int32_t* targets = nullptr;  // (N) next-token ids, kIgnoreIndex where not scored
@@ -33,13 +35,17 @@ struct CrossEntropyArgs {
   // (512 tokens for Qwen3's 151,936-entry vocabulary: the lm_head GEMMs run at the ceiling from
   // about that height, and 300 MiB stays a small share of a training step's memory).
   int64_t chunk_tokens = 0;
-  // Optional (chunk, V) scratch for one chunk's logits, sized by lm_head_chunk_tokens; null
-  // allocates one per call. A caller that runs every step keeps one, so its pages are touched once.
-  float* workspace = nullptr;
+  // Optional (chunk, V) scratch for one chunk's logits (fp32, or bf16 with weight_bf16) of
+  // lm_head_workspace_bytes; null allocates one per call. A caller that runs every step keeps one,
+  // so its pages are touched once.
+  void* workspace = nullptr;
 };
 
 // The tokens per chunk lm_head_cross_entropy uses for n_tokens rows, given args.chunk_tokens.
 int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens);
+// The bytes of its workspace: one chunk's logits; in bf16 when the GEMMs take bf16 weights, with
+// one fp32 row per OpenMP thread (omp_get_max_threads() now) to widen them into.
+int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens, bool bf16);
 
 struct CrossEntropyResult {
   double loss_sum = 0.0;  // sum of -log p(target) over scored tokens

@@ -155,7 +155,13 @@ TrainingPlan plan_training(const PlanInputs& in) {
                                           : std::vector<int64_t>(whole_numel.size(), 0);
   const auto bf16_size = static_cast<int64_t>(dtype_size(DType::bf16));
   if (!fsdp) {
-    m.compute_copies = std::accumulate(copies.begin(), copies.end(), int64_t{0}) * bf16_size;
+    const auto head = static_cast<size_t>(head_group_index(a));
+    int64_t largest_block = 0;
+    for (size_t g = 0; g < copies.size(); ++g) {
+      if (g != head) largest_block = std::max(largest_block, copies[g]);
+    }
+    m.compute_copies = copies[head] * bf16_size;
+    m.unit_parameters = m.units_in_flight = largest_block * bf16_size;
   }
   CommPlan& c = plan.comm;
   c.micro_batches = in.accumulation_steps;
@@ -224,7 +230,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const auto activations = [&](bool checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
                                           in.seq_len) +
-           DecoderLM::lm_head_scratch_bytes_of(a, in.local_batch_size, in.seq_len);
+           DecoderLM::lm_head_scratch_bytes_of(a, in.compute_dtype, in.local_batch_size,
+                                               in.seq_len);
   };
   m.activations_none = activations(false);
   m.activations_full = activations(true);

@@ -89,6 +89,11 @@ class CpuBackend final : public Backend {
                  float* c, int64_t ldc) override {
     titan::gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
+  void gemm_bf16_to_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                         uint16_t* c, int64_t ldc) override {
+    titan::gemm_bf16_to_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, c, ldc);
+  }
 
   const VecKernels& vec() const override { return titan::vec(); }
 };

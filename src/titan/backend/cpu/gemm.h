@@ -37,6 +37,13 @@ void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, fl
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc);
 
+// The same with C written in bf16, each element rounded once (to nearest even) from its fp32
+// sum, and no beta: the lm_head's logits under mixed precision, which only a bf16 GEMM and a
+// row-by-row softmax read.
+void gemm_bf16_to_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, uint16_t* c,
+                       int64_t ldc);
+
 // The oneDNN implementation gemm_f32's x W^T and gemm_bf16 dispatch to on this CPU
 // ("brg:avx512_core_bf16"; a "ref" one would mean no kernel for the dtype, orders slower).
 std::string gemm_library_name();

@@ -15,23 +15,26 @@ memory::desc operand(Trans trans, int64_t rows, int64_t cols, int64_t ld, memory
   return memory::desc({rows, cols}, t, strides);
 }
 
-struct Engine {
-  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
-  dnnl::stream stream{engine};
-};
-
-Engine& cpu_engine() {
-  static Engine e;
-  return e;
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
 }
 
-// A and B of type `operands`, C in fp32.
-dnnl::matmul::primitive_desc matmul_desc(memory::data_type operands, Trans trans_a, Trans trans_b,
-                                         int64_t m, int64_t n, int64_t k, float alpha, int64_t lda,
-                                         int64_t ldb, float beta, int64_t ldc) {
+// One stream per thread: the experts' threads each run their own matmuls at once, and a stream
+// is not documented as safe to share between threads that execute on it concurrently.
+dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(cpu_engine());
+  return stream;
+}
+
+// A and B of type `operands`, C of type `result`.
+dnnl::matmul::primitive_desc matmul_desc(memory::data_type operands, memory::data_type result,
+                                         Trans trans_a, Trans trans_b, int64_t m, int64_t n,
+                                         int64_t k, float alpha, int64_t lda, int64_t ldb,
+                                         float beta, int64_t ldc) {
   const memory::desc a_md = operand(trans_a, m, k, lda, operands);
   const memory::desc b_md = operand(trans_b, k, n, ldb, operands);
-  const memory::desc c_md = operand(Trans::no, m, n, ldc, memory::data_type::f32);
+  const memory::desc c_md = operand(Trans::no, m, n, ldc, result);
   // alpha scales the product; beta is a sum post-op (C = alpha * A B + beta * C).
   dnnl::primitive_attr attr;
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
@@ -40,37 +43,44 @@ dnnl::matmul::primitive_desc matmul_desc(memory::data_type operands, Trans trans
     sum.append_sum(beta);
     attr.set_post_ops(sum);
   }
-  return {dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine().engine};
+  return {dnnl::matmul::desc(a_md, b_md, c_md), attr, cpu_engine()};
 }
 
-void matmul(memory::data_type operands, Trans trans_a, Trans trans_b, int64_t m, int64_t n,
-            int64_t k, float alpha, const void* a, int64_t lda, const void* b, int64_t ldb,
-            float beta, float* c, int64_t ldc) {
-  Engine& e = cpu_engine();
+const char* type_name(memory::data_type t) {
+  return t == memory::data_type::bf16 ? "bf16" : "fp32";
+}
+
+void matmul(memory::data_type operands, memory::data_type result, Trans trans_a, Trans trans_b,
+            int64_t m, int64_t n, int64_t k, float alpha, const void* a, int64_t lda, const void* b,
+            int64_t ldb, float beta, void* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  const dnnl::engine& engine = cpu_engine();
+  dnnl::stream& stream = thread_stream();
   try {
     // Creating the descriptor costs ~10-20 us; the primitive itself comes from oneDNN's primitive
     // cache (1024 entries by default) after the first call with a shape. Threads of a parallel
     // region may call this at once: oneDNN's default (library) scratchpad allows primitives made
     // and run in parallel as long as each runs on the thread that made it, as each call's does.
-    const auto pd = matmul_desc(operands, trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc);
+    const auto pd =
+        matmul_desc(operands, result, trans_a, trans_b, m, n, k, alpha, lda, ldb, beta, ldc);
     const dnnl::matmul mm(pd);
     // oneDNN takes non-const handles; the matmul only reads its source and weights.
-    memory a_mem(pd.src_desc(), e.engine, const_cast<void*>(a));
-    memory b_mem(pd.weights_desc(), e.engine, const_cast<void*>(b));
-    memory c_mem(pd.dst_desc(), e.engine, c);
-    mm.execute(e.stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-    e.stream.wait();
+    memory a_mem(pd.src_desc(), engine, const_cast<void*>(a));
+    memory b_mem(pd.weights_desc(), engine, const_cast<void*>(b));
+    memory c_mem(pd.dst_desc(), engine, c);
+    mm.execute(stream, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    stream.wait();
   } catch (const dnnl::error& err) {
-    fail("oneDNN ", operands == memory::data_type::bf16 ? "bf16" : "fp32", " matmul failed (",
-         err.what(), ") for m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+    fail("oneDNN ", type_name(operands), " matmul to ", type_name(result), " failed (", err.what(),
+         ") for m=", m, " n=", n, " k=", k, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
   }
 }
 
 std::string matmul_implementation(memory::data_type operands) {
   const dnnl::version_t* v = dnnl::version();
-  // The linear forward's shape (x W^T); every transpose pair dispatches alike here.
-  const auto pd =
-      matmul_desc(operands, Trans::no, Trans::yes, 256, 256, 256, 1.0f, 256, 256, 0.0f, 256);
+  // The linear forward's shape (x W^T), the one gemm_f32 sends to the matmul.
+  const auto pd = matmul_desc(operands, memory::data_type::f32, Trans::no, Trans::yes, 256, 256,
+                              256, 1.0f, 256, 256, 0.0f, 256);
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
          std::to_string(v->patch) + " matmul " + pd.impl_info_str();
 }
@@ -80,7 +90,6 @@ std::string matmul_implementation(memory::data_type operands) {
 void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
               int64_t ldc) {
-  if (m == 0 || n == 0) return;
   // oneDNN 2.6's sgemm is weak on x W^T with few rows (half the matmul's rate at 128 rows, a
   // quarter at an expert's 40) and level or better on every other pair, by up to 1.3x on the
   // lm_head backward (docs/GEMM.md). Called inside a parallel region (the experts, one per thread)
@@ -95,15 +104,22 @@ void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, flo
 void matmul_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  matmul(memory::data_type::f32, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  matmul(memory::data_type::f32, memory::data_type::f32, trans_a, trans_b, m, n, k, alpha, a, lda,
+         b, ldb, beta, c, ldc);
 }
 
 void gemm_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  matmul(memory::data_type::bf16, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  matmul(memory::data_type::bf16, memory::data_type::f32, trans_a, trans_b, m, n, k, alpha, a, lda,
+         b, ldb, beta, c, ldc);
+}
+
+void gemm_bf16_to_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, uint16_t* c,
+                       int64_t ldc) {
+  matmul(memory::data_type::bf16, memory::data_type::bf16, trans_a, trans_b, m, n, k, alpha, a, lda,
+         b, ldb, 0.0f, c, ldc);
 }
 
 std::string gemm_library_name() {

@@ -161,6 +161,17 @@ class CudaBackend final : public Backend {
                               to_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx (bf16 inputs, fp32 compute)");
   }
+  void gemm_bf16_to_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+                         uint16_t* c, int64_t ldc) override {
+    if (m == 0 || n == 0) return;
+    const float beta = 0.0f;
+    check_cublas(cublasGemmEx(cublas_, op(trans_b), op(trans_a), to_int(n, "n"), to_int(m, "m"),
+                              to_int(k, "k"), &alpha, b, CUDA_R_16BF, to_int(ldb, "ldb"), a,
+                              CUDA_R_16BF, to_int(lda, "lda"), &beta, c, CUDA_R_16BF,
+                              to_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (bf16 inputs, fp32 compute, bf16 output)");
+  }
 
   const VecKernels& vec() const override { return vec_; }
 
