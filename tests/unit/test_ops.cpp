@@ -694,69 +694,73 @@ TEST(CrossEntropy, Bf16KeepsLogitsInBf16AndMatchesItsRoundingPoints) {
   for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_f32(w16[i] = f32_to_bf16(w[i]));
   const std::vector<int32_t> targets = {5, kIgnoreIndex, 300, 0, 7, 7, kIgnoreIndex, 100, 2, 299};
   const float scale = 1.0f / 8;
-  std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.0f), logits(n * vocab);
-  CrossEntropyArgs a;
-  a.x = x.data();
-  a.weight = w.data();
-  a.weight_bf16 = w16.data();
-  a.x_bf16 = x16.data();
-  a.targets = targets.data();
-  a.n_tokens = n;
-  a.hidden = hidden;
-  a.vocab = vocab;
-  a.grad_scale = scale;
-  a.chunk_tokens = 3;
-  a.dx = dx.data(), a.dweight = dw.data(), a.logits = logits.data();
-  const CrossEntropyResult got = lm_head_cross_entropy(a);
-  EXPECT_EQ(got.n_scored, 8);
+  // Chunks of 3 rows pad the gradient rows (bf16_gradient_ld), of 10 do not.
+  for (const int64_t chunk_tokens : {3, 10}) {
+    SCOPED_TRACE(chunk_tokens);
+    std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.0f), logits(n * vocab);
+    CrossEntropyArgs a;
+    a.x = x.data();
+    a.weight = w.data();
+    a.weight_bf16 = w16.data();
+    a.x_bf16 = x16.data();
+    a.targets = targets.data();
+    a.n_tokens = n;
+    a.hidden = hidden;
+    a.vocab = vocab;
+    a.grad_scale = scale;
+    a.chunk_tokens = chunk_tokens;
+    a.dx = dx.data(), a.dweight = dw.data(), a.logits = logits.data();
+    const CrossEntropyResult got = lm_head_cross_entropy(a);
+    EXPECT_EQ(got.n_scored, 8);
 
-  constexpr double kUlp = 1.0 / 128;  // one bf16 ulp, relative, at most
-  std::vector<double> dlogits(n * vocab, 0.0);
-  double loss = 0.0;
-  for (int64_t t = 0; t < n; ++t) {
-    const float* row = logits.data() + t * vocab;
-    for (int64_t j = 0; j < vocab; ++j) {
-      ASSERT_EQ(row[j], round_to_bf16(row[j])) << "logit " << t << "," << j << " is not bf16";
-      double sum = 0.0, magnitude = 0.0;
-      for (int64_t p = 0; p < hidden; ++p) {
-        sum += static_cast<double>(x[t * hidden + p]) * w[j * hidden + p];
-        magnitude += std::fabs(static_cast<double>(x[t * hidden + p]) * w[j * hidden + p]);
-      }
-      ASSERT_LE(std::fabs(row[j] - sum), kUlp * std::fabs(sum) + 1e-6 * magnitude)
-          << "logit " << t << "," << j;
-    }
-    if (targets[t] == kIgnoreIndex) continue;
-    const double m = *std::max_element(row, row + vocab);
-    double z = 0.0;
-    for (int64_t j = 0; j < vocab; ++j) z += std::exp(row[j] - m);
-    loss += m + std::log(z) - row[targets[t]];
-    for (int64_t j = 0; j < vocab; ++j) {
-      dlogits[t * vocab + j] = std::exp(row[j] - m) / z * scale - (j == targets[t] ? scale : 0.0);
-    }
-  }
-  EXPECT_NEAR(got.loss_sum, loss, 1e-5 * loss);
-  // Each d logit titan used is the reference's within one ulp, so a product's error is at most
-  // kUlp of sum |d logit| |operand|, plus fp32 accumulation (1e-6 of the same).
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t p = 0; p < hidden; ++p) {
-      double want = 0.0, bound = 0.0;
+    constexpr double kUlp = 1.0 / 128;  // one bf16 ulp, relative, at most
+    std::vector<double> dlogits(n * vocab, 0.0);
+    double loss = 0.0;
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = logits.data() + t * vocab;
       for (int64_t j = 0; j < vocab; ++j) {
-        want += dlogits[t * vocab + j] * w[j * hidden + p];
-        bound += std::fabs(dlogits[t * vocab + j] * w[j * hidden + p]);
+        ASSERT_EQ(row[j], round_to_bf16(row[j])) << "logit " << t << "," << j << " is not bf16";
+        double sum = 0.0, magnitude = 0.0;
+        for (int64_t p = 0; p < hidden; ++p) {
+          sum += static_cast<double>(x[t * hidden + p]) * w[j * hidden + p];
+          magnitude += std::fabs(static_cast<double>(x[t * hidden + p]) * w[j * hidden + p]);
+        }
+        ASSERT_LE(std::fabs(row[j] - sum), kUlp * std::fabs(sum) + 1e-6 * magnitude)
+            << "logit " << t << "," << j;
       }
-      EXPECT_LE(std::fabs(dx[t * hidden + p] - want), (kUlp + 1e-6) * bound)
-          << "dx " << t << "," << p;
+      if (targets[t] == kIgnoreIndex) continue;
+      const double m = *std::max_element(row, row + vocab);
+      double z = 0.0;
+      for (int64_t j = 0; j < vocab; ++j) z += std::exp(row[j] - m);
+      loss += m + std::log(z) - row[targets[t]];
+      for (int64_t j = 0; j < vocab; ++j) {
+        dlogits[t * vocab + j] = std::exp(row[j] - m) / z * scale - (j == targets[t] ? scale : 0.0);
+      }
     }
-  }
-  for (int64_t j = 0; j < vocab; ++j) {
-    for (int64_t p = 0; p < hidden; ++p) {
-      double want = 0.0, bound = 0.0;
-      for (int64_t t = 0; t < n; ++t) {
-        want += dlogits[t * vocab + j] * x[t * hidden + p];
-        bound += std::fabs(dlogits[t * vocab + j] * x[t * hidden + p]);
+    EXPECT_NEAR(got.loss_sum, loss, 1e-5 * loss);
+    // Each d logit titan used is the reference's within one ulp, so a product's error is at most
+    // kUlp of sum |d logit| |operand|, plus fp32 accumulation (1e-6 of the same).
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t p = 0; p < hidden; ++p) {
+        double want = 0.0, bound = 0.0;
+        for (int64_t j = 0; j < vocab; ++j) {
+          want += dlogits[t * vocab + j] * w[j * hidden + p];
+          bound += std::fabs(dlogits[t * vocab + j] * w[j * hidden + p]);
+        }
+        EXPECT_LE(std::fabs(dx[t * hidden + p] - want), (kUlp + 1e-6) * bound)
+            << "dx " << t << "," << p;
       }
-      EXPECT_LE(std::fabs(dw[j * hidden + p] - want), (kUlp + 1e-6) * bound)
-          << "dw " << j << "," << p;
+    }
+    for (int64_t j = 0; j < vocab; ++j) {
+      for (int64_t p = 0; p < hidden; ++p) {
+        double want = 0.0, bound = 0.0;
+        for (int64_t t = 0; t < n; ++t) {
+          want += dlogits[t * vocab + j] * x[t * hidden + p];
+          bound += std::fabs(dlogits[t * vocab + j] * x[t * hidden + p]);
+        }
+        EXPECT_LE(std::fabs(dw[j * hidden + p] - want), (kUlp + 1e-6) * bound)
+            << "dw " << j << "," << p;
+      }
     }
   }
 }

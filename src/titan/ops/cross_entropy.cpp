@@ -41,6 +41,53 @@ double row_loss(float* row, int32_t target, int64_t vocab, bool want_grad, float
   return static_cast<double>(m) + std::log(static_cast<double>(sum)) - target_logit;
 }
 
+// The leading dimension of a bf16 chunk's d loss / d logits: rows an odd number of 64-byte lines
+// apart, so the d weight GEMM's reads down a column (one element per row) spread over every cache
+// set. Qwen3's 151,936 values are 4,748 lines, an even number, and at that stride the GEMM ran
+// 15-20 % slower. Unpadded when the padding of every row together would exceed one row (a small
+// vocabulary in a tall chunk): bf16_softmax_rows' in-place layout needs it within one.
+int64_t bf16_gradient_ld(int64_t rows, int64_t vocab) {
+  const int64_t lines = (vocab * static_cast<int64_t>(sizeof(uint16_t)) + 63) / 64;
+  const int64_t ld = (lines | 1) * 32;
+  return rows * (ld - vocab) <= vocab ? ld : vocab;
+}
+
+// One chunk's bf16 logits (rows, V) at `logits` (dense, as the GEMM wrote them) to the rows'
+// losses and, with gradients, d loss / d logits in bf16 at `gradient` with leading dimension
+// `ld`. `logits` is gradient + rows * (ld - V): row r's gradient [r ld, r ld + V) then overlaps
+// the logits of rows r - 1 and r only, so each thread walks its rows in order, and every thread
+// widens its last row before the barrier after which the next thread writes over it. Each row is
+// widened into fp32 (`widened`: two rows per thread) for its softmax.
+void bf16_softmax_rows(const CrossEntropyArgs& a, int64_t n0, int64_t rows, const uint16_t* logits,
+                       uint16_t* gradient, int64_t ld, float* widened, double* row_losses) {
+  const bool want_grad = a.dx != nullptr;
+  const auto vocab = static_cast<size_t>(a.vocab);
+  const VecKernels& v = backend().vec();
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
+    float* row_scratch = widened + 2 * t * a.vocab;
+    float* last_row = row_scratch + a.vocab;
+    if (end > begin) convert_to_f32(logits + (end - 1) * a.vocab, DType::bf16, vocab, last_row);
+#pragma omp barrier
+    for (int64_t r = begin; r < end; ++r) {
+      float* row = r + 1 == end ? last_row : row_scratch;
+      if (row != last_row) convert_to_f32(logits + r * a.vocab, DType::bf16, vocab, row);
+      if (a.logits != nullptr) {
+        std::memcpy(a.logits + (n0 + r) * a.vocab, row, vocab * sizeof(float));
+      }
+      const int32_t target = a.targets[n0 + r];
+      if (target == kIgnoreIndex) {
+        if (want_grad) std::memset(gradient + r * ld, 0, vocab * sizeof(uint16_t));
+        continue;
+      }
+      row_losses[n0 + r] = row_loss(row, target, a.vocab, want_grad, a.grad_scale, v);
+      if (want_grad) convert_from_f32(row, vocab, DType::bf16, gradient + r * ld);
+    }
+  }
+}
+
 }  // namespace
 
 int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens) {
@@ -53,9 +100,8 @@ int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_toke
 int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens, bool bf16) {
   const int64_t chunk = lm_head_chunk_tokens(n_tokens, vocab, chunk_tokens);
   if (!bf16) return chunk * vocab * static_cast<int64_t>(sizeof(float));
-  return (omp_get_max_threads() * static_cast<int64_t>(sizeof(float)) +
-          chunk * static_cast<int64_t>(sizeof(uint16_t))) *
-         vocab;
+  return 2 * omp_get_max_threads() * vocab * static_cast<int64_t>(sizeof(float)) +
+         chunk * bf16_gradient_ld(chunk, vocab) * static_cast<int64_t>(sizeof(uint16_t));
 }
 
 CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
@@ -71,12 +117,12 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
         MemCategory::activations);
     workspace = own_workspace.data();
   }
-  // fp32: the chunk's logits. bf16: a row of fp32 per thread, into which each bf16 row of logits
-  // is widened for its softmax, then the chunk's bf16 logits.
+  // fp32: the chunk's logits. bf16: two rows of fp32 per thread to widen logits into, then the
+  // chunk's bf16 logits and gradients (bf16_softmax_rows).
   auto* logits = static_cast<float*>(workspace);
   float* widened_rows = logits;
-  auto* logits_bf16 = reinterpret_cast<uint16_t*>(widened_rows + omp_get_max_threads() * a.vocab);
-  const size_t element = bf16 ? sizeof(uint16_t) : sizeof(float);
+  auto* gradient_bf16 =
+      reinterpret_cast<uint16_t*>(widened_rows + 2 * omp_get_max_threads() * a.vocab);
   if (bf16) {
     TITAN_CHECK(a.x_bf16 != nullptr, "cross-entropy: bf16 weights need room for x in bf16");
     convert_from_f32(a.x, static_cast<size_t>(a.n_tokens * a.hidden), DType::bf16, a.x_bf16);
@@ -88,35 +134,37 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
     const float* x = a.x + n0 * a.hidden;
     const uint16_t* x_bf16 = bf16 ? a.x_bf16 + n0 * a.hidden : nullptr;
     if (bf16) {
+      const int64_t ld = bf16_gradient_ld(rows, a.vocab);
+      uint16_t* logits_bf16 = gradient_bf16 + rows * (ld - a.vocab);
       backend().gemm_bf16_to_bf16(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x_bf16,
                                   a.hidden, a.weight_bf16, a.hidden, logits_bf16, a.vocab);
-    } else {
-      backend().gemm_f32(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x, a.hidden,
-                         a.weight, a.hidden, 0.0f, logits, a.vocab);
+      bf16_softmax_rows(a, n0, rows, logits_bf16, gradient_bf16, ld, widened_rows,
+                        row_losses.data());
+      if (want_grad) {
+        backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, gradient_bf16, ld,
+                            a.weight_bf16, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
+        backend().gemm_bf16(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, gradient_bf16, ld,
+                            x_bf16, a.hidden, 1.0f, a.dweight, a.hidden);
+      }
+      continue;
     }
+    backend().gemm_f32(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x, a.hidden, a.weight,
+                       a.hidden, 0.0f, logits, a.vocab);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const auto vocab = static_cast<size_t>(a.vocab);
-      uint16_t* row_bf16 = logits_bf16 + r * a.vocab;
-      float* row = bf16 ? widened_rows + omp_get_thread_num() * a.vocab : logits + r * a.vocab;
-      if (bf16) convert_to_f32(row_bf16, DType::bf16, vocab, row);
+      float* row = logits + r * a.vocab;
       if (a.logits != nullptr) {
         std::memcpy(a.logits + (n0 + r) * a.vocab, row, vocab * sizeof(float));
       }
       const int32_t target = a.targets[n0 + r];
       if (target == kIgnoreIndex) {
-        if (want_grad) std::memset(bf16 ? static_cast<void*>(row_bf16) : row, 0, vocab * element);
+        if (want_grad) std::memset(row, 0, vocab * sizeof(float));
         continue;
       }
       row_losses[n0 + r] = row_loss(row, target, a.vocab, want_grad, a.grad_scale, v);
-      if (want_grad && bf16) convert_from_f32(row, vocab, DType::bf16, row_bf16);
     }
-    if (want_grad && bf16) {
-      backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits_bf16, a.vocab,
-                          a.weight_bf16, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
-      backend().gemm_bf16(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, logits_bf16,
-                          a.vocab, x_bf16, a.hidden, 1.0f, a.dweight, a.hidden);
-    } else if (want_grad) {
+    if (want_grad) {
       backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits, a.vocab,
                          a.weight, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
       backend().gemm_f32(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, logits, a.vocab, x,
