@@ -12,8 +12,11 @@ computed three ways on the same weights and batch:
              gradient is rounded to bf16 before the two products (d input, d weight), which
              accumulate in fp32; the MLPs' and experts' SwiGLU backward reads gate_proj's and
              up_proj's outputs rounded to bf16 (titan keeps them that way), its forward the fp32
-             ones; norms, RoPE, attention's arithmetic, softmax, SwiGLU, the router, the routing
-             weights' product and sum, and the loss stay fp32. Products of bf16 values are exact
+             ones; attention's forward computes in fp32 on those q, k and v, its backward (titan's
+             FlashAttention-2 backward with bf16 GEMMs) multiplies bf16 operands: the output's
+             gradient, the probabilities and the score gradients rounded, each computed in fp32
+             first; norms, RoPE, softmax, SwiGLU, the router, the routing weights' product and
+             sum, and the loss stay fp32. Products of bf16 values are exact
              in fp32, so this equals titan's bf16 step up to fp32 summation order;
   autocast   torch.autocast("cpu", dtype=torch.bfloat16), the way PyTorch users train in bf16
              (it also rounds every linear's output, attention's matmuls and the q/k norms' outputs
@@ -42,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.models.qwen3 import modeling_qwen3
-from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP
+from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, repeat_kv
 from transformers.models.qwen3_moe import modeling_qwen3_moe
 from transformers.models.qwen3_moe.modeling_qwen3_moe import (Qwen3MoeExperts, Qwen3MoeMLP,
                                                               Qwen3MoeTopKRouter)
@@ -156,17 +159,52 @@ class RoundedStraightThrough(torch.autograd.Function):
         return dx
 
 
+class Bf16GemmAttention(torch.autograd.Function):
+    """softmax(q k^T scaling + mask) v in fp32, for q, k, v holding bf16 values (k and v repeated
+    per query head). Its backward is titan's FlashAttention-2 backward under bf16: dout, the
+    probabilities P (for dv) and the score gradients dS = P (dP - delta) scaling (for dq, dk) are
+    rounded to bf16 before the products they feed, each computed in fp32 first; delta, each row's
+    dout . out, from the unrounded dout."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, scaling):
+        scores = q @ k.transpose(2, 3) * scaling
+        if mask is not None:
+            scores = scores + mask
+        p = torch.softmax(scores, dim=-1, dtype=torch.float32)
+        out = p @ v
+        ctx.save_for_backward(q, k, v, p, out)
+        ctx.scaling = scaling
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, p, out = ctx.saved_tensors
+        dout_r = rounded(dout)
+        delta = (dout * out).sum(-1, keepdim=True)
+        dv = rounded(p).transpose(2, 3) @ dout_r
+        ds = p * (dout_r @ v.transpose(2, 3) - delta) * ctx.scaling
+        ds_r = rounded(ds)
+        return ds_r @ k, ds_r.transpose(2, 3) @ q, dv, None, None
+
+
 # While on, eager attention (both models' modules look it up by name at each call) reads q and k
-# rounded to bf16, after their norms and RoPE; v comes rounded from v_proj.
+# rounded to bf16, after their norms and RoPE (v comes rounded from v_proj), and its backward
+# multiplies in bf16 (Bf16GemmAttention).
 bf16_attention = {"on": False}
 
 
 def rounding_attention(original):
-    def forward(module, query, key, value, *args, **kwargs):
-        if bf16_attention["on"]:
-            query = RoundedStraightThrough.apply(query)
-            key = RoundedStraightThrough.apply(key)
-        return original(module, query, key, value, *args, **kwargs)
+    def forward(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        if not bf16_attention["on"]:
+            return original(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+        assert dropout == 0.0, "the reference models attention without dropout"
+        query = RoundedStraightThrough.apply(query)
+        key = RoundedStraightThrough.apply(key)
+        groups = module.num_key_value_groups
+        out = Bf16GemmAttention.apply(query, repeat_kv(key, groups), repeat_kv(value, groups),
+                                      attention_mask, scaling)
+        return out.transpose(1, 2).contiguous(), None
     return forward
 
 

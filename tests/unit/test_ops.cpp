@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <tuple>
@@ -108,6 +109,55 @@ TEST(Vec, EveryIsaMatchesDoublePrecision) {
     EXPECT_EQ(out[2], 1.0f);
     EXPECT_TRUE(std::isinf(out[4]));
     EXPECT_NEAR(out[3], std::exp(88.0), 1e-6 * std::exp(88.0));
+  }
+}
+
+// round_to_bf16 and widen_bf16 under every ISA, bit for bit: hand-worked IEEE cases (ties to
+// even, carries into the exponent, overflow to inf, NaN quieted, subnormals kept -- the hardware's
+// vcvtneps2bf16 would flush them), then random values against f32_to_bf16 at lengths around
+// every vector width, with a scale and without.
+TEST(Vec, Bf16RoundingAndWideningEveryIsaAreExact) {
+  const std::pair<uint32_t, uint16_t> cases[] = {
+      {0x3f808000u, 0x3f80},  // 1 + 2^-8: halfway, 1.0's last bit is even -> down
+      {0x3f818000u, 0x3f82},  // 1 + 3 * 2^-8: halfway, odd -> up
+      {0x3f808001u, 0x3f81},  // just above halfway -> up
+      {0x3fffffffu, 0x4000},  // the carry reaches the exponent: 2 - ulp -> 2
+      {0x7f7fffffu, 0x7f80},  // FLT_MAX rounds to +inf
+      {0xff800000u, 0xff80},  // -inf
+      {0x7f800001u, 0x7fc0},  // a signalling NaN whose payload is below bf16's bits: quiet NaN
+      {0xffc12345u, 0xffc1},  // a quiet NaN keeps its sign and top payload bits
+      {0x00000001u, 0x0000},  // the smallest subnormal rounds to zero
+      {0x00018000u, 0x0002},  // a subnormal halfway between 1 and 2 bf16 ulps -> even (2)
+      {0x80400000u, 0x8040},  // a negative subnormal, exact
+      {0x80000000u, 0x8000},  // -0
+  };
+  for (Isa isa : supported_isas()) {
+    const VecKernels& v = vec_kernels(isa);
+    SCOPED_TRACE(isa_name(isa));
+    for (const auto& [bits, want] : cases) {
+      const float x = std::bit_cast<float>(bits);
+      uint16_t got = 0;
+      v.round_to_bf16(&got, &x, 1.0f, 1);
+      EXPECT_EQ(got, want) << std::hex << "input 0x" << bits;
+      float back = 0.0f;
+      v.widen_bf16(&back, &want, 1);
+      EXPECT_EQ(std::bit_cast<uint32_t>(back), static_cast<uint32_t>(want) << 16);
+    }
+    for (int64_t n : {1, 15, 16, 17, 31, 33, 64, 1000}) {
+      std::vector<float> x = randn(n, 7 * n, 100.0f);
+      for (float scale : {1.0f, 0.37f}) {
+        std::vector<uint16_t> got(n + 1, 0xabcd);
+        v.round_to_bf16(got.data(), x.data(), scale, n);
+        std::vector<float> widened(n + 1, -1.0f);
+        v.widen_bf16(widened.data(), got.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(got[i], f32_to_bf16(x[i] * scale)) << "n " << n << " i " << i;
+          ASSERT_EQ(widened[i], bf16_to_f32(got[i])) << "n " << n << " i " << i;
+        }
+        EXPECT_EQ(got[n], 0xabcd) << "wrote past n " << n;
+        EXPECT_EQ(widened[n], -1.0f) << "wrote past n " << n;
+      }
+    }
   }
 }
 
@@ -554,6 +604,94 @@ TEST(Attention, Bf16KeysAndValuesEqualFp32OnWidenedValues) {
   set_thread_count(5);
   check_attention_bf16_kv({2, 1, 3, 4, 2, 40});
   set_thread_count(saved);
+}
+
+// The backward over bf16 q, k and v (mixed-precision training) against the fp64 reference on
+// the same values, dout already bf16-valued (the kernel's rounding of it is then exact). What
+// remains is the kernel's rounding of each block's probabilities P (for dv) and score gradients
+// dS (for dq, dk) to bf16, at most 2^-9 of each, so an element may differ from the reference by
+// 2^-9 of the sum of its terms' magnitudes: sum_i P_ij |dout_id| for dv, sum_j |dS_ij| |k_jd| for
+// dq and sum_i |dS_ij| |q_id| for dk. The bound allows twice that (2^-8), and for dS, which is
+// P (dP - delta) with dP and delta summed in fp32, also hd 2^-24 of those sums' magnitudes. It
+// must also round: an fp32 backward stays ~1e-6 away, this one beyond 2^-12 somewhere.
+void check_attention_backward_bf16(const AttentionShape& s) {
+  SCOPED_TRACE("seq_q " + std::to_string(s.seq_q) + " seq_kv " + std::to_string(s.seq_kv) + " hd " +
+               std::to_string(s.head_dim));
+  const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
+  const int64_t nq = s.batch * s.seq_q * H * hd, nkv = s.batch * s.seq_kv * KV * hd;
+  const int64_t offset = s.seq_kv - s.seq_q;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const auto bf16_valued = [](std::vector<float> x, std::vector<uint16_t>* bits) {
+    if (bits != nullptr) bits->resize(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t b = f32_to_bf16(x[i]);
+      if (bits != nullptr) (*bits)[i] = b;
+      x[i] = bf16_to_f32(b);
+    }
+    return x;
+  };
+  std::vector<uint16_t> q16, k16, v16;
+  const std::vector<float> q = bf16_valued(randn(nq, 1), &q16),
+                           k = bf16_valued(randn(nkv, 2), &k16),
+                           v = bf16_valued(randn(nkv, 3), &v16),
+                           dout = bf16_valued(randn(nq, 4), nullptr);
+  std::vector<float> out(nq), lse(s.batch * H * s.seq_q);
+  attention_forward_reference(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+  std::vector<float> dq(nq), dk(nkv), dv(nkv), rdq(nq), rdk(nkv), rdv(nkv);
+  attention_backward_blockwise_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q16.data(),
+                                    k16.data(), v16.data(), out.data(), lse.data(), s);
+  attention_backward_reference(rdq.data(), rdk.data(), rdv.data(), dout.data(), q.data(), k.data(),
+                               v.data(), out.data(), lse.data(), s);
+  std::vector<double> bound_q(nq, 0.0), bound_k(nkv, 0.0), bound_v(nkv, 0.0);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < s.seq_q; ++i) {
+        const int64_t qrow = ((b * s.seq_q + i) * H + h) * hd;
+        double delta = 0.0, delta_abs = 0.0;
+        for (int64_t d = 0; d < hd; ++d) {
+          delta += static_cast<double>(dout[qrow + d]) * out[qrow + d];
+          delta_abs += std::fabs(static_cast<double>(dout[qrow + d]) * out[qrow + d]);
+        }
+        for (int64_t j = 0; j <= offset + i; ++j) {
+          const int64_t krow = ((b * s.seq_kv + j) * KV + h / G) * hd;
+          double score = 0.0, dprob = 0.0, dprob_abs = 0.0;
+          for (int64_t d = 0; d < hd; ++d) {
+            score += static_cast<double>(q[qrow + d]) * k[krow + d];
+            dprob += static_cast<double>(dout[qrow + d]) * v[krow + d];
+            dprob_abs += std::fabs(static_cast<double>(dout[qrow + d]) * v[krow + d]);
+          }
+          const double prob = std::exp(score * scale - lse[(b * H + h) * s.seq_q + i]);
+          const double ds =
+              prob * scale * (std::fabs(dprob - delta) + hd * 0x1p-24 * (dprob_abs + delta_abs));
+          for (int64_t d = 0; d < hd; ++d) {
+            bound_v[krow + d] += 0x1p-8 * prob * std::fabs(dout[qrow + d]);
+            bound_q[qrow + d] += 0x1p-8 * ds * std::fabs(k[krow + d]);
+            bound_k[krow + d] += 0x1p-8 * ds * std::fabs(q[qrow + d]);
+          }
+        }
+      }
+    }
+  }
+  const auto check = [](const char* what, const std::vector<float>& got,
+                        const std::vector<float>& want, const std::vector<double>& bound) {
+    double worst_rel = 0.0, scale_of = 1e-30;
+    for (float w : want) scale_of = std::max(scale_of, std::fabs(static_cast<double>(w)));
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+      ASSERT_LE(diff, bound[i] + 1e-7 * scale_of) << what << " element " << i;
+      worst_rel = std::max(worst_rel, diff / scale_of);
+    }
+    EXPECT_GT(worst_rel, 0x1p-12) << what << ": no bf16 rounding shows";
+  };
+  check("dq", dq, rdq, bound_q);
+  check("dk", dk, rdk, bound_k);
+  check("dv", dv, rdv, bound_v);
+}
+
+TEST(Attention, Bf16BackwardWithinItsRoundingOfTheReference) {
+  check_attention_backward_bf16({1, 131, 140, 4, 2, 40});  // several query and key blocks
+  check_attention_backward_bf16({2, 67, 67, 3, 3, 16});
+  check_attention_backward_bf16({2, 260, 260, 2, 1, 64});  // three blocks of each, a group of 2
 }
 
 // The one-query path against the reference at decode depths from one key to past 512 (ranges of

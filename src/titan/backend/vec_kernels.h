@@ -44,6 +44,12 @@ struct VecKernels {
                             const float* up, int64_t n);
   void (*adamw)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                 const AdamWScalars& s);
+  // dst[i] = bf16(x[i] * scale) as raw bits: the fp32 product rounded to nearest, ties to even;
+  // NaN stays NaN (quieted), infinities and subnormals as core/dtype.h's f32_to_bf16 keeps them.
+  // The mixed-precision ops' operands and kept activations.
+  void (*round_to_bf16)(uint16_t* dst, const float* x, float scale, int64_t n);
+  // dst[i] = x[i] (raw bf16 bits) widened to fp32, exactly.
+  void (*widen_bf16)(float* dst, const uint16_t* x, int64_t n);
   // y[r] = sum_c w[r * ldw + c] * x[c] for r < rows, c < cols: a matrix-vector product over
   // rows of weights ldw apart (cols for a whole matrix), fp32 accumulation.
   void (*gemv_f32)(float* y, const float* w, int64_t ldw, const float* x, int64_t rows,

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "titan/core/error.h"
-#include "titan/io/convert.h"
+#include "titan/ops/bf16_arrays.h"
 
 namespace titan {
 
@@ -147,7 +147,7 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
   m.lm_head.forward(logits_, norm_, 1, linear_);
   // bf16 weights: the logits as a bf16 model returns them, and as bf16 training keeps them.
   if (m.lm_head.weight_bf16 != nullptr) {
-    round_to_bf16_keeping(logits_, static_cast<size_t>(a.vocab_size), nullptr);
+    round_to_bf16_keeping(logits_, nullptr, a.vocab_size);
   }
   return logits_;
 }

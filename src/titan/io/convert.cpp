@@ -141,16 +141,6 @@ void convert_from_f32(const float* src, size_t n, DType dst_dtype, void* dst) {
   }
 }
 
-void round_to_bf16_keeping(float* values, size_t n, uint16_t* bits) {
-  for_chunks(n, [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) {
-      const uint16_t rounded = f32_to_bf16(values[i]);
-      values[i] = bf16_to_f32(rounded);
-      if (bits != nullptr) bits[i] = rounded;
-    }
-  });
-}
-
 void convert_float(const void* src, DType src_dtype, size_t n, void* dst, DType dst_dtype) {
   TITAN_CHECK(is_float(src_dtype) && is_float(dst_dtype), "cannot convert ", dtype_name(src_dtype),
               " to ", dtype_name(dst_dtype), ": only F32, BF16 and F16 convert");

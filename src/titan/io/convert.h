@@ -13,10 +13,6 @@ namespace titan {
 void convert_to_f32(const void* src, DType src_dtype, size_t n, float* dst);
 // dst[i] = dst_dtype(src[i]) for i < n; `dst_dtype` is f32, bf16 or f16 (else titan::Error).
 void convert_from_f32(const float* src, size_t n, DType dst_dtype, void* dst);
-// Rounds values[0, n) to bf16 in place (each becomes its nearest-even bf16, as an fp32) and, when
-// `bits` is not null, writes their bf16 bits there: a tensor kept in bf16 that the caller goes on
-// computing with in fp32.
-void round_to_bf16_keeping(float* values, size_t n, uint16_t* bits);
 // Between any two of f32, bf16, f16 (through fp32 when neither side is f32).
 void convert_float(const void* src, DType src_dtype, size_t n, void* dst, DType dst_dtype);
 // How many of the n values at `data` (f32, bf16 or f16, maybe unaligned) are NaN or infinite.

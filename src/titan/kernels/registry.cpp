@@ -56,11 +56,12 @@ void register_builtins(KernelRegistry& r) {
   r.add({"attention_blockwise",
          OpKind::attention,
          {DType::f32},
-         "flash-style online softmax over 64x64 blocks, FA2 backward",
+         "flash-style online softmax over 128x128 blocks, FA2 backward (bf16 GEMMs under bf16)",
          AttentionKernel{attention_forward_blockwise,
                          attention_backward_blockwise,
                          {},
-                         attention_forward_blockwise_bf16_kv}});
+                         attention_forward_blockwise_bf16_kv,
+                         attention_backward_blockwise_bf16}});
   r.add({"attention_reference",
          OpKind::attention,
          {DType::f32},

@@ -37,6 +37,9 @@ using AttentionBackward = void (*)(float*, float*, float*, const float*, const f
                                    const float*, const float*, const float*, const AttentionShape&);
 using AttentionForwardBf16Kv = void (*)(float*, float*, const float*, const uint16_t*,
                                         const uint16_t*, const AttentionShape&);
+using AttentionBackwardBf16 = void (*)(float*, float*, float*, const float*, const uint16_t*,
+                                       const uint16_t*, const uint16_t*, const float*, const float*,
+                                       const AttentionShape&);
 struct AttentionKernel {
   AttentionForward forward;
   AttentionBackward backward;
@@ -45,6 +48,9 @@ struct AttentionKernel {
   // The forward over bf16 keys and values (a bf16 KV cache, ops/attention.h), or null when the
   // kernel reads only fp32 ones.
   AttentionForwardBf16Kv forward_bf16_kv = nullptr;
+  // The backward over bf16 q, k and v with bf16 GEMMs (mixed-precision training, which keeps
+  // them rounded), or null: that training then widens them and runs `backward`, in fp32.
+  AttentionBackwardBf16 backward_bf16 = nullptr;
 };
 
 using SwigluForward = void (*)(float*, const float*, const float*, int64_t);

@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "titan/core/error.h"
-#include "titan/io/convert.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/moe.h"
 
 namespace titan {
@@ -260,7 +260,7 @@ void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
     if (!all && !c.master_read) continue;
-    convert_from_f32(c.master, static_cast<size_t>(c.numel), DType::bf16, c.copy);
+    round_to_bf16(c.copy, c.master, c.numel);
   }
 }
 

@@ -3,7 +3,7 @@
 #include <span>
 
 #include "titan/core/error.h"
-#include "titan/io/convert.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/bias.h"
 
 namespace titan {
@@ -54,10 +54,10 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
       TITAN_CHECK(scratch.x_bf16 != nullptr && scratch.dy_bf16 != nullptr, l.name,
                   ": bf16 compute needs rounding buffers");
       if (rounded == nullptr) {
-        convert_from_f32(x, static_cast<size_t>(n * l.in_features), DType::bf16, scratch.x_bf16);
+        round_to_bf16(scratch.x_bf16, x, n * l.in_features);
         rounded = scratch.x_bf16;
       }
-      convert_from_f32(g.dy, static_cast<size_t>(n * l.out_features), DType::bf16, scratch.dy_bf16);
+      round_to_bf16(scratch.dy_bf16, g.dy, n * l.out_features);
       l.kernel->backward_bf16(dx, l.weight_grad, scratch.dy_bf16, rounded, l.weight_bf16, n,
                               l.in_features, l.out_features, accumulate_dx);
     } else {
@@ -91,7 +91,7 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
       if (rounded == nullptr) {
         rounded = keep_x_bf16 != nullptr ? keep_x_bf16 : scratch.x_bf16;
         TITAN_CHECK(rounded != nullptr, l.name, ": bf16 compute needs a rounding buffer");
-        convert_from_f32(x, static_cast<size_t>(n * l.in_features), DType::bf16, rounded);
+        round_to_bf16(rounded, x, n * l.in_features);
       }
       l.kernel->forward_bf16(o.y, rounded, l.weight_bf16, n, l.in_features, l.out_features);
     } else if (!fused) {
@@ -100,9 +100,7 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
       if (l.weight_bf16 != nullptr) {
         TITAN_CHECK(scratch.widened != nullptr && scratch.x_rounded != nullptr, l.name,
                     ": bf16 weights need widening buffers");
-        convert_to_f32(l.weight_bf16, DType::bf16,
-                       static_cast<size_t>(l.out_features) * static_cast<size_t>(l.in_features),
-                       scratch.widened);
+        widen_bf16(scratch.widened, l.weight_bf16, l.out_features * l.in_features);
         w = scratch.widened;
         const int64_t count = n * l.in_features;
         for (int64_t i = 0; i < count; ++i) scratch.x_rounded[i] = round_to_bf16(x[i]);
@@ -165,14 +163,14 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   const bool bf16 = q_proj.weight_bf16 != nullptr;
   TITAN_CHECK(act.kept.q == nullptr || (bf16 && !cached), name,
               ": bf16-kept activations need bf16 projections and no KV cache");
-  const auto q_count = static_cast<size_t>(n * n_heads * head_dim);
-  const auto kv_count = static_cast<size_t>(n * kv_row);
+  const int64_t q_count = n * n_heads * head_dim;
+  const int64_t kv_count = n * kv_row;
   if (bf16) {
     if (qk_norm) {
-      round_to_bf16_keeping(act.q_pre, q_count, act.kept.q_pre);
-      round_to_bf16_keeping(act.k_pre, kv_count, act.kept.k_pre);
+      round_to_bf16_keeping(act.q_pre, act.kept.q_pre, q_count);
+      round_to_bf16_keeping(act.k_pre, act.kept.k_pre, kv_count);
     }
-    round_to_bf16_keeping(v, kv_count, act.kept.v);
+    round_to_bf16_keeping(v, act.kept.v, kv_count);
   }
   if (qk_norm) {
     q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
@@ -181,8 +179,8 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   rope->forward(act.q, call.positions, *call.rope, n, n_heads);
   rope->forward(k, call.positions, *call.rope, n, n_kv_heads);
   if (bf16) {
-    round_to_bf16_keeping(act.q, q_count, act.kept.q);
-    round_to_bf16_keeping(k, kv_count, act.kept.k);
+    round_to_bf16_keeping(act.q, act.kept.q, q_count);
+    round_to_bf16_keeping(k, act.kept.k, kv_count);
   }
   if (!cached || f32_cache) {
     const float* k_all = cached ? static_cast<const float*>(cache.keys) : act.k;
@@ -195,8 +193,8 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
                 attention_kernel, "' reads only fp32 keys and values, not a bf16 KV cache");
     auto* keys = static_cast<uint16_t*>(cache.keys);
     auto* values = static_cast<uint16_t*>(cache.values);
-    convert_from_f32(k, kv_count, DType::bf16, keys + call.past * kv_row);
-    convert_from_f32(v, kv_count, DType::bf16, values + call.past * kv_row);
+    round_to_bf16(keys + call.past * kv_row, k, kv_count);
+    round_to_bf16(values + call.past * kv_row, v, kv_count);
     attention->forward_bf16_kv(act.out, act.lse, act.q, keys, values, s);
   }
   o_proj.forward(y, act.out, n, call.linear);
@@ -206,19 +204,31 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
                              const AttentionActivations& act, const float* x,
                              const LayerCall& call) const {
   const int64_t n = call.tokens();
-  if (act.kept.q != nullptr) {
-    const auto q_count = static_cast<size_t>(n * n_heads * head_dim);
-    const auto kv_count = static_cast<size_t>(n * n_kv_heads * head_dim);
+  // Kept in bf16: the norms' inputs are widened for their backward, and q, k and v go to the
+  // attention kernel's bf16 backward as kept, or are widened for its fp32 one.
+  const bool kept = act.kept.q != nullptr;
+  const bool bf16_backward = kept && attention->backward_bf16 != nullptr;
+  if (kept) {
+    const int64_t q_count = n * n_heads * head_dim;
+    const int64_t kv_count = n * n_kv_heads * head_dim;
     if (qk_norm) {
-      convert_to_f32(act.kept.q_pre, DType::bf16, q_count, act.q_pre);
-      convert_to_f32(act.kept.k_pre, DType::bf16, kv_count, act.k_pre);
+      widen_bf16(act.q_pre, act.kept.q_pre, q_count);
+      widen_bf16(act.k_pre, act.kept.k_pre, kv_count);
     }
-    convert_to_f32(act.kept.q, DType::bf16, q_count, act.q);
-    convert_to_f32(act.kept.k, DType::bf16, kv_count, act.k);
-    convert_to_f32(act.kept.v, DType::bf16, kv_count, act.v);
+    if (!bf16_backward) {
+      widen_bf16(act.q, act.kept.q, q_count);
+      widen_bf16(act.k, act.kept.k, kv_count);
+      widen_bf16(act.v, act.kept.v, kv_count);
+    }
   }
   o_proj.backward(g.dout, dy, act.out, n, false, call.linear);
-  attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse, shape(call));
+  if (bf16_backward) {
+    attention->backward_bf16(g.dq, g.dk, g.dv, g.dout, act.kept.q, act.kept.k, act.kept.v, act.out,
+                             act.lse, shape(call));
+  } else {
+    attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse,
+                        shape(call));
+  }
   rope->backward(g.dq, call.positions, *call.rope, n, n_heads);
   rope->backward(g.dk, call.positions, *call.rope, n, n_kv_heads);
   if (qk_norm) {
@@ -235,9 +245,9 @@ void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n
   swiglu->forward(act.act, act.gate, act.up, n * intermediate);
   down_proj.forward(y, act.act, n, linear, act.act_bf16);
   if (act.gate_bf16 != nullptr) {
-    const auto count = static_cast<size_t>(n * intermediate);
-    convert_from_f32(act.gate, count, DType::bf16, act.gate_bf16);
-    convert_from_f32(act.up, count, DType::bf16, act.up_bf16);
+    const int64_t count = n * intermediate;
+    round_to_bf16(act.gate_bf16, act.gate, count);
+    round_to_bf16(act.up_bf16, act.up, count);
   }
 }
 
@@ -248,9 +258,9 @@ void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const Ml
   // values are widened into the shared scratch; the experts kernel, which owns its SwiGLU, widens
   // a chunk at a time instead (ops/moe.cpp).
   if (act.gate_bf16 != nullptr) {
-    const auto count = static_cast<size_t>(n * intermediate);
-    convert_to_f32(act.gate_bf16, DType::bf16, count, act.gate);
-    convert_to_f32(act.up_bf16, DType::bf16, count, act.up);
+    const int64_t count = n * intermediate;
+    widen_bf16(act.gate, act.gate_bf16, count);
+    widen_bf16(act.up, act.up_bf16, count);
   }
   swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, n * intermediate);
   linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear,

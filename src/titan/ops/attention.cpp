@@ -28,13 +28,14 @@ int64_t visible_in_block(int64_t query_pos, int64_t key0, int64_t block_cols) {
 // Queries of the G heads that share a kv head are stacked into one block of G * rows rows, so
 // each GEMM against a key block is G times taller (better GEMM efficiency, K and V read once).
 // Stacked row g * rows + r is query i0 + r of head kvh * G + g.
-void gather_query_heads(float* stacked, const float* src, int64_t row0, int64_t rows,
-                        int64_t kv_head, int64_t group, int64_t n_heads, int64_t head_dim) {
+template <typename T>
+void gather_query_heads(T* stacked, const T* src, int64_t row0, int64_t rows, int64_t kv_head,
+                        int64_t group, int64_t n_heads, int64_t head_dim) {
   for (int64_t g = 0; g < group; ++g) {
     for (int64_t r = 0; r < rows; ++r) {
       std::memcpy(stacked + (g * rows + r) * head_dim,
                   src + ((row0 + r) * n_heads + kv_head * group + g) * head_dim,
-                  head_dim * sizeof(float));
+                  head_dim * sizeof(T));
     }
   }
 }
@@ -253,10 +254,34 @@ void attention_forward_blockwise_bf16_kv(float* out, float* lse, const float* q,
   attention_forward_blocks(out, lse, q, k, v, s);
 }
 
-void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* dout,
-                                  const float* q, const float* k, const float* v, const float* out,
-                                  const float* lse, const AttentionShape& s) {
+namespace {
+
+// The backward's block GEMMs: fp32 operands through the calling thread's block GEMM, or bf16
+// operands (q, k, v as kept, and the output gradient, probabilities and score gradients rounded)
+// through the bf16 GEMM, fp32 accumulation either way.
+void block_gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  backend().gemm_f32_block(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void block_gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                float* c, int64_t ldc) {
+  backend().gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+// FlashAttention-2's backward over fp32 or bf16 (raw bits, T = uint16_t) q, k and v. Under bf16
+// the five GEMMs take bf16 operands: dout is rounded once, and each block's probabilities P and
+// score gradients dS = P (dP - delta) are computed in fp32, then rounded for the GEMMs they feed
+// (dv += P^T dout; dq += dS k; dk += dS^T q). delta, the softmax's row term, stays fp32 from the
+// unrounded dout.
+template <typename T>
+void attention_backward_blocks(float* dq, float* dk, float* dv, const float* dout, const T* q,
+                               const T* k, const T* v, const float* out, const float* lse,
+                               const AttentionShape& s) {
   attention_check_shape(s);
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
   const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
   const int64_t ldk = KV * hd, offset = s.seq_kv - s.seq_q;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -267,8 +292,20 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
 #pragma omp parallel
   {
     std::vector<float> p(G * kBlockQ * kBlockK), dp(G * kBlockQ * kBlockK), dk_acc(kBlockK * hd),
-        dv_acc(kBlockK * hd), q_st(G * s.seq_q * hd), do_st(G * s.seq_q * hd),
-        dq_st(G * s.seq_q * hd), lse_st(G * s.seq_q), delta_st(G * s.seq_q);
+        dv_acc(kBlockK * hd), do_st(G * s.seq_q * hd), dq_st(G * s.seq_q * hd), lse_st(G * s.seq_q),
+        delta_st(G * s.seq_q);
+    std::vector<T> q_st(G * s.seq_q * hd);
+    // bf16: dout, P and dS rounded (fp32: unused; the GEMMs read do_st, p and dp).
+    std::vector<uint16_t> do_bf16(kBf16 ? G * s.seq_q * hd : 0),
+        p_bf16(kBf16 ? G * kBlockQ * kBlockK : 0), ds_bf16(kBf16 ? G * kBlockQ * kBlockK : 0);
+    const T* do_op = nullptr;
+    const T* p_op = nullptr;
+    const T* ds_op = nullptr;
+    if constexpr (kBf16) {
+      do_op = do_bf16.data(), p_op = p_bf16.data(), ds_op = ds_bf16.data();
+    } else {
+      do_op = do_st.data(), p_op = p.data(), ds_op = dp.data();
+    }
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV; ++kvh) {
@@ -277,6 +314,9 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
           const int64_t rows = std::min(kBlockQ, s.seq_q - i0), at = G * i0;
           gather_query_heads(q_st.data() + at * hd, q + base, i0, rows, kvh, G, H, hd);
           gather_query_heads(do_st.data() + at * hd, dout + base, i0, rows, kvh, G, H, hd);
+          if constexpr (kBf16) {
+            vk.round_to_bf16(do_bf16.data() + at * hd, do_st.data() + at * hd, 1.0f, G * rows * hd);
+          }
           for (int64_t sr = 0; sr < G * rows; ++sr) {
             const int64_t h = kvh * G + sr / rows, i = i0 + sr % rows;
             const float* o = out + base + (i * H + h) * hd;
@@ -286,8 +326,8 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
           }
         }
         std::fill(dq_st.begin(), dq_st.end(), 0.0f);
-        const float* k_head = k + (b * s.seq_kv * KV + kvh) * hd;
-        const float* v_head = v + (b * s.seq_kv * KV + kvh) * hd;
+        const T* k_head = k + (b * s.seq_kv * KV + kvh) * hd;
+        const T* v_head = v + (b * s.seq_kv * KV + kvh) * hd;
         for (int64_t j0 = 0; j0 < s.seq_kv; j0 += kBlockK) {
           const int64_t cols = std::min(kBlockK, s.seq_kv - j0);
           std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
@@ -296,12 +336,12 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
           const int64_t first_query = std::max<int64_t>(0, j0 - offset);
           for (int64_t i0 = first_query / kBlockQ * kBlockQ; i0 < s.seq_q; i0 += kBlockQ) {
             const int64_t rows = std::min(kBlockQ, s.seq_q - i0), m = G * rows, at = G * i0;
-            const float* q_blk = q_st.data() + at * hd;
-            const float* do_blk = do_st.data() + at * hd;
-            backend().gemm_f32_block(Trans::no, Trans::yes, m, cols, hd, scale, q_blk, hd,
-                                     k_head + j0 * ldk, ldk, 0.0f, p.data(), kBlockK);
-            backend().gemm_f32_block(Trans::no, Trans::yes, m, cols, hd, 1.0f, do_blk, hd,
-                                     v_head + j0 * ldk, ldk, 0.0f, dp.data(), kBlockK);
+            const T* q_blk = q_st.data() + at * hd;
+            const T* do_blk = do_op + at * hd;
+            block_gemm(Trans::no, Trans::yes, m, cols, hd, scale, q_blk, hd, k_head + j0 * ldk, ldk,
+                       0.0f, p.data(), kBlockK);
+            block_gemm(Trans::no, Trans::yes, m, cols, hd, 1.0f, do_blk, hd, v_head + j0 * ldk, ldk,
+                       0.0f, dp.data(), kBlockK);
             for (int64_t sr = 0; sr < m; ++sr) {
               float* pr = p.data() + sr * kBlockK;
               float* dsr = dp.data() + sr * kBlockK;
@@ -311,13 +351,17 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
               std::fill(pr + visible, pr + cols, 0.0f);
               // dS = P * (dP - delta), pre-multiplied by the score scale for dq and dk.
               for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - row_delta) * scale;
+              if constexpr (kBf16) {
+                vk.round_to_bf16(p_bf16.data() + sr * kBlockK, pr, 1.0f, cols);
+                vk.round_to_bf16(ds_bf16.data() + sr * kBlockK, dsr, 1.0f, cols);
+              }
             }
-            backend().gemm_f32_block(Trans::yes, Trans::no, cols, hd, m, 1.0f, p.data(), kBlockK,
-                                     do_blk, hd, 1.0f, dv_acc.data(), hd);
-            backend().gemm_f32_block(Trans::no, Trans::no, m, hd, cols, 1.0f, dp.data(), kBlockK,
-                                     k_head + j0 * ldk, ldk, 1.0f, dq_st.data() + at * hd, hd);
-            backend().gemm_f32_block(Trans::yes, Trans::no, cols, hd, m, 1.0f, dp.data(), kBlockK,
-                                     q_blk, hd, 1.0f, dk_acc.data(), hd);
+            block_gemm(Trans::yes, Trans::no, cols, hd, m, 1.0f, p_op, kBlockK, do_blk, hd, 1.0f,
+                       dv_acc.data(), hd);
+            block_gemm(Trans::no, Trans::no, m, hd, cols, 1.0f, ds_op, kBlockK, k_head + j0 * ldk,
+                       ldk, 1.0f, dq_st.data() + at * hd, hd);
+            block_gemm(Trans::yes, Trans::no, cols, hd, m, 1.0f, ds_op, kBlockK, q_blk, hd, 1.0f,
+                       dk_acc.data(), hd);
           }
           for (int64_t c = 0; c < cols; ++c) {
             const int64_t row = ((b * s.seq_kv + j0 + c) * KV + kvh) * hd;
@@ -332,6 +376,21 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
       }
     }
   }
+}
+
+}  // namespace
+
+void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* dout,
+                                  const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, const AttentionShape& s) {
+  attention_backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, s);
+}
+
+void attention_backward_blockwise_bf16(float* dq, float* dk, float* dv, const float* dout,
+                                       const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                       const float* out, const float* lse,
+                                       const AttentionShape& s) {
+  attention_backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, s);
 }
 
 void attention_forward_reference(float* out, float* lse, const float* q, const float* k,

@@ -9,8 +9,9 @@
 #include "titan/backend/backend.h"
 #include "titan/backend/gemm_reference.h"
 #include "titan/core/allocator.h"
+#include "titan/core/dtype.h"
 #include "titan/core/error.h"
-#include "titan/io/convert.h"
+#include "titan/ops/bf16_arrays.h"
 
 namespace titan {
 namespace {
@@ -27,18 +28,19 @@ void check_targets(const CrossEntropyArgs& a) {
   }
 }
 
-// -log softmax(row)[target] from a row of fp32 logits. With gradients the row becomes
-// d loss / d logits * grad_scale in place: softmax * grad_scale, minus grad_scale at the target.
-double row_loss(float* row, int32_t target, int64_t vocab, bool want_grad, float grad_scale,
-                const VecKernels& v) {
-  const float target_logit = row[target];
-  const float m = v.max(row, vocab);
-  const float sum = v.exp_shift_sum(row, row, vocab, m);
-  if (want_grad) {
-    v.scale(row, grad_scale / sum, vocab);
-    row[target] -= grad_scale;
+// A row of fp32 logits becomes exp(logit - max) in place; the row's loss, -log softmax[target],
+// is then max + log(sum) - the target's logit, and d loss / d logits * grad_scale is
+// row * (grad_scale / sum), minus grad_scale at the target.
+struct RowSoftmax {
+  float max, sum;
+  double loss(float target_logit) const {
+    return static_cast<double>(max) + std::log(static_cast<double>(sum)) - target_logit;
   }
-  return static_cast<double>(m) + std::log(static_cast<double>(sum)) - target_logit;
+};
+
+RowSoftmax exp_shifted_in_place(float* row, int64_t vocab, const VecKernels& v) {
+  const float m = v.max(row, vocab);
+  return {m, v.exp_shift_sum(row, row, vocab, m)};
 }
 
 // The leading dimension of a bf16 chunk's d loss / d logits: rows an odd number of 64-byte lines
@@ -69,21 +71,31 @@ void bf16_softmax_rows(const CrossEntropyArgs& a, int64_t n0, int64_t rows, cons
     const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
     float* row_scratch = widened + 2 * t * a.vocab;
     float* last_row = row_scratch + a.vocab;
-    if (end > begin) convert_to_f32(logits + (end - 1) * a.vocab, DType::bf16, vocab, last_row);
+    if (end > begin) v.widen_bf16(last_row, logits + (end - 1) * a.vocab, a.vocab);
 #pragma omp barrier
     for (int64_t r = begin; r < end; ++r) {
       float* row = r + 1 == end ? last_row : row_scratch;
-      if (row != last_row) convert_to_f32(logits + r * a.vocab, DType::bf16, vocab, row);
+      if (row != last_row) v.widen_bf16(row, logits + r * a.vocab, a.vocab);
       if (a.logits != nullptr) {
         std::memcpy(a.logits + (n0 + r) * a.vocab, row, vocab * sizeof(float));
       }
       const int32_t target = a.targets[n0 + r];
+      uint16_t* gradient_row = gradient + r * ld;
       if (target == kIgnoreIndex) {
-        if (want_grad) std::memset(gradient + r * ld, 0, vocab * sizeof(uint16_t));
+        if (want_grad) std::memset(gradient_row, 0, vocab * sizeof(uint16_t));
         continue;
       }
-      row_losses[n0 + r] = row_loss(row, target, a.vocab, want_grad, a.grad_scale, v);
-      if (want_grad) convert_from_f32(row, vocab, DType::bf16, gradient + r * ld);
+      const float target_logit = row[target];
+      const RowSoftmax softmax = exp_shifted_in_place(row, a.vocab, v);
+      row_losses[n0 + r] = softmax.loss(target_logit);
+      if (want_grad) {
+        // Scaled and rounded in one pass; then the target's element, which also subtracts
+        // grad_scale, is rounded again from its fp32 value.
+        const float scale = a.grad_scale / softmax.sum;
+        v.round_to_bf16(gradient_row, row, scale, a.vocab);
+        const float target_gradient = row[target] * scale;
+        gradient_row[target] = f32_to_bf16(target_gradient - a.grad_scale);
+      }
     }
   }
 }
@@ -125,7 +137,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       reinterpret_cast<uint16_t*>(widened_rows + 2 * omp_get_max_threads() * a.vocab);
   if (bf16) {
     TITAN_CHECK(a.x_bf16 != nullptr, "cross-entropy: bf16 weights need room for x in bf16");
-    convert_from_f32(a.x, static_cast<size_t>(a.n_tokens * a.hidden), DType::bf16, a.x_bf16);
+    round_to_bf16(a.x_bf16, a.x, a.n_tokens * a.hidden);
   }
   std::vector<double> row_losses(a.n_tokens, 0.0);
   const VecKernels& v = backend().vec();
@@ -162,7 +174,13 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
         if (want_grad) std::memset(row, 0, vocab * sizeof(float));
         continue;
       }
-      row_losses[n0 + r] = row_loss(row, target, a.vocab, want_grad, a.grad_scale, v);
+      const float target_logit = row[target];
+      const RowSoftmax softmax = exp_shifted_in_place(row, a.vocab, v);
+      row_losses[n0 + r] = softmax.loss(target_logit);
+      if (want_grad) {
+        v.scale(row, a.grad_scale / softmax.sum, a.vocab);
+        row[target] -= a.grad_scale;
+      }
     }
     if (want_grad) {
       backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits, a.vocab,

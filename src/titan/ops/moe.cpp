@@ -10,6 +10,7 @@
 #include "titan/backend/backend.h"
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/host_parallel.h"
 #include "titan/ops/swiglu.h"
 
@@ -52,31 +53,15 @@ void gather_token_rows(float* dst, const float* src, const int32_t* row_of,
   }
 }
 
-// dst (n) = bf16(scale * src), each product in fp32 as PyTorch multiplies before it rounds.
-void round_to_bf16(uint16_t* dst, const float* src, int64_t n, float scale = 1.0f) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(scale * src[i]);
-}
-
-// round_to_bf16 over a long array, threaded.
-void round_to_bf16_threaded(uint16_t* dst, const float* src, int64_t n) {
-  constexpr int64_t kChunk = 1 << 14;
-#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t i = 0; i < n; i += kChunk) round_to_bf16(dst + i, src + i, std::min(kChunk, n - i));
-}
-
 // gather_token_rows with the rows rounded to bf16 on the way.
 void gather_token_rows_bf16(uint16_t* dst, const float* src, const int32_t* row_of,
                             const ExpertsShape& shape, int64_t dim) {
   const int64_t k = shape.top_k;
+  const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < shape.rows(); ++p) {
-    round_to_bf16(dst + static_cast<int64_t>(row_of[p]) * dim, src + (p / k) * dim, dim);
+    v.round_to_bf16(dst + static_cast<int64_t>(row_of[p]) * dim, src + (p / k) * dim, 1.0f, dim);
   }
-}
-
-// dst (n) = src widened to fp32.
-void widen_bf16(float* dst, const uint16_t* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
 }
 
 // act (n) = bf16(silu(gate) * up), the product computed in fp32 as swiglu_forward does; gate and
@@ -91,10 +76,10 @@ void swiglu_forward_to_bf16(uint16_t* act, uint16_t* gate_kept, uint16_t* up_kep
     float product[kChunk];
     const int64_t len = std::min(kChunk, n - i);
     v.silu_mul(product, gate + i, up + i, len);
-    round_to_bf16(act + i, product, len);
+    v.round_to_bf16(act + i, product, 1.0f, len);
     if (gate_kept != nullptr) {
-      round_to_bf16(gate_kept + i, gate + i, len);
-      round_to_bf16(up_kept + i, up + i, len);
+      v.round_to_bf16(gate_kept + i, gate + i, 1.0f, len);
+      v.round_to_bf16(up_kept + i, up + i, 1.0f, len);
     }
   }
 }
@@ -108,8 +93,8 @@ void swiglu_backward_from_bf16(float* dgate, float* dup, const float* dact, cons
   for (int64_t i = 0; i < n; i += kChunk) {
     float gate_f32[kChunk], up_f32[kChunk];
     const int64_t len = std::min(kChunk, n - i);
-    widen_bf16(gate_f32, gate + i, len);
-    widen_bf16(up_f32, up + i, len);
+    v.widen_bf16(gate_f32, gate + i, len);
+    v.widen_bf16(up_f32, up + i, len);
     v.silu_mul_backward(dgate + i, dup + i, dact + i, gate_f32, up_f32, len);
   }
 }
@@ -359,7 +344,7 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
     const int64_t r = act.row_of[p];
     const float* dyt = dy + (p / k) * h;
     dweight[p] = v.dot(dyt, s.y + r * h, h);
-    round_to_bf16(dy_down_bf16 + r * h, dyt, h, weight[p]);
+    v.round_to_bf16(dy_down_bf16 + r * h, dyt, weight[p], h);
   }
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::no, n_e, Im, h, 1.0f, dy_down_bf16 + r0 * h, h,
@@ -369,8 +354,8 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
   });
   swiglu_backward_from_bf16(s.dgate, s.dup, s.dact, reinterpret_cast<const uint16_t*>(act.gate),
                             reinterpret_cast<const uint16_t*>(act.up), rows * Im);
-  round_to_bf16_threaded(dgate_bf16, s.dgate, rows * Im);
-  round_to_bf16_threaded(dup_bf16, s.dup, rows * Im);
+  round_to_bf16(dgate_bf16, s.dgate, rows * Im);
+  round_to_bf16(dup_bf16, s.dup, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dgate_bf16 + r0 * Im, Im,
                         x_bf16 + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);

@@ -45,9 +45,9 @@ struct ReturnOf<R (*)(A...)> {
   fail("vector primitive '", name, "' is not implemented on CUDA yet");
 }
 
-// VecKernels' layout as of this list: variant, 18 primitives, native_lanes, fma_chains. A member
+// VecKernels' layout as of this list: variant, 20 primitives, native_lanes, fma_chains. A member
 // left out below would be a null pointer, so a changed struct stops the build here instead.
-static_assert(sizeof(VecKernels) == sizeof(const char*) + 18 * sizeof(void*) + 8 + sizeof(void*),
+static_assert(sizeof(VecKernels) == sizeof(const char*) + 20 * sizeof(void*) + 8 + sizeof(void*),
               "VecKernels changed: give every new primitive a TITAN_CUDA_MISSING line below, then "
               "update this size");
 
@@ -69,6 +69,8 @@ VecKernels missing_vec_kernels() {
   TITAN_CUDA_MISSING(silu_mul);
   TITAN_CUDA_MISSING(silu_mul_backward);
   TITAN_CUDA_MISSING(adamw);
+  TITAN_CUDA_MISSING(round_to_bf16);
+  TITAN_CUDA_MISSING(widen_bf16);
   TITAN_CUDA_MISSING(gemv_f32);
   TITAN_CUDA_MISSING(gemv_bf16);
   TITAN_CUDA_MISSING(axpy_bf16);
