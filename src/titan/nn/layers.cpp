@@ -1,5 +1,6 @@
 #include "titan/nn/layers.h"
 
+#include <algorithm>
 #include <span>
 
 #include "titan/core/error.h"
@@ -103,7 +104,8 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
         widen_bf16(scratch.widened, l.weight_bf16, l.out_features * l.in_features);
         w = scratch.widened;
         const int64_t count = n * l.in_features;
-        for (int64_t i = 0; i < count; ++i) scratch.x_rounded[i] = round_to_bf16(x[i]);
+        std::copy(x, x + count, scratch.x_rounded);
+        round_to_bf16_keeping(scratch.x_rounded, nullptr, count);
         x_in = scratch.x_rounded;
       }
       l.kernel->forward(o.y, x_in, w, n, l.in_features, l.out_features);

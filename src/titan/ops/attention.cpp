@@ -154,12 +154,8 @@ const float* key_block_f32(const float* head, int64_t ld, int64_t j0, int64_t, i
 
 const float* key_block_f32(const uint16_t* head, int64_t ld, int64_t j0, int64_t cols, int64_t hd,
                            float* staging, int64_t& ld_out) {
-  for (int64_t r = 0; r < cols; ++r) {
-    const uint16_t* row = head + (j0 + r) * ld;
-    float* to = staging + r * hd;
-#pragma omp simd
-    for (int64_t d = 0; d < hd; ++d) to[d] = bf16_to_f32(row[d]);
-  }
+  const VecKernels& vk = backend().vec();
+  for (int64_t r = 0; r < cols; ++r) vk.widen_bf16(staging + r * hd, head + (j0 + r) * ld, hd);
   ld_out = hd;
   return staging;
 }

@@ -29,18 +29,19 @@ void check_targets(const CrossEntropyArgs& a) {
 }
 
 // A row of fp32 logits becomes exp(logit - max) in place; the row's loss, -log softmax[target],
-// is then max + log(sum) - the target's logit, and d loss / d logits * grad_scale is
-// row * (grad_scale / sum), minus grad_scale at the target.
+// is then max + log(sum) - the target's logit (taken before the row is overwritten), and
+// d loss / d logits * grad_scale is row * (grad_scale / sum), minus grad_scale at the target.
 struct RowSoftmax {
-  float max, sum;
-  double loss(float target_logit) const {
+  float max, sum, target_logit;
+  double loss() const {
     return static_cast<double>(max) + std::log(static_cast<double>(sum)) - target_logit;
   }
 };
 
-RowSoftmax exp_shifted_in_place(float* row, int64_t vocab, const VecKernels& v) {
+RowSoftmax exp_shifted_in_place(float* row, int32_t target, int64_t vocab, const VecKernels& v) {
+  const float target_logit = row[target];
   const float m = v.max(row, vocab);
-  return {m, v.exp_shift_sum(row, row, vocab, m)};
+  return {m, v.exp_shift_sum(row, row, vocab, m), target_logit};
 }
 
 // The leading dimension of a bf16 chunk's d loss / d logits: rows an odd number of 64-byte lines
@@ -85,9 +86,8 @@ void bf16_softmax_rows(const CrossEntropyArgs& a, int64_t n0, int64_t rows, cons
         if (want_grad) std::memset(gradient_row, 0, vocab * sizeof(uint16_t));
         continue;
       }
-      const float target_logit = row[target];
-      const RowSoftmax softmax = exp_shifted_in_place(row, a.vocab, v);
-      row_losses[n0 + r] = softmax.loss(target_logit);
+      const RowSoftmax softmax = exp_shifted_in_place(row, target, a.vocab, v);
+      row_losses[n0 + r] = softmax.loss();
       if (want_grad) {
         // Scaled and rounded in one pass; then the target's element, which also subtracts
         // grad_scale, is rounded again from its fp32 value.
@@ -174,9 +174,8 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
         if (want_grad) std::memset(row, 0, vocab * sizeof(float));
         continue;
       }
-      const float target_logit = row[target];
-      const RowSoftmax softmax = exp_shifted_in_place(row, a.vocab, v);
-      row_losses[n0 + r] = softmax.loss(target_logit);
+      const RowSoftmax softmax = exp_shifted_in_place(row, target, a.vocab, v);
+      row_losses[n0 + r] = softmax.loss();
       if (want_grad) {
         v.scale(row, a.grad_scale / softmax.sum, a.vocab);
         row[target] -= a.grad_scale;
