@@ -231,18 +231,33 @@ void DecoderLM::allocate_compute_weights(Residency head_residency) {
   std::vector<int64_t> totals(groups_.size(), 0);
   for (const Target& t : targets) totals[static_cast<size_t>(group_of(t.master))] += t.numel;
   std::vector<uint16_t*> next(groups_.size(), nullptr);
+  int64_t largest_block = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    compute_weights_.emplace_back(
-        static_cast<size_t>(totals[g]) * sizeof(uint16_t), MemCategory::parameters,
-        static_cast<int64_t>(g) == head_group_ ? head_residency : Residency::released);
+    const bool head = static_cast<int64_t>(g) == head_group_;
+    compute_weights_.emplace_back(static_cast<size_t>(totals[g]) * sizeof(uint16_t),
+                                  MemCategory::parameters,
+                                  head ? head_residency : Residency::released);
     next[g] = compute_weights_.back().as<uint16_t>();
+    if (!head) largest_block = std::max(largest_block, totals[g]);
   }
+  block_in_flight_ = Buffer(static_cast<size_t>(largest_block) * sizeof(uint16_t),
+                            MemCategory::parameters, Residency::released);
   for (const Target& t : targets) {
     const int64_t g = group_of(t.master);
     uint16_t*& copy = next[static_cast<size_t>(g)];
     *t.copy = copy;
-    compute_copies_.push_back({t.master, copy, t.numel, g, t.master == m_.embed_tokens.weight});
+    compute_copies_.push_back(
+        {t.master, copy, copy, t.copy, t.numel, g, t.master == m_.embed_tokens.weight});
     copy += t.numel;
+  }
+}
+
+void DecoderLM::bind_compute_copies(int64_t group, uint16_t* base) {
+  const auto* own = compute_weights_[static_cast<size_t>(group)].as<uint16_t>();
+  for (ComputeCopy& c : compute_copies_) {
+    if (c.group != group) continue;
+    c.bound = base + (c.copy - own);
+    *c.module_copy = c.bound;
   }
 }
 
@@ -260,7 +275,7 @@ void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
     if (!all && !c.master_read) continue;
-    round_to_bf16(c.copy, c.master, c.numel);
+    round_to_bf16(c.bound, c.master, c.numel);
   }
 }
 
@@ -287,27 +302,31 @@ void DecoderLM::acquire(int64_t group, bool gradients) {
     // One process: a block's bf16 copies exist only while it is in use, as under FSDP, so one
     // block's are held at a time. The [norm, lm_head] unit's are made at the forward's start and
     // kept: the loss, where a step's memory peaks, needs them.
-    if (!compute_copies_.empty() && group != head_group_ && !compute_weights_[g].committed()) {
-      compute_weights_[g].recommit();
-      refresh_compute_weights(group);
+    if (compute_copies_.empty()) return;
+    if (group == head_group_ || compute_weights_[g].bytes() == 0) {
+      block_in_flight_.decommit();
+      return;
     }
+    block_in_flight_.recommit();
+    bind_compute_copies(group, block_in_flight_.as<uint16_t>());
+    refresh_compute_weights(group);
     return;
   }
   // Copies the acquire fills are made only from a gather: a unit kept whole since its last use
   // kept them (its masters of those were never written). Otherwise they are remade each time.
   const bool fills = hooks_.fills_compute_copies;
   const bool kept = fills && groups_[g].params_resident();
-  if (!compute_copies_.empty()) compute_weights_[g].recommit();  // the acquire may write them
+  if (!compute_copies_.empty()) {
+    compute_weights_[g].recommit();  // the acquire may write them
+    bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+  }
   hooks_.acquire(group, gradients);
   if (!compute_copies_.empty() && !kept) refresh_compute_weights(group, !fills);
 }
 
 void DecoderLM::release(int64_t group, GroupUseEnd end) {
   const auto g = static_cast<size_t>(group);
-  if (!hooks_.release) {
-    if (!compute_copies_.empty() && group != head_group_) compute_weights_[g].decommit();
-    return;
-  }
+  if (!hooks_.release) return;  // one process: block_in_flight_ is given back at acquire
   hooks_.release(group, end);
   if (compute_copies_.empty()) return;
   if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
@@ -560,12 +579,8 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
               "forward with compute_grad before allocate_gradients");
   ensure_activations(batch, seq);
   // Under hooks each group's copies are made at its acquire; in one process the blocks' are too,
-  // and the head's here. Copies left from a forward without its backward are stale after an
-  // optimizer step: dropped, so their acquire remakes them.
+  // and the head's here.
   if (!hooks_.acquire && !compute_copies_.empty()) {
-    for (size_t g = 0; g < compute_weights_.size(); ++g) {
-      if (static_cast<int64_t>(g) != head_group_) compute_weights_[g].decommit();
-    }
     compute_weights_[static_cast<size_t>(head_group_)].recommit();
     refresh_compute_weights(head_group_);
   }
