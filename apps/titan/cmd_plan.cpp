@@ -1,11 +1,13 @@
-// `titan plan [train's config flags] [--nproc N] [--json]`: what the training job would take per
-// rank -- memory by category and its peak, FLOPs and communication per step -- from its config
-// alone, before anything is read or allocated (train/training_plan.h).
+// `titan plan [train's config flags] [--nproc N] [--threads T] [--json]`: what the training job
+// would take per rank -- memory by category and its peak, FLOPs and communication per step -- from
+// its config alone, before anything is read or allocated (train/training_plan.h).
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "commands.h"
+#include "titan/backend/cpu/threads.h"
 #include "titan/io/byte_size.h"
 #include "titan/train/job_config.h"
 #include "titan/train/training_plan.h"
@@ -172,12 +174,18 @@ Action add_plan_command(CLI::App& app) {
   static JobConfigFlags config_flags;
   static int nproc = 1;
   static bool json = false;
+  static int threads;
+  add_threads_option(*command, threads);
+  const CLI::Option* threads_option = command->get_option("--threads");
   add_job_config_options(*command, config_flags);
   command->add_option("--nproc", nproc, "ranks the job would run on (the mesh as titan train)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   command->add_flag("--json", json, "print the plan as one JSON object (bytes)");
-  return [command] {
+  return [command, threads_option] {
+    // Each rank's threads as titan train would set them with the job's ranks on this machine
+    // (titan launch): per-thread scratch (the bf16 loss's widened rows) is part of the peak.
+    set_thread_count(threads_option->count() > 0 ? threads : std::max(1, threads / nproc));
     const JobConfig config = job_config_from_flags(*command, config_flags);
     for (const std::string& line : job_config_unused_keys(config)) {
       std::fprintf(stderr, "warning: %s\n", line.c_str());

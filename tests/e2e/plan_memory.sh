@@ -90,4 +90,16 @@ done
 for line in "4 ranks: HSDP (dp_replicate 2 x dp_shard 2)" "all-reduce"; do
   grep -q "$line" "$work/hsdp.txt" || { echo "expected '$line':"; cat "$work/hsdp.txt"; exit 1; }
 done
+# The bf16 loss widens two logits rows per thread: the plan counts a rank's threads as train
+# sets them (--threads, else the cores shared by --nproc ranks), here Qwen3's vocabulary of 151936.
+for threads in 1 3; do
+  "$titan" plan --preset qwen3_0.6b --training.mixed_precision_param=bfloat16 --threads $threads \
+    --json > "$work/threads$threads.plan"
+done
+python3 - "$work" <<'PY'
+import json, sys
+activations = [json.load(open(f"{sys.argv[1]}/threads{t}.plan"))["memory_bytes"]["step_by_category"]["activations"]
+               for t in (1, 3)]
+assert activations[1] - activations[0] == 2 * 2 * 151936 * 4, activations
+PY
 echo "plan_memory: ok"
