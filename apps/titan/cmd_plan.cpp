@@ -70,7 +70,7 @@ void print_text(const TrainingPlan& p, const std::string& model) {
       std::string("activation_checkpoint.mode = \"") +
           (in.activation_checkpointing ? "full" : "none") +
           "\" (none: " + bytes(m.activations_none) + ", full: " + bytes(m.activations_full) +
-          "; with the lm_head's logits chunk)");
+          "; the lm_head's logits chunk reuses the layers' scratch)");
   row("other", m.rope, "RoPE tables");
   row("step peak", m.step_peak(),
       fsdp                    ? "resident + the units in flight at their most"

@@ -92,9 +92,10 @@ for line in "4 ranks: HSDP (dp_replicate 2 x dp_shard 2)" "all-reduce"; do
 done
 # The bf16 loss widens two logits rows per thread: the plan counts a rank's threads as train
 # sets them (--threads, else the cores shared by --nproc ranks), here Qwen3's vocabulary of 151936.
+# A short sequence, so that the loss's workspace is larger than the layers' scratch it reuses.
 for threads in 1 3; do
   "$titan" plan --preset qwen3_0.6b --training.mixed_precision_param=bfloat16 --threads $threads \
-    --json > "$work/threads$threads.plan"
+    --training.local_batch_size=1 --training.seq_len=256 --json > "$work/threads$threads.plan"
 done
 python3 - "$work" <<'PY'
 import json, sys

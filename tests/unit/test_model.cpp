@@ -69,7 +69,7 @@ CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int3
   const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
   m.backward();
   return {all_grads(m), m.aux_loss(), m.activation_bytes(batch, seq),
-          static_cast<int64_t>(after - before) - m.lm_head_scratch_bytes(batch, seq)};
+          static_cast<int64_t>(after - before)};
 }
 
 TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {

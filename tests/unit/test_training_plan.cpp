@@ -176,8 +176,7 @@ void check_against_model(const Case& c) {
   EXPECT_EQ(static_cast<int64_t>(after.total_peak) - before_total, m.step_peak());
   EXPECT_EQ(static_cast<int64_t>(after.total_current) - before_total,
             m.step_peak() - m.units_in_flight);
-  EXPECT_EQ(m.activations, model->activation_bytes(in.local_batch_size, in.seq_len) +
-                               model->lm_head_scratch_bytes(in.local_batch_size, in.seq_len));
+  EXPECT_EQ(m.activations, model->activation_bytes(in.local_batch_size, in.seq_len));
   EXPECT_EQ(*sent, plan.comm.per_step());
 }
 

@@ -109,10 +109,9 @@ class CausalLM {
   // copies live; empty lists in fp32. What a parallelism may gather in bf16 (ParamGroupHooks).
   virtual std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() = 0;
 
-  // Bytes of the activation arena for (batch, seq): what the backward must keep.
+  // Bytes of the activation arena for (batch, seq): what the backward must keep, the scratch the
+  // layers share and the lm_head loss's logits chunk.
   virtual int64_t activation_bytes(int64_t batch, int64_t seq) const = 0;
-  // Bytes of the lm_head loss's logits chunk for (batch, seq), held beside the arena.
-  virtual int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const = 0;
 
   // The module tree, read-only, for forwards that run it another way (KV-cached decode,
   // infer/session.h).

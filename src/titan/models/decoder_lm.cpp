@@ -1,5 +1,7 @@
 #include "titan/models/decoder_lm.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <string_view>
@@ -58,6 +60,10 @@ class Carver {
     return p;
   }
   int64_t used() const { return used_; }
+  // Back to `used` floats: what is taken next overlaps what was taken after it.
+  void rewind(int64_t used) { used_ = used; }
+  // Past `used` floats, if not already.
+  void skip_past(int64_t used) { used_ = std::max(used_, used); }
 
  private:
   float* base_;
@@ -417,6 +423,19 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   // block's input (its router computes in fp32); the experts kernel keeps its rows' gate, up and
   // product in bf16 (below).
   const bool keep_bf16 = compute_dtype == DType::bf16;
+  // The scratch the layers share, forward and backward, is idle while the lm_head loss runs, and
+  // the loss's workspace is idle while a layer runs: both are carved from one region. (The
+  // loss's dx is grad.d_norm and its rounded input linear.x_bf16: those stay outside.)
+  const int64_t shared_begin = c.used();
+  LayerGradScratch& g = v.grad;
+  g.attn = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
+  if (any_dense) g.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+  if (any_sparse) {
+    g.moe = {c.take(n * E),
+             c.take(n * k),
+             {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
+              c.take(rows * Im)}};
+  }
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
   const MlpActivations mlp_scratch =
       keep_bf16 && any_dense ? MlpActivations{c.take(n * I), c.take(n * I), c.take(n * I)}
@@ -431,6 +450,12 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     attn_scratch.k = c.take(n * KV * hd);
     attn_scratch.v = c.take(n * KV * hd);
   }
+  const int64_t layers_end = c.used();
+  c.rewind(shared_begin);
+  const int64_t loss_bytes =
+      lm_head_workspace_bytes(n, args.vocab_size, 0, compute_dtype == DType::bf16);
+  v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
+  c.skip_past(layers_end);
   v.resid.assign(n_layers + 1, nullptr);
   for (float*& r : v.resid) r = c.take(n * h);
   v.layers.assign(checkpointing ? 1 : n_layers, {});
@@ -507,22 +532,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     v.linear.dy_bf16 = take_bf16(n * std::max({h, H * hd, any_dense ? I : 0}));
   }
   v.d_resid = c.take(n * h);
-  LayerGradScratch& g = v.grad;
   g.d_norm = c.take(n * h);
-  g.attn = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
-  if (any_dense) g.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
-  if (any_sparse) {
-    g.moe = {c.take(n * E),
-             c.take(n * k),
-             {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
-              c.take(rows * Im)}};
-  }
   return c.used();
-}
-
-int64_t DecoderLM::lm_head_scratch_bytes_of(const ModelArgs& args, DType compute_dtype,
-                                            int64_t batch, int64_t seq) {
-  return lm_head_workspace_bytes(batch * seq, args.vocab_size, 0, compute_dtype == DType::bf16);
 }
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
@@ -532,16 +543,14 @@ int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtyp
          static_cast<int64_t>(sizeof(float));
 }
 
-int64_t DecoderLM::lm_head_scratch_bytes(int64_t batch, int64_t seq) const {
-  return lm_head_scratch_bytes_of(args_, compute_dtype_, batch, seq);
-}
-
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
   return activation_bytes_of(args_, compute_dtype_, checkpoint_layers_, batch, seq);
 }
 
 void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
-  if (batch == batch_ && seq == seq_) return;
+  // Under bf16 the loss's workspace holds rows per OpenMP thread.
+  const int threads = omp_get_max_threads();
+  if (batch == batch_ && seq == seq_ && threads == arena_threads_) return;
   const int64_t n = batch * seq;
   arena_ = Buffer();  // release the old arena before taking the new one
   arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
@@ -549,6 +558,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
                     acts_);
   batch_ = batch;
   seq_ = seq;
+  arena_threads_ = threads;
   ids_.resize(n);
   targets_.resize(n);
   positions_.resize(n);
@@ -649,12 +659,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   ce.vocab = args_.vocab_size;
   ce.logits = options.logits;
   ce.chunk_tokens = lm_head_chunk_tokens(n, args_.vocab_size, 0);
-  const auto chunk_bytes = static_cast<size_t>(lm_head_scratch_bytes(batch, seq));
-  if (logits_chunk_.bytes() < chunk_bytes) {
-    logits_chunk_ = Buffer();  // the old one freed first: never both at once
-    logits_chunk_ = Buffer(chunk_bytes, MemCategory::activations);
-  }
-  ce.workspace = logits_chunk_.data();
+  ce.workspace = acts_.loss_workspace;
   if (options.compute_grad) {
     ce.dx = acts_.grad.d_norm;
     ce.dweight = m_.lm_head.weight_grad;

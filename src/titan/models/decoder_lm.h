@@ -46,15 +46,12 @@ class DecoderLM final : public CausalLM {
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
 
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
-  int64_t lm_head_scratch_bytes(int64_t batch, int64_t seq) const override;
   const DecoderModules& modules() const override { return m_; }
 
-  // The same two sizes for a model of `args` computing in `compute_dtype`, with or without full
-  // activation checkpointing, without building it (titan plan).
+  // The same for a model of `args` computing in `compute_dtype`, with or without full activation
+  // checkpointing, without building it (titan plan).
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype, bool checkpointing,
                                      int64_t batch, int64_t seq);
-  static int64_t lm_head_scratch_bytes_of(const ModelArgs& args, DType compute_dtype, int64_t batch,
-                                          int64_t seq);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -72,6 +69,8 @@ class DecoderLM final : public CausalLM {
     float* d_resid = nullptr;  // (N, h)
     LayerGradScratch grad;
     LinearScratch linear;  // bf16 compute: (N, widest input) and (N, widest output) in bf16
+    // The lm_head loss's (lm_head_workspace_bytes), over the layers' shared scratch.
+    void* loss_workspace = nullptr;
   };
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
@@ -112,11 +111,11 @@ class DecoderLM final : public CausalLM {
 
   // The activation arena and its views, sized for (batch_, seq_).
   int64_t batch_ = 0, seq_ = 0;
+  int arena_threads_ = 0;
   Buffer arena_;
   Activations acts_;
   LayerCall call_;  // the current (batch_, seq_) call
   std::vector<int32_t> ids_, positions_, targets_;
-  Buffer logits_chunk_;  // (chunk, V) lm_head loss scratch, kept across steps
   // bf16 compute: the copies of the matmul weights (the router's excepted), one buffer per
   // parameter group, committed while the group is in use, and what each copies.
   std::vector<Buffer> compute_weights_;

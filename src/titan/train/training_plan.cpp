@@ -229,9 +229,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   const auto activations = [&](bool checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
-                                          in.seq_len) +
-           DecoderLM::lm_head_scratch_bytes_of(a, in.compute_dtype, in.local_batch_size,
-                                               in.seq_len);
+                                          in.seq_len);
   };
   m.activations_none = activations(false);
   m.activations_full = activations(true);

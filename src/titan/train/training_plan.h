@@ -14,8 +14,8 @@
 //   gradients   the shards + the whole gradients in flight
 //   optimizer   2 x the parameters (AdamW's two moments; shards under FSDP)
 //   activations the model's arena for (local_batch_size, seq_len) -- every layer's saved
-//               tensors, or one layer's set with full activation checkpointing -- plus the
-//               lm_head loss's logits chunk
+//               tensors, or one layer's set with full activation checkpointing, and the scratch
+//               the layers share, which the lm_head loss's logits chunk reuses
 //   other       the RoPE cos/sin tables for seq_len; under FSDP the collectives' staging (N x the
 //               largest shard), one reduced-gradient shard and under bf16 the send buffer of the
 //               largest bf16 gather block; while a file is written, the writer's staging
