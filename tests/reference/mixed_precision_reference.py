@@ -6,13 +6,13 @@ computed three ways on the same weights and batch:
   bf16_mm    titan's mixed precision as PyTorch ops: every matmul weight (q/k/v/o, gate/up/down,
              each expert's gate_up/down, the lm_head, tied or not; not the MoE router) and the
              matmul's input are rounded to bf16, the product accumulates in fp32 and stays fp32,
-             except q/k/v_proj's and the lm_head's (the logits), rounded to bf16 as titan keeps
-             them; q and k after their norms and RoPE are rounded before attention (each of these
-             roundings passes the gradient through unchanged); in the backward the output's
-             gradient is rounded to bf16 before the two products (d input, d weight), which
-             accumulate in fp32; the MLPs' and experts' SwiGLU backward reads gate_proj's and
-             up_proj's outputs rounded to bf16 (titan keeps them that way), its forward the fp32
-             ones; attention's forward computes in fp32 on those q, k and v, its backward (titan's
+             except q/k/v_proj's, the dense MLPs' gate_proj's and up_proj's and the lm_head's (the
+             logits), rounded to bf16 as titan keeps them; q and k after their norms and RoPE are
+             rounded before attention (each of these roundings passes the gradient through
+             unchanged); in the backward the output's gradient is rounded to bf16 before the two
+             products (d input, d weight), which accumulate in fp32; the experts' SwiGLU backward
+             reads their gate and up rounded to bf16 (titan keeps them that way), its forward the
+             fp32 ones; attention's forward computes in fp32 on those q, k and v, its backward (titan's
              FlashAttention-2 backward with bf16 GEMMs) multiplies bf16 operands: the output's
              gradient, the probabilities and the score gradients rounded, each computed in fp32
              first; norms, RoPE, softmax, SwiGLU, the router, the routing weights' product and
@@ -45,10 +45,9 @@ import torch
 import torch.nn.functional as F
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 from transformers.models.qwen3 import modeling_qwen3
-from transformers.models.qwen3.modeling_qwen3 import Qwen3MLP, repeat_kv
+from transformers.models.qwen3.modeling_qwen3 import repeat_kv
 from transformers.models.qwen3_moe import modeling_qwen3_moe
-from transformers.models.qwen3_moe.modeling_qwen3_moe import (Qwen3MoeExperts, Qwen3MoeMLP,
-                                                              Qwen3MoeTopKRouter)
+from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeExperts, Qwen3MoeTopKRouter
 
 from reference_common import (hf_targets, make_batch, metadata, named, perturb_norms, routing_gap,
                               save_reference, titan_layout)
@@ -127,7 +126,8 @@ class Bf16Matmul(torch.autograd.Function):
 
 
 class KeptBf16Swiglu(torch.autograd.Function):
-    """silu(gate) * up in fp32, whose backward reads gate and up as kept: rounded to bf16."""
+    """silu(gate) * up in fp32, whose backward reads gate and up as kept: rounded to bf16 (the
+    experts; a dense MLP's gate_proj and up_proj round their outputs)."""
 
     @staticmethod
     def forward(ctx, gate, up):
@@ -139,12 +139,6 @@ class KeptBf16Swiglu(torch.autograd.Function):
         gate, up = ctx.saved_tensors
         sig = torch.sigmoid(gate)
         return dout * up * sig * (1 + gate * (1 - sig)), dout * gate * sig
-
-
-def bf16_mlp_forward(mlp):
-    def forward(x):
-        return mlp.down_proj(KeptBf16Swiglu.apply(mlp.gate_proj(x), mlp.up_proj(x)))
-    return forward
 
 
 class RoundedStraightThrough(torch.autograd.Function):
@@ -242,10 +236,10 @@ def bf16_experts_forward(experts):
 
 def use_bf16_matmuls(model):
     for name, m in model.named_modules():
-        if isinstance(m, (Qwen3MLP, Qwen3MoeMLP)):  # the dense MLPs (their linears below)
-            m.forward = bf16_mlp_forward(m)
         if isinstance(m, torch.nn.Linear):  # the MoE router is a Qwen3MoeTopKRouter: not rounded
-            keeps_output = m is model.lm_head or name.endswith(("q_proj", "k_proj", "v_proj"))
+            # The experts are not Linears: gate_proj and up_proj are the dense MLPs'.
+            keeps_output = m is model.lm_head or name.endswith(
+                ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))
             m.forward = bf16_forward(m, round_output=keeps_output)
         elif isinstance(m, Qwen3MoeExperts):
             m.forward = bf16_experts_forward(m)

@@ -416,7 +416,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     return reinterpret_cast<uint16_t*>(c.take((count + 1) / 2));
   };
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
-  // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors), and the
+  // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
+  // product, computed from their roundings, is recomputed in the backward), and the
   // attention its q/k norms' inputs, q, k and v (rounded where they are made, as autocast's bf16
   // projections and attention matmuls have them); the fp32 values are computed into scratch
   // every layer shares. The attention's output and statistics stay fp32, and so does the MoE
@@ -438,8 +439,10 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   }
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
   const MlpActivations mlp_scratch =
-      keep_bf16 && any_dense ? MlpActivations{c.take(n * I), c.take(n * I), c.take(n * I)}
-                             : MlpActivations{};
+      keep_bf16 && any_dense
+          ? MlpActivations{c.take(n * I), c.take(n * I), c.take(n * I),   nullptr,
+                           nullptr,       nullptr,       take_bf16(n * I)}
+          : MlpActivations{};
   AttentionActivations attn_scratch;
   if (keep_bf16) {
     if (args.qk_norm) {
@@ -505,7 +508,6 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.mlp.x_bf16 = take_bf16(n * h);
       a.mlp.gate_bf16 = take_bf16(n * I);
       a.mlp.up_bf16 = take_bf16(n * I);
-      a.mlp.act_bf16 = take_bf16(n * I);
     } else if (dense) {
       a.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
     }

@@ -244,26 +244,29 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
 void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
                         const LinearScratch& linear) const {
   linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
-  swiglu->forward(act.act, act.gate, act.up, n * intermediate);
-  down_proj.forward(y, act.act, n, linear, act.act_bf16);
   if (act.gate_bf16 != nullptr) {
     const int64_t count = n * intermediate;
-    round_to_bf16(act.gate_bf16, act.gate, count);
-    round_to_bf16(act.up_bf16, act.up, count);
+    round_to_bf16_keeping(act.gate, act.gate_bf16, count);
+    round_to_bf16_keeping(act.up, act.up_bf16, count);
   }
+  swiglu->forward(act.act, act.gate, act.up, n * intermediate);
+  down_proj.forward(y, act.act, n, linear, act.act_bf16);
 }
 
 void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,
                          const float* x, int64_t n, const LinearScratch& linear) const {
-  down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
   // The swiglu slot's kernel (any kernel bound there) takes gate and up whole in fp32, so the kept
-  // values are widened into the shared scratch; the experts kernel, which owns its SwiGLU, widens
-  // a chunk at a time instead (ops/moe.cpp).
+  // values are widened into the shared scratch, and act is recomputed from them as the forward
+  // computed it; the experts kernel, which owns its SwiGLU, widens a chunk at a time instead
+  // (ops/moe.cpp).
   if (act.gate_bf16 != nullptr) {
     const int64_t count = n * intermediate;
     widen_bf16(act.gate, act.gate_bf16, count);
     widen_bf16(act.up, act.up_bf16, count);
+    swiglu->forward(act.act, act.gate, act.up, count);
+    round_to_bf16(act.act_bf16, act.act, count);
   }
+  down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
   swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, n * intermediate);
   linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear,
                         act.x_bf16);
