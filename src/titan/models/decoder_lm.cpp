@@ -417,7 +417,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   };
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
   // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
-  // product, computed from their roundings, is recomputed in the backward), and the
+  // product, computed from their roundings, is recomputed in the backward in both dtypes), and the
   // attention its q/k norms' inputs, q, k and v (rounded where they are made, as autocast's bf16
   // projections and attention matmuls have them); the fp32 values are computed into scratch
   // every layer shares. The attention's output and statistics stay fp32, and so does the MoE
@@ -438,9 +438,11 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
               c.take(rows * Im)}};
   }
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
+  // A dense MLP's product is recomputed in the backward, never kept.
+  float* mlp_act = any_dense ? c.take(n * I) : nullptr;
   const MlpActivations mlp_scratch =
       keep_bf16 && any_dense
-          ? MlpActivations{c.take(n * I), c.take(n * I), c.take(n * I),   nullptr,
+          ? MlpActivations{c.take(n * I), c.take(n * I), mlp_act,         nullptr,
                            nullptr,       nullptr,       take_bf16(n * I)}
           : MlpActivations{};
   AttentionActivations attn_scratch;
@@ -509,7 +511,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.mlp.gate_bf16 = take_bf16(n * I);
       a.mlp.up_bf16 = take_bf16(n * I);
     } else if (dense) {
-      a.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+      a.mlp = {c.take(n * I), c.take(n * I), mlp_act};
     }
     if (sparse) {
       a.moe.router_logits = c.take(n * E);

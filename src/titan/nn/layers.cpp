@@ -255,19 +255,19 @@ void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n
 
 void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,
                          const float* x, int64_t n, const LinearScratch& linear) const {
-  // The swiglu slot's kernel (any kernel bound there) takes gate and up whole in fp32, so the kept
-  // values are widened into the shared scratch, and act is recomputed from them as the forward
-  // computed it; the experts kernel, which owns its SwiGLU, widens a chunk at a time instead
-  // (ops/moe.cpp).
+  // The swiglu slot's kernel (any kernel bound there) takes gate and up whole in fp32, so kept bf16
+  // values are widened into the shared scratch; the experts kernel, which owns its SwiGLU, widens
+  // a chunk at a time instead (ops/moe.cpp). act is recomputed from them as the forward computed
+  // it, bit for bit: keeping it would cost every layer N x I values.
+  const int64_t count = n * intermediate;
   if (act.gate_bf16 != nullptr) {
-    const int64_t count = n * intermediate;
     widen_bf16(act.gate, act.gate_bf16, count);
     widen_bf16(act.up, act.up_bf16, count);
-    swiglu->forward(act.act, act.gate, act.up, count);
-    round_to_bf16(act.act_bf16, act.act, count);
   }
+  swiglu->forward(act.act, act.gate, act.up, count);
+  if (act.act_bf16 != nullptr) round_to_bf16(act.act_bf16, act.act, count);
   down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
-  swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, n * intermediate);
+  swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, count);
   linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear,
                         act.x_bf16);
 }

@@ -203,16 +203,16 @@ struct SelfAttention {
   void check_constraints(const AttentionShape& shape) const;
 };
 
-// In bf16 training the backward reads bf16 roundings, as under torch.autocast, where gate_proj's
-// and up_proj's outputs are bf16: the input, gate and up below are kept rounded, and act is
-// computed from the rounded gate and up -- so the backward recomputes it, bit for bit, instead of
-// keeping it. gate, up and act are then fp32 scratch, and act_bf16 bf16 scratch, that every layer
-// shares (the forward computes there, the backward widens the kept values into it). Otherwise the
-// bf16 pointers are null and gate, up and act are kept.
+// act is never kept: the backward recomputes it from gate and up, bit for bit, in scratch every
+// layer shares. In bf16 training the backward reads bf16 roundings, as under torch.autocast, where
+// gate_proj's and up_proj's outputs are bf16: the input, gate and up below are kept rounded, and
+// act is computed from the rounded gate and up. gate and up are then fp32 scratch, and act_bf16
+// bf16 scratch, that every layer shares (the forward computes there, the backward widens the kept
+// values into it). Otherwise the bf16 pointers are null and gate and up are kept.
 struct MlpActivations {
   float* gate = nullptr;          // (N, I)
   float* up = nullptr;            // (N, I)
-  float* act = nullptr;           // (N, I) silu(gate) * up, down_proj's input
+  float* act = nullptr;           // (N, I) silu(gate) * up, down_proj's input (scratch)
   uint16_t* x_bf16 = nullptr;     // (N, h) gate_proj's and up_proj's input
   uint16_t* gate_bf16 = nullptr;  // (N, I)
   uint16_t* up_bf16 = nullptr;    // (N, I)
