@@ -15,7 +15,7 @@ computed three ways on the same weights and batch:
              fp32 ones; attention's forward computes in fp32 on those q, k and v, its backward (titan's
              FlashAttention-2 backward with bf16 GEMMs) multiplies bf16 operands: the output's
              gradient, the probabilities and the score gradients rounded, each computed in fp32
-             first; norms, RoPE, softmax, SwiGLU, the router, the routing weights' product and
+             first, and its row term reads the output rounded (as o_proj reads it); norms, RoPE, softmax, SwiGLU, the router, the routing weights' product and
              sum, and the loss stay fp32. Products of bf16 values are exact
              in fp32, so this equals titan's bf16 step up to fp32 summation order;
   autocast   torch.autocast("cpu", dtype=torch.bfloat16), the way PyTorch users train in bf16
@@ -158,7 +158,8 @@ class Bf16GemmAttention(torch.autograd.Function):
     per query head). Its backward is titan's FlashAttention-2 backward under bf16: dout, the
     probabilities P (for dv) and the score gradients dS = P (dP - delta) scaling (for dq, dk) are
     rounded to bf16 before the products they feed, each computed in fp32 first; delta, each row's
-    dout . out, from the unrounded dout."""
+    dout . out, from the unrounded dout and the output rounded to bf16, as training keeps it (the
+    rounding o_proj reads)."""
 
     @staticmethod
     def forward(ctx, q, k, v, mask, scaling):
@@ -175,7 +176,7 @@ class Bf16GemmAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, p, out = ctx.saved_tensors
         dout_r = rounded(dout)
-        delta = (dout * out).sum(-1, keepdim=True)
+        delta = (dout * rounded(out)).sum(-1, keepdim=True)
         dv = rounded(p).transpose(2, 3) @ dout_r
         ds = p * (dout_r @ v.transpose(2, 3) - delta) * ctx.scaling
         ds_r = rounded(ds)

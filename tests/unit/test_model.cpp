@@ -95,8 +95,8 @@ TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
 }
 
 // What bf16 training keeps per dense layer, against fp32: its two norms' outputs (the linears'
-// inputs), the q/k norms' inputs, q, k and v, and the MLP's gate and up at half the bytes (the
-// MLP's product is kept in neither: the backward recomputes it); the attention output and the
+// inputs), the q/k norms' inputs, q, k, v and the attention output, and the MLP's gate and up at
+// half the bytes (the MLP's product is kept in neither: the backward recomputes it); the
 // statistics stay fp32. Measured as the arena's growth per layer, so the shared scratch cancels
 // out.
 TEST(Model, Bf16TrainingKeepsTheLinearInputsAttentionInputsAndTheMlpInBf16) {
@@ -112,8 +112,8 @@ TEST(Model, Bf16TrainingKeepsTheLinearInputsAttentionInputsAndTheMlpInBf16) {
   const int64_t h = one.hidden_size, I = one.intermediate_size;
   const int64_t q = one.num_attention_heads * one.head_dim;
   const int64_t kv = one.num_key_value_heads * one.head_dim;
-  // q_pre, k_pre; q, k, v.
-  const int64_t attention = (q + kv) + (q + 2 * kv);
+  // q_pre, k_pre; q, k, v; out.
+  const int64_t attention = (q + kv) + (q + 2 * kv) + q;
   const int64_t halved =
       (2 * n * h + n * attention + 2 * n * I) * static_cast<int64_t>(sizeof(uint16_t));
   EXPECT_EQ(per_layer(DType::f32) - per_layer(DType::bf16), halved);

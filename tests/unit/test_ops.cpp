@@ -635,11 +635,14 @@ void check_attention_backward_bf16(const AttentionShape& s) {
                            k = bf16_valued(randn(nkv, 2), &k16),
                            v = bf16_valued(randn(nkv, 3), &v16),
                            dout = bf16_valued(randn(nq, 4), nullptr);
-  std::vector<float> out(nq), lse(s.batch * H * s.seq_q);
-  attention_forward_reference(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+  std::vector<float> exact_out(nq), lse(s.batch * H * s.seq_q);
+  attention_forward_reference(exact_out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+  // Training keeps the output as o_proj reads it, rounded to bf16.
+  std::vector<uint16_t> out16;
+  const std::vector<float> out = bf16_valued(exact_out, &out16);
   std::vector<float> dq(nq), dk(nkv), dv(nkv), rdq(nq), rdk(nkv), rdv(nkv);
   attention_backward_blockwise_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q16.data(),
-                                    k16.data(), v16.data(), out.data(), lse.data(), s);
+                                    k16.data(), v16.data(), out16.data(), lse.data(), s);
   attention_backward_reference(rdq.data(), rdk.data(), rdv.data(), dout.data(), q.data(), k.data(),
                                v.data(), out.data(), lse.data(), s);
   std::vector<double> bound_q(nq, 0.0), bound_k(nkv, 0.0), bound_v(nkv, 0.0);

@@ -38,8 +38,8 @@ using AttentionBackward = void (*)(float*, float*, float*, const float*, const f
 using AttentionForwardBf16Kv = void (*)(float*, float*, const float*, const uint16_t*,
                                         const uint16_t*, const AttentionShape&);
 using AttentionBackwardBf16 = void (*)(float*, float*, float*, const float*, const uint16_t*,
-                                       const uint16_t*, const uint16_t*, const float*, const float*,
-                                       const AttentionShape&);
+                                       const uint16_t*, const uint16_t*, const uint16_t*,
+                                       const float*, const AttentionShape&);
 struct AttentionKernel {
   AttentionForward forward;
   AttentionBackward backward;

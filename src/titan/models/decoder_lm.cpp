@@ -419,10 +419,10 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
   // product, computed from their roundings, is recomputed in the backward in both dtypes), and the
   // attention its q/k norms' inputs, q, k and v (rounded where they are made, as autocast's bf16
-  // projections and attention matmuls have them); the fp32 values are computed into scratch
-  // every layer shares. The attention's output and statistics stay fp32, and so does the MoE
-  // block's input (its router computes in fp32); the experts kernel keeps its rows' gate, up and
-  // product in bf16 (below).
+  // projections and attention matmuls have them) and its output (as o_proj reads it); the fp32
+  // values are computed into scratch every layer shares. The attention's statistics stay fp32,
+  // and so does the MoE block's input (its router computes in fp32); the experts kernel keeps its
+  // rows' gate, up and product in bf16 (below).
   const bool keep_bf16 = compute_dtype == DType::bf16;
   // The scratch the layers share, forward and backward, is idle while the lm_head loss runs, and
   // the loss's workspace is idle while a layer runs: both are carved from one region. (The
@@ -454,6 +454,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     attn_scratch.q = c.take(n * H * hd);
     attn_scratch.k = c.take(n * KV * hd);
     attn_scratch.v = c.take(n * KV * hd);
+    attn_scratch.out = c.take(n * H * hd);
   }
   const int64_t layers_end = c.used();
   c.rewind(shared_begin);
@@ -479,6 +480,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.attn.q = attn_scratch.q;
       a.attn.k = attn_scratch.k;
       a.attn.v = attn_scratch.v;
+      a.attn.out = attn_scratch.out;
       if (args.qk_norm) {
         a.attn.kept.q_pre = take_bf16(n * H * hd);
         a.attn.kept.k_pre = take_bf16(n * KV * hd);
@@ -486,6 +488,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.attn.kept.q = take_bf16(n * H * hd);
       a.attn.kept.k = take_bf16(n * KV * hd);
       a.attn.kept.v = take_bf16(n * KV * hd);
+      a.attn.kept.out = take_bf16(n * H * hd);
     } else {
       if (args.qk_norm) {
         a.attn.q_pre = c.take(n * H * hd);
@@ -499,7 +502,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.attn.q_rstd = c.take(n * H);
       a.attn.k_rstd = c.take(n * KV);
     }
-    a.attn.out = c.take(n * H * hd);
+    if (!keep_bf16) a.attn.out = c.take(n * H * hd);
     a.attn.lse = c.take(batch * H * seq);
     a.resid_mid = c.take(n * h);
     // The router reads the MoE block's input in fp32, forward and backward.

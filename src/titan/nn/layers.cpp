@@ -199,15 +199,15 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
     round_to_bf16(values + call.past * kv_row, v, kv_count);
     attention->forward_bf16_kv(act.out, act.lse, act.q, keys, values, s);
   }
-  o_proj.forward(y, act.out, n, call.linear);
+  o_proj.forward(y, act.out, n, call.linear, act.kept.out);
 }
 
 void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy,
                              const AttentionActivations& act, const float* x,
                              const LayerCall& call) const {
   const int64_t n = call.tokens();
-  // Kept in bf16: the norms' inputs are widened for their backward, and q, k and v go to the
-  // attention kernel's bf16 backward as kept, or are widened for its fp32 one.
+  // Kept in bf16: the norms' inputs are widened for their backward, and q, k, v and the output go
+  // to the attention kernel's bf16 backward as kept, or are widened for its fp32 one.
   const bool kept = act.kept.q != nullptr;
   const bool bf16_backward = kept && attention->backward_bf16 != nullptr;
   if (kept) {
@@ -221,12 +221,13 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
       widen_bf16(act.q, act.kept.q, q_count);
       widen_bf16(act.k, act.kept.k, kv_count);
       widen_bf16(act.v, act.kept.v, kv_count);
+      widen_bf16(act.out, act.kept.out, q_count);
     }
   }
-  o_proj.backward(g.dout, dy, act.out, n, false, call.linear);
+  o_proj.backward(g.dout, dy, act.out, n, false, call.linear, act.kept.out);
   if (bf16_backward) {
-    attention->backward_bf16(g.dq, g.dk, g.dv, g.dout, act.kept.q, act.kept.k, act.kept.v, act.out,
-                             act.lse, shape(call));
+    attention->backward_bf16(g.dq, g.dk, g.dv, g.dout, act.kept.q, act.kept.k, act.kept.v,
+                             act.kept.out, act.lse, shape(call));
   } else {
     attention->backward(g.dq, g.dk, g.dv, g.dout, act.q, act.k, act.v, act.out, act.lse,
                         shape(call));

@@ -165,11 +165,13 @@ struct AttentionActivations {
   // caller's fp32 input is then scratch); null otherwise.
   uint16_t* x_bf16 = nullptr;
   // bf16 training: q_pre, k_pre, q, k and v (same shapes) rounded to bf16 where they are made, as
-  // torch.autocast's bf16 projections return them and its attention matmuls read them, and kept
-  // so (raw bits); the fp32 pointers above then name scratch every layer shares, holding the same
-  // values while the layer runs. Null otherwise (and with a KV cache).
+  // torch.autocast's bf16 projections return them and its attention matmuls read them, and out
+  // rounded as o_proj reads it (autocast's attention returns it in bf16), kept so (raw bits); the
+  // fp32 pointers above then name scratch every layer shares, holding the same values while the
+  // layer runs. Null otherwise (and with a KV cache).
   struct Kept {
-    uint16_t *q_pre = nullptr, *k_pre = nullptr, *q = nullptr, *k = nullptr, *v = nullptr;
+    uint16_t *q_pre = nullptr, *k_pre = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
+             *out = nullptr;
   } kept;
 };
 

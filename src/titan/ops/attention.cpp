@@ -267,14 +267,14 @@ void block_gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, f
   backend().gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// FlashAttention-2's backward over fp32 or bf16 (raw bits, T = uint16_t) q, k and v. Under bf16
-// the five GEMMs take bf16 operands: dout is rounded once, and each block's probabilities P and
-// score gradients dS = P (dP - delta) are computed in fp32, then rounded for the GEMMs they feed
-// (dv += P^T dout; dq += dS k; dk += dS^T q). delta, the softmax's row term, stays fp32 from the
-// unrounded dout.
+// FlashAttention-2's backward over fp32 or bf16 (raw bits, T = uint16_t) q, k, v and out. Under
+// bf16 the five GEMMs take bf16 operands: dout is rounded once, and each block's probabilities P
+// and score gradients dS = P (dP - delta) are computed in fp32, then rounded for the GEMMs they
+// feed (dv += P^T dout; dq += dS k; dk += dS^T q). delta, the softmax's row term, stays fp32 from
+// the unrounded dout.
 template <typename T>
 void attention_backward_blocks(float* dq, float* dk, float* dv, const float* dout, const T* q,
-                               const T* k, const T* v, const float* out, const float* lse,
+                               const T* k, const T* v, const T* out, const float* lse,
                                const AttentionShape& s) {
   attention_check_shape(s);
   constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
@@ -289,7 +289,7 @@ void attention_backward_blocks(float* dq, float* dk, float* dv, const float* dou
   {
     std::vector<float> p(G * kBlockQ * kBlockK), dp(G * kBlockQ * kBlockK), dk_acc(kBlockK * hd),
         dv_acc(kBlockK * hd), do_st(G * s.seq_q * hd), dq_st(G * s.seq_q * hd), lse_st(G * s.seq_q),
-        delta_st(G * s.seq_q);
+        delta_st(G * s.seq_q), out_row(kBf16 ? hd : 0);
     std::vector<T> q_st(G * s.seq_q * hd);
     // bf16: dout, P and dS rounded (fp32: unused; the GEMMs read do_st, p and dp).
     std::vector<uint16_t> do_bf16(kBf16 ? G * s.seq_q * hd : 0),
@@ -315,7 +315,14 @@ void attention_backward_blocks(float* dq, float* dk, float* dv, const float* dou
           }
           for (int64_t sr = 0; sr < G * rows; ++sr) {
             const int64_t h = kvh * G + sr / rows, i = i0 + sr % rows;
-            const float* o = out + base + (i * H + h) * hd;
+            const T* out_at = out + base + (i * H + h) * hd;
+            const float* o = nullptr;
+            if constexpr (kBf16) {
+              vk.widen_bf16(out_row.data(), out_at, hd);
+              o = out_row.data();
+            } else {
+              o = out_at;
+            }
             // delta_i = dout_i . out_i, the softmax backward's row term.
             delta_st[at + sr] = vk.dot(do_st.data() + (at + sr) * hd, o, hd);
             lse_st[at + sr] = lse[(b * H + h) * s.seq_q + i];
@@ -384,7 +391,7 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
 
 void attention_backward_blockwise_bf16(float* dq, float* dk, float* dv, const float* dout,
                                        const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                                       const float* out, const float* lse,
+                                       const uint16_t* out, const float* lse,
                                        const AttentionShape& s) {
   attention_backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, s);
 }

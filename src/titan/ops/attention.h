@@ -39,13 +39,15 @@ void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* 
                                   const float* q, const float* k, const float* v, const float* out,
                                   const float* lse, const AttentionShape& s);
 
-// The same over q, k and v in bf16 (raw bits: mixed-precision training's kept roundings), its
+// The same over q, k, v and out in bf16 (raw bits: mixed-precision training's kept roundings), its
 // GEMMs in bf16 with fp32 accumulation as PyTorch's CPU flash attention computes under autocast:
 // dout is rounded to bf16 for them, and so is each block's recomputed P (for dv) and dS (for dq
-// and dk), each computed in fp32 first; the softmax and its row term delta = dout . out stay fp32.
+// and dk), each computed in fp32 first; the softmax and its row term delta = dout . out (dout
+// unrounded, out widened) stay fp32.
 void attention_backward_blockwise_bf16(float* dq, float* dk, float* dv, const float* dout,
                                        const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                                       const float* out, const float* lse, const AttentionShape& s);
+                                       const uint16_t* out, const float* lse,
+                                       const AttentionShape& s);
 // Reference: the full (Sq, Skv) probability matrix per head, fp64 sums. For tests and the
 // `reference` attention backend on small inputs.
 void attention_forward_reference(float* out, float* lse, const float* q, const float* k,
