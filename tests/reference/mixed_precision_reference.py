@@ -6,13 +6,12 @@ computed three ways on the same weights and batch:
   bf16_mm    titan's mixed precision as PyTorch ops: every matmul weight (q/k/v/o, gate/up/down,
              each expert's gate_up/down, the lm_head, tied or not; not the MoE router) and the
              matmul's input are rounded to bf16, the product accumulates in fp32 and stays fp32,
-             except q/k/v_proj's, the dense MLPs' gate_proj's and up_proj's and the lm_head's (the
-             logits), rounded to bf16 as titan keeps them; q and k after their norms and RoPE are
-             rounded before attention (each of these roundings passes the gradient through
-             unchanged); in the backward the output's gradient is rounded to bf16 before the two
-             products (d input, d weight), which accumulate in fp32; the experts' SwiGLU backward
-             reads their gate and up rounded to bf16 (titan keeps them that way), its forward the
-             fp32 ones; attention's forward computes in fp32 on those q, k and v, its backward (titan's
+             except q/k/v_proj's, the MLPs' and experts' gate and up projections' and the
+             lm_head's (the logits), rounded to bf16 as titan keeps them; q and k after their
+             norms and RoPE are rounded before attention (each of these roundings passes the
+             gradient through unchanged); in the backward the output's gradient is rounded to
+             bf16 before the two products (d input, d weight), which accumulate in fp32;
+             attention's forward computes in fp32 on those q, k and v, its backward (titan's
              FlashAttention-2 backward with bf16 GEMMs) multiplies bf16 operands: the output's
              gradient, the probabilities and the score gradients rounded, each computed in fp32
              first, and its row term reads the output rounded (as o_proj reads it); norms, RoPE, softmax, SwiGLU, the router, the routing weights' product and
@@ -125,22 +124,6 @@ class Bf16Matmul(torch.autograd.Function):
         return dx, dw, db, None
 
 
-class KeptBf16Swiglu(torch.autograd.Function):
-    """silu(gate) * up in fp32, whose backward reads gate and up as kept: rounded to bf16 (the
-    experts; a dense MLP's gate_proj and up_proj round their outputs)."""
-
-    @staticmethod
-    def forward(ctx, gate, up):
-        ctx.save_for_backward(rounded(gate), rounded(up))
-        return F.silu(gate) * up
-
-    @staticmethod
-    def backward(ctx, dout):
-        gate, up = ctx.saved_tensors
-        sig = torch.sigmoid(gate)
-        return dout * up * sig * (1 + gate * (1 - sig)), dout * gate * sig
-
-
 class RoundedStraightThrough(torch.autograd.Function):
     """x rounded to bf16; the gradient passes unchanged, as through titan's rounding points."""
 
@@ -215,8 +198,8 @@ def bf16_forward(module, round_output=False):
 
 def bf16_experts_forward(experts):
     """Transformers' eager Qwen3MoeExperts.forward with each expert's two linears as Bf16Matmul:
-    the gathered rows and silu(gate) * up rounded, gate and up kept rounded for SwiGLU's backward
-    (KeptBf16Swiglu), the routing weights' product and the index_add_ sum in fp32."""
+    the gathered rows and silu(gate) * up rounded, gate and up rounded as they come out of
+    gate_up_proj, the routing weights' product and the index_add_ sum in fp32."""
     def forward(hidden_states, top_k_index, top_k_weights):
         final_hidden_states = torch.zeros_like(hidden_states)
         expert_mask = F.one_hot(top_k_index, num_classes=experts.num_experts).permute(2, 1, 0)
@@ -225,10 +208,9 @@ def bf16_experts_forward(experts):
             if token_idx.numel() == 0:
                 continue
             current_state = hidden_states[token_idx]
-            gate, up = Bf16Matmul.apply(current_state, experts.gate_up_proj[expert_idx],
-                                        None).chunk(2, dim=-1)
-            current = Bf16Matmul.apply(KeptBf16Swiglu.apply(gate, up),
-                                       experts.down_proj[expert_idx], None)
+            gate, up = Bf16Matmul.apply(current_state, experts.gate_up_proj[expert_idx], None,
+                                        True).chunk(2, dim=-1)
+            current = Bf16Matmul.apply(F.silu(gate) * up, experts.down_proj[expert_idx], None)
             current = current * top_k_weights[token_idx, top_k_pos, None]
             final_hidden_states.index_add_(0, token_idx, current)
         return final_hidden_states

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -994,8 +995,10 @@ struct MoeCase {
     block.forward(y.data(), act, g.experts, x.data(), n);
     return y;
   }
-  // dx of <dy, y> + sum over tokens and experts of dprobs[e] * probs[t, e].
+  // dx of <dy, y> + sum over tokens and experts of dprobs[e] * probs[t, e]. act is the forward's
+  // scratch, which a model's other layers overwrite: the backward must recompute it.
   std::vector<float> backward(const std::vector<float>& dy, const std::vector<float>& dprobs) {
+    std::fill(act_act.begin(), act_act.end(), std::numeric_limits<float>::quiet_NaN());
     std::vector<float> dx(n * h);
     block.backward(dx.data(), g, dy.data(), act, x.data(), dprobs.data(), n);
     return dx;

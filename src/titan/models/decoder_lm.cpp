@@ -422,7 +422,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   // projections and attention matmuls have them) and its output (as o_proj reads it); the fp32
   // values are computed into scratch every layer shares. The attention's statistics stay fp32,
   // and so does the MoE block's input (its router computes in fp32); the experts kernel keeps its
-  // rows' gate, up and product in bf16 (below).
+  // rows' gate and up in bf16 (below), their product recomputed like the dense MLP's.
   const bool keep_bf16 = compute_dtype == DType::bf16;
   // The scratch the layers share, forward and backward, is idle while the lm_head loss runs, and
   // the loss's workspace is idle while a layer runs: both are carved from one region. (The
@@ -438,8 +438,12 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
               c.take(rows * Im)}};
   }
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
-  // A dense MLP's product is recomputed in the backward, never kept.
+  // A dense MLP's product and the experts' are recomputed in the backward, never kept.
   float* mlp_act = any_dense ? c.take(n * I) : nullptr;
+  float* experts_act = nullptr;
+  if (any_sparse) {
+    experts_act = keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
+  }
   const MlpActivations mlp_scratch =
       keep_bf16 && any_dense
           ? MlpActivations{c.take(n * I), c.take(n * I), mlp_act,         nullptr,
@@ -521,13 +525,13 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.moe.router_probs = c.take(n * E);
       a.moe.topk_index = take_ints(n * k);
       a.moe.topk_weight = c.take(n * k);
-      // A bf16 experts kernel keeps gate, up and silu(gate) * up as bf16 values (ops/moe.h).
+      // A bf16 experts kernel keeps gate and up as bf16 values (ops/moe.h).
       const auto take_kept = [&] {
         return keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
       };
       float* gate = take_kept();
       float* up = take_kept();
-      a.moe.experts = {gate, up, take_kept(), take_ints(rows), take_ints(E + 1)};
+      a.moe.experts = {gate, up, experts_act, take_ints(rows), take_ints(E + 1)};
     }
   }
   v.final_norm = c.take(n * h);

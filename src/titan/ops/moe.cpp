@@ -64,35 +64,54 @@ void gather_token_rows_bf16(uint16_t* dst, const float* src, const int32_t* row_
   }
 }
 
-// act (n) = bf16(silu(gate) * up), the product computed in fp32 as swiglu_forward does; gate and
-// up are kept rounded to bf16 (gate_kept, up_kept) for the backward, unless those are null (no
-// backward follows).
+constexpr int64_t kSwigluChunk = 1024;
+
+// act (len <= kSwigluChunk) = bf16(silu(gate) * up) over gate and up in bf16, the product computed
+// in fp32 as swiglu_forward does. The forward and the backward's recomputation both go through
+// here in the same chunks, so they agree bit for bit.
+void swiglu_chunk_bf16(uint16_t* act, const uint16_t* gate, const uint16_t* up, int64_t len,
+                       const VecKernels& v) {
+  float gate_f32[kSwigluChunk], up_f32[kSwigluChunk], product[kSwigluChunk];
+  v.widen_bf16(gate_f32, gate, len);
+  v.widen_bf16(up_f32, up, len);
+  v.silu_mul(product, gate_f32, up_f32, len);
+  v.round_to_bf16(act, product, 1.0f, len);
+}
+
+// act (n) = bf16(silu(bf16(gate)) * bf16(up)): gate and up rounded as a bf16 GEMM returns them,
+// and kept so (gate_kept, up_kept) for the backward, unless those are null (no backward follows).
 void swiglu_forward_to_bf16(uint16_t* act, uint16_t* gate_kept, uint16_t* up_kept,
                             const float* gate, const float* up, int64_t n) {
-  constexpr int64_t kChunk = 1024;
   const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t i = 0; i < n; i += kChunk) {
-    float product[kChunk];
-    const int64_t len = std::min(kChunk, n - i);
-    v.silu_mul(product, gate + i, up + i, len);
-    v.round_to_bf16(act + i, product, 1.0f, len);
-    if (gate_kept != nullptr) {
-      v.round_to_bf16(gate_kept + i, gate + i, 1.0f, len);
-      v.round_to_bf16(up_kept + i, up + i, 1.0f, len);
-    }
+  for (int64_t i = 0; i < n; i += kSwigluChunk) {
+    uint16_t gate_own[kSwigluChunk], up_own[kSwigluChunk];
+    const int64_t len = std::min(kSwigluChunk, n - i);
+    uint16_t* gate_bf16 = gate_kept != nullptr ? gate_kept + i : gate_own;
+    uint16_t* up_bf16 = up_kept != nullptr ? up_kept + i : up_own;
+    v.round_to_bf16(gate_bf16, gate + i, 1.0f, len);
+    v.round_to_bf16(up_bf16, up + i, 1.0f, len);
+    swiglu_chunk_bf16(act + i, gate_bf16, up_bf16, len, v);
+  }
+}
+
+// The act swiglu_forward_to_bf16 wrote, again, from the gate and up it kept.
+void swiglu_recompute_bf16(uint16_t* act, const uint16_t* gate, const uint16_t* up, int64_t n) {
+  const VecKernels& v = backend().vec();
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
+  for (int64_t i = 0; i < n; i += kSwigluChunk) {
+    swiglu_chunk_bf16(act + i, gate + i, up + i, std::min(kSwigluChunk, n - i), v);
   }
 }
 
 // swiglu_backward over the gate and up the forward kept in bf16, widened a chunk at a time.
 void swiglu_backward_from_bf16(float* dgate, float* dup, const float* dact, const uint16_t* gate,
                                const uint16_t* up, int64_t n) {
-  constexpr int64_t kChunk = 1024;
   const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t i = 0; i < n; i += kChunk) {
-    float gate_f32[kChunk], up_f32[kChunk];
-    const int64_t len = std::min(kChunk, n - i);
+  for (int64_t i = 0; i < n; i += kSwigluChunk) {
+    float gate_f32[kSwigluChunk], up_f32[kSwigluChunk];
+    const int64_t len = std::min(kSwigluChunk, n - i);
     v.widen_bf16(gate_f32, gate + i, len);
     v.widen_bf16(up_f32, up + i, len);
     v.silu_mul_backward(dgate + i, dup + i, dact + i, gate_f32, up_f32, len);
@@ -163,6 +182,15 @@ double widen(uint16_t bf16) {
 }
 double round_bf16(float value) {
   return bf16_to_f32(f32_to_bf16(value));
+}
+
+// The references' act, fp32: silu(gate) * up in fp64 from the kept gate and up, which the backward
+// recomputes from them as the forward computed it; under bf16 from their roundings, rounded.
+float product_of(float gate, float up) {
+  return static_cast<float>(silu_of(gate) * up);
+}
+uint16_t product_of_bf16(uint16_t gate, uint16_t up) {
+  return f32_to_bf16(product_of(bf16_to_f32(gate), bf16_to_f32(up)));
 }
 
 }  // namespace
@@ -252,9 +280,10 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
                               const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter, rows = shape.rows();
   const VecKernels& v = backend().vec();
-  // Other layers' forwards reused s.x since this layer's.
+  // Other layers' forwards reused s.x and act since this layer's.
   gather_token_rows(s.x, x, act.row_of, shape, h);
   gather_token_rows(s.y, dy, act.row_of, shape, h);
+  swiglu_forward(act.act, act.gate, act.up, rows * Im);
   // g = dy down_e per row, unweighted: dweight = <g, act>, and d act = weight * g.
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_f32(Trans::no, Trans::no, n_e, Im, h, 1.0f, s.y + r0 * h, h, w.down + e * h * Im,
@@ -331,9 +360,12 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
   uint16_t* dy_down_bf16 = x_bf16 + rows * h;
   auto* dgate_bf16 = reinterpret_cast<uint16_t*>(s.dact);
   uint16_t* dup_bf16 = dgate_bf16 + rows * Im;
-  const auto* act_bf16 = reinterpret_cast<const uint16_t*>(act.act);
-  // Other layers' forwards reused s.x since this layer's.
+  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
+  const auto* gate_kept = reinterpret_cast<const uint16_t*>(act.gate);
+  const auto* up_kept = reinterpret_cast<const uint16_t*>(act.up);
+  // Other layers' forwards reused s.x and act since this layer's.
   gather_token_rows_bf16(x_bf16, x, act.row_of, shape, h);
+  swiglu_recompute_bf16(act_bf16, gate_kept, up_kept, rows * Im);
   // The experts' outputs again: d weight is <dy, output>.
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
@@ -352,8 +384,7 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
     backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
                         act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
   });
-  swiglu_backward_from_bf16(s.dgate, s.dup, s.dact, reinterpret_cast<const uint16_t*>(act.gate),
-                            reinterpret_cast<const uint16_t*>(act.up), rows * Im);
+  swiglu_backward_from_bf16(s.dgate, s.dup, s.dact, gate_kept, up_kept, rows * Im);
   round_to_bf16(dgate_bf16, s.dgate, rows * Im);
   round_to_bf16(dup_bf16, s.dup, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
@@ -395,7 +426,7 @@ void experts_forward_reference(float* y, const ExpertsActivations& act,
         }
         act.gate[r * Im + i] = static_cast<float>(g);
         act.up[r * Im + i] = static_cast<float>(u);
-        act.act[r * Im + i] = static_cast<float>(silu_of(g) * u);
+        act.act[r * Im + i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
       }
       for (int64_t c = 0; c < h; ++c) {
         double s = 0.0;
@@ -417,6 +448,7 @@ void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw
   const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
   std::vector<double> dxt(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)),
       dup(static_cast<size_t>(Im));
+  std::vector<float> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
     const float* xt = x + t * h;
     const float* dyt = dy + t * h;
@@ -426,10 +458,13 @@ void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw
       const double wr = weight[r];
       double d_weight = 0.0;
       for (int64_t i = 0; i < Im; ++i) {
+        act_row[i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
+      }
+      for (int64_t i = 0; i < Im; ++i) {
         double g = 0.0;  // (dy down_e)_i, unweighted
         for (int64_t c = 0; c < h; ++c)
           g += static_cast<double>(w.down[(e * h + c) * Im + i]) * dyt[c];
-        d_weight += g * act.act[r * Im + i];
+        d_weight += g * act_row[i];
         const double gate = act.gate[r * Im + i], sig = 1.0 / (1.0 + std::exp(-gate));
         const double dact = wr * g;
         dup[i] = dact * gate * sig;
@@ -438,7 +473,7 @@ void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw
       dweight[r] = static_cast<float>(d_weight);
       for (int64_t c = 0; c < h; ++c) {
         for (int64_t i = 0; i < Im; ++i) {
-          dw.down[(e * h + c) * Im + i] += static_cast<float>(wr * dyt[c] * act.act[r * Im + i]);
+          dw.down[(e * h + c) * Im + i] += static_cast<float>(wr * dyt[c] * act_row[i]);
         }
       }
       for (int64_t i = 0; i < Im; ++i) {
@@ -479,11 +514,10 @@ void experts_forward_bf16_reference(float* y, const ExpertsActivations& act,
           g += widen(w.gate[(e * Im + i) * h + c]) * xr[c];
           u += widen(w.up[(e * Im + i) * h + c]) * xr[c];
         }
-        // act from the fp32 gate and up, as the GEMMs leave them; both kept rounded to bf16.
-        const auto gate = static_cast<float>(g), up = static_cast<float>(u);
-        gate_bf16[r * Im + i] = f32_to_bf16(gate);
-        up_bf16[r * Im + i] = f32_to_bf16(up);
-        act_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(silu_of(gate) * up));
+        // gate and up rounded to bf16 and kept so; act from those roundings.
+        gate_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(g));
+        up_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(u));
+        act_bf16[r * Im + i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
       }
       for (int64_t c = 0; c < h; ++c) {
         double s = 0.0;
@@ -503,23 +537,26 @@ void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrad
                                      const int32_t* index, const float* weight,
                                      const ExpertWeightsBf16& w, const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
-  const auto* act_bf16 = reinterpret_cast<const uint16_t*>(act.act);
   const auto* gate_bf16 = reinterpret_cast<const uint16_t*>(act.gate);
   const auto* up_bf16 = reinterpret_cast<const uint16_t*>(act.up);
   std::vector<double> dxt(static_cast<size_t>(h)), xr(static_cast<size_t>(h)),
       dy_down(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)), dup(static_cast<size_t>(Im));
+  std::vector<uint16_t> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
     const float* dyt = dy + t * h;
     for (int64_t c = 0; c < h; ++c) xr[c] = round_bf16(x[t * h + c]);
     std::fill(dxt.begin(), dxt.end(), 0.0);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t r = t * k + j, e = index[r];
+      for (int64_t i = 0; i < Im; ++i) {
+        act_row[i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
+      }
       // d weight = <dy, the expert's fp32 output>; down_proj's output gradient is weight * dy.
       double d_weight = 0.0;
       for (int64_t c = 0; c < h; ++c) {
         double out = 0.0;
         for (int64_t i = 0; i < Im; ++i) {
-          out += widen(w.down[(e * h + c) * Im + i]) * widen(act_bf16[r * Im + i]);
+          out += widen(w.down[(e * h + c) * Im + i]) * widen(act_row[i]);
         }
         d_weight += static_cast<double>(dyt[c]) * static_cast<float>(out);
         dy_down[c] = round_bf16(weight[r] * dyt[c]);
@@ -537,8 +574,7 @@ void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrad
       }
       for (int64_t c = 0; c < h; ++c) {
         for (int64_t i = 0; i < Im; ++i) {
-          dw.down[(e * h + c) * Im + i] +=
-              static_cast<float>(dy_down[c] * widen(act_bf16[r * Im + i]));
+          dw.down[(e * h + c) * Im + i] += static_cast<float>(dy_down[c] * widen(act_row[i]));
         }
       }
       for (int64_t i = 0; i < Im; ++i) {

@@ -51,14 +51,16 @@ struct ExpertGrads {
 };
 
 // What the experts' backward needs: one row per routed (token, slot) pair, N*k rows in the
-// kernel's own order (only the same kernel's backward reads them).
-// The bf16 kernels keep gate, up and act as (N*k, Im) bf16 values, in the first half of each
-// room (a bf16 model carves only that): act rounded as its GEMM takes it, gate and up as
-// torch.autocast saves them, for SwiGLU's backward.
+// kernel's own order (only the same kernel's backward reads them). act is not among them: the
+// forward writes it for its down_proj GEMM, and the backward recomputes it from gate and up, bit
+// for bit, so a model may point every layer's act at one room.
+// The bf16 kernels keep gate and up as (N*k, Im) bf16 values, in the first half of each room (a
+// bf16 model carves only that), rounded as a bf16 GEMM returns them (torch.autocast's gate_up_proj
+// output), and compute act from those roundings, rounded as its GEMM takes it.
 struct ExpertsActivations {
   float* gate = nullptr;       // (N*k, Im) gate_proj output
   float* up = nullptr;         // (N*k, Im)
-  float* act = nullptr;        // (N*k, Im) silu(gate) * up, down_proj's input
+  float* act = nullptr;        // (N*k, Im) silu(gate) * up, down_proj's input (scratch)
   int32_t* row_of = nullptr;   // (N*k) the row of (token t, slot j) at [t*k + j]
   int32_t* offsets = nullptr;  // (E + 1) expert e owns rows [offsets[e], offsets[e + 1])
 };
@@ -90,11 +92,12 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
                               const ExpertsShape& shape);
 
 // Mixed precision, as PyTorch computes these experts with every GEMM's operands rounded to bf16
-// and products accumulated in fp32: the gathered token rows and down_proj's input silu(gate) * up
-// are rounded in the forward, and each GEMM's output gradient in the backward (weight * dy for
-// down_proj, d gate and d up for gate_proj and up_proj); outputs, gradients, SwiGLU, the routing
-// weights and the weighted sum stay fp32. d weight is <dy, the expert's fp32 output>, which the
-// backward recomputes (one more GEMM) rather than keep N*k rows of h per layer.
+// and products accumulated in fp32: the gathered token rows, gate and up, and down_proj's input
+// silu(gate) * up are rounded in the forward, and each GEMM's output gradient in the backward
+// (weight * dy for down_proj, d gate and d up for gate_proj and up_proj); down_proj's output,
+// gradients, SwiGLU's arithmetic, the routing weights and the weighted sum stay fp32. d weight is
+// <dy, the expert's fp32 output>, which the backward recomputes (one more GEMM) rather than keep
+// N*k rows of h per layer.
 void experts_forward_grouped_bf16(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
                                   const float* x, const int32_t* index, const float* weight,
                                   const ExpertWeightsBf16& w, const ExpertsShape& shape);
