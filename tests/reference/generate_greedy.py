@@ -11,10 +11,10 @@ usage: python generate_greedy.py REQUEST RESPONSE
     A bf16 folder's weights are bf16 values upcast. bf16_math computes titan's bf16-weight
     math on them: the input of every matmul titan runs with bf16 operands (q/k/v/o, a dense MLP's
     gate/up/down, both GEMMs of each MoE expert, lm_head; not the MoE router) rounded to bf16,
-    fp32 accumulation (a product of two bf16 values is exact in fp32); q/k/v_proj's outputs, q and
-    k after RoPE, and the logits rounded to bf16. bf16_kv_cache stores the keys (after k_norm and
-    RoPE) and values rounded to bf16, as titan's bf16 KV cache and torch's bf16 static cache hold
-    them, and attends over the rounded values.
+    fp32 accumulation (a product of two bf16 values is exact in fp32); q/k/v_proj's outputs, the
+    MLPs' and experts' gate and up, q and k after RoPE, and the logits rounded to bf16.
+    bf16_kv_cache stores the keys (after k_norm and RoPE) and values rounded to bf16, as titan's
+    bf16 KV cache and torch's bf16 static cache hold them, and attends over the rounded values.
 """
 import json
 import re
@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM
 from transformers.cache_utils import StaticLayer
 
 BF16_LINEAR = re.compile(r"(\.self_attn\.[qkvo]_proj|\.mlp\.(gate|up|down)_proj|^lm_head)$")
-ROUNDED_OUTPUT = re.compile(r"(\.self_attn\.[qkv]_proj|^lm_head)$")
+ROUNDED_OUTPUT = re.compile(r"(\.self_attn\.[qkv]_proj|\.mlp\.(gate|up)_proj|^lm_head)$")
 
 
 def to_bf16_values(t):
@@ -44,12 +44,18 @@ def rounding_linear(x, weight, bias=None):
 _linear = torch.nn.functional.linear
 
 
-def with_rounded_linear(forward):
+def with_rounded_linear(forward, experts):
     """forward, with every torch.nn.functional.linear inside it taking its input rounded (the
-    MoE experts module multiplies its stacked weights through it)."""
+    MoE experts module multiplies its stacked weights through it), and gate_up_proj's products
+    returned rounded, as titan's experts compute silu(gate) * up from gate and up in bf16."""
+    gate_up = experts.gate_up_proj.untyped_storage().data_ptr()
+
+    def linear(x, weight, bias=None):
+        out = rounding_linear(x, weight, bias)
+        return to_bf16_values(out) if weight.untyped_storage().data_ptr() == gate_up else out
 
     def wrapped(*args, **kwargs):
-        torch.nn.functional.linear = rounding_linear
+        torch.nn.functional.linear = linear
         try:
             return forward(*args, **kwargs)
         finally:
@@ -86,7 +92,7 @@ def use_bf16_math(model):
                 module.register_forward_hook(lambda m, args, out: to_bf16_values(out))
             rounded += 1
         elif name.endswith(".mlp.experts"):
-            module.forward = with_rounded_linear(module.forward)
+            module.forward = with_rounded_linear(module.forward, module)
             experts = True
     assert rounded > 0, "no linear matched"
     return experts

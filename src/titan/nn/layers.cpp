@@ -245,7 +245,9 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
 void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
                         const LinearScratch& linear) const {
   linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
-  if (act.gate_bf16 != nullptr) {
+  // bf16 projections (training under bf16, inference on bf16 weights) return gate and up rounded
+  // to bf16, as autocast's and a bf16 model's do; training keeps the roundings for its backward.
+  if (gate_proj.weight_bf16 != nullptr) {
     const int64_t count = n * intermediate;
     round_to_bf16_keeping(act.gate, act.gate_bf16, count);
     round_to_bf16_keeping(act.up, act.up_bf16, count);
