@@ -418,8 +418,9 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
   // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
   // product, computed from their roundings, is recomputed in the backward in both dtypes), and the
-  // attention its q/k norms' inputs, q, k and v (rounded where they are made, as autocast's bf16
-  // projections and attention matmuls have them) and its output (as o_proj reads it); the fp32
+  // attention its q/k norms' inputs (else q and k) and v (rounded where they are made, as
+  // autocast's bf16 projections and attention matmuls have them) and its output (as o_proj reads
+  // it); the fp32
   // values are computed into scratch every layer shares. The attention's statistics stay fp32,
   // and so does the MoE block's input (its router computes in fp32); the experts kernel keeps its
   // rows' gate and up in bf16 (below), their product recomputed like the dense MLP's.
@@ -449,14 +450,20 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
           ? MlpActivations{c.take(n * I), c.take(n * I), mlp_act,         nullptr,
                            nullptr,       nullptr,       take_bf16(n * I)}
           : MlpActivations{};
+  // With q/k norms, q and k after their norms and RoPE are recomputed in the backward from the
+  // kept norm inputs (SelfAttention::backward), in both dtypes: one room for all layers.
   AttentionActivations attn_scratch;
+  if (keep_bf16 || args.qk_norm) {
+    attn_scratch.q = c.take(n * H * hd);
+    attn_scratch.k = c.take(n * KV * hd);
+  }
   if (keep_bf16) {
     if (args.qk_norm) {
       attn_scratch.q_pre = c.take(n * H * hd);
       attn_scratch.k_pre = c.take(n * KV * hd);
+      attn_scratch.kept.q = take_bf16(n * H * hd);
+      attn_scratch.kept.k = take_bf16(n * KV * hd);
     }
-    attn_scratch.q = c.take(n * H * hd);
-    attn_scratch.k = c.take(n * KV * hd);
     attn_scratch.v = c.take(n * KV * hd);
     attn_scratch.out = c.take(n * H * hd);
   }
@@ -488,18 +495,24 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       if (args.qk_norm) {
         a.attn.kept.q_pre = take_bf16(n * H * hd);
         a.attn.kept.k_pre = take_bf16(n * KV * hd);
+        a.attn.kept.q = attn_scratch.kept.q;
+        a.attn.kept.k = attn_scratch.kept.k;
+      } else {
+        a.attn.kept.q = take_bf16(n * H * hd);
+        a.attn.kept.k = take_bf16(n * KV * hd);
       }
-      a.attn.kept.q = take_bf16(n * H * hd);
-      a.attn.kept.k = take_bf16(n * KV * hd);
       a.attn.kept.v = take_bf16(n * KV * hd);
       a.attn.kept.out = take_bf16(n * H * hd);
     } else {
       if (args.qk_norm) {
         a.attn.q_pre = c.take(n * H * hd);
         a.attn.k_pre = c.take(n * KV * hd);
+        a.attn.q = attn_scratch.q;
+        a.attn.k = attn_scratch.k;
+      } else {
+        a.attn.q = c.take(n * H * hd);
+        a.attn.k = c.take(n * KV * hd);
       }
-      a.attn.q = c.take(n * H * hd);
-      a.attn.k = c.take(n * KV * hd);
       a.attn.v = c.take(n * KV * hd);
     }
     if (args.qk_norm) {

@@ -206,20 +206,35 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
                              const AttentionActivations& act, const float* x,
                              const LayerCall& call) const {
   const int64_t n = call.tokens();
+  const int64_t q_count = n * n_heads * head_dim;
+  const int64_t kv_count = n * n_kv_heads * head_dim;
   // Kept in bf16: the norms' inputs are widened for their backward, and q, k, v and the output go
   // to the attention kernel's bf16 backward as kept, or are widened for its fp32 one.
   const bool kept = act.kept.q != nullptr;
   const bool bf16_backward = kept && attention->backward_bf16 != nullptr;
-  if (kept) {
-    const int64_t q_count = n * n_heads * head_dim;
-    const int64_t kv_count = n * n_kv_heads * head_dim;
-    if (qk_norm) {
-      widen_bf16(act.q_pre, act.kept.q_pre, q_count);
-      widen_bf16(act.k_pre, act.kept.k_pre, kv_count);
+  if (kept && qk_norm) {
+    widen_bf16(act.q_pre, act.kept.q_pre, q_count);
+    widen_bf16(act.k_pre, act.kept.k_pre, kv_count);
+  }
+  // With q/k norms, q and k are not kept: they are made again from the norms' inputs as the
+  // forward made them, bit for bit (their rstd rewritten with the same values), which costs two
+  // row norms and RoPE against N x (H + KV) x hd values a layer.
+  if (qk_norm) {
+    q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
+    k_norm.forward(act.k, act.k_rstd, act.k_pre, n * n_kv_heads);
+    rope->forward(act.q, call.positions, *call.rope, n, n_heads);
+    rope->forward(act.k, call.positions, *call.rope, n, n_kv_heads);
+    if (kept) {
+      round_to_bf16_keeping(act.q, act.kept.q, q_count);
+      round_to_bf16_keeping(act.k, act.kept.k, kv_count);
     }
+  }
+  if (kept) {
     if (!bf16_backward) {
-      widen_bf16(act.q, act.kept.q, q_count);
-      widen_bf16(act.k, act.kept.k, kv_count);
+      if (!qk_norm) {
+        widen_bf16(act.q, act.kept.q, q_count);
+        widen_bf16(act.k, act.kept.k, kv_count);
+      }
       widen_bf16(act.v, act.kept.v, kv_count);
       widen_bf16(act.out, act.kept.out, q_count);
     }

@@ -156,11 +156,13 @@ struct AttentionActivations {
   float* q_rstd = nullptr;  // (N*H) (with q/k norm)
   float* k_pre = nullptr;   // (N, KV*hd) (with q/k norm)
   float* k_rstd = nullptr;  // (N*KV) (with q/k norm)
-  float* q = nullptr;       // (N, H, hd) after q_norm and RoPE
-  float* k = nullptr;       // (N, KV, hd) after k_norm and RoPE (null with an fp32 cache)
-  float* v = nullptr;       // (N, KV, hd) (null with an fp32 cache)
-  float* out = nullptr;     // (N, H, hd) attention output, o_proj's input
-  float* lse = nullptr;     // (B, H, S)
+  // q and k after their norms and RoPE. With q/k norm, training's backward makes them again
+  // from q_pre and k_pre, so the caller may give every layer the same room for them.
+  float* q = nullptr;    // (N, H, hd)
+  float* k = nullptr;    // (N, KV, hd) (null with an fp32 cache)
+  float* v = nullptr;    // (N, KV, hd) (null with an fp32 cache)
+  float* out = nullptr;  // (N, H, hd) attention output, o_proj's input
+  float* lse = nullptr;  // (B, H, S)
   // (N, h) the projections' input rounded to bf16, kept for their backward in bf16 training (the
   // caller's fp32 input is then scratch); null otherwise.
   uint16_t* x_bf16 = nullptr;
@@ -168,7 +170,8 @@ struct AttentionActivations {
   // torch.autocast's bf16 projections return them and its attention matmuls read them, and out
   // rounded as o_proj reads it (autocast's attention returns it in bf16), kept so (raw bits); the
   // fp32 pointers above then name scratch every layer shares, holding the same values while the
-  // layer runs. Null otherwise (and with a KV cache).
+  // layer runs (and, with q/k norm, so may q and k here: they are made again like the fp32 ones).
+  // Null otherwise (and with a KV cache).
   struct Kept {
     uint16_t *q_pre = nullptr, *k_pre = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
              *out = nullptr;
