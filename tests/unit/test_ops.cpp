@@ -98,6 +98,23 @@ TEST(Vec, EveryIsaMatchesDoublePrecision) {
         const double want_exp = std::exp(static_cast<double>(x[i] - static_cast<float>(max)));
         EXPECT_NEAR(y[i], want_exp, 2.5e-7 * want_exp);
       }
+      // The bf16 forms over x's roundings: the max exactly, exp as fp32's, from the widened values.
+      std::vector<uint16_t> x_bf16(n);
+      double max_bf16 = -1e30, sum_exp_bf16 = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        x_bf16[i] = f32_to_bf16(x[i]);
+        max_bf16 = std::max(max_bf16, static_cast<double>(bf16_to_f32(x_bf16[i])));
+      }
+      for (int64_t i = 0; i < n; ++i) sum_exp_bf16 += std::exp(bf16_to_f32(x_bf16[i]) - max_bf16);
+      EXPECT_EQ(v.max_bf16(x_bf16.data(), n), static_cast<float>(max_bf16));
+      const float s_bf16 =
+          v.exp_shift_sum_bf16(y.data(), x_bf16.data(), n, static_cast<float>(max_bf16));
+      EXPECT_NEAR(s_bf16, sum_exp_bf16, 2e-6 * sum_exp_bf16);
+      for (int64_t i = 0; i < n; ++i) {
+        const double want_exp =
+            std::exp(static_cast<double>(bf16_to_f32(x_bf16[i]) - static_cast<float>(max_bf16)));
+        EXPECT_NEAR(y[i], want_exp, 2.5e-7 * want_exp);
+      }
       v.silu_mul(z.data(), x.data(), w.data(), n);
       std::vector<float> want(n);
       swiglu_forward_reference(want.data(), x.data(), w.data(), n);

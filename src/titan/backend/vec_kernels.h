@@ -29,6 +29,10 @@ struct VecKernels {
   float (*max)(const float* x, int64_t n);
   // y[i] = exp(x[i] - shift), returns sum_i y[i]. y may alias x.
   float (*exp_shift_sum)(float* y, const float* x, int64_t n, float shift);
+  // The same two over bf16 x (raw bits), widened in registers, exactly: a row of bf16 logits
+  // needs no fp32 copy before its softmax.
+  float (*max_bf16)(const uint16_t* x, int64_t n);
+  float (*exp_shift_sum_bf16)(float* y, const uint16_t* x, int64_t n, float shift);
   float (*sum_squares)(const float* x, int64_t n);
   float (*dot)(const float* a, const float* b, int64_t n);
   // y[i] *= a

@@ -55,14 +55,22 @@ int64_t bf16_gradient_ld(int64_t rows, int64_t vocab) {
   return rows * (ld - vocab) <= vocab ? ld : vocab;
 }
 
+// Per OpenMP thread, bf16_softmax_rows' room: one fp32 row for exp(logit - max), then one bf16
+// row, in floats, a 64-byte line apart for the next thread's.
+int64_t bf16_row_scratch_floats(int64_t vocab) {
+  return (vocab + (vocab + 1) / 2 + 15) / 16 * 16;
+}
+
 // One chunk's bf16 logits (rows, V) at `logits` (dense, as the GEMM wrote them) to the rows'
 // losses and, with gradients, d loss / d logits in bf16 at `gradient` with leading dimension
 // `ld`. `logits` is gradient + rows * (ld - V): row r's gradient [r ld, r ld + V) then overlaps
 // the logits of rows r - 1 and r only, so each thread walks its rows in order, and every thread
-// widens its last row before the barrier after which the next thread writes over it. Each row is
-// widened into fp32 (`widened`: two rows per thread) for its softmax.
+// copies its last row's logits aside before the barrier after which the next thread writes over
+// them. A row's max and exp are taken from its bf16 logits (widened in registers; no fp32 copy
+// of the logits is made), exp(logit - max) into the thread's fp32 row (`row_scratch`,
+// bf16_row_scratch_floats per thread), which is then scaled and rounded into the gradient.
 void bf16_softmax_rows(const CrossEntropyArgs& a, int64_t n0, int64_t rows, const uint16_t* logits,
-                       uint16_t* gradient, int64_t ld, float* widened, double* row_losses) {
+                       uint16_t* gradient, int64_t ld, float* row_scratch, double* row_losses) {
   const bool want_grad = a.dx != nullptr;
   const auto vocab = static_cast<size_t>(a.vocab);
   const VecKernels& v = backend().vec();
@@ -70,30 +78,31 @@ void bf16_softmax_rows(const CrossEntropyArgs& a, int64_t n0, int64_t rows, cons
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t begin = rows * t / threads, end = rows * (t + 1) / threads;
-    float* row_scratch = widened + 2 * t * a.vocab;
-    float* last_row = row_scratch + a.vocab;
-    if (end > begin) v.widen_bf16(last_row, logits + (end - 1) * a.vocab, a.vocab);
+    float* exp_row = row_scratch + t * bf16_row_scratch_floats(a.vocab);
+    auto* last_logits = reinterpret_cast<uint16_t*>(exp_row + a.vocab);
+    if (end > begin) {
+      std::memcpy(last_logits, logits + (end - 1) * a.vocab, vocab * sizeof(uint16_t));
+    }
 #pragma omp barrier
     for (int64_t r = begin; r < end; ++r) {
-      float* row = r + 1 == end ? last_row : row_scratch;
-      if (row != last_row) v.widen_bf16(row, logits + r * a.vocab, a.vocab);
-      if (a.logits != nullptr) {
-        std::memcpy(a.logits + (n0 + r) * a.vocab, row, vocab * sizeof(float));
-      }
+      const uint16_t* row = r + 1 == end ? last_logits : logits + r * a.vocab;
+      if (a.logits != nullptr) v.widen_bf16(a.logits + (n0 + r) * a.vocab, row, a.vocab);
       const int32_t target = a.targets[n0 + r];
       uint16_t* gradient_row = gradient + r * ld;
       if (target == kIgnoreIndex) {
         if (want_grad) std::memset(gradient_row, 0, vocab * sizeof(uint16_t));
         continue;
       }
-      const RowSoftmax softmax = exp_shifted_in_place(row, target, a.vocab, v);
+      const float m = v.max_bf16(row, a.vocab);
+      const RowSoftmax softmax{m, v.exp_shift_sum_bf16(exp_row, row, a.vocab, m),
+                               bf16_to_f32(row[target])};
       row_losses[n0 + r] = softmax.loss();
       if (want_grad) {
         // Scaled and rounded in one pass; then the target's element, which also subtracts
         // grad_scale, is rounded again from its fp32 value.
         const float scale = a.grad_scale / softmax.sum;
-        v.round_to_bf16(gradient_row, row, scale, a.vocab);
-        const float target_gradient = row[target] * scale;
+        v.round_to_bf16(gradient_row, exp_row, scale, a.vocab);
+        const float target_gradient = exp_row[target] * scale;
         gradient_row[target] = f32_to_bf16(target_gradient - a.grad_scale);
       }
     }
@@ -112,7 +121,8 @@ int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_toke
 int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens, bool bf16) {
   const int64_t chunk = lm_head_chunk_tokens(n_tokens, vocab, chunk_tokens);
   if (!bf16) return chunk * vocab * static_cast<int64_t>(sizeof(float));
-  return 2 * omp_get_max_threads() * vocab * static_cast<int64_t>(sizeof(float)) +
+  return omp_get_max_threads() * bf16_row_scratch_floats(vocab) *
+             static_cast<int64_t>(sizeof(float)) +
          chunk * bf16_gradient_ld(chunk, vocab) * static_cast<int64_t>(sizeof(uint16_t));
 }
 
@@ -129,12 +139,12 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
         MemCategory::activations);
     workspace = own_workspace.data();
   }
-  // fp32: the chunk's logits. bf16: two rows of fp32 per thread to widen logits into, then the
-  // chunk's bf16 logits and gradients (bf16_softmax_rows).
+  // fp32: the chunk's logits. bf16: each thread's rows for its softmax, then the chunk's bf16
+  // logits and gradients (bf16_softmax_rows).
   auto* logits = static_cast<float*>(workspace);
-  float* widened_rows = logits;
-  auto* gradient_bf16 =
-      reinterpret_cast<uint16_t*>(widened_rows + 2 * omp_get_max_threads() * a.vocab);
+  float* softmax_rows = logits;
+  auto* gradient_bf16 = reinterpret_cast<uint16_t*>(
+      softmax_rows + omp_get_max_threads() * bf16_row_scratch_floats(a.vocab));
   if (bf16) {
     TITAN_CHECK(a.x_bf16 != nullptr, "cross-entropy: bf16 weights need room for x in bf16");
     round_to_bf16(a.x_bf16, a.x, a.n_tokens * a.hidden);
@@ -150,7 +160,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       uint16_t* logits_bf16 = gradient_bf16 + rows * (ld - a.vocab);
       backend().gemm_bf16_to_bf16(Trans::no, Trans::yes, rows, a.vocab, a.hidden, 1.0f, x_bf16,
                                   a.hidden, a.weight_bf16, a.hidden, logits_bf16, a.vocab);
-      bf16_softmax_rows(a, n0, rows, logits_bf16, gradient_bf16, ld, widened_rows,
+      bf16_softmax_rows(a, n0, rows, logits_bf16, gradient_bf16, ld, softmax_rows,
                         row_losses.data());
       if (want_grad) {
         backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, gradient_bf16, ld,

@@ -16,9 +16,9 @@ struct CrossEntropyArgs {
   const float* weight = nullptr;  // (V, h) lm_head (the embedding when tied)
   // Mixed precision: weight's bf16 copy (V, h), and room for x rounded to bf16 (N, h). With them
   // the GEMMs take bf16 operands and accumulate in fp32, the logits are kept in bf16 as the
-  // lm_head's output is under autocast (half the chunk's bytes), and each row is widened to fp32
-  // for its softmax and loss; d loss / d logits is rounded back into the chunk (at a padded
-  // stride, in place) for the backward's bf16 GEMMs.
+  // lm_head's output is under autocast (half the chunk's bytes), and each row's softmax and loss
+  // widen them to fp32 (in registers); d loss / d logits is rounded back into the chunk (at a
+  // padded stride, in place) for the backward's bf16 GEMMs.
   const uint16_t* weight_bf16 = nullptr;
   uint16_t* x_bf16 = nullptr;
   const int32_t* targets = nullptr;  // (N) next-token ids, kIgnoreIndex where not scored
@@ -44,8 +44,8 @@ struct CrossEntropyArgs {
 // The tokens per chunk lm_head_cross_entropy uses for n_tokens rows, given args.chunk_tokens.
 int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens);
 // The bytes of its workspace: one chunk's logits; in bf16 when the GEMMs take bf16 weights, their
-// gradients at a padded stride, and two fp32 rows per OpenMP thread (omp_get_max_threads() now)
-// to widen them into.
+// gradients at a padded stride, and per OpenMP thread (omp_get_max_threads() now) an fp32 row for
+// a row's softmax and a bf16 row to set its last row's logits aside.
 int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens, bool bf16);
 
 struct CrossEntropyResult {

@@ -45,9 +45,9 @@ struct ReturnOf<R (*)(A...)> {
   fail("vector primitive '", name, "' is not implemented on CUDA yet");
 }
 
-// VecKernels' layout as of this list: variant, 20 primitives, native_lanes, fma_chains. A member
+// VecKernels' layout as of this list: variant, 22 primitives, native_lanes, fma_chains. A member
 // left out below would be a null pointer, so a changed struct stops the build here instead.
-static_assert(sizeof(VecKernels) == sizeof(const char*) + 20 * sizeof(void*) + 8 + sizeof(void*),
+static_assert(sizeof(VecKernels) == sizeof(const char*) + 22 * sizeof(void*) + 8 + sizeof(void*),
               "VecKernels changed: give every new primitive a TITAN_CUDA_MISSING line below, then "
               "update this size");
 
@@ -61,6 +61,8 @@ VecKernels missing_vec_kernels() {
   k.native_lanes = 0;
   TITAN_CUDA_MISSING(max);
   TITAN_CUDA_MISSING(exp_shift_sum);
+  TITAN_CUDA_MISSING(max_bf16);
+  TITAN_CUDA_MISSING(exp_shift_sum_bf16);
   TITAN_CUDA_MISSING(sum_squares);
   TITAN_CUDA_MISSING(dot);
   TITAN_CUDA_MISSING(scale);
