@@ -12,6 +12,7 @@
 #include "tiny_models.h"
 #include "titan/core/allocator.h"
 #include "titan/core/rng.h"
+#include "titan/kernels/registry.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/param_count.h"
 
@@ -92,6 +93,42 @@ TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
       EXPECT_EQ(step->taken, step->arena) << where;
     }
   }
+}
+
+// A swiglu kernel without the bf16 forms (any kernel may be bound to the slot) trains under bf16
+// on the kept gate and up widened: given the built-in's fp32 pair, it computes bit for bit what
+// the built-in's bf16 forms do.
+TEST(Model, Bf16SwigluWithoutBf16FormsMatchesTheBuiltInBitForBit) {
+  static const bool registered = [] {
+    const auto& builtin =
+        std::get<SwigluKernel>(kernel_registry().get("swiglu", OpKind::swiglu).impl);
+    kernel_registry().add({"swiglu_fp32_forms_only",
+                           OpKind::swiglu,
+                           {DType::f32},
+                           "test only",
+                           SwigluKernel{builtin.forward, builtin.backward}});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  const int64_t batch = 2, seq = 19;
+  const std::vector<int32_t> ids = random_ids(batch * seq, 211, 5);
+  const auto step = [&](const std::vector<OverrideRule>& overrides) {
+    DecoderLM m(small_args(), overrides, DType::bf16);
+    m.initialize(3);
+    m.allocate_gradients();
+    ForwardOptions o;
+    o.compute_grad = true;
+    o.grad_scale = 0.01f;
+    const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
+    m.backward();
+    return std::pair{loss, all_grads(m)};
+  };
+  const auto [builtin_loss, builtin_grads] = step({});
+  const auto [widened_loss, widened_grads] = step({{"*.mlp", "swiglu_fp32_forms_only"}});
+  EXPECT_EQ(builtin_loss, widened_loss);
+  ASSERT_EQ(builtin_grads.size(), widened_grads.size());
+  EXPECT_EQ(0, std::memcmp(builtin_grads.data(), widened_grads.data(),
+                           builtin_grads.size() * sizeof(float)));
 }
 
 // What bf16 training keeps per dense layer, against fp32: its two norms' outputs (the linears'

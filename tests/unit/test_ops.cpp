@@ -762,6 +762,38 @@ TEST(Swiglu, MatchesReferenceAndFiniteDifferences) {
   expect_finite_difference("swiglu dup", up, loss, du);
 }
 
+// The mixed-precision forms on enough elements for several threads and a partial chunk: gate and
+// up kept as their roundings, bit for bit; the product within one bf16 rounding (2^-8 of it, the
+// fp32 silu's own error being far below) of the fp64 reference on those roundings; the
+// recomputation equal to the forward's bits, with or without keeping; the backward as the fp32
+// one on the widened values.
+TEST(Swiglu, Bf16FormsKeepRoundingsAndMatchTheReference) {
+  const int64_t n = 40000;
+  std::vector<float> gate = randn(n, 11, 3.0f), up = randn(n, 12), dout = randn(n, 13);
+  std::vector<uint16_t> act(n), gate_kept(n), up_kept(n), again(n), unkept(n);
+  swiglu_forward_bf16(act.data(), gate_kept.data(), up_kept.data(), gate.data(), up.data(), n);
+  std::vector<float> gate_r(n), up_r(n), want(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(gate_kept[i], f32_to_bf16(gate[i])) << i;
+    ASSERT_EQ(up_kept[i], f32_to_bf16(up[i])) << i;
+    gate_r[i] = bf16_to_f32(gate_kept[i]);
+    up_r[i] = bf16_to_f32(up_kept[i]);
+  }
+  swiglu_forward_reference(want.data(), gate_r.data(), up_r.data(), n);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(bf16_to_f32(act[i]), want[i], 0x1p-8 * std::fabs(want[i])) << i;
+  }
+  swiglu_recompute_bf16(again.data(), gate_kept.data(), up_kept.data(), n);
+  swiglu_forward_bf16(unkept.data(), nullptr, nullptr, gate.data(), up.data(), n);
+  EXPECT_EQ(again, act);
+  EXPECT_EQ(unkept, act);
+  std::vector<float> dg(n), du(n), rdg(n), rdu(n);
+  swiglu_backward_bf16(dg.data(), du.data(), dout.data(), gate_kept.data(), up_kept.data(), n);
+  swiglu_backward_reference(rdg.data(), rdu.data(), dout.data(), gate_r.data(), up_r.data(), n);
+  expect_close("swiglu bf16 dgate", dg.data(), rdg.data(), n, 1e-6);
+  expect_close("swiglu bf16 dup", du.data(), rdu.data(), n, 1e-6);
+}
+
 TEST(Linear, MatchesReferenceAndFiniteDifferences) {
   const int64_t n = 7, in = 19, out_f = 11;
   std::vector<float> x = randn(n * in, 1), w = randn(out_f * in, 2), dy = randn(n * out_f, 3);

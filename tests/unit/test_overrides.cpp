@@ -170,6 +170,16 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
         registry.add({"experts_hides_bf16", OpKind::experts, {DType::f32}, "test only", grouped});
       },
       {"kernel 'experts_hides_bf16'", "does not declare bf16 has forward_bf16"});
+  // A swiglu kernel brings its bf16 forms all together or none of them.
+  SwigluKernel partial =
+      std::get<SwigluKernel>(kernel_registry().get("swiglu", OpKind::swiglu).impl);
+  partial.recompute_bf16 = nullptr;
+  test::expect_error(
+      [&] {
+        registry.add({"swiglu_partial", OpKind::swiglu, {DType::f32}, "test only", partial});
+      },
+      {"kernel 'swiglu_partial': a swiglu kernel has forward_bf16, recompute_bf16 and "
+       "backward_bf16 together or none of them"});
 }
 
 TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {

@@ -77,7 +77,8 @@ void register_builtins(KernelRegistry& r) {
          OpKind::swiglu,
          {DType::f32},
          "silu(gate) * up, vectorised",
-         SwigluKernel{swiglu_forward, swiglu_backward}});
+         SwigluKernel{swiglu_forward, swiglu_backward, swiglu_forward_bf16, swiglu_recompute_bf16,
+                      swiglu_backward_bf16}});
   r.add({"experts_grouped",
          OpKind::experts,
          {DType::f32, DType::bf16},
@@ -138,6 +139,13 @@ void KernelRegistry::add(KernelEntry entry) {
   if (const auto* experts = std::get_if<ExpertsKernel>(&entry.impl)) {
     check_bf16_functions("an experts",
                          experts->forward_bf16 != nullptr && experts->backward_bf16 != nullptr);
+  }
+  if (const auto* swiglu = std::get_if<SwigluKernel>(&entry.impl)) {
+    const int given = (swiglu->forward_bf16 != nullptr) + (swiglu->recompute_bf16 != nullptr) +
+                      (swiglu->backward_bf16 != nullptr);
+    TITAN_CHECK(given == 0 || given == 3, "kernel '", entry.name,
+                "': a swiglu kernel has forward_bf16, recompute_bf16 and backward_bf16 together "
+                "or none of them");
   }
   const std::string name = entry.name;
   entries_.emplace(name, std::move(entry));

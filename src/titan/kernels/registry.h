@@ -58,6 +58,14 @@ using SwigluBackward = void (*)(float*, float*, const float*, const float*, cons
 struct SwigluKernel {
   SwigluForward forward;
   SwigluBackward backward;
+  // Mixed-precision training's forms (ops/swiglu.h: gate and up rounded to bf16 and kept so, the
+  // product rounded for down_proj and recomputed in the backward), all three or none: without
+  // them that training widens the kept gate and up and runs the fp32 pair on the same values.
+  void (*forward_bf16)(uint16_t*, uint16_t*, uint16_t*, const float*, const float*,
+                       int64_t) = nullptr;
+  void (*recompute_bf16)(uint16_t*, const uint16_t*, const uint16_t*, int64_t) = nullptr;
+  void (*backward_bf16)(float*, float*, const float*, const uint16_t*, const uint16_t*,
+                        int64_t) = nullptr;
 };
 
 struct EmbeddingKernel {

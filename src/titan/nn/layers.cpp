@@ -39,6 +39,12 @@ void Linear::forward(float* y, const float* x, int64_t n, const LinearScratch& s
   linear_group_forward({{this, y}}, x, n, scratch, keep_x_bf16);
 }
 
+void Linear::forward_bf16(float* y, const uint16_t* x_bf16, int64_t n) const {
+  TITAN_CHECK(computes_in_bf16(), name, ": an input in bf16, but it computes in fp32");
+  kernel->forward_bf16(y, x_bf16, weight_bf16, n, in_features, out_features);
+  if (bias != nullptr) bias_forward(y, bias, n, out_features);
+}
+
 void Linear::backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
                       const LinearScratch& scratch, const uint16_t* x_bf16) const {
   linear_group_backward({{this, dy}}, dx, x, n, accumulate_dx, scratch, x_bf16);
@@ -94,8 +100,10 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
         TITAN_CHECK(rounded != nullptr, l.name, ": bf16 compute needs a rounding buffer");
         round_to_bf16(rounded, x, n * l.in_features);
       }
-      l.kernel->forward_bf16(o.y, rounded, l.weight_bf16, n, l.in_features, l.out_features);
-    } else if (!fused) {
+      l.forward_bf16(o.y, rounded, n);  // with the bias
+      continue;
+    }
+    if (!fused) {
       const float* w = l.weight;
       const float* x_in = x;
       if (l.weight_bf16 != nullptr) {
@@ -260,32 +268,46 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
 void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
                         const LinearScratch& linear) const {
   linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
-  // bf16 projections (training under bf16, inference on bf16 weights) return gate and up rounded
-  // to bf16, as autocast's and a bf16 model's do; training keeps the roundings for its backward.
+  const int64_t count = n * intermediate;
+  // bf16 training with a kernel that has the bf16 forms: one pass rounds gate and up (autocast's
+  // bf16 gate_proj/up_proj outputs) and keeps them, and writes the product rounded as down_proj
+  // reads it.
+  if (act.gate_bf16 != nullptr && swiglu->forward_bf16 != nullptr) {
+    swiglu->forward_bf16(act.act_bf16, act.gate_bf16, act.up_bf16, act.gate, act.up, count);
+    down_proj.forward_bf16(y, act.act_bf16, n);
+    return;
+  }
+  // Otherwise bf16 projections (inference on bf16 weights; training under another kernel) return
+  // gate and up rounded to bf16 in fp32, training keeping the bits for its backward.
   if (gate_proj.weight_bf16 != nullptr) {
-    const int64_t count = n * intermediate;
     round_to_bf16_keeping(act.gate, act.gate_bf16, count);
     round_to_bf16_keeping(act.up, act.up_bf16, count);
   }
-  swiglu->forward(act.act, act.gate, act.up, n * intermediate);
+  swiglu->forward(act.act, act.gate, act.up, count);
   down_proj.forward(y, act.act, n, linear, act.act_bf16);
 }
 
 void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const MlpActivations& act,
                          const float* x, int64_t n, const LinearScratch& linear) const {
-  // The swiglu slot's kernel (any kernel bound there) takes gate and up whole in fp32, so kept bf16
-  // values are widened into the shared scratch; the experts kernel, which owns its SwiGLU, widens
-  // a chunk at a time instead (ops/moe.cpp). act is recomputed from them as the forward computed
-  // it, bit for bit: keeping it would cost every layer N x I values.
+  // act is recomputed from the kept gate and up as the forward computed it, bit for bit: keeping
+  // it would cost every layer N x I values. Under bf16 the kernel's bf16 forms read the kept
+  // roundings themselves; a kernel without them (any kernel may be bound to the swiglu slot) gets
+  // them widened into the shared scratch.
   const int64_t count = n * intermediate;
-  if (act.gate_bf16 != nullptr) {
-    widen_bf16(act.gate, act.gate_bf16, count);
-    widen_bf16(act.up, act.up_bf16, count);
+  if (act.gate_bf16 != nullptr && swiglu->backward_bf16 != nullptr) {
+    swiglu->recompute_bf16(act.act_bf16, act.gate_bf16, act.up_bf16, count);
+    down_proj.backward(g.dact, dy, nullptr, n, false, linear, act.act_bf16);
+    swiglu->backward_bf16(g.dgate, g.dup, g.dact, act.gate_bf16, act.up_bf16, count);
+  } else {
+    if (act.gate_bf16 != nullptr) {
+      widen_bf16(act.gate, act.gate_bf16, count);
+      widen_bf16(act.up, act.up_bf16, count);
+    }
+    swiglu->forward(act.act, act.gate, act.up, count);
+    if (act.act_bf16 != nullptr) round_to_bf16(act.act_bf16, act.act, count);
+    down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
+    swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, count);
   }
-  swiglu->forward(act.act, act.gate, act.up, count);
-  if (act.act_bf16 != nullptr) round_to_bf16(act.act_bf16, act.act, count);
-  down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
-  swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, count);
   linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear,
                         act.x_bf16);
 }

@@ -91,6 +91,8 @@ struct Linear {
   // kept for the backward (a linear that computes in bf16; linear_group_forward).
   void forward(float* y, const float* x, int64_t n, const LinearScratch& scratch,
                uint16_t* keep_x_bf16 = nullptr) const;
+  // The same on x already rounded to bf16 (N, in): the linear must compute in bf16.
+  void forward_bf16(float* y, const uint16_t* x_bf16, int64_t n) const;
   // dx (N, in) = dy W (or += when accumulate_dx), dW += dy^T x, db += column sums of dy; x_bf16:
   // the rounding the forward kept, read instead of x (linear_group_backward).
   void backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,

@@ -64,60 +64,6 @@ void gather_token_rows_bf16(uint16_t* dst, const float* src, const int32_t* row_
   }
 }
 
-constexpr int64_t kSwigluChunk = 1024;
-
-// act (len <= kSwigluChunk) = bf16(silu(gate) * up) over gate and up in bf16, the product computed
-// in fp32 as swiglu_forward does. The forward and the backward's recomputation both go through
-// here in the same chunks, so they agree bit for bit.
-void swiglu_chunk_bf16(uint16_t* act, const uint16_t* gate, const uint16_t* up, int64_t len,
-                       const VecKernels& v) {
-  float gate_f32[kSwigluChunk], up_f32[kSwigluChunk], product[kSwigluChunk];
-  v.widen_bf16(gate_f32, gate, len);
-  v.widen_bf16(up_f32, up, len);
-  v.silu_mul(product, gate_f32, up_f32, len);
-  v.round_to_bf16(act, product, 1.0f, len);
-}
-
-// act (n) = bf16(silu(bf16(gate)) * bf16(up)): gate and up rounded as a bf16 GEMM returns them,
-// and kept so (gate_kept, up_kept) for the backward, unless those are null (no backward follows).
-void swiglu_forward_to_bf16(uint16_t* act, uint16_t* gate_kept, uint16_t* up_kept,
-                            const float* gate, const float* up, int64_t n) {
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t i = 0; i < n; i += kSwigluChunk) {
-    uint16_t gate_own[kSwigluChunk], up_own[kSwigluChunk];
-    const int64_t len = std::min(kSwigluChunk, n - i);
-    uint16_t* gate_bf16 = gate_kept != nullptr ? gate_kept + i : gate_own;
-    uint16_t* up_bf16 = up_kept != nullptr ? up_kept + i : up_own;
-    v.round_to_bf16(gate_bf16, gate + i, 1.0f, len);
-    v.round_to_bf16(up_bf16, up + i, 1.0f, len);
-    swiglu_chunk_bf16(act + i, gate_bf16, up_bf16, len, v);
-  }
-}
-
-// The act swiglu_forward_to_bf16 wrote, again, from the gate and up it kept.
-void swiglu_recompute_bf16(uint16_t* act, const uint16_t* gate, const uint16_t* up, int64_t n) {
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t i = 0; i < n; i += kSwigluChunk) {
-    swiglu_chunk_bf16(act + i, gate + i, up + i, std::min(kSwigluChunk, n - i), v);
-  }
-}
-
-// swiglu_backward over the gate and up the forward kept in bf16, widened a chunk at a time.
-void swiglu_backward_from_bf16(float* dgate, float* dup, const float* dact, const uint16_t* gate,
-                               const uint16_t* up, int64_t n) {
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t i = 0; i < n; i += kSwigluChunk) {
-    float gate_f32[kSwigluChunk], up_f32[kSwigluChunk];
-    const int64_t len = std::min(kSwigluChunk, n - i);
-    v.widen_bf16(gate_f32, gate + i, len);
-    v.widen_bf16(up_f32, up + i, len);
-    v.silu_mul_backward(dgate + i, dup + i, dact + i, gate_f32, up_f32, len);
-  }
-}
-
 // y (N, h): each token's weighted expert outputs (rows of expert_out), summed in ascending expert
 // order as Transformers' index_add_ loop.
 void sum_weighted_expert_rows(float* y, const float* expert_out, const int32_t* row_of,
@@ -335,9 +281,9 @@ void experts_forward_grouped_bf16(float* y, const ExpertsActivations& act, const
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,
                         w.up + e * Im * h, h, 0.0f, up + r0 * Im, Im);
   });
-  swiglu_forward_to_bf16(act_bf16, keep ? reinterpret_cast<uint16_t*>(act.gate) : nullptr,
-                         keep ? reinterpret_cast<uint16_t*>(act.up) : nullptr, gate, up,
-                         shape.rows() * Im);
+  swiglu_forward_bf16(act_bf16, keep ? reinterpret_cast<uint16_t*>(act.gate) : nullptr,
+                      keep ? reinterpret_cast<uint16_t*>(act.up) : nullptr, gate, up,
+                      shape.rows() * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
                         w.down + e * h * Im, Im, 0.0f, s.y + r0 * h, h);
@@ -384,7 +330,7 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
     backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
                         act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
   });
-  swiglu_backward_from_bf16(s.dgate, s.dup, s.dact, gate_kept, up_kept, rows * Im);
+  swiglu_backward_bf16(s.dgate, s.dup, s.dact, gate_kept, up_kept, rows * Im);
   round_to_bf16(dgate_bf16, s.dgate, rows * Im);
   round_to_bf16(dup_bf16, s.dup, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
