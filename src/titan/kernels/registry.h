@@ -64,7 +64,7 @@ struct SwigluKernel {
   void (*forward_bf16)(uint16_t*, uint16_t*, uint16_t*, const float*, const float*,
                        int64_t) = nullptr;
   void (*recompute_bf16)(uint16_t*, const uint16_t*, const uint16_t*, int64_t) = nullptr;
-  void (*backward_bf16)(float*, float*, const float*, const uint16_t*, const uint16_t*,
+  void (*backward_bf16)(uint16_t*, uint16_t*, const float*, const uint16_t*, const uint16_t*,
                         int64_t) = nullptr;
 };
 

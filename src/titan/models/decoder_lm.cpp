@@ -431,7 +431,11 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   const int64_t shared_begin = c.used();
   LayerGradScratch& g = v.grad;
   g.attn = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
-  if (any_dense) g.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+  if (any_dense) {
+    g.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+    g.mlp.dgate_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dgate);
+    g.mlp.dup_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dup);
+  }
   if (any_sparse) {
     g.moe = {c.take(n * E),
              c.take(n * k),

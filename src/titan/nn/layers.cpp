@@ -64,16 +64,24 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
         round_to_bf16(scratch.x_bf16, x, n * l.in_features);
         rounded = scratch.x_bf16;
       }
-      round_to_bf16(scratch.dy_bf16, g.dy, n * l.out_features);
-      l.kernel->backward_bf16(dx, l.weight_grad, scratch.dy_bf16, rounded, l.weight_bf16, n,
+      const uint16_t* dy_rounded = g.dy_bf16;
+      if (dy_rounded == nullptr) {
+        round_to_bf16(scratch.dy_bf16, g.dy, n * l.out_features);
+        dy_rounded = scratch.dy_bf16;
+      }
+      l.kernel->backward_bf16(dx, l.weight_grad, dy_rounded, rounded, l.weight_bf16, n,
                               l.in_features, l.out_features, accumulate_dx);
     } else {
-      TITAN_CHECK(x_bf16 == nullptr, l.name, ": its input kept in bf16, but it computes in fp32");
+      TITAN_CHECK(x_bf16 == nullptr && g.dy_bf16 == nullptr, l.name,
+                  ": its input or output gradient in bf16, but it computes in fp32");
       TITAN_CHECK(l.weight_bf16 == nullptr, l.name, ": no backward through a widened bf16 weight");
       l.kernel->backward(dx, l.weight_grad, g.dy, x, l.weight, n, l.in_features, l.out_features,
                          accumulate_dx);
     }
-    if (l.bias_grad != nullptr) bias_backward(l.bias_grad, g.dy, n, l.out_features);
+    if (l.bias_grad != nullptr) {
+      TITAN_CHECK(g.dy != nullptr, l.name, ": a bias gradient needs the output gradient in fp32");
+      bias_backward(l.bias_grad, g.dy, n, l.out_features);
+    }
     accumulate_dx = true;
   }
 }
@@ -294,20 +302,25 @@ void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const Ml
   // roundings themselves; a kernel without them (any kernel may be bound to the swiglu slot) gets
   // them widened into the shared scratch.
   const int64_t count = n * intermediate;
-  if (act.gate_bf16 != nullptr && swiglu->backward_bf16 != nullptr) {
+  // The bf16 forms give d gate and d up only rounded: gate_proj and up_proj biases (Llama's
+  // mlp_bias) take the fp32 path, which computes the same roundings.
+  const bool biased = gate_proj.bias != nullptr || up_proj.bias != nullptr;
+  if (act.gate_bf16 != nullptr && swiglu->backward_bf16 != nullptr && !biased) {
     swiglu->recompute_bf16(act.act_bf16, act.gate_bf16, act.up_bf16, count);
     down_proj.backward(g.dact, dy, nullptr, n, false, linear, act.act_bf16);
-    swiglu->backward_bf16(g.dgate, g.dup, g.dact, act.gate_bf16, act.up_bf16, count);
-  } else {
-    if (act.gate_bf16 != nullptr) {
-      widen_bf16(act.gate, act.gate_bf16, count);
-      widen_bf16(act.up, act.up_bf16, count);
-    }
-    swiglu->forward(act.act, act.gate, act.up, count);
-    if (act.act_bf16 != nullptr) round_to_bf16(act.act_bf16, act.act, count);
-    down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
-    swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, count);
+    swiglu->backward_bf16(g.dgate_bf16, g.dup_bf16, g.dact, act.gate_bf16, act.up_bf16, count);
+    linear_group_backward({{&gate_proj, nullptr, g.dgate_bf16}, {&up_proj, nullptr, g.dup_bf16}},
+                          dx, x, n, false, linear, act.x_bf16);
+    return;
   }
+  if (act.gate_bf16 != nullptr) {
+    widen_bf16(act.gate, act.gate_bf16, count);
+    widen_bf16(act.up, act.up_bf16, count);
+  }
+  swiglu->forward(act.act, act.gate, act.up, count);
+  if (act.act_bf16 != nullptr) round_to_bf16(act.act_bf16, act.act, count);
+  down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
+  swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, count);
   linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear,
                         act.x_bf16);
 }

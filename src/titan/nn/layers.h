@@ -109,6 +109,9 @@ struct LinearOutput {
 struct LinearGrad {
   const Linear* linear = nullptr;
   const float* dy = nullptr;  // (N, out)
+  // dy already rounded to bf16 (N, out), or null: the linear must compute in bf16 and have no
+  // bias (its gradient sums dy in fp32); dy is then not read.
+  const uint16_t* dy_bf16 = nullptr;
 };
 
 // y_i = x W_i^T + b_i for linears that share their input (q/k/v, gate/up). A one-token call whose
@@ -230,6 +233,10 @@ struct MlpGradScratch {
   float* dgate = nullptr;  // (N, I)
   float* dup = nullptr;    // (N, I)
   float* dact = nullptr;   // (N, I)
+  // (N, I) each, d gate and d up rounded, in the rooms of dgate and dup (bf16 training's swiglu
+  // forms write these instead).
+  uint16_t* dgate_bf16 = nullptr;
+  uint16_t* dup_bf16 = nullptr;
 };
 
 // down_proj(silu(gate_proj(x)) * up_proj(x))

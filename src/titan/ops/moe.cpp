@@ -300,12 +300,12 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
   const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k, rows = shape.rows();
   const VecKernels& v = backend().vec();
   // The rounded operands live in the fp32 scratch: s.x holds the gathered rows and then
-  // weight * dy, down_proj's output gradient (N*k, h) each; s.dact, once SwiGLU's backward has
-  // read d act, holds d gate and d up (N*k, Im) each.
+  // weight * dy, down_proj's output gradient (N*k, h) each; s.dgate and s.dup hold d gate and d up
+  // (N*k, Im) rounded.
   auto* x_bf16 = reinterpret_cast<uint16_t*>(s.x);
   uint16_t* dy_down_bf16 = x_bf16 + rows * h;
-  auto* dgate_bf16 = reinterpret_cast<uint16_t*>(s.dact);
-  uint16_t* dup_bf16 = dgate_bf16 + rows * Im;
+  auto* dgate_bf16 = reinterpret_cast<uint16_t*>(s.dgate);
+  auto* dup_bf16 = reinterpret_cast<uint16_t*>(s.dup);
   auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
   const auto* gate_kept = reinterpret_cast<const uint16_t*>(act.gate);
   const auto* up_kept = reinterpret_cast<const uint16_t*>(act.up);
@@ -330,9 +330,7 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
     backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
                         act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
   });
-  swiglu_backward_bf16(s.dgate, s.dup, s.dact, gate_kept, up_kept, rows * Im);
-  round_to_bf16(dgate_bf16, s.dgate, rows * Im);
-  round_to_bf16(dup_bf16, s.dup, rows * Im);
+  swiglu_backward_bf16(dgate_bf16, dup_bf16, s.dact, gate_kept, up_kept, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dgate_bf16 + r0 * Im, Im,
                         x_bf16 + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);

@@ -67,16 +67,18 @@ void swiglu_recompute_bf16(uint16_t* act, const uint16_t* gate, const uint16_t* 
   }
 }
 
-void swiglu_backward_bf16(float* dgate, float* dup, const float* dout, const uint16_t* gate,
+void swiglu_backward_bf16(uint16_t* dgate, uint16_t* dup, const float* dout, const uint16_t* gate,
                           const uint16_t* up, int64_t n) {
   const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
   for (int64_t i = 0; i < n; i += kBf16Chunk) {
-    float gate_f32[kBf16Chunk], up_f32[kBf16Chunk];
+    float gate_f32[kBf16Chunk], up_f32[kBf16Chunk], dgate_f32[kBf16Chunk], dup_f32[kBf16Chunk];
     const int64_t len = std::min(kBf16Chunk, n - i);
     v.widen_bf16(gate_f32, gate + i, len);
     v.widen_bf16(up_f32, up + i, len);
-    v.silu_mul_backward(dgate + i, dup + i, dout + i, gate_f32, up_f32, len);
+    v.silu_mul_backward(dgate_f32, dup_f32, dout + i, gate_f32, up_f32, len);
+    v.round_to_bf16(dgate + i, dgate_f32, 1.0f, len);
+    v.round_to_bf16(dup + i, dup_f32, 1.0f, len);
   }
 }
 

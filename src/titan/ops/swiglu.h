@@ -19,8 +19,9 @@ void swiglu_forward_bf16(uint16_t* act, uint16_t* gate_kept, uint16_t* up_kept, 
 // The act swiglu_forward_bf16 wrote, bit for bit, from the gate and up it kept: the backward
 // recomputes it rather than keep it.
 void swiglu_recompute_bf16(uint16_t* act, const uint16_t* gate, const uint16_t* up, int64_t n);
-// swiglu_backward over the kept gate and up, widened a chunk at a time.
-void swiglu_backward_bf16(float* dgate, float* dup, const float* dout, const uint16_t* gate,
+// swiglu_backward over the kept gate and up, widened a chunk at a time; d gate and d up come out
+// rounded to bf16 (raw bits), as the bf16 GEMMs of gate_proj's and up_proj's backward read them.
+void swiglu_backward_bf16(uint16_t* dgate, uint16_t* dup, const float* dout, const uint16_t* gate,
                           const uint16_t* up, int64_t n);
 
 void swiglu_forward_reference(float* out, const float* gate, const float* up, int64_t n);
