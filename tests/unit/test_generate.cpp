@@ -67,15 +67,32 @@ void register_attention_bf16_rounded() {
        AttentionKernel{attention_on_bf16_rounded_kv, attention_backward_reference, {}}});
 }
 
+// The built-in blockwise attention without its bf16 training forward: mixed-precision training
+// then attends in fp32 on q, k and v rounded to bf16, as inference on bf16 weights does (training's
+// bf16 forward also rounds the probabilities for P V).
+void register_attention_fp32_forward() {
+  if (kernel_registry().find("attention_fp32_forward") != nullptr) return;
+  kernel_registry().add({"attention_fp32_forward",
+                         OpKind::attention,
+                         {DType::f32},
+                         "blockwise, its forward always fp32 (test)",
+                         AttentionKernel{attention_forward_blockwise,
+                                         attention_backward_blockwise,
+                                         {},
+                                         attention_forward_blockwise_bf16_kv,
+                                         attention_backward_blockwise_bf16}});
+}
+
 // Prefill of `prompt` tokens in `chunks`, then one token per step, each call's logits handed to
 // `check(what, got, want)` with the full forward's logits at that position. With bf16 weights the
 // full forward is the mixed-precision training model on the same fp32 weights (DecoderLM with
 // compute dtype bf16): every matmul multiplies bf16-rounded inputs by bf16-rounded weights with
 // fp32 accumulation in both, prefill GEMMs and decode GEMVs alike. The reference runs without
 // `overrides`: training refuses an fp32-only kernel for a bf16 matmul, and the session gives such
-// a kernel the same rounded operands, widened. With `reference_rounds_kv` the reference binds every
-// layer's attention to attention_bf16_rounded, which rounds k and v to bf16 before attending: what
-// a bf16 cache holds (rounded once when written) and its attention reads (widened exactly).
+// a kernel the same rounded operands, widened; its attention is bound to attention_fp32_forward.
+// With `reference_rounds_kv` the reference binds every layer's attention to
+// attention_bf16_rounded instead, which rounds k and v to bf16 before attending: what a bf16 cache
+// holds (rounded once when written) and its attention reads (widened exactly).
 template <typename Check>
 void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<int64_t>& chunks,
                        int64_t steps, DType dtype, const std::vector<OverrideRule>& overrides,
@@ -86,6 +103,9 @@ void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<
   if (reference_rounds_kv) {
     register_attention_bf16_rounded();
     reference_overrides.push_back({"model.layers.*.self_attn", "attention_bf16_rounded"});
+  } else if (dtype == DType::bf16) {
+    register_attention_fp32_forward();
+    reference_overrides.push_back({"model.layers.*.self_attn", "attention_fp32_forward"});
   }
   DecoderLM reference(args, reference_overrides, dtype);
   model.initialize(7);

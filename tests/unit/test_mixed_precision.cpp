@@ -4,10 +4,9 @@
 // loss, every gradient) is compared with
 //  - bf16_mm: PyTorch computing titan's rounding points exactly (bf16 matmul operands, fp32
 //    accumulation; q/k/v_proj's outputs, q and k after RoPE, and the logits rounded to bf16;
-//    attention's backward GEMMs on bf16 operands; everything else fp32). Products of bf16 values
-//    are exact in fp32, so the two
-//    differ by fp32 summation order, and by the bf16 rounding flips it causes (see
-//    kSpreadFactor);
+//    attention's GEMMs on bf16 operands, its probabilities rounded for P V; everything else
+//    fp32). Products of bf16 values are exact in fp32, so the two differ by fp32 summation order,
+//    and by the bf16 rounding flips it causes (see kSpreadFactor);
 //  - autocast: torch.autocast("cpu", bfloat16), which rounds more (every linear's output, the
 //    q/k norms' outputs); see kAutocastNoiseFactor.
 // and its logits must be closer to bf16_mm's than fp32's are, so an fp32 step cannot pass.

@@ -624,6 +624,81 @@ TEST(Attention, Bf16KeysAndValuesEqualFp32OnWidenedValues) {
   set_thread_count(saved);
 }
 
+// x rounded to bf16 values (fp32), and their raw bits into `bits` unless null.
+std::vector<float> bf16_valued(std::vector<float> x, std::vector<uint16_t>* bits) {
+  if (bits != nullptr) bits->resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t b = f32_to_bf16(x[i]);
+    if (bits != nullptr) (*bits)[i] = b;
+    x[i] = bf16_to_f32(b);
+  }
+  return x;
+}
+
+// The forward over bf16 q, k and v against the fp64 reference on the same values. The kernel
+// rounds each probability (before the division by its row sum) to bf16 for P V, at most 2^-9 of
+// it, so out_id may differ from the reference by 2^-9 sum_j P_ij |v_jd|; the bound allows twice
+// that, plus fp32 summation noise. lse is fp32 throughout: its scores are sums of hd exact bf16
+// products in fp32 (hd 2^-24 of sum_d |q_d k_d|, times the scale), then an exp and a log. The
+// output must also round: beyond 2^-12 of its scale somewhere (an fp32 forward stays ~1e-6 away).
+void check_attention_forward_bf16(const AttentionShape& s) {
+  SCOPED_TRACE("seq_q " + std::to_string(s.seq_q) + " seq_kv " + std::to_string(s.seq_kv) + " hd " +
+               std::to_string(s.head_dim));
+  const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
+  const int64_t nq = s.batch * s.seq_q * H * hd, nkv = s.batch * s.seq_kv * KV * hd;
+  const int64_t n_lse = s.batch * H * s.seq_q, offset = s.seq_kv - s.seq_q;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  std::vector<uint16_t> q16, k16, v16;
+  const std::vector<float> q = bf16_valued(randn(nq, 5, 2.0f), &q16),
+                           k = bf16_valued(randn(nkv, 6), &k16),
+                           v = bf16_valued(randn(nkv, 7), &v16);
+  std::vector<float> out(nq), lse(n_lse), want(nq), want_lse(n_lse);
+  attention_forward_blockwise_bf16(out.data(), lse.data(), q16.data(), k16.data(), v16.data(), s);
+  attention_forward_reference(want.data(), want_lse.data(), q.data(), k.data(), v.data(), s);
+  double out_scale = 1e-30, worst_rel = 0.0;
+  for (float w : want) out_scale = std::max(out_scale, std::fabs(static_cast<double>(w)));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < s.seq_q; ++i) {
+        const int64_t qrow = ((b * s.seq_q + i) * H + h) * hd, at = (b * H + h) * s.seq_q + i;
+        std::vector<double> bound(hd, 0.0);
+        double score_error = 0.0;
+        for (int64_t j = 0; j <= offset + i; ++j) {
+          const int64_t krow = ((b * s.seq_kv + j) * KV + h / G) * hd;
+          double score = 0.0, score_abs = 0.0;
+          for (int64_t d = 0; d < hd; ++d) {
+            score += static_cast<double>(q[qrow + d]) * k[krow + d];
+            score_abs += std::fabs(static_cast<double>(q[qrow + d]) * k[krow + d]);
+          }
+          score_error = std::max(score_error, hd * 0x1p-24 * score_abs * scale);
+          const double prob = std::exp(score * scale - want_lse[at]);
+          for (int64_t d = 0; d < hd; ++d) bound[d] += 0x1p-8 * prob * std::fabs(v[krow + d]);
+        }
+        ASSERT_LE(std::fabs(static_cast<double>(lse[at]) - want_lse[at]),
+                  score_error + 1e-6 * (1.0 + std::fabs(want_lse[at])))
+            << "lse of head " << h << " query " << i;
+        for (int64_t d = 0; d < hd; ++d) {
+          const double diff = std::fabs(static_cast<double>(out[qrow + d]) - want[qrow + d]);
+          ASSERT_LE(diff, bound[d] + 1e-6 * out_scale) << "out element " << qrow + d;
+          worst_rel = std::max(worst_rel, diff / out_scale);
+        }
+      }
+    }
+  }
+  EXPECT_GT(worst_rel, 0x1p-12) << "no bf16 rounding shows";
+}
+
+TEST(Attention, Bf16ForwardWithinItsRoundingOfTheReference) {
+  check_attention_forward_bf16({1, 131, 140, 4, 2, 40});  // several query and key blocks
+  check_attention_forward_bf16({2, 67, 67, 3, 3, 16});
+  check_attention_forward_bf16({2, 300, 300, 2, 1, 64});  // three blocks of each, a group of 2
+  check_attention_forward_bf16({2, 1, 70, 4, 2, 8});      // one query: blockwise too
+  const int saved = thread_count();
+  set_thread_count(5);
+  check_attention_forward_bf16({2, 130, 130, 4, 2, 32});
+  set_thread_count(saved);
+}
+
 // The backward over bf16 q, k and v (mixed-precision training) against the fp64 reference on
 // the same values, dout already bf16-valued (the kernel's rounding of it is then exact). What
 // remains is the kernel's rounding of each block's probabilities P (for dv) and score gradients
@@ -639,15 +714,6 @@ void check_attention_backward_bf16(const AttentionShape& s) {
   const int64_t nq = s.batch * s.seq_q * H * hd, nkv = s.batch * s.seq_kv * KV * hd;
   const int64_t offset = s.seq_kv - s.seq_q;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const auto bf16_valued = [](std::vector<float> x, std::vector<uint16_t>* bits) {
-    if (bits != nullptr) bits->resize(x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      const uint16_t b = f32_to_bf16(x[i]);
-      if (bits != nullptr) (*bits)[i] = b;
-      x[i] = bf16_to_f32(b);
-    }
-    return x;
-  };
   std::vector<uint16_t> q16, k16, v16;
   const std::vector<float> q = bf16_valued(randn(nq, 1), &q16),
                            k = bf16_valued(randn(nkv, 2), &k16),

@@ -61,7 +61,8 @@ void register_builtins(KernelRegistry& r) {
                          attention_backward_blockwise,
                          {},
                          attention_forward_blockwise_bf16_kv,
-                         attention_backward_blockwise_bf16}});
+                         attention_backward_blockwise_bf16,
+                         attention_forward_blockwise_bf16}});
   r.add({"attention_reference",
          OpKind::attention,
          {DType::f32},

@@ -37,6 +37,8 @@ using AttentionBackward = void (*)(float*, float*, float*, const float*, const f
                                    const float*, const float*, const float*, const AttentionShape&);
 using AttentionForwardBf16Kv = void (*)(float*, float*, const float*, const uint16_t*,
                                         const uint16_t*, const AttentionShape&);
+using AttentionForwardBf16 = void (*)(float*, float*, const uint16_t*, const uint16_t*,
+                                      const uint16_t*, const AttentionShape&);
 using AttentionBackwardBf16 = void (*)(float*, float*, float*, const float*, const uint16_t*,
                                        const uint16_t*, const uint16_t*, const uint16_t*,
                                        const float*, const AttentionShape&);
@@ -51,6 +53,9 @@ struct AttentionKernel {
   // The backward over bf16 q, k and v with bf16 GEMMs (mixed-precision training, which keeps
   // them rounded), or null: that training then widens them and runs `backward`, in fp32.
   AttentionBackwardBf16 backward_bf16 = nullptr;
+  // The forward over bf16 q, k and v with bf16 GEMMs (mixed-precision training), or null: that
+  // training then runs `forward` on them widened, in fp32.
+  AttentionForwardBf16 forward_bf16 = nullptr;
 };
 
 using SwigluForward = void (*)(float*, const float*, const float*, int64_t);

@@ -183,12 +183,22 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
               ": bf16-kept activations need bf16 projections and no KV cache");
   const int64_t q_count = n * n_heads * head_dim;
   const int64_t kv_count = n * kv_row;
+  // Training's attention in bf16 reads only the kept bits of q, k and v: their fp32 values (the
+  // fp32 forward's operands) are not rounded in place.
+  const bool bf16_forward = act.kept.q != nullptr && attention->forward_bf16 != nullptr;
+  const auto round_for_attention = [&](float* values, uint16_t* bits, int64_t count) {
+    if (bf16_forward) {
+      round_to_bf16(bits, values, count);
+    } else {
+      round_to_bf16_keeping(values, bits, count);
+    }
+  };
   if (bf16) {
     if (qk_norm) {
       round_to_bf16_keeping(act.q_pre, act.kept.q_pre, q_count);
       round_to_bf16_keeping(act.k_pre, act.kept.k_pre, kv_count);
     }
-    round_to_bf16_keeping(v, act.kept.v, kv_count);
+    round_for_attention(v, act.kept.v, kv_count);
   }
   if (qk_norm) {
     q_norm.forward(act.q, act.q_rstd, act.q_pre, n * n_heads);
@@ -197,10 +207,12 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   rope->forward(act.q, call.positions, *call.rope, n, n_heads);
   rope->forward(k, call.positions, *call.rope, n, n_kv_heads);
   if (bf16) {
-    round_to_bf16_keeping(act.q, act.kept.q, q_count);
-    round_to_bf16_keeping(k, act.kept.k, kv_count);
+    round_for_attention(act.q, act.kept.q, q_count);
+    round_for_attention(k, act.kept.k, kv_count);
   }
-  if (!cached || f32_cache) {
+  if (bf16_forward) {
+    attention->forward_bf16(act.out, act.lse, act.kept.q, act.kept.k, act.kept.v, s);
+  } else if (!cached || f32_cache) {
     const float* k_all = cached ? static_cast<const float*>(cache.keys) : act.k;
     const float* v_all = cached ? static_cast<const float*>(cache.values) : act.v;
     attention->forward(act.out, act.lse, act.q, k_all, v_all, s);
@@ -240,7 +252,10 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
     k_norm.forward(act.k, act.k_rstd, act.k_pre, n * n_kv_heads);
     rope->forward(act.q, call.positions, *call.rope, n, n_heads);
     rope->forward(act.k, call.positions, *call.rope, n, n_kv_heads);
-    if (kept) {
+    if (bf16_backward) {
+      round_to_bf16(act.kept.q, act.q, q_count);
+      round_to_bf16(act.kept.k, act.k, kv_count);
+    } else if (kept) {
       round_to_bf16_keeping(act.q, act.kept.q, q_count);
       round_to_bf16_keeping(act.k, act.kept.k, kv_count);
     }

@@ -174,8 +174,10 @@ struct AttentionActivations {
   // bf16 training: q_pre, k_pre, q, k and v (same shapes) rounded to bf16 where they are made, as
   // torch.autocast's bf16 projections return them and its attention matmuls read them, and out
   // rounded as o_proj reads it (autocast's attention returns it in bf16), kept so (raw bits); the
-  // fp32 pointers above then name scratch every layer shares, holding the same values while the
-  // layer runs (and, with q/k norm, so may q and k here: they are made again like the fp32 ones).
+  // fp32 pointers above then name scratch every layer shares while the layer runs (with q/k norm,
+  // so may q and k here: they are made again like the fp32 ones). An attention kernel with bf16
+  // forms reads only the bits, so q, k and v there are left unrounded; one without reads the
+  // fp32 values, rounded in place.
   // Null otherwise (and with a KV cache).
   struct Kept {
     uint16_t *q_pre = nullptr, *k_pre = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,

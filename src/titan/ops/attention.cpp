@@ -144,32 +144,54 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
   }
 }
 
-// Rows [j0, j0 + cols) of one kv head's keys or values (rows ld apart) as fp32 rows: the rows
-// themselves for fp32, else widened into `staging` (cols, hd), hd apart. `ld_out` is their stride.
-const float* key_block_f32(const float* head, int64_t ld, int64_t j0, int64_t, int64_t, float*,
-                           int64_t& ld_out) {
-  ld_out = ld;
-  return head + j0 * ld;
+// The block GEMMs: fp32 operands through the calling thread's block GEMM, or bf16 operands
+// (mixed-precision training's q, k, v as kept, and the probabilities, output gradient and score
+// gradients rounded) through the bf16 GEMM, fp32 accumulation either way.
+void block_gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  backend().gemm_f32_block(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-const float* key_block_f32(const uint16_t* head, int64_t ld, int64_t j0, int64_t cols, int64_t hd,
-                           float* staging, int64_t& ld_out) {
-  const VecKernels& vk = backend().vec();
-  for (int64_t r = 0; r < cols; ++r) vk.widen_bf16(staging + r * hd, head + (j0 + r) * ld, hd);
-  ld_out = hd;
-  return staging;
+void block_gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
+                float* c, int64_t ldc) {
+  backend().gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// The blockwise forward for fp32 or bf16 (raw bits) keys and values.
-template <typename KV>
-void attention_forward_blocks(float* out, float* lse, const float* q, const KV* k, const KV* v,
+// Rows [j0, j0 + cols) of one kv head's keys or values (rows ld apart) as the block GEMMs read
+// them: the rows themselves (fp32, or bf16 for bf16 GEMMs), or bf16 rows widened into `staging`
+// (cols, hd), hd apart, for fp32 GEMMs. `ld_out` is their stride.
+template <typename Operand, typename KV>
+const Operand* key_block(const KV* head, int64_t ld, int64_t j0, int64_t cols, int64_t hd,
+                         float* staging, int64_t& ld_out) {
+  if constexpr (std::is_same_v<Operand, KV>) {
+    ld_out = ld;
+    return head + j0 * ld;
+  } else {
+    const VecKernels& vk = backend().vec();
+    for (int64_t r = 0; r < cols; ++r) vk.widen_bf16(staging + r * hd, head + (j0 + r) * ld, hd);
+    ld_out = hd;
+    return staging;
+  }
+}
+
+// The blockwise forward. Q is the type of q and of the block GEMMs' operands: fp32 over fp32 or
+// bf16 (raw bits, widened per key block) keys and values, or bf16 throughout, where each block's
+// probabilities exp(score - running max) are computed in fp32 and rounded to bf16 for P V.
+template <typename Q, typename KV>
+void attention_forward_blocks(float* out, float* lse, const Q* q, const KV* k, const KV* v,
                               const AttentionShape& s) {
   attention_check_shape(s);
-  if (s.seq_q == 1) {
-    attention_forward_one_query(out, lse, q, k, v, s);
-    return;
+  constexpr bool kBf16Gemm = std::is_same_v<Q, uint16_t>;
+  static_assert(!kBf16Gemm || std::is_same_v<KV, uint16_t>, "bf16 GEMMs need bf16 keys");
+  if constexpr (!kBf16Gemm) {
+    if (s.seq_q == 1) {
+      attention_forward_one_query(out, lse, q, k, v, s);
+      return;
+    }
   }
-  constexpr bool kBf16 = std::is_same_v<KV, uint16_t>;
+  constexpr bool kWidenKv = !std::is_same_v<Q, KV>;
   const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim, G = H / KV_heads;
   const int64_t ldk = KV_heads * hd, offset = s.seq_kv - s.seq_q;
   const int64_t n_qblocks = (s.seq_q + kBlockQ - 1) / kBlockQ;
@@ -177,9 +199,18 @@ void attention_forward_blocks(float* out, float* lse, const float* q, const KV* 
   const VecKernels& vk = backend().vec();
 #pragma omp parallel
   {
-    std::vector<float> q_blk(G * kBlockQ * hd), scores(G * kBlockQ * kBlockK),
-        acc(G * kBlockQ * hd), row_max(G * kBlockQ), row_sum(G * kBlockQ);
-    std::vector<float> k_staging(kBf16 ? kBlockK * hd : 0), v_staging(kBf16 ? kBlockK * hd : 0);
+    std::vector<Q> q_blk(G * kBlockQ * hd);
+    std::vector<float> scores(G * kBlockQ * kBlockK), acc(G * kBlockQ * hd), row_max(G * kBlockQ),
+        row_sum(G * kBlockQ);
+    std::vector<float> k_staging(kWidenKv ? kBlockK * hd : 0),
+        v_staging(kWidenKv ? kBlockK * hd : 0);
+    std::vector<uint16_t> p_bf16(kBf16Gemm ? G * kBlockQ * kBlockK : 0);
+    const Q* p_op = nullptr;  // P as P V reads it
+    if constexpr (kBf16Gemm) {
+      p_op = p_bf16.data();
+    } else {
+      p_op = scores.data();
+    }
 #pragma omp for collapse(3) schedule(dynamic)
     for (int64_t b = 0; b < s.batch; ++b) {
       for (int64_t kvh = 0; kvh < KV_heads; ++kvh) {
@@ -196,23 +227,27 @@ void attention_forward_blocks(float* out, float* lse, const float* q, const KV* 
           for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
             const int64_t cols = std::min(kBlockK, key_end - j0);
             int64_t ld_k = 0, ld_v = 0;
-            const float* k_blk = key_block_f32(k_head, ldk, j0, cols, hd, k_staging.data(), ld_k);
-            const float* v_blk = key_block_f32(v_head, ldk, j0, cols, hd, v_staging.data(), ld_v);
-            backend().gemm_f32_block(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd,
-                                     k_blk, ld_k, 0.0f, scores.data(), kBlockK);
+            const Q* k_blk = key_block<Q>(k_head, ldk, j0, cols, hd, k_staging.data(), ld_k);
+            const Q* v_blk = key_block<Q>(v_head, ldk, j0, cols, hd, v_staging.data(), ld_v);
+            block_gemm(Trans::no, Trans::yes, m, cols, hd, scale, q_blk.data(), hd, k_blk, ld_k,
+                       0.0f, scores.data(), kBlockK);
             for (int64_t sr = 0; sr < m; ++sr) {
               float* row = scores.data() + sr * kBlockK;
               const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
               std::fill(row + visible, row + cols, 0.0f);
-              if (visible == 0) continue;
-              const float m_new = std::max(row_max[sr], vk.max(row, visible));
-              const float correction = std::exp(row_max[sr] - m_new);  // 0 on the first block
-              row_sum[sr] = row_sum[sr] * correction + vk.exp_shift_sum(row, row, visible, m_new);
-              if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
-              row_max[sr] = m_new;
+              if (visible > 0) {
+                const float m_new = std::max(row_max[sr], vk.max(row, visible));
+                const float correction = std::exp(row_max[sr] - m_new);  // 0 on the first block
+                row_sum[sr] = row_sum[sr] * correction + vk.exp_shift_sum(row, row, visible, m_new);
+                if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
+                row_max[sr] = m_new;
+              }
+              if constexpr (kBf16Gemm) {
+                vk.round_to_bf16(p_bf16.data() + sr * kBlockK, row, 1.0f, cols);
+              }
             }
-            backend().gemm_f32_block(Trans::no, Trans::no, m, hd, cols, 1.0f, scores.data(),
-                                     kBlockK, v_blk, ld_v, 1.0f, acc.data(), hd);
+            block_gemm(Trans::no, Trans::no, m, hd, cols, 1.0f, p_op, kBlockK, v_blk, ld_v, 1.0f,
+                       acc.data(), hd);
           }
           for (int64_t sr = 0; sr < m; ++sr) {
             vk.scale(acc.data() + sr * hd, 1.0f / row_sum[sr], hd);
@@ -250,22 +285,12 @@ void attention_forward_blockwise_bf16_kv(float* out, float* lse, const float* q,
   attention_forward_blocks(out, lse, q, k, v, s);
 }
 
+void attention_forward_blockwise_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                      const uint16_t* v, const AttentionShape& s) {
+  attention_forward_blocks(out, lse, q, k, v, s);
+}
+
 namespace {
-
-// The backward's block GEMMs: fp32 operands through the calling thread's block GEMM, or bf16
-// operands (q, k, v as kept, and the output gradient, probabilities and score gradients rounded)
-// through the bf16 GEMM, fp32 accumulation either way.
-void block_gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                int64_t ldc) {
-  backend().gemm_f32_block(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-void block_gemm(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
-                float* c, int64_t ldc) {
-  backend().gemm_bf16(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
 
 // FlashAttention-2's backward over fp32 or bf16 (raw bits, T = uint16_t) q, k, v and out. Under
 // bf16 the five GEMMs take bf16 operands: dout is rounded once, and each block's probabilities P

@@ -34,6 +34,12 @@ void attention_forward_blockwise(float* out, float* lse, const float* q, const f
 // blockwise path widens each key block's keys and values once per query block before its GEMMs.
 void attention_forward_blockwise_bf16_kv(float* out, float* lse, const float* q, const uint16_t* k,
                                          const uint16_t* v, const AttentionShape& s);
+// The same over q, k and v in bf16 (raw bits: mixed-precision training's roundings), its two
+// GEMMs in bf16 with fp32 accumulation as PyTorch's CPU flash attention computes under autocast:
+// scores, softmax and row sums in fp32, each key block's probabilities exp(score - running max)
+// rounded to bf16 for P V. Blockwise for one query too (training has no decode step).
+void attention_forward_blockwise_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                      const uint16_t* v, const AttentionShape& s);
 // FlashAttention-2 backward: recomputes each probability block from lse. dq, dk, dv overwritten.
 void attention_backward_blockwise(float* dq, float* dk, float* dv, const float* dout,
                                   const float* q, const float* k, const float* v, const float* out,
