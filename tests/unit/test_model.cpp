@@ -11,6 +11,7 @@
 #include "compare.h"
 #include "tiny_models.h"
 #include "titan/core/allocator.h"
+#include "titan/core/dtype.h"
 #include "titan/core/rng.h"
 #include "titan/kernels/registry.h"
 #include "titan/models/decoder_lm.h"
@@ -129,6 +130,70 @@ TEST(Model, Bf16SwigluWithoutBf16FormsMatchesTheBuiltInBitForBit) {
   ASSERT_EQ(builtin_grads.size(), widened_grads.size());
   EXPECT_EQ(0, std::memcmp(builtin_grads.data(), widened_grads.data(),
                            builtin_grads.size() * sizeof(float)));
+}
+
+// An attention kernel without a bf16 forward trains under bf16 attending in fp32 on q, k and v
+// rounded in place; one with it reads only the kept bits. A bf16 forward that widens the bits and
+// runs the fp32 forward must therefore give, bit for bit, what the kernel without one gives.
+void attention_fp32_on_widened_bits(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                    const uint16_t* v, const AttentionShape& s) {
+  const auto widened = [](const uint16_t* bits, int64_t n) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) x[i] = bf16_to_f32(bits[i]);
+    return x;
+  };
+  const int64_t n_q = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t n_kv = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  attention_forward_blockwise(out, lse, widened(q, n_q).data(), widened(k, n_kv).data(),
+                              widened(v, n_kv).data(), s);
+}
+
+TEST(Model, Bf16AttentionWithoutBf16ForwardAttendsOnTheRoundedValues) {
+  static const bool registered = [] {
+    kernel_registry().add({"attention_fp32_forward_only",
+                           OpKind::attention,
+                           {DType::f32},
+                           "test only",
+                           AttentionKernel{attention_forward_blockwise,
+                                           attention_backward_blockwise,
+                                           {},
+                                           nullptr,
+                                           attention_backward_blockwise_bf16}});
+    kernel_registry().add({"attention_bf16_forward_widening",
+                           OpKind::attention,
+                           {DType::f32},
+                           "test only",
+                           AttentionKernel{attention_forward_blockwise,
+                                           attention_backward_blockwise,
+                                           {},
+                                           nullptr,
+                                           attention_backward_blockwise_bf16,
+                                           attention_fp32_on_widened_bits}});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  const int64_t batch = 2, seq = 19;
+  const std::vector<int32_t> ids = random_ids(batch * seq, 211, 7);
+  const auto step = [&](const char* kernel) {
+    DecoderLM m(small_args(), {{"*.self_attn", kernel}}, DType::bf16);
+    m.initialize(3);
+    m.allocate_gradients();
+    ForwardOptions o;
+    o.compute_grad = true;
+    o.grad_scale = 0.01f;
+    const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
+    m.backward();
+    return std::pair{loss, all_grads(m)};
+  };
+  const auto [fallback_loss, fallback_grads] = step("attention_fp32_forward_only");
+  const auto [widening_loss, widening_grads] = step("attention_bf16_forward_widening");
+  const auto [builtin_loss, builtin_grads] = step("attention_blockwise");
+  EXPECT_EQ(fallback_loss, widening_loss);
+  ASSERT_EQ(fallback_grads.size(), widening_grads.size());
+  EXPECT_EQ(0, std::memcmp(fallback_grads.data(), widening_grads.data(),
+                           fallback_grads.size() * sizeof(float)));
+  // The built-in's bf16 forward also rounds the probabilities: a different step.
+  EXPECT_NE(builtin_loss, fallback_loss);
 }
 
 // What bf16 training keeps per dense layer, against fp32: its two norms' outputs (the linears'
