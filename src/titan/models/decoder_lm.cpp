@@ -305,14 +305,10 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
 void DecoderLM::acquire(int64_t group, bool gradients) {
   const auto g = static_cast<size_t>(group);
   if (!hooks_.acquire) {
-    // One process: a block's bf16 copies exist only while it is in use, as under FSDP, so one
-    // block's are held at a time. The [norm, lm_head] unit's are made at the forward's start and
-    // kept: the loss, where a step's memory peaks, needs them.
+    // One process: a block's bf16 copies are made at each use, as under FSDP, in the one buffer
+    // every block's share. The [norm, lm_head] unit's are made at the forward's start and kept.
     if (compute_copies_.empty()) return;
-    if (group == head_group_ || compute_weights_[g].bytes() == 0) {
-      block_in_flight_.decommit();
-      return;
-    }
+    if (group == head_group_ || compute_weights_[g].bytes() == 0) return;
     block_in_flight_.recommit();
     bind_compute_copies(group, block_in_flight_.as<uint16_t>());
     refresh_compute_weights(group);
@@ -332,7 +328,7 @@ void DecoderLM::acquire(int64_t group, bool gradients) {
 
 void DecoderLM::release(int64_t group, GroupUseEnd end) {
   const auto g = static_cast<size_t>(group);
-  if (!hooks_.release) return;  // one process: block_in_flight_ is given back at acquire
+  if (!hooks_.release) return;  // one process: block_in_flight_ stays committed
   hooks_.release(group, end);
   if (compute_copies_.empty()) return;
   if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();

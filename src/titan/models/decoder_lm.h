@@ -120,10 +120,11 @@ class DecoderLM final : public CausalLM {
   // parameter group, committed while the group is in use, and what each copies.
   std::vector<Buffer> compute_weights_;
   // One process: the copies of the block in use, every block's made in turn in the same pages (the
-  // largest block's bytes). Giving a block's pages back at each release and faulting fresh zeroed
-  // ones in at the next acquire took 1.6 % of a bf16 `small` step (perf, the kernel zeroing
-  // pages); these are given back only where no block is in use (the loss, the embedding, between
-  // steps), where the blocks' own were not held either.
+  // largest block's bytes), committed from the first block's use on. Giving them back where no
+  // block is in use (the loss, the embedding) lowered no peak -- the step peaks while a block runs,
+  // its arena committed whole -- and the faults of fresh zeroed pages at the next block's rounding
+  // took 35-125 ms of a bf16 `small` step on a 2-vCPU VM (2-5 %; at every block's release, 1.6 %
+  // more).
   Buffer block_in_flight_;
   struct ComputeCopy {
     const float* master;
