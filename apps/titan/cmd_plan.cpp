@@ -62,9 +62,10 @@ void print_text(const TrainingPlan& p, const std::string& model) {
             in.reshard_after_forward + "\"; peaks " + bytes(m.unit_parameters) + " and " +
             bytes(m.unit_gradients) + "); staging and reduced shard " +
             bytes(m.collective_buffers) + " (other)");
-  } else if (m.units_in_flight > 0) {
-    row("block in flight", m.units_in_flight,
-        "one block's bf16 copies of its matmul weights, made at each of its uses (parameters)");
+  } else if (m.block_copies > 0) {
+    row("block in flight", m.block_copies,
+        "one block's bf16 copies of its matmul weights, made at each of its uses in one buffer "
+        "held from the first step (parameters)");
   }
   row("activations", m.activations,
       std::string("activation_checkpoint.mode = \"") +
@@ -73,9 +74,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
           "; the lm_head's logits chunk reuses the layers' scratch)");
   row("other", m.rope, "RoPE tables");
   row("step peak", m.step_peak(),
-      fsdp                    ? "resident + the units in flight at their most"
-      : m.units_in_flight > 0 ? "everything resident + one block's bf16 copies"
-                              : "everything resident");
+      fsdp                 ? "resident + the units in flight at their most"
+      : m.block_copies > 0 ? "everything resident + one block's bf16 copies"
+                           : "everything resident");
   if (in.checkpoint_saves) {
     row("checkpoint save", m.checkpoint_peak(),
         "between steps + the writer's staging " + bytes(m.writer_staging));
@@ -136,6 +137,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
       {"memory_bytes",
        {{"parameters", m.parameters},
         {"compute_copies", m.compute_copies},
+        {"block_copies", m.block_copies},
         {"gradients", m.gradients},
         {"optimizer", m.optimizer},
         {"unit_parameters", m.unit_parameters},

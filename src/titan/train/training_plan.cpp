@@ -81,7 +81,8 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
 
 std::array<int64_t, kMemCategoryCount> MemoryPlan::step_by_category() const {
   std::array<int64_t, kMemCategoryCount> c{};
-  c[static_cast<int>(MemCategory::parameters)] = parameters + compute_copies + unit_parameters;
+  c[static_cast<int>(MemCategory::parameters)] =
+      parameters + compute_copies + block_copies + unit_parameters;
   c[static_cast<int>(MemCategory::gradients)] = gradients + unit_gradients;
   c[static_cast<int>(MemCategory::optimizer)] = optimizer;
   c[static_cast<int>(MemCategory::activations)] = activations;
@@ -161,7 +162,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
       if (g != head) largest_block = std::max(largest_block, copies[g]);
     }
     m.compute_copies = copies[head] * bf16_size;
-    m.unit_parameters = m.units_in_flight = largest_block * bf16_size;
+    m.block_copies = largest_block * bf16_size;
   }
   CommPlan& c = plan.comm;
   c.micro_batches = in.accumulation_steps;

@@ -57,13 +57,15 @@ struct MemoryPlan {
   // Resident: the parameters (FSDP: this rank's shards) and, in one process under bf16, the
   // compute copies of the [norm, lm_head] unit's matmul weights; the gradients, AdamW's moments.
   int64_t parameters = 0, compute_copies = 0, gradients = 0, optimizer = 0;
-  // One process under bf16: the largest block's compute copies, made at each of its uses
-  // (DecoderLM::acquire), as unit_parameters and units_in_flight. FSDP: the most whole parameters
+  // One process under bf16: the room every block's compute copies are made in at each of its uses
+  // (the largest block's; DecoderLM::acquire), held from the first block's use on.
+  int64_t block_copies = 0;
+  // FSDP: the most whole parameters
   // (under bf16: fp32-read masters and bf16 copies; start-up's whole fp32 unit when more) and whole
   // gradients in flight at once -- each category's peak -- and the most of both together (the
   // step's moment: a unit's backward, or the final norm and loss beside units kept after their
   // forward, fsdp_reshard_after_forward); the collectives' buffers (staging, reduced gradient). 0
-  // in one process otherwise.
+  // in one process.
   int64_t unit_parameters = 0, unit_gradients = 0, units_in_flight = 0, collective_buffers = 0;
   // Activations with and without full activation checkpointing, and those of the config's mode.
   int64_t activations_none = 0, activations_full = 0, activations = 0;
