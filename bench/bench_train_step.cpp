@@ -5,8 +5,11 @@
 // (Transformers' Qwen3, fp32 weights, sdpa attention, torch.optim.AdamW; with --dtype bfloat16
 // under torch.autocast("cpu", bfloat16)) in the same run and prints the ratio.
 //
+// With --pairs N it instead runs an fp32 and a bf16 model side by side, N pairs of alternating
+// steps, and prints the fp32 / bf16 ratio of each pair and their median (run_pairs).
+//
 // usage: bench_train_step [--config small|0.6b-4l|tiny] [--steps N] [--threads N]
-//                         [--dtype float32|bfloat16] [--torch PYTHON]
+//                         [--dtype float32|bfloat16] [--torch PYTHON] [--pairs N]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -72,35 +75,49 @@ struct Timing {
   double peak_rss_gib = 0.0, before_steps_gib = 0.0;
 };
 
-Timing run_titan(const BenchConfig& c, int steps, DType compute) {
-  DecoderLM model(c.args, {}, compute);
-  model.initialize(0);
-  model.allocate_gradients();
-  for (ParamGroup& g : model.param_groups()) g.allocate_optimizer_state();
-  const int64_t n = c.batch * c.seq;
-  std::vector<int32_t> ids(n);
-  Rng rng(1);
-  for (int32_t& id : ids) id = static_cast<int32_t>(rng.next_u64() % c.args.vocab_size);
-  AdamWConfig adamw;
-  const auto step = [&](int64_t index) {
-    model.zero_gradients();
+// One model in `compute`, its batch and AdamW: step(index) runs one training step, timed.
+class TrainStepper {
+ public:
+  TrainStepper(const BenchConfig& c, DType compute)
+      : c_(c), model_(c.args, {}, compute), ids_(static_cast<size_t>(c.batch * c.seq)) {
+    model_.initialize(0);
+    model_.allocate_gradients();
+    for (ParamGroup& g : model_.param_groups()) g.allocate_optimizer_state();
+    Rng rng(1);
+    for (int32_t& id : ids_) id = static_cast<int32_t>(rng.next_u64() % c.args.vocab_size);
+  }
+
+  double step(int64_t index) {
+    const double t0 = now_seconds();
+    model_.zero_gradients();
     ForwardOptions options;
     options.compute_grad = true;
-    options.grad_scale = 1.0f / static_cast<float>(c.batch * (c.seq - 1));
-    model.forward(ids.data(), ids.data(), c.batch, c.seq, options);
-    model.backward();
-    const AdamWScalars s = adamw_scalars(adamw, adamw.lr, index);
-    for (ParamGroup& g : model.param_groups()) {
+    options.grad_scale = 1.0f / static_cast<float>(c_.batch * (c_.seq - 1));
+    model_.forward(ids_.data(), ids_.data(), c_.batch, c_.seq, options);
+    model_.backward();
+    const AdamWScalars s = adamw_scalars(adamw_, adamw_.lr, index);
+    for (ParamGroup& g : model_.param_groups()) {
       adamw_update(g.params(), g.grads(), g.exp_avg(), g.exp_avg_sq(), g.numel(), s);
     }
-  };
-  step(1);  // warm-up: first-touch page faults, oneDNN kernel selection
-  double best = 1e30;
-  for (int i = 0; i < steps; ++i) {
-    const double t0 = now_seconds();
-    step(2 + i);
-    best = std::min(best, now_seconds() - t0);
+    return now_seconds() - t0;
   }
+
+  const DecoderLM& model() const { return model_; }
+
+ private:
+  const BenchConfig& c_;
+  DecoderLM model_;
+  std::vector<int32_t> ids_;
+  AdamWConfig adamw_;
+};
+
+Timing run_titan(const BenchConfig& c, int steps, DType compute) {
+  TrainStepper stepper(c, compute);
+  const DecoderLM& model = stepper.model();
+  const int64_t n = c.batch * c.seq;
+  stepper.step(1);  // warm-up: first-touch page faults, oneDNN kernel selection
+  double best = 1e30;
+  for (int i = 0; i < steps; ++i) best = std::min(best, stepper.step(2 + i));
   const MemoryStats mem = memory_stats();
   // fp32 weights, gradients and AdamW moments; bf16 compute adds the matmul weights' bf16 copies.
   const size_t param_bytes = static_cast<size_t>(model.parameter_count()) * 4;
@@ -117,6 +134,50 @@ Timing run_titan(const BenchConfig& c, int steps, DType compute) {
                 gib(mem.peak[k]), k + 1 < kMemCategoryCount ? ", " : "\n");
   }
   return {best, static_cast<double>(n) / best};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// fp32 and bf16 side by side in one process, their steps alternating (which goes first alternates
+// too), so that the machine's drift -- on a shared VM, +-10 % between runs minutes apart -- falls
+// on both alike; the ratio is taken pair by pair. Memory is not reported: both models share the
+// process.
+void run_pairs(const BenchConfig& c, int pairs) {
+  const double flops =
+      training_flops_per_token(c.args, c.seq) * static_cast<double>(c.batch * c.seq);
+  const double f32_before = measure_gemm_ceiling_gflops();
+  const double bf16_before = measure_gemm_bf16_ceiling_gflops();
+  TrainStepper fp32(c, DType::f32), bf16(c, DType::bf16);
+  fp32.step(1);  // warm-ups
+  bf16.step(1);
+  std::vector<double> t32, t16, ratios;
+  for (int i = 0; i < pairs; ++i) {
+    const bool fp32_first = i % 2 == 0;
+    const double first = fp32_first ? fp32.step(2 + i) : bf16.step(2 + i);
+    const double second = fp32_first ? bf16.step(2 + i) : fp32.step(2 + i);
+    t32.push_back(fp32_first ? first : second);
+    t16.push_back(fp32_first ? second : first);
+    ratios.push_back(t32.back() / t16.back());
+    std::printf("pair %2d: fp32 %.3f s  bf16 %.3f s  fp32/bf16 %.3fx\n", i + 1, t32.back(),
+                t16.back(), ratios.back());
+  }
+  const double f32_ceiling = std::max(f32_before, measure_gemm_ceiling_gflops());
+  const double bf16_ceiling = std::max(bf16_before, measure_gemm_bf16_ceiling_gflops());
+  std::printf(
+      "GEMM ceilings (2048^3, the higher of before and after the steps): fp32 %.1f, bf16 %.1f "
+      "GFLOP/s (bf16 / fp32 %.2fx)\n",
+      f32_ceiling, bf16_ceiling, bf16_ceiling / f32_ceiling);
+  const double m32 = median(t32), m16 = median(t16);
+  std::printf("median step: fp32 %.3f s (%.1f%% of its ceiling), bf16 %.3f s (%.1f%% of its)\n",
+              m32, 100.0 * flops / m32 * 1e-9 / f32_ceiling, m16,
+              100.0 * flops / m16 * 1e-9 / bf16_ceiling);
+  std::printf("fp32 / bf16 step time over %d pairs: median %.3fx (min %.3f, max %.3f)\n", pairs,
+              median(ratios), *std::min_element(ratios.begin(), ratios.end()),
+              *std::max_element(ratios.begin(), ratios.end()));
 }
 
 Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int threads,
@@ -147,7 +208,8 @@ Timing run_torch(const std::string& python, const BenchConfig& c, int steps, int
 
 int run(int argc, char** argv) {
   std::string config_name = "small", python, dtype = "float32";
-  int steps = 3, threads = default_thread_count();
+  int steps = 3, threads = default_thread_count(), pairs = 0;
+  bool paired = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     TITAN_CHECK(i + 1 < argc, arg, " needs a value");
@@ -161,10 +223,13 @@ int run(int argc, char** argv) {
       python = argv[++i];
     else if (arg == "--dtype")
       dtype = argv[++i];
+    else if (arg == "--pairs")
+      pairs = std::atoi(argv[++i]), paired = true;
     else
       fail("unknown argument '", arg, "'");
   }
   TITAN_CHECK(steps >= 1, "--steps must be at least 1");
+  TITAN_CHECK(!paired || pairs >= 1, "--pairs must be at least 1");
   TITAN_CHECK(dtype == "float32" || dtype == "bfloat16", "--dtype: '", dtype,
               "' is not float32 or bfloat16");
   const DType compute = dtype == "bfloat16" ? DType::bf16 : DType::f32;
@@ -177,7 +242,6 @@ int run(int argc, char** argv) {
   // Measured before and after titan's steps, the higher taken (as bench_generate does): another
   // job on this shared machine can halve one measurement, which made a step "167 % of the
   // ceiling".
-  const double ceiling_before = ceiling_gflops();
   const double flops = training_flops_per_token(c.args, c.seq);
   std::printf(
       "config %s: hidden %lld, layers %lld, heads %lld/%lld, head_dim %lld, "
@@ -187,6 +251,12 @@ int run(int argc, char** argv) {
       (long long)c.args.head_dim, (long long)c.args.intermediate_size, (long long)c.args.vocab_size,
       (long long)c.batch, (long long)c.seq, threads);
   std::printf("model FLOPs per token: %.3f GFLOP\n", flops * 1e-9);
+  if (paired) {
+    TITAN_CHECK(python.empty(), "--pairs times titan alone; --torch takes --dtype");
+    run_pairs(c, pairs);
+    return 0;
+  }
+  const double ceiling_before = ceiling_gflops();
   const Timing titan = run_titan(c, steps, compute);
   const double ceiling_after = ceiling_gflops();
   const double ceiling = std::max(ceiling_before, ceiling_after);
