@@ -96,6 +96,22 @@ TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
   }
 }
 
+// One bf16 training step of small_args() (seed 3) with `overrides` on ids as inputs and targets:
+// the loss sum and every gradient.
+std::pair<double, std::vector<float>> bf16_step(const std::vector<OverrideRule>& overrides,
+                                                const std::vector<int32_t>& ids, int64_t batch,
+                                                int64_t seq) {
+  DecoderLM m(small_args(), overrides, DType::bf16);
+  m.initialize(3);
+  m.allocate_gradients();
+  ForwardOptions o;
+  o.compute_grad = true;
+  o.grad_scale = 0.01f;
+  const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
+  m.backward();
+  return {loss, all_grads(m)};
+}
+
 // A swiglu kernel without the bf16 forms (any kernel may be bound to the slot) trains under bf16
 // on the kept gate and up widened: given the built-in's fp32 pair, it computes bit for bit what
 // the built-in's bf16 forms do.
@@ -113,19 +129,9 @@ TEST(Model, Bf16SwigluWithoutBf16FormsMatchesTheBuiltInBitForBit) {
   ASSERT_TRUE(registered);
   const int64_t batch = 2, seq = 19;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 5);
-  const auto step = [&](const std::vector<OverrideRule>& overrides) {
-    DecoderLM m(small_args(), overrides, DType::bf16);
-    m.initialize(3);
-    m.allocate_gradients();
-    ForwardOptions o;
-    o.compute_grad = true;
-    o.grad_scale = 0.01f;
-    const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
-    m.backward();
-    return std::pair{loss, all_grads(m)};
-  };
-  const auto [builtin_loss, builtin_grads] = step({});
-  const auto [widened_loss, widened_grads] = step({{"*.mlp", "swiglu_fp32_forms_only"}});
+  const auto [builtin_loss, builtin_grads] = bf16_step({}, ids, batch, seq);
+  const auto [widened_loss, widened_grads] =
+      bf16_step({{"*.mlp", "swiglu_fp32_forms_only"}}, ids, batch, seq);
   EXPECT_EQ(builtin_loss, widened_loss);
   ASSERT_EQ(builtin_grads.size(), widened_grads.size());
   EXPECT_EQ(0, std::memcmp(builtin_grads.data(), widened_grads.data(),
@@ -150,40 +156,22 @@ void attention_fp32_on_widened_bits(float* out, float* lse, const uint16_t* q, c
 
 TEST(Model, Bf16AttentionWithoutBf16ForwardAttendsOnTheRoundedValues) {
   static const bool registered = [] {
-    kernel_registry().add({"attention_fp32_forward_only",
-                           OpKind::attention,
-                           {DType::f32},
-                           "test only",
-                           AttentionKernel{attention_forward_blockwise,
-                                           attention_backward_blockwise,
-                                           {},
-                                           nullptr,
-                                           attention_backward_blockwise_bf16}});
-    kernel_registry().add({"attention_bf16_forward_widening",
-                           OpKind::attention,
-                           {DType::f32},
-                           "test only",
-                           AttentionKernel{attention_forward_blockwise,
-                                           attention_backward_blockwise,
-                                           {},
-                                           nullptr,
-                                           attention_backward_blockwise_bf16,
-                                           attention_fp32_on_widened_bits}});
+    // The built-in's fp32 pair and bf16 backward, with the given bf16 forward.
+    const auto add = [](const char* name, AttentionForwardBf16 forward_bf16) {
+      AttentionKernel kernel{attention_forward_blockwise, attention_backward_blockwise, {}};
+      kernel.backward_bf16 = attention_backward_blockwise_bf16;
+      kernel.forward_bf16 = forward_bf16;
+      kernel_registry().add({name, OpKind::attention, {DType::f32}, "test only", kernel});
+    };
+    add("attention_fp32_forward_only", nullptr);
+    add("attention_bf16_forward_widening", attention_fp32_on_widened_bits);
     return true;
   }();
   ASSERT_TRUE(registered);
   const int64_t batch = 2, seq = 19;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 7);
   const auto step = [&](const char* kernel) {
-    DecoderLM m(small_args(), {{"*.self_attn", kernel}}, DType::bf16);
-    m.initialize(3);
-    m.allocate_gradients();
-    ForwardOptions o;
-    o.compute_grad = true;
-    o.grad_scale = 0.01f;
-    const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
-    m.backward();
-    return std::pair{loss, all_grads(m)};
+    return bf16_step({{"*.self_attn", kernel}}, ids, batch, seq);
   };
   const auto [fallback_loss, fallback_grads] = step("attention_fp32_forward_only");
   const auto [widening_loss, widening_grads] = step("attention_bf16_forward_widening");
