@@ -884,6 +884,41 @@ TEST(Linear, MatchesReferenceAndFiniteDifferences) {
   expect_finite_difference("linear dw", w, loss, dw);
 }
 
+// The bf16-output forward (gate_proj's and up_proj's in bf16 training): each output the bf16
+// rounding of the fp32-output forward's value, bit for bit -- training's numbers do not depend on
+// which of the two ran -- and so within one rounding (2^-8 of it) plus the fp32 accumulation's
+// error of the reference on the same bf16 operands. Shapes: the MLP's (threads split rows and
+// columns) and a ragged one.
+TEST(Linear, Bf16OutputIsTheRoundedFp32Output) {
+  for (const auto& [n, in, out_f] :
+       {std::tuple<int64_t, int64_t, int64_t>{256, 512, 2048}, {7, 19, 11}}) {
+    SCOPED_TRACE(::testing::Message() << n << " x " << in << " -> " << out_f);
+    std::vector<float> x = randn(n * in, 1), w = randn(out_f * in, 2, 0.05f);
+    std::vector<uint16_t> x16(x.size()), w16(w.size()), y16(n * out_f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(x16[i] = f32_to_bf16(x[i]));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = bf16_to_f32(w16[i] = f32_to_bf16(w[i]));
+    std::vector<float> y32(n * out_f), want(n * out_f);
+    linear_forward_bf16_to_bf16(y16.data(), x16.data(), w16.data(), n, in, out_f);
+    linear_forward_bf16(y32.data(), x16.data(), w16.data(), n, in, out_f);
+    linear_forward_reference(want.data(), x.data(), w.data(), n, in, out_f);
+    int64_t rounded_apart = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < out_f; ++c) {
+        const int64_t i = r * out_f + c;
+        ASSERT_EQ(y16[i], f32_to_bf16(y32[i])) << r << ", " << c;
+        // An fp32 sum of `in` products errs by at most in * 2^-24 * sum |x_k w_k|.
+        double magnitude = 0.0;
+        for (int64_t k = 0; k < in; ++k) magnitude += std::fabs(x[r * in + k] * w[c * in + k]);
+        const double got = bf16_to_f32(y16[i]);
+        ASSERT_NEAR(got, want[i], 0x1p-8 * std::fabs(want[i]) + in * 0x1p-24 * magnitude)
+            << r << ", " << c;
+        rounded_apart += got != y32[i];
+      }
+    }
+    EXPECT_GT(rounded_apart, 0) << "the outputs must be rounded";
+  }
+}
+
 TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
   const int64_t vocab = 11, dim = 70;
   std::vector<int32_t> ids = {3, 0, 3, 10, 3};

@@ -153,6 +153,15 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
         registry.add({"hides_bf16", OpKind::linear, {DType::f32}, "test only", builtin});
       },
       {"kernel 'hides_bf16'", "does not declare bf16 has forward_bf16"});
+  // The bf16-output forward is an addition to the bf16 pair, not a substitute for it.
+  LinearKernel rounding_only{builtin.forward, builtin.backward};
+  rounding_only.forward_bf16_to_bf16 = builtin.forward_bf16_to_bf16;
+  test::expect_error(
+      [&] {
+        registry.add({"rounding_only", OpKind::linear, {DType::f32}, "test only", rounding_only});
+      },
+      {"kernel 'rounding_only': a linear kernel with forward_bf16_to_bf16 needs forward_bf16 and "
+       "backward_bf16"});
   const ExpertsKernel& grouped =
       std::get<ExpertsKernel>(kernel_registry().get("experts_grouped", OpKind::experts).impl);
   test::expect_error(
@@ -170,7 +179,7 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
         registry.add({"experts_hides_bf16", OpKind::experts, {DType::f32}, "test only", grouped});
       },
       {"kernel 'experts_hides_bf16'", "does not declare bf16 has forward_bf16"});
-  // A swiglu kernel brings its bf16 forms all together or none of them.
+  // A swiglu kernel brings its bf16 forms together or neither.
   SwigluKernel partial =
       std::get<SwigluKernel>(kernel_registry().get("swiglu", OpKind::swiglu).impl);
   partial.recompute_bf16 = nullptr;
@@ -178,8 +187,8 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
       [&] {
         registry.add({"swiglu_partial", OpKind::swiglu, {DType::f32}, "test only", partial});
       },
-      {"kernel 'swiglu_partial': a swiglu kernel has forward_bf16, recompute_bf16 and "
-       "backward_bf16 together or none of them"});
+      {"kernel 'swiglu_partial': a swiglu kernel has recompute_bf16 and backward_bf16 together or "
+       "neither"});
 }
 
 TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {

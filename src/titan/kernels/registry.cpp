@@ -21,7 +21,8 @@ void register_builtins(KernelRegistry& r) {
          OpKind::linear,
          {DType::f32, DType::bf16},
          "oneDNN sgemm; bf16 operands through oneDNN's matmul",
-         LinearKernel{linear_forward, linear_backward, linear_forward_bf16, linear_backward_bf16}});
+         LinearKernel{linear_forward, linear_backward, linear_forward_bf16, linear_backward_bf16,
+                      linear_forward_bf16_to_bf16}});
   r.add({"linear_reference",
          OpKind::linear,
          {DType::f32, DType::bf16},
@@ -74,12 +75,12 @@ void register_builtins(KernelRegistry& r) {
                            return {};
                          },
                          attention_forward_reference_bf16_kv}});
-  r.add({"swiglu",
-         OpKind::swiglu,
-         {DType::f32},
-         "silu(gate) * up, vectorised",
-         SwigluKernel{swiglu_forward, swiglu_backward, swiglu_forward_bf16, swiglu_recompute_bf16,
-                      swiglu_backward_bf16}});
+  r.add(
+      {"swiglu",
+       OpKind::swiglu,
+       {DType::f32},
+       "silu(gate) * up, vectorised",
+       SwigluKernel{swiglu_forward, swiglu_backward, swiglu_recompute_bf16, swiglu_backward_bf16}});
   r.add({"experts_grouped",
          OpKind::experts,
          {DType::f32, DType::bf16},
@@ -136,17 +137,19 @@ void KernelRegistry::add(KernelEntry entry) {
   if (const auto* linear = std::get_if<LinearKernel>(&entry.impl)) {
     check_bf16_functions("a linear",
                          linear->forward_bf16 != nullptr && linear->backward_bf16 != nullptr);
+    TITAN_CHECK(linear->forward_bf16_to_bf16 == nullptr || linear->forward_bf16 != nullptr,
+                "kernel '", entry.name,
+                "': a linear kernel with forward_bf16_to_bf16 needs "
+                "forward_bf16 and backward_bf16");
   }
   if (const auto* experts = std::get_if<ExpertsKernel>(&entry.impl)) {
     check_bf16_functions("an experts",
                          experts->forward_bf16 != nullptr && experts->backward_bf16 != nullptr);
   }
   if (const auto* swiglu = std::get_if<SwigluKernel>(&entry.impl)) {
-    const int given = (swiglu->forward_bf16 != nullptr) + (swiglu->recompute_bf16 != nullptr) +
-                      (swiglu->backward_bf16 != nullptr);
-    TITAN_CHECK(given == 0 || given == 3, "kernel '", entry.name,
-                "': a swiglu kernel has forward_bf16, recompute_bf16 and backward_bf16 together "
-                "or none of them");
+    TITAN_CHECK((swiglu->recompute_bf16 == nullptr) == (swiglu->backward_bf16 == nullptr),
+                "kernel '", entry.name,
+                "': a swiglu kernel has recompute_bf16 and backward_bf16 together or neither");
   }
   const std::string name = entry.name;
   entries_.emplace(name, std::move(entry));

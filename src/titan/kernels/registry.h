@@ -63,11 +63,9 @@ using SwigluBackward = void (*)(float*, float*, const float*, const float*, cons
 struct SwigluKernel {
   SwigluForward forward;
   SwigluBackward backward;
-  // Mixed-precision training's forms (ops/swiglu.h: gate and up rounded to bf16 and kept so, the
-  // product rounded for down_proj and recomputed in the backward), all three or none: without
-  // them that training widens the kept gate and up and runs the fp32 pair on the same values.
-  void (*forward_bf16)(uint16_t*, uint16_t*, uint16_t*, const float*, const float*,
-                       int64_t) = nullptr;
+  // Mixed-precision training's forms (ops/swiglu.h: the product of the bf16 gate and up rounded
+  // for down_proj, in the forward and again in the backward), both or neither: without them that
+  // training widens the kept gate and up and runs the fp32 pair on the same values.
   void (*recompute_bf16)(uint16_t*, const uint16_t*, const uint16_t*, int64_t) = nullptr;
   void (*backward_bf16)(uint16_t*, uint16_t*, const float*, const uint16_t*, const uint16_t*,
                         int64_t) = nullptr;
@@ -88,6 +86,10 @@ struct LinearKernel {
                        int64_t) = nullptr;
   void (*backward_bf16)(float*, float*, const uint16_t*, const uint16_t*, const uint16_t*, int64_t,
                         int64_t, int64_t, bool) = nullptr;
+  // The bf16 forward writing y rounded to bf16 (raw bits), or null: mixed-precision training then
+  // rounds forward_bf16's fp32 y where it keeps only the rounding (gate_proj's and up_proj's).
+  void (*forward_bf16_to_bf16)(uint16_t*, const uint16_t*, const uint16_t*, int64_t, int64_t,
+                               int64_t) = nullptr;
 };
 
 struct RopeKernel {

@@ -45,6 +45,15 @@ void Linear::forward_bf16(float* y, const uint16_t* x_bf16, int64_t n) const {
   if (bias != nullptr) bias_forward(y, bias, n, out_features);
 }
 
+bool Linear::writes_bf16() const {
+  return computes_in_bf16() && kernel->forward_bf16_to_bf16 != nullptr && bias == nullptr;
+}
+
+void Linear::forward_to_bf16(uint16_t* y, const uint16_t* x_bf16, int64_t n) const {
+  TITAN_CHECK(writes_bf16(), name, ": asked for a bf16 output it cannot write");
+  kernel->forward_bf16_to_bf16(y, x_bf16, weight_bf16, n, in_features, out_features);
+}
+
 void Linear::backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
                       const LinearScratch& scratch, const uint16_t* x_bf16) const {
   linear_group_backward({{this, dy}}, dx, x, n, accumulate_dx, scratch, x_bf16);
@@ -290,16 +299,25 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
 
 void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n,
                         const LinearScratch& linear) const {
-  linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
   const int64_t count = n * intermediate;
-  // bf16 training with a kernel that has the bf16 forms: one pass rounds gate and up (autocast's
-  // bf16 gate_proj/up_proj outputs) and keeps them, and writes the product rounded as down_proj
-  // reads it.
-  if (act.gate_bf16 != nullptr && swiglu->forward_bf16 != nullptr) {
-    swiglu->forward_bf16(act.act_bf16, act.gate_bf16, act.up_bf16, act.gate, act.up, count);
+  // bf16 training with a swiglu kernel that has the bf16 forms: gate and up are kept rounded
+  // (autocast's bf16 gate_proj/up_proj outputs), written so by the GEMMs where the kernels can,
+  // and act is made from them as the backward makes it again.
+  if (act.gate_bf16 != nullptr && swiglu->recompute_bf16 != nullptr) {
+    if (gate_proj.writes_bf16() && up_proj.writes_bf16()) {
+      round_to_bf16(act.x_bf16, x, n * hidden);
+      gate_proj.forward_to_bf16(act.gate_bf16, act.x_bf16, n);
+      up_proj.forward_to_bf16(act.up_bf16, act.x_bf16, n);
+    } else {
+      linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
+      round_to_bf16(act.gate_bf16, act.gate, count);
+      round_to_bf16(act.up_bf16, act.up, count);
+    }
+    swiglu->recompute_bf16(act.act_bf16, act.gate_bf16, act.up_bf16, count);
     down_proj.forward_bf16(y, act.act_bf16, n);
     return;
   }
+  linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
   // Otherwise bf16 projections (inference on bf16 weights; training under another kernel) return
   // gate and up rounded to bf16 in fp32, training keeping the bits for its backward.
   if (gate_proj.weight_bf16 != nullptr) {

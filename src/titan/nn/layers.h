@@ -93,6 +93,11 @@ struct Linear {
                uint16_t* keep_x_bf16 = nullptr) const;
   // The same on x already rounded to bf16 (N, in): the linear must compute in bf16.
   void forward_bf16(float* y, const uint16_t* x_bf16, int64_t n) const;
+  // Whether forward_to_bf16 can run: it computes in bf16, its kernel writes bf16 outputs and it
+  // has no bias (which is added to the fp32 product before rounding).
+  bool writes_bf16() const;
+  // y (N, out) = x (N, in) W^T rounded to bf16 (raw bits), x already rounded.
+  void forward_to_bf16(uint16_t* y, const uint16_t* x_bf16, int64_t n) const;
   // dx (N, in) = dy W (or += when accumulate_dx), dW += dy^T x, db += column sums of dy; x_bf16:
   // the rounding the forward kept, read instead of x (linear_group_backward).
   void backward(float* dx, const float* dy, const float* x, int64_t n, bool accumulate_dx,
@@ -219,8 +224,9 @@ struct SelfAttention {
 // layer shares. In bf16 training the backward reads bf16 roundings, as under torch.autocast, where
 // gate_proj's and up_proj's outputs are bf16: the input, gate and up below are kept rounded, and
 // act is computed from the rounded gate and up. gate and up are then fp32 scratch, and act_bf16
-// bf16 scratch, that every layer shares (the forward computes there, the backward widens the kept
-// values into it). Otherwise the bf16 pointers are null and gate and up are kept.
+// bf16 scratch, that every layer shares (the forward computes there unless gate_proj and up_proj
+// write bf16 themselves, the backward widens the kept values into it when the swiglu kernel has
+// no bf16 forms). Otherwise the bf16 pointers are null and gate and up are kept.
 struct MlpActivations {
   float* gate = nullptr;          // (N, I)
   float* up = nullptr;            // (N, I)

@@ -30,6 +30,12 @@ void linear_forward_bf16(float* y, const uint16_t* x, const uint16_t* weight, in
                       in_features, weight, in_features, 0.0f, y, out_features);
 }
 
+void linear_forward_bf16_to_bf16(uint16_t* y, const uint16_t* x, const uint16_t* weight,
+                                 int64_t n_rows, int64_t in_features, int64_t out_features) {
+  backend().gemm_bf16_to_bf16(Trans::no, Trans::yes, n_rows, out_features, in_features, 1.0f, x,
+                              in_features, weight, in_features, y, out_features);
+}
+
 void linear_backward_bf16(float* dx, float* dweight, const uint16_t* dy, const uint16_t* x,
                           const uint16_t* weight, int64_t n_rows, int64_t in_features,
                           int64_t out_features, bool accumulate_dx) {

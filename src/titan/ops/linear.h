@@ -20,6 +20,10 @@ void linear_forward_bf16(float* y, const uint16_t* x, const uint16_t* weight, in
 void linear_backward_bf16(float* dx, float* dweight, const uint16_t* dy, const uint16_t* x,
                           const uint16_t* weight, int64_t n_rows, int64_t in_features,
                           int64_t out_features, bool accumulate_dx);
+// The bf16 forward with y rounded to bf16 (raw bits) from its fp32 accumulation, as autocast's
+// bf16 matmuls return it: for outputs kept only rounded, it saves writing fp32 and rounding it.
+void linear_forward_bf16_to_bf16(uint16_t* y, const uint16_t* x, const uint16_t* weight,
+                                 int64_t n_rows, int64_t in_features, int64_t out_features);
 
 // The same contracts on gemm_f32_reference (bf16 operands widened exactly to fp32 first).
 void linear_forward_reference(float* y, const float* x, const float* weight, int64_t n_rows,
