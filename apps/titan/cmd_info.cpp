@@ -17,8 +17,9 @@ int print_device() {
   const CpuInfo& cpu = cpu_info();
   std::printf("device        cpu\n");
   std::printf("model         %s\n", cpu.model_name.c_str());
-  std::printf("isa           %s (avx2 %s, avx512 %s, avx512_bf16 %s)\n", isa_name(active_isa()),
-              cpu.avx2 ? "yes" : "no", cpu.avx512 ? "yes" : "no", cpu.avx512_bf16 ? "yes" : "no");
+  std::printf("isa           %s (avx2 %s, avx512 %s, avx512_bf16 %s, amx_bf16 %s)\n",
+              isa_name(active_isa()), cpu.avx2 ? "yes" : "no", cpu.avx512 ? "yes" : "no",
+              cpu.avx512_bf16 ? "yes" : "no", cpu.amx_bf16 ? "yes" : "no");
   std::printf("cores         %d physical, %d logical\n", cpu.physical_cores, cpu.logical_cpus);
   std::printf("threads       %d\n", thread_count());
   std::printf("memory        %.1f GiB\n", static_cast<double>(cpu.memory_bytes) / (1u << 30));
@@ -31,10 +32,16 @@ int print_device() {
       "%d FMA/cycle x %d lanes x 2; %s)\n",
       cpu_peak_fp32_gflops(thread_count()), cores, peak.fp32_gflops_per_core(), peak.clock_ghz,
       peak.fma_per_cycle, peak.fp32_lanes, peak.source.c_str());
+  char amx[128];
+  std::snprintf(amx, sizeof amx,
+                "per core %.1f: %.3f GHz x %d FLOP/cycle, AMX bf16 tile dot products",
+                peak.bf16_gflops_per_core(), peak.clock_ghz, peak.amx_flops_per_cycle);
   std::printf("peak bf16     %.1f GFLOP/s for %d threads (%s)\n",
-              peak.bf16_gflops_per_core() * cores, cores,
-              peak.native_bf16 ? "AVX512_BF16 dot products, twice the fp32 rate"
-                               : "no native bf16: widened to fp32, the fp32 rate");
+              cpu_peak_bf16_gflops(thread_count()), cores,
+              peak.bf16_unit == Bf16Unit::amx ? amx
+              : peak.bf16_unit == Bf16Unit::avx512_bf16
+                  ? "AVX512_BF16 dot products, twice the fp32 rate"
+                  : "no native bf16: widened to fp32, the fp32 rate");
   std::printf(
       "gemm ceiling  %.1f GFLOP/s (best 2048^3 sgemm measured now; not the MFU denominator)\n",
       measure_gemm_ceiling_gflops());

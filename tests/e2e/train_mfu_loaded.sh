@@ -15,7 +15,7 @@ trap cleanup EXIT
 
 peak_of() { TITAN_CACHE_DIR="$1" "$titan" info --device | awk '/^peak fp32/ {print $3}'; }
 quiet=$(peak_of "$work/quiet")
-[ -f "$work/quiet/cpu-peak-v1.json" ] || { echo "the measured peak was not cached"; exit 1; }
+[ -f "$work/quiet/cpu-peak-v2.json" ] || { echo "the measured peak was not cached"; exit 1; }
 cached=$(peak_of "$work/quiet")
 [ "$cached" = "$quiet" ] || { echo "the cached peak $cached differs from the measured $quiet"; exit 1; }
 

@@ -34,23 +34,32 @@ class CpuBackend final : public Backend {
       return detail::concat("no ", dtype_name(dtype), " peak on the CPU (it knows fp32 and bf16)");
     }
     const CpuPeak& peak = cpu_peak();
-    const bool bf16 = dtype == DType::bf16;
+    const int threads = std::clamp(thread_count(), 1, cpu_info().logical_cpus);
     char line[320];
+    if (dtype == DType::bf16 && peak.bf16_unit == Bf16Unit::amx) {
+      std::snprintf(line, sizeof line,
+                    "the bf16 peak of %d threads at %.1f GFLOP/s each: %.3f GHz x %d FLOP/cycle "
+                    "(AMX bf16 tile dot products); %s",
+                    threads, peak.bf16_gflops_per_core(), peak.clock_ghz, peak.amx_flops_per_cycle,
+                    peak.source.c_str());
+      return line;
+    }
+    const bool bf16 = dtype == DType::bf16;
     std::snprintf(line, sizeof line,
                   "the %s peak of %d threads at %.1f GFLOP/s each: %.3f GHz x %d FMA/cycle x "
                   "%d lanes x 2%s; %s",
-                  bf16 ? "bf16" : "fp32", std::clamp(thread_count(), 1, cpu_info().logical_cpus),
+                  bf16 ? "bf16" : "fp32", threads,
                   bf16 ? peak.bf16_gflops_per_core() : peak.fp32_gflops_per_core(), peak.clock_ghz,
                   peak.fma_per_cycle, peak.fp32_lanes,
-                  !bf16              ? ""
-                  : peak.native_bf16 ? " x 2 (AVX512_BF16 dot products)"
-                                     : " (no native bf16: widened to fp32)",
+                  !bf16                ? ""
+                  : peak.native_bf16() ? " x 2 (AVX512_BF16 dot products)"
+                                       : " (no native bf16: widened to fp32)",
                   peak.source.c_str());
     return line;
   }
 
   bool native(DType dtype) const override {
-    return dtype == DType::f32 || (dtype == DType::bf16 && cpu_peak().native_bf16);
+    return dtype == DType::f32 || (dtype == DType::bf16 && cpu_peak().native_bf16());
   }
 
   size_t memory_bytes() const override { return cpu_info().memory_bytes; }

@@ -1,6 +1,8 @@
 #include "titan/backend/cpu/cpu_info.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -28,6 +30,19 @@ bool os_saves_avx_state() {
   return (eax & 0x6) == 0x6;
 }
 
+bool os_saves_amx_state() {
+  uint32_t eax, edx;
+  __asm__("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (eax & 0x60000) == 0x60000;  // XTILECFG, XTILEDATA
+}
+
+// Linux hands the tile data state to a process only on request (5.16 and later); oneDNN asks the
+// same way before it runs an AMX kernel.
+bool os_permits_amx() {
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
 // Distinct (physical id, core id) pairs; falls back to the logical count where /proc lacks them.
 int count_physical_cores(int logical) {
   std::ifstream in("/proc/cpuinfo");
@@ -52,6 +67,8 @@ CpuInfo detect() {
     info.avx2 = (b & bit_AVX2) && fma && f16c && os_saves_avx_state();
     info.avx512 = (b & bit_AVX512F) && (b & bit_AVX512BW) && (b & bit_AVX512VL) &&
                   (b & bit_AVX512DQ) && os_saves_avx512_state();
+    constexpr uint32_t kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;  // GCC and Clang name them apart
+    info.amx_bf16 = (d & kAmxBf16) && (d & kAmxTile) && os_saves_amx_state() && os_permits_amx();
   }
   if (info.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) info.avx512_bf16 = a & (1u << 5);
 

@@ -16,6 +16,9 @@ struct CpuInfo {
   bool avx2 = false;    // with FMA and F16C
   bool avx512 = false;  // F, BW, VL, DQ
   bool avx512_bf16 = false;
+  // AMX tiles with bf16 dot products (TDPBF16PS), the OS saving their state and letting this
+  // process use them; oneDNN's bf16 matmul runs on them where present.
+  bool amx_bf16 = false;
   int logical_cpus = 1;
   int physical_cores = 1;
   size_t memory_bytes = 0;  // MemTotal
