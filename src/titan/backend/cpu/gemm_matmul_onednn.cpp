@@ -84,6 +84,7 @@ struct MatmulKeyHash {
 // (rows padded to an odd number of cache lines, 155 MB) ran there at 1000-1300 GFLOP/s and at
 // 600-900 through brgemm after a copy.
 constexpr int64_t kMaxDensifiedBytes = int64_t{1} << 20;
+
 struct CachedMatmul {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul primitive;
