@@ -334,20 +334,21 @@ TEST(Vec, GqaAttentionKernelsEveryIsaMatchReference) {
   }
 }
 
-// Several products of mixed dtypes in one call, two spanning several row blocks with a ragged
-// last one and one inside a single block: every row computed once, by the right weights, the bf16
-// ones on x rounded to bf16 and the fp32 one on x itself.
+// Several products of mixed dtypes in one call, spanning several row blocks (which shrink toward
+// the call's end) with a ragged last one, or inside a single block: every row computed once, by
+// the right weights, the bf16 ones on x rounded to bf16 and the fp32 one on x itself.
 TEST(Gemv, FusedProductsMatchReference) {
   const int64_t cols = 1000;
-  const int64_t rows[] = {101, 33, 7};
-  const DType dtypes[] = {DType::bf16, DType::f32, DType::bf16};
-  std::vector<std::vector<float>> w_f32(3), got(3), want(3);
-  std::vector<std::vector<uint16_t>> w_bf16(3);
+  const int64_t rows[] = {101, 33, 7, 300};
+  const DType dtypes[] = {DType::bf16, DType::f32, DType::bf16, DType::bf16};
+  constexpr size_t kProducts = std::size(rows);
+  std::vector<std::vector<float>> w_f32(kProducts), got(kProducts), want(kProducts);
+  std::vector<std::vector<uint16_t>> w_bf16(kProducts);
   std::vector<GemvProduct> products;
   const std::vector<float> x = randn(cols, 5);
   std::vector<float> x_rounded(x);
   for (float& f : x_rounded) f = round_to_bf16(f);
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < kProducts; ++i) {
     w_f32[i] = randn(rows[i] * cols, 40 + i);
     if (dtypes[i] == DType::bf16) {
       for (float& f : w_f32[i]) {
@@ -362,7 +363,7 @@ TEST(Gemv, FusedProductsMatchReference) {
     products.push_back({{dtypes[i], data, rows[i], cols}, got[i].data()});
   }
   gemv_forward(products, x.data());
-  for (size_t i = 0; i < 3; ++i) {
+  for (size_t i = 0; i < kProducts; ++i) {
     const bool bf16 = dtypes[i] == DType::bf16;
     const GemvProduct reference{{DType::f32, w_f32[i].data(), rows[i], cols}, want[i].data()};
     gemv_forward_reference({&reference, 1}, bf16 ? x_rounded.data() : x.data());
