@@ -15,6 +15,9 @@ usage: python generate_greedy.py REQUEST RESPONSE
     MLPs' and experts' gate and up, q and k after RoPE, and the logits rounded to bf16.
     bf16_kv_cache stores the keys (after k_norm and RoPE) and values rounded to bf16, as titan's
     bf16 KV cache and torch's bf16 static cache hold them, and attends over the rounded values.
+    Both together are a bf16 model over a bf16 cache, whose attention titan computes in bf16: the
+    probabilities exp(score - m) are rounded to bf16 before they weight the values, m the running
+    max of titan's 128-key blocks up to the key's own (rounded_p_attention).
 """
 import json
 import re
@@ -98,6 +101,33 @@ def use_bf16_math(model):
     return experts
 
 
+KEY_BLOCK = 128  # titan's attention key blocks (ops/attention.cpp, kBlockK)
+
+
+def rounded_p_attention(module, query, key, value, attention_mask, scaling, dropout=0.0,
+                        **kwargs):
+    """Eager attention with titan's bf16 probabilities: out = sum_j round(exp(s_j - m_j))
+    exp(m_j - M) v_j / sum_j exp(s_j - M), m_j the running max of the key blocks up to key j's."""
+    modeling = sys.modules[type(module).__module__]
+    key = modeling.repeat_kv(key, module.num_key_value_groups)
+    value = modeling.repeat_kv(value, module.num_key_value_groups)
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        scores = scores + attention_mask[:, :, :, : key.shape[-2]]
+    n_keys = scores.shape[-1]
+    pad = (-n_keys) % KEY_BLOCK
+    padded = torch.nn.functional.pad(scores, (0, pad), value=float("-inf"))
+    block_max = padded.unflatten(-1, (-1, KEY_BLOCK)).amax(dim=-1)
+    running = torch.cummax(block_max, dim=-1).values
+    m_key = running.repeat_interleave(KEY_BLOCK, dim=-1)[..., :n_keys]
+    m_last = running[..., -1:]
+    e = torch.exp(scores - m_key)
+    to_last = torch.exp(m_key - m_last)
+    total = (e * to_last).sum(dim=-1, keepdim=True)
+    out = torch.matmul(to_bf16_values(e) * to_last, value) / total
+    return out.transpose(1, 2).contiguous(), None
+
+
 _static_update = StaticLayer.update
 
 
@@ -115,8 +145,16 @@ def main():
     for run in request["runs"]:
         # The eager experts multiply through torch.nn.functional.linear, which the rounding wraps.
         rounding = {"experts_implementation": "eager"} if run.get("bf16_math") else {}
+        bf16_attention = run.get("bf16_math", False) and run.get("bf16_kv_cache", False)
+        if bf16_attention:
+            rounding["attn_implementation"] = "eager"
         model = AutoModelForCausalLM.from_pretrained(run["folder"], dtype=torch.float32, **rounding)
         model.eval()
+        modeling = sys.modules[type(model).__module__]
+        if not hasattr(modeling, "_eager_attention_forward"):
+            modeling._eager_attention_forward = modeling.eager_attention_forward
+        modeling.eager_attention_forward = (
+            rounded_p_attention if bf16_attention else modeling._eager_attention_forward)
         rounding_rope["on"] = run.get("bf16_math", False)
         experts = rounding_rope["on"] and use_bf16_math(model)
         products_before = rounded_expert_products

@@ -90,9 +90,11 @@ void register_attention_fp32_forward() {
 // fp32 accumulation in both, prefill GEMMs and decode GEMVs alike. The reference runs without
 // `overrides`: training refuses an fp32-only kernel for a bf16 matmul, and the session gives such
 // a kernel the same rounded operands, widened; its attention is bound to attention_fp32_forward.
-// With `reference_rounds_kv` the reference binds every layer's attention to
+// With `reference_rounds_kv` and fp32 weights the reference binds every layer's attention to
 // attention_bf16_rounded instead, which rounds k and v to bf16 before attending: what a bf16 cache
-// holds (rounded once when written) and its attention reads (widened exactly).
+// holds (rounded once when written) and its attention reads (widened exactly). bf16 weights over
+// a bf16 cache attend in bf16 (bf16 q, k and v; probabilities rounded for P V, each against the
+// running max of its key block): the mixed-precision training forward's own attention.
 template <typename Check>
 void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<int64_t>& chunks,
                        int64_t steps, DType dtype, const std::vector<OverrideRule>& overrides,
@@ -100,10 +102,10 @@ void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<
   DecoderLM model(args, overrides);
   std::vector<OverrideRule> reference_overrides;
   if (dtype == DType::f32) reference_overrides = overrides;
-  if (reference_rounds_kv) {
+  if (reference_rounds_kv && dtype == DType::f32) {
     register_attention_bf16_rounded();
     reference_overrides.push_back({"model.layers.*.self_attn", "attention_bf16_rounded"});
-  } else if (dtype == DType::bf16) {
+  } else if (!reference_rounds_kv && dtype == DType::bf16) {
     register_attention_fp32_forward();
     reference_overrides.push_back({"model.layers.*.self_attn", "attention_fp32_forward"});
   }
@@ -136,7 +138,8 @@ void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<
 // With an fp32 cache the session and the full forward differ only in fp32 summation order, so the
 // tolerance is the fp32 one.
 //
-// A bf16 cache adds one effect of that order: an element of k or v whose fp32 value lies within
+// A bf16 cache adds one effect of that order: an element of k or v (or, for a bf16 model, a
+// probability rounded for P V) whose fp32 value lies within
 // the two computations' difference (~1e-7 relative) of a midpoint between two bf16 values rounds
 // up in one and down in the other, a step of 2^-8 relative in one element. That moves the tiny
 // models' logits by ~2e-5 per such element, and whether any lands that close changes with any

@@ -7,7 +7,9 @@
 // MoE router's takes its input rounded to bf16, fp32 accumulation. Transformers loads
 // them in fp32 (the same bf16 weights upcast) with the input of those same linears rounded to
 // bf16 -- exactly titan's math, so the ids must be equal. Every folder also runs with a bf16 KV
-// cache, against Transformers storing the keys and values rounded to bf16 in its static cache.
+// cache, against Transformers storing the keys and values rounded to bf16 in its static cache; a
+// bf16 folder over a bf16 cache also attends in bf16 (probabilities rounded before they weight
+// the values), which the script's eager attention does as titan's does.
 // Loaded as torch.bfloat16, Transformers would also round every other activation to bf16, and
 // ids may then legitimately diverge after a near tie.
 #include <gtest/gtest.h>

@@ -29,6 +29,9 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   const int64_t rounded_in = weights.widened_floats() > 0 ? widest_in : 0;
   // A bf16 cache: this call's keys and values in fp32 before they are rounded into it.
   const int64_t kv_in = kv_cache_dtype == DType::bf16 ? n * kvd : 0;
+  // bf16 weights and cache: q's bits for the prompt's bf16 attention GEMMs, in floats.
+  const int64_t q_bits =
+      kv_cache_dtype == DType::bf16 && weights.dtype() == DType::bf16 ? (n * qd + 1) / 2 : 0;
   for (const DecoderLayer& layer : weights.modules().layers) {
     const SelfAttention& s = layer.self_attn;
     TITAN_CHECK(kv_cache_dtype != DType::bf16 || s.attention->forward_bf16_kv != nullptr, s.name,
@@ -49,6 +52,7 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                            kv_in,
                            kv_in,
                            n * qd,
+                           q_bits,
                            H * n,
                            n * h,
                            n * h,
@@ -94,6 +98,7 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   a_.attn.k = take(kv_in);
   a_.attn.v = take(kv_in);
   a_.attn.out = take(n * qd);
+  a_.attn.q_bf16 = reinterpret_cast<uint16_t*>(take(q_bits));
   a_.attn.lse = take(H * n);
   a_.resid_mid = take(n * h);
   a_.norm2 = take(n * h);

@@ -234,7 +234,15 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
     auto* values = static_cast<uint16_t*>(cache.values);
     round_to_bf16(keys + call.past * kv_row, k, kv_count);
     round_to_bf16(values + call.past * kv_row, v, kv_count);
-    attention->forward_bf16_kv(act.out, act.lse, act.q, keys, values, s);
+    // A bf16 model over its bf16 cache attends in bf16: q holds bf16 values here (rounded
+    // above), so its bits are exact, and the kernel rounds the probabilities for P V (a decode
+    // step too, on its one-query path).
+    if (bf16 && act.q_bf16 != nullptr && attention->forward_bf16 != nullptr) {
+      round_to_bf16(act.q_bf16, act.q, q_count);
+      attention->forward_bf16(act.out, act.lse, act.q_bf16, keys, values, s);
+    } else {
+      attention->forward_bf16_kv(act.out, act.lse, act.q, keys, values, s);
+    }
   }
   o_proj.forward(y, act.out, n, call.linear, act.kept.out);
 }

@@ -184,6 +184,11 @@ struct AttentionActivations {
   // forms reads only the bits, so q, k and v there are left unrounded; one without reads the
   // fp32 values, rounded in place.
   // Null otherwise (and with a KV cache).
+  // Inference on bf16 weights with a bf16 KV cache: (N, H, hd) room for q's bits, so a prompt's
+  // attention runs bf16 block GEMMs over the cache as it holds them (a bf16 model's attention
+  // multiplies bf16 q and k, and bf16 probabilities with v); null otherwise, and a one-token
+  // decode step does not use it.
+  uint16_t* q_bf16 = nullptr;
   struct Kept {
     uint16_t *q_pre = nullptr, *k_pre = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
              *out = nullptr;

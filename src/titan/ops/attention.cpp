@@ -68,10 +68,17 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
 // bf16 keys and values (KV = uint16_t) are widened in registers, with their fp32 side in
 // gemv_bf16_split_x's layout: each query head is split once, and each head's output accumulates
 // split and is put back in order by the merge.
-template <typename KV>
+//
+// kRoundP (a bf16 model over a bf16 cache): the probabilities are rounded to bf16 before they
+// weight the values, as the blockwise bf16 forward rounds them for its P V GEMMs -- and with the
+// same reference: each key's exp(score - m) takes m the running max of the kBlockK-key blocks up
+// to its own, as the block loop has it when it reaches that block. So a decode step attends as
+// the prompt's rows did. The block maxima need every thread's scores: one barrier.
+template <typename KV, bool kRoundP = false>
 void attention_forward_one_query(float* out, float* lse, const float* q, const KV* k, const KV* v,
                                  const AttentionShape& s) {
   constexpr bool kBf16 = std::is_same_v<KV, uint16_t>;
+  static_assert(kBf16 || !kRoundP, "rounded probabilities belong to the bf16 cache's forward");
   const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim;
   const int64_t ldk = KV_heads * hd, n_keys = s.seq_kv;
   const GqaHeads heads{KV_heads, H / KV_heads, hd};
@@ -87,35 +94,83 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
       gemv_bf16_split_x(q_split.data() + r * hd, q + r * hd, hd);
     }
   }
+  // kRoundP: per thread, sequence, head and key block, the max of the thread's scores in it.
+  const int64_t n_blocks = (n_keys + kBlockK - 1) / kBlockK;
+  std::vector<float> block_max(
+      kRoundP ? static_cast<size_t>(max_threads * s.batch * H * n_blocks) : 0, kNegInf);
   int64_t used_threads = 1;  // the team OpenMP gave, at most max_threads
 #pragma omp parallel num_threads(max_threads)
   {
     const int64_t n_threads = omp_get_num_threads(), t = omp_get_thread_num();
     if (t == 0) used_threads = n_threads;
     const int64_t j0 = n_keys * t / n_threads, j1 = n_keys * (t + 1) / n_threads, n = j1 - j0;
-    std::vector<float> p(static_cast<size_t>(H * n));  // (H, n) scores, then weights
+    std::vector<float> p(static_cast<size_t>(s.batch * H * n));  // (B, H, n) scores, then weights
+    std::vector<uint16_t> p_bits(kRoundP ? static_cast<size_t>(n) : 0);
+    std::vector<float> running_max(kRoundP ? static_cast<size_t>(n_blocks) : 0);
     for (int64_t b = 0; b < s.batch; ++b) {
+      float* pb = p.data() + b * H * n;
       const KV* kb = k + (b * n_keys + j0) * ldk;
+      if constexpr (kBf16) {
+        vk.gqa_scores_bf16(pb, n, q_split.data() + b * H * hd, kb, ldk, n, heads);
+      } else {
+        vk.gqa_scores_f32(pb, n, q + b * H * hd, kb, ldk, n, heads);
+      }
+      for (int64_t h = 0; h < H; ++h) {
+        float* row = pb + h * n;
+        vk.scale(row, scale, n);
+        if constexpr (kRoundP) {
+          float* own = block_max.data() + ((t * s.batch + b) * H + h) * n_blocks;
+          for (int64_t j = j0; j < j1; j = (j / kBlockK + 1) * kBlockK) {
+            const int64_t end = std::min(j1, (j / kBlockK + 1) * kBlockK);
+            own[j / kBlockK] = vk.max(row + (j - j0), end - j);
+          }
+        }
+      }
+    }
+    if constexpr (kRoundP) {
+#pragma omp barrier
+    }
+    for (int64_t b = 0; b < s.batch; ++b) {
+      float* pb = p.data() + b * H * n;
       const KV* vb = v + (b * n_keys + j0) * ldk;
       float* row_max = parts.data() + (t * s.batch + b) * part;
       float* row_sum = row_max + H;
       float* acc = row_sum + H;  // (H, hd)
-      if constexpr (kBf16) {
-        vk.gqa_scores_bf16(p.data(), n, q_split.data() + b * H * hd, kb, ldk, n, heads);
-      } else {
-        vk.gqa_scores_f32(p.data(), n, q + b * H * hd, kb, ldk, n, heads);
-      }
       for (int64_t h = 0; h < H; ++h) {
-        float* row = p.data() + h * n;
-        vk.scale(row, scale, n);
-        row_max[h] = vk.max(row, n);
-        row_sum[h] = vk.exp_shift_sum(row, row, n, row_max[h]);
+        float* row = pb + h * n;
+        if constexpr (kRoundP) {
+          // Each block's running max over every thread's scores up to it; the thread's range is
+          // then weighted relative to the running max of its last block.
+          float running = kNegInf;
+          for (int64_t blk = 0; blk < n_blocks; ++blk) {
+            for (int64_t u = 0; u < n_threads; ++u) {
+              running = std::max(running, block_max[((u * s.batch + b) * H + h) * n_blocks + blk]);
+            }
+            running_max[static_cast<size_t>(blk)] = running;
+          }
+          row_max[h] = running_max[static_cast<size_t>((j1 - 1) / kBlockK)];
+          row_sum[h] = 0.0f;
+          for (int64_t j = j0; j < j1; j = (j / kBlockK + 1) * kBlockK) {
+            const int64_t end = std::min(j1, (j / kBlockK + 1) * kBlockK), len = end - j;
+            const float m = running_max[static_cast<size_t>(j / kBlockK)];
+            float* seg = row + (j - j0);
+            const float segment_sum = vk.exp_shift_sum(seg, seg, len, m);
+            vk.round_to_bf16(p_bits.data(), seg, 1.0f, len);
+            vk.widen_bf16(seg, p_bits.data(), len);
+            const float to_last = std::exp(m - row_max[h]);
+            if (to_last != 1.0f) vk.scale(seg, to_last, len);
+            row_sum[h] += to_last * segment_sum;
+          }
+        } else {
+          row_max[h] = vk.max(row, n);
+          row_sum[h] = vk.exp_shift_sum(row, row, n, row_max[h]);
+        }
       }
       std::fill(acc, acc + H * hd, 0.0f);
       if constexpr (kBf16) {
-        vk.gqa_values_bf16(acc, p.data(), n, vb, ldk, n, heads);
+        vk.gqa_values_bf16(acc, pb, n, vb, ldk, n, heads);
       } else {
-        vk.gqa_values_f32(acc, p.data(), n, vb, ldk, n, heads);
+        vk.gqa_values_f32(acc, pb, n, vb, ldk, n, heads);
       }
     }
   }
@@ -185,11 +240,16 @@ void attention_forward_blocks(float* out, float* lse, const Q* q, const KV* k, c
   attention_check_shape(s);
   constexpr bool kBf16Gemm = std::is_same_v<Q, uint16_t>;
   static_assert(!kBf16Gemm || std::is_same_v<KV, uint16_t>, "bf16 GEMMs need bf16 keys");
-  if constexpr (!kBf16Gemm) {
-    if (s.seq_q == 1) {
+  if (s.seq_q == 1) {
+    if constexpr (kBf16Gemm) {
+      // A bf16 model's decode step over its bf16 cache: q widened exactly, P rounded.
+      std::vector<float> q_f32(static_cast<size_t>(s.batch * s.n_heads * s.head_dim));
+      backend().vec().widen_bf16(q_f32.data(), q, static_cast<int64_t>(q_f32.size()));
+      attention_forward_one_query<uint16_t, true>(out, lse, q_f32.data(), k, v, s);
+    } else {
       attention_forward_one_query(out, lse, q, k, v, s);
-      return;
     }
+    return;
   }
   constexpr bool kWidenKv = !std::is_same_v<Q, KV>;
   const int64_t H = s.n_heads, KV_heads = s.n_kv_heads, hd = s.head_dim, G = H / KV_heads;
