@@ -693,10 +693,14 @@ TEST(Attention, Bf16ForwardWithinItsRoundingOfTheReference) {
   check_attention_forward_bf16({1, 131, 140, 4, 2, 40});  // several query and key blocks
   check_attention_forward_bf16({2, 67, 67, 3, 3, 16});
   check_attention_forward_bf16({2, 300, 300, 2, 1, 64});  // three blocks of each, a group of 2
-  check_attention_forward_bf16({2, 1, 70, 4, 2, 8});      // one query: blockwise too
+  // One query (a bf16 model's decode step): the one-query path, probabilities rounded too, over
+  // one key block, over five (0.6B's heads) and split across five threads.
+  check_attention_forward_bf16({2, 1, 70, 4, 2, 8});
+  check_attention_forward_bf16({1, 1, 600, 16, 8, 128});
   const int saved = thread_count();
   set_thread_count(5);
   check_attention_forward_bf16({2, 130, 130, 4, 2, 32});
+  check_attention_forward_bf16({1, 1, 300, 4, 2, 40});
   set_thread_count(saved);
 }
 
