@@ -29,7 +29,7 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   const int64_t rounded_in = weights.widened_floats() > 0 ? widest_in : 0;
   // A bf16 cache: this call's keys and values in fp32 before they are rounded into it.
   const int64_t kv_in = kv_cache_dtype == DType::bf16 ? n * kvd : 0;
-  // bf16 weights and cache: q's bits for the prompt's bf16 attention GEMMs, in floats.
+  // bf16 weights and cache: q's bits for the bf16 attention, in floats.
   const int64_t q_bits =
       kv_cache_dtype == DType::bf16 && weights.dtype() == DType::bf16 ? (n * qd + 1) / 2 : 0;
   for (const DecoderLayer& layer : weights.modules().layers) {

@@ -216,7 +216,8 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   rope->forward(act.q, call.positions, *call.rope, n, n_heads);
   rope->forward(k, call.positions, *call.rope, n, n_kv_heads);
   if (bf16) {
-    round_for_attention(act.q, act.kept.q, q_count);
+    // Inference's q bits (act.q_bf16) are written here too: kept is null with a KV cache.
+    round_for_attention(act.q, act.kept.q != nullptr ? act.kept.q : act.q_bf16, q_count);
     round_for_attention(k, act.kept.k, kv_count);
   }
   if (bf16_forward) {
@@ -234,11 +235,9 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
     auto* values = static_cast<uint16_t*>(cache.values);
     round_to_bf16(keys + call.past * kv_row, k, kv_count);
     round_to_bf16(values + call.past * kv_row, v, kv_count);
-    // A bf16 model over its bf16 cache attends in bf16: q holds bf16 values here (rounded
-    // above), so its bits are exact, and the kernel rounds the probabilities for P V (a decode
-    // step too, on its one-query path).
+    // A bf16 model over its bf16 cache attends in bf16, on q's bits written above: the kernel
+    // rounds the probabilities for P V (a decode step too, on its one-query path).
     if (bf16 && act.q_bf16 != nullptr && attention->forward_bf16 != nullptr) {
-      round_to_bf16(act.q_bf16, act.q, q_count);
       attention->forward_bf16(act.out, act.lse, act.q_bf16, keys, values, s);
     } else {
       attention->forward_bf16_kv(act.out, act.lse, act.q, keys, values, s);

@@ -176,6 +176,11 @@ struct AttentionActivations {
   // (N, h) the projections' input rounded to bf16, kept for their backward in bf16 training (the
   // caller's fp32 input is then scratch); null otherwise.
   uint16_t* x_bf16 = nullptr;
+  // Inference on bf16 weights with a bf16 KV cache: (N, H, hd) room for q's bits, written where
+  // q is rounded, which the attention kernel's bf16 forward reads with the cache's keys and
+  // values as it holds them (a bf16 model multiplies bf16 q and k, and bf16 probabilities with
+  // v, for a prompt and a decode step alike); null otherwise.
+  uint16_t* q_bf16 = nullptr;
   // bf16 training: q_pre, k_pre, q, k and v (same shapes) rounded to bf16 where they are made, as
   // torch.autocast's bf16 projections return them and its attention matmuls read them, and out
   // rounded as o_proj reads it (autocast's attention returns it in bf16), kept so (raw bits); the
@@ -184,11 +189,6 @@ struct AttentionActivations {
   // forms reads only the bits, so q, k and v there are left unrounded; one without reads the
   // fp32 values, rounded in place.
   // Null otherwise (and with a KV cache).
-  // Inference on bf16 weights with a bf16 KV cache: (N, H, hd) room for q's bits, so a prompt's
-  // attention runs bf16 block GEMMs over the cache as it holds them (a bf16 model's attention
-  // multiplies bf16 q and k, and bf16 probabilities with v); null otherwise, and a one-token
-  // decode step does not use it.
-  uint16_t* q_bf16 = nullptr;
   struct Kept {
     uint16_t *q_pre = nullptr, *k_pre = nullptr, *q = nullptr, *k = nullptr, *v = nullptr,
              *out = nullptr;

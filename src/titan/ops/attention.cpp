@@ -50,6 +50,16 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
   }
 }
 
+// fn(j, len) for each piece [j, j + len) of keys [j0, j1) that lies within one kBlockK block.
+template <typename Fn>
+void for_each_block_segment(int64_t j0, int64_t j1, const Fn& fn) {
+  for (int64_t j = j0; j < j1;) {
+    const int64_t end = std::min(j1, (j / kBlockK + 1) * kBlockK);
+    fn(j, end - j);
+    j = end;
+  }
+}
+
 // One query per sequence (a decode step), split over the keys ("flash decoding"): each thread
 // takes a contiguous range of cache rows, all heads, and streams it row after row -- the access
 // the hardware prefetcher follows best. Splitting by kv head instead had each thread read half of
@@ -59,11 +69,11 @@ void scatter_query_heads(float* dst, const float* stacked, int64_t row0, int64_t
 // loaded 2-vCPU VM, and slower as long as the loop kept its own barrier.
 // A thread leaves, per head, its range's max score, sum of exponentials and unnormalised output;
 // the calling thread merges them after the join (no barrier inside the region, which would be
-// one more team-wide wait per layer). A thread's range is two vector calls: every head's scores
-// over all its rows (gqa_scores: each kv head's slice of a row read once for the query heads
-// sharing it), the softmax per head, then the weighted sum of its value rows (gqa_values, the
-// same way). Two calls per key row and kv head (a G-row GEMV, then G axpys) cost more in calls
-// than the rows' bytes (docs/PERFORMANCE.md, bf16 inference).
+// one more team-wide wait per layer, but for kRoundP's below). A thread's range is two vector
+// calls: every head's scores over all its rows (gqa_scores: each kv head's slice of a row read once
+// for the query heads sharing it), the softmax per head, then the weighted sum of its value rows
+// (gqa_values, the same way). Two calls per key row and kv head (a G-row GEMV, then G axpys) cost
+// more in calls than the rows' bytes (docs/PERFORMANCE.md, bf16 inference).
 //
 // bf16 keys and values (KV = uint16_t) are widened in registers, with their fp32 side in
 // gemv_bf16_split_x's layout: each query head is split once, and each head's output accumulates
@@ -120,10 +130,9 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
         vk.scale(row, scale, n);
         if constexpr (kRoundP) {
           float* own = block_max.data() + ((t * s.batch + b) * H + h) * n_blocks;
-          for (int64_t j = j0; j < j1; j = (j / kBlockK + 1) * kBlockK) {
-            const int64_t end = std::min(j1, (j / kBlockK + 1) * kBlockK);
-            own[j / kBlockK] = vk.max(row + (j - j0), end - j);
-          }
+          for_each_block_segment(j0, j1, [&](int64_t j, int64_t len) {
+            own[j / kBlockK] = vk.max(row + (j - j0), len);
+          });
         }
       }
     }
@@ -150,8 +159,7 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
           }
           row_max[h] = running_max[static_cast<size_t>((j1 - 1) / kBlockK)];
           row_sum[h] = 0.0f;
-          for (int64_t j = j0; j < j1; j = (j / kBlockK + 1) * kBlockK) {
-            const int64_t end = std::min(j1, (j / kBlockK + 1) * kBlockK), len = end - j;
+          for_each_block_segment(j0, j1, [&](int64_t j, int64_t len) {
             const float m = running_max[static_cast<size_t>(j / kBlockK)];
             float* seg = row + (j - j0);
             const float segment_sum = vk.exp_shift_sum(seg, seg, len, m);
@@ -160,7 +168,7 @@ void attention_forward_one_query(float* out, float* lse, const float* q, const K
             const float to_last = std::exp(m - row_max[h]);
             if (to_last != 1.0f) vk.scale(seg, to_last, len);
             row_sum[h] += to_last * segment_sum;
-          }
+          });
         } else {
           row_max[h] = vk.max(row, n);
           row_sum[h] = vk.exp_shift_sum(row, row, n, row_max[h]);
