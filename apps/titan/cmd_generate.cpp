@@ -275,9 +275,10 @@ Action add_generate_command(CLI::App& app) {
     const DType dtype = inference_dtype(f.model, f.dtype);  // a bad --dtype fails before loading
     const DType kv_cache = kv_cache_dtype(f.kv_cache_dtype, dtype);
     const Tokenizer tok = Tokenizer::load(f.model);
-    std::unique_ptr<CausalLM> model = load_hf_model(f.model, {}, f.allow_nonfinite);
-    const InferenceWeights weights(*model, dtype);
-    const GenerateOptions options = resolve_options(f, f.model, model->args(), kv_cache);
+    const std::unique_ptr<InferenceWeights> loaded =
+        InferenceWeights::load(f.model, dtype, f.allow_nonfinite);
+    const InferenceWeights& weights = *loaded;
+    const GenerateOptions options = resolve_options(f, f.model, weights.model().args(), kv_cache);
     if (!f.prompts.empty()) return run_batch(f, weights, tok, options);
     if (!f.prompt_given) return run_interactive(f, weights, tok, options);
     TITAN_CHECK(!f.prompt.empty(), "--prompt is empty");

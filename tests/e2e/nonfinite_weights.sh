@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Weights holding NaN or Inf are found at load, named (file, first tensor, counts) and refused
-# with one line by every command that loads them -- generate, eval, convert, train's initial
-# weights and a resumed checkpoint -- unless explicitly allowed for debugging; nothing on disk
-# changes. Weights a run made non-finite are not exported.
+# with one line by every command that loads them -- generate (fp32 and bf16), eval, convert,
+# train's initial weights and a resumed checkpoint -- unless explicitly allowed for debugging;
+# nothing on disk changes. Weights a run made non-finite are not exported.
 set -euo pipefail
 titan="$1"
 work=$(mktemp -d)
@@ -26,6 +26,9 @@ PY
 
 "$titan" train "${common[@]}" --checkpoint.enable=true --checkpoint.last_save_model_only=false \
   --checkpoint.last_save_in_hf=true --job.dump_folder="$work/run" > "$work/run.log"
+# A matmul weight, which bf16 inference loads straight into bf16 and never holds in fp32.
+cp -r "$work/run/hf" "$work/matmul"
+poison "$work/matmul/model.safetensors" model.layers.0.self_attn.q_proj.weight nan
 poison "$work/run/hf/model.safetensors" model.norm.weight nan inf -inf
 poison "$work/run/checkpoint/step-2/model.safetensors" model.layers.1.mlp.up_proj.weight nan
 printf '{"text": "one two three four five six seven eight nine ten"}\n' > "$work/data.jsonl"
@@ -37,6 +40,12 @@ named='3 non-finite weight\(s\) \(NaN or Inf\) in 1 tensor\(s\), the first "mode
 expect_refusal generate "^titan generate: error: .*/run/hf/model.safetensors: $named" \
   "$titan" generate --model "$work/run/hf" --prompt hi --max-new-tokens 2
 same generate
+expect_refusal generate_bf16 "^titan generate: error: .*/run/hf/model.safetensors: $named" \
+  "$titan" generate --model "$work/run/hf" --dtype bfloat16 --prompt hi --max-new-tokens 2
+same generate_bf16
+expect_refusal generate_bf16_matmul "^titan generate: error: .*/matmul/model.safetensors: 1 non-finite weight\(s\) .* the first \"model.layers.0.self_attn.q_proj.weight\" with 1; .*--allow-nonfinite-weights" \
+  "$titan" generate --model "$work/matmul" --dtype bfloat16 --prompt hi --max-new-tokens 2
+same generate_bf16_matmul
 expect_refusal eval "^titan eval: error: .*/run/hf/model.safetensors: $named" \
   "$titan" eval --model "$work/run/hf" --data "$work/data.jsonl" --seq-len 8
 same eval

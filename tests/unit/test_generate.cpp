@@ -22,6 +22,9 @@
 #include "titan/infer/weights.h"
 #include "titan/kernels/registry.h"
 #include "titan/models/decoder_lm.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/models/hf_export.h"
+#include "titan/models/state_dict_adapter.h"
 #include "titan/ops/linear.h"
 #include "unit/test_safetensors_util.h"
 
@@ -376,6 +379,67 @@ TEST(InferenceSession, Bf16KvCacheHalvesTheBytesAndNeedsABf16Attention) {
       {"model.layers.0.self_attn", "attention_bf16_rounded", "reads only fp32 keys and values"});
   InferenceSession fp32_cache(weights, 8, 4, DType::f32);
   EXPECT_EQ(fp32_cache.cache().dtype(), DType::f32);
+}
+
+// A folder loaded for bf16 inference holds its matmul weights only as bf16 copies: the
+// parameters' accounting grows by the copies and by the fp32 parameters the forward reads (norms,
+// the embedding) -- not by fp32 matmul weights -- and its sessions compute what the copies of the
+// same folder loaded whole in fp32 compute, bit for bit. bf16 and fp32 folders (the copies then
+// rounded from the stored fp32 values); tied, untied and MoE.
+TEST(InferenceWeights, LoadedInBf16HoldsTheMatmulWeightsOnlyInBf16) {
+  test::TempDir dir;
+  ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
+  moe.num_hidden_layers = 3;
+  const std::vector<std::pair<std::string, ModelArgs>> models = {
+      {"tied", tiny_generate_args(true)}, {"untied", tiny_generate_args(false)}, {"moe", moe}};
+  constexpr auto kParameters = static_cast<int>(MemCategory::parameters);
+  for (const auto& [name, args] : models) {
+    for (const DType stored : {DType::bf16, DType::f32}) {
+      const std::string folder = dir / (name + "_" + std::string(dtype_name(stored)));
+      SCOPED_TRACE(folder);
+      {
+        DecoderLM model(args);
+        model.initialize(3);
+        HfExportOptions options;
+        options.dtype = stored;
+        export_hf_folder(folder, model, options);
+      }
+      int64_t read_in_fp32 = 0, matmul = 0;
+      for (const ParamGroupSpec& g : model_param_specs(args)) {
+        for (const ParamSpec& p : g.params) {
+          const int64_t numel = shape_numel(p.shape);
+          (DecoderLM::read_only_in_bf16(p.name) ? matmul : read_in_fp32) += param_view_span(numel);
+        }
+      }
+      const size_t before = memory_stats().current[kParameters];
+      const std::unique_ptr<InferenceWeights> loaded = InferenceWeights::load(folder, DType::bf16);
+      const size_t held = memory_stats().current[kParameters] - before;
+      EXPECT_EQ(held, loaded->copy_bytes() + sizeof(float) * static_cast<size_t>(read_in_fp32));
+      EXPECT_GT(matmul, 0);
+      const std::unique_ptr<CausalLM> whole = load_hf_model(folder);
+      const InferenceWeights copies(*whole, DType::bf16);
+      EXPECT_EQ(loaded->copy_bytes(), copies.copy_bytes());
+      for (const DType cache : {DType::f32, DType::bf16}) {
+        EXPECT_EQ(session_deviation(*loaded, cache, copies, cache), 0.0);
+      }
+    }
+  }
+}
+
+// A non-finite value stored in a weight the bf16 load never holds in fp32 is found all the same.
+TEST(InferenceWeights, LoadedInBf16RefusesNonFiniteMatmulWeights) {
+  test::TempDir dir;
+  const std::string folder = dir / "nan";
+  DecoderLM model(tiny_generate_args(true));
+  model.initialize(3);
+  const ParamGroup& layer0 = model.param_groups()[1];
+  layer0.params()[layer0.view("model.layers.0.self_attn.q_proj.weight").offset + 5] =
+      std::numeric_limits<float>::quiet_NaN();
+  export_hf_folder(folder, model, {});
+  test::expect_error(
+      [&] { InferenceWeights::load(folder, DType::bf16); },
+      {"model.safetensors", "1 non-finite weight", "model.layers.0.self_attn.q_proj.weight"});
+  EXPECT_NE(InferenceWeights::load(folder, DType::bf16, true), nullptr);
 }
 
 TEST(InferenceSession, KvCacheDtypeNames) {

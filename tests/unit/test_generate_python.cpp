@@ -22,8 +22,8 @@
 #include "tiny_models.h"
 #include "titan/infer/generate.h"
 #include "titan/infer/sampling.h"
+#include "titan/infer/weights.h"
 #include "titan/models/decoder_lm.h"
-#include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "unit/test_safetensors_util.h"
 
@@ -56,12 +56,14 @@ TEST(GeneratePython, GreedyIdsEqualTransformers) {
       HfExportOptions export_options;
       export_options.dtype = dtype;
       export_hf_folder(folder, model, export_options);
-      // Generate from what was exported, with the folder's own defaults (greedy, its eos ids)
-      // and its dtype.
-      std::unique_ptr<CausalLM> loaded = load_hf_model(folder);
+      // Generate from what was exported, loaded as titan generate loads it (a bf16 folder's
+      // matmul weights only in bf16), with the folder's own defaults (greedy, its eos ids) and
+      // its dtype.
       ASSERT_EQ(inference_dtype(folder, "auto"), dtype) << folder;
-      const InferenceWeights weights(*loaded, inference_dtype(folder, "auto"));
-      GenerateOptions options = generation_defaults(folder, loaded->args());
+      const std::unique_ptr<InferenceWeights> loaded =
+          InferenceWeights::load(folder, inference_dtype(folder, "auto"));
+      const InferenceWeights& weights = *loaded;
+      GenerateOptions options = generation_defaults(folder, weights.model().args());
       options.sampling.do_sample = false;
       options.max_new_tokens = max_new;
       for (const DType cache : {DType::f32, DType::bf16}) {

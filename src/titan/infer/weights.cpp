@@ -2,15 +2,21 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "titan/core/error.h"
 #include "titan/io/convert.h"
 #include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
+#include "titan/models/hf_checkpoint.h"
 
 namespace titan {
 
 InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
+    : InferenceWeights(model, dtype, true) {}
+
+InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype, bool fill)
     : model_(model), dtype_(dtype), modules_(model.modules()) {
   TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16, "inference weights in ",
               dtype_name(dtype), ": only F32 and BF16 are supported");
@@ -34,21 +40,83 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
   }
   copies_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
   uint16_t* next = copies_.as<uint16_t>();
-  const auto copy = [&](const float* master, int64_t numel) {
-    convert_from_f32(master, static_cast<size_t>(numel), DType::bf16, next);
-    const uint16_t* copied = next;
+  const auto lay_out = [&](int64_t numel) {
+    const uint16_t* copy = next;
     next += numel;
-    return copied;
+    return copy;
   };
-  for (Linear* w : all) w->weight_bf16 = copy(w->weight, w->out_features * w->in_features);
+  for (Linear* w : all) w->weight_bf16 = lay_out(w->out_features * w->in_features);
   // The stacked experts too (not the router, which computes in fp32), as DecoderLM in bf16 does.
   for (DecoderLayer& l : modules_.layers) {
     if (!l.sparse) continue;
     SparseMoeBlock& moe = l.moe;
     const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;
-    moe.weights_bf16 = {copy(moe.weights.gate, n), copy(moe.weights.up, n),
-                        copy(moe.weights.down, n)};
+    moe.weights_bf16 = {lay_out(n), lay_out(n), lay_out(n)};
   }
+  if (!fill) return;
+  for_each_copy([](const float* master, uint16_t* copy, int64_t numel) {
+    convert_from_f32(master, static_cast<size_t>(numel), DType::bf16, copy);
+  });
+}
+
+template <typename Fn>
+void InferenceWeights::for_each_copy(const Fn& fn) {
+  // The copies are this object's: their pointers in modules_ are read-only views of copies_.
+  uint16_t* base = copies_.as<uint16_t>();
+  const auto own = [&](const uint16_t* copy) { return base + (copy - base); };
+  for (Linear* w : modules_.matmul_linears()) {
+    fn(w->weight, own(w->weight_bf16), w->out_features * w->in_features);
+  }
+  for (DecoderLayer& l : modules_.layers) {
+    if (!l.sparse) continue;
+    const SparseMoeBlock& moe = l.moe;
+    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;
+    fn(moe.weights.gate, own(moe.weights_bf16.gate), n);
+    fn(moe.weights.up, own(moe.weights_bf16.up), n);
+    fn(moe.weights.down, own(moe.weights_bf16.down), n);
+  }
+}
+
+std::unique_ptr<InferenceWeights> InferenceWeights::load(const std::string& dir, DType dtype,
+                                                         bool allow_nonfinite) {
+  if (dtype != DType::bf16) {
+    std::unique_ptr<CausalLM> model = load_hf_model(dir, {}, allow_nonfinite);
+    std::unique_ptr<InferenceWeights> weights(new InferenceWeights(*model, dtype, true));
+    weights->owned_ = std::move(model);
+    return weights;
+  }
+  std::unique_ptr<InferenceWeights> weights;
+  std::unordered_set<std::string> bf16_only;
+  // The parameter each copy is made from, by its master's address in the model's groups.
+  std::unordered_map<const float*, std::string> names;
+  std::unique_ptr<CausalLM> model = load_hf_model_bf16_only(dir, allow_nonfinite, [&](CausalLM& m) {
+    weights.reset(new InferenceWeights(m, DType::bf16, false));
+    for (const ParamGroup& g : m.param_groups()) {
+      for (const ParamView& v : g.views()) names.emplace(g.params() + v.offset, v.spec.name);
+    }
+    for (const std::vector<ComputeCopyTarget>& group : m.bf16_only_params()) {
+      for (const ComputeCopyTarget& t : group) bf16_only.insert(t.param);
+    }
+    Bf16Destinations destinations;
+    weights->for_each_copy([&](const float* master, uint16_t* copy, int64_t) {
+      const std::string& name = names.at(master);
+      if (bf16_only.count(name) != 0) destinations.emplace(name, copy);
+    });
+    return destinations;
+  });
+  // A copy of a parameter also read in fp32 (a tied lm_head: the embedding) is made from it;
+  // the masters of the rest were never loaded, so nothing may read them.
+  weights->for_each_copy([&](const float* master, uint16_t* copy, int64_t numel) {
+    if (bf16_only.count(names.at(master)) == 0) {
+      convert_from_f32(master, static_cast<size_t>(numel), DType::bf16, copy);
+    }
+  });
+  for (Linear* w : weights->modules_.matmul_linears()) {
+    if (bf16_only.count(names.at(w->weight)) != 0) w->weight = nullptr;
+  }
+  for (DecoderLayer& l : weights->modules_.layers) l.moe.weights = {};
+  weights->owned_ = std::move(model);
+  return weights;
 }
 
 DType inference_dtype(const std::string& model_dir, const std::string& requested) {

@@ -4,12 +4,15 @@
 // torch's .to(torch.bfloat16) -- halves them, and with bf16 weights each matmul takes its input
 // rounded to bf16 too (fp32 accumulation and outputs; bf16 GEMMs for a prompt, GEMVs widening in
 // registers for one token), as mixed-precision training computes; norms, RoPE, attention, SwiGLU
-// and the residual stream stay fp32 (the KV cache's dtype is the session's choice). The model
-// keeps its fp32 parameters either way (the norms and the embedding are read from there), so a
-// bf16 session costs 1.5x an fp32 one in memory. The MoE experts' stacked weights get bf16 copies
-// too and their GEMMs the same rounding (ops/moe.h); routers compute in fp32 in either dtype.
+// and the residual stream stay fp32 (the KV cache's dtype is the session's choice). The norms,
+// biases, routers and the embedding are read from the model's fp32 parameters. Made from a live
+// model, the copies sit beside its fp32 masters (1.5x an fp32 model's bytes); loaded from a folder
+// (load), the matmul weights exist only as the copies (half an fp32 model's bytes, and its
+// embedding). The MoE experts' stacked weights get bf16 copies too and their GEMMs the same
+// rounding (ops/moe.h); routers compute in fp32 in either dtype.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +26,13 @@ class InferenceWeights {
  public:
   // dtype f32 or bf16 (else titan::Error). The model must outlive this object.
   InferenceWeights(const CausalLM& model, DType dtype);
+  // The model folder `dir` (config.json and its weights, checked and loaded as load_hf_model
+  // does, with its errors) for inference in `dtype`, owning its model. Under bf16 each matmul
+  // weight goes from the folder straight into its copy (load_hf_model_bf16_only) and is never
+  // held in fp32: a bf16 folder's bits as stored, an fp32 one's rounded as the copies of a live
+  // model are -- the same weights either way.
+  static std::unique_ptr<InferenceWeights> load(const std::string& dir, DType dtype,
+                                                bool allow_nonfinite = false);
 
   const CausalLM& model() const { return model_; }
   DType dtype() const { return dtype_; }
@@ -34,6 +44,14 @@ class InferenceWeights {
   int64_t widened_floats() const { return widened_floats_; }
 
  private:
+  // Lays out the bf16 copies (dtype bf16) and points modules_ at them; `fill`: rounds the model's
+  // fp32 masters into them.
+  InferenceWeights(const CausalLM& model, DType dtype, bool fill);
+  // fn(master, copy, numel) for every bf16 copy: the matmul weights, then the stacked experts.
+  template <typename Fn>
+  void for_each_copy(const Fn& fn);
+
+  std::unique_ptr<CausalLM> owned_;  // load's model (model_ then refers to it)
   const CausalLM& model_;
   DType dtype_;
   Buffer copies_;  // the bf16 copies, one allocation

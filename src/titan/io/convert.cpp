@@ -145,7 +145,11 @@ void convert_float(const void* src, DType src_dtype, size_t n, void* dst, DType 
   TITAN_CHECK(is_float(src_dtype) && is_float(dst_dtype), "cannot convert ", dtype_name(src_dtype),
               " to ", dtype_name(dst_dtype), ": only F32, BF16 and F16 convert");
   if (src_dtype == dst_dtype) {
-    std::memcpy(dst, src, n * dtype_size(src_dtype));
+    const size_t size = dtype_size(src_dtype);
+    const auto* s = static_cast<const unsigned char*>(src);
+    auto* d = static_cast<unsigned char*>(dst);
+    for_chunks(
+        n, [&](size_t b, size_t e) { std::memcpy(d + size * b, s + size * b, size * (e - b)); });
   } else if (src_dtype == DType::f32) {
     convert_from_f32(static_cast<const float*>(src), n, dst_dtype, dst);
   } else if (dst_dtype == DType::f32) {

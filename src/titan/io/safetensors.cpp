@@ -157,6 +157,11 @@ void read_f32(const SafetensorsEntry& entry, float* dst, size_t numel) {
 }
 
 void read_f32_range(const SafetensorsEntry& entry, size_t first, size_t count, float* dst) {
+  read_range_as(entry, first, count, DType::f32, dst);
+}
+
+void read_range_as(const SafetensorsEntry& entry, size_t first, size_t count, DType dst_dtype,
+                   void* dst) {
   TITAN_CHECK(first + count <= static_cast<size_t>(entry.numel()), entry.file, ": tensor ",
               json_quote(entry.name), " has ", entry.numel(), " elements, not [", first, ", ",
               first + count, ")");
@@ -164,7 +169,7 @@ void read_f32_range(const SafetensorsEntry& entry, size_t first, size_t count, f
               entry.file, ": tensor ", json_quote(entry.name), " has dtype ", entry.dtype_name,
               "; only F32, BF16 and F16 load as floats");
   const auto* bytes = static_cast<const unsigned char*>(entry.data);
-  convert_to_f32(bytes + first * dtype_size(*entry.dtype), *entry.dtype, count, dst);
+  convert_float(bytes + first * dtype_size(*entry.dtype), *entry.dtype, count, dst, dst_dtype);
 }
 
 }  // namespace titan

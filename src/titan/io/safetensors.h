@@ -64,5 +64,9 @@ class SafetensorsCheckpoint {
 void read_f32(const SafetensorsEntry& entry, float* dst, size_t numel);
 // Elements [first, first + count) of the tensor in row-major order (an FSDP shard's rows).
 void read_f32_range(const SafetensorsEntry& entry, size_t first, size_t count, float* dst);
+// The same into `dst_dtype` (F32, BF16 or F16): the stored bits when the dtypes match, else
+// converted, rounded to nearest even where it narrows (bf16 inference's weights, infer/weights.h).
+void read_range_as(const SafetensorsEntry& entry, size_t first, size_t count, DType dst_dtype,
+                   void* dst);
 
 }  // namespace titan

@@ -102,20 +102,23 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
 namespace {
 
 // Where a parameter's elements go: the held rows [first, first + count) of its row-major whole,
-// at `data`.
+// at `data` in `dtype` (fp32 into a parameter group, bf16 into a Bf16Destinations entry).
 struct HeldElements {
-  float* data = nullptr;
+  void* data = nullptr;
+  DType dtype = DType::f32;
   int64_t first = 0, count = 0;
 };
 
 // The tensors `matched` in `checkpoint` (of `path`) converted into `groups`, which hold `shard` of
-// the model of `specs`: each HF tensor's elements that fall in the held rows. Every destination
-// is resolved and size-checked before the first write; non-finite values are refused unless
-// allowed.
+// the model of `specs`: each HF tensor's elements that fall in the held rows, or, for a parameter
+// named in `bf16`, all of them into its bf16 destination instead (the group's view is then not
+// touched). Every destination is resolved and size-checked before the first write; non-finite
+// values are refused unless allowed.
 void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
                      const std::vector<HfCheckpointTensor>& tensors,
                      const std::vector<ParamGroupSpec>& specs, std::vector<ParamGroup>& groups,
-                     RowShard shard, const std::string& path, bool allow_nonfinite) {
+                     RowShard shard, const std::string& path, bool allow_nonfinite,
+                     const Bf16Destinations& bf16 = {}) {
   TITAN_CHECK(specs.size() == groups.size(), "model: ", groups.size(),
               " parameter groups for a model of ", specs.size());
   std::unordered_map<std::string, std::pair<HeldElements, int64_t>> params;  // -> (held, numel)
@@ -125,13 +128,23 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
       const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
       TITAN_CHECK(v.numel == shard.rows_per_shard(d0) * row, "model: parameter ", v.spec.name,
                   " is not shard ", shard.index, " of ", shard.count, " of ", shape_str(whole));
+      if (const auto it = bf16.find(v.spec.name); it != bf16.end()) {
+        TITAN_CHECK(shard.count == 1, "model: ", v.spec.name, " loads into bf16 only unsharded");
+        params.emplace(v.spec.name, std::pair(HeldElements{it->second, DType::bf16, 0, v.numel},
+                                              shape_numel(whole)));
+        continue;
+      }
       float* data = groups[g].params() + v.offset;
       std::fill(data + shard.rows(d0) * row, data + v.numel, 0.0f);  // the padding rows
-      params.emplace(v.spec.name,
-                     std::pair(HeldElements{data, shard.first_row(d0) * row, shard.rows(d0) * row},
-                               shape_numel(whole)));
+      params.emplace(
+          v.spec.name,
+          std::pair(HeldElements{data, DType::f32, shard.first_row(d0) * row, shard.rows(d0) * row},
+                    shape_numel(whole)));
     }
   }
+  TITAN_CHECK(std::all_of(bf16.begin(), bf16.end(),
+                          [&](const auto& entry) { return params.count(entry.first) == 1; }),
+              "model: a bf16 destination names no parameter of the model");
   std::vector<HeldElements> destinations;
   destinations.reserve(tensors.size());
   for (const HfCheckpointTensor& t : tensors) {
@@ -153,10 +166,15 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
     const int64_t lo = std::max(key.offset, held.first);
     const int64_t hi = std::min(key.offset + tensors[i].entry->numel(), held.first + held.count);
     if (lo < hi) {
-      float* dst = held.data + (lo - held.first);
-      read_f32_range(*tensors[i].entry, static_cast<size_t>(lo - key.offset),
-                     static_cast<size_t>(hi - lo), dst);
-      scan.add(tensors[i].entry->file, key.key, dst, DType::f32, static_cast<size_t>(hi - lo));
+      const SafetensorsEntry& entry = *tensors[i].entry;
+      const auto first = static_cast<size_t>(lo - key.offset), count = static_cast<size_t>(hi - lo);
+      void* dst = static_cast<unsigned char*>(held.data) +
+                  static_cast<size_t>(lo - held.first) * dtype_size(held.dtype);
+      read_range_as(entry, first, count, held.dtype, dst);
+      // The stored values: rounding into bf16 neither makes nor hides a NaN or Inf that matters.
+      scan.add(entry.file, key.key,
+               static_cast<const unsigned char*>(entry.data) + first * dtype_size(*entry.dtype),
+               *entry.dtype, count);
     }
     progress.advance(static_cast<int64_t>(tensors[i].entry->nbytes));
   }
@@ -177,20 +195,71 @@ void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfini
   load_hf_weights(model.args(), model.param_groups(), dir, "the model's config", allow_nonfinite);
 }
 
+namespace {
+
+// config.json, then the weights checked against it before make_model(args) allocates the model:
+// a config that disagrees with them (100000 layers beside a 2-layer file) fails in milliseconds,
+// not after allocating what it describes. Then `load(model, checkpoint, tensors)`.
+template <typename MakeModel, typename Load>
+std::unique_ptr<CausalLM> load_checked(const std::string& dir, const MakeModel& make_model_of,
+                                       const Load& load) {
+  const std::string config = (std::filesystem::path(dir) / "config.json").string();
+  const ModelArgs args = read_hf_config(config);
+  const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(dir);
+  const std::vector<HfCheckpointTensor> tensors = match_hf_checkpoint(args, checkpoint, config);
+  std::unique_ptr<CausalLM> model = make_model_of(args);
+  load(*model, checkpoint, tensors);
+  return model;
+}
+
+}  // namespace
+
 std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
                                         const std::vector<OverrideRule>& overrides,
                                         bool allow_nonfinite, DType compute_dtype) {
-  const std::string config = (std::filesystem::path(dir) / "config.json").string();
-  const ModelArgs args = read_hf_config(config);
-  // The weights are checked against config.json before the model is allocated: a config that
-  // disagrees with them (100000 layers beside a 2-layer file) fails in milliseconds, not after
-  // allocating what it describes.
-  const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(dir);
-  const std::vector<HfCheckpointTensor> tensors = match_hf_checkpoint(args, checkpoint, config);
-  auto model = make_model(args, overrides, compute_dtype);
-  copy_hf_weights(checkpoint, tensors, model_param_specs(args), model->param_groups(), RowShard{},
-                  dir, allow_nonfinite);
-  return model;
+  return load_checked(
+      dir, [&](const ModelArgs& args) { return make_model(args, overrides, compute_dtype); },
+      [&](CausalLM& model, const SafetensorsCheckpoint& checkpoint,
+          const std::vector<HfCheckpointTensor>& tensors) {
+        copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), model.param_groups(),
+                        RowShard{}, dir, allow_nonfinite);
+      });
+}
+
+std::unique_ptr<CausalLM> load_hf_model_bf16_only(
+    const std::string& dir, bool allow_nonfinite,
+    const std::function<Bf16Destinations(CausalLM&)>& destinations) {
+  return load_checked(
+      dir,
+      [](const ModelArgs& args) { return make_model(args, {}, DType::bf16, Residency::released); },
+      [&](CausalLM& model, const SafetensorsCheckpoint& checkpoint,
+          const std::vector<HfCheckpointTensor>& tensors) {
+        std::vector<ParamGroup>& groups = model.param_groups();
+        const std::vector<std::vector<ComputeCopyTarget>> bf16_only = model.bf16_only_params();
+        size_t bf16_only_count = 0;
+        for (size_t g = 0; g < groups.size(); ++g) {
+          // A released bf16 model lays its bf16-only parameters out last (as FSDP gathers them):
+          // the views read in fp32 are a prefix, and only it is committed.
+          const size_t read_in_fp32 = groups[g].views().size() - bf16_only[g].size();
+          for (const ComputeCopyTarget& t : bf16_only[g]) {
+            TITAN_CHECK(&groups[g].view(t.param) - groups[g].views().data() >=
+                            static_cast<std::ptrdiff_t>(read_in_fp32),
+                        "model: ", t.param, " is read only in bf16 but not laid out last");
+          }
+          groups[g].acquire_params(read_in_fp32);
+          bf16_only_count += bf16_only[g].size();
+        }
+        const Bf16Destinations bf16 = destinations(model);
+        for (const std::vector<ComputeCopyTarget>& group : bf16_only) {
+          for (const ComputeCopyTarget& t : group) {
+            TITAN_CHECK(bf16.count(t.param) == 1, "model: no bf16 destination for ", t.param);
+          }
+        }
+        TITAN_CHECK(bf16.size() == bf16_only_count, "model: ", bf16.size(),
+                    " bf16 destinations for ", bf16_only_count, " parameters read only in bf16");
+        copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), groups, RowShard{},
+                        dir, allow_nonfinite, bf16);
+      });
 }
 
 }  // namespace titan

@@ -4,8 +4,11 @@
 // with the shape the config implies and a float dtype (F32, BF16, F16).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "titan/io/safetensors.h"
@@ -49,5 +52,19 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
                                         const std::vector<OverrideRule>& overrides = {},
                                         bool allow_nonfinite = false,
                                         DType compute_dtype = DType::f32);
+
+// Per parameter name, where a parameter read only in bf16 is loaded: its numel bf16 values in its
+// own layout, rounded to nearest even from the folder's dtype (a bf16 folder's bits as stored).
+using Bf16Destinations = std::unordered_map<std::string, uint16_t*>;
+
+// load_hf_model for bf16 inference (infer/weights.h), never holding a matmul weight in fp32: the
+// model computes in bf16 and is made with its parameters released; each group commits only the
+// views it reads in fp32 (norms, biases, routers, the embedding), and every parameter it reads
+// only in bf16 (CausalLM::bf16_only_params) is converted from the folder into
+// `destinations(model)[name]`, which the caller lays out once the model exists and before
+// anything is read. The same checks, and the same errors, as load_hf_model.
+std::unique_ptr<CausalLM> load_hf_model_bf16_only(
+    const std::string& dir, bool allow_nonfinite,
+    const std::function<Bf16Destinations(CausalLM&)>& destinations);
 
 }  // namespace titan
