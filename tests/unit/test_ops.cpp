@@ -940,6 +940,16 @@ TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
   }
   std::vector<int32_t> bad = {11};
   EXPECT_THROW(embedding_forward(out.data(), bad.data(), w.data(), 1, vocab, dim), Error);
+  // From bf16 bits: each row widened exactly.
+  std::vector<uint16_t> w_bf16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w_bf16[i] = f32_to_bf16(w[i]);
+  embedding_forward_bf16(out.data(), ids.data(), w_bf16.data(), ids.size(), vocab, dim);
+  for (size_t n = 0; n < ids.size(); ++n) {
+    for (int64_t c = 0; c < dim; ++c) {
+      EXPECT_EQ(out[n * dim + c], bf16_to_f32(w_bf16[ids[n] * dim + c]));
+    }
+  }
+  EXPECT_THROW(embedding_forward_bf16(out.data(), bad.data(), w_bf16.data(), 1, vocab, dim), Error);
 }
 
 TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {

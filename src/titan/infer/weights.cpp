@@ -14,9 +14,10 @@
 namespace titan {
 
 InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype)
-    : InferenceWeights(model, dtype, true) {}
+    : InferenceWeights(model, dtype, true, false) {}
 
-InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype, bool fill)
+InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype, bool fill,
+                                   bool embedding_in_bf16)
     : model_(model), dtype_(dtype), modules_(model.modules()) {
   TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16, "inference weights in ",
               dtype_name(dtype), ": only F32 and BF16 are supported");
@@ -24,8 +25,12 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype, bool fill
   // A model that trains in bf16 keeps bf16 copies of its own; these weights are this object's.
   for (Linear* w : all) w->weight_bf16 = nullptr;
   for (DecoderLayer& l : modules_.layers) l.moe.weights_bf16 = {};
+  Embedding& embed = modules_.embed_tokens;
+  embed.weight_bf16 = nullptr;
   if (dtype == DType::f32) return;
-  int64_t total = 0;
+  // A tied embedding in bf16 is the lm_head's copy; an untied one gets its own.
+  const bool tied = modules_.lm_head.weight == embed.weight;
+  int64_t total = embedding_in_bf16 && !tied ? embed.vocab * embed.dim : 0;
   for (const Linear* w : all) {
     const int64_t n = w->out_features * w->in_features;
     total += n;
@@ -53,6 +58,9 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype, bool fill
     const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;
     moe.weights_bf16 = {lay_out(n), lay_out(n), lay_out(n)};
   }
+  if (embedding_in_bf16) {
+    embed.weight_bf16 = tied ? modules_.lm_head.weight_bf16 : lay_out(embed.vocab * embed.dim);
+  }
   if (!fill) return;
   for_each_copy([](const float* master, uint16_t* copy, int64_t numel) {
     convert_from_f32(master, static_cast<size_t>(numel), DType::bf16, copy);
@@ -75,46 +83,60 @@ void InferenceWeights::for_each_copy(const Fn& fn) {
     fn(moe.weights.up, own(moe.weights_bf16.up), n);
     fn(moe.weights.down, own(moe.weights_bf16.down), n);
   }
+  const Embedding& embed = modules_.embed_tokens;
+  if (embed.weight_bf16 != nullptr && embed.weight_bf16 != modules_.lm_head.weight_bf16) {
+    fn(embed.weight, own(embed.weight_bf16), embed.vocab * embed.dim);
+  }
 }
 
 std::unique_ptr<InferenceWeights> InferenceWeights::load(const std::string& dir, DType dtype,
                                                          bool allow_nonfinite) {
   if (dtype != DType::bf16) {
     std::unique_ptr<CausalLM> model = load_hf_model(dir, {}, allow_nonfinite);
-    std::unique_ptr<InferenceWeights> weights(new InferenceWeights(*model, dtype, true));
+    std::unique_ptr<InferenceWeights> weights(new InferenceWeights(*model, dtype, true, false));
     weights->owned_ = std::move(model);
     return weights;
   }
   std::unique_ptr<InferenceWeights> weights;
-  std::unordered_set<std::string> bf16_only;
-  // The parameter each copy is made from, by its master's address in the model's groups.
+  // The parameters held only in bf16, and the parameter each copy is made from (by its master's
+  // address in the model's groups).
+  std::unordered_set<std::string> held_in_bf16;
   std::unordered_map<const float*, std::string> names;
-  std::unique_ptr<CausalLM> model = load_hf_model_bf16_only(dir, allow_nonfinite, [&](CausalLM& m) {
-    weights.reset(new InferenceWeights(m, DType::bf16, false));
+  const auto load_bf16 = [&](CausalLM& m, const SafetensorsCheckpoint& checkpoint) {
+    const Embedding& embed = m.modules().embed_tokens;
+    const std::string embed_name = embed.name + ".weight";
+    // An embedding stored in bf16 is held so, exactly; another stays fp32, as a live model's.
+    const bool embedding_in_bf16 =
+        checkpoint.at(embed_name).dtype == DType::bf16 && embed.kernel->forward_bf16 != nullptr;
+    weights.reset(new InferenceWeights(m, DType::bf16, false, embedding_in_bf16));
     for (const ParamGroup& g : m.param_groups()) {
       for (const ParamView& v : g.views()) names.emplace(g.params() + v.offset, v.spec.name);
     }
     for (const std::vector<ComputeCopyTarget>& group : m.bf16_only_params()) {
-      for (const ComputeCopyTarget& t : group) bf16_only.insert(t.param);
+      for (const ComputeCopyTarget& t : group) held_in_bf16.insert(t.param);
     }
+    if (embedding_in_bf16) held_in_bf16.insert(embed_name);
     Bf16Destinations destinations;
     weights->for_each_copy([&](const float* master, uint16_t* copy, int64_t) {
       const std::string& name = names.at(master);
-      if (bf16_only.count(name) != 0) destinations.emplace(name, copy);
+      if (held_in_bf16.count(name) != 0) destinations.emplace(name, copy);
     });
     return destinations;
-  });
-  // A copy of a parameter also read in fp32 (a tied lm_head: the embedding) is made from it;
-  // the masters of the rest were never loaded, so nothing may read them.
+  };
+  std::unique_ptr<CausalLM> model = load_hf_model_bf16_only(dir, allow_nonfinite, load_bf16);
+  // A copy of a parameter also held in fp32 (a tied lm_head of an fp32 embedding) is made from
+  // it; the masters of the rest were never loaded, so nothing may read them.
+  DecoderModules& m = weights->modules_;
   weights->for_each_copy([&](const float* master, uint16_t* copy, int64_t numel) {
-    if (bf16_only.count(names.at(master)) == 0) {
+    if (held_in_bf16.count(names.at(master)) == 0) {
       convert_from_f32(master, static_cast<size_t>(numel), DType::bf16, copy);
     }
   });
-  for (Linear* w : weights->modules_.matmul_linears()) {
-    if (bf16_only.count(names.at(w->weight)) != 0) w->weight = nullptr;
+  for (Linear* w : m.matmul_linears()) {
+    if (held_in_bf16.count(names.at(w->weight)) != 0) w->weight = nullptr;
   }
-  for (DecoderLayer& l : weights->modules_.layers) l.moe.weights = {};
+  for (DecoderLayer& l : m.layers) l.moe.weights = {};
+  if (m.embed_tokens.weight_bf16 != nullptr) m.embed_tokens.weight = nullptr;
   weights->owned_ = std::move(model);
   return weights;
 }

@@ -5,11 +5,13 @@
 // rounded to bf16 too (fp32 accumulation and outputs; bf16 GEMMs for a prompt, GEMVs widening in
 // registers for one token), as mixed-precision training computes; norms, RoPE, attention, SwiGLU
 // and the residual stream stay fp32 (the KV cache's dtype is the session's choice). The norms,
-// biases, routers and the embedding are read from the model's fp32 parameters. Made from a live
-// model, the copies sit beside its fp32 masters (1.5x an fp32 model's bytes); loaded from a folder
-// (load), the matmul weights exist only as the copies (half an fp32 model's bytes, and its
-// embedding). The MoE experts' stacked weights get bf16 copies too and their GEMMs the same
-// rounding (ops/moe.h); routers compute in fp32 in either dtype.
+// biases and routers are read from the model's fp32 parameters. Made from a live model, the copies
+// sit beside its fp32 masters (1.5x an fp32 model's bytes) and the embedding is its fp32 one.
+// Loaded from a folder (load), the matmul weights exist only as the copies, and so does an
+// embedding the folder stores in bf16 (its lookup widens the rows exactly; a tied one reads the
+// lm_head's copy): a bf16 folder costs its own bytes, not 3x them. The MoE experts' stacked
+// weights get bf16 copies too and their GEMMs the same rounding (ops/moe.h); routers compute in
+// fp32 in either dtype.
 #pragma once
 
 #include <memory>
@@ -28,9 +30,10 @@ class InferenceWeights {
   InferenceWeights(const CausalLM& model, DType dtype);
   // The model folder `dir` (config.json and its weights, checked and loaded as load_hf_model
   // does, with its errors) for inference in `dtype`, owning its model. Under bf16 each matmul
-  // weight goes from the folder straight into its copy (load_hf_model_bf16_only) and is never
-  // held in fp32: a bf16 folder's bits as stored, an fp32 one's rounded as the copies of a live
-  // model are -- the same weights either way.
+  // weight, and an embedding stored in bf16, goes from the folder straight into its copy
+  // (load_hf_model_bf16_only) and is never held in fp32: a bf16 folder's bits as stored, an fp32
+  // one's rounded as the copies of a live model are -- the same weights, and the same logits, as
+  // InferenceWeights(load_hf_model(dir), bf16).
   static std::unique_ptr<InferenceWeights> load(const std::string& dir, DType dtype,
                                                 bool allow_nonfinite = false);
 
@@ -44,10 +47,12 @@ class InferenceWeights {
   int64_t widened_floats() const { return widened_floats_; }
 
  private:
-  // Lays out the bf16 copies (dtype bf16) and points modules_ at them; `fill`: rounds the model's
-  // fp32 masters into them.
-  InferenceWeights(const CausalLM& model, DType dtype, bool fill);
-  // fn(master, copy, numel) for every bf16 copy: the matmul weights, then the stacked experts.
+  // Lays out the bf16 copies (dtype bf16) and points modules_ at them -- the embedding's too when
+  // `embedding_in_bf16` (a tied one shares the lm_head's); `fill`: rounds the model's fp32
+  // masters into them.
+  InferenceWeights(const CausalLM& model, DType dtype, bool fill, bool embedding_in_bf16);
+  // fn(master, copy, numel) for every bf16 copy: the matmul weights, the stacked experts, then an
+  // untied embedding's.
   template <typename Fn>
   void for_each_copy(const Fn& fn);
 

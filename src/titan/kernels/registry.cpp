@@ -15,8 +15,8 @@ void register_builtins(KernelRegistry& r) {
   r.add({"embedding",
          OpKind::embedding,
          {DType::f32},
-         "row gather; column-blocked scatter-add backward",
-         EmbeddingKernel{embedding_forward, embedding_backward}});
+         "row gather (fp32, or bf16 rows widened); column-blocked scatter-add backward",
+         EmbeddingKernel{embedding_forward, embedding_backward, embedding_forward_bf16}});
   r.add({"linear",
          OpKind::linear,
          {DType::f32, DType::bf16},

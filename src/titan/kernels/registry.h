@@ -74,6 +74,10 @@ struct SwigluKernel {
 struct EmbeddingKernel {
   void (*forward)(float*, const int32_t*, const float*, int64_t, int64_t, int64_t);
   void (*backward)(float*, const float*, const int32_t*, int64_t, int64_t);
+  // The lookup from a bf16 weight (raw bits, rows widened exactly), or null: bf16 inference then
+  // keeps the embedding in fp32 (infer/weights.h).
+  void (*forward_bf16)(float*, const int32_t*, const uint16_t*, int64_t, int64_t,
+                       int64_t) = nullptr;
 };
 
 struct LinearKernel {

@@ -226,39 +226,25 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
       });
 }
 
-std::unique_ptr<CausalLM> load_hf_model_bf16_only(
-    const std::string& dir, bool allow_nonfinite,
-    const std::function<Bf16Destinations(CausalLM&)>& destinations) {
+std::unique_ptr<CausalLM> load_hf_model_bf16_only(const std::string& dir, bool allow_nonfinite,
+                                                  const Bf16DestinationsOf& destinations) {
   return load_checked(
       dir,
       [](const ModelArgs& args) { return make_model(args, {}, DType::bf16, Residency::released); },
       [&](CausalLM& model, const SafetensorsCheckpoint& checkpoint,
           const std::vector<HfCheckpointTensor>& tensors) {
-        std::vector<ParamGroup>& groups = model.param_groups();
-        const std::vector<std::vector<ComputeCopyTarget>> bf16_only = model.bf16_only_params();
-        size_t bf16_only_count = 0;
-        for (size_t g = 0; g < groups.size(); ++g) {
-          // A released bf16 model lays its bf16-only parameters out last (as FSDP gathers them):
-          // the views read in fp32 are a prefix, and only it is committed.
-          const size_t read_in_fp32 = groups[g].views().size() - bf16_only[g].size();
-          for (const ComputeCopyTarget& t : bf16_only[g]) {
-            TITAN_CHECK(&groups[g].view(t.param) - groups[g].views().data() >=
-                            static_cast<std::ptrdiff_t>(read_in_fp32),
-                        "model: ", t.param, " is read only in bf16 but not laid out last");
-          }
-          groups[g].acquire_params(read_in_fp32);
-          bf16_only_count += bf16_only[g].size();
-        }
-        const Bf16Destinations bf16 = destinations(model);
-        for (const std::vector<ComputeCopyTarget>& group : bf16_only) {
+        const Bf16Destinations bf16 = destinations(model, checkpoint);
+        for (const std::vector<ComputeCopyTarget>& group : model.bf16_only_params()) {
           for (const ComputeCopyTarget& t : group) {
-            TITAN_CHECK(bf16.count(t.param) == 1, "model: no bf16 destination for ", t.param);
+            TITAN_CHECK(bf16.count(t.param) == 1, "model: no bf16 destination for ", t.param,
+                        ", which it reads only in bf16");
           }
         }
-        TITAN_CHECK(bf16.size() == bf16_only_count, "model: ", bf16.size(),
-                    " bf16 destinations for ", bf16_only_count, " parameters read only in bf16");
-        copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), groups, RowShard{},
-                        dir, allow_nonfinite, bf16);
+        for (ParamGroup& g : model.param_groups()) {
+          g.acquire_params_where([&](const ParamView& v) { return bf16.count(v.spec.name) == 0; });
+        }
+        copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), model.param_groups(),
+                        RowShard{}, dir, allow_nonfinite, bf16);
       });
 }
 

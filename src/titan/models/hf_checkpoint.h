@@ -58,13 +58,15 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
 using Bf16Destinations = std::unordered_map<std::string, uint16_t*>;
 
 // load_hf_model for bf16 inference (infer/weights.h), never holding a matmul weight in fp32: the
-// model computes in bf16 and is made with its parameters released; each group commits only the
-// views it reads in fp32 (norms, biases, routers, the embedding), and every parameter it reads
-// only in bf16 (CausalLM::bf16_only_params) is converted from the folder into
-// `destinations(model)[name]`, which the caller lays out once the model exists and before
-// anything is read. The same checks, and the same errors, as load_hf_model.
-std::unique_ptr<CausalLM> load_hf_model_bf16_only(
-    const std::string& dir, bool allow_nonfinite,
-    const std::function<Bf16Destinations(CausalLM&)>& destinations);
+// model computes in bf16 and is made with its parameters released. `destinations(model,
+// checkpoint)` -- called once the model exists and the checkpoint is checked, before anything is
+// read -- names where each parameter held in bf16 goes: at least every one the model reads only
+// in bf16 (CausalLM::bf16_only_params), and any other it chooses (an embedding stored in bf16).
+// Those are converted from the folder into their destinations; only the other views are committed
+// and loaded in fp32 (norms, biases, routers). The same checks, and the same errors, as
+// load_hf_model.
+using Bf16DestinationsOf = std::function<Bf16Destinations(CausalLM&, const SafetensorsCheckpoint&)>;
+std::unique_ptr<CausalLM> load_hf_model_bf16_only(const std::string& dir, bool allow_nonfinite,
+                                                  const Bf16DestinationsOf& destinations);
 
 }  // namespace titan

@@ -149,7 +149,11 @@ void RMSNorm::backward(float* dx, const float* dout, const float* x, const float
 }
 
 void Embedding::forward(float* out, const int32_t* ids, int64_t n) const {
-  kernel->forward(out, ids, weight, n, vocab, dim);
+  if (weight_bf16 != nullptr) {
+    kernel->forward_bf16(out, ids, weight_bf16, n, vocab, dim);
+  } else {
+    kernel->forward(out, ids, weight, n, vocab, dim);
+  }
 }
 
 void Embedding::backward(const float* dout, const int32_t* ids, int64_t n) const {

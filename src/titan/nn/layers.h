@@ -154,6 +154,9 @@ struct Embedding {
   int64_t vocab = 0, dim = 0;
   float* weight = nullptr;       // (V, dim)
   float* weight_grad = nullptr;  // (V, dim) or null
+  // (V, dim) raw bf16 bits read instead of `weight` when set (inference's embedding held in bf16:
+  // infer/weights.h; the kernel's forward_bf16).
+  const uint16_t* weight_bf16 = nullptr;
   const EmbeddingKernel* kernel = nullptr;
 
   void forward(float* out, const int32_t* ids, int64_t n) const;

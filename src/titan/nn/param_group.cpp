@@ -83,6 +83,25 @@ void ParamGroup::acquire_params(size_t views) {
   }
 }
 
+void ParamGroup::acquire_params_where(const std::function<bool(const ParamView&)>& held) {
+  if (params_.committed()) return;
+  const auto next_offset = [&](size_t i) {
+    return i + 1 < views_.size() ? views_[i + 1].offset : numel_;
+  };
+  std::vector<bool> chosen(views_.size());
+  int64_t charged = 0;
+  for (size_t i = 0; i < views_.size(); ++i) {
+    chosen[i] = held(views_[i]);
+    if (chosen[i]) charged += next_offset(i) - views_[i].offset;
+  }
+  params_.recommit(static_cast<size_t>(charged) * sizeof(float));
+  for (size_t i = 0; i < views_.size(); ++i) {
+    if (chosen[i]) {
+      std::fill(params() + views_[i].offset + views_[i].numel, params() + next_offset(i), 0.0f);
+    }
+  }
+}
+
 void ParamGroup::acquire_grads() {
   if (grads_.committed()) return;
   grads_.recommit();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,10 @@ class ParamGroup {
   // rest stay unbacked and must not be touched until the next release (FSDP under bf16: views
   // gathered into bf16 copies elsewhere, laid out last).
   void acquire_params(size_t views = SIZE_MAX);
+  // The views `held` selects, wherever they lie, committed, charged and zero-padded; the rest stay
+  // unbacked and must never be touched (bf16 inference: the parameters it reads in fp32, the
+  // others held only as bf16 copies elsewhere, infer/weights.h).
+  void acquire_params_where(const std::function<bool(const ParamView&)>& held);
   void acquire_grads();
   bool params_resident() const { return params_.committed(); }
 

@@ -3,20 +3,39 @@
 #include <algorithm>
 #include <cstring>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/ops/host_parallel.h"
 
 namespace titan {
 
-void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t n_tokens,
-                       int64_t vocab, int64_t dim) {
+namespace {
+
+void check_ids(const int32_t* ids, int64_t n_tokens, int64_t vocab) {
   for (int64_t n = 0; n < n_tokens; ++n) {
     TITAN_CHECK(ids[n] >= 0 && ids[n] < vocab, "token id ", ids[n], " at position ", n,
                 " is outside the vocabulary [0, ", vocab, ")");
   }
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t n_tokens,
+                       int64_t vocab, int64_t dim) {
+  check_ids(ids, n_tokens, vocab);
 #pragma omp parallel for schedule(static) if (n_tokens * dim >= kMinParallelElements)
   for (int64_t n = 0; n < n_tokens; ++n) {
     std::memcpy(out + n * dim, weight + static_cast<int64_t>(ids[n]) * dim, dim * sizeof(float));
+  }
+}
+
+void embedding_forward_bf16(float* out, const int32_t* ids, const uint16_t* weight,
+                            int64_t n_tokens, int64_t vocab, int64_t dim) {
+  check_ids(ids, n_tokens, vocab);
+  const VecKernels& v = backend().vec();
+#pragma omp parallel for schedule(static) if (n_tokens * dim >= kMinParallelElements)
+  for (int64_t n = 0; n < n_tokens; ++n) {
+    v.widen_bf16(out + n * dim, weight + static_cast<int64_t>(ids[n]) * dim, dim);
   }
 }
 
