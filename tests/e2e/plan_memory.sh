@@ -2,7 +2,9 @@
 # `titan plan` against `titan train`:
 #  1. the predicted peak memory per rank within 10 % of the peak the trainer reports (its JSONL:
 #     the maximum over ranks) for one process (also saving checkpoints: the writer's staging),
-#     DDP over 2 ranks and FSDP over 2 ranks, on the tiny model with a small batch, so that
+#     DDP over 2 ranks and FSDP over 2 ranks, in fp32 and in bf16 (its tied embedding gathered
+#     in fp32 for the lookup and in bf16 for the loss, each use bringing what it reads) with each
+#     reshard policy that keeps units whole, on the tiny model with a small batch, so that
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
 #     category's figures are printed beside;
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
@@ -33,6 +35,13 @@ ckpt=(--checkpoint.enable=true --checkpoint.interval=1)
   --metrics.save_jsonl="$work/ddp2.jsonl" > "$work/ddp2.log" 2>&1 || { cat "$work/ddp2.log"; exit 1; }
 "$titan" launch --nproc 2 train "${common[@]}" --threads 1 --job.dump_folder="$work/fsdp2" \
   --metrics.save_jsonl="$work/fsdp2.jsonl" > "$work/fsdp2.log" 2>&1 || { cat "$work/fsdp2.log"; exit 1; }
+for policy in default never; do
+  bf16=(--training.mixed_precision_param=bfloat16 --parallelism.fsdp_reshard_after_forward=$policy)
+  "$titan" plan "${common[@]}" "${bf16[@]}" --nproc 2 --json > "$work/fsdp2bf16$policy.plan"
+  "$titan" launch --nproc 2 train "${common[@]}" "${bf16[@]}" --threads 1 \
+    --job.dump_folder="$work/fsdp2bf16$policy" --metrics.save_jsonl="$work/fsdp2bf16$policy.jsonl" \
+    > "$work/fsdp2bf16$policy.log" 2>&1 || { cat "$work/fsdp2bf16$policy.log"; exit 1; }
+done
 grep -q "(2 micro-batches per rank)" "$work/single.log" || { cat "$work/single.log"; exit 1; }
 python3 - "$work" <<'PY'
 import json, sys
@@ -40,7 +49,8 @@ work = sys.argv[1]
 MiB = 2**20
 failed = []
 for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
-                                  ("fsdp2", 2, 2, 1)):
+                                  ("fsdp2", 2, 2, 1), ("fsdp2bf16default", 2, 2, 1),
+                                  ("fsdp2bf16never", 2, 2, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]

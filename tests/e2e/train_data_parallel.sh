@@ -117,7 +117,7 @@ equal_to_single --untied moe1 moe3never moe2always
 
 # bf16 mixed precision under FSDP: the matmul weights are gathered in bf16 (each rank's rows
 # rounded, which is the whole master rounded) into each unit's copies at every acquire, the tied
-# embedding's copy rounded from its fp32 gather. Step 1 starts from the same masters, so its bf16
+# embedding in fp32 for the lookup and in bf16 into the lm_head's copy for the loss. Step 1 starts from the same masters, so its bf16
 # products are the single process's and only fp32 sums differ in order: fp32's bounds. Later steps' masters differ at
 # float rounding; a master that lies at a bf16 rounding boundary then rounds to the neighbouring
 # bf16 value (a 2^-8 step) on one side, so later steps get bounds of a fraction of bf16's

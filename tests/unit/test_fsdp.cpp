@@ -83,6 +83,32 @@ std::vector<ParamGroup> released_groups() {
   return groups;
 }
 
+// One released group of `specs` (with gradients), and values between bf16 neighbours for its
+// parameters, half of them exactly halfway (ties to even): bf16_value(i) at element i of each.
+std::vector<ParamGroup> one_released_group(const std::string& name,
+                                           const std::vector<ParamSpec>& specs) {
+  std::vector<ParamGroup> full;
+  full.emplace_back(name, specs, Residency::released);
+  full[0].allocate_gradients();
+  return full;
+}
+
+float bf16_value(int64_t i) {
+  return 1.0f + static_cast<float>(i) * 0x1p-9f;
+}
+
+void initialize_bf16_values(FullyShardedGroups& fsdp) {
+  fsdp.initialize([](ParamGroup& g) {
+    for (const ParamView& v : g.views()) {
+      for (int64_t i = 0; i < v.numel; ++i) g.params()[v.offset + i] = bf16_value(i);
+    }
+  });
+}
+
+size_t parameter_bytes() {
+  return memory_stats().current[static_cast<int>(MemCategory::parameters)];
+}
+
 TEST(Fsdp, UnitsAreResidentOnlyInFlightAndKeptOnesSkipTheGather) {
   std::unique_ptr<Communicator> world = make_single_rank_communicator();
   DeviceMesh mesh(*world, resolve_mesh_dims({1, 1}, 1));
@@ -144,27 +170,16 @@ TEST(Fsdp, Bf16GatherFillsTheCopiesAndCommitsOnlyTheFp32Masters) {
   std::unique_ptr<Communicator> world = make_single_rank_communicator();
   DeviceMesh mesh(*world, resolve_mesh_dims({1, 1}, 1));
   // A norm read in fp32, then a weight read only through its bf16 copy (laid out last).
-  std::vector<ParamGroup> full;
-  full.emplace_back(
-      "block",
-      std::vector<ParamSpec>{{"n", {3}, ParamInit::ones}, {"w", {5, 7}, ParamInit::normal}},
-      Residency::released);
-  full[0].allocate_gradients();
+  std::vector<ParamGroup> full =
+      one_released_group("block", {{"n", {3}, ParamInit::ones}, {"w", {5, 7}, ParamInit::normal}});
   FullyShardedGroups fsdp(full, mesh);
-  // Values between bf16 neighbours, half of them exactly halfway (ties to even).
-  const auto value = [](int64_t i) { return 1.0f + static_cast<float>(i) * 0x1p-9f; };
-  fsdp.initialize([&](ParamGroup& g) {
-    for (const ParamView& v : g.views()) {
-      for (int64_t i = 0; i < v.numel; ++i) g.params()[v.offset + i] = value(i);
-    }
-  });
+  initialize_bf16_values(fsdp);
+  const auto value = bf16_value;
   std::vector<uint16_t> copy(35, 0);
-  fsdp.gather_in_bf16({{{"w", copy.data()}}});
+  fsdp.gather_in_bf16({{{"w", copy.data()}}}, {{{"w", copy.data()}}});
   fsdp.set_reshard_after_forward("never");
 
-  const auto params_bytes = [] {
-    return memory_stats().current[static_cast<int>(MemCategory::parameters)];
-  };
+  const auto params_bytes = parameter_bytes;
   const size_t before = params_bytes();
   fsdp.acquire(0, false);
   // Only "n" (one 16-float span) is charged: the master of "w" is never needed.
@@ -180,6 +195,53 @@ TEST(Fsdp, Bf16GatherFillsTheCopiesAndCommitsOnlyTheFp32Masters) {
   fsdp.gather_all();
   for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(g.params()[g.view("w").offset + i], value(i));
   EXPECT_EQ(params_bytes() - before, static_cast<size_t>(g.numel()) * sizeof(float));
+  fsdp.release_all();
+}
+
+// A tied embedding's unit under bf16: the embedding's forward reads its fp32 master (the lookup),
+// the loss reads it only through the lm_head's copy (through_copies: gathered in bf16 into the
+// copy, only the norm's master committed), the embedding's backward reads nothing (no gather, only
+// the gradients). A prefetch must name the use it gathers for.
+TEST(Fsdp, EachUseGathersWhatItReads) {
+  std::unique_ptr<Communicator> world = make_single_rank_communicator();
+  DeviceMesh mesh(*world, resolve_mesh_dims({1, 1}, 1));
+  std::vector<ParamGroup> full =
+      one_released_group("embed", {{"e", {6, 4}, ParamInit::normal}, {"n", {4}, ParamInit::ones}});
+  FullyShardedGroups fsdp(full, mesh);
+  initialize_bf16_values(fsdp);
+  const auto value = bf16_value;
+  std::vector<uint16_t> copy(24, 0);
+  fsdp.gather_in_bf16({{}}, {{{"e", copy.data()}}});
+  const auto params_bytes = parameter_bytes;
+  const size_t before = params_bytes();
+  const ParamGroup& g = full[0];
+
+  fsdp.acquire(0, false, GroupReads::parameters);  // every master, no copy
+  EXPECT_EQ(params_bytes() - before, static_cast<size_t>(g.numel()) * sizeof(float));
+  EXPECT_EQ(g.params()[g.view("e").offset + 23], value(23));
+  for (uint16_t c : copy) EXPECT_EQ(c, 0);
+  fsdp.release(0, GroupUseEnd::used_later);
+  EXPECT_FALSE(g.params_resident());
+
+  fsdp.prefetch(0, GroupReads::through_copies);
+  fsdp.acquire(0, true, GroupReads::through_copies);  // the copy, and only the norm's master
+  EXPECT_EQ(params_bytes() - before, 16 * sizeof(float));
+  for (int64_t i = 0; i < 24; ++i) EXPECT_EQ(copy[i], f32_to_bf16(value(i))) << i;
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(g.params()[g.view("n").offset + i], value(i));
+  fsdp.release(0, GroupUseEnd::gradients);
+  EXPECT_EQ(params_bytes(), before);
+
+  fsdp.prefetch(0, GroupReads::nothing);  // nothing in flight after it
+  fsdp.acquire(0, true, GroupReads::nothing);
+  EXPECT_FALSE(g.params_resident());
+  EXPECT_EQ(params_bytes(), before);
+  g.grads()[g.view("n").offset] = 0.25f;
+  fsdp.release(0, GroupUseEnd::gradients);
+  fsdp.finish_gradients();
+  EXPECT_EQ(fsdp.shards()[0].grads()[fsdp.shards()[0].view("n").offset], 0.25f);
+
+  fsdp.prefetch(0, GroupReads::parameters);
+  EXPECT_THROW(fsdp.acquire(0, false, GroupReads::through_copies), Error);
   fsdp.release_all();
 }
 

@@ -312,30 +312,35 @@ TEST(Model, ParameterCountsFollowTheFamilysBlocks) {
 // moved out of the group at its release (what FSDP's reduce-scatter does) -- the loss and the
 // gradients summed over the uses still equal a run without hooks, bit for bit, with and without
 // activation checkpointing, tied and untied (the [norm, lm_head] unit last). The order of the
-// uses is the documented one, each release says when the group is used again, and after an
-// acquire the model names the group it acquires next (what FSDP prefetches).
+// uses is the documented one, each release says when the group is used again, each acquire what
+// the use reads (a use that reads nothing is left the poisoned parameters), and after an acquire
+// the model names the group it acquires next (what FSDP prefetches).
 TEST(Model, ParamGroupHooksBracketEveryUse) {
   const int64_t batch = 2, seq = 9;
   const std::vector<int32_t> ids = random_ids(batch * seq, 211, 8);
-  // Events: a/A acquire without/with gradients, p prefetch; the release's end: r last,
-  // l used_later, n used_next, R gradients.
+  // Events: a/A acquire without/with gradients, p prefetch, each followed by the group and what
+  // the use reads: nothing more for its parameters, c through copies, g nothing (gradients only);
+  // the release's end: r last, l used_later, n used_next, R gradients.
   const std::string end_codes = "rlnR";
+  const auto reads_code = [](GroupReads reads) {
+    return reads == GroupReads::parameters ? "" : reads == GroupReads::through_copies ? "c" : "g";
+  };
   struct Case {
     bool tied, compute_grad;
     std::vector<std::string> want;
   };
   const std::vector<Case> cases = {
-      {false, true, {"a0", "p1", "l0", "a1", "p2", "l1", "a2", "p3", "l2", "a3", "p4", "n3", "A4",
-                     "p3", "R4", "A3", "p2", "R3", "A2", "p1", "R2", "A1", "p0", "R1", "A0", "R0"}},
-      {true, true, {"a0", "p1", "l0", "a1", "p2", "l1", "a2", "p3", "l2", "a3", "p0", "n3", "A0",
-                    "p3", "R0", "A3", "p2", "R3", "A2", "p1", "R2", "A1", "p0", "R1", "A0", "R0"}},
+      {false, true, {"a0", "p1", "l0", "a1", "p2", "l1", "a2", "p3", "l2", "a3", "p4c", "n3", "A4c",
+                     "p3", "R4", "A3", "p2", "R3", "A2", "p1", "R2", "A1", "R1", "A0g", "R0"}},
+      {true, true, {"a0", "p1", "l0", "a1", "p2", "l1", "a2", "p3", "l2", "a3", "p0c", "n3", "A0c",
+                    "p3", "R0", "A3", "p2", "R3", "A2", "p1", "R2", "A1", "R1", "A0g", "R0"}},
       // Evaluation: no use is followed by another of the same group, but the tied embedding's.
       {false,
        false,
-       {"a0", "p1", "r0", "a1", "p2", "r1", "a2", "p3", "r2", "a3", "p4", "r3", "a4", "r4"}},
+       {"a0", "p1", "r0", "a1", "p2", "r1", "a2", "p3", "r2", "a3", "p4c", "r3", "a4c", "r4"}},
       {true,
        false,
-       {"a0", "p1", "l0", "a1", "p2", "r1", "a2", "p3", "r2", "a3", "p0", "r3", "a0", "r0"}},
+       {"a0", "p1", "l0", "a1", "p2", "r1", "a2", "p3", "r2", "a3", "p0c", "r3", "a0c", "r0"}},
   };
   for (const Case& c : cases) {
     for (const bool checkpointing : {false, true}) {
@@ -368,9 +373,11 @@ TEST(Model, ParamGroupHooksBracketEveryUse) {
       }
       std::vector<std::string> events;
       ParamGroupHooks hooks;
-      hooks.acquire = [&](int64_t i, bool gradients) {
-        events.push_back((gradients ? "A" : "a") + std::to_string(i));
-        std::copy(saved[i].begin(), saved[i].end(), groups[i].params());
+      hooks.acquire = [&](int64_t i, bool gradients, GroupReads reads) {
+        events.push_back((gradients ? "A" : "a") + std::to_string(i) + reads_code(reads));
+        if (reads != GroupReads::nothing) {
+          std::copy(saved[i].begin(), saved[i].end(), groups[i].params());
+        }
       };
       hooks.release = [&](int64_t i, GroupUseEnd end) {
         events.push_back(end_codes[static_cast<size_t>(end)] + std::to_string(i));
@@ -380,7 +387,9 @@ TEST(Model, ParamGroupHooksBracketEveryUse) {
         for (int64_t k = 0; k < g.numel(); ++k) grad_sums[i][k] += g.grads()[k];
         std::fill(g.grads(), g.grads() + g.numel(), 0.0f);
       };
-      hooks.prefetch = [&](int64_t i) { events.push_back("p" + std::to_string(i)); };
+      hooks.prefetch = [&](int64_t i, GroupReads reads) {
+        events.push_back("p" + std::to_string(i) + reads_code(reads));
+      };
       m.set_param_group_hooks(hooks);
       const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
       if (c.compute_grad) m.backward();

@@ -33,7 +33,8 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
     shards_.push_back(shard_group_of(g, cut()));
     largest = std::max(largest, shards_.back().numel());
   }
-  gather_in_bf16(std::vector<std::vector<ComputeCopyTarget>>(full_.size()));
+  const std::vector<std::vector<ComputeCopyTarget>> none(full_.size());
+  gather_in_bf16(none, none);
   staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   scatter_staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
@@ -49,13 +50,12 @@ FullyShardedGroups::~FullyShardedGroups() {
 }
 
 template <typename Fn>
-void FullyShardedGroups::for_each_slice(size_t g, BlockLayout layout, Fn&& fn) const {
+void FullyShardedGroups::for_each_slice(size_t g, const GatherLayout* gather, Fn&& fn) const {
   const int64_t n = mesh_.dims().dp_shard;
   const ParamGroup &full = full_[g], &shard = shards_[g];
-  const bool gather = layout == BlockLayout::gather;
-  const int64_t block = gather ? gather_block_[g] : shard.numel();
+  const int64_t block = gather != nullptr ? gather->block : shard.numel();
   const auto offset_of = [&](size_t i) {
-    return gather ? gather_slots_[g][i].offset : shard.views()[i].offset;
+    return gather != nullptr ? gather->slots[i].offset : shard.views()[i].offset;
   };
   const size_t views = full.views().size();
   for (int64_t r = 0; r < n; ++r) {
@@ -71,15 +71,14 @@ void FullyShardedGroups::for_each_slice(size_t g, BlockLayout layout, Fn&& fn) c
 }
 
 void FullyShardedGroups::pack(float* blocks, size_t g, const float* whole) const {
-  for_each_slice(g, BlockLayout::shard,
-                 [&](size_t, int64_t w, int64_t b, int64_t count, int64_t padding) {
-                   std::memcpy(blocks + b, whole + w, static_cast<size_t>(count) * sizeof(float));
-                   std::memset(blocks + b + count, 0, static_cast<size_t>(padding) * sizeof(float));
-                 });
+  for_each_slice(g, nullptr, [&](size_t, int64_t w, int64_t b, int64_t count, int64_t padding) {
+    std::memcpy(blocks + b, whole + w, static_cast<size_t>(count) * sizeof(float));
+    std::memset(blocks + b + count, 0, static_cast<size_t>(padding) * sizeof(float));
+  });
 }
 
 void FullyShardedGroups::unpack(float* whole, size_t g, const float* blocks) const {
-  for_each_slice(g, BlockLayout::shard, [&](size_t, int64_t w, int64_t b, int64_t count, int64_t) {
+  for_each_slice(g, nullptr, [&](size_t, int64_t w, int64_t b, int64_t count, int64_t) {
     std::memcpy(whole + w, blocks + b, static_cast<size_t>(count) * sizeof(float));
   });
 }
@@ -107,103 +106,112 @@ void FullyShardedGroups::initialize(const std::function<void(ParamGroup&)>& init
 }
 
 void FullyShardedGroups::gather_in_bf16(
-    const std::vector<std::vector<ComputeCopyTarget>>& targets) {
-  TITAN_CHECK(targets.size() == full_.size(), "FSDP: bf16 gather targets for ", targets.size(),
-              " groups, the model has ", full_.size());
-  gather_slots_.assign(full_.size(), {});
-  gather_block_.assign(full_.size(), 0);
-  master_views_.assign(full_.size(), 0);
+    const std::vector<std::vector<ComputeCopyTarget>>& parameters,
+    const std::vector<std::vector<ComputeCopyTarget>>& through_copies) {
+  for (const auto* targets : {&parameters, &through_copies}) {
+    TITAN_CHECK(targets->size() == full_.size(), "FSDP: bf16 gather targets for ", targets->size(),
+                " groups, the model has ", full_.size());
+  }
+  layouts_.assign(full_.size(), {});
   int64_t largest_rounded = 0;
   for (size_t g = 0; g < full_.size(); ++g) {
     const ParamGroup &full = full_[g], &shard = shards_[g];
-    std::vector<GatherSlot>& slots = gather_slots_[g];
-    slots.resize(full.views().size());
-    for (const ComputeCopyTarget& t : targets[g]) {
-      const ParamView& v = full.view(t.param);
-      slots[static_cast<size_t>(&v - full.views().data())].copy = t.copy;
+    for (size_t kind = 0; kind < 2; ++kind) {
+      GatherLayout& layout = layouts_[g][kind];
+      layout.slots.resize(full.views().size());
+      for (const ComputeCopyTarget& t : (kind == 0 ? parameters : through_copies)[g]) {
+        const ParamView& v = full.view(t.param);
+        layout.slots[static_cast<size_t>(&v - full.views().data())].copy = t.copy;
+      }
+      // Views keep their order and 64-byte alignment; a bf16 one takes half the floats.
+      layout.masters.resize(layout.slots.size());
+      for (size_t i = 0; i < layout.slots.size(); ++i) {
+        const int64_t numel = shard.views()[i].numel;
+        const bool bf16 = layout.slots[i].copy != nullptr;
+        layout.slots[i].offset = layout.block;
+        layout.block += param_view_span(bf16 ? (numel + 1) / 2 : numel);
+        layout.masters[i] = !bf16;
+        layout.rounds = layout.rounds || bf16;
+      }
+      if (layout.rounds) largest_rounded = std::max(largest_rounded, layout.block);
     }
-    // Views keep their order and 64-byte alignment; a bf16 one takes half the floats.
-    int64_t block = 0;
-    for (size_t i = 0; i < slots.size(); ++i) {
-      const int64_t numel = shard.views()[i].numel;
-      slots[i].offset = block;
-      block += param_view_span(slots[i].copy != nullptr ? (numel + 1) / 2 : numel);
-    }
-    gather_block_[g] = block;
-    const auto first_bf16 = std::find_if(slots.begin(), slots.end(),
-                                         [](const GatherSlot& s) { return s.copy != nullptr; });
-    const bool last =
-        std::all_of(first_bf16, slots.end(), [](const GatherSlot& s) { return s.copy != nullptr; });
-    master_views_[g] = last ? static_cast<size_t>(first_bf16 - slots.begin()) : slots.size();
-    if (!targets[g].empty()) largest_rounded = std::max(largest_rounded, block);
   }
   send_ = Buffer(static_cast<size_t>(largest_rounded) * sizeof(float), MemCategory::other);
+}
+
+const FullyShardedGroups::GatherLayout& FullyShardedGroups::layout_of(size_t g,
+                                                                      GroupReads reads) const {
+  TITAN_CHECK(reads != GroupReads::nothing, "FSDP: a use that reads nothing gathers nothing");
+  return layouts_[g][reads == GroupReads::through_copies ? 1 : 0];
 }
 
 void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
   reshard_ = parse_reshard_policy(policy);
 }
 
-void FullyShardedGroups::acquire(int64_t g, bool gradients) {
+void FullyShardedGroups::acquire(int64_t g, bool gradients, GroupReads reads) {
   ParamGroup& full = full_[g];
   if (gradients) full.acquire_grads();
-  if (full.params_resident()) return;  // kept since its forward
-  TITAN_CHECK(gathering_ == -1 || gathering_ == g, "FSDP: group ", g,
-              " acquired while the prefetch of group ", gathering_, " is in flight");
+  if (reads == GroupReads::nothing || full.params_resident()) return;  // or kept since its forward
+  const GatherLayout& layout = layout_of(static_cast<size_t>(g), reads);
+  TITAN_CHECK(gathering_ == -1 || (gathering_ == g && gathering_layout_ == &layout), "FSDP: group ",
+              g, " acquired while another prefetch (group ", gathering_, ") is in flight");
   CommHandle gathered =
-      gathering_ == g ? std::move(gathered_) : start_gather(static_cast<size_t>(g));
+      gathering_ == g ? std::move(gathered_) : start_gather(static_cast<size_t>(g), layout);
   gathering_ = -1;
-  full.acquire_params(master_views_[static_cast<size_t>(g)]);
+  gathering_layout_ = nullptr;
+  full.acquire_params_where([&](const ParamView& v) {
+    return layout.masters[static_cast<size_t>(&v - full.views().data())];
+  });
   gathered.wait();
-  unpack_gathered(static_cast<size_t>(g));
+  unpack_gathered(static_cast<size_t>(g), layout);
 }
 
-CommHandle FullyShardedGroups::start_gather(size_t g) {
+CommHandle FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout) {
   const ParamGroup& shard = shards_[g];
-  const std::vector<GatherSlot>& slots = gather_slots_[g];
-  const int64_t block = gather_block_[g];
   const float* send = shard.params();
-  const bool rounds = std::any_of(slots.begin(), slots.end(),
-                                  [](const GatherSlot& s) { return s.copy != nullptr; });
-  if (rounds) {  // some views go in bf16: this rank's rows, those rounded
+  if (layout.rounds) {  // some views go in bf16: this rank's rows, those rounded
     float* out = send_.as<float>();
-    std::memset(out, 0, static_cast<size_t>(block) * sizeof(float));
-    for (size_t i = 0; i < slots.size(); ++i) {
+    std::memset(out, 0, static_cast<size_t>(layout.block) * sizeof(float));
+    for (size_t i = 0; i < layout.slots.size(); ++i) {
       const ParamView& v = shard.views()[i];
       const float* rows = shard.params() + v.offset;
-      if (slots[i].copy != nullptr) {
-        convert_from_f32(rows, static_cast<size_t>(v.numel), DType::bf16, out + slots[i].offset);
+      if (layout.slots[i].copy != nullptr) {
+        convert_from_f32(rows, static_cast<size_t>(v.numel), DType::bf16,
+                         out + layout.slots[i].offset);
       } else {
-        std::memcpy(out + slots[i].offset, rows, static_cast<size_t>(v.numel) * sizeof(float));
+        std::memcpy(out + layout.slots[i].offset, rows,
+                    static_cast<size_t>(v.numel) * sizeof(float));
       }
     }
     send = out;
   }
-  return mesh_.shard_group().all_gather_async(staging_.as<float>(), send, block);
+  return mesh_.shard_group().all_gather_async(staging_.as<float>(), send, layout.block);
 }
 
-void FullyShardedGroups::unpack_gathered(size_t g) {
+void FullyShardedGroups::unpack_gathered(size_t g, const GatherLayout& layout) {
   const ParamGroup& full = full_[g];
-  const std::vector<GatherSlot>& slots = gather_slots_[g];
   const float* staging = staging_.as<float>();
-  for_each_slice(
-      g, BlockLayout::gather, [&](size_t i, int64_t w, int64_t b, int64_t count, int64_t) {
-        // bf16 values from the block's start, the copy's own layout.
-        if (slots[i].copy != nullptr) {
-          std::memcpy(slots[i].copy + (w - full.views()[i].offset), staging + b,
-                      static_cast<size_t>(count) * sizeof(uint16_t));
-        } else {
-          std::memcpy(full.params() + w, staging + b, static_cast<size_t>(count) * sizeof(float));
-        }
-      });
+  for_each_slice(g, &layout, [&](size_t i, int64_t w, int64_t b, int64_t count, int64_t) {
+    // bf16 values from the block's start, the copy's own layout.
+    if (layout.slots[i].copy != nullptr) {
+      std::memcpy(layout.slots[i].copy + (w - full.views()[i].offset), staging + b,
+                  static_cast<size_t>(count) * sizeof(uint16_t));
+    } else {
+      std::memcpy(full.params() + w, staging + b, static_cast<size_t>(count) * sizeof(float));
+    }
+  });
 }
 
-void FullyShardedGroups::prefetch(int64_t g) {
-  if (full_[g].params_resident()) return;  // kept since its forward: nothing to gather
+void FullyShardedGroups::prefetch(int64_t g, GroupReads reads) {
+  // Kept since its forward, or a use that reads nothing: nothing to gather.
+  if (reads == GroupReads::nothing || full_[g].params_resident()) return;
   TITAN_CHECK(gathering_ == -1, "FSDP: prefetch of group ", g, " while group ", gathering_,
               "'s is in flight");
-  gathered_ = start_gather(static_cast<size_t>(g));
+  const GatherLayout& layout = layout_of(static_cast<size_t>(g), reads);
+  gathered_ = start_gather(static_cast<size_t>(g), layout);
   gathering_ = g;
+  gathering_layout_ = &layout;
 }
 
 void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
@@ -252,6 +260,7 @@ void FullyShardedGroups::gather_all() {
   finish_scatter();
   if (gathering_ != -1) gathered_.wait();  // a prefetch nothing used: its staging is reused now
   gathering_ = -1;
+  gathering_layout_ = nullptr;
   for (size_t g = 0; g < full_.size(); ++g) {
     ParamGroup& full = full_[g];
     // Every master in fp32, those gathered in bf16 too (a kept unit's were never written).

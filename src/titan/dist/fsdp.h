@@ -21,11 +21,14 @@
 // shard's rows into a send buffer as the all-gather is queued, and the gathered rows land in the
 // model's copies, their fp32 masters left unwritten and, laid out last in the group, not even
 // committed (a unit in flight: its fp32-read masters and its bf16 copies); the rest (norms, biases,
-// the router, an embedding the lookup reads) are gathered in fp32 as before. Rounding is
-// elementwise, so the copies hold exactly the whole masters rounded. Gradients stay fp32
-// (mixed_precision_reduce).
+// the router, an embedding the lookup reads) are gathered in fp32 as before. A use that reads
+// through_copies (GroupReads: the final norm and loss) has a tied embedding gathered in bf16
+// straight into the lm_head's copy too, its fp32 master not committed; a use that reads nothing
+// (the embedding's backward) gathers nothing. Rounding is elementwise, so the copies hold exactly
+// the whole masters rounded. Gradients stay fp32 (mixed_precision_reduce).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -61,11 +64,14 @@ class FullyShardedGroups {
   // (parse_reshard_policy and keeps_whole, nn/param_group.h).
   void set_reshard_after_forward(const std::string& policy);
   // Per group, the parameters to gather in bf16 straight into their copies (empty: fp32, the
-  // default). The copies are written at acquire; they must be resident then.
-  void gather_in_bf16(const std::vector<std::vector<ComputeCopyTarget>>& targets);
+  // default) for a use that reads `parameters` (CausalLM::bf16_only_params) and for one that reads
+  // through_copies (CausalLM::copied_params). The copies are written at acquire; they must be
+  // resident then.
+  void gather_in_bf16(const std::vector<std::vector<ComputeCopyTarget>>& parameters,
+                      const std::vector<std::vector<ComputeCopyTarget>>& through_copies);
   // The model's uses of group g (install as its ParamGroupHooks).
-  void acquire(int64_t g, bool gradients);
-  void prefetch(int64_t g);
+  void acquire(int64_t g, bool gradients, GroupReads reads = GroupReads::parameters);
+  void prefetch(int64_t g, GroupReads reads = GroupReads::parameters);
   void release(int64_t g, GroupUseEnd end);
   void zero_gradients();  // the shards' gradients, before a step's micro-batches
   // After the backward of the step's last micro-batch: the last reduce-scatter summed in, and
@@ -79,21 +85,36 @@ class FullyShardedGroups {
  private:
   // This rank's rows of the whole group g -> its shard (padding rows zero).
   void keep_own_rows(size_t g);
-  // A rank's block of group g in a collective: its shard's layout (fp32 gathers, reduce-scatters)
-  // or the gather layout of gather_in_bf16 (bf16 views in half the floats).
-  enum class BlockLayout { shard, gather };
   // fn(view, whole offset, block offset (floats), elements, padding) for every rank's rows of
   // every parameter of group g: the whole group's layout against each rank's block (N x the
-  // block); padding (shard layout), the floats after them up to the block's next parameter (the
-  // last ranks' missing rows and the alignment gap), which the blocks must hold as zeros.
+  // block) -- the shard's layout (`gather` null: fp32 gathers, reduce-scatters) or a gather
+  // layout (bf16 views in half the floats); padding (shard layout), the floats after them up to
+  // the block's next parameter (the last ranks' missing rows and the alignment gap), which the
+  // blocks must hold as zeros.
+  // A group's all-gather for one kind of use: per view its offset in a rank's block (floats; a
+  // bf16 view takes half its shard's floats) and its bf16 copy (null: gathered in fp32 into the
+  // master); the floats of a rank's block (the shard's numel when every view is fp32); which
+  // views' masters it writes -- only those are committed in flight.
+  struct GatherSlot {
+    int64_t offset = 0;
+    uint16_t* copy = nullptr;
+  };
+  struct GatherLayout {
+    std::vector<GatherSlot> slots;
+    int64_t block = 0;
+    std::vector<bool> masters;
+    bool rounds = false;  // some views go in bf16
+  };
+  // The layout of group g's gathers for a use that reads `reads` (parameters or through_copies).
+  const GatherLayout& layout_of(size_t g, GroupReads reads) const;
   template <typename Fn>
-  void for_each_slice(size_t g, BlockLayout layout, Fn&& fn) const;
+  void for_each_slice(size_t g, const GatherLayout* gather, Fn&& fn) const;
   void pack(float* blocks, size_t g, const float* whole) const;
   void unpack(float* whole, size_t g, const float* blocks) const;
-  // Queues group g's all-gather into staging_ in its gather layout (bf16 parameters rounded into
-  // send_ first), and writes what it brought into the whole masters and the bf16 copies.
-  CommHandle start_gather(size_t g);
-  void unpack_gathered(size_t g);
+  // Queues group g's all-gather into staging_ in `layout` (bf16 parameters rounded into send_
+  // first), and writes what it brought into the whole masters and the bf16 copies.
+  CommHandle start_gather(size_t g, const GatherLayout& layout);
+  void unpack_gathered(size_t g, const GatherLayout& layout);
   // Waits for the reduce-scatter in flight, if any, and adds it into its shards' gradients.
   void finish_scatter();
 
@@ -101,24 +122,14 @@ class FullyShardedGroups {
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
   ReshardPolicy reshard_ = ReshardPolicy::except_next;  // fsdp_reshard_after_forward
-  // Each group's all-gather: per view its offset in a rank's block (floats; a bf16 view takes
-  // half its shard's floats) and its bf16 copy (null: gathered in fp32 into the master), and the
-  // floats of a rank's block (the shard's numel when every view is fp32).
-  struct GatherSlot {
-    int64_t offset = 0;
-    uint16_t* copy = nullptr;
-  };
-  std::vector<std::vector<GatherSlot>> gather_slots_;
-  std::vector<int64_t> gather_block_;
-  // Per group, the views whose masters a gather writes: those before the first view gathered in
-  // bf16 when every later one is too (the model lays them out last), else all. Only they are
-  // committed in flight: the unit's masters of the rest are never needed.
-  std::vector<size_t> master_views_;
+  // Per group, the gather layouts of a use reading parameters [0] and through_copies [1].
+  std::vector<std::array<GatherLayout, 2>> layouts_;
   Buffer send_;             // the largest block with bf16 views: this rank's rows, rounded
   Buffer staging_;          // N x the largest shard: the all-gathers' whole side
   Buffer scatter_staging_;  // the same for the reduce-scatters: one of each may be in flight
   Buffer reduced_grad_;     // the largest shard: one reduce-scatter's result
   int64_t gathering_ = -1;  // the group whose all-gather (prefetch) is in flight, else -1
+  const GatherLayout* gathering_layout_ = nullptr;  // and its layout
   CommHandle gathered_;
   int64_t scattering_ = -1;  // the group whose reduce-scatter is in flight, else -1
   CommHandle scattered_;

@@ -41,19 +41,25 @@ struct ForwardOptions {
 // checkpointing, the recompute of its forward), last block first; the embedding unit for the
 // embedding's backward.
 //
-// After an acquire, the model names the group it will acquire next when it knows it (`prefetch`,
-// optional): FSDP starts gathering it then, under this use's compute. The forward prefetches each
-// next block, then the [norm, lm_head] unit, and with gradients the last block for the backward;
-// the backward each previous block, then the embedding unit for the embedding's backward.
+// Each acquire says what the use reads (GroupReads): the embedding's forward and the blocks their
+// parameters; the final norm and loss the norm and the lm_head through its copy (under bf16 a tied
+// embedding there is only its copy); the embedding's backward nothing, only its gradients.
+//
+// After an acquire, the model names the group it will acquire next when it knows it, and what that
+// use reads (`prefetch`, optional): FSDP starts gathering it then, under this use's compute. The
+// forward prefetches each next block, then the [norm, lm_head] unit, and with gradients the last
+// block for the backward; the backward each previous block (the embedding's backward reads
+// nothing to prefetch).
 //
 // Under bf16 compute, `fills_compute_copies`: the acquire writes the bf16 copies the model names
 // in bf16_only_params() (FSDP gathers them in bf16) and leaves those parameters' fp32 masters
-// unwritten; the model rounds only its other copies. A unit the parallelism keeps whole between
-// uses (still resident after its release) keeps its copies too.
+// unwritten, and for a use through_copies every copy, a tied embedding's too
+// (copied_params()); the model rounds only its other copies. A unit the parallelism keeps whole
+// between uses (still resident after its release) keeps its copies too.
 struct ParamGroupHooks {
-  std::function<void(int64_t group, bool gradients)> acquire;
+  std::function<void(int64_t group, bool gradients, GroupReads reads)> acquire;
   std::function<void(int64_t group, GroupUseEnd end)> release;
-  std::function<void(int64_t group)> prefetch;
+  std::function<void(int64_t group, GroupReads reads)> prefetch;
   bool fills_compute_copies = false;
 };
 
@@ -108,6 +114,10 @@ class CausalLM {
   // weight but one whose fp32 master is read too (a tied embedding: the lookup) -- with where their
   // copies live; empty lists in fp32. What a parallelism may gather in bf16 (ParamGroupHooks).
   virtual std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() = 0;
+  // Per group, every parameter with a bf16 copy under bf16 compute -- bf16_only_params() and a tied
+  // embedding (its copy: the lm_head's) -- with where the copies live: what a use through_copies
+  // reads in bf16 (GroupReads).
+  virtual std::vector<std::vector<ComputeCopyTarget>> copied_params() = 0;
 
   // Bytes of the activation arena for (batch, seq): what the backward must keep, the scratch the
   // layers share and the lm_head loss's logits chunk.

@@ -285,16 +285,16 @@ void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   }
 }
 
-std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copy_targets(bool with_master_read) {
   std::vector<std::vector<ComputeCopyTarget>> targets(groups_.size());
   for (const ComputeCopy& c : compute_copies_) {
-    if (c.master_read) continue;
+    if (c.master_read && !with_master_read) continue;
     const ParamGroup& g = groups_[static_cast<size_t>(c.group)];
     const auto at = c.master - g.params();
     for (const ParamView& v : g.views()) {
       if (v.offset != at) continue;
       // The one list of what is read only in bf16, which the plan reads too.
-      TITAN_CHECK(read_only_in_bf16(v.spec.name), "model: ", v.spec.name,
+      TITAN_CHECK(c.master_read || read_only_in_bf16(v.spec.name), "model: ", v.spec.name,
                   " has a bf16 copy but is not listed as read only in bf16");
       targets[static_cast<size_t>(c.group)].push_back({v.spec.name, c.copy});
     }
@@ -302,28 +302,51 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
   return targets;
 }
 
-void DecoderLM::acquire(int64_t group, bool gradients) {
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
+  return copy_targets(false);
+}
+
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copied_params() {
+  return copy_targets(true);
+}
+
+void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
   const auto g = static_cast<size_t>(group);
   if (!hooks_.acquire) {
     // One process: a block's bf16 copies are made at each use, as under FSDP, in the one buffer
     // every block's share. The [norm, lm_head] unit's are made at the forward's start and kept.
-    if (compute_copies_.empty()) return;
+    if (compute_copies_.empty() || reads == GroupReads::nothing) return;
     if (group == head_group_ || compute_weights_[g].bytes() == 0) return;
     block_in_flight_.recommit();
     bind_compute_copies(group, block_in_flight_.as<uint16_t>());
     refresh_compute_weights(group);
     return;
   }
-  // Copies the acquire fills are made only from a gather: a unit kept whole since its last use
-  // kept them (its masters of those were never written). Otherwise they are remade each time.
-  const bool fills = hooks_.fills_compute_copies;
-  const bool kept = fills && groups_[g].params_resident();
-  if (!compute_copies_.empty()) {
-    compute_weights_[g].recommit();  // the acquire may write them
-    bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+  // A use through_copies reads every copy of the group; one reading its parameters only the
+  // copies of the weights read only in bf16 (a tied embedding's copy serves the loss, not the
+  // lookup). A use that reads none brings none: its copies are not touched.
+  const bool reads_copies =
+      std::any_of(compute_copies_.begin(), compute_copies_.end(), [&](const ComputeCopy& c) {
+        return c.group == group && (reads == GroupReads::through_copies ||
+                                    (reads == GroupReads::parameters && !c.master_read));
+      });
+  if (!reads_copies) {
+    hooks_.acquire(group, gradients, reads);
+    return;
   }
-  hooks_.acquire(group, gradients);
-  if (!compute_copies_.empty() && !kept) refresh_compute_weights(group, !fills);
+  // Copies the acquire fills come from a gather (all of them for a use through_copies): a unit
+  // kept whole since its last use kept those, and its masters of them were never written. A unit
+  // kept since a use that read its parameters has its other copies (a tied embedding's) rounded
+  // from its masters when a use through_copies first reads them.
+  const bool kept = groups_[g].params_resident();
+  compute_weights_[g].recommit();  // the acquire may write them
+  bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+  hooks_.acquire(group, gradients, reads);
+  if (!hooks_.fills_compute_copies) {
+    refresh_compute_weights(group);
+  } else if (kept && reads == GroupReads::through_copies) {
+    refresh_compute_weights(group, false);
+  }
 }
 
 void DecoderLM::release(int64_t group, GroupUseEnd end) {
@@ -637,14 +660,22 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   const auto n_layers = static_cast<int64_t>(m_.layers.size());
   const bool grad = options.compute_grad;
   acquire(0, false);
-  prefetch(n_layers > 0 ? layer_group_index(0) : head_group_);
+  if (n_layers > 0) {
+    prefetch(layer_group_index(0));
+  } else {
+    prefetch(head_group_, GroupReads::through_copies);
+  }
   m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
   release(0, grad || head_group_ == 0 ? GroupUseEnd::used_later : GroupUseEnd::last);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
     const bool last_layer = i + 1 == m_.layers.size();
     acquire(group, false);
-    prefetch(last_layer ? head_group_ : layer_group_index(static_cast<int64_t>(i) + 1));
+    if (last_layer) {
+      prefetch(head_group_, GroupReads::through_copies);
+    } else {
+      prefetch(layer_group_index(static_cast<int64_t>(i) + 1));
+    }
     LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
     layer_forward(i, a);
     release(group, !grad        ? GroupUseEnd::last
@@ -666,10 +697,10 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                         args_.router_aux_loss_coef * options.aux_loss_scale);
   }
   // The [norm, lm_head] unit stays in use from here into the backward's final norm when computing
-  // gradients; the backward's first use after it: the last block, or the embedding.
-  acquire(head_group_, grad);
+  // gradients, reading the lm_head through its copy (a tied embedding too: the lookup is done);
+  // the backward's first use after it: the last block, or the embedding (nothing to prefetch).
+  acquire(head_group_, grad, GroupReads::through_copies);
   if (grad && n_layers > 0) prefetch(layer_group_index(n_layers - 1));
-  if (grad && n_layers == 0 && head_group_ != 0) prefetch(0);
   m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
 
   CrossEntropyArgs ce;
@@ -705,15 +736,15 @@ void DecoderLM::backward() {
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
     acquire(group, true);
-    // The previous block, or group 0 for the embedding's backward.
-    prefetch(i > 0 ? layer_group_index(static_cast<int64_t>(i) - 1) : 0);
+    // The previous block (the embedding's backward brings no parameters).
+    if (i > 0) prefetch(layer_group_index(static_cast<int64_t>(i) - 1));
     LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];
     if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
     m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
                           aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
     release(group, GroupUseEnd::gradients);
   }
-  acquire(0, true);
+  acquire(0, true, GroupReads::nothing);
   m_.embed_tokens.backward(g.d_resid, ids_.data(), n);
   release(0, GroupUseEnd::gradients);
 }

@@ -44,6 +44,7 @@ class DecoderLM final : public CausalLM {
   bool activation_checkpointing() const override { return checkpoint_layers_; }
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
+  std::vector<std::vector<ComputeCopyTarget>> copied_params() override;
 
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
   const DecoderModules& modules() const override { return m_; }
@@ -84,6 +85,9 @@ class DecoderLM final : public CausalLM {
   // The [norm, lm_head] unit's copies get the parameters' residency; the blocks' start released
   // (made at each use: acquire).
   void allocate_compute_weights(Residency head_residency);
+  // Per group, the parameters with bf16 copies and where the copies are: those read only in bf16,
+  // and with `with_master_read` a tied embedding too (bf16_only_params, copied_params).
+  std::vector<std::vector<ComputeCopyTarget>> copy_targets(bool with_master_read);
   // Points `group`'s modules at its copies laid out from `base` (its own buffer, or in one process
   // the buffer of the block in flight).
   void bind_compute_copies(int64_t group, uint16_t* base);
@@ -103,10 +107,10 @@ class DecoderLM final : public CausalLM {
   // A use of a group, bracketed for the hooks; under hooks (FSDP) the group's bf16 copies exist
   // only in flight too: written by the acquire (fills_compute_copies) or remade from the masters
   // it brought.
-  void acquire(int64_t group, bool gradients);
+  void acquire(int64_t group, bool gradients, GroupReads reads = GroupReads::parameters);
   void release(int64_t group, GroupUseEnd end);
-  void prefetch(int64_t group) const {
-    if (hooks_.prefetch) hooks_.prefetch(group);
+  void prefetch(int64_t group, GroupReads reads = GroupReads::parameters) const {
+    if (hooks_.prefetch) hooks_.prefetch(group, reads);
   }
 
   // The activation arena and its views, sized for (batch_, seq_).

@@ -57,6 +57,19 @@ enum class GroupUseEnd {
   gradients,   // the use accumulated into the group's gradients, complete for this use
 };
 
+// What a use of a parameter group reads (ParamGroupHooks::acquire and prefetch,
+// models/causal_lm.h): what a parallelism must bring into the unit for it.
+enum class GroupReads {
+  // Every parameter as the model keeps it: under bf16 the weights read only in bf16 through their
+  // copies, the rest -- a tied embedding too, for its lookup -- as fp32 masters.
+  parameters,
+  // Under bf16 every parameter with a bf16 copy through that copy only -- a tied embedding used as
+  // the lm_head -- and the rest as fp32 masters; under fp32 the same as `parameters`.
+  through_copies,
+  // No parameter: only the group's gradients are used (the embedding's backward).
+  nothing,
+};
+
 // parallelism.fsdp_reshard_after_forward: which forward uses leave a unit whole until its next use
 // (the backward) instead of handing it back and gathering it again.
 enum class ReshardPolicy {

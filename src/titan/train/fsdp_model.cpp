@@ -4,11 +4,12 @@ namespace titan {
 
 void shard_model(CausalLM& model, FullyShardedGroups& fsdp) {
   const bool bf16 = model.compute_dtype() == DType::bf16;
-  if (bf16) fsdp.gather_in_bf16(model.bf16_only_params());
+  if (bf16) fsdp.gather_in_bf16(model.bf16_only_params(), model.copied_params());
   FullyShardedGroups* f = &fsdp;
-  model.set_param_group_hooks({[f](int64_t g, bool grads) { f->acquire(g, grads); },
-                               [f](int64_t g, GroupUseEnd end) { f->release(g, end); },
-                               [f](int64_t g) { f->prefetch(g); }, bf16});
+  model.set_param_group_hooks(
+      {[f](int64_t g, bool grads, GroupReads reads) { f->acquire(g, grads, reads); },
+       [f](int64_t g, GroupUseEnd end) { f->release(g, end); },
+       [f](int64_t g, GroupReads reads) { f->prefetch(g, reads); }, bf16});
 }
 
 }  // namespace titan

@@ -9,7 +9,8 @@ namespace titan {
 
 // Installs `fsdp` as `model`'s ParamGroupHooks. Under bf16 compute the parameters the model reads
 // only in bf16 (CausalLM::bf16_only_params: the matmul weights but a tied embedding) are gathered
-// in bf16 straight into its copies, as torchtitan's FSDP2 with mixed_precision_param = bfloat16.
+// in bf16 straight into its copies, as torchtitan's FSDP2 with mixed_precision_param = bfloat16,
+// and for the loss a tied embedding too (CausalLM::copied_params: the lm_head reads its copy).
 void shard_model(CausalLM& model, FullyShardedGroups& fsdp);
 
 }  // namespace titan

@@ -1,6 +1,7 @@
 #include "titan/train/training_plan.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <vector>
 
@@ -46,12 +47,14 @@ std::vector<int64_t> compute_copy_numel(const ModelArgs& a,
 }
 
 // Floats of one rank's block in the all-gather of a group whose shard is `shard`
-// (FullyShardedGroups::gather_in_bf16): each view's span, a bf16 one's over half its elements.
-int64_t gather_block_numel(const std::vector<ParamSpec>& shard, bool bf16) {
+// (FullyShardedGroups::gather_in_bf16): each view's span, a bf16 one's (`in_bf16`) over half its
+// elements.
+template <typename InBf16>
+int64_t gather_block_numel(const std::vector<ParamSpec>& shard, const InBf16& in_bf16) {
   int64_t block = 0;
   for (const ParamSpec& spec : shard) {
     const int64_t n = shape_numel(spec.shape);
-    block += param_view_span(bf16 && DecoderLM::read_only_in_bf16(spec.name) ? (n + 1) / 2 : n);
+    block += param_view_span(in_bf16(spec.name) ? (n + 1) / 2 : n);
   }
   return block;
 }
@@ -120,28 +123,43 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const bool fsdp = n > 1;
 
   // Floats per rank of each group's buffers (FSDP: its shard) and of the largest whole group;
-  // under FSDP, of each group's all-gather block, and of the largest one rounded to bf16.
+  // under FSDP, of each group's all-gather block for a use reading parameters [0] and one reading
+  // through_copies [1] (GroupReads), and of the largest one rounded to bf16.
   const bool bf16 = in.compute_dtype == DType::bf16;
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_rounded = 0;
-  std::vector<int64_t> shard_numel, whole_numel, gather_numel, master_numel;
+  std::vector<int64_t> shard_numel, whole_numel;
+  std::array<std::vector<int64_t>, 2> gather_numel, master_numel, copy_numel;
   const std::vector<ParamGroupSpec> group_specs = model_param_specs(a);
   for (const ParamGroupSpec& g : group_specs) {
     const int64_t group = param_group_numel(g.params);
     whole_numel.push_back(group);
-    // The masters a unit in flight holds: under bf16 not those gathered into copies.
-    std::vector<ParamSpec> masters;
-    for (const ParamSpec& p : g.params) {
-      if (!bf16 || !DecoderLM::read_only_in_bf16(p.name)) masters.push_back(p);
-    }
-    master_numel.push_back(param_group_numel(masters));
     const std::vector<ParamSpec> specs = fsdp ? shard_specs(g.params, n) : g.params;
     const int64_t shard = param_group_numel(specs);
     shard_numel.push_back(shard);
-    gather_numel.push_back(gather_block_numel(specs, bf16));
-    const bool rounds = bf16 && std::any_of(specs.begin(), specs.end(), [](const ParamSpec& p) {
-                          return DecoderLM::read_only_in_bf16(p.name);
-                        });
-    if (rounds) largest_rounded = std::max(largest_rounded, gather_numel.back());
+    for (size_t kind = 0; kind < 2; ++kind) {
+      // What such a use reads in bf16 (gathered into copies): the weights read only in bf16, and
+      // through copies a tied embedding too (the lm_head's copy).
+      const auto in_bf16 = [&](const std::string& name) {
+        return bf16 &&
+               (DecoderLM::read_only_in_bf16(name) ||
+                (kind == 1 && a.tie_word_embeddings && name == "model.embed_tokens.weight"));
+      };
+      // The masters a unit in flight holds: not those gathered into copies.
+      std::vector<ParamSpec> masters;
+      for (const ParamSpec& p : g.params) {
+        if (!in_bf16(p.name)) masters.push_back(p);
+      }
+      master_numel[kind].push_back(param_group_numel(masters));
+      int64_t copied = 0;
+      for (const ParamSpec& p : g.params) {
+        if (in_bf16(p.name)) copied += shape_numel(p.shape);
+      }
+      copy_numel[kind].push_back(copied);
+      gather_numel[kind].push_back(gather_block_numel(specs, in_bf16));
+      const bool rounds = std::any_of(specs.begin(), specs.end(),
+                                      [&](const ParamSpec& p) { return in_bf16(p.name); });
+      if (rounds) largest_rounded = std::max(largest_rounded, gather_numel[kind].back());
+    }
     resident += shard;
     whole += group;
     largest_whole = std::max(largest_whole, group);
@@ -175,7 +193,12 @@ TrainingPlan plan_training(const PlanInputs& in) {
     const auto groups = static_cast<int64_t>(whole_numel.size());
     const int64_t blocks = a.num_hidden_layers, head = head_group_index(a);
     const ReshardPolicy policy = parse_reshard_policy(in.reshard_after_forward);
-    const auto in_use = [&](int64_t g) { return master_numel[g] * kFloat + copies[g] * bf16_size; };
+    // The bytes a unit whole for a use reading `reads` holds (never `nothing`): the masters it
+    // reads and the copies it reads (DecoderLM::acquire).
+    const auto in_use = [&](int64_t g, GroupReads reads) {
+      const size_t kind = reads == GroupReads::through_copies ? 1 : 0;
+      return master_numel[kind][g] * kFloat + copy_numel[kind][g] * bf16_size;
+    };
     const auto moment = [&](int64_t params, int64_t grads) {
       m.unit_parameters = std::max(m.unit_parameters, params);
       m.unit_gradients = std::max(m.unit_gradients, grads);
@@ -184,39 +207,46 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
     // bf16 more than a unit in flight holds.
     moment(largest_whole * kFloat, 0);
-    std::vector<bool> whole_now(static_cast<size_t>(groups), false);
+    std::vector<int64_t> whole_now(static_cast<size_t>(groups), 0);  // in_use while whole, else 0
     int64_t whole_params = 0;  // in_use of the units whole now
     int64_t gathered_forward = 0, gathered_backward = 0, scattered = 0;  // bytes per rank's block
-    const auto acquire = [&](int64_t g, bool gradients, int64_t& gathered) {
-      if (!whole_now[g]) {
-        gathered += gather_numel[g] * kFloat;
-        whole_params += in_use(g);
-        whole_now[g] = true;
+    const auto acquire = [&](int64_t g, bool gradients, GroupReads reads, int64_t& gathered) {
+      if (reads != GroupReads::nothing && whole_now[g] == 0) {
+        gathered += gather_numel[reads == GroupReads::through_copies ? 1 : 0][g] * kFloat;
+        whole_now[g] = in_use(g, reads);
+        whole_params += whole_now[g];
+      } else if (reads == GroupReads::through_copies) {
+        // Kept since a use that read its parameters: the copies only this use reads are made
+        // now (a tied embedding's, from its kept master).
+        const int64_t more = (copy_numel[1][g] - copy_numel[0][g]) * bf16_size;
+        whole_now[g] += more;
+        whole_params += more;
       }
       moment(whole_params, gradients ? whole_numel[g] * kFloat : 0);
     };
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
       if (end == GroupUseEnd::gradients) scattered += shard_numel[g] * kFloat;
       if (!keeps_whole(policy, end)) {  // whole now: each release follows its acquire
-        whole_params -= in_use(g);
-        whole_now[g] = false;
+        whole_params -= whole_now[g];
+        whole_now[g] = 0;
       }
     };
-    acquire(0, false, gathered_forward);
+    acquire(0, false, GroupReads::parameters, gathered_forward);
     release(0, GroupUseEnd::used_later);
     for (int64_t layer = 0; layer < blocks; ++layer) {
       const int64_t g = layer_group_index(layer);
-      acquire(g, false, gathered_forward);
+      acquire(g, false, GroupReads::parameters, gathered_forward);
       release(g, layer + 1 == blocks ? GroupUseEnd::used_next : GroupUseEnd::used_later);
     }
-    acquire(head, true, gathered_forward);  // the final norm and loss into their backward
+    // The final norm and loss into their backward, the lm_head through its copy.
+    acquire(head, true, GroupReads::through_copies, gathered_forward);
     release(head, GroupUseEnd::gradients);
     for (int64_t layer = blocks; layer-- > 0;) {
       const int64_t g = layer_group_index(layer);
-      acquire(g, true, gathered_backward);
+      acquire(g, true, GroupReads::parameters, gathered_backward);
       release(g, GroupUseEnd::gradients);
     }
-    acquire(0, true, gathered_backward);
+    acquire(0, true, GroupReads::nothing, gathered_backward);
     release(0, GroupUseEnd::gradients);
     c.all_gather_forward = ring_bytes(n, gathered_forward);
     c.all_gather_backward = ring_bytes(n, gathered_backward);
