@@ -56,9 +56,8 @@ class Buffer {
   // stays valid; recommit charges the bytes again (write before reading: the contents are
   // undefined, zero pages or what the partial end pages held).
   void decommit();
-  // `bytes` (default all): only that many are charged and may be touched until the next
-  // decommit -- the first ones of a unit whose later parameters are never written in flight (FSDP
-  // under bf16 gathers them into copies elsewhere), or the parameters bf16 inference reads in
+  // `bytes` (default all): only that many are charged, for the parts of the buffer the caller
+  // touches until the next decommit -- the parameters a unit in flight or bf16 inference reads in
   // fp32 (ParamGroup::acquire_params_where); the other pages stay unbacked.
   void recommit(size_t bytes = SIZE_MAX);
   bool committed() const { return committed_; }

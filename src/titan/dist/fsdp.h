@@ -19,10 +19,10 @@
 // Mixed precision (torchtitan's mixed_precision_param = "bfloat16"): the parameters the model
 // reads only through bf16 copies (gather_in_bf16) are gathered in bf16 -- each rank rounds its
 // shard's rows into a send buffer as the all-gather is queued, and the gathered rows land in the
-// model's copies, their fp32 masters left unwritten and, laid out last in the group, not even
-// committed (a unit in flight: its fp32-read masters and its bf16 copies); the rest (norms, biases,
-// the router, an embedding the lookup reads) are gathered in fp32 as before. A use that reads
-// through_copies (GroupReads: the final norm and loss) has a tied embedding gathered in bf16
+// model's copies, their fp32 masters left unwritten and not even committed (a unit in flight: its
+// fp32-read masters and its bf16 copies; ParamGroup::acquire_params_where); the rest (norms,
+// biases, the router, an embedding the lookup reads) are gathered in fp32 as before. A use that
+// reads through_copies (GroupReads: the final norm and loss) has a tied embedding gathered in bf16
 // straight into the lm_head's copy too, its fp32 master not committed; a use that reads nothing
 // (the embedding's backward) gathers nothing. Rounding is elementwise, so the copies hold exactly
 // the whole masters rounded. Gradients stay fp32 (mixed_precision_reduce).
@@ -85,12 +85,6 @@ class FullyShardedGroups {
  private:
   // This rank's rows of the whole group g -> its shard (padding rows zero).
   void keep_own_rows(size_t g);
-  // fn(view, whole offset, block offset (floats), elements, padding) for every rank's rows of
-  // every parameter of group g: the whole group's layout against each rank's block (N x the
-  // block) -- the shard's layout (`gather` null: fp32 gathers, reduce-scatters) or a gather
-  // layout (bf16 views in half the floats); padding (shard layout), the floats after them up to
-  // the block's next parameter (the last ranks' missing rows and the alignment gap), which the
-  // blocks must hold as zeros.
   // A group's all-gather for one kind of use: per view its offset in a rank's block (floats; a
   // bf16 view takes half its shard's floats) and its bf16 copy (null: gathered in fp32 into the
   // master); the floats of a rank's block (the shard's numel when every view is fp32); which
@@ -107,6 +101,12 @@ class FullyShardedGroups {
   };
   // The layout of group g's gathers for a use that reads `reads` (parameters or through_copies).
   const GatherLayout& layout_of(size_t g, GroupReads reads) const;
+  // fn(view, whole offset, block offset (floats), elements, padding) for every rank's rows of
+  // every parameter of group g: the whole group's layout against each rank's block (N x the
+  // block) -- the shard's layout (`gather` null: fp32 gathers, reduce-scatters) or a gather
+  // layout (bf16 views in half the floats); padding (shard layout), the floats after them up to
+  // the block's next parameter (the last ranks' missing rows and the alignment gap), which the
+  // blocks must hold as zeros.
   template <typename Fn>
   void for_each_slice(size_t g, const GatherLayout* gather, Fn&& fn) const;
   void pack(float* blocks, size_t g, const float* whole) const;

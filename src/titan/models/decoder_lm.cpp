@@ -116,8 +116,8 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
 
   for (ParamGroupSpec& g : model_param_specs(args_)) {
-    // bf16 units in flight (FSDP): the weights read only in bf16 last, so a unit's fp32 masters
-    // in use are a prefix of its buffer (FullyShardedGroups commits only that).
+    // bf16 units in flight (FSDP): the weights read only in bf16 last, so the fp32 masters a unit
+    // in flight commits (FullyShardedGroups) lie together at the start of its buffer.
     if (compute_dtype_ == DType::bf16 && params == Residency::released) {
       std::stable_partition(g.params.begin(), g.params.end(),
                             [](const ParamSpec& p) { return !read_only_in_bf16(p.name); });

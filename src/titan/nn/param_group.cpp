@@ -70,17 +70,8 @@ void ParamGroup::allocate_optimizer_state() {
   exp_avg_sq_.zero();
 }
 
-void ParamGroup::acquire_params(size_t views) {
-  if (params_.committed()) return;
-  const size_t count = std::min(views, views_.size());
-  const int64_t charged = count < views_.size() ? views_[count].offset : numel_;
-  params_.recommit(static_cast<size_t>(charged) * sizeof(float));
-  float* p = params();
-  for (size_t i = 0; i < count; ++i) {
-    const int64_t end = views_[i].offset + views_[i].numel;
-    const int64_t next = i + 1 < views_.size() ? views_[i + 1].offset : numel_;
-    std::fill(p + end, p + next, 0.0f);
-  }
+void ParamGroup::acquire_params() {
+  acquire_params_where([](const ParamView&) { return true; });
 }
 
 void ParamGroup::acquire_params_where(const std::function<bool(const ParamView&)>& held) {

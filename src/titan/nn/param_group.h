@@ -112,13 +112,11 @@ class ParamGroup {
   // every view).
   void release_params() { params_.decommit(); }
   void release_grads() { grads_.decommit(); }
-  // `views` (default all): only the first that many are committed, charged and zero-padded; the
-  // rest stay unbacked and must not be touched until the next release (FSDP under bf16: views
-  // gathered into bf16 copies elsewhere, laid out last).
-  void acquire_params(size_t views = SIZE_MAX);
-  // The views `held` selects, wherever they lie, committed, charged and zero-padded; the rest stay
-  // unbacked and must never be touched (bf16 inference: the parameters it reads in fp32, the
-  // others held only as bf16 copies elsewhere, infer/weights.h).
+  // Every view committed, charged and zero-padded.
+  void acquire_params();
+  // Only the views `held` selects, wherever they lie; the rest stay unbacked and must not be
+  // touched until the next release (under bf16 the parameters read through copies elsewhere: FSDP's
+  // units in flight, dist/fsdp.h; bf16 inference's weights, infer/weights.h).
   void acquire_params_where(const std::function<bool(const ParamView&)>& held);
   void acquire_grads();
   bool params_resident() const { return params_.committed(); }
