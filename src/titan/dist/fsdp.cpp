@@ -124,13 +124,11 @@ void FullyShardedGroups::gather_in_bf16(
         layout.slots[static_cast<size_t>(&v - full.views().data())].copy = t.copy;
       }
       // Views keep their order and 64-byte alignment; a bf16 one takes half the floats.
-      layout.masters.resize(layout.slots.size());
       for (size_t i = 0; i < layout.slots.size(); ++i) {
         const int64_t numel = shard.views()[i].numel;
         const bool bf16 = layout.slots[i].copy != nullptr;
         layout.slots[i].offset = layout.block;
         layout.block += param_view_span(bf16 ? (numel + 1) / 2 : numel);
-        layout.masters[i] = !bf16;
         layout.rounds = layout.rounds || bf16;
       }
       if (layout.rounds) largest_rounded = std::max(largest_rounded, layout.block);
@@ -161,7 +159,7 @@ void FullyShardedGroups::acquire(int64_t g, bool gradients, GroupReads reads) {
   gathering_ = -1;
   gathering_layout_ = nullptr;
   full.acquire_params_where([&](const ParamView& v) {
-    return layout.masters[static_cast<size_t>(&v - full.views().data())];
+    return layout.slots[static_cast<size_t>(&v - full.views().data())].copy == nullptr;
   });
   gathered.wait();
   unpack_gathered(static_cast<size_t>(g), layout);

@@ -87,8 +87,8 @@ class FullyShardedGroups {
   void keep_own_rows(size_t g);
   // A group's all-gather for one kind of use: per view its offset in a rank's block (floats; a
   // bf16 view takes half its shard's floats) and its bf16 copy (null: gathered in fp32 into the
-  // master); the floats of a rank's block (the shard's numel when every view is fp32); which
-  // views' masters it writes -- only those are committed in flight.
+  // master: only those masters are committed in flight); the floats of a rank's block (the
+  // shard's numel when every view is fp32).
   struct GatherSlot {
     int64_t offset = 0;
     uint16_t* copy = nullptr;
@@ -96,7 +96,6 @@ class FullyShardedGroups {
   struct GatherLayout {
     std::vector<GatherSlot> slots;
     int64_t block = 0;
-    std::vector<bool> masters;
     bool rounds = false;  // some views go in bf16
   };
   // The layout of group g's gathers for a use that reads `reads` (parameters or through_copies).

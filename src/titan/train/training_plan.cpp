@@ -26,26 +26,6 @@ std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t 
   return specs;
 }
 
-// Elements of the bf16 copies mixed precision keeps (DecoderLM::allocate_compute_weights), per
-// group of `groups` (model_param_specs(a)): each group's weights read only in bf16 (q/k/v/o and
-// the dense MLP or the stacked experts, not the router; an untied lm_head) and, when tied, the
-// lm_head's copy of the embedding in the [norm, lm_head] group (head_group_index), then the
-// embedding's.
-std::vector<int64_t> compute_copy_numel(const ModelArgs& a,
-                                        const std::vector<ParamGroupSpec>& groups) {
-  std::vector<int64_t> n;
-  for (const ParamGroupSpec& g : groups) {
-    int64_t copies = 0;
-    for (const ParamSpec& p : g.params) {
-      if (DecoderLM::read_only_in_bf16(p.name)) copies += shape_numel(p.shape);
-    }
-    n.push_back(copies);
-  }
-  if (a.tie_word_embeddings)
-    n[static_cast<size_t>(head_group_index(a))] += a.vocab_size * a.hidden_size;
-  return n;
-}
-
 // Floats of one rank's block in the all-gather of a group whose shard is `shard`
 // (FullyShardedGroups::gather_in_bf16): each view's span, a bf16 one's (`in_bf16`) over half its
 // elements.
@@ -123,8 +103,10 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const bool fsdp = n > 1;
 
   // Floats per rank of each group's buffers (FSDP: its shard) and of the largest whole group;
-  // under FSDP, of each group's all-gather block for a use reading parameters [0] and one reading
-  // through_copies [1] (GroupReads), and of the largest one rounded to bf16.
+  // per group, for a use reading parameters [0] and one reading through_copies [1] (GroupReads),
+  // its fp32 masters and the elements of its bf16 copies (DecoderLM::allocate_compute_weights: the
+  // weights read only in bf16, and a tied embedding's lm_head copy, which [1] reads) and under FSDP
+  // its all-gather block; and the largest block rounded to bf16.
   const bool bf16 = in.compute_dtype == DType::bf16;
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_rounded = 0;
   std::vector<int64_t> shard_numel, whole_numel;
@@ -146,19 +128,18 @@ TrainingPlan plan_training(const PlanInputs& in) {
       };
       // The masters a unit in flight holds: not those gathered into copies.
       std::vector<ParamSpec> masters;
-      for (const ParamSpec& p : g.params) {
-        if (!in_bf16(p.name)) masters.push_back(p);
-      }
-      master_numel[kind].push_back(param_group_numel(masters));
       int64_t copied = 0;
       for (const ParamSpec& p : g.params) {
-        if (in_bf16(p.name)) copied += shape_numel(p.shape);
+        if (in_bf16(p.name)) {
+          copied += shape_numel(p.shape);
+        } else {
+          masters.push_back(p);
+        }
       }
+      master_numel[kind].push_back(param_group_numel(masters));
       copy_numel[kind].push_back(copied);
       gather_numel[kind].push_back(gather_block_numel(specs, in_bf16));
-      const bool rounds = std::any_of(specs.begin(), specs.end(),
-                                      [&](const ParamSpec& p) { return in_bf16(p.name); });
-      if (rounds) largest_rounded = std::max(largest_rounded, gather_numel[kind].back());
+      if (copied > 0) largest_rounded = std::max(largest_rounded, gather_numel[kind].back());
     }
     resident += shard;
     whole += group;
@@ -169,9 +150,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   MemoryPlan& m = plan.memory;
   m.parameters = m.gradients = resident * kFloat;
   m.optimizer = 2 * resident * kFloat;
-  const std::vector<int64_t> copies = in.compute_dtype == DType::bf16
-                                          ? compute_copy_numel(a, group_specs)
-                                          : std::vector<int64_t>(whole_numel.size(), 0);
+  const std::vector<int64_t>& copies = copy_numel[1];  // every copy the model keeps
   const auto bf16_size = static_cast<int64_t>(dtype_size(DType::bf16));
   if (!fsdp) {
     const auto head = static_cast<size_t>(head_group_index(a));
