@@ -9,7 +9,6 @@
 #include "titan/data/tokenizer.h"
 #include "titan/infer/weights.h"
 #include "titan/models/causal_lm.h"
-#include "titan/models/hf_checkpoint.h"
 #include "titan/train/evaluate.h"
 
 namespace titan::cli {
@@ -44,7 +43,7 @@ Action add_eval_command(CLI::App& app) {
     set_thread_count(threads);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
     const DType compute = inference_dtype(model_dir, dtype);  // a bad --dtype fails first
-    std::unique_ptr<CausalLM> model = load_hf_model(model_dir, {}, allow_nonfinite, compute);
+    std::unique_ptr<CausalLM> model = load_eval_model(model_dir, compute, allow_nonfinite);
     // Said from the loaded model, not the flag: what its matmuls will compute in.
     std::fprintf(stderr, "precision: %s\n", describe_compute_dtype(model->compute_dtype()));
     LoaderOptions options;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Weights holding NaN or Inf are found at load, named (file, first tensor, counts) and refused
-# with one line by every command that loads them -- generate (fp32 and bf16), eval, convert,
+# with one line by every command that loads them -- generate and eval (fp32 and bf16), convert,
 # train's initial weights and a resumed checkpoint -- unless explicitly allowed for debugging;
 # nothing on disk changes. Weights a run made non-finite are not exported.
 set -euo pipefail
@@ -49,6 +49,9 @@ same generate_bf16_matmul
 expect_refusal eval "^titan eval: error: .*/run/hf/model.safetensors: $named" \
   "$titan" eval --model "$work/run/hf" --data "$work/data.jsonl" --seq-len 8
 same eval
+expect_refusal eval_bf16_matmul "^titan eval: error: .*/matmul/model.safetensors: 1 non-finite weight\(s\) .* the first \"model.layers.0.self_attn.q_proj.weight\" with 1; .*--allow-nonfinite-weights" \
+  "$titan" eval --model "$work/matmul" --dtype bfloat16 --data "$work/data.jsonl" --seq-len 8
+same eval_bf16_matmul
 expect_refusal convert "^titan convert: error: .*/run/hf/model.safetensors: $named" \
   "$titan" convert "$work/run/hf" "$work/bf16" --dtype bfloat16
 same convert

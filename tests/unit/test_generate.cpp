@@ -26,6 +26,7 @@
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/ops/linear.h"
+#include "titan/train/evaluate.h"
 #include "unit/test_safetensors_util.h"
 
 namespace titan {
@@ -451,6 +452,75 @@ TEST(InferenceWeights, LoadedInBf16RefusesNonFiniteMatmulWeights) {
       std::isnan(bf16_to_f32(allowed->modules().layers[0].self_attn.q_proj.weight_bf16[5])));
   EXPECT_FALSE(
       std::isnan(bf16_to_f32(allowed->modules().layers[0].self_attn.q_proj.weight_bf16[4])));
+}
+
+// titan eval's model of a folder in bf16 holds its matmul weights only as the bf16 copies its
+// forward reads, and an embedding stored in bf16 only in bf16 (a tied one is the lm_head's copy):
+// the parameters' accounting grows by the copies and by the views read in fp32 -- never by an
+// fp32 matmul weight -- and its loss and logits are those of the same folder loaded whole with
+// fp32 masters, bit for bit (bf16 and fp32 folders; tied, untied, MoE). It refuses gradients. In
+// fp32 it is load_hf_model's model, keeping no activations for a backward, with the same loss.
+TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
+  test::TempDir dir;
+  ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
+  moe.num_hidden_layers = 3;
+  const std::vector<std::pair<std::string, ModelArgs>> models = {
+      {"tied", tiny_generate_args(true)}, {"untied", tiny_generate_args(false)}, {"moe", moe}};
+  constexpr auto kParameters = static_cast<int>(MemCategory::parameters);
+  const int64_t batch = 2, seq = 12;
+  for (const auto& [name, args] : models) {
+    const std::vector<int32_t> ids = test::test_ids(batch * seq, args.vocab_size, 5);
+    const std::vector<int32_t> labels = test::test_ids(batch * seq, args.vocab_size, 6);
+    const auto forward = [&](CausalLM& model, std::vector<float>& logits) {
+      logits.assign(ids.size() * static_cast<size_t>(args.vocab_size), 0.0f);
+      return model.forward(ids.data(), labels.data(), batch, seq, {.logits = logits.data()});
+    };
+    for (const DType stored : {DType::bf16, DType::f32}) {
+      const std::string folder = dir / (name + "_" + std::string(dtype_name(stored)));
+      SCOPED_TRACE(folder);
+      {
+        DecoderLM model(args);
+        model.initialize(3);
+        HfExportOptions options;
+        options.dtype = stored;
+        export_hf_folder(folder, model, options);
+      }
+      const std::unique_ptr<CausalLM> whole = load_hf_model(folder, {}, false, DType::bf16);
+      std::vector<float> want_logits, got_logits;
+      const CrossEntropyResult want = forward(*whole, want_logits);
+      const bool embedding_in_bf16 = stored == DType::bf16;
+      int64_t read_in_fp32 = 0, in_bf16 = 0;
+      for (const ParamGroupSpec& g : model_param_specs(args)) {
+        for (const ParamSpec& p : g.params) {
+          const bool embedding = p.name == "model.embed_tokens.weight";
+          const bool copied = DecoderLM::read_only_in_bf16(p.name) ||
+                              (embedding && (args.tie_word_embeddings || embedding_in_bf16));
+          if (copied) in_bf16 += shape_numel(p.shape);
+          if (!DecoderLM::read_only_in_bf16(p.name) && !(embedding && embedding_in_bf16)) {
+            read_in_fp32 += param_view_span(shape_numel(p.shape));
+          }
+        }
+      }
+      const size_t before = memory_stats().current[kParameters];
+      const std::unique_ptr<CausalLM> eval = load_eval_model(folder, DType::bf16);
+      const size_t held = memory_stats().current[kParameters] - before;
+      EXPECT_EQ(held, sizeof(uint16_t) * static_cast<size_t>(in_bf16) +
+                          sizeof(float) * static_cast<size_t>(read_in_fp32));
+      const CrossEntropyResult got = forward(*eval, got_logits);
+      EXPECT_EQ(got.loss_sum, want.loss_sum);
+      EXPECT_EQ(got.n_scored, want.n_scored);
+      EXPECT_EQ(got_logits, want_logits);
+      // Twice: nothing the first forward did changes the weights the second reads.
+      EXPECT_EQ(forward(*eval, got_logits).loss_sum, want.loss_sum);
+      test::expect_error([&] { eval->allocate_gradients(); },
+                         {"gradients of a model whose bf16 copies are its weights"});
+      const std::unique_ptr<CausalLM> fp32 = load_eval_model(folder, DType::f32);
+      EXPECT_TRUE(fp32->activation_checkpointing());
+      const std::unique_ptr<CausalLM> fp32_whole = load_hf_model(folder);
+      EXPECT_EQ(forward(*fp32, got_logits).loss_sum, forward(*fp32_whole, want_logits).loss_sum);
+      EXPECT_EQ(got_logits, want_logits);
+    }
+  }
 }
 
 TEST(InferenceSession, KvCacheDtypeNames) {

@@ -105,9 +105,7 @@ std::unique_ptr<InferenceWeights> InferenceWeights::load(const std::string& dir,
   const auto load_bf16 = [&](CausalLM& m, const SafetensorsCheckpoint& checkpoint) {
     const Embedding& embed = m.modules().embed_tokens;
     const std::string embed_name = embed.name + ".weight";
-    // An embedding stored in bf16 is held so, exactly; another stays fp32, as a live model's.
-    const bool embedding_in_bf16 =
-        checkpoint.at(embed_name).dtype == DType::bf16 && embed.kernel->forward_bf16 != nullptr;
+    const bool embedding_in_bf16 = embedding_held_in_bf16(m, checkpoint);
     weights.reset(new InferenceWeights(m, DType::bf16, false, embedding_in_bf16));
     for (const ParamGroup& g : m.param_groups()) {
       for (const ParamView& v : g.views()) names.emplace(g.params() + v.offset, v.spec.name);

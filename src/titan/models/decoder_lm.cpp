@@ -310,12 +310,41 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copied_params() {
   return copy_targets(true);
 }
 
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::hold_compute_copies(bool lookup_in_bf16) {
+  TITAN_CHECK(compute_dtype_ == DType::bf16,
+              "model: bf16 copies held as the weights of a model "
+              "computing in ",
+              dtype_name(compute_dtype_));
+  TITAN_CHECK(!hooks_.acquire && groups_[0].grads() == nullptr,
+              "model: bf16 copies held as the weights of a model under parameter-group hooks or "
+              "with gradients");
+  copies_held_ = true;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    compute_weights_[g].recommit();
+    bind_compute_copies(static_cast<int64_t>(g), compute_weights_[g].as<uint16_t>());
+  }
+  block_in_flight_ = Buffer();
+  std::vector<std::vector<ComputeCopyTarget>> targets = copied_params();
+  Embedding& embed = m_.embed_tokens;
+  if (!lookup_in_bf16) return targets;
+  if (args_.tie_word_embeddings) {
+    embed.weight_bf16 = m_.lm_head.weight_bf16;
+    return targets;
+  }
+  embedding_bf16_ = Buffer(static_cast<size_t>(embed.vocab * embed.dim) * sizeof(uint16_t),
+                           MemCategory::parameters);
+  embed.weight_bf16 = embedding_bf16_.as<uint16_t>();
+  targets[0].push_back({embed.name + ".weight", embedding_bf16_.as<uint16_t>()});
+  return targets;
+}
+
 void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
   const auto g = static_cast<size_t>(group);
   if (!hooks_.acquire) {
     // One process: a block's bf16 copies are made at each use, as under FSDP, in the one buffer
     // every block's share. The [norm, lm_head] unit's are made at the forward's start and kept.
-    if (compute_copies_.empty() || reads == GroupReads::nothing) return;
+    // Copies held as the weights are already bound in place.
+    if (compute_copies_.empty() || reads == GroupReads::nothing || copies_held_) return;
     if (group == head_group_ || compute_weights_[g].bytes() == 0) return;
     block_in_flight_.recommit();
     bind_compute_copies(group, block_in_flight_.as<uint16_t>());
@@ -362,6 +391,7 @@ void DecoderLM::initialize(uint64_t seed) {
 }
 
 void DecoderLM::allocate_gradients() {
+  TITAN_CHECK(!copies_held_, "model: gradients of a model whose bf16 copies are its weights");
   for (ParamGroup& g : groups_) g.allocate_gradients();
   // Point every module at its gradient view.
   const auto grad_of = [](const ParamGroup& g, const std::string& param) {
@@ -637,7 +667,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   ensure_activations(batch, seq);
   // Under hooks each group's copies are made at its acquire; in one process the blocks' are too,
   // and the head's here.
-  if (!hooks_.acquire && !compute_copies_.empty()) {
+  if (!hooks_.acquire && !compute_copies_.empty() && !copies_held_) {
     compute_weights_[static_cast<size_t>(head_group_)].recommit();
     refresh_compute_weights(head_group_);
   }

@@ -45,6 +45,7 @@ class DecoderLM final : public CausalLM {
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
   std::vector<std::vector<ComputeCopyTarget>> copied_params() override;
+  std::vector<std::vector<ComputeCopyTarget>> hold_compute_copies(bool lookup_in_bf16) override;
 
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
   const DecoderModules& modules() const override { return m_; }
@@ -140,6 +141,10 @@ class DecoderLM final : public CausalLM {
     bool master_read;  // the fp32 master is read too (the tied embedding's lookup)
   };
   std::vector<ComputeCopy> compute_copies_;
+  // hold_compute_copies: every group's copies sit in its own buffer and are the weights; nothing
+  // rounds them again.
+  bool copies_held_ = false;
+  Buffer embedding_bf16_;  // (V, h) an untied embedding's held copy, when its lookup reads bf16
   // Rounds the fp32 master weights of `group`, or of every group (-1), into their bf16 copies
   // (each forward: the optimizer or a load may have changed them); `all`: false leaves the copies
   // the hooks' acquire fills.

@@ -248,4 +248,10 @@ std::unique_ptr<CausalLM> load_hf_model_bf16_only(const std::string& dir, bool a
       });
 }
 
+bool embedding_held_in_bf16(const CausalLM& model, const SafetensorsCheckpoint& checkpoint) {
+  const Embedding& embed = model.modules().embed_tokens;
+  return checkpoint.at(embed.name + ".weight").dtype == DType::bf16 &&
+         embed.kernel->forward_bf16 != nullptr;
+}
+
 }  // namespace titan

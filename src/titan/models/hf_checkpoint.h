@@ -69,4 +69,9 @@ using Bf16DestinationsOf = std::function<Bf16Destinations(CausalLM&, const Safet
 std::unique_ptr<CausalLM> load_hf_model_bf16_only(const std::string& dir, bool allow_nonfinite,
                                                   const Bf16DestinationsOf& destinations);
 
+// Whether a model loaded this way holds its embedding in bf16 too: when `checkpoint` stores it in
+// bf16 (held exactly) and the model's embedding kernel looks rows up in bf16. An embedding stored
+// in fp32 stays fp32, as a live model's lookup reads it.
+bool embedding_held_in_bf16(const CausalLM& model, const SafetensorsCheckpoint& checkpoint);
+
 }  // namespace titan
