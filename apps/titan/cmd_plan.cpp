@@ -60,7 +60,7 @@ void print_text(const TrainingPlan& p, const std::string& model) {
     row("units in flight", m.units_in_flight + m.collective_buffers,
         "whole parameters and gradients at most at once (fsdp_reshard_after_forward = \"" +
             in.reshard_after_forward + "\"; peaks " + bytes(m.unit_parameters) + " and " +
-            bytes(m.unit_gradients) + "); staging and reduced shard " +
+            bytes(m.unit_gradients) + "); reduced shard and bf16 send rows " +
             bytes(m.collective_buffers) + " (other)");
   } else if (m.block_copies > 0) {
     row("block in flight", m.block_copies,

@@ -96,13 +96,14 @@ TEST(CommStream, WaitingOnWorkAlreadyDoneAddsNoExposedTime) {
 
 TEST(CommStream, AGroupOfOneRankCopiesAtOnce) {
   std::unique_ptr<Communicator> one = make_single_rank_communicator();
-  const std::vector<float> in = {1.0f, 2.0f, 3.0f};
+  std::vector<float> in = {1.0f, 2.0f, 3.0f};
   std::vector<float> out(3, 0.0f);
-  CommHandle gathered = one->all_gather_async(out.data(), in.data(), 3);
+  CommHandle gathered = one->all_gather_async({{out.data(), in.data(), {3}, DType::f32}});
   EXPECT_FALSE(gathered.pending());
   EXPECT_EQ(out, in);
   std::vector<float> reduced(3, 0.0f);
-  EXPECT_FALSE(one->reduce_scatter_sum_async(reduced.data(), in.data(), 3).pending());
+  EXPECT_FALSE(
+      one->reduce_scatter_sum_async({{in.data(), reduced.data(), {3}, DType::f32}}).pending());
   EXPECT_EQ(reduced, in);
 }
 

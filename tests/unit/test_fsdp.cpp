@@ -3,9 +3,11 @@
 // keeps each rank's rows, and a unit kept after its forward (fsdp_reshard_after_forward) is not
 // gathered again for its backward; under bf16 the weights read only in bf16 are gathered into
 // their copies, rounded, their masters never committed. RowShard's cut is checked against the rows
-// it must hold, and the reshard policy's rule (keeps_whole, which the plan shares) for every end.
+// it must hold, and the reshard policy's rule (keeps_whole, which the plan shares) for every end;
+// the collectives move every parameter in place, nothing staged.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <string>
@@ -243,6 +245,58 @@ TEST(Fsdp, EachUseGathersWhatItReads) {
   fsdp.prefetch(0, GroupReads::parameters);
   EXPECT_THROW(fsdp.acquire(0, false, GroupReads::through_copies), Error);
   fsdp.release_all();
+}
+
+// Every parameter goes straight between its shard and its place in the whole group, so the only
+// buffers of FSDP's own are one reduced shard (and, under bf16, the rows rounded to send): no
+// staging of N x the largest shard. A prefetch commits the destination its gather writes; a
+// unit's whole gradients stay until their reduce-scatter is summed in (at the next release with
+// gradients, an acquire of the same unit's gradients, or finish_gradients).
+TEST(Fsdp, GathersAndScattersInPlace) {
+  std::unique_ptr<Communicator> world = make_single_rank_communicator();
+  DeviceMesh mesh(*world, resolve_mesh_dims({1, 1}, 1));
+  const auto bytes = [](MemCategory c) { return memory_stats().current[static_cast<int>(c)]; };
+  const size_t other_before = bytes(MemCategory::other);
+  std::vector<ParamGroup> full = released_groups();
+  FullyShardedGroups fsdp(full, mesh);
+  const int64_t largest_shard = std::max(full[0].numel(), full[1].numel());  // one rank: whole
+  EXPECT_EQ(bytes(MemCategory::other) - other_before,
+            static_cast<size_t>(largest_shard) * sizeof(float));
+  initialize_bf16_values(fsdp);
+
+  const size_t params_before = parameter_bytes();
+  fsdp.prefetch(1);
+  EXPECT_TRUE(full[1].params_resident());
+  EXPECT_EQ(parameter_bytes() - params_before,
+            static_cast<size_t>(full[1].numel()) * sizeof(float));
+  fsdp.acquire(1, true);
+  EXPECT_EQ(full[1].params()[full[1].view("w").offset + 7], bf16_value(7));
+
+  const auto grad_bytes = [&] { return bytes(MemCategory::gradients); };
+  const size_t grads_before = grad_bytes() - static_cast<size_t>(full[1].numel()) * sizeof(float);
+  const ParamGroup& shard = fsdp.shards()[1];
+  const auto shard_grad = [&](int64_t i) { return shard.grads()[shard.view("w").offset + i]; };
+  fsdp.zero_gradients();
+  full[1].grads()[full[1].view("w").offset + 3] = 0.5f;
+  fsdp.release(1, GroupUseEnd::gradients);
+  EXPECT_FALSE(full[1].params_resident());
+  EXPECT_EQ(grad_bytes() - grads_before, static_cast<size_t>(full[1].numel()) * sizeof(float));
+  EXPECT_EQ(shard_grad(3), 0.0f);  // not summed in yet
+  // The same unit's gradients again: the pending ones are summed in first, the new ones start at 0.
+  fsdp.acquire(1, true);
+  EXPECT_EQ(shard_grad(3), 0.5f);
+  EXPECT_EQ(full[1].grads()[full[1].view("w").offset + 3], 0.0f);
+  full[1].grads()[full[1].view("w").offset + 3] = 0.25f;
+  fsdp.release(1, GroupUseEnd::gradients);
+  // Another unit's release with gradients sums in the one before.
+  fsdp.acquire(0, true);
+  fsdp.release(0, GroupUseEnd::gradients);
+  EXPECT_EQ(shard_grad(3), 0.75f);
+  EXPECT_EQ(grad_bytes() - grads_before, static_cast<size_t>(full[0].numel()) * sizeof(float));
+  fsdp.finish_gradients();
+  EXPECT_EQ(grad_bytes(), grads_before);
+  fsdp.release_all();
+  EXPECT_EQ(parameter_bytes(), params_before);
 }
 
 }  // namespace

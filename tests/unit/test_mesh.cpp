@@ -53,11 +53,16 @@ TEST(Mesh, SingleRankGroupCopies) {
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_EQ(comm->size(), 1);
   std::vector<float> in = {1, 2, 3}, out(3, 0.0f);
-  comm->all_gather(out.data(), in.data(), 3);
+  comm->all_gather_async({{out.data(), in.data(), {3}, DType::f32}}).wait();
   EXPECT_EQ(out, in);
   std::fill(out.begin(), out.end(), 0.0f);
-  comm->reduce_scatter_sum(out.data(), in.data(), 3);
+  comm->reduce_scatter_sum_async({{in.data(), out.data(), {3}, DType::f32}}).wait();
   EXPECT_EQ(out, in);
+  std::vector<uint16_t> bits = {0x3f80, 0x4000};
+  std::vector<uint16_t> gathered(2, 0);
+  comm->all_gather_async({{gathered.data(), bits.data(), {2}, DType::bf16}}).wait();
+  EXPECT_EQ(gathered, bits);
+  EXPECT_THROW(comm->all_gather_async({{out.data(), in.data(), {1, 2}, DType::f32}}), Error);
   double sums[2] = {1.5, 2.5};
   comm->all_reduce_sum(sums, 2);
   EXPECT_EQ(sums[0], 1.5);

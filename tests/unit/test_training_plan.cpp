@@ -6,6 +6,7 @@
 // checked against the plan by tests/e2e/plan_memory.sh.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <string>
@@ -28,7 +29,7 @@ namespace titan {
 namespace {
 
 // Rank 0 of `size` ranks: every collective counts the bytes a ring sends from this rank; an
-// all-gather repeats this rank's block (the other ranks' parameters, for memory's sake).
+// all-gather repeats this rank's rows (the other ranks' parameters, for memory's sake).
 class CountingCommunicator final : public Communicator {
  public:
   // split_sizes: the sizes of the groups successive split() calls return (DeviceMesh splits the
@@ -40,20 +41,23 @@ class CountingCommunicator final : public Communicator {
   void all_reduce_sum(float*, int64_t count) override { all_reduce(count, sizeof(float)); }
   void all_reduce_sum(double*, int64_t count) override { all_reduce(count, sizeof(double)); }
   void all_reduce_max(double*, int64_t count) override { all_reduce(count, sizeof(double)); }
-  void all_gather(float* out, const float* in, int64_t count) override {
-    for (int r = 0; r < size_; ++r) std::copy(in, in + count, out + r * count);
-    *sent_ += (size_ - 1) * count * static_cast<int64_t>(sizeof(float));
-  }
-  void reduce_scatter_sum(float* out, const float* in, int64_t count) override {
-    std::copy(in, in + count, out);
-    *sent_ += (size_ - 1) * count * static_cast<int64_t>(sizeof(float));
-  }
-  CommHandle all_gather_async(float* out, const float* in, int64_t count) override {
-    all_gather(out, in, count);
+  CommHandle all_gather_async(std::vector<CommPart> parts) override {
+    for (const CommPart& p : parts) {
+      const size_t width = dtype_size(p.dtype);
+      auto* whole = static_cast<unsigned char*>(p.whole);
+      for (const int64_t count : p.counts) {
+        std::memcpy(whole, p.own, static_cast<size_t>(count) * width);
+        whole += static_cast<size_t>(count) * width;
+      }
+      sent(p);
+    }
     return {};
   }
-  CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) override {
-    reduce_scatter_sum(out, in, count);
+  CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) override {
+    for (const CommPart& p : parts) {
+      std::memcpy(p.own, p.whole, static_cast<size_t>(p.counts[0]) * dtype_size(p.dtype));
+      sent(p);
+    }
     return {};
   }
   void broadcast(float*, int64_t, int) override {}
@@ -65,6 +69,10 @@ class CountingCommunicator final : public Communicator {
   }
 
  private:
+  // A ring passes on every other rank's part.
+  void sent(const CommPart& p) {
+    *sent_ += (size_ - 1) * p.counts[0] * static_cast<int64_t>(dtype_size(p.dtype));
+  }
   void all_reduce(int64_t count, size_t width) {
     *sent_ += 2 * (size_ - 1) * count * static_cast<int64_t>(width) / size_;
   }

@@ -14,16 +14,12 @@ class SingleRankCommunicator final : public Communicator {
   void all_reduce_sum(float*, int64_t) override {}
   void all_reduce_sum(double*, int64_t) override {}
   void all_reduce_max(double*, int64_t) override {}
-  void all_gather(float* out, const float* in, int64_t count) override { copy(out, in, count); }
-  void reduce_scatter_sum(float* out, const float* in, int64_t count) override {
-    copy(out, in, count);
-  }
-  CommHandle all_gather_async(float* out, const float* in, int64_t count) override {
-    copy(out, in, count);
+  CommHandle all_gather_async(std::vector<CommPart> parts) override {
+    for (const CommPart& p : parts) copy(p.whole, p.own, p);
     return {};
   }
-  CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) override {
-    copy(out, in, count);
+  CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) override {
+    for (const CommPart& p : parts) copy(p.own, p.whole, p);
     return {};
   }
   void broadcast(float*, int64_t, int root) override {
@@ -35,8 +31,11 @@ class SingleRankCommunicator final : public Communicator {
   }
 
  private:
-  static void copy(float* out, const float* in, int64_t count) {
-    if (out != in) std::memmove(out, in, static_cast<size_t>(count) * sizeof(float));
+  static void copy(void* out, const void* in, const CommPart& p) {
+    TITAN_CHECK(p.counts.size() == 1, "a collective part cut for ", p.counts.size(),
+                " ranks in a group of one rank");
+    const size_t bytes = static_cast<size_t>(p.counts[0]) * dtype_size(p.dtype);
+    if (out != in) std::memmove(out, in, bytes);
   }
 };
 

@@ -8,10 +8,22 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
+#include "titan/core/dtype.h"
 #include "titan/dist/comm_stream.h"
 
 namespace titan {
+
+// One tensor's part in an all-gather or a reduce-scatter: its elements cut between the ranks in
+// rank order, rank r's the counts[r] after those of the ranks before it (FSDP: a parameter's dim-0
+// rows, nn/row_shard.h). Every rank passes the same counts.
+struct CommPart {
+  void* whole = nullptr;  // the sum of counts elements
+  void* own = nullptr;    // this rank's counts[rank()] elements
+  std::vector<int64_t> counts;
+  DType dtype = DType::f32;  // f32, or bf16 in an all-gather
+};
 
 class Communicator {
  public:
@@ -24,14 +36,13 @@ class Communicator {
   virtual void all_reduce_sum(double* data, int64_t count) = 0;
   // data (count) = the maximum over ranks of each rank's data (count), in place.
   virtual void all_reduce_max(double* data, int64_t count) = 0;
-  // out (size x count) = every rank's in (count), in rank order.
-  virtual void all_gather(float* out, const float* in, int64_t count) = 0;
-  // out (count) = the sum over ranks of their in's block `rank()` (in: size x count).
-  virtual void reduce_scatter_sum(float* out, const float* in, int64_t count) = 0;
-  // The same, queued on the process's communication stream (dist/comm_stream.h): `in` must stay
-  // unchanged and `out` unread until the handle is waited for. A group of one rank copies at once.
-  virtual CommHandle all_gather_async(float* out, const float* in, int64_t count) = 0;
-  virtual CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) = 0;
+  // Queued on the process's communication stream (dist/comm_stream.h) as one collective, each
+  // part straight into its place (no staging): what a part's collective reads must stay unchanged,
+  // and what it writes unread, until the handle is waited for. A group of one rank copies at once.
+  // For every part, whole = every rank's own, in rank order.
+  virtual CommHandle all_gather_async(std::vector<CommPart> parts) = 0;
+  // For every part (f32), own = the sum over ranks of their whole's elements at this rank's place.
+  virtual CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) = 0;
   // data (count) = root's data.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
   virtual void barrier() = 0;

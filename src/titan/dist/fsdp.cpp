@@ -24,7 +24,6 @@ ParamGroup shard_group_of(const ParamGroup& full, RowShard cut) {
 
 FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh)
     : full_(full), mesh_(mesh) {
-  const int64_t n = mesh_.dims().dp_shard;
   int64_t largest = 0;
   for (const ParamGroup& g : full_) {
     TITAN_CHECK(g.grads() != nullptr, "FSDP: group ", g.name(), " has no gradients");
@@ -35,8 +34,6 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
   }
   const std::vector<std::vector<ComputeCopyTarget>> none(full_.size());
   gather_in_bf16(none, none);
-  staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
-  scatter_staging_ = Buffer(static_cast<size_t>(n * largest) * sizeof(float), MemCategory::other);
   reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
 }
 
@@ -49,38 +46,18 @@ FullyShardedGroups::~FullyShardedGroups() {
   }
 }
 
-template <typename Fn>
-void FullyShardedGroups::for_each_slice(size_t g, const GatherLayout* gather, Fn&& fn) const {
+std::vector<CommPart> FullyShardedGroups::parts_of(size_t g, float* whole, float* own) const {
   const int64_t n = mesh_.dims().dp_shard;
   const ParamGroup &full = full_[g], &shard = shards_[g];
-  const int64_t block = gather != nullptr ? gather->block : shard.numel();
-  const auto offset_of = [&](size_t i) {
-    return gather != nullptr ? gather->slots[i].offset : shard.views()[i].offset;
-  };
-  const size_t views = full.views().size();
-  for (int64_t r = 0; r < n; ++r) {
-    const RowShard rank{r, n};
-    for (size_t i = 0; i < views; ++i) {
-      const ParamView& v = full.views()[i];
-      const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
-      const int64_t first = rank.first_row(d0), count = rank.rows(d0) * row;
-      const int64_t at = offset_of(i), next = i + 1 < views ? offset_of(i + 1) : block;
-      fn(i, v.offset + first * row, r * block + at, count, next - at - count);
-    }
+  std::vector<CommPart> parts;
+  for (size_t i = 0; i < full.views().size(); ++i) {
+    const ParamView &v = full.views()[i], &s = shard.views()[i];
+    const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
+    CommPart part{whole + v.offset, own + s.offset, {}, DType::f32};
+    for (int64_t r = 0; r < n; ++r) part.counts.push_back(RowShard{r, n}.rows(d0) * row);
+    parts.push_back(std::move(part));
   }
-}
-
-void FullyShardedGroups::pack(float* blocks, size_t g, const float* whole) const {
-  for_each_slice(g, nullptr, [&](size_t, int64_t w, int64_t b, int64_t count, int64_t padding) {
-    std::memcpy(blocks + b, whole + w, static_cast<size_t>(count) * sizeof(float));
-    std::memset(blocks + b + count, 0, static_cast<size_t>(padding) * sizeof(float));
-  });
-}
-
-void FullyShardedGroups::unpack(float* whole, size_t g, const float* blocks) const {
-  for_each_slice(g, nullptr, [&](size_t, int64_t w, int64_t b, int64_t count, int64_t) {
-    std::memcpy(whole + w, blocks + b, static_cast<size_t>(count) * sizeof(float));
-  });
+  return parts;
 }
 
 void FullyShardedGroups::keep_own_rows(size_t g) {
@@ -113,28 +90,24 @@ void FullyShardedGroups::gather_in_bf16(
                 " groups, the model has ", full_.size());
   }
   layouts_.assign(full_.size(), {});
-  int64_t largest_rounded = 0;
+  int64_t largest_send = 0;
   for (size_t g = 0; g < full_.size(); ++g) {
     const ParamGroup &full = full_[g], &shard = shards_[g];
     for (size_t kind = 0; kind < 2; ++kind) {
       GatherLayout& layout = layouts_[g][kind];
-      layout.slots.resize(full.views().size());
+      layout.copies.assign(full.views().size(), nullptr);
+      layout.send_at.assign(full.views().size(), 0);
       for (const ComputeCopyTarget& t : (kind == 0 ? parameters : through_copies)[g]) {
         const ParamView& v = full.view(t.param);
-        layout.slots[static_cast<size_t>(&v - full.views().data())].copy = t.copy;
+        const auto i = static_cast<size_t>(&v - full.views().data());
+        layout.copies[i] = t.copy;
+        layout.send_at[i] = layout.send_numel;
+        layout.send_numel += shard.views()[i].numel;
       }
-      // Views keep their order and 64-byte alignment; a bf16 one takes half the floats.
-      for (size_t i = 0; i < layout.slots.size(); ++i) {
-        const int64_t numel = shard.views()[i].numel;
-        const bool bf16 = layout.slots[i].copy != nullptr;
-        layout.slots[i].offset = layout.block;
-        layout.block += param_view_span(bf16 ? (numel + 1) / 2 : numel);
-        layout.rounds = layout.rounds || bf16;
-      }
-      if (layout.rounds) largest_rounded = std::max(largest_rounded, layout.block);
+      largest_send = std::max(largest_send, layout.send_numel);
     }
   }
-  send_ = Buffer(static_cast<size_t>(largest_rounded) * sizeof(float), MemCategory::other);
+  send_ = Buffer(static_cast<size_t>(largest_send) * sizeof(uint16_t), MemCategory::other);
 }
 
 const FullyShardedGroups::GatherLayout& FullyShardedGroups::layout_of(size_t g,
@@ -149,56 +122,44 @@ void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
 
 void FullyShardedGroups::acquire(int64_t g, bool gradients, GroupReads reads) {
   ParamGroup& full = full_[g];
-  if (gradients) full.acquire_grads();
-  if (reads == GroupReads::nothing || full.params_resident()) return;  // or kept since its forward
+  if (gradients) {
+    if (scattering_ == g) finish_scatter();  // its last gradients are still being reduced
+    full.acquire_grads();
+  }
+  if (reads == GroupReads::nothing) return;
   const GatherLayout& layout = layout_of(static_cast<size_t>(g), reads);
-  TITAN_CHECK(gathering_ == -1 || (gathering_ == g && gathering_layout_ == &layout), "FSDP: group ",
-              g, " acquired while another prefetch (group ", gathering_, ") is in flight");
-  CommHandle gathered =
-      gathering_ == g ? std::move(gathered_) : start_gather(static_cast<size_t>(g), layout);
-  gathering_ = -1;
-  gathering_layout_ = nullptr;
-  full.acquire_params_where([&](const ParamView& v) {
-    return layout.slots[static_cast<size_t>(&v - full.views().data())].copy == nullptr;
-  });
-  gathered.wait();
-  unpack_gathered(static_cast<size_t>(g), layout);
+  if (gathering_ == g) {  // prefetched: its destination is committed, the gather queued
+    TITAN_CHECK(gathering_layout_ == &layout, "FSDP: group ", g,
+                " acquired for another use than its prefetch gathered for");
+    gathering_ = -1;
+    gathering_layout_ = nullptr;
+    gathered_.wait();
+    return;
+  }
+  if (full.params_resident()) return;  // kept since its forward
+  TITAN_CHECK(gathering_ == -1, "FSDP: group ", g, " acquired while another prefetch (group ",
+              gathering_, ") is in flight");
+  start_gather(static_cast<size_t>(g), layout).wait();
 }
 
 CommHandle FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout) {
-  const ParamGroup& shard = shards_[g];
-  const float* send = shard.params();
-  if (layout.rounds) {  // some views go in bf16: this rank's rows, those rounded
-    float* out = send_.as<float>();
-    std::memset(out, 0, static_cast<size_t>(layout.block) * sizeof(float));
-    for (size_t i = 0; i < layout.slots.size(); ++i) {
-      const ParamView& v = shard.views()[i];
-      const float* rows = shard.params() + v.offset;
-      if (layout.slots[i].copy != nullptr) {
-        convert_from_f32(rows, static_cast<size_t>(v.numel), DType::bf16,
-                         out + layout.slots[i].offset);
-      } else {
-        std::memcpy(out + layout.slots[i].offset, rows,
-                    static_cast<size_t>(v.numel) * sizeof(float));
-      }
-    }
-    send = out;
-  }
-  return mesh_.shard_group().all_gather_async(staging_.as<float>(), send, layout.block);
-}
-
-void FullyShardedGroups::unpack_gathered(size_t g, const GatherLayout& layout) {
-  const ParamGroup& full = full_[g];
-  const float* staging = staging_.as<float>();
-  for_each_slice(g, &layout, [&](size_t i, int64_t w, int64_t b, int64_t count, int64_t) {
-    // bf16 values from the block's start, the copy's own layout.
-    if (layout.slots[i].copy != nullptr) {
-      std::memcpy(layout.slots[i].copy + (w - full.views()[i].offset), staging + b,
-                  static_cast<size_t>(count) * sizeof(uint16_t));
-    } else {
-      std::memcpy(full.params() + w, staging + b, static_cast<size_t>(count) * sizeof(float));
-    }
+  ParamGroup &full = full_[g], &shard = shards_[g];
+  full.acquire_params_where([&](const ParamView& v) {
+    return layout.copies[static_cast<size_t>(&v - full.views().data())] == nullptr;
   });
+  std::vector<CommPart> parts = parts_of(g, full.params(), shard.params());
+  auto* send = send_.as<uint16_t>();
+  const auto rank = static_cast<size_t>(mesh_.shard_index());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (layout.copies[i] == nullptr) continue;
+    // This rank's rows rounded; the copy is whole in its own layout.
+    CommPart& part = parts[i];
+    uint16_t* rows = send + layout.send_at[i];
+    convert_from_f32(static_cast<const float*>(part.own), static_cast<size_t>(part.counts[rank]),
+                     DType::bf16, rows);
+    part = {layout.copies[i], rows, std::move(part.counts), DType::bf16};
+  }
+  return mesh_.shard_group().all_gather_async(std::move(parts));
 }
 
 void FullyShardedGroups::prefetch(int64_t g, GroupReads reads) {
@@ -213,13 +174,11 @@ void FullyShardedGroups::prefetch(int64_t g, GroupReads reads) {
 }
 
 void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
-  ParamGroup &full = full_[g], &shard = shards_[g];
+  ParamGroup& full = full_[g];
   if (end == GroupUseEnd::gradients) {
-    finish_scatter();  // its staging is reused now
-    pack(scatter_staging_.as<float>(), static_cast<size_t>(g), full.grads());
-    full.release_grads();
+    finish_scatter();  // reduced_grad_ is reused now
     scattered_ = mesh_.shard_group().reduce_scatter_sum_async(
-        reduced_grad_.as<float>(), scatter_staging_.as<float>(), shard.numel());
+        parts_of(static_cast<size_t>(g), full.grads(), reduced_grad_.as<float>()));
     scattering_ = g;
   } else if (keeps_whole(reshard_, end)) {
     return;
@@ -230,16 +189,23 @@ void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
 void FullyShardedGroups::finish_scatter() {
   if (scattering_ == -1) return;
   scattered_.wait();
-  ParamGroup& shard = shards_[scattering_];
+  const auto g = static_cast<size_t>(scattering_);
   scattering_ = -1;
-  float* grads = shard.grads();
-  const float* reduced = reduced_grad_.as<float>();
-  const int64_t n = shard.numel();
+  full_[g].release_grads();
+  // Each view's rows this rank holds (the reduce-scatter wrote those; padding stays zero).
+  const ParamGroup& shard = shards_[g];
+  const auto rank = static_cast<size_t>(mesh_.shard_index());
+  const std::vector<CommPart> parts = parts_of(g, full_[g].grads(), reduced_grad_.as<float>());
   constexpr int64_t kChunk = int64_t{1} << 14;
   const VecKernels& v = backend().vec();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    float* grads = shard.grads() + shard.views()[i].offset;
+    const auto* reduced = static_cast<const float*>(parts[i].own);
+    const int64_t n = parts[i].counts[rank];
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t i = 0; i < n; i += kChunk)
-    v.axpy(grads + i, 1.0f, reduced + i, std::min(kChunk, n - i));
+    for (int64_t at = 0; at < n; at += kChunk)
+      v.axpy(grads + at, 1.0f, reduced + at, std::min(kChunk, n - at));
+  }
 }
 
 void FullyShardedGroups::zero_gradients() {
@@ -256,7 +222,7 @@ void FullyShardedGroups::finish_gradients() {
 
 void FullyShardedGroups::gather_all() {
   finish_scatter();
-  if (gathering_ != -1) gathered_.wait();  // a prefetch nothing used: its staging is reused now
+  if (gathering_ != -1) gathered_.wait();  // a prefetch nothing used
   gathering_ = -1;
   gathering_layout_ = nullptr;
   for (size_t g = 0; g < full_.size(); ++g) {
@@ -264,12 +230,12 @@ void FullyShardedGroups::gather_all() {
     // Every master in fp32, those gathered in bf16 too (a kept unit's were never written).
     full.release_params();
     full.acquire_params();
-    mesh_.shard_group().all_gather(staging_.as<float>(), shards_[g].params(), shards_[g].numel());
-    unpack(full.params(), g, staging_.as<float>());
+    mesh_.shard_group().all_gather_async(parts_of(g, full.params(), shards_[g].params())).wait();
   }
 }
 
 void FullyShardedGroups::release_all() {
+  finish_scatter();  // the gradients it reads go back here
   for (ParamGroup& g : full_) {
     g.release_params();
     g.release_grads();

@@ -4,22 +4,29 @@
 // c = ceil(d0 / N), the last ranks' missing rows zero padding -- with the matching shards of its
 // gradient and of the AdamW moments (what the optimizer updates). A unit's whole parameters exist
 // only while the model uses it (ParamGroupHooks, models/causal_lm.h): all-gathered into the
-// group's buffer at acquire, handed back to the OS at release; when the use computed gradients,
-// the release reduce-scatters them into the shards' gradients (summed over uses and
-// micro-batches) and hands the whole gradients back too. Under HSDP the shards' gradients are
-// then all-reduced over the replicas (finish_gradients).
+// group's buffer, handed back to the OS at release; when the use computed gradients, the release
+// reduce-scatters them into the shards' gradients (summed over uses and micro-batches) and the
+// whole gradients go back once that is done. Under HSDP the shards' gradients are then
+// all-reduced over the replicas (finish_gradients).
 //
 // The collectives overlap compute (torchtitan's FSDP2): they run on the communication stream
 // (dist/comm_stream.h). The model names the group it will use next (ParamGroupHooks::prefetch)
 // and its all-gather is queued then, to run under the current unit's compute; a release queues its
 // reduce-scatter and returns, and the sum into the shards' gradients is made at the next release
 // with gradients (under the next unit's backward) or at finish_gradients. At most one all-gather
-// and one reduce-scatter are in flight, each with its own staging buffer.
+// and one reduce-scatter are in flight. Each moves every parameter straight between its place in
+// the whole group and its shard, one part per parameter (Communicator's CommPart: an all-gather-v
+// and a reduce-scatter-v over its dim-0 rows), so nothing is staged: a prefetched unit's
+// destination is committed when its gather is queued, and a unit's whole gradients stay until
+// their reduce-scatter is summed in. (FSDP2 gathers into one flat buffer per unit and copies out;
+// a staging buffer of N x the largest shard -- the whole vocabulary matrix for Qwen3 -- for each
+// direction cost more than a unit.)
 //
 // Mixed precision (torchtitan's mixed_precision_param = "bfloat16"): the parameters the model
 // reads only through bf16 copies (gather_in_bf16) are gathered in bf16 -- each rank rounds its
 // shard's rows into a send buffer as the all-gather is queued, and the gathered rows land in the
-// model's copies, their fp32 masters left unwritten and not even committed (a unit in flight: its
+// model's copies (which must be resident from the prefetch on), their fp32 masters left unwritten
+// and not even committed (a unit in flight: its
 // fp32-read masters and its bf16 copies; ParamGroup::acquire_params_where); the rest (norms,
 // biases, the router, an embedding the lookup reads) are gathered in fp32 as before. A use that
 // reads through_copies (GroupReads: the final norm and loss) has a tied embedding gathered in bf16
@@ -65,8 +72,8 @@ class FullyShardedGroups {
   void set_reshard_after_forward(const std::string& policy);
   // Per group, the parameters to gather in bf16 straight into their copies (empty: fp32, the
   // default) for a use that reads `parameters` (CausalLM::bf16_only_params) and for one that reads
-  // through_copies (CausalLM::copied_params). The copies are written at acquire; they must be
-  // resident then.
+  // through_copies (CausalLM::copied_params). The copies are written from the prefetch (or the
+  // acquire, without one) on; they must be resident then.
   void gather_in_bf16(const std::vector<std::vector<ComputeCopyTarget>>& parameters,
                       const std::vector<std::vector<ComputeCopyTarget>>& through_copies);
   // The model's uses of group g (install as its ParamGroupHooks).
@@ -85,36 +92,24 @@ class FullyShardedGroups {
  private:
   // This rank's rows of the whole group g -> its shard (padding rows zero).
   void keep_own_rows(size_t g);
-  // A group's all-gather for one kind of use: per view its offset in a rank's block (floats; a
-  // bf16 view takes half its shard's floats) and its bf16 copy (null: gathered in fp32 into the
-  // master: only those masters are committed in flight); the floats of a rank's block (the
-  // shard's numel when every view is fp32).
-  struct GatherSlot {
-    int64_t offset = 0;
-    uint16_t* copy = nullptr;
-  };
+  // A group's all-gather for one kind of use: per view, its bf16 copy (null: gathered in fp32 into
+  // its master; only those masters are committed in flight) and where its rounded rows go in
+  // send_ (elements); the send buffer's elements.
   struct GatherLayout {
-    std::vector<GatherSlot> slots;
-    int64_t block = 0;
-    bool rounds = false;  // some views go in bf16
+    std::vector<uint16_t*> copies;
+    std::vector<int64_t> send_at;
+    int64_t send_numel = 0;
   };
   // The layout of group g's gathers for a use that reads `reads` (parameters or through_copies).
   const GatherLayout& layout_of(size_t g, GroupReads reads) const;
-  // fn(view, whole offset, block offset (floats), elements, padding) for every rank's rows of
-  // every parameter of group g: the whole group's layout against each rank's block (N x the
-  // block) -- the shard's layout (`gather` null: fp32 gathers, reduce-scatters) or a gather
-  // layout (bf16 views in half the floats); padding (shard layout), the floats after them up to
-  // the block's next parameter (the last ranks' missing rows and the alignment gap), which the
-  // blocks must hold as zeros.
-  template <typename Fn>
-  void for_each_slice(size_t g, const GatherLayout* gather, Fn&& fn) const;
-  void pack(float* blocks, size_t g, const float* whole) const;
-  void unpack(float* whole, size_t g, const float* blocks) const;
-  // Queues group g's all-gather into staging_ in `layout` (bf16 parameters rounded into send_
-  // first), and writes what it brought into the whole masters and the bf16 copies.
+  // Per view of group g, its rows cut between the ranks: whole at `whole` + the view's offset, this
+  // rank's at `own` + its shard view's offset (both f32).
+  std::vector<CommPart> parts_of(size_t g, float* whole, float* own) const;
+  // Commits what group g's all-gather in `layout` writes (its fp32 masters), rounds this rank's
+  // bf16 rows into send_, and queues the gather straight into the masters and the copies.
   CommHandle start_gather(size_t g, const GatherLayout& layout);
-  void unpack_gathered(size_t g, const GatherLayout& layout);
-  // Waits for the reduce-scatter in flight, if any, and adds it into its shards' gradients.
+  // Waits for the reduce-scatter in flight, if any, adds it into its shards' gradients and hands
+  // the whole gradients it read back.
   void finish_scatter();
 
   std::vector<ParamGroup>& full_;
@@ -123,9 +118,7 @@ class FullyShardedGroups {
   ReshardPolicy reshard_ = ReshardPolicy::except_next;  // fsdp_reshard_after_forward
   // Per group, the gather layouts of a use reading parameters [0] and through_copies [1].
   std::vector<std::array<GatherLayout, 2>> layouts_;
-  Buffer send_;             // the largest block with bf16 views: this rank's rows, rounded
-  Buffer staging_;          // N x the largest shard: the all-gathers' whole side
-  Buffer scatter_staging_;  // the same for the reduce-scatters: one of each may be in flight
+  Buffer send_;             // bf16: this rank's rows rounded, for the largest layout
   Buffer reduced_grad_;     // the largest shard: one reduce-scatter's result
   int64_t gathering_ = -1;  // the group whose all-gather (prefetch) is in flight, else -1
   const GatherLayout* gathering_layout_ = nullptr;  // and its layout

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
@@ -93,20 +94,26 @@ CommHandle queue(std::function<void()> call) {
   return {};
 }
 
-// Starts a nonblocking collective (start(&request)) and waits for it, testing it every 50 us and
-// sleeping in between. OpenMPI's blocking collectives spin in its progress loop while a peer is
-// not there yet; on a machine whose cores all compute, that spinning thread takes a core's share
-// from the compute threads. The tests are what progress the transfer (OpenMPI has no progress
-// thread of its own).
+// Starts `n` nonblocking collectives (start(i, &request), in the same order on every rank) and
+// waits for them all, testing them every 50 us and sleeping in between. OpenMPI's blocking
+// collectives spin in its progress loop while a peer is not there yet; on a machine whose cores
+// all compute, that spinning thread takes a core's share from the compute threads. The tests are
+// what progress the transfers (OpenMPI has no progress thread of its own).
 template <typename Start>
-void complete(Start&& start) {
-  MPI_Request request = MPI_REQUEST_NULL;
-  start(&request);
+void complete_all(size_t n, Start&& start) {
+  std::vector<MPI_Request> requests(n, MPI_REQUEST_NULL);
+  for (size_t i = 0; i < n; ++i) start(i, &requests[i]);
   for (int done = 0;;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    MPI_Testall(static_cast<int>(n), requests.data(), &done, MPI_STATUSES_IGNORE);
     if (done != 0) return;
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+// One collective: start(&request).
+template <typename Start>
+void complete(Start&& start) {
+  complete_all(1, [&](size_t, MPI_Request* request) { start(request); });
 }
 
 // MPI counts are ints: reductions and broadcasts go in chunks of at most this many elements.
@@ -121,7 +128,7 @@ void in_chunks(int64_t count, Fn&& fn) {
 
 int checked_count(int64_t count, const char* what) {
   TITAN_CHECK(count >= 0 && count <= INT_MAX, what, ": ", count,
-              " elements per rank is more than one MPI call takes");
+              " elements is more than one MPI call addresses");
   return static_cast<int>(count);
 }
 
@@ -150,26 +157,27 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_max(double* data, int64_t count) override {
     all_reduce(data, count, MPI_DOUBLE, MPI_MAX);
   }
-  void all_gather(float* out, const float* in, int64_t count) override {
-    all_gather_async(out, in, count).wait();
-  }
-  void reduce_scatter_sum(float* out, const float* in, int64_t count) override {
-    reduce_scatter_sum_async(out, in, count).wait();
-  }
-  CommHandle all_gather_async(float* out, const float* in, int64_t count) override {
-    const int n = checked_count(count, "all_gather");
-    return queue([=, comm = comm_] {
+  CommHandle all_gather_async(std::vector<CommPart> parts) override {
+    std::vector<PartCall> calls = part_calls(parts, "all_gather");
+    return queue([calls = std::move(calls), comm = comm_, rank = rank_] {
       const InCollective watch("all_gather");
-      complete(
-          [&](MPI_Request* r) { MPI_Iallgather(in, n, MPI_FLOAT, out, n, MPI_FLOAT, comm, r); });
+      complete_all(calls.size(), [&](size_t i, MPI_Request* r) {
+        const PartCall& c = calls[i];
+        MPI_Iallgatherv(c.own, c.counts[rank], c.type, c.whole, c.counts.data(), c.displs.data(),
+                        c.type, comm, r);
+      });
     });
   }
-  CommHandle reduce_scatter_sum_async(float* out, const float* in, int64_t count) override {
-    const int n = checked_count(count, "reduce_scatter");
-    return queue([=, comm = comm_] {
+  CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) override {
+    for (const CommPart& p : parts) {
+      TITAN_CHECK(p.dtype == DType::f32, "reduce_scatter: a part in ", dtype_name(p.dtype));
+    }
+    std::vector<PartCall> calls = part_calls(parts, "reduce_scatter");
+    return queue([calls = std::move(calls), comm = comm_] {
       const InCollective watch("reduce_scatter");
-      complete([&](MPI_Request* r) {
-        MPI_Ireduce_scatter_block(in, out, n, MPI_FLOAT, MPI_SUM, comm, r);
+      complete_all(calls.size(), [&](size_t i, MPI_Request* r) {
+        const PartCall& c = calls[i];
+        MPI_Ireduce_scatter(c.whole, c.own, c.counts.data(), MPI_FLOAT, MPI_SUM, comm, r);
       });
     });
   }
@@ -197,6 +205,31 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // A CommPart as MPI's v-collectives take it: int counts and displacements.
+  struct PartCall {
+    void* whole;
+    void* own;
+    std::vector<int> counts, displs;
+    MPI_Datatype type;
+  };
+  std::vector<PartCall> part_calls(const std::vector<CommPart>& parts, const char* what) const {
+    std::vector<PartCall> calls;
+    for (const CommPart& p : parts) {
+      TITAN_CHECK(static_cast<int>(p.counts.size()) == size_, what, ": a part cut for ",
+                  p.counts.size(), " ranks in a group of ", size_);
+      PartCall c{p.whole, p.own, {}, {}, p.dtype == DType::bf16 ? MPI_UINT16_T : MPI_FLOAT};
+      int64_t at = 0;
+      for (const int64_t count : p.counts) {
+        c.displs.push_back(checked_count(at, what));
+        c.counts.push_back(checked_count(count, what));
+        at += count;
+      }
+      checked_count(at, what);
+      calls.push_back(std::move(c));
+    }
+    return calls;
+  }
+
   template <typename T>
   void all_reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
     queue([=, comm = comm_] {

@@ -51,11 +51,12 @@ struct ForwardOptions {
 // block for the backward; the backward each previous block (the embedding's backward reads
 // nothing to prefetch).
 //
-// Under bf16 compute, `fills_compute_copies`: the acquire writes the bf16 copies the model names
-// in bf16_only_params() (FSDP gathers them in bf16) and leaves those parameters' fp32 masters
-// unwritten, and for a use through_copies every copy, a tied embedding's too
-// (copied_params()); the model rounds only its other copies. A unit the parallelism keeps whole
-// between uses (still resident after its release) keeps its copies too.
+// Under bf16 compute, `fills_compute_copies`: the acquire (from its prefetch on, where there is
+// one: the model makes the copies a prefetched use reads resident before it) writes the bf16
+// copies the model names in bf16_only_params() (FSDP gathers them in bf16) and leaves those
+// parameters' fp32 masters unwritten, and for a use through_copies every copy, a tied embedding's
+// too (copied_params()); the model rounds only its other copies. A unit the parallelism keeps
+// whole between uses (still resident after its release) keeps its copies too.
 struct ParamGroupHooks {
   std::function<void(int64_t group, bool gradients, GroupReads reads)> acquire;
   std::function<void(int64_t group, GroupUseEnd end)> release;

@@ -351,23 +351,18 @@ void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
     refresh_compute_weights(group);
     return;
   }
-  // A use through_copies reads every copy of the group; one reading its parameters only the
-  // copies of the weights read only in bf16 (a tied embedding's copy serves the loss, not the
-  // lookup). A use that reads none brings none: its copies are not touched.
-  const bool reads_copies =
-      std::any_of(compute_copies_.begin(), compute_copies_.end(), [&](const ComputeCopy& c) {
-        return c.group == group && (reads == GroupReads::through_copies ||
-                                    (reads == GroupReads::parameters && !c.master_read));
-      });
-  if (!reads_copies) {
+  const bool prefetched = prefetched_ == group;
+  if (prefetched) prefetched_ = -1;
+  if (!reads_copies(group, reads)) {
     hooks_.acquire(group, gradients, reads);
     return;
   }
   // Copies the acquire fills come from a gather (all of them for a use through_copies): a unit
   // kept whole since its last use kept those, and its masters of them were never written. A unit
   // kept since a use that read its parameters has its other copies (a tied embedding's) rounded
-  // from its masters when a use through_copies first reads them.
-  const bool kept = groups_[g].params_resident();
+  // from its masters when a use through_copies first reads them. (A prefetched unit is resident
+  // too, but its gather is filling them.)
+  const bool kept = groups_[g].params_resident() && !prefetched;
   compute_weights_[g].recommit();  // the acquire may write them
   bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
   hooks_.acquire(group, gradients, reads);
@@ -376,6 +371,29 @@ void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
   } else if (kept && reads == GroupReads::through_copies) {
     refresh_compute_weights(group, false);
   }
+}
+
+bool DecoderLM::reads_copies(int64_t group, GroupReads reads) const {
+  // A use through_copies reads every copy of the group; one reading its parameters only the
+  // copies of the weights read only in bf16 (a tied embedding's copy serves the loss, not the
+  // lookup). A use that reads none brings none: its copies are not touched.
+  return std::any_of(compute_copies_.begin(), compute_copies_.end(), [&](const ComputeCopy& c) {
+    return c.group == group && (reads == GroupReads::through_copies ||
+                                (reads == GroupReads::parameters && !c.master_read));
+  });
+}
+
+void DecoderLM::prefetch(int64_t group, GroupReads reads) {
+  if (!hooks_.prefetch) return;
+  const auto g = static_cast<size_t>(group);
+  if (reads != GroupReads::nothing && !groups_[g].params_resident()) {
+    prefetched_ = group;
+    if (reads_copies(group, reads)) {
+      compute_weights_[g].recommit();
+      bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+    }
+  }
+  hooks_.prefetch(group, reads);
 }
 
 void DecoderLM::release(int64_t group, GroupUseEnd end) {

@@ -110,9 +110,12 @@ class DecoderLM final : public CausalLM {
   // it brought.
   void acquire(int64_t group, bool gradients, GroupReads reads = GroupReads::parameters);
   void release(int64_t group, GroupUseEnd end);
-  void prefetch(int64_t group, GroupReads reads = GroupReads::parameters) const {
-    if (hooks_.prefetch) hooks_.prefetch(group, reads);
-  }
+  // Under hooks: the prefetch's gather writes the copies the use reads, so they are resident from
+  // here on.
+  void prefetch(int64_t group, GroupReads reads = GroupReads::parameters);
+  // Whether a use of `group` reading `reads` reads any of its bf16 copies.
+  bool reads_copies(int64_t group, GroupReads reads) const;
+  int64_t prefetched_ = -1;  // the group a prefetch is gathering, until its acquire
 
   // The activation arena and its views, sized for (batch_, seq_).
   int64_t batch_ = 0, seq_ = 0;

@@ -26,19 +26,6 @@ std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t 
   return specs;
 }
 
-// Floats of one rank's block in the all-gather of a group whose shard is `shard`
-// (FullyShardedGroups::gather_in_bf16): each view's span, a bf16 one's (`in_bf16`) over half its
-// elements.
-template <typename InBf16>
-int64_t gather_block_numel(const std::vector<ParamSpec>& shard, const InBf16& in_bf16) {
-  int64_t block = 0;
-  for (const ParamSpec& spec : shard) {
-    const int64_t n = shape_numel(spec.shape);
-    block += param_view_span(in_bf16(spec.name) ? (n + 1) / 2 : n);
-  }
-  return block;
-}
-
 // Bytes each rank sends in a ring all-gather or reduce-scatter whose whole side is
 // `ranks` x `shard_bytes`.
 int64_t ring_bytes(int64_t ranks, int64_t shard_bytes) {
@@ -106,11 +93,12 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // per group, for a use reading parameters [0] and one reading through_copies [1] (GroupReads),
   // its fp32 masters and the elements of its bf16 copies (DecoderLM::allocate_compute_weights: the
   // weights read only in bf16, and a tied embedding's lm_head copy, which [1] reads) and under FSDP
-  // its all-gather block; and the largest block rounded to bf16.
+  // the bytes of this rank's rows its all-gather sends (FullyShardedGroups::start_gather; rank 0
+  // holds the most rows), and the most bf16 rows one gather rounds into the send buffer.
   const bool bf16 = in.compute_dtype == DType::bf16;
-  int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_rounded = 0;
-  std::vector<int64_t> shard_numel, whole_numel;
-  std::array<std::vector<int64_t>, 2> gather_numel, master_numel, copy_numel;
+  int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_send = 0;
+  std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
+  std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
   const std::vector<ParamGroupSpec> group_specs = model_param_specs(a);
   for (const ParamGroupSpec& g : group_specs) {
     const int64_t group = param_group_numel(g.params);
@@ -118,6 +106,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
     const std::vector<ParamSpec> specs = fsdp ? shard_specs(g.params, n) : g.params;
     const int64_t shard = param_group_numel(specs);
     shard_numel.push_back(shard);
+    int64_t rows = 0;  // the shard's elements without the views' alignment
+    for (const ParamSpec& p : specs) rows += shape_numel(p.shape);
+    shard_rows_numel.push_back(rows);
     for (size_t kind = 0; kind < 2; ++kind) {
       // What such a use reads in bf16 (gathered into copies): the weights read only in bf16, and
       // through copies a tied embedding too (the lm_head's copy).
@@ -128,18 +119,23 @@ TrainingPlan plan_training(const PlanInputs& in) {
       };
       // The masters a unit in flight holds: not those gathered into copies.
       std::vector<ParamSpec> masters;
-      int64_t copied = 0;
-      for (const ParamSpec& p : g.params) {
+      int64_t copied = 0, sent = 0, rounded = 0;
+      for (size_t i = 0; i < g.params.size(); ++i) {
+        const ParamSpec& p = g.params[i];
+        const int64_t own = shape_numel(specs[i].shape);
         if (in_bf16(p.name)) {
           copied += shape_numel(p.shape);
+          rounded += own;
+          sent += own * static_cast<int64_t>(dtype_size(DType::bf16));
         } else {
           masters.push_back(p);
+          sent += own * kFloat;
         }
       }
       master_numel[kind].push_back(param_group_numel(masters));
       copy_numel[kind].push_back(copied);
-      gather_numel[kind].push_back(gather_block_numel(specs, in_bf16));
-      if (copied > 0) largest_rounded = std::max(largest_rounded, gather_numel[kind].back());
+      gather_bytes[kind].push_back(sent);
+      largest_send = std::max(largest_send, rounded);
     }
     resident += shard;
     whole += group;
@@ -166,9 +162,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   if (fsdp) {
     // A micro-batch's uses in the model's order (ParamGroupHooks, models/causal_lm.h), walked with
     // the units whole at each: parameters in flight (masters -- under bf16 only those read in
-    // fp32 -- and under bf16 the copies the gather fills or the model rounds; a unit kept after
-    // its forward stays whole with its copies until its backward) and the whole gradients of the
-    // use; the bytes each gather and reduce-scatter moves.
+    // fp32 -- and under bf16 the copies the gather fills or the model rounds, from the prefetch
+    // that queues the gather on; a unit kept after its forward stays whole with its copies until
+    // its backward) and whole gradients (the use's, and the last unit's until its reduce-scatter
+    // is summed in at the next release with gradients); the bytes each gather and reduce-scatter
+    // moves.
     const auto groups = static_cast<int64_t>(whole_numel.size());
     const int64_t blocks = a.num_hidden_layers, head = head_group_index(a);
     const ReshardPolicy policy = parse_reshard_policy(in.reshard_after_forward);
@@ -178,6 +176,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
       const size_t kind = reads == GroupReads::through_copies ? 1 : 0;
       return master_numel[kind][g] * kFloat + copy_numel[kind][g] * bf16_size;
     };
+    std::vector<int64_t> whole_now(static_cast<size_t>(groups), 0);  // in_use while whole, else 0
+    std::vector<int64_t> grads_now(static_cast<size_t>(groups), 0);  // whole gradients
+    std::vector<bool> prefetched(static_cast<size_t>(groups), false);
+    int64_t whole_params = 0, whole_grads = 0;  // of the units whole now
+    int64_t scattering = -1;                    // the unit whose reduce-scatter is in flight
     const auto moment = [&](int64_t params, int64_t grads) {
       m.unit_parameters = std::max(m.unit_parameters, params);
       m.unit_gradients = std::max(m.unit_gradients, grads);
@@ -186,14 +189,34 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
     // bf16 more than a unit in flight holds.
     moment(largest_whole * kFloat, 0);
-    std::vector<int64_t> whole_now(static_cast<size_t>(groups), 0);  // in_use while whole, else 0
-    int64_t whole_params = 0;  // in_use of the units whole now
-    int64_t gathered_forward = 0, gathered_backward = 0, scattered = 0;  // bytes per rank's block
+    int64_t gathered_forward = 0, gathered_backward = 0, scattered = 0;  // bytes per rank
+    const auto gather = [&](int64_t g, GroupReads reads, int64_t& gathered) {
+      gathered += gather_bytes[reads == GroupReads::through_copies ? 1 : 0][g];
+      whole_now[g] = in_use(g, reads);
+      whole_params += whole_now[g];
+    };
+    const auto finish_scatter = [&] {
+      if (scattering == -1) return;
+      whole_grads -= grads_now[scattering];
+      grads_now[scattering] = 0;
+      scattering = -1;
+    };
+    const auto prefetch = [&](int64_t g, GroupReads reads, int64_t& gathered) {
+      if (reads == GroupReads::nothing || whole_now[g] != 0) return;  // kept: no gather
+      gather(g, reads, gathered);
+      prefetched[g] = true;
+      moment(whole_params, whole_grads);
+    };
     const auto acquire = [&](int64_t g, bool gradients, GroupReads reads, int64_t& gathered) {
-      if (reads != GroupReads::nothing && whole_now[g] == 0) {
-        gathered += gather_numel[reads == GroupReads::through_copies ? 1 : 0][g] * kFloat;
-        whole_now[g] = in_use(g, reads);
-        whole_params += whole_now[g];
+      if (gradients) {
+        if (scattering == g) finish_scatter();
+        whole_grads += whole_numel[g] * kFloat - grads_now[g];
+        grads_now[g] = whole_numel[g] * kFloat;
+      }
+      if (reads == GroupReads::nothing || prefetched[g]) {
+        prefetched[g] = false;
+      } else if (whole_now[g] == 0) {
+        gather(g, reads, gathered);
       } else if (reads == GroupReads::through_copies) {
         // Kept since a use that read its parameters: the copies only this use reads are made
         // now (a tied embedding's, from its kept master).
@@ -201,28 +224,47 @@ TrainingPlan plan_training(const PlanInputs& in) {
         whole_now[g] += more;
         whole_params += more;
       }
-      moment(whole_params, gradients ? whole_numel[g] * kFloat : 0);
+      moment(whole_params, whole_grads);
     };
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
-      if (end == GroupUseEnd::gradients) scattered += shard_numel[g] * kFloat;
-      if (!keeps_whole(policy, end)) {  // whole now: each release follows its acquire
-        whole_params -= whole_now[g];
-        whole_now[g] = 0;
+      if (end == GroupUseEnd::gradients) {
+        finish_scatter();
+        scattered += shard_rows_numel[g] * kFloat;
+        scattering = g;
+      } else if (keeps_whole(policy, end)) {
+        return;
       }
+      whole_params -= whole_now[g];
+      whole_now[g] = 0;
     };
+    // DecoderLM::forward and backward, with gradients.
     acquire(0, false, GroupReads::parameters, gathered_forward);
+    if (blocks > 0) {
+      prefetch(layer_group_index(0), GroupReads::parameters, gathered_forward);
+    } else {
+      prefetch(head, GroupReads::through_copies, gathered_forward);
+    }
     release(0, GroupUseEnd::used_later);
     for (int64_t layer = 0; layer < blocks; ++layer) {
       const int64_t g = layer_group_index(layer);
       acquire(g, false, GroupReads::parameters, gathered_forward);
+      if (layer + 1 == blocks) {
+        prefetch(head, GroupReads::through_copies, gathered_forward);
+      } else {
+        prefetch(layer_group_index(layer + 1), GroupReads::parameters, gathered_forward);
+      }
       release(g, layer + 1 == blocks ? GroupUseEnd::used_next : GroupUseEnd::used_later);
     }
     // The final norm and loss into their backward, the lm_head through its copy.
     acquire(head, true, GroupReads::through_copies, gathered_forward);
+    if (blocks > 0)
+      prefetch(layer_group_index(blocks - 1), GroupReads::parameters, gathered_backward);
     release(head, GroupUseEnd::gradients);
     for (int64_t layer = blocks; layer-- > 0;) {
       const int64_t g = layer_group_index(layer);
       acquire(g, true, GroupReads::parameters, gathered_backward);
+      if (layer > 0)
+        prefetch(layer_group_index(layer - 1), GroupReads::parameters, gathered_backward);
       release(g, GroupUseEnd::gradients);
     }
     acquire(0, true, GroupReads::nothing, gathered_backward);
@@ -231,9 +273,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
     c.all_gather_backward = ring_bytes(n, gathered_backward);
     c.reduce_scatter = ring_bytes(n, scattered);
 
-    // Staging for an all-gather and a reduce-scatter in flight at once, and one reduced shard.
-    // Under bf16, the send buffer this rank's rows are rounded into.
-    m.collective_buffers = ((2 * n + 1) * largest_shard + largest_rounded) * kFloat;
+    // One reduced shard, and under bf16 the send buffer this rank's rows are rounded into.
+    m.collective_buffers = largest_shard * kFloat + largest_send * bf16_size;
     // gather_all leaves every unit's whole parameters resident for the export.
     m.export_gather = whole * kFloat;
   }

@@ -60,12 +60,13 @@ struct MemoryPlan {
   // One process under bf16: the room every block's compute copies are made in at each of its uses
   // (the largest block's; DecoderLM::acquire), held from the first block's use on.
   int64_t block_copies = 0;
-  // FSDP: the most whole parameters
-  // (under bf16: fp32-read masters and bf16 copies; start-up's whole fp32 unit when more) and whole
-  // gradients in flight at once -- each category's peak -- and the most of both together (the
-  // step's moment: a unit's backward, or the final norm and loss beside units kept after their
-  // forward, fsdp_reshard_after_forward); the collectives' buffers (staging, reduced gradient). 0
-  // in one process.
+  // FSDP: the most whole parameters (under bf16: fp32-read masters and bf16 copies; start-up's
+  // whole fp32 unit when more; a prefetched unit's from its prefetch) and whole gradients (a
+  // unit's until its reduce-scatter is summed in) in flight at once -- each category's peak --
+  // and the most of both together (the step's moment: a unit's backward beside the next one
+  // gathering and the last one reducing, or the final norm and loss beside units kept after their
+  // forward, fsdp_reshard_after_forward); the collectives' own buffers (the reduced gradient
+  // shard, under bf16 the rounded rows a rank sends). 0 in one process.
   int64_t unit_parameters = 0, unit_gradients = 0, units_in_flight = 0, collective_buffers = 0;
   // Activations with and without full activation checkpointing, and those of the config's mode.
   int64_t activations_none = 0, activations_full = 0, activations = 0;
