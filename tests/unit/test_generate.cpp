@@ -382,6 +382,27 @@ TEST(InferenceSession, Bf16KvCacheHalvesTheBytesAndNeedsABf16Attention) {
   EXPECT_EQ(fp32_cache.cache().dtype(), DType::f32);
 }
 
+// The models the bf16 folder loads are checked on: tied, untied, and MoE (3 layers, the middle
+// one sparse).
+std::vector<std::pair<std::string, ModelArgs>> bf16_load_models() {
+  ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
+  moe.num_hidden_layers = 3;
+  return {{"tied", tiny_generate_args(true)}, {"untied", tiny_generate_args(false)}, {"moe", moe}};
+}
+
+// A Hugging Face folder `name`_<dtype> in `dir` of the model of `args` (seed 3), its weights
+// stored in `stored`.
+std::string export_seeded_folder(const test::TempDir& dir, const std::string& name,
+                                 const ModelArgs& args, DType stored) {
+  const std::string folder = dir / (name + "_" + std::string(dtype_name(stored)));
+  DecoderLM model(args);
+  model.initialize(3);
+  HfExportOptions options;
+  options.dtype = stored;
+  export_hf_folder(folder, model, options);
+  return folder;
+}
+
 // A folder loaded for bf16 inference holds its matmul weights only as bf16 copies, and its
 // embedding too when the folder stores it in bf16 (exactly; a tied one is the lm_head's copy): the
 // parameters' accounting grows by the copies and by the fp32 parameters the forward reads (norms,
@@ -390,22 +411,11 @@ TEST(InferenceSession, Bf16KvCacheHalvesTheBytesAndNeedsABf16Attention) {
 // copies then rounded from the stored fp32 values); tied, untied and MoE.
 TEST(InferenceWeights, LoadedInBf16HoldsTheMatmulWeightsOnlyInBf16) {
   test::TempDir dir;
-  ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
-  moe.num_hidden_layers = 3;
-  const std::vector<std::pair<std::string, ModelArgs>> models = {
-      {"tied", tiny_generate_args(true)}, {"untied", tiny_generate_args(false)}, {"moe", moe}};
   constexpr auto kParameters = static_cast<int>(MemCategory::parameters);
-  for (const auto& [name, args] : models) {
+  for (const auto& [name, args] : bf16_load_models()) {
     for (const DType stored : {DType::bf16, DType::f32}) {
-      const std::string folder = dir / (name + "_" + std::string(dtype_name(stored)));
+      const std::string folder = export_seeded_folder(dir, name, args, stored);
       SCOPED_TRACE(folder);
-      {
-        DecoderLM model(args);
-        model.initialize(3);
-        HfExportOptions options;
-        options.dtype = stored;
-        export_hf_folder(folder, model, options);
-      }
       const bool embedding_in_bf16 = stored == DType::bf16;
       int64_t read_in_fp32 = 0;
       for (const ParamGroupSpec& g : model_param_specs(args)) {
@@ -462,13 +472,9 @@ TEST(InferenceWeights, LoadedInBf16RefusesNonFiniteMatmulWeights) {
 // fp32 it is load_hf_model's model, keeping no activations for a backward, with the same loss.
 TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
   test::TempDir dir;
-  ModelArgs moe = test::with_moe(tiny_generate_args(false), 5, 2, 16, {1});
-  moe.num_hidden_layers = 3;
-  const std::vector<std::pair<std::string, ModelArgs>> models = {
-      {"tied", tiny_generate_args(true)}, {"untied", tiny_generate_args(false)}, {"moe", moe}};
   constexpr auto kParameters = static_cast<int>(MemCategory::parameters);
   const int64_t batch = 2, seq = 12;
-  for (const auto& [name, args] : models) {
+  for (const auto& [name, args] : bf16_load_models()) {
     const std::vector<int32_t> ids = test::test_ids(batch * seq, args.vocab_size, 5);
     const std::vector<int32_t> labels = test::test_ids(batch * seq, args.vocab_size, 6);
     const auto forward = [&](CausalLM& model, std::vector<float>& logits) {
@@ -476,15 +482,8 @@ TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
       return model.forward(ids.data(), labels.data(), batch, seq, {.logits = logits.data()});
     };
     for (const DType stored : {DType::bf16, DType::f32}) {
-      const std::string folder = dir / (name + "_" + std::string(dtype_name(stored)));
+      const std::string folder = export_seeded_folder(dir, name, args, stored);
       SCOPED_TRACE(folder);
-      {
-        DecoderLM model(args);
-        model.initialize(3);
-        HfExportOptions options;
-        options.dtype = stored;
-        export_hf_folder(folder, model, options);
-      }
       const std::unique_ptr<CausalLM> whole = load_hf_model(folder, {}, false, DType::bf16);
       std::vector<float> want_logits, got_logits;
       const CrossEntropyResult want = forward(*whole, want_logits);
