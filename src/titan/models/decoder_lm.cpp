@@ -312,8 +312,7 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copied_params() {
 
 std::vector<std::vector<ComputeCopyTarget>> DecoderLM::hold_compute_copies(bool lookup_in_bf16) {
   TITAN_CHECK(compute_dtype_ == DType::bf16,
-              "model: bf16 copies held as the weights of a model "
-              "computing in ",
+              "model: bf16 copies held as the weights of a model computing in ",
               dtype_name(compute_dtype_));
   TITAN_CHECK(!hooks_.acquire && groups_[0].grads() == nullptr,
               "model: bf16 copies held as the weights of a model under parameter-group hooks or "
