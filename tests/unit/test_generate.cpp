@@ -469,7 +469,8 @@ TEST(InferenceWeights, LoadedInBf16RefusesNonFiniteMatmulWeights) {
 // the parameters' accounting grows by the copies and by the views read in fp32 -- never by an
 // fp32 matmul weight -- and its loss and logits are those of the same folder loaded whole with
 // fp32 masters, bit for bit (bf16 and fp32 folders; tied, untied, MoE). It refuses gradients. In
-// fp32 it is load_hf_model's model, keeping no activations for a backward, with the same loss.
+// fp32 it is load_hf_model's model with the same loss. In both it keeps no activations for a
+// backward.
 TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
   test::TempDir dir;
   constexpr auto kParameters = static_cast<int>(MemCategory::parameters);
@@ -514,10 +515,22 @@ TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
       test::expect_error([&] { eval->allocate_gradients(); },
                          {"gradients of a model whose bf16 copies are its weights"});
       const std::unique_ptr<CausalLM> fp32 = load_eval_model(folder, DType::f32);
-      EXPECT_TRUE(fp32->activation_checkpointing());
       const std::unique_ptr<CausalLM> fp32_whole = load_hf_model(folder);
       EXPECT_EQ(forward(*fp32, got_logits).loss_sum, forward(*fp32_whole, want_logits).loss_sum);
       EXPECT_EQ(got_logits, want_logits);
+      // Nothing kept for a backward: a checkpointing model's arena but L - 1 of its L + 1
+      // residual streams and the backward's two (N, h) gradients.
+      const int64_t stream = batch * seq * args.hidden_size * static_cast<int64_t>(sizeof(float));
+      EXPECT_EQ(fp32->activation_bytes(batch, seq),
+                DecoderLM::activation_bytes_of(args, DType::f32, true, batch, seq) -
+                    (args.num_hidden_layers + 1) * stream);
+      fp32->allocate_gradients();
+      test::expect_error(
+          [&] {
+            fp32->forward(ids.data(), labels.data(), batch, seq,
+                          {.compute_grad = true, .grad_scale = 1.0f});
+          },
+          {"forward with compute_grad on a model made forward-only"});
     }
   }
 }

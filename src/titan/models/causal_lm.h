@@ -110,6 +110,10 @@ class CausalLM {
   // inside the backward.
   virtual void set_activation_checkpointing(bool full) = 0;
   virtual bool activation_checkpointing() const = 0;
+  // For a model only ever run forward (titan eval): its activations keep nothing for a backward
+  // (one layer's set, as under checkpointing, and two residual streams in turn rather than one
+  // per layer), and it refuses gradients from then on.
+  virtual void set_forward_only() = 0;
   virtual void set_param_group_hooks(ParamGroupHooks hooks) = 0;
   // Per group, the parameters read only through bf16 copies under bf16 compute -- every matmul
   // weight but one whose fp32 master is read too (a tied embedding: the lookup) -- with where their

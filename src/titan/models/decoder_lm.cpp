@@ -465,7 +465,18 @@ void DecoderLM::set_activation_checkpointing(bool full) {
   batch_ = seq_ = 0;  // the arena is re-carved on the next forward
 }
 
-int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype, bool checkpointing,
+void DecoderLM::set_forward_only() {
+  forward_only_ = true;
+  arena_ = Buffer();
+  batch_ = seq_ = 0;
+}
+
+DecoderLM::Kept DecoderLM::kept() const {
+  if (forward_only_) return Kept::nothing;
+  return checkpoint_layers_ ? Kept::block_inputs : Kept::every_layer;
+}
+
+int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype, Kept kept,
                                      float* base, int64_t batch, int64_t seq, Activations& v) {
   const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
   const int64_t H = args.num_attention_heads, KV = args.num_key_value_heads;
@@ -475,6 +486,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   int64_t n_sparse = 0;
   for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
   const bool any_sparse = n_sparse > 0, any_dense = n_sparse < n_layers;
+  // One layer's set serves every layer unless each keeps its own for the backward.
+  const bool one_set = kept != Kept::every_layer;
   Carver c(base);
   // Index arrays share the float arena (same width); bf16 values take two to a float.
   const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
@@ -543,15 +556,20 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       lm_head_workspace_bytes(n, args.vocab_size, 0, compute_dtype == DType::bf16);
   v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
   c.skip_past(layers_end);
+  // The residual streams: each block's input and the last block's output, or, with nothing kept
+  // for a backward, two in turn.
+  const int64_t streams = kept == Kept::nothing ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
+  std::vector<float*> stream(static_cast<size_t>(streams));
+  for (float*& r : stream) r = c.take(n * h);
   v.resid.assign(n_layers + 1, nullptr);
-  for (float*& r : v.resid) r = c.take(n * h);
-  v.layers.assign(checkpointing ? 1 : n_layers, {});
+  for (size_t i = 0; i < v.resid.size(); ++i) v.resid[i] = stream[i % stream.size()];
+  v.layers.assign(one_set ? 1 : n_layers, {});
   for (size_t i = 0; i < v.layers.size(); ++i) {
     LayerActivations& a = v.layers[i];
     // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
     const auto layer = static_cast<int64_t>(i);
-    const bool sparse = checkpointing ? any_sparse : args.layer_is_sparse(layer);
-    const bool dense = checkpointing ? any_dense : !args.layer_is_sparse(layer);
+    const bool sparse = one_set ? any_sparse : args.layer_is_sparse(layer);
+    const bool dense = one_set ? any_dense : !args.layer_is_sparse(layer);
     a.norm1 = keep_bf16 ? norm_scratch : c.take(n * h);
     a.attn.x_bf16 = keep_bf16 ? take_bf16(n * h) : nullptr;
     a.norm1_rstd = c.take(n);
@@ -625,20 +643,29 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     v.linear.x_bf16 = take_bf16(n * std::max(h, H * hd));
     v.linear.dy_bf16 = take_bf16(n * std::max({h, H * hd, any_dense ? I : 0}));
   }
-  v.d_resid = c.take(n * h);
-  g.d_norm = c.take(n * h);
+  if (kept != Kept::nothing) {
+    v.d_resid = c.take(n * h);
+    g.d_norm = c.take(n * h);
+  }
   return c.used();
 }
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                        bool checkpointing, int64_t batch, int64_t seq) {
-  Activations measured;
-  return carve_activations(args, compute_dtype, checkpointing, nullptr, batch, seq, measured) *
+  return arena_floats(args, compute_dtype, checkpointing ? Kept::block_inputs : Kept::every_layer,
+                      batch, seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
+int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype, Kept kept,
+                                int64_t batch, int64_t seq) {
+  Activations measured;
+  return carve_activations(args, compute_dtype, kept, nullptr, batch, seq, measured);
+}
+
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
-  return activation_bytes_of(args_, compute_dtype_, checkpoint_layers_, batch, seq);
+  return arena_floats(args_, compute_dtype_, kept(), batch, seq) *
+         static_cast<int64_t>(sizeof(float));
 }
 
 void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
@@ -648,8 +675,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   const int64_t n = batch * seq;
   arena_ = Buffer();  // release the old arena before taking the new one
   arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
-  carve_activations(args_, compute_dtype_, checkpoint_layers_, arena_.as<float>(), batch, seq,
-                    acts_);
+  carve_activations(args_, compute_dtype_, kept(), arena_.as<float>(), batch, seq, acts_);
   batch_ = batch;
   seq_ = seq;
   arena_threads_ = threads;
@@ -681,6 +707,8 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
               " exceeds max_position_embeddings ", args_.max_position_embeddings);
   TITAN_CHECK(!options.compute_grad || groups_[0].grads() != nullptr,
               "forward with compute_grad before allocate_gradients");
+  TITAN_CHECK(!options.compute_grad || !forward_only_,
+              "forward with compute_grad on a model made forward-only");
   ensure_activations(batch, seq);
   // Under hooks each group's copies are made at its acquire; in one process the blocks' are too,
   // and the head's here.
@@ -723,7 +751,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     } else {
       prefetch(layer_group_index(static_cast<int64_t>(i) + 1));
     }
-    LayerActivations& a = acts_.layers[checkpoint_layers_ ? 0 : i];
+    LayerActivations& a = acts_.layers[kept() == Kept::every_layer ? i : 0];
     layer_forward(i, a);
     release(group, !grad        ? GroupUseEnd::last
                    : last_layer ? GroupUseEnd::used_next

@@ -42,6 +42,7 @@ class DecoderLM final : public CausalLM {
   void check_kernel_constraints(int64_t batch, int64_t seq) const override;
   void set_activation_checkpointing(bool full) override;
   bool activation_checkpointing() const override { return checkpoint_layers_; }
+  void set_forward_only() override;
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
   std::vector<std::vector<ComputeCopyTarget>> copied_params() override;
@@ -74,11 +75,18 @@ class DecoderLM final : public CausalLM {
     // The lm_head loss's (lm_head_workspace_bytes), over the layers' shared scratch.
     void* loss_workspace = nullptr;
   };
+  // What the activation arena keeps for a backward: every layer's saved tensors, each block's
+  // input (full activation checkpointing: the backward recomputes the rest), or nothing (a model
+  // only run forward: one layer's set, two residual streams in turn, no backward scratch).
+  enum class Kept { every_layer, block_inputs, nothing };
+  Kept kept() const;
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use.
-  static int64_t carve_activations(const ModelArgs& args, DType compute_dtype, bool checkpointing,
+  static int64_t carve_activations(const ModelArgs& args, DType compute_dtype, Kept kept,
                                    float* base, int64_t batch, int64_t seq, Activations& v);
+  static int64_t arena_floats(const ModelArgs& args, DType compute_dtype, Kept kept, int64_t batch,
+                              int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
@@ -161,6 +169,7 @@ class DecoderLM final : public CausalLM {
   bool aux_grad_ = false;
   bool grad_ready_ = false;
   bool checkpoint_layers_ = false;
+  bool forward_only_ = false;
 };
 
 // The model registry's factory for every family DecoderLM computes (models/registry.cpp).

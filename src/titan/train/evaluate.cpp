@@ -42,7 +42,7 @@ std::unique_ptr<CausalLM> load_eval_model(const std::string& dir, DType compute,
       }
     }
   }
-  model->set_activation_checkpointing(true);
+  model->set_forward_only();
   return model;
 }
 

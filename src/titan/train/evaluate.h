@@ -12,8 +12,8 @@
 namespace titan {
 
 // The model folder `dir` for titan eval, its matmuls computing in `compute` (f32 or bf16), with
-// load_hf_model's checks and errors; only ever run forward, so its activations are a
-// checkpointing model's (what a backward would need is not kept). Under bf16 it holds each
+// load_hf_model's checks and errors; only ever run forward (CausalLM::set_forward_only: what a
+// backward would need is not kept). Under bf16 it holds each
 // matmul weight only as the bf16 copy the forward reads (CausalLM::hold_compute_copies), loaded
 // from the folder as load_hf_model_bf16_only does -- a bf16 folder's bits as stored, an fp32
 // one's rounded as a live model's copies are -- and so does an embedding the folder stores in
