@@ -11,13 +11,13 @@ build_dir=build
 scripts/setup.sh --tests --werror "$@"
 
 # The CUDA backend compiles and links wherever nvcc is (no GPU needed): only what -DTITAN_CUDA=ON
-# adds (the backend and titan_cuda_smoke, about 20 s), not a second libtitan. The smoke binary
-# then checks the backend on a GPU, or says exactly "no CUDA device (...)" without one.
+# adds (the backend, titan_cuda_smoke and bench_cuda_gemm, about 20 s), not a second libtitan. The
+# smoke binary then checks the backend on a GPU, or says exactly "no CUDA device (...)" without one.
 nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2> /dev/null || true)
 if [ "$build_dir" = build ] && [ -n "$nvcc" ]; then
   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DTITAN_WERROR=ON \
-    -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=OFF > /dev/null
-  cmake --build build-cuda -j"$(nproc)" --target titan_cuda_smoke
+    -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON > /dev/null
+  cmake --build build-cuda -j"$(nproc)" --target titan_cuda_smoke bench_cuda_gemm
   smoke_rc=0
   smoke=$(build-cuda/titan_cuda_smoke 2>&1) || smoke_rc=$?
   echo "$smoke"
