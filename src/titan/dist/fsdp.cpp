@@ -210,8 +210,7 @@ void FullyShardedGroups::finish_scatter() {
 
 void FullyShardedGroups::zero_gradients() {
   finish_scatter();
-  for (ParamGroup& s : shards_)
-    std::memset(s.grads(), 0, static_cast<size_t>(s.numel()) * sizeof(float));
+  for (ParamGroup& s : shards_) s.zero_gradients();
 }
 
 void FullyShardedGroups::finish_gradients() {

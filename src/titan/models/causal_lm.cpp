@@ -1,7 +1,5 @@
 #include "titan/models/causal_lm.h"
 
-#include <cstring>
-
 #include "titan/core/error.h"
 #include "titan/models/registry.h"
 
@@ -21,10 +19,7 @@ int64_t CausalLM::parameter_count() const {
 }
 
 void CausalLM::zero_gradients() {
-  for (ParamGroup& g : param_groups()) {
-    TITAN_CHECK(g.grads() != nullptr, "zero_gradients before allocate_gradients");
-    std::memset(g.grads(), 0, static_cast<size_t>(g.numel()) * sizeof(float));
-  }
+  for (ParamGroup& g : param_groups()) g.zero_gradients();
 }
 
 std::unique_ptr<CausalLM> make_model(const ModelArgs& args,

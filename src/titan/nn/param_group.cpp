@@ -62,6 +62,11 @@ void ParamGroup::allocate_gradients() {
   if (residency_ == Residency::committed) grads_.zero();
 }
 
+void ParamGroup::zero_gradients() {
+  TITAN_CHECK(grads() != nullptr, "group ", name_, ": zero_gradients before allocate_gradients");
+  grads_.zero();
+}
+
 void ParamGroup::allocate_optimizer_state() {
   if (exp_avg_.data() != nullptr) return;
   exp_avg_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);

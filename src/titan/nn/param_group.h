@@ -100,6 +100,8 @@ class ParamGroup {
   // gradients with the parameters' residency.
   void allocate_gradients();
   void allocate_optimizer_state();
+  // Every gradient to zero (before a step's first backward), split over the threads.
+  void zero_gradients();
 
   float* params() const { return params_.as<float>(); }    // (numel)
   float* grads() const { return grads_.as<float>(); }      // (numel) or null
