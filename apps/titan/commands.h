@@ -22,6 +22,7 @@ Action add_plan_command(CLI::App& app);
 Action add_eval_command(CLI::App& app);
 Action add_generate_command(CLI::App& app);
 Action add_launch_command(CLI::App& app);
+Action add_verify_kernels_command(CLI::App& app);
 
 // --threads N (default: physical cores), applied before the action runs.
 void add_threads_option(CLI::App& command, int& threads);

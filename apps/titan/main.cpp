@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   add(titan::cli::add_eval_command(app));
   add(titan::cli::add_generate_command(app));
   add(titan::cli::add_launch_command(app));
+  add(titan::cli::add_verify_kernels_command(app));
   try {
     titan::init_world(&argc, &argv);
   } catch (const std::exception& e) {

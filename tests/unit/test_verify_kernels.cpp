@@ -1,0 +1,172 @@
+// verify_kernel and `titan verify-kernels`: every built-in kernel passes every form it has, and
+// kernels that are wrong the ways a custom kernel goes wrong (a dropped term, an ignored weight,
+// a NaN, a broken bf16 form, a throw) fail, by name.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "python_runner.h"
+#include "test_dataset_util.h"
+#include "titan/core/error.h"
+#include "titan/kernels/registry.h"
+#include "titan/kernels/verify.h"
+#include "titan/ops/linear.h"
+#include "titan/ops/rms_norm.h"
+#include "titan/ops/swiglu.h"
+
+namespace titan {
+namespace {
+
+// The forms each kind's check runs when the kernel has every one of them.
+size_t checks_of(const KernelEntry& e) {
+  const KernelReport r = verify_kernel(e);
+  return r.checks.size();
+}
+
+TEST(VerifyKernels, EveryBuiltInKernelPassesEveryFormItHas) {
+  for (const KernelEntry* e : kernel_registry().entries()) {
+    const KernelReport r = verify_kernel(*e);
+    EXPECT_FALSE(r.checks.empty()) << e->name;
+    for (const KernelCheck& c : r.checks) {
+      EXPECT_TRUE(c.passed()) << e->name << " " << c.form << " " << c.output << ": " << c.error
+                              << " > " << c.tolerance;
+    }
+  }
+  // The bf16 forms are checked where a kernel has them: linear's y, its dx and dweight from both
+  // backwards, the same three in bf16, and the bf16 forward's rounded y; attention's forward (out,
+  // lse), backward (dq, dk, dv), and the three bf16 forms.
+  EXPECT_EQ(checks_of(kernel_registry().get("linear", OpKind::linear)), 9u);
+  EXPECT_EQ(checks_of(kernel_registry().get("swiglu", OpKind::swiglu)), 6u);
+  EXPECT_EQ(checks_of(kernel_registry().get("swiglu_reference", OpKind::swiglu)), 3u);
+  EXPECT_EQ(checks_of(kernel_registry().get("attention_blockwise", OpKind::attention)), 12u);
+}
+
+// y = x W^T over all but the last input feature.
+void linear_forward_dropping_a_term(float* y, const float* x, const float* w, int64_t n, int64_t in,
+                                    int64_t out) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t o = 0; o < out; ++o) {
+      float s = 0.0f;
+      for (int64_t j = 0; j + 1 < in; ++j) s += x[i * in + j] * w[o * in + j];
+      y[i * out + o] = s;
+    }
+  }
+}
+
+void rms_norm_forward_ignoring_weight(float* out, float* rstd, const float* x, const float*,
+                                      int64_t rows, int64_t dim, float eps) {
+  const std::vector<float> ones(static_cast<size_t>(dim), 1.0f);
+  rms_norm_forward(out, rstd, x, ones.data(), rows, dim, eps);
+}
+
+void swiglu_forward_writing_nan(float* out, const float* gate, const float* up, int64_t n) {
+  swiglu_forward(out, gate, up, n);
+  out[n / 2] = std::numeric_limits<float>::quiet_NaN();
+}
+
+// d gate and d up swapped: right in fp32, wrong in the bf16 form only.
+void swiglu_backward_bf16_swapped(uint16_t* dgate, uint16_t* dup, const float* dout,
+                                  const uint16_t* gate, const uint16_t* up, int64_t n) {
+  swiglu_backward_bf16(dup, dgate, dout, gate, up, n);
+}
+
+void linear_forward_throwing(float*, const float*, const float*, int64_t, int64_t, int64_t) {
+  fail("this kernel needs rows in multiples of 64");
+}
+
+const KernelCheck* failing(const KernelReport& r) {
+  for (const KernelCheck& c : r.checks) {
+    if (!c.passed()) return &c;
+  }
+  return nullptr;
+}
+
+TEST(VerifyKernels, WrongKernelsFailByFormAndOutput) {
+  const LinearKernel linear{linear_forward_dropping_a_term, linear_backward};
+  const KernelReport dropped =
+      verify_kernel({"linear_dropping_a_term", OpKind::linear, {DType::f32}, "test", linear});
+  ASSERT_NE(failing(dropped), nullptr);
+  EXPECT_EQ(failing(dropped)->form, "forward");
+  EXPECT_EQ(failing(dropped)->output, "y");
+  EXPECT_FALSE(dropped.passed());
+
+  const KernelReport ignored =
+      verify_kernel({"rms_norm_ignoring_weight",
+                     OpKind::rms_norm,
+                     {DType::f32},
+                     "test",
+                     RmsNormKernel{rms_norm_forward_ignoring_weight, rms_norm_backward}});
+  ASSERT_NE(failing(ignored), nullptr);
+  EXPECT_EQ(failing(ignored)->output, "out");
+
+  const KernelReport nan =
+      verify_kernel({"swiglu_nan",
+                     OpKind::swiglu,
+                     {DType::f32},
+                     "test",
+                     SwigluKernel{swiglu_forward_writing_nan, swiglu_backward}});
+  ASSERT_NE(failing(nan), nullptr);
+  EXPECT_EQ(failing(nan)->error, std::numeric_limits<double>::infinity());
+
+  const KernelReport swapped =
+      verify_kernel({"swiglu_bf16_swapped",
+                     OpKind::swiglu,
+                     {DType::f32},
+                     "test",
+                     SwigluKernel{swiglu_forward, swiglu_backward, swiglu_recompute_bf16,
+                                  swiglu_backward_bf16_swapped}});
+  ASSERT_NE(failing(swapped), nullptr);
+  EXPECT_EQ(failing(swapped)->form, "backward_bf16");
+
+  const LinearKernel throwing{linear_forward_throwing, linear_backward};
+  try {
+    verify_kernel({"linear_throwing", OpKind::linear, {DType::f32}, "test", throwing});
+    FAIL() << "a kernel that throws on the check inputs passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "kernel 'linear_throwing' (linear) failed on its check inputs: this kernel needs "
+              "rows in multiples of 64");
+  }
+}
+
+struct CommandResult {
+  int status;
+  std::string out, err;
+};
+
+CommandResult titan_command(const std::string& args, const test::ScratchDir& dir) {
+  const std::string titan = test::env_or_empty("TITAN_BINARY_DIR") + "/titan";
+  const std::string cmd =
+      "'" + titan + "' " + args + " > '" + (dir / "stdout") + "' 2> '" + (dir / "stderr") + "'";
+  const int rc = std::system(cmd.c_str());
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, test::read_bytes(dir / "stdout"),
+          test::read_bytes(dir / "stderr")};
+}
+
+TEST(VerifyKernels, CommandChecksEveryKernelOrTheNamedOnes) {
+  const test::ScratchDir dir("verify_kernels_cli");
+  const CommandResult all = titan_command("verify-kernels --threads 2", dir);
+  ASSERT_EQ(all.status, 0) << all.err;
+  const std::string summary =
+      "verify-kernels: " + std::to_string(kernel_registry().entries().size()) + " kernels, ";
+  EXPECT_NE(all.out.find(summary), std::string::npos) << all.out;
+  EXPECT_EQ(all.out.find("FAIL"), std::string::npos) << all.out;
+
+  const CommandResult one = titan_command("verify-kernels --kernel rope --threads 2", dir);
+  ASSERT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("verify-kernels: 1 kernel, 2 checks, all within tolerance"),
+            std::string::npos)
+      << one.out;
+
+  const CommandResult unknown = titan_command("verify-kernels --kernel linaer", dir);
+  EXPECT_EQ(unknown.status, 1);
+  EXPECT_EQ(unknown.err,
+            "titan verify-kernels: error: no kernel named 'linaer' (did you mean 'linear'?)\n");
+}
+
+}  // namespace
+}  // namespace titan
