@@ -1,5 +1,6 @@
-// titan verify-kernels: every registered kernel (or those named) against its op's fp32 reference,
-// one line per output compared; exit status 1 when any is out of tolerance.
+// titan verify-kernels: every registered kernel (or those named, after loading any plugins)
+// against its op's fp32 reference, one line per output compared; exit status 1 when any is out of
+// tolerance.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
+#include "titan/kernels/plugin.h"
 #include "titan/kernels/verify.h"
 
 namespace titan::cli {
@@ -18,11 +20,18 @@ Action add_verify_kernels_command(CLI::App& app) {
       "check every registered kernel's forward, backward and bf16 forms against the fp32 "
       "reference of its op on small random inputs");
   static int threads;
-  static std::vector<std::string> names;
+  static std::vector<std::string> names, plugins;
   add_threads_option(*command, threads);
   command->add_option("--kernel", names, "only this kernel (repeatable)");
+  command->add_option("--plugin", plugins,
+                      "load this kernel plugin first, as experimental.custom_import does for "
+                      "titan train (repeatable)");
   return [] {
     set_thread_count(threads);
+    for (const std::string& plugin : plugins) {
+      std::printf("kernel plugin %s: %s\n", plugin.c_str(),
+                  join_names(load_kernel_plugin(plugin)).c_str());
+    }
     std::vector<const KernelEntry*> entries;
     if (names.empty()) {
       entries = kernel_registry().entries();

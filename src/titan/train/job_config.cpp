@@ -90,6 +90,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"validation", "dataset_path", &c.validation.dataset_path},
       {"validation", "freq", &c.validation.freq},
       {"validation", "steps", &c.validation.steps},
+      {"experimental", "custom_import", &c.experimental.custom_import},
   };
 }
 

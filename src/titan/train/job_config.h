@@ -111,6 +111,12 @@ struct JobConfig {
     int64_t freq = 100;
     int64_t steps = 10;
   } validation;
+  // torchtitan's [experimental]: custom_import names what to import before the model is built
+  // (there a Python module); here a kernel plugin, a shared library whose kernels join the
+  // registry before [overrides] binds them (kernels/plugin.h).
+  struct Experimental {
+    std::string custom_import = "";
+  } experimental;
   // [overrides]: module pattern -> kernel name, in file order.
   std::vector<std::pair<std::string, std::string>> overrides;
   // "section.key" of every field a TOML file or the command line set (not the preset), so that

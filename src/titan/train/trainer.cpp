@@ -9,12 +9,14 @@
 #include "titan/backend/backend.h"
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
+#include "titan/core/suggest.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
 #include "titan/dist/data_parallel.h"
 #include "titan/dist/fsdp.h"
 #include "titan/dist/world.h"
 #include "titan/io/atomic_dir.h"
+#include "titan/kernels/plugin.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
@@ -196,6 +198,10 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                                    config_.checkpoint, t.steps);
   if (!resume_) check_initial_weights(config_.checkpoint, args_);
 
+  if (!config_.experimental.custom_import.empty()) {
+    std::printf("kernel plugin %s: %s\n", config_.experimental.custom_import.c_str(),
+                join_names(load_kernel_plugin(config_.experimental.custom_import)).c_str());
+  }
   std::vector<OverrideRule> overrides;
   for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
   const DType compute = t.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
