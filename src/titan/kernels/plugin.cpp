@@ -43,6 +43,7 @@ std::vector<std::string> load_kernel_plugin(const std::string& path) {
   TITAN_CHECK(!std::filesystem::is_directory(file, ec), "kernel plugin '", path,
               "' is a directory, not a shared library");
   const std::string canonical = std::filesystem::canonical(file, ec).string();
+  TITAN_CHECK(!ec, "kernel plugin '", path, "': ", ec.message());
   if (const auto it = loaded.find(canonical); it != loaded.end()) return it->second;
 
   // RTLD_NOW: a symbol the plugin needs and titan does not export fails here, not mid-run.

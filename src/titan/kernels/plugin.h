@@ -56,7 +56,8 @@ class KernelPluginRegistrar {
 // Loads the plugin at `path` and registers its kernels in kernel_registry(); returns their
 // names. Loading the same file again registers nothing new and returns the same names. Every
 // failure -- no such file, not a shared library, not a titan plugin, built against another titan,
-// a kernel it cannot register, none registered -- is a titan::Error naming the file.
+// a kernel it cannot register, none registered -- is a titan::Error naming the file (one failing
+// partway through its registration leaves the kernels it added before: the run ends there).
 std::vector<std::string> load_kernel_plugin(const std::string& path);
 
 }  // namespace titan
