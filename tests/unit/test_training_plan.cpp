@@ -22,6 +22,7 @@
 #include "titan/models/state_dict_adapter.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
+#include "titan/train/job_resolve.h"
 #include "titan/train/optimizer.h"
 #include "titan/train/training_plan.h"
 
@@ -282,6 +283,33 @@ TEST(TrainingPlan, ResolvesTheConfigAsTheTrainerDoes) {
             std::string::npos);
   EXPECT_NE(error_of({"--model.name=llama3"}, 1).find("model.name 'llama3' does not match"),
             std::string::npos);
+}
+
+TEST(TrainingPlan, RefusesTheOverridesTheTrainerRefuses) {
+  JobConfig config = job_config_preset("tiny");
+  const std::vector<OverrideRule> rules = {{"model.layers.*.mlp", "no_such_kernel"}};
+  config.overrides = {{rules[0].pattern, rules[0].kernel}};
+  std::string plan_error, model_error;
+  try {
+    plan_inputs(config, 1);
+  } catch (const Error& e) {
+    plan_error = e.what();
+  }
+  try {
+    make_model(resolve_job_model_args(config), rules, DType::f32);
+  } catch (const Error& e) {
+    model_error = e.what();
+  }
+  EXPECT_FALSE(plan_error.empty());
+  EXPECT_EQ(plan_error, model_error);
+  config.overrides.clear();
+  config.experimental.custom_import = "/nonexistent/libkernels.so";
+  try {
+    plan_inputs(config, 1);
+    ADD_FAILURE() << "a missing kernel plugin passed the plan";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "kernel plugin '/nonexistent/libkernels.so': no such file");
+  }
 }
 
 }  // namespace

@@ -824,6 +824,13 @@ void DecoderLM::backward() {
   release(0, GroupUseEnd::gradients);
 }
 
+OverrideReport decoder_lm_overrides(const ModelArgs& args,
+                                    const std::vector<OverrideRule>& overrides,
+                                    DType compute_dtype) {
+  std::vector<KernelSlot> slots = default_slots(args, compute_dtype);
+  return apply_overrides(slots, overrides, kernel_registry());
+}
+
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
                                           const std::vector<OverrideRule>& overrides,
                                           DType compute_dtype, Residency params) {

@@ -172,6 +172,12 @@ class DecoderLM final : public CausalLM {
   bool forward_only_ = false;
 };
 
+// What `overrides` would do to a DecoderLM of `args` computing in `compute_dtype`, with the same
+// errors its constructor raises, without building it (titan plan checks a config this way).
+OverrideReport decoder_lm_overrides(const ModelArgs& args,
+                                    const std::vector<OverrideRule>& overrides,
+                                    DType compute_dtype);
+
 // The model registry's factory for every family DecoderLM computes (models/registry.cpp).
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
                                           const std::vector<OverrideRule>& overrides,

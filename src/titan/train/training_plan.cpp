@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "titan/io/safetensors_writer.h"
+#include "titan/kernels/plugin.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flops.h"
 #include "titan/models/param_count.h"
@@ -46,6 +47,13 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.reshard_after_forward = config.parallelism.fsdp_reshard_after_forward;
   in.checkpoint_saves = config.checkpoint.enable;
   in.export_hf = config.checkpoint.last_save_in_hf;
+  // The kernels [overrides] names, a plugin's too, as titan train refuses them before allocating.
+  if (!config.experimental.custom_import.empty()) {
+    load_kernel_plugin(config.experimental.custom_import);
+  }
+  std::vector<OverrideRule> rules;
+  for (const auto& [pattern, kernel] : config.overrides) rules.push_back({pattern, kernel});
+  decoder_lm_overrides(in.args, rules, in.compute_dtype);
   return in;
 }
 
