@@ -8,6 +8,7 @@
 #include "test_hostile_inputs.h"
 #include "test_tokenizer_python.h"
 #include "titan/data/dataset.h"
+#include "titan_cli_run.h"
 
 namespace titan {
 namespace {
@@ -16,30 +17,20 @@ using nlohmann::json;
 using test::ScratchDir;
 using test::write_text;
 
-struct CommandResult {
-  int status;
-  std::string err;
-};
-
-CommandResult titan_command(const std::string& args, const ScratchDir& dir) {
-  const std::string titan = test::env_or_empty("TITAN_BINARY_DIR") + "/titan";
-  const std::string cmd =
-      "'" + titan + "' " + args + " > '" + (dir / "stdout") + "' 2> '" + (dir / "stderr") + "'";
-  const int rc = std::system(cmd.c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, test::read_bytes(dir / "stderr")};
-}
+using test::run_titan;
+using test::TitanRun;
 
 // One training step of the tiny model on `dataset` (with the test tokenizer) that must fail with
 // `error` as its last stderr line.
 void expect_train_error(const std::string& dataset, const ScratchDir& dir,
                         const std::string& error) {
-  const CommandResult r =
-      titan_command("train --training.dataset=files --training.dataset_path='" + dataset +
-                        "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
-                        "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
-                        "--job.dump_folder='" +
-                        (dir / "run") + "' --threads 2",
-                    dir);
+  const TitanRun r =
+      run_titan("train --training.dataset=files --training.dataset_path='" + dataset +
+                    "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
+                    "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
+                    "--job.dump_folder='" +
+                    (dir / "run") + "' --threads 2",
+                dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(r.err.ends_with("\ntitan train: error: " + error) ||
               r.err == "titan train: error: " + error)
@@ -48,7 +39,7 @@ void expect_train_error(const std::string& dataset, const ScratchDir& dir,
 
 TEST(DatasetCommand, TokenizerTrainWritesWhatTheLibraryWrites) {
   const ScratchDir dir("cli_train");
-  const CommandResult r = titan_command(
+  const TitanRun r = run_titan(
       "tokenizer train --vocab-size 2048 --out '" + (dir / "tok") + "' " + default_corpus(), dir);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("-> 2048 ids"), std::string::npos) << r.err;
@@ -57,7 +48,7 @@ TEST(DatasetCommand, TokenizerTrainWritesWhatTheLibraryWrites) {
               test::read_bytes(test::trained_tokenizer_dir() + file))
         << file;
   }
-  const CommandResult bad = titan_command(
+  const TitanRun bad = run_titan(
       "tokenizer train --vocab-size 300 --out '" + (dir / "x") + "' '" + (dir / "missing") + "'",
       dir);
   EXPECT_EQ(bad.status, 1);
@@ -71,10 +62,10 @@ TEST(DatasetCommand, TokenizeBinWritesATokenFile) {
   write_text(dir / "in/a.jsonl", json{{"text", "first"}}.dump() + "\n" +
                                      json{{"text", "second <|endoftext|>"}}.dump() + "\n");
   test::write_gzip(dir / "in/b.txt.gz", "third\n\nfourth\n");
-  const CommandResult r =
-      titan_command("tokenize --threads 2 --tokenizer '" + test::trained_tokenizer_dir() +
-                        "' --bin '" + (dir / "out.bin") + "' '" + (dir / "in") + "'",
-                    dir);
+  const TitanRun r =
+      run_titan("tokenize --threads 2 --tokenizer '" + test::trained_tokenizer_dir() + "' --bin '" +
+                    (dir / "out.bin") + "' '" + (dir / "in") + "'",
+                dir);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("2 files, 4 documents"), std::string::npos) << r.err;
@@ -91,7 +82,7 @@ TEST(DatasetCommand, TokenizeBinBadInputLeavesNoFile) {
   write_text(dir / "a.jsonl", "{\"text\": \"ok\"}\n{\"text\": 1}\n");
   const std::string base =
       "tokenize --tokenizer '" + test::trained_tokenizer_dir() + "' --bin '" + (dir / "out.bin");
-  CommandResult r = titan_command(base + "' '" + (dir / "a.jsonl") + "'", dir);
+  TitanRun r = run_titan(base + "' '" + (dir / "a.jsonl") + "'", dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err,
             "titan tokenize: error: " + (dir / "a.jsonl") + ":2: \"text\" is not a string\n");
@@ -100,7 +91,7 @@ TEST(DatasetCommand, TokenizeBinBadInputLeavesNoFile) {
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path)) ++n_files;
   EXPECT_EQ(n_files, 3u) << "a.jsonl, stdout, stderr and no temporary file";
 
-  r = titan_command(base + "' --skip-bad-lines '" + (dir / "a.jsonl") + "'", dir);
+  r = run_titan(base + "' --skip-bad-lines '" + (dir / "a.jsonl") + "'", dir);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("skipped 1 bad record(s); the first: " + (dir / "a.jsonl") + ":2:"),
             std::string::npos)
@@ -109,7 +100,7 @@ TEST(DatasetCommand, TokenizeBinBadInputLeavesNoFile) {
 
   std::string gz = "\x1f\x8b\x08\x00\x00\x00\x00\x00";
   write_text(dir / "cut.txt.gz", gz);
-  r = titan_command(base + "2' '" + (dir / "cut.txt.gz") + "'", dir);
+  r = run_titan(base + "2' '" + (dir / "cut.txt.gz") + "'", dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(
       r.err.rfind("titan tokenize: error: " + (dir / "cut.txt.gz") + ": truncated gzip stream", 0),
@@ -126,8 +117,7 @@ TEST(DatasetCommand, DeeplyNestedNormalizerIsRefused) {
       test::with_normalizer(test::read_bytes(test::trained_tokenizer_dir() + "/tokenizer.json"),
                             test::nested_sequence_normalizer(200'000));
   write_text(dir / "tok/tokenizer.json", tokenizer);
-  const CommandResult r =
-      titan_command("tokenize --tokenizer '" + (dir / "tok") + "' --text hello", dir);
+  const TitanRun r = run_titan("tokenize --tokenizer '" + (dir / "tok") + "' --text hello", dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "titan tokenize: error: " + (dir / "tok/tokenizer.json") +
                        ": tokenizer.json nests deeper than 128 levels\n");
@@ -140,10 +130,9 @@ TEST(DatasetCommand, DeeplyNestedIdsAreRefused) {
   write_text(dir / "a.jsonl", data);
   const std::string error = dir / "a.jsonl:2: the record nests deeper than 128 levels\n";
 
-  CommandResult r =
-      titan_command("tokenize --tokenizer '" + test::trained_tokenizer_dir() + "' --bin '" +
-                        (dir / "out.bin") + "' '" + (dir / "a.jsonl") + "'",
-                    dir);
+  TitanRun r = run_titan("tokenize --tokenizer '" + test::trained_tokenizer_dir() + "' --bin '" +
+                             (dir / "out.bin") + "' '" + (dir / "a.jsonl") + "'",
+                         dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "titan tokenize: error: " + error);
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
@@ -166,14 +155,14 @@ TEST(DatasetCommand, GzipBombStopsAtTheLimit) {
                             "file (set TITAN_GUNZIP_LIMIT, e.g. to 64GiB, to raise it, or split "
                             "the file)\n";
   ASSERT_EQ(setenv("TITAN_GUNZIP_LIMIT", "16MiB", 1), 0);
-  CommandResult r = titan_command(tokenize, dir);
+  TitanRun r = run_titan(tokenize, dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err, "titan tokenize: error: " + error);
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
   expect_train_error(bomb, dir, error);
   // Raised to the file's size, the same file is read.
   ASSERT_EQ(setenv("TITAN_GUNZIP_LIMIT", "64MiB", 1), 0);
-  r = titan_command(tokenize, dir);
+  r = run_titan(tokenize, dir);
   ASSERT_EQ(unsetenv("TITAN_GUNZIP_LIMIT"), 0);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("1 files, 16384 documents"), std::string::npos) << r.err;

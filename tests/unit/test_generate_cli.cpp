@@ -17,6 +17,7 @@
 #include "titan/models/decoder_lm.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
+#include "titan_cli_run.h"
 #include "unit/test_safetensors_util.h"
 
 namespace titan {
@@ -25,26 +26,8 @@ namespace {
 using nlohmann::json;
 using test::TempDir;
 
-struct CommandResult {
-  int status;
-  std::string out, err;
-};
-
-// Runs titan with `args` (already shell-quoted), stdin from `input`.
-CommandResult titan_cli(const std::string& args, const TempDir& dir,
-                        const std::string& input = "") {
-  const std::string titan = test::env_or_empty("TITAN_BINARY_DIR") + "/titan";
-  const std::string in = dir / "stdin", out = dir / "stdout", err = dir / "stderr";
-  std::ofstream(in) << input;
-  const std::string cmd =
-      "'" + titan + "' " + args + " < '" + in + "' > '" + out + "' 2> '" + err + "'";
-  const int status = std::system(cmd.c_str());
-  const auto slurp = [](const std::string& p) {
-    std::ifstream f(p);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
-  return {status, slurp(out), slurp(err)};
-}
+using test::run_titan;
+using test::TitanRun;
 
 int count_lines(const std::string& s) {
   return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
@@ -83,7 +66,7 @@ class GenerateCli : public ::testing::Test {
 std::filesystem::path GenerateCli::folder_;
 
 TEST_F(GenerateCli, StreamsTheLibrarysTextAndReportsSpeed) {
-  const CommandResult r = titan_cli(
+  const TitanRun r = run_titan(
       "generate --model '" + model_dir() + "' --prompt 'Hello there' --greedy --max-new-tokens 12",
       dir_);
   ASSERT_EQ(r.status, 0) << r.err;
@@ -105,7 +88,7 @@ TEST_F(GenerateCli, Bf16WeightsAndKvCacheOnRequest) {
                {"--kv-cache-dtype bf16", DType::f32, DType::bf16},
                {"--dtype fp32 --kv-cache-dtype auto", DType::f32, DType::f32}};
   for (const auto& c : cases) {
-    const CommandResult r = titan_cli(base + c.flags, dir_);
+    const TitanRun r = run_titan(base + c.flags, dir_);
     ASSERT_EQ(r.status, 0) << c.flags << ": " << r.err;
     EXPECT_EQ(r.out, library("Hello there", 12, c.weights, c.kv_cache).text + "\n") << c.flags;
   }
@@ -115,9 +98,9 @@ TEST_F(GenerateCli, ChatTemplateAndSeededSampling) {
   const std::string args = "generate --model '" + model_dir() +
                            "' --prompt 'Hi' --chat --no-think --system 'Be brief' "
                            "--temperature 0.8 --top-k 20 --top-p 0.9 --seed 5 --max-new-tokens 8";
-  const CommandResult a = titan_cli(args, dir_);
+  const TitanRun a = run_titan(args, dir_);
   ASSERT_EQ(a.status, 0) << a.err;
-  const CommandResult b = titan_cli(args, dir_);
+  const TitanRun b = run_titan(args, dir_);
   EXPECT_EQ(a.out, b.out);
 }
 
@@ -127,9 +110,9 @@ TEST_F(GenerateCli, BatchJsonLines) {
                          << "\n\n"
                          << R"({"messages": [{"role": "user", "content": "Hi"}]})"
                          << "\n";
-  const CommandResult r = titan_cli("generate --model '" + model_dir() + "' --prompts '" + prompts +
-                                        "' --greedy --max-new-tokens 6",
-                                    dir_);
+  const TitanRun r = run_titan("generate --model '" + model_dir() + "' --prompts '" + prompts +
+                                   "' --greedy --max-new-tokens 6",
+                               dir_);
   ASSERT_EQ(r.status, 0) << r.err;
   std::istringstream lines(r.out);
   std::string line;
@@ -147,8 +130,8 @@ TEST_F(GenerateCli, BatchJsonLines) {
 }
 
 TEST_F(GenerateCli, InteractiveChatKeepsHistoryAndResets) {
-  const CommandResult r =
-      titan_cli("generate --model '" + model_dir() + "' --greedy --no-think --max-new-tokens 4",
+  const TitanRun r =
+      run_titan("generate --model '" + model_dir() + "' --greedy --no-think --max-new-tokens 4",
                 dir_, "Hi\nAgain\n/reset\nHi\n");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.err.find("(history cleared)"), std::string::npos) << r.err;
@@ -169,7 +152,7 @@ TEST_F(GenerateCli, InteractiveChatKeepsHistoryAndResets) {
   EXPECT_EQ(cached_turns, 2u) << r.err;
 }
 
-void expect_one_line_error(const CommandResult& r, const std::string& needle) {
+void expect_one_line_error(const TitanRun& r, const std::string& needle) {
   EXPECT_NE(r.status, 0);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
@@ -177,27 +160,27 @@ void expect_one_line_error(const CommandResult& r, const std::string& needle) {
 
 TEST_F(GenerateCli, BadInputs) {
   const std::string m = "generate --model '" + model_dir() + "' ";
-  expect_one_line_error(titan_cli(m + "--prompt ''", dir_), "--prompt is empty");
-  expect_one_line_error(titan_cli(m + "--prompt hi --device cuda", dir_),
+  expect_one_line_error(run_titan(m + "--prompt ''", dir_), "--prompt is empty");
+  expect_one_line_error(run_titan(m + "--prompt hi --device cuda", dir_),
                         "'cuda' is not available");
-  expect_one_line_error(titan_cli(m + "--prompt hi --device tpu", dir_), "unknown device 'tpu'");
+  expect_one_line_error(run_titan(m + "--prompt hi --device tpu", dir_), "unknown device 'tpu'");
   std::string long_prompt;
   for (int i = 0; i < 80; ++i) long_prompt += " word";
-  expect_one_line_error(titan_cli(m + "--prompt '" + long_prompt + "'", dir_),
+  expect_one_line_error(run_titan(m + "--prompt '" + long_prompt + "'", dir_),
                         "more than the model's max_position_embeddings (64)");
-  expect_one_line_error(titan_cli(m + "--prompt hi --max-new-tokens 64", dir_),
+  expect_one_line_error(run_titan(m + "--prompt hi --max-new-tokens 64", dir_),
                         "does not fit the KV cache");
-  expect_one_line_error(titan_cli(m + "--prompt hi --top-p 1.5", dir_), "top_p");
-  expect_one_line_error(titan_cli(m + "--prompt hi --dtype float8", dir_),
+  expect_one_line_error(run_titan(m + "--prompt hi --top-p 1.5", dir_), "top_p");
+  expect_one_line_error(run_titan(m + "--prompt hi --dtype float8", dir_),
                         "weight dtype \"float8\" is not one of auto, bfloat16, float32");
-  expect_one_line_error(titan_cli(m + "--prompt hi --kv-cache-dtype float16", dir_),
+  expect_one_line_error(run_titan(m + "--prompt hi --kv-cache-dtype float16", dir_),
                         "KV cache dtype \"float16\" is not one of auto, bfloat16, float32");
   const std::string prompts = dir_ / "bad.jsonl";
   std::ofstream(prompts) << R"({"prompt": "ok"})"
                          << "\n"
                          << R"({"text": "no"})"
                          << "\n";
-  expect_one_line_error(titan_cli(m + "--max-new-tokens 4 --prompts '" + prompts + "'", dir_),
+  expect_one_line_error(run_titan(m + "--max-new-tokens 4 --prompts '" + prompts + "'", dir_),
                         "bad.jsonl:2");
   // A folder with weights but no tokenizer.
   DecoderLM model(test::tiny_generate_args(true));
@@ -205,7 +188,7 @@ TEST_F(GenerateCli, BadInputs) {
   HfExportOptions options;
   options.dtype = DType::f32;
   export_hf_folder(dir_ / "bare", model, options);
-  expect_one_line_error(titan_cli("generate --model '" + (dir_ / "bare") + "' --prompt hi", dir_),
+  expect_one_line_error(run_titan("generate --model '" + (dir_ / "bare") + "' --prompt hi", dir_),
                         "no tokenizer.json");
 }
 
@@ -234,7 +217,7 @@ std::string with_qwen25_template(const TempDir& dir, const std::string& model,
 
 TEST_F(GenerateCli, ChatUsesTheFoldersTemplate) {
   const std::string folder = with_qwen25_template(dir_, model_dir());
-  const CommandResult r = titan_cli(
+  const TitanRun r = run_titan(
       "generate --model '" + folder + "' --prompt Hi --chat --greedy --max-new-tokens 4", dir_);
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string chat =
@@ -242,9 +225,9 @@ TEST_F(GenerateCli, ChatUsesTheFoldersTemplate) {
   EXPECT_NE(chat.find("You are Qwen, created by Alibaba Cloud."), std::string::npos);
   EXPECT_EQ(r.out, library(chat, 4).text + "\n");
   // Only Qwen3's template has a thinking switch: asking for one elsewhere is an error.
-  const CommandResult think = titan_cli(
+  const TitanRun think = run_titan(
       "generate --model '" + folder + "' --prompt Hi --chat --no-think --max-new-tokens 2", dir_);
-  EXPECT_EQ(WEXITSTATUS(think.status), 1);
+  EXPECT_EQ(think.status, 1);
   EXPECT_EQ(think.err,
             "titan generate: error: --think/--no-think: the Qwen2.5 Instruct chat "
             "template of " +
@@ -253,19 +236,19 @@ TEST_F(GenerateCli, ChatUsesTheFoldersTemplate) {
 
 TEST_F(GenerateCli, UnknownTemplateRefusedOnlyForChat) {
   const std::string folder = with_qwen25_template(dir_, model_dir(), "{# edited #}");
-  const CommandResult chat =
-      titan_cli("generate --model '" + folder + "' --prompt Hi --chat --max-new-tokens 2", dir_);
-  EXPECT_EQ(WEXITSTATUS(chat.status), 1);
+  const TitanRun chat =
+      run_titan("generate --model '" + folder + "' --prompt Hi --chat --max-new-tokens 2", dir_);
+  EXPECT_EQ(chat.status, 1);
   EXPECT_EQ(count_lines(chat.err), 1) << chat.err;
   EXPECT_NE(chat.err.find(folder + "/tokenizer_config.json: not a chat template titan renders"),
             std::string::npos)
       << chat.err;
-  const CommandResult interactive =
-      titan_cli("generate --model '" + folder + "' --max-new-tokens 2", dir_, "Hi\n");
-  EXPECT_EQ(WEXITSTATUS(interactive.status), 1);
+  const TitanRun interactive =
+      run_titan("generate --model '" + folder + "' --max-new-tokens 2", dir_, "Hi\n");
+  EXPECT_EQ(interactive.status, 1);
   EXPECT_EQ(interactive.err, chat.err);
-  const CommandResult raw =
-      titan_cli("generate --model '" + folder + "' --prompt Hi --greedy --max-new-tokens 2", dir_);
+  const TitanRun raw =
+      run_titan("generate --model '" + folder + "' --prompt Hi --greedy --max-new-tokens 2", dir_);
   ASSERT_EQ(raw.status, 0) << raw.err;
   EXPECT_EQ(raw.out, library("Hi", 2).text + "\n");
 }
@@ -292,7 +275,7 @@ TEST(GenerateCliLlama, RawPromptsGetTheBosChatsHoldTheirOwn) {
     const size_t at = err.find("generate: prompt ");
     return at == std::string::npos ? -1 : std::stoll(err.substr(at + 17));
   };
-  const CommandResult raw = titan_cli(
+  const TitanRun raw = run_titan(
       "generate --model '" + folder + "' --prompt 'Hello there' --greedy --max-new-tokens 3", dir);
   ASSERT_EQ(raw.status, 0) << raw.err;
   const std::vector<int32_t> with_bos = tok.encode_with_special_tokens("Hello there");
@@ -305,7 +288,7 @@ TEST(GenerateCliLlama, RawPromptsGetTheBosChatsHoldTheirOwn) {
   EXPECT_EQ(raw.out,
             generate_text(InferenceWeights(*loaded, DType::f32), tok, with_bos, o).text + "\n");
 
-  const CommandResult chat = titan_cli(
+  const TitanRun chat = run_titan(
       "generate --model '" + folder + "' --prompt Hi --chat --greedy --max-new-tokens 3", dir);
   ASSERT_EQ(chat.status, 0) << chat.err;
   const std::string text = ChatTemplate::load(folder).render({{"user", "Hi", ""}}, true, true);
@@ -330,10 +313,10 @@ TEST_F(GenerateCli, DeeplyNestedNormalizerIsRefused) {
       test::with_normalizer(qwen3, test::nested_sequence_normalizer(200'000));
   const std::string path = dir_ / "deep/tokenizer.json";
   std::ofstream(path) << tokenizer;
-  const CommandResult r =
-      titan_cli("generate --model '" + (dir_ / "deep") + "' --prompt hi --max-new-tokens 2", dir_);
-  ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status);
-  EXPECT_EQ(WEXITSTATUS(r.status), 1);
+  const TitanRun r =
+      run_titan("generate --model '" + (dir_ / "deep") + "' --prompt hi --max-new-tokens 2", dir_);
+  ASSERT_EQ(r.signal, 0) << "killed by signal " << r.signal;
+  EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.err,
             "titan generate: error: " + path + ": tokenizer.json nests deeper than 128 levels\n");
   std::ifstream in(path);

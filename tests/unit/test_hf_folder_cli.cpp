@@ -11,6 +11,7 @@
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan_cli_run.h"
 #include "unit/test_safetensors_util.h"
 #include "unit/tiny_models.h"
 
@@ -19,22 +20,8 @@ namespace {
 
 using test::TempDir;
 
-struct CommandResult {
-  int status;
-  std::string out, err;
-};
-
-CommandResult titan_cli(const std::string& args, const TempDir& dir) {
-  const std::string titan = test::env_or_empty("TITAN_BINARY_DIR") + "/titan";
-  const std::string out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = "'" + titan + "' " + args + " > '" + out + "' 2> '" + err + "'";
-  const int status = std::system(cmd.c_str());
-  const auto slurp = [](const std::string& p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  return {status, slurp(out), slurp(err)};
-}
+using test::run_titan;
+using test::TitanRun;
 
 // A titan-written folder (written in bf16): the shared tiny MoE, 2 layers, one sparse with 4
 // experts, at the default max_position_embeddings these folders have always had.
@@ -51,7 +38,7 @@ void write_moe_folder(const std::string& dir) {
   export_hf_folder(dir, args, groups, {});
 }
 
-void expect_one_line_error(const CommandResult& r, const std::string& part) {
+void expect_one_line_error(const TitanRun& r, const std::string& part) {
   EXPECT_NE(r.status, 0);
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(part), std::string::npos) << r.err;
@@ -60,7 +47,7 @@ void expect_one_line_error(const CommandResult& r, const std::string& part) {
 TEST(InfoCommand, DescribesAModelFolder) {
   TempDir dir;
   write_moe_folder(dir / "moe");
-  const CommandResult r = titan_cli("info '" + dir / "moe" + "'", dir);
+  const TitanRun r = run_titan("info '" + dir / "moe" + "'", dir);
   ASSERT_EQ(r.status, 0) << r.err;
   for (const char* line :
        {"architecture  Qwen3MoeForCausalLM", "layers        2",
@@ -78,20 +65,20 @@ TEST(InfoCommand, DescribesAModelFolder) {
 
 TEST(InfoCommand, BadFolderIsOneLine) {
   TempDir dir;
-  expect_one_line_error(titan_cli("info '" + dir / "nowhere" + "'", dir),
+  expect_one_line_error(run_titan("info '" + dir / "nowhere" + "'", dir),
                         "nowhere: no such model folder");
   write_moe_folder(dir / "moe");
   ModelArgs wider = tiny_moe();
   wider.moe_intermediate_size = 24;
   write_hf_config(dir / "moe/config.json", wider, DType::bf16);
-  expect_one_line_error(titan_cli("info '" + dir / "moe" + "'", dir),
+  expect_one_line_error(run_titan("info '" + dir / "moe" + "'", dir),
                         "experts.0.gate_proj.weight\" has shape [16, 32], but");
 }
 
 TEST(ConvertCommand, ReexportsWithDtypeAndShardSize) {
   TempDir dir;
   write_moe_folder(dir / "moe");
-  const CommandResult r = titan_cli(
+  const TitanRun r = run_titan(
       "convert '" + dir / "moe" + "' '" + dir / "f32" + "' --dtype float32 --shard-size 20KB", dir);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Qwen3MoeForCausalLM, 35 tensors"), std::string::npos) << r.out;
@@ -101,7 +88,7 @@ TEST(ConvertCommand, ReexportsWithDtypeAndShardSize) {
   EXPECT_EQ(read_hf_config(dir / "f32").num_experts, 4);
 
   ASSERT_EQ(
-      titan_cli("convert '" + dir / "f32" + "' '" + dir / "bf16" + "' --dtype bf16", dir).status,
+      run_titan("convert '" + dir / "f32" + "' '" + dir / "bf16" + "' --dtype bf16", dir).status,
       0);
   const SafetensorsCheckpoint a = SafetensorsCheckpoint::open(dir / "moe");
   const SafetensorsCheckpoint b = SafetensorsCheckpoint::open(dir / "bf16");
@@ -114,24 +101,24 @@ TEST(ConvertCommand, BadFlagsAndDestinationsAreOneLine) {
   TempDir dir;
   write_moe_folder(dir / "moe");
   const std::string src = "'" + dir / "moe" + "' ";
-  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "x" + "' --dtype int8", dir),
+  expect_one_line_error(run_titan("convert " + src + "'" + dir / "x" + "' --dtype int8", dir),
                         "export dtype \"int8\"");
-  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "x" + "' --shard-size 5XB", dir),
+  expect_one_line_error(run_titan("convert " + src + "'" + dir / "x" + "' --shard-size 5XB", dir),
                         "--shard-size \"5XB\" is not a size");
   write_moe_folder(dir / "copy");
-  expect_one_line_error(titan_cli("convert " + src + "'" + dir / "copy" + "'", dir),
+  expect_one_line_error(run_titan("convert " + src + "'" + dir / "copy" + "'", dir),
                         "copy: already exists");
-  expect_one_line_error(titan_cli("convert '" + dir / "none" + "' '" + dir / "x" + "'", dir),
+  expect_one_line_error(run_titan("convert '" + dir / "none" + "' '" + dir / "x" + "'", dir),
                         "none");
   EXPECT_FALSE(std::filesystem::exists(dir / "x"));
   // The source is never the destination, not even with --overwrite.
   expect_one_line_error(
-      titan_cli("convert " + src + "'" + dir / "moe" + "' --dtype fp16 --overwrite", dir),
+      run_titan("convert " + src + "'" + dir / "moe" + "' --dtype fp16 --overwrite", dir),
       "moe: is the source model folder");
   EXPECT_EQ(SafetensorsCheckpoint::open(dir / "moe").at("model.norm.weight").dtype, DType::bf16);
   // --overwrite replaces a model folder titan wrote.
-  const CommandResult r =
-      titan_cli("convert " + src + "'" + dir / "copy" + "' --dtype fp16 --overwrite", dir);
+  const TitanRun r =
+      run_titan("convert " + src + "'" + dir / "copy" + "' --dtype fp16 --overwrite", dir);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(SafetensorsCheckpoint::open(dir / "copy").at("model.norm.weight").dtype, DType::f16);
 }

@@ -10,30 +10,19 @@
 
 #include "test_tokenizer_python.h"
 #include "titan/data/tokenizer.h"
+#include "titan_cli_run.h"
 
 namespace titan {
 namespace {
 
 using nlohmann::json;
 
-struct CommandResult {
-  int status;
-  std::string out, err;
-};
+using test::TitanRun;
 
 // Runs `titan tokenize --tokenizer QWEN3 ARGS`, capturing stdout and stderr.
-CommandResult tokenize(const std::string& args, const std::filesystem::path& dir) {
-  const std::string titan = test::env_or_empty("TITAN_BINARY_DIR") + "/titan";
-  const auto out = dir / "stdout", err = dir / "stderr";
-  const std::string cmd = "'" + titan + "' tokenize --threads 2 --tokenizer '" +
-                          test::qwen3_tokenizer_dir() + "' " + args + " > '" + out.string() +
-                          "' 2> '" + err.string() + "'";
-  const int status = std::system(cmd.c_str());
-  const auto slurp = [](const std::filesystem::path& p) {
-    std::ifstream in(p);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  return {status, slurp(out), slurp(err)};
+TitanRun tokenize(const std::string& args, const std::filesystem::path& dir) {
+  return test::run_titan(
+      "tokenize --threads 2 --tokenizer '" + test::qwen3_tokenizer_dir() + "' " + args, dir);
 }
 
 std::vector<std::string> lines_of(const std::string& s) {
@@ -45,11 +34,11 @@ std::vector<std::string> lines_of(const std::string& s) {
 
 TEST(TokenizeCommand, TextPrintsIds) {
   const auto dir = test::scratch_dir("cli_text");
-  const CommandResult r = tokenize("--text 'Hello, world!'", dir);
+  const TitanRun r = tokenize("--text 'Hello, world!'", dir);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "9707 11 1879 0\n");
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos);
-  const CommandResult d = tokenize("--decode --text '9707 11 1879 0'", dir);
+  const TitanRun d = tokenize("--decode --text '9707 11 1879 0'", dir);
   EXPECT_EQ(d.out, "Hello, world!\n");
   std::filesystem::remove_all(dir);
 }
@@ -66,7 +55,7 @@ TEST(TokenizeCommand, JsonlRoundTripKeepsOrder) {
     std::ofstream in(dir / "in.jsonl");
     for (const std::string& t : texts) in << json{{"text", t}}.dump() << "\n";
   }
-  const CommandResult enc = tokenize(
+  const TitanRun enc = tokenize(
       "--jsonl '" + (dir / "in.jsonl").string() + "' --out '" + (dir / "ids.jsonl").string() + "'",
       dir);
   ASSERT_EQ(enc.status, 0) << enc.err;
@@ -78,8 +67,7 @@ TEST(TokenizeCommand, JsonlRoundTripKeepsOrder) {
     ASSERT_EQ(json::parse(id_lines[i])["ids"].get<std::vector<int32_t>>(), tok.encode(texts[i]))
         << "line " << i + 1;
   }
-  const CommandResult dec =
-      tokenize("--decode --jsonl '" + (dir / "ids.jsonl").string() + "'", dir);
+  const TitanRun dec = tokenize("--decode --jsonl '" + (dir / "ids.jsonl").string() + "'", dir);
   ASSERT_EQ(dec.status, 0) << dec.err;
   const std::vector<std::string> text_lines = lines_of(dec.out);
   ASSERT_EQ(text_lines.size(), texts.size());
@@ -95,7 +83,7 @@ TEST(TokenizeCommand, BadLinesFailWithOneLineNamingFileAndLine) {
   const auto expect_error = [&](const std::string& content, const std::string& flags,
                                 const std::string& message) {
     std::ofstream(in) << content;
-    const CommandResult r =
+    const TitanRun r =
         tokenize(flags + " --jsonl '" + in.string() + "' --out '" + out.string() + "'", dir);
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find(in.string() + ":2: " + message), std::string::npos) << r.err;

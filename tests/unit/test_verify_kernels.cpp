@@ -3,7 +3,6 @@
 // a NaN, a broken bf16 form, a throw) fail, by name. Kernel plugins (kernels/plugin.h): loaded,
 // verified, bound by an override in a training run, and every bad one refused by name.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -21,6 +20,7 @@
 #include "titan/ops/linear.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/swiglu.h"
+#include "titan_cli_run.h"
 
 namespace titan {
 namespace {
@@ -137,36 +137,25 @@ TEST(VerifyKernels, WrongKernelsFailByFormAndOutput) {
   }
 }
 
-struct CommandResult {
-  int status;
-  std::string out, err;
-};
-
-CommandResult titan_command(const std::string& args, const test::ScratchDir& dir) {
-  const std::string titan = test::env_or_empty("TITAN_BINARY_DIR") + "/titan";
-  const std::string cmd =
-      "'" + titan + "' " + args + " > '" + (dir / "stdout") + "' 2> '" + (dir / "stderr") + "'";
-  const int rc = std::system(cmd.c_str());
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, test::read_bytes(dir / "stdout"),
-          test::read_bytes(dir / "stderr")};
-}
+using test::run_titan;
+using test::TitanRun;
 
 TEST(VerifyKernels, CommandChecksEveryKernelOrTheNamedOnes) {
   const test::ScratchDir dir("verify_kernels_cli");
-  const CommandResult all = titan_command("verify-kernels --threads 2", dir);
+  const TitanRun all = run_titan("verify-kernels --threads 2", dir);
   ASSERT_EQ(all.status, 0) << all.err;
   const std::string summary =
       "verify-kernels: " + std::to_string(kernel_registry().entries().size()) + " kernels, ";
   EXPECT_NE(all.out.find(summary), std::string::npos) << all.out;
   EXPECT_EQ(all.out.find("FAIL"), std::string::npos) << all.out;
 
-  const CommandResult one = titan_command("verify-kernels --kernel rope --threads 2", dir);
+  const TitanRun one = run_titan("verify-kernels --kernel rope --threads 2", dir);
   ASSERT_EQ(one.status, 0) << one.err;
   EXPECT_NE(one.out.find("verify-kernels: 1 kernel, 2 checks, all within tolerance"),
             std::string::npos)
       << one.out;
 
-  const CommandResult unknown = titan_command("verify-kernels --kernel linaer", dir);
+  const TitanRun unknown = run_titan("verify-kernels --kernel linaer", dir);
   EXPECT_EQ(unknown.status, 1);
   EXPECT_EQ(unknown.err,
             "titan verify-kernels: error: no kernel named 'linaer' (did you mean 'linear'?)\n");
@@ -223,16 +212,16 @@ TEST(KernelPlugins, TrainingBindsAPluginKernelByOverride) {
       "train --training.steps=2 --lr_scheduler.warmup_steps=0 --training.seq_len=32 "
       "--training.local_batch_size=2 --metrics.log_freq=1 --threads 2 --job.dump_folder='" +
       (dir / "run") + "'";
-  const CommandResult plain =
-      titan_command(common + " --metrics.save_jsonl='" + (dir / "run/plain.jsonl") + "'", dir);
+  const TitanRun plain =
+      run_titan(common + " --metrics.save_jsonl='" + (dir / "run/plain.jsonl") + "'", dir);
   ASSERT_EQ(plain.status, 0) << plain.err;
   const std::string config = dir / "plugin.toml";
   test::write_text(config, "[experimental]\ncustom_import = \"" + plugin("good") +
                                "\"\n[overrides]\n\"model.layers.*.mlp\" = \"swiglu_plain\"\n");
-  const CommandResult bound =
-      titan_command(common + " --config '" + config + "' --job.dump_folder='" + (dir / "run2") +
-                        "' --metrics.save_jsonl='" + (dir / "run2/bound.jsonl") + "'",
-                    dir);
+  const TitanRun bound =
+      run_titan(common + " --config '" + config + "' --job.dump_folder='" + (dir / "run2") +
+                    "' --metrics.save_jsonl='" + (dir / "run2/bound.jsonl") + "'",
+                dir);
   ASSERT_EQ(bound.status, 0) << bound.err;
   EXPECT_NE(
       bound.out.find("kernel plugin " + plugin("good") + ": swiglu_plain, rms_norm_from_plugin"),
@@ -254,7 +243,7 @@ TEST(KernelPlugins, TrainingBindsAPluginKernelByOverride) {
   EXPECT_NEAR(first_loss(dir / "run2/bound.jsonl"), plain_loss, 1e-5 * plain_loss);
 
   test::write_text(config, "[experimental]\ncustom_import = \"" + (dir / "nope.so") + "\"\n");
-  const CommandResult missing = titan_command(common + " --config '" + config + "'", dir);
+  const TitanRun missing = run_titan(common + " --config '" + config + "'", dir);
   EXPECT_EQ(missing.status, 1);
   EXPECT_EQ(missing.err,
             "titan train: error: kernel plugin '" + (dir / "nope.so") + "': no such file\n");
@@ -262,7 +251,7 @@ TEST(KernelPlugins, TrainingBindsAPluginKernelByOverride) {
 
 TEST(KernelPlugins, VerifyKernelsLoadsAPlugin) {
   const test::ScratchDir dir("plugin_verify");
-  const CommandResult r = titan_command(
+  const TitanRun r = run_titan(
       "verify-kernels --plugin '" + plugin("good") + "' --kernel swiglu_plain --threads 2", dir);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("verify-kernels: 1 kernel, 3 checks, all within tolerance"),
