@@ -192,7 +192,11 @@ Action add_plan_command(CLI::App& app) {
     for (const std::string& line : job_config_unused_keys(config)) {
       std::fprintf(stderr, "warning: %s\n", line.c_str());
     }
-    const TrainingPlan plan = plan_training(plan_inputs(config, nproc));
+    const PlanInputs inputs = plan_inputs(config, nproc);
+    for (const std::string& line : inputs.override_warnings) {
+      std::fprintf(stderr, "warning: %s\n", line.c_str());
+    }
+    const TrainingPlan plan = plan_training(inputs);
     const std::string model = config.model.flavor == "hf"
                                   ? config.model.hf_assets_path + "/config.json"
                                   : config.model.flavor;

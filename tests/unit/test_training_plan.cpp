@@ -302,6 +302,15 @@ TEST(TrainingPlan, RefusesTheOverridesTheTrainerRefuses) {
   }
   EXPECT_FALSE(plan_error.empty());
   EXPECT_EQ(plan_error, model_error);
+  // A rule that matches nothing is a warning in both.
+  config.overrides = {{"model.layers.*.no_such_module", "swiglu_reference"}};
+  const std::vector<std::string> warnings = plan_inputs(config, 1).override_warnings;
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings,
+            make_model(resolve_job_model_args(config),
+                       {{"model.layers.*.no_such_module", "swiglu_reference"}}, DType::f32)
+                ->override_report()
+                .warnings);
   config.overrides.clear();
   config.experimental.custom_import = "/nonexistent/libkernels.so";
   try {

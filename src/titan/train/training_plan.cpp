@@ -53,7 +53,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   }
   std::vector<OverrideRule> rules;
   for (const auto& [pattern, kernel] : config.overrides) rules.push_back({pattern, kernel});
-  decoder_lm_overrides(in.args, rules, in.compute_dtype);
+  in.override_warnings = decoder_lm_overrides(in.args, rules, in.compute_dtype).warnings;
   return in;
 }
 

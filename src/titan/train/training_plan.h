@@ -25,6 +25,8 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
@@ -45,6 +47,8 @@ struct PlanInputs {
   std::string reshard_after_forward = "default";  // parallelism.fsdp_reshard_after_forward
   bool checkpoint_saves = false;                  // checkpoint.enable
   bool export_hf = false;                         // checkpoint.last_save_in_hf
+  // [overrides] rules that match no module, as titan train warns of them.
+  std::vector<std::string> override_warnings;
 };
 
 // The inputs of `config` on a world of `world_size` ranks: the same resolution and the same
