@@ -100,8 +100,9 @@ done
 for line in "4 ranks: HSDP (dp_replicate 2 x dp_shard 2)" "all-reduce"; do
   grep -q "$line" "$work/hsdp.txt" || { echo "expected '$line':"; cat "$work/hsdp.txt"; exit 1; }
 done
-# The bf16 loss holds an fp32 row and a bf16 row of logits per thread: the plan counts a rank's threads as train
-# sets them (--threads, else the cores shared by --nproc ranks), here Qwen3's vocabulary of 151936.
+# The bf16 loss holds an fp32 row and a bf16 row of logits per thread, and per thread but the first a share of
+# a chunk's d x (256 tokens x hidden 1024 here): the plan counts a rank's threads as train sets them (--threads,
+# else the cores shared by --nproc ranks), here Qwen3's vocabulary of 151936.
 # A short sequence, so that the loss's workspace is larger than the layers' scratch it reuses.
 for threads in 1 3; do
   "$titan" plan --preset qwen3_0.6b --training.mixed_precision_param=bfloat16 --threads $threads \
@@ -111,6 +112,6 @@ python3 - "$work" <<'PY'
 import json, sys
 activations = [json.load(open(f"{sys.argv[1]}/threads{t}.plan"))["memory_bytes"]["step_by_category"]["activations"]
                for t in (1, 3)]
-assert activations[1] - activations[0] == 2 * (151936 * 4 + 151936 * 2), activations
+assert activations[1] - activations[0] == 2 * (151936 * 4 + 151936 * 2 + 256 * 1024 * 4), activations
 PY
 echo "plan_memory: ok"

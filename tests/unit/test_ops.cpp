@@ -990,6 +990,35 @@ TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {
   EXPECT_THROW(lm_head_cross_entropy(a), Error);
 }
 
+// The backward cuts the vocabulary into slices of at most 4,096 rows, a run of them per thread,
+// and sums the threads' shares of d x: a vocabulary of three such slices and a few rows more
+// gives every thread at least one slice and some two, with uneven ends.
+TEST(CrossEntropy, BackwardOverSeveralVocabularySlicesMatchesReference) {
+  const int64_t n = 6, hidden = 8, vocab = 3 * 4096 + 5;
+  std::vector<float> x = randn(n * hidden, 3), w = randn(vocab * hidden, 4, 0.5f);
+  std::vector<int32_t> targets = {0, 4096, kIgnoreIndex, vocab - 1, 8191, 12000};
+  std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.5f), rdx(n * hidden),
+      rdw(vocab * hidden, 0.5f);
+  CrossEntropyArgs a;
+  a.x = x.data();
+  a.weight = w.data();
+  a.targets = targets.data();
+  a.n_tokens = n;
+  a.hidden = hidden;
+  a.vocab = vocab;
+  a.grad_scale = 1.0f / 5;
+  a.chunk_tokens = 4;
+  CrossEntropyArgs r = a;
+  a.dx = dx.data(), a.dweight = dw.data();
+  r.dx = rdx.data(), r.dweight = rdw.data();
+  const CrossEntropyResult got = lm_head_cross_entropy(a);
+  const CrossEntropyResult want = lm_head_cross_entropy_reference(r);
+  EXPECT_NEAR(got.loss_sum, want.loss_sum, 1e-5 * want.loss_sum);
+  expect_close("ce sliced dx", dx.data(), rdx.data(), dx.size(), 1e-5);
+  // d W starts at 0.5 everywhere: it is accumulated into, not overwritten.
+  expect_close("ce sliced dweight", dw.data(), rdw.data(), dw.size(), 1e-5);
+}
+
 // Mixed precision: the logits are kept in bf16 (each one a bf16 value, as autocast's lm_head
 // returns them), the loss and d loss / d logits are computed from them in fp32, and the backward's
 // GEMMs take d loss / d logits rounded to bf16. The reference recomputes each step in fp64 from

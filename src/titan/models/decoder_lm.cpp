@@ -552,8 +552,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   }
   const int64_t layers_end = c.used();
   c.rewind(shared_begin);
-  const int64_t loss_bytes =
-      lm_head_workspace_bytes(n, args.vocab_size, 0, compute_dtype == DType::bf16);
+  const int64_t loss_bytes = lm_head_workspace_bytes(n, args.hidden_size, args.vocab_size, 0,
+                                                     compute_dtype == DType::bf16);
   v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
   c.skip_past(layers_end);
   // The residual streams: each block's input and the last block's output, or, with nothing kept

@@ -109,6 +109,52 @@ void bf16_softmax_rows(const CrossEntropyArgs& a, int64_t n0, int64_t rows, cons
   }
 }
 
+// The floats of lm_head_backward_by_slices' shares of d x for a chunk: one (rows, h) share per
+// OpenMP thread but the first, rounded up to a 64-byte line.
+int64_t dx_shares_floats(int64_t rows, int64_t hidden) {
+  return ((omp_get_max_threads() - 1) * rows * hidden + 15) / 16 * 16;
+}
+
+// Vocabulary rows per slice of the backward's GEMMs (lm_head_backward_by_slices), at most: a
+// slice's bf16 W and d loss / d logits columns (4 MB together for a 512-token chunk at hidden
+// 512) stay in a core's L2 between its two GEMMs.
+constexpr int64_t kVocabSliceRows = 4096;
+
+// d x (rows, h) = G W and d W (V, h) += G^T x for one chunk's d loss / d logits G (rows, V), over
+// slices of the vocabulary, each thread taking a run of whole slices and both GEMMs of each on
+// its own (`slice_gemms(first vocab row, vocab rows, d x target, beta)`): a slice's columns of G
+// and rows of W are read from memory once for both products, where two GEMMs over the whole
+// vocabulary stream G (155 MB a chunk in bf16) twice and read W, d W and G through packing
+// copies. Thread t's share of d x goes to dx itself (t = 0) or to its row of `dx_shares`
+// ((threads - 1) x rows x h floats), and the shares are summed into dx at the end.
+template <typename SliceGemms>
+void lm_head_backward_by_slices(int64_t rows, int64_t hidden, int64_t vocab, float* dx,
+                                float* dx_shares, SliceGemms&& slice_gemms) {
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t per_thread =
+        (vocab + threads * kVocabSliceRows - 1) / (threads * kVocabSliceRows);
+    const int64_t slices = threads * per_thread;
+    float* share = t == 0 ? dx : dx_shares + (t - 1) * rows * hidden;
+    float beta = 0.0f;
+    for (int64_t i = t * per_thread; i < (t + 1) * per_thread; ++i) {
+      const int64_t begin = vocab * i / slices, end = vocab * (i + 1) / slices;
+      if (end == begin) continue;
+      slice_gemms(begin, end - begin, share, beta);
+      beta = 1.0f;
+    }
+    if (beta == 0.0f) std::memset(share, 0, static_cast<size_t>(rows * hidden) * sizeof(float));
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (int64_t e = 0; e < rows * hidden; ++e) {
+      float sum = dx[e];
+      for (int64_t u = 1; u < threads; ++u) sum += dx_shares[(u - 1) * rows * hidden + e];
+      dx[e] = sum;
+    }
+  }
+}
+
 }  // namespace
 
 int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens) {
@@ -118,10 +164,13 @@ int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_toke
   return std::max<int64_t>(1, std::min(wanted, n_tokens));
 }
 
-int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens, bool bf16) {
+int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t hidden, int64_t vocab,
+                                int64_t chunk_tokens, bool bf16) {
   const int64_t chunk = lm_head_chunk_tokens(n_tokens, vocab, chunk_tokens);
-  if (!bf16) return chunk * vocab * static_cast<int64_t>(sizeof(float));
-  return omp_get_max_threads() * bf16_row_scratch_floats(vocab) *
+  const int64_t shares = dx_shares_floats(chunk, hidden) * static_cast<int64_t>(sizeof(float));
+  if (!bf16) return shares + chunk * vocab * static_cast<int64_t>(sizeof(float));
+  return shares +
+         omp_get_max_threads() * bf16_row_scratch_floats(vocab) *
              static_cast<int64_t>(sizeof(float)) +
          chunk * bf16_gradient_ld(chunk, vocab) * static_cast<int64_t>(sizeof(uint16_t));
 }
@@ -134,14 +183,16 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   Buffer own_workspace;
   void* workspace = a.workspace;
   if (workspace == nullptr) {
-    own_workspace = Buffer(
-        static_cast<size_t>(lm_head_workspace_bytes(a.n_tokens, a.vocab, a.chunk_tokens, bf16)),
-        MemCategory::activations);
+    own_workspace = Buffer(static_cast<size_t>(lm_head_workspace_bytes(
+                               a.n_tokens, a.hidden, a.vocab, a.chunk_tokens, bf16)),
+                           MemCategory::activations);
     workspace = own_workspace.data();
   }
-  // fp32: the chunk's logits. bf16: each thread's rows for its softmax, then the chunk's bf16
-  // logits and gradients (bf16_softmax_rows).
-  auto* logits = static_cast<float*>(workspace);
+  // The backward's shares of d x (lm_head_backward_by_slices); then fp32: the chunk's logits.
+  // bf16: each thread's rows for its softmax, then the chunk's bf16 logits and gradients
+  // (bf16_softmax_rows).
+  auto* dx_shares = static_cast<float*>(workspace);
+  float* logits = dx_shares + dx_shares_floats(chunk, a.hidden);
   float* softmax_rows = logits;
   auto* gradient_bf16 = reinterpret_cast<uint16_t*>(
       softmax_rows + omp_get_max_threads() * bf16_row_scratch_floats(a.vocab));
@@ -163,10 +214,16 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       bf16_softmax_rows(a, n0, rows, logits_bf16, gradient_bf16, ld, softmax_rows,
                         row_losses.data());
       if (want_grad) {
-        backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, gradient_bf16, ld,
-                            a.weight_bf16, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
-        backend().gemm_bf16(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, gradient_bf16, ld,
-                            x_bf16, a.hidden, 1.0f, a.dweight, a.hidden);
+        lm_head_backward_by_slices(
+            rows, a.hidden, a.vocab, a.dx + n0 * a.hidden, dx_shares,
+            [&](int64_t v0, int64_t vn, float* dx, float beta) {
+              backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f,
+                                  gradient_bf16 + v0, ld, a.weight_bf16 + v0 * a.hidden, a.hidden,
+                                  beta, dx, a.hidden);
+              backend().gemm_bf16(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f,
+                                  gradient_bf16 + v0, ld, x_bf16, a.hidden, 1.0f,
+                                  a.dweight + v0 * a.hidden, a.hidden);
+            });
       }
       continue;
     }
@@ -192,10 +249,14 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       }
     }
     if (want_grad) {
-      backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, a.vocab, 1.0f, logits, a.vocab,
-                         a.weight, a.hidden, 0.0f, a.dx + n0 * a.hidden, a.hidden);
-      backend().gemm_f32(Trans::yes, Trans::no, a.vocab, a.hidden, rows, 1.0f, logits, a.vocab, x,
-                         a.hidden, 1.0f, a.dweight, a.hidden);
+      lm_head_backward_by_slices(
+          rows, a.hidden, a.vocab, a.dx + n0 * a.hidden, dx_shares,
+          [&](int64_t v0, int64_t vn, float* dx, float beta) {
+            backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f, logits + v0, a.vocab,
+                               a.weight + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
+            backend().gemm_f32(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f, logits + v0,
+                               a.vocab, x, a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
+          });
     }
   }
   CrossEntropyResult result;

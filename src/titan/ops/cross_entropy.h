@@ -45,8 +45,10 @@ struct CrossEntropyArgs {
 int64_t lm_head_chunk_tokens(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens);
 // The bytes of its workspace: one chunk's logits; in bf16 when the GEMMs take bf16 weights, their
 // gradients at a padded stride, and per OpenMP thread (omp_get_max_threads() now) an fp32 row for
-// a row's softmax and a bf16 row to set its last row's logits aside.
-int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens, bool bf16);
+// a row's softmax and a bf16 row to set its last row's logits aside; and per OpenMP thread but
+// one, a share of the chunk's d x, which the backward's threads compute apart and then sum.
+int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t hidden, int64_t vocab,
+                                int64_t chunk_tokens, bool bf16);
 
 struct CrossEntropyResult {
   double loss_sum = 0.0;  // sum of -log p(target) over scored tokens
