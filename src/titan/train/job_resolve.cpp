@@ -4,6 +4,7 @@
 #include <string>
 
 #include "titan/core/error.h"
+#include "titan/kernels/plugin.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/qwen3/flavors.h"
 #include "titan/models/registry.h"
@@ -53,6 +54,19 @@ int64_t job_accumulation_steps(const JobConfig& c, const MeshDims& dims) {
               global_batch, ") is not a multiple of local_batch_size x data-parallel ranks (",
               t.local_batch_size, " x ", dp, ")");
   return global_batch / (t.local_batch_size * dp);
+}
+
+DType job_compute_dtype(const JobConfig& c) {
+  return c.training.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
+}
+
+JobKernels resolve_job_kernels(const JobConfig& c) {
+  JobKernels kernels;
+  if (!c.experimental.custom_import.empty()) {
+    kernels.plugin_kernels = load_kernel_plugin(c.experimental.custom_import);
+  }
+  for (const auto& [pattern, kernel] : c.overrides) kernels.overrides.push_back({pattern, kernel});
+  return kernels;
 }
 
 }  // namespace titan

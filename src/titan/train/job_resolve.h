@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
+#include "titan/core/dtype.h"
 #include "titan/dist/mesh.h"
+#include "titan/kernels/overrides.h"
 #include "titan/models/model_args.h"
 #include "titan/train/job_config.h"
 
@@ -20,5 +24,18 @@ ParallelDegrees job_parallel_degrees(const JobConfig& config);
 // Micro-batches each data-parallel rank runs per step: global_batch_size (-1: local_batch_size x
 // dp) / (local_batch_size x dp); a global batch that does not divide is a titan::Error.
 int64_t job_accumulation_steps(const JobConfig& config, const MeshDims& dims);
+// The dtype the model's matmuls compute in: bf16 under training.mixed_precision_param =
+// "bfloat16", else fp32.
+DType job_compute_dtype(const JobConfig& config);
+
+// The job's kernels: experimental.custom_import's plugin loaded into the kernel registry (the
+// kernels it added, for the start-up log; none without a plugin; a bad plugin is a titan::Error
+// naming it), and [overrides] as rules in the config's order, for make_model or
+// decoder_lm_overrides to apply.
+struct JobKernels {
+  std::vector<std::string> plugin_kernels;
+  std::vector<OverrideRule> overrides;
+};
+JobKernels resolve_job_kernels(const JobConfig& config);
 
 }  // namespace titan

@@ -16,7 +16,6 @@
 #include "titan/dist/fsdp.h"
 #include "titan/dist/world.h"
 #include "titan/io/atomic_dir.h"
-#include "titan/kernels/plugin.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
@@ -198,16 +197,15 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                                    config_.checkpoint, t.steps);
   if (!resume_) check_initial_weights(config_.checkpoint, args_);
 
+  const JobKernels kernels = resolve_job_kernels(config_);
   if (!config_.experimental.custom_import.empty()) {
     std::printf("kernel plugin %s: %s\n", config_.experimental.custom_import.c_str(),
-                join_names(load_kernel_plugin(config_.experimental.custom_import)).c_str());
+                join_names(kernels.plugin_kernels).c_str());
   }
-  std::vector<OverrideRule> overrides;
-  for (const auto& [pattern, kernel] : config_.overrides) overrides.push_back({pattern, kernel});
-  const DType compute = t.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
+  const DType compute = job_compute_dtype(config_);
   // Under FSDP no rank ever holds the whole model: the groups start released and are initialised
   // or loaded a unit (or a shard) at a time.
-  model_ = make_model(args_, overrides, compute,
+  model_ = make_model(args_, kernels.overrides, compute,
                       dims.dp_shard > 1 ? Residency::released : Residency::committed);
   if (compute == DType::bf16) {
     std::printf("mixed precision: %s; fp32 master weights, AdamW state and gradients\n",

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "titan/io/safetensors_writer.h"
-#include "titan/kernels/plugin.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flops.h"
 #include "titan/models/param_count.h"
@@ -42,18 +41,15 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.args = resolve_job_model_args(config);
   in.local_batch_size = config.training.local_batch_size;
   in.seq_len = config.training.seq_len;
-  in.compute_dtype = config.training.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
+  in.compute_dtype = job_compute_dtype(config);
   in.activation_checkpointing = config.activation_checkpoint.mode == "full";
   in.reshard_after_forward = config.parallelism.fsdp_reshard_after_forward;
   in.checkpoint_saves = config.checkpoint.enable;
   in.export_hf = config.checkpoint.last_save_in_hf;
   // The kernels [overrides] names, a plugin's too, as titan train refuses them before allocating.
-  if (!config.experimental.custom_import.empty()) {
-    load_kernel_plugin(config.experimental.custom_import);
-  }
-  std::vector<OverrideRule> rules;
-  for (const auto& [pattern, kernel] : config.overrides) rules.push_back({pattern, kernel});
-  in.override_warnings = decoder_lm_overrides(in.args, rules, in.compute_dtype).warnings;
+  in.override_warnings =
+      decoder_lm_overrides(in.args, resolve_job_kernels(config).overrides, in.compute_dtype)
+          .warnings;
   return in;
 }
 
