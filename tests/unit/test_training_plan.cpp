@@ -18,6 +18,7 @@
 #include "titan/dist/data_parallel.h"
 #include "titan/dist/fsdp.h"
 #include "titan/dist/mesh.h"
+#include "titan/kernels/registry.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/train/fsdp_model.h"
@@ -319,6 +320,48 @@ TEST(TrainingPlan, RefusesTheOverridesTheTrainerRefuses) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "kernel plugin '/nonexistent/libkernels.so': no such file");
   }
+}
+
+// A kernel's constraint on the step's shapes (its `check`), refused by the plan with the line
+// the trainer's start-up check (CausalLM::check_kernel_constraints) gives.
+TEST(TrainingPlan, RefusesTheKernelConstraintsTheTrainerRefuses) {
+  static const bool registered = [] {
+    const AttentionKernel& reference = std::get<AttentionKernel>(
+        kernel_registry().get("attention_reference", OpKind::attention).impl);
+    kernel_registry().add({"attention_test_64_positions",
+                           OpKind::attention,
+                           {DType::f32},
+                           "test only",
+                           AttentionKernel{reference.forward, reference.backward,
+                                           [](const AttentionShape& s) -> std::string {
+                                             return s.seq_kv <= 64 ? "" : "seq_kv <= 64";
+                                           }}});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  JobConfig config = job_config_preset("tiny");
+  config.training.seq_len = 65;
+  const std::vector<OverrideRule> rules = {
+      {"model.layers.1.self_attn", "attention_test_64_positions"}};
+  config.overrides = {{rules[0].pattern, rules[0].kernel}};
+  std::string plan_error, model_error;
+  try {
+    plan_inputs(config, 1);
+  } catch (const Error& e) {
+    plan_error = e.what();
+  }
+  try {
+    make_model(resolve_job_model_args(config), rules, DType::f32)
+        ->check_kernel_constraints(config.training.local_batch_size, config.training.seq_len);
+  } catch (const Error& e) {
+    model_error = e.what();
+  }
+  EXPECT_EQ(plan_error,
+            "model.layers.1.self_attn: attention kernel 'attention_test_64_positions' requires "
+            "seq_kv <= 64");
+  EXPECT_EQ(plan_error, model_error);
+  config.training.seq_len = 64;
+  EXPECT_NO_THROW(plan_inputs(config, 1));
 }
 
 }  // namespace

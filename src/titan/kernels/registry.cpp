@@ -189,4 +189,18 @@ KernelRegistry& kernel_registry() {
   return registry;
 }
 
+void require_constraints(const std::string& module, const std::string& kernel_name,
+                         const AttentionKernel& kernel, const AttentionShape& shape) {
+  if (!kernel.check) return;
+  const std::string broken = kernel.check(shape);
+  TITAN_CHECK(broken.empty(), module, ": attention kernel '", kernel_name, "' requires ", broken);
+}
+
+void require_constraints(const std::string& module, const std::string& kernel_name,
+                         const ExpertsKernel& kernel, const ExpertsShape& shape) {
+  if (!kernel.check) return;
+  const std::string broken = kernel.check(shape);
+  TITAN_CHECK(broken.empty(), module, ": experts kernel '", kernel_name, "' requires ", broken);
+}
+
 }  // namespace titan

@@ -161,4 +161,13 @@ class KernelRegistry {
 // The process-wide registry with every built-in kernel registered.
 KernelRegistry& kernel_registry();
 
+// titan::Error "<module>: attention kernel '<name>' requires <what>" when the kernel's check
+// refuses `shape` (nothing when it has no check): what a module says at each call and the model
+// says for every module at start-up, before the run allocates (titan train, titan plan).
+void require_constraints(const std::string& module, const std::string& kernel_name,
+                         const AttentionKernel& kernel, const AttentionShape& shape);
+// The same for an experts kernel: "<module>: experts kernel '<name>' requires <what>".
+void require_constraints(const std::string& module, const std::string& kernel_name,
+                         const ExpertsKernel& kernel, const ExpertsShape& shape);
+
 }  // namespace titan

@@ -50,6 +50,25 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
   return slots;
 }
 
+// The constraints of every attention and experts slot's kernel on the shapes a step of
+// (batch, seq) tokens hands it: a broken one is a titan::Error naming the module.
+void check_slot_constraints(const std::vector<KernelSlot>& slots, const ModelArgs& a, int64_t batch,
+                            int64_t seq) {
+  for (const KernelSlot& slot : slots) {
+    if (slot.kind == OpKind::attention) {
+      const KernelEntry& entry = kernel_registry().get(slot.kernel, OpKind::attention);
+      require_constraints(
+          slot.module, slot.kernel, std::get<AttentionKernel>(entry.impl),
+          {batch, seq, seq, a.num_attention_heads, a.num_key_value_heads, a.head_dim});
+    } else if (slot.kind == OpKind::experts) {
+      const KernelEntry& entry = kernel_registry().get(slot.kernel, OpKind::experts);
+      require_constraints(slot.module, slot.kernel, std::get<ExpertsKernel>(entry.impl),
+                          {batch * seq, a.hidden_size, a.moe_intermediate_size, a.num_experts,
+                           a.num_experts_per_tok});
+    }
+  }
+}
+
 // Hands out consecutive 64-byte aligned views of an arena; with a null base it only measures.
 class Carver {
  public:
@@ -449,13 +468,7 @@ void DecoderLM::allocate_gradients() {
 }
 
 void DecoderLM::check_kernel_constraints(int64_t batch, int64_t seq) const {
-  LayerCall call;
-  call.batch = batch;
-  call.seq = seq;
-  for (const DecoderLayer& layer : m_.layers) {
-    layer.self_attn.check_constraints(layer.self_attn.shape(call));
-    if (layer.sparse) layer.moe.check_constraints(batch * seq);
-  }
+  check_slot_constraints(slots_, args_, batch, seq);
 }
 
 void DecoderLM::set_activation_checkpointing(bool full) {
@@ -825,10 +838,12 @@ void DecoderLM::backward() {
 }
 
 OverrideReport decoder_lm_overrides(const ModelArgs& args,
-                                    const std::vector<OverrideRule>& overrides,
-                                    DType compute_dtype) {
+                                    const std::vector<OverrideRule>& overrides, DType compute_dtype,
+                                    int64_t batch, int64_t seq) {
   std::vector<KernelSlot> slots = default_slots(args, compute_dtype);
-  return apply_overrides(slots, overrides, kernel_registry());
+  OverrideReport report = apply_overrides(slots, overrides, kernel_registry());
+  check_slot_constraints(slots, args, batch, seq);
+  return report;
 }
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,

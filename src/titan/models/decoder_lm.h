@@ -173,10 +173,11 @@ class DecoderLM final : public CausalLM {
 };
 
 // What `overrides` would do to a DecoderLM of `args` computing in `compute_dtype`, with the same
-// errors its constructor raises, without building it (titan plan checks a config this way).
+// errors its constructor raises and then its check_kernel_constraints(batch, seq), without
+// building it (titan plan checks a config this way).
 OverrideReport decoder_lm_overrides(const ModelArgs& args,
-                                    const std::vector<OverrideRule>& overrides,
-                                    DType compute_dtype);
+                                    const std::vector<OverrideRule>& overrides, DType compute_dtype,
+                                    int64_t batch, int64_t seq);
 
 // The model registry's factory for every family DecoderLM computes (models/registry.cpp).
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,

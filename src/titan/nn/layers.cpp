@@ -165,10 +165,7 @@ AttentionShape SelfAttention::shape(const LayerCall& call) const {
 }
 
 void SelfAttention::check_constraints(const AttentionShape& s) const {
-  if (!attention->check) return;
-  const std::string broken = attention->check(s);
-  TITAN_CHECK(broken.empty(), name, ": attention kernel '", attention_kernel, "' requires ",
-              broken);
+  require_constraints(name, attention_kernel, *attention, s);
 }
 
 void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
@@ -374,10 +371,7 @@ ExpertsShape SparseMoeBlock::shape(int64_t n) const {
 }
 
 void SparseMoeBlock::check_constraints(int64_t n) const {
-  if (!experts->check) return;
-  const std::string broken = experts->check(shape(n));
-  TITAN_CHECK(broken.empty(), name, ".experts: experts kernel '", experts_kernel, "' requires ",
-              broken);
+  require_constraints(name + ".experts", experts_kernel, *experts, shape(n));
 }
 
 void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& scratch,

@@ -46,10 +46,11 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.reshard_after_forward = config.parallelism.fsdp_reshard_after_forward;
   in.checkpoint_saves = config.checkpoint.enable;
   in.export_hf = config.checkpoint.last_save_in_hf;
-  // The kernels [overrides] names, a plugin's too, as titan train refuses them before allocating.
-  in.override_warnings =
-      decoder_lm_overrides(in.args, resolve_job_kernels(config).overrides, in.compute_dtype)
-          .warnings;
+  // The kernels [overrides] names, a plugin's too, and their constraints on the step's shapes, as
+  // titan train refuses them before allocating.
+  in.override_warnings = decoder_lm_overrides(in.args, resolve_job_kernels(config).overrides,
+                                              in.compute_dtype, in.local_batch_size, in.seq_len)
+                             .warnings;
   return in;
 }
 
