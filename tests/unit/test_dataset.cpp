@@ -86,7 +86,7 @@ TEST(Dataset, DirectoriesAndGlobsAreSortedAndChecked) {
   EXPECT_EQ(expand_data_paths({dir / "c.txt", dir / "a"}),
             (std::vector<std::string>{dir / "a/0.txt", dir / "a/1.txt", dir / "c.txt"}));
   EXPECT_EQ(
-      expand_data_paths({dir.path.string()}),
+      expand_data_paths({dir.path().string()}),
       (std::vector<std::string>{dir / "a/0.txt", dir / "a/1.txt", dir / "b/2.txt", dir / "c.txt"}));
   EXPECT_EQ(expand_data_paths({dir / "*/[12].txt"}),
             (std::vector<std::string>{dir / "a/1.txt", dir / "b/2.txt"}));

@@ -88,7 +88,7 @@ TEST(DatasetCommand, TokenizeBinBadInputLeavesNoFile) {
             "titan tokenize: error: " + (dir / "a.jsonl") + ":2: \"text\" is not a string\n");
   EXPECT_FALSE(std::filesystem::exists(dir / "out.bin"));
   size_t n_files = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path)) ++n_files;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++n_files;
   EXPECT_EQ(n_files, 3u) << "a.jsonl, stdout, stderr and no temporary file";
 
   r = run_titan(base + "' --skip-bad-lines '" + (dir / "a.jsonl") + "'", dir);

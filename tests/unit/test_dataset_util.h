@@ -1,5 +1,6 @@
-// Shared by the dataset, loader and tokenizer-training tests: scratch folders, writing plain and
-// gzip files, and a small tokenizer trained once per test binary on the default corpus.
+// Shared by the dataset, loader and tokenizer-training tests: scratch folders (scratch_dir.h),
+// writing plain and gzip files, and a small tokenizer trained once per test binary on the default
+// corpus.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,24 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "titan/core/error.h"
 #include "titan/data/tokenizer.h"
 #include "titan/data/tokenizer_train.h"
 
 namespace titan::test {
-
-// A fresh folder, removed when the object goes away.
-struct ScratchDir {
-  std::filesystem::path path;
-  explicit ScratchDir(const std::string& name)
-      : path(std::filesystem::temp_directory_path() /
-             ("titan_data_" + name + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~ScratchDir() { std::filesystem::remove_all(path); }
-  std::string operator/(const std::string& name) const { return (path / name).string(); }
-};
 
 inline void write_text(const std::string& path, const std::string& content) {
   std::filesystem::create_directories(std::filesystem::path(path).parent_path());

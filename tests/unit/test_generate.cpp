@@ -392,7 +392,7 @@ std::vector<std::pair<std::string, ModelArgs>> bf16_load_models() {
 
 // A Hugging Face folder `name`_<dtype> in `dir` of the model of `args` (seed 3), its weights
 // stored in `stored`.
-std::string export_seeded_folder(const test::TempDir& dir, const std::string& name,
+std::string export_seeded_folder(const test::ScratchDir& dir, const std::string& name,
                                  const ModelArgs& args, DType stored) {
   const std::string folder = dir / (name + "_" + std::string(dtype_name(stored)));
   DecoderLM model(args);
@@ -410,7 +410,7 @@ std::string export_seeded_folder(const test::TempDir& dir, const std::string& na
 // copies of the same folder loaded whole in fp32 compute, bit for bit. bf16 and fp32 folders (the
 // copies then rounded from the stored fp32 values); tied, untied and MoE.
 TEST(InferenceWeights, LoadedInBf16HoldsTheMatmulWeightsOnlyInBf16) {
-  test::TempDir dir;
+  test::ScratchDir dir;
   constexpr auto kParameters = static_cast<int>(MemCategory::parameters);
   for (const auto& [name, args] : bf16_load_models()) {
     for (const DType stored : {DType::bf16, DType::f32}) {
@@ -444,7 +444,7 @@ TEST(InferenceWeights, LoadedInBf16HoldsTheMatmulWeightsOnlyInBf16) {
 
 // A non-finite value stored in a weight the bf16 load never holds in fp32 is found all the same.
 TEST(InferenceWeights, LoadedInBf16RefusesNonFiniteMatmulWeights) {
-  test::TempDir dir;
+  test::ScratchDir dir;
   const std::string folder = dir / "nan";
   DecoderLM model(tiny_generate_args(true));
   model.initialize(3);
@@ -472,7 +472,7 @@ TEST(InferenceWeights, LoadedInBf16RefusesNonFiniteMatmulWeights) {
 // fp32 it is load_hf_model's model with the same loss. In both it keeps no activations for a
 // backward.
 TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
-  test::TempDir dir;
+  test::ScratchDir dir;
   constexpr auto kParameters = static_cast<int>(MemCategory::parameters);
   const int64_t batch = 2, seq = 12;
   for (const auto& [name, args] : bf16_load_models()) {

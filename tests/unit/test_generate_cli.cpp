@@ -24,7 +24,7 @@ namespace titan {
 namespace {
 
 using nlohmann::json;
-using test::TempDir;
+using test::ScratchDir;
 
 using test::run_titan;
 using test::TitanRun;
@@ -60,7 +60,7 @@ class GenerateCli : public ::testing::Test {
     return generate_text(InferenceWeights(*model, dtype), tok, tok.encode(text), o);
   }
 
-  TempDir dir_;
+  ScratchDir dir_;
   static std::filesystem::path folder_;  // shared by the suite's tests
 };
 std::filesystem::path GenerateCli::folder_;
@@ -194,7 +194,7 @@ TEST_F(GenerateCli, BadInputs) {
 
 // The model folder with another chat template in its tokenizer_config.json (the other files
 // linked): the Qwen2.5 Instruct one from tests/fixtures, edited by `edit` if given.
-std::string with_qwen25_template(const TempDir& dir, const std::string& model,
+std::string with_qwen25_template(const ScratchDir& dir, const std::string& model,
                                  const std::string& edit = "") {
   const std::filesystem::path out = dir / "qwen25";
   std::filesystem::create_directories(out);
@@ -257,7 +257,7 @@ TEST_F(GenerateCli, UnknownTemplateRefusedOnlyForChat) {
 // raw prompt gets the tokenizer's BOS, as HF's tokenizer(prompt) does; a chat holds the
 // template's one BOS and no second.
 TEST(GenerateCliLlama, RawPromptsGetTheBosChatsHoldTheirOwn) {
-  const TempDir dir;
+  const ScratchDir dir;
   const std::string tokenizer_dir =
       test::env_or_empty("TITAN_SOURCE_DIR") + "/tests/fixtures/llama3-style-tokenizer";
   const Tokenizer tok = Tokenizer::load(tokenizer_dir);

@@ -31,10 +31,10 @@ namespace titan {
 namespace {
 
 using nlohmann::json;
-using test::TempDir;
+using test::ScratchDir;
 
 TEST(GeneratePython, GreedyIdsEqualTransformers) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<std::vector<int32_t>> prompts = {
       {7}, test::test_ids(5, 97, 11), test::test_ids(12, 97, 12), test::test_ids(33, 97, 13)};
   const int64_t max_new = 20;

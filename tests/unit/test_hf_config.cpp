@@ -16,7 +16,7 @@ namespace {
 
 using json = nlohmann::json;
 using test::expect_error;
-using test::TempDir;
+using test::ScratchDir;
 
 // Qwen3-8B's config.json as published (Transformers 4.51 style).
 json qwen3_8b() {
@@ -298,7 +298,7 @@ TEST(HfConfig, AbsurdFieldsAreNamed) {
 }
 
 TEST(HfConfig, FilesAndFolders) {
-  TempDir dir;
+  ScratchDir dir;
   write_file_atomic(dir / "config.json", qwen3_8b().dump());
   EXPECT_EQ(read_hf_config(dir.path().string()).hidden_size, 4096);
   EXPECT_EQ(read_hf_config(dir / "config.json").hidden_size, 4096);
@@ -565,7 +565,7 @@ TEST(ModelRegistry, OneEntryPerArchitecture) {
 }
 
 TEST(GenerationConfig, WritesAndReadsBack) {
-  TempDir dir;
+  ScratchDir dir;
   GenerationConfig g = default_generation_config(flavor("0.6B"));
   EXPECT_EQ(g.bos_token_id, 151643);
   EXPECT_FALSE(g.do_sample);

@@ -21,7 +21,7 @@ namespace titan {
 namespace {
 
 using json = nlohmann::json;
-using test::TempDir;
+using test::ScratchDir;
 
 // ModelArgs in the script's field names.
 json fields(const ModelArgs& a) {
@@ -81,7 +81,7 @@ void expect_same_fields(const json& want, const json& got, const std::string& wh
 }
 
 TEST(HfConfigPython, TransformersLoadsWhatTitanWrites) {
-  TempDir dir;
+  ScratchDir dir;
   std::map<std::string, ModelArgs> models = {{"tiny", flavor("tiny")},
                                              {"tiny_moe", flavor("tiny_moe")}};
   ModelArgs yarn = flavor("tiny");
@@ -152,7 +152,7 @@ TEST(HfConfigPython, TransformersLoadsWhatTitanWrites) {
 }
 
 TEST(HfConfigPython, TitanReadsWhatTransformersSaves) {
-  TempDir dir;
+  ScratchDir dir;
   const test::PythonRun run =
       test::run_python_script("hf_config_roundtrip.py", {"save", dir.path().string()});
   ASSERT_EQ(run.status, 0) << run.output;

@@ -18,7 +18,7 @@
 namespace titan {
 namespace {
 
-using test::TempDir;
+using test::ScratchDir;
 
 using test::run_titan;
 using test::TitanRun;
@@ -45,7 +45,7 @@ void expect_one_line_error(const TitanRun& r, const std::string& part) {
 }
 
 TEST(InfoCommand, DescribesAModelFolder) {
-  TempDir dir;
+  ScratchDir dir;
   write_moe_folder(dir / "moe");
   const TitanRun r = run_titan("info '" + dir / "moe" + "'", dir);
   ASSERT_EQ(r.status, 0) << r.err;
@@ -64,7 +64,7 @@ TEST(InfoCommand, DescribesAModelFolder) {
 }
 
 TEST(InfoCommand, BadFolderIsOneLine) {
-  TempDir dir;
+  ScratchDir dir;
   expect_one_line_error(run_titan("info '" + dir / "nowhere" + "'", dir),
                         "nowhere: no such model folder");
   write_moe_folder(dir / "moe");
@@ -76,7 +76,7 @@ TEST(InfoCommand, BadFolderIsOneLine) {
 }
 
 TEST(ConvertCommand, ReexportsWithDtypeAndShardSize) {
-  TempDir dir;
+  ScratchDir dir;
   write_moe_folder(dir / "moe");
   const TitanRun r = run_titan(
       "convert '" + dir / "moe" + "' '" + dir / "f32" + "' --dtype float32 --shard-size 20KB", dir);
@@ -98,7 +98,7 @@ TEST(ConvertCommand, ReexportsWithDtypeAndShardSize) {
 }
 
 TEST(ConvertCommand, BadFlagsAndDestinationsAreOneLine) {
-  TempDir dir;
+  ScratchDir dir;
   write_moe_folder(dir / "moe");
   const std::string src = "'" + dir / "moe" + "' ";
   expect_one_line_error(run_titan("convert " + src + "'" + dir / "x" + "' --dtype int8", dir),

@@ -27,7 +27,7 @@ namespace titan {
 namespace {
 
 using nlohmann::json;
-using test::TempDir;
+using test::ScratchDir;
 using testing::expect_close;
 
 // The shared tiny dense model at rope_theta 10000, as these folders have always been written
@@ -76,7 +76,7 @@ std::vector<float> read_logits(const std::string& path) {
 }
 
 TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<int32_t> ids = {5, 17, 2, 96, 40, 40, 11, 0, 63, 28, 71};
   struct Dense {
     std::string name;
@@ -148,7 +148,7 @@ TEST(HfFolderPython, TransformersLoadsWhatTitanExports) {
 }
 
 TEST(HfFolderPython, TitanLoadsWhatTransformersSaves) {
-  TempDir dir;
+  ScratchDir dir;
   const test::PythonRun run =
       test::run_python_script("hf_folder_roundtrip.py", {"save", dir.path().string()});
   ASSERT_EQ(run.status, 0) << run.output;

@@ -81,14 +81,14 @@ TEST(JsonFuzz, TokenizerLoadNeverCrashes) {
     write_file(dir / "tokenizer.json", tokenizer);
     write_file(dir / "tokenizer_config.json", config);
     try {
-      const Tokenizer tok = Tokenizer::load(dir.path.string());
+      const Tokenizer tok = Tokenizer::load(dir.path().string());
       const std::string text = "the cat sat, 42 times";
       const std::vector<int32_t> ids = tok.encode(text);
       for (const int32_t id : ids) ASSERT_LT(static_cast<size_t>(id), tok.vocab_size());
       ASSERT_EQ(tok.decode(ids), text);
       ++tally.accepted;
     } catch (const Error& e) {
-      expect_refusal(e, dir.path.string());
+      expect_refusal(e, dir.path().string());
       ++tally.refused;
     }
   });

@@ -19,7 +19,7 @@ namespace {
 using testing::expect_close;
 
 TEST(RopePython, CacheMatchesLlamaRotaryEmbedding) {
-  test::TempDir dir;
+  test::ScratchDir dir;
   const test::PythonRun run = test::run_python_script("rope_reference.py", {dir.path().string()});
   ASSERT_EQ(run.status, 0) << run.output;
   for (const char* name : {"llama3_8b", "llama3_1b", "llama3_odd", "default"}) {

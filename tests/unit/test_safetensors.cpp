@@ -20,7 +20,7 @@ using test::expect_error;
 using test::f32_tensor;
 using test::raw_safetensors;
 using test::read_bytes;
-using test::TempDir;
+using test::ScratchDir;
 using test::write_bytes;
 
 SafetensorsWriteOptions no_metadata() {
@@ -36,7 +36,7 @@ std::string header_of(const std::vector<unsigned char>& bytes) {
 }
 
 TEST(SafetensorsWriter, MatchesSpecExampleWithoutPadding) {
-  TempDir dir;
+  ScratchDir dir;
   write_safetensors_file(dir / "a.safetensors", {{"attn.0", f32_tensor({1, 2, 3})}}, no_metadata());
   const auto bytes = read_bytes(dir / "a.safetensors");
   ASSERT_EQ(bytes.size(), 8u + 64u + 24u);
@@ -46,7 +46,7 @@ TEST(SafetensorsWriter, MatchesSpecExampleWithoutPadding) {
 }
 
 TEST(SafetensorsWriter, PadsHeaderWithSpacesToEightBytes) {
-  TempDir dir;
+  ScratchDir dir;
   write_safetensors_file(dir / "a.safetensors", {{"attn0", f32_tensor({1, 1, 2, 3})}},
                          no_metadata());
   const auto bytes = read_bytes(dir / "a.safetensors");
@@ -57,7 +57,7 @@ TEST(SafetensorsWriter, PadsHeaderWithSpacesToEightBytes) {
 }
 
 TEST(SafetensorsWriter, WritesFormatPtMetadataByDefault) {
-  TempDir dir;
+  ScratchDir dir;
   write_safetensors_file(dir / "a.safetensors", {{"w", f32_tensor({2})}}, {});
   const SafetensorsFile f = SafetensorsFile::open(dir / "a.safetensors");
   EXPECT_EQ(f.metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
@@ -65,7 +65,7 @@ TEST(SafetensorsWriter, WritesFormatPtMetadataByDefault) {
 }
 
 TEST(SafetensorsWriter, OrderIsElementSizeThenNameWhateverTheCallerOrder) {
-  TempDir dir;
+  ScratchDir dir;
   Tensor ids = Tensor::empty({3}, DType::i64, MemCategory::other);
   for (int i = 0; i < 3; ++i) ids.data<int64_t>()[i] = 10 + i;
   const std::vector<SafetensorsTensor> a = {
@@ -86,7 +86,7 @@ TEST(SafetensorsWriter, OrderIsElementSizeThenNameWhateverTheCallerOrder) {
 }
 
 TEST(SafetensorsReader, RoundTripsEveryDtypeZeroCopy) {
-  TempDir dir;
+  ScratchDir dir;
   Tensor i32 = Tensor::empty({2, 3}, DType::i32, MemCategory::other);
   for (int i = 0; i < 6; ++i) i32.data<int32_t>()[i] = -3 + i;
   const Tensor w = f32_tensor({5, 7});
@@ -114,7 +114,7 @@ TEST(SafetensorsReader, RoundTripsEveryDtypeZeroCopy) {
 }
 
 TEST(SafetensorsReader, ConvertsFloatsToF32WithTorchRounding) {
-  TempDir dir;
+  ScratchDir dir;
   const std::vector<float>& special = test::kSpecialFloats;
   const Tensor src = test::special_f32_tensor();
   for (DType stored : {DType::f32, DType::bf16, DType::f16}) {
@@ -189,7 +189,7 @@ TEST(SafetensorsReader, CountsNonFiniteValuesInEveryFloatDtype) {
 }
 
 TEST(SafetensorsReader, AcceptsAnyEntryOrderAndUnalignedData) {
-  TempDir dir;
+  ScratchDir dir;
   // Listed out of data order; a 1-byte-misaligned data start, as unpadded writers produce.
   const std::string header =
       R"({"b":{"dtype":"BF16","shape":[2],"data_offsets":[4,8]},)"
@@ -207,7 +207,7 @@ TEST(SafetensorsReader, AcceptsAnyEntryOrderAndUnalignedData) {
 }
 
 TEST(SafetensorsReader, RecognisesNonComputeDtypesByName) {
-  TempDir dir;
+  ScratchDir dir;
   const std::string header = R"({"m":{"dtype":"BOOL","shape":[3],"data_offsets":[0,3]},)"
                              R"("d":{"dtype":"F64","shape":[1],"data_offsets":[3,11]}})";
   write_bytes(dir / "x.safetensors", raw_safetensors(header, std::vector<unsigned char>(11)));
@@ -234,7 +234,7 @@ std::vector<SafetensorsTensor> model_like_tensors() {
 }
 
 TEST(SafetensorsCheckpoint, SingleFileWhenItFits) {
-  TempDir dir;
+  ScratchDir dir;
   const auto tensors = model_like_tensors();
   const auto files = write_safetensors_checkpoint(dir.path().string(), tensors, {});
   EXPECT_EQ(files, std::vector<std::string>{"model.safetensors"});
@@ -249,7 +249,7 @@ TEST(SafetensorsCheckpoint, SingleFileWhenItFits) {
 }
 
 TEST(SafetensorsCheckpoint, ShardsAtTheConfiguredSizeWithIndex) {
-  TempDir dir;
+  ScratchDir dir;
   const auto tensors = model_like_tensors();
   SafetensorsWriteOptions o;
   o.float_dtype = DType::bf16;
@@ -298,7 +298,7 @@ TEST(SafetensorsCheckpoint, ShardsAtTheConfiguredSizeWithIndex) {
 }
 
 TEST(SafetensorsCheckpoint, ReexportOfTheOtherKindRemovesTheStaleEntryPoint) {
-  TempDir dir;
+  ScratchDir dir;
   const auto tensors = model_like_tensors();
   SafetensorsWriteOptions small;
   small.max_shard_bytes = 3000;
@@ -319,7 +319,7 @@ size_t files_in(const std::filesystem::path& dir) {
 }
 
 TEST(AtomicFile, NothingAppearsUntilCommitAndNothingStaysOnAbandon) {
-  TempDir dir;
+  ScratchDir dir;
   {
     AtomicFile f(dir / "out.bin");
     f.write("abc", 3);
@@ -339,7 +339,7 @@ TEST(AtomicFile, NothingAppearsUntilCommitAndNothingStaysOnAbandon) {
 }
 
 TEST(SafetensorsWriter, RefusesBadInputBeforeTouchingTheDestination) {
-  TempDir dir;
+  ScratchDir dir;
   const Tensor w = f32_tensor({2});
   expect_error(
       [&] {
@@ -389,7 +389,7 @@ class SafetensorsBadInput : public ::testing::Test {
     return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
            ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(end) + "]}";
   }
-  TempDir dir_;
+  ScratchDir dir_;
 };
 
 TEST_F(SafetensorsBadInput, TruncatedFile) {
@@ -530,7 +530,7 @@ class ShardedBadInput : public ::testing::Test {
       for (const std::string& p : all) EXPECT_NE(what.find(p), std::string::npos) << what;
     }
   }
-  TempDir dir_;
+  ScratchDir dir_;
   std::vector<std::string> files_;
 };
 
@@ -588,7 +588,7 @@ TEST_F(ShardedBadInput, CorruptShardNamesTheShard) {
 }
 
 TEST(SafetensorsReadF32, RefusesAWrongElementCount) {
-  TempDir dir;
+  ScratchDir dir;
   write_safetensors_file(dir / "a.safetensors", {{"w", f32_tensor({2, 3})}}, {});
   const SafetensorsFile f = SafetensorsFile::open(dir / "a.safetensors");
   std::vector<float> dst(5);

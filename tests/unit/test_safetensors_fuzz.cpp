@@ -189,7 +189,7 @@ Bytes file_bytes(const std::string& path) {
 }
 
 std::vector<Bytes> seeds() {
-  test::TempDir dir;
+  test::ScratchDir dir;
   std::vector<Bytes> out;
   Tensor a = Tensor::zeros({3, 5}, DType::f32, MemCategory::other);
   Tensor b = Tensor::zeros({4}, DType::i64, MemCategory::other);

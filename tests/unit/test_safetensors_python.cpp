@@ -15,10 +15,10 @@ namespace titan {
 namespace {
 
 using test::f32_tensor;  // the same values as values() in the script
-using test::TempDir;
+using test::ScratchDir;
 
 TEST(SafetensorsPython, FilesWrittenByTitanLoadInSafetensors) {
-  TempDir dir;
+  ScratchDir dir;
   Tensor i32 = Tensor::empty({2, 3}, DType::i32, MemCategory::other);
   for (int i = 0; i < 6; ++i) i32.data<int32_t>()[i] = -3 + i;
   Tensor i64 = Tensor::empty({2}, DType::i64, MemCategory::other);
@@ -57,7 +57,7 @@ TEST(SafetensorsPython, FilesWrittenByTitanLoadInSafetensors) {
 }
 
 TEST(SafetensorsPython, FilesWrittenBySafetensorsLoadInTitan) {
-  TempDir dir;
+  ScratchDir dir;
   const test::PythonRun run =
       test::run_python_script("safetensors_roundtrip.py", {"write", dir.path().string()});
   ASSERT_EQ(run.status, 0) << run.output;

@@ -1,5 +1,5 @@
-// Helpers shared by the safetensors tests: scratch folders, raw files, error-message checks, and
-// the fp32 test values.
+// Helpers shared by the safetensors tests: scratch folders (scratch_dir.h), raw files,
+// error-message checks, and the fp32 test values.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,29 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.h"
 #include "titan/core/error.h"
 #include "titan/core/tensor.h"
 
 namespace titan::test {
-
-// A fresh folder under the system temp dir, removed with everything in it at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("titan_" + std::string(info->test_suite_name()) + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::vector<unsigned char> read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

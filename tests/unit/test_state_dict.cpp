@@ -23,7 +23,7 @@ namespace titan {
 namespace {
 
 using test::expect_error;
-using test::TempDir;
+using test::ScratchDir;
 using test::tiny_dense;
 using test::tiny_moe;
 
@@ -202,7 +202,7 @@ TEST(StateDictAdapter, StateDictViewsAliasTheParameters) {
 }
 
 TEST(HfFolder, ExportThenLoadIsExactInFp32AndRoundsInBf16) {
-  TempDir dir;
+  ScratchDir dir;
   for (const ModelArgs& args : {tiny_dense(true), tiny_dense(false), tiny_moe()}) {
     std::vector<ParamGroup> groups = make_param_groups(args);
     fill_distinct(groups);
@@ -228,7 +228,7 @@ TEST(HfFolder, ExportThenLoadIsExactInFp32AndRoundsInBf16) {
 }
 
 TEST(HfFolder, ModelExportLoadsIntoANewModelWithTheSameLogits) {
-  TempDir dir;
+  ScratchDir dir;
   DecoderLM model(tiny_dense(true));
   model.initialize(7);
   export_hf_folder(dir / "out", model, opts(DType::f32));
@@ -241,7 +241,7 @@ TEST(HfFolder, ModelExportLoadsIntoANewModelWithTheSameLogits) {
 }
 
 TEST(HfFolder, FolderHasConfigGenerationConfigAndTheSourcesTokenizerFiles) {
-  TempDir dir;
+  ScratchDir dir;
   const ModelArgs args = tiny_dense(true);
   std::vector<ParamGroup> groups = make_param_groups(args);
   initialize_param_groups(groups, args, 1);
@@ -269,7 +269,7 @@ TEST(HfFolder, FolderHasConfigGenerationConfigAndTheSourcesTokenizerFiles) {
 }
 
 TEST(HfFolder, ShardsBySizeAndLoadsBackFromTheIndex) {
-  TempDir dir;
+  ScratchDir dir;
   const ModelArgs args = tiny_moe();
   std::vector<ParamGroup> groups = make_param_groups(args);
   fill_distinct(groups);
@@ -283,7 +283,7 @@ TEST(HfFolder, ShardsBySizeAndLoadsBackFromTheIndex) {
 }
 
 TEST(HfFolder, ExportIsAtomicAndNeverClobbersAnotherFolder) {
-  TempDir dir;
+  ScratchDir dir;
   const ModelArgs args = tiny_dense(false);
   std::vector<ParamGroup> groups = make_param_groups(args);
   fill_distinct(groups);
@@ -315,7 +315,7 @@ TEST(HfFolder, ExportIsAtomicAndNeverClobbersAnotherFolder) {
 }
 
 TEST(HfFolder, ExportRefusesTensorsThatAreNotTheModelsStateDict) {
-  TempDir dir;
+  ScratchDir dir;
   const ModelArgs args = tiny_dense(true);
   std::vector<ParamGroup> groups = make_param_groups(args);
   std::vector<SafetensorsTensor> sd = hf_state_dict(args, groups);
@@ -346,7 +346,7 @@ class HfFolderBadInput : public ::testing::Test {
     EXPECT_TRUE(same_params(before_, model_->param_groups())) << "the failed load wrote weights";
   }
 
-  TempDir dir_;
+  ScratchDir dir_;
   ModelArgs args_;
   std::vector<ParamGroup> groups_, before_;
   std::string folder_;
@@ -416,7 +416,7 @@ TEST_F(HfFolderBadInput, ConfigOfAnotherModel) {
 }
 
 TEST(HfFolderTiedLmHead, AStoredCopyOfTheEmbeddingIsAcceptedADifferentOneRefused) {
-  TempDir dir;
+  ScratchDir dir;
   const ModelArgs args = tiny_dense(true);
   std::vector<ParamGroup> groups = make_param_groups(args);
   fill_distinct(groups);
@@ -449,7 +449,7 @@ TEST(HfFolderTiedLmHead, AStoredCopyOfTheEmbeddingIsAcceptedADifferentOneRefused
 }
 
 TEST(HfConvert, Bf16ToFp32ToBf16IsBitIdentical) {
-  TempDir dir;
+  ScratchDir dir;
   for (const ModelArgs& args : {tiny_dense(true), tiny_moe()}) {
     std::vector<ParamGroup> groups = make_param_groups(args);
     initialize_param_groups(groups, args, 11);
@@ -481,7 +481,7 @@ TEST(HfConvert, Bf16ToFp32ToBf16IsBitIdentical) {
 }
 
 TEST(HfConvert, RefusesABadSourceBeforeWritingAnything) {
-  TempDir dir;
+  ScratchDir dir;
   const ModelArgs args = tiny_dense(false);
   std::vector<ParamGroup> groups = make_param_groups(args);
   export_hf_folder(dir / "src", args, groups, opts(DType::f32));

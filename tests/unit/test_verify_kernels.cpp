@@ -188,8 +188,8 @@ TEST(KernelPlugins, EveryBadPluginIsRefusedByName) {
   };
   EXPECT_EQ(error_of(dir / "missing.so"),
             "kernel plugin '" + (dir / "missing.so") + "': no such file");
-  EXPECT_EQ(error_of(dir.path.string()),
-            "kernel plugin '" + dir.path.string() + "' is a directory, not a shared library");
+  EXPECT_EQ(error_of(dir.path().string()),
+            "kernel plugin '" + dir.path().string() + "' is a directory, not a shared library");
   test::write_text(dir / "text.so", "not a shared library\n");
   EXPECT_TRUE(error_of(dir / "text.so")
                   .starts_with("kernel plugin '" + (dir / "text.so") + "': cannot load it: "))

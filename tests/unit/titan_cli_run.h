@@ -1,6 +1,6 @@
 // The `titan` binary of this build run as a user runs it, for the command-line tests: `args`
 // (already shell-quoted) after the binary, stdin from `input` (a file in `dir`), stdout and stderr
-// captured through files in `dir` (a scratch folder the test owns: a TempDir, a ScratchDir or a
+// captured through files in `dir` (a scratch folder the test owns: a ScratchDir, a ScratchDir or a
 // path).
 #pragma once
 
