@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -37,16 +38,16 @@ int count_lines(const std::string& s) {
 class GenerateCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    folder_ = test::scratch_dir("generate_cli");
+    folder_ = std::make_unique<ScratchDir>("generate_cli");
     DecoderLM model(test::tiny_generate_args(true, 151936, 64));
     model.initialize(8);
     HfExportOptions options;
     options.dtype = DType::f32;
     options.source_dir = test::qwen3_tokenizer_dir();
-    export_hf_folder((folder_ / "model").string(), model, options);
+    export_hf_folder(model_dir(), model, options);
   }
-  static void TearDownTestSuite() { std::filesystem::remove_all(folder_); }
-  static std::string model_dir() { return (folder_ / "model").string(); }
+  static void TearDownTestSuite() { folder_.reset(); }
+  static std::string model_dir() { return *folder_ / "model"; }
 
   // What the library generates (greedy) for `text`.
   static GenerateResult library(const std::string& text, int64_t max_new, DType dtype = DType::f32,
@@ -61,9 +62,9 @@ class GenerateCli : public ::testing::Test {
   }
 
   ScratchDir dir_;
-  static std::filesystem::path folder_;  // shared by the suite's tests
+  static std::unique_ptr<ScratchDir> folder_;  // shared by the suite's tests
 };
-std::filesystem::path GenerateCli::folder_;
+std::unique_ptr<ScratchDir> GenerateCli::folder_;
 
 TEST_F(GenerateCli, StreamsTheLibrarysTextAndReportsSpeed) {
   const TitanRun r = run_titan(

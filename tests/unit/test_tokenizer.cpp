@@ -261,12 +261,11 @@ TEST(Tokenizer, Llama3StyleSplitMatchesHuggingFace) {
   for (json& t : j["added_tokens"]) t["id"] = t["id"].get<int32_t>() + 2;
   j["model"]["merges"].push_back(json::array({"1", "2"}));
   j["model"]["merges"].push_back(json::array({"12", "3"}));
-  const auto dir = test::scratch_dir("llama3_style");
-  const std::string path = (dir / "tokenizer.json").string();
+  const test::ScratchDir dir("llama3_style");
+  const std::string path = dir / "tokenizer.json";
   std::ofstream(path) << j.dump();
   const Tokenizer tok = Tokenizer::load(path);
   expect_matches_hf(tok, path, full_corpus());
-  std::filesystem::remove_all(dir);
 }
 
 // Added tokens with normalized=true are found after NFC, so "o\u030b" finds the token "\u0151".
@@ -283,13 +282,12 @@ TEST(Tokenizer, NormalizedAddedTokensMatchHuggingFace) {
                                {"rstrip", false},
                                {"normalized", true},
                                {"special", false}});
-  const auto dir = test::scratch_dir("normalized_added");
-  const std::string path = (dir / "tokenizer.json").string();
+  const test::ScratchDir dir("normalized_added");
+  const std::string path = dir / "tokenizer.json";
   std::ofstream(path) << j.dump();
   const Tokenizer tok = Tokenizer::load(path);
   EXPECT_EQ(tok.encode("o\u030b"), std::vector<int32_t>{151669});
   expect_matches_hf(tok, path, full_corpus());
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Tokenizer, EncodeIsThreadSafe) {
@@ -330,16 +328,15 @@ json tiny_tokenizer_json() {
 }
 
 std::string load_error(const std::string& text) {
-  const auto dir = test::scratch_dir("bad_tokenizer");
-  const std::string path = (dir / "tokenizer.json").string();
+  const test::ScratchDir dir("bad_tokenizer");
+  const std::string path = dir / "tokenizer.json";
   std::ofstream(path) << text;
   std::string message;
   try {
-    Tokenizer::load(dir.string());
+    Tokenizer::load(dir.path().string());
   } catch (const Error& e) {
     message = e.what();
   }
-  std::filesystem::remove_all(dir);
   EXPECT_NE(message.find("tokenizer.json"), std::string::npos)
       << "message names no file: " << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << "message is not one line: " << message;
@@ -347,12 +344,11 @@ std::string load_error(const std::string& text) {
 }
 
 TEST(Tokenizer, TinyTokenizerLoads) {
-  const auto dir = test::scratch_dir("tiny_tokenizer");
+  const test::ScratchDir dir("tiny_tokenizer");
   std::ofstream(dir / "tokenizer.json") << tiny_tokenizer_json().dump();
-  const Tokenizer tok = Tokenizer::load(dir.string());
+  const Tokenizer tok = Tokenizer::load(dir.path().string());
   EXPECT_EQ(tok.encode(" t t"), (std::vector<int32_t>{256, 256}));
   EXPECT_EQ(tok.eos_id(), -1);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Tokenizer, RefusesBadInput) {
@@ -447,13 +443,12 @@ TEST(Tokenizer, RefusesBadInput) {
   EXPECT_NE(load_error(j.dump()).find("post_processor \"RobertaProcessing\" is not supported"),
             std::string::npos);
   {  // and read right: <s> before the text, nothing after
-    const auto dir = test::scratch_dir("template_processing");
+    const test::ScratchDir dir("template_processing");
     std::ofstream(dir / "tokenizer.json")
         << with_template(json::array({bos, seq_a}), bos_ids).dump();
-    const Tokenizer tok = Tokenizer::load(dir.string());
+    const Tokenizer tok = Tokenizer::load(dir.path().string());
     EXPECT_EQ(tok.encode_with_special_tokens(" t"), (std::vector<int32_t>{257, 256}));
     EXPECT_EQ(tok.encode(" t"), (std::vector<int32_t>{256}));
-    std::filesystem::remove_all(dir);
   }
 
   EXPECT_NE(load_error("{\"model\": [1, 2,").find("not valid JSON"), std::string::npos);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "test_tokenizer_python.h"
@@ -55,9 +56,11 @@ ChatTemplateKind kind_of(const std::string& kind) {
 
 // A folder Transformers can load: the Llama-3-style tokenizer.json (rendering with tokenize=False
 // does not depend on it) and a tokenizer_config.json holding the template, or chat_template.jinja
-// holding it instead when `jinja` is given (then written byte for byte).
-fs::path template_folder(const std::string& name, const Fixture& f, const std::string* jinja) {
-  const fs::path dir = test::scratch_dir("chat_" + name);
+// holding it instead when `jinja` is given (then written byte for byte); removed with the object.
+std::unique_ptr<test::ScratchDir> template_folder(const std::string& name, const Fixture& f,
+                                                  const std::string* jinja) {
+  auto folder = std::make_unique<test::ScratchDir>("chat_" + name);
+  const fs::path& dir = folder->path();
   fs::copy_file(llama3_style_tokenizer_dir() + "/tokenizer.json", dir / "tokenizer.json",
                 fs::copy_options::overwrite_existing);
   json config = {{"eos_token", "<|eot_id|>"},
@@ -68,7 +71,7 @@ fs::path template_folder(const std::string& name, const Fixture& f, const std::s
     config["chat_template"] = f.chat_template;
   }
   std::ofstream(dir / "tokenizer_config.json") << config.dump(2);
-  return dir;
+  return folder;
 }
 
 std::string load_error(const fs::path& dir) {
@@ -166,9 +169,10 @@ struct RenderCase {
 
 TEST(ChatTemplate, MatchesTransformersForEveryOfficialTemplate) {
   std::vector<RenderCase> cases;
-  std::vector<fs::path> dirs;
-  const auto add_folder = [&](const fs::path& dir, const Fixture& f) {
-    dirs.push_back(dir);
+  std::vector<std::unique_ptr<test::ScratchDir>> folders;
+  const auto add_folder = [&](std::unique_ptr<test::ScratchDir> folder, const Fixture& f) {
+    const fs::path dir = folder->path();
+    folders.push_back(std::move(folder));
     const ChatTemplate loaded = ChatTemplate::load(dir.string());
     EXPECT_EQ(loaded.kind(), kind_of(f.kind)) << f.name;
     std::vector<Conversation> conversations = common_conversations();
@@ -220,13 +224,13 @@ TEST(ChatTemplate, MatchesTransformersForEveryOfficialTemplate) {
               expected[i].get<std::string>())
         << c.chat.name() << ", case " << i << ": " << c.request.dump();
   }
-  for (const fs::path& dir : dirs) fs::remove_all(dir);
 }
 
 TEST(ChatTemplate, Llama32DefaultDateIsTodays) {
   const Fixture& f = fixtures()[5];
   ASSERT_EQ(f.kind, "llama3_2");
-  const fs::path dir = template_folder("llama32_today", f, nullptr);
+  const auto folder = template_folder("llama32_today", f, nullptr);
+  const fs::path& dir = folder->path();
   const Conversation messages = {{"user", "What day is it?", ""}};
   const json expected = test::run_reference("chat_template_reference.py", {},
                                             json::array({{{"dir", dir.string()},
@@ -236,7 +240,6 @@ TEST(ChatTemplate, Llama32DefaultDateIsTodays) {
   ASSERT_EQ(expected.size(), 1u);
   // Both read the local date; they can differ only across midnight.
   EXPECT_EQ(ChatTemplate::load(dir.string()).render(messages, true, true), expected[0]);
-  fs::remove_all(dir);
 }
 
 TEST(ChatTemplate, SpecExampleIds) {
@@ -253,7 +256,8 @@ TEST(ChatTemplate, FindsTheTemplateAsAutoTokenizerDoes) {
   const Fixture& llama3 = fixtures()[3];
   const Fixture& qwen25 = fixtures()[2];
   // chat_template.jinja wins over tokenizer_config.json's entry.
-  fs::path dir = template_folder("precedence", qwen25, nullptr);
+  auto folder = template_folder("precedence", qwen25, nullptr);
+  fs::path dir = folder->path();
   std::ofstream(dir / "chat_template.jinja") << llama3.chat_template;
   EXPECT_EQ(ChatTemplate::load(dir.string()).kind(), ChatTemplateKind::llama3);
   // A tokenizer.json path means its folder.
@@ -263,10 +267,10 @@ TEST(ChatTemplate, FindsTheTemplateAsAutoTokenizerDoes) {
   fs::create_directories(dir / "additional_chat_templates");
   std::ofstream(dir / "additional_chat_templates" / "tool_use.jinja") << llama3.chat_template;
   EXPECT_NE(load_error(dir).find("leaves no default chat template"), std::string::npos);
-  fs::remove_all(dir);
 
   // A list of named templates: the "default" one.
-  dir = template_folder("named", qwen25, nullptr);
+  folder = template_folder("named", qwen25, nullptr);
+  dir = folder->path();
   json config = {
       {"chat_template", json::array({{{"name", "tool_use"}, {"template", "x"}},
                                      {{"name", "default"}, {"template", qwen25.chat_template}}})}};
@@ -275,13 +279,13 @@ TEST(ChatTemplate, FindsTheTemplateAsAutoTokenizerDoes) {
   config["chat_template"].erase(1);
   std::ofstream(dir / "tokenizer_config.json") << config.dump();
   EXPECT_NE(load_error(dir).find("none named \"default\""), std::string::npos);
-  fs::remove_all(dir);
 }
 
 TEST(ChatTemplate, RefusesTemplatesItDoesNotRender) {
   Fixture edited = fixtures()[2];
   edited.chat_template.insert(edited.chat_template.find("You are Qwen"), " ");
-  fs::path dir = template_folder("edited", edited, nullptr);
+  const auto folder = template_folder("edited", edited, nullptr);
+  const fs::path& dir = folder->path();
   const std::string message = load_error(dir);
   EXPECT_NE(message.find((dir / "tokenizer_config.json").string() +
                          ": not a chat template titan renders"),
@@ -293,12 +297,10 @@ TEST(ChatTemplate, RefusesTemplatesItDoesNotRender) {
   std::ofstream(dir / "chat_template.jinja") << "{{ messages }}";
   EXPECT_NE(load_error(dir).find("chat_template.jinja: not a chat template titan renders"),
             std::string::npos);
-  fs::remove_all(dir);
 
-  dir = test::scratch_dir("no_template");
-  std::ofstream(dir / "tokenizer_config.json") << "{\"eos_token\": \"x\"}";
-  EXPECT_NE(load_error(dir).find("no chat template"), std::string::npos);
-  fs::remove_all(dir);
+  const test::ScratchDir no_template("no_template");
+  std::ofstream(no_template / "tokenizer_config.json") << "{\"eos_token\": \"x\"}";
+  EXPECT_NE(load_error(no_template.path()).find("no chat template"), std::string::npos);
 }
 
 TEST(ChatTemplate, RefusesWhatATemplateCannotRender) {

@@ -33,18 +33,17 @@ std::vector<std::string> lines_of(const std::string& s) {
 }
 
 TEST(TokenizeCommand, TextPrintsIds) {
-  const auto dir = test::scratch_dir("cli_text");
-  const TitanRun r = tokenize("--text 'Hello, world!'", dir);
+  const test::ScratchDir dir("cli_text");
+  const TitanRun r = tokenize("--text 'Hello, world!'", dir.path());
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, "9707 11 1879 0\n");
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos);
-  const TitanRun d = tokenize("--decode --text '9707 11 1879 0'", dir);
+  const TitanRun d = tokenize("--decode --text '9707 11 1879 0'", dir.path());
   EXPECT_EQ(d.out, "Hello, world!\n");
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TokenizeCommand, JsonlRoundTripKeepsOrder) {
-  const auto dir = test::scratch_dir("cli_jsonl");
+  const test::ScratchDir dir("cli_jsonl");
   const Tokenizer tok = Tokenizer::load(test::qwen3_tokenizer_dir());
   std::vector<std::string> texts;
   for (int i = 0; i < 20000; ++i) {
@@ -56,8 +55,7 @@ TEST(TokenizeCommand, JsonlRoundTripKeepsOrder) {
     for (const std::string& t : texts) in << json{{"text", t}}.dump() << "\n";
   }
   const TitanRun enc = tokenize(
-      "--jsonl '" + (dir / "in.jsonl").string() + "' --out '" + (dir / "ids.jsonl").string() + "'",
-      dir);
+      "--jsonl '" + (dir / "in.jsonl") + "' --out '" + (dir / "ids.jsonl") + "'", dir.path());
   ASSERT_EQ(enc.status, 0) << enc.err;
   std::ifstream ids_file(dir / "ids.jsonl");
   const std::vector<std::string> id_lines =
@@ -67,24 +65,23 @@ TEST(TokenizeCommand, JsonlRoundTripKeepsOrder) {
     ASSERT_EQ(json::parse(id_lines[i])["ids"].get<std::vector<int32_t>>(), tok.encode(texts[i]))
         << "line " << i + 1;
   }
-  const TitanRun dec = tokenize("--decode --jsonl '" + (dir / "ids.jsonl").string() + "'", dir);
+  const TitanRun dec = tokenize("--decode --jsonl '" + (dir / "ids.jsonl") + "'", dir.path());
   ASSERT_EQ(dec.status, 0) << dec.err;
   const std::vector<std::string> text_lines = lines_of(dec.out);
   ASSERT_EQ(text_lines.size(), texts.size());
   for (size_t i = 0; i < texts.size(); ++i) {
     ASSERT_EQ(json::parse(text_lines[i])["text"], texts[i]) << "line " << i + 1;
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(TokenizeCommand, BadLinesFailWithOneLineNamingFileAndLine) {
-  const auto dir = test::scratch_dir("cli_bad");
-  const auto in = dir / "in.jsonl", out = dir / "out.jsonl";
+  const test::ScratchDir dir("cli_bad");
+  const auto in = dir.path() / "in.jsonl", out = dir.path() / "out.jsonl";
   const auto expect_error = [&](const std::string& content, const std::string& flags,
                                 const std::string& message) {
     std::ofstream(in) << content;
     const TitanRun r =
-        tokenize(flags + " --jsonl '" + in.string() + "' --out '" + out.string() + "'", dir);
+        tokenize(flags + " --jsonl '" + in.string() + "' --out '" + out.string() + "'", dir.path());
     EXPECT_NE(r.status, 0);
     EXPECT_NE(r.err.find(in.string() + ":2: " + message), std::string::npos) << r.err;
     EXPECT_EQ(lines_of(r.err).size(), 1u) << r.err;
@@ -94,7 +91,6 @@ TEST(TokenizeCommand, BadLinesFailWithOneLineNamingFileAndLine) {
   expect_error("{\"text\": \"a\"}\n{\"txt\": \"b\"}\n", "", "no string \"text\" field");
   expect_error("{\"ids\": [1]}\n{\"ids\": [1, 151669]}\n", "--decode",
                "id 151669 is outside the vocabulary");
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "python_runner.h"
+#include "scratch_dir.h"
 
 namespace titan::test {
 
@@ -22,21 +23,13 @@ inline std::string qwen3_tokenizer_dir() {
   return dir;
 }
 
-// A fresh folder for one test's files, unique per process.
-inline std::filesystem::path scratch_dir(const std::string& name) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("titan_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir;
-}
-
 // Runs `$TITAN_PYTHON tests/reference/SCRIPT ARGS... REQUEST RESPONSE` and returns RESPONSE.
 // A missing interpreter or a failing script fails the test (never skips it).
 inline nlohmann::json run_reference(const std::string& script, const std::vector<std::string>& args,
                                     const nlohmann::json& request) {
-  const auto dir = scratch_dir("reference");
-  const auto in = dir / (script + ".request.json");
-  const auto out = dir / (script + ".response.json");
+  const ScratchDir dir("reference");
+  const auto in = dir.path() / (script + ".request.json");
+  const auto out = dir.path() / (script + ".response.json");
   std::ofstream(in) << request.dump();
   std::vector<std::string> words = args;
   words.push_back(in.string());
@@ -47,7 +40,6 @@ inline nlohmann::json run_reference(const std::string& script, const std::vector
   EXPECT_TRUE(response.good()) << "no response from " << script;
   nlohmann::json result;
   if (run.status == 0 && response.good()) response >> result;
-  std::filesystem::remove_all(dir);
   return result;
 }
 
