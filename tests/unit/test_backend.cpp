@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "titan/backend/backend.h"
 #include "titan/backend/cpu/cpu_backend.h"
 #include "titan/backend/cpu/cpu_info.h"
@@ -21,14 +22,7 @@
 namespace titan {
 namespace {
 
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 TEST(Backend, CpuIsTheActiveBackend) {
   EXPECT_EQ(&backend(), &cpu_backend());

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "scratch_dir.h"
 #include "titan/core/error.h"
 #include "titan/data/tokenizer.h"
@@ -49,17 +50,6 @@ inline const std::string& trained_tokenizer_dir() {
 inline const Tokenizer& trained_tokenizer() {
   static const Tokenizer tok = Tokenizer::load(trained_tokenizer_dir());
   return tok;
-}
-
-// The message of the titan::Error that f throws; a failure when it throws nothing.
-inline std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a titan::Error";
-  return "";
 }
 
 }  // namespace titan::test

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <string>
 
+#include "error_of.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
 #include "titan/train/lr_schedule.h"
@@ -13,14 +14,7 @@
 namespace titan {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 std::string write_temp(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + name;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "titan/core/error.h"
 #include "titan/dist/communicator.h"
 #include "titan/dist/mesh.h"
@@ -14,12 +15,7 @@ namespace titan {
 namespace {
 
 std::string error_of(const ParallelDegrees& d, int64_t world) {
-  try {
-    resolve_mesh_dims(d, world);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::error_of([&] { resolve_mesh_dims(d, world); });
 }
 
 TEST(Mesh, ResolvesTheRestOfTheWorld) {

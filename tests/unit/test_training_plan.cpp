@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "error_of.h"
 #include "tiny_models.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
@@ -252,14 +253,11 @@ TEST(TrainingPlan, ThePeakIsTheWriterOrTheExportWhenTheyAreHigher) {
 }
 
 std::string error_of(const std::vector<std::string>& flags, int64_t world) {
-  try {
+  return test::error_of([&] {
     JobConfig config = job_config_preset("tiny");
     for (const std::string& f : flags) job_config_apply_override(config, f);
     plan_inputs(config, world);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  });
 }
 
 TEST(TrainingPlan, ResolvesTheConfigAsTheTrainerDoes) {
@@ -290,19 +288,10 @@ TEST(TrainingPlan, RefusesTheOverridesTheTrainerRefuses) {
   JobConfig config = job_config_preset("tiny");
   const std::vector<OverrideRule> rules = {{"model.layers.*.mlp", "no_such_kernel"}};
   config.overrides = {{rules[0].pattern, rules[0].kernel}};
-  std::string plan_error, model_error;
-  try {
-    plan_inputs(config, 1);
-  } catch (const Error& e) {
-    plan_error = e.what();
-  }
-  try {
-    make_model(resolve_job_model_args(config), rules, DType::f32);
-  } catch (const Error& e) {
-    model_error = e.what();
-  }
-  EXPECT_FALSE(plan_error.empty());
-  EXPECT_EQ(plan_error, model_error);
+  const std::string plan_error = test::error_of([&] { plan_inputs(config, 1); });
+  EXPECT_NE(plan_error, "no error");
+  EXPECT_EQ(plan_error,
+            test::error_of([&] { make_model(resolve_job_model_args(config), rules, DType::f32); }));
   // A rule that matches nothing is a warning in both.
   config.overrides = {{"model.layers.*.no_such_module", "swiglu_reference"}};
   const std::vector<std::string> warnings = plan_inputs(config, 1).override_warnings;
@@ -344,22 +333,15 @@ TEST(TrainingPlan, RefusesTheKernelConstraintsTheTrainerRefuses) {
   const std::vector<OverrideRule> rules = {
       {"model.layers.1.self_attn", "attention_test_64_positions"}};
   config.overrides = {{rules[0].pattern, rules[0].kernel}};
-  std::string plan_error, model_error;
-  try {
-    plan_inputs(config, 1);
-  } catch (const Error& e) {
-    plan_error = e.what();
-  }
-  try {
-    make_model(resolve_job_model_args(config), rules, DType::f32)
-        ->check_kernel_constraints(config.training.local_batch_size, config.training.seq_len);
-  } catch (const Error& e) {
-    model_error = e.what();
-  }
+  const std::string plan_error = test::error_of([&] { plan_inputs(config, 1); });
   EXPECT_EQ(plan_error,
             "model.layers.1.self_attn: attention kernel 'attention_test_64_positions' requires "
             "seq_kv <= 64");
-  EXPECT_EQ(plan_error, model_error);
+  EXPECT_EQ(plan_error, test::error_of([&] {
+              make_model(resolve_job_model_args(config), rules, DType::f32)
+                  ->check_kernel_constraints(config.training.local_batch_size,
+                                             config.training.seq_len);
+            }));
   config.training.seq_len = 64;
   EXPECT_NO_THROW(plan_inputs(config, 1));
 }
