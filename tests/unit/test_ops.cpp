@@ -952,6 +952,23 @@ TEST(Embedding, GatherAndScatterAddWithRepeatedIds) {
   EXPECT_THROW(embedding_forward_bf16(out.data(), bad.data(), w_bf16.data(), 1, vocab, dim), Error);
 }
 
+// The loss over fp32 x (one row of `hidden` per target) and w (vocab rows of `hidden`), in chunks
+// of `chunk_tokens`, no outputs requested yet.
+CrossEntropyArgs loss_args(const std::vector<float>& x, const std::vector<float>& w,
+                           const std::vector<int32_t>& targets, int64_t hidden, float grad_scale,
+                           int64_t chunk_tokens) {
+  CrossEntropyArgs a;
+  a.x = x.data();
+  a.weight = w.data();
+  a.targets = targets.data();
+  a.n_tokens = static_cast<int64_t>(targets.size());
+  a.hidden = hidden;
+  a.vocab = static_cast<int64_t>(w.size()) / hidden;
+  a.grad_scale = grad_scale;
+  a.chunk_tokens = chunk_tokens;
+  return a;
+}
+
 TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {
   const int64_t n = 10, hidden = 13, vocab = 301;
   std::vector<float> x = randn(n * hidden, 1), w = randn(vocab * hidden, 2, 0.5f);
@@ -959,15 +976,7 @@ TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {
   const float scale = 1.0f / 8;
   std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.0f), rdx(n * hidden),
       rdw(vocab * hidden, 0.0f), logits(n * vocab), rlogits(n * vocab);
-  CrossEntropyArgs a;
-  a.x = x.data();
-  a.weight = w.data();
-  a.targets = targets.data();
-  a.n_tokens = n;
-  a.hidden = hidden;
-  a.vocab = vocab;
-  a.grad_scale = scale;
-  a.chunk_tokens = 3;  // several chunks and a short last one
+  CrossEntropyArgs a = loss_args(x, w, targets, hidden, scale, 3);  // a short last chunk
   CrossEntropyArgs r = a;
   a.dx = dx.data(), a.dweight = dw.data(), a.logits = logits.data();
   r.dx = rdx.data(), r.dweight = rdw.data(), r.logits = rlogits.data();
@@ -999,15 +1008,7 @@ TEST(CrossEntropy, BackwardOverSeveralVocabularySlicesMatchesReference) {
   std::vector<int32_t> targets = {0, 4096, kIgnoreIndex, vocab - 1, 8191, 12000};
   std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.5f), rdx(n * hidden),
       rdw(vocab * hidden, 0.5f);
-  CrossEntropyArgs a;
-  a.x = x.data();
-  a.weight = w.data();
-  a.targets = targets.data();
-  a.n_tokens = n;
-  a.hidden = hidden;
-  a.vocab = vocab;
-  a.grad_scale = 1.0f / 5;
-  a.chunk_tokens = 4;
+  CrossEntropyArgs a = loss_args(x, w, targets, hidden, 1.0f / 5, 4);
   CrossEntropyArgs r = a;
   a.dx = dx.data(), a.dweight = dw.data();
   r.dx = rdx.data(), r.dweight = rdw.data();
@@ -1037,17 +1038,9 @@ TEST(CrossEntropy, Bf16KeepsLogitsInBf16AndMatchesItsRoundingPoints) {
   for (const int64_t chunk_tokens : {3, 10}) {
     SCOPED_TRACE(chunk_tokens);
     std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.0f), logits(n * vocab);
-    CrossEntropyArgs a;
-    a.x = x.data();
-    a.weight = w.data();
+    CrossEntropyArgs a = loss_args(x, w, targets, hidden, scale, chunk_tokens);
     a.weight_bf16 = w16.data();
     a.x_bf16 = x16.data();
-    a.targets = targets.data();
-    a.n_tokens = n;
-    a.hidden = hidden;
-    a.vocab = vocab;
-    a.grad_scale = scale;
-    a.chunk_tokens = chunk_tokens;
     a.dx = dx.data(), a.dweight = dw.data(), a.logits = logits.data();
     const CrossEntropyResult got = lm_head_cross_entropy(a);
     EXPECT_EQ(got.n_scored, 8);
