@@ -19,7 +19,7 @@
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
-#include "titan/kernels/registry.h"
+#include "titan/dispatch/registry.h"
 
 namespace titan {
 namespace {

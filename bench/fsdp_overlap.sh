@@ -9,7 +9,7 @@
 #   bench/fsdp_overlap.sh [--steps 4] [--threads 2] [--batch 4] [--seq 512]
 #
 # --threads is the machine's: each of the 2 ranks gets half (as `titan launch` gives them), the
-# single process all of it. Each rank also runs its communication thread (dist/comm_stream.h). The model folder (config.json and the built-in debug tokenizer, whose
+# single process all of it. Each rank also runs its communication thread (distributed/comm_stream.h). The model folder (config.json and the built-in debug tokenizer, whose
 # 2048 ids cost the same as any in the 151,936-row embedding) is made in a temporary folder; both
 # runs' logs stay in $TITAN_BENCH_LOGS (default: a temporary folder, printed).
 set -euo pipefail

@@ -4,7 +4,7 @@
 #include "commands.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/dist/world.h"
+#include "titan/distributed/world.h"
 #include "titan/train/job_config.h"
 #include "titan/train/trainer.h"
 

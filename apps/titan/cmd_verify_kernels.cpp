@@ -9,8 +9,8 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
-#include "titan/kernels/plugin.h"
-#include "titan/kernels/verify.h"
+#include "titan/dispatch/plugin.h"
+#include "titan/dispatch/verify.h"
 
 namespace titan::cli {
 

@@ -12,7 +12,7 @@
 #include "commands.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
-#include "titan/dist/world.h"
+#include "titan/distributed/world.h"
 
 namespace titan::cli {
 

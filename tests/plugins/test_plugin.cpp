@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "titan/kernels/plugin.h"
+#include "titan/dispatch/plugin.h"
 #include "titan/ops/rms_norm.h"
 
 #if defined(TITAN_TEST_PLUGIN_GOOD) || defined(TITAN_TEST_PLUGIN_DUPLICATE)

@@ -1,4 +1,4 @@
-// The communication stream (dist/comm_stream.h): work runs on one other thread in submission
+// The communication stream (distributed/comm_stream.h): work runs on one other thread in submission
 // order, a handle's wait returns once its work has run and rethrows its error, the stream runs
 // what is queued before it stops, and the times add up. Over MPI it is exercised by
 // tests/e2e/train_data_parallel.sh (FSDP against one process, a hung rank ended by the watchdog).
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "titan/core/error.h"
-#include "titan/dist/comm_stream.h"
-#include "titan/dist/communicator.h"
+#include "titan/distributed/comm_stream.h"
+#include "titan/distributed/communicator.h"
 
 namespace titan {
 namespace {

@@ -17,9 +17,9 @@
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
-#include "titan/dist/communicator.h"
-#include "titan/dist/fsdp.h"
-#include "titan/dist/mesh.h"
+#include "titan/distributed/communicator.h"
+#include "titan/distributed/fsdp.h"
+#include "titan/distributed/mesh.h"
 #include "titan/nn/param_group.h"
 #include "titan/nn/row_shard.h"
 

@@ -8,8 +8,8 @@
 
 #include "error_of.h"
 #include "titan/core/error.h"
-#include "titan/dist/communicator.h"
-#include "titan/dist/mesh.h"
+#include "titan/distributed/communicator.h"
+#include "titan/distributed/mesh.h"
 
 namespace titan {
 namespace {

@@ -13,7 +13,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 #include "titan/core/rng.h"
-#include "titan/kernels/registry.h"
+#include "titan/dispatch/registry.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/param_count.h"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "titan/core/error.h"
-#include "titan/kernels/overrides.h"
+#include "titan/dispatch/overrides.h"
 #include "titan/models/decoder_lm.h"
 
 #include "test_safetensors_util.h"

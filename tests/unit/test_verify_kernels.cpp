@@ -1,6 +1,6 @@
 // verify_kernel and `titan verify-kernels`: every built-in kernel passes every form it has, and
 // kernels that are wrong the ways a custom kernel goes wrong (a dropped term, an ignored weight,
-// a NaN, a broken bf16 form, a throw) fail, by name. Kernel plugins (kernels/plugin.h): loaded,
+// a NaN, a broken bf16 form, a throw) fail, by name. Kernel plugins (dispatch/plugin.h): loaded,
 // verified, bound by an override in a training run, and every bad one refused by name.
 #include <gtest/gtest.h>
 
@@ -14,9 +14,9 @@
 #include "python_runner.h"
 #include "test_dataset_util.h"
 #include "titan/core/error.h"
-#include "titan/kernels/plugin.h"
-#include "titan/kernels/registry.h"
-#include "titan/kernels/verify.h"
+#include "titan/dispatch/plugin.h"
+#include "titan/dispatch/registry.h"
+#include "titan/dispatch/verify.h"
 #include "titan/ops/linear.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/swiglu.h"
@@ -197,7 +197,7 @@ TEST(KernelPlugins, EveryBadPluginIsRefusedByName) {
   EXPECT_EQ(error_of(plugin("no_symbols")),
             "kernel plugin '" + plugin("no_symbols") +
                 "' is not a titan kernel plugin: it exports no titan_kernel_plugin_abi (define its "
-                "registration with TITAN_KERNEL_PLUGIN, titan/kernels/plugin.h)");
+                "registration with TITAN_KERNEL_PLUGIN, titan/dispatch/plugin.h)");
   EXPECT_TRUE(error_of(plugin("other_abi"))
                   .starts_with("kernel plugin '" + plugin("other_abi") +
                                "' was built against another titan's kernel interface ("))

@@ -13,7 +13,7 @@
 #include <memory>
 #include <vector>
 
-#include "titan/kernels/overrides.h"
+#include "titan/dispatch/overrides.h"
 #include "titan/models/model_args.h"
 #include "titan/nn/decoder_layer.h"
 #include "titan/nn/param_group.h"
@@ -144,7 +144,8 @@ class CausalLM {
 // The model of `args.architecture` (models/registry.h), its parameters allocated but not
 // initialised; overrides rebind kernel slots (what they did is in override_report()), each
 // checked against the dtype its slot computes in. Residency::released: every group's parameters
-// and gradients start handed back (FSDP, dist/fsdp.h: a rank holds whole units only in flight).
+// and gradients start handed back (FSDP, distributed/fsdp.h: a rank holds whole units only in
+// flight).
 std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
                                      const std::vector<OverrideRule>& overrides = {},
                                      DType compute_dtype = DType::f32,

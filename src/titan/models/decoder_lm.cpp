@@ -484,13 +484,14 @@ void DecoderLM::set_forward_only() {
   batch_ = seq_ = 0;
 }
 
-DecoderLM::Kept DecoderLM::kept() const {
-  if (forward_only_) return Kept::nothing;
-  return checkpoint_layers_ ? Kept::block_inputs : Kept::every_layer;
+DecoderLM::Retention DecoderLM::retention() const {
+  if (forward_only_) return Retention::nothing;
+  return checkpoint_layers_ ? Retention::block_inputs : Retention::every_layer;
 }
 
-int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype, Kept kept,
-                                     float* base, int64_t batch, int64_t seq, Activations& v) {
+int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
+                                     Retention retention, float* base, int64_t batch, int64_t seq,
+                                     Activations& v) {
   const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
   const int64_t H = args.num_attention_heads, KV = args.num_key_value_heads;
   const int64_t I = args.intermediate_size, Im = args.moe_intermediate_size;
@@ -500,7 +501,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
   const bool any_sparse = n_sparse > 0, any_dense = n_sparse < n_layers;
   // One layer's set serves every layer unless each keeps its own for the backward.
-  const bool one_set = kept != Kept::every_layer;
+  const bool one_set = retention != Retention::every_layer;
   Carver c(base);
   // Index arrays share the float arena (same width); bf16 values take two to a float.
   const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
@@ -571,7 +572,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   c.skip_past(layers_end);
   // The residual streams: each block's input and the last block's output, or, with nothing kept
   // for a backward, two in turn.
-  const int64_t streams = kept == Kept::nothing ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
+  const int64_t streams =
+      retention == Retention::nothing ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
   std::vector<float*> stream(static_cast<size_t>(streams));
   for (float*& r : stream) r = c.take(n * h);
   v.resid.assign(n_layers + 1, nullptr);
@@ -656,7 +658,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     v.linear.x_bf16 = take_bf16(n * std::max(h, H * hd));
     v.linear.dy_bf16 = take_bf16(n * std::max({h, H * hd, any_dense ? I : 0}));
   }
-  if (kept != Kept::nothing) {
+  if (retention != Retention::nothing) {
     v.d_resid = c.take(n * h);
     g.d_norm = c.take(n * h);
   }
@@ -665,19 +667,20 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                        bool checkpointing, int64_t batch, int64_t seq) {
-  return arena_floats(args, compute_dtype, checkpointing ? Kept::block_inputs : Kept::every_layer,
-                      batch, seq) *
+  return arena_floats(args, compute_dtype,
+                      checkpointing ? Retention::block_inputs : Retention::every_layer, batch,
+                      seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
-int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype, Kept kept,
+int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
                                 int64_t batch, int64_t seq) {
   Activations measured;
-  return carve_activations(args, compute_dtype, kept, nullptr, batch, seq, measured);
+  return carve_activations(args, compute_dtype, retention, nullptr, batch, seq, measured);
 }
 
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
-  return arena_floats(args_, compute_dtype_, kept(), batch, seq) *
+  return arena_floats(args_, compute_dtype_, retention(), batch, seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -688,7 +691,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   const int64_t n = batch * seq;
   arena_ = Buffer();  // release the old arena before taking the new one
   arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
-  carve_activations(args_, compute_dtype_, kept(), arena_.as<float>(), batch, seq, acts_);
+  carve_activations(args_, compute_dtype_, retention(), arena_.as<float>(), batch, seq, acts_);
   batch_ = batch;
   seq_ = seq;
   arena_threads_ = threads;
@@ -764,7 +767,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     } else {
       prefetch(layer_group_index(static_cast<int64_t>(i) + 1));
     }
-    LayerActivations& a = acts_.layers[kept() == Kept::every_layer ? i : 0];
+    LayerActivations& a = acts_.layers[retention() == Retention::every_layer ? i : 0];
     layer_forward(i, a);
     release(group, !grad        ? GroupUseEnd::last
                    : last_layer ? GroupUseEnd::used_next

@@ -78,15 +78,15 @@ class DecoderLM final : public CausalLM {
   // What the activation arena keeps for a backward: every layer's saved tensors, each block's
   // input (full activation checkpointing: the backward recomputes the rest), or nothing (a model
   // only run forward: one layer's set, two residual streams in turn, no backward scratch).
-  enum class Kept { every_layer, block_inputs, nothing };
-  Kept kept() const;
+  enum class Retention { every_layer, block_inputs, nothing };
+  Retention retention() const;
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use.
-  static int64_t carve_activations(const ModelArgs& args, DType compute_dtype, Kept kept,
+  static int64_t carve_activations(const ModelArgs& args, DType compute_dtype, Retention retention,
                                    float* base, int64_t batch, int64_t seq, Activations& v);
-  static int64_t arena_floats(const ModelArgs& args, DType compute_dtype, Kept kept, int64_t batch,
-                              int64_t seq);
+  static int64_t arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
+                              int64_t batch, int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);

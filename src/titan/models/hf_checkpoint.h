@@ -11,8 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "titan/dispatch/overrides.h"
 #include "titan/io/safetensors.h"
-#include "titan/kernels/overrides.h"
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/param_group.h"

@@ -50,7 +50,7 @@ std::vector<ParamGroup> make_param_groups(const ModelArgs& args);
 // HF init (normal(0, initializer_range), norms 1, biases 0), deterministic in `seed`, as the
 // model does.
 void initialize_param_groups(std::vector<ParamGroup>& groups, const ModelArgs& args, uint64_t seed);
-// One of them (FSDP initialises a unit at a time: dist/fsdp.h).
+// One of them (FSDP initialises a unit at a time: distributed/fsdp.h).
 void initialize_param_group(ParamGroup& group, const ModelArgs& args, uint64_t seed);
 
 // One HF tensor and where it lives: elements [offset, offset + numel(shape)) of parameter

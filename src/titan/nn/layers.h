@@ -11,8 +11,8 @@
 
 #include <initializer_list>
 
-#include "titan/kernels/overrides.h"
-#include "titan/kernels/registry.h"
+#include "titan/dispatch/overrides.h"
+#include "titan/dispatch/registry.h"
 #include "titan/nn/param_group.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/moe.h"
@@ -20,7 +20,7 @@
 
 namespace titan {
 
-// Resolves a module's slot to its kernel after overrides (kernels/overrides.h).
+// Resolves a module's slot to its kernel after overrides (dispatch/overrides.h).
 class KernelBinder {
  public:
   explicit KernelBinder(const std::vector<KernelSlot>& slots) : slots_(slots) {}

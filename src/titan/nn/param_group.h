@@ -38,8 +38,8 @@ int64_t param_group_numel(const std::vector<ParamSpec>& specs);
 
 // Mixed precision: a parameter a model reads only through a bf16 copy it keeps outside the group
 // (DecoderLM's compute weights: the matmul weights). Whoever fills the whole group from shards
-// (FSDP's all-gather, dist/fsdp.h) may write the copy -- the parameter rounded to bf16, element by
-// element -- and leave the fp32 master unwritten, moving half the bytes.
+// (FSDP's all-gather, distributed/fsdp.h) may write the copy -- the parameter rounded to bf16,
+// element by element -- and leave the fp32 master unwritten, moving half the bytes.
 struct ComputeCopyTarget {
   std::string param;  // its name in the group
   uint16_t* copy;     // numel bf16 values, the parameter's layout
@@ -107,9 +107,9 @@ class ParamGroup {
   float* grads() const { return grads_.as<float>(); }      // (numel) or null
   float* exp_avg() const { return exp_avg_.as<float>(); }  // (numel) or null
   float* exp_avg_sq() const { return exp_avg_sq_.as<float>(); }
-  // FSDP (dist/fsdp.h): the whole parameters or gradients of a unit handed back to the OS while
-  // it is not in flight (Buffer::decommit); the views keep their addresses. Acquired again, the
-  // gradients read zero (the backward accumulates into them); the parameters are undefined
+  // FSDP (distributed/fsdp.h): the whole parameters or gradients of a unit handed back to the OS
+  // while it is not in flight (Buffer::decommit); the views keep their addresses. Acquired again,
+  // the gradients read zero (the backward accumulates into them); the parameters are undefined
   // until written, but for the alignment padding between views, zero (the all-gather writes
   // every view).
   void release_params() { params_.decommit(); }
@@ -118,7 +118,7 @@ class ParamGroup {
   void acquire_params();
   // Only the views `held` selects, wherever they lie; the rest stay unbacked and must not be
   // touched until the next release (under bf16 the parameters read through copies elsewhere: FSDP's
-  // units in flight, dist/fsdp.h; bf16 inference's weights, infer/weights.h).
+  // units in flight, distributed/fsdp.h; bf16 inference's weights, infer/weights.h).
   void acquire_params_where(const std::function<bool(const ParamView&)>& held);
   void acquire_grads();
   bool params_resident() const { return params_.committed(); }

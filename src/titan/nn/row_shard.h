@@ -1,4 +1,4 @@
-// FSDP's cut of a parameter (dist/fsdp.h): shard `index` of `count` holds rows
+// FSDP's cut of a parameter (distributed/fsdp.h): shard `index` of `count` holds rows
 // [index * c, min((index + 1) * c, d0)) of a parameter with d0 rows along dim 0, c = ceil(d0 /
 // count); rows past d0 are zero padding so every shard has c rows. count 1 is the whole parameter.
 // Checkpoints and Hugging Face weights load into any cut (train/checkpoint.h,

@@ -5,8 +5,8 @@
 //   <folder>/step-<N>/trainer_state.json     step, optimizer step, data-loader state, seed,
 //                                            model_only
 //
-// Under FSDP over K ranks (dist/fsdp.h) each shard rank writes its rows instead, every tensor
-// (c, ...) with c = ceil(d0 / K), zero padded past d0 (nn/row_shard.h):
+// Under FSDP over K ranks (distributed/fsdp.h) each shard rank writes its rows instead, every
+// tensor (c, ...) with c = ceil(d0 / K), zero padded past d0 (nn/row_shard.h):
 //
 //   <folder>/step-<N>/model.shard-<i>-of-<K>.safetensors, optimizer.shard-<i>-of-<K>.safetensors
 //   <folder>/step-<N>/sharding.json          K, and per parameter its whole shape and each

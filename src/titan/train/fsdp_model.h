@@ -1,8 +1,8 @@
-// A model's parameter groups sharded by FSDP (dist/fsdp.h): the trainer's wiring of the two, which
-// the plan's tests repeat.
+// A model's parameter groups sharded by FSDP (distributed/fsdp.h): the trainer's wiring of the two,
+// which the plan's tests repeat.
 #pragma once
 
-#include "titan/dist/fsdp.h"
+#include "titan/distributed/fsdp.h"
 #include "titan/models/causal_lm.h"
 
 namespace titan {

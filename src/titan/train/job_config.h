@@ -113,7 +113,7 @@ struct JobConfig {
   } validation;
   // torchtitan's [experimental]: custom_import names what to import before the model is built
   // (there a Python module); here a kernel plugin, a shared library whose kernels join the
-  // registry before [overrides] binds them (kernels/plugin.h).
+  // registry before [overrides] binds them (dispatch/plugin.h).
   struct Experimental {
     std::string custom_import = "";
   } experimental;

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "titan/core/error.h"
-#include "titan/kernels/plugin.h"
+#include "titan/dispatch/plugin.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/qwen3/flavors.h"
 #include "titan/models/registry.h"

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "titan/core/dtype.h"
-#include "titan/dist/mesh.h"
-#include "titan/kernels/overrides.h"
+#include "titan/dispatch/overrides.h"
+#include "titan/distributed/mesh.h"
 #include "titan/models/model_args.h"
 #include "titan/train/job_config.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "titan/core/allocator.h"
-#include "titan/dist/communicator.h"
+#include "titan/distributed/communicator.h"
 
 namespace titan {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "titan/dist/communicator.h"
+#include "titan/distributed/communicator.h"
 #include "titan/nn/param_group.h"
 #include "titan/ops/adamw.h"
 
@@ -13,7 +13,8 @@ namespace titan {
 class AdamWOptimizer {
  public:
   // Allocates the AdamW state (exp_avg, exp_avg_sq) of every group. With `shards`, the groups
-  // are this rank's FSDP shards (dist/fsdp.h) and the gradient norm sums over that group's ranks.
+  // are this rank's FSDP shards (distributed/fsdp.h) and the gradient norm sums over that group's
+  // ranks.
   AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config,
                  Communicator* shards = nullptr);
 

@@ -9,8 +9,8 @@
 
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
-#include "titan/dist/fsdp.h"
-#include "titan/dist/mesh.h"
+#include "titan/distributed/fsdp.h"
+#include "titan/distributed/mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/train/evaluate.h"
 #include "titan/train/job_config.h"

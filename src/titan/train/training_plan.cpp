@@ -19,7 +19,7 @@ namespace {
 
 constexpr int64_t kFloat = sizeof(float);
 
-// FSDP's shard of a group (dist/fsdp.h): every parameter's dim 0 cut to ceil(d0 / N) rows.
+// FSDP's shard of a group (distributed/fsdp.h): every parameter's dim 0 cut to ceil(d0 / N) rows.
 std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t shards) {
   std::vector<ParamSpec> specs;
   for (const ParamSpec& s : whole) specs.push_back(RowShard{0, shards}.spec_of(s));

@@ -1,8 +1,8 @@
 // What a training job will take on each rank, from its config alone -- nothing read, nothing
 // allocated (`titan plan`): the bytes the trainer's accounted allocator (core/allocator.h) will
 // hold in each category at the run's peak, the FLOPs of a step and the bytes each rank sends in
-// a step's collectives. Every figure follows what the trainer allocates and what dist/ moves;
-// tests/unit/test_training_plan.cpp checks the bytes against the real buffers.
+// a step's collectives. Every figure follows what the trainer allocates and what distributed/
+// moves; tests/unit/test_training_plan.cpp checks the bytes against the real buffers.
 //
 // Per rank (P: the model's parameter buffers, 4 bytes a float, each parameter padded to 16
 // floats; under FSDP over N ranks each parameter's shard has ceil(d0 / N) rows, and the unit of
@@ -30,7 +30,7 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
-#include "titan/dist/mesh.h"
+#include "titan/distributed/mesh.h"
 #include "titan/models/model_args.h"
 #include "titan/train/job_config.h"
 

@@ -1,4 +1,4 @@
-#include "titan/kernels/verify.h"
+#include "titan/dispatch/verify.h"
 
 #include <algorithm>
 #include <cmath>

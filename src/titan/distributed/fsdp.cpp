@@ -1,4 +1,4 @@
-#include "titan/dist/fsdp.h"
+#include "titan/distributed/fsdp.h"
 
 #include <algorithm>
 #include <cstring>

@@ -2,8 +2,8 @@
 // in the order they were submitted, while the thread that queued them computes. The compute thread
 // waits on a collective's handle only where it needs the result, so a reduce-scatter of one unit's
 // gradients runs under the next unit's backward and the all-gather of the next unit under this
-// one's compute (dist/fsdp.h). Every rank queues the same collectives in the same order, so they
-// meet in the same order on every rank. Under MPI (mpi_communicator.cpp) every MPI call after
+// one's compute (distributed/fsdp.h). Every rank queues the same collectives in the same order, so
+// they meet in the same order on every rank. Under MPI (mpi_communicator.cpp) every MPI call after
 // start-up runs on this one thread, blocking collectives too (queued, then waited for at once);
 // a CUDA backend maps it onto a CUDA stream running NCCL, the handle onto an event.
 #pragma once

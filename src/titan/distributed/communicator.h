@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "titan/core/dtype.h"
-#include "titan/dist/comm_stream.h"
+#include "titan/distributed/comm_stream.h"
 
 namespace titan {
 
@@ -36,10 +36,10 @@ class Communicator {
   virtual void all_reduce_sum(double* data, int64_t count) = 0;
   // data (count) = the maximum over ranks of each rank's data (count), in place.
   virtual void all_reduce_max(double* data, int64_t count) = 0;
-  // Queued on the process's communication stream (dist/comm_stream.h) as one collective, each
-  // part straight into its place (no staging): what a part's collective reads must stay unchanged,
-  // and what it writes unread, until the handle is waited for. A group of one rank copies at once.
-  // For every part, whole = every rank's own, in rank order.
+  // Queued on the process's communication stream (distributed/comm_stream.h) as one collective,
+  // each part straight into its place (no staging): what a part's collective reads must stay
+  // unchanged, and what it writes unread, until the handle is waited for. A group of one rank
+  // copies at once. For every part, whole = every rank's own, in rank order.
   virtual CommHandle all_gather_async(std::vector<CommPart> parts) = 0;
   // For every part (f32), own = the sum over ranks of their whole's elements at this rank's place.
   virtual CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) = 0;

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "titan/dist/communicator.h"
+#include "titan/distributed/communicator.h"
 
 namespace titan {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "titan/kernels/registry.h"
+#include "titan/dispatch/registry.h"
 
 namespace titan {
 

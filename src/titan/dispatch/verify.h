@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/kernels/registry.h"
+#include "titan/dispatch/registry.h"
 
 namespace titan {
 

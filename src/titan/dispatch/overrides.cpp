@@ -1,4 +1,4 @@
-#include "titan/kernels/overrides.h"
+#include "titan/dispatch/overrides.h"
 
 #include <algorithm>
 #include <map>

@@ -1,4 +1,4 @@
-#include "titan/dist/comm_stream.h"
+#include "titan/distributed/comm_stream.h"
 
 #include "titan/core/clock.h"
 

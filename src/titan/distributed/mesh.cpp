@@ -1,4 +1,4 @@
-#include "titan/dist/mesh.h"
+#include "titan/distributed/mesh.h"
 
 #include "titan/core/error.h"
 

@@ -1,7 +1,7 @@
 // The kernel registry: every primitive op is reached through a named entry holding its forward,
 // its backward, the plain fp32 reference, the dtypes it takes and an optional constraint check.
 // Modules bind one entry per op slot at build time (defaults, then the config's [overrides],
-// kernels/overrides.h), so a custom kernel replaces a module's computation without touching the
+// dispatch/overrides.h), so a custom kernel replaces a module's computation without touching the
 // model code.
 #pragma once
 

@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "titan/dist/communicator.h"
+#include "titan/distributed/communicator.h"
 #include "titan/nn/param_group.h"
 
 namespace titan {

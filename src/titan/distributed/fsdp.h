@@ -10,17 +10,17 @@
 // all-reduced over the replicas (finish_gradients).
 //
 // The collectives overlap compute (torchtitan's FSDP2): they run on the communication stream
-// (dist/comm_stream.h). The model names the group it will use next (ParamGroupHooks::prefetch)
-// and its all-gather is queued then, to run under the current unit's compute; a release queues its
-// reduce-scatter and returns, and the sum into the shards' gradients is made at the next release
-// with gradients (under the next unit's backward) or at finish_gradients. At most one all-gather
-// and one reduce-scatter are in flight. Each moves every parameter straight between its place in
-// the whole group and its shard, one part per parameter (Communicator's CommPart: an all-gather-v
-// and a reduce-scatter-v over its dim-0 rows), so nothing is staged: a prefetched unit's
-// destination is committed when its gather is queued, and a unit's whole gradients stay until
-// their reduce-scatter is summed in. (FSDP2 gathers into one flat buffer per unit and copies out;
-// a staging buffer of N x the largest shard -- the whole vocabulary matrix for Qwen3 -- for each
-// direction cost more than a unit.)
+// (distributed/comm_stream.h). The model names the group it will use next
+// (ParamGroupHooks::prefetch) and its all-gather is queued then, to run under the current unit's
+// compute; a release queues its reduce-scatter and returns, and the sum into the shards' gradients
+// is made at the next release with gradients (under the next unit's backward) or at
+// finish_gradients. At most one all-gather and one reduce-scatter are in flight. Each moves every
+// parameter straight between its place in the whole group and its shard, one part per parameter
+// (Communicator's CommPart: an all-gather-v and a reduce-scatter-v over its dim-0 rows), so nothing
+// is staged: a prefetched unit's destination is committed when its gather is queued, and a unit's
+// whole gradients stay until their reduce-scatter is summed in. (FSDP2 gathers into one flat buffer
+// per unit and copies out; a staging buffer of N x the largest shard -- the whole vocabulary matrix
+// for Qwen3 -- for each direction cost more than a unit.)
 //
 // Mixed precision (torchtitan's mixed_precision_param = "bfloat16"): the parameters the model
 // reads only through bf16 copies (gather_in_bf16) are gathered in bf16 -- each rank rounds its
@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "titan/core/allocator.h"
-#include "titan/dist/mesh.h"
+#include "titan/distributed/mesh.h"
 #include "titan/nn/param_group.h"
 #include "titan/nn/row_shard.h"
 

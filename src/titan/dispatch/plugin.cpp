@@ -1,4 +1,4 @@
-#include "titan/kernels/plugin.h"
+#include "titan/dispatch/plugin.h"
 
 #include <dlfcn.h>
 
@@ -62,7 +62,7 @@ std::vector<std::string> load_kernel_plugin(const std::string& path) {
   if (abi == nullptr || registration == nullptr) {
     refuse("' is not a titan kernel plugin: it exports no ",
            abi == nullptr ? "titan_kernel_plugin_abi" : "titan_register_kernels",
-           " (define its registration with TITAN_KERNEL_PLUGIN, titan/kernels/plugin.h)");
+           " (define its registration with TITAN_KERNEL_PLUGIN, titan/dispatch/plugin.h)");
   }
   if (abi() != kernel_plugin_abi()) {
     refuse("' was built against another titan's kernel interface (", abi(), ", this titan's ",

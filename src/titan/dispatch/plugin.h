@@ -5,7 +5,7 @@
 // may call anything titan's binary exports (its ops, the backend's GEMMs and vector primitives).
 // It defines its registration with TITAN_KERNEL_PLUGIN:
 //
-//   #include "titan/kernels/plugin.h"
+//   #include "titan/dispatch/plugin.h"
 //   TITAN_KERNEL_PLUGIN(registrar) {
 //     registrar.add({"my_rms_norm", titan::OpKind::rms_norm, {titan::DType::f32}, "what it is",
 //                    titan::RmsNormKernel{my_forward, my_backward}});
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "titan/kernels/registry.h"
+#include "titan/dispatch/registry.h"
 
 namespace titan {
 

@@ -1,4 +1,4 @@
-#include "titan/dist/communicator.h"
+#include "titan/distributed/communicator.h"
 
 #include <cstring>
 

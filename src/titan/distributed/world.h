@@ -3,7 +3,7 @@
 // command line, before any thread starts; everything distributed goes through `world()`.
 #pragma once
 
-#include "titan/dist/communicator.h"
+#include "titan/distributed/communicator.h"
 
 namespace titan {
 
@@ -20,9 +20,9 @@ void init_world(int* argc, char*** argv);
 void finalize_world();
 const WorldInfo& world_info();
 Communicator& world();
-// The communication stream's times since start-up or the last reset (dist/comm_stream.h): the
-// collectives' seconds on its thread and the part the compute thread waited for. Zero in a world
-// of one.
+// The communication stream's times since start-up or the last reset (distributed/comm_stream.h):
+// the collectives' seconds on its thread and the part the compute thread waited for. Zero in a
+// world of one.
 CommTimes collective_times();
 void reset_collective_times();
 // Ends every rank of the job with `code` (MPI_Abort), or this process in a world of one.

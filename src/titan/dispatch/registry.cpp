@@ -1,4 +1,4 @@
-#include "titan/kernels/registry.h"
+#include "titan/dispatch/registry.h"
 
 #include <algorithm>
 

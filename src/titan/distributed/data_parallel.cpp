@@ -1,4 +1,4 @@
-#include "titan/dist/data_parallel.h"
+#include "titan/distributed/data_parallel.h"
 
 namespace titan {
 

@@ -1,9 +1,10 @@
-// The MPI implementation of Communicator and of the world (dist/world.h): the only file that
+// The MPI implementation of Communicator and of the world (distributed/world.h): the only file that
 // includes mpi.h. MPI's default error handler stays (errors are fatal to the job), so a failed
 // collective ends every rank instead of leaving the others waiting. Between init_world and
-// finalize_world every MPI call runs on the process's communication stream (dist/comm_stream.h):
-// one thread, so MPI_THREAD_SERIALIZED suffices; the one exception is MPI_Abort, which ends the
-// process from wherever the error is, the stream possibly stuck in a collective.
+// finalize_world every MPI call runs on the process's communication stream
+// (distributed/comm_stream.h): one thread, so MPI_THREAD_SERIALIZED suffices; the one exception is
+// MPI_Abort, which ends the process from wherever the error is, the stream possibly stuck in a
+// collective.
 #include <mpi.h>
 
 #include <algorithm>
@@ -19,7 +20,7 @@
 
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
-#include "titan/dist/world.h"
+#include "titan/distributed/world.h"
 
 namespace titan {
 namespace {
