@@ -170,6 +170,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                           : "parameters replicated, gradients all-reduced");
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
+  check_job_sizes(config_, resolve_job_model_args(config_), dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
