@@ -179,6 +179,13 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   const DataSources sources = resolve_data_sources(config_);
   check_inputs(sources);
   check_outputs(config_, sources);
+  // One job per dump folder: rank 0, which begins and commits every checkpoint and writes the
+  // export, holds its lock from here to the run's end; a second job on the folder stops here.
+  if (world().rank() == 0 && (config_.checkpoint.enable || config_.checkpoint.last_save_in_hf)) {
+    dump_lock_ = FolderLock::take(config_.job.dump_folder, "job.dump_folder");
+    if (!dump_lock_->warning.empty())
+      std::fprintf(stderr, "warning: %s\n", dump_lock_->warning.c_str());
+  }
   tokenizer_dir_ = sources.tokenizer;
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
   args_ = resolve_model_args(config_, *tokenizer_);
