@@ -23,6 +23,7 @@
 #include "titan/train/checkpoint.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_resolve.h"
+#include "titan/train/rank_agreement.h"
 
 namespace titan {
 namespace {
@@ -156,8 +157,10 @@ MfuPeak mfu_peak(const Backend& device, DType dtype, double peak_tflops) {
 Trainer::Trainer(const JobConfig& config) : config_(config) {
   job_config_validate(config_);
   const JobConfig::Training& t = config_.training;
-  const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
+  // Before anything collective depends on the config: every rank runs rank 0's binary and config.
+  check_ranks_agree(world(), config_);
+  const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
     std::printf(
