@@ -15,6 +15,7 @@
 //   TITAN_TEST_PLUGIN_WRONG_KIND     declared rms_norm, implemented as a SwigluKernel
 //   TITAN_TEST_PLUGIN_SAME_TWICE     the same new name twice in one plugin
 //   TITAN_TEST_PLUGIN_THROWS         a registration that throws std::runtime_error
+// and TITAN_TEST_PLUGIN_TABLE, whose registration adds the table test_plugin_fuzz exports.
 #include <cmath>
 #include <cstdint>
 
@@ -24,7 +25,8 @@
 #include "titan/ops/linear.h"
 #include "titan/ops/rms_norm.h"
 
-#if !defined(TITAN_TEST_PLUGIN_NO_SYMBOLS) && !defined(TITAN_TEST_PLUGIN_OTHER_ABI)
+#if !defined(TITAN_TEST_PLUGIN_NO_SYMBOLS) && !defined(TITAN_TEST_PLUGIN_OTHER_ABI) && \
+    !defined(TITAN_TEST_PLUGIN_TABLE)
 namespace {
 
 float silu(float z) {
@@ -77,6 +79,12 @@ TITAN_KERNEL_PLUGIN(registrar) {
                  {titan::DType::f32},
                  "test plugin: a name titan already has",
                  titan::SwigluKernel{swiglu_plain_forward, swiglu_plain_backward}});
+}
+#elif defined(TITAN_TEST_PLUGIN_TABLE)
+// test_plugin_fuzz's: the registration table comes from the test binary, which exports it.
+extern "C" void titan_test_plugin_table(titan::KernelPluginRegistrar& registrar);
+TITAN_KERNEL_PLUGIN(registrar) {
+  titan_test_plugin_table(registrar);
 }
 #else
 // The bad cases: a good kernel first, then the one at fault.
