@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <tuple>
@@ -19,11 +20,13 @@
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/dispatch/registry.h"
 #include "titan/nn/layers.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/elementwise.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/linear.h"
@@ -1352,6 +1355,47 @@ TEST(AdamW, MatchesReferenceOverSeveralSteps) {
   expect_close("adamw exp_avg", m.data(), rm.data(), n, 1e-6);
   expect_close("adamw exp_avg_sq", v.data(), rv.data(), n, 1e-6);
   EXPECT_THROW(adamw_scalars(config, 1e-3f, 0), Error);
+}
+
+TEST(Elementwise, MatchOneThreadLoopsBitForBit) {
+  // Threaded over chunks, each element still gets one rounding: the same bits as a serial loop,
+  // on a length that is not a multiple of the chunk or the vector width.
+  const int64_t n = (int64_t{1} << 16) + 37;
+  const std::vector<float> x = randn(n, 3);
+  std::vector<float> y = randn(n, 4), expect = y;
+  for (int64_t i = 0; i < n; ++i) expect[i] += x[i];
+  add_into(y.data(), x.data(), n);
+  EXPECT_EQ(std::memcmp(y.data(), expect.data(), n * sizeof(float)), 0);
+  for (int64_t i = 0; i < n; ++i) expect[i] *= 0.37f;
+  scale_in_place(y.data(), 0.37f, n);
+  EXPECT_EQ(std::memcmp(y.data(), expect.data(), n * sizeof(float)), 0);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  EXPECT_NEAR(sum_squares_f64(x.data(), n), sum, 1e-12 * sum);
+  std::vector<float> z = x;
+  EXPECT_EQ(find_nonfinite(z.data(), n), -1);
+  z[n - 5] = std::numeric_limits<float>::infinity();
+  z[n - 2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(find_nonfinite(z.data(), n), n - 5);
+  EXPECT_EQ(find_nonfinite(z.data(), 0), -1);
+}
+
+TEST(DeviceOps, CpuTableIsTheOps) {
+  // What modules reach through device_ops() on the CPU computes what the ops compute.
+  const DeviceOps& ops = device_ops();
+  EXPECT_EQ(ops.device, DeviceKind::cpu);
+  const int64_t n = 1001;
+  const std::vector<float> x = randn(n, 5);
+  std::vector<float> a = randn(n, 6), b = a;
+  ops.add(a.data(), x.data(), n);
+  add_into(b.data(), x.data(), n);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+  std::vector<float> p = randn(n, 7), m(n, 0.0f), v(n, 0.0f), rp = p, rm = m, rv = v;
+  AdamWConfig config;
+  ops.adamw_step(p.data(), x.data(), m.data(), v.data(), n, config, 1e-3f, 2);
+  adamw_update(rp.data(), x.data(), rm.data(), rv.data(), n, adamw_scalars(config, 1e-3f, 2));
+  EXPECT_EQ(std::memcmp(p.data(), rp.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(v.data(), rv.data(), n * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "titan/dispatch/overrides.h"
 #include "titan/models/decoder_lm.h"
 
+#include "error_of.h"
 #include "test_safetensors_util.h"
 #include "tiny_models.h"
 
@@ -223,6 +224,64 @@ TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {
   EXPECT_EQ(message({{"*.gate_proj", "linear_reference"}}), "no error");
   // Every slot of an fp32 model is fp32, and every kernel takes fp32.
   EXPECT_NO_THROW(DecoderLM(tiny_args(), {}));
+}
+
+// A linear entry that says it runs on CUDA (its functions are the CPU's: nothing calls them).
+void register_linear_on_cuda() {
+  static const bool registered = [] {
+    const LinearKernel& builtin =
+        std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
+    KernelEntry entry{"linear_test_on_cuda",
+                      OpKind::linear,
+                      {DType::f32},
+                      "test only",
+                      LinearKernel{builtin.forward, builtin.backward}};
+    entry.device = DeviceKind::cuda;
+    kernel_registry().add(std::move(entry));
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+}
+
+TEST(Overrides, KernelOnAnotherDeviceIsRefused) {
+  // A kernel registered for CUDA cannot serve a module whose tensors are on the CPU, whether a
+  // rule binds it or it was the slot's kernel; a CPU model's default slots all pass.
+  register_linear_on_cuda();
+  std::vector<KernelSlot> slots = {{"model.layers.0.mlp.up_proj", OpKind::linear, "linear"}};
+  EXPECT_EQ(override_error(slots, {{"*.up_proj", "linear_test_on_cuda"}}),
+            "model.layers.0.mlp.up_proj: linear kernel 'linear_test_on_cuda' runs on cuda, the "
+            "model on cpu");
+  EXPECT_EQ(override_error(slots, {}), "no error");
+  const DecoderLM model(tiny_args(), {});
+  for (const KernelSlot& slot : model.kernel_slots()) {
+    EXPECT_EQ(slot.device, DeviceKind::cpu) << slot.module;
+  }
+}
+
+TEST(Registry, DefaultKernelPerKindAndDevice) {
+  const KernelRegistry& r = kernel_registry();
+  for (OpKind kind : {OpKind::embedding, OpKind::rms_norm, OpKind::linear, OpKind::rope,
+                      OpKind::attention, OpKind::swiglu, OpKind::lm_head_loss, OpKind::experts}) {
+    const KernelEntry& entry = r.get(r.default_kernel(kind, DeviceKind::cpu), kind);
+    EXPECT_EQ(entry.device, DeviceKind::cpu) << op_kind_name(kind);
+  }
+  EXPECT_EQ(r.default_kernel(OpKind::linear, DeviceKind::cpu), "linear");
+  EXPECT_EQ(r.default_kernel(OpKind::experts, DeviceKind::cpu), "experts_grouped");
+  // This build registers no CUDA kernel: a CUDA model's slots would find none, by name.
+  EXPECT_EQ(test::error_of([&] { r.default_kernel(OpKind::rms_norm, DeviceKind::cuda); }),
+            "no rms_norm kernel is registered for cuda");
+  EXPECT_EQ(test::error_of([&] { r.device_ops(DeviceKind::cuda); }),
+            "no ops are registered for cuda (this titan has no kernels for that device yet)");
+  EXPECT_EQ(r.device_ops(DeviceKind::cpu).device, DeviceKind::cpu);
+  // A default must name a kernel of that kind on that device.
+  register_linear_on_cuda();
+  KernelRegistry fresh;
+  EXPECT_EQ(test::error_of([&] { fresh.set_default(OpKind::linear, DeviceKind::cpu, "linear"); }),
+            "no linear kernel named 'linear' (registered: )");
+  EXPECT_EQ(test::error_of([] {
+              kernel_registry().set_default(OpKind::linear, DeviceKind::cpu, "linear_test_on_cuda");
+            }),
+            "kernel 'linear_test_on_cuda' runs on cuda, not cpu");
 }
 
 TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {

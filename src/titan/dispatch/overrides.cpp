@@ -88,6 +88,9 @@ OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
   }
   for (const KernelSlot& slot : slots) {
     const KernelEntry& entry = registry.get(slot.kernel, slot.kind);
+    TITAN_CHECK(entry.device == slot.device, slot.module, ": ", op_kind_name(slot.kind),
+                " kernel '", slot.kernel, "' runs on ", device_kind_name(entry.device),
+                ", the model on ", device_kind_name(slot.device));
     if (std::find(entry.dtypes.begin(), entry.dtypes.end(), slot.dtype) != entry.dtypes.end()) {
       continue;
     }

@@ -14,8 +14,9 @@ namespace titan {
 struct KernelSlot {
   std::string module;  // fully qualified module name
   OpKind kind;
-  std::string kernel;        // bound kernel name
-  DType dtype = DType::f32;  // of the inputs and weights the module hands its kernel
+  std::string kernel;                   // bound kernel name
+  DType dtype = DType::f32;             // of the inputs and weights the module hands its kernel
+  DeviceKind device = DeviceKind::cpu;  // where the module's tensors live
 };
 
 struct OverrideRule {

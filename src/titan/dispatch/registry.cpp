@@ -38,7 +38,7 @@ void register_builtins(KernelRegistry& r) {
          OpKind::lm_head_loss,
          {DType::f32, DType::bf16},
          "lm_head GEMM fused with cross-entropy, chunks of at most 320 MiB of logits",
-         LmHeadLossKernel{lm_head_cross_entropy}});
+         LmHeadLossKernel{lm_head_cross_entropy, lm_head_chunk_tokens, lm_head_workspace_bytes}});
   r.add({"cross_entropy_reference",
          OpKind::lm_head_loss,
          {DType::f32},
@@ -99,6 +99,16 @@ void register_builtins(KernelRegistry& r) {
          {DType::f32},
          "fp64 reference",
          SwigluKernel{swiglu_forward_reference, swiglu_backward_reference}});
+
+  r.set_default(OpKind::embedding, DeviceKind::cpu, "embedding");
+  r.set_default(OpKind::rms_norm, DeviceKind::cpu, "rms_norm");
+  r.set_default(OpKind::linear, DeviceKind::cpu, "linear");
+  r.set_default(OpKind::rope, DeviceKind::cpu, "rope");
+  r.set_default(OpKind::attention, DeviceKind::cpu, "attention_blockwise");
+  r.set_default(OpKind::swiglu, DeviceKind::cpu, "swiglu");
+  r.set_default(OpKind::lm_head_loss, DeviceKind::cpu, "cross_entropy_chunked");
+  r.set_default(OpKind::experts, DeviceKind::cpu, "experts_grouped");
+  r.add_device_ops(cpu_device_ops());
 }
 
 }  // namespace
@@ -180,10 +190,38 @@ std::vector<const KernelEntry*> KernelRegistry::entries() const {
   return out;
 }
 
+void KernelRegistry::set_default(OpKind kind, DeviceKind device, const std::string& name) {
+  const KernelEntry& entry = get(name, kind);
+  TITAN_CHECK(entry.device == device, "kernel '", name, "' runs on ",
+              device_kind_name(entry.device), ", not ", device_kind_name(device));
+  defaults_[{kind, device}] = name;
+}
+
+const std::string& KernelRegistry::default_kernel(OpKind kind, DeviceKind device) const {
+  const auto it = defaults_.find({kind, device});
+  TITAN_CHECK(it != defaults_.end(), "no ", op_kind_name(kind), " kernel is registered for ",
+              device_kind_name(device));
+  return it->second;
+}
+
+void KernelRegistry::add_device_ops(const DeviceOps& ops) {
+  TITAN_CHECK(device_ops_.count(ops.device) == 0, "the ops of ", device_kind_name(ops.device),
+              " are registered twice");
+  device_ops_.emplace(ops.device, ops);
+}
+
+const DeviceOps& KernelRegistry::device_ops(DeviceKind device) const {
+  const auto it = device_ops_.find(device);
+  TITAN_CHECK(it != device_ops_.end(), "no ops are registered for ", device_kind_name(device),
+              " (this titan has no kernels for that device yet)");
+  return it->second;
+}
+
 KernelRegistry& kernel_registry() {
   static KernelRegistry registry = [] {
     KernelRegistry r;
     register_builtins(r);
+    register_cuda_kernels(r);
     return r;
   }();
   return registry;

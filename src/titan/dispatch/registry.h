@@ -11,7 +11,9 @@
 #include <variant>
 #include <vector>
 
+#include "titan/backend/backend.h"
 #include "titan/core/dtype.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/moe.h"
@@ -104,6 +106,12 @@ struct RopeKernel {
 // Forward and backward in one call: the chunked loss computes d loss / d logits as it goes.
 struct LmHeadLossKernel {
   CrossEntropyResult (*forward_backward)(const CrossEntropyArgs&);
+  // The tokens per chunk it uses for n_tokens rows (CrossEntropyArgs::chunk_tokens; 0 picks its
+  // own), and the bytes of the workspace a caller may hand it (CrossEntropyArgs::workspace), or
+  // null: it then takes whole rows and allocates what it needs.
+  int64_t (*chunk_tokens)(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens) = nullptr;
+  int64_t (*workspace_bytes)(int64_t n_tokens, int64_t hidden, int64_t vocab, int64_t chunk_tokens,
+                             bool bf16) = nullptr;
 };
 
 // A sparse MoE block's experts: every routed (token, slot) through its expert's SwiGLU MLP,
@@ -143,6 +151,8 @@ struct KernelEntry {
   std::variant<EmbeddingKernel, RmsNormKernel, LinearKernel, RopeKernel, AttentionKernel,
                SwigluKernel, LmHeadLossKernel, ExpertsKernel>
       impl;
+  // The device its functions run on (what their pointers point into).
+  DeviceKind device = DeviceKind::cpu;
 };
 
 class KernelRegistry {
@@ -154,9 +164,24 @@ class KernelRegistry {
   const KernelEntry* find(const std::string& name) const;
   std::vector<const KernelEntry*> entries() const;
 
+  // The kernel a module's slot of `kind` binds on `device` before [overrides]: set once per
+  // (kind, device) by whoever registers that device's kernels; titan::Error when none is set.
+  void set_default(OpKind kind, DeviceKind device, const std::string& name);
+  const std::string& default_kernel(OpKind kind, DeviceKind device) const;
+
+  // The device's table of the ops no override rebinds (dispatch/device_ops.h), one per device.
+  void add_device_ops(const DeviceOps& ops);
+  const DeviceOps& device_ops(DeviceKind device) const;
+
  private:
   std::map<std::string, KernelEntry> entries_;
+  std::map<std::pair<OpKind, DeviceKind>, std::string> defaults_;
+  std::map<DeviceKind, DeviceOps> device_ops_;
 };
+
+// The CUDA library's kernels and device ops added to `registry` (src/titan/dispatch/cuda/, built
+// into titan_cuda); a titan built without CUDA adds none (dispatch/cuda/no_cuda.cpp).
+void register_cuda_kernels(KernelRegistry& registry);
 
 // The process-wide registry with every built-in kernel registered.
 KernelRegistry& kernel_registry();

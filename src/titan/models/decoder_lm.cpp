@@ -7,9 +7,8 @@
 #include <string_view>
 
 #include "titan/core/error.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/models/state_dict_adapter.h"
-#include "titan/ops/bf16_arrays.h"
-#include "titan/ops/moe.h"
 
 namespace titan {
 namespace {
@@ -19,35 +18,51 @@ std::string layer_name(int64_t i) {
 }
 
 // `compute`: the dtype of the matmuls' operands (the experts' GEMMs included); the router,
-// norms, RoPE, attention and SwiGLU stay fp32.
+// norms, RoPE, attention and SwiGLU stay fp32. Each slot starts on the running device's default
+// kernel of its kind (dispatch/registry.h), attention on the one `attn_backend` names.
 std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
-  std::vector<KernelSlot> slots = {{"model.embed_tokens", OpKind::embedding, "embedding"}};
+  const KernelRegistry& registry = kernel_registry();
+  const DeviceKind device = backend().kind();
+  const auto slot = [&](std::string module, OpKind kind, DType dtype = DType::f32) {
+    return KernelSlot{std::move(module), kind, registry.default_kernel(kind, device), dtype,
+                      device};
+  };
+  std::vector<KernelSlot> slots = {slot("model.embed_tokens", OpKind::embedding)};
   for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
     const std::string p = layer_name(i);
-    slots.push_back({p + ".input_layernorm", OpKind::rms_norm, "rms_norm"});
+    slots.push_back(slot(p + ".input_layernorm", OpKind::rms_norm));
     for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-      slots.push_back({p + ".self_attn." + proj, OpKind::linear, "linear", compute});
+      slots.push_back(slot(p + ".self_attn." + proj, OpKind::linear, compute));
     }
     if (a.qk_norm) {
-      slots.push_back({p + ".self_attn.q_norm", OpKind::rms_norm, "rms_norm"});
-      slots.push_back({p + ".self_attn.k_norm", OpKind::rms_norm, "rms_norm"});
+      slots.push_back(slot(p + ".self_attn.q_norm", OpKind::rms_norm));
+      slots.push_back(slot(p + ".self_attn.k_norm", OpKind::rms_norm));
     }
-    slots.push_back({p + ".self_attn", OpKind::rope, "rope"});
-    slots.push_back({p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend});
-    slots.push_back({p + ".post_attention_layernorm", OpKind::rms_norm, "rms_norm"});
+    slots.push_back(slot(p + ".self_attn", OpKind::rope));
+    slots.push_back(
+        {p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend, DType::f32, device});
+    slots.push_back(slot(p + ".post_attention_layernorm", OpKind::rms_norm));
     if (a.layer_is_sparse(i)) {
-      slots.push_back({p + ".mlp.gate", OpKind::linear, "linear"});
-      slots.push_back({p + ".mlp.experts", OpKind::experts, "experts_grouped", compute});
+      slots.push_back(slot(p + ".mlp.gate", OpKind::linear));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::experts, compute));
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-      slots.push_back({p + ".mlp." + proj, OpKind::linear, "linear", compute});
+      slots.push_back(slot(p + ".mlp." + proj, OpKind::linear, compute));
     }
-    slots.push_back({p + ".mlp", OpKind::swiglu, "swiglu"});
+    slots.push_back(slot(p + ".mlp", OpKind::swiglu));
   }
-  slots.push_back({"model.norm", OpKind::rms_norm, "rms_norm"});
-  slots.push_back({"lm_head", OpKind::lm_head_loss, "cross_entropy_chunked", compute});
+  slots.push_back(slot("model.norm", OpKind::rms_norm));
+  slots.push_back(slot("lm_head", OpKind::lm_head_loss, compute));
   return slots;
+}
+
+// The activation arena sizes the lm_head loss's workspace, and a step its chunks, as the running
+// device's default loss kernel takes them.
+const LmHeadLossKernel& default_loss_kernel() {
+  const KernelRegistry& registry = kernel_registry();
+  const std::string& name = registry.default_kernel(OpKind::lm_head_loss, backend().kind());
+  return std::get<LmHeadLossKernel>(registry.get(name, OpKind::lm_head_loss).impl);
 }
 
 // The constraints of every attention and experts slot's kernel on the shapes a step of
@@ -155,14 +170,15 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       &std::get<EmbeddingKernel>(binder.bind("model.embed_tokens", OpKind::embedding).impl);
   m_.norm = make_norm("model.norm", head, binder, h, args_.rms_norm_eps);
   // The training loss runs the lm_head inside its kernel; this module serves inference, whose
-  // one-token logits are a GEMV on the built-in linear kernel.
+  // one-token logits are a GEMV on the device's default linear kernel.
   Linear& lm_head = m_.lm_head;
   lm_head.name = "lm_head";
   lm_head.in_features = h;
   lm_head.out_features = args_.vocab_size;
   lm_head.weight =
       args_.tie_word_embeddings ? embed.weight : head.params() + head.view("lm_head.weight").offset;
-  const KernelEntry& builtin_linear = kernel_registry().get("linear", OpKind::linear);
+  const KernelEntry& builtin_linear = kernel_registry().get(
+      kernel_registry().default_kernel(OpKind::linear, backend().kind()), OpKind::linear);
   lm_head.kernel = &std::get<LinearKernel>(builtin_linear.impl);
   lm_head.kernel_name = builtin_linear.name;
   lm_head_loss_ = &std::get<LmHeadLossKernel>(binder.bind("lm_head", OpKind::lm_head_loss).impl);
@@ -300,7 +316,7 @@ void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
     if (!all && !c.master_read) continue;
-    round_to_bf16(c.bound, c.master, c.numel);
+    device_ops().round_to_bf16(c.bound, c.master, c.numel);
   }
 }
 
@@ -566,8 +582,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   }
   const int64_t layers_end = c.used();
   c.rewind(shared_begin);
-  const int64_t loss_bytes = lm_head_workspace_bytes(n, args.hidden_size, args.vocab_size, 0,
-                                                     compute_dtype == DType::bf16);
+  const int64_t loss_bytes = default_loss_kernel().workspace_bytes(
+      n, args.hidden_size, args.vocab_size, 0, compute_dtype == DType::bf16);
   v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
   c.skip_past(layers_end);
   // The residual streams: each block's input and the last block's output, or, with nothing kept
@@ -701,7 +717,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t s = 0; s < seq; ++s) positions_[b * seq + s] = static_cast<int32_t>(s);
   }
-  if (rope_cache_.max_positions < seq) rope_cache_ = rope_cache_build(args_.rope(), seq);
+  if (rope_cache_.max_positions < seq) rope_cache_ = device_ops().rope_cache(args_.rope(), seq);
   call_ = LayerCall{};
   call_.batch = batch;
   call_.seq = seq;
@@ -773,19 +789,19 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                    : last_layer ? GroupUseEnd::used_next
                                 : GroupUseEnd::used_later);
     if (aux && m_.layers[i].sparse) {
-      load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(), a.moe.router_probs,
-                                a.moe.topk_index, n, E, k);
+      device_ops().load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(),
+                                             a.moe.router_probs, a.moe.topk_index, n, E, k);
     }
   }
   const int64_t router_rows = n_sparse_layers_ * n;
-  aux_loss_ =
-      aux ? load_balancing_loss(router_counts_.data(), router_prob_sums_.data(), E, router_rows)
-          : 0.0;
+  aux_loss_ = aux ? device_ops().load_balancing_loss(router_counts_.data(),
+                                                     router_prob_sums_.data(), E, router_rows)
+                  : 0.0;
   aux_grad_ = aux && options.compute_grad;
   if (aux_grad_) {
     aux_dprobs_.resize(E);
-    load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
-                        args_.router_aux_loss_coef * options.aux_loss_scale);
+    device_ops().load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
+                                     args_.router_aux_loss_coef * options.aux_loss_scale);
   }
   // The [norm, lm_head] unit stays in use from here into the backward's final norm when computing
   // gradients, reading the lm_head through its copy (a tied embedding too: the lookup is done);
@@ -804,7 +820,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   ce.hidden = h;
   ce.vocab = args_.vocab_size;
   ce.logits = options.logits;
-  ce.chunk_tokens = lm_head_chunk_tokens(n, args_.vocab_size, 0);
+  ce.chunk_tokens = default_loss_kernel().chunk_tokens(n, args_.vocab_size, 0);
   ce.workspace = acts_.loss_workspace;
   if (options.compute_grad) {
     ce.dx = acts_.grad.d_norm;
