@@ -103,4 +103,19 @@ OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
   return report;
 }
 
+void require_slot_constraints(const std::vector<KernelSlot>& slots, const KernelRegistry& registry,
+                              const AttentionShape& attention, const ExpertsShape& experts) {
+  for (const KernelSlot& slot : slots) {
+    if (slot.kind == OpKind::attention) {
+      require_constraints(slot.module, slot.kernel,
+                          std::get<AttentionKernel>(registry.get(slot.kernel, slot.kind).impl),
+                          attention);
+    } else if (slot.kind == OpKind::experts) {
+      require_constraints(slot.module, slot.kernel,
+                          std::get<ExpertsKernel>(registry.get(slot.kernel, slot.kind).impl),
+                          experts);
+    }
+  }
+}
+
 }  // namespace titan

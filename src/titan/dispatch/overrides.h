@@ -39,4 +39,9 @@ OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
                                const std::vector<OverrideRule>& rules,
                                const KernelRegistry& registry);
 
+// Every attention and experts slot's kernel checked against the shapes a step hands it
+// (require_constraints): a broken constraint is a titan::Error naming the module.
+void require_slot_constraints(const std::vector<KernelSlot>& slots, const KernelRegistry& registry,
+                              const AttentionShape& attention, const ExpertsShape& experts);
+
 }  // namespace titan

@@ -186,6 +186,14 @@ void register_cuda_kernels(KernelRegistry& registry);
 // The process-wide registry with every built-in kernel registered.
 KernelRegistry& kernel_registry();
 
+// The functions of the default kernel of `kind` on `device` (Kernel: its struct, e.g.
+// LmHeadLossKernel).
+template <typename Kernel>
+const Kernel& default_kernel_impl(OpKind kind, DeviceKind device) {
+  const KernelRegistry& registry = kernel_registry();
+  return std::get<Kernel>(registry.get(registry.default_kernel(kind, device), kind).impl);
+}
+
 // titan::Error "<module>: attention kernel '<name>' requires <what>" when the kernel's check
 // refuses `shape` (nothing when it has no check): what a module says at each call and the model
 // says for every module at start-up, before the run allocates (titan train, titan plan).
