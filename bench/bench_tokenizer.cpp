@@ -4,8 +4,8 @@
 // caches on both sides (best of REPEATS); the first, cold pass is printed as well.
 //
 // usage: bench_tokenizer [TOKENIZER_DIR] [REPEATS]
-//   TOKENIZER_DIR defaults to $TITAN_QWEN3_TOKENIZER, else ../shared/assets/qwen3-tokenizer next to
-//   the source tree; Python is $TITAN_PYTHON, else the source tree's .venv.
+//   TOKENIZER_DIR defaults to $TITAN_QWEN3_TOKENIZER, else the repository's copy,
+//   tests/fixtures/qwen3-tokenizer; Python is $TITAN_PYTHON, else the source tree's .venv.
 //
 // Corpus: English licence texts from /usr/share/common-licenses (one document per paragraph),
 // titan's own C++ sources (code), and documents of shuffled sentences in 14 other languages and
@@ -142,7 +142,7 @@ int run(int argc, char** argv) {
   const std::string tokenizer_dir =
       argc > 1 ? argv[1]
                : env_or("TITAN_QWEN3_TOKENIZER",
-                        (source_dir / "../shared/assets/qwen3-tokenizer").string());
+                        (source_dir / "tests/fixtures/qwen3-tokenizer").string());
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 3;
   TITAN_CHECK(repeats >= 1, "REPEATS must be at least 1");
   const std::string python = env_or("TITAN_PYTHON", (source_dir / ".venv/bin/python").string());

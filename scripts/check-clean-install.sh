@@ -9,7 +9,8 @@
 #     $TITAN_CLEAN_ROOT_CACHE/clean-root-bookworm-VARIANT.tar.zst (default /var/cache/titan);
 #     --refresh rebuilds it. Every run unpacks a fresh copy under $TMPDIR (default /var/tmp).
 #   - into it: the checkout's HEAD as a fresh clone has it (`git archive`; uncommitted changes
-#     are not included) at /work/titan.cpp and ../shared at /work/shared; the host's resolv.conf,
+#     are not included) at /work/titan.cpp, and nothing beside it (the tests' assets are in the
+#     repository, tests/fixtures); the host's resolv.conf,
 #     its Debian apt sources and the Acquire:: proxy / validity settings apt needs to reach them,
 #     and http(s)_proxy from the environment. No pip configuration: the quick start installs no
 #     Python package.
@@ -156,14 +157,9 @@ root=$work/root
 mkdir "$root"
 zstd -q -dc "$cache" | tar -C "$root" --numeric-owner -xpf -
 
-step="copy the checkout and ../shared into the root"
+step="copy the checkout into the root"
 mkdir -p "$root/work"
 git -C "$repo" archive --format=tar --prefix=titan.cpp/ HEAD | tar -C "$root/work" -xf -
-if [ -d "$repo/../shared" ]; then
-  cp -a "$repo/../shared" "$root/work/shared"
-else
-  echo "check-clean-install: no ../shared beside the checkout; the default run does not need it"
-fi
 echo "check-clean-install: checkout HEAD $(git -C "$repo" rev-parse --short HEAD) copied into a fresh $variant $suite root"
 
 step="configure the root's network and apt sources"

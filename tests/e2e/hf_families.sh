@@ -11,7 +11,7 @@ python="$2"
 source "$(dirname "$0")/tree_sum.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-tokenizer="$(cd "$(dirname "$0")/../../.." && pwd)/shared/assets/qwen3-tokenizer"
+tokenizer="$(cd "$(dirname "$0")/../fixtures/qwen3-tokenizer" && pwd)"
 
 "$python" - "$work" "$tokenizer" <<'PY'
 import shutil, sys, torch

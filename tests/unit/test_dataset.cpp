@@ -1,6 +1,7 @@
 // Dataset files: every format read into the same documents, file lists from directories and
 // globs, token files written and read back, and one clear line for every bad input.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -99,6 +100,52 @@ TEST(Dataset, DirectoriesAndGlobsAreSortedAndChecked) {
   EXPECT_NE(
       error_of([&] { expand_data_paths({dir / "missing.txt"}); }).find("missing.txt: no such file"),
       std::string::npos);
+}
+
+// A path that is no regular file or folder is named for what it is, never "no such file"; a
+// folder holding a link back to itself is refused, not listed forever.
+TEST(Dataset, SpecialFilesAndLinkLoopsAreNamed) {
+  const ScratchDir dir("special");
+  const auto error = [&](const std::string& path) {
+    return error_of([&] { expand_data_paths({path}); });
+  };
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  EXPECT_EQ(error(dir / "fifo"),
+            dir / "fifo" +
+                ": a FIFO (named pipe), not a regular file or folder (datasets "
+                "are read from regular files)");
+  EXPECT_EQ(error("/dev/null"),
+            "/dev/null: a character device, not a regular file or folder (datasets are read from "
+            "regular files)");
+  EXPECT_EQ(error("/dev/zero"),
+            "/dev/zero: a character device, not a regular file or folder (datasets are read from "
+            "regular files)");
+  std::filesystem::create_symlink(dir / "self", dir / "self");
+  EXPECT_EQ(error(dir / "self"), dir / "self" + ": a symbolic link loop (it never reaches a file)");
+  std::filesystem::create_symlink(dir / "gone.txt", dir / "dangling");
+  EXPECT_EQ(error(dir / "dangling"), dir / "dangling" + ": a symbolic link to " + dir / "gone.txt" +
+                                         ", which does not exist");
+  EXPECT_EQ(error(dir / "missing.txt"), dir / "missing.txt" + ": no such file or directory");
+  // Folders: one holding a link to itself, one holding a link to its parent, one holding a link
+  // loop; a link to a folder elsewhere is followed.
+  write_text(dir / "a/x.txt", "x");
+  std::filesystem::create_directory_symlink(dir / "a", dir / "a/again");
+  EXPECT_EQ(error(dir / "a"), dir / "a/again" + ": a symbolic link to " + dir / "a" +
+                                  ", a folder that holds it (a loop); remove the link or name "
+                                  "the files");
+  write_text(dir / "b/c/y.txt", "y");
+  std::filesystem::create_directory_symlink(dir / "b", dir / "b/c/up");
+  EXPECT_EQ(error(dir / "b"), dir / "b/c/up" + ": a symbolic link to " + dir / "b" +
+                                  ", a folder that holds it (a loop); remove the link or name "
+                                  "the files");
+  write_text(dir / "d/z.txt", "z");
+  std::filesystem::create_symlink(dir / "d/loop", dir / "d/loop");
+  EXPECT_EQ(error(dir / "d"), dir / "d/loop" + ": a symbolic link loop (it never reaches a file)");
+  write_text(dir / "e/w.txt", "w");
+  write_text(dir / "f/v.txt", "v");
+  std::filesystem::create_directory_symlink(dir / "f", dir / "e/f");
+  EXPECT_EQ(expand_data_paths({dir / "e"}),
+            (std::vector<std::string>{dir / "e/f/v.txt", dir / "e/w.txt"}));
 }
 
 TEST(Dataset, GzipMembersConcatenate) {

@@ -1,8 +1,10 @@
 // The job config (torchtitan's sections and keys) and the learning-rate schedule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -10,6 +12,7 @@
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
 #include "titan/train/lr_schedule.h"
+#include "titan/train/rank_agreement.h"
 
 namespace titan {
 namespace {
@@ -187,6 +190,36 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   EXPECT_EQ(job_config_unused_keys(moved).size(), 2u);
   EXPECT_NE(job_config_to_toml(moved).find("[parallelism]\ndata_parallel_replicate_degree = 2"),
             std::string::npos);
+}
+
+// What ranks compare at start-up (train/rank_agreement.h): every key as "section.key = value",
+// and the first that differs named with both values.
+TEST(RankAgreement, TheFirstDifferingKeyIsNamedWithBothValues) {
+  JobConfig config = job_config_preset("tiny");
+  const std::vector<std::string> lines = job_config_lines(config);
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "training.seq_len = 256"), lines.end());
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "model.flavor = 'tiny'"), lines.end());
+  EXPECT_EQ(first_difference(lines, lines), "");
+  JobConfig other = config;
+  job_config_apply_override(other, "--training.seed=7");
+  job_config_apply_override(other, "--optimizer.lr=1e-3");
+  EXPECT_EQ(first_difference(job_config_lines(other), lines),
+            "has training.seed = 7, rank 0 has 0");  // training comes before optimizer
+  other = config;
+  other.overrides = {{"model.layers.*.mlp", "swiglu_reference"}};
+  EXPECT_EQ(first_difference(job_config_lines(other), lines),
+            "has overrides.'model.layers.*.mlp' = 'swiglu_reference' where rank 0 has none")
+      << job_config_lines(other).back();
+  const std::vector<std::string> a = {"the titan binary = 0123456789abcdef (10 bytes)", "x = 1"};
+  const std::vector<std::string> b = {"the titan binary = fedcba9876543210 (11 bytes)", "x = 2"};
+  EXPECT_EQ(first_difference(a, b),
+            "runs another titan binary (fingerprint 0123456789abcdef (10 bytes), rank 0's "
+            "fedcba9876543210 (11 bytes)): run the same build on every rank");
+  EXPECT_EQ(binary_fingerprint(), binary_fingerprint());
+  EXPECT_EQ(binary_fingerprint().size(),
+            std::string("0123456789abcdef (").size() +
+                std::to_string(std::filesystem::file_size("/proc/self/exe")).size() +
+                std::string(" bytes)").size());
 }
 
 TEST(LrSchedule, WarmupStableDecay) {

@@ -16,10 +16,11 @@
 
 namespace titan::test {
 
-// $TITAN_QWEN3_TOKENIZER, else ../shared/assets/qwen3-tokenizer next to the source tree.
+// $TITAN_QWEN3_TOKENIZER, else the copy in the repository, tests/fixtures/qwen3-tokenizer
+// (tests/fixtures/README.md).
 inline std::string qwen3_tokenizer_dir() {
   std::string dir = env_or_empty("TITAN_QWEN3_TOKENIZER");
-  if (dir.empty()) dir = env_or_empty("TITAN_SOURCE_DIR") + "/../shared/assets/qwen3-tokenizer";
+  if (dir.empty()) dir = env_or_empty("TITAN_SOURCE_DIR") + "/tests/fixtures/qwen3-tokenizer";
   return dir;
 }
 

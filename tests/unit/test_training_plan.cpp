@@ -9,10 +9,13 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "error_of.h"
+#include "scratch_dir.h"
+#include "test_dataset_util.h"
 #include "tiny_models.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
@@ -21,6 +24,7 @@
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
 #include "titan/models/causal_lm.h"
+#include "titan/models/param_count.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
@@ -344,6 +348,115 @@ TEST(TrainingPlan, RefusesTheKernelConstraintsTheTrainerRefuses) {
             }));
   config.training.seq_len = 64;
   EXPECT_NO_THROW(plan_inputs(config, 1));
+}
+
+// check_job_sizes holds bounds to 1 EiB before anything is computed in int64_t; each bound must
+// lie above the real figure, for every built-in preset, one process and FSDP, fp32 and bf16.
+TEST(TrainingPlan, TheSizeBoundsLieAboveThePlansFigures) {
+  for (const char* preset :
+       {"tiny", "tiny_moe", "debugmodel", "debugmodel_moe", "qwen3_0.6b", "qwen3_30b_a3b"}) {
+    for (const int64_t world : {1, 4}) {
+      for (const char* dtype : {"float32", "bfloat16"}) {
+        JobConfig config = job_config_preset(preset);
+        config.training.mixed_precision_param = dtype;
+        config.training.seq_len = std::min<int64_t>(config.training.seq_len, 512);
+        config.training.global_batch_size = 2 * config.training.local_batch_size * world;
+        const PlanInputs in = plan_inputs(config, world);
+        const TrainingPlan plan = plan_training(in);
+        const JobSizeBounds b = job_size_bounds(config, in.args, in.mesh);
+        const MemoryPlan& m = plan.memory;
+        const std::string what =
+            std::string(preset) + " " + dtype + " world " + std::to_string(world);
+        EXPECT_GE(b.parameters, static_cast<long double>(plan.parameter_count)) << what;
+        EXPECT_GE(b.parameter_bytes,
+                  static_cast<long double>(m.parameters + m.compute_copies + m.block_copies +
+                                           m.gradients + m.optimizer + m.units_in_flight +
+                                           m.collective_buffers + m.export_gather))
+            << what;
+        EXPECT_GE(b.activation_bytes, static_cast<long double>(m.activations_none)) << what;
+        EXPECT_GE(b.activation_bytes, static_cast<long double>(m.activations_full)) << what;
+        EXPECT_GE(b.step_tokens, static_cast<long double>(plan.tokens_per_step)) << what;
+        EXPECT_GE(b.sent_bytes, static_cast<long double>(plan.comm.per_step())) << what;
+      }
+    }
+  }
+}
+
+// Absurd configs are refused in one line naming the keys, never planned with wrapped figures
+// (before: 1e6 layers of hidden 1e6 printed -6887341995226103232 parameters, exit 0).
+TEST(TrainingPlan, AbsurdSizesAreRefusedNotWrapped) {
+  const test::ScratchDir dir;
+  const auto folder = [&](const std::string& name, const nlohmann::json& fields) {
+    nlohmann::json config = {{"architectures", {"Qwen3ForCausalLM"}},
+                             {"model_type", "qwen3"},
+                             {"vocab_size", 151936},
+                             {"hidden_size", 1024},
+                             {"intermediate_size", 3072},
+                             {"num_hidden_layers", 28},
+                             {"num_attention_heads", 16},
+                             {"num_key_value_heads", 8},
+                             {"head_dim", 128},
+                             {"max_position_embeddings", 40960},
+                             {"rms_norm_eps", 1e-6},
+                             {"rope_theta", 1000000},
+                             {"tie_word_embeddings", true}};
+    config.update(fields);
+    std::filesystem::create_directories(dir / name);
+    test::write_text(dir / (name + "/config.json"), config.dump());
+    return dir / name;
+  };
+  const auto plan_error = [](const std::string& path, const std::vector<std::string>& flags) {
+    return test::error_of([&] {
+      JobConfig config = job_config_preset("hf");
+      config.model.hf_assets_path = path;
+      for (const std::string& f : flags) job_config_apply_override(config, f);
+      plan_inputs(config, 1);
+    });
+  };
+  const std::string layers = folder("layers", {{"num_hidden_layers", 1000000}});
+  {  // 1e6 layers of hidden 1024 fit (about 1.6e16 bytes): planned, every figure exact
+    JobConfig config = job_config_preset("hf");
+    config.model.hf_assets_path = layers;
+    const TrainingPlan plan = plan_training(plan_inputs(config, 1));
+    const int64_t per_layer = count_parameters(plan.inputs.args).total / 1000000;
+    EXPECT_GT(per_layer, 10000000);
+    EXPECT_GT(plan.memory.parameters, 4 * 1000000 * per_layer);
+    EXPECT_GT(plan.peak(), plan.memory.parameters + plan.memory.gradients + plan.memory.optimizer);
+  }
+  const std::string huge = folder(
+      "huge",
+      {{"num_hidden_layers", 1000000}, {"hidden_size", 1000000}, {"intermediate_size", 10000000}});
+  const std::string huge_error = plan_error(huge, {"--model.hf_assets_path=" + huge});
+  EXPECT_TRUE(huge_error.starts_with(huge + "/config.json: the model's parameters "
+                                            "(num_hidden_layers 1000000 x about "))
+      << huge_error;
+  EXPECT_TRUE(
+      huge_error.ends_with(" per rank, beyond what titan counts (1152921504606846976 "
+                           "bytes, 1 EiB)"))
+      << huge_error;
+  const std::string long_seq = folder("long_seq", {{"num_hidden_layers", 100000},
+                                                   {"hidden_size", 65536},
+                                                   {"max_position_embeddings", 2000000000}});
+  const std::string seq_error =
+      plan_error(long_seq, {"--model.hf_assets_path=" + long_seq, "--training.seq_len=2000000000",
+                            "--training.local_batch_size=1000"});
+  EXPECT_TRUE(
+      seq_error.starts_with("training.seq_len (2000000000) x training.local_batch_size "
+                            "(1000) x num_hidden_layers (100000, " +
+                            long_seq + "/config.json): the activations would take up to "))
+      << seq_error;
+  // The batch keys of the built-in tiny flavor.
+  EXPECT_TRUE(error_of({"--training.local_batch_size=100000000000000"}, 1)
+                  .starts_with("training.seq_len (256) x training.local_batch_size "
+                               "(100000000000000) x num_hidden_layers (4, flavor 'tiny')"))
+      << error_of({"--training.local_batch_size=100000000000000"}, 1);
+  EXPECT_EQ(error_of({"--training.local_batch_size=4611686018427387904"}, 2),
+            "training.local_batch_size (4611686018427387904) x data-parallel ranks (2) is beyond "
+            "what titan counts (1152921504606846976)");
+  EXPECT_TRUE(error_of({"--training.global_batch_size=9000000000000000000"}, 1)
+                  .starts_with("training.global_batch_size (about 9e+18 sequences) x "
+                               "training.seq_len (256): about 2.3e+21 tokens per step"))
+      << error_of({"--training.global_batch_size=9000000000000000000"}, 1);
 }
 
 }  // namespace

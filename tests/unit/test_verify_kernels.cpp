@@ -206,6 +206,67 @@ TEST(KernelPlugins, EveryBadPluginIsRefusedByName) {
             "kernel plugin '" + plugin("duplicate") + "': kernel 'swiglu' is registered twice");
 }
 
+// A plugin with a kernel at fault (or a throwing registration) is refused in one line naming the
+// file and the kernel, and registers none of its kernels, not even the good one it added first.
+TEST(KernelPlugins, EveryBadKernelIsRefusedByNameAndNoneIsRegistered) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"null_forward", "kernel 'null_forward': its swiglu implementation's forward is null"},
+      {"null_backward", "kernel 'null_backward': its rms_norm implementation's backward is null"},
+      {"null_loss",
+       "kernel 'null_loss': its lm_head_loss implementation's forward_backward is null"},
+      {"bf16_null",
+       "kernel 'bf16_null': a linear kernel that declares bf16 needs forward_bf16 and "
+       "backward_bf16"},
+      {"empty_name", "a swiglu kernel has an empty name (description: 'nameless')"},
+      {"bad_name",
+       "kernel 'my kernel': a kernel name is letters, digits and '_', not starting with a digit"},
+      {"wrong_kind",
+       "kernel 'wrong_kind': declared kind rms_norm, but its implementation is of kind swiglu"},
+      {"same_twice", "kernel 'good_before_same_twice' is registered twice"},
+      {"throws", "its registration threw after adding kernel 'good_before_throws': out of coffee"},
+  };
+  const size_t registered = kernel_registry().entries().size();
+  for (const auto& [kind, why] : cases) {
+    std::string error = "loaded";
+    try {
+      load_kernel_plugin(plugin(kind));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error, "kernel plugin '" + plugin(kind) + "': " + why) << kind;
+    EXPECT_EQ(kernel_registry().find("good_before_" + kind), nullptr) << kind;
+  }
+  EXPECT_EQ(kernel_registry().entries().size(), registered);
+  EXPECT_EQ(kernel_registry().find("my kernel"), nullptr);
+  EXPECT_EQ(kernel_registry().find(""), nullptr);
+}
+
+// The same through the binary: verify-kernels and train end in that one line, exit status 1
+// (a null forward crashed both before).
+TEST(KernelPlugins, BadPluginsEndCommandsInOneLine) {
+  const test::ScratchDir dir("plugin_bad_cli");
+  const std::string why = "': kernel 'null_forward': its swiglu implementation's forward is null\n";
+  const TitanRun verify =
+      run_titan("verify-kernels --plugin '" + plugin("null_forward") + "'", dir);
+  EXPECT_EQ(verify.status, 1);
+  EXPECT_EQ(verify.err,
+            "titan verify-kernels: error: kernel plugin '" + plugin("null_forward") + why);
+  const std::string config = dir / "plugin.toml";
+  test::write_text(config, "[experimental]\ncustom_import = \"" + plugin("null_forward") +
+                               "\"\n[overrides]\n\"model.layers.*.mlp\" = \"null_forward\"\n");
+  const TitanRun train = run_titan("train --training.steps=1 --threads 2 --config '" + config +
+                                       "' --job.dump_folder='" + (dir / "run") + "'",
+                                   dir);
+  EXPECT_EQ(train.status, 1);
+  EXPECT_EQ(train.err, "titan train: error: kernel plugin '" + plugin("null_forward") + why);
+  EXPECT_TRUE(!std::filesystem::exists(dir / "run") || std::filesystem::is_empty(dir / "run"));
+  const TitanRun thrown = run_titan("verify-kernels --plugin '" + plugin("throws") + "'", dir);
+  EXPECT_EQ(thrown.status, 1);
+  EXPECT_EQ(thrown.err, "titan verify-kernels: error: kernel plugin '" + plugin("throws") +
+                            "': its registration threw after adding kernel 'good_before_throws': "
+                            "out of coffee\n");
+}
+
 TEST(KernelPlugins, TrainingBindsAPluginKernelByOverride) {
   const test::ScratchDir dir("plugin_train");
   const std::string common =

@@ -29,18 +29,63 @@ bool hidden(const fs::path& p) {
   return !name.empty() && name[0] == '.';
 }
 
+// What a path that is neither a folder nor a regular file is, as the refusal names it: missing,
+// a dangling symbolic link, a symbolic link loop, or a special file titan does not read data from.
+[[noreturn]] void refuse_path(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(path, ec);
+  if (!fs::exists(link)) fail(path, ": no such file or directory");
+  const fs::file_status target = fs::status(path, ec);
+  if (ec == std::errc::too_many_symbolic_link_levels) {
+    fail(path, ": a symbolic link loop (it never reaches a file)");
+  }
+  if (fs::is_symlink(link) && !fs::exists(target)) {
+    std::error_code read_ec;
+    const fs::path to = fs::read_symlink(path, read_ec);
+    fail(path, ": a symbolic link to ", read_ec ? std::string("?") : to.string(),
+         ", which does not exist");
+  }
+  const char* kind = fs::is_fifo(target)             ? "a FIFO (named pipe)"
+                     : fs::is_character_file(target) ? "a character device"
+                     : fs::is_block_file(target)     ? "a block device"
+                     : fs::is_socket(target)         ? "a socket"
+                                                     : "not a regular file";
+  fail(path, ": ", kind, ", not a regular file or folder (datasets are read from regular files)");
+}
+
 void add_directory(const fs::path& dir, std::vector<std::string>& out) {
   std::error_code ec;
+  const fs::path root = fs::canonical(dir, ec);
+  TITAN_CHECK(!ec, dir.string(), ": cannot list: ", ec.message());
   auto it =
       fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
   TITAN_CHECK(!ec, dir.string(), ": cannot list: ", ec.message());
   for (; it != fs::recursive_directory_iterator(); it.increment(ec)) {
     TITAN_CHECK(!ec, dir.string(), ": cannot list: ", ec.message());
-    if (hidden(it->path())) {
-      if (it->is_directory()) it.disable_recursion_pending();
+    const fs::path& path = it->path();
+    if (hidden(path)) {
+      if (it->is_directory(ec)) it.disable_recursion_pending();
       continue;
     }
-    if (it->is_regular_file()) out.push_back(it->path().string());
+    std::error_code entry_ec;
+    const bool symlink = it->is_symlink(entry_ec);
+    const fs::file_status target = fs::status(path, entry_ec);
+    if (entry_ec == std::errc::too_many_symbolic_link_levels) {
+      fail(path.string(), ": a symbolic link loop (it never reaches a file)");
+    }
+    if (symlink && fs::is_directory(target)) {
+      // A link to the folder listed or to one holding it would be followed forever.
+      const fs::path to = fs::canonical(path, entry_ec);
+      const fs::path from = fs::canonical(path.parent_path(), entry_ec);
+      const std::string to_s = to.string(), from_s = from.string();
+      const bool loop = !entry_ec && (from_s == to_s || from_s.starts_with(to_s + "/") ||
+                                      to_s == root.string() || to == fs::path("/"));
+      if (loop) {
+        fail(path.string(), ": a symbolic link to ", to_s,
+             ", a folder that holds it (a loop); remove the link or name the files");
+      }
+    }
+    if (fs::is_regular_file(target)) out.push_back(path.string());
   }
 }
 
@@ -75,15 +120,16 @@ std::vector<std::string> expand_data_paths(const std::vector<std::string>& specs
   for (const std::string& spec : specs) {
     std::error_code ec;
     const size_t before = files.size();
-    if (fs::is_directory(spec, ec)) {
+    const fs::file_status status = fs::status(spec, ec);
+    if (fs::is_directory(status)) {
       add_directory(spec, files);
       TITAN_CHECK(files.size() > before, spec, ": the directory holds no files");
-    } else if (fs::is_regular_file(spec, ec)) {
+    } else if (fs::is_regular_file(status)) {
       files.push_back(spec);
     } else if (is_glob(spec)) {
       add_glob(spec, files);
     } else {
-      fail(spec, ": no such file or directory");
+      refuse_path(spec);
     }
   }
   // Compare canonical paths: "d/x" and "./d/x" are the same file read twice.

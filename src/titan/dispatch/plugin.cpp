@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <exception>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -11,19 +12,28 @@
 namespace titan {
 namespace {
 
+// Collects a plugin's kernels, each validated as it is added (against the registry and the
+// plugin's earlier ones); load_kernel_plugin adds them to the registry only once the whole
+// registration has returned, so a plugin refused anywhere registers none.
 class RegistryRegistrar final : public KernelPluginRegistrar {
  public:
   explicit RegistryRegistrar(const std::string& path) : path_(path) {}
   void add(KernelEntry entry) override {
-    const std::string name = entry.name;
     try {
-      kernel_registry().add(std::move(entry));
+      kernel_registry().validate(entry);
+      for (const KernelEntry& earlier : pending) {
+        TITAN_CHECK(earlier.name != entry.name, "kernel '", entry.name, "' is registered twice");
+      }
     } catch (const Error& e) {
-      fail("kernel plugin '", path_, "': ", e.what());
+      refusal = detail::concat("kernel plugin '", path_, "': ", e.what());
+      throw Error(refusal);
     }
-    names.push_back(name);
+    pending.push_back(std::move(entry));
   }
-  std::vector<std::string> names;
+  std::vector<KernelEntry> pending;
+  // Set when add() refused a kernel: the one line naming the plugin and the kernel (also when the
+  // plugin caught that error and went on).
+  std::string refusal;
 
  private:
   const std::string& path_;
@@ -69,9 +79,32 @@ std::vector<std::string> load_kernel_plugin(const std::string& path) {
            kernel_plugin_abi(), "): rebuild it against this titan's headers");
   }
   RegistryRegistrar registrar(path);
-  registration(registrar);
-  TITAN_CHECK(!registrar.names.empty(), "kernel plugin '", path, "' registered no kernel");
-  return loaded[canonical] = registrar.names;
+  // The plugin stays loaded after a refusal (dlclose could unload code a static destructor of it
+  // still needs); none of its kernels is registered.
+  const auto after = [&] {
+    return registrar.pending.empty()
+               ? std::string(" before adding any kernel")
+               : " after adding kernel '" + registrar.pending.back().name + "'";
+  };
+  try {
+    registration(registrar);
+  } catch (const Error& e) {
+    if (!registrar.refusal.empty()) throw Error(registrar.refusal);
+    fail("kernel plugin '", path, "': its registration threw", after(), ": ", e.what());
+  } catch (const std::exception& e) {
+    fail("kernel plugin '", path, "': its registration threw", after(), ": ", e.what());
+  } catch (...) {
+    fail("kernel plugin '", path, "': its registration threw", after(),
+         " something that is not a std::exception");
+  }
+  if (!registrar.refusal.empty()) throw Error(registrar.refusal);
+  TITAN_CHECK(!registrar.pending.empty(), "kernel plugin '", path, "' registered no kernel");
+  std::vector<std::string> names;
+  for (KernelEntry& entry : registrar.pending) {
+    names.push_back(entry.name);
+    kernel_registry().add(std::move(entry));
+  }
+  return loaded[canonical] = names;
 }
 
 }  // namespace titan

@@ -45,8 +45,8 @@ constexpr uint64_t kernel_plugin_abi() {
   return h;
 }
 
-// Handed to a plugin's registration: add() registers one kernel (a name already registered, or
-// a kernel missing a form its dtypes need, is an error naming the plugin).
+// Handed to a plugin's registration: add() registers one kernel (one KernelRegistry::validate
+// refuses is an error naming the plugin and the kernel).
 class KernelPluginRegistrar {
  public:
   virtual ~KernelPluginRegistrar() = default;
@@ -56,8 +56,11 @@ class KernelPluginRegistrar {
 // Loads the plugin at `path` and registers its kernels in kernel_registry(); returns their
 // names. Loading the same file again registers nothing new and returns the same names. Every
 // failure -- no such file, not a shared library, not a titan plugin, built against another titan,
-// a kernel it cannot register, none registered -- is a titan::Error naming the file (one failing
-// partway through its registration leaves the kernels it added before: the run ends there).
+// a kernel it cannot register (KernelRegistry::validate: an empty or non-identifier name, a name
+// taken, a declared kind its implementation is not, a null forward or backward, a bf16 form its
+// dtypes need missing), a registration that throws, none registered -- is a titan::Error naming
+// the file (and the kernel, where one is at fault). A refused plugin registers none of its
+// kernels: they join the registry only once its whole registration has passed.
 std::vector<std::string> load_kernel_plugin(const std::string& path);
 
 }  // namespace titan

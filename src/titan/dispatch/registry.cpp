@@ -1,6 +1,8 @@
 #include "titan/dispatch/registry.h"
 
 #include <algorithm>
+#include <iterator>
+#include <type_traits>
 
 #include "titan/core/error.h"
 #include "titan/ops/embedding.h"
@@ -135,12 +137,78 @@ const char* op_kind_name(OpKind kind) {
   return "?";
 }
 
-void KernelRegistry::add(KernelEntry entry) {
-  TITAN_CHECK(entries_.count(entry.name) == 0, "kernel '", entry.name, "' is registered twice");
+namespace {
+
+// What a kernel's implementation (the variant's alternative) is, in the names OpKind uses: the
+// alternatives are listed in OpKind's order.
+constexpr OpKind kImplKinds[] = {OpKind::embedding,    OpKind::rms_norm,  OpKind::linear,
+                                 OpKind::rope,         OpKind::attention, OpKind::swiglu,
+                                 OpKind::lm_head_loss, OpKind::experts};
+static_assert(std::size(kImplKinds) == std::variant_size_v<decltype(KernelEntry::impl)>);
+
+// A name as a message may show it: printable ASCII kept, other bytes as \xNN, at most 64 of them.
+std::string shown_name(const std::string& name) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < name.size() && i < 64; ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (name.size() > 64) out += "...";
+  return out;
+}
+
+bool is_identifier(const std::string& name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+}  // namespace
+
+void KernelRegistry::validate(const KernelEntry& entry) const {
+  const OpKind impl_kind = kImplKinds[entry.impl.index()];
+  TITAN_CHECK(!entry.name.empty(), "a ", op_kind_name(impl_kind),
+              " kernel has an empty name (description: '", shown_name(entry.description), "')");
+  const std::string name = shown_name(entry.name);
+  TITAN_CHECK(is_identifier(entry.name), "kernel '", name,
+              "': a kernel name is letters, digits and '_', not starting with a digit");
+  TITAN_CHECK(entries_.count(entry.name) == 0, "kernel '", name, "' is registered twice");
+  TITAN_CHECK(entry.kind == impl_kind, "kernel '", name, "': declared kind ",
+              op_kind_name(entry.kind), ", but its implementation is of kind ",
+              op_kind_name(impl_kind));
+  TITAN_CHECK(!entry.dtypes.empty(), "kernel '", name, "' declares no dtype (f32, bf16)");
+  for (const DType t : entry.dtypes) {
+    TITAN_CHECK(t == DType::f32 || t == DType::bf16, "kernel '", name, "' declares dtype ",
+                dtype_name(t), "; kernels take f32 and bf16");
+  }
+  // Every function a kernel of its kind must have, by name.
+  const auto require = [&](bool present, const char* function) {
+    TITAN_CHECK(present, "kernel '", name, "': its ", op_kind_name(impl_kind), " implementation's ",
+                function, " is null");
+  };
+  std::visit(
+      [&](const auto& k) {
+        using K = std::decay_t<decltype(k)>;
+        if constexpr (std::is_same_v<K, LmHeadLossKernel>) {
+          require(k.forward_backward != nullptr, "forward_backward");
+        } else {
+          require(k.forward != nullptr, "forward");
+          require(k.backward != nullptr, "backward");
+        }
+      },
+      entry.impl);
   const auto check_bf16_functions = [&](const char* kind, bool has_bf16_functions) {
     const bool takes_bf16 =
         std::find(entry.dtypes.begin(), entry.dtypes.end(), DType::bf16) != entry.dtypes.end();
-    TITAN_CHECK(takes_bf16 == has_bf16_functions, "kernel '", entry.name, "': ", kind, " kernel ",
+    TITAN_CHECK(takes_bf16 == has_bf16_functions, "kernel '", name, "': ", kind, " kernel ",
                 takes_bf16 ? "that declares bf16 needs" : "that does not declare bf16 has",
                 " forward_bf16 and backward_bf16");
   };
@@ -148,7 +216,7 @@ void KernelRegistry::add(KernelEntry entry) {
     check_bf16_functions("a linear",
                          linear->forward_bf16 != nullptr && linear->backward_bf16 != nullptr);
     TITAN_CHECK(linear->forward_bf16_to_bf16 == nullptr || linear->forward_bf16 != nullptr,
-                "kernel '", entry.name,
+                "kernel '", name,
                 "': a linear kernel with forward_bf16_to_bf16 needs "
                 "forward_bf16 and backward_bf16");
   }
@@ -158,9 +226,13 @@ void KernelRegistry::add(KernelEntry entry) {
   }
   if (const auto* swiglu = std::get_if<SwigluKernel>(&entry.impl)) {
     TITAN_CHECK((swiglu->recompute_bf16 == nullptr) == (swiglu->backward_bf16 == nullptr),
-                "kernel '", entry.name,
+                "kernel '", name,
                 "': a swiglu kernel has recompute_bf16 and backward_bf16 together or neither");
   }
+}
+
+void KernelRegistry::add(KernelEntry entry) {
+  validate(entry);
   const std::string name = entry.name;
   entries_.emplace(name, std::move(entry));
 }

@@ -157,8 +157,14 @@ struct KernelEntry {
 
 class KernelRegistry {
  public:
-  // Names are unique across kinds; registering a name twice is an error.
+  // Names are unique across kinds; registering a name twice is an error, as is every entry
+  // validate() refuses.
   void add(KernelEntry entry);
+  // titan::Error naming the kernel unless `entry` could be added: its name is a non-empty
+  // identifier not registered yet, its declared kind is its implementation's, it declares f32
+  // and/or bf16 only, its forward and backward (an lm_head loss's forward_backward) are not
+  // null, and it has the bf16 forms its kind needs for the dtypes it declares.
+  void validate(const KernelEntry& entry) const;
   // The entry, or titan::Error naming the closest registered names of that kind.
   const KernelEntry& get(const std::string& name, OpKind kind) const;
   const KernelEntry* find(const std::string& name) const;

@@ -1,6 +1,7 @@
 #include "titan/train/job_resolve.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "titan/core/error.h"
@@ -48,12 +49,86 @@ ParallelDegrees job_parallel_degrees(const JobConfig& c) {
 int64_t job_accumulation_steps(const JobConfig& c, const MeshDims& dims) {
   const JobConfig::Training& t = c.training;
   const int64_t dp = dims.dp();
+  TITAN_CHECK(static_cast<long double>(t.local_batch_size) * static_cast<long double>(dp) <=
+                  static_cast<long double>(kMaxJobBytes),
+              "training.local_batch_size (", t.local_batch_size, ") x data-parallel ranks (", dp,
+              ") is beyond what titan counts (", kMaxJobBytes, ")");
   const int64_t global_batch =
       t.global_batch_size == -1 ? t.local_batch_size * dp : t.global_batch_size;
   TITAN_CHECK(global_batch % (t.local_batch_size * dp) == 0, "training.global_batch_size (",
               global_batch, ") is not a multiple of local_batch_size x data-parallel ranks (",
               t.local_batch_size, " x ", dp, ")");
   return global_batch / (t.local_batch_size * dp);
+}
+
+namespace {
+
+// "about 1.5e+19 bytes": a figure too large for int64, as a message shows it.
+std::string about(long double x, const char* unit) {
+  char text[64];
+  std::snprintf(text, sizeof(text), "about %.3Lg %s", x, unit);
+  return text;
+}
+
+}  // namespace
+
+JobSizeBounds job_size_bounds(const JobConfig& c, const ModelArgs& a, const MeshDims& dims) {
+  using F = long double;
+  const F h = a.hidden_size, inter = a.intermediate_size, layers = a.num_hidden_layers;
+  const F heads = a.num_attention_heads, kv = a.num_key_value_heads, hd = a.head_dim;
+  const F vocab = a.vocab_size, experts = a.num_experts, topk = a.num_experts_per_tok;
+  const F moe_inter = a.moe_intermediate_size;
+  JobSizeBounds b;
+  // A layer's parameters with a dense MLP and the MoE one, biases and per-tensor padding; the
+  // embedding and an untied lm_head.
+  b.per_layer = 2 * h * heads * hd + 2 * h * kv * hd + 3 * h * inter + 3 * experts * h * moe_inter +
+                experts * h + 4 * (heads + kv) * hd + 3 * inter + 8 * h + 1024;
+  b.parameters = layers * b.per_layer + vocab * h * (a.tie_word_embeddings ? 1 : 2) + 2 * h + 1024;
+  // Per rank at most: masters, gradients, AdamW's two moments, bf16 copies, whole units in flight
+  // and the export's gather, 4 bytes each: under 32 bytes a parameter.
+  b.parameter_bytes = 32 * b.parameters;
+  // A layer's kept tensors and scratch per token (blockwise attention: no seq x seq matrix), 16
+  // bytes per value, and the final norm, loss and logits chunk beside them.
+  const F tokens = static_cast<F>(c.training.local_batch_size) * c.training.seq_len;
+  const F per_token = 8 * h + 4 * (heads + 2 * kv) * hd + 4 * inter + 2 * experts +
+                      4 * topk * (h + moe_inter) + 2 * heads + 64;
+  b.activation_bytes = 16 * (layers * tokens * per_token + tokens * (16 * h + 64)) +
+                       static_cast<F>(int64_t{1} << 31);
+  const F dp = static_cast<F>(dims.dp());
+  b.global_batch = c.training.global_batch_size == -1
+                       ? static_cast<F>(c.training.local_batch_size) * dp
+                       : static_cast<F>(c.training.global_batch_size);
+  b.step_tokens = b.global_batch * c.training.seq_len;
+  // Per micro-batch a few times the whole parameters (gathers, reduce-scatters), per step an
+  // all-reduce over the replicas.
+  const F micro_batches = b.global_batch / (static_cast<F>(c.training.local_batch_size) * dp);
+  b.sent_bytes = micro_batches * 32 * b.parameters + 8 * dp * b.parameters;
+  return b;
+}
+
+void check_job_sizes(const JobConfig& c, const ModelArgs& a, const MeshDims& dims) {
+  const JobSizeBounds b = job_size_bounds(c, a, dims);
+  const auto limit = static_cast<long double>(kMaxJobBytes);
+  const std::string model = c.model.flavor == "hf" ? c.model.hf_assets_path + "/config.json"
+                                                   : "flavor '" + c.model.flavor + "'";
+  const std::string beyond =
+      " per rank, beyond what titan counts (" + std::to_string(kMaxJobBytes) + " bytes, 1 EiB)";
+  TITAN_CHECK(b.parameter_bytes <= limit, model, ": the model's parameters (num_hidden_layers ",
+              a.num_hidden_layers, " x ", about(b.per_layer, "per layer"), ", vocab_size ",
+              a.vocab_size, " x hidden_size ", a.hidden_size, ") would take up to ",
+              about(b.parameter_bytes, "bytes"), beyond);
+  TITAN_CHECK(b.activation_bytes <= limit, "training.seq_len (", c.training.seq_len,
+              ") x training.local_batch_size (", c.training.local_batch_size,
+              ") x num_hidden_layers (", a.num_hidden_layers, ", ", model,
+              "): the activations would take up to ", about(b.activation_bytes, "bytes"), beyond);
+  TITAN_CHECK(b.step_tokens <= limit, "training.global_batch_size (",
+              about(b.global_batch, "sequences"), ") x training.seq_len (", c.training.seq_len,
+              "): ", about(b.step_tokens, "tokens"), " per step, beyond what titan counts (",
+              kMaxJobBytes, ")");
+  TITAN_CHECK(b.sent_bytes <= limit, "training.global_batch_size (",
+              about(b.global_batch, "sequences"), ") over ", dims.dp(),
+              " data-parallel ranks with ", model, "'s ", about(b.parameters, "parameters"),
+              ": a rank would send up to ", about(b.sent_bytes, "bytes"), " per step", beyond);
 }
 
 DType job_compute_dtype(const JobConfig& c) {

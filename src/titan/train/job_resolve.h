@@ -24,6 +24,22 @@ ParallelDegrees job_parallel_degrees(const JobConfig& config);
 // Micro-batches each data-parallel rank runs per step: global_batch_size (-1: local_batch_size x
 // dp) / (local_batch_size x dp); a global batch that does not divide is a titan::Error.
 int64_t job_accumulation_steps(const JobConfig& config, const MeshDims& dims);
+// The most bytes (or tokens) per rank titan plans or allocates for: 2^60, 1 EiB. Every figure of
+// a job below it is counted exactly in int64_t; one beyond it is refused, not wrapped.
+constexpr int64_t kMaxJobBytes = int64_t{1} << 60;
+// titan::Error naming the keys unless every figure of the job fits under kMaxJobBytes -- its
+// parameters' bytes, its activations' (training.seq_len x local_batch_size x the layers), the
+// tokens of a step and the bytes a rank sends in one -- checked in long double against bounds
+// above the real figures, before titan plan or titan train computes them in int64_t.
+void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshDims& dims);
+// The bounds check_job_sizes holds to kMaxJobBytes (tests/unit/test_training_plan.cpp checks each
+// lies above the plan's real figure).
+struct JobSizeBounds {
+  long double per_layer = 0, parameters = 0;                              // elements
+  long double parameter_bytes = 0, activation_bytes = 0, sent_bytes = 0;  // per rank
+  long double global_batch = 0, step_tokens = 0;
+};
+JobSizeBounds job_size_bounds(const JobConfig& config, const ModelArgs& args, const MeshDims& dims);
 // The dtype the model's matmuls compute in: bf16 under training.mixed_precision_param =
 // "bfloat16", else fp32.
 DType job_compute_dtype(const JobConfig& config);

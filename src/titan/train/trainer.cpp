@@ -23,6 +23,7 @@
 #include "titan/train/checkpoint.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_resolve.h"
+#include "titan/train/rank_agreement.h"
 
 namespace titan {
 namespace {
@@ -156,8 +157,10 @@ MfuPeak mfu_peak(const Backend& device, DType dtype, double peak_tflops) {
 Trainer::Trainer(const JobConfig& config) : config_(config) {
   job_config_validate(config_);
   const JobConfig::Training& t = config_.training;
-  const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
+  // Before anything collective depends on the config: every rank runs rank 0's binary and config.
+  check_ranks_agree(world(), config_);
+  const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
     std::printf(
@@ -170,6 +173,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                           : "parameters replicated, gradients all-reduced");
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
+  check_job_sizes(config_, resolve_job_model_args(config_), dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
@@ -178,6 +182,13 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   const DataSources sources = resolve_data_sources(config_);
   check_inputs(sources);
   check_outputs(config_, sources);
+  // One job per dump folder: rank 0, which begins and commits every checkpoint and writes the
+  // export, holds its lock from here to the run's end; a second job on the folder stops here.
+  if (world().rank() == 0 && (config_.checkpoint.enable || config_.checkpoint.last_save_in_hf)) {
+    dump_lock_ = FolderLock::take(config_.job.dump_folder, "job.dump_folder");
+    if (!dump_lock_->warning.empty())
+      std::fprintf(stderr, "warning: %s\n", dump_lock_->warning.c_str());
+  }
   tokenizer_dir_ = sources.tokenizer;
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
   args_ = resolve_model_args(config_, *tokenizer_);

@@ -11,6 +11,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
+#include "titan/io/folder_lock.h"
 #include "titan/models/causal_lm.h"
 #include "titan/train/evaluate.h"
 #include "titan/train/job_config.h"
@@ -56,6 +57,9 @@ class Trainer {
   RowShard state_cut() const;
 
   JobConfig config_;
+  // Rank 0's lock on job.dump_folder while the run writes into it (io/folder_lock.h); declared
+  // first, so released last.
+  std::unique_ptr<FolderLock> dump_lock_;
   std::unique_ptr<DeviceMesh> mesh_;  // the data-parallel ranks (one without mpirun)
   ModelArgs args_;
   std::string tokenizer_dir_;

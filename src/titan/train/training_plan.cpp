@@ -39,6 +39,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.mesh = resolve_mesh_dims(job_parallel_degrees(config), world_size);
   in.accumulation_steps = job_accumulation_steps(config, in.mesh);
   in.args = resolve_job_model_args(config);
+  check_job_sizes(config, in.args, in.mesh);
   in.local_batch_size = config.training.local_batch_size;
   in.seq_len = config.training.seq_len;
   in.compute_dtype = job_compute_dtype(config);
