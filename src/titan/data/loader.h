@@ -59,9 +59,11 @@ struct LoaderOptions {
   bool shuffle = true;  // false: files in sorted order, documents in file order
   int rank = 0, world_size = 1;
   int64_t epochs = 0;  // passes over the data; 0 repeats forever
-  // Chat: cut conversations longer than seq_len (and count them) instead of stopping with an
-  // error naming the record.
+  // Chat: cut conversations longer than seq_len + 1 tokens (and count them) instead of stopping
+  // with an error naming the record.
   bool truncate_long = false;
+  // What that error suggests, in the caller's terms (a config key, a flag).
+  std::string long_conversation_hint = "raise seq_len, or let the loader truncate";
   int prefetch = 4;  // batches the background thread may have ready
   // Receives one line per file with skipped records (default: stderr). Totals of skipped records
   // and cut conversations are in LoaderState.
