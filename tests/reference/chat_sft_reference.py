@@ -122,6 +122,7 @@ def check(model_dir, data, metrics, export, steps, micro_batch, lr, eps, eval_lo
              for i in range(0, len(conversations), micro_batch)]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), eps=eps,
                             weight_decay=0.1)
+    print(f"assistant tokens in the global batch: {sum(scored(l) for _, _, l in micro)}")
     titan = [json.loads(l) for l in open(metrics)]
     titan = {r["step"]: r["loss"] for r in titan if "loss" in r and "step" in r}
     failures = []
