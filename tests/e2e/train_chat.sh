@@ -7,7 +7,8 @@
 #   (num_items_in_batch) -- step by step (loss within 1e-5) and in the exported weights (1e-6);
 #   tests/reference/chat_sft_reference.py;
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
-#   Transformers' masked loss of the trained model;
+#   Transformers' masked loss of the trained model; a last batch the conversations do not fill is
+#   kept (empty rows), so every conversation is scored whatever the batch size;
 # - bad inputs stop with one line naming what and where: a record without "messages", a bad role,
 #   an over-long conversation (file:line, in train and eval), a model folder without a chat
 #   template (train and eval); training.truncate_long_conversations cuts instead;
@@ -92,6 +93,16 @@ grep -v "Loading weights" "$work/reference.log"
 scored=$(sed -n 's/^assistant tokens in the global batch: //p' "$work/reference.log")
 grep -q "($scored assistant tokens scored in 2 batches" "$work/eval.log" \
   || { echo "titan eval --chat did not score Transformers' $scored assistant tokens"; cat "$work/eval.log"; exit 1; }
+
+# No conversation dropped: batches of 3 over the 4 conversations score them all, the last batch
+# holding one conversation and two empty rows.
+"$titan" eval --model "$work/sft/hf" --data "$work/sft.jsonl" --chat --seq-len 160 --batch-size 3 \
+  --threads 2 > "$work/eval3.log" 2> /dev/null
+grep -q "($scored assistant tokens scored in 2 batches of 3 rows" "$work/eval3.log" \
+  || { echo "titan eval --chat --batch-size 3 dropped a conversation"; cat "$work/eval3.log"; exit 1; }
+"$python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 2e-6)' \
+  "$evaluated" "$(awk '{print $2}' "$work/eval3.log")" \
+  || { echo "the loss depends on the batch size"; cat "$work/eval.log" "$work/eval3.log"; exit 1; }
 
 # ---- bad inputs: one line each, naming what and where ----
 bad=(--training.seq_len=48 --training.local_batch_size=2 --training.steps=2

@@ -25,7 +25,9 @@
 // is the whole dataset. Ranks hold different amounts of data, so with a finite number of epochs
 // they may run out at different steps.
 //
-// Shapes are fixed: a batch that cannot be filled when the data ends is dropped.
+// Shapes are fixed. When the data ends (a finite number of epochs), a batch that cannot be filled
+// is dropped in pre-training; in chat mode it is kept, its missing rows empty (the pad id, labels
+// -100), so a finite pass scores every conversation exactly once.
 #pragma once
 
 #include <condition_variable>

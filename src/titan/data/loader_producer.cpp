@@ -277,7 +277,14 @@ bool BatchProducer::next(Batch& batch) {
   batch.input_ids.resize(static_cast<size_t>(B * S));
   batch.labels.resize(static_cast<size_t>(B * S));
   for (int64_t b = 0; b < B; ++b) {
-    if (!next_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S)) return false;
+    if (next_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S)) continue;
+    // The data ended. Pre-training drops the partial batch; chat data keeps it, the rows left
+    // empty (padding, nothing scored), so a pass scores every conversation once, as Transformers'
+    // evaluation does (drop_last false).
+    if (b == 0 || options_.mode != DataMode::chat) return false;
+    std::fill(batch.input_ids.begin() + b * S, batch.input_ids.end(), pad_);
+    std::fill(batch.labels.begin() + b * S, batch.labels.end(), kIgnoreLabel);
+    break;
   }
   ++state_.batches;
   return true;
