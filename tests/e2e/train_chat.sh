@@ -148,6 +148,8 @@ grep -q "^warning: training.truncate_long_conversations has no effect: training.
 "$titan" train "${common[@]}" "${bad[@]}" --training.steps=3 --training.dataset_path="$work/long.jsonl" \
   --training.global_batch_size=4 --training.truncate_long_conversations=true \
   --job.dump_folder="$work/cut" > "$work/cut.log"
+grep -q "^conversations cut to seq_len + 1 = 49 tokens: [1-9]" "$work/cut.log" \
+  || { echo "the run does not say it cut conversations"; cat "$work/cut.log"; exit 1; }
 "$titan" eval --model "$work/model" --data "$work/long.jsonl" --chat --seq-len 48 --batch-size 1 \
   --truncate-long-conversations --threads 2 2> /dev/null | grep -qE "^loss [0-9]" \
   || { echo "eval --truncate-long-conversations"; exit 1; }

@@ -523,6 +523,12 @@ TrainResult Trainer::run() {
     }
   }
   metrics.print_summary();
+  if (const int64_t cut = loader_->state().truncated; cut > 0) {
+    std::printf(
+        "conversations cut to seq_len + 1 = %lld tokens: %lld (training.truncate_long_"
+        "conversations; a conversation counts once per epoch)\n",
+        static_cast<long long>(t.seq_len + 1), static_cast<long long>(cut));
+  }
   if (dp > 1 && result.last_step >= result.first_step) {
     // Rank 0's view (the ranks are alike): the collectives' time on its communication thread and
     // the part its compute thread waited for; the rest ran behind compute.
