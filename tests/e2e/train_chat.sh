@@ -12,6 +12,7 @@
 # - bad inputs stop with one line naming what and where: a record without "messages", a bad role,
 #   an over-long conversation (file:line, in train and eval), a model folder without a chat
 #   template (train and eval); training.truncate_long_conversations cuts instead;
+# - a run resumed from a checkpoint (the epoch ending after it) equals the uninterrupted one;
 # - the conversations docs/TRAINING.md fine-tunes on (examples/chat) train, the loss falling.
 # The model: a tiny random Qwen3 over a 512-token tokenizer titan trains on the Jargon File, with
 # the official Qwen3 chat template (tests/fixtures/chat_templates.json).
@@ -153,6 +154,24 @@ grep -q "^conversations cut to seq_len + 1 = 49 tokens: [1-9]" "$work/cut.log" \
 "$titan" eval --model "$work/model" --data "$work/long.jsonl" --chat --seq-len 48 --batch-size 1 \
   --truncate-long-conversations --threads 2 2> /dev/null | grep -qE "^loss [0-9]" \
   || { echo "eval --truncate-long-conversations"; exit 1; }
+
+# ---- resuming mid-run, across an epoch's end, gives the uninterrupted run's losses bit for bit ----
+resume=(--training.dataset_path="$source_dir/examples/chat/conversations.jsonl" --training.seq_len=256
+        --training.local_batch_size=2 --training.global_batch_size=4 --checkpoint.enable=true
+        --checkpoint.interval=2 --checkpoint.last_save_model_only=false --checkpoint.last_save_in_hf=false)
+"$titan" train "${common[@]}" "${resume[@]}" --training.steps=6 --job.dump_folder="$work/whole" \
+  --metrics.save_jsonl="$work/whole.jsonl" > /dev/null
+"$titan" train "${common[@]}" "${resume[@]}" --training.steps=3 --job.dump_folder="$work/split" > /dev/null
+rm -r "$work/split/checkpoint/step-3"  # resume from step 2: the epoch (12 conversations) ends in step 3
+"$titan" train "${common[@]}" "${resume[@]}" --training.steps=6 --job.dump_folder="$work/split" \
+  --metrics.save_jsonl="$work/split.jsonl" > "$work/split.log"
+grep -q "resumed step 2 from" "$work/split.log" || { echo "did not resume"; cat "$work/split.log"; exit 1; }
+"$python" - "$work/whole.jsonl" "$work/split.jsonl" <<'PY'
+import json, sys
+whole, split = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+assert sorted(split) == [3, 4, 5, 6] and all(split[s] == whole[s] for s in split), (whole, split)
+print("resumed chat run: steps 3-6 equal the uninterrupted run's bit for bit")
+PY
 
 # ---- the conversations docs/TRAINING.md fine-tunes on ----
 "$titan" train "${common[@]}" --training.dataset_path="$source_dir/examples/chat/conversations.jsonl" \
