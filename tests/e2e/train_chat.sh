@@ -132,11 +132,11 @@ eval_refusal() {
 }
 eval_refusal eval-long "^titan eval: error: $work/long.jsonl:3: the conversation has [0-9]+ tokens, more than seq_len \+ 1 = 49 \(raise --seq-len, or pass --truncate-long-conversations to cut it\)$" \
   "$titan" eval --model "$work/model" --data "$work/long.jsonl" --chat --seq-len 48 --threads 2
-expect_refusal no-template "^titan train: error: training.dataset = \"chat\" renders conversations with the chat template of model.hf_assets_path: $work/no-template: no chat template" \
+expect_refusal no-template "^titan train: error: training.dataset = \"chat\" renders conversations with the chat template of model.hf_assets_path: $work/no-template: no chat template \(no chat_template.jinja, no \"chat_template\" in tokenizer_config.json\)$" \
   "$titan" train "${common[@]}" "${bad[@]}" --model.hf_assets_path="$work/no-template" \
   --checkpoint.initial_load_path="$work/no-template" --training.dataset_path="$work/sft.jsonl" \
   --job.dump_folder="$work/bad4"
-expect_refusal eval-no-template "^titan eval: error: $work/no-template: no chat template" \
+expect_refusal eval-no-template "^titan eval: error: $work/no-template: no chat template \(no chat_template.jinja, no \"chat_template\" in tokenizer_config.json\)$" \
   "$titan" eval --model "$work/no-template" --data "$work/sft.jsonl" --chat --seq-len 48 --threads 2
 # On documents the key would do nothing: a warning says so.
 "$titan" train "${common[@]}" "${bad[@]}" --training.steps=1 --training.dataset=jargon \
