@@ -44,7 +44,13 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
     slots.push_back(slot(p + ".post_attention_layernorm", OpKind::rms_norm));
     if (a.layer_is_sparse(i)) {
       slots.push_back(slot(p + ".mlp.gate", OpKind::linear));
+      slots.push_back(slot(p + ".mlp.gate", OpKind::router));
+      // experts_staged (the default): the block runs the three stage slots that follow
+      // (ops/moe_stages.h); a fused experts kernel bound here instead replaces all three.
       slots.push_back(slot(p + ".mlp.experts", OpKind::experts, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::moe_dispatch, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::grouped_experts, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::moe_combine));
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
@@ -224,9 +230,16 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
         return g.params() + g.view(moe.name + ".experts." + proj).offset;
       };
       moe.weights = {stacked("gate_proj"), stacked("up_proj"), stacked("down_proj")};
+      moe.router = &std::get<RouterKernel>(binder.bind(moe.name + ".gate", OpKind::router).impl);
       const KernelEntry& experts = binder.bind(moe.name + ".experts", OpKind::experts);
       moe.experts = &std::get<ExpertsKernel>(experts.impl);
       moe.experts_kernel = experts.name;
+      const auto stage = [&](OpKind kind) {
+        return &binder.bind(moe.name + ".experts", kind).impl;
+      };
+      moe.dispatch = &std::get<MoeDispatchKernel>(*stage(OpKind::moe_dispatch));
+      moe.grouped = &std::get<GroupedExpertsKernel>(*stage(OpKind::grouped_experts));
+      moe.combine = &std::get<MoeCombineKernel>(*stage(OpKind::moe_combine));
     } else {
       SwigluMlp& mlp = layer.mlp;
       mlp.name = p + ".mlp";
@@ -546,10 +559,15 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     g.mlp.dup_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dup);
   }
   if (any_sparse) {
-    g.moe = {c.take(n * E),
-             c.take(n * k),
-             {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
-              c.take(rows * Im)}};
+    // Under bf16 the room of the gathered rows also holds, past their bf16 values, the staged
+    // backward's recomputed outputs (ExpertsScratch::out): (R, h) bf16 then (R, h) fp32.
+    const int64_t rows_bf16 = (rows * h + 1) / 2, out_at = (rows_bf16 + 15) / 16 * 16;
+    float* x_rows = c.take(keep_bf16 ? out_at + rows * h : rows * h);
+    g.moe = {
+        c.take(n * E),
+        c.take(n * k),
+        {x_rows, c.take(rows * h), c.take(rows * Im), c.take(rows * Im), c.take(rows * Im),
+         c.take(rows), c.take(rows), keep_bf16 && x_rows != nullptr ? x_rows + out_at : nullptr}};
   }
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
   // A dense MLP's product and the experts' are recomputed in the backward, never kept.
