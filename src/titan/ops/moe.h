@@ -3,7 +3,9 @@
 // the routing-weighted sum of its k experts' SwiGLU MLPs. The router's projection is a linear
 // (ops/linear.h). Also the Switch-Transformer load-balancing loss of Qwen3MoeForCausalLM (§2.3).
 // The experts compute in fp32, or for mixed precision with bf16 GEMM operands and fp32
-// accumulation (the *_bf16 kernels); the router always computes in fp32.
+// accumulation (the *_bf16 kernels); the router always computes in fp32. The same experts split
+// into stages, where expert parallel cuts them (dispatch, grouped compute, combine), are
+// ops/moe_stages.h; they equal the fused kernels below bit for bit.
 #pragma once
 
 #include <cstdint>
