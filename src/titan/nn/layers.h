@@ -305,9 +305,9 @@ struct SparseMoeBlock {
   ExpertWeightsBf16 weights_bf16;
   ExpertGrads grads;                     // or nulls
   const RouterKernel* router = nullptr;  // mlp.gate's softmax and top-k
-  // A fused kernel, or `experts_staged`: then the block runs the four stage slots below in turn
-  // (ops/moe_stages.h), each bound on its own (mlp.experts' moe_dispatch, grouped_experts and
-  // moe_combine slots).
+  // A fused kernel, or `experts_staged`: then after the router the block runs the three stage
+  // slots below in turn (ops/moe_stages.h), each bound on its own (mlp.experts' moe_dispatch,
+  // grouped_experts and moe_combine slots); a fused kernel replaces all three.
   const ExpertsKernel* experts = nullptr;
   std::string experts_kernel;  // registry name, for error messages
   const MoeDispatchKernel* dispatch = nullptr;
@@ -328,6 +328,7 @@ struct SparseMoeBlock {
                 const float* x, const float* dprobs_all, int64_t n) const;
 
  private:
+  // Whether `experts` is the registry's experts_staged (compared by its forward function).
   bool staged() const;
   // Expert parallel's two cut points: between dispatch and the grouped compute the rows go from
   // the ranks holding their tokens to those holding their experts (to_experts), and between the
