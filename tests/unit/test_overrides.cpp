@@ -289,13 +289,17 @@ TEST(Overrides, KernelOnAnotherDeviceIsRefused) {
 
 TEST(Registry, DefaultKernelPerKindAndDevice) {
   const KernelRegistry& r = kernel_registry();
-  for (OpKind kind : {OpKind::embedding, OpKind::rms_norm, OpKind::linear, OpKind::rope,
-                      OpKind::attention, OpKind::swiglu, OpKind::lm_head_loss, OpKind::experts}) {
+  for (OpKind kind :
+       {OpKind::embedding, OpKind::rms_norm, OpKind::linear, OpKind::rope, OpKind::attention,
+        OpKind::swiglu, OpKind::lm_head_loss, OpKind::experts, OpKind::router, OpKind::moe_dispatch,
+        OpKind::grouped_experts, OpKind::moe_combine}) {
     const KernelEntry& entry = r.get(r.default_kernel(kind, DeviceKind::cpu), kind);
     EXPECT_EQ(entry.device, DeviceKind::cpu) << op_kind_name(kind);
   }
   EXPECT_EQ(r.default_kernel(OpKind::linear, DeviceKind::cpu), "linear");
-  EXPECT_EQ(r.default_kernel(OpKind::experts, DeviceKind::cpu), "experts_grouped");
+  // The experts run in stages (ops/moe_stages.h), each stage's default its built-in kernel.
+  EXPECT_EQ(r.default_kernel(OpKind::experts, DeviceKind::cpu), "experts_staged");
+  EXPECT_EQ(r.default_kernel(OpKind::grouped_experts, DeviceKind::cpu), "grouped_experts");
   // This build registers no CUDA kernel: a CUDA model's slots would find none, by name.
   EXPECT_EQ(test::error_of([&] { r.default_kernel(OpKind::rms_norm, DeviceKind::cuda); }),
             "no rms_norm kernel is registered for cuda");
