@@ -1,6 +1,7 @@
 // The computations above the ops that no [overrides] rule rebinds: whole-array arithmetic
 // (residual adds, FSDP's gradient sums, clipping, norms), dtype casts, bias, the fused one-token
-// GEMVs, the RoPE table, the router's load-balancing statistics and AdamW. One table per device,
+// GEMVs, the RoPE table, the router's load-balancing statistics and AdamW (the router's softmax
+// and top-k is a kernel kind of its own, `router`). One table per device,
 // registered with the kernel registry beside the device's kernels (the CPU's by the registry
 // itself; CUDA's through register_cuda_kernels, dispatch/registry.h), so a new device is a new
 // table, never a branch inside a module. Code above dispatch/ reaches the running backend's table
@@ -50,13 +51,6 @@ struct DeviceOps {
                                 int64_t rows);
   void (*load_balancing_grad)(float* dprobs, const double* counts, int64_t n_experts, int64_t rows,
                               double scale);
-  // The router's softmax and top-k and its backward (ops/moe.h).
-  void (*router_topk_forward)(int32_t* index, float* weight, float* probs, const float* logits,
-                              int64_t n_tokens, int64_t n_experts, int64_t top_k,
-                              bool norm_topk_prob);
-  void (*router_topk_backward)(float* dlogits, const float* dweight, const float* dprobs_all,
-                               const float* probs, const int32_t* index, int64_t n_tokens,
-                               int64_t n_experts, int64_t top_k, bool norm_topk_prob);
   // AdamW update number `step` (1-based) at `lr` of param, exp_avg, exp_avg_sq (n) from grad (n).
   void (*adamw_step)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                      const AdamWConfig& config, float lr, int64_t step);

@@ -28,8 +28,6 @@ DeviceOps cpu_device_ops() {
   ops.load_balancing_accumulate = load_balancing_accumulate;
   ops.load_balancing_loss = load_balancing_loss;
   ops.load_balancing_grad = load_balancing_grad;
-  ops.router_topk_forward = router_topk_forward;
-  ops.router_topk_backward = router_topk_backward;
   ops.adamw_step = [](float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                       const AdamWConfig& config, float lr, int64_t step) {
     adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));

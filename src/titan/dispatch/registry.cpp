@@ -96,6 +96,58 @@ void register_builtins(KernelRegistry& r) {
          "token by token, fp64 sums (small inputs)",
          ExpertsKernel{experts_forward_reference, experts_backward_reference, experts_check_rows,
                        experts_forward_bf16_reference, experts_backward_bf16_reference}});
+  r.add({"experts_staged",
+         OpKind::experts,
+         {DType::f32, DType::bf16},
+         "route, dispatch, grouped compute and combine: the block runs its stage slots "
+         "(router, moe_dispatch, grouped_experts, moe_combine)",
+         ExpertsKernel{experts_forward_staged, experts_backward_staged, experts_check_rows,
+                       experts_forward_staged_bf16, experts_backward_staged_bf16, true}});
+  r.add({"router_topk",
+         OpKind::router,
+         {DType::f32},
+         "softmax and top-k per token, threaded over tokens",
+         RouterKernel{router_topk_forward, router_topk_backward}});
+  r.add({"router_topk_reference",
+         OpKind::router,
+         {DType::f32},
+         "fp64 softmax and sums",
+         RouterKernel{router_topk_forward_reference, router_topk_backward_reference}});
+  r.add({"moe_dispatch",
+         OpKind::moe_dispatch,
+         {DType::f32, DType::bf16},
+         "counting sort of the rows by expert; threaded row gather (rounded under bf16)",
+         MoeDispatchKernel{moe_dispatch_plan, moe_dispatch_forward, moe_dispatch_backward,
+                           moe_dispatch_forward_bf16}});
+  r.add({"moe_dispatch_reference",
+         OpKind::moe_dispatch,
+         {DType::f32, DType::bf16},
+         "stable sort by expert, serial loops, fp64 sums",
+         MoeDispatchKernel{moe_dispatch_plan_reference, moe_dispatch_forward_reference,
+                           moe_dispatch_backward_reference, moe_dispatch_forward_bf16_reference}});
+  r.add({"grouped_experts",
+         OpKind::grouped_experts,
+         {DType::f32, DType::bf16},
+         "three GEMMs per expert over its rows (sgemm; bf16 operands through oneDNN's matmul)",
+         GroupedExpertsKernel{grouped_experts_forward, grouped_experts_backward,
+                              grouped_experts_forward_bf16, grouped_experts_backward_bf16}});
+  r.add({"grouped_experts_reference",
+         OpKind::grouped_experts,
+         {DType::f32, DType::bf16},
+         "row by row, fp64 sums (small inputs)",
+         GroupedExpertsKernel{grouped_experts_forward_reference, grouped_experts_backward_reference,
+                              grouped_experts_forward_bf16_reference,
+                              grouped_experts_backward_bf16_reference}});
+  r.add({"moe_combine",
+         OpKind::moe_combine,
+         {DType::f32},
+         "weighted sum per token in ascending expert order, threaded over tokens",
+         MoeCombineKernel{moe_combine_forward, moe_combine_backward}});
+  r.add({"moe_combine_reference",
+         OpKind::moe_combine,
+         {DType::f32},
+         "fp64 sums",
+         MoeCombineKernel{moe_combine_forward_reference, moe_combine_backward_reference}});
   r.add({"swiglu_reference",
          OpKind::swiglu,
          {DType::f32},
@@ -109,7 +161,11 @@ void register_builtins(KernelRegistry& r) {
   r.set_default(OpKind::attention, DeviceKind::cpu, "attention_blockwise");
   r.set_default(OpKind::swiglu, DeviceKind::cpu, "swiglu");
   r.set_default(OpKind::lm_head_loss, DeviceKind::cpu, "cross_entropy_chunked");
-  r.set_default(OpKind::experts, DeviceKind::cpu, "experts_grouped");
+  r.set_default(OpKind::experts, DeviceKind::cpu, "experts_staged");
+  r.set_default(OpKind::router, DeviceKind::cpu, "router_topk");
+  r.set_default(OpKind::moe_dispatch, DeviceKind::cpu, "moe_dispatch");
+  r.set_default(OpKind::grouped_experts, DeviceKind::cpu, "grouped_experts");
+  r.set_default(OpKind::moe_combine, DeviceKind::cpu, "moe_combine");
   r.add_device_ops(cpu_device_ops());
 }
 
@@ -133,6 +189,14 @@ const char* op_kind_name(OpKind kind) {
       return "lm_head_loss";
     case OpKind::experts:
       return "experts";
+    case OpKind::router:
+      return "router";
+    case OpKind::moe_dispatch:
+      return "moe_dispatch";
+    case OpKind::grouped_experts:
+      return "grouped_experts";
+    case OpKind::moe_combine:
+      return "moe_combine";
   }
   return "?";
 }
@@ -223,6 +287,14 @@ void KernelRegistry::validate(const KernelEntry& entry) const {
   if (const auto* experts = std::get_if<ExpertsKernel>(&entry.impl)) {
     check_bf16_functions("an experts",
                          experts->forward_bf16 != nullptr && experts->backward_bf16 != nullptr);
+  }
+  if (const auto* grouped = std::get_if<GroupedExpertsKernel>(&entry.impl)) {
+    check_bf16_functions("a grouped experts",
+                         grouped->forward_bf16 != nullptr && grouped->backward_bf16 != nullptr);
+  }
+  if (const auto* dispatch = std::get_if<MoeDispatchKernel>(&entry.impl)) {
+    // Its backward is fp32 in both dtypes: forward_bf16 alone is its bf16 form.
+    check_bf16_functions("a moe_dispatch", dispatch->forward_bf16 != nullptr);
   }
   if (const auto* swiglu = std::get_if<SwigluKernel>(&entry.impl)) {
     TITAN_CHECK((swiglu->recompute_bf16 == nullptr) == (swiglu->backward_bf16 == nullptr),

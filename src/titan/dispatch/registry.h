@@ -17,11 +17,27 @@
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/moe.h"
+#include "titan/ops/moe_stages.h"
 #include "titan/ops/rope.h"
 
 namespace titan {
 
-enum class OpKind { embedding, rms_norm, linear, rope, attention, swiglu, lm_head_loss, experts };
+// The MoE experts are one `experts` kernel (fused, or `experts_staged`: the block runs the four
+// stage kinds after it, ops/moe_stages.h): router, moe_dispatch, grouped_experts, moe_combine.
+enum class OpKind {
+  embedding,
+  rms_norm,
+  linear,
+  rope,
+  attention,
+  swiglu,
+  lm_head_loss,
+  experts,
+  router,
+  moe_dispatch,
+  grouped_experts,
+  moe_combine
+};
 const char* op_kind_name(OpKind kind);
 
 using RmsNormForward = void (*)(float*, float*, const float*, const float*, int64_t, int64_t,
@@ -139,6 +155,48 @@ struct ExpertsKernel {
   // entry's dtypes include bf16, else null.
   ExpertsForwardBf16 forward_bf16 = nullptr;
   ExpertsBackwardBf16 backward_bf16 = nullptr;
+  // experts_staged's: a block bound to it runs its own stage slots (router, moe_dispatch,
+  // grouped_experts, moe_combine) instead of these functions, which compose the built-in stages.
+  bool runs_stage_slots = false;
+};
+
+// The experts in stages (ops/moe_stages.h), each slot bound on its own. The router's softmax and
+// top-k after mlp.gate's projection, always fp32.
+struct RouterKernel {
+  void (*forward)(int32_t*, float*, float*, const float*, int64_t, int64_t, int64_t, bool);
+  void (*backward)(float*, const float*, const float*, const float*, const int32_t*, int64_t,
+                   int64_t, int64_t, bool);
+};
+
+// Rows grouped by expert (plan) and the tokens' inputs gathered into them (forward; rounded to
+// bf16 by forward_bf16, required when the entry declares bf16); the backward sums the dx rows
+// per token and puts d weight back in (token, slot) order, fp32 in both dtypes.
+struct MoeDispatchKernel {
+  void (*plan)(int32_t*, int32_t*, const int32_t*, const ExpertsShape&);
+  void (*forward)(float*, const float*, const int32_t*, const ExpertsShape&);
+  void (*backward)(float*, float*, const float*, const float*, const int32_t*, const ExpertsShape&);
+  void (*forward_bf16)(uint16_t*, const float*, const int32_t*, const ExpertsShape&) = nullptr;
+};
+
+// Every expert's SwiGLU MLP over its rows; bf16 forms required when the entry declares bf16.
+struct GroupedExpertsKernel {
+  void (*forward)(float*, const ExpertsActivations&, const ExpertsScratch&, const float*,
+                  const int32_t*, const ExpertWeights&, const ExpertsShape&);
+  void (*backward)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
+                   const ExpertsActivations&, const float*, const int32_t*, const ExpertWeights&,
+                   const ExpertsShape&);
+  void (*forward_bf16)(float*, const ExpertsActivations&, const ExpertsScratch&, const uint16_t*,
+                       const int32_t*, const ExpertWeightsBf16&, const ExpertsShape&) = nullptr;
+  void (*backward_bf16)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
+                        const ExpertsActivations&, const uint16_t*, const int32_t*,
+                        const ExpertWeightsBf16&, const ExpertsShape&) = nullptr;
+};
+
+// The routing-weighted sum back in token order, and its factored backward; fp32 in both dtypes.
+struct MoeCombineKernel {
+  void (*forward)(float*, const float*, const int32_t*, const int32_t*, const float*,
+                  const ExpertsShape&);
+  void (*backward)(float*, float*, const float*, const float*, const int32_t*, const ExpertsShape&);
 };
 
 struct KernelEntry {
@@ -149,7 +207,8 @@ struct KernelEntry {
   std::vector<DType> dtypes;
   std::string description;
   std::variant<EmbeddingKernel, RmsNormKernel, LinearKernel, RopeKernel, AttentionKernel,
-               SwigluKernel, LmHeadLossKernel, ExpertsKernel>
+               SwigluKernel, LmHeadLossKernel, ExpertsKernel, RouterKernel, MoeDispatchKernel,
+               GroupedExpertsKernel, MoeCombineKernel>
       impl;
   // The device its functions run on (what their pointers point into).
   DeviceKind device = DeviceKind::cpu;

@@ -42,7 +42,13 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
     slots.push_back(slot(p + ".post_attention_layernorm", OpKind::rms_norm));
     if (a.layer_is_sparse(i)) {
       slots.push_back(slot(p + ".mlp.gate", OpKind::linear));
+      slots.push_back(slot(p + ".mlp.gate", OpKind::router));
+      // experts_staged (the default): the block runs the three stage slots that follow
+      // (ops/moe_stages.h); a fused experts kernel bound here instead replaces all three.
       slots.push_back(slot(p + ".mlp.experts", OpKind::experts, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::moe_dispatch, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::grouped_experts, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::moe_combine));
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
@@ -185,9 +191,16 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
         return g.params() + g.view(moe.name + ".experts." + proj).offset;
       };
       moe.weights = {stacked("gate_proj"), stacked("up_proj"), stacked("down_proj")};
+      moe.router = &std::get<RouterKernel>(binder.bind(moe.name + ".gate", OpKind::router).impl);
       const KernelEntry& experts = binder.bind(moe.name + ".experts", OpKind::experts);
       moe.experts = &std::get<ExpertsKernel>(experts.impl);
       moe.experts_kernel = experts.name;
+      const auto stage = [&](OpKind kind) {
+        return &binder.bind(moe.name + ".experts", kind).impl;
+      };
+      moe.dispatch = &std::get<MoeDispatchKernel>(*stage(OpKind::moe_dispatch));
+      moe.grouped = &std::get<GroupedExpertsKernel>(*stage(OpKind::grouped_experts));
+      moe.combine = &std::get<MoeCombineKernel>(*stage(OpKind::moe_combine));
     } else {
       SwigluMlp& mlp = layer.mlp;
       mlp.name = p + ".mlp";

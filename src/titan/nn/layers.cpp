@@ -368,36 +368,86 @@ void SparseMoeBlock::check_constraints(int64_t n) const {
   require_constraints(name + ".experts", experts_kernel, *experts, shape(n));
 }
 
-void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& scratch,
-                             const float* x, int64_t n) const {
+bool SparseMoeBlock::staged() const {
+  return experts->runs_stage_slots;
+}
+
+void SparseMoeBlock::to_experts(std::initializer_list<ExpertRows> /*rows*/,
+                                const int32_t* /*offsets*/) const {}
+
+void SparseMoeBlock::from_experts(std::initializer_list<ExpertRows> /*rows*/,
+                                  const int32_t* /*offsets*/) const {}
+
+void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& s, const float* x,
+                             int64_t n) const {
   check_constraints(n);
   gate.forward(act.router_logits, x, n, {});
-  device_ops().router_topk_forward(act.topk_index, act.topk_weight, act.router_probs,
-                                   act.router_logits, n, n_experts, top_k, norm_topk_prob);
-  if (computes_in_bf16()) {
-    // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
-    TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
-                experts_kernel, "' does not take bf16");
-    experts->forward_bf16(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights_bf16,
-                          shape(n));
-  } else {
-    experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights,
-                     shape(n));
+  router->forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
+                  n_experts, top_k, norm_topk_prob);
+  const ExpertsShape sh = shape(n);
+  // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
+  if (!staged()) {
+    if (computes_in_bf16()) {
+      TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
+                  experts_kernel, "' does not take bf16");
+      experts->forward_bf16(y, act.experts, s, x, act.topk_index, act.topk_weight, weights_bf16,
+                            sh);
+    } else {
+      experts->forward(y, act.experts, s, x, act.topk_index, act.topk_weight, weights, sh);
+    }
+    return;
   }
+  const ExpertsActivations& e = act.experts;
+  dispatch->plan(e.row_of, e.offsets, act.topk_index, sh);
+  if (computes_in_bf16()) {
+    auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
+    dispatch->forward_bf16(x_rows, x, e.row_of, sh);
+    to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
+    grouped->forward_bf16(s.y, e, s, x_rows, e.offsets, weights_bf16, sh);
+  } else {
+    dispatch->forward(s.x, x, e.row_of, sh);
+    to_experts({{s.x, hidden, DType::f32}}, e.offsets);
+    grouped->forward(s.y, e, s, s.x, e.offsets, weights, sh);
+  }
+  from_experts({{s.y, hidden, DType::f32}}, e.offsets);
+  combine->forward(y, s.y, e.row_of, act.topk_index, act.topk_weight, sh);
 }
 
 void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
                               const MoeActivations& act, const float* x, const float* dprobs_all,
                               int64_t n) const {
-  if (computes_in_bf16()) {
-    experts->backward_bf16(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
-                           act.topk_weight, weights_bf16, shape(n));
+  const ExpertsShape sh = shape(n);
+  const ExpertsScratch& s = g.experts;
+  const ExpertsActivations& e = act.experts;
+  if (!staged()) {
+    if (computes_in_bf16()) {
+      experts->backward_bf16(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight,
+                             weights_bf16, sh);
+    } else {
+      experts->backward(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight, weights,
+                        sh);
+    }
   } else {
-    experts->backward(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
-                      act.topk_weight, weights, shape(n));
+    // d out in factored form (ops/moe_stages.h): each row's dy in s.y, its weight in s.w_rows.
+    combine->backward(s.y, s.w_rows, dy, act.topk_weight, e.row_of, sh);
+    to_experts({{s.y, hidden, DType::f32}, {s.w_rows, 1, DType::f32}}, e.offsets);
+    // The rows' inputs again: other layers' forwards reused s.x since this layer's.
+    if (computes_in_bf16()) {
+      auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
+      dispatch->forward_bf16(x_rows, x, e.row_of, sh);
+      to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
+      grouped->backward_bf16(s.y, s.dweight_rows, grads, s, s.w_rows, e, x_rows, e.offsets,
+                             weights_bf16, sh);
+    } else {
+      dispatch->forward(s.x, x, e.row_of, sh);
+      to_experts({{s.x, hidden, DType::f32}}, e.offsets);
+      grouped->backward(s.y, s.dweight_rows, grads, s, s.w_rows, e, s.x, e.offsets, weights, sh);
+    }
+    from_experts({{s.y, hidden, DType::f32}, {s.dweight_rows, 1, DType::f32}}, e.offsets);
+    dispatch->backward(dx, g.dweight, s.y, s.dweight_rows, e.row_of, sh);
   }
-  device_ops().router_topk_backward(g.dlogits, g.dweight, dprobs_all, act.router_probs,
-                                    act.topk_index, n, n_experts, top_k, norm_topk_prob);
+  router->backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n, n_experts,
+                   top_k, norm_topk_prob);
   gate.backward(dx, g.dlogits, x, n, true, {});
 }
 
