@@ -205,9 +205,10 @@ namespace {
 
 // What a kernel's implementation (the variant's alternative) is, in the names OpKind uses: the
 // alternatives are listed in OpKind's order.
-constexpr OpKind kImplKinds[] = {OpKind::embedding,    OpKind::rms_norm,  OpKind::linear,
-                                 OpKind::rope,         OpKind::attention, OpKind::swiglu,
-                                 OpKind::lm_head_loss, OpKind::experts};
+constexpr OpKind kImplKinds[] = {
+    OpKind::embedding, OpKind::rms_norm,     OpKind::linear,          OpKind::rope,
+    OpKind::attention, OpKind::swiglu,       OpKind::lm_head_loss,    OpKind::experts,
+    OpKind::router,    OpKind::moe_dispatch, OpKind::grouped_experts, OpKind::moe_combine};
 static_assert(std::size(kImplKinds) == std::variant_size_v<decltype(KernelEntry::impl)>);
 
 // A name as a message may show it: printable ASCII kept, other bytes as \xNN, at most 64 of them.
@@ -264,6 +265,7 @@ void KernelRegistry::validate(const KernelEntry& entry) const {
         if constexpr (std::is_same_v<K, LmHeadLossKernel>) {
           require(k.forward_backward != nullptr, "forward_backward");
         } else {
+          if constexpr (std::is_same_v<K, MoeDispatchKernel>) require(k.plan != nullptr, "plan");
           require(k.forward != nullptr, "forward");
           require(k.backward != nullptr, "backward");
         }

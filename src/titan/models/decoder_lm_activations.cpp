@@ -56,10 +56,15 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     g.mlp.dup_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dup);
   }
   if (any_sparse) {
-    g.moe = {c.take(n * E),
-             c.take(n * k),
-             {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
-              c.take(rows * Im)}};
+    // Under bf16 the room of the gathered rows also holds, past their bf16 values, the staged
+    // backward's recomputed outputs (ExpertsScratch::out): (R, h) bf16 then (R, h) fp32.
+    const int64_t rows_bf16 = (rows * h + 1) / 2, out_at = (rows_bf16 + 15) / 16 * 16;
+    float* x_rows = c.take(keep_bf16 ? out_at + rows * h : rows * h);
+    g.moe = {
+        c.take(n * E),
+        c.take(n * k),
+        {x_rows, c.take(rows * h), c.take(rows * Im), c.take(rows * Im), c.take(rows * Im),
+         c.take(rows), c.take(rows), keep_bf16 && x_rows != nullptr ? x_rows + out_at : nullptr}};
   }
   float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
   // A dense MLP's product and the experts' are recomputed in the backward, never kept.
