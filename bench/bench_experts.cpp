@@ -31,7 +31,8 @@ struct ExpertsProblem {
   ExpertsShape shape;
   std::vector<float> x, dy, y, dx, weight, dweight, gate, up, down, dgate_w, dup_w, ddown_w;
   std::vector<uint16_t> gate_bf16, up_bf16, down_bf16;  // the weights rounded, for bf16 kernels
-  std::vector<float> act_gate, act_up, act_act, sx, sy, sdgate, sdup, sdact;
+  std::vector<float> act_gate, act_up, act_act, sx, sy, sdgate, sdup, sdact, w_rows, dweight_rows,
+      sout;
   std::vector<int32_t> index, row_of, offsets;
 
   explicit ExpertsProblem(const ExpertsShape& s) : shape(s) {
@@ -60,7 +61,8 @@ struct ExpertsProblem {
     for (auto* v : {&y, &dx}) v->resize(n * h);
     for (auto* v : {&weight, &dweight}) v->assign(rows, 1.0f / static_cast<float>(k));
     for (auto* v : {&act_gate, &act_up, &act_act, &sdgate, &sdup, &sdact}) v->resize(rows * Im);
-    for (auto* v : {&sx, &sy}) v->resize(rows * h);
+    for (auto* v : {&sx, &sy, &sout}) v->resize(rows * h);
+    for (auto* v : {&w_rows, &dweight_rows}) v->resize(rows);
     index.resize(rows);
     row_of.resize(rows);
     offsets.resize(E + 1);
@@ -81,7 +83,9 @@ struct ExpertsProblem {
     return {act_gate.data(), act_up.data(), act_act.data(), row_of.data(), offsets.data()};
   }
   ExpertsScratch scratch() {
-    return {sx.data(), sy.data(), sdgate.data(), sdup.data(), sdact.data()};
+    // w_rows, dweight_rows and out: experts_staged's backward (ops/moe_stages.h).
+    return {sx.data(),    sy.data(),     sdgate.data(),       sdup.data(),
+            sdact.data(), w_rows.data(), dweight_rows.data(), sout.data()};
   }
   void forward(const ExpertsKernel& kernel, DType dtype) {
     if (dtype == DType::bf16) {

@@ -4,7 +4,13 @@
 # a file may include its own layer and any below it. Above the backend layer, src/titan reaches the
 # hardware only through the backend-level headers (titan/backend/*.h): a file outside
 # src/titan/backend/ that includes one backend's own folder (titan/backend/cpu/, .../cuda/) fails
-# too (apps, tests and benchmarks may). Usage: check-layering.sh [SOURCE_ROOT]
+# too (apps, tests and benchmarks may). A layer's cuda/ folder is built only into the CUDA library:
+# only files in a cuda/ folder include CUDA's own headers (cuda_runtime.h, cublas*.h, ...) or
+# another layer's cuda/ headers (a layer's own cuda/ header declares what its cuda/ folder defines).
+# The op seam: above dispatch/, src/titan computes only through dispatched ops (the modules' bound
+# kernels, dispatch/device_ops.h): a file there that calls a function an ops/ header declares, or
+# the backend's vector primitives (VecKernels, backend().vec()), fails.
+# Usage: check-layering.sh [SOURCE_ROOT]
 set -euo pipefail
 root="${1:-$(cd "$(dirname "$0")/.." && pwd)}"
 arch="$root/docs/ARCHITECTURE.md"
@@ -48,8 +54,31 @@ for dir in "$root"/src/titan/*/; do
     violations=$((violations + 1))
   done < <(grep -rnoE '#include "titan/backend/[a-z_]+/[^"]*' "$dir" --include='*.h' --include='*.cpp' --include='*.cu' --include='*.inc' || true)
 done
+for dir in "$root"/src/titan/*/ "$root/apps"; do
+  while IFS=: read -r file line target; do
+    case "$file" in */cuda/*) continue ;; esac
+    # A layer's own cuda/ header (a plain C++ declaration, as backend/cuda/cuda_backend.h) is its bridge.
+    layer_dir="${file#"$root"/src/titan/}"
+    [[ "$target" == *\"titan/"${layer_dir%%/*}"/cuda/*.h ]] && continue
+    echo "${file#"$root"/}:$line includes ${target#*\"}, which only the CUDA library's cuda/ folders may" >&2
+    violations=$((violations + 1))
+  done < <(grep -rnoE '#include ["<]((titan/[a-z_]+/cuda/)|cuda|cublas|cudnn|nccl|curand)[^">]*' "$dir" --include='*.h' --include='*.cpp' --include='*.cu' --include='*.inc' || true)
+done
+
+# Every function an ops/ header declares at namespace level: "type name(" starting a line.
+mapfile -t op_functions < <(sed -nE 's/^[A-Za-z_][A-Za-z0-9_:<>, *&]* \**([a-z_][a-z0-9_]*)\($/\1/p; s/^[A-Za-z_][A-Za-z0-9_:<>, *&]* \**([a-z_][a-z0-9_]*)\(.*/\1/p' "$root"/src/titan/ops/*.h | sort -u)
+[ "${#op_functions[@]}" -ge 10 ] || { echo "check-layering: found only ${#op_functions[@]} functions in src/titan/ops/*.h" >&2; exit 2; }
+op_pattern="(^|[^A-Za-z0-9_.>:])($(IFS='|'; echo "${op_functions[*]}"))\(|VecKernels|backend\(\)\.vec\(\)"
+for layer in "${layers[@]}"; do
+  [ "${rank[$layer]}" -gt "${rank[dispatch]}" ] && [ -d "$root/src/titan/$layer" ] || continue
+  while IFS=: read -r file line text; do
+    echo "${file#"$root"/}:$line computes past the op seam (an ops/ function or the backend's vector primitives; call a dispatched op, dispatch/device_ops.h): ${text#"${text%%[![:space:]]*}"}" >&2
+    violations=$((violations + 1))
+  done < <(grep -rnE "$op_pattern" "$root/src/titan/$layer" --include='*.h' --include='*.cpp' | grep -vE '^[^:]*:[0-9]+:\s*//' || true)
+done
+
 if [ "$violations" -gt 0 ]; then
   echo "check-layering: $violations include(s) break the layering (docs/ARCHITECTURE.md)" >&2
   exit 1
 fi
-echo "check-layering: ${#layers[@]} layers, no include points up, none reaches into a backend's folder"
+echo "check-layering: ${#layers[@]} layers, no include points up, none reaches into a backend's folder or a cuda/ folder, nothing above dispatch/ calls one of the ${#op_functions[@]} ops/ functions"

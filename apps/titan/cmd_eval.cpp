@@ -2,11 +2,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.h"
 #include "titan/backend/cpu/threads.h"
+#include "titan/data/chat_template.h"
+#include "titan/data/dataset_chat.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/infer/weights.h"
@@ -22,12 +25,21 @@ Action add_eval_command(CLI::App& app) {
   static std::vector<std::string> data;
   static int64_t seq_len = 2048, batch_size = 1, max_batches = -1;
   static int threads;
-  static bool allow_nonfinite = false;
+  static bool allow_nonfinite = false, chat = false, truncate_long = false;
   add_threads_option(*command, threads);
   command->add_option("--model", model_dir, "model folder (config.json, weights, tokenizer)")
       ->required();
   command->add_option("--data", data, "dataset files, folders or globs")->required();
   command->add_option("--text-field", text_field, "JSON field holding the text");
+  command->add_flag("--chat", chat,
+                    "the data is conversations (\"messages\"), as training.dataset = \"chat\" "
+                    "reads them: rendered with the model folder's chat template, one per row, "
+                    "scored on the assistant replies only");
+  command
+      ->add_flag("--truncate-long-conversations", truncate_long,
+                 "with --chat: cut a conversation longer than seq-len + 1 tokens instead of "
+                 "stopping at it")
+      ->needs("--chat");
   command
       ->add_option("--seq-len", seq_len,
                    "inputs per row, as torchtitan's training.seq_len: each row scores seq-len "
@@ -54,6 +66,12 @@ Action add_eval_command(CLI::App& app) {
   return [] {
     set_thread_count(threads);
     const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    // Chat data's template first: a folder without one fails before the model is loaded.
+    std::optional<ChatTemplate> chat_template;
+    if (chat) {
+      chat_template = ChatTemplate::load(model_dir);
+      check_chat_tokenizer(tokenizer, *chat_template);
+    }
     const DType compute = inference_dtype(model_dir, dtype);  // a bad --dtype fails first
     std::unique_ptr<CausalLM> model = load_eval_model(model_dir, compute, allow_nonfinite);
     // Said from the loaded model, not the flag: what its matmuls will compute in.
@@ -65,8 +83,25 @@ Action add_eval_command(CLI::App& app) {
     options.seq_len = seq_len;
     options.shuffle = false;
     options.epochs = 1;
+    if (chat) {
+      options.mode = DataMode::chat;
+      options.chat_template = chat_template;
+      options.truncate_long = truncate_long;
+      options.long_conversation_hint =
+          "raise --seq-len, or pass --truncate-long-conversations to cut it";
+    }
     DataLoader loader(options, tokenizer);
     const EvalResult r = evaluate(*model, loader, max_batches);
+    if (chat) {
+      std::printf(
+          "loss %.6f  perplexity %.4f  (%lld assistant tokens scored in %lld batches of %lld "
+          "rows; a row is one conversation of at most %lld tokens, padded, rendered with the %s "
+          "chat template)\n",
+          r.loss, std::exp(r.loss), static_cast<long long>(r.tokens),
+          static_cast<long long>(r.batches), static_cast<long long>(batch_size),
+          static_cast<long long>(seq_len + 1), std::string(options.chat_template->name()).c_str());
+      return 0;
+    }
     std::printf(
         "loss %.6f  perplexity %.4f  (%lld tokens scored in %lld batches of %lld rows; a row is "
         "%lld inputs and %lld targets, a window of %lld tokens, as torchtitan's seq_len)\n",

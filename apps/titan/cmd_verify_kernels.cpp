@@ -45,7 +45,7 @@ Action add_verify_kernels_command(CLI::App& app) {
         entries.push_back(entry);
       }
     }
-    std::printf("%-24s %-13s %-26s %-26s %10s %10s\n", "kernel", "kind", "form", "output", "error",
+    std::printf("%-25s %-15s %-26s %-26s %10s %10s\n", "kernel", "kind", "form", "output", "error",
                 "tolerance");
     std::vector<std::string> failures;
     size_t n_checks = 0;
@@ -53,7 +53,7 @@ Action add_verify_kernels_command(CLI::App& app) {
       const KernelReport report = verify_kernel(*entry);
       for (const KernelCheck& c : report.checks) {
         ++n_checks;
-        std::printf("%-24s %-13s %-26s %-26s %10.2e %10.2e  %s\n", report.kernel.c_str(),
+        std::printf("%-25s %-15s %-26s %-26s %10.2e %10.2e  %s\n", report.kernel.c_str(),
                     op_kind_name(report.kind), c.form.c_str(), c.output.c_str(), c.error,
                     c.tolerance, c.passed() ? "ok" : "FAIL");
         if (!c.passed()) {

@@ -20,7 +20,7 @@ grep -q "1.342e+07 training FLOPs per token" "$work/plain.log" || { echo "unexpe
 "$titan" train "${common[@]}" --training.steps=1 --lr_scheduler.warmup_steps=0 --activation_checkpoint.mode=full \
   --overrides.model.layers.*.mlp.experts=experts_reference \
   --metrics.save_jsonl="$work/reference.jsonl" > "$work/reference.log"
-grep -q "model.layers.3.mlp.experts: experts_grouped -> experts_reference" "$work/reference.log" \
+grep -q "model.layers.3.mlp.experts: experts_staged -> experts_reference" "$work/reference.log" \
   || { echo "the override was not applied:"; cat "$work/reference.log"; exit 1; }
 
 python3 - "$work" <<'PY'

@@ -179,6 +179,15 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   warns({"--lr_scheduler.min_lr_factor=0.1", "--lr_scheduler.decay_type=none"},
         "lr_scheduler.min_lr_factor", "decay_type is \"none\"");
   warns({"--training.deterministic=false"}, "training.deterministic", "deterministic");
+  // Cutting long conversations means something for chat data only.
+  warns({"--training.truncate_long_conversations=true", "--training.dataset=mine",
+         "--training.dataset_path=my.jsonl"},
+        "training.truncate_long_conversations has no effect", "training.dataset is not \"chat\"");
+  EXPECT_TRUE(unused_after({"--training.truncate_long_conversations=true",
+                            "--training.dataset=chat", "--training.dataset_path=my.jsonl"})
+                  .empty());
+  EXPECT_NE(data.find("set training.dataset to \"chat\" for conversations"), std::string::npos)
+      << data;
   // torchtitan's older [training] place for the data-parallel keys is read as [parallelism].
   warns({"--training.data_parallel_shard_degree=2"}, "training.data_parallel_shard_degree",
         "read as parallelism.data_parallel_shard_degree");

@@ -3,6 +3,7 @@
 // one clear line for bad input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -432,6 +433,47 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
     }
   }
   EXPECT_EQ(seen.size(), static_cast<size_t>(kConversations));
+}
+
+// A finite pass over chat data scores every conversation once: the last batch is kept, the rows
+// the data did not fill left empty (padding, nothing scored); pre-training drops it.
+TEST(LoaderChat, TheLastPartialBatchIsKeptWithEmptyRows) {
+  const ScratchDir dir("chat_last");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  for (int i = 0; i < 5; ++i) {
+    jsonl += json{{"messages",
+                   {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
+                    {{"role", "assistant"}, {"content", "answer " + std::to_string(i)}}}}}
+                 .dump() +
+             "\n";
+  }
+  write_text(dir / "chat.jsonl", jsonl);
+  LoaderOptions o;
+  o.data.paths = {dir / "chat.jsonl"};
+  o.mode = DataMode::chat;
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
+  o.epochs = 1;
+  o.batch_size = 2;
+  o.seq_len = 64;
+  DataLoader loader(o, tok);
+  const std::vector<Batch> batches = drain(loader);
+  ASSERT_EQ(batches.size(), 3u);
+  int scored_rows = 0;
+  for (const Batch& b : batches) {
+    ASSERT_EQ(b.input_ids.size(), 128u);
+    for (int row = 0; row < 2; ++row) {
+      const auto labels = b.labels.begin() + row * 64;
+      scored_rows += std::any_of(labels, labels + 64, [](int32_t l) { return l != kIgnoreLabel; });
+    }
+  }
+  EXPECT_EQ(scored_rows, 5);
+  const Batch& last = batches.back();
+  for (size_t s = 64; s < 128; ++s) {
+    EXPECT_EQ(last.input_ids[s], tok.pad_id());
+    EXPECT_EQ(last.labels[s], kIgnoreLabel);
+  }
+  EXPECT_EQ(loader.state().batches, 3);
 }
 
 // ---- bad input ----

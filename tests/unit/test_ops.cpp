@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <tuple>
@@ -19,15 +20,18 @@
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/dispatch/registry.h"
 #include "titan/nn/layers.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/elementwise.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/linear.h"
 #include "titan/ops/moe.h"
+#include "titan/ops/moe_stages.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/rope.h"
 #include "titan/ops/swiglu.h"
@@ -1110,7 +1114,7 @@ struct MoeCase {
   std::vector<float> router_grad, gate_grad, up_grad, down_grad;
   // Activations and scratch of the block (owned here, viewed by act / g).
   std::vector<float> logits, probs, weight, gate_act, up_act, act_act, sx, sy, dgate, dup, dact,
-      dlogits, dweight;
+      dlogits, dweight, w_rows, dweight_rows, sout;
   std::vector<int32_t> index, row_of, offsets;
   MoeActivations act;
   MoeGradScratch g;
@@ -1135,9 +1139,9 @@ struct MoeCase {
     down_grad.assign(down.size(), 0.0f);
     const int64_t rows = n * k;
     for (auto* v : {&logits, &probs, &dlogits}) v->resize(n * E);
-    for (auto* v : {&weight, &dweight}) v->resize(rows);
+    for (auto* v : {&weight, &dweight, &w_rows, &dweight_rows}) v->resize(rows);
     for (auto* v : {&gate_act, &up_act, &act_act, &dgate, &dup, &dact}) v->resize(rows * Im);
-    for (auto* v : {&sx, &sy}) v->resize(rows * h);
+    for (auto* v : {&sx, &sy, &sout}) v->resize(rows * h);
     index.resize(rows);
     row_of.resize(rows);
     offsets.resize(E + 1);
@@ -1148,7 +1152,8 @@ struct MoeCase {
            {gate_act.data(), up_act.data(), act_act.data(), row_of.data(), offsets.data()}};
     g = {dlogits.data(),
          dweight.data(),
-         {sx.data(), sy.data(), dgate.data(), dup.data(), dact.data()}};
+         {sx.data(), sy.data(), dgate.data(), dup.data(), dact.data(), w_rows.data(),
+          dweight_rows.data(), sout.data()}};
     block.name = "model.layers.0.mlp";
     block.hidden = h;
     block.intermediate = Im;
@@ -1167,6 +1172,14 @@ struct MoeCase {
     block.experts =
         &std::get<ExpertsKernel>(kernel_registry().get(experts_kernel, OpKind::experts).impl);
     block.experts_kernel = experts_kernel;
+    block.router =
+        &std::get<RouterKernel>(kernel_registry().get("router_topk", OpKind::router).impl);
+    block.dispatch = &std::get<MoeDispatchKernel>(
+        kernel_registry().get("moe_dispatch", OpKind::moe_dispatch).impl);
+    block.grouped = &std::get<GroupedExpertsKernel>(
+        kernel_registry().get("grouped_experts", OpKind::grouped_experts).impl);
+    block.combine =
+        &std::get<MoeCombineKernel>(kernel_registry().get("moe_combine", OpKind::moe_combine).impl);
   }
   // The experts compute in bf16 from here on, on bf16 copies of their weights.
   void use_bf16() {
@@ -1315,6 +1328,219 @@ TEST(Moe, BadRoutingIsAnError) {
   }
 }
 
+// Bitwise equality of two arrays (memcmp: -0.0 and NaN payloads count too).
+template <typename T>
+void expect_same_bits(const std::string& what, const std::vector<T>& got,
+                      const std::vector<T>& want) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(T)), 0)
+      << what << ": the staged experts differ from the fused kernel";
+}
+
+// The block over its four stage slots (route, dispatch, grouped compute, combine: the default
+// experts_staged) equals the fused experts_grouped bit for bit, forward and backward, in fp32 and
+// bf16, at sizes that are no multiple of a vector width and with an expert that gets no token.
+TEST(Moe, StagesEqualTheFusedKernelBitForBit) {
+  for (const bool bf16 : {false, true}) {
+    for (const auto& [k, norm, forced] :
+         {std::tuple<int64_t, bool, bool>{2, true, true}, {3, false, true}, {2, true, false}}) {
+      MoeCase fused(k, norm, "experts_grouped", 11, forced),
+          staged(k, norm, "experts_staged", 11, forced);
+      if (bf16) {
+        fused.use_bf16();
+        staged.use_bf16();
+      }
+      const std::string what = std::string(bf16 ? "bf16" : "fp32") + " k=" + std::to_string(k);
+      expect_same_bits(what + " y", staged.forward(), fused.forward());
+      ASSERT_EQ(staged.index, fused.index);
+      if (forced) {
+        EXPECT_EQ(std::count(staged.index.begin(), staged.index.end(), staged.E - 1), 0)
+            << "the last expert must get no token";
+      }
+      expect_same_bits(what + " offsets", staged.offsets, fused.offsets);
+      const std::vector<float> dy = randn(fused.n * fused.h, 21), dprobs = randn(fused.E, 22);
+      expect_same_bits(what + " dx", staged.backward(dy, dprobs), fused.backward(dy, dprobs));
+      expect_same_bits(what + " dweight", staged.dweight, fused.dweight);
+      expect_same_bits(what + " router grad", staged.router_grad, fused.router_grad);
+      expect_same_bits(what + " gate_proj grad", staged.gate_grad, fused.gate_grad);
+      expect_same_bits(what + " up_proj grad", staged.up_grad, fused.up_grad);
+      expect_same_bits(what + " down_proj grad", staged.down_grad, fused.down_grad);
+    }
+  }
+}
+
+// Larger odd sizes (h and Im past one 64-wide GEMM block) through the registry's two experts
+// kernels themselves, two experts without a token: experts_staged == experts_grouped, bitwise.
+TEST(Moe, StagedKernelEqualsGroupedKernelBitForBit) {
+  ExpertsShape s;
+  s.n_tokens = 29, s.hidden = 67, s.inter = 37, s.n_experts = 7, s.top_k = 2;
+  const int64_t n = s.n_tokens, h = s.hidden, Im = s.inter, E = s.n_experts, R = s.rows();
+  const std::vector<float> x = randn(n * h, 1), gate = randn(E * Im * h, 2, 0.2f),
+                           up = randn(E * Im * h, 3, 0.2f), down = randn(E * h * Im, 4, 0.2f),
+                           dy = randn(n * h, 5);
+  std::vector<float> weight = randn(R, 6);
+  std::vector<int32_t> index(R);
+  for (int64_t t = 0; t < n; ++t) {  // experts 0..4, distinct per token; 5 and 6 get none
+    index[t * 2] = static_cast<int32_t>((t * 3) % 5);
+    index[t * 2 + 1] = static_cast<int32_t>((t * 3 + 1 + t % 3) % 5);
+  }
+  const auto bits = [](const std::vector<float>& v) {
+    std::vector<uint16_t> out(v.size());
+    std::transform(v.begin(), v.end(), out.begin(), f32_to_bf16);
+    return out;
+  };
+  const std::vector<uint16_t> gate16 = bits(gate), up16 = bits(up), down16 = bits(down);
+  struct Out {
+    std::vector<float> y, dx, dweight, dw;
+  };
+  const auto run = [&](const char* name, bool bf16) {
+    const ExpertsKernel& kernel =
+        std::get<ExpertsKernel>(kernel_registry().get(name, OpKind::experts).impl);
+    std::vector<float> ga(R * Im), ua(R * Im), aa(R * Im), sx(R * h * 3 / 2 + 16), sy(R * h),
+        dg(R * Im), du(R * Im), da(R * Im), wr(R), dwr(R);
+    std::vector<int32_t> row_of(R), offsets(E + 1);
+    const ExpertsActivations act{ga.data(), ua.data(), aa.data(), row_of.data(), offsets.data()};
+    const ExpertsScratch scratch{sx.data(), sy.data(), dg.data(),  du.data(),
+                                 da.data(), wr.data(), dwr.data(), sx.data() + (R * h + 1) / 2};
+    Out o{std::vector<float>(n * h), std::vector<float>(n * h), std::vector<float>(R),
+          std::vector<float>(3 * E * Im * h, 0.0f)};
+    const ExpertGrads dw{o.dw.data(), o.dw.data() + E * Im * h, o.dw.data() + 2 * E * Im * h};
+    if (bf16) {
+      const ExpertWeightsBf16 w{gate16.data(), up16.data(), down16.data()};
+      kernel.forward_bf16(o.y.data(), act, scratch, x.data(), index.data(), weight.data(), w, s);
+      kernel.backward_bf16(o.dx.data(), o.dweight.data(), dw, scratch, dy.data(), act, x.data(),
+                           index.data(), weight.data(), w, s);
+    } else {
+      const ExpertWeights w{gate.data(), up.data(), down.data()};
+      kernel.forward(o.y.data(), act, scratch, x.data(), index.data(), weight.data(), w, s);
+      kernel.backward(o.dx.data(), o.dweight.data(), dw, scratch, dy.data(), act, x.data(),
+                      index.data(), weight.data(), w, s);
+    }
+    return o;
+  };
+  for (const bool bf16 : {false, true}) {
+    const Out fused = run("experts_grouped", bf16), staged = run("experts_staged", bf16);
+    const std::string what = bf16 ? "bf16 " : "fp32 ";
+    expect_same_bits(what + "y", staged.y, fused.y);
+    expect_same_bits(what + "dx", staged.dx, fused.dx);
+    expect_same_bits(what + "dweight", staged.dweight, fused.dweight);
+    expect_same_bits(what + "dweights (gate, up, down)", staged.dw, fused.dw);
+  }
+}
+
+// Each stage's fast kernel against its plain reference: the data movement exactly, the sums to
+// fp32 rounding, the bf16 compute to its summation order.
+TEST(Moe, EachStageMatchesItsReference) {
+  for (const bool forced : {true, false}) {
+    MoeCase c(2, true, "experts_staged", 11, forced);
+    c.forward();
+    const ExpertsShape s = c.block.shape(c.n);
+    const int64_t R = s.rows(), h = c.h, Im = c.Im, E = c.E;
+    // route
+    std::vector<int32_t> index(R);
+    std::vector<float> weight(R), probs(c.n * E), dlogits(c.n * E);
+    router_topk_forward_reference(index.data(), weight.data(), probs.data(), c.logits.data(), c.n,
+                                  E, 2, true);
+    EXPECT_EQ(index, c.index);
+    expect_close("route weight", weight.data(), c.weight.data(), R, 1e-6);
+    expect_close("route probs", probs.data(), c.probs.data(), c.n * E, 1e-6);
+    const std::vector<float> dweight_in = randn(R, 31), dprobs = randn(E, 32);
+    std::vector<float> want_dlogits(c.n * E);
+    router_topk_backward(dlogits.data(), dweight_in.data(), dprobs.data(), c.probs.data(),
+                         c.index.data(), c.n, E, 2, true);
+    router_topk_backward_reference(want_dlogits.data(), dweight_in.data(), dprobs.data(),
+                                   c.probs.data(), c.index.data(), c.n, E, 2, true);
+    expect_close("route dlogits", dlogits.data(), want_dlogits.data(), c.n * E, 1e-6);
+    // dispatch
+    std::vector<int32_t> row_of(R), offsets(E + 1);
+    moe_dispatch_plan_reference(row_of.data(), offsets.data(), c.index.data(), s);
+    EXPECT_EQ(row_of, c.row_of);
+    EXPECT_EQ(offsets, c.offsets);
+    std::vector<float> rows(R * h), want_rows(R * h);
+    moe_dispatch_forward(rows.data(), c.x.data(), c.row_of.data(), s);
+    moe_dispatch_forward_reference(want_rows.data(), c.x.data(), c.row_of.data(), s);
+    expect_same_bits("dispatch rows", rows, want_rows);
+    std::vector<uint16_t> rows16(R * h), want_rows16(R * h);
+    moe_dispatch_forward_bf16(rows16.data(), c.x.data(), c.row_of.data(), s);
+    moe_dispatch_forward_bf16_reference(want_rows16.data(), c.x.data(), c.row_of.data(), s);
+    expect_same_bits("dispatch bf16 rows", rows16, want_rows16);
+    const std::vector<float> dx_rows = randn(R * h, 33), dweight_rows = randn(R, 34);
+    std::vector<float> dx(c.n * h), want_dx(c.n * h), dw(R), want_dw(R);
+    moe_dispatch_backward(dx.data(), dw.data(), dx_rows.data(), dweight_rows.data(),
+                          c.row_of.data(), s);
+    moe_dispatch_backward_reference(want_dx.data(), want_dw.data(), dx_rows.data(),
+                                    dweight_rows.data(), c.row_of.data(), s);
+    expect_close("dispatch dx", dx.data(), want_dx.data(), c.n * h, 1e-6);
+    expect_same_bits("dispatch dweight", dw, want_dw);
+    // combine
+    std::vector<float> y(c.n * h), want_y(c.n * h), w_rows(R), want_w_rows(R);
+    moe_combine_forward(y.data(), dx_rows.data(), c.row_of.data(), c.index.data(), c.weight.data(),
+                        s);
+    moe_combine_forward_reference(want_y.data(), dx_rows.data(), c.row_of.data(), c.index.data(),
+                                  c.weight.data(), s);
+    expect_close("combine y", y.data(), want_y.data(), c.n * h, 1e-6);
+    const std::vector<float> dy = randn(c.n * h, 35);
+    moe_combine_backward(rows.data(), w_rows.data(), dy.data(), c.weight.data(), c.row_of.data(),
+                         s);
+    moe_combine_backward_reference(want_rows.data(), want_w_rows.data(), dy.data(), c.weight.data(),
+                                   c.row_of.data(), s);
+    expect_same_bits("combine dy rows", rows, want_rows);
+    expect_same_bits("combine w rows", w_rows, want_w_rows);
+    // grouped compute, fp32 then bf16: the fast kernel's outputs and gradients against the
+    // reference's from the same rows (x rows gathered above, dy rows and weights from combine).
+    for (const bool bf16 : {false, true}) {
+      const std::string what = bf16 ? "grouped bf16 " : "grouped ";
+      std::vector<float> x_rows(R * h);
+      moe_dispatch_forward(x_rows.data(), c.x.data(), c.row_of.data(), s);
+      const ExpertWeights w32{c.gate.data(), c.up.data(), c.down.data()};
+      const auto g16 = [](const std::vector<float>& v) {
+        std::vector<uint16_t> out(v.size());
+        std::transform(v.begin(), v.end(), out.begin(), f32_to_bf16);
+        return out;
+      };
+      const std::vector<uint16_t> gate16 = g16(c.gate), up16 = g16(c.up), down16 = g16(c.down);
+      const ExpertWeightsBf16 w16{gate16.data(), up16.data(), down16.data()};
+      struct Run {
+        std::vector<float> out, dx_rows, dweight_rows, dw;
+      };
+      const auto run = [&](bool reference) {
+        std::vector<float> ga(R * Im), ua(R * Im), aa(R * Im), dg(R * Im), du(R * Im), da(R * Im),
+            so(R * h);
+        const ExpertsActivations act{ga.data(), ua.data(), aa.data(), c.row_of.data(),
+                                     c.offsets.data()};
+        const ExpertsScratch sc{nullptr,   nullptr, dg.data(), du.data(),
+                                da.data(), nullptr, nullptr,   so.data()};
+        Run r{std::vector<float>(R * h), rows, std::vector<float>(R),
+              std::vector<float>(3 * E * Im * h, 0.0f)};
+        const ExpertGrads grads{r.dw.data(), r.dw.data() + E * Im * h,
+                                r.dw.data() + 2 * E * Im * h};
+        if (bf16) {
+          (reference ? grouped_experts_forward_bf16_reference : grouped_experts_forward_bf16)(
+              r.out.data(), act, sc, rows16.data(), c.offsets.data(), w16, s);
+          (reference ? grouped_experts_backward_bf16_reference : grouped_experts_backward_bf16)(
+              r.dx_rows.data(), r.dweight_rows.data(), grads, sc, w_rows.data(), act, rows16.data(),
+              c.offsets.data(), w16, s);
+        } else {
+          (reference ? grouped_experts_forward_reference : grouped_experts_forward)(
+              r.out.data(), act, sc, x_rows.data(), c.offsets.data(), w32, s);
+          (reference ? grouped_experts_backward_reference : grouped_experts_backward)(
+              r.dx_rows.data(), r.dweight_rows.data(), grads, sc, w_rows.data(), act, x_rows.data(),
+              c.offsets.data(), w32, s);
+        }
+        return r;
+      };
+      const Run fast = run(false), want = run(true);
+      // As Bf16GroupedExpertsMatchBf16Reference: the same roundings, fp32 summation order apart.
+      const double tol = bf16 ? 1e-5 : 1e-6;
+      expect_close(what + "out", fast.out.data(), want.out.data(), R * h, tol);
+      expect_close(what + "dx rows", fast.dx_rows.data(), want.dx_rows.data(), R * h, tol);
+      expect_close(what + "dweight rows", fast.dweight_rows.data(), want.dweight_rows.data(), R,
+                   tol);
+      expect_close(what + "dweights", fast.dw.data(), want.dw.data(), 3 * E * Im * h, tol);
+    }
+  }
+}
+
 TEST(Moe, LoadBalancingLossIsTheSwitchTransformerFormula) {
   // Perfectly balanced routing and uniform probabilities: aux = k.
   const int64_t E = 4, k = 2, n = 6;
@@ -1352,6 +1578,47 @@ TEST(AdamW, MatchesReferenceOverSeveralSteps) {
   expect_close("adamw exp_avg", m.data(), rm.data(), n, 1e-6);
   expect_close("adamw exp_avg_sq", v.data(), rv.data(), n, 1e-6);
   EXPECT_THROW(adamw_scalars(config, 1e-3f, 0), Error);
+}
+
+TEST(Elementwise, MatchOneThreadLoopsBitForBit) {
+  // Threaded over chunks, each element still gets one rounding: the same bits as a serial loop,
+  // on a length that is not a multiple of the chunk or the vector width.
+  const int64_t n = (int64_t{1} << 16) + 37;
+  const std::vector<float> x = randn(n, 3);
+  std::vector<float> y = randn(n, 4), expect = y;
+  for (int64_t i = 0; i < n; ++i) expect[i] += x[i];
+  add_into(y.data(), x.data(), n);
+  EXPECT_EQ(std::memcmp(y.data(), expect.data(), n * sizeof(float)), 0);
+  for (int64_t i = 0; i < n; ++i) expect[i] *= 0.37f;
+  scale_in_place(y.data(), 0.37f, n);
+  EXPECT_EQ(std::memcmp(y.data(), expect.data(), n * sizeof(float)), 0);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  EXPECT_NEAR(sum_squares_f64(x.data(), n), sum, 1e-12 * sum);
+  std::vector<float> z = x;
+  EXPECT_EQ(find_nonfinite(z.data(), n), -1);
+  z[n - 5] = std::numeric_limits<float>::infinity();
+  z[n - 2] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(find_nonfinite(z.data(), n), n - 5);
+  EXPECT_EQ(find_nonfinite(z.data(), 0), -1);
+}
+
+TEST(DeviceOps, CpuTableIsTheOps) {
+  // What modules reach through device_ops() on the CPU computes what the ops compute.
+  const DeviceOps& ops = device_ops();
+  EXPECT_EQ(ops.device, DeviceKind::cpu);
+  const int64_t n = 1001;
+  const std::vector<float> x = randn(n, 5);
+  std::vector<float> a = randn(n, 6), b = a;
+  ops.add(a.data(), x.data(), n);
+  add_into(b.data(), x.data(), n);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), n * sizeof(float)), 0);
+  std::vector<float> p = randn(n, 7), m(n, 0.0f), v(n, 0.0f), rp = p, rm = m, rv = v;
+  AdamWConfig config;
+  ops.adamw_step(p.data(), x.data(), m.data(), v.data(), n, config, 1e-3f, 2);
+  adamw_update(rp.data(), x.data(), rm.data(), rv.data(), n, adamw_scalars(config, 1e-3f, 2));
+  EXPECT_EQ(std::memcmp(p.data(), rp.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(v.data(), rv.data(), n * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "titan/dispatch/overrides.h"
 #include "titan/models/decoder_lm.h"
 
+#include "error_of.h"
 #include "test_safetensors_util.h"
 #include "tiny_models.h"
 
@@ -98,7 +99,7 @@ TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
   const OverrideReport& r = model.override_report();
   EXPECT_EQ(r.applied, (std::vector<std::string>{
                            "model.layers.0.mlp: swiglu -> swiglu_reference",
-                           "model.layers.1.mlp.experts: experts_grouped -> experts_reference"}));
+                           "model.layers.1.mlp.experts: experts_staged -> experts_reference"}));
   EXPECT_TRUE(r.warnings.empty());
   const auto message = [](std::vector<OverrideRule> rules) {
     try {
@@ -110,7 +111,8 @@ TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
   };
   EXPECT_EQ(message({{"model.layers.*.mlp.experts", "swiglu"}}),
             "override 'model.layers.*.mlp.experts' = 'swiglu': 'swiglu' is a swiglu kernel but "
-            "model.layers.1.mlp.experts has no swiglu slot (its slots: experts)");
+            "model.layers.1.mlp.experts has no swiglu slot (its slots: experts, moe_dispatch, "
+            "grouped_experts, moe_combine)");
   EXPECT_NE(message({{"model.layers.1.mlp.gate", "experts_grouped"}}).find("has no experts slot"),
             std::string::npos);
   ModelArgs too_many = tiny_moe_args();
@@ -121,6 +123,34 @@ TEST(Overrides, MoeExpertsRebindAndWrongKindsAreErrors) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), "model: num_experts_per_tok (4) exceeds num_experts (3)");
   }
+}
+
+// The experts' stage slots (ops/moe_stages.h) rebind one by one, and each reference stage, the
+// fused kernels and the default stages give one loss: the model runs what its slots name.
+TEST(Overrides, MoeStagesRebindOneByOne) {
+  const std::vector<OverrideRule> stages = {
+      {"model.layers.*.mlp.gate", "router_topk_reference"},
+      {"model.layers.*.mlp.experts", "moe_dispatch_reference"},
+      {"model.layers.*.mlp.experts", "grouped_experts_reference"},
+      {"model.layers.*.mlp.experts", "moe_combine_reference"}};
+  DecoderLM staged(tiny_moe_args(), stages);
+  EXPECT_EQ(staged.override_report().applied,
+            (std::vector<std::string>{
+                "model.layers.1.mlp.gate: router_topk -> router_topk_reference",
+                "model.layers.1.mlp.experts: moe_dispatch -> moe_dispatch_reference",
+                "model.layers.1.mlp.experts: grouped_experts -> grouped_experts_reference",
+                "model.layers.1.mlp.experts: moe_combine -> moe_combine_reference"}));
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4, 6, 0, 11, 13};
+  const auto loss_of = [&](const std::vector<OverrideRule>& rules) {
+    DecoderLM m(tiny_moe_args(), rules);
+    m.initialize(7);
+    return m.forward(ids.data(), ids.data(), 2, 6, {}).loss_sum;
+  };
+  const double by_default = loss_of({}), by_references = loss_of(stages),
+               fused = loss_of({{"*.experts", "experts_grouped"}});
+  EXPECT_EQ(by_default, fused);  // the stages equal the fused kernel bit for bit
+  EXPECT_NEAR(by_references, by_default, 1e-5 * std::abs(by_default));
+  EXPECT_NE(by_references, 0.0);
 }
 
 TEST(Overrides, EveryKernelDeclaresItsDtypes) {
@@ -223,6 +253,68 @@ TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {
   EXPECT_EQ(message({{"*.gate_proj", "linear_reference"}}), "no error");
   // Every slot of an fp32 model is fp32, and every kernel takes fp32.
   EXPECT_NO_THROW(DecoderLM(tiny_args(), {}));
+}
+
+// A linear entry that says it runs on CUDA (its functions are the CPU's: nothing calls them).
+void register_linear_on_cuda() {
+  static const bool registered = [] {
+    const LinearKernel& builtin =
+        std::get<LinearKernel>(kernel_registry().get("linear", OpKind::linear).impl);
+    KernelEntry entry{"linear_test_on_cuda",
+                      OpKind::linear,
+                      {DType::f32},
+                      "test only",
+                      LinearKernel{builtin.forward, builtin.backward}};
+    entry.device = DeviceKind::cuda;
+    kernel_registry().add(std::move(entry));
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+}
+
+TEST(Overrides, KernelOnAnotherDeviceIsRefused) {
+  // A kernel registered for CUDA cannot serve a module whose tensors are on the CPU, whether a
+  // rule binds it or it was the slot's kernel; a CPU model's default slots all pass.
+  register_linear_on_cuda();
+  std::vector<KernelSlot> slots = {{"model.layers.0.mlp.up_proj", OpKind::linear, "linear"}};
+  EXPECT_EQ(override_error(slots, {{"*.up_proj", "linear_test_on_cuda"}}),
+            "model.layers.0.mlp.up_proj: linear kernel 'linear_test_on_cuda' runs on cuda, the "
+            "model on cpu");
+  EXPECT_EQ(override_error(slots, {}), "no error");
+  const DecoderLM model(tiny_args(), {});
+  for (const KernelSlot& slot : model.kernel_slots()) {
+    EXPECT_EQ(slot.device, DeviceKind::cpu) << slot.module;
+  }
+}
+
+TEST(Registry, DefaultKernelPerKindAndDevice) {
+  const KernelRegistry& r = kernel_registry();
+  for (OpKind kind :
+       {OpKind::embedding, OpKind::rms_norm, OpKind::linear, OpKind::rope, OpKind::attention,
+        OpKind::swiglu, OpKind::lm_head_loss, OpKind::experts, OpKind::router, OpKind::moe_dispatch,
+        OpKind::grouped_experts, OpKind::moe_combine}) {
+    const KernelEntry& entry = r.get(r.default_kernel(kind, DeviceKind::cpu), kind);
+    EXPECT_EQ(entry.device, DeviceKind::cpu) << op_kind_name(kind);
+  }
+  EXPECT_EQ(r.default_kernel(OpKind::linear, DeviceKind::cpu), "linear");
+  // The experts run in stages (ops/moe_stages.h), each stage's default its built-in kernel.
+  EXPECT_EQ(r.default_kernel(OpKind::experts, DeviceKind::cpu), "experts_staged");
+  EXPECT_EQ(r.default_kernel(OpKind::grouped_experts, DeviceKind::cpu), "grouped_experts");
+  // This build registers no CUDA kernel: a CUDA model's slots would find none, by name.
+  EXPECT_EQ(test::error_of([&] { r.default_kernel(OpKind::rms_norm, DeviceKind::cuda); }),
+            "no rms_norm kernel is registered for cuda");
+  EXPECT_EQ(test::error_of([&] { r.device_ops(DeviceKind::cuda); }),
+            "no ops are registered for cuda (this titan has no kernels for that device yet)");
+  EXPECT_EQ(r.device_ops(DeviceKind::cpu).device, DeviceKind::cpu);
+  // A default must name a kernel of that kind on that device.
+  register_linear_on_cuda();
+  KernelRegistry fresh;
+  EXPECT_EQ(test::error_of([&] { fresh.set_default(OpKind::linear, DeviceKind::cpu, "linear"); }),
+            "no linear kernel named 'linear' (registered: )");
+  EXPECT_EQ(test::error_of([] {
+              kernel_registry().set_default(OpKind::linear, DeviceKind::cpu, "linear_test_on_cuda");
+            }),
+            "kernel 'linear_test_on_cuda' runs on cuda, not cpu");
 }
 
 TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {

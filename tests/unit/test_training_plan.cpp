@@ -67,6 +67,13 @@ class CountingCommunicator final : public Communicator {
     }
     return {};
   }
+  CommHandle all_to_all_v_async(const void*, const std::vector<int64_t>&, void*,
+                                const std::vector<int64_t>&, DType) override {
+    return {};  // no plan moves rows between ranks yet
+  }
+  std::vector<int64_t> all_to_all_counts(const std::vector<int64_t>& send_counts) override {
+    return send_counts;
+  }
   void broadcast(float*, int64_t, int) override {}
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override {

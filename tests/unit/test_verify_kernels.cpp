@@ -18,6 +18,7 @@
 #include "titan/dispatch/registry.h"
 #include "titan/dispatch/verify.h"
 #include "titan/ops/linear.h"
+#include "titan/ops/moe_stages.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/swiglu.h"
 #include "titan_cli_run.h"
@@ -47,6 +48,56 @@ TEST(VerifyKernels, EveryBuiltInKernelPassesEveryFormItHas) {
   EXPECT_EQ(checks_of(kernel_registry().get("swiglu", OpKind::swiglu)), 6u);
   EXPECT_EQ(checks_of(kernel_registry().get("swiglu_reference", OpKind::swiglu)), 3u);
   EXPECT_EQ(checks_of(kernel_registry().get("attention_blockwise", OpKind::attention)), 12u);
+  // The experts' stages (ops/moe_stages.h): the router's index, weight, probs and dlogits with
+  // and without renormalisation; dispatch's plan (row_of, offsets), both gathers and its backward
+  // (dx, dweight); the grouped compute's four outputs in each dtype; combine's y, dy rows and
+  // weights.
+  EXPECT_EQ(checks_of(kernel_registry().get("router_topk", OpKind::router)), 8u);
+  EXPECT_EQ(checks_of(kernel_registry().get("moe_dispatch", OpKind::moe_dispatch)), 6u);
+  EXPECT_EQ(checks_of(kernel_registry().get("grouped_experts", OpKind::grouped_experts)), 8u);
+  EXPECT_EQ(checks_of(kernel_registry().get("moe_combine", OpKind::moe_combine)), 3u);
+  EXPECT_EQ(checks_of(kernel_registry().get("experts_staged", OpKind::experts)), 8u);
+}
+
+// The weighted sum without its weights; the grouped backward with every row's weight 1.
+void moe_combine_forward_unweighted(float* y, const float* out_rows, const int32_t* row_of,
+                                    const int32_t* index, const float* weight,
+                                    const ExpertsShape& s) {
+  (void)weight;
+  const std::vector<float> unit(static_cast<size_t>(s.rows()), 1.0f);
+  moe_combine_forward(y, out_rows, row_of, index, unit.data(), s);
+}
+
+void grouped_experts_backward_unweighted(float* rows, float* dweight_rows, const ExpertGrads& dw,
+                                         const ExpertsScratch& s, const float* w_rows,
+                                         const ExpertsActivations& act, const float* x_rows,
+                                         const int32_t* offsets, const ExpertWeights& w,
+                                         const ExpertsShape& shape) {
+  const std::vector<float> unit(static_cast<size_t>(shape.rows()), 1.0f);
+  (void)w_rows;
+  grouped_experts_backward(rows, dweight_rows, dw, s, unit.data(), act, x_rows, offsets, w, shape);
+}
+
+TEST(VerifyKernels, WrongMoeStagesFail) {
+  const KernelReport combine =
+      verify_kernel({"combine_unweighted",
+                     OpKind::moe_combine,
+                     {DType::f32},
+                     "test",
+                     MoeCombineKernel{moe_combine_forward_unweighted, moe_combine_backward}});
+  EXPECT_FALSE(combine.passed());
+  const KernelReport grouped = verify_kernel(
+      {"grouped_unweighted",
+       OpKind::grouped_experts,
+       {DType::f32},
+       "test",
+       GroupedExpertsKernel{grouped_experts_forward, grouped_experts_backward_unweighted}});
+  EXPECT_FALSE(grouped.passed());
+  for (const KernelCheck& c : grouped.checks) {
+    if (c.form == "forward") {
+      EXPECT_TRUE(c.passed()) << c.output;
+    }
+  }
 }
 
 // y = x W^T over all but the last input feature.

@@ -8,6 +8,10 @@
 #include "titan/core/error.h"
 
 namespace titan {
+
+const char* device_kind_name(DeviceKind kind) {
+  return kind == DeviceKind::cuda ? "cuda" : "cpu";
+}
 namespace {
 
 Backend* g_active = nullptr;  // null: the CPU

@@ -27,6 +27,8 @@ namespace titan {
 enum class Trans : char { no = 'N', yes = 'T' };
 
 enum class DeviceKind { cpu, cuda };
+// "cpu", "cuda".
+const char* device_kind_name(DeviceKind kind);
 
 class Backend {
  public:

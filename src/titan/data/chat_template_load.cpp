@@ -128,7 +128,7 @@ ChatTemplate ChatTemplate::load(const std::string& dir_or_json_path) {
     text = config_template(config, file);
     TITAN_CHECK(!text.empty(), dir.string(),
                 ": no chat template (no chat_template.jinja, no \"chat_template\" in "
-                "tokenizer_config.json); raw prompts need none");
+                "tokenizer_config.json)");
   }
   const std::string source = jinja_source(text);
   const uint64_t hash = fnv1a_hash(source);

@@ -18,15 +18,20 @@ std::string token_bytes(const Tokenizer& tok, int32_t id) {
 
 }  // namespace
 
+void check_chat_tokenizer(const Tokenizer& tok, const ChatTemplate& chat) {
+  const ChatTurnMarkers markers = chat.turn_markers();
+  TITAN_CHECK(tok.token_to_id(markers.turn_start) >= 0 && tok.token_to_id(markers.turn_end) >= 0,
+              "chat data with the ", chat.name(), " template needs a tokenizer with the ",
+              markers.turn_start, " and ", markers.turn_end, " tokens");
+}
+
 void encode_chat(const Tokenizer& tok, const ChatTemplate& chat,
                  const std::vector<ChatMessage>& messages, std::vector<int32_t>& ids,
                  std::vector<int32_t>& labels) {
+  check_chat_tokenizer(tok, chat);
   const ChatTurnMarkers markers = chat.turn_markers();
   const int32_t turn_start = tok.token_to_id(markers.turn_start);
   const int32_t turn_end = tok.token_to_id(markers.turn_end);
-  TITAN_CHECK(turn_start >= 0 && turn_end >= 0, "chat data with the ", chat.name(),
-              " template needs a tokenizer with the ", markers.turn_start, " and ",
-              markers.turn_end, " tokens");
   const std::string text = chat.render(messages, false, true);
   // Turns are found in token space: every turn marker comes from the template (messages holding
   // one are refused when read), and the role headers are ASCII, which normalisation leaves

@@ -21,6 +21,10 @@ inline constexpr int32_t kIgnoreLabel = -100;
 //   Llama 3:        <|start_header_id|>assistant<|end_header_id|>\n\n | reply <|eot_id|>
 // A token that starts inside a header is a header token. The tokenizer must have the template's
 // turn tokens (titan::Error otherwise).
+// The tokenizer has the template's turn tokens, which encode_chat finds the replies by; a
+// titan::Error of one line otherwise.
+void check_chat_tokenizer(const Tokenizer& tok, const ChatTemplate& chat);
+
 void encode_chat(const Tokenizer& tok, const ChatTemplate& chat,
                  const std::vector<ChatMessage>& messages, std::vector<int32_t>& ids,
                  std::vector<int32_t>& labels);

@@ -25,7 +25,9 @@
 // is the whole dataset. Ranks hold different amounts of data, so with a finite number of epochs
 // they may run out at different steps.
 //
-// Shapes are fixed: a batch that cannot be filled when the data ends is dropped.
+// Shapes are fixed. When the data ends (a finite number of epochs), a batch that cannot be filled
+// is dropped in pre-training; in chat mode it is kept, its missing rows empty (the pad id, labels
+// -100), so a finite pass scores every conversation exactly once.
 #pragma once
 
 #include <condition_variable>
@@ -59,9 +61,11 @@ struct LoaderOptions {
   bool shuffle = true;  // false: files in sorted order, documents in file order
   int rank = 0, world_size = 1;
   int64_t epochs = 0;  // passes over the data; 0 repeats forever
-  // Chat: cut conversations longer than seq_len (and count them) instead of stopping with an
-  // error naming the record.
+  // Chat: cut conversations longer than seq_len + 1 tokens (and count them) instead of stopping
+  // with an error naming the record.
   bool truncate_long = false;
+  // What that error suggests, in the caller's terms (a config key, a flag).
+  std::string long_conversation_hint = "raise seq_len, or let the loader truncate";
   int prefetch = 4;  // batches the background thread may have ready
   // Receives one line per file with skipped records (default: stderr). Totals of skipped records
   // and cut conversations are in LoaderState.

@@ -76,6 +76,7 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
   TITAN_CHECK(options.mode != DataMode::chat || options.chat_template,
               "loader: chat data needs the ",
               "chat template of the tokenizer's folder (LoaderOptions::chat_template)");
+  if (options.mode == DataMode::chat) check_chat_tokenizer(tok, *options.chat_template);
   state_.mode = mode_name(options.mode);
   state_.seed = options.seed;
   state_.shuffle = options.shuffle;
@@ -252,8 +253,8 @@ bool BatchProducer::chat_row(int32_t* ids, int32_t* labels) {
   size_t n = doc_.ids.size();
   if (n > S + 1) {
     TITAN_CHECK(options_.truncate_long, doc_.where, ": the conversation has ", n,
-                " tokens, more than seq_len + 1 = ", S + 1,
-                " (raise seq_len, or let the loader truncate)");
+                " tokens, more than seq_len + 1 = ", S + 1, " (", options_.long_conversation_hint,
+                ")");
     n = S + 1;
     ++state_.truncated;
   }
@@ -276,7 +277,14 @@ bool BatchProducer::next(Batch& batch) {
   batch.input_ids.resize(static_cast<size_t>(B * S));
   batch.labels.resize(static_cast<size_t>(B * S));
   for (int64_t b = 0; b < B; ++b) {
-    if (!next_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S)) return false;
+    if (next_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S)) continue;
+    // The data ended. Pre-training drops the partial batch; chat data keeps it, the rows left
+    // empty (padding, nothing scored), so a pass scores every conversation once, as Transformers'
+    // evaluation does (drop_last false).
+    if (b == 0 || options_.mode != DataMode::chat) return false;
+    std::fill(batch.input_ids.begin() + b * S, batch.input_ids.end(), pad_);
+    std::fill(batch.labels.begin() + b * S, batch.labels.end(), kIgnoreLabel);
+    break;
   }
   ++state_.batches;
   return true;

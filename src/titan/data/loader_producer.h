@@ -21,7 +21,8 @@ class BatchProducer {
   BatchProducer(const LoaderOptions& options, const Tokenizer& tok, std::vector<std::string> files,
                 const std::optional<LoaderState>& start);
 
-  // Fills the next batch; false when the epochs are done (the partial batch is dropped).
+  // Fills the next batch; false when the epochs are done. The partial batch at the end is dropped
+  // in pre-training and kept in chat mode, its missing rows empty (padding, labels -100).
   bool next(Batch& batch);
   // The position after the last batch next() filled.
   const LoaderState& state() const { return state_; }

@@ -88,6 +88,9 @@ OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
   }
   for (const KernelSlot& slot : slots) {
     const KernelEntry& entry = registry.get(slot.kernel, slot.kind);
+    TITAN_CHECK(entry.device == slot.device, slot.module, ": ", op_kind_name(slot.kind),
+                " kernel '", slot.kernel, "' runs on ", device_kind_name(entry.device),
+                ", the model on ", device_kind_name(slot.device));
     if (std::find(entry.dtypes.begin(), entry.dtypes.end(), slot.dtype) != entry.dtypes.end()) {
       continue;
     }
@@ -98,6 +101,21 @@ OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
          ", the module needs ", dtype_name(slot.dtype));
   }
   return report;
+}
+
+void require_slot_constraints(const std::vector<KernelSlot>& slots, const KernelRegistry& registry,
+                              const AttentionShape& attention, const ExpertsShape& experts) {
+  for (const KernelSlot& slot : slots) {
+    if (slot.kind == OpKind::attention) {
+      require_constraints(slot.module, slot.kernel,
+                          std::get<AttentionKernel>(registry.get(slot.kernel, slot.kind).impl),
+                          attention);
+    } else if (slot.kind == OpKind::experts) {
+      require_constraints(slot.module, slot.kernel,
+                          std::get<ExpertsKernel>(registry.get(slot.kernel, slot.kind).impl),
+                          experts);
+    }
+  }
 }
 
 }  // namespace titan

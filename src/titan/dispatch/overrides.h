@@ -14,8 +14,9 @@ namespace titan {
 struct KernelSlot {
   std::string module;  // fully qualified module name
   OpKind kind;
-  std::string kernel;        // bound kernel name
-  DType dtype = DType::f32;  // of the inputs and weights the module hands its kernel
+  std::string kernel;                   // bound kernel name
+  DType dtype = DType::f32;             // of the inputs and weights the module hands its kernel
+  DeviceKind device = DeviceKind::cpu;  // where the module's tensors live
 };
 
 struct OverrideRule {
@@ -37,5 +38,10 @@ bool glob_match(std::string_view pattern, std::string_view text);
 OverrideReport apply_overrides(std::vector<KernelSlot>& slots,
                                const std::vector<OverrideRule>& rules,
                                const KernelRegistry& registry);
+
+// Every attention and experts slot's kernel checked against the shapes a step hands it
+// (require_constraints): a broken constraint is a titan::Error naming the module.
+void require_slot_constraints(const std::vector<KernelSlot>& slots, const KernelRegistry& registry,
+                              const AttentionShape& attention, const ExpertsShape& experts);
 
 }  // namespace titan

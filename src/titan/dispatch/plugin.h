@@ -27,19 +27,34 @@ namespace titan {
 // What a plugin and the titan loading it must agree on: the layout of every struct they pass
 // (a changed field changes a size), and a version bumped when a kernel's contract changes without
 // changing one.
-constexpr uint64_t kKernelPluginVersion = 1;
+constexpr uint64_t kKernelPluginVersion = 2;  // 2: the experts in stages
 constexpr uint64_t kernel_plugin_abi() {
-  const uint64_t sizes[] = {sizeof(KernelEntry),        sizeof(EmbeddingKernel),
-                            sizeof(RmsNormKernel),      sizeof(LinearKernel),
-                            sizeof(RopeKernel),         sizeof(AttentionKernel),
-                            sizeof(SwigluKernel),       sizeof(LmHeadLossKernel),
-                            sizeof(ExpertsKernel),      sizeof(AttentionShape),
-                            sizeof(CrossEntropyArgs),   sizeof(CrossEntropyResult),
-                            sizeof(ExpertsShape),       sizeof(ExpertsActivations),
-                            sizeof(ExpertsScratch),     sizeof(ExpertWeights),
-                            sizeof(ExpertWeightsBf16),  sizeof(ExpertGrads),
-                            sizeof(RopeCache),          sizeof(std::string),
-                            sizeof(std::vector<DType>), sizeof(std::function<std::string()>)};
+  const uint64_t sizes[] = {sizeof(KernelEntry),
+                            sizeof(EmbeddingKernel),
+                            sizeof(RmsNormKernel),
+                            sizeof(LinearKernel),
+                            sizeof(RopeKernel),
+                            sizeof(AttentionKernel),
+                            sizeof(SwigluKernel),
+                            sizeof(LmHeadLossKernel),
+                            sizeof(ExpertsKernel),
+                            sizeof(AttentionShape),
+                            sizeof(CrossEntropyArgs),
+                            sizeof(CrossEntropyResult),
+                            sizeof(ExpertsShape),
+                            sizeof(ExpertsActivations),
+                            sizeof(ExpertsScratch),
+                            sizeof(ExpertWeights),
+                            sizeof(ExpertWeightsBf16),
+                            sizeof(ExpertGrads),
+                            sizeof(RopeCache),
+                            sizeof(std::string),
+                            sizeof(std::vector<DType>),
+                            sizeof(std::function<std::string()>),
+                            sizeof(RouterKernel),
+                            sizeof(MoeDispatchKernel),
+                            sizeof(GroupedExpertsKernel),
+                            sizeof(MoeCombineKernel)};
   uint64_t h = 1469598103934665603ull ^ kKernelPluginVersion;  // FNV-1a over the sizes
   for (const uint64_t s : sizes) h = (h ^ s) * 1099511628211ull;
   return h;

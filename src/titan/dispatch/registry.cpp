@@ -40,7 +40,7 @@ void register_builtins(KernelRegistry& r) {
          OpKind::lm_head_loss,
          {DType::f32, DType::bf16},
          "lm_head GEMM fused with cross-entropy, chunks of at most 320 MiB of logits",
-         LmHeadLossKernel{lm_head_cross_entropy}});
+         LmHeadLossKernel{lm_head_cross_entropy, lm_head_chunk_tokens, lm_head_workspace_bytes}});
   r.add({"cross_entropy_reference",
          OpKind::lm_head_loss,
          {DType::f32},
@@ -96,11 +96,77 @@ void register_builtins(KernelRegistry& r) {
          "token by token, fp64 sums (small inputs)",
          ExpertsKernel{experts_forward_reference, experts_backward_reference, experts_check_rows,
                        experts_forward_bf16_reference, experts_backward_bf16_reference}});
+  r.add({"experts_staged",
+         OpKind::experts,
+         {DType::f32, DType::bf16},
+         "route, dispatch, grouped compute and combine: the block runs its stage slots "
+         "(router, moe_dispatch, grouped_experts, moe_combine)",
+         ExpertsKernel{experts_forward_staged, experts_backward_staged, experts_check_rows,
+                       experts_forward_staged_bf16, experts_backward_staged_bf16, true}});
+  r.add({"router_topk",
+         OpKind::router,
+         {DType::f32},
+         "softmax and top-k per token, threaded over tokens",
+         RouterKernel{router_topk_forward, router_topk_backward}});
+  r.add({"router_topk_reference",
+         OpKind::router,
+         {DType::f32},
+         "fp64 softmax and sums",
+         RouterKernel{router_topk_forward_reference, router_topk_backward_reference}});
+  r.add({"moe_dispatch",
+         OpKind::moe_dispatch,
+         {DType::f32, DType::bf16},
+         "counting sort of the rows by expert; threaded row gather (rounded under bf16)",
+         MoeDispatchKernel{moe_dispatch_plan, moe_dispatch_forward, moe_dispatch_backward,
+                           moe_dispatch_forward_bf16}});
+  r.add({"moe_dispatch_reference",
+         OpKind::moe_dispatch,
+         {DType::f32, DType::bf16},
+         "stable sort by expert, serial loops, fp64 sums",
+         MoeDispatchKernel{moe_dispatch_plan_reference, moe_dispatch_forward_reference,
+                           moe_dispatch_backward_reference, moe_dispatch_forward_bf16_reference}});
+  r.add({"grouped_experts",
+         OpKind::grouped_experts,
+         {DType::f32, DType::bf16},
+         "three GEMMs per expert over its rows (sgemm; bf16 operands through oneDNN's matmul)",
+         GroupedExpertsKernel{grouped_experts_forward, grouped_experts_backward,
+                              grouped_experts_forward_bf16, grouped_experts_backward_bf16}});
+  r.add({"grouped_experts_reference",
+         OpKind::grouped_experts,
+         {DType::f32, DType::bf16},
+         "row by row, fp64 sums (small inputs)",
+         GroupedExpertsKernel{grouped_experts_forward_reference, grouped_experts_backward_reference,
+                              grouped_experts_forward_bf16_reference,
+                              grouped_experts_backward_bf16_reference}});
+  r.add({"moe_combine",
+         OpKind::moe_combine,
+         {DType::f32},
+         "weighted sum per token in ascending expert order, threaded over tokens",
+         MoeCombineKernel{moe_combine_forward, moe_combine_backward}});
+  r.add({"moe_combine_reference",
+         OpKind::moe_combine,
+         {DType::f32},
+         "fp64 sums",
+         MoeCombineKernel{moe_combine_forward_reference, moe_combine_backward_reference}});
   r.add({"swiglu_reference",
          OpKind::swiglu,
          {DType::f32},
          "fp64 reference",
          SwigluKernel{swiglu_forward_reference, swiglu_backward_reference}});
+
+  r.set_default(OpKind::embedding, DeviceKind::cpu, "embedding");
+  r.set_default(OpKind::rms_norm, DeviceKind::cpu, "rms_norm");
+  r.set_default(OpKind::linear, DeviceKind::cpu, "linear");
+  r.set_default(OpKind::rope, DeviceKind::cpu, "rope");
+  r.set_default(OpKind::attention, DeviceKind::cpu, "attention_blockwise");
+  r.set_default(OpKind::swiglu, DeviceKind::cpu, "swiglu");
+  r.set_default(OpKind::lm_head_loss, DeviceKind::cpu, "cross_entropy_chunked");
+  r.set_default(OpKind::experts, DeviceKind::cpu, "experts_staged");
+  r.set_default(OpKind::router, DeviceKind::cpu, "router_topk");
+  r.set_default(OpKind::moe_dispatch, DeviceKind::cpu, "moe_dispatch");
+  r.set_default(OpKind::grouped_experts, DeviceKind::cpu, "grouped_experts");
+  r.set_default(OpKind::moe_combine, DeviceKind::cpu, "moe_combine");
+  r.add_device_ops(cpu_device_ops());
 }
 
 }  // namespace
@@ -123,6 +189,14 @@ const char* op_kind_name(OpKind kind) {
       return "lm_head_loss";
     case OpKind::experts:
       return "experts";
+    case OpKind::router:
+      return "router";
+    case OpKind::moe_dispatch:
+      return "moe_dispatch";
+    case OpKind::grouped_experts:
+      return "grouped_experts";
+    case OpKind::moe_combine:
+      return "moe_combine";
   }
   return "?";
 }
@@ -131,9 +205,10 @@ namespace {
 
 // What a kernel's implementation (the variant's alternative) is, in the names OpKind uses: the
 // alternatives are listed in OpKind's order.
-constexpr OpKind kImplKinds[] = {OpKind::embedding,    OpKind::rms_norm,  OpKind::linear,
-                                 OpKind::rope,         OpKind::attention, OpKind::swiglu,
-                                 OpKind::lm_head_loss, OpKind::experts};
+constexpr OpKind kImplKinds[] = {
+    OpKind::embedding, OpKind::rms_norm,     OpKind::linear,          OpKind::rope,
+    OpKind::attention, OpKind::swiglu,       OpKind::lm_head_loss,    OpKind::experts,
+    OpKind::router,    OpKind::moe_dispatch, OpKind::grouped_experts, OpKind::moe_combine};
 static_assert(std::size(kImplKinds) == std::variant_size_v<decltype(KernelEntry::impl)>);
 
 // A name as a message may show it: printable ASCII kept, other bytes as \xNN, at most 64 of them.
@@ -190,6 +265,7 @@ void KernelRegistry::validate(const KernelEntry& entry) const {
         if constexpr (std::is_same_v<K, LmHeadLossKernel>) {
           require(k.forward_backward != nullptr, "forward_backward");
         } else {
+          if constexpr (std::is_same_v<K, MoeDispatchKernel>) require(k.plan != nullptr, "plan");
           require(k.forward != nullptr, "forward");
           require(k.backward != nullptr, "backward");
         }
@@ -213,6 +289,14 @@ void KernelRegistry::validate(const KernelEntry& entry) const {
   if (const auto* experts = std::get_if<ExpertsKernel>(&entry.impl)) {
     check_bf16_functions("an experts",
                          experts->forward_bf16 != nullptr && experts->backward_bf16 != nullptr);
+  }
+  if (const auto* grouped = std::get_if<GroupedExpertsKernel>(&entry.impl)) {
+    check_bf16_functions("a grouped experts",
+                         grouped->forward_bf16 != nullptr && grouped->backward_bf16 != nullptr);
+  }
+  if (const auto* dispatch = std::get_if<MoeDispatchKernel>(&entry.impl)) {
+    // Its backward is fp32 in both dtypes: forward_bf16 alone is its bf16 form.
+    check_bf16_functions("a moe_dispatch", dispatch->forward_bf16 != nullptr);
   }
   if (const auto* swiglu = std::get_if<SwigluKernel>(&entry.impl)) {
     TITAN_CHECK((swiglu->recompute_bf16 == nullptr) == (swiglu->backward_bf16 == nullptr),
@@ -252,10 +336,38 @@ std::vector<const KernelEntry*> KernelRegistry::entries() const {
   return out;
 }
 
+void KernelRegistry::set_default(OpKind kind, DeviceKind device, const std::string& name) {
+  const KernelEntry& entry = get(name, kind);
+  TITAN_CHECK(entry.device == device, "kernel '", name, "' runs on ",
+              device_kind_name(entry.device), ", not ", device_kind_name(device));
+  defaults_[{kind, device}] = name;
+}
+
+const std::string& KernelRegistry::default_kernel(OpKind kind, DeviceKind device) const {
+  const auto it = defaults_.find({kind, device});
+  TITAN_CHECK(it != defaults_.end(), "no ", op_kind_name(kind), " kernel is registered for ",
+              device_kind_name(device));
+  return it->second;
+}
+
+void KernelRegistry::add_device_ops(const DeviceOps& ops) {
+  TITAN_CHECK(device_ops_.count(ops.device) == 0, "the ops of ", device_kind_name(ops.device),
+              " are registered twice");
+  device_ops_.emplace(ops.device, ops);
+}
+
+const DeviceOps& KernelRegistry::device_ops(DeviceKind device) const {
+  const auto it = device_ops_.find(device);
+  TITAN_CHECK(it != device_ops_.end(), "no ops are registered for ", device_kind_name(device),
+              " (this titan has no kernels for that device yet)");
+  return it->second;
+}
+
 KernelRegistry& kernel_registry() {
   static KernelRegistry registry = [] {
     KernelRegistry r;
     register_builtins(r);
+    register_cuda_kernels(r);
     return r;
   }();
   return registry;

@@ -11,15 +11,33 @@
 #include <variant>
 #include <vector>
 
+#include "titan/backend/backend.h"
 #include "titan/core/dtype.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/moe.h"
+#include "titan/ops/moe_stages.h"
 #include "titan/ops/rope.h"
 
 namespace titan {
 
-enum class OpKind { embedding, rms_norm, linear, rope, attention, swiglu, lm_head_loss, experts };
+// The MoE experts are one `experts` kernel (fused, or `experts_staged`: the block runs the four
+// stage kinds after it, ops/moe_stages.h): router, moe_dispatch, grouped_experts, moe_combine.
+enum class OpKind {
+  embedding,
+  rms_norm,
+  linear,
+  rope,
+  attention,
+  swiglu,
+  lm_head_loss,
+  experts,
+  router,
+  moe_dispatch,
+  grouped_experts,
+  moe_combine
+};
 const char* op_kind_name(OpKind kind);
 
 using RmsNormForward = void (*)(float*, float*, const float*, const float*, int64_t, int64_t,
@@ -104,6 +122,12 @@ struct RopeKernel {
 // Forward and backward in one call: the chunked loss computes d loss / d logits as it goes.
 struct LmHeadLossKernel {
   CrossEntropyResult (*forward_backward)(const CrossEntropyArgs&);
+  // The tokens per chunk it uses for n_tokens rows (CrossEntropyArgs::chunk_tokens; 0 picks its
+  // own), and the bytes of the workspace a caller may hand it (CrossEntropyArgs::workspace), or
+  // null: it then takes whole rows and allocates what it needs.
+  int64_t (*chunk_tokens)(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens) = nullptr;
+  int64_t (*workspace_bytes)(int64_t n_tokens, int64_t hidden, int64_t vocab, int64_t chunk_tokens,
+                             bool bf16) = nullptr;
 };
 
 // A sparse MoE block's experts: every routed (token, slot) through its expert's SwiGLU MLP,
@@ -131,6 +155,48 @@ struct ExpertsKernel {
   // entry's dtypes include bf16, else null.
   ExpertsForwardBf16 forward_bf16 = nullptr;
   ExpertsBackwardBf16 backward_bf16 = nullptr;
+  // experts_staged's: a block bound to it runs its own stage slots (router, moe_dispatch,
+  // grouped_experts, moe_combine) instead of these functions, which compose the built-in stages.
+  bool runs_stage_slots = false;
+};
+
+// The experts in stages (ops/moe_stages.h), each slot bound on its own. The router's softmax and
+// top-k after mlp.gate's projection, always fp32.
+struct RouterKernel {
+  void (*forward)(int32_t*, float*, float*, const float*, int64_t, int64_t, int64_t, bool);
+  void (*backward)(float*, const float*, const float*, const float*, const int32_t*, int64_t,
+                   int64_t, int64_t, bool);
+};
+
+// Rows grouped by expert (plan) and the tokens' inputs gathered into them (forward; rounded to
+// bf16 by forward_bf16, required when the entry declares bf16); the backward sums the dx rows
+// per token and puts d weight back in (token, slot) order, fp32 in both dtypes.
+struct MoeDispatchKernel {
+  void (*plan)(int32_t*, int32_t*, const int32_t*, const ExpertsShape&);
+  void (*forward)(float*, const float*, const int32_t*, const ExpertsShape&);
+  void (*backward)(float*, float*, const float*, const float*, const int32_t*, const ExpertsShape&);
+  void (*forward_bf16)(uint16_t*, const float*, const int32_t*, const ExpertsShape&) = nullptr;
+};
+
+// Every expert's SwiGLU MLP over its rows; bf16 forms required when the entry declares bf16.
+struct GroupedExpertsKernel {
+  void (*forward)(float*, const ExpertsActivations&, const ExpertsScratch&, const float*,
+                  const int32_t*, const ExpertWeights&, const ExpertsShape&);
+  void (*backward)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
+                   const ExpertsActivations&, const float*, const int32_t*, const ExpertWeights&,
+                   const ExpertsShape&);
+  void (*forward_bf16)(float*, const ExpertsActivations&, const ExpertsScratch&, const uint16_t*,
+                       const int32_t*, const ExpertWeightsBf16&, const ExpertsShape&) = nullptr;
+  void (*backward_bf16)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
+                        const ExpertsActivations&, const uint16_t*, const int32_t*,
+                        const ExpertWeightsBf16&, const ExpertsShape&) = nullptr;
+};
+
+// The routing-weighted sum back in token order, and its factored backward; fp32 in both dtypes.
+struct MoeCombineKernel {
+  void (*forward)(float*, const float*, const int32_t*, const int32_t*, const float*,
+                  const ExpertsShape&);
+  void (*backward)(float*, float*, const float*, const float*, const int32_t*, const ExpertsShape&);
 };
 
 struct KernelEntry {
@@ -141,8 +207,11 @@ struct KernelEntry {
   std::vector<DType> dtypes;
   std::string description;
   std::variant<EmbeddingKernel, RmsNormKernel, LinearKernel, RopeKernel, AttentionKernel,
-               SwigluKernel, LmHeadLossKernel, ExpertsKernel>
+               SwigluKernel, LmHeadLossKernel, ExpertsKernel, RouterKernel, MoeDispatchKernel,
+               GroupedExpertsKernel, MoeCombineKernel>
       impl;
+  // The device its functions run on (what their pointers point into).
+  DeviceKind device = DeviceKind::cpu;
 };
 
 class KernelRegistry {
@@ -160,12 +229,35 @@ class KernelRegistry {
   const KernelEntry* find(const std::string& name) const;
   std::vector<const KernelEntry*> entries() const;
 
+  // The kernel a module's slot of `kind` binds on `device` before [overrides]: set once per
+  // (kind, device) by whoever registers that device's kernels; titan::Error when none is set.
+  void set_default(OpKind kind, DeviceKind device, const std::string& name);
+  const std::string& default_kernel(OpKind kind, DeviceKind device) const;
+
+  // The device's table of the ops no override rebinds (dispatch/device_ops.h), one per device.
+  void add_device_ops(const DeviceOps& ops);
+  const DeviceOps& device_ops(DeviceKind device) const;
+
  private:
   std::map<std::string, KernelEntry> entries_;
+  std::map<std::pair<OpKind, DeviceKind>, std::string> defaults_;
+  std::map<DeviceKind, DeviceOps> device_ops_;
 };
+
+// The CUDA library's kernels and device ops added to `registry` (src/titan/dispatch/cuda/, built
+// into titan_cuda); a titan built without CUDA adds none (dispatch/cuda/no_cuda.cpp).
+void register_cuda_kernels(KernelRegistry& registry);
 
 // The process-wide registry with every built-in kernel registered.
 KernelRegistry& kernel_registry();
+
+// The functions of the default kernel of `kind` on `device` (Kernel: its struct, e.g.
+// LmHeadLossKernel).
+template <typename Kernel>
+const Kernel& default_kernel_impl(OpKind kind, DeviceKind device) {
+  const KernelRegistry& registry = kernel_registry();
+  return std::get<Kernel>(registry.get(registry.default_kernel(kind, device), kind).impl);
+}
 
 // titan::Error "<module>: attention kernel '<name>' requires <what>" when the kernel's check
 // refuses `shape` (nothing when it has no check): what a module says at each call and the model

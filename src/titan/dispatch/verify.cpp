@@ -8,6 +8,7 @@
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/dispatch/verify_checks.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/linear.h"
 #include "titan/ops/rms_norm.h"
@@ -16,75 +17,7 @@
 namespace titan {
 namespace {
 
-// fp32 forms: the kernel and the reference (fp64 sums, one rounding at the end) differ by the
-// kernel's fp32 roundings, at most `terms` + 4 on an output's path (one per term of its longest
-// sum, a few for the steps around it), each at most 2^-24 of a partial sum. On these inputs
-// (uniform in [-1, 1), or positive where the op needs it) no partial sum exceeds 16 times the
-// largest output, so the normwise error is at most 16 (terms + 4) 2^-24: 1e-4 for 100 terms.
-double fp32_tolerance(int64_t terms) {
-  return 16.0 * static_cast<double>(terms + 4) * std::ldexp(1.0, -24);
-}
-
-// bf16 forms: each value rounded to bf16 moves by at most 2^-9 of itself, 2^-8 where the kernel
-// and the reference round an intermediate on either side of a tie's boundary; an output passes
-// through at most three such roundings (an operand, an intermediate, the output itself) and, as
-// above, sums terms at most 16 times its size: 16 x 3 x 2^-8 < 2^-4. 2^-5 is kept: a wrong
-// index, term, scale, sign or dtype moves an output by order one.
-constexpr double kBf16Tolerance = 1.0 / 32.0;
-
-std::vector<float> uniform(int64_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Rng rng(seed, "verify-kernels");
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = lo + (hi - lo) * static_cast<float>(rng.uniform());
-  return v;
-}
-
-std::vector<uint16_t> rounded(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  std::transform(v.begin(), v.end(), out.begin(), f32_to_bf16);
-  return out;
-}
-
-std::vector<float> widened(const std::vector<uint16_t>& v) {
-  std::vector<float> out(v.size());
-  std::transform(v.begin(), v.end(), out.begin(), bf16_to_f32);
-  return out;
-}
-
-// The values the bf16 forms see, as fp32: each rounded to bf16 and widened back.
-std::vector<float> on_bf16_grid(const std::vector<float>& v) {
-  return widened(rounded(v));
-}
-
-// max |got - want| / max |want|; +inf when got holds a NaN or an infinity.
-double normwise_error(const float* got, const float* want, size_t n) {
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
-  }
-  return scale > 0.0 ? diff / scale : diff;
-}
-
-class Checks {
- public:
-  explicit Checks(KernelReport& report) : report_(report) {}
-  void add(const std::string& form, const std::string& output, const std::vector<float>& got,
-           const std::vector<float>& want, double tolerance) {
-    TITAN_CHECK(got.size() == want.size(), output, ": ", got.size(), " values against ",
-                want.size());
-    report_.checks.push_back(
-        {form, output, normwise_error(got.data(), want.data(), got.size()), tolerance});
-  }
-  void add_bf16(const std::string& form, const std::string& output,
-                const std::vector<uint16_t>& got, const std::vector<float>& want) {
-    add(form, output, widened(got), want, kBf16Tolerance);
-  }
-
- private:
-  KernelReport& report_;
-};
+using namespace verify_checks;
 
 void verify_embedding(const EmbeddingKernel& k, Checks& c) {
   const int64_t vocab = 50, dim = 64, n = 96;
@@ -337,89 +270,6 @@ void verify_lm_head_loss(const LmHeadLossKernel& k, bool takes_bf16, Checks& c) 
   c.add("forward_backward_bf16", "dweight", dweight, want_dweight, kBf16Tolerance);
 }
 
-// One MoE layer's experts: buffers for a kernel's forward and backward.
-struct ExpertsRun {
-  ExpertsShape shape;
-  std::vector<float> gate, up, act, x_rows, y_rows, dgate, dup, dact;
-  std::vector<int32_t> row_of, offsets;
-  ExpertsActivations activations;
-  ExpertsScratch scratch;
-  explicit ExpertsRun(const ExpertsShape& s) : shape(s) {
-    const auto rows = static_cast<size_t>(s.rows());
-    for (auto* v : {&gate, &up, &act, &dgate, &dup, &dact}) v->assign(rows * s.inter, 0.0f);
-    x_rows.assign(rows * s.hidden, 0.0f);
-    y_rows.assign(rows * s.hidden, 0.0f);
-    row_of.assign(rows, 0);
-    offsets.assign(static_cast<size_t>(s.n_experts + 1), 0);
-    activations = {gate.data(), up.data(), act.data(), row_of.data(), offsets.data()};
-    scratch = {x_rows.data(), y_rows.data(), dgate.data(), dup.data(), dact.data()};
-  }
-};
-
-void verify_experts(const ExpertsKernel& k, Checks& c) {
-  ExpertsShape s;
-  s.n_tokens = 24, s.hidden = 32, s.inter = 48, s.n_experts = 4, s.top_k = 2;
-  if (k.check) {
-    const std::string violated = k.check(s);
-    TITAN_CHECK(violated.empty(),
-                "the experts check's shape breaks the kernel's constraint: ", violated);
-  }
-  const int64_t E = s.n_experts, h = s.hidden, Im = s.inter, n = s.n_tokens, kk = s.top_k;
-  const std::vector<float> x = uniform(n * h, 1), gate_w = uniform(E * Im * h, 2),
-                           up_w = uniform(E * Im * h, 3), down_w = uniform(E * h * Im, 4),
-                           weight = uniform(n * kk, 5, 0.1f, 1.0f), dy = uniform(n * h, 6);
-  // Each token on two different experts; expert 3 gets none, so an empty group is exercised.
-  std::vector<int32_t> index(static_cast<size_t>(n * kk));
-  for (int64_t t = 0; t < n; ++t) {
-    index[t * kk] = static_cast<int32_t>(t % 3);
-    index[t * kk + 1] = static_cast<int32_t>((t + 1) % 3);
-  }
-  const double tolerance = fp32_tolerance(std::max({h, Im, n}));
-  const auto run = [&](const ExpertsKernel& kernel, bool bf16, std::vector<float>& y,
-                       std::vector<float>& dx, std::vector<float>& dweight,
-                       std::vector<float>& dw_all) {
-    ExpertsRun r(s);
-    const ExpertWeights w{gate_w.data(), up_w.data(), down_w.data()};
-    const std::vector<uint16_t> g16 = rounded(gate_w), u16 = rounded(up_w), d16 = rounded(down_w);
-    const ExpertWeightsBf16 w16{g16.data(), u16.data(), d16.data()};
-    y.assign(static_cast<size_t>(n * h), 0.0f);
-    dx.assign(y.size(), 0.0f);
-    dweight.assign(static_cast<size_t>(n * kk), 0.0f);
-    dw_all.assign(static_cast<size_t>(3 * E * Im * h), 0.0f);
-    const ExpertGrads dw{dw_all.data(), dw_all.data() + E * Im * h, dw_all.data() + 2 * E * Im * h};
-    if (bf16) {
-      kernel.forward_bf16(y.data(), r.activations, r.scratch, x.data(), index.data(), weight.data(),
-                          w16, s);
-      kernel.backward_bf16(dx.data(), dweight.data(), dw, r.scratch, dy.data(), r.activations,
-                           x.data(), index.data(), weight.data(), w16, s);
-    } else {
-      kernel.forward(y.data(), r.activations, r.scratch, x.data(), index.data(), weight.data(), w,
-                     s);
-      kernel.backward(dx.data(), dweight.data(), dw, r.scratch, dy.data(), r.activations, x.data(),
-                      index.data(), weight.data(), w, s);
-    }
-  };
-  const ExpertsKernel reference{experts_forward_reference,
-                                experts_backward_reference,
-                                {},
-                                experts_forward_bf16_reference,
-                                experts_backward_bf16_reference};
-  for (const bool bf16 : {false, true}) {
-    if (bf16 && k.forward_bf16 == nullptr) break;
-    std::vector<float> y, dx, dweight, dw, want_y, want_dx, want_dweight, want_dw;
-    run(k, bf16, y, dx, dweight, dw);
-    run(reference, bf16, want_y, want_dx, want_dweight, want_dw);
-    // The bf16 reference rounds the same operands and intermediates; an intermediate the two
-    // round differently moves by a bf16 step.
-    const double tol = bf16 ? kBf16Tolerance : tolerance;
-    c.add(bf16 ? "forward_bf16" : "forward", "y", y, want_y, tol);
-    const std::string form = bf16 ? "backward_bf16" : "backward";
-    c.add(form, "dx", dx, want_dx, tol);
-    c.add(form, "drouting_weight", dweight, want_dweight, tol);
-    c.add(form, "dweights (gate, up, down)", dw, want_dw, tol);
-  }
-}
-
 }  // namespace
 
 bool KernelReport::passed() const {
@@ -447,6 +297,12 @@ KernelReport verify_kernel(const KernelEntry& entry) {
             verify_lm_head_loss(kernel, takes_bf16, checks);
           }
           if constexpr (std::is_same_v<K, ExpertsKernel>) verify_experts(kernel, checks);
+          if constexpr (std::is_same_v<K, RouterKernel>) verify_router(kernel, checks);
+          if constexpr (std::is_same_v<K, MoeDispatchKernel>) verify_moe_dispatch(kernel, checks);
+          if constexpr (std::is_same_v<K, GroupedExpertsKernel>) {
+            verify_grouped_experts(kernel, checks);
+          }
+          if constexpr (std::is_same_v<K, MoeCombineKernel>) verify_moe_combine(kernel, checks);
         },
         entry.impl);
   } catch (const Error& e) {

@@ -22,6 +22,24 @@ class SingleRankCommunicator final : public Communicator {
     for (const CommPart& p : parts) copy(p.own, p.whole, p);
     return {};
   }
+  CommHandle all_to_all_v_async(const void* send, const std::vector<int64_t>& send_counts,
+                                void* recv, const std::vector<int64_t>& recv_counts,
+                                DType dtype) override {
+    TITAN_CHECK(send_counts.size() == 1 && recv_counts.size() == 1, "all_to_all_v: counts for ",
+                send_counts.size(), " and ", recv_counts.size(), " ranks in a group of one rank");
+    TITAN_CHECK(send_counts[0] == recv_counts[0], "all_to_all_v: ", send_counts[0],
+                " elements sent to this rank but ", recv_counts[0], " received");
+    TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::i32,
+                "all_to_all_v: elements in ", dtype_name(dtype));
+    const size_t bytes = static_cast<size_t>(send_counts[0]) * dtype_size(dtype);
+    if (bytes > 0 && recv != send) std::memmove(recv, send, bytes);
+    return {};
+  }
+  std::vector<int64_t> all_to_all_counts(const std::vector<int64_t>& send_counts) override {
+    TITAN_CHECK(send_counts.size() == 1, "all_to_all_counts: counts for ", send_counts.size(),
+                " ranks in a group of one rank");
+    return send_counts;
+  }
   void broadcast(float*, int64_t, int root) override {
     TITAN_CHECK(root == 0, "broadcast from rank ", root, " in a group of one rank");
   }

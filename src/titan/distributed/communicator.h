@@ -1,6 +1,7 @@
 // The collectives data parallelism is built on, over one group of ranks (a communicator): what
 // FSDP's all-gather and reduce-scatter, HSDP's all-reduce across replicas and the trainer's
-// loss / token sums and the metrics' memory peaks (the maximum over ranks) need. One implementation
+// loss / token sums and the metrics' memory peaks (the maximum over ranks) need, and the
+// all-to-all-v expert parallel will exchange rows with. One implementation
 // over MPI (mpi_communicator.cpp) and one for a group of a single rank (`titan train` without
 // mpirun); a CUDA backend will add one over NCCL. Every rank of a group makes the same calls in the
 // same order with the same counts.
@@ -43,6 +44,20 @@ class Communicator {
   virtual CommHandle all_gather_async(std::vector<CommPart> parts) = 0;
   // For every part (f32), own = the sum over ranks of their whole's elements at this rank's place.
   virtual CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) = 0;
+  // All-to-all-v (expert parallel's exchange of rows, nn/layers.h SparseMoeBlock): this rank
+  // sends send_counts[p] elements of `dtype` (f32, bf16 or i32) to rank p, taken from `send` after
+  // those for the ranks before p, and receives recv_counts[p] elements from rank p into `recv`,
+  // placed likewise in rank order. recv_counts[p] must be the send_counts[rank()] that rank p
+  // passes (all_to_all_counts tells each rank); any count may be 0. Queued as the collectives
+  // above: `send` unchanged and `recv` unread until the handle is waited for; the two must not
+  // overlap. A group of one rank copies at once.
+  virtual CommHandle all_to_all_v_async(const void* send, const std::vector<int64_t>& send_counts,
+                                        void* recv, const std::vector<int64_t>& recv_counts,
+                                        DType dtype) = 0;
+  // The counts exchange before an all-to-all-v: returns recv_counts, recv_counts[p] = the
+  // send_counts[rank()] that rank p passes (each rank tells each peer how many rows, or elements,
+  // it will send). send_counts has size() entries. Blocking.
+  virtual std::vector<int64_t> all_to_all_counts(const std::vector<int64_t>& send_counts) = 0;
   // data (count) = root's data.
   virtual void broadcast(float* data, int64_t count, int root) = 0;
   virtual void barrier() = 0;

@@ -3,10 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "titan/backend/backend.h"
 #include "titan/core/error.h"
-#include "titan/io/convert.h"
-#include "titan/ops/host_parallel.h"
+#include "titan/dispatch/device_ops.h"
 
 namespace titan {
 namespace {
@@ -155,8 +153,7 @@ CommHandle FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout
     // This rank's rows rounded; the copy is whole in its own layout.
     CommPart& part = parts[i];
     uint16_t* rows = send + layout.send_at[i];
-    convert_from_f32(static_cast<const float*>(part.own), static_cast<size_t>(part.counts[rank]),
-                     DType::bf16, rows);
+    device_ops().round_to_bf16(rows, static_cast<const float*>(part.own), part.counts[rank]);
     part = {layout.copies[i], rows, std::move(part.counts), DType::bf16};
   }
   return mesh_.shard_group().all_gather_async(std::move(parts));
@@ -196,15 +193,10 @@ void FullyShardedGroups::finish_scatter() {
   const ParamGroup& shard = shards_[g];
   const auto rank = static_cast<size_t>(mesh_.shard_index());
   const std::vector<CommPart> parts = parts_of(g, full_[g].grads(), reduced_grad_.as<float>());
-  constexpr int64_t kChunk = int64_t{1} << 14;
-  const VecKernels& v = backend().vec();
+  const DeviceOps& ops = device_ops();
   for (size_t i = 0; i < parts.size(); ++i) {
-    float* grads = shard.grads() + shard.views()[i].offset;
-    const auto* reduced = static_cast<const float*>(parts[i].own);
-    const int64_t n = parts[i].counts[rank];
-#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-    for (int64_t at = 0; at < n; at += kChunk)
-      v.axpy(grads + at, 1.0f, reduced + at, std::min(kChunk, n - at));
+    ops.add(shard.grads() + shard.views()[i].offset, static_cast<const float*>(parts[i].own),
+            parts[i].counts[rank]);
   }
 }
 

@@ -182,6 +182,57 @@ class MpiCommunicator final : public Communicator {
       });
     });
   }
+  CommHandle all_to_all_v_async(const void* send, const std::vector<int64_t>& send_counts,
+                                void* recv, const std::vector<int64_t>& recv_counts,
+                                DType dtype) override {
+    TITAN_CHECK(static_cast<int>(send_counts.size()) == size_ &&
+                    static_cast<int>(recv_counts.size()) == size_,
+                "all_to_all_v: counts for ", send_counts.size(), " and ", recv_counts.size(),
+                " ranks in a group of ", size_);
+    MPI_Datatype type = MPI_FLOAT;
+    if (dtype == DType::bf16) {
+      type = MPI_UINT16_T;
+    } else if (dtype == DType::i32) {
+      type = MPI_INT32_T;
+    } else {
+      TITAN_CHECK(dtype == DType::f32, "all_to_all_v: elements in ", dtype_name(dtype));
+    }
+    // MPI's int counts and displacements, per peer in rank order.
+    std::vector<int> sends, send_at, recvs, recv_at;
+    const auto cut = [](const std::vector<int64_t>& counts, std::vector<int>& n,
+                        std::vector<int>& at) {
+      int64_t offset = 0;
+      for (const int64_t count : counts) {
+        TITAN_CHECK(count >= 0, "all_to_all_v: a count of ", count);
+        at.push_back(checked_count(offset, "all_to_all_v"));
+        n.push_back(checked_count(count, "all_to_all_v"));
+        offset += count;
+      }
+    };
+    cut(send_counts, sends, send_at);
+    cut(recv_counts, recvs, recv_at);
+    return queue([=, sends = std::move(sends), send_at = std::move(send_at),
+                  recvs = std::move(recvs), recv_at = std::move(recv_at), comm = comm_] {
+      const InCollective watch("all_to_all_v");
+      complete([&](MPI_Request* r) {
+        MPI_Ialltoallv(send, sends.data(), send_at.data(), type, recv, recvs.data(), recv_at.data(),
+                       type, comm, r);
+      });
+    });
+  }
+  std::vector<int64_t> all_to_all_counts(const std::vector<int64_t>& send_counts) override {
+    TITAN_CHECK(static_cast<int>(send_counts.size()) == size_, "all_to_all_counts: counts for ",
+                send_counts.size(), " ranks in a group of ", size_);
+    std::vector<int64_t> recv_counts(send_counts.size(), 0);
+    queue([&, comm = comm_] {
+      const InCollective watch("all_to_all_counts");
+      complete([&](MPI_Request* r) {
+        MPI_Ialltoall(send_counts.data(), 1, MPI_INT64_T, recv_counts.data(), 1, MPI_INT64_T, comm,
+                      r);
+      });
+    }).wait();
+    return recv_counts;
+  }
   void broadcast(float* data, int64_t count, int root) override {
     queue([=, comm = comm_] {
       const InCollective watch("broadcast");

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "titan/core/error.h"
-#include "titan/ops/bf16_arrays.h"
+#include "titan/dispatch/device_ops.h"
 
 namespace titan {
 
@@ -11,7 +11,7 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                                    int64_t max_chunk, DType kv_cache_dtype)
     : weights_(weights),
       cache_(weights.model().args(), max_len, kv_cache_dtype),
-      rope_(rope_cache_build(weights.model().args().rope(), max_len)),
+      rope_(device_ops().rope_cache(weights.model().args().rope(), max_len)),
       max_chunk_(max_chunk),
       positions_(static_cast<size_t>(max_chunk)) {
   const ModelArgs& a = weights.model().args();
@@ -152,7 +152,7 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
   m.lm_head.forward(logits_, norm_, 1, linear_);
   // bf16 weights: the logits as a bf16 model returns them, and as bf16 training keeps them.
   if (m.lm_head.weight_bf16 != nullptr) {
-    round_to_bf16_keeping(logits_, nullptr, a.vocab_size);
+    device_ops().round_to_bf16_keeping(logits_, nullptr, a.vocab_size);
   }
   return logits_;
 }

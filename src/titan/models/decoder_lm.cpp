@@ -1,15 +1,12 @@
 #include "titan/models/decoder_lm.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string_view>
 
 #include "titan/core/error.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/models/state_dict_adapter.h"
-#include "titan/ops/bf16_arrays.h"
-#include "titan/ops/moe.h"
 
 namespace titan {
 namespace {
@@ -19,34 +16,48 @@ std::string layer_name(int64_t i) {
 }
 
 // `compute`: the dtype of the matmuls' operands (the experts' GEMMs included); the router,
-// norms, RoPE, attention and SwiGLU stay fp32.
+// norms, RoPE, attention and SwiGLU stay fp32. Each slot starts on the running device's default
+// kernel of its kind (dispatch/registry.h), attention on the one `attn_backend` names.
 std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
-  std::vector<KernelSlot> slots = {{"model.embed_tokens", OpKind::embedding, "embedding"}};
+  const KernelRegistry& registry = kernel_registry();
+  const DeviceKind device = backend().kind();
+  const auto slot = [&](std::string module, OpKind kind, DType dtype = DType::f32) {
+    return KernelSlot{std::move(module), kind, registry.default_kernel(kind, device), dtype,
+                      device};
+  };
+  std::vector<KernelSlot> slots = {slot("model.embed_tokens", OpKind::embedding)};
   for (int64_t i = 0; i < a.num_hidden_layers; ++i) {
     const std::string p = layer_name(i);
-    slots.push_back({p + ".input_layernorm", OpKind::rms_norm, "rms_norm"});
+    slots.push_back(slot(p + ".input_layernorm", OpKind::rms_norm));
     for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
-      slots.push_back({p + ".self_attn." + proj, OpKind::linear, "linear", compute});
+      slots.push_back(slot(p + ".self_attn." + proj, OpKind::linear, compute));
     }
     if (a.qk_norm) {
-      slots.push_back({p + ".self_attn.q_norm", OpKind::rms_norm, "rms_norm"});
-      slots.push_back({p + ".self_attn.k_norm", OpKind::rms_norm, "rms_norm"});
+      slots.push_back(slot(p + ".self_attn.q_norm", OpKind::rms_norm));
+      slots.push_back(slot(p + ".self_attn.k_norm", OpKind::rms_norm));
     }
-    slots.push_back({p + ".self_attn", OpKind::rope, "rope"});
-    slots.push_back({p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend});
-    slots.push_back({p + ".post_attention_layernorm", OpKind::rms_norm, "rms_norm"});
+    slots.push_back(slot(p + ".self_attn", OpKind::rope));
+    slots.push_back(
+        {p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend, DType::f32, device});
+    slots.push_back(slot(p + ".post_attention_layernorm", OpKind::rms_norm));
     if (a.layer_is_sparse(i)) {
-      slots.push_back({p + ".mlp.gate", OpKind::linear, "linear"});
-      slots.push_back({p + ".mlp.experts", OpKind::experts, "experts_grouped", compute});
+      slots.push_back(slot(p + ".mlp.gate", OpKind::linear));
+      slots.push_back(slot(p + ".mlp.gate", OpKind::router));
+      // experts_staged (the default): the block runs the three stage slots that follow
+      // (ops/moe_stages.h); a fused experts kernel bound here instead replaces all three.
+      slots.push_back(slot(p + ".mlp.experts", OpKind::experts, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::moe_dispatch, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::grouped_experts, compute));
+      slots.push_back(slot(p + ".mlp.experts", OpKind::moe_combine));
       continue;
     }
     for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-      slots.push_back({p + ".mlp." + proj, OpKind::linear, "linear", compute});
+      slots.push_back(slot(p + ".mlp." + proj, OpKind::linear, compute));
     }
-    slots.push_back({p + ".mlp", OpKind::swiglu, "swiglu"});
+    slots.push_back(slot(p + ".mlp", OpKind::swiglu));
   }
-  slots.push_back({"model.norm", OpKind::rms_norm, "rms_norm"});
-  slots.push_back({"lm_head", OpKind::lm_head_loss, "cross_entropy_chunked", compute});
+  slots.push_back(slot("model.norm", OpKind::rms_norm));
+  slots.push_back(slot("lm_head", OpKind::lm_head_loss, compute));
   return slots;
 }
 
@@ -54,40 +65,11 @@ std::vector<KernelSlot> default_slots(const ModelArgs& a, DType compute) {
 // (batch, seq) tokens hands it: a broken one is a titan::Error naming the module.
 void check_slot_constraints(const std::vector<KernelSlot>& slots, const ModelArgs& a, int64_t batch,
                             int64_t seq) {
-  for (const KernelSlot& slot : slots) {
-    if (slot.kind == OpKind::attention) {
-      const KernelEntry& entry = kernel_registry().get(slot.kernel, OpKind::attention);
-      require_constraints(
-          slot.module, slot.kernel, std::get<AttentionKernel>(entry.impl),
-          {batch, seq, seq, a.num_attention_heads, a.num_key_value_heads, a.head_dim});
-    } else if (slot.kind == OpKind::experts) {
-      const KernelEntry& entry = kernel_registry().get(slot.kernel, OpKind::experts);
-      require_constraints(slot.module, slot.kernel, std::get<ExpertsKernel>(entry.impl),
-                          {batch * seq, a.hidden_size, a.moe_intermediate_size, a.num_experts,
-                           a.num_experts_per_tok});
-    }
-  }
+  require_slot_constraints(
+      slots, kernel_registry(),
+      {batch, seq, seq, a.num_attention_heads, a.num_key_value_heads, a.head_dim},
+      {batch * seq, a.hidden_size, a.moe_intermediate_size, a.num_experts, a.num_experts_per_tok});
 }
-
-// Hands out consecutive 64-byte aligned views of an arena; with a null base it only measures.
-class Carver {
- public:
-  explicit Carver(float* base) : base_(base) {}
-  float* take(int64_t n) {
-    float* p = base_ == nullptr ? nullptr : base_ + used_;
-    used_ += (n + 15) / 16 * 16;
-    return p;
-  }
-  int64_t used() const { return used_; }
-  // Back to `used` floats: what is taken next overlaps what was taken after it.
-  void rewind(int64_t used) { used_ = used; }
-  // Past `used` floats, if not already.
-  void skip_past(int64_t used) { used_ = std::max(used_, used); }
-
- private:
-  float* base_;
-  int64_t used_ = 0;
-};
 
 // A linear module over `name`.weight, and `name`.bias when the group has one.
 Linear make_linear(const std::string& name, const ParamGroup& g, const KernelBinder& binder,
@@ -155,14 +137,15 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       &std::get<EmbeddingKernel>(binder.bind("model.embed_tokens", OpKind::embedding).impl);
   m_.norm = make_norm("model.norm", head, binder, h, args_.rms_norm_eps);
   // The training loss runs the lm_head inside its kernel; this module serves inference, whose
-  // one-token logits are a GEMV on the built-in linear kernel.
+  // one-token logits are a GEMV on the device's default linear kernel.
   Linear& lm_head = m_.lm_head;
   lm_head.name = "lm_head";
   lm_head.in_features = h;
   lm_head.out_features = args_.vocab_size;
   lm_head.weight =
       args_.tie_word_embeddings ? embed.weight : head.params() + head.view("lm_head.weight").offset;
-  const KernelEntry& builtin_linear = kernel_registry().get("linear", OpKind::linear);
+  const KernelEntry& builtin_linear = kernel_registry().get(
+      kernel_registry().default_kernel(OpKind::linear, backend().kind()), OpKind::linear);
   lm_head.kernel = &std::get<LinearKernel>(builtin_linear.impl);
   lm_head.kernel_name = builtin_linear.name;
   lm_head_loss_ = &std::get<LmHeadLossKernel>(binder.bind("lm_head", OpKind::lm_head_loss).impl);
@@ -208,9 +191,16 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
         return g.params() + g.view(moe.name + ".experts." + proj).offset;
       };
       moe.weights = {stacked("gate_proj"), stacked("up_proj"), stacked("down_proj")};
+      moe.router = &std::get<RouterKernel>(binder.bind(moe.name + ".gate", OpKind::router).impl);
       const KernelEntry& experts = binder.bind(moe.name + ".experts", OpKind::experts);
       moe.experts = &std::get<ExpertsKernel>(experts.impl);
       moe.experts_kernel = experts.name;
+      const auto stage = [&](OpKind kind) {
+        return &binder.bind(moe.name + ".experts", kind).impl;
+      };
+      moe.dispatch = &std::get<MoeDispatchKernel>(*stage(OpKind::moe_dispatch));
+      moe.grouped = &std::get<GroupedExpertsKernel>(*stage(OpKind::grouped_experts));
+      moe.combine = &std::get<MoeCombineKernel>(*stage(OpKind::moe_combine));
     } else {
       SwigluMlp& mlp = layer.mlp;
       mlp.name = p + ".mlp";
@@ -224,202 +214,6 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     m_.layers.push_back(std::move(layer));
   }
   if (compute_dtype_ == DType::bf16) allocate_compute_weights(params);
-}
-
-void DecoderLM::allocate_compute_weights(Residency head_residency) {
-  // Each weight with the module's pointer to its copy.
-  struct Target {
-    const float* master;
-    int64_t numel;
-    const uint16_t** copy;
-  };
-  std::vector<Target> targets;
-  // The lm_head's weight is the embedding's when tied: its copy serves the head.
-  for (Linear* w : m_.matmul_linears()) {
-    targets.push_back({w->weight, w->out_features * w->in_features, &w->weight_bf16});
-  }
-  for (DecoderLayer& l : m_.layers) {
-    if (!l.sparse) continue;
-    SparseMoeBlock& moe = l.moe;  // the router (moe.gate) stays fp32
-    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;  // each of the three
-    targets.push_back({moe.weights.gate, n, &moe.weights_bf16.gate});
-    targets.push_back({moe.weights.up, n, &moe.weights_bf16.up});
-    targets.push_back({moe.weights.down, n, &moe.weights_bf16.down});
-  }
-  const auto group_of = [&](const float* master) {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const float* begin = groups_[g].params();
-      if (master >= begin && master < begin + groups_[g].numel()) return static_cast<int64_t>(g);
-    }
-    fail("model: a matmul weight outside every parameter group");
-  };
-  std::vector<int64_t> totals(groups_.size(), 0);
-  for (const Target& t : targets) totals[static_cast<size_t>(group_of(t.master))] += t.numel;
-  std::vector<uint16_t*> next(groups_.size(), nullptr);
-  int64_t largest_block = 0;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const bool head = static_cast<int64_t>(g) == head_group_;
-    compute_weights_.emplace_back(static_cast<size_t>(totals[g]) * sizeof(uint16_t),
-                                  MemCategory::parameters,
-                                  head ? head_residency : Residency::released);
-    next[g] = compute_weights_.back().as<uint16_t>();
-    if (!head) largest_block = std::max(largest_block, totals[g]);
-  }
-  block_in_flight_ = Buffer(static_cast<size_t>(largest_block) * sizeof(uint16_t),
-                            MemCategory::parameters, Residency::released);
-  for (const Target& t : targets) {
-    const int64_t g = group_of(t.master);
-    uint16_t*& copy = next[static_cast<size_t>(g)];
-    *t.copy = copy;
-    compute_copies_.push_back(
-        {t.master, copy, copy, t.copy, t.numel, g, t.master == m_.embed_tokens.weight});
-    copy += t.numel;
-  }
-}
-
-void DecoderLM::bind_compute_copies(int64_t group, uint16_t* base) {
-  const auto* own = compute_weights_[static_cast<size_t>(group)].as<uint16_t>();
-  for (ComputeCopy& c : compute_copies_) {
-    if (c.group != group) continue;
-    c.bound = base + (c.copy - own);
-    *c.module_copy = c.bound;
-  }
-}
-
-bool DecoderLM::read_only_in_bf16(const std::string& name) {
-  const auto ends_with = [&](std::string_view tail) {
-    return name.size() >= tail.size() &&
-           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
-  };
-  return ends_with("_proj.weight") || ends_with(".experts.gate_proj") ||
-         ends_with(".experts.up_proj") || ends_with(".experts.down_proj") ||
-         name == "lm_head.weight";
-}
-
-void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
-  for (const ComputeCopy& c : compute_copies_) {
-    if (group >= 0 && c.group != group) continue;
-    if (!all && !c.master_read) continue;
-    round_to_bf16(c.bound, c.master, c.numel);
-  }
-}
-
-std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copy_targets(bool with_master_read) {
-  std::vector<std::vector<ComputeCopyTarget>> targets(groups_.size());
-  for (const ComputeCopy& c : compute_copies_) {
-    if (c.master_read && !with_master_read) continue;
-    const ParamGroup& g = groups_[static_cast<size_t>(c.group)];
-    const auto at = c.master - g.params();
-    for (const ParamView& v : g.views()) {
-      if (v.offset != at) continue;
-      // The one list of what is read only in bf16, which the plan reads too.
-      TITAN_CHECK(c.master_read || read_only_in_bf16(v.spec.name), "model: ", v.spec.name,
-                  " has a bf16 copy but is not listed as read only in bf16");
-      targets[static_cast<size_t>(c.group)].push_back({v.spec.name, c.copy});
-    }
-  }
-  return targets;
-}
-
-std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
-  return copy_targets(false);
-}
-
-std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copied_params() {
-  return copy_targets(true);
-}
-
-std::vector<std::vector<ComputeCopyTarget>> DecoderLM::hold_compute_copies(bool lookup_in_bf16) {
-  TITAN_CHECK(compute_dtype_ == DType::bf16,
-              "model: bf16 copies held as the weights of a model computing in ",
-              dtype_name(compute_dtype_));
-  TITAN_CHECK(!hooks_.acquire && groups_[0].grads() == nullptr,
-              "model: bf16 copies held as the weights of a model under parameter-group hooks or "
-              "with gradients");
-  copies_held_ = true;
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    compute_weights_[g].recommit();
-    bind_compute_copies(static_cast<int64_t>(g), compute_weights_[g].as<uint16_t>());
-  }
-  block_in_flight_ = Buffer();
-  std::vector<std::vector<ComputeCopyTarget>> targets = copied_params();
-  Embedding& embed = m_.embed_tokens;
-  if (!lookup_in_bf16) return targets;
-  if (args_.tie_word_embeddings) {
-    embed.weight_bf16 = m_.lm_head.weight_bf16;
-    return targets;
-  }
-  embedding_bf16_ = Buffer(static_cast<size_t>(embed.vocab * embed.dim) * sizeof(uint16_t),
-                           MemCategory::parameters);
-  embed.weight_bf16 = embedding_bf16_.as<uint16_t>();
-  targets[0].push_back({embed.name + ".weight", embedding_bf16_.as<uint16_t>()});
-  return targets;
-}
-
-void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
-  const auto g = static_cast<size_t>(group);
-  if (!hooks_.acquire) {
-    // One process: a block's bf16 copies are made at each use, as under FSDP, in the one buffer
-    // every block's share. The [norm, lm_head] unit's are made at the forward's start and kept.
-    // Copies held as the weights are already bound in place.
-    if (compute_copies_.empty() || reads == GroupReads::nothing || copies_held_) return;
-    if (group == head_group_ || compute_weights_[g].bytes() == 0) return;
-    block_in_flight_.recommit();
-    bind_compute_copies(group, block_in_flight_.as<uint16_t>());
-    refresh_compute_weights(group);
-    return;
-  }
-  const bool prefetched = prefetched_ == group;
-  if (prefetched) prefetched_ = -1;
-  if (!reads_copies(group, reads)) {
-    hooks_.acquire(group, gradients, reads);
-    return;
-  }
-  // Copies the acquire fills come from a gather (all of them for a use through_copies): a unit
-  // kept whole since its last use kept those, and its masters of them were never written. A unit
-  // kept since a use that read its parameters has its other copies (a tied embedding's) rounded
-  // from its masters when a use through_copies first reads them. (A prefetched unit is resident
-  // too, but its gather is filling them.)
-  const bool kept = groups_[g].params_resident() && !prefetched;
-  compute_weights_[g].recommit();  // the acquire may write them
-  bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
-  hooks_.acquire(group, gradients, reads);
-  if (!hooks_.fills_compute_copies) {
-    refresh_compute_weights(group);
-  } else if (kept && reads == GroupReads::through_copies) {
-    refresh_compute_weights(group, false);
-  }
-}
-
-bool DecoderLM::reads_copies(int64_t group, GroupReads reads) const {
-  // A use through_copies reads every copy of the group; one reading its parameters only the
-  // copies of the weights read only in bf16 (a tied embedding's copy serves the loss, not the
-  // lookup). A use that reads none brings none: its copies are not touched.
-  return std::any_of(compute_copies_.begin(), compute_copies_.end(), [&](const ComputeCopy& c) {
-    return c.group == group && (reads == GroupReads::through_copies ||
-                                (reads == GroupReads::parameters && !c.master_read));
-  });
-}
-
-void DecoderLM::prefetch(int64_t group, GroupReads reads) {
-  if (!hooks_.prefetch) return;
-  const auto g = static_cast<size_t>(group);
-  if (reads != GroupReads::nothing && !groups_[g].params_resident()) {
-    prefetched_ = group;
-    if (reads_copies(group, reads)) {
-      compute_weights_[g].recommit();
-      bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
-    }
-  }
-  hooks_.prefetch(group, reads);
-}
-
-void DecoderLM::release(int64_t group, GroupUseEnd end) {
-  const auto g = static_cast<size_t>(group);
-  if (!hooks_.release) return;  // one process: block_in_flight_ stays committed
-  hooks_.release(group, end);
-  if (compute_copies_.empty()) return;
-  if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
 }
 
 void DecoderLM::initialize(uint64_t seed) {
@@ -484,233 +278,6 @@ void DecoderLM::set_forward_only() {
   batch_ = seq_ = 0;
 }
 
-DecoderLM::Retention DecoderLM::retention() const {
-  if (forward_only_) return Retention::nothing;
-  return checkpoint_layers_ ? Retention::block_inputs : Retention::every_layer;
-}
-
-int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
-                                     Retention retention, float* base, int64_t batch, int64_t seq,
-                                     Activations& v) {
-  const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
-  const int64_t H = args.num_attention_heads, KV = args.num_key_value_heads;
-  const int64_t I = args.intermediate_size, Im = args.moe_intermediate_size;
-  const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = n * k;
-  const int64_t n_layers = args.num_hidden_layers;
-  int64_t n_sparse = 0;
-  for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
-  const bool any_sparse = n_sparse > 0, any_dense = n_sparse < n_layers;
-  // One layer's set serves every layer unless each keeps its own for the backward.
-  const bool one_set = retention != Retention::every_layer;
-  Carver c(base);
-  // Index arrays share the float arena (same width); bf16 values take two to a float.
-  const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
-  const auto take_bf16 = [&](int64_t count) {
-    return reinterpret_cast<uint16_t*>(c.take((count + 1) / 2));
-  };
-  // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
-  // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
-  // product, computed from their roundings, is recomputed in the backward in both dtypes), and the
-  // attention its q/k norms' inputs (else q and k) and v (rounded where they are made, as
-  // autocast's bf16 projections and attention matmuls have them) and its output (as o_proj reads
-  // it); the fp32
-  // values are computed into scratch every layer shares. The attention's statistics stay fp32,
-  // and so does the MoE block's input (its router computes in fp32); the experts kernel keeps its
-  // rows' gate and up in bf16 (below), their product recomputed like the dense MLP's.
-  const bool keep_bf16 = compute_dtype == DType::bf16;
-  // The scratch the layers share, forward and backward, is idle while the lm_head loss runs, and
-  // the loss's workspace is idle while a layer runs: both are carved from one region. (The
-  // loss's dx is grad.d_norm and its rounded input linear.x_bf16: those stay outside.)
-  const int64_t shared_begin = c.used();
-  LayerGradScratch& g = v.grad;
-  g.attn = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
-  if (any_dense) {
-    g.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
-    g.mlp.dgate_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dgate);
-    g.mlp.dup_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dup);
-  }
-  if (any_sparse) {
-    g.moe = {c.take(n * E),
-             c.take(n * k),
-             {c.take(rows * h), c.take(rows * h), c.take(rows * Im), c.take(rows * Im),
-              c.take(rows * Im)}};
-  }
-  float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
-  // A dense MLP's product and the experts' are recomputed in the backward, never kept.
-  float* mlp_act = any_dense ? c.take(n * I) : nullptr;
-  float* experts_act = nullptr;
-  if (any_sparse) {
-    experts_act = keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
-  }
-  const MlpActivations mlp_scratch =
-      keep_bf16 && any_dense
-          ? MlpActivations{c.take(n * I), c.take(n * I), mlp_act,         nullptr,
-                           nullptr,       nullptr,       take_bf16(n * I)}
-          : MlpActivations{};
-  // With q/k norms, q and k after their norms and RoPE are recomputed in the backward from the
-  // kept norm inputs (SelfAttention::backward), in both dtypes: one room for all layers.
-  AttentionActivations attn_scratch;
-  if (keep_bf16 || args.qk_norm) {
-    attn_scratch.q = c.take(n * H * hd);
-    attn_scratch.k = c.take(n * KV * hd);
-  }
-  if (keep_bf16) {
-    if (args.qk_norm) {
-      attn_scratch.q_pre = c.take(n * H * hd);
-      attn_scratch.k_pre = c.take(n * KV * hd);
-      attn_scratch.kept.q = take_bf16(n * H * hd);
-      attn_scratch.kept.k = take_bf16(n * KV * hd);
-    }
-    attn_scratch.v = c.take(n * KV * hd);
-    attn_scratch.out = c.take(n * H * hd);
-  }
-  const int64_t layers_end = c.used();
-  c.rewind(shared_begin);
-  const int64_t loss_bytes = lm_head_workspace_bytes(n, args.hidden_size, args.vocab_size, 0,
-                                                     compute_dtype == DType::bf16);
-  v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
-  c.skip_past(layers_end);
-  // The residual streams: each block's input and the last block's output, or, with nothing kept
-  // for a backward, two in turn.
-  const int64_t streams =
-      retention == Retention::nothing ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
-  std::vector<float*> stream(static_cast<size_t>(streams));
-  for (float*& r : stream) r = c.take(n * h);
-  v.resid.assign(n_layers + 1, nullptr);
-  for (size_t i = 0; i < v.resid.size(); ++i) v.resid[i] = stream[i % stream.size()];
-  v.layers.assign(one_set ? 1 : n_layers, {});
-  for (size_t i = 0; i < v.layers.size(); ++i) {
-    LayerActivations& a = v.layers[i];
-    // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
-    const auto layer = static_cast<int64_t>(i);
-    const bool sparse = one_set ? any_sparse : args.layer_is_sparse(layer);
-    const bool dense = one_set ? any_dense : !args.layer_is_sparse(layer);
-    a.norm1 = keep_bf16 ? norm_scratch : c.take(n * h);
-    a.attn.x_bf16 = keep_bf16 ? take_bf16(n * h) : nullptr;
-    a.norm1_rstd = c.take(n);
-    if (keep_bf16) {
-      a.attn.q_pre = attn_scratch.q_pre;
-      a.attn.k_pre = attn_scratch.k_pre;
-      a.attn.q = attn_scratch.q;
-      a.attn.k = attn_scratch.k;
-      a.attn.v = attn_scratch.v;
-      a.attn.out = attn_scratch.out;
-      if (args.qk_norm) {
-        a.attn.kept.q_pre = take_bf16(n * H * hd);
-        a.attn.kept.k_pre = take_bf16(n * KV * hd);
-        a.attn.kept.q = attn_scratch.kept.q;
-        a.attn.kept.k = attn_scratch.kept.k;
-      } else {
-        a.attn.kept.q = take_bf16(n * H * hd);
-        a.attn.kept.k = take_bf16(n * KV * hd);
-      }
-      a.attn.kept.v = take_bf16(n * KV * hd);
-      a.attn.kept.out = take_bf16(n * H * hd);
-    } else {
-      if (args.qk_norm) {
-        a.attn.q_pre = c.take(n * H * hd);
-        a.attn.k_pre = c.take(n * KV * hd);
-        a.attn.q = attn_scratch.q;
-        a.attn.k = attn_scratch.k;
-      } else {
-        a.attn.q = c.take(n * H * hd);
-        a.attn.k = c.take(n * KV * hd);
-      }
-      a.attn.v = c.take(n * KV * hd);
-    }
-    if (args.qk_norm) {
-      a.attn.q_rstd = c.take(n * H);
-      a.attn.k_rstd = c.take(n * KV);
-    }
-    if (!keep_bf16) a.attn.out = c.take(n * H * hd);
-    a.attn.lse = c.take(batch * H * seq);
-    a.resid_mid = c.take(n * h);
-    // The router reads the MoE block's input in fp32, forward and backward.
-    a.norm2 = keep_bf16 && !sparse ? norm_scratch : c.take(n * h);
-    a.norm2_rstd = c.take(n);
-    if (dense && keep_bf16) {
-      a.mlp = mlp_scratch;
-      a.mlp.x_bf16 = take_bf16(n * h);
-      a.mlp.gate_bf16 = take_bf16(n * I);
-      a.mlp.up_bf16 = take_bf16(n * I);
-    } else if (dense) {
-      a.mlp = {c.take(n * I), c.take(n * I), mlp_act};
-    }
-    if (sparse) {
-      a.moe.router_logits = c.take(n * E);
-      a.moe.router_probs = c.take(n * E);
-      a.moe.topk_index = take_ints(n * k);
-      a.moe.topk_weight = c.take(n * k);
-      // A bf16 experts kernel keeps gate and up as bf16 values (ops/moe.h).
-      const auto take_kept = [&] {
-        return keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
-      };
-      float* gate = take_kept();
-      float* up = take_kept();
-      a.moe.experts = {gate, up, experts_act, take_ints(rows), take_ints(E + 1)};
-    }
-  }
-  v.final_norm = c.take(n * h);
-  v.final_norm_rstd = c.take(n);
-  if (keep_bf16) {
-    // The inputs rounded here are o_proj's and the lm_head's (the others are kept above); the
-    // output gradients are every linear's.
-    v.linear.x_bf16 = take_bf16(n * std::max(h, H * hd));
-    v.linear.dy_bf16 = take_bf16(n * std::max({h, H * hd, any_dense ? I : 0}));
-  }
-  if (retention != Retention::nothing) {
-    v.d_resid = c.take(n * h);
-    g.d_norm = c.take(n * h);
-  }
-  return c.used();
-}
-
-int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
-                                       bool checkpointing, int64_t batch, int64_t seq) {
-  return arena_floats(args, compute_dtype,
-                      checkpointing ? Retention::block_inputs : Retention::every_layer, batch,
-                      seq) *
-         static_cast<int64_t>(sizeof(float));
-}
-
-int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
-                                int64_t batch, int64_t seq) {
-  Activations measured;
-  return carve_activations(args, compute_dtype, retention, nullptr, batch, seq, measured);
-}
-
-int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
-  return arena_floats(args_, compute_dtype_, retention(), batch, seq) *
-         static_cast<int64_t>(sizeof(float));
-}
-
-void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
-  // Under bf16 the loss's workspace holds rows per OpenMP thread.
-  const int threads = omp_get_max_threads();
-  if (batch == batch_ && seq == seq_ && threads == arena_threads_) return;
-  const int64_t n = batch * seq;
-  arena_ = Buffer();  // release the old arena before taking the new one
-  arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
-  carve_activations(args_, compute_dtype_, retention(), arena_.as<float>(), batch, seq, acts_);
-  batch_ = batch;
-  seq_ = seq;
-  arena_threads_ = threads;
-  ids_.resize(n);
-  targets_.resize(n);
-  positions_.resize(n);
-  for (int64_t b = 0; b < batch; ++b) {
-    for (int64_t s = 0; s < seq; ++s) positions_[b * seq + s] = static_cast<int32_t>(s);
-  }
-  if (rope_cache_.max_positions < seq) rope_cache_ = rope_cache_build(args_.rope(), seq);
-  call_ = LayerCall{};
-  call_.batch = batch;
-  call_.seq = seq;
-  call_.positions = positions_.data();
-  call_.rope = &rope_cache_;
-  call_.experts_scratch = &acts_.grad.moe.experts;
-  call_.linear = acts_.linear;
-}
-
 void DecoderLM::layer_forward(size_t i, LayerActivations& a) {
   m_.layers[i].forward(acts_.resid[i + 1], a, acts_.resid[i], call_);
 }
@@ -773,19 +340,19 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                    : last_layer ? GroupUseEnd::used_next
                                 : GroupUseEnd::used_later);
     if (aux && m_.layers[i].sparse) {
-      load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(), a.moe.router_probs,
-                                a.moe.topk_index, n, E, k);
+      device_ops().load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(),
+                                             a.moe.router_probs, a.moe.topk_index, n, E, k);
     }
   }
   const int64_t router_rows = n_sparse_layers_ * n;
-  aux_loss_ =
-      aux ? load_balancing_loss(router_counts_.data(), router_prob_sums_.data(), E, router_rows)
-          : 0.0;
+  aux_loss_ = aux ? device_ops().load_balancing_loss(router_counts_.data(),
+                                                     router_prob_sums_.data(), E, router_rows)
+                  : 0.0;
   aux_grad_ = aux && options.compute_grad;
   if (aux_grad_) {
     aux_dprobs_.resize(E);
-    load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
-                        args_.router_aux_loss_coef * options.aux_loss_scale);
+    device_ops().load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
+                                     args_.router_aux_loss_coef * options.aux_loss_scale);
   }
   // The [norm, lm_head] unit stays in use from here into the backward's final norm when computing
   // gradients, reading the lm_head through its copy (a tied embedding too: the lookup is done);
@@ -804,7 +371,8 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   ce.hidden = h;
   ce.vocab = args_.vocab_size;
   ce.logits = options.logits;
-  ce.chunk_tokens = lm_head_chunk_tokens(n, args_.vocab_size, 0);
+  ce.chunk_tokens = default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
+                        .chunk_tokens(n, args_.vocab_size, 0);
   ce.workspace = acts_.loss_workspace;
   if (options.compute_grad) {
     ce.dx = acts_.grad.d_norm;

@@ -1,39 +1,39 @@
 #include "titan/nn/decoder_layer.h"
 
-#include "titan/backend/backend.h"
+#include "titan/dispatch/device_ops.h"
 
 namespace titan {
 
 void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
                            const LayerCall& call) const {
   const int64_t n = call.tokens(), h = input_layernorm.dim;
-  const VecKernels& v = backend().vec();
+  const DeviceOps& ops = device_ops();
   input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
   self_attn.forward(a.resid_mid, a.attn, a.norm1, call);
-  v.axpy(a.resid_mid, 1.0f, x, n * h);  // x's last read: out may now overwrite it
+  ops.add(a.resid_mid, x, n * h);  // x's last read: out may now overwrite it
   post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
   if (sparse) {
     moe.forward(out, a.moe, *call.experts_scratch, a.norm2, n);
   } else {
     mlp.forward(out, a.mlp, a.norm2, n, call.linear);
   }
-  v.axpy(out, 1.0f, a.resid_mid, n * h);
+  ops.add(out, a.resid_mid, n * h);
 }
 
 void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActivations& a,
                             const float* x, const float* dprobs_all, const LayerCall& call) const {
   const int64_t n = call.tokens(), h = input_layernorm.dim;
-  const VecKernels& v = backend().vec();
+  const DeviceOps& ops = device_ops();
   if (sparse) {
     moe.backward(g.d_norm, g.moe, d_resid, a.moe, a.norm2, dprobs_all, n);
   } else {
     mlp.backward(g.d_norm, g.mlp, d_resid, a.mlp, a.norm2, n, call.linear);
   }
   post_attention_layernorm.backward(g.d_norm, g.d_norm, a.resid_mid, a.norm2_rstd, n);
-  v.axpy(d_resid, 1.0f, g.d_norm, n * h);
+  ops.add(d_resid, g.d_norm, n * h);
   self_attn.backward(g.d_norm, g.attn, d_resid, a.attn, a.norm1, call);
   input_layernorm.backward(g.d_norm, g.d_norm, x, a.norm1_rstd, n);
-  v.axpy(d_resid, 1.0f, g.d_norm, n * h);
+  ops.add(d_resid, g.d_norm, n * h);
 }
 
 std::vector<Linear*> DecoderModules::matmul_linears() {

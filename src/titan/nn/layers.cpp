@@ -4,8 +4,7 @@
 #include <span>
 
 #include "titan/core/error.h"
-#include "titan/ops/bf16_arrays.h"
-#include "titan/ops/bias.h"
+#include "titan/dispatch/device_ops.h"
 
 namespace titan {
 
@@ -17,13 +16,6 @@ const KernelEntry& KernelBinder::bind(const std::string& module, OpKind kind) co
   }
   fail("module ", module, " has no ", op_kind_name(kind), " slot");
 }
-
-namespace {
-
-// The built-in kernel, whose one-token products may run fused as GEMVs.
-constexpr const char* kBuiltinLinear = "linear";
-
-}  // namespace
 
 GemvWeight Linear::compute_weight() const {
   if (weight_bf16 != nullptr) return {DType::bf16, weight_bf16, out_features, in_features};
@@ -42,7 +34,7 @@ void Linear::forward(float* y, const float* x, int64_t n, const LinearScratch& s
 void Linear::forward_bf16(float* y, const uint16_t* x_bf16, int64_t n) const {
   TITAN_CHECK(computes_in_bf16(), name, ": an input in bf16, but it computes in fp32");
   kernel->forward_bf16(y, x_bf16, weight_bf16, n, in_features, out_features);
-  if (bias != nullptr) bias_forward(y, bias, n, out_features);
+  if (bias != nullptr) device_ops().bias_forward(y, bias, n, out_features);
 }
 
 bool Linear::writes_bf16() const {
@@ -70,12 +62,12 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
       TITAN_CHECK(scratch.x_bf16 != nullptr && scratch.dy_bf16 != nullptr, l.name,
                   ": bf16 compute needs rounding buffers");
       if (rounded == nullptr) {
-        round_to_bf16(scratch.x_bf16, x, n * l.in_features);
+        device_ops().round_to_bf16(scratch.x_bf16, x, n * l.in_features);
         rounded = scratch.x_bf16;
       }
       const uint16_t* dy_rounded = g.dy_bf16;
       if (dy_rounded == nullptr) {
-        round_to_bf16(scratch.dy_bf16, g.dy, n * l.out_features);
+        device_ops().round_to_bf16(scratch.dy_bf16, g.dy, n * l.out_features);
         dy_rounded = scratch.dy_bf16;
       }
       l.kernel->backward_bf16(dx, l.weight_grad, dy_rounded, rounded, l.weight_bf16, n,
@@ -89,7 +81,7 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
     }
     if (l.bias_grad != nullptr) {
       TITAN_CHECK(g.dy != nullptr, l.name, ": a bias gradient needs the output gradient in fp32");
-      bias_backward(l.bias_grad, g.dy, n, l.out_features);
+      device_ops().bias_backward(l.bias_grad, g.dy, n, l.out_features);
     }
     accumulate_dx = true;
   }
@@ -99,12 +91,14 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
                           const LinearScratch& scratch, uint16_t* keep_x_bf16) {
   // A kept rounding is for a backward, which the fused GEMVs (decode) never have.
   bool fused = n == 1 && outputs.size() <= kMaxGemvProducts && keep_x_bf16 == nullptr;
-  for (const LinearOutput& o : outputs) fused = fused && o.linear->kernel_name == kBuiltinLinear;
+  // Only the device's default kernel's one-token products are the device's fused GEMVs.
+  const std::string& builtin = kernel_registry().default_kernel(OpKind::linear, backend().kind());
+  for (const LinearOutput& o : outputs) fused = fused && o.linear->kernel_name == builtin;
   if (fused) {
     GemvProduct products[kMaxGemvProducts];
     size_t count = 0;
     for (const LinearOutput& o : outputs) products[count++] = {o.linear->compute_weight(), o.y};
-    gemv_forward(std::span<const GemvProduct>(products, count), x);
+    device_ops().gemv(std::span<const GemvProduct>(products, count), x);
   }
   uint16_t* rounded = nullptr;  // the linears share x: it is rounded to bf16 once
   for (const LinearOutput& o : outputs) {
@@ -115,7 +109,7 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
       if (rounded == nullptr) {
         rounded = keep_x_bf16 != nullptr ? keep_x_bf16 : scratch.x_bf16;
         TITAN_CHECK(rounded != nullptr, l.name, ": bf16 compute needs a rounding buffer");
-        round_to_bf16(rounded, x, n * l.in_features);
+        device_ops().round_to_bf16(rounded, x, n * l.in_features);
       }
       l.forward_bf16(o.y, rounded, n);  // with the bias
       continue;
@@ -126,16 +120,16 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
       if (l.weight_bf16 != nullptr) {
         TITAN_CHECK(scratch.widened != nullptr && scratch.x_rounded != nullptr, l.name,
                     ": bf16 weights need widening buffers");
-        widen_bf16(scratch.widened, l.weight_bf16, l.out_features * l.in_features);
+        device_ops().widen_bf16(scratch.widened, l.weight_bf16, l.out_features * l.in_features);
         w = scratch.widened;
         const int64_t count = n * l.in_features;
         std::copy(x, x + count, scratch.x_rounded);
-        round_to_bf16_keeping(scratch.x_rounded, nullptr, count);
+        device_ops().round_to_bf16_keeping(scratch.x_rounded, nullptr, count);
         x_in = scratch.x_rounded;
       }
       l.kernel->forward(o.y, x_in, w, n, l.in_features, l.out_features);
     }
-    if (l.bias != nullptr) bias_forward(o.y, l.bias, n, l.out_features);
+    if (l.bias != nullptr) device_ops().bias_forward(o.y, l.bias, n, l.out_features);
   }
 }
 
@@ -198,15 +192,15 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
   const bool bf16_forward = act.kept.q != nullptr && attention->forward_bf16 != nullptr;
   const auto round_for_attention = [&](float* values, uint16_t* bits, int64_t count) {
     if (bf16_forward) {
-      round_to_bf16(bits, values, count);
+      device_ops().round_to_bf16(bits, values, count);
     } else {
-      round_to_bf16_keeping(values, bits, count);
+      device_ops().round_to_bf16_keeping(values, bits, count);
     }
   };
   if (bf16) {
     if (qk_norm) {
-      round_to_bf16_keeping(act.q_pre, act.kept.q_pre, q_count);
-      round_to_bf16_keeping(act.k_pre, act.kept.k_pre, kv_count);
+      device_ops().round_to_bf16_keeping(act.q_pre, act.kept.q_pre, q_count);
+      device_ops().round_to_bf16_keeping(act.k_pre, act.kept.k_pre, kv_count);
     }
     round_for_attention(v, act.kept.v, kv_count);
   }
@@ -234,8 +228,8 @@ void SelfAttention::forward(float* y, AttentionActivations& act, const float* x,
                 attention_kernel, "' reads only fp32 keys and values, not a bf16 KV cache");
     auto* keys = static_cast<uint16_t*>(cache.keys);
     auto* values = static_cast<uint16_t*>(cache.values);
-    round_to_bf16(keys + call.past * kv_row, k, kv_count);
-    round_to_bf16(values + call.past * kv_row, v, kv_count);
+    device_ops().round_to_bf16(keys + call.past * kv_row, k, kv_count);
+    device_ops().round_to_bf16(values + call.past * kv_row, v, kv_count);
     // A bf16 model over its bf16 cache attends in bf16, on q's bits written above: the kernel
     // rounds the probabilities for P V (a decode step too, on its one-query path).
     if (bf16 && act.q_bf16 != nullptr && attention->forward_bf16 != nullptr) {
@@ -258,8 +252,8 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
   const bool kept = act.kept.q != nullptr;
   const bool bf16_backward = kept && attention->backward_bf16 != nullptr;
   if (kept && qk_norm) {
-    widen_bf16(act.q_pre, act.kept.q_pre, q_count);
-    widen_bf16(act.k_pre, act.kept.k_pre, kv_count);
+    device_ops().widen_bf16(act.q_pre, act.kept.q_pre, q_count);
+    device_ops().widen_bf16(act.k_pre, act.kept.k_pre, kv_count);
   }
   // With q/k norms, q and k are not kept: they are made again from the norms' inputs as the
   // forward made them, bit for bit (their rstd rewritten with the same values), which costs two
@@ -270,21 +264,21 @@ void SelfAttention::backward(float* dx, AttentionGradScratch& g, const float* dy
     rope->forward(act.q, call.positions, *call.rope, n, n_heads);
     rope->forward(act.k, call.positions, *call.rope, n, n_kv_heads);
     if (bf16_backward) {
-      round_to_bf16(act.kept.q, act.q, q_count);
-      round_to_bf16(act.kept.k, act.k, kv_count);
+      device_ops().round_to_bf16(act.kept.q, act.q, q_count);
+      device_ops().round_to_bf16(act.kept.k, act.k, kv_count);
     } else if (kept) {
-      round_to_bf16_keeping(act.q, act.kept.q, q_count);
-      round_to_bf16_keeping(act.k, act.kept.k, kv_count);
+      device_ops().round_to_bf16_keeping(act.q, act.kept.q, q_count);
+      device_ops().round_to_bf16_keeping(act.k, act.kept.k, kv_count);
     }
   }
   if (kept) {
     if (!bf16_backward) {
       if (!qk_norm) {
-        widen_bf16(act.q, act.kept.q, q_count);
-        widen_bf16(act.k, act.kept.k, kv_count);
+        device_ops().widen_bf16(act.q, act.kept.q, q_count);
+        device_ops().widen_bf16(act.k, act.kept.k, kv_count);
       }
-      widen_bf16(act.v, act.kept.v, kv_count);
-      widen_bf16(act.out, act.kept.out, q_count);
+      device_ops().widen_bf16(act.v, act.kept.v, kv_count);
+      device_ops().widen_bf16(act.out, act.kept.out, q_count);
     }
   }
   o_proj.backward(g.dout, dy, act.out, n, false, call.linear, act.kept.out);
@@ -313,13 +307,13 @@ void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n
   // and act is made from them as the backward makes it again.
   if (act.gate_bf16 != nullptr && swiglu->recompute_bf16 != nullptr) {
     if (gate_proj.writes_bf16() && up_proj.writes_bf16()) {
-      round_to_bf16(act.x_bf16, x, n * hidden);
+      device_ops().round_to_bf16(act.x_bf16, x, n * hidden);
       gate_proj.forward_to_bf16(act.gate_bf16, act.x_bf16, n);
       up_proj.forward_to_bf16(act.up_bf16, act.x_bf16, n);
     } else {
       linear_group_forward({{&gate_proj, act.gate}, {&up_proj, act.up}}, x, n, linear, act.x_bf16);
-      round_to_bf16(act.gate_bf16, act.gate, count);
-      round_to_bf16(act.up_bf16, act.up, count);
+      device_ops().round_to_bf16(act.gate_bf16, act.gate, count);
+      device_ops().round_to_bf16(act.up_bf16, act.up, count);
     }
     swiglu->recompute_bf16(act.act_bf16, act.gate_bf16, act.up_bf16, count);
     down_proj.forward_bf16(y, act.act_bf16, n);
@@ -329,8 +323,8 @@ void SwigluMlp::forward(float* y, MlpActivations& act, const float* x, int64_t n
   // Otherwise bf16 projections (inference on bf16 weights; training under another kernel) return
   // gate and up rounded to bf16 in fp32, training keeping the bits for its backward.
   if (gate_proj.weight_bf16 != nullptr) {
-    round_to_bf16_keeping(act.gate, act.gate_bf16, count);
-    round_to_bf16_keeping(act.up, act.up_bf16, count);
+    device_ops().round_to_bf16_keeping(act.gate, act.gate_bf16, count);
+    device_ops().round_to_bf16_keeping(act.up, act.up_bf16, count);
   }
   swiglu->forward(act.act, act.gate, act.up, count);
   down_proj.forward(y, act.act, n, linear, act.act_bf16);
@@ -355,11 +349,11 @@ void SwigluMlp::backward(float* dx, MlpGradScratch& g, const float* dy, const Ml
     return;
   }
   if (act.gate_bf16 != nullptr) {
-    widen_bf16(act.gate, act.gate_bf16, count);
-    widen_bf16(act.up, act.up_bf16, count);
+    device_ops().widen_bf16(act.gate, act.gate_bf16, count);
+    device_ops().widen_bf16(act.up, act.up_bf16, count);
   }
   swiglu->forward(act.act, act.gate, act.up, count);
-  if (act.act_bf16 != nullptr) round_to_bf16(act.act_bf16, act.act, count);
+  if (act.act_bf16 != nullptr) device_ops().round_to_bf16(act.act_bf16, act.act, count);
   down_proj.backward(g.dact, dy, act.act, n, false, linear, act.act_bf16);
   swiglu->backward(g.dgate, g.dup, g.dact, act.gate, act.up, count);
   linear_group_backward({{&gate_proj, g.dgate}, {&up_proj, g.dup}}, dx, x, n, false, linear,
@@ -374,36 +368,86 @@ void SparseMoeBlock::check_constraints(int64_t n) const {
   require_constraints(name + ".experts", experts_kernel, *experts, shape(n));
 }
 
-void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& scratch,
-                             const float* x, int64_t n) const {
+bool SparseMoeBlock::staged() const {
+  return experts->runs_stage_slots;
+}
+
+void SparseMoeBlock::to_experts(std::initializer_list<ExpertRows> /*rows*/,
+                                const int32_t* /*offsets*/) const {}
+
+void SparseMoeBlock::from_experts(std::initializer_list<ExpertRows> /*rows*/,
+                                  const int32_t* /*offsets*/) const {}
+
+void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& s, const float* x,
+                             int64_t n) const {
   check_constraints(n);
   gate.forward(act.router_logits, x, n, {});
-  router_topk_forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
-                      n_experts, top_k, norm_topk_prob);
-  if (computes_in_bf16()) {
-    // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
-    TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
-                experts_kernel, "' does not take bf16");
-    experts->forward_bf16(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights_bf16,
-                          shape(n));
-  } else {
-    experts->forward(y, act.experts, scratch, x, act.topk_index, act.topk_weight, weights,
-                     shape(n));
+  router->forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
+                  n_experts, top_k, norm_topk_prob);
+  const ExpertsShape sh = shape(n);
+  // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
+  if (!staged()) {
+    if (computes_in_bf16()) {
+      TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
+                  experts_kernel, "' does not take bf16");
+      experts->forward_bf16(y, act.experts, s, x, act.topk_index, act.topk_weight, weights_bf16,
+                            sh);
+    } else {
+      experts->forward(y, act.experts, s, x, act.topk_index, act.topk_weight, weights, sh);
+    }
+    return;
   }
+  const ExpertsActivations& e = act.experts;
+  dispatch->plan(e.row_of, e.offsets, act.topk_index, sh);
+  if (computes_in_bf16()) {
+    auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
+    dispatch->forward_bf16(x_rows, x, e.row_of, sh);
+    to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
+    grouped->forward_bf16(s.y, e, s, x_rows, e.offsets, weights_bf16, sh);
+  } else {
+    dispatch->forward(s.x, x, e.row_of, sh);
+    to_experts({{s.x, hidden, DType::f32}}, e.offsets);
+    grouped->forward(s.y, e, s, s.x, e.offsets, weights, sh);
+  }
+  from_experts({{s.y, hidden, DType::f32}}, e.offsets);
+  combine->forward(y, s.y, e.row_of, act.topk_index, act.topk_weight, sh);
 }
 
 void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
                               const MoeActivations& act, const float* x, const float* dprobs_all,
                               int64_t n) const {
-  if (computes_in_bf16()) {
-    experts->backward_bf16(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
-                           act.topk_weight, weights_bf16, shape(n));
+  const ExpertsShape sh = shape(n);
+  const ExpertsScratch& s = g.experts;
+  const ExpertsActivations& e = act.experts;
+  if (!staged()) {
+    if (computes_in_bf16()) {
+      experts->backward_bf16(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight,
+                             weights_bf16, sh);
+    } else {
+      experts->backward(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight, weights,
+                        sh);
+    }
   } else {
-    experts->backward(dx, g.dweight, grads, g.experts, dy, act.experts, x, act.topk_index,
-                      act.topk_weight, weights, shape(n));
+    // d out in factored form (ops/moe_stages.h): each row's dy in s.y, its weight in s.w_rows.
+    combine->backward(s.y, s.w_rows, dy, act.topk_weight, e.row_of, sh);
+    to_experts({{s.y, hidden, DType::f32}, {s.w_rows, 1, DType::f32}}, e.offsets);
+    // The rows' inputs again: other layers' forwards reused s.x since this layer's.
+    if (computes_in_bf16()) {
+      auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
+      dispatch->forward_bf16(x_rows, x, e.row_of, sh);
+      to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
+      grouped->backward_bf16(s.y, s.dweight_rows, grads, s, s.w_rows, e, x_rows, e.offsets,
+                             weights_bf16, sh);
+    } else {
+      dispatch->forward(s.x, x, e.row_of, sh);
+      to_experts({{s.x, hidden, DType::f32}}, e.offsets);
+      grouped->backward(s.y, s.dweight_rows, grads, s, s.w_rows, e, s.x, e.offsets, weights, sh);
+    }
+    from_experts({{s.y, hidden, DType::f32}, {s.dweight_rows, 1, DType::f32}}, e.offsets);
+    dispatch->backward(dx, g.dweight, s.y, s.dweight_rows, e.row_of, sh);
   }
-  router_topk_backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n,
-                       n_experts, top_k, norm_topk_prob);
+  router->backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n, n_experts,
+                   top_k, norm_topk_prob);
   gate.backward(dx, g.dlogits, x, n, true, {});
 }
 

@@ -16,6 +16,7 @@
 #include "titan/nn/param_group.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/moe.h"
+#include "titan/ops/moe_stages.h"
 #include "titan/ops/rope.h"
 
 namespace titan {
@@ -283,6 +284,13 @@ struct MoeGradScratch {
   ExpertsScratch experts;    // N*k rows; the forward's gathered rows too
 };
 
+// Rows (R, width) of one dtype that expert parallel's exchange moves (SparseMoeBlock).
+struct ExpertRows {
+  void* data = nullptr;
+  int64_t width = 0;
+  DType dtype = DType::f32;
+};
+
 // Qwen3-MoE's sparse block (Qwen3MoeSparseMoeBlock): the router mlp.gate picks k of E experts
 // per token from softmax probabilities (renormalised over the k when norm_topk_prob); the output
 // is the routing-weighted sum of those experts' SwiGLU MLPs. No shared expert.
@@ -295,9 +303,16 @@ struct SparseMoeBlock {
   ExpertWeights weights;  // the stacked model.layers.{i}.mlp.experts.{gate,up,down}_proj
   // Their bf16 copies, or nulls: with them the experts compute in bf16 (mixed precision).
   ExpertWeightsBf16 weights_bf16;
-  ExpertGrads grads;  // or nulls
+  ExpertGrads grads;                     // or nulls
+  const RouterKernel* router = nullptr;  // mlp.gate's softmax and top-k
+  // A fused kernel, or `experts_staged`: then after the router the block runs the three stage
+  // slots below in turn (ops/moe_stages.h), each bound on its own (mlp.experts' moe_dispatch,
+  // grouped_experts and moe_combine slots); a fused kernel replaces all three.
   const ExpertsKernel* experts = nullptr;
   std::string experts_kernel;  // registry name, for error messages
+  const MoeDispatchKernel* dispatch = nullptr;
+  const GroupedExpertsKernel* grouped = nullptr;
+  const MoeCombineKernel* combine = nullptr;
 
   ExpertsShape shape(int64_t n) const;
   // Whether the experts' GEMMs take bf16 operands.
@@ -311,6 +326,19 @@ struct SparseMoeBlock {
   // dprobs_all (E), optional: the load-balancing loss's gradient on every row's probabilities.
   void backward(float* dx, MoeGradScratch& scratch, const float* dy, const MoeActivations& act,
                 const float* x, const float* dprobs_all, int64_t n) const;
+
+ private:
+  // Whether `experts` is the registry's experts_staged (compared by its forward function).
+  bool staged() const;
+  // Expert parallel's two cut points: between dispatch and the grouped compute the rows go from
+  // the ranks holding their tokens to those holding their experts (to_experts), and between the
+  // compute and combine they come back (from_experts); the backward crosses them in reverse (dy
+  // rows and weights out, dx rows and d weights back). Each will be an all-to-all-v
+  // (Communicator::all_to_all_v_async) whose per-peer row counts come from the plan's offsets
+  // (all_to_all_counts), after which the compute sees its rank's experts' rows and offsets. While
+  // one rank holds every expert, both are the identity.
+  void to_experts(std::initializer_list<ExpertRows> rows, const int32_t* offsets) const;
+  void from_experts(std::initializer_list<ExpertRows> rows, const int32_t* offsets) const;
 };
 
 }  // namespace titan

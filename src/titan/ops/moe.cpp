@@ -12,197 +12,18 @@
 #include "titan/core/error.h"
 #include "titan/ops/bf16_arrays.h"
 #include "titan/ops/host_parallel.h"
+#include "titan/ops/moe_rows.h"
 #include "titan/ops/swiglu.h"
 
 namespace titan {
-namespace {
 
-// The slot of token t's top-k holding the smallest expert id above `after` (ids within one
-// token's top-k are distinct): visiting slots this way sums in ascending expert order.
-int64_t next_slot_by_expert(const int32_t* index_t, int64_t top_k, int32_t after) {
-  int64_t best = -1;
-  for (int64_t j = 0; j < top_k; ++j) {
-    if (index_t[j] > after && (best < 0 || index_t[j] < index_t[best])) best = j;
-  }
-  return best;
-}
-
-// Expert e's rows are [offsets[e], offsets[e+1]); within an expert, tokens keep their order.
-void group_rows_by_expert(const ExpertsActivations& act, const int32_t* index,
-                          const ExpertsShape& shape) {
-  const int64_t E = shape.n_experts, rows = shape.rows();
-  std::vector<int32_t> next(static_cast<size_t>(E) + 1, 0);
-  for (int64_t p = 0; p < rows; ++p) {
-    TITAN_CHECK(index[p] >= 0 && index[p] < E, "experts: token ", p / shape.top_k,
-                " is routed to expert ", index[p], ", outside [0, ", E, ")");
-    ++next[index[p] + 1];
-  }
-  for (int64_t e = 0; e < E; ++e) next[e + 1] += next[e];
-  std::memcpy(act.offsets, next.data(), next.size() * sizeof(int32_t));
-  for (int64_t p = 0; p < rows; ++p) act.row_of[p] = next[index[p]]++;
-}
-
-// Rows of `dst` (rows, dim) = the owning token's row of src (N, dim).
-void gather_token_rows(float* dst, const float* src, const int32_t* row_of,
-                       const ExpertsShape& shape, int64_t dim) {
-  const int64_t k = shape.top_k;
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < shape.rows(); ++p) {
-    std::memcpy(dst + static_cast<int64_t>(row_of[p]) * dim, src + (p / k) * dim,
-                static_cast<size_t>(dim) * sizeof(float));
-  }
-}
-
-// gather_token_rows with the rows rounded to bf16 on the way.
-void gather_token_rows_bf16(uint16_t* dst, const float* src, const int32_t* row_of,
-                            const ExpertsShape& shape, int64_t dim) {
-  const int64_t k = shape.top_k;
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < shape.rows(); ++p) {
-    v.round_to_bf16(dst + static_cast<int64_t>(row_of[p]) * dim, src + (p / k) * dim, 1.0f, dim);
-  }
-}
-
-// y (N, h): each token's weighted expert outputs (rows of expert_out), summed in ascending expert
-// order as Transformers' index_add_ loop.
-void sum_weighted_expert_rows(float* y, const float* expert_out, const int32_t* row_of,
-                              const int32_t* index, const float* weight,
-                              const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, k = shape.top_k;
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < shape.n_tokens; ++t) {
-    float* yt = y + t * h;
-    std::memset(yt, 0, static_cast<size_t>(h) * sizeof(float));
-    int32_t last = -1;
-    for (int64_t step = 0; step < k; ++step) {
-      const int64_t j = next_slot_by_expert(index + t * k, k, last);
-      last = index[t * k + j];
-      v.axpy(yt, weight[t * k + j], expert_out + static_cast<int64_t>(row_of[t * k + j]) * h, h);
-    }
-  }
-}
-
-// dx (N, h): the sum of each token's k rows of dx_rows, in slot order.
-void sum_token_rows(float* dx, const float* dx_rows, const int32_t* row_of,
-                    const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, k = shape.top_k;
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < shape.n_tokens; ++t) {
-    float* dxt = dx + t * h;
-    std::memset(dxt, 0, static_cast<size_t>(h) * sizeof(float));
-    for (int64_t j = 0; j < k; ++j) {
-      v.axpy(dxt, 1.0f, dx_rows + static_cast<int64_t>(row_of[t * k + j]) * h, h);
-    }
-  }
-}
-
-// fn(e, first_row, n_rows) for every expert that has rows. With at least two experts per thread,
-// the experts are spread over the threads, each GEMM on its calling thread (bench_experts, 2
-// threads, 64 experts of 64 rows: forward 35% -> 67% of the GEMM ceiling; 8 experts of 512 rows
-// no worse); with fewer, one expert at a time and each GEMM threaded inside oneDNN, so no thread
-// idles.
-template <typename Fn>
-void for_each_expert(const int32_t* offsets, int64_t n_experts, const Fn& fn) {
-  const auto one = [&](int64_t e) {
-    const int64_t r0 = offsets[e], n_e = offsets[e + 1] - r0;
-    if (n_e > 0) fn(e, r0, n_e);
-  };
-  if (n_experts < 2 * static_cast<int64_t>(omp_get_max_threads())) {
-    for (int64_t e = 0; e < n_experts; ++e) one(e);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t e = 0; e < n_experts; ++e) one(e);
-}
-
-double silu_of(double g) {
-  return g / (1.0 + std::exp(-g));
-}
-
-// For the bf16 references: a bf16 value, and an fp32 value rounded to bf16, both exact in fp64.
-double widen(uint16_t bf16) {
-  return bf16_to_f32(bf16);
-}
-double round_bf16(float value) {
-  return bf16_to_f32(f32_to_bf16(value));
-}
-
-// The references' act, fp32: silu(gate) * up in fp64 from the kept gate and up, which the backward
-// recomputes from them as the forward computed it; under bf16 from their roundings, rounded.
-float product_of(float gate, float up) {
-  return static_cast<float>(silu_of(gate) * up);
-}
-uint16_t product_of_bf16(uint16_t gate, uint16_t up) {
-  return f32_to_bf16(product_of(bf16_to_f32(gate), bf16_to_f32(up)));
-}
-
-}  // namespace
-
-void router_topk_forward(int32_t* index, float* weight, float* probs, const float* logits,
-                         int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob) {
-  TITAN_CHECK(top_k >= 1 && top_k <= n_experts, "router: num_experts_per_tok (", top_k,
-              ") must be in [1, num_experts = ", n_experts, "]");
-  const VecKernels& v = backend().vec();
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* l = logits + t * n_experts;
-    float* p = probs + t * n_experts;
-    const float sum = v.exp_shift_sum(p, l, n_experts, v.max(l, n_experts));
-    for (int64_t e = 0; e < n_experts; ++e) p[e] /= sum;
-    int32_t* idx = index + t * top_k;
-    float* w = weight + t * top_k;
-    float picked_sum = 0.0f;
-    for (int64_t j = 0; j < top_k; ++j) {
-      int32_t best = -1;
-      for (int64_t e = 0; e < n_experts; ++e) {
-        bool taken = false;
-        for (int64_t i = 0; i < j; ++i) taken = taken || idx[i] == e;
-        if (!taken && (best < 0 || p[e] > p[best])) best = static_cast<int32_t>(e);
-      }
-      idx[j] = best;
-      w[j] = p[best];
-      picked_sum += p[best];
-    }
-    if (norm_topk_prob) {
-      for (int64_t j = 0; j < top_k; ++j) w[j] /= picked_sum;
-    }
-  }
-}
-
-void router_topk_backward(float* dlogits, const float* dweight, const float* dprobs_all,
-                          const float* probs, const int32_t* index, int64_t n_tokens,
-                          int64_t n_experts, int64_t top_k, bool norm_topk_prob) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const float* p = probs + t * n_experts;
-    const int32_t* idx = index + t * top_k;
-    const float* dw = dweight + t * top_k;
-    float* dp = dlogits + t * n_experts;  // d loss / d probs first, then turned into dlogits
-    for (int64_t e = 0; e < n_experts; ++e) dp[e] = dprobs_all != nullptr ? dprobs_all[e] : 0.0f;
-    // w_j = p_j / S with S = sum_i p_i over the picked: d/dp_j = (dw_j - sum_i dw_i w_i) / S.
-    double picked_sum = 0.0, dw_dot_w = 0.0;
-    for (int64_t j = 0; j < top_k; ++j) picked_sum += p[idx[j]];
-    for (int64_t j = 0; j < top_k; ++j) dw_dot_w += static_cast<double>(dw[j]) * p[idx[j]];
-    dw_dot_w /= picked_sum;
-    for (int64_t j = 0; j < top_k; ++j) {
-      dp[idx[j]] += norm_topk_prob ? static_cast<float>((dw[j] - dw_dot_w) / picked_sum) : dw[j];
-    }
-    double p_dot_dp = 0.0;
-    for (int64_t e = 0; e < n_experts; ++e) p_dot_dp += static_cast<double>(p[e]) * dp[e];
-    for (int64_t e = 0; e < n_experts; ++e) {
-      dp[e] = static_cast<float>(p[e] * (dp[e] - p_dot_dp));
-    }
-  }
-}
+using namespace moe_rows;
 
 void experts_forward_grouped(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
                              const float* x, const int32_t* index, const float* weight,
                              const ExpertWeights& w, const ExpertsShape& shape) {
   const int64_t h = shape.hidden, Im = shape.inter;
-  group_rows_by_expert(act, index, shape);
+  group_rows_by_expert(act.row_of, act.offsets, index, shape);
   gather_token_rows(s.x, x, act.row_of, shape, h);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, s.x + r0 * h, h,
@@ -273,7 +94,7 @@ void experts_forward_grouped_bf16(float* y, const ExpertsActivations& act, const
   auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
   float* gate = keep ? s.dgate : act.gate;
   float* up = keep ? s.dup : act.up;
-  group_rows_by_expert(act, index, shape);
+  group_rows_by_expert(act.row_of, act.offsets, index, shape);
   gather_token_rows_bf16(x_bf16, x, act.row_of, shape, h);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_bf16 + r0 * h, h,

@@ -3,7 +3,9 @@
 // the routing-weighted sum of its k experts' SwiGLU MLPs. The router's projection is a linear
 // (ops/linear.h). Also the Switch-Transformer load-balancing loss of Qwen3MoeForCausalLM (§2.3).
 // The experts compute in fp32, or for mixed precision with bf16 GEMM operands and fp32
-// accumulation (the *_bf16 kernels); the router always computes in fp32.
+// accumulation (the *_bf16 kernels); the router always computes in fp32. The same experts split
+// into stages, where expert parallel cuts them (dispatch, grouped compute, combine), are
+// ops/moe_stages.h; they equal the fused kernels below bit for bit.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,13 @@ void router_topk_forward(int32_t* index, float* weight, float* probs, const floa
 void router_topk_backward(float* dlogits, const float* dweight, const float* dprobs_all,
                           const float* probs, const int32_t* index, int64_t n_tokens,
                           int64_t n_experts, int64_t top_k, bool norm_topk_prob);
+// The same contracts with the softmax, the picking and the sums in fp64 (ops/moe_route.cpp).
+void router_topk_forward_reference(int32_t* index, float* weight, float* probs, const float* logits,
+                                   int64_t n_tokens, int64_t n_experts, int64_t top_k,
+                                   bool norm_topk_prob);
+void router_topk_backward_reference(float* dlogits, const float* dweight, const float* dprobs_all,
+                                    const float* probs, const int32_t* index, int64_t n_tokens,
+                                    int64_t n_experts, int64_t top_k, bool norm_topk_prob);
 
 struct ExpertsShape {
   int64_t n_tokens = 0;   // N
@@ -76,6 +85,13 @@ struct ExpertsScratch {
   float* dgate = nullptr;  // (N*k, Im)
   float* dup = nullptr;    // (N*k, Im)
   float* dact = nullptr;   // (N*k, Im)
+  // The staged experts' backward only (ops/moe_stages.h; null for the fused kernels and in
+  // inference): each row's routing weight and d loss / d that weight, in row order, which travel
+  // with the rows under expert parallel; and under bf16 the experts' outputs recomputed for
+  // d weight, (N*k, h) fp32 that may lie in x's room past its bf16 rows.
+  float* w_rows = nullptr;        // (N*k)
+  float* dweight_rows = nullptr;  // (N*k)
+  float* out = nullptr;           // (N*k, h), bf16 only
 };
 
 // y (N, h) = sum over slots j of weight[t, j] * expert_{index[t, j]}(x_t), x (N, h), index and

@@ -4,8 +4,8 @@
 
 #include "titan/core/error.h"
 #include "titan/core/progress.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/models/hf_checkpoint.h"
-#include "titan/ops/bf16_arrays.h"
 
 namespace titan {
 
@@ -38,7 +38,8 @@ std::unique_ptr<CausalLM> load_eval_model(const std::string& dir, DType compute,
   for (const auto& [param, copy] : rounded_after_load) {
     for (const ParamGroup& g : model->param_groups()) {
       if (const ParamView* v = g.find(param)) {
-        round_to_bf16(copy, g.params() + v->offset, v->numel);  // as the model's copies are
+        device_ops().round_to_bf16(copy, g.params() + v->offset,
+                                   v->numel);  // as the model's copies are
       }
     }
   }

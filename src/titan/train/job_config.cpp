@@ -43,6 +43,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"training", "max_norm", &c.training.max_norm},
       {"training", "dataset", &c.training.dataset},
       {"training", "dataset_path", &c.training.dataset_path},
+      {"training", "truncate_long_conversations", &c.training.truncate_long_conversations},
       {"training", "seed", &c.training.seed},
       {"training", "deterministic", &c.training.deterministic},
       {"training", "mixed_precision_param", &c.training.mixed_precision_param},
@@ -382,8 +383,8 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   };
   TITAN_CHECK(!is_set("training.dataset_path") || c.training.dataset != "default",
               "training.dataset_path is set but training.dataset is \"default\" (the built-in "
-              "Jargon File): set training.dataset to a name for your data (any name but "
-              "\"default\") for training.dataset_path to be read");
+              "Jargon File): set training.dataset to \"chat\" for conversations, or to a name "
+              "for your documents (any other name), for training.dataset_path to be read");
   TITAN_CHECK(!is_set("checkpoint.load_step") || c.checkpoint.enable,
               "checkpoint.load_step is set but checkpoint.enable is false: set "
               "checkpoint.enable = true to resume from step ",
@@ -402,6 +403,8 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   };
   unused({"validation.dataset_path", "validation.freq", "validation.steps"}, !c.validation.enable,
          "validation.enable is false");
+  unused({"training.truncate_long_conversations"}, c.training.dataset != "chat",
+         "training.dataset is not \"chat\" (documents are packed, never refused for length)");
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");
   unused({"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",

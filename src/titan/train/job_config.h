@@ -31,8 +31,15 @@ struct JobConfig {
     int64_t seq_len = 256;
     int64_t steps = 200;
     double max_norm = 1.0;
-    std::string dataset = "default";  // "default" (the embedded corpus) or a dataset_path format
+    // "default": the embedded corpus; "chat": the conversations ("messages") under dataset_path,
+    // rendered with model.hf_assets_path's chat template, loss on the assistant replies only, one
+    // conversation per row padded to seq_len; any other name: dataset_path's documents, packed.
+    std::string dataset = "default";
     std::string dataset_path = "";
+    // Chat data: a conversation longer than seq_len + 1 tokens is cut to that length (its later
+    // tokens dropped, as TRL's truncation_mode = "keep_start") instead of stopping the run with
+    // its file and line.
+    bool truncate_long_conversations = false;
     int64_t seed = 0;
     bool deterministic = true;
     // torchtitan's mixed precision: "bfloat16" keeps fp32 master weights and AdamW state and

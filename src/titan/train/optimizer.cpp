@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/dispatch/device_ops.h"
 
 namespace titan {
 
@@ -21,21 +21,16 @@ double AdamWOptimizer::grad_norm() const {
   double sum = 0.0;
   for (const ParamGroup& g : groups_) {
     const float* grads = g.grads();
-    double group_sum = 0.0;
-#pragma omp parallel for reduction(+ : group_sum) schedule(static)
-    for (int64_t i = 0; i < g.numel(); ++i) group_sum += static_cast<double>(grads[i]) * grads[i];
-    sum += group_sum;
+    sum += device_ops().sum_squares(grads, g.numel());
   }
   if (shards_ != nullptr) shards_->all_reduce_sum(&sum, 1);
   const double norm = std::sqrt(sum);
   if (std::isfinite(norm)) return norm;
   for (const ParamGroup& g : groups_) {
     for (const ParamView& v : g.views()) {
-      for (int64_t i = 0; i < v.numel; ++i) {
-        const float x = g.grads()[v.offset + i];
-        TITAN_CHECK(std::isfinite(x), "non-finite gradient in ", v.spec.name, " (element ", i,
-                    " is ", x, ")");
-      }
+      const int64_t i = device_ops().find_nonfinite(g.grads() + v.offset, v.numel);
+      TITAN_CHECK(i < 0, "non-finite gradient in ", v.spec.name, " (element ", i, " is ",
+                  g.grads()[v.offset + i], ")");
     }
   }
   TITAN_CHECK(shards_ == nullptr || shards_->size() == 1,
@@ -48,25 +43,17 @@ double AdamWOptimizer::clip_grad_norm(double max_norm) {
   const double norm = grad_norm();
   const double coef = max_norm / (norm + 1e-6);
   if (max_norm > 0 && coef < 1.0) {
-    constexpr int64_t kChunk = 1 << 16;
-    const VecKernels& v = backend().vec();
-    for (ParamGroup& g : groups_) {
-      float* grads = g.grads();
-      const int64_t n = g.numel();
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < n; i += kChunk) {
-        v.scale(grads + i, static_cast<float>(coef), std::min(kChunk, n - i));
-      }
-    }
+    for (ParamGroup& g : groups_)
+      device_ops().scale(g.grads(), static_cast<float>(coef), g.numel());
   }
   return norm;
 }
 
 void AdamWOptimizer::step(double lr) {
   ++step_;
-  const AdamWScalars s = adamw_scalars(config_, static_cast<float>(lr), step_);
   for (ParamGroup& g : groups_) {
-    adamw_update(g.params(), g.grads(), g.exp_avg(), g.exp_avg_sq(), g.numel(), s);
+    device_ops().adamw_step(g.params(), g.grads(), g.exp_avg(), g.exp_avg_sq(), g.numel(), config_,
+                            static_cast<float>(lr), step_);
   }
 }
 

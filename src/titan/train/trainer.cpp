@@ -10,6 +10,7 @@
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
+#include "titan/data/dataset_chat.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
 #include "titan/distributed/data_parallel.h"
@@ -73,6 +74,19 @@ DataSources resolve_data_sources(const JobConfig& c) {
     d.validation = {c.validation.dataset_path};
   }
   return d;
+}
+
+// training.dataset = "chat": the chat template of the tokenizer's folder, or one line saying why
+// there is none.
+ChatTemplate load_chat_template(const std::string& dir) {
+  try {
+    return ChatTemplate::load(dir);
+  } catch (const Error& e) {
+    fail(
+        "training.dataset = \"chat\" renders conversations with the chat template of "
+        "model.hf_assets_path: ",
+        e.what());
+  }
 }
 
 std::string export_dir(const JobConfig& c) {
@@ -194,6 +208,22 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   }
   tokenizer_dir_ = sources.tokenizer;
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
+  if (t.dataset == "chat") {
+    // One conversation per row, rendered with the chat template of the tokenizer's folder (the
+    // model's), labels on the assistant replies only (data/loader.h).
+    loader_options_.mode = DataMode::chat;
+    loader_options_.chat_template = load_chat_template(tokenizer_dir_);
+    check_chat_tokenizer(*tokenizer_, *loader_options_.chat_template);
+    loader_options_.truncate_long = t.truncate_long_conversations;
+    loader_options_.long_conversation_hint =
+        "raise training.seq_len, or set training.truncate_long_conversations = true to cut it";
+    std::printf(
+        "chat data: the %s chat template of %s; loss on the assistant replies only; one "
+        "conversation of at most seq_len + 1 = %lld tokens per row, padded%s\n",
+        std::string(loader_options_.chat_template->name()).c_str(), tokenizer_dir_.c_str(),
+        static_cast<long long>(t.seq_len + 1),
+        t.truncate_long_conversations ? " (longer ones cut)" : "");
+  }
   args_ = resolve_model_args(config_, *tokenizer_);
   if (config_.model.output_router_logits && !args_.is_moe()) {
     std::fprintf(stderr,
@@ -520,6 +550,12 @@ TrainResult Trainer::run() {
     }
   }
   metrics.print_summary();
+  if (const int64_t cut = loader_->state().truncated; cut > 0) {
+    std::printf(
+        "conversations cut to seq_len + 1 = %lld tokens: %lld (training.truncate_long_"
+        "conversations; a conversation counts once per epoch)\n",
+        static_cast<long long>(t.seq_len + 1), static_cast<long long>(cut));
+  }
   if (dp > 1 && result.last_step >= result.first_step) {
     // Rank 0's view (the ranks are alike): the collectives' time on its communication thread and
     // the part its compute thread waited for; the rest ran behind compute.

@@ -1,0 +1,38 @@
+#include "titan/dispatch/device_ops.h"
+#include "titan/dispatch/registry.h"
+#include "titan/ops/bf16_arrays.h"
+#include "titan/ops/bias.h"
+#include "titan/ops/elementwise.h"
+#include "titan/ops/moe.h"
+
+namespace titan {
+
+const DeviceOps& device_ops() {
+  return kernel_registry().device_ops(backend().kind());
+}
+
+DeviceOps cpu_device_ops() {
+  DeviceOps ops;
+  ops.device = DeviceKind::cpu;
+  ops.add = add_into;
+  ops.scale = scale_in_place;
+  ops.sum_squares = sum_squares_f64;
+  ops.find_nonfinite = find_nonfinite;
+  ops.round_to_bf16 = round_to_bf16;
+  ops.widen_bf16 = widen_bf16;
+  ops.round_to_bf16_keeping = round_to_bf16_keeping;
+  ops.bias_forward = bias_forward;
+  ops.bias_backward = bias_backward;
+  ops.gemv = gemv_forward;
+  ops.rope_cache = rope_cache_build;
+  ops.load_balancing_accumulate = load_balancing_accumulate;
+  ops.load_balancing_loss = load_balancing_loss;
+  ops.load_balancing_grad = load_balancing_grad;
+  ops.adamw_step = [](float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                      const AdamWConfig& config, float lr, int64_t step) {
+    adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));
+  };
+  return ops;
+}
+
+}  // namespace titan

@@ -1,0 +1,246 @@
+// DecoderLM's activation arena: the one table that sizes it (titan plan, from ModelArgs alone)
+// and carves it into every layer's saved tensors, the backward's scratch and the loss's workspace.
+#include <omp.h>
+
+#include <algorithm>
+
+#include "titan/core/carver.h"
+#include "titan/dispatch/registry.h"
+#include "titan/models/decoder_lm.h"
+
+namespace titan {
+
+DecoderLM::Retention DecoderLM::retention() const {
+  if (forward_only_) return Retention::nothing;
+  return checkpoint_layers_ ? Retention::block_inputs : Retention::every_layer;
+}
+
+int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
+                                     Retention retention, float* base, int64_t batch, int64_t seq,
+                                     Activations& v) {
+  const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
+  const int64_t H = args.num_attention_heads, KV = args.num_key_value_heads;
+  const int64_t I = args.intermediate_size, Im = args.moe_intermediate_size;
+  const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = n * k;
+  const int64_t n_layers = args.num_hidden_layers;
+  int64_t n_sparse = 0;
+  for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
+  const bool any_sparse = n_sparse > 0, any_dense = n_sparse < n_layers;
+  // One layer's set serves every layer unless each keeps its own for the backward.
+  const bool one_set = retention != Retention::every_layer;
+  Carver c(base);
+  // Index arrays share the float arena (same width); bf16 values take two to a float.
+  const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
+  const auto take_bf16 = [&](int64_t count) {
+    return reinterpret_cast<uint16_t*>(c.take((count + 1) / 2));
+  };
+  // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
+  // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
+  // product, computed from their roundings, is recomputed in the backward in both dtypes), and the
+  // attention its q/k norms' inputs (else q and k) and v (rounded where they are made, as
+  // autocast's bf16 projections and attention matmuls have them) and its output (as o_proj reads
+  // it); the fp32
+  // values are computed into scratch every layer shares. The attention's statistics stay fp32,
+  // and so does the MoE block's input (its router computes in fp32); the experts kernel keeps its
+  // rows' gate and up in bf16 (below), their product recomputed like the dense MLP's.
+  const bool keep_bf16 = compute_dtype == DType::bf16;
+  // The scratch the layers share, forward and backward, is idle while the lm_head loss runs, and
+  // the loss's workspace is idle while a layer runs: both are carved from one region. (The
+  // loss's dx is grad.d_norm and its rounded input linear.x_bf16: those stay outside.)
+  const int64_t shared_begin = c.used();
+  LayerGradScratch& g = v.grad;
+  g.attn = {c.take(n * H * hd), c.take(n * KV * hd), c.take(n * KV * hd), c.take(n * H * hd)};
+  if (any_dense) {
+    g.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+    g.mlp.dgate_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dgate);
+    g.mlp.dup_bf16 = reinterpret_cast<uint16_t*>(g.mlp.dup);
+  }
+  if (any_sparse) {
+    // Under bf16 the room of the gathered rows also holds, past their bf16 values, the staged
+    // backward's recomputed outputs (ExpertsScratch::out): (R, h) bf16 then (R, h) fp32.
+    const int64_t rows_bf16 = (rows * h + 1) / 2, out_at = (rows_bf16 + 15) / 16 * 16;
+    float* x_rows = c.take(keep_bf16 ? out_at + rows * h : rows * h);
+    g.moe = {
+        c.take(n * E),
+        c.take(n * k),
+        {x_rows, c.take(rows * h), c.take(rows * Im), c.take(rows * Im), c.take(rows * Im),
+         c.take(rows), c.take(rows), keep_bf16 && x_rows != nullptr ? x_rows + out_at : nullptr}};
+  }
+  float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
+  // A dense MLP's product and the experts' are recomputed in the backward, never kept.
+  float* mlp_act = any_dense ? c.take(n * I) : nullptr;
+  float* experts_act = nullptr;
+  if (any_sparse) {
+    experts_act = keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
+  }
+  const MlpActivations mlp_scratch =
+      keep_bf16 && any_dense
+          ? MlpActivations{c.take(n * I), c.take(n * I), mlp_act,         nullptr,
+                           nullptr,       nullptr,       take_bf16(n * I)}
+          : MlpActivations{};
+  // With q/k norms, q and k after their norms and RoPE are recomputed in the backward from the
+  // kept norm inputs (SelfAttention::backward), in both dtypes: one room for all layers.
+  AttentionActivations attn_scratch;
+  if (keep_bf16 || args.qk_norm) {
+    attn_scratch.q = c.take(n * H * hd);
+    attn_scratch.k = c.take(n * KV * hd);
+  }
+  if (keep_bf16) {
+    if (args.qk_norm) {
+      attn_scratch.q_pre = c.take(n * H * hd);
+      attn_scratch.k_pre = c.take(n * KV * hd);
+      attn_scratch.kept.q = take_bf16(n * H * hd);
+      attn_scratch.kept.k = take_bf16(n * KV * hd);
+    }
+    attn_scratch.v = c.take(n * KV * hd);
+    attn_scratch.out = c.take(n * H * hd);
+  }
+  const int64_t layers_end = c.used();
+  c.rewind(shared_begin);
+  const int64_t loss_bytes =
+      default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
+          .workspace_bytes(n, args.hidden_size, args.vocab_size, 0, compute_dtype == DType::bf16);
+  v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
+  c.skip_past(layers_end);
+  // The residual streams: each block's input and the last block's output, or, with nothing kept
+  // for a backward, two in turn.
+  const int64_t streams =
+      retention == Retention::nothing ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
+  std::vector<float*> stream(static_cast<size_t>(streams));
+  for (float*& r : stream) r = c.take(n * h);
+  v.resid.assign(n_layers + 1, nullptr);
+  for (size_t i = 0; i < v.resid.size(); ++i) v.resid[i] = stream[i % stream.size()];
+  v.layers.assign(one_set ? 1 : n_layers, {});
+  for (size_t i = 0; i < v.layers.size(); ++i) {
+    LayerActivations& a = v.layers[i];
+    // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
+    const auto layer = static_cast<int64_t>(i);
+    const bool sparse = one_set ? any_sparse : args.layer_is_sparse(layer);
+    const bool dense = one_set ? any_dense : !args.layer_is_sparse(layer);
+    a.norm1 = keep_bf16 ? norm_scratch : c.take(n * h);
+    a.attn.x_bf16 = keep_bf16 ? take_bf16(n * h) : nullptr;
+    a.norm1_rstd = c.take(n);
+    if (keep_bf16) {
+      a.attn.q_pre = attn_scratch.q_pre;
+      a.attn.k_pre = attn_scratch.k_pre;
+      a.attn.q = attn_scratch.q;
+      a.attn.k = attn_scratch.k;
+      a.attn.v = attn_scratch.v;
+      a.attn.out = attn_scratch.out;
+      if (args.qk_norm) {
+        a.attn.kept.q_pre = take_bf16(n * H * hd);
+        a.attn.kept.k_pre = take_bf16(n * KV * hd);
+        a.attn.kept.q = attn_scratch.kept.q;
+        a.attn.kept.k = attn_scratch.kept.k;
+      } else {
+        a.attn.kept.q = take_bf16(n * H * hd);
+        a.attn.kept.k = take_bf16(n * KV * hd);
+      }
+      a.attn.kept.v = take_bf16(n * KV * hd);
+      a.attn.kept.out = take_bf16(n * H * hd);
+    } else {
+      if (args.qk_norm) {
+        a.attn.q_pre = c.take(n * H * hd);
+        a.attn.k_pre = c.take(n * KV * hd);
+        a.attn.q = attn_scratch.q;
+        a.attn.k = attn_scratch.k;
+      } else {
+        a.attn.q = c.take(n * H * hd);
+        a.attn.k = c.take(n * KV * hd);
+      }
+      a.attn.v = c.take(n * KV * hd);
+    }
+    if (args.qk_norm) {
+      a.attn.q_rstd = c.take(n * H);
+      a.attn.k_rstd = c.take(n * KV);
+    }
+    if (!keep_bf16) a.attn.out = c.take(n * H * hd);
+    a.attn.lse = c.take(batch * H * seq);
+    a.resid_mid = c.take(n * h);
+    // The router reads the MoE block's input in fp32, forward and backward.
+    a.norm2 = keep_bf16 && !sparse ? norm_scratch : c.take(n * h);
+    a.norm2_rstd = c.take(n);
+    if (dense && keep_bf16) {
+      a.mlp = mlp_scratch;
+      a.mlp.x_bf16 = take_bf16(n * h);
+      a.mlp.gate_bf16 = take_bf16(n * I);
+      a.mlp.up_bf16 = take_bf16(n * I);
+    } else if (dense) {
+      a.mlp = {c.take(n * I), c.take(n * I), mlp_act};
+    }
+    if (sparse) {
+      a.moe.router_logits = c.take(n * E);
+      a.moe.router_probs = c.take(n * E);
+      a.moe.topk_index = take_ints(n * k);
+      a.moe.topk_weight = c.take(n * k);
+      // A bf16 experts kernel keeps gate and up as bf16 values (ops/moe.h).
+      const auto take_kept = [&] {
+        return keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
+      };
+      float* gate = take_kept();
+      float* up = take_kept();
+      a.moe.experts = {gate, up, experts_act, take_ints(rows), take_ints(E + 1)};
+    }
+  }
+  v.final_norm = c.take(n * h);
+  v.final_norm_rstd = c.take(n);
+  if (keep_bf16) {
+    // The inputs rounded here are o_proj's and the lm_head's (the others are kept above); the
+    // output gradients are every linear's.
+    v.linear.x_bf16 = take_bf16(n * std::max(h, H * hd));
+    v.linear.dy_bf16 = take_bf16(n * std::max({h, H * hd, any_dense ? I : 0}));
+  }
+  if (retention != Retention::nothing) {
+    v.d_resid = c.take(n * h);
+    g.d_norm = c.take(n * h);
+  }
+  return c.used();
+}
+
+int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
+                                       bool checkpointing, int64_t batch, int64_t seq) {
+  return arena_floats(args, compute_dtype,
+                      checkpointing ? Retention::block_inputs : Retention::every_layer, batch,
+                      seq) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
+                                int64_t batch, int64_t seq) {
+  Activations measured;
+  return carve_activations(args, compute_dtype, retention, nullptr, batch, seq, measured);
+}
+
+int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
+  return arena_floats(args_, compute_dtype_, retention(), batch, seq) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
+  // Under bf16 the loss's workspace holds rows per OpenMP thread.
+  const int threads = omp_get_max_threads();
+  if (batch == batch_ && seq == seq_ && threads == arena_threads_) return;
+  const int64_t n = batch * seq;
+  arena_ = Buffer();  // release the old arena before taking the new one
+  arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
+  carve_activations(args_, compute_dtype_, retention(), arena_.as<float>(), batch, seq, acts_);
+  batch_ = batch;
+  seq_ = seq;
+  arena_threads_ = threads;
+  ids_.resize(n);
+  targets_.resize(n);
+  positions_.resize(n);
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t s = 0; s < seq; ++s) positions_[b * seq + s] = static_cast<int32_t>(s);
+  }
+  if (rope_cache_.max_positions < seq) rope_cache_ = device_ops().rope_cache(args_.rope(), seq);
+  call_ = LayerCall{};
+  call_.batch = batch;
+  call_.seq = seq;
+  call_.positions = positions_.data();
+  call_.rope = &rope_cache_;
+  call_.experts_scratch = &acts_.grad.moe.experts;
+  call_.linear = acts_.linear;
+}
+
+}  // namespace titan

@@ -1,0 +1,208 @@
+// DecoderLM's parameter units in use: their bf16 compute copies (laid out, refreshed from the
+// masters, or held as the weights themselves) and the acquire / prefetch / release protocol around
+// every use of a group (ParamGroupHooks: FSDP's gathers and reduce-scatters attach there).
+#include <cstring>
+
+#include "titan/core/error.h"
+#include "titan/dispatch/device_ops.h"
+#include "titan/models/decoder_lm.h"
+
+namespace titan {
+
+void DecoderLM::allocate_compute_weights(Residency head_residency) {
+  // Each weight with the module's pointer to its copy.
+  struct Target {
+    const float* master;
+    int64_t numel;
+    const uint16_t** copy;
+  };
+  std::vector<Target> targets;
+  // The lm_head's weight is the embedding's when tied: its copy serves the head.
+  for (Linear* w : m_.matmul_linears()) {
+    targets.push_back({w->weight, w->out_features * w->in_features, &w->weight_bf16});
+  }
+  for (DecoderLayer& l : m_.layers) {
+    if (!l.sparse) continue;
+    SparseMoeBlock& moe = l.moe;  // the router (moe.gate) stays fp32
+    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;  // each of the three
+    targets.push_back({moe.weights.gate, n, &moe.weights_bf16.gate});
+    targets.push_back({moe.weights.up, n, &moe.weights_bf16.up});
+    targets.push_back({moe.weights.down, n, &moe.weights_bf16.down});
+  }
+  const auto group_of = [&](const float* master) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const float* begin = groups_[g].params();
+      if (master >= begin && master < begin + groups_[g].numel()) return static_cast<int64_t>(g);
+    }
+    fail("model: a matmul weight outside every parameter group");
+  };
+  std::vector<int64_t> totals(groups_.size(), 0);
+  for (const Target& t : targets) totals[static_cast<size_t>(group_of(t.master))] += t.numel;
+  std::vector<uint16_t*> next(groups_.size(), nullptr);
+  int64_t largest_block = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const bool head = static_cast<int64_t>(g) == head_group_;
+    compute_weights_.emplace_back(static_cast<size_t>(totals[g]) * sizeof(uint16_t),
+                                  MemCategory::parameters,
+                                  head ? head_residency : Residency::released);
+    next[g] = compute_weights_.back().as<uint16_t>();
+    if (!head) largest_block = std::max(largest_block, totals[g]);
+  }
+  block_in_flight_ = Buffer(static_cast<size_t>(largest_block) * sizeof(uint16_t),
+                            MemCategory::parameters, Residency::released);
+  for (const Target& t : targets) {
+    const int64_t g = group_of(t.master);
+    uint16_t*& copy = next[static_cast<size_t>(g)];
+    *t.copy = copy;
+    compute_copies_.push_back(
+        {t.master, copy, copy, t.copy, t.numel, g, t.master == m_.embed_tokens.weight});
+    copy += t.numel;
+  }
+}
+
+void DecoderLM::bind_compute_copies(int64_t group, uint16_t* base) {
+  const auto* own = compute_weights_[static_cast<size_t>(group)].as<uint16_t>();
+  for (ComputeCopy& c : compute_copies_) {
+    if (c.group != group) continue;
+    c.bound = base + (c.copy - own);
+    *c.module_copy = c.bound;
+  }
+}
+
+bool DecoderLM::read_only_in_bf16(const std::string& name) {
+  const auto ends_with = [&](std::string_view tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with("_proj.weight") || ends_with(".experts.gate_proj") ||
+         ends_with(".experts.up_proj") || ends_with(".experts.down_proj") ||
+         name == "lm_head.weight";
+}
+
+void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
+  for (const ComputeCopy& c : compute_copies_) {
+    if (group >= 0 && c.group != group) continue;
+    if (!all && !c.master_read) continue;
+    device_ops().round_to_bf16(c.bound, c.master, c.numel);
+  }
+}
+
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copy_targets(bool with_master_read) {
+  std::vector<std::vector<ComputeCopyTarget>> targets(groups_.size());
+  for (const ComputeCopy& c : compute_copies_) {
+    if (c.master_read && !with_master_read) continue;
+    const ParamGroup& g = groups_[static_cast<size_t>(c.group)];
+    const auto at = c.master - g.params();
+    for (const ParamView& v : g.views()) {
+      if (v.offset != at) continue;
+      // The one list of what is read only in bf16, which the plan reads too.
+      TITAN_CHECK(c.master_read || read_only_in_bf16(v.spec.name), "model: ", v.spec.name,
+                  " has a bf16 copy but is not listed as read only in bf16");
+      targets[static_cast<size_t>(c.group)].push_back({v.spec.name, c.copy});
+    }
+  }
+  return targets;
+}
+
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::bf16_only_params() {
+  return copy_targets(false);
+}
+
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copied_params() {
+  return copy_targets(true);
+}
+
+std::vector<std::vector<ComputeCopyTarget>> DecoderLM::hold_compute_copies(bool lookup_in_bf16) {
+  TITAN_CHECK(compute_dtype_ == DType::bf16,
+              "model: bf16 copies held as the weights of a model computing in ",
+              dtype_name(compute_dtype_));
+  TITAN_CHECK(!hooks_.acquire && groups_[0].grads() == nullptr,
+              "model: bf16 copies held as the weights of a model under parameter-group hooks or "
+              "with gradients");
+  copies_held_ = true;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    compute_weights_[g].recommit();
+    bind_compute_copies(static_cast<int64_t>(g), compute_weights_[g].as<uint16_t>());
+  }
+  block_in_flight_ = Buffer();
+  std::vector<std::vector<ComputeCopyTarget>> targets = copied_params();
+  Embedding& embed = m_.embed_tokens;
+  if (!lookup_in_bf16) return targets;
+  if (args_.tie_word_embeddings) {
+    embed.weight_bf16 = m_.lm_head.weight_bf16;
+    return targets;
+  }
+  embedding_bf16_ = Buffer(static_cast<size_t>(embed.vocab * embed.dim) * sizeof(uint16_t),
+                           MemCategory::parameters);
+  embed.weight_bf16 = embedding_bf16_.as<uint16_t>();
+  targets[0].push_back({embed.name + ".weight", embedding_bf16_.as<uint16_t>()});
+  return targets;
+}
+
+void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
+  const auto g = static_cast<size_t>(group);
+  if (!hooks_.acquire) {
+    // One process: a block's bf16 copies are made at each use, as under FSDP, in the one buffer
+    // every block's share. The [norm, lm_head] unit's are made at the forward's start and kept.
+    // Copies held as the weights are already bound in place.
+    if (compute_copies_.empty() || reads == GroupReads::nothing || copies_held_) return;
+    if (group == head_group_ || compute_weights_[g].bytes() == 0) return;
+    block_in_flight_.recommit();
+    bind_compute_copies(group, block_in_flight_.as<uint16_t>());
+    refresh_compute_weights(group);
+    return;
+  }
+  const bool prefetched = prefetched_ == group;
+  if (prefetched) prefetched_ = -1;
+  if (!reads_copies(group, reads)) {
+    hooks_.acquire(group, gradients, reads);
+    return;
+  }
+  // Copies the acquire fills come from a gather (all of them for a use through_copies): a unit
+  // kept whole since its last use kept those, and its masters of them were never written. A unit
+  // kept since a use that read its parameters has its other copies (a tied embedding's) rounded
+  // from its masters when a use through_copies first reads them. (A prefetched unit is resident
+  // too, but its gather is filling them.)
+  const bool kept = groups_[g].params_resident() && !prefetched;
+  compute_weights_[g].recommit();  // the acquire may write them
+  bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+  hooks_.acquire(group, gradients, reads);
+  if (!hooks_.fills_compute_copies) {
+    refresh_compute_weights(group);
+  } else if (kept && reads == GroupReads::through_copies) {
+    refresh_compute_weights(group, false);
+  }
+}
+
+bool DecoderLM::reads_copies(int64_t group, GroupReads reads) const {
+  // A use through_copies reads every copy of the group; one reading its parameters only the
+  // copies of the weights read only in bf16 (a tied embedding's copy serves the loss, not the
+  // lookup). A use that reads none brings none: its copies are not touched.
+  return std::any_of(compute_copies_.begin(), compute_copies_.end(), [&](const ComputeCopy& c) {
+    return c.group == group && (reads == GroupReads::through_copies ||
+                                (reads == GroupReads::parameters && !c.master_read));
+  });
+}
+
+void DecoderLM::prefetch(int64_t group, GroupReads reads) {
+  if (!hooks_.prefetch) return;
+  const auto g = static_cast<size_t>(group);
+  if (reads != GroupReads::nothing && !groups_[g].params_resident()) {
+    prefetched_ = group;
+    if (reads_copies(group, reads)) {
+      compute_weights_[g].recommit();
+      bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+    }
+  }
+  hooks_.prefetch(group, reads);
+}
+
+void DecoderLM::release(int64_t group, GroupUseEnd end) {
+  const auto g = static_cast<size_t>(group);
+  if (!hooks_.release) return;  // one process: block_in_flight_ stays committed
+  hooks_.release(group, end);
+  if (compute_copies_.empty()) return;
+  if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
+}
+
+}  // namespace titan

@@ -1,0 +1,375 @@
+// The experts' grouped compute (ops/moe_stages.h): every expert's SwiGLU MLP over its rows, three
+// GEMMs per expert, in fp32 and with bf16 operands, beside the row-by-row references; and the
+// four stages composed (`experts_staged`). The GEMM sequences are the fused kernels' of
+// ops/moe.cpp, operand for operand, so the composed stages equal them bit for bit.
+#include <vector>
+
+#include "titan/backend/backend.h"
+#include "titan/core/dtype.h"
+#include "titan/core/error.h"
+#include "titan/ops/moe_rows.h"
+#include "titan/ops/moe_stages.h"
+#include "titan/ops/swiglu.h"
+
+namespace titan {
+
+using moe_rows::for_each_expert;
+using moe_rows::product_of;
+using moe_rows::product_of_bf16;
+using moe_rows::round_bf16;
+using moe_rows::widen;
+
+namespace {
+
+// fn(e, r) for every row r, e its expert: the references' loop.
+template <typename Fn>
+void for_each_row(const int32_t* offsets, int64_t n_experts, const Fn& fn) {
+  for (int64_t e = 0; e < n_experts; ++e) {
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) fn(e, r);
+  }
+}
+
+}  // namespace
+
+void grouped_experts_forward(float* out_rows, const ExpertsActivations& act,
+                             const ExpertsScratch& /*s: none needed*/, const float* x_rows,
+                             const int32_t* offsets, const ExpertWeights& w,
+                             const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter;
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_rows + r0 * h, h,
+                       w.gate + e * Im * h, h, 0.0f, act.gate + r0 * Im, Im);
+    backend().gemm_f32(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_rows + r0 * h, h,
+                       w.up + e * Im * h, h, 0.0f, act.up + r0 * Im, Im);
+  });
+  swiglu_forward(act.act, act.gate, act.up, shape.rows() * Im);
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_f32(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act.act + r0 * Im, Im,
+                       w.down + e * h * Im, Im, 0.0f, out_rows + r0 * h, h);
+  });
+}
+
+void grouped_experts_backward(float* rows, float* dweight_rows, const ExpertGrads& dw,
+                              const ExpertsScratch& s, const float* w_rows,
+                              const ExpertsActivations& act, const float* x_rows,
+                              const int32_t* offsets, const ExpertWeights& w,
+                              const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter, R = shape.rows();
+  const VecKernels& v = backend().vec();
+  swiglu_forward(act.act, act.gate, act.up, R * Im);
+  // g = dy down_e per row, unweighted: d w = <g, act>, and d act = w * g.
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_f32(Trans::no, Trans::no, n_e, Im, h, 1.0f, rows + r0 * h, h,
+                       w.down + e * h * Im, Im, 0.0f, s.dact + r0 * Im, Im);
+  });
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; ++r) {
+    dweight_rows[r] = v.dot(s.dact + r * Im, act.act + r * Im, Im);
+    v.scale(s.dact + r * Im, w_rows[r], Im);
+    v.scale(rows + r * h, w_rows[r], h);  // w * dy: down_proj's output gradient
+  }
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_f32(Trans::yes, Trans::no, h, Im, n_e, 1.0f, rows + r0 * h, h, act.act + r0 * Im,
+                       Im, 1.0f, dw.down + e * h * Im, Im);
+  });
+  swiglu_backward(s.dgate, s.dup, s.dact, act.gate, act.up, R * Im);
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dgate + r0 * Im, Im,
+                       x_rows + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);
+    backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dup + r0 * Im, Im,
+                       x_rows + r0 * h, h, 1.0f, dw.up + e * Im * h, h);
+    // dx rows over the (now unneeded) weighted dy rows.
+    backend().gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dgate + r0 * Im, Im,
+                       w.gate + e * Im * h, h, 0.0f, rows + r0 * h, h);
+    backend().gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dup + r0 * Im, Im,
+                       w.up + e * Im * h, h, 1.0f, rows + r0 * h, h);
+  });
+}
+
+void grouped_experts_forward_bf16(float* out_rows, const ExpertsActivations& act,
+                                  const ExpertsScratch& s, const uint16_t* x_rows,
+                                  const int32_t* offsets, const ExpertWeightsBf16& w,
+                                  const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter;
+  // (R, Im) each. A forward that a backward follows computes gate and up in s.dgate and s.dup and
+  // keeps them, with act, in bf16; without one (s.dgate null: inference) gate and up are computed
+  // in act's fp32 rooms and not kept.
+  const bool keep = s.dgate != nullptr;
+  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
+  float* gate = keep ? s.dgate : act.gate;
+  float* up = keep ? s.dup : act.up;
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_rows + r0 * h, h,
+                        w.gate + e * Im * h, h, 0.0f, gate + r0 * Im, Im);
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, Im, h, 1.0f, x_rows + r0 * h, h,
+                        w.up + e * Im * h, h, 0.0f, up + r0 * Im, Im);
+  });
+  swiglu_forward_bf16(act_bf16, keep ? reinterpret_cast<uint16_t*>(act.gate) : nullptr,
+                      keep ? reinterpret_cast<uint16_t*>(act.up) : nullptr, gate, up,
+                      shape.rows() * Im);
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
+                        w.down + e * h * Im, Im, 0.0f, out_rows + r0 * h, h);
+  });
+}
+
+void grouped_experts_backward_bf16(float* rows, float* dweight_rows, const ExpertGrads& dw,
+                                   const ExpertsScratch& s, const float* w_rows,
+                                   const ExpertsActivations& act, const uint16_t* x_rows,
+                                   const int32_t* offsets, const ExpertWeightsBf16& w,
+                                   const ExpertsShape& shape) {
+  TITAN_CHECK(s.out != nullptr, "grouped_experts_backward_bf16: no room for the outputs (s.out)");
+  const int64_t h = shape.hidden, Im = shape.inter, R = shape.rows();
+  const VecKernels& v = backend().vec();
+  // s.out holds the recomputed outputs (R, h), then w * dy rounded, down_proj's output gradient;
+  // s.dgate and s.dup hold d gate and d up (R, Im) rounded.
+  auto* dy_down_bf16 = reinterpret_cast<uint16_t*>(s.out);
+  auto* dgate_bf16 = reinterpret_cast<uint16_t*>(s.dgate);
+  auto* dup_bf16 = reinterpret_cast<uint16_t*>(s.dup);
+  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
+  const auto* gate_kept = reinterpret_cast<const uint16_t*>(act.gate);
+  const auto* up_kept = reinterpret_cast<const uint16_t*>(act.up);
+  swiglu_recompute_bf16(act_bf16, gate_kept, up_kept, R * Im);
+  // The experts' outputs again: d w is <dy, output>.
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::yes, n_e, h, Im, 1.0f, act_bf16 + r0 * Im, Im,
+                        w.down + e * h * Im, Im, 0.0f, s.out + r0 * h, h);
+  });
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; ++r) dweight_rows[r] = v.dot(rows + r * h, s.out + r * h, h);
+    // A second pass: the rounded rows overwrite the outputs another thread may still be reading.
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < R; ++r) v.round_to_bf16(dy_down_bf16 + r * h, rows + r * h, w_rows[r], h);
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::no, Trans::no, n_e, Im, h, 1.0f, dy_down_bf16 + r0 * h, h,
+                        w.down + e * h * Im, Im, 0.0f, s.dact + r0 * Im, Im);
+    backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
+                        act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
+  });
+  swiglu_backward_bf16(dgate_bf16, dup_bf16, s.dact, gate_kept, up_kept, R * Im);
+  for_each_expert(offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
+    backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dgate_bf16 + r0 * Im, Im,
+                        x_rows + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);
+    backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dup_bf16 + r0 * Im, Im,
+                        x_rows + r0 * h, h, 1.0f, dw.up + e * Im * h, h);
+    // dx rows over the (now unneeded) dy rows.
+    backend().gemm_bf16(Trans::no, Trans::no, n_e, h, Im, 1.0f, dgate_bf16 + r0 * Im, Im,
+                        w.gate + e * Im * h, h, 0.0f, rows + r0 * h, h);
+    backend().gemm_bf16(Trans::no, Trans::no, n_e, h, Im, 1.0f, dup_bf16 + r0 * Im, Im,
+                        w.up + e * Im * h, h, 1.0f, rows + r0 * h, h);
+  });
+}
+
+void grouped_experts_forward_reference(float* out_rows, const ExpertsActivations& act,
+                                       const ExpertsScratch& /*s: none needed*/,
+                                       const float* x_rows, const int32_t* offsets,
+                                       const ExpertWeights& w, const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter;
+  for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
+    const float* xr = x_rows + r * h;
+    for (int64_t i = 0; i < Im; ++i) {
+      double g = 0.0, u = 0.0;
+      for (int64_t c = 0; c < h; ++c) {
+        g += static_cast<double>(w.gate[(e * Im + i) * h + c]) * xr[c];
+        u += static_cast<double>(w.up[(e * Im + i) * h + c]) * xr[c];
+      }
+      act.gate[r * Im + i] = static_cast<float>(g);
+      act.up[r * Im + i] = static_cast<float>(u);
+      act.act[r * Im + i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
+    }
+    for (int64_t c = 0; c < h; ++c) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < Im; ++i) {
+        sum += static_cast<double>(w.down[(e * h + c) * Im + i]) * act.act[r * Im + i];
+      }
+      out_rows[r * h + c] = static_cast<float>(sum);
+    }
+  });
+}
+
+void grouped_experts_backward_reference(float* rows, float* dweight_rows, const ExpertGrads& dw,
+                                        const ExpertsScratch& /*s: none needed*/,
+                                        const float* w_rows, const ExpertsActivations& act,
+                                        const float* x_rows, const int32_t* offsets,
+                                        const ExpertWeights& w, const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter;
+  std::vector<double> dxr(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)),
+      dup(static_cast<size_t>(Im));
+  std::vector<float> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
+  for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
+    const float* xr = x_rows + r * h;
+    float* dyr = rows + r * h;  // dy in, dx out
+    const double wr = w_rows[r];
+    double d_weight = 0.0;
+    for (int64_t i = 0; i < Im; ++i) {
+      act_row[i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
+    }
+    for (int64_t i = 0; i < Im; ++i) {
+      double g = 0.0;  // (dy down_e)_i, unweighted
+      for (int64_t c = 0; c < h; ++c)
+        g += static_cast<double>(w.down[(e * h + c) * Im + i]) * dyr[c];
+      d_weight += g * act_row[i];
+      const double gate = act.gate[r * Im + i], sig = 1.0 / (1.0 + std::exp(-gate));
+      const double dact = wr * g;
+      dup[i] = dact * gate * sig;
+      dgate[i] = dact * act.up[r * Im + i] * sig * (1.0 + gate * (1.0 - sig));
+    }
+    dweight_rows[r] = static_cast<float>(d_weight);
+    for (int64_t c = 0; c < h; ++c) {
+      for (int64_t i = 0; i < Im; ++i) {
+        dw.down[(e * h + c) * Im + i] += static_cast<float>(wr * dyr[c] * act_row[i]);
+      }
+    }
+    std::fill(dxr.begin(), dxr.end(), 0.0);
+    for (int64_t i = 0; i < Im; ++i) {
+      for (int64_t c = 0; c < h; ++c) {
+        dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xr[c]);
+        dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xr[c]);
+        dxr[c] += w.gate[(e * Im + i) * h + c] * dgate[i] + w.up[(e * Im + i) * h + c] * dup[i];
+      }
+    }
+    for (int64_t c = 0; c < h; ++c) dyr[c] = static_cast<float>(dxr[c]);
+  });
+}
+
+void grouped_experts_forward_bf16_reference(float* out_rows, const ExpertsActivations& act,
+                                            const ExpertsScratch& /*s: none needed*/,
+                                            const uint16_t* x_rows, const int32_t* offsets,
+                                            const ExpertWeightsBf16& w, const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter;
+  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
+  auto* gate_bf16 = reinterpret_cast<uint16_t*>(act.gate);
+  auto* up_bf16 = reinterpret_cast<uint16_t*>(act.up);
+  for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
+    const uint16_t* xr = x_rows + r * h;
+    for (int64_t i = 0; i < Im; ++i) {
+      double g = 0.0, u = 0.0;
+      for (int64_t c = 0; c < h; ++c) {
+        g += widen(w.gate[(e * Im + i) * h + c]) * widen(xr[c]);
+        u += widen(w.up[(e * Im + i) * h + c]) * widen(xr[c]);
+      }
+      // gate and up rounded to bf16 and kept so; act from those roundings.
+      gate_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(g));
+      up_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(u));
+      act_bf16[r * Im + i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
+    }
+    for (int64_t c = 0; c < h; ++c) {
+      double sum = 0.0;
+      for (int64_t i = 0; i < Im; ++i) {
+        sum += widen(w.down[(e * h + c) * Im + i]) * widen(act_bf16[r * Im + i]);
+      }
+      out_rows[r * h + c] = static_cast<float>(sum);
+    }
+  });
+}
+
+void grouped_experts_backward_bf16_reference(float* rows, float* dweight_rows,
+                                             const ExpertGrads& dw,
+                                             const ExpertsScratch& /*s: none needed*/,
+                                             const float* w_rows, const ExpertsActivations& act,
+                                             const uint16_t* x_rows, const int32_t* offsets,
+                                             const ExpertWeightsBf16& w,
+                                             const ExpertsShape& shape) {
+  const int64_t h = shape.hidden, Im = shape.inter;
+  const auto* gate_bf16 = reinterpret_cast<const uint16_t*>(act.gate);
+  const auto* up_bf16 = reinterpret_cast<const uint16_t*>(act.up);
+  std::vector<double> dxr(static_cast<size_t>(h)), dy_down(static_cast<size_t>(h)),
+      dgate(static_cast<size_t>(Im)), dup(static_cast<size_t>(Im));
+  std::vector<uint16_t> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
+  for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
+    const uint16_t* xr = x_rows + r * h;
+    float* dyr = rows + r * h;  // dy in, dx out
+    for (int64_t i = 0; i < Im; ++i) {
+      act_row[i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
+    }
+    // d w = <dy, the expert's fp32 output>; down_proj's output gradient is w * dy, rounded.
+    double d_weight = 0.0;
+    for (int64_t c = 0; c < h; ++c) {
+      double out = 0.0;
+      for (int64_t i = 0; i < Im; ++i) {
+        out += widen(w.down[(e * h + c) * Im + i]) * widen(act_row[i]);
+      }
+      d_weight += static_cast<double>(dyr[c]) * static_cast<float>(out);
+      dy_down[c] = round_bf16(w_rows[r] * dyr[c]);
+    }
+    dweight_rows[r] = static_cast<float>(d_weight);
+    for (int64_t i = 0; i < Im; ++i) {
+      double dact = 0.0;
+      for (int64_t c = 0; c < h; ++c) dact += widen(w.down[(e * h + c) * Im + i]) * dy_down[c];
+      // SwiGLU's backward reads gate and up as kept: rounded to bf16.
+      const double gate = widen(gate_bf16[r * Im + i]), sig = 1.0 / (1.0 + std::exp(-gate));
+      const auto dact_f = static_cast<float>(dact);
+      dup[i] = round_bf16(static_cast<float>(dact_f * gate * sig));
+      dgate[i] = round_bf16(static_cast<float>(dact_f * widen(up_bf16[r * Im + i]) * sig *
+                                               (1.0 + gate * (1.0 - sig))));
+    }
+    for (int64_t c = 0; c < h; ++c) {
+      for (int64_t i = 0; i < Im; ++i) {
+        dw.down[(e * h + c) * Im + i] += static_cast<float>(dy_down[c] * widen(act_row[i]));
+      }
+    }
+    std::fill(dxr.begin(), dxr.end(), 0.0);
+    for (int64_t i = 0; i < Im; ++i) {
+      for (int64_t c = 0; c < h; ++c) {
+        dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * widen(xr[c]));
+        dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * widen(xr[c]));
+        dxr[c] += widen(w.gate[(e * Im + i) * h + c]) * dgate[i] +
+                  widen(w.up[(e * Im + i) * h + c]) * dup[i];
+      }
+    }
+    for (int64_t c = 0; c < h; ++c) dyr[c] = static_cast<float>(dxr[c]);
+  });
+}
+
+void experts_forward_staged(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                            const float* x, const int32_t* index, const float* weight,
+                            const ExpertWeights& w, const ExpertsShape& shape) {
+  moe_dispatch_plan(act.row_of, act.offsets, index, shape);
+  moe_dispatch_forward(s.x, x, act.row_of, shape);
+  grouped_experts_forward(s.y, act, s, s.x, act.offsets, w, shape);
+  moe_combine_forward(y, s.y, act.row_of, index, weight, shape);
+}
+
+void experts_backward_staged(float* dx, float* dweight, const ExpertGrads& dw,
+                             const ExpertsScratch& s, const float* dy,
+                             const ExpertsActivations& act, const float* x,
+                             const int32_t* /*index: the forward's act.row_of is reused*/,
+                             const float* weight, const ExpertWeights& w,
+                             const ExpertsShape& shape) {
+  TITAN_CHECK(s.w_rows != nullptr && s.dweight_rows != nullptr,
+              "experts_backward_staged: no room for the rows' weights (s.w_rows, s.dweight_rows)");
+  moe_combine_backward(s.y, s.w_rows, dy, weight, act.row_of, shape);
+  // Other layers' forwards reused s.x since this layer's.
+  moe_dispatch_forward(s.x, x, act.row_of, shape);
+  grouped_experts_backward(s.y, s.dweight_rows, dw, s, s.w_rows, act, s.x, act.offsets, w, shape);
+  moe_dispatch_backward(dx, dweight, s.y, s.dweight_rows, act.row_of, shape);
+}
+
+void experts_forward_staged_bf16(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                                 const float* x, const int32_t* index, const float* weight,
+                                 const ExpertWeightsBf16& w, const ExpertsShape& shape) {
+  auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
+  moe_dispatch_plan(act.row_of, act.offsets, index, shape);
+  moe_dispatch_forward_bf16(x_rows, x, act.row_of, shape);
+  grouped_experts_forward_bf16(s.y, act, s, x_rows, act.offsets, w, shape);
+  moe_combine_forward(y, s.y, act.row_of, index, weight, shape);
+}
+
+void experts_backward_staged_bf16(float* dx, float* dweight, const ExpertGrads& dw,
+                                  const ExpertsScratch& s, const float* dy,
+                                  const ExpertsActivations& act, const float* x,
+                                  const int32_t* /*index: the forward's act.row_of is reused*/,
+                                  const float* weight, const ExpertWeightsBf16& w,
+                                  const ExpertsShape& shape) {
+  TITAN_CHECK(s.w_rows != nullptr && s.dweight_rows != nullptr,
+              "experts_backward_staged_bf16: no room for the rows' weights (s.w_rows, "
+              "s.dweight_rows)");
+  auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
+  moe_combine_backward(s.y, s.w_rows, dy, weight, act.row_of, shape);
+  moe_dispatch_forward_bf16(x_rows, x, act.row_of, shape);
+  grouped_experts_backward_bf16(s.y, s.dweight_rows, dw, s, s.w_rows, act, x_rows, act.offsets, w,
+                                shape);
+  moe_dispatch_backward(dx, dweight, s.y, s.dweight_rows, act.row_of, shape);
+}
+
+}  // namespace titan

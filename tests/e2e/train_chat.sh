@@ -1,0 +1,187 @@
+#!/usr/bin/env bash
+# Fine-tuning on chat data (training.dataset = "chat") through the titan binary, against
+# Transformers:
+# - 3 fp32 AdamW steps on four conversations of different lengths (a global batch of all four, in
+#   two micro-batches of two padded rows) equal Transformers' Trainer step -- labels -100 outside
+#   the assistant replies, the loss over the assistant tokens of the whole global batch
+#   (num_items_in_batch) -- step by step (loss within 1e-5) and in the exported weights (1e-6);
+#   tests/reference/chat_sft_reference.py;
+# - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
+#   Transformers' masked loss of the trained model; a last batch the conversations do not fill is
+#   kept (empty rows), so every conversation is scored whatever the batch size;
+# - bad inputs stop with one line naming what and where: a record without "messages", a bad role,
+#   an over-long conversation (file:line, in train and eval), a model folder without a chat
+#   template (train and eval); training.truncate_long_conversations cuts instead;
+# - a run resumed from a checkpoint (the epoch ending after it) equals the uninterrupted one;
+# - the conversations docs/TRAINING.md fine-tunes on (examples/chat) train, the loss falling.
+# The model: a tiny random Qwen3 over a 512-token tokenizer titan trains on the Jargon File, with
+# the official Qwen3 chat template (tests/fixtures/chat_templates.json).
+# usage: train_chat.sh TITAN PYTHON
+set -euo pipefail
+titan="$1"
+python="$2"
+source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/tree_sum.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+reference="$source_dir/tests/reference/chat_sft_reference.py"
+
+"$titan" tokenizer train --vocab-size 512 --out "$work/model" \
+  /usr/share/doc/jargon-text/jargon.txt.gz > /dev/null 2>&1
+rm "$work/model/titan.json"  # the folder becomes a model folder, not a tokenizer titan wrote
+"$python" "$reference" make "$work/model" "$source_dir/tests/fixtures/chat_templates.json" \
+  > /dev/null 2>&1
+cp -r "$work/model" "$work/no-template"
+"$python" - "$work/no-template/tokenizer_config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+del config["chat_template"]
+json.dump(config, open(sys.argv[1], "w"))
+PY
+
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def line(*turns):
+    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
+with open(f"{work}/sft.jsonl", "w") as f:
+    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
+    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
+                 ("assistant", "Laziness, impatience and hubris."), ("user", "And one more?"),
+                 ("assistant", "Curiosity.")))
+    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
+    f.write(line(("user", "Explain grok in a sentence, with where the word comes from."),
+                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
+                  "part of you; the word comes from Heinlein's Stranger in a Strange Land.")))
+with open(f"{work}/no-messages.jsonl", "w") as f:
+    f.write(line(("user", "Hi"), ("assistant", "Hello")))
+    f.write(json.dumps({"text": "a pre-training document"}) + "\n")
+with open(f"{work}/bad-role.jsonl", "w") as f:
+    f.write(line(("user", "Hi"), ("assistant", "Hello")))
+    f.write(line(("user", "Hi"), ("robot", "Beep")))
+with open(f"{work}/long.jsonl", "w") as f:
+    f.write(line(("user", "Hi"), ("assistant", "Hello")))
+    f.write(line(("user", "Hi"), ("assistant", "Hello")))
+    f.write(line(("user", "Tell me everything."), ("assistant", "Everything, at length. " * 20)))
+PY
+
+# ---- one SFT run against Transformers ----
+common=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
+        --checkpoint.initial_load_in_hf=true --training.dataset=chat --threads 2
+        --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1)
+"$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.seq_len=160 \
+  --training.local_batch_size=2 --training.global_batch_size=4 --training.steps=3 \
+  --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
+  --validation.enable=true --validation.dataset_path="$work/sft.jsonl" --validation.freq=3 \
+  --metrics.save_jsonl="$work/sft-metrics.jsonl" --job.dump_folder="$work/sft" > "$work/sft.log"
+grep -q "chat data: the Qwen3 chat template of $work/model; loss on the assistant replies only" \
+  "$work/sft.log" || { echo "the log does not say how chat data is read"; cat "$work/sft.log"; exit 1; }
+
+validation=$("$python" -c 'import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "validation_loss" in r: print("%.6f" % r["validation_loss"])' "$work/sft-metrics.jsonl")
+"$titan" eval --model "$work/sft/hf" --data "$work/sft.jsonl" --chat --seq-len 160 --batch-size 2 \
+  --threads 2 > "$work/eval.log" 2> /dev/null
+evaluated=$(awk '{print $2}' "$work/eval.log")
+echo "validation loss $validation, titan eval --chat $evaluated"
+[ -n "$validation" ] && [ "$validation" = "$evaluated" ] || { echo "eval and validation disagree"; exit 1; }
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/sft-metrics.jsonl" \
+  "$work/sft/hf" 3 2 1e-3 1e-4 "$evaluated" > "$work/reference.log" 2>&1 \
+  || { cat "$work/reference.log"; exit 1; }
+grep -v "Loading weights" "$work/reference.log"
+# The same tokens scored: Transformers' assistant tokens are titan eval's.
+scored=$(sed -n 's/^assistant tokens in the global batch: //p' "$work/reference.log")
+grep -q "($scored assistant tokens scored in 2 batches" "$work/eval.log" \
+  || { echo "titan eval --chat did not score Transformers' $scored assistant tokens"; cat "$work/eval.log"; exit 1; }
+
+# No conversation dropped: batches of 3 over the 4 conversations score them all, the last batch
+# holding one conversation and two empty rows.
+"$titan" eval --model "$work/sft/hf" --data "$work/sft.jsonl" --chat --seq-len 160 --batch-size 3 \
+  --threads 2 > "$work/eval3.log" 2> /dev/null
+grep -q "($scored assistant tokens scored in 2 batches of 3 rows" "$work/eval3.log" \
+  || { echo "titan eval --chat --batch-size 3 dropped a conversation"; cat "$work/eval3.log"; exit 1; }
+"$python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 2e-6)' \
+  "$evaluated" "$(awk '{print $2}' "$work/eval3.log")" \
+  || { echo "the loss depends on the batch size"; cat "$work/eval.log" "$work/eval3.log"; exit 1; }
+
+# ---- bad inputs: one line each, naming what and where ----
+bad=(--training.seq_len=48 --training.local_batch_size=2 --training.steps=2
+     --checkpoint.last_save_in_hf=false)
+expect_refusal no-messages "no-messages.jsonl:2: no non-empty \"messages\" list$" \
+  "$titan" train "${common[@]}" "${bad[@]}" --training.dataset_path="$work/no-messages.jsonl" \
+  --job.dump_folder="$work/bad1"
+expect_refusal bad-role \
+  "bad-role.jsonl:2: messages\[1\] has role \"robot\" \(expected system, user, assistant or tool\)$" \
+  "$titan" train "${common[@]}" "${bad[@]}" --training.dataset_path="$work/bad-role.jsonl" \
+  --job.dump_folder="$work/bad2"
+expect_refusal long "long.jsonl:3: the conversation has [0-9]+ tokens, more than seq_len \+ 1 = 49 \(raise training.seq_len, or set training.truncate_long_conversations = true to cut it\)$" \
+  "$titan" train "${common[@]}" "${bad[@]}" --training.steps=3 --training.dataset_path="$work/long.jsonl" \
+  --training.global_batch_size=4 --job.dump_folder="$work/bad3"
+# titan eval says on stderr what its matmuls compute in before it reads the data: one error line
+# after that.
+eval_refusal() {
+  local name="$1" pattern="$2"
+  shift 2
+  if "$@" > "$work/$name.out" 2> "$work/$name.err"; then
+    echo "$name: the command succeeded"; cat "$work/$name.out"; exit 1
+  fi
+  [ "$(grep -v '^precision: ' "$work/$name.err" | wc -l)" = 1 ] \
+    || { echo "$name: expected one error line:"; cat "$work/$name.err"; exit 1; }
+  grep -qE "$pattern" "$work/$name.err" || { echo "$name: unexpected error:"; cat "$work/$name.err"; exit 1; }
+}
+eval_refusal eval-long "^titan eval: error: $work/long.jsonl:3: the conversation has [0-9]+ tokens, more than seq_len \+ 1 = 49 \(raise --seq-len, or pass --truncate-long-conversations to cut it\)$" \
+  "$titan" eval --model "$work/model" --data "$work/long.jsonl" --chat --seq-len 48 --threads 2
+expect_refusal no-template "^titan train: error: training.dataset = \"chat\" renders conversations with the chat template of model.hf_assets_path: $work/no-template: no chat template \(no chat_template.jinja, no \"chat_template\" in tokenizer_config.json\)$" \
+  "$titan" train "${common[@]}" "${bad[@]}" --model.hf_assets_path="$work/no-template" \
+  --checkpoint.initial_load_path="$work/no-template" --training.dataset_path="$work/sft.jsonl" \
+  --job.dump_folder="$work/bad4"
+expect_refusal eval-no-template "^titan eval: error: $work/no-template: no chat template \(no chat_template.jinja, no \"chat_template\" in tokenizer_config.json\)$" \
+  "$titan" eval --model "$work/no-template" --data "$work/sft.jsonl" --chat --seq-len 48 --threads 2
+# On documents the key would do nothing: a warning says so.
+"$titan" train "${common[@]}" "${bad[@]}" --training.steps=1 --training.dataset=jargon \
+  --training.dataset_path=/usr/share/doc/jargon-text/jargon.txt.gz \
+  --training.truncate_long_conversations=true --job.dump_folder="$work/docs" > /dev/null 2> "$work/docs.err"
+grep -q "^warning: training.truncate_long_conversations has no effect: training.dataset is not \"chat\"" \
+  "$work/docs.err" || { echo "no warning for truncate_long_conversations on documents"; cat "$work/docs.err"; exit 1; }
+
+# Cut when asked: the run trains, and titan eval scores the long conversation's first 49 tokens.
+"$titan" train "${common[@]}" "${bad[@]}" --training.steps=3 --training.dataset_path="$work/long.jsonl" \
+  --training.global_batch_size=4 --training.truncate_long_conversations=true \
+  --job.dump_folder="$work/cut" > "$work/cut.log"
+grep -q "^conversations cut to seq_len + 1 = 49 tokens: [1-9]" "$work/cut.log" \
+  || { echo "the run does not say it cut conversations"; cat "$work/cut.log"; exit 1; }
+"$titan" eval --model "$work/model" --data "$work/long.jsonl" --chat --seq-len 48 --batch-size 1 \
+  --truncate-long-conversations --threads 2 2> /dev/null | grep -qE "^loss [0-9]" \
+  || { echo "eval --truncate-long-conversations"; exit 1; }
+
+# ---- resuming mid-run, across an epoch's end, gives the uninterrupted run's losses bit for bit ----
+resume=(--training.dataset_path="$source_dir/examples/chat/conversations.jsonl" --training.seq_len=256
+        --training.local_batch_size=2 --training.global_batch_size=4 --checkpoint.enable=true
+        --checkpoint.interval=2 --checkpoint.last_save_model_only=false --checkpoint.last_save_in_hf=false)
+"$titan" train "${common[@]}" "${resume[@]}" --training.steps=6 --job.dump_folder="$work/whole" \
+  --metrics.save_jsonl="$work/whole.jsonl" > /dev/null
+"$titan" train "${common[@]}" "${resume[@]}" --training.steps=3 --job.dump_folder="$work/split" > /dev/null
+rm -r "$work/split/checkpoint/step-3"  # resume from step 2: the epoch (12 conversations) ends in step 3
+"$titan" train "${common[@]}" "${resume[@]}" --training.steps=6 --job.dump_folder="$work/split" \
+  --metrics.save_jsonl="$work/split.jsonl" > "$work/split.log"
+grep -q "resumed step 2 from" "$work/split.log" || { echo "did not resume"; cat "$work/split.log"; exit 1; }
+"$python" - "$work/whole.jsonl" "$work/split.jsonl" <<'PY'
+import json, sys
+whole, split = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+assert sorted(split) == [3, 4, 5, 6] and all(split[s] == whole[s] for s in split), (whole, split)
+print("resumed chat run: steps 3-6 equal the uninterrupted run's bit for bit")
+PY
+
+# ---- the conversations docs/TRAINING.md fine-tunes on ----
+"$titan" train "${common[@]}" --training.dataset_path="$source_dir/examples/chat/conversations.jsonl" \
+  --training.seq_len=256 --training.local_batch_size=4 --training.steps=30 --optimizer.lr=3e-3 \
+  --checkpoint.last_save_in_hf=false --metrics.save_jsonl="$work/example.jsonl" \
+  --job.dump_folder="$work/example" > "$work/example.log"
+"$python" - "$work/example.jsonl" <<'PY'
+import json, sys
+losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
+print(f"examples/chat: loss {losses[0]:.4f} -> {losses[-1]:.4f} in {len(losses)} steps")
+assert losses[-1] < losses[0] - 1.0, "the loss did not fall"
+PY
+echo "train_chat: ok"
