@@ -11,7 +11,8 @@
 #   kept (empty rows), so every conversation is scored whatever the batch size;
 # - bad inputs stop with one line naming what and where: a record without "messages", a bad role,
 #   an over-long conversation (file:line, in train and eval), a model folder without a chat
-#   template (train and eval); training.truncate_long_conversations cuts instead;
+#   template (train and eval), a template whose turn tokens the tokenizer lacks;
+#   training.truncate_long_conversations cuts instead;
 # - a run resumed from a checkpoint (the epoch ending after it) equals the uninterrupted one;
 # - the conversations docs/TRAINING.md fine-tunes on (examples/chat) train, the loss falling.
 # The model: a tiny random Qwen3 over a 512-token tokenizer titan trains on the Jargon File, with
@@ -32,11 +33,21 @@ rm "$work/model/titan.json"  # the folder becomes a model folder, not a tokenize
 "$python" "$reference" make "$work/model" "$source_dir/tests/fixtures/chat_templates.json" \
   > /dev/null 2>&1
 cp -r "$work/model" "$work/no-template"
-"$python" - "$work/no-template/tokenizer_config.json" <<'PY'
+cp -r "$work/model" "$work/llama-template"
+"$python" - "$work" "$source_dir/tests/fixtures/chat_templates.json" <<'PY'
 import json, sys
-config = json.load(open(sys.argv[1]))
+work, templates = sys.argv[1:]
+path = f"{work}/no-template/tokenizer_config.json"
+config = json.load(open(path))
 del config["chat_template"]
-json.dump(config, open(sys.argv[1], "w"))
+json.dump(config, open(path, "w"))
+# A Llama 3.1 template over a ChatML tokenizer: its turn tokens are not in the vocabulary.
+llama = next(t for t in json.load(open(templates)) if t["kind"] == "llama3_1")
+path = f"{work}/llama-template/tokenizer_config.json"
+config = json.load(open(path))
+config["chat_template"] = llama["chat_template"]
+config["bos_token"] = "<|endoftext|>"
+json.dump(config, open(path, "w"))
 PY
 
 "$python" - "$work" <<'PY'
@@ -136,6 +147,10 @@ expect_refusal no-template "^titan train: error: training.dataset = \"chat\" ren
   "$titan" train "${common[@]}" "${bad[@]}" --model.hf_assets_path="$work/no-template" \
   --checkpoint.initial_load_path="$work/no-template" --training.dataset_path="$work/sft.jsonl" \
   --job.dump_folder="$work/bad4"
+expect_refusal wrong-tokens "^titan train: error: chat data with the Llama 3.1 Instruct template needs a tokenizer with the <\|start_header_id\|> and <\|eot_id\|> tokens$" \
+  "$titan" train "${common[@]}" "${bad[@]}" --model.hf_assets_path="$work/llama-template" \
+  --checkpoint.initial_load_path="$work/llama-template" --training.dataset_path="$work/sft.jsonl" \
+  --job.dump_folder="$work/bad6"
 expect_refusal eval-no-template "^titan eval: error: $work/no-template: no chat template \(no chat_template.jinja, no \"chat_template\" in tokenizer_config.json\)$" \
   "$titan" eval --model "$work/no-template" --data "$work/sft.jsonl" --chat --seq-len 48 --threads 2
 # On documents the key would do nothing: a warning says so.
