@@ -6,6 +6,7 @@
 #   the assistant replies, the loss over the assistant tokens of the whole global batch
 #   (num_items_in_batch) -- step by step (loss within 1e-5) and in the exported weights (1e-6);
 #   tests/reference/chat_sft_reference.py;
+# - the same on 2 ranks (FSDP);
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
 #   Transformers' masked loss of the trained model; a last batch the conversations do not fill is
 #   kept (empty rows), so every conversation is scored whatever the batch size;
@@ -77,9 +78,10 @@ with open(f"{work}/long.jsonl", "w") as f:
 PY
 
 # ---- one SFT run against Transformers ----
-common=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
-        --checkpoint.initial_load_in_hf=true --training.dataset=chat --threads 2
-        --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1)
+chat=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
+      --checkpoint.initial_load_in_hf=true --training.dataset=chat
+      --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1)
+common=("${chat[@]}" --threads 2)
 "$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.seq_len=160 \
   --training.local_batch_size=2 --training.global_batch_size=4 --training.steps=3 \
   --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
@@ -105,6 +107,20 @@ grep -v "Loading weights" "$work/reference.log"
 scored=$(sed -n 's/^assistant tokens in the global batch: //p' "$work/reference.log")
 grep -q "($scored assistant tokens scored in 2 batches" "$work/eval.log" \
   || { echo "titan eval --chat did not score Transformers' $scored assistant tokens"; cat "$work/eval.log"; exit 1; }
+
+# The same run on 2 ranks (FSDP; one row per micro-batch, two micro-batches each): the loss is
+# still over the assistant tokens of the whole global batch, so it equals Transformers' step too.
+. "$(dirname "$0")/mpi_env.sh"
+"$titan" launch --nproc 2 train "${chat[@]}" --threads 1 --training.dataset_path="$work/sft.jsonl" \
+  --training.seq_len=160 --training.local_batch_size=1 --training.global_batch_size=4 \
+  --training.steps=3 --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/fsdp-metrics.jsonl" --job.dump_folder="$work/fsdp" > "$work/fsdp.log" 2>&1 \
+  || { cat "$work/fsdp.log"; exit 1; }
+grep -q "dp_shard 2" "$work/fsdp.log" || { echo "not FSDP over 2 ranks"; cat "$work/fsdp.log"; exit 1; }
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/fsdp-metrics.jsonl" \
+  "$work/fsdp/hf" 3 2 1e-3 1e-4 > "$work/reference-fsdp.log" 2>&1 \
+  || { cat "$work/reference-fsdp.log"; exit 1; }
+grep -E "^(weights|chat SFT)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
 
 # No conversation dropped: batches of 3 over the 4 conversations score them all, the last batch
 # holding one conversation and two empty rows.
