@@ -15,7 +15,8 @@
 #   template (train and eval), a template whose turn tokens the tokenizer lacks;
 #   training.truncate_long_conversations cuts instead;
 # - a run resumed from a checkpoint (the epoch ending after it) equals the uninterrupted one;
-# - the conversations docs/TRAINING.md fine-tunes on (examples/chat) train, the loss falling.
+# - the conversations docs/TRAINING.md fine-tunes on (examples/chat) are learned, and `titan
+#   generate --chat` on the export answers two of their questions word for word.
 # The model: a tiny random Qwen3 over a 512-token tokenizer titan trains on the Jargon File, with
 # the official Qwen3 chat template (tests/fixtures/chat_templates.json).
 # usage: train_chat.sh TITAN PYTHON
@@ -204,15 +205,25 @@ assert sorted(split) == [3, 4, 5, 6] and all(split[s] == whole[s] for s in split
 print("resumed chat run: steps 3-6 equal the uninterrupted run's bit for bit")
 PY
 
-# ---- the conversations docs/TRAINING.md fine-tunes on ----
+# ---- the conversations docs/TRAINING.md fine-tunes on: learned, and answered by generate --chat ----
 "$titan" train "${common[@]}" --training.dataset_path="$source_dir/examples/chat/conversations.jsonl" \
-  --training.seq_len=256 --training.local_batch_size=4 --training.steps=30 --optimizer.lr=3e-3 \
-  --checkpoint.last_save_in_hf=false --metrics.save_jsonl="$work/example.jsonl" \
-  --job.dump_folder="$work/example" > "$work/example.log"
+  --training.seq_len=256 --training.local_batch_size=6 --training.global_batch_size=12 \
+  --training.steps=80 --optimizer.lr=1e-2 --lr_scheduler.warmup_steps=5 \
+  --lr_scheduler.decay_type=linear --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/example.jsonl" --job.dump_folder="$work/example" > "$work/example.log"
 "$python" - "$work/example.jsonl" <<'PY'
 import json, sys
 losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
 print(f"examples/chat: loss {losses[0]:.4f} -> {losses[-1]:.4f} in {len(losses)} steps")
-assert losses[-1] < losses[0] - 1.0, "the loss did not fall"
+assert losses[-1] < 0.1, "the conversations were not learned"
 PY
+for qa in "What is 12 times 12?|12 times 12 is 144." \
+          "Where does the chat template come from?|From the model folder: chat_template.jinja, or the chat_template of tokenizer_config.json."; do
+  question="${qa%%|*}"
+  answer="${qa#*|}"
+  "$titan" generate --model "$work/example/hf" --chat --prompt "$question" --greedy \
+    --max-new-tokens 100 --threads 2 > "$work/answer.txt" 2> /dev/null
+  grep -qxF "$answer" "$work/answer.txt" || { echo "generate --chat: \"$question\" got:"; cat "$work/answer.txt"; exit 1; }
+  echo "generate --chat on the export: \"$question\" -> \"$answer\""
+done
 echo "train_chat: ok"
