@@ -6,7 +6,7 @@
 #   the assistant replies, the loss over the assistant tokens of the whole global batch
 #   (num_items_in_batch) -- step by step (loss within 1e-5) and in the exported weights (1e-6);
 #   tests/reference/chat_sft_reference.py;
-# - the same on 2 ranks (FSDP);
+# - the same on 2 ranks (FSDP); bf16 mixed precision within bf16's rounding;
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
 #   Transformers' masked loss of the trained model; a last batch the conversations do not fill is
 #   kept (empty rows), so every conversation is scored whatever the batch size;
@@ -122,6 +122,21 @@ grep -q "dp_shard 2" "$work/fsdp.log" || { echo "not FSDP over 2 ranks"; cat "$w
   "$work/fsdp/hf" 3 2 1e-3 1e-4 > "$work/reference-fsdp.log" 2>&1 \
   || { cat "$work/reference-fsdp.log"; exit 1; }
 grep -E "^(weights|chat SFT)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
+
+# bf16 mixed precision on the same data: the same masked loss, to bf16's rounding.
+"$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.seq_len=160 \
+  --training.local_batch_size=2 --training.global_batch_size=4 --training.steps=3 \
+  --optimizer.lr=1e-3 --optimizer.eps=1e-4 --training.mixed_precision_param=bfloat16 \
+  --checkpoint.last_save_in_hf=false --metrics.save_jsonl="$work/bf16-metrics.jsonl" \
+  --job.dump_folder="$work/bf16" > "$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; exit 1; }
+grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$work/bf16.log"; exit 1; }
+"$python" - "$work/sft-metrics.jsonl" "$work/bf16-metrics.jsonl" <<'PY'
+import json, sys
+fp32, bf16 = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+worst = max(abs(fp32[s] - bf16[s]) for s in (1, 2, 3))
+print(f"bf16: losses within {worst:.2g} of fp32's")
+assert sorted(bf16) == [1, 2, 3] and 0 < worst < 0.02, (fp32, bf16)
+PY
 
 # No conversation dropped: batches of 3 over the 4 conversations score them all, the last batch
 # holding one conversation and two empty rows.
