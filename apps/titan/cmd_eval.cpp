@@ -1,5 +1,7 @@
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,7 +46,17 @@ Action add_eval_command(CLI::App& app) {
                    "targets from a window of seq-len + 1 tokens")
       ->check(CLI::PositiveNumber);
   command->add_option("--batch-size", batch_size, "rows per batch")->check(CLI::PositiveNumber);
-  command->add_option("--max-batches", max_batches, "stop after this many batches (-1: all)");
+  command->add_option("--max-batches", max_batches, "stop after this many batches (-1: all)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "-1") return {};
+            char* end = nullptr;
+            errno = 0;
+            const long long n = std::strtoll(value.c_str(), &end, 10);
+            if (errno == 0 && end != value.c_str() && *end == '\0' && n >= 1) return {};
+            return "must be -1 (all batches) or a positive number of batches, not '" + value + "'";
+          },
+          "-1|N>0"));
   command->add_option("--dtype", dtype,
                       "matmuls: auto (bf16 for a bf16 folder, like Transformers' "
                       "torch_dtype=\"auto\"), bfloat16 (bf16 operands, fp32 accumulation, as "

@@ -128,6 +128,9 @@ BatchItem parse_batch_line(const std::string& line, const std::string& where,
                            const GenerateFlags& f) {
   json j = parse_json_strict(line, where, "the record", kMaxJsonDocumentDepth);
   TITAN_CHECK(j.is_object(), where, ": expected an object with \"prompt\" or \"messages\"");
+  TITAN_CHECK(!(j.contains("messages") && j.contains("prompt")), where,
+              ": the record has both \"prompt\" and \"messages\"; give one (a raw prompt, or a "
+              "chat rendered with the folder's template)");
   if (j.contains("messages")) {
     TITAN_CHECK(j["messages"].is_array(), where, ": \"messages\" must be a list");
     std::vector<ChatMessage> messages;

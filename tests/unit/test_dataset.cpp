@@ -200,6 +200,31 @@ TEST(DatasetBadInput, JsonLinesBadLineAndMissingField) {
   EXPECT_THROW(f.record(1, DataMode::pretrain), BadRecordError);
 }
 
+// Plain text is read as UTF-8 as JSON is: an ill-formed byte makes its paragraph a bad record
+// (skippable), named by file, line and column; it trained silently, repaired, before.
+TEST(DatasetBadInput, InvalidUtf8InTextIsABadRecord) {
+  const ScratchDir dir("bad_utf8");
+  write_text(dir / "a.txt",
+             "fine\n\nfirst line\nsecond \xff line\n\nok \xc3\xa9\n\n\xe6\x97 cut\n");
+  const DocumentFile f = DocumentFile::open(dir / "a.txt", {});
+  ASSERT_EQ(f.size(), 4u);
+  EXPECT_EQ(f.record(0, DataMode::pretrain).text, "fine");
+  EXPECT_EQ(error_of([&] { f.record(1, DataMode::pretrain); }),
+            dir /
+                "a.txt:4: not valid UTF-8 (byte 0xff at column 8): text files are read as "
+                "UTF-8, as JSON is");
+  EXPECT_THROW(f.record(1, DataMode::pretrain), BadRecordError);
+  EXPECT_EQ(f.record(2, DataMode::pretrain).text, "ok \xc3\xa9");
+  EXPECT_EQ(error_of([&] { f.record(3, DataMode::pretrain); }),
+            dir /
+                "a.txt:8: not valid UTF-8 (byte 0xe6 at column 1): text files are read as "
+                "UTF-8, as JSON is");
+  // The same bytes in JSON Lines are refused too.
+  write_text(dir / "a.jsonl", "{\"text\": \"second \xff line\"}\n");
+  EXPECT_THROW(DocumentFile::open(dir / "a.jsonl", {}).record(0, DataMode::pretrain),
+               BadRecordError);
+}
+
 TEST(DatasetBadInput, BadIdsAndMessages) {
   const ScratchDir dir("bad_fields");
   write_text(dir / "a.jsonl",

@@ -537,11 +537,13 @@ TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
 
 TEST(InferenceSession, KvCacheDtypeNames) {
   EXPECT_EQ(kv_cache_dtype("auto", DType::bf16), DType::bf16);
-  EXPECT_EQ(kv_cache_dtype("", DType::f32), DType::f32);
   EXPECT_EQ(kv_cache_dtype("bf16", DType::f32), DType::bf16);
   EXPECT_EQ(kv_cache_dtype("bfloat16", DType::f32), DType::bf16);
   EXPECT_EQ(kv_cache_dtype("float32", DType::bf16), DType::f32);
   EXPECT_EQ(kv_cache_dtype("fp32", DType::bf16), DType::f32);
+  // An empty value is a mistake, not "auto" (--kv-cache-dtype '').
+  test::expect_error([] { kv_cache_dtype("", DType::f32); },
+                     {"KV cache dtype \"\" is not one of auto, bfloat16, float32"});
   test::expect_error([] { kv_cache_dtype("float16", DType::f32); },
                      {"KV cache dtype \"float16\" is not one of auto, bfloat16, float32"});
 }

@@ -183,6 +183,16 @@ TEST_F(GenerateCli, BadInputs) {
                          << "\n";
   expect_one_line_error(run_titan(m + "--max-new-tokens 4 --prompts '" + prompts + "'", dir_),
                         "bad.jsonl:2");
+  // Empty dtype values are mistakes, not "auto"; a record with both prompt and messages is
+  // refused, not half read.
+  expect_one_line_error(run_titan(m + "--prompt hi --dtype ''", dir_),
+                        "weight dtype \"\" is not one of auto, bfloat16, float32");
+  expect_one_line_error(run_titan(m + "--prompt hi --kv-cache-dtype ''", dir_),
+                        "KV cache dtype \"\" is not one of auto, bfloat16, float32");
+  std::ofstream(prompts) << R"({"prompt": "ok", "messages": [{"role": "user", "content": "hi"}]})"
+                         << "\n";
+  expect_one_line_error(run_titan(m + "--max-new-tokens 4 --prompts '" + prompts + "'", dir_),
+                        "bad.jsonl:1: the record has both \"prompt\" and \"messages\"; give one");
   // A folder with weights but no tokenizer.
   DecoderLM model(test::tiny_generate_args(true));
   model.initialize(1);

@@ -11,6 +11,7 @@
 #include "error_of.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
+#include "titan/train/job_resolve.h"
 #include "titan/train/lr_schedule.h"
 #include "titan/train/rank_agreement.h"
 
@@ -199,6 +200,25 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   EXPECT_EQ(job_config_unused_keys(moved).size(), 2u);
   EXPECT_NE(job_config_to_toml(moved).find("[parallelism]\ndata_parallel_replicate_degree = 2"),
             std::string::npos);
+}
+
+// Keys whose effect depends on the world: the collective timeouts in one process, the FSDP
+// reshard policy without FSDP.
+TEST(JobConfig, KeysWithNoEffectOnThisWorldAreNamed) {
+  JobConfig c = job_config_preset("tiny");
+  EXPECT_TRUE(job_world_unused_keys(c, {1, 1}, 1).empty());
+  job_config_apply_override(c, "--comm.train_timeout_seconds=30");
+  job_config_apply_override(c, "--parallelism.fsdp_reshard_after_forward=always");
+  EXPECT_EQ(job_world_unused_keys(c, {1, 1}, 1),
+            (std::vector<std::string>{
+                "comm.train_timeout_seconds has no effect: one process (it limits a collective's "
+                "wait for the other ranks under mpirun)",
+                "parallelism.fsdp_reshard_after_forward has no effect: no FSDP "
+                "(data_parallel_shard_degree resolves to 1 in one process)"}));
+  EXPECT_EQ(job_world_unused_keys(c, {2, 1}, 2),
+            (std::vector<std::string>{"parallelism.fsdp_reshard_after_forward has no effect: no "
+                                      "FSDP (data_parallel_shard_degree resolves to 1)"}));
+  EXPECT_TRUE(job_world_unused_keys(c, {1, 2}, 2).empty());
 }
 
 // What ranks compare at start-up (train/rank_agreement.h): every key as "section.key = value",

@@ -4,11 +4,15 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <random>
 
+#include "error_of.h"
 #include "titan/io/atomic_file.h"
 #include "titan/io/convert.h"
+#include "titan/io/file_checksum.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
 #include "unit/test_safetensors_util.h"
@@ -33,6 +37,33 @@ std::string header_of(const std::vector<unsigned char>& bytes) {
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | bytes[i];
   return std::string(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(n));
+}
+
+// The checkpoints' file checksum: CRC-32C's check value, and a file spanning several read blocks
+// with an unaligned tail against a plain bit-at-a-time CRC-32C.
+TEST(FileChecksum, IsCrc32c) {
+  const test::ScratchDir dir("checksum");
+  std::ofstream(dir / "check") << "123456789";
+  EXPECT_EQ(file_checksum(dir / "check"), "crc32c:e3069283");
+  std::ofstream(dir / "empty").flush();
+  EXPECT_EQ(file_checksum(dir / "empty"), "crc32c:00000000");
+  std::string bytes((size_t{9} << 20) + 3, '\0');
+  std::mt19937 rng(7);
+  for (char& c : bytes) c = static_cast<char>(rng());
+  std::ofstream(dir / "big", std::ios::binary) << bytes;
+  uint32_t crc = 0xffffffffu;
+  for (const char c : bytes) {
+    crc ^= static_cast<unsigned char>(c);
+    for (int k = 0; k < 8; ++k) crc = (crc & 1) != 0 ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
+  }
+  char expected[32];
+  std::snprintf(expected, sizeof(expected), "crc32c:%08x", crc ^ 0xffffffffu);
+  EXPECT_EQ(file_checksum(dir / "big"), expected);
+  EXPECT_EQ(file_checksum_cached(dir / "big"), expected);
+  EXPECT_EQ(test::error_of([&] {
+              file_checksum(dir / "missing");
+            }).rfind(dir / "missing: cannot read", 0),
+            0u);
 }
 
 TEST(SafetensorsWriter, MatchesSpecExampleWithoutPadding) {

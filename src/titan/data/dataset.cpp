@@ -1,10 +1,13 @@
 #include "titan/data/dataset.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <new>
 
 #include "titan/data/dataset_read.h"
+#include "titan/data/utf8.h"
 #include "titan/io/json_util.h"
 
 namespace titan {
@@ -156,6 +159,25 @@ Record DocumentFile::read_record(size_t i, DataMode mode) const {
       Record r;
       r.text = bytes_.substr(s.begin, s.end - s.begin);
       r.where = path_ + ":" + std::to_string(s.line);
+      // Text is read as UTF-8, as JSON is: an ill-formed byte is a bad record (skippable with
+      // skip_bad_records), not text silently repaired.
+      for (size_t pos = 0; pos < r.text.size();) {
+        const size_t n = utf8_valid_length(r.text, pos);
+        if (n > 0) {
+          pos += n;
+          continue;
+        }
+        const size_t newline = pos == 0 ? std::string::npos : r.text.rfind('\n', pos - 1);
+        const size_t line =
+            s.line + static_cast<size_t>(
+                         std::count(r.text.begin(), r.text.begin() + static_cast<long>(pos), '\n'));
+        const size_t column = newline == std::string::npos ? pos + 1 : pos - newline;
+        char byte[8];
+        std::snprintf(byte, sizeof(byte), "0x%02x", static_cast<unsigned char>(r.text[pos]));
+        throw BadRecordError(path_ + ":" + std::to_string(line) + ": not valid UTF-8 (byte " +
+                             byte + " at column " + std::to_string(column) +
+                             "): text files are read as UTF-8, as JSON is");
+      }
       return r;
     }
     case Format::json_lines: {

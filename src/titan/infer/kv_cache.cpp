@@ -34,7 +34,7 @@ void KvCache::advance(int64_t n) {
 }
 
 DType kv_cache_dtype(const std::string& requested, DType weight_dtype) {
-  if (requested.empty() || requested == "auto") return weight_dtype;
+  if (requested == "auto") return weight_dtype;
   if (requested == "bfloat16" || requested == "bf16") return DType::bf16;
   if (requested == "float32" || requested == "fp32") return DType::f32;
   fail("KV cache dtype ", json_quote(requested),

@@ -142,7 +142,7 @@ std::unique_ptr<InferenceWeights> InferenceWeights::load(const std::string& dir,
 DType inference_dtype(const std::string& model_dir, const std::string& requested) {
   if (requested == "bfloat16" || requested == "bf16") return DType::bf16;
   if (requested == "float32" || requested == "fp32") return DType::f32;
-  TITAN_CHECK(requested.empty() || requested == "auto", "weight dtype ", json_quote(requested),
+  TITAN_CHECK(requested == "auto", "weight dtype ", json_quote(requested),
               " is not one of auto, bfloat16, float32 (or bf16, fp32)");
   const std::string config = (std::filesystem::path(model_dir) / "config.json").string();
   const nlohmann::json j = read_json_file(config, "config.json", 4);

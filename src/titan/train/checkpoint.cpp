@@ -12,6 +12,7 @@
 #include "titan/core/error.h"
 #include "titan/core/progress.h"
 #include "titan/io/atomic_file.h"
+#include "titan/io/file_checksum.h"
 #include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
@@ -178,8 +179,28 @@ OpenCheckpoint open_training_checkpoint(const std::string& dir,
   TITAN_CHECK(!with_optimizer || !ck.state.model_only, dir,
               ": holds model weights only (saved with checkpoint.last_save_model_only), not the "
               "optimizer state training needs to continue");
+  // Every file read below must hold the bytes the save wrote (trainer_state.json's checksums).
+  const auto verify = [&](const std::string& name) {
+    if (ck.state.checksums.empty()) return;  // saved by a titan from before checksums
+    const std::string path = dir + "/" + name;
+    const auto it = ck.state.checksums.find(name);
+    TITAN_CHECK(it != ck.state.checksums.end(), path,
+                ": not among the files trainer_state.json records checksums for");
+    std::error_code ec;
+    TITAN_CHECK(fs::exists(fs::symlink_status(path, ec)), path, ": no such file");
+    const std::string sum = file_checksum_cached(path);
+    TITAN_CHECK(sum == it->second, path, ": checksum mismatch (", sum,
+                ", trainer_state.json records ", it->second,
+                "): the file was changed or damaged after the save");
+  };
+  {
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(dir + "/sharding.json", ec))) verify("sharding.json");
+  }
   ck.shards = read_shard_count(dir, params);
   for (int64_t i = 0; i < ck.shards; ++i) {
+    verify(shard_file_name("model", i, ck.shards));
+    if (with_optimizer) verify(shard_file_name("optimizer", i, ck.shards));
     const RowShard shard{i, ck.shards};
     ck.model.push_back(SafetensorsFile::open(dir + "/" + shard_file_name("model", i, ck.shards)));
     check_tensors(ck.model.back(), params, model_sources(), shard);
@@ -280,11 +301,20 @@ void commit_training_checkpoint(const std::string& folder, const std::string& te
   if (shards > 1) {
     write_file_atomic(temp_dir + "/sharding.json", sharding_index(specs, shards).dump(1) + "\n");
   }
+  // A checksum of every file the writers put here (all have finished: the trainer's barrier).
+  nlohmann::json checksums = nlohmann::json::object();
+  for (const auto& entry : fs::directory_iterator(temp_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name != "trainer_state.json") {
+      checksums[name] = file_checksum(entry.path().string());
+    }
+  }
   const nlohmann::json meta = {{"step", state.step},
                                {"optimizer_step", state.optimizer_step},
                                {"loader_state", state.loader_state},
                                {"seed", state.seed},
-                               {"model_only", state.model_only}};
+                               {"model_only", state.model_only},
+                               {"checksums", checksums}};
   write_file_atomic(temp_dir + "/trainer_state.json", meta.dump(2) + "\n");
   fsync_directory(temp_dir);
   const std::string final_dir = training_checkpoint_dir(folder, state.step);
@@ -325,6 +355,11 @@ TrainerState read_trainer_state(const std::string& dir) {
     state.loader_state = meta.at("loader_state").get<std::string>();
     state.seed = meta.at("seed").get<int64_t>();
     state.model_only = meta.value("model_only", false);
+    if (meta.contains("checksums")) {
+      for (const auto& [name, sum] : meta.at("checksums").items()) {
+        state.checksums[name] = sum.get<std::string>();
+      }
+    }
   } catch (const nlohmann::json::exception& e) {
     fail(state_path, ": ", e.what());
   }

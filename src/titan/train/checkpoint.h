@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct TrainerState {
   std::string loader_state;    // DataLoader state as JSON
   int64_t seed = 0;
   bool model_only = false;  // parameters only: no AdamW moments saved
+  // Every file of the checkpoint but trainer_state.json, by name -> "crc32c:xxxxxxxx"
+  // (io/file_checksum.h), recorded at commit; empty in a checkpoint of a titan from before.
+  std::map<std::string, std::string> checksums;
 };
 
 enum class CheckpointContent { model_only, full };
@@ -72,10 +76,13 @@ std::vector<int64_t> list_training_checkpoints(const std::string& folder);
 // The trainer_state.json of a checkpoint folder.
 TrainerState read_trainer_state(const std::string& dir);
 
-// Checks the checkpoint folder `dir` against a model of `specs` without reading tensor data:
-// trainer_state.json readable; model.safetensors (with `full`, optimizer.safetensors too) holding
-// exactly the model's tensors, F32, each of its shape -- or, in a sharded checkpoint, sharding.json
-// and every shard file holding each tensor's rows. Returns its trainer state.
+// Checks the checkpoint folder `dir` against a model of `specs`: trainer_state.json readable;
+// every file it loads from with the checksum trainer_state.json records for it (a file changed
+// or damaged after the save -- finite garbage included -- is refused, naming it; a checkpoint of
+// a titan from before checksums is checked by its headers only); model.safetensors (with `full`,
+// optimizer.safetensors too) holding exactly the model's tensors, F32, each of its shape -- or, in
+// a sharded checkpoint, sharding.json and every shard file holding each tensor's rows. Returns its
+// trainer state.
 TrainerState check_training_checkpoint(const std::string& dir,
                                        const std::vector<ParamGroupSpec>& specs,
                                        CheckpointContent content);

@@ -131,6 +131,30 @@ void check_job_sizes(const JobConfig& c, const ModelArgs& a, const MeshDims& dim
               ": a rank would send up to ", about(b.sent_bytes, "bytes"), " per step", beyond);
 }
 
+std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDims& dims,
+                                               int64_t world_size) {
+  const auto is_set = [&](const char* key) {
+    return std::find(c.set_keys.begin(), c.set_keys.end(), key) != c.set_keys.end();
+  };
+  std::vector<std::string> warnings;
+  if (world_size == 1) {
+    for (const char* key : {"comm.init_timeout_seconds", "comm.train_timeout_seconds"}) {
+      if (is_set(key)) {
+        warnings.push_back(std::string(key) +
+                           " has no effect: one process (it limits a collective's wait for the "
+                           "other ranks under mpirun)");
+      }
+    }
+  }
+  if (dims.dp_shard == 1 && is_set("parallelism.fsdp_reshard_after_forward")) {
+    warnings.push_back(
+        "parallelism.fsdp_reshard_after_forward has no effect: no FSDP (data_parallel_shard_degree "
+        "resolves to 1" +
+        std::string(world_size == 1 ? " in one process)" : ")"));
+  }
+  return warnings;
+}
+
 DType job_compute_dtype(const JobConfig& c) {
   return c.training.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
 }

@@ -192,6 +192,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
   }
+  for (const std::string& line : job_world_unused_keys(config_, dims, world().size())) {
+    std::fprintf(stderr, "warning: %s\n", line.c_str());
+  }
   if (!config_.job.description.empty()) std::printf("job: %s\n", config_.job.description.c_str());
   const DataSources sources = resolve_data_sources(config_);
   check_inputs(sources);
@@ -292,6 +295,19 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   loader_options_.batch_size = t.local_batch_size;
   loader_options_.seq_len = t.seq_len;
   loader_options_.seed = static_cast<uint64_t>(t.seed);
+  if (config_.validation.enable) {
+    // The validation data must give a pass at least one batch: found now, not after the first
+    // validation.freq steps.
+    LoaderOptions options = loader_options_;
+    options.data.paths = validation_paths_;
+    options.shuffle = false;
+    options.epochs = 1;
+    DataLoader probe(options, *tokenizer_);
+    TITAN_CHECK(probe.next_batch().has_value(), "validation.dataset_path ",
+                config_.validation.dataset_path, ": the validation data gives no full batch of ",
+                t.local_batch_size, " rows of ", t.seq_len,
+                " tokens (training.local_batch_size x training.seq_len): empty or too short");
+  }
   const auto seed = static_cast<uint64_t>(t.seed);
   if (fsdp_) {
     fsdp_->initialize([&](ParamGroup& g) { initialize_param_group(g, args_, seed); });
