@@ -6,14 +6,17 @@
 #   the assistant replies, the loss over the assistant tokens of the whole global batch
 #   (num_items_in_batch) -- step by step (loss within 1e-5) and in the exported weights (1e-6);
 #   tests/reference/chat_sft_reference.py;
+# - the same on 2 ranks (FSDP); bf16 mixed precision within bf16's rounding;
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
 #   Transformers' masked loss of the trained model; a last batch the conversations do not fill is
 #   kept (empty rows), so every conversation is scored whatever the batch size;
 # - bad inputs stop with one line naming what and where: a record without "messages", a bad role,
 #   an over-long conversation (file:line, in train and eval), a model folder without a chat
-#   template (train and eval); training.truncate_long_conversations cuts instead;
+#   template (train and eval), a template whose turn tokens the tokenizer lacks;
+#   training.truncate_long_conversations cuts instead;
 # - a run resumed from a checkpoint (the epoch ending after it) equals the uninterrupted one;
-# - the conversations docs/TRAINING.md fine-tunes on (examples/chat) train, the loss falling.
+# - the conversations docs/TRAINING.md fine-tunes on (examples/chat) are learned, and `titan
+#   generate --chat` on the export answers two of their questions word for word.
 # The model: a tiny random Qwen3 over a 512-token tokenizer titan trains on the Jargon File, with
 # the official Qwen3 chat template (tests/fixtures/chat_templates.json).
 # usage: train_chat.sh TITAN PYTHON
@@ -32,11 +35,21 @@ rm "$work/model/titan.json"  # the folder becomes a model folder, not a tokenize
 "$python" "$reference" make "$work/model" "$source_dir/tests/fixtures/chat_templates.json" \
   > /dev/null 2>&1
 cp -r "$work/model" "$work/no-template"
-"$python" - "$work/no-template/tokenizer_config.json" <<'PY'
+cp -r "$work/model" "$work/llama-template"
+"$python" - "$work" "$source_dir/tests/fixtures/chat_templates.json" <<'PY'
 import json, sys
-config = json.load(open(sys.argv[1]))
+work, templates = sys.argv[1:]
+path = f"{work}/no-template/tokenizer_config.json"
+config = json.load(open(path))
 del config["chat_template"]
-json.dump(config, open(sys.argv[1], "w"))
+json.dump(config, open(path, "w"))
+# A Llama 3.1 template over a ChatML tokenizer: its turn tokens are not in the vocabulary.
+llama = next(t for t in json.load(open(templates)) if t["kind"] == "llama3_1")
+path = f"{work}/llama-template/tokenizer_config.json"
+config = json.load(open(path))
+config["chat_template"] = llama["chat_template"]
+config["bos_token"] = "<|endoftext|>"
+json.dump(config, open(path, "w"))
 PY
 
 "$python" - "$work" <<'PY'
@@ -66,9 +79,10 @@ with open(f"{work}/long.jsonl", "w") as f:
 PY
 
 # ---- one SFT run against Transformers ----
-common=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
-        --checkpoint.initial_load_in_hf=true --training.dataset=chat --threads 2
-        --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1)
+chat=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
+      --checkpoint.initial_load_in_hf=true --training.dataset=chat
+      --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1)
+common=("${chat[@]}" --threads 2)
 "$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.seq_len=160 \
   --training.local_batch_size=2 --training.global_batch_size=4 --training.steps=3 \
   --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
@@ -94,6 +108,35 @@ grep -v "Loading weights" "$work/reference.log"
 scored=$(sed -n 's/^assistant tokens in the global batch: //p' "$work/reference.log")
 grep -q "($scored assistant tokens scored in 2 batches" "$work/eval.log" \
   || { echo "titan eval --chat did not score Transformers' $scored assistant tokens"; cat "$work/eval.log"; exit 1; }
+
+# The same run on 2 ranks (FSDP; one row per micro-batch, two micro-batches each): the loss is
+# still over the assistant tokens of the whole global batch, so it equals Transformers' step too.
+. "$(dirname "$0")/mpi_env.sh"
+"$titan" launch --nproc 2 train "${chat[@]}" --threads 1 --training.dataset_path="$work/sft.jsonl" \
+  --training.seq_len=160 --training.local_batch_size=1 --training.global_batch_size=4 \
+  --training.steps=3 --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/fsdp-metrics.jsonl" --job.dump_folder="$work/fsdp" > "$work/fsdp.log" 2>&1 \
+  || { cat "$work/fsdp.log"; exit 1; }
+grep -q "dp_shard 2" "$work/fsdp.log" || { echo "not FSDP over 2 ranks"; cat "$work/fsdp.log"; exit 1; }
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/fsdp-metrics.jsonl" \
+  "$work/fsdp/hf" 3 2 1e-3 1e-4 > "$work/reference-fsdp.log" 2>&1 \
+  || { cat "$work/reference-fsdp.log"; exit 1; }
+grep -E "^(weights|chat SFT)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
+
+# bf16 mixed precision on the same data: the same masked loss, to bf16's rounding.
+"$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.seq_len=160 \
+  --training.local_batch_size=2 --training.global_batch_size=4 --training.steps=3 \
+  --optimizer.lr=1e-3 --optimizer.eps=1e-4 --training.mixed_precision_param=bfloat16 \
+  --checkpoint.last_save_in_hf=false --metrics.save_jsonl="$work/bf16-metrics.jsonl" \
+  --job.dump_folder="$work/bf16" > "$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; exit 1; }
+grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$work/bf16.log"; exit 1; }
+"$python" - "$work/sft-metrics.jsonl" "$work/bf16-metrics.jsonl" <<'PY'
+import json, sys
+fp32, bf16 = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+worst = max(abs(fp32[s] - bf16[s]) for s in (1, 2, 3))
+print(f"bf16: losses within {worst:.2g} of fp32's")
+assert sorted(bf16) == [1, 2, 3] and 0 < worst < 0.02, (fp32, bf16)
+PY
 
 # No conversation dropped: batches of 3 over the 4 conversations score them all, the last batch
 # holding one conversation and two empty rows.
@@ -136,6 +179,10 @@ expect_refusal no-template "^titan train: error: training.dataset = \"chat\" ren
   "$titan" train "${common[@]}" "${bad[@]}" --model.hf_assets_path="$work/no-template" \
   --checkpoint.initial_load_path="$work/no-template" --training.dataset_path="$work/sft.jsonl" \
   --job.dump_folder="$work/bad4"
+expect_refusal wrong-tokens "^titan train: error: chat data with the Llama 3.1 Instruct template needs a tokenizer with the <\|start_header_id\|> and <\|eot_id\|> tokens$" \
+  "$titan" train "${common[@]}" "${bad[@]}" --model.hf_assets_path="$work/llama-template" \
+  --checkpoint.initial_load_path="$work/llama-template" --training.dataset_path="$work/sft.jsonl" \
+  --job.dump_folder="$work/bad6"
 expect_refusal eval-no-template "^titan eval: error: $work/no-template: no chat template \(no chat_template.jinja, no \"chat_template\" in tokenizer_config.json\)$" \
   "$titan" eval --model "$work/no-template" --data "$work/sft.jsonl" --chat --seq-len 48 --threads 2
 # On documents the key would do nothing: a warning says so.
@@ -173,15 +220,25 @@ assert sorted(split) == [3, 4, 5, 6] and all(split[s] == whole[s] for s in split
 print("resumed chat run: steps 3-6 equal the uninterrupted run's bit for bit")
 PY
 
-# ---- the conversations docs/TRAINING.md fine-tunes on ----
+# ---- the conversations docs/TRAINING.md fine-tunes on: learned, and answered by generate --chat ----
 "$titan" train "${common[@]}" --training.dataset_path="$source_dir/examples/chat/conversations.jsonl" \
-  --training.seq_len=256 --training.local_batch_size=4 --training.steps=30 --optimizer.lr=3e-3 \
-  --checkpoint.last_save_in_hf=false --metrics.save_jsonl="$work/example.jsonl" \
-  --job.dump_folder="$work/example" > "$work/example.log"
+  --training.seq_len=256 --training.local_batch_size=6 --training.global_batch_size=12 \
+  --training.steps=80 --optimizer.lr=1e-2 --lr_scheduler.warmup_steps=5 \
+  --lr_scheduler.decay_type=linear --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/example.jsonl" --job.dump_folder="$work/example" > "$work/example.log"
 "$python" - "$work/example.jsonl" <<'PY'
 import json, sys
 losses = [json.loads(l)["loss"] for l in open(sys.argv[1]) if '"loss"' in l]
 print(f"examples/chat: loss {losses[0]:.4f} -> {losses[-1]:.4f} in {len(losses)} steps")
-assert losses[-1] < losses[0] - 1.0, "the loss did not fall"
+assert losses[-1] < 0.1, "the conversations were not learned"
 PY
+for qa in "What is 12 times 12?|12 times 12 is 144." \
+          "Where does the chat template come from?|From the model folder: chat_template.jinja, or the chat_template of tokenizer_config.json."; do
+  question="${qa%%|*}"
+  answer="${qa#*|}"
+  "$titan" generate --model "$work/example/hf" --chat --prompt "$question" --greedy \
+    --max-new-tokens 100 --threads 2 > "$work/answer.txt" 2> /dev/null
+  grep -qxF "$answer" "$work/answer.txt" || { echo "generate --chat: \"$question\" got:"; cat "$work/answer.txt"; exit 1; }
+  echo "generate --chat on the export: \"$question\" -> \"$answer\""
+done
 echo "train_chat: ok"

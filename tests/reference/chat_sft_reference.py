@@ -146,10 +146,8 @@ def check(model_dir, data, metrics, export, steps, micro_batch, lr, eps, eval_lo
     want = dict(model.named_parameters())
     for name, p in trained.named_parameters():
         d = float((p.detach() - want[name].detach()).abs().max())
-        moved = float((want[name].detach() - 0).abs().max())
         if d > worst[0]:
             worst = (d, name)
-        assert moved > 0
     print(f"weights after {steps} steps: max |titan - Transformers| = {worst[0]:.3g} ({worst[1]})")
     if worst[0] > WEIGHT_TOL:
         failures.append(f"weights: {worst[1]} differs by {worst[0]:.3g} > {WEIGHT_TOL}")
