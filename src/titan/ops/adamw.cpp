@@ -5,6 +5,7 @@
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/ops/host_parallel.h"
 
 namespace titan {
 
@@ -25,11 +26,11 @@ AdamWScalars adamw_scalars(const AdamWConfig& config, float lr, int64_t step) {
 
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars) {
-  constexpr int64_t kChunk = 1 << 14;
   const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += kChunk) {
-    v.adamw(param + i, grad + i, exp_avg + i, exp_avg_sq + i, std::min(kChunk, n - i), scalars);
+  for (int64_t i = 0; i < n; i += kElementwiseChunk) {
+    v.adamw(param + i, grad + i, exp_avg + i, exp_avg_sq + i, std::min(kElementwiseChunk, n - i),
+            scalars);
   }
 }
 

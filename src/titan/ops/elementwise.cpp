@@ -7,24 +7,18 @@
 #include "titan/ops/host_parallel.h"
 
 namespace titan {
-namespace {
-
-// Large enough that a chunk's vector loop amortises its call, small enough for an even split of
-// a layer's residual stream over the team.
-constexpr int64_t kChunk = int64_t{1} << 14;
-
-}  // namespace
-
 void add_into(float* y, const float* x, int64_t n) {
   const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t at = 0; at < n; at += kChunk) v.axpy(y + at, 1.0f, x + at, std::min(kChunk, n - at));
+  for (int64_t at = 0; at < n; at += kElementwiseChunk)
+    v.axpy(y + at, 1.0f, x + at, std::min(kElementwiseChunk, n - at));
 }
 
 void scale_in_place(float* x, float a, int64_t n) {
   const VecKernels& v = backend().vec();
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t at = 0; at < n; at += kChunk) v.scale(x + at, a, std::min(kChunk, n - at));
+  for (int64_t at = 0; at < n; at += kElementwiseChunk)
+    v.scale(x + at, a, std::min(kElementwiseChunk, n - at));
 }
 
 double sum_squares_f64(const float* x, int64_t n) {

@@ -12,5 +12,9 @@ namespace titan {
 // every region also waits for its slowest, possibly descheduled, thread. A decode step's
 // one-token norms, RoPE and SwiGLU stay under it; training and prefill shapes are far above.
 constexpr int64_t kMinParallelElements = int64_t{1} << 14;
+// Elements per task of a whole-array op threaded in chunks (bf16 casts, AdamW, residual adds):
+// 64 KiB of fp32, enough for a chunk's vector loop to amortise its call, few enough that a
+// layer's arrays split evenly over the team and a chunk stays in L1/L2 between two passes.
+constexpr int64_t kElementwiseChunk = int64_t{1} << 14;
 
 }  // namespace titan
