@@ -2,7 +2,7 @@
 // are tests/e2e/train_data_parallel.sh): whole units are resident only in flight, initialisation
 // keeps each rank's rows, and a unit kept after its forward (fsdp_reshard_after_forward) is not
 // gathered again for its backward; under bf16 the weights read only in bf16 are gathered into
-// their copies, rounded, their masters never committed. RowShard's cut is checked against the rows
+// their copies, rounded, their masters never committed. Shard's cut is checked against the rows
 // it must hold, and the reshard policy's rule (keeps_whole, which the plan shares) for every end;
 // the collectives move every parameter in place, nothing staged.
 #include <gtest/gtest.h>
@@ -21,27 +21,27 @@
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
 #include "titan/nn/param_group.h"
-#include "titan/nn/row_shard.h"
+#include "titan/nn/shard.h"
 
 namespace titan {
 namespace {
 
-TEST(RowShard, EveryRowOnceInEqualBlocks) {
+TEST(Shard, EveryRowOnceInEqualBlocks) {
   for (int64_t d0 : {1, 2, 3, 7, 8, 1000}) {
     for (int64_t count : {1, 2, 3, 4, 64}) {
       int64_t next = 0;
       for (int64_t i = 0; i < count; ++i) {
-        const RowShard s{i, count};
-        EXPECT_EQ(s.rows_per_shard(d0), (d0 + count - 1) / count);
-        EXPECT_EQ(s.first_row(d0), next) << d0 << " rows, shard " << i << " of " << count;
-        EXPECT_GE(s.rows(d0), 0);
-        EXPECT_LE(s.rows(d0), s.rows_per_shard(d0));
-        next += s.rows(d0);
+        const Shard s{i, count};
+        EXPECT_EQ(s.per_shard(d0), (d0 + count - 1) / count);
+        EXPECT_EQ(s.first(d0), next) << d0 << " rows, shard " << i << " of " << count;
+        EXPECT_GE(s.size(d0), 0);
+        EXPECT_LE(s.size(d0), s.per_shard(d0));
+        next += s.size(d0);
       }
       EXPECT_EQ(next, d0) << d0 << " rows over " << count;
     }
   }
-  const ParamSpec cut = RowShard{1, 3}.spec_of({"w", {7, 5}, ParamInit::normal});
+  const ParamSpec cut = Shard{1, 3}.spec_of({"w", {7, 5}, ParamInit::normal});
   EXPECT_EQ(cut.shape, (Shape{3, 5}));
   EXPECT_EQ(cut.name, "w");
 }

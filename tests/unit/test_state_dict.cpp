@@ -15,6 +15,7 @@
 #include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/qwen3/flavors.h"
+#include "titan/models/registry.h"
 #include "titan/models/state_dict_adapter.h"
 #include "unit/test_safetensors_util.h"
 #include "unit/tiny_models.h"

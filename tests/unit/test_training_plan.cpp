@@ -25,6 +25,7 @@
 #include "titan/distributed/mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/param_count.h"
+#include "titan/models/registry.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"

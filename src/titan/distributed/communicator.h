@@ -18,7 +18,7 @@ namespace titan {
 
 // One tensor's part in an all-gather or a reduce-scatter: its elements cut between the ranks in
 // rank order, rank r's the counts[r] after those of the ranks before it (FSDP: a parameter's dim-0
-// rows, nn/row_shard.h). Every rank passes the same counts.
+// rows, nn/shard.h). Every rank passes the same counts.
 struct CommPart {
   void* whole = nullptr;  // the sum of counts elements
   void* own = nullptr;    // this rank's counts[rank()] elements

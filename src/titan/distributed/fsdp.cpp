@@ -10,7 +10,7 @@ namespace titan {
 namespace {
 
 // The group of one rank's shards: every parameter with dim 0 cut to c rows.
-ParamGroup shard_group_of(const ParamGroup& full, RowShard cut) {
+ParamGroup shard_group_of(const ParamGroup& full, Shard cut) {
   std::vector<ParamSpec> specs;
   for (const ParamView& v : full.views()) specs.push_back(cut.spec_of(v.spec));
   ParamGroup g(full.name(), specs);
@@ -52,22 +52,22 @@ std::vector<CommPart> FullyShardedGroups::parts_of(size_t g, float* whole, float
     const ParamView &v = full.views()[i], &s = shard.views()[i];
     const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
     CommPart part{whole + v.offset, own + s.offset, {}, DType::f32};
-    for (int64_t r = 0; r < n; ++r) part.counts.push_back(RowShard{r, n}.rows(d0) * row);
+    for (int64_t r = 0; r < n; ++r) part.counts.push_back(Shard{r, n}.size(d0) * row);
     parts.push_back(std::move(part));
   }
   return parts;
 }
 
 void FullyShardedGroups::keep_own_rows(size_t g) {
-  const RowShard own = cut();
+  const Shard own = cut();
   const ParamGroup &full = full_[g], &shard = shards_[g];
   for (size_t i = 0; i < full.views().size(); ++i) {
     const ParamView &v = full.views()[i], &s = shard.views()[i];
     const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
     float* dst = shard.params() + s.offset;
-    std::memcpy(dst, full.params() + v.offset + own.first_row(d0) * row,
-                static_cast<size_t>(own.rows(d0) * row) * sizeof(float));
-    std::fill(dst + own.rows(d0) * row, dst + s.numel, 0.0f);
+    std::memcpy(dst, full.params() + v.offset + own.first(d0) * row,
+                static_cast<size_t>(own.size(d0) * row) * sizeof(float));
+    std::fill(dst + own.size(d0) * row, dst + s.numel, 0.0f);
   }
 }
 

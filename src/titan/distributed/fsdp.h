@@ -44,7 +44,7 @@
 #include "titan/core/allocator.h"
 #include "titan/distributed/mesh.h"
 #include "titan/nn/param_group.h"
-#include "titan/nn/row_shard.h"
+#include "titan/nn/shard.h"
 
 namespace titan {
 
@@ -60,7 +60,7 @@ class FullyShardedGroups {
   // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients; the
   // cut they hold. Checkpoints and weights load into them directly (train/checkpoint.h).
   std::vector<ParamGroup>& shards() { return shards_; }
-  RowShard cut() const { return {mesh_.shard_index(), mesh_.dims().dp_shard}; }
+  Shard cut() const { return {mesh_.shard_index(), mesh_.dims().dp_shard}; }
   // Initialises the shards a unit at a time: `init` fills the whole group (committed for the
   // call), this rank keeps its rows, and the group is handed back, so a rank never holds more
   // than one whole unit while starting (random init is keyed by parameter name, so every rank

@@ -1,8 +1,5 @@
 #include "titan/models/causal_lm.h"
 
-#include "titan/core/error.h"
-#include "titan/models/registry.h"
-
 namespace titan {
 
 const char* describe_compute_dtype(DType compute) {
@@ -20,12 +17,6 @@ int64_t CausalLM::parameter_count() const {
 
 void CausalLM::zero_gradients() {
   for (ParamGroup& g : param_groups()) g.zero_gradients();
-}
-
-std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
-                                     const std::vector<OverrideRule>& overrides,
-                                     DType compute_dtype, Residency params) {
-  return model_family(args.architecture, "model").make(args, overrides, compute_dtype, params);
 }
 
 }  // namespace titan

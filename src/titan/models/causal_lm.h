@@ -115,6 +115,9 @@ class CausalLM {
   // per layer), and it refuses gradients from then on.
   virtual void set_forward_only() = 0;
   virtual void set_param_group_hooks(ParamGroupHooks hooks) = 0;
+  // Tensor parallel's reductions at every decoder layer's block boundaries (nn/layers.h); unset,
+  // one rank's model.
+  virtual void set_layer_collectives(LayerCollectives collectives) = 0;
   // Per group, the parameters read only through bf16 copies under bf16 compute -- every matmul
   // weight but one whose fp32 master is read too (a tied embedding: the lookup) -- with where their
   // copies live; empty lists in fp32. What a parallelism may gather in bf16 (ParamGroupHooks).
@@ -140,15 +143,5 @@ class CausalLM {
   // infer/session.h).
   virtual const DecoderModules& modules() const = 0;
 };
-
-// The model of `args.architecture` (models/registry.h), its parameters allocated but not
-// initialised; overrides rebind kernel slots (what they did is in override_report()), each
-// checked against the dtype its slot computes in. Residency::released: every group's parameters
-// and gradients start handed back (FSDP, distributed/fsdp.h: a rank holds whole units only in
-// flight).
-std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
-                                     const std::vector<OverrideRule>& overrides = {},
-                                     DType compute_dtype = DType::f32,
-                                     Residency params = Residency::committed);
 
 }  // namespace titan

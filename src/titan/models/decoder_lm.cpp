@@ -6,6 +6,7 @@
 
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
+#include "titan/models/parallelize.h"
 #include "titan/models/state_dict_adapter.h"
 
 namespace titan {
@@ -71,14 +72,15 @@ void check_slot_constraints(const std::vector<KernelSlot>& slots, const ModelArg
       {batch * seq, a.hidden_size, a.moe_intermediate_size, a.num_experts, a.num_experts_per_tok});
 }
 
-// A linear module over `name`.weight, and `name`.bias when the group has one.
-Linear make_linear(const std::string& name, const ParamGroup& g, const KernelBinder& binder,
-                   int64_t in, int64_t out) {
+// A linear module over `name`.weight, and `name`.bias when the group has one, its features those
+// of the rank's part of the weight (out, in).
+Linear make_linear(const std::string& name, const ParamGroup& g, const KernelBinder& binder) {
   Linear l;
   l.name = name;
-  l.in_features = in;
-  l.out_features = out;
-  l.weight = g.params() + g.view(name + ".weight").offset;
+  const ParamView& weight = g.view(name + ".weight");
+  l.out_features = weight.spec.shape[0];
+  l.in_features = weight.spec.shape[1];
+  l.weight = g.params() + weight.offset;
   if (const ParamView* bias = g.find(name + ".bias")) l.bias = g.params() + bias->offset;
   const KernelEntry& kernel = binder.bind(name, OpKind::linear);
   l.kernel = &std::get<LinearKernel>(kernel.impl);
@@ -106,7 +108,7 @@ RMSNorm make_norm(const std::string& name, const ParamGroup& g, const KernelBind
 }  // namespace
 
 DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides,
-                     DType compute_dtype, Residency params)
+                     DType compute_dtype, Residency params, const ParallelizePlan& plan)
     : args_(args), compute_dtype_(compute_dtype) {
   validate_model_args(args_, "model");
   TITAN_CHECK(compute_dtype == DType::f32 || compute_dtype == DType::bf16, "model: compute in ",
@@ -116,7 +118,10 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   const KernelBinder binder(slots_);
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
 
-  for (ParamGroupSpec& g : model_param_specs(args_)) {
+  // The modules take their sizes from the rank's parts of their parameters: under a plan that
+  // cuts them, the local heads, widths and vocabulary.
+  for (ParamGroupSpec& g : local_param_specs(args_, plan)) {
+    for (const ParamSpec& p : g.params) cut_by_plan_ |= plan.placement_of(p).count > 1;
     // bf16 units in flight (FSDP): the weights read only in bf16 last, so the fp32 masters a unit
     // in flight commits (FullyShardedGroups) lie together at the start of its buffer.
     if (compute_dtype_ == DType::bf16 && params == Residency::released) {
@@ -130,9 +135,10 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   const ParamGroup &g0 = groups_[0], &head = groups_[static_cast<size_t>(head_group_)];
   Embedding& embed = m_.embed_tokens;
   embed.name = "model.embed_tokens";
-  embed.vocab = args_.vocab_size;
+  const ParamView& embed_weight = g0.view("model.embed_tokens.weight");
+  embed.vocab = embed_weight.spec.shape[0];
   embed.dim = h;
-  embed.weight = g0.params() + g0.view("model.embed_tokens.weight").offset;
+  embed.weight = g0.params() + embed_weight.offset;
   embed.kernel =
       &std::get<EmbeddingKernel>(binder.bind("model.embed_tokens", OpKind::embedding).impl);
   m_.norm = make_norm("model.norm", head, binder, h, args_.rms_norm_eps);
@@ -141,9 +147,10 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   Linear& lm_head = m_.lm_head;
   lm_head.name = "lm_head";
   lm_head.in_features = h;
-  lm_head.out_features = args_.vocab_size;
-  lm_head.weight =
-      args_.tie_word_embeddings ? embed.weight : head.params() + head.view("lm_head.weight").offset;
+  const ParamView& lm_head_weight =
+      args_.tie_word_embeddings ? embed_weight : head.view("lm_head.weight");
+  lm_head.out_features = lm_head_weight.spec.shape[0];
+  lm_head.weight = (args_.tie_word_embeddings ? g0 : head).params() + lm_head_weight.offset;
   const KernelEntry& builtin_linear = kernel_registry().get(
       kernel_registry().default_kernel(OpKind::linear, backend().kind()), OpKind::linear);
   lm_head.kernel = &std::get<LinearKernel>(builtin_linear.impl);
@@ -158,13 +165,13 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     layer.input_layernorm = make_norm(p + ".input_layernorm", g, binder, h, args_.rms_norm_eps);
     SelfAttention& at = layer.self_attn;
     at.name = p + ".self_attn";
-    at.n_heads = args_.num_attention_heads;
-    at.n_kv_heads = args_.num_key_value_heads;
     at.head_dim = hd;
-    at.q_proj = make_linear(at.name + ".q_proj", g, binder, h, at.n_heads * hd);
-    at.k_proj = make_linear(at.name + ".k_proj", g, binder, h, at.n_kv_heads * hd);
-    at.v_proj = make_linear(at.name + ".v_proj", g, binder, h, at.n_kv_heads * hd);
-    at.o_proj = make_linear(at.name + ".o_proj", g, binder, at.n_heads * hd, h);
+    at.q_proj = make_linear(at.name + ".q_proj", g, binder);
+    at.k_proj = make_linear(at.name + ".k_proj", g, binder);
+    at.v_proj = make_linear(at.name + ".v_proj", g, binder);
+    at.o_proj = make_linear(at.name + ".o_proj", g, binder);
+    at.n_heads = at.q_proj.out_features / hd;
+    at.n_kv_heads = at.k_proj.out_features / hd;
     at.qk_norm = args_.qk_norm;
     if (at.qk_norm) {
       at.q_norm = make_norm(at.name + ".q_norm", g, binder, hd, args_.rms_norm_eps);
@@ -182,11 +189,11 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       SparseMoeBlock& moe = layer.moe;
       moe.name = p + ".mlp";
       moe.hidden = h;
-      moe.intermediate = args_.moe_intermediate_size;
-      moe.n_experts = args_.num_experts;
       moe.top_k = args_.num_experts_per_tok;
       moe.norm_topk_prob = args_.norm_topk_prob;
-      moe.gate = make_linear(moe.name + ".gate", g, binder, h, moe.n_experts);
+      moe.gate = make_linear(moe.name + ".gate", g, binder);
+      moe.n_experts = moe.gate.out_features;
+      moe.intermediate = g.view(moe.name + ".experts.gate_proj").spec.shape[1];
       const auto stacked = [&](const char* proj) {
         return g.params() + g.view(moe.name + ".experts." + proj).offset;
       };
@@ -205,10 +212,10 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       SwigluMlp& mlp = layer.mlp;
       mlp.name = p + ".mlp";
       mlp.hidden = h;
-      mlp.intermediate = args_.intermediate_size;
-      mlp.gate_proj = make_linear(mlp.name + ".gate_proj", g, binder, h, mlp.intermediate);
-      mlp.up_proj = make_linear(mlp.name + ".up_proj", g, binder, h, mlp.intermediate);
-      mlp.down_proj = make_linear(mlp.name + ".down_proj", g, binder, mlp.intermediate, h);
+      mlp.gate_proj = make_linear(mlp.name + ".gate_proj", g, binder);
+      mlp.up_proj = make_linear(mlp.name + ".up_proj", g, binder);
+      mlp.down_proj = make_linear(mlp.name + ".down_proj", g, binder);
+      mlp.intermediate = mlp.gate_proj.out_features;
       mlp.swiglu = &std::get<SwigluKernel>(binder.bind(mlp.name, OpKind::swiglu).impl);
     }
     m_.layers.push_back(std::move(layer));
@@ -286,6 +293,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                                       int64_t batch, int64_t seq, const ForwardOptions& options) {
   TITAN_CHECK(batch > 0 && seq > 0, "forward: batch (", batch, ") and seq (", seq,
               ") must be positive");
+  TITAN_CHECK(!cut_by_plan_,
+              "forward: the model holds tensor- or expert-parallel parts of its parameters, and "
+              "the collectives that join them are not built yet");
   TITAN_CHECK(seq <= args_.max_position_embeddings, "forward: sequence length ", seq,
               " exceeds max_position_embeddings ", args_.max_position_embeddings);
   TITAN_CHECK(!options.compute_grad || groups_[0].grads() != nullptr,
@@ -419,8 +429,9 @@ OverrideReport decoder_lm_overrides(const ModelArgs& args,
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
                                           const std::vector<OverrideRule>& overrides,
-                                          DType compute_dtype, Residency params) {
-  return std::make_unique<DecoderLM>(args, overrides, compute_dtype, params);
+                                          DType compute_dtype, Residency params,
+                                          const ParallelizePlan& plan) {
+  return std::make_unique<DecoderLM>(args, overrides, compute_dtype, params, plan);
 }
 
 }  // namespace titan

@@ -13,6 +13,7 @@
 
 #include "titan/core/allocator.h"
 #include "titan/models/causal_lm.h"
+#include "titan/nn/parallel_plan.h"
 
 namespace titan {
 
@@ -20,9 +21,11 @@ class DecoderLM final : public CausalLM {
  public:
   // Builds the module tree and allocates parameters (not yet initialised). Overrides rebind
   // kernel slots; what they did is in override_report(). compute_dtype: f32 or bf16. params:
-  // the groups' residency (make_model).
+  // the groups' residency (make_model). plan: the parts of the parameters this rank holds
+  // (models/parallelize.h); the modules take their sizes from them.
   explicit DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& overrides = {},
-                     DType compute_dtype = DType::f32, Residency params = Residency::committed);
+                     DType compute_dtype = DType::f32, Residency params = Residency::committed,
+                     const ParallelizePlan& plan = {});
 
   const ModelArgs& args() const override { return args_; }
   DType compute_dtype() const override { return compute_dtype_; }
@@ -44,6 +47,9 @@ class DecoderLM final : public CausalLM {
   bool activation_checkpointing() const override { return checkpoint_layers_; }
   void set_forward_only() override;
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
+  void set_layer_collectives(LayerCollectives collectives) override {
+    collectives_ = std::move(collectives);
+  }
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
   std::vector<std::vector<ComputeCopyTarget>> copied_params() override;
   std::vector<std::vector<ComputeCopyTarget>> hold_compute_copies(bool lookup_in_bf16) override;
@@ -113,6 +119,7 @@ class DecoderLM final : public CausalLM {
   const LmHeadLossKernel* lm_head_loss_ = nullptr;
   RopeCache rope_cache_;
   ParamGroupHooks hooks_;
+  LayerCollectives collectives_;
   // A use of a group, bracketed for the hooks; under hooks (FSDP) the group's bf16 copies exist
   // only in flight too: written by the acquire (fills_compute_copies) or remade from the masters
   // it brought.
@@ -168,6 +175,9 @@ class DecoderLM final : public CausalLM {
   double aux_loss_ = 0.0;
   bool aux_grad_ = false;
   bool grad_ready_ = false;
+  // The plan cut a parameter: the model holds parts and cannot compute without tensor or expert
+  // parallel's collectives at the layer's boundaries (not built yet: forward refuses).
+  bool cut_by_plan_ = false;
   bool checkpoint_layers_ = false;
   bool forward_only_ = false;
 };
@@ -182,6 +192,7 @@ OverrideReport decoder_lm_overrides(const ModelArgs& args,
 // The model registry's factory for every family DecoderLM computes (models/registry.cpp).
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,
                                           const std::vector<OverrideRule>& overrides,
-                                          DType compute_dtype, Residency params);
+                                          DType compute_dtype, Residency params,
+                                          const ParallelizePlan& plan);
 
 }  // namespace titan

@@ -241,6 +241,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   call_.rope = &rope_cache_;
   call_.experts_scratch = &acts_.grad.moe.experts;
   call_.linear = acts_.linear;
+  call_.collectives = &collectives_;
 }
 
 }  // namespace titan

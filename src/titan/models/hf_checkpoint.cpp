@@ -13,6 +13,7 @@
 #include "titan/models/causal_lm.h"
 #include "titan/models/hf_config.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/registry.h"
 
 namespace titan {
 namespace {
@@ -117,16 +118,19 @@ struct HeldElements {
 void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
                      const std::vector<HfCheckpointTensor>& tensors,
                      const std::vector<ParamGroupSpec>& specs, std::vector<ParamGroup>& groups,
-                     RowShard shard, const std::string& path, bool allow_nonfinite,
+                     Shard shard, const std::string& path, bool allow_nonfinite,
                      const Bf16Destinations& bf16 = {}) {
   TITAN_CHECK(specs.size() == groups.size(), "model: ", groups.size(),
               " parameter groups for a model of ", specs.size());
+  TITAN_CHECK(shard.dim == 0,
+              "model: loading Hugging Face weights into shards cut along dimension ", shard.dim,
+              " is not supported (only FSDP's dimension 0)");
   std::unordered_map<std::string, std::pair<HeldElements, int64_t>> params;  // -> (held, numel)
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const ParamView& v : groups[g].views()) {
       const Shape& whole = specs[g].param(v.spec.name).shape;
       const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
-      TITAN_CHECK(v.numel == shard.rows_per_shard(d0) * row, "model: parameter ", v.spec.name,
+      TITAN_CHECK(v.numel == shard.per_shard(d0) * row, "model: parameter ", v.spec.name,
                   " is not shard ", shard.index, " of ", shard.count, " of ", shape_str(whole));
       if (const auto it = bf16.find(v.spec.name); it != bf16.end()) {
         TITAN_CHECK(shard.count == 1, "model: ", v.spec.name, " loads into bf16 only unsharded");
@@ -135,11 +139,10 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
         continue;
       }
       float* data = groups[g].params() + v.offset;
-      std::fill(data + shard.rows(d0) * row, data + v.numel, 0.0f);  // the padding rows
-      params.emplace(
-          v.spec.name,
-          std::pair(HeldElements{data, DType::f32, shard.first_row(d0) * row, shard.rows(d0) * row},
-                    shape_numel(whole)));
+      std::fill(data + shard.size(d0) * row, data + v.numel, 0.0f);  // the padding rows
+      params.emplace(v.spec.name, std::pair(HeldElements{data, DType::f32, shard.first(d0) * row,
+                                                         shard.size(d0) * row},
+                                            shape_numel(whole)));
     }
   }
   TITAN_CHECK(std::all_of(bf16.begin(), bf16.end(),
@@ -185,7 +188,7 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
 
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
-                     bool allow_nonfinite, RowShard shard) {
+                     bool allow_nonfinite, Shard shard) {
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
   copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source),
                   model_param_specs(args), groups, shard, path, allow_nonfinite);
@@ -222,7 +225,7 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
       [&](CausalLM& model, const SafetensorsCheckpoint& checkpoint,
           const std::vector<HfCheckpointTensor>& tensors) {
         copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), model.param_groups(),
-                        RowShard{}, dir, allow_nonfinite);
+                        Shard{}, dir, allow_nonfinite);
       });
 }
 
@@ -244,7 +247,7 @@ std::unique_ptr<CausalLM> load_hf_model_bf16_only(const std::string& dir, bool a
           g.acquire_params_where([&](const ParamView& v) { return bf16.count(v.spec.name) == 0; });
         }
         copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), model.param_groups(),
-                        RowShard{}, dir, allow_nonfinite, bf16);
+                        Shard{}, dir, allow_nonfinite, bf16);
       });
 }
 

@@ -16,7 +16,7 @@
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/param_group.h"
-#include "titan/nn/row_shard.h"
+#include "titan/nn/shard.h"
 
 namespace titan {
 
@@ -43,7 +43,7 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
 // refused (models/nonfinite_weights.h) unless `allow_nonfinite`.
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
-                     bool allow_nonfinite = false, RowShard shard = {});
+                     bool allow_nonfinite = false, Shard shard = {});
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite = false);
 // The model folder `dir` as a ready model: config.json, then the weights checked against it

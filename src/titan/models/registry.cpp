@@ -66,4 +66,12 @@ std::string known_model_names() {
   return names;
 }
 
+std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
+                                     const std::vector<OverrideRule>& overrides,
+                                     DType compute_dtype, Residency params,
+                                     const ParallelizePlan& plan) {
+  return model_family(args.architecture, "model")
+      .make(args, overrides, compute_dtype, params, plan);
+}
+
 }  // namespace titan

@@ -11,6 +11,7 @@
 #include "titan/core/dtype.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/model_args.h"
+#include "titan/nn/parallel_plan.h"
 
 namespace titan {
 
@@ -32,10 +33,10 @@ struct ModelFamily {
   // Throws, naming `where`, when `args` is not a model of the family: feature flags (qk_norm,
   // biases) it does not have, dims its config class refuses.
   void (*validate)(const ModelArgs& args, const std::string& where);
-  // The model, parameters allocated, not initialised (models/causal_lm.h make_model).
+  // The model, parameters allocated, not initialised (make_model).
   std::unique_ptr<CausalLM> (*make)(const ModelArgs& args,
                                     const std::vector<OverrideRule>& overrides, DType compute_dtype,
-                                    Residency params);
+                                    Residency params, const ParallelizePlan& plan);
 };
 
 const std::vector<ModelFamily>& model_families();
@@ -50,5 +51,17 @@ const ModelFamily* model_family_by_type(const std::string& model_type);
 std::string known_architectures();
 // "qwen3, qwen2, llama3": the model.name values, each once, for messages.
 std::string known_model_names();
+
+// The model of `args.architecture`, its parameters allocated but not initialised; overrides
+// rebind kernel slots (what they did is in override_report()), each checked against the dtype its
+// slot computes in. Residency::released: every group's parameters and gradients start handed back
+// (FSDP, distributed/fsdp.h: a rank holds whole units only in flight). `plan`: the parallelize
+// plan (models/parallelize.h) whose local parts of the parameters this rank allocates; the
+// default, every parameter whole.
+std::unique_ptr<CausalLM> make_model(const ModelArgs& args,
+                                     const std::vector<OverrideRule>& overrides = {},
+                                     DType compute_dtype = DType::f32,
+                                     Residency params = Residency::committed,
+                                     const ParallelizePlan& plan = {});
 
 }  // namespace titan

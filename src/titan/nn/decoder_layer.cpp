@@ -10,6 +10,7 @@ void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
   const DeviceOps& ops = device_ops();
   input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
   self_attn.forward(a.resid_mid, a.attn, a.norm1, call);
+  call.sum_partials(a.resid_mid, n * h);
   ops.add(a.resid_mid, x, n * h);  // x's last read: out may now overwrite it
   post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
   if (sparse) {
@@ -17,6 +18,7 @@ void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
   } else {
     mlp.forward(out, a.mlp, a.norm2, n, call.linear);
   }
+  call.sum_partials(out, n * h);
   ops.add(out, a.resid_mid, n * h);
 }
 
@@ -29,9 +31,11 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
   } else {
     mlp.backward(g.d_norm, g.mlp, d_resid, a.mlp, a.norm2, n, call.linear);
   }
+  call.sum_partials(g.d_norm, n * h);
   post_attention_layernorm.backward(g.d_norm, g.d_norm, a.resid_mid, a.norm2_rstd, n);
   ops.add(d_resid, g.d_norm, n * h);
   self_attn.backward(g.d_norm, g.attn, d_resid, a.attn, a.norm1, call);
+  call.sum_partials(g.d_norm, n * h);
   input_layernorm.backward(g.d_norm, g.d_norm, x, a.norm1_rstd, n);
   ops.add(d_resid, g.d_norm, n * h);
 }

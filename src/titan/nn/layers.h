@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <functional>
 #include <initializer_list>
 
 #include "titan/dispatch/overrides.h"
@@ -52,6 +53,18 @@ struct KvCacheView {
   void* values = nullptr;
 };
 
+// Tensor parallel's collective at the decoder layer's module boundaries (Megatron's f and g; the
+// reductions torchtitan's RowwiseParallel outputs and ColwiseParallel input gradients imply):
+// each block's row-wise output (o_proj's, down_proj's or the experts') holds a partial sum on
+// every rank of the TP group, and so, in the backward, does the gradient of each block's input
+// (its column-wise projections'). sum_partials(x, count) replaces x by the sum over the group.
+// Without a group (one rank, and until tensor parallel attaches: parallelize_decoder) it is not
+// set and the layer calls nothing. Sequence parallel will replace the pair around each block by
+// an all-gather before it and a reduce-scatter after it.
+struct LayerCollectives {
+  std::function<void(float* x, int64_t count)> sum_partials;
+};
+
 // Where one forward call of a layer reads and writes besides its parameters and activations.
 // Training and evaluation run a batch of sequences whose keys and values are the call's own
 // activations; KV-cached decode runs the new tokens of one sequence against a cache.
@@ -66,8 +79,13 @@ struct LayerCall {
   int64_t past = 0;
   const ExpertsScratch* experts_scratch = nullptr;  // a sparse layer's gathered rows
   LinearScratch linear;
+  const LayerCollectives* collectives = nullptr;  // or null: one rank
 
   int64_t tokens() const { return batch * seq; }
+  // The sum over the tensor-parallel group of x (count) at a block boundary; nothing on one rank.
+  void sum_partials(float* x, int64_t count) const {
+    if (collectives && collectives->sum_partials) collectives->sum_partials(x, count);
+  }
 };
 
 struct Linear {

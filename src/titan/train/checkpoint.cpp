@@ -56,7 +56,7 @@ std::string shard_file_name(const std::string& kind, int64_t index, int64_t shar
 // Checks that `file`, shard `shard` of a checkpoint, holds exactly the tensors of `sources` for
 // `params` (F32, each parameter's shard shape).
 void check_tensors(const SafetensorsFile& file, const std::vector<ParamSpec>& params,
-                   const std::vector<BufferSource>& sources, RowShard shard) {
+                   const std::vector<BufferSource>& sources, Shard shard) {
   for (const BufferSource& src : sources) {
     for (const ParamSpec& whole : params) {
       const ParamSpec p = shard.spec_of(whole);
@@ -115,8 +115,8 @@ nlohmann::json sharding_index(const std::vector<ParamGroupSpec>& specs, int64_t 
   for (const ParamSpec& p : param_specs(specs)) {
     nlohmann::json slices = nlohmann::json::array();
     for (int64_t i = 0; i < shards; ++i) {
-      const RowShard s{i, shards};
-      slices.push_back({s.first_row(p.shape[0]), s.rows(p.shape[0])});
+      const Shard s{i, shards};
+      slices.push_back({s.first(p.shape[0]), s.size(p.shape[0])});
     }
     params[p.name] = {{"shape", p.shape}, {"rows", slices}};
   }
@@ -149,11 +149,11 @@ int64_t read_shard_count(const std::string& dir, const std::vector<ParamSpec>& p
                   ": parameter ", p.name, " lists ", rows.size(), " slices for ", shards,
                   " shards");
       for (int64_t i = 0; i < shards; ++i) {
-        const RowShard s{i, shards};
+        const Shard s{i, shards};
         const auto slice = rows[static_cast<size_t>(i)].get<std::vector<int64_t>>();
-        const std::vector<int64_t> expected = {s.first_row(p.shape[0]), s.rows(p.shape[0])};
+        const std::vector<int64_t> expected = {s.first(p.shape[0]), s.size(p.shape[0])};
         TITAN_CHECK(slice == expected, path, ": parameter ", p.name, " shard ", i, " is not rows [",
-                    s.first_row(p.shape[0]), ", +", s.rows(p.shape[0]),
+                    s.first(p.shape[0]), ", +", s.size(p.shape[0]),
                     ") (titan cuts dim 0 in equal blocks of ceil(d0 / shards) rows)");
       }
     }
@@ -201,7 +201,7 @@ OpenCheckpoint open_training_checkpoint(const std::string& dir,
   for (int64_t i = 0; i < ck.shards; ++i) {
     verify(shard_file_name("model", i, ck.shards));
     if (with_optimizer) verify(shard_file_name("optimizer", i, ck.shards));
-    const RowShard shard{i, ck.shards};
+    const Shard shard{i, ck.shards};
     ck.model.push_back(SafetensorsFile::open(dir + "/" + shard_file_name("model", i, ck.shards)));
     check_tensors(ck.model.back(), params, model_sources(), shard);
     if (with_optimizer) {
@@ -216,7 +216,7 @@ OpenCheckpoint open_training_checkpoint(const std::string& dir,
 // Every row of `dst` (the groups' cut `shard` of the model of `specs`) from the checkpoint's
 // shard files `files`, wherever each row was written; padding rows zeroed.
 void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<ParamGroupSpec>& specs,
-               std::vector<ParamGroup>& groups, RowShard shard,
+               std::vector<ParamGroup>& groups, Shard shard,
                const std::vector<BufferSource>& sources, Progress& progress, NonfiniteScan& scan) {
   const auto saved = static_cast<int64_t>(files.size());
   for (const SafetensorsFile& f : files) f.prefetch();
@@ -228,20 +228,19 @@ void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<Para
       for (const ParamView& v : groups[g].views()) {
         const Shape& whole = specs[g].param(v.spec.name).shape;
         const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
-        TITAN_CHECK(v.numel == shard.rows_per_shard(d0) * row, "checkpoint: parameter ",
-                    v.spec.name, " is not shard ", shard.index, " of ", shard.count, " of ",
-                    shape_str(whole));
-        const int64_t first = shard.first_row(d0), rows = shard.rows(d0);
+        TITAN_CHECK(v.numel == shard.per_shard(d0) * row, "checkpoint: parameter ", v.spec.name,
+                    " is not shard ", shard.index, " of ", shard.count, " of ", shape_str(whole));
+        const int64_t first = shard.first(d0), rows = shard.size(d0);
         float* dst = (groups[g].*src.buffer)() + v.offset;
         // The saved shards holding rows [first, first + rows): each copies its overlap.
         for (int64_t k = 0; k < saved; ++k) {
-          const RowShard from{k, saved};
-          const int64_t lo = std::max(first, from.first_row(d0));
-          const int64_t hi = std::min(first + rows, from.first_row(d0) + from.rows(d0));
+          const Shard from{k, saved};
+          const int64_t lo = std::max(first, from.first(d0));
+          const int64_t hi = std::min(first + rows, from.first(d0) + from.size(d0));
           if (lo >= hi) continue;
           const SafetensorsEntry* e = files[static_cast<size_t>(k)].find(src.prefix + v.spec.name);
           std::memcpy(dst + (lo - first) * row,
-                      static_cast<const float*>(e->data) + (lo - from.first_row(d0)) * row,
+                      static_cast<const float*>(e->data) + (lo - from.first(d0)) * row,
                       static_cast<size_t>((hi - lo) * row) * sizeof(float));
         }
         std::fill(dst + rows * row, dst + v.numel, 0.0f);
@@ -278,10 +277,11 @@ std::string begin_training_checkpoint(const std::string& folder, int64_t step) {
 }
 
 void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
-                            const std::vector<ParamGroup>& groups, RowShard shard,
-                            bool model_only) {
+                            const std::vector<ParamGroup>& groups, Shard shard, bool model_only) {
   TITAN_CHECK(specs.size() == groups.size(), "checkpoint: ", groups.size(),
               " parameter groups for a model of ", specs.size());
+  TITAN_CHECK(shard.dim == 0, "checkpoint: shards cut along dimension ", shard.dim,
+              " are not written (only FSDP's dimension 0)");
   Progress progress("saving " + temp_dir,
                     buffer_bytes(groups, model_only ? 1 : 1 + optimizer_sources().size()),
                     ProgressUnit::bytes);
@@ -374,10 +374,12 @@ TrainerState check_training_checkpoint(const std::string& dir,
 
 TrainerState load_training_checkpoint(const std::string& dir,
                                       const std::vector<ParamGroupSpec>& specs,
-                                      std::vector<ParamGroup>& groups, RowShard shard,
+                                      std::vector<ParamGroup>& groups, Shard shard,
                                       CheckpointContent content, bool allow_nonfinite) {
   TITAN_CHECK(specs.size() == groups.size(), "checkpoint: ", groups.size(),
               " parameter groups for a model of ", specs.size());
+  TITAN_CHECK(shard.dim == 0, "checkpoint: loading into shards cut along dimension ", shard.dim,
+              " is not supported (only FSDP's dimension 0)");
   const OpenCheckpoint ck = open_training_checkpoint(dir, param_specs(specs), content);
   Progress progress("loading " + dir,
                     buffer_bytes(groups, ck.optimizer.empty() ? 1 : 1 + optimizer_sources().size()),

@@ -6,7 +6,7 @@
 //                                            model_only
 //
 // Under FSDP over K ranks (distributed/fsdp.h) each shard rank writes its rows instead, every
-// tensor (c, ...) with c = ceil(d0 / K), zero padded past d0 (nn/row_shard.h):
+// tensor (c, ...) with c = ceil(d0 / K), zero padded past d0 (nn/shard.h):
 //
 //   <folder>/step-<N>/model.shard-<i>-of-<K>.safetensors, optimizer.shard-<i>-of-<K>.safetensors
 //   <folder>/step-<N>/sharding.json          K, and per parameter its whole shape and each
@@ -32,7 +32,7 @@
 
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/param_group.h"
-#include "titan/nn/row_shard.h"
+#include "titan/nn/shard.h"
 
 namespace titan {
 
@@ -65,7 +65,7 @@ std::string training_checkpoint_dir(const std::string& folder, int64_t step);
 std::string begin_training_checkpoint(const std::string& folder, int64_t step);
 std::string training_checkpoint_temp_dir(const std::string& folder, int64_t step);
 void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
-                            const std::vector<ParamGroup>& groups, RowShard shard, bool model_only);
+                            const std::vector<ParamGroup>& groups, Shard shard, bool model_only);
 void commit_training_checkpoint(const std::string& folder, const std::string& temp_dir,
                                 const std::vector<ParamGroupSpec>& specs, int64_t shards,
                                 const TrainerState& state, int64_t keep_latest_k);
@@ -94,7 +94,7 @@ TrainerState check_training_checkpoint(const std::string& dir,
 // (models/nonfinite_weights.h) unless `allow_nonfinite`.
 TrainerState load_training_checkpoint(const std::string& dir,
                                       const std::vector<ParamGroupSpec>& specs,
-                                      std::vector<ParamGroup>& groups, RowShard shard,
+                                      std::vector<ParamGroup>& groups, Shard shard,
                                       CheckpointContent content, bool allow_nonfinite = false);
 
 }  // namespace titan

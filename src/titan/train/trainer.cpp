@@ -13,16 +13,14 @@
 #include "titan/data/dataset_chat.h"
 #include "titan/data/dataset_read.h"
 #include "titan/data/tokenizer_train.h"
-#include "titan/distributed/data_parallel.h"
-#include "titan/distributed/fsdp.h"
 #include "titan/distributed/world.h"
 #include "titan/io/atomic_dir.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
-#include "titan/train/fsdp_model.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/rank_agreement.h"
 
@@ -247,10 +245,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                 join_names(kernels.plugin_kernels).c_str());
   }
   const DType compute = job_compute_dtype(config_);
-  // Under FSDP no rank ever holds the whole model: the groups start released and are initialised
-  // or loaded a unit (or a shard) at a time.
-  model_ = make_model(args_, kernels.overrides, compute,
-                      dims.dp_shard > 1 ? Residency::released : Residency::committed);
+  model_ = make_model(args_, kernels.overrides, compute, Parallelism::param_residency(*mesh_),
+                      Parallelism::plan(args_));
   if (compute == DType::bf16) {
     std::printf("mixed precision: %s; fp32 master weights, AdamW state and gradients\n",
                 describe_compute_dtype(compute));
@@ -278,14 +274,10 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.beta2 = static_cast<float>(config_.optimizer.beta2);
   adamw.eps = static_cast<float>(config_.optimizer.eps);
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
-  if (dims.dp_shard > 1) {
-    fsdp_ = std::make_unique<FullyShardedGroups>(model_->param_groups(), *mesh_);
-    shard_model(*model_, *fsdp_);
-    fsdp_->set_reshard_after_forward(config_.parallelism.fsdp_reshard_after_forward);
-    optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
-  } else {
-    optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
-  }
+  parallelism_ = std::make_unique<Parallelism>(*model_, *mesh_,
+                                               config_.parallelism.fsdp_reshard_after_forward);
+  optimizer_ = std::make_unique<AdamWOptimizer>(parallelism_->state_groups(), adamw,
+                                                parallelism_->grad_norm_group());
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
                                config_.lr_scheduler.min_lr_factor);
@@ -309,11 +301,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                 " tokens (training.local_batch_size x training.seq_len): empty or too short");
   }
   const auto seed = static_cast<uint64_t>(t.seed);
-  if (fsdp_) {
-    fsdp_->initialize([&](ParamGroup& g) { initialize_param_group(g, args_, seed); });
-  } else {
-    model_->initialize(seed);
-  }
+  parallelism_->initialize(args_, seed);
   restore();
 }
 
@@ -324,11 +312,11 @@ std::string Trainer::checkpoint_folder() const {
 }
 
 std::vector<ParamGroup>& Trainer::state_groups() {
-  return fsdp_ ? fsdp_->shards() : model_->param_groups();
+  return parallelism_->state_groups();
 }
 
-RowShard Trainer::state_cut() const {
-  return fsdp_ ? fsdp_->cut() : RowShard{};
+Shard Trainer::state_cut() const {
+  return parallelism_->state_cut();
 }
 
 void Trainer::restore() {
@@ -392,11 +380,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   }
   out.data_time_s = now_seconds() - t0;
   TITAN_CHECK(scored > 0, "step ", step, ": the global batch has no scored tokens");
-  if (fsdp_) {
-    fsdp_->zero_gradients();
-  } else {
-    model_->zero_gradients();
-  }
+  parallelism_->zero_gradients();
   ForwardOptions options;
   options.compute_grad = true;
   options.grad_scale = 1.0f / static_cast<float>(scored);
@@ -411,11 +395,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     sums[1] += model_->aux_loss();
     model_->backward();
   }
-  if (fsdp_) {
-    fsdp_->finish_gradients();
-  } else {
-    all_reduce_gradients(model_->param_groups(), mesh_->world());
-  }
+  parallelism_->finish_gradients();
   mesh_->world().all_reduce_sum(sums, 2);
   out.loss = sums[0] / static_cast<double>(scored) +
              args_.router_aux_loss_coef * sums[1] / static_cast<double>(micro_batches);
@@ -471,9 +451,9 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   Communicator& world = mesh_->world();
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
-  const bool writer = fsdp_ ? mesh_->replicate_index() == 0 : world.rank() == 0;
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
-  if (writer) write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
+  if (parallelism_->writes_checkpoint())
+    write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
   world.barrier();
   if (world.rank() == 0) {
     commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
@@ -572,7 +552,7 @@ TrainResult Trainer::run() {
   }
   if (config_.checkpoint.last_save_in_hf) {
     set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
-    if (fsdp_) fsdp_->gather_all();  // every rank takes part; rank 0 writes
+    parallelism_->gather_for_export();  // every rank takes part; rank 0 writes
     if (mesh_->world().rank() == 0) export_model();
   }
   mesh_->world().barrier();

@@ -9,7 +9,6 @@
 
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
-#include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
 #include "titan/io/folder_lock.h"
 #include "titan/models/causal_lm.h"
@@ -18,6 +17,7 @@
 #include "titan/train/lr_schedule.h"
 #include "titan/train/metrics.h"
 #include "titan/train/optimizer.h"
+#include "titan/train/parallelism.h"
 #include "titan/train/resume.h"
 
 namespace titan {
@@ -51,10 +51,9 @@ class Trainer {
   void export_model();
   void restore();
   std::string checkpoint_folder() const;
-  // What optimizer state lives in and checkpoints hold: fsdp_'s shards and their cut, or the
-  // model's whole groups.
+  // What optimizer state lives in and checkpoints hold (Parallelism::state_groups, state_cut).
   std::vector<ParamGroup>& state_groups();
-  RowShard state_cut() const;
+  Shard state_cut() const;
 
   JobConfig config_;
   // Rank 0's lock on job.dump_folder while the run writes into it (io/folder_lock.h); declared
@@ -66,8 +65,8 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ResumePoint> resume_;  // chosen before the model is allocated
   std::unique_ptr<CausalLM> model_;
-  std::unique_ptr<FullyShardedGroups> fsdp_;   // with data_parallel_shard_degree > 1
-  std::unique_ptr<AdamWOptimizer> optimizer_;  // over fsdp_'s shards, or the whole groups
+  std::unique_ptr<Parallelism> parallelism_;
+  std::unique_ptr<AdamWOptimizer> optimizer_;  // over parallelism_'s state groups
   std::unique_ptr<DataLoader> loader_;
   LoaderOptions loader_options_;
   std::vector<std::string> validation_paths_;

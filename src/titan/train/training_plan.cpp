@@ -11,7 +11,7 @@
 #include "titan/models/param_count.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/param_group.h"
-#include "titan/nn/row_shard.h"
+#include "titan/nn/shard.h"
 #include "titan/train/job_resolve.h"
 
 namespace titan {
@@ -22,7 +22,7 @@ constexpr int64_t kFloat = sizeof(float);
 // FSDP's shard of a group (distributed/fsdp.h): every parameter's dim 0 cut to ceil(d0 / N) rows.
 std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t shards) {
   std::vector<ParamSpec> specs;
-  for (const ParamSpec& s : whole) specs.push_back(RowShard{0, shards}.spec_of(s));
+  for (const ParamSpec& s : whole) specs.push_back(Shard{0, shards}.spec_of(s));
   return specs;
 }
 

@@ -1,0 +1,74 @@
+#include "titan/train/parallelism.h"
+
+#include "titan/distributed/data_parallel.h"
+#include "titan/models/parallelize.h"
+#include "titan/models/state_dict_adapter.h"
+#include "titan/train/fsdp_model.h"
+
+namespace titan {
+
+ParallelizePlan Parallelism::plan(const ModelArgs& args) {
+  return parallelize_decoder(args, ParallelAxes{});
+}
+
+Residency Parallelism::param_residency(const DeviceMesh& mesh) {
+  return mesh.dims().dp_shard > 1 ? Residency::released : Residency::committed;
+}
+
+Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh,
+                         const std::string& reshard_after_forward)
+    : model_(model), mesh_(mesh) {
+  if (mesh.dims().dp_shard > 1) {
+    fsdp_ = std::make_unique<FullyShardedGroups>(model.param_groups(), mesh);
+    shard_model(model, *fsdp_);
+    fsdp_->set_reshard_after_forward(reshard_after_forward);
+  }
+}
+
+Parallelism::~Parallelism() = default;
+
+std::vector<ParamGroup>& Parallelism::state_groups() {
+  return fsdp_ ? fsdp_->shards() : model_.param_groups();
+}
+
+Shard Parallelism::state_cut() const {
+  return fsdp_ ? fsdp_->cut() : Shard{};
+}
+
+Communicator* Parallelism::grad_norm_group() {
+  return fsdp_ ? &mesh_.shard_group() : nullptr;
+}
+
+void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
+  if (fsdp_) {
+    fsdp_->initialize([&](ParamGroup& g) { initialize_param_group(g, args, seed); });
+  } else {
+    model_.initialize(seed);
+  }
+}
+
+void Parallelism::zero_gradients() {
+  if (fsdp_) {
+    fsdp_->zero_gradients();
+  } else {
+    model_.zero_gradients();
+  }
+}
+
+void Parallelism::finish_gradients() {
+  if (fsdp_) {
+    fsdp_->finish_gradients();
+  } else {
+    all_reduce_gradients(model_.param_groups(), mesh_.world());
+  }
+}
+
+bool Parallelism::writes_checkpoint() const {
+  return fsdp_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
+}
+
+void Parallelism::gather_for_export() {
+  if (fsdp_) fsdp_->gather_all();
+}
+
+}  // namespace titan

@@ -1,0 +1,61 @@
+// The parallelisms of a training run, applied to its model in torchtitan's order -- tensor
+// parallel (the parallelize plan the model is built with: models/parallelize.h), expert parallel,
+// then FSDP/HSDP or DDP over the data-parallel mesh -- and everything the trainer asks of them, so
+// the loop has no branch per parallelism: where the optimizer state lives and how checkpoints cut
+// it, how a step's gradients are zeroed and reduced, who writes a checkpoint, and how the whole
+// model is brought together for an export.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "titan/distributed/fsdp.h"
+#include "titan/distributed/mesh.h"
+#include "titan/models/causal_lm.h"
+#include "titan/nn/parallel_plan.h"
+
+namespace titan {
+
+class Parallelism {
+ public:
+  // The plan this rank's model is built with (make_model's `plan`). The mesh has no tensor- or
+  // expert-parallel axis until their collectives exist (the job config refuses degrees above 1),
+  // so every parameter is whole.
+  static ParallelizePlan plan(const ModelArgs& args);
+  // How the model's parameter groups start (make_model's `params`): under FSDP no rank ever holds
+  // the whole model, so they start released and are initialised or loaded a unit at a time.
+  static Residency param_residency(const DeviceMesh& mesh);
+
+  // Wraps `model` (built with plan() and param_residency()); FSDP installs its hooks here.
+  // `reshard_after_forward`: parallelism.fsdp_reshard_after_forward. Both must outlive this.
+  Parallelism(CausalLM& model, DeviceMesh& mesh, const std::string& reshard_after_forward);
+  ~Parallelism();
+
+  // What the optimizer steps and checkpoints hold: FSDP's shards, or the model's whole groups;
+  // and their cut (count 1: whole).
+  std::vector<ParamGroup>& state_groups();
+  Shard state_cut() const;
+  // The ranks the gradient norm is reduced over: FSDP's shard group, or none (whole gradients).
+  Communicator* grad_norm_group();
+
+  // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP).
+  void initialize(const ModelArgs& args, uint64_t seed);
+  // Before a step's first backward, and after its last: the data-parallel reduction of the
+  // gradients (FSDP's reduce-scatters finished, or DDP's all-reduce).
+  void zero_gradients();
+  void finish_gradients();
+  // Whether this rank writes its cut of a checkpoint: one writer per distinct cut (rank 0 for
+  // whole parameters, replica 0's shard ranks under FSDP and HSDP).
+  bool writes_checkpoint() const;
+  // Every rank takes part; afterwards the model's groups hold the whole parameters (rank 0
+  // exports them).
+  void gather_for_export();
+
+ private:
+  CausalLM& model_;
+  DeviceMesh& mesh_;
+  std::unique_ptr<FullyShardedGroups> fsdp_;  // with data_parallel_shard_degree > 1
+};
+
+}  // namespace titan

@@ -1,0 +1,279 @@
+// The parallelize plan (models/parallelize.h): with degrees of 1 every parameter is whole and the
+// model built through the plan is today's, bit for bit; on two tensor-parallel ranks each
+// parameter's local part is the one torchtitan's Llama 3 / Qwen3 plan gives it (q/k/v and gate/up
+// Shard(0), o and down Shard(1) with a replicated bias, the embedding and lm_head on the
+// vocabulary, norms, q/k norms and the router whole), the experts cut by EP or by TP, and the
+// parts of every rank cover each parameter once. Degrees that do not divide are refused naming
+// the key. The layer's collective hook points are called where tensor parallel reduces.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "error_of.h"
+#include "tiny_models.h"
+#include "titan/core/rng.h"
+#include "titan/models/decoder_lm.h"
+#include "titan/models/parallelize.h"
+#include "titan/models/registry.h"
+
+namespace titan {
+namespace {
+
+// tiny_dense with a vocabulary two ranks split evenly.
+ModelArgs even_dense() {
+  ModelArgs a = test::tiny_dense(false);
+  a.vocab_size = 96;
+  return a;
+}
+
+ParallelAxes tp_rank(int64_t index, int64_t degree) {
+  ParallelAxes axes;
+  axes.tp_index = index;
+  axes.tp_degree = degree;
+  return axes;
+}
+
+// The local spec of `param` in `groups`.
+const ParamSpec& find_spec(const std::vector<ParamGroupSpec>& groups, const std::string& param) {
+  for (const ParamGroupSpec& g : groups) {
+    for (const ParamSpec& p : g.params) {
+      if (p.name == param) return p;
+    }
+  }
+  throw std::runtime_error("no parameter " + param);
+}
+
+TEST(Parallelize, DegreesOfOneKeepEveryParameterWhole) {
+  for (const ModelArgs& args :
+       {test::tiny_dense(true), test::tiny_dense(false), test::tiny_moe()}) {
+    const ParallelizePlan plan = parallelize_decoder(args, ParallelAxes{});
+    const std::vector<ParamGroupSpec> whole = model_param_specs(args);
+    const std::vector<ParamGroupSpec> local = local_param_specs(args, plan);
+    ASSERT_EQ(local.size(), whole.size());
+    for (size_t g = 0; g < whole.size(); ++g) {
+      EXPECT_EQ(local[g].name, whole[g].name);
+      ASSERT_EQ(local[g].params.size(), whole[g].params.size());
+      for (size_t p = 0; p < whole[g].params.size(); ++p) {
+        EXPECT_EQ(local[g].params[p].name, whole[g].params[p].name);
+        EXPECT_EQ(local[g].params[p].shape, whole[g].params[p].shape) << whole[g].params[p].name;
+        EXPECT_EQ(plan.placement_of(whole[g].params[p]).count, 1);
+      }
+    }
+  }
+}
+
+// The same loss and gradients, to the bit, from the model built through a 1-rank plan.
+TEST(Parallelize, OneRankPlanBuildsTodaysModel) {
+  const ModelArgs args = test::tiny_moe();
+  const int64_t batch = 2, seq = 8;
+  std::vector<int32_t> ids(batch * seq + 1);
+  Rng rng(5);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng.next_u64() % 97);
+  const std::vector<int32_t> inputs(ids.begin(), ids.end() - 1), labels(ids.begin() + 1, ids.end());
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  for (bool through_plan : {false, true}) {
+    std::unique_ptr<CausalLM> m = through_plan
+                                      ? make_model(args, {}, DType::f32, Residency::committed,
+                                                   parallelize_decoder(args, ParallelAxes{}))
+                                      : make_model(args);
+    m->initialize(3);
+    m->allocate_gradients();
+    m->zero_gradients();
+    ForwardOptions options;
+    options.compute_grad = true;
+    losses.push_back(m->forward(inputs.data(), labels.data(), batch, seq, options).loss_sum);
+    m->backward();
+    std::vector<float> all;
+    for (const ParamGroup& g : m->param_groups())
+      all.insert(all.end(), g.grads(), g.grads() + g.numel());
+    grads.push_back(std::move(all));
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+// The tensor-parallel reductions sit at both block boundaries of every layer, forward and
+// backward: a hook that only counts (one rank's sum is the identity) leaves the step unchanged.
+TEST(Parallelize, EveryLayerReducesAtItsTwoBlockBoundariesEachWay) {
+  const ModelArgs args = test::tiny_moe();  // a sparse and a dense layer
+  const int64_t batch = 2, seq = 8;
+  std::vector<int32_t> ids(batch * seq + 1);
+  Rng rng(9);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng.next_u64() % 97);
+  const std::vector<int32_t> inputs(ids.begin(), ids.end() - 1), labels(ids.begin() + 1, ids.end());
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  int64_t calls = 0;
+  for (bool hooked : {false, true}) {
+    std::unique_ptr<CausalLM> m = make_model(args);
+    if (hooked) {
+      m->set_layer_collectives({[&](float* x, int64_t count) {
+        EXPECT_NE(x, nullptr);
+        EXPECT_EQ(count, batch * seq * args.hidden_size);
+        ++calls;
+      }});
+    }
+    m->initialize(4);
+    m->allocate_gradients();
+    m->zero_gradients();
+    ForwardOptions options;
+    options.compute_grad = true;
+    losses.push_back(m->forward(inputs.data(), labels.data(), batch, seq, options).loss_sum);
+    m->backward();
+    std::vector<float> all;
+    for (const ParamGroup& g : m->param_groups())
+      all.insert(all.end(), g.grads(), g.grads() + g.numel());
+    grads.push_back(std::move(all));
+  }
+  EXPECT_EQ(calls, 2 * 2 * args.num_hidden_layers);
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+TEST(Parallelize, TwoTensorParallelRanksGetTorchtitansParts) {
+  ModelArgs args = even_dense();
+  args.architecture = "Qwen2ForCausalLM";  // q/k/v biases: Shard(0) beside their weights
+  args.qk_norm = false;
+  args.attention_bias = true;
+  const int64_t h = 32, hd = 16, H = 4, KV = 2, I = 48, V = 96;
+  for (int64_t r = 0; r < 2; ++r) {
+    const ParallelizePlan plan = parallelize_decoder(args, tp_rank(r, 2));
+    const std::vector<ParamGroupSpec> local = local_param_specs(args, plan);
+    const auto shape = [&](const std::string& p) { return find_spec(local, p).shape; };
+    const std::string l = "model.layers.1.";
+    EXPECT_EQ(shape("model.embed_tokens.weight"), (Shape{V / 2, h}));
+    EXPECT_EQ(shape(l + "input_layernorm.weight"), (Shape{h}));
+    EXPECT_EQ(shape(l + "self_attn.q_proj.weight"), (Shape{H / 2 * hd, h}));
+    EXPECT_EQ(shape(l + "self_attn.q_proj.bias"), (Shape{H / 2 * hd}));
+    EXPECT_EQ(shape(l + "self_attn.k_proj.weight"), (Shape{KV / 2 * hd, h}));
+    EXPECT_EQ(shape(l + "self_attn.v_proj.bias"), (Shape{KV / 2 * hd}));
+    EXPECT_EQ(shape(l + "self_attn.o_proj.weight"), (Shape{h, H / 2 * hd}));
+    EXPECT_EQ(shape(l + "mlp.gate_proj.weight"), (Shape{I / 2, h}));
+    EXPECT_EQ(shape(l + "mlp.up_proj.weight"), (Shape{I / 2, h}));
+    EXPECT_EQ(shape(l + "mlp.down_proj.weight"), (Shape{h, I / 2}));
+    EXPECT_EQ(shape("model.norm.weight"), (Shape{h}));
+    EXPECT_EQ(shape("lm_head.weight"), (Shape{V / 2, h}));
+
+    const auto placement = [&](const std::string& p) {
+      return plan.placement_of(find_spec(model_param_specs(args), p));
+    };
+    EXPECT_EQ(placement(l + "self_attn.q_proj.weight").dim, 0);
+    EXPECT_EQ(placement(l + "self_attn.q_proj.weight").index, r);
+    EXPECT_EQ(placement(l + "self_attn.o_proj.weight").dim, 1);
+    EXPECT_EQ(placement(l + "mlp.down_proj.weight").dim, 1);
+    EXPECT_EQ(placement(l + "post_attention_layernorm.weight").count, 1);
+    EXPECT_EQ(plan.style_of(l + "input_layernorm"), ParallelStyle::sequence);
+    EXPECT_EQ(plan.style_of("lm_head"), ParallelStyle::vocab);
+  }
+
+  // A row-wise linear's bias is added once, after the partial products are summed: whole.
+  ModelArgs llama = even_dense();
+  llama.architecture = "LlamaForCausalLM";
+  llama.qk_norm = false;
+  llama.attention_bias = true;
+  llama.o_proj_bias = true;
+  llama.mlp_bias = true;
+  const ParallelizePlan plan = parallelize_decoder(llama, tp_rank(1, 2));
+  const std::vector<ParamGroupSpec> local = local_param_specs(llama, plan);
+  EXPECT_EQ(find_spec(local, "model.layers.0.self_attn.o_proj.bias").shape, (Shape{32}));
+  EXPECT_EQ(find_spec(local, "model.layers.0.mlp.down_proj.bias").shape, (Shape{32}));
+  EXPECT_EQ(find_spec(local, "model.layers.0.mlp.up_proj.bias").shape, (Shape{24}));
+}
+
+TEST(Parallelize, QkNormsAndTheRouterStayWholeExpertsCutByEpOrTp) {
+  ModelArgs args = test::tiny_moe();  // layer 0: 4 experts of width 16; layer 1 dense
+  args.vocab_size = 96;
+  const std::string moe = "model.layers.0.mlp.";
+  // Expert parallel over 2 ranks: whole experts, 2 each.
+  ParallelAxes ep = tp_rank(0, 1);
+  ep.ep_index = 1;
+  ep.ep_degree = 2;
+  const ParallelizePlan by_ep = parallelize_decoder(args, ep);
+  const std::vector<ParamGroupSpec> ep_local = local_param_specs(args, by_ep);
+  EXPECT_EQ(find_spec(ep_local, moe + "experts.gate_proj").shape, (Shape{2, 16, 32}));
+  EXPECT_EQ(find_spec(ep_local, moe + "experts.down_proj").shape, (Shape{2, 32, 16}));
+  EXPECT_EQ(by_ep.placement_of(find_spec(model_param_specs(args), moe + "experts.up_proj")).index,
+            1);
+  EXPECT_EQ(find_spec(ep_local, moe + "gate.weight").shape, (Shape{4, 32}));
+  // Tensor parallel over 2 ranks and no EP: every expert's width cut.
+  const std::vector<ParamGroupSpec> tp_local =
+      local_param_specs(args, parallelize_decoder(args, tp_rank(0, 2)));
+  EXPECT_EQ(find_spec(tp_local, moe + "experts.gate_proj").shape, (Shape{4, 8, 32}));
+  EXPECT_EQ(find_spec(tp_local, moe + "experts.up_proj").shape, (Shape{4, 8, 32}));
+  EXPECT_EQ(find_spec(tp_local, moe + "experts.down_proj").shape, (Shape{4, 32, 8}));
+  EXPECT_EQ(find_spec(tp_local, moe + "gate.weight").shape, (Shape{4, 32}));
+  EXPECT_EQ(find_spec(tp_local, "model.layers.0.self_attn.q_norm.weight").shape, (Shape{16}));
+  EXPECT_EQ(find_spec(tp_local, "model.layers.0.self_attn.k_norm.weight").shape, (Shape{16}));
+}
+
+TEST(Parallelize, EveryRanksPartsCoverEachParameterOnce) {
+  const ModelArgs args = even_dense();
+  for (const ParamGroupSpec& g : model_param_specs(args)) {
+    for (const ParamSpec& p : g.params) {
+      int64_t covered = 0;
+      for (int64_t r = 0; r < 2; ++r) {
+        const ParallelizePlan plan = parallelize_decoder(args, tp_rank(r, 2));
+        const Shard cut = plan.placement_of(p);
+        const int64_t d = p.shape[static_cast<size_t>(cut.dim)];
+        EXPECT_EQ(cut.first(d), cut.count == 1 ? 0 : r * d / 2) << p.name;
+        covered += cut.count == 1 ? (r == 0 ? d : 0) : cut.size(d);
+        EXPECT_EQ(shape_numel(plan.local_spec(p).shape) * cut.count, shape_numel(p.shape))
+            << p.name;
+      }
+      EXPECT_EQ(covered, p.shape[static_cast<size_t>(
+                             parallelize_decoder(args, tp_rank(0, 2)).placement_of(p).dim)])
+          << p.name;
+    }
+  }
+}
+
+// The model takes its sizes from its parts; it refuses to compute without the collectives.
+TEST(Parallelize, TheModelIsBuiltOnItsPartsAndRefusesToComputeWithoutCollectives) {
+  const ModelArgs args = even_dense();
+  const std::unique_ptr<CausalLM> m = make_model(args, {}, DType::f32, Residency::committed,
+                                                 parallelize_decoder(args, tp_rank(1, 2)));
+  const DecoderModules& modules = m->modules();
+  EXPECT_EQ(modules.embed_tokens.vocab, 48);
+  EXPECT_EQ(modules.lm_head.out_features, 48);
+  const DecoderLayer& layer = modules.layers[0];
+  EXPECT_EQ(layer.self_attn.n_heads, 2);
+  EXPECT_EQ(layer.self_attn.n_kv_heads, 1);
+  EXPECT_EQ(layer.self_attn.o_proj.in_features, 32);
+  EXPECT_EQ(layer.self_attn.o_proj.out_features, 32);
+  EXPECT_EQ(layer.mlp.intermediate, 24);
+  EXPECT_EQ(layer.mlp.down_proj.in_features, 24);
+  const std::vector<int32_t> ids(8, 1);
+  ForwardOptions options;
+  EXPECT_NE(test::error_of([&] {
+              m->forward(ids.data(), ids.data(), 1, 8, options);
+            }).find("the collectives that join them are not built yet"),
+            std::string::npos);
+}
+
+TEST(Parallelize, DegreesThatDoNotDivideAreRefusedNamingTheKey) {
+  ModelArgs args = even_dense();  // 4 heads, 2 kv heads, MLP 48, vocab 96
+  EXPECT_EQ(test::error_of([&] { parallelize_decoder(args, tp_rank(0, 4)); }),
+            "parallelism.tensor_parallel_degree 4 must divide num_key_value_heads 2 (k_proj and "
+            "v_proj are cut into whole key/value heads, as torchtitan does)");
+  EXPECT_EQ(test::error_of([&] { parallelize_decoder(args, tp_rank(0, 3)); }),
+            "parallelism.tensor_parallel_degree 3 must divide num_attention_heads 4 (q_proj and "
+            "o_proj are cut into whole heads)");
+  args.vocab_size = 97;
+  EXPECT_EQ(test::error_of([&] { parallelize_decoder(args, tp_rank(0, 2)); }),
+            "parallelism.tensor_parallel_degree 2 must divide vocab_size 97 (the embedding and "
+            "the lm_head are cut along the vocabulary)");
+  ModelArgs moe = test::tiny_moe();
+  ParallelAxes ep;
+  ep.ep_degree = 3;
+  EXPECT_EQ(test::error_of([&] { parallelize_decoder(moe, ep); }),
+            "parallelism.expert_parallel_degree 3 must divide num_experts 4 (each rank holds "
+            "whole experts)");
+  EXPECT_EQ(test::error_of([&] { parallelize_decoder(even_dense(), ep); }),
+            "parallelism.expert_parallel_degree 3 needs a model with experts (Qwen3ForCausalLM "
+            "has none)");
+}
+
+}  // namespace
+}  // namespace titan
