@@ -221,6 +221,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     m_.layers.push_back(std::move(layer));
   }
   if (compute_dtype_ == DType::bf16) allocate_compute_weights(params);
+  record_group_pointers();
 }
 
 void DecoderLM::initialize(uint64_t seed) {
@@ -266,6 +267,7 @@ void DecoderLM::allocate_gradients() {
       bind_linear_grads(*lin, g);
     }
   }
+  record_group_pointers();
 }
 
 void DecoderLM::check_kernel_constraints(int64_t batch, int64_t seq) const {

@@ -120,6 +120,24 @@ class DecoderLM final : public CausalLM {
   RopeCache rope_cache_;
   ParamGroupHooks hooks_;
   LayerCollectives collectives_;
+  // A unit's memory may move between its uses (ParamGroup::move_storage: a device allocator that
+  // frees it). The modules keep raw pointers for the kernels, so every one that points into a
+  // group is recorded here as an offset and rebound from the group's buffers at the group's next
+  // acquire when they moved -- one pointer comparison per use when they did not. (The other way,
+  // modules looking their tensors up in the unit at every use, would touch every module's code
+  // for what is, on the CPU, never a change.)
+  struct GroupPointer {
+    void* pointer;  // a module's float* or const float*
+    bool is_const;
+    bool gradient;
+    int64_t offset;
+  };
+  std::vector<std::vector<GroupPointer>> group_pointers_;
+  std::vector<std::pair<const float*, const float*>> bound_storage_;  // (params, grads) bound
+  // Records every module pointer into a group (after the module tree or the gradients are made).
+  void record_group_pointers();
+  // Rebinds `group`'s module pointers if its buffers moved since they were bound.
+  void rebind_if_moved(int64_t group);
   // A use of a group, bracketed for the hooks; under hooks (FSDP) the group's bf16 copies exist
   // only in flight too: written by the acquire (fills_compute_copies) or remade from the masters
   // it brought.
@@ -150,15 +168,16 @@ class DecoderLM final : public CausalLM {
   // more).
   Buffer block_in_flight_;
   struct ComputeCopy {
-    const float* master;
-    uint16_t* copy;   // in the group's own buffer (compute_weights_)
-    uint16_t* bound;  // where the module reads it: `copy`, or its place in block_in_flight_
+    int64_t master_offset;  // the fp32 master's, in its group's parameters
+    uint16_t* copy;         // in the group's own buffer (compute_weights_)
+    uint16_t* bound;        // where the module reads it: `copy`, or its place in block_in_flight_
     const uint16_t** module_copy;  // the module's pointer, set to `bound`
     int64_t numel;
     int64_t group;
     bool master_read;  // the fp32 master is read too (the tied embedding's lookup)
   };
   std::vector<ComputeCopy> compute_copies_;
+  const float* master_of(const ComputeCopy& c) const;  // where its master lies now
   // hold_compute_copies: every group's copies sit in its own buffer and are the weights; nothing
   // rounds them again.
   bool copies_held_ = false;

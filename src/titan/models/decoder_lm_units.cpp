@@ -2,6 +2,8 @@
 // masters, or held as the weights themselves) and the acquire / prefetch / release protocol around
 // every use of a group (ParamGroupHooks: FSDP's gathers and reduce-scatters attach there).
 #include <cstring>
+#include <type_traits>
+#include <utility>
 
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
@@ -54,8 +56,8 @@ void DecoderLM::allocate_compute_weights(Residency head_residency) {
     const int64_t g = group_of(t.master);
     uint16_t*& copy = next[static_cast<size_t>(g)];
     *t.copy = copy;
-    compute_copies_.push_back(
-        {t.master, copy, copy, t.copy, t.numel, g, t.master == m_.embed_tokens.weight});
+    compute_copies_.push_back({t.master - groups_[static_cast<size_t>(g)].params(), copy, copy,
+                               t.copy, t.numel, g, t.master == m_.embed_tokens.weight});
     copy += t.numel;
   }
 }
@@ -83,7 +85,7 @@ void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
     if (!all && !c.master_read) continue;
-    device_ops().round_to_bf16(c.bound, c.master, c.numel);
+    device_ops().round_to_bf16(c.bound, master_of(c), c.numel);
   }
 }
 
@@ -92,7 +94,7 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copy_targets(bool with_ma
   for (const ComputeCopy& c : compute_copies_) {
     if (c.master_read && !with_master_read) continue;
     const ParamGroup& g = groups_[static_cast<size_t>(c.group)];
-    const auto at = c.master - g.params();
+    const int64_t at = c.master_offset;
     for (const ParamView& v : g.views()) {
       if (v.offset != at) continue;
       // The one list of what is read only in bf16, which the plan reads too.
@@ -139,9 +141,53 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::hold_compute_copies(bool 
   return targets;
 }
 
+const float* DecoderLM::master_of(const ComputeCopy& c) const {
+  return groups_[static_cast<size_t>(c.group)].params() + c.master_offset;
+}
+
+void DecoderLM::record_group_pointers() {
+  group_pointers_.assign(groups_.size(), {});
+  bound_storage_.assign(groups_.size(), {nullptr, nullptr});
+  m_.for_each_group_pointer([&](auto& pointer, bool gradient) {
+    if (pointer == nullptr) return;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const float* base = gradient ? groups_[g].grads() : groups_[g].params();
+      if (base == nullptr || pointer < base || pointer >= base + groups_[g].numel()) continue;
+      using Pointee = std::remove_pointer_t<std::remove_reference_t<decltype(pointer)>>;
+      group_pointers_[g].push_back(
+          {static_cast<void*>(&pointer), std::is_const_v<Pointee>, gradient, pointer - base});
+      return;
+    }
+    fail("model: a module's ", gradient ? "gradient" : "parameter",
+         " pointer lies outside every parameter group");
+  });
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    bound_storage_[g] = {groups_[g].params(), groups_[g].grads()};
+  }
+}
+
+void DecoderLM::rebind_if_moved(int64_t group) {
+  const auto g = static_cast<size_t>(group);
+  const ParamGroup& unit = groups_[g];
+  if (bound_storage_[g] ==
+      std::make_pair<const float*, const float*>(unit.params(), unit.grads())) {
+    return;
+  }
+  for (const GroupPointer& p : group_pointers_[g]) {
+    float* at = (p.gradient ? unit.grads() : unit.params()) + p.offset;
+    if (p.is_const) {
+      *static_cast<const float**>(p.pointer) = at;
+    } else {
+      *static_cast<float**>(p.pointer) = at;
+    }
+  }
+  bound_storage_[g] = {unit.params(), unit.grads()};
+}
+
 void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
   const auto g = static_cast<size_t>(group);
   if (!hooks_.acquire) {
+    rebind_if_moved(group);
     // One process: a block's bf16 copies are made at each use, as under FSDP, in the one buffer
     // every block's share. The [norm, lm_head] unit's are made at the forward's start and kept.
     // Copies held as the weights are already bound in place.
@@ -156,6 +202,7 @@ void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
   if (prefetched) prefetched_ = -1;
   if (!reads_copies(group, reads)) {
     hooks_.acquire(group, gradients, reads);
+    rebind_if_moved(group);
     return;
   }
   // Copies the acquire fills come from a gather (all of them for a use through_copies): a unit
@@ -167,6 +214,7 @@ void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
   compute_weights_[g].recommit();  // the acquire may write them
   bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
   hooks_.acquire(group, gradients, reads);
+  rebind_if_moved(group);
   if (!hooks_.fills_compute_copies) {
     refresh_compute_weights(group);
   } else if (kept && reads == GroupReads::through_copies) {

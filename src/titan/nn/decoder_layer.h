@@ -63,6 +63,48 @@ struct DecoderModules {
   // The linears whose weights a bf16 copy serves: every layer's attention projections and dense
   // MLP projections (not the MoE router, which stays fp32), then the lm_head.
   std::vector<Linear*> matmul_linears();
+
+  // fn(pointer, gradient) for every pointer the modules hold into parameter-group buffers --
+  // `float*&` or `const float*&`, null ones included (a linear without a bias): the parameters'
+  // and their gradients'. What a model rebinds when a unit's memory moves.
+  template <typename Fn>
+  void for_each_group_pointer(Fn&& fn) {
+    const auto linear = [&](Linear& l) {
+      fn(l.weight, false);
+      fn(l.bias, false);
+      fn(l.weight_grad, true);
+      fn(l.bias_grad, true);
+    };
+    const auto rms_norm = [&](RMSNorm& n) {
+      fn(n.weight, false);
+      fn(n.weight_grad, true);
+    };
+    fn(embed_tokens.weight, false);
+    fn(embed_tokens.weight_grad, true);
+    for (DecoderLayer& l : layers) {
+      rms_norm(l.input_layernorm);
+      for (Linear* p :
+           {&l.self_attn.q_proj, &l.self_attn.k_proj, &l.self_attn.v_proj, &l.self_attn.o_proj}) {
+        linear(*p);
+      }
+      if (l.self_attn.qk_norm) {
+        rms_norm(l.self_attn.q_norm);
+        rms_norm(l.self_attn.k_norm);
+      }
+      rms_norm(l.post_attention_layernorm);
+      if (l.sparse) {
+        linear(l.moe.gate);
+        for (const float** w : {&l.moe.weights.gate, &l.moe.weights.up, &l.moe.weights.down}) {
+          fn(*w, false);
+        }
+        for (float** g : {&l.moe.grads.gate, &l.moe.grads.up, &l.moe.grads.down}) fn(*g, true);
+      } else {
+        for (Linear* p : {&l.mlp.gate_proj, &l.mlp.up_proj, &l.mlp.down_proj}) linear(*p);
+      }
+    }
+    rms_norm(norm);
+    linear(lm_head);
+  }
 };
 
 }  // namespace titan

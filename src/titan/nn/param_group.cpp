@@ -75,6 +75,16 @@ void ParamGroup::allocate_optimizer_state() {
   exp_avg_sq_.zero();
 }
 
+void ParamGroup::move_storage() {
+  for (Buffer* b : {&params_, &grads_}) {
+    if (b->data() == nullptr) continue;
+    Buffer moved(b->bytes(), b->category(),
+                 b->committed() ? Residency::committed : Residency::released);
+    if (b->committed()) std::copy_n(b->as<char>(), b->bytes(), moved.as<char>());
+    *b = std::move(moved);
+  }
+}
+
 void ParamGroup::acquire_params() {
   acquire_params_where([](const ParamView&) { return true; });
 }

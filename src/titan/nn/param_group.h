@@ -122,6 +122,11 @@ class ParamGroup {
   void acquire_params_where(const std::function<bool(const ParamView&)>& held);
   void acquire_grads();
   bool params_resident() const { return params_.committed(); }
+  // Moves the parameters and gradients to new buffers of the same residency, the committed ones'
+  // contents kept: what a device whose allocator frees a unit between uses does, so its next use
+  // finds it elsewhere. Modules that hold pointers into a group are rebound at its next use
+  // (DecoderLM's acquire); nothing else may keep them.
+  void move_storage();
 
   Tensor param(const std::string& param_name) const;
   Tensor grad(const std::string& param_name) const;
