@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "titan/core/carver.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
 
@@ -22,101 +23,62 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
   const int64_t I = a.intermediate_size, E = a.num_experts, k = a.num_experts_per_tok;
   const int64_t Im = a.moe_intermediate_size, rows = n * k;  // rows: 0 for a dense model
   const int64_t qk = a.qk_norm ? 1 : 0;
-  // bf16 weights: each GEMM's input rounded to bf16 (the widest input: h, H * hd or I), in floats;
-  // in fp32 too for a kernel that widens the weights.
+  // bf16 weights: each GEMM's input rounded to bf16 (the widest input: h, H * hd or I); in fp32
+  // too for a kernel that widens the weights.
   const int64_t widest_in = n * std::max({h, qd, I});
-  const int64_t bf16_in = weights.dtype() == DType::bf16 ? (widest_in + 1) / 2 : 0;
+  const int64_t bf16_in = weights.dtype() == DType::bf16 ? widest_in : 0;
   const int64_t rounded_in = weights.widened_floats() > 0 ? widest_in : 0;
   // A bf16 cache: this call's keys and values in fp32 before they are rounded into it.
   const int64_t kv_in = kv_cache_dtype == DType::bf16 ? n * kvd : 0;
-  // bf16 weights and cache: q's bits for the bf16 attention, in floats.
+  // bf16 weights and cache: q's bits for the bf16 attention.
   const int64_t q_bits =
-      kv_cache_dtype == DType::bf16 && weights.dtype() == DType::bf16 ? (n * qd + 1) / 2 : 0;
+      kv_cache_dtype == DType::bf16 && weights.dtype() == DType::bf16 ? n * qd : 0;
   for (const DecoderLayer& layer : weights.modules().layers) {
     const SelfAttention& s = layer.self_attn;
     TITAN_CHECK(kv_cache_dtype != DType::bf16 || s.attention->forward_bf16_kv != nullptr, s.name,
                 ": attention kernel '", s.attention_kernel,
                 "' reads only fp32 keys and values; a bf16 KV cache needs one that reads bf16");
   }
-  // Sizes in take() order; each view starts 64-byte aligned.
-  const int64_t sizes[] = {n * h,
-                           n * h,
-                           n,
-                           n * h,
-                           n,
-                           qk * n * qd,
-                           qk * n * H,
-                           qk * n * kvd,
-                           qk * n * a.num_key_value_heads,
-                           n * qd,
-                           kv_in,
-                           kv_in,
-                           n * qd,
-                           q_bits,
-                           H * n,
-                           n * h,
-                           n * h,
-                           n * I,
-                           n * I,
-                           n * I,
-                           n * E,
-                           n * E,
-                           n * k,
-                           n * k,
-                           rows * Im,
-                           rows * Im,
-                           rows * Im,
-                           rows,
-                           E + 1,
-                           rows * h,
-                           rows * h,
-                           a.vocab_size,
-                           weights.widened_floats(),
-                           rounded_in,
-                           bf16_in};
-  int64_t total = 0;
-  for (int64_t s : sizes) total += (s + 15) / 16 * 16;
-  scratch_ = Buffer(static_cast<size_t>(total) * sizeof(float), MemCategory::activations);
-  float* next = scratch_.as<float>();
-  const auto take = [&](int64_t count) {
-    float* p = count > 0 ? next : nullptr;
-    next += (count + 15) / 16 * 16;
-    return p;
+  // One table both measures the scratch (a null base) and carves it.
+  const auto carve = [&](void* base) {
+    Carver c(base);
+    resid_ = c.take(n * h);
+    norm_ = c.take(n * h);
+    rstd_ = c.take(n);
+    LayerActivations& l = acts_;
+    l.norm1 = c.take(n * h);
+    l.norm1_rstd = c.take(n);
+    l.attn.q_pre = c.take(qk * n * qd);
+    l.attn.q_rstd = c.take(qk * n * H);
+    l.attn.k_pre = c.take(qk * n * kvd);
+    l.attn.k_rstd = c.take(qk * n * a.num_key_value_heads);
+    l.attn.q = c.take(n * qd);
+    l.attn.k = c.take(kv_in);
+    l.attn.v = c.take(kv_in);
+    l.attn.out = c.take(n * qd);
+    l.attn.q_bf16 = c.take<uint16_t>(q_bits);
+    l.attn.lse = c.take(H * n);
+    l.resid_mid = c.take(n * h);
+    l.norm2 = c.take(n * h);
+    l.norm2_rstd = l.norm1_rstd;  // neither row scale is read again
+    l.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+    l.moe.router_logits = c.take(n * E);
+    l.moe.router_probs = c.take(n * E);
+    l.moe.topk_index = c.take<int32_t>(n * k);
+    l.moe.topk_weight = c.take(n * k);
+    l.moe.experts = {c.take(rows * Im), c.take(rows * Im), c.take(rows * Im), c.take<int32_t>(rows),
+                     c.take<int32_t>(E + 1)};
+    // The forward uses the gathered rows; dgate and dup stay null, as no backward follows.
+    moe_scratch_.x = c.take(rows * h);
+    moe_scratch_.y = c.take(rows * h);
+    logits_ = c.take(a.vocab_size);
+    linear_.widened = c.take(weights.widened_floats());
+    linear_.x_rounded = c.take(rounded_in);
+    linear_.x_bf16 = c.take<uint16_t>(bf16_in);
+    return c.used();
   };
-  const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(take(count)); };
-  resid_ = take(n * h);
-  norm_ = take(n * h);
-  rstd_ = take(n);
-  LayerActivations& a_ = acts_;
-  a_.norm1 = take(n * h);
-  a_.norm1_rstd = take(n);
-  a_.attn.q_pre = take(qk * n * qd);
-  a_.attn.q_rstd = take(qk * n * H);
-  a_.attn.k_pre = take(qk * n * kvd);
-  a_.attn.k_rstd = take(qk * n * a.num_key_value_heads);
-  a_.attn.q = take(n * qd);
-  a_.attn.k = take(kv_in);
-  a_.attn.v = take(kv_in);
-  a_.attn.out = take(n * qd);
-  a_.attn.q_bf16 = reinterpret_cast<uint16_t*>(take(q_bits));
-  a_.attn.lse = take(H * n);
-  a_.resid_mid = take(n * h);
-  a_.norm2 = take(n * h);
-  a_.norm2_rstd = a_.norm1_rstd;  // neither row scale is read again
-  a_.mlp = {take(n * I), take(n * I), take(n * I)};
-  a_.moe.router_logits = take(n * E);
-  a_.moe.router_probs = take(n * E);
-  a_.moe.topk_index = take_ints(n * k);
-  a_.moe.topk_weight = take(n * k);
-  a_.moe.experts = {take(rows * Im), take(rows * Im), take(rows * Im), take_ints(rows),
-                    take_ints(E + 1)};
-  // The forward uses the gathered rows; dgate and dup stay null, as no backward follows.
-  moe_scratch_.x = take(rows * h);
-  moe_scratch_.y = take(rows * h);
-  logits_ = take(a.vocab_size);
-  linear_.widened = take(weights.widened_floats());
-  linear_.x_rounded = take(rounded_in);
-  linear_.x_bf16 = reinterpret_cast<uint16_t*>(take(bf16_in));
+  scratch_ = Buffer(static_cast<size_t>(carve(nullptr)) * sizeof(float), MemCategory::activations);
+  carve(scratch_.data());
 }
 
 float* InferenceSession::forward(const int32_t* ids, int64_t n) {

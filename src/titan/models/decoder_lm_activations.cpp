@@ -29,11 +29,6 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   // One layer's set serves every layer unless each keeps its own for the backward.
   const bool one_set = retention != Retention::every_layer;
   Carver c(base);
-  // Index arrays share the float arena (same width); bf16 values take two to a float.
-  const auto take_ints = [&](int64_t count) { return reinterpret_cast<int32_t*>(c.take(count)); };
-  const auto take_bf16 = [&](int64_t count) {
-    return reinterpret_cast<uint16_t*>(c.take((count + 1) / 2));
-  };
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
   // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
   // product, computed from their roundings, is recomputed in the backward in both dtypes), and the
@@ -71,12 +66,13 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   float* mlp_act = any_dense ? c.take(n * I) : nullptr;
   float* experts_act = nullptr;
   if (any_sparse) {
-    experts_act = keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
+    experts_act =
+        keep_bf16 ? reinterpret_cast<float*>(c.take<uint16_t>(rows * Im)) : c.take(rows * Im);
   }
   const MlpActivations mlp_scratch =
       keep_bf16 && any_dense
-          ? MlpActivations{c.take(n * I), c.take(n * I), mlp_act,         nullptr,
-                           nullptr,       nullptr,       take_bf16(n * I)}
+          ? MlpActivations{c.take(n * I), c.take(n * I),          mlp_act, nullptr, nullptr,
+                           nullptr,       c.take<uint16_t>(n * I)}
           : MlpActivations{};
   // With q/k norms, q and k after their norms and RoPE are recomputed in the backward from the
   // kept norm inputs (SelfAttention::backward), in both dtypes: one room for all layers.
@@ -89,8 +85,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     if (args.qk_norm) {
       attn_scratch.q_pre = c.take(n * H * hd);
       attn_scratch.k_pre = c.take(n * KV * hd);
-      attn_scratch.kept.q = take_bf16(n * H * hd);
-      attn_scratch.kept.k = take_bf16(n * KV * hd);
+      attn_scratch.kept.q = c.take<uint16_t>(n * H * hd);
+      attn_scratch.kept.k = c.take<uint16_t>(n * KV * hd);
     }
     attn_scratch.v = c.take(n * KV * hd);
     attn_scratch.out = c.take(n * H * hd);
@@ -118,7 +114,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     const bool sparse = one_set ? any_sparse : args.layer_is_sparse(layer);
     const bool dense = one_set ? any_dense : !args.layer_is_sparse(layer);
     a.norm1 = keep_bf16 ? norm_scratch : c.take(n * h);
-    a.attn.x_bf16 = keep_bf16 ? take_bf16(n * h) : nullptr;
+    a.attn.x_bf16 = keep_bf16 ? c.take<uint16_t>(n * h) : nullptr;
     a.norm1_rstd = c.take(n);
     if (keep_bf16) {
       a.attn.q_pre = attn_scratch.q_pre;
@@ -128,16 +124,16 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.attn.v = attn_scratch.v;
       a.attn.out = attn_scratch.out;
       if (args.qk_norm) {
-        a.attn.kept.q_pre = take_bf16(n * H * hd);
-        a.attn.kept.k_pre = take_bf16(n * KV * hd);
+        a.attn.kept.q_pre = c.take<uint16_t>(n * H * hd);
+        a.attn.kept.k_pre = c.take<uint16_t>(n * KV * hd);
         a.attn.kept.q = attn_scratch.kept.q;
         a.attn.kept.k = attn_scratch.kept.k;
       } else {
-        a.attn.kept.q = take_bf16(n * H * hd);
-        a.attn.kept.k = take_bf16(n * KV * hd);
+        a.attn.kept.q = c.take<uint16_t>(n * H * hd);
+        a.attn.kept.k = c.take<uint16_t>(n * KV * hd);
       }
-      a.attn.kept.v = take_bf16(n * KV * hd);
-      a.attn.kept.out = take_bf16(n * H * hd);
+      a.attn.kept.v = c.take<uint16_t>(n * KV * hd);
+      a.attn.kept.out = c.take<uint16_t>(n * H * hd);
     } else {
       if (args.qk_norm) {
         a.attn.q_pre = c.take(n * H * hd);
@@ -162,24 +158,25 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     a.norm2_rstd = c.take(n);
     if (dense && keep_bf16) {
       a.mlp = mlp_scratch;
-      a.mlp.x_bf16 = take_bf16(n * h);
-      a.mlp.gate_bf16 = take_bf16(n * I);
-      a.mlp.up_bf16 = take_bf16(n * I);
+      a.mlp.x_bf16 = c.take<uint16_t>(n * h);
+      a.mlp.gate_bf16 = c.take<uint16_t>(n * I);
+      a.mlp.up_bf16 = c.take<uint16_t>(n * I);
     } else if (dense) {
       a.mlp = {c.take(n * I), c.take(n * I), mlp_act};
     }
     if (sparse) {
       a.moe.router_logits = c.take(n * E);
       a.moe.router_probs = c.take(n * E);
-      a.moe.topk_index = take_ints(n * k);
+      a.moe.topk_index = c.take<int32_t>(n * k);
       a.moe.topk_weight = c.take(n * k);
       // A bf16 experts kernel keeps gate and up as bf16 values (ops/moe.h).
       const auto take_kept = [&] {
-        return keep_bf16 ? reinterpret_cast<float*>(take_bf16(rows * Im)) : c.take(rows * Im);
+        return keep_bf16 ? reinterpret_cast<float*>(c.take<uint16_t>(rows * Im))
+                         : c.take(rows * Im);
       };
       float* gate = take_kept();
       float* up = take_kept();
-      a.moe.experts = {gate, up, experts_act, take_ints(rows), take_ints(E + 1)};
+      a.moe.experts = {gate, up, experts_act, c.take<int32_t>(rows), c.take<int32_t>(E + 1)};
     }
   }
   v.final_norm = c.take(n * h);
@@ -187,8 +184,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   if (keep_bf16) {
     // The inputs rounded here are o_proj's and the lm_head's (the others are kept above); the
     // output gradients are every linear's.
-    v.linear.x_bf16 = take_bf16(n * std::max(h, H * hd));
-    v.linear.dy_bf16 = take_bf16(n * std::max({h, H * hd, any_dense ? I : 0}));
+    v.linear.x_bf16 = c.take<uint16_t>(n * std::max(h, H * hd));
+    v.linear.dy_bf16 = c.take<uint16_t>(n * std::max({h, H * hd, any_dense ? I : 0}));
   }
   if (retention != Retention::nothing) {
     v.d_resid = c.take(n * h);
