@@ -308,7 +308,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   // Under hooks each group's copies are made at its acquire; in one process the blocks' are too,
   // and the head's here.
   if (!hooks_.acquire && !compute_copies_.empty() && !copies_held_) {
-    compute_weights_[static_cast<size_t>(head_group_)].recommit();
+    groups_[static_cast<size_t>(head_group_)].acquire_compute_copy();
     refresh_compute_weights(head_group_);
   }
   const int64_t n = batch * seq, h = args_.hidden_size;

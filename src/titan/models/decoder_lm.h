@@ -96,9 +96,9 @@ class DecoderLM final : public CausalLM {
   void ensure_activations(int64_t batch, int64_t seq);
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
-  // bf16 compute: lays out one bf16 copy of every matmul weight and points the modules at it.
-  // The [norm, lm_head] unit's copies get the parameters' residency; the blocks' start released
-  // (made at each use: acquire).
+  // bf16 compute: lays out one bf16 copy of every matmul weight (the router's excepted) in its
+  // group's compute copy and points the modules at it. The [norm, lm_head] unit's copies get the
+  // parameters' residency; the blocks' start released (made at each use: acquire).
   void allocate_compute_weights(Residency head_residency);
   // Per group, the parameters with bf16 copies and where the copies are: those read only in bf16,
   // and with `with_master_read` a tied embedding too (bf16_only_params, copied_params).
@@ -157,9 +157,6 @@ class DecoderLM final : public CausalLM {
   Activations acts_;
   LayerCall call_;  // the current (batch_, seq_) call
   std::vector<int32_t> ids_, positions_, targets_;
-  // bf16 compute: the copies of the matmul weights (the router's excepted), one buffer per
-  // parameter group, committed while the group is in use, and what each copies.
-  std::vector<Buffer> compute_weights_;
   // One process: the copies of the block in use, every block's made in turn in the same pages (the
   // largest block's bytes), committed from the first block's use on. Giving them back where no
   // block is in use (the loss, the embedding) lowered no peak -- the step peaks while a block runs,
@@ -169,7 +166,7 @@ class DecoderLM final : public CausalLM {
   Buffer block_in_flight_;
   struct ComputeCopy {
     int64_t master_offset;  // the fp32 master's, in its group's parameters
-    uint16_t* copy;         // in the group's own buffer (compute_weights_)
+    uint16_t* copy;         // in its group's compute copy (ParamGroup::compute_copy)
     uint16_t* bound;        // where the module reads it: `copy`, or its place in block_in_flight_
     const uint16_t** module_copy;  // the module's pointer, set to `bound`
     int64_t numel;

@@ -3,6 +3,7 @@
 // every use of a group (ParamGroupHooks: FSDP's gathers and reduce-scatters attach there).
 #include <cstring>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 
 #include "titan/core/error.h"
@@ -12,58 +13,46 @@
 namespace titan {
 
 void DecoderLM::allocate_compute_weights(Residency head_residency) {
-  // Each weight with the module's pointer to its copy.
-  struct Target {
-    const float* master;
-    int64_t numel;
-    const uint16_t** copy;
-  };
-  std::vector<Target> targets;
+  // Each weight read through a copy, by parameter name, with the module's pointer to its copy.
   // The lm_head's weight is the embedding's when tied: its copy serves the head.
+  std::unordered_map<std::string, const uint16_t**> module_copy;
   for (Linear* w : m_.matmul_linears()) {
-    targets.push_back({w->weight, w->out_features * w->in_features, &w->weight_bf16});
+    const std::string weight = w == &m_.lm_head && args_.tie_word_embeddings
+                                   ? m_.embed_tokens.name + ".weight"
+                                   : w->name + ".weight";
+    module_copy.emplace(weight, &w->weight_bf16);
   }
   for (DecoderLayer& l : m_.layers) {
     if (!l.sparse) continue;
     SparseMoeBlock& moe = l.moe;  // the router (moe.gate) stays fp32
-    const int64_t n = moe.n_experts * moe.intermediate * moe.hidden;  // each of the three
-    targets.push_back({moe.weights.gate, n, &moe.weights_bf16.gate});
-    targets.push_back({moe.weights.up, n, &moe.weights_bf16.up});
-    targets.push_back({moe.weights.down, n, &moe.weights_bf16.down});
+    const std::string experts = moe.name + ".experts.";
+    module_copy.emplace(experts + "gate_proj", &moe.weights_bf16.gate);
+    module_copy.emplace(experts + "up_proj", &moe.weights_bf16.up);
+    module_copy.emplace(experts + "down_proj", &moe.weights_bf16.down);
   }
-  const auto group_of = [&](const float* master) {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const float* begin = groups_[g].params();
-      if (master >= begin && master < begin + groups_[g].numel()) return static_cast<int64_t>(g);
-    }
-    fail("model: a matmul weight outside every parameter group");
-  };
-  std::vector<int64_t> totals(groups_.size(), 0);
-  for (const Target& t : targets) totals[static_cast<size_t>(group_of(t.master))] += t.numel;
-  std::vector<uint16_t*> next(groups_.size(), nullptr);
   int64_t largest_block = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
+    ParamGroup& unit = groups_[g];
     const bool head = static_cast<int64_t>(g) == head_group_;
-    compute_weights_.emplace_back(static_cast<size_t>(totals[g]) * sizeof(uint16_t),
-                                  MemCategory::parameters,
-                                  head ? head_residency : Residency::released);
-    next[g] = compute_weights_.back().as<uint16_t>();
-    if (!head) largest_block = std::max(largest_block, totals[g]);
+    unit.allocate_compute_copy(
+        [&](const ParamView& v) { return module_copy.count(v.spec.name) > 0; },
+        head ? head_residency : Residency::released);
+    if (!head) largest_block = std::max(largest_block, unit.compute_copy_numel());
+    for (const ParamView& v : unit.views()) {
+      if (v.copy_offset < 0) continue;
+      uint16_t* copy = unit.compute_copy() + v.copy_offset;
+      const uint16_t** module = module_copy.at(v.spec.name);
+      *module = copy;
+      compute_copies_.push_back({v.offset, copy, copy, module, v.numel, static_cast<int64_t>(g),
+                                 v.spec.name == m_.embed_tokens.name + ".weight"});
+    }
   }
   block_in_flight_ = Buffer(static_cast<size_t>(largest_block) * sizeof(uint16_t),
                             MemCategory::parameters, Residency::released);
-  for (const Target& t : targets) {
-    const int64_t g = group_of(t.master);
-    uint16_t*& copy = next[static_cast<size_t>(g)];
-    *t.copy = copy;
-    compute_copies_.push_back({t.master - groups_[static_cast<size_t>(g)].params(), copy, copy,
-                               t.copy, t.numel, g, t.master == m_.embed_tokens.weight});
-    copy += t.numel;
-  }
 }
 
 void DecoderLM::bind_compute_copies(int64_t group, uint16_t* base) {
-  const auto* own = compute_weights_[static_cast<size_t>(group)].as<uint16_t>();
+  const uint16_t* own = groups_[static_cast<size_t>(group)].compute_copy();
   for (ComputeCopy& c : compute_copies_) {
     if (c.group != group) continue;
     c.bound = base + (c.copy - own);
@@ -123,8 +112,8 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::hold_compute_copies(bool 
               "with gradients");
   copies_held_ = true;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    compute_weights_[g].recommit();
-    bind_compute_copies(static_cast<int64_t>(g), compute_weights_[g].as<uint16_t>());
+    groups_[g].acquire_compute_copy();
+    bind_compute_copies(static_cast<int64_t>(g), groups_[g].compute_copy());
   }
   block_in_flight_ = Buffer();
   std::vector<std::vector<ComputeCopyTarget>> targets = copied_params();
@@ -192,7 +181,7 @@ void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
     // every block's share. The [norm, lm_head] unit's are made at the forward's start and kept.
     // Copies held as the weights are already bound in place.
     if (compute_copies_.empty() || reads == GroupReads::nothing || copies_held_) return;
-    if (group == head_group_ || compute_weights_[g].bytes() == 0) return;
+    if (group == head_group_ || groups_[g].compute_copy_numel() == 0) return;
     block_in_flight_.recommit();
     bind_compute_copies(group, block_in_flight_.as<uint16_t>());
     refresh_compute_weights(group);
@@ -211,8 +200,8 @@ void DecoderLM::acquire(int64_t group, bool gradients, GroupReads reads) {
   // from its masters when a use through_copies first reads them. (A prefetched unit is resident
   // too, but its gather is filling them.)
   const bool kept = groups_[g].params_resident() && !prefetched;
-  compute_weights_[g].recommit();  // the acquire may write them
-  bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+  groups_[g].acquire_compute_copy();  // the acquire may write them
+  bind_compute_copies(group, groups_[g].compute_copy());
   hooks_.acquire(group, gradients, reads);
   rebind_if_moved(group);
   if (!hooks_.fills_compute_copies) {
@@ -238,8 +227,8 @@ void DecoderLM::prefetch(int64_t group, GroupReads reads) {
   if (reads != GroupReads::nothing && !groups_[g].params_resident()) {
     prefetched_ = group;
     if (reads_copies(group, reads)) {
-      compute_weights_[g].recommit();
-      bind_compute_copies(group, compute_weights_[g].as<uint16_t>());
+      groups_[g].acquire_compute_copy();
+      bind_compute_copies(group, groups_[g].compute_copy());
     }
   }
   hooks_.prefetch(group, reads);
@@ -250,7 +239,9 @@ void DecoderLM::release(int64_t group, GroupUseEnd end) {
   if (!hooks_.release) return;  // one process: block_in_flight_ stays committed
   hooks_.release(group, end);
   if (compute_copies_.empty()) return;
-  if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) compute_weights_[g].decommit();
+  if (!hooks_.fills_compute_copies || !groups_[g].params_resident()) {
+    groups_[g].release_compute_copy();
+  }
 }
 
 }  // namespace titan

@@ -75,6 +75,19 @@ void ParamGroup::allocate_optimizer_state() {
   exp_avg_sq_.zero();
 }
 
+void ParamGroup::allocate_compute_copy(const std::function<bool(const ParamView&)>& copied,
+                                       Residency residency) {
+  TITAN_CHECK(compute_copy_.data() == nullptr && compute_copy_numel_ == 0, "group ", name_,
+              ": its compute copy is already laid out");
+  for (ParamView& v : views_) {
+    if (!copied(v)) continue;
+    v.copy_offset = compute_copy_numel_;
+    compute_copy_numel_ += v.numel;
+  }
+  compute_copy_ = Buffer(static_cast<size_t>(compute_copy_numel_) * sizeof(uint16_t),
+                         MemCategory::parameters, residency);
+}
+
 void ParamGroup::move_storage() {
   for (Buffer* b : {&params_, &grads_}) {
     if (b->data() == nullptr) continue;

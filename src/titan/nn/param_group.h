@@ -27,6 +27,7 @@ struct ParamView {
   ParamSpec spec;
   int64_t offset = 0;  // elements from the start of the group's buffers
   int64_t numel = 0;
+  int64_t copy_offset = -1;  // elements from the start of the bf16 compute copy, or -1: none
 };
 
 // Floats a parameter of `numel` elements takes in its group's flat buffers: views start on
@@ -122,6 +123,16 @@ class ParamGroup {
   void acquire_params_where(const std::function<bool(const ParamView&)>& held);
   void acquire_grads();
   bool params_resident() const { return params_.committed(); }
+  // Mixed precision: one bf16 copy (raw bits) of each parameter `copied` selects -- what the model
+  // computes with -- laid out in view order in one buffer beside the masters (each at its view's
+  // copy_offset), with `residency`. The model rounds the masters into it, or FSDP gathers into it
+  // (distributed/fsdp.h); like the parameters it may be handed back between uses.
+  void allocate_compute_copy(const std::function<bool(const ParamView&)>& copied,
+                             Residency residency);
+  uint16_t* compute_copy() const { return compute_copy_.as<uint16_t>(); }  // or null
+  int64_t compute_copy_numel() const { return compute_copy_numel_; }
+  void release_compute_copy() { compute_copy_.decommit(); }
+  void acquire_compute_copy() { compute_copy_.recommit(); }
   // Moves the parameters and gradients to new buffers of the same residency, the committed ones'
   // contents kept: what a device whose allocator frees a unit between uses does, so its next use
   // finds it elsewhere. Modules that hold pointers into a group are rebound at its next use
@@ -141,6 +152,8 @@ class ParamGroup {
   int64_t numel_ = 0;
   Residency residency_;
   Buffer params_, grads_, exp_avg_, exp_avg_sq_;
+  Buffer compute_copy_;
+  int64_t compute_copy_numel_ = 0;
 };
 
 }  // namespace titan
