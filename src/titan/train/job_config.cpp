@@ -82,6 +82,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint", "allow_nonfinite_weights", &c.checkpoint.allow_nonfinite_weights},
       {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
       {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
+      {"comm", "heartbeat_timeout_seconds", &c.comm.heartbeat_timeout_seconds},
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},
@@ -351,6 +352,7 @@ void job_config_validate(const JobConfig& c) {
               "lr_scheduler.min_lr_factor must be in [0, 1]");
   positive(c.comm.init_timeout_seconds, "comm.init_timeout_seconds");
   positive(c.comm.train_timeout_seconds, "comm.train_timeout_seconds");
+  positive(c.comm.heartbeat_timeout_seconds, "comm.heartbeat_timeout_seconds");
   check_one_of(c.activation_checkpoint.mode, {"none", "full"}, "activation_checkpoint.mode");
   positive(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(

@@ -97,9 +97,13 @@ struct JobConfig {
   } checkpoint;
   // torchtitan's [comm]: how long a collective may wait before the job is ended (a rank that
   // hangs without dying): the first step and everything before it, then every later step.
+  // titan's addition: how long a rank's heartbeats (one a second from its communication thread,
+  // whatever it computes) may stop before the others end the job naming it -- a stopped or
+  // frozen rank, found in this time however long a step or a save legitimately takes.
   struct Comm {
     int64_t init_timeout_seconds = 300;
     int64_t train_timeout_seconds = 100;
+    int64_t heartbeat_timeout_seconds = 30;
   } comm;
   struct ActivationCheckpoint {
     std::string mode = "none";  // none | full

@@ -138,7 +138,8 @@ std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDim
   };
   std::vector<std::string> warnings;
   if (world_size == 1) {
-    for (const char* key : {"comm.init_timeout_seconds", "comm.train_timeout_seconds"}) {
+    for (const char* key : {"comm.init_timeout_seconds", "comm.train_timeout_seconds",
+                            "comm.heartbeat_timeout_seconds"}) {
       if (is_set(key)) {
         warnings.push_back(std::string(key) +
                            " has no effect: one process (it limits a collective's wait for the "

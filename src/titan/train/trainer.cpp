@@ -172,6 +172,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   job_config_validate(config_);
   const JobConfig::Training& t = config_.training;
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
+  set_heartbeat_timeout(config_.comm.heartbeat_timeout_seconds, "heartbeat_timeout_seconds");
   // Before anything collective depends on the config: every rank runs rank 0's binary and config.
   check_ranks_agree(world(), config_);
   const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
