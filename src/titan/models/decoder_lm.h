@@ -88,6 +88,9 @@ class DecoderLM final : public CausalLM {
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
                               int64_t batch, int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
+  // This call's rows: packed (segment starts copied, positions restarting at each) or, for null,
+  // one sequence each (positions 0..seq-1), for the forward and its backward.
+  void set_row_segments(const int32_t* segment_start);
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
   // bf16 compute: lays out one bf16 copy of every matmul weight and points the modules at it.
@@ -131,7 +134,7 @@ class DecoderLM final : public CausalLM {
   Buffer arena_;
   Activations acts_;
   LayerCall call_;  // the current (batch_, seq_) call
-  std::vector<int32_t> ids_, positions_, targets_;
+  std::vector<int32_t> ids_, positions_, targets_, segment_starts_;
   // bf16 compute: the copies of the matmul weights (the router's excepted), one buffer per
   // parameter group, committed while the group is in use, and what each copies.
   std::vector<Buffer> compute_weights_;
