@@ -186,6 +186,12 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   EXPECT_TRUE(unused_after({"--training.truncate_long_conversations=true",
                             "--training.dataset=chat", "--training.dataset_path=my.jsonl"})
                   .empty());
+  // So does packing them (documents are always packed).
+  warns({"--training.dataset_packing=true"}, "training.dataset_packing has no effect",
+        "training.dataset is not \"chat\"");
+  EXPECT_TRUE(unused_after({"--training.dataset_packing=true", "--training.dataset=chat",
+                            "--training.dataset_path=my.jsonl"})
+                  .empty());
   EXPECT_NE(data.find("set training.dataset to \"chat\" for conversations"), std::string::npos)
       << data;
   // torchtitan's older [training] place for the data-parallel keys is read as [parallelism].

@@ -44,6 +44,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"training", "dataset", &c.training.dataset},
       {"training", "dataset_path", &c.training.dataset_path},
       {"training", "truncate_long_conversations", &c.training.truncate_long_conversations},
+      {"training", "dataset_packing", &c.training.dataset_packing},
       {"training", "seed", &c.training.seed},
       {"training", "deterministic", &c.training.deterministic},
       {"training", "mixed_precision_param", &c.training.mixed_precision_param},
@@ -405,7 +406,8 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   };
   unused({"validation.dataset_path", "validation.freq", "validation.steps"}, !c.validation.enable,
          "validation.enable is false");
-  unused({"training.truncate_long_conversations"}, c.training.dataset != "chat",
+  unused({"training.truncate_long_conversations", "training.dataset_packing"},
+         c.training.dataset != "chat",
          "training.dataset is not \"chat\" (documents are packed, never refused for length)");
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");

@@ -40,6 +40,9 @@ struct JobConfig {
     // tokens dropped, as TRL's truncation_mode = "keep_start") instead of stopping the run with
     // its file and line.
     bool truncate_long_conversations = false;
+    // Chat data: several whole conversations per row (TRL's `packing`), attention kept inside
+    // each and positions restarting at each, instead of one padded conversation per row.
+    bool dataset_packing = false;
     int64_t seed = 0;
     bool deterministic = true;
     // torchtitan's mixed precision: "bfloat16" keeps fp32 master weights and AdamW state and
