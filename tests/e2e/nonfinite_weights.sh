@@ -31,15 +31,17 @@ cp -r "$work/run/hf" "$work/matmul"
 poison "$work/matmul/model.safetensors" model.layers.0.self_attn.q_proj.weight nan
 poison "$work/run/hf/model.safetensors" model.norm.weight nan inf -inf
 poison "$work/run/checkpoint/step-2/model.safetensors" model.layers.1.mlp.up_proj.weight nan
-# The edit no longer matches the checksum the save recorded, which would refuse the checkpoint
-# first (tests/e2e/train_checkpoint_checksums.sh); without the checksums (a checkpoint saved
-# before them) the NaN scan behind them is what refuses it.
-python3 - "$work/run/checkpoint/step-2/trainer_state.json" <<'PY'
+# The edits no longer match the checksums the save and the exports recorded, which would refuse
+# the checkpoint and the folders first (tests/e2e/train_checkpoint_checksums.sh); without the
+# checksums (saved before them) the NaN scan behind them is what refuses them.
+for meta in "$work/run/checkpoint/step-2/trainer_state.json" "$work/run/hf/titan.json" "$work/matmul/titan.json"; do
+python3 - "$meta" <<'PY'
 import json, sys
 state = json.load(open(sys.argv[1]))
 del state["checksums"]
 json.dump(state, open(sys.argv[1], "w"), indent=2)
 PY
+done
 printf '{"text": "one two three four five six seven eight nine ten"}\n' > "$work/data.jsonl"
 tree_sum "$work" > "$work.before"
 same() { tree_sum "$work" | grep -v -e "\.out$" -e "\.err$" | diff <(grep -v -e "\.out$" -e "\.err$" "$work.before") - > /dev/null \

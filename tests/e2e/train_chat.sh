@@ -6,6 +6,8 @@
 #   the assistant replies, the loss over the assistant tokens of the whole global batch
 #   (num_items_in_batch) -- step by step (loss within 1e-5) and in the exported weights (1e-6);
 #   tests/reference/chat_sft_reference.py;
+# - the same with the four packed into one row (training.dataset_packing: attention inside each
+#   conversation, positions restarting), against the same reference;
 # - the same on 2 ranks (FSDP); bf16 mixed precision within bf16's rounding;
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
 #   Transformers' masked loss of the trained model; a last batch the conversations do not fill is
@@ -108,6 +110,31 @@ grep -v "Loading weights" "$work/reference.log"
 scored=$(sed -n 's/^assistant tokens in the global batch: //p' "$work/reference.log")
 grep -q "($scored assistant tokens scored in 2 batches" "$work/eval.log" \
   || { echo "titan eval --chat did not score Transformers' $scored assistant tokens"; cat "$work/eval.log"; exit 1; }
+
+# Packed (training.dataset_packing): the four conversations in one row of exactly their length
+# (seq_len = the sum of each one's tokens but its last), attention kept inside each and positions
+# restarting at each, so the step is Transformers' step over them in rows of their own (the same
+# reference, loss within 1e-5 per step, weights within 1e-6).
+packed_len=$("$python" - "$work/model" "$work/sft.jsonl" "$reference" <<'PY'
+import importlib.util, sys
+from transformers import AutoTokenizer
+spec = importlib.util.spec_from_file_location("reference", sys.argv[3])
+reference = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reference)
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+print(sum(len(ids) - 1 for ids, _ in reference.rows(tok, sys.argv[2])))
+PY
+)
+"$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.dataset_packing=true \
+  --training.seq_len="$packed_len" --training.local_batch_size=1 --training.global_batch_size=1 \
+  --training.steps=3 --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/packed-metrics.jsonl" --job.dump_folder="$work/packed" > "$work/packed.log"
+grep -q "conversations packed into rows (training.dataset_packing)" "$work/packed.log" ||
+  { echo "the log does not say the conversations are packed"; cat "$work/packed.log"; exit 1; }
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/packed-metrics.jsonl" \
+  "$work/packed/hf" 3 2 1e-3 1e-4 > "$work/reference-packed.log" 2>&1 \
+  || { cat "$work/reference-packed.log"; exit 1; }
+grep -E "^(step|weights|chat SFT)" "$work/reference-packed.log" | sed "s/^/packed ($packed_len tokens a row): /"
 
 # The same run on 2 ranks (FSDP; one row per micro-batch, two micro-batches each): the loss is
 # still over the assistant tokens of the whole global batch, so it equals Transformers' step too.

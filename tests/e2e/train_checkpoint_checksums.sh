@@ -4,7 +4,9 @@
 # checks and the NaN/Inf scan cannot see, and which resumed silently with a loss of 6501) makes
 # that checkpoint unusable, named, and the run falls back to the older one; with none left the
 # run stops in one line and changes nothing. A checkpoint without checksums (a titan from before)
-# still resumes.
+# still resumes. The Hugging Face export records its files' checksums too (titan.json): a
+# damaged byte in its weights is refused, naming the file, by every command that loads it
+# (eval, generate, convert, a training run's initial load).
 # usage: train_checkpoint_checksums.sh TITAN
 set -euo pipefail
 titan="$1"
@@ -55,4 +57,23 @@ json.dump(state, open(sys.argv[1], "w"), indent=2)
 PY
 "$titan" train "${common[@]}" --training.steps=6 --job.dump_folder="$work/old" > "$work/old.log"
 grep -q "^resumed step 4 from $work/old/checkpoint/step-4" "$work/old.log" || { cat "$work/old.log"; exit 1; }
+# The HF export: spoiled, each loader refuses it in one line naming the file, and changes nothing.
+"$titan" train "${common[@]}" --training.steps=2 --checkpoint.last_save_in_hf=true \
+  --job.dump_folder="$work/export" > "$work/export.log" 2>&1 || { cat "$work/export.log"; exit 1; }
+grep -qE '"model.safetensors": "crc32c:[0-9a-f]{8}"' "$work/export/hf/titan.json" ||
+  { echo "no checksums in the export's marker:"; cat "$work/export/hf/titan.json"; exit 1; }
+printf '{"text": "one two three four five six seven eight nine ten"}\n' > "$work/data.jsonl"
+eval_args=(--data "$work/data.jsonl" --seq-len 4 --batch-size 1 --threads 1)
+"$titan" eval --model "$work/export/hf" "${eval_args[@]}" > /dev/null  # loads while intact
+spoil "$work/export/hf/model.safetensors"
+tree_sum "$work/export" > "$work/export.before"
+damaged="$work/export/hf/model\.safetensors: checksum mismatch \(crc32c:[0-9a-f]{8}, titan\.json records crc32c:[0-9a-f]{8}\): the file was changed or damaged after titan wrote it \(a folder re-saved by other tools: remove its titan\.json\)$"
+expect_refusal eval "^titan eval: error: $damaged" "$titan" eval --model "$work/export/hf" "${eval_args[@]}"
+expect_refusal generate "^titan generate: error: $damaged" \
+  "$titan" generate --model "$work/export/hf" --prompt hi --max-new-tokens 2 --threads 1
+expect_refusal convert "^titan convert: error: $damaged" "$titan" convert "$work/export/hf" "$work/converted"
+expect_refusal initial_load "^titan train: error: .*$damaged" "$titan" train "${common[@]}" \
+  --training.steps=1 --checkpoint.initial_load_path="$work/export/hf" --checkpoint.initial_load_in_hf=true \
+  --checkpoint.initial_load_model_only=true --job.dump_folder="$work/from_export"
+tree_sum "$work/export" | diff "$work/export.before" - > /dev/null || { echo "the export changed"; exit 1; }
 echo "train_checkpoint_checksums: ok"

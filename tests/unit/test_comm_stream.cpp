@@ -1,9 +1,14 @@
 // The communication stream (distributed/comm_stream.h): work runs on one other thread in submission
 // order, a handle's wait returns once its work has run and rethrows its error, the stream runs
-// what is queued before it stops, and the times add up. Over MPI it is exercised by
-// tests/e2e/train_data_parallel.sh (FSDP against one process, a hung rank ended by the watchdog).
+// what is queued before it stops, the times add up, and its idle turns come while nothing is
+// queued, on its thread. The heartbeats' bookkeeping (distributed/heartbeat.h): silent and lagging
+// ranks named. Over MPI the heartbeats are exercised by tests/e2e/train_stopped_rank.sh. Over MPI
+// it is exercised by tests/e2e/train_data_parallel.sh (FSDP against one process, a hung rank ended
+// by the watchdog).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <future>
 #include <string>
 #include <thread>
@@ -12,6 +17,7 @@
 #include "titan/core/error.h"
 #include "titan/distributed/comm_stream.h"
 #include "titan/distributed/communicator.h"
+#include "titan/distributed/heartbeat.h"
 
 namespace titan {
 namespace {
@@ -105,6 +111,66 @@ TEST(CommStream, AGroupOfOneRankCopiesAtOnce) {
   EXPECT_FALSE(
       one->reduce_scatter_sum_async({{in.data(), reduced.data(), {3}, DType::f32}}).pending());
   EXPECT_EQ(reduced, in);
+}
+
+TEST(CommStream, IdleTurnsRunOnItsThreadWhileNothingIsQueued) {
+  std::atomic<int> turns{0};
+  std::thread::id idle_thread;
+  std::atomic<bool> seen{false};
+  {
+    CommStream stream(
+        [&] {
+          if (!seen.exchange(true)) idle_thread = std::this_thread::get_id();
+          ++turns;
+        },
+        1'000'000);  // every millisecond
+    std::thread::id work_thread;
+    stream.run([&] { work_thread = std::this_thread::get_id(); });
+    for (int i = 0; i < 2000 && turns < 5; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    stream.run([] {});  // work still runs between idle turns
+    EXPECT_GE(turns.load(), 5);
+    EXPECT_EQ(idle_thread, work_thread);
+  }
+  const int after_stop = turns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(turns.load(), after_stop);
+}
+
+constexpr int64_t kSecond = 1'000'000'000;
+
+TEST(PeerBeats, NamesThePeersSilentUpToTheLastLook) {
+  PeerBeats beats(/*rank=*/0, /*size=*/4, /*now_ns=*/0);
+  EXPECT_TRUE(beats.silent(30 * kSecond, 0, 5 * kSecond).empty());
+  beats.heard(1, 3, 20 * kSecond);
+  beats.heard(3, 3, 25 * kSecond);
+  beats.looked(31 * kSecond);
+  // Rank 2 never beat since start-up; rank 0 is this rank.
+  EXPECT_EQ(beats.silent(30 * kSecond, 31 * kSecond, 5 * kSecond), std::vector<int>({2}));
+  EXPECT_EQ(beats.silent(10 * kSecond, 31 * kSecond, 5 * kSecond), std::vector<int>({1, 2}));
+  EXPECT_EQ(beats.silent_seconds(1), 11);
+  // This rank's own looking stopped (its thread held up): nobody is blamed.
+  EXPECT_TRUE(beats.silent(10 * kSecond, 40 * kSecond, 5 * kSecond).empty());
+}
+
+TEST(PeerBeats, NamesThePeersBehindInCollectives) {
+  PeerBeats beats(/*rank=*/2, /*size=*/3, /*now_ns=*/0);
+  EXPECT_TRUE(beats.behind().empty());
+  EXPECT_EQ(beats.enter_collective(), 1);
+  EXPECT_EQ(beats.enter_collective(), 2);
+  EXPECT_EQ(beats.entered(), 2);
+  beats.heard(0, 2, kSecond);
+  beats.heard(1, 1, kSecond);
+  EXPECT_EQ(beats.behind(), std::vector<int>({1}));
+  beats.heard(1, 3, 2 * kSecond);  // ahead is not behind
+  EXPECT_TRUE(beats.behind().empty());
+}
+
+TEST(PeerBeats, RankListsReadAsEnglish) {
+  EXPECT_EQ(rank_list({1}), "rank 1");
+  EXPECT_EQ(rank_list({1, 2}), "ranks 1 and 2");
+  EXPECT_EQ(rank_list({0, 2, 3}), "ranks 0, 2 and 3");
 }
 
 }  // namespace

@@ -186,6 +186,12 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   EXPECT_TRUE(unused_after({"--training.truncate_long_conversations=true",
                             "--training.dataset=chat", "--training.dataset_path=my.jsonl"})
                   .empty());
+  // So does packing them (documents are always packed).
+  warns({"--training.dataset_packing=true"}, "training.dataset_packing has no effect",
+        "training.dataset is not \"chat\"");
+  EXPECT_TRUE(unused_after({"--training.dataset_packing=true", "--training.dataset=chat",
+                            "--training.dataset_path=my.jsonl"})
+                  .empty());
   EXPECT_NE(data.find("set training.dataset to \"chat\" for conversations"), std::string::npos)
       << data;
   // torchtitan's older [training] place for the data-parallel keys is read as [parallelism].
@@ -202,17 +208,20 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
             std::string::npos);
 }
 
-// Keys whose effect depends on the world: the collective timeouts in one process, the FSDP
-// reshard policy without FSDP.
+// Keys whose effect depends on the world: the collective and heartbeat timeouts in one process, the
+// FSDP reshard policy without FSDP.
 TEST(JobConfig, KeysWithNoEffectOnThisWorldAreNamed) {
   JobConfig c = job_config_preset("tiny");
   EXPECT_TRUE(job_world_unused_keys(c, {1, 1}, 1).empty());
   job_config_apply_override(c, "--comm.train_timeout_seconds=30");
+  job_config_apply_override(c, "--comm.heartbeat_timeout_seconds=10");
   job_config_apply_override(c, "--parallelism.fsdp_reshard_after_forward=always");
   EXPECT_EQ(job_world_unused_keys(c, {1, 1}, 1),
             (std::vector<std::string>{
                 "comm.train_timeout_seconds has no effect: one process (it limits a collective's "
                 "wait for the other ranks under mpirun)",
+                "comm.heartbeat_timeout_seconds has no effect: one process (it limits how long "
+                "another rank may stop answering under mpirun)",
                 "parallelism.fsdp_reshard_after_forward has no effect: no FSDP "
                 "(data_parallel_shard_degree resolves to 1 in one process)"}));
   EXPECT_EQ(job_world_unused_keys(c, {2, 1}, 2),

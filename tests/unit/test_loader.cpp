@@ -435,6 +435,90 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
   EXPECT_EQ(seen.size(), static_cast<size_t>(kConversations));
 }
 
+// Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,
+// in the same order and cut the same way, one after another while each fits whole (one that does
+// not starts the next row), each with its start as its tokens' segment start, then padding (a
+// segment of its own, nothing scored); fewer rows for the same data; a resume from any batch's
+// state continues with the same batches; and a state saved unpacked is refused.
+TEST(LoaderChat, PackedRowsHoldWholeConversationsInOrder) {
+  const ScratchDir dir("chat_packed");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  for (int i = 0; i < 11; ++i) {
+    jsonl += json{{"messages",
+                   {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
+                    {{"role", "assistant"}, {"content", prose(i)}}}}}
+                 .dump() +
+             "\n";
+  }
+  write_text(dir / "chat.jsonl", jsonl);
+  constexpr int64_t S = 256;
+  LoaderOptions o;
+  o.data.paths = {dir / "chat.jsonl"};
+  o.mode = DataMode::chat;
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
+  o.epochs = 1;
+  o.batch_size = 2;
+  o.seq_len = S;
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> alone;  // ids, labels
+  {
+    LoaderOptions one = o;
+    one.batch_size = 1;
+    DataLoader loader(one, tok);
+    for (const Batch& b : drain(loader)) {
+      EXPECT_TRUE(b.segment_start.empty());
+      int64_t n = S;
+      while (n > 0 && b.labels[n - 1] == kIgnoreLabel && b.input_ids[n - 1] == tok.pad_id()) --n;
+      alone.emplace_back(std::vector<int32_t>(b.input_ids.begin(), b.input_ids.begin() + n),
+                         std::vector<int32_t>(b.labels.begin(), b.labels.begin() + n));
+    }
+  }
+  ASSERT_EQ(alone.size(), 11u);
+  o.pack_conversations = true;
+  DataLoader loader(o, tok);
+  const std::vector<Batch> batches = drain(loader);
+  size_t next = 0, rows = 0;
+  for (const Batch& b : batches) {
+    ASSERT_EQ(b.segment_start.size(), static_cast<size_t>(2 * S));
+    for (int64_t row = 0; row < 2; ++row, ++rows) {
+      const int64_t r0 = row * S;
+      int64_t at = 0;
+      while (next < alone.size() && static_cast<int64_t>(alone[next].first.size()) <= S - at) {
+        const auto& [ids, labels] = alone[next++];
+        const auto len = static_cast<int64_t>(ids.size());
+        EXPECT_TRUE(std::equal(ids.begin(), ids.end(), b.input_ids.begin() + r0 + at));
+        EXPECT_TRUE(std::equal(labels.begin(), labels.end(), b.labels.begin() + r0 + at));
+        for (int64_t i = 0; i < len; ++i) ASSERT_EQ(b.segment_start[r0 + at + i], at);
+        at += len;
+      }
+      for (int64_t i = at; i < S; ++i) {
+        ASSERT_EQ(b.input_ids[r0 + i], tok.pad_id());
+        ASSERT_EQ(b.labels[r0 + i], kIgnoreLabel);
+        ASSERT_EQ(b.segment_start[r0 + i], at);
+      }
+    }
+  }
+  EXPECT_EQ(next, alone.size());
+  EXPECT_LT(rows, alone.size()) << "packing saved no row";
+  // Resumed after the first batch: the same batches follow.
+  DataLoader first(o, tok);
+  ASSERT_TRUE(first.next_batch().has_value());
+  DataLoader resumed(o, tok, first.state());
+  const std::vector<Batch> rest = drain(resumed);
+  ASSERT_EQ(rest.size(), batches.size() - 1);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    EXPECT_EQ(rest[i].input_ids, batches[i + 1].input_ids);
+    EXPECT_EQ(rest[i].labels, batches[i + 1].labels);
+    EXPECT_EQ(rest[i].segment_start, batches[i + 1].segment_start);
+  }
+  LoaderOptions unpacked = o;
+  unpacked.pack_conversations = false;
+  EXPECT_NE(error_of([&] {
+              DataLoader again(unpacked, tok, first.state());
+            }).find("saved with mode chat_packed, but this run has chat"),
+            std::string::npos);
+}
+
 // A finite pass over chat data scores every conversation once: the last batch is kept, the rows
 // the data did not fill left empty (padding, nothing scored); pre-training drops it.
 TEST(LoaderChat, TheLastPartialBatchIsKeptWithEmptyRows) {

@@ -12,10 +12,12 @@
 #include "tiny_models.h"
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
+#include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/dispatch/registry.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/param_count.h"
+#include "titan/ops/attention.h"
 
 namespace titan {
 namespace {
@@ -288,6 +290,98 @@ TEST(Model, MicroBatchesAddUpToTheGlobalBatch) {
   const std::vector<float> g_big = all_grads(whole), g_parts = all_grads(parts);
   // Same math, different summation order over the batch inside the GEMMs.
   testing::expect_close("accumulated gradients", g_parts.data(), g_big.data(), g_big.size(), 1e-5);
+}
+
+// Packed rows (ForwardOptions::segment_start): sequences of 40, 1 and 50 tokens and 9 of padding
+// in one row of 100, one of 100 in the other (a one-token sequence, a row holding one sequence)
+// compute what each sequence computes alone, batch 1 and its own length: the loss sum, the scored
+// tokens and every gradient, in fp32 to summation order (the GEMMs see other row counts; bf16's
+// packed attention is bounded in test_ops). Each sequence's last label is -100, as a packer sets it
+// (it would predict the next sequence's first token). Without segment starts the next forward
+// attends across the whole row again (positions reset).
+TEST(Model, PackedRowsComputeWhatEachSequenceComputesAlone) {
+  const int64_t batch = 2, seq = 100;
+  const std::vector<std::vector<int64_t>> rows = {{40, 1, 50, 9}, {100}};  // 9: padding
+  const std::vector<int32_t> ids = random_ids(batch * seq, 211, 7);
+  std::vector<int32_t> labels = random_ids(batch * seq, 211, 8), starts;
+  std::vector<std::pair<int64_t, int64_t>> sequences;  // (first token, length), padding aside
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t at = b * seq;
+    for (size_t n = 0; n < rows[b].size(); ++n) {
+      const int64_t len = rows[b][n];
+      const bool padding = b == 0 && n == 3;
+      for (int64_t i = 0; i < len; ++i) {
+        starts.push_back(static_cast<int32_t>(at - b * seq));
+        if (padding) labels[at + i] = -100;
+      }
+      labels[at + len - 1] = -100;
+      if (!padding) sequences.emplace_back(at, len);
+      at += len;
+    }
+  }
+  {
+    ForwardOptions o;
+    o.compute_grad = true;
+    o.grad_scale = 0.01f;
+    DecoderLM packed(small_args());
+    packed.initialize(5);
+    packed.allocate_gradients();
+    o.segment_start = starts.data();
+    const CrossEntropyResult together = packed.forward(ids.data(), labels.data(), batch, seq, o);
+    packed.backward();
+
+    DecoderLM alone(small_args());
+    alone.initialize(5);
+    alone.allocate_gradients();
+    o.segment_start = nullptr;
+    double loss_sum = 0.0;
+    int64_t scored = 0;
+    for (const auto& [first, len] : sequences) {
+      const CrossEntropyResult r =
+          alone.forward(ids.data() + first, labels.data() + first, 1, len, o);
+      alone.backward();
+      loss_sum += r.loss_sum;
+      scored += r.n_scored;
+    }
+    EXPECT_EQ(together.n_scored, scored);
+    EXPECT_NEAR(together.loss_sum, loss_sum, 1e-5 * loss_sum);
+    const std::vector<float> g_packed = all_grads(packed), g_alone = all_grads(alone);
+    testing::expect_close("packed gradients", g_packed.data(), g_alone.data(), g_alone.size(),
+                          1e-5);
+
+    // A kernel that does not say it takes packed rows (a plugin's, say) is refused for them in
+    // one line rather than let attend across sequences.
+    static const bool registered = [] {
+      kernel_registry().add(
+          {"attention_one_sequence_per_row",
+           OpKind::attention,
+           {DType::f32},
+           "test only",
+           AttentionKernel{attention_forward_blockwise, attention_backward_blockwise, {}}});
+      return true;
+    }();
+    ASSERT_TRUE(registered);
+    DecoderLM unaware(small_args(), {{"*.self_attn", "attention_one_sequence_per_row"}});
+    unaware.initialize(5);
+    o.compute_grad = false;
+    o.segment_start = starts.data();
+    try {
+      unaware.forward(ids.data(), labels.data(), batch, seq, o);
+      ADD_FAILURE() << "packed rows ran on a kernel that does not take them";
+    } catch (const Error& e) {
+      EXPECT_STREQ(e.what(),
+                   "model.layers.0.self_attn: attention kernel 'attention_one_sequence_per_row' "
+                   "requires one sequence per row (it does not take packed rows)");
+    }
+
+    // The same model, rows no longer packed: one sequence per row, as a fresh model computes.
+    DecoderLM plain(small_args());
+    plain.initialize(5);
+    plain.allocate_gradients();
+    ForwardOptions no_grad;
+    EXPECT_EQ(packed.forward(ids.data(), labels.data(), batch, seq, no_grad).loss_sum,
+              plain.forward(ids.data(), labels.data(), batch, seq, no_grad).loss_sum);
+  }
 }
 
 // count_parameters (titan info, the planner) from ModelArgs alone agrees with the model built from

@@ -504,9 +504,10 @@ TEST(Rope, Llama3ScalesOnlyTheLowFrequencies) {
   }
 }
 
-struct AttentionCase {
-  AttentionShape shape;
-};
+// The first key query i of row b sees: its segment's start in a packed row, else 0.
+int64_t segment_first(const AttentionShape& s, int64_t b, int64_t i) {
+  return s.segment_start == nullptr ? 0 : s.segment_start[b * s.seq_q + i];
+}
 
 struct AttentionInputs {
   std::vector<float> q, k, v, out, lse, ref_out, ref_lse;
@@ -668,7 +669,7 @@ void check_attention_forward_bf16(const AttentionShape& s) {
         const int64_t qrow = ((b * s.seq_q + i) * H + h) * hd, at = (b * H + h) * s.seq_q + i;
         std::vector<double> bound(hd, 0.0);
         double score_error = 0.0;
-        for (int64_t j = 0; j <= offset + i; ++j) {
+        for (int64_t j = segment_first(s, b, i); j <= offset + i; ++j) {
           const int64_t krow = ((b * s.seq_kv + j) * KV + h / G) * hd;
           double score = 0.0, score_abs = 0.0;
           for (int64_t d = 0; d < hd; ++d) {
@@ -748,7 +749,7 @@ void check_attention_backward_bf16(const AttentionShape& s) {
           delta += static_cast<double>(dout[qrow + d]) * out[qrow + d];
           delta_abs += std::fabs(static_cast<double>(dout[qrow + d]) * out[qrow + d]);
         }
-        for (int64_t j = 0; j <= offset + i; ++j) {
+        for (int64_t j = segment_first(s, b, i); j <= offset + i; ++j) {
           const int64_t krow = ((b * s.seq_kv + j) * KV + h / G) * hd;
           double score = 0.0, dprob = 0.0, dprob_abs = 0.0;
           for (int64_t d = 0; d < hd; ++d) {
@@ -788,6 +789,146 @@ TEST(Attention, Bf16BackwardWithinItsRoundingOfTheReference) {
   check_attention_backward_bf16({1, 131, 140, 4, 2, 40});  // several query and key blocks
   check_attention_backward_bf16({2, 67, 67, 3, 3, 16});
   check_attention_backward_bf16({2, 260, 260, 2, 1, 64});  // three blocks of each, a group of 2
+}
+
+// Packed rows (AttentionShape::segment_start): sequences of lengths `lengths`, one after another
+// in each row (the same in every row but rotated by the row's index, so rows differ), as the
+// per-query start of each one's segment.
+std::vector<int32_t> packed_starts(const std::vector<int64_t>& lengths, int64_t batch) {
+  std::vector<int32_t> starts;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t at = 0;
+    for (size_t n = 0; n < lengths.size(); ++n) {
+      const int64_t len = lengths[(n + static_cast<size_t>(b)) % lengths.size()];
+      for (int64_t i = 0; i < len; ++i) starts.push_back(static_cast<int32_t>(at));
+      at += len;
+    }
+  }
+  return starts;
+}
+
+// Segment-aware causal attention against the reference (which skips the keys before each query's
+// segment), forward and backward, and the backward against finite differences: segments within a
+// block, across block edges, of one token, and a row that is one segment.
+TEST(Attention, PackedRowsAgainstTheReference) {
+  const std::vector<int32_t> a = packed_starts({50, 80, 1, 129, 40}, 2);  // 300 per row
+  check_attention({2, 300, 300, 4, 2, 12, a.data()});
+  const std::vector<int32_t> b = packed_starts({3, 1, 5, 20, 38}, 1);  // 67
+  check_attention({1, 67, 67, 3, 3, 5, b.data()});
+  const std::vector<int32_t> c = packed_starts({131}, 2);
+  check_attention({2, 131, 131, 4, 1, 8, c.data()});
+}
+
+// Packed rows compute what each sequence run alone computes: out, lse, dq, dk and dv equal the
+// plain causal kernel's on each segment's q, k and v alone, stitched back together, to fp32
+// summation order (the key blocks fall elsewhere). Compared whole, so that a one-token sequence
+// (its dq and dk are zero but for rounding) is measured against the gradients' scale.
+TEST(Attention, PackedRowsEqualEachSequenceRunAlone) {
+  const std::vector<int64_t> lengths = {50, 129, 1, 70, 50};  // 300: segments cross block edges
+  const int64_t B = 1, S = 300, H = 4, KV = 2, hd = 16;
+  const std::vector<int32_t> starts = packed_starts(lengths, B);
+  const AttentionShape packed{B, S, S, H, KV, hd, starts.data()};
+  const std::vector<float> q = randn(S * H * hd, 1), k = randn(S * KV * hd, 2),
+                           v = randn(S * KV * hd, 3), dout = randn(S * H * hd, 4);
+  std::vector<float> out(q.size()), lse(H * S), dq(q.size()), dk(k.size()), dv(v.size());
+  attention_forward_blockwise(out.data(), lse.data(), q.data(), k.data(), v.data(), packed);
+  attention_backward_blockwise(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                               v.data(), out.data(), lse.data(), packed);
+  std::vector<float> out_alone, lse_alone(lse.size()), dq_alone, dk_alone, dv_alone;
+  int64_t at = 0;
+  for (const int64_t len : lengths) {
+    const AttentionShape alone{1, len, len, H, KV, hd};
+    const auto rows = [&](const std::vector<float>& x, int64_t heads) {
+      return std::vector<float>(x.begin() + at * heads * hd, x.begin() + (at + len) * heads * hd);
+    };
+    const std::vector<float> q1 = rows(q, H), k1 = rows(k, KV), v1 = rows(v, KV),
+                             dout1 = rows(dout, H);
+    std::vector<float> out1(q1.size()), lse1(H * len), dq1(q1.size()), dk1(k1.size()),
+        dv1(v1.size());
+    attention_forward_blockwise(out1.data(), lse1.data(), q1.data(), k1.data(), v1.data(), alone);
+    attention_backward_blockwise(dq1.data(), dk1.data(), dv1.data(), dout1.data(), q1.data(),
+                                 k1.data(), v1.data(), out1.data(), lse1.data(), alone);
+    for (int64_t h = 0; h < H; ++h) {
+      std::copy_n(lse1.begin() + h * len, len, lse_alone.begin() + h * S + at);
+    }
+    out_alone.insert(out_alone.end(), out1.begin(), out1.end());
+    dq_alone.insert(dq_alone.end(), dq1.begin(), dq1.end());
+    dk_alone.insert(dk_alone.end(), dk1.begin(), dk1.end());
+    dv_alone.insert(dv_alone.end(), dv1.begin(), dv1.end());
+    at += len;
+  }
+  expect_close("packed out", out.data(), out_alone.data(), S * H * hd, 1e-6);
+  expect_close("packed lse", lse.data(), lse_alone.data(), H * S, 1e-6);
+  expect_close("packed dq", dq.data(), dq_alone.data(), S * H * hd, 1e-6);
+  expect_close("packed dk", dk.data(), dk_alone.data(), S * KV * hd, 1e-6);
+  expect_close("packed dv", dv.data(), dv_alone.data(), S * KV * hd, 1e-6);
+}
+
+// A row that is one segment (every start 0) runs the plain causal kernel's operations: the same
+// bits as without segments, fp32 and bf16, forward and backward.
+TEST(Attention, OneSegmentPerRowIsThePlainCausalKernelBitForBit) {
+  const int64_t B = 2, S = 260, H = 4, KV = 2, hd = 16;
+  const std::vector<int32_t> zeros(B * S, 0);
+  const AttentionShape plain{B, S, S, H, KV, hd}, one{B, S, S, H, KV, hd, zeros.data()};
+  std::vector<uint16_t> q16, k16, v16, out16;
+  const std::vector<float> q = bf16_valued(randn(B * S * H * hd, 1), &q16),
+                           k = bf16_valued(randn(B * S * KV * hd, 2), &k16),
+                           v = bf16_valued(randn(B * S * KV * hd, 3), &v16),
+                           dout = randn(B * S * H * hd, 4);
+  for (const bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "fp32");
+    std::vector<float> out[2], lse[2], dq[2], dk[2], dv[2];
+    for (int run = 0; run < 2; ++run) {
+      const AttentionShape& s = run == 0 ? plain : one;
+      out[run].resize(q.size()), lse[run].resize(B * H * S), dq[run].resize(q.size());
+      dk[run].resize(k.size()), dv[run].resize(v.size());
+      if (bf16) {
+        attention_forward_blockwise_bf16(out[run].data(), lse[run].data(), q16.data(), k16.data(),
+                                         v16.data(), s);
+        bf16_valued(out[run], &out16);
+        attention_backward_blockwise_bf16(dq[run].data(), dk[run].data(), dv[run].data(),
+                                          dout.data(), q16.data(), k16.data(), v16.data(),
+                                          out16.data(), lse[run].data(), s);
+      } else {
+        attention_forward_blockwise(out[run].data(), lse[run].data(), q.data(), k.data(), v.data(),
+                                    s);
+        attention_backward_blockwise(dq[run].data(), dk[run].data(), dv[run].data(), dout.data(),
+                                     q.data(), k.data(), v.data(), out[run].data(), lse[run].data(),
+                                     s);
+      }
+    }
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_EQ(lse[0], lse[1]);
+    EXPECT_EQ(dq[0], dq[1]);
+    EXPECT_EQ(dk[0], dk[1]);
+    EXPECT_EQ(dv[0], dv[1]);
+  }
+}
+
+// bf16 packed rows within the bf16 kernels' rounding of the segment-aware reference.
+TEST(Attention, Bf16PackedRowsWithinTheirRoundingOfTheReference) {
+  const std::vector<int32_t> a = packed_starts({50, 80, 1, 129, 40}, 1);
+  check_attention_forward_bf16({1, 300, 300, 2, 1, 64, a.data()});
+  check_attention_backward_bf16({1, 300, 300, 2, 1, 64, a.data()});
+}
+
+// Segment starts that go back, or past their own query, or with fewer queries than keys, are
+// refused in one line naming the row and query.
+TEST(Attention, BadSegmentStartsAreRefused) {
+  std::vector<int32_t> starts = packed_starts({3, 3}, 1);
+  starts[4] = 0;  // goes back from 3
+  const auto refused = [&](const AttentionShape& s, const std::string& part) {
+    try {
+      attention_check_shape(s);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  refused({1, 6, 6, 2, 1, 4, starts.data()}, "row 0, query 4 has segment start 0");
+  starts[4] = 3, starts[1] = 2;  // past query 1
+  refused({1, 6, 6, 2, 1, 4, starts.data()}, "row 0, query 1 has segment start 2");
+  refused({1, 3, 6, 2, 1, 4, starts.data()}, "need as many queries as keys");
 }
 
 // The one-query path against the reference at decode depths from one key to past 512 (ranges of

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "titan/io/byte_size.h"
@@ -68,7 +70,8 @@ bool same_params(const std::vector<ParamGroup>& a, const std::vector<ParamGroup>
   return true;
 }
 
-// The checkpoint in `dir` rewritten through `edit`, as owned copies (the files are replaced).
+// The checkpoint in `dir` rewritten through `edit`, as owned copies (the files are replaced), as
+// another tool would: its titan.json goes too (its checksums would refuse the edit first).
 void rewrite_checkpoint(const std::string& dir,
                         const std::function<void(std::vector<SafetensorsTensor>&)>& edit) {
   std::vector<SafetensorsTensor> tensors;
@@ -82,6 +85,7 @@ void rewrite_checkpoint(const std::string& dir,
     }
   }
   edit(tensors);
+  std::filesystem::remove(std::filesystem::path(dir) / "titan.json");
   write_safetensors_checkpoint(dir, tensors, {});
 }
 
@@ -414,6 +418,37 @@ TEST_F(HfFolderBadInput, ConfigOfAnotherModel) {
   expect_error([&] { load_hf_model(folder_); },
                {"model.safetensors", "\"model.layers.2.", "is missing (and 10 more)",
                 "config.json expects 36 tensors"});
+}
+
+// An HF export carries its files' checksums (titan.json, io/atomic_dir.h): a shard whose data was
+// damaged after the export -- finite bytes no header check or NaN scan sees -- is refused at load,
+// naming the file; the same folder loads once its marker is gone (a folder of another tool).
+TEST(HfFolderChecksums, ADamagedShardOfTitansExportIsRefusedNamingIt) {
+  ScratchDir dir;
+  const ModelArgs args = tiny_moe();
+  std::vector<ParamGroup> groups = make_param_groups(args);
+  fill_distinct(groups);
+  export_hf_folder(dir / "out", args, groups, opts(DType::f32, 16000));  // several shards
+  std::string damaged;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "out")) {
+    if (entry.path().filename().string().starts_with("model-00002-of-")) {
+      damaged = entry.path().string();
+    }
+  }
+  ASSERT_FALSE(damaged.empty());
+  {
+    std::fstream f(damaged, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(damaged) - 4));
+    const float finite = 1.5f;
+    f.write(reinterpret_cast<const char*>(&finite), sizeof(finite));
+  }
+  std::vector<ParamGroup> loaded = make_param_groups(args);
+  expect_error([&] { load_hf_weights(args, loaded, dir / "out", "test"); },
+               {damaged + ": checksum mismatch (crc32c:", ", titan.json records crc32c:",
+                "changed or damaged after titan wrote it"});
+  std::filesystem::remove(dir / "out/titan.json");
+  load_hf_weights(args, loaded, dir / "out", "test");  // the bytes as they now are
+  EXPECT_FALSE(same_params(groups, loaded));
 }
 
 TEST(HfFolderTiedLmHead, AStoredCopyOfTheEmbeddingIsAcceptedADifferentOneRefused) {

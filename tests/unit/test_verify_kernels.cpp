@@ -43,11 +43,12 @@ TEST(VerifyKernels, EveryBuiltInKernelPassesEveryFormItHas) {
   }
   // The bf16 forms are checked where a kernel has them: linear's y, its dx and dweight from both
   // backwards, the same three in bf16, and the bf16 forward's rounded y; attention's forward (out,
-  // lse), backward (dq, dk, dv), and the three bf16 forms.
+  // lse), backward (dq, dk, dv), the three bf16 forms, and the forward and backward again on
+  // packed rows (a kernel that declares it takes them).
   EXPECT_EQ(checks_of(kernel_registry().get("linear", OpKind::linear)), 9u);
   EXPECT_EQ(checks_of(kernel_registry().get("swiglu", OpKind::swiglu)), 6u);
   EXPECT_EQ(checks_of(kernel_registry().get("swiglu_reference", OpKind::swiglu)), 3u);
-  EXPECT_EQ(checks_of(kernel_registry().get("attention_blockwise", OpKind::attention)), 12u);
+  EXPECT_EQ(checks_of(kernel_registry().get("attention_blockwise", OpKind::attention)), 17u);
   // The experts' stages (ops/moe_stages.h): the router's index, weight, probs and dlogits with
   // and without renormalisation; dispatch's plan (row_of, offsets), both gathers and its backward
   // (dx, dweight); the grouped compute's four outputs in each dtype; combine's y, dy rows and

@@ -17,7 +17,12 @@
 // Chat fine-tuning (DataMode::chat): one conversation of at most S + 1 tokens per window, inputs
 // and labels cut from it the same way and padded to S (the pad id, the EOS when the tokenizer has
 // none; labels -100), labels only on the assistant replies (dataset_chat.h), rendered with
-// LoaderOptions::chat_template.
+// LoaderOptions::chat_template. With LoaderOptions::pack_conversations (training.dataset_packing,
+// TRL's packing), whole conversations follow one another in a row instead, as many as fit (one
+// that does not starts the next row; the rest of a row is padding), and Batch::segment_start says
+// where each one starts: the model keeps attention inside each and restarts positions at each
+// (CausalLM ForwardOptions::segment_start), so a packed row computes what its conversations
+// compute in rows of their own, with less padding.
 //
 // Order: each epoch visits the files in an order shuffled by (seed, epoch) and, within a file, the
 // documents in an order shuffled by (seed, epoch, file). Rank r of W takes the documents at
@@ -64,6 +69,8 @@ struct LoaderOptions {
   // Chat: cut conversations longer than seq_len + 1 tokens (and count them) instead of stopping
   // with an error naming the record.
   bool truncate_long = false;
+  // Chat: several conversations per row (see above); resumes only with the same setting.
+  bool pack_conversations = false;
   // What that error suggests, in the caller's terms (a config key, a flag).
   std::string long_conversation_hint = "raise seq_len, or let the loader truncate";
   int prefetch = 4;  // batches the background thread may have ready
@@ -76,6 +83,9 @@ struct Batch {
   int64_t batch_size = 0, seq_len = 0;
   std::vector<int32_t> input_ids;  // (B, S)
   std::vector<int32_t> labels;     // (B, S): the target of each input, -100 where not scored
+  // (B, S) packed chat rows: the position in its row where each token's conversation starts (the
+  // padding after the last one is a segment of its own); empty when rows are not packed.
+  std::vector<int32_t> segment_start;
 };
 
 class BatchProducer;

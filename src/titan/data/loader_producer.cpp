@@ -11,8 +11,9 @@
 namespace titan {
 namespace {
 
-const char* mode_name(DataMode mode) {
-  return mode == DataMode::chat ? "chat" : "pretrain";
+const char* mode_name(const LoaderOptions& options) {
+  if (options.mode != DataMode::chat) return "pretrain";
+  return options.pack_conversations ? "chat_packed" : "chat";
 }
 
 // Names and sizes of the files, hashed: a resumed run must read the same data.
@@ -77,7 +78,7 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
               "loader: chat data needs the ",
               "chat template of the tokenizer's folder (LoaderOptions::chat_template)");
   if (options.mode == DataMode::chat) check_chat_tokenizer(tok, *options.chat_template);
-  state_.mode = mode_name(options.mode);
+  state_.mode = mode_name(options);
   state_.seed = options.seed;
   state_.shuffle = options.shuffle;
   state_.seq_len = options.seq_len;
@@ -243,6 +244,17 @@ bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
   return true;
 }
 
+size_t BatchProducer::chat_length(bool& cut) const {
+  const auto S = static_cast<size_t>(options_.seq_len);
+  const size_t n = doc_.ids.size();
+  cut = n > S + 1;
+  if (!cut) return n;
+  TITAN_CHECK(options_.truncate_long, doc_.where, ": the conversation has ", n,
+              " tokens, more than seq_len + 1 = ", S + 1, " (", options_.long_conversation_hint,
+              ")");
+  return S + 1;
+}
+
 bool BatchProducer::chat_row(int32_t* ids, int32_t* labels) {
   if (!load_document()) return false;
   doc_loaded_ = false;
@@ -250,19 +262,40 @@ bool BatchProducer::chat_row(int32_t* ids, int32_t* labels) {
   const auto S = static_cast<size_t>(options_.seq_len);
   // The window is the conversation: its tokens but the last are inputs, its labels but the first
   // are targets.
-  size_t n = doc_.ids.size();
-  if (n > S + 1) {
-    TITAN_CHECK(options_.truncate_long, doc_.where, ": the conversation has ", n,
-                " tokens, more than seq_len + 1 = ", S + 1, " (", options_.long_conversation_hint,
-                ")");
-    n = S + 1;
-    ++state_.truncated;
-  }
+  bool cut = false;
+  const size_t n = chat_length(cut);
+  if (cut) ++state_.truncated;
   const size_t inputs = n > 0 ? n - 1 : 0;
   std::copy(doc_.ids.begin(), doc_.ids.begin() + inputs, ids);
   std::copy(doc_.labels.begin() + 1, doc_.labels.begin() + 1 + inputs, labels);
   std::fill(ids + inputs, ids + S, pad_);
   std::fill(labels + inputs, labels + S, kIgnoreLabel);
+  return true;
+}
+
+bool BatchProducer::packed_chat_row(int32_t* ids, int32_t* labels, int32_t* starts) {
+  const auto S = static_cast<size_t>(options_.seq_len);
+  size_t at = 0;
+  // Each conversation is cut as in a row of its own (inputs all its tokens but the last), so the
+  // row holds what those rows hold but their padding. One that does not fit stays loaded for the
+  // next row (the state still points at it: a resume reads it again).
+  while (at < S && (doc_loaded_ || load_document())) {
+    bool cut = false;
+    const size_t n = chat_length(cut);
+    const size_t inputs = n > 0 ? n - 1 : 0;
+    if (inputs > S - at) break;
+    std::copy(doc_.ids.begin(), doc_.ids.begin() + inputs, ids + at);
+    std::copy(doc_.labels.begin() + 1, doc_.labels.begin() + 1 + inputs, labels + at);
+    std::fill(starts + at, starts + at + inputs, static_cast<int32_t>(at));
+    at += inputs;
+    if (cut) ++state_.truncated;
+    doc_loaded_ = false;
+    ++state_.doc;
+  }
+  if (at == 0) return false;  // the data ended
+  std::fill(ids + at, ids + S, pad_);
+  std::fill(labels + at, labels + S, kIgnoreLabel);
+  std::fill(starts + at, starts + S, static_cast<int32_t>(at));
   return true;
 }
 
@@ -276,8 +309,14 @@ bool BatchProducer::next(Batch& batch) {
   batch.seq_len = S;
   batch.input_ids.resize(static_cast<size_t>(B * S));
   batch.labels.resize(static_cast<size_t>(B * S));
+  const bool packed = options_.mode == DataMode::chat && options_.pack_conversations;
+  batch.segment_start.assign(packed ? static_cast<size_t>(B * S) : 0, 0);
   for (int64_t b = 0; b < B; ++b) {
-    if (next_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S)) continue;
+    const bool filled =
+        packed ? packed_chat_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S,
+                                 batch.segment_start.data() + b * S)
+               : next_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S);
+    if (filled) continue;
     // The data ended. Pre-training drops the partial batch; chat data keeps it, the rows left
     // empty (padding, nothing scored), so a pass scores every conversation once, as Transformers'
     // evaluation does (drop_last false).

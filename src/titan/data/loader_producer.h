@@ -36,6 +36,11 @@ class BatchProducer {
   bool next_row(int32_t* ids, int32_t* labels);
   bool pack_row(int32_t* ids, int32_t* labels);
   bool chat_row(int32_t* ids, int32_t* labels);
+  // Conversations one after another into a row while they fit, their starts into `starts`.
+  bool packed_chat_row(int32_t* ids, int32_t* labels, int32_t* starts);
+  // The loaded conversation's length, cut to seq_len + 1 when allowed (else a titan::Error naming
+  // its record), and whether it was cut.
+  size_t chat_length(bool& cut) const;
   // Loads this rank's document state_.doc of the current file into doc_, moving on across files
   // and epochs and past skipped records; false when the epochs are done.
   bool load_document();

@@ -65,7 +65,8 @@ void register_builtins(KernelRegistry& r) {
                          {},
                          attention_forward_blockwise_bf16_kv,
                          attention_backward_blockwise_bf16,
-                         attention_forward_blockwise_bf16}});
+                         attention_forward_blockwise_bf16,
+                         /*packed_rows=*/true}});
   r.add({"attention_reference",
          OpKind::attention,
          {DType::f32},
@@ -76,7 +77,8 @@ void register_builtins(KernelRegistry& r) {
                            if (s.seq_kv > 8192) return "seq_kv <= 8192";
                            return {};
                          },
-                         attention_forward_reference_bf16_kv}});
+                         attention_forward_reference_bf16_kv, nullptr, nullptr,
+                         /*packed_rows=*/true}});
   r.add(
       {"swiglu",
        OpKind::swiglu,
@@ -375,6 +377,8 @@ KernelRegistry& kernel_registry() {
 
 void require_constraints(const std::string& module, const std::string& kernel_name,
                          const AttentionKernel& kernel, const AttentionShape& shape) {
+  TITAN_CHECK(shape.segment_start == nullptr || kernel.packed_rows, module, ": attention kernel '",
+              kernel_name, "' requires one sequence per row (it does not take packed rows)");
   if (!kernel.check) return;
   const std::string broken = kernel.check(shape);
   TITAN_CHECK(broken.empty(), module, ": attention kernel '", kernel_name, "' requires ", broken);

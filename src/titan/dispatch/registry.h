@@ -74,6 +74,9 @@ struct AttentionKernel {
   // The forward over bf16 q, k and v with bf16 GEMMs (mixed-precision training), or null: that
   // training then runs `forward` on them widened, in fp32.
   AttentionForwardBf16 forward_bf16 = nullptr;
+  // Whether its functions honour AttentionShape::segment_start (packed rows); a kernel that does
+  // not is refused for them (require_constraints) rather than let attend across sequences.
+  bool packed_rows = false;
 };
 
 using SwigluForward = void (*)(float*, const float*, const float*, int64_t);

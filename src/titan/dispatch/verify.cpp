@@ -168,6 +168,38 @@ void verify_swiglu(const SwigluKernel& k, Checks& c) {
   c.add_bf16("backward_bf16", "dup", dup16, want_dup);
 }
 
+// A kernel that declares packed rows: sequences of 60, 1 and 109 tokens in each of two rows of
+// 170 (across a 128-key block), its fp32 forward and backward against the segment-aware reference.
+void verify_attention_packed(const AttentionKernel& k, Checks& c) {
+  std::vector<int32_t> starts;
+  for (int64_t b = 0; b < 2; ++b) {
+    for (int64_t i = 0; i < 170; ++i) starts.push_back(i < 60 ? 0 : i < 61 ? 60 : 61);
+  }
+  AttentionShape s;
+  s.batch = 2, s.seq_q = 170, s.seq_kv = 170, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 32;
+  s.segment_start = starts.data();
+  const int64_t q_numel = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t kv_numel = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  const int64_t lse_numel = s.batch * s.n_heads * s.seq_q;
+  const std::vector<float> q = uniform(q_numel, 5), key = uniform(kv_numel, 6),
+                           v = uniform(kv_numel, 7), dout = uniform(q_numel, 8);
+  const double tolerance = fp32_tolerance(std::max(s.seq_kv, s.head_dim));
+  std::vector<float> out(q_numel), lse(lse_numel), want(q_numel), want_lse(lse_numel);
+  k.forward(out.data(), lse.data(), q.data(), key.data(), v.data(), s);
+  attention_forward_reference(want.data(), want_lse.data(), q.data(), key.data(), v.data(), s);
+  c.add("forward_packed", "out", out, want, tolerance);
+  c.add("forward_packed", "lse", lse, want_lse, tolerance);
+  std::vector<float> dq(q_numel), dk(kv_numel), dv(kv_numel), want_dq(q_numel), want_dk(kv_numel),
+      want_dv(kv_numel);
+  k.backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), key.data(), v.data(),
+             want.data(), want_lse.data(), s);
+  attention_backward_reference(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(),
+                               q.data(), key.data(), v.data(), want.data(), want_lse.data(), s);
+  c.add("backward_packed", "dq", dq, want_dq, tolerance);
+  c.add("backward_packed", "dk", dk, want_dk, tolerance);
+  c.add("backward_packed", "dv", dv, want_dv, tolerance);
+}
+
 void verify_attention(const AttentionKernel& k, Checks& c) {
   // Positions past one 128-key block, grouped heads, a batch of two; queries the last 150 of
   // 170 positions, as a prefill after a cached prefix has them.
@@ -229,6 +261,7 @@ void verify_attention(const AttentionKernel& k, Checks& c) {
     c.add("backward_bf16", "dk", dk, want_dk, kBf16Tolerance);
     c.add("backward_bf16", "dv", dv, want_dv, kBf16Tolerance);
   }
+  if (k.packed_rows) verify_attention_packed(k, c);
 }
 
 void verify_lm_head_loss(const LmHeadLossKernel& k, bool takes_bf16, Checks& c) {

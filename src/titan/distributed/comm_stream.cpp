@@ -1,5 +1,7 @@
 #include "titan/distributed/comm_stream.h"
 
+#include <chrono>
+
 #include "titan/core/clock.h"
 
 namespace titan {
@@ -17,7 +19,8 @@ void CommHandle::wait() {
   task->stream->wait(*task);
 }
 
-CommStream::CommStream() : thread_([this] { work_loop(); }) {}
+CommStream::CommStream(std::function<void()> idle, int64_t idle_period_ns)
+    : idle_(std::move(idle)), idle_period_ns_(idle_period_ns), thread_([this] { work_loop(); }) {}
 
 CommStream::~CommStream() {
   {
@@ -57,7 +60,15 @@ void CommStream::wait(CommHandle::Task& task) {
 void CommStream::work_loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    queued_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    const auto ready = [&] { return stopping_ || !queue_.empty(); };
+    if (!idle_) {
+      queued_.wait(lock, ready);
+    } else if (!queued_.wait_for(lock, std::chrono::nanoseconds(idle_period_ns_), ready)) {
+      lock.unlock();
+      idle_();
+      lock.lock();
+      continue;
+    }
     if (queue_.empty()) return;  // stopping, everything run
     const std::shared_ptr<CommHandle::Task> task = std::move(queue_.front());
     queue_.pop_front();

@@ -49,7 +49,10 @@ class CommHandle {
 
 class CommStream {
  public:
-  CommStream();
+  // `idle`, when given, runs on the stream's thread every `idle_period_ns` while nothing is queued
+  // (MPI's heartbeats, distributed/heartbeat.h: the thread that calls MPI keeps beating while the
+  // compute thread computes).
+  explicit CommStream(std::function<void()> idle = {}, int64_t idle_period_ns = 0);
   // Runs what is queued, then stops the thread.
   ~CommStream();
   CommStream(const CommStream&) = delete;
@@ -68,6 +71,8 @@ class CommStream {
   void work_loop();
   void wait(CommHandle::Task& task);
 
+  const std::function<void()> idle_;
+  const int64_t idle_period_ns_;
   mutable std::mutex mutex_;
   std::condition_variable queued_, finished_;
   std::deque<std::shared_ptr<CommHandle::Task>> queue_;

@@ -4,7 +4,7 @@
 // finalize_world every MPI call runs on the process's communication stream
 // (distributed/comm_stream.h): one thread, so MPI_THREAD_SERIALIZED suffices; the one exception is
 // MPI_Abort, which ends the process from wherever the error is, the stream possibly stuck in a
-// collective.
+// collective. The ranks' heartbeats (distributed/heartbeat.h) travel here too, on that thread.
 #include <mpi.h>
 
 #include <algorithm>
@@ -15,25 +15,104 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
+#include "titan/distributed/heartbeat.h"
 #include "titan/distributed/world.h"
 
 namespace titan {
 namespace {
 
-// Watches the collective the communication stream's thread is in (the compute thread waits on
-// its handle meanwhile). It cannot call MPI itself (only the stream's thread does), so it ends this
-// rank with _Exit and leaves the rest to mpirun.
+// Heartbeats (distributed/heartbeat.h) over a duplicate of MPI_COMM_WORLD, so that they never
+// match a collective's messages: one message of 8 bytes per peer per second, a receive always
+// posted from every peer. Its MPI calls run where every MPI call runs: on the communication
+// thread (between collectives its idle turns, during one the wait loop), and on the main thread
+// before that thread starts and after it stops.
+class HeartbeatLink {
+ public:
+  static constexpr int64_t kLookNs = 100'000'000;    // how often arrived beats are taken in
+  static constexpr int64_t kBeatNs = 1'000'000'000;  // how often this rank beats
+
+  void start(int rank, int size) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    beats_ = std::make_unique<PeerBeats>(rank, size, now_ns());
+    inbox_.assign(static_cast<size_t>(size), 0);
+    outbox_.assign(static_cast<size_t>(size), 0);
+    receives_.assign(static_cast<size_t>(size), MPI_REQUEST_NULL);
+    sends_.assign(static_cast<size_t>(size), MPI_REQUEST_NULL);
+    for (int p = 0; p < size; ++p) {
+      if (p != rank) post_receive(p);
+    }
+  }
+  // Cancels the receives and completes the sends (small: sent eagerly, done without the peer).
+  void stop() {
+    if (!beats_) return;
+    for (MPI_Request& r : receives_) {
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    }
+    MPI_Waitall(static_cast<int>(receives_.size()), receives_.data(), MPI_STATUSES_IGNORE);
+    MPI_Waitall(static_cast<int>(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE);
+    MPI_Comm_free(&comm_);
+    beats_.reset();
+  }
+  PeerBeats* beats() const { return beats_.get(); }
+  // Takes in what has arrived (at most every kLookNs) and beats (every kBeatNs); cheap otherwise.
+  void tick() {
+    if (!beats_) return;
+    const int64_t now = now_ns();
+    if (now - looked_ns_ < kLookNs) return;
+    looked_ns_ = now;
+    for (int p = 0; p < beats_->size(); ++p) {
+      for (int arrived = 0; p != beats_->rank();) {
+        MPI_Test(&receives_[p], &arrived, MPI_STATUS_IGNORE);
+        if (arrived == 0) break;
+        beats_->heard(p, inbox_[p], now);
+        post_receive(p);
+      }
+    }
+    beats_->looked(now);
+    if (now - beat_ns_ < kBeatNs) return;
+    beat_ns_ = now;
+    for (int p = 0; p < beats_->size(); ++p) {
+      int sent = 0;
+      MPI_Test(&sends_[p], &sent, MPI_STATUS_IGNORE);  // one beat in flight per peer at most
+      if (p == beats_->rank() || sent == 0) continue;
+      outbox_[p] = beats_->entered();
+      MPI_Isend(&outbox_[p], 1, MPI_INT64_T, p, kTag, comm_, &sends_[p]);
+    }
+  }
+
+ private:
+  static constexpr int kTag = 7;
+  void post_receive(int peer) {
+    MPI_Irecv(&inbox_[peer], 1, MPI_INT64_T, peer, kTag, comm_, &receives_[peer]);
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  std::unique_ptr<PeerBeats> beats_;
+  std::vector<int64_t> inbox_, outbox_;  // per peer: the last beat received, the beat in flight
+  std::vector<MPI_Request> receives_, sends_;
+  int64_t looked_ns_ = 0, beat_ns_ = 0;
+};
+
+HeartbeatLink g_heartbeats;
+
+// Watches the other ranks for this one: ends the job when a peer's heartbeats stop (a stopped or
+// frozen rank, whatever this rank is doing) or when this rank's communication thread has waited
+// in one collective longer than its timeout (naming the ranks that have not reached it). It cannot
+// call MPI itself (only the stream's thread does), so it ends this rank with _Exit and leaves the
+// rest to mpirun.
 class Watchdog {
  public:
   ~Watchdog() { stop(); }
-  void start(int rank, int size) {
+  void start(int rank, int size, const PeerBeats* beats) {
     rank_ = rank;
     size_ = size;
+    beats_ = beats;
     thread_ = std::thread([this] { run(); });
   }
   void stop() {
@@ -43,7 +122,11 @@ class Watchdog {
   }
   void set_timeout(int64_t seconds, const char* key) {
     key_ = key;
-    timeout_ns_ = seconds * 1'000'000'000;
+    timeout_ns_ = to_ns(seconds);
+  }
+  void set_heartbeat_timeout(int64_t seconds, const char* key) {
+    heartbeat_key_ = key;
+    heartbeat_timeout_ns_ = to_ns(seconds);
   }
   void enter(const char* collective) {
     collective_ = collective;
@@ -52,26 +135,85 @@ class Watchdog {
   void leave() { since_ns_ = 0; }
 
  private:
+  // Beats not taken in for this long mean this rank's own communication thread is held up (in a
+  // blocking MPI call): silence is not measured then.
+  static constexpr int64_t kStaleNs = 5'000'000'000;
+  // Beats missed for this long (a few) make a rank worth naming when a collective times out.
+  static constexpr int64_t kQuietNs = 3'000'000'000;
+  // Seconds as nanoseconds, a limit beyond 292 years taken as 292 years.
+  static int64_t to_ns(int64_t seconds) {
+    return std::min<int64_t>(seconds, INT64_MAX / 1'000'000'000) * 1'000'000'000;
+  }
+
   void run() {
+    int64_t woke = now_ns(), verdict_at = 0, timed_out_since = 0;
     while (!stopping_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      const int64_t now = now_ns(), heartbeat_timeout = heartbeat_timeout_ns_;
+      // Asleep far longer than asked: this process was stopped or frozen itself; its waits and
+      // the others' silence are measured afresh (were it continued, mpirun is likely ending it).
+      const bool was_stopped = now - woke > kStaleNs;
+      woke = now;
+      if (was_stopped) {
+        int64_t since = since_ns_;
+        if (since != 0) since_ns_.compare_exchange_strong(since, now);
+        verdict_at = 0;
+        continue;
+      }
+      if (heartbeat_timeout > 0) {
+        const std::vector<int> silent = beats_->silent(heartbeat_timeout, now, kStaleNs);
+        if (!silent.empty()) {
+          end_job(rank_list(silent) + " sent no heartbeat for " +
+                  std::to_string(heartbeat_timeout / 1'000'000'000) + " s (comm." +
+                  heartbeat_key_.load() + "): stopped, frozen or unreachable; ending the job");
+        }
+      }
       const int64_t since = since_ns_, timeout = timeout_ns_;
-      if (since == 0 || timeout <= 0 || now_ns() - since < timeout) continue;
-      std::fprintf(stderr,
-                   "[rank %d of %d] titan train: error: %s waited %lld s for the other ranks "
-                   "(comm.%s): a rank is stuck; ending the job\n",
-                   rank_, size_, collective_.load(),
-                   static_cast<long long>(timeout / 1'000'000'000), key_.load());
-      std::fflush(stderr);
-      std::_Exit(1);
+      if (since == 0 || timeout <= 0 || now - since < timeout) {
+        verdict_at = 0;
+        continue;
+      }
+      // Timed out: the verdict waits for a beat from every live peer, so that one that reached
+      // the collective just now is not named; a collective that ends meanwhile ends nothing.
+      if (verdict_at == 0 || timed_out_since != since) {
+        verdict_at = now + HeartbeatLink::kBeatNs + 2 * HeartbeatLink::kLookNs;
+        timed_out_since = since;
+      }
+      if (now < verdict_at) continue;
+      end_job(std::string(collective_.load()) + " waited " +
+              std::to_string(timeout / 1'000'000'000) + " s for the other ranks (comm." +
+              key_.load() + "): " + waited_for(now) + "; ending the job");
     }
+  }
+  // The ranks a timed-out collective waits for: those behind in collectives by their last beat,
+  // else those silent for a while (one stopped inside this very collective).
+  std::string waited_for(int64_t now) const {
+    const std::vector<int> behind = beats_->behind();
+    if (!behind.empty()) {
+      return rank_list(behind) + (behind.size() == 1 ? " has" : " have") + " not reached it";
+    }
+    const std::vector<int> silent = beats_->silent(kQuietNs, now, kStaleNs);
+    if (!silent.empty()) {
+      return rank_list(silent) + " sent no heartbeat for " +
+             std::to_string(beats_->silent_seconds(silent.front())) + " s";
+    }
+    return "a rank is stuck";
+  }
+  // Every surviving rank comes to the same verdict within a beat or so: the pause lets theirs be
+  // printed too before this rank's exit makes mpirun end them.
+  [[noreturn]] void end_job(const std::string& why) const {
+    std::fprintf(stderr, "[rank %d of %d] titan train: error: %s\n", rank_, size_, why.c_str());
+    std::fflush(stderr);
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    std::_Exit(1);
   }
 
   std::thread thread_;
   int rank_ = 0, size_ = 1;
+  const PeerBeats* beats_ = nullptr;
   std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> since_ns_{0}, timeout_ns_{0};
-  std::atomic<const char*> collective_{""}, key_{""};
+  std::atomic<int64_t> since_ns_{0}, timeout_ns_{0}, heartbeat_timeout_ns_{0};
+  std::atomic<const char*> collective_{""}, key_{""}, heartbeat_key_{""};
 };
 
 Watchdog g_watchdog;
@@ -79,7 +221,10 @@ Watchdog g_watchdog;
 // The stream's thread is inside one collective while this lives.
 class InCollective {
  public:
-  explicit InCollective(const char* name) { g_watchdog.enter(name); }
+  explicit InCollective(const char* name) {
+    if (PeerBeats* beats = g_heartbeats.beats()) beats->enter_collective();
+    g_watchdog.enter(name);
+  }
   ~InCollective() { g_watchdog.leave(); }
   InCollective(const InCollective&) = delete;
   InCollective& operator=(const InCollective&) = delete;
@@ -107,6 +252,7 @@ void complete_all(size_t n, Start&& start) {
   for (int done = 0;;) {
     MPI_Testall(static_cast<int>(n), requests.data(), &done, MPI_STATUSES_IGNORE);
     if (done != 0) return;
+    g_heartbeats.tick();
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
@@ -338,8 +484,9 @@ void init_world(int* argc, char*** argv) {
   MPI_Comm_rank(local, &g_info.local_rank);
   MPI_Comm_size(local, &g_info.local_size);
   MPI_Comm_free(&local);
-  g_watchdog.start(g_info.rank, g_info.size);
-  g_stream = std::make_unique<CommStream>();
+  g_heartbeats.start(g_info.rank, g_info.size);
+  g_watchdog.start(g_info.rank, g_info.size, g_heartbeats.beats());
+  g_stream = std::make_unique<CommStream>([] { g_heartbeats.tick(); }, HeartbeatLink::kLookNs);
   g_world = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false);
 }
 
@@ -348,6 +495,7 @@ void finalize_world() {
   g_world.reset();
   g_stream.reset();  // runs what is queued; MPI is this thread's again
   g_watchdog.stop();
+  g_heartbeats.stop();
   MPI_Finalize();
   g_mpi = false;
 }
@@ -371,6 +519,10 @@ void reset_collective_times() {
 
 void set_collective_timeout(int64_t seconds, const char* key) {
   g_watchdog.set_timeout(seconds, key);
+}
+
+void set_heartbeat_timeout(int64_t seconds, const char* key) {
+  g_watchdog.set_heartbeat_timeout(seconds, key);
 }
 
 void abort_world(int code) {

@@ -28,9 +28,15 @@ void reset_collective_times();
 // Ends every rank of the job with `code` (MPI_Abort), or this process in a world of one.
 [[noreturn]] void abort_world(int code);
 // A collective that waits longer than `seconds` for the other ranks ends the job: a watchdog
-// prints one line naming the collective and `key` (the config key that sets the limit) and exits
-// this rank, and mpirun ends the others. For a rank that hangs without dying (a rank that dies
+// prints one line naming the collective, `key` (the config key that sets the limit) and the ranks
+// that have not reached it (by their heartbeats' counts of collectives) and exits this rank, and
+// mpirun ends the others. For a rank that hangs without dying (a rank that dies
 // ends the job through mpirun at once). No effect in a world of one.
 void set_collective_timeout(int64_t seconds, const char* key);
+// A rank whose heartbeats (distributed/heartbeat.h: one a second from its communication thread,
+// computing or waiting) stop for `seconds` ends the job: every other rank prints one line naming
+// it and `key` and exits, whatever it was doing and however long a step takes. 0 (the default
+// until set) turns the check off. No effect in a world of one.
+void set_heartbeat_timeout(int64_t seconds, const char* key);
 
 }  // namespace titan

@@ -3,13 +3,15 @@
 // error or a crash before commit() leaves the destination as it was.
 //
 // Every folder committed holds a marker, titan.json ({"written_by": "titan", "content": KIND,
-// "files": [...]}), naming what it holds and every file titan wrote there. Replacing an existing
+// "files": [...], "checksums": {NAME: "crc32c:..."}}), naming what it holds and every file titan
+// wrote there with its checksum (io/file_checksum.h), which loads verify. Replacing an existing
 // folder is allowed only when its marker says titan wrote it, with the same kind of content, and
 // the folder holds nothing else: what titan did not write is never removed.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace titan {
 
@@ -53,6 +55,12 @@ void check_atomic_dir_destination(const std::string& path, const std::string& co
 // Creates the folder `path` (and its parents) if needed and proves it writable by creating and
 // removing a file in it; otherwise a titan::Error naming `what` ("job.dump_folder") and `path`.
 void ensure_writable_folder(const std::string& path, std::string_view what);
+
+// When the folder `dir` holds a titan marker recording checksums, each of `names` (files in `dir`)
+// must hold the bytes it records: titan::Error naming the file otherwise ("checksum mismatch", or
+// a file the marker does not record). A folder without a marker, or whose marker predates
+// checksums, passes; an unreadable marker is an error naming it.
+void check_titan_folder_checksums(const std::string& dir, const std::vector<std::string>& names);
 
 // Refuses (titan::Error) a `destination` that is the `source` path, lies inside it, or holds it:
 // writing there would replace or remove what is being read. `what` names the source in the

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "titan/core/error.h"
+#include "titan/io/atomic_dir.h"
 #include "titan/io/convert.h"
 #include "titan/io/json_util.h"
 
@@ -87,8 +88,12 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
     single_path = path;
   }
 
+  // A folder titan wrote records each file's checksum (io/atomic_dir.h): damaged bytes are named
+  // before anything is parsed.
   if (!single_path.empty()) {
     ckpt.path_ = single_path;
+    const fs::path single(single_path);
+    check_titan_folder_checksums(single.parent_path().string(), {single.filename().string()});
     ckpt.files_.push_back(SafetensorsFile::open(single_path));
     for (const SafetensorsEntry& e : ckpt.files_.back().entries())
       ckpt.by_name_.emplace(e.name, &e);
@@ -96,15 +101,19 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
   }
 
   ckpt.path_ = index_path;
-  const std::map<std::string, std::string> weight_map = read_weight_map(index_path);
   const fs::path dir = fs::path(index_path).parent_path();
+  check_titan_folder_checksums(dir.string(), {fs::path(index_path).filename().string()});
+  const std::map<std::string, std::string> weight_map = read_weight_map(index_path);
   std::set<std::string> shards;
   for (const auto& [name, shard] : weight_map) shards.insert(shard);
   for (const std::string& shard : shards) {
     const std::string shard_path = (dir / shard).string();
     TITAN_CHECK(fs::exists(shard_path), index_path, ": shard ", json_quote(shard),
                 " named by the index is missing (", shard_path, ")");
-    ckpt.files_.push_back(SafetensorsFile::open(shard_path));
+  }
+  check_titan_folder_checksums(dir.string(), {shards.begin(), shards.end()});
+  for (const std::string& shard : shards) {
+    ckpt.files_.push_back(SafetensorsFile::open((dir / shard).string()));
   }
   // Every tensor of every shard is listed by the index, in that shard, exactly once.
   for (size_t i = 0; const std::string& shard : shards) {

@@ -40,7 +40,10 @@ class SafetensorsCheckpoint {
   // `path` is a model folder (its model.safetensors.index.json, else its model.safetensors), an
   // index file, or one .safetensors file. An index naming a missing shard, a weight_map entry
   // absent from its shard, a shard tensor the index does not list, or a name in two shards is a
-  // titan::Error naming the index, the shard and the tensor.
+  // titan::Error naming the index, the shard and the tensor. In a folder titan wrote (an HF
+  // export: its titan.json records checksums, io/atomic_dir.h) the index and every file opened
+  // must hold the bytes the export wrote, else a titan::Error naming the file (about 0.5 s per
+  // GiB, once per process and file).
   static SafetensorsCheckpoint open(const std::string& path);
 
   // The index or the single file that was opened.

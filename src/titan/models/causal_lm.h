@@ -28,6 +28,11 @@ struct ForwardOptions {
   // With args().output_router_logits, the gradients also include router_aux_loss_coef *
   // aux_loss_scale * the load-balancing loss (1 / micro-batches when accumulating).
   float aux_loss_scale = 1.0f;
+  // Packed rows (several sequences one after another in a row, e.g. conversations): (B, S), the
+  // position in its row where each token's sequence starts (ops/attention.h's segment_start).
+  // Attention stays inside each sequence and positions (RoPE) restart at each start, so a packed
+  // row computes what its sequences compute run alone. Null: one sequence per row.
+  const int32_t* segment_start = nullptr;
 };
 
 // Every use of a parameter group by the forward and backward, for a parallelism to act around:

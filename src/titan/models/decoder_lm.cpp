@@ -305,6 +305,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(!options.compute_grad || !forward_only_,
               "forward with compute_grad on a model made forward-only");
   ensure_activations(batch, seq);
+  set_row_segments(options.segment_start);
   // Under hooks each group's copies are made at its acquire; in one process the blocks' are too,
   // and the head's here.
   if (!hooks_.acquire && !compute_copies_.empty() && !copies_held_) {

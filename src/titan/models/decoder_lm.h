@@ -94,6 +94,9 @@ class DecoderLM final : public CausalLM {
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
                               int64_t batch, int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
+  // This call's rows: packed (segment starts copied, positions restarting at each) or, for null,
+  // one sequence each (positions 0..seq-1), for the forward and its backward.
+  void set_row_segments(const int32_t* segment_start);
   // Layer i from acts_.resid[i] to acts_.resid[i + 1], keeping what its backward needs in `a`.
   void layer_forward(size_t i, LayerActivations& a);
   // bf16 compute: lays out one bf16 copy of every matmul weight (the router's excepted) in its
@@ -156,7 +159,7 @@ class DecoderLM final : public CausalLM {
   Buffer arena_;
   Activations acts_;
   LayerCall call_;  // the current (batch_, seq_) call
-  std::vector<int32_t> ids_, positions_, targets_;
+  std::vector<int32_t> ids_, positions_, targets_, segment_starts_;
   // One process: the copies of the block in use, every block's made in turn in the same pages (the
   // largest block's bytes), committed from the first block's use on. Giving them back where no
   // block is in use (the loss, the embedding) lowered no peak -- the step peaks while a block runs,

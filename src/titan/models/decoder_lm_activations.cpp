@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "titan/core/carver.h"
+#include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
 #include "titan/models/decoder_lm.h"
 
@@ -239,6 +240,24 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   call_.experts_scratch = &acts_.grad.moe.experts;
   call_.linear = acts_.linear;
   call_.collectives = &collectives_;
+}
+
+void DecoderLM::set_row_segments(const int32_t* segment_start) {
+  const int64_t n = batch_ * seq_;
+  if (segment_start == nullptr) {
+    if (call_.segment_start == nullptr) return;  // positions are still 0..seq-1
+    for (int64_t i = 0; i < n; ++i) positions_[i] = static_cast<int32_t>(i % seq_);
+    call_.segment_start = nullptr;
+    return;
+  }
+  segment_starts_.assign(segment_start, segment_start + n);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t start = segment_starts_[i];
+    TITAN_CHECK(start >= 0 && start <= i % seq_, "forward: packed row ", i / seq_, ", token ",
+                i % seq_, " has segment start ", start, ", past its own position");
+    positions_[i] = static_cast<int32_t>(i % seq_ - start);
+  }
+  call_.segment_start = segment_starts_.data();
 }
 
 }  // namespace titan

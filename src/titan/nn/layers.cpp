@@ -155,7 +155,8 @@ void Embedding::backward(const float* dout, const int32_t* ids, int64_t n) const
 }
 
 AttentionShape SelfAttention::shape(const LayerCall& call) const {
-  return {call.batch, call.seq, call.past + call.seq, n_heads, n_kv_heads, head_dim};
+  return {call.batch, call.seq, call.past + call.seq, n_heads,
+          n_kv_heads, head_dim, call.segment_start};
 }
 
 void SelfAttention::check_constraints(const AttentionShape& s) const {

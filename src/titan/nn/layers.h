@@ -71,6 +71,8 @@ struct LayerCollectives {
 struct LayerCall {
   int64_t batch = 0, seq = 0;          // this call's tokens: batch x seq
   const int32_t* positions = nullptr;  // (batch * seq) absolute positions
+  // (batch * seq) packed rows' segment starts (ops/attention.h), or null: one sequence per row.
+  const int32_t* segment_start = nullptr;
   const RopeCache* rope = nullptr;
   // Decode (batch 1): this call's keys and values go to rows [past, past + seq) of the cache and
   // it attends over rows [0, past + seq). With a bf16 cache they are computed into the

@@ -25,6 +25,14 @@ int64_t visible_in_block(int64_t query_pos, int64_t key0, int64_t block_cols) {
   return std::clamp<int64_t>(query_pos + 1 - key0, 0, block_cols);
 }
 
+// The first key of a block (keys key0...) that query `i` of row `b` may see: 0 without segments,
+// else its segment's start within the block (clamped to [0, block_cols]).
+int64_t first_in_block(const AttentionShape& s, int64_t b, int64_t i, int64_t key0,
+                       int64_t block_cols) {
+  if (s.segment_start == nullptr) return 0;
+  return std::clamp<int64_t>(s.segment_start[b * s.seq_q + i] - key0, 0, block_cols);
+}
+
 // Queries of the G heads that share a kv head are stacked into one block of G * rows rows, so
 // each GEMM against a key block is G times taller (better GEMM efficiency, K and V read once).
 // Stacked row g * rows + r is query i0 + r of head kvh * G + g.
@@ -248,7 +256,7 @@ void attention_forward_blocks(float* out, float* lse, const Q* q, const KV* k, c
   attention_check_shape(s);
   constexpr bool kBf16Gemm = std::is_same_v<Q, uint16_t>;
   static_assert(!kBf16Gemm || std::is_same_v<KV, uint16_t>, "bf16 GEMMs need bf16 keys");
-  if (s.seq_q == 1) {
+  if (s.seq_q == 1 && s.segment_start == nullptr) {
     if constexpr (kBf16Gemm) {
       // A bf16 model's decode step over its bf16 cache: q widened exactly, P rounded.
       std::vector<float> q_f32(static_cast<size_t>(s.batch * s.n_heads * s.head_dim));
@@ -292,7 +300,11 @@ void attention_forward_blocks(float* out, float* lse, const Q* q, const KV* k, c
           std::fill(row_max.begin(), row_max.begin() + m, kNegInf);
           std::fill(row_sum.begin(), row_sum.begin() + m, 0.0f);
           const int64_t key_end = offset + i0 + rows;  // keys past the last query are masked
-          for (int64_t j0 = 0; j0 < key_end; j0 += kBlockK) {
+          // Packed rows: key blocks wholly before the block's first segment are skipped.
+          const int64_t key_begin = s.segment_start == nullptr
+                                        ? 0
+                                        : s.segment_start[b * s.seq_q + i0] / kBlockK * kBlockK;
+          for (int64_t j0 = key_begin; j0 < key_end; j0 += kBlockK) {
             const int64_t cols = std::min(kBlockK, key_end - j0);
             int64_t ld_k = 0, ld_v = 0;
             const Q* k_blk = key_block<Q>(k_head, ldk, j0, cols, hd, k_staging.data(), ld_k);
@@ -302,11 +314,15 @@ void attention_forward_blocks(float* out, float* lse, const Q* q, const KV* k, c
             for (int64_t sr = 0; sr < m; ++sr) {
               float* row = scores.data() + sr * kBlockK;
               const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
+              const int64_t first = first_in_block(s, b, i0 + sr % rows, j0, visible);
+              std::fill(row, row + first, 0.0f);
               std::fill(row + visible, row + cols, 0.0f);
-              if (visible > 0) {
-                const float m_new = std::max(row_max[sr], vk.max(row, visible));
+              if (visible > first) {
+                const int64_t n = visible - first;
+                const float m_new = std::max(row_max[sr], vk.max(row + first, n));
                 const float correction = std::exp(row_max[sr] - m_new);  // 0 on the first block
-                row_sum[sr] = row_sum[sr] * correction + vk.exp_shift_sum(row, row, visible, m_new);
+                row_sum[sr] =
+                    row_sum[sr] * correction + vk.exp_shift_sum(row + first, row + first, n, m_new);
                 if (correction != 1.0f) vk.scale(acc.data() + sr * hd, correction, hd);
                 row_max[sr] = m_new;
               }
@@ -341,6 +357,17 @@ void attention_check_shape(const AttentionShape& s) {
               ") must be a multiple of kv heads (", s.n_kv_heads, ")");
   TITAN_CHECK(s.seq_q <= s.seq_kv, "attention: more queries (", s.seq_q, ") than keys (", s.seq_kv,
               ")");
+  if (s.segment_start == nullptr) return;
+  TITAN_CHECK(s.seq_q == s.seq_kv, "attention: segment starts (packed rows) with ", s.seq_q,
+              " queries over ", s.seq_kv, " keys: they need as many queries as keys");
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int32_t* row = s.segment_start + b * s.seq_q;
+    for (int64_t i = 0; i < s.seq_q; ++i) {
+      TITAN_CHECK(row[i] >= 0 && row[i] <= i && (i == 0 || row[i] >= row[i - 1]), "attention: row ",
+                  b, ", query ", i, " has segment start ", row[i],
+                  ": starts must be non-decreasing along a row, each at most its query's position");
+    }
+  }
 }
 
 void attention_forward_blockwise(float* out, float* lse, const float* q, const float* k,
@@ -431,6 +458,9 @@ void attention_backward_blocks(float* dq, float* dk, float* dv, const float* dou
           // Queries before absolute position j0 see none of this block.
           const int64_t first_query = std::max<int64_t>(0, j0 - offset);
           for (int64_t i0 = first_query / kBlockQ * kBlockQ; i0 < s.seq_q; i0 += kBlockQ) {
+            // Packed rows: from the query block whose first segment starts past this key block
+            // on, no query sees it (starts are non-decreasing).
+            if (s.segment_start != nullptr && s.segment_start[b * s.seq_q + i0] >= j0 + cols) break;
             const int64_t rows = std::min(kBlockQ, s.seq_q - i0), m = G * rows, at = G * i0;
             const T* q_blk = q_st.data() + at * hd;
             const T* do_blk = do_op + at * hd;
@@ -442,8 +472,10 @@ void attention_backward_blocks(float* dq, float* dk, float* dv, const float* dou
               float* pr = p.data() + sr * kBlockK;
               float* dsr = dp.data() + sr * kBlockK;
               const int64_t visible = visible_in_block(offset + i0 + sr % rows, j0, cols);
+              const int64_t first = first_in_block(s, b, i0 + sr % rows, j0, visible);
               const float row_delta = delta_st[at + sr];
-              vk.exp_shift_sum(pr, pr, visible, lse_st[at + sr]);
+              vk.exp_shift_sum(pr + first, pr + first, visible - first, lse_st[at + sr]);
+              std::fill(pr, pr + first, 0.0f);
               std::fill(pr + visible, pr + cols, 0.0f);
               // dS = P * (dP - delta), pre-multiplied by the score scale for dq and dk.
               for (int64_t c = 0; c < cols; ++c) dsr[c] = pr[c] * (dsr[c] - row_delta) * scale;
@@ -487,90 +519,6 @@ void attention_backward_blockwise_bf16(float* dq, float* dk, float* dv, const fl
                                        const uint16_t* out, const float* lse,
                                        const AttentionShape& s) {
   attention_backward_blocks(dq, dk, dv, dout, q, k, v, out, lse, s);
-}
-
-void attention_forward_reference(float* out, float* lse, const float* q, const float* k,
-                                 const float* v, const AttentionShape& s) {
-  attention_check_shape(s);
-  const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
-  const int64_t offset = s.seq_kv - s.seq_q;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  std::vector<double> prob(s.seq_kv);
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t i = 0; i < s.seq_q; ++i) {
-        const float* qi = q + ((b * s.seq_q + i) * H + h) * hd;
-        const int64_t visible = offset + i + 1;
-        double m = -std::numeric_limits<double>::infinity(), sum = 0.0;
-        for (int64_t j = 0; j < visible; ++j) {
-          const float* kj = k + ((b * s.seq_kv + j) * KV + h / G) * hd;
-          double dot = 0.0;
-          for (int64_t d = 0; d < hd; ++d) dot += static_cast<double>(qi[d]) * kj[d];
-          prob[j] = dot * scale;
-          m = std::max(m, prob[j]);
-        }
-        for (int64_t j = 0; j < visible; ++j) sum += (prob[j] = std::exp(prob[j] - m));
-        float* o = out + ((b * s.seq_q + i) * H + h) * hd;
-        for (int64_t d = 0; d < hd; ++d) {
-          double acc = 0.0;
-          for (int64_t j = 0; j < visible; ++j) {
-            acc += prob[j] * v[((b * s.seq_kv + j) * KV + h / G) * hd + d];
-          }
-          o[d] = static_cast<float>(acc / sum);
-        }
-        lse[(b * H + h) * s.seq_q + i] = static_cast<float>(m + std::log(sum));
-      }
-    }
-  }
-}
-
-void attention_forward_reference_bf16_kv(float* out, float* lse, const float* q, const uint16_t* k,
-                                         const uint16_t* v, const AttentionShape& s) {
-  attention_check_shape(s);
-  const size_t n = static_cast<size_t>(s.batch * s.seq_kv * s.n_kv_heads * s.head_dim);
-  std::vector<float> k32(n), v32(n);
-  for (size_t i = 0; i < n; ++i) {
-    k32[i] = bf16_to_f32(k[i]);
-    v32[i] = bf16_to_f32(v[i]);
-  }
-  attention_forward_reference(out, lse, q, k32.data(), v32.data(), s);
-}
-
-void attention_backward_reference(float* dq, float* dk, float* dv, const float* dout,
-                                  const float* q, const float* k, const float* v, const float* out,
-                                  const float* lse, const AttentionShape& s) {
-  attention_check_shape(s);
-  const int64_t H = s.n_heads, KV = s.n_kv_heads, hd = s.head_dim, G = H / KV;
-  const int64_t offset = s.seq_kv - s.seq_q;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  std::fill(dq, dq + s.batch * s.seq_q * H * hd, 0.0f);
-  std::fill(dk, dk + s.batch * s.seq_kv * KV * hd, 0.0f);
-  std::fill(dv, dv + s.batch * s.seq_kv * KV * hd, 0.0f);
-  for (int64_t b = 0; b < s.batch; ++b) {
-    for (int64_t h = 0; h < H; ++h) {
-      for (int64_t i = 0; i < s.seq_q; ++i) {
-        const int64_t qrow = ((b * s.seq_q + i) * H + h) * hd;
-        double delta = 0.0;
-        for (int64_t d = 0; d < hd; ++d)
-          delta += static_cast<double>(dout[qrow + d]) * out[qrow + d];
-        for (int64_t j = 0; j <= offset + i; ++j) {
-          const int64_t krow = ((b * s.seq_kv + j) * KV + h / G) * hd;
-          double score = 0.0, dprob = 0.0;
-          for (int64_t d = 0; d < hd; ++d) {
-            score += static_cast<double>(q[qrow + d]) * k[krow + d];
-            dprob += static_cast<double>(dout[qrow + d]) * v[krow + d];
-          }
-          const double prob = std::exp(score * scale - lse[(b * H + h) * s.seq_q + i]);
-          const double dscore = prob * (dprob - delta) * scale;
-          for (int64_t d = 0; d < hd; ++d) {
-            dv[krow + d] += static_cast<float>(prob * dout[qrow + d]);
-            dq[qrow + d] += static_cast<float>(dscore * k[krow + d]);
-            dk[krow + d] += static_cast<float>(dscore * q[qrow + d]);
-          }
-        }
-      }
-    }
-  }
 }
 
 }  // namespace titan

@@ -19,9 +19,17 @@ struct AttentionShape {
   int64_t n_heads = 0;
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
+  // Packed rows (several sequences, e.g. conversations, one after another in a row): per row and
+  // query, (B, Sq), the position of the first key it may see -- the start of its own sequence --
+  // so attention stays inside each sequence (segment-aware causal: key j is visible to query i
+  // when segment_start[i] <= j <= i). Non-decreasing along a row, each <= its own position; only
+  // with Sq == Skv (training). Null: every earlier key is visible (plain causal, the same bits as
+  // before segments existed).
+  const int32_t* segment_start = nullptr;
 };
 
-// Throws titan::Error unless the shape is consistent (positive sizes, KV divides H, Sq <= Skv).
+// Throws titan::Error unless the shape is consistent (positive sizes, KV divides H, Sq <= Skv;
+// segment starts as AttentionShape::segment_start says).
 void attention_check_shape(const AttentionShape& s);
 
 // Flash-attention style: key blocks streamed through an online softmax; memory O(block^2) per

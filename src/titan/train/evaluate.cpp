@@ -54,8 +54,10 @@ EvalResult evaluate(CausalLM& model, DataLoader& loader, int64_t max_batches) {
   while (max_batches < 0 || result.batches < max_batches) {
     std::optional<Batch> b = loader.next_batch();
     if (!b) break;
+    ForwardOptions options;  // packed rows' segments, as the loader made them
+    options.segment_start = b->segment_start.empty() ? nullptr : b->segment_start.data();
     const CrossEntropyResult r =
-        model.forward(b->input_ids.data(), b->labels.data(), b->batch_size, b->seq_len, {});
+        model.forward(b->input_ids.data(), b->labels.data(), b->batch_size, b->seq_len, options);
     loss_sum += r.loss_sum;
     result.tokens += r.n_scored;
     ++result.batches;

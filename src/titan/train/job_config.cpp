@@ -44,6 +44,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"training", "dataset", &c.training.dataset},
       {"training", "dataset_path", &c.training.dataset_path},
       {"training", "truncate_long_conversations", &c.training.truncate_long_conversations},
+      {"training", "dataset_packing", &c.training.dataset_packing},
       {"training", "seed", &c.training.seed},
       {"training", "deterministic", &c.training.deterministic},
       {"training", "mixed_precision_param", &c.training.mixed_precision_param},
@@ -82,6 +83,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint", "allow_nonfinite_weights", &c.checkpoint.allow_nonfinite_weights},
       {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
       {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
+      {"comm", "heartbeat_timeout_seconds", &c.comm.heartbeat_timeout_seconds},
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},
@@ -351,6 +353,7 @@ void job_config_validate(const JobConfig& c) {
               "lr_scheduler.min_lr_factor must be in [0, 1]");
   positive(c.comm.init_timeout_seconds, "comm.init_timeout_seconds");
   positive(c.comm.train_timeout_seconds, "comm.train_timeout_seconds");
+  positive(c.comm.heartbeat_timeout_seconds, "comm.heartbeat_timeout_seconds");
   check_one_of(c.activation_checkpoint.mode, {"none", "full"}, "activation_checkpoint.mode");
   positive(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(
@@ -403,7 +406,8 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   };
   unused({"validation.dataset_path", "validation.freq", "validation.steps"}, !c.validation.enable,
          "validation.enable is false");
-  unused({"training.truncate_long_conversations"}, c.training.dataset != "chat",
+  unused({"training.truncate_long_conversations", "training.dataset_packing"},
+         c.training.dataset != "chat",
          "training.dataset is not \"chat\" (documents are packed, never refused for length)");
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");

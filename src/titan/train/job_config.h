@@ -40,6 +40,9 @@ struct JobConfig {
     // tokens dropped, as TRL's truncation_mode = "keep_start") instead of stopping the run with
     // its file and line.
     bool truncate_long_conversations = false;
+    // Chat data: several whole conversations per row (TRL's `packing`), attention kept inside
+    // each and positions restarting at each, instead of one padded conversation per row.
+    bool dataset_packing = false;
     int64_t seed = 0;
     bool deterministic = true;
     // torchtitan's mixed precision: "bfloat16" keeps fp32 master weights and AdamW state and
@@ -97,9 +100,13 @@ struct JobConfig {
   } checkpoint;
   // torchtitan's [comm]: how long a collective may wait before the job is ended (a rank that
   // hangs without dying): the first step and everything before it, then every later step.
+  // titan's addition: how long a rank's heartbeats (one a second from its communication thread,
+  // whatever it computes) may stop before the others end the job naming it -- a stopped or
+  // frozen rank, found in this time however long a step or a save legitimately takes.
   struct Comm {
     int64_t init_timeout_seconds = 300;
     int64_t train_timeout_seconds = 100;
+    int64_t heartbeat_timeout_seconds = 30;
   } comm;
   struct ActivationCheckpoint {
     std::string mode = "none";  // none | full

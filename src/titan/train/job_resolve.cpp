@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "titan/core/error.h"
 #include "titan/dispatch/plugin.h"
@@ -138,11 +139,14 @@ std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDim
   };
   std::vector<std::string> warnings;
   if (world_size == 1) {
-    for (const char* key : {"comm.init_timeout_seconds", "comm.train_timeout_seconds"}) {
+    constexpr std::pair<const char*, const char*> kCommKeys[] = {
+        {"comm.init_timeout_seconds", "a collective's wait for the other ranks"},
+        {"comm.train_timeout_seconds", "a collective's wait for the other ranks"},
+        {"comm.heartbeat_timeout_seconds", "how long another rank may stop answering"}};
+    for (const auto& [key, limits] : kCommKeys) {
       if (is_set(key)) {
-        warnings.push_back(std::string(key) +
-                           " has no effect: one process (it limits a collective's wait for the "
-                           "other ranks under mpirun)");
+        warnings.push_back(std::string(key) + " has no effect: one process (it limits " + limits +
+                           " under mpirun)");
       }
     }
   }

@@ -41,8 +41,9 @@ struct JobSizeBounds {
 };
 JobSizeBounds job_size_bounds(const JobConfig& config, const ModelArgs& args, const MeshDims& dims);
 // Warnings for the keys set (JobConfig::set_keys) that have no effect on a world of `world_size`
-// ranks resolved to `dims`: comm.init_timeout_seconds / train_timeout_seconds in one process (no
-// collectives), parallelism.fsdp_reshard_after_forward without FSDP (dp_shard 1).
+// ranks resolved to `dims`: comm.init_timeout_seconds / train_timeout_seconds /
+// heartbeat_timeout_seconds in one process (no collectives), parallelism.fsdp_reshard_after_forward
+// without FSDP (dp_shard 1).
 std::vector<std::string> job_world_unused_keys(const JobConfig& config, const MeshDims& dims,
                                                int64_t world_size);
 // The dtype the model's matmuls compute in: bf16 under training.mixed_precision_param =

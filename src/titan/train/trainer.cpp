@@ -170,6 +170,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   job_config_validate(config_);
   const JobConfig::Training& t = config_.training;
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
+  set_heartbeat_timeout(config_.comm.heartbeat_timeout_seconds, "heartbeat_timeout_seconds");
   // Before anything collective depends on the config: every rank runs rank 0's binary and config.
   check_ranks_agree(world(), config_);
   const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
@@ -213,12 +214,15 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     loader_options_.chat_template = load_chat_template(tokenizer_dir_);
     check_chat_tokenizer(*tokenizer_, *loader_options_.chat_template);
     loader_options_.truncate_long = t.truncate_long_conversations;
+    loader_options_.pack_conversations = t.dataset_packing;
     loader_options_.long_conversation_hint =
         "raise training.seq_len, or set training.truncate_long_conversations = true to cut it";
     std::printf(
-        "chat data: the %s chat template of %s; loss on the assistant replies only; one "
-        "conversation of at most seq_len + 1 = %lld tokens per row, padded%s\n",
+        "chat data: the %s chat template of %s; loss on the assistant replies only; %s of at "
+        "most seq_len + 1 = %lld tokens%s\n",
         std::string(loader_options_.chat_template->name()).c_str(), tokenizer_dir_.c_str(),
+        t.dataset_packing ? "conversations packed into rows (training.dataset_packing), each"
+                          : "one conversation per row, padded,",
         static_cast<long long>(t.seq_len + 1),
         t.truncate_long_conversations ? " (longer ones cut)" : "");
   }
@@ -389,6 +393,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   options.aux_loss_scale = 1.0f / static_cast<float>(micro_batches);
   double sums[2] = {0.0, 0.0};  // the loss over scored tokens, the load-balancing losses
   for (const Batch& b : micro) {
+    options.segment_start = b.segment_start.empty() ? nullptr : b.segment_start.data();
     sums[0] +=
         model_->forward(b.input_ids.data(), b.labels.data(), b.batch_size, b.seq_len, options)
             .loss_sum;
