@@ -27,6 +27,31 @@ ModelArgs even_dense() {
   return a;
 }
 
+// One training micro-batch of random tokens (seed) through `m`: its loss sum and every gradient.
+struct Step {
+  double loss = 0.0;
+  std::vector<float> grads;
+};
+Step one_step(CausalLM& m, uint64_t seed) {
+  const int64_t batch = 2, seq = 8;
+  std::vector<int32_t> ids(batch * seq + 1);
+  Rng rng(seed);
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng.next_u64() % 97);
+  const std::vector<int32_t> inputs(ids.begin(), ids.end() - 1), labels(ids.begin() + 1, ids.end());
+  m.initialize(3);
+  m.allocate_gradients();
+  m.zero_gradients();
+  ForwardOptions options;
+  options.compute_grad = true;
+  Step step;
+  step.loss = m.forward(inputs.data(), labels.data(), batch, seq, options).loss_sum;
+  m.backward();
+  for (const ParamGroup& g : m.param_groups()) {
+    step.grads.insert(step.grads.end(), g.grads(), g.grads() + g.numel());
+  }
+  return step;
+}
+
 ParallelAxes tp_rank(int64_t index, int64_t degree) {
   ParallelAxes axes;
   axes.tp_index = index;
@@ -66,70 +91,29 @@ TEST(Parallelize, DegreesOfOneKeepEveryParameterWhole) {
 // The same loss and gradients, to the bit, from the model built through a 1-rank plan.
 TEST(Parallelize, OneRankPlanBuildsTodaysModel) {
   const ModelArgs args = test::tiny_moe();
-  const int64_t batch = 2, seq = 8;
-  std::vector<int32_t> ids(batch * seq + 1);
-  Rng rng(5);
-  for (int32_t& id : ids) id = static_cast<int32_t>(rng.next_u64() % 97);
-  const std::vector<int32_t> inputs(ids.begin(), ids.end() - 1), labels(ids.begin() + 1, ids.end());
-  std::vector<std::vector<float>> grads;
-  std::vector<double> losses;
-  for (bool through_plan : {false, true}) {
-    std::unique_ptr<CausalLM> m = through_plan
-                                      ? make_model(args, {}, DType::f32, Residency::committed,
-                                                   parallelize_decoder(args, ParallelAxes{}))
-                                      : make_model(args);
-    m->initialize(3);
-    m->allocate_gradients();
-    m->zero_gradients();
-    ForwardOptions options;
-    options.compute_grad = true;
-    losses.push_back(m->forward(inputs.data(), labels.data(), batch, seq, options).loss_sum);
-    m->backward();
-    std::vector<float> all;
-    for (const ParamGroup& g : m->param_groups())
-      all.insert(all.end(), g.grads(), g.grads() + g.numel());
-    grads.push_back(std::move(all));
-  }
-  EXPECT_EQ(losses[0], losses[1]);
-  EXPECT_EQ(grads[0], grads[1]);
+  const std::unique_ptr<CausalLM> today = make_model(args);
+  const std::unique_ptr<CausalLM> planned = make_model(args, {}, DType::f32, Residency::committed,
+                                                       parallelize_decoder(args, ParallelAxes{}));
+  const Step want = one_step(*today, 5), got = one_step(*planned, 5);
+  EXPECT_EQ(got.loss, want.loss);
+  EXPECT_EQ(got.grads, want.grads);
 }
 
 // The tensor-parallel reductions sit at both block boundaries of every layer, forward and
 // backward: a hook that only counts (one rank's sum is the identity) leaves the step unchanged.
 TEST(Parallelize, EveryLayerReducesAtItsTwoBlockBoundariesEachWay) {
   const ModelArgs args = test::tiny_moe();  // a sparse and a dense layer
-  const int64_t batch = 2, seq = 8;
-  std::vector<int32_t> ids(batch * seq + 1);
-  Rng rng(9);
-  for (int32_t& id : ids) id = static_cast<int32_t>(rng.next_u64() % 97);
-  const std::vector<int32_t> inputs(ids.begin(), ids.end() - 1), labels(ids.begin() + 1, ids.end());
-  std::vector<std::vector<float>> grads;
-  std::vector<double> losses;
+  const std::unique_ptr<CausalLM> plain = make_model(args), hooked = make_model(args);
   int64_t calls = 0;
-  for (bool hooked : {false, true}) {
-    std::unique_ptr<CausalLM> m = make_model(args);
-    if (hooked) {
-      m->set_layer_collectives({[&](float* x, int64_t count) {
-        EXPECT_NE(x, nullptr);
-        EXPECT_EQ(count, batch * seq * args.hidden_size);
-        ++calls;
-      }});
-    }
-    m->initialize(4);
-    m->allocate_gradients();
-    m->zero_gradients();
-    ForwardOptions options;
-    options.compute_grad = true;
-    losses.push_back(m->forward(inputs.data(), labels.data(), batch, seq, options).loss_sum);
-    m->backward();
-    std::vector<float> all;
-    for (const ParamGroup& g : m->param_groups())
-      all.insert(all.end(), g.grads(), g.grads() + g.numel());
-    grads.push_back(std::move(all));
-  }
+  hooked->set_layer_collectives({[&](float* x, int64_t count) {
+    EXPECT_NE(x, nullptr);
+    EXPECT_EQ(count, 2 * 8 * args.hidden_size);  // one_step's tokens x hidden
+    ++calls;
+  }});
+  const Step want = one_step(*plain, 9), got = one_step(*hooked, 9);
   EXPECT_EQ(calls, 2 * 2 * args.num_hidden_layers);
-  EXPECT_EQ(losses[0], losses[1]);
-  EXPECT_EQ(grads[0], grads[1]);
+  EXPECT_EQ(got.loss, want.loss);
+  EXPECT_EQ(got.grads, want.grads);
 }
 
 TEST(Parallelize, TwoTensorParallelRanksGetTorchtitansParts) {

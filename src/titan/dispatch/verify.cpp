@@ -168,6 +168,39 @@ void verify_swiglu(const SwigluKernel& k, Checks& c) {
   c.add_bf16("backward_bf16", "dup", dup16, want_dup);
 }
 
+// The kernel's fp32 forward and backward on random inputs (seeds seed..seed + 3) against the
+// op's reference, as the checks `forward` and `backward`; the inputs are returned.
+struct AttentionInputs {
+  std::vector<float> q, key, v, dout;
+};
+AttentionInputs check_attention_fp32(const AttentionKernel& k, const AttentionShape& s,
+                                     uint64_t seed, const char* forward, const char* backward,
+                                     Checks& c) {
+  const int64_t q_numel = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t kv_numel = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  const int64_t lse_numel = s.batch * s.n_heads * s.seq_q;
+  AttentionInputs in{uniform(q_numel, seed), uniform(kv_numel, seed + 1),
+                     uniform(kv_numel, seed + 2), uniform(q_numel, seed + 3)};
+  const double tolerance = fp32_tolerance(std::max(s.seq_kv, s.head_dim));
+  std::vector<float> out(q_numel), lse(lse_numel), want(q_numel), want_lse(lse_numel);
+  k.forward(out.data(), lse.data(), in.q.data(), in.key.data(), in.v.data(), s);
+  attention_forward_reference(want.data(), want_lse.data(), in.q.data(), in.key.data(), in.v.data(),
+                              s);
+  c.add(forward, "out", out, want, tolerance);
+  c.add(forward, "lse", lse, want_lse, tolerance);
+  std::vector<float> dq(q_numel), dk(kv_numel), dv(kv_numel), want_dq(q_numel), want_dk(kv_numel),
+      want_dv(kv_numel);
+  k.backward(dq.data(), dk.data(), dv.data(), in.dout.data(), in.q.data(), in.key.data(),
+             in.v.data(), want.data(), want_lse.data(), s);
+  attention_backward_reference(want_dq.data(), want_dk.data(), want_dv.data(), in.dout.data(),
+                               in.q.data(), in.key.data(), in.v.data(), want.data(),
+                               want_lse.data(), s);
+  c.add(backward, "dq", dq, want_dq, tolerance);
+  c.add(backward, "dk", dk, want_dk, tolerance);
+  c.add(backward, "dv", dv, want_dv, tolerance);
+  return in;
+}
+
 // A kernel that declares packed rows: sequences of 60, 1 and 109 tokens in each of two rows of
 // 170 (across a 128-key block), its fp32 forward and backward against the segment-aware reference.
 void verify_attention_packed(const AttentionKernel& k, Checks& c) {
@@ -178,26 +211,7 @@ void verify_attention_packed(const AttentionKernel& k, Checks& c) {
   AttentionShape s;
   s.batch = 2, s.seq_q = 170, s.seq_kv = 170, s.n_heads = 4, s.n_kv_heads = 2, s.head_dim = 32;
   s.segment_start = starts.data();
-  const int64_t q_numel = s.batch * s.seq_q * s.n_heads * s.head_dim;
-  const int64_t kv_numel = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
-  const int64_t lse_numel = s.batch * s.n_heads * s.seq_q;
-  const std::vector<float> q = uniform(q_numel, 5), key = uniform(kv_numel, 6),
-                           v = uniform(kv_numel, 7), dout = uniform(q_numel, 8);
-  const double tolerance = fp32_tolerance(std::max(s.seq_kv, s.head_dim));
-  std::vector<float> out(q_numel), lse(lse_numel), want(q_numel), want_lse(lse_numel);
-  k.forward(out.data(), lse.data(), q.data(), key.data(), v.data(), s);
-  attention_forward_reference(want.data(), want_lse.data(), q.data(), key.data(), v.data(), s);
-  c.add("forward_packed", "out", out, want, tolerance);
-  c.add("forward_packed", "lse", lse, want_lse, tolerance);
-  std::vector<float> dq(q_numel), dk(kv_numel), dv(kv_numel), want_dq(q_numel), want_dk(kv_numel),
-      want_dv(kv_numel);
-  k.backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), key.data(), v.data(),
-             want.data(), want_lse.data(), s);
-  attention_backward_reference(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(),
-                               q.data(), key.data(), v.data(), want.data(), want_lse.data(), s);
-  c.add("backward_packed", "dq", dq, want_dq, tolerance);
-  c.add("backward_packed", "dk", dk, want_dk, tolerance);
-  c.add("backward_packed", "dv", dv, want_dv, tolerance);
+  check_attention_fp32(k, s, 5, "forward_packed", "backward_packed", c);
 }
 
 void verify_attention(const AttentionKernel& k, Checks& c) {
@@ -210,26 +224,15 @@ void verify_attention(const AttentionKernel& k, Checks& c) {
     TITAN_CHECK(violated.empty(),
                 "the attention check's shape breaks the kernel's constraint: ", violated);
   }
+  const AttentionInputs in = check_attention_fp32(k, s, 1, "forward", "backward", c);
+  const std::vector<float>&q = in.q, &key = in.key, &v = in.v, &dout = in.dout;
   const int64_t q_numel = s.batch * s.seq_q * s.n_heads * s.head_dim;
   const int64_t kv_numel = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
   const int64_t lse_numel = s.batch * s.n_heads * s.seq_q;
-  const std::vector<float> q = uniform(q_numel, 1), key = uniform(kv_numel, 2),
-                           v = uniform(kv_numel, 3), dout = uniform(q_numel, 4);
   const double tolerance = fp32_tolerance(std::max(s.seq_kv, s.head_dim));
   std::vector<float> out(q_numel), lse(lse_numel), want(q_numel), want_lse(lse_numel);
-  k.forward(out.data(), lse.data(), q.data(), key.data(), v.data(), s);
-  attention_forward_reference(want.data(), want_lse.data(), q.data(), key.data(), v.data(), s);
-  c.add("forward", "out", out, want, tolerance);
-  c.add("forward", "lse", lse, want_lse, tolerance);
   std::vector<float> dq(q_numel), dk(kv_numel), dv(kv_numel), want_dq(q_numel), want_dk(kv_numel),
       want_dv(kv_numel);
-  k.backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), key.data(), v.data(),
-             want.data(), want_lse.data(), s);
-  attention_backward_reference(want_dq.data(), want_dk.data(), want_dv.data(), dout.data(),
-                               q.data(), key.data(), v.data(), want.data(), want_lse.data(), s);
-  c.add("backward", "dq", dq, want_dq, tolerance);
-  c.add("backward", "dk", dk, want_dk, tolerance);
-  c.add("backward", "dv", dv, want_dv, tolerance);
   const std::vector<uint16_t> q16 = rounded(q), k16 = rounded(key), v16 = rounded(v);
   const std::vector<float> q_grid = widened(q16), k_grid = widened(k16), v_grid = widened(v16);
   if (k.forward_bf16_kv != nullptr) {
