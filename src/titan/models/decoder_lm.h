@@ -33,6 +33,7 @@ class DecoderLM final : public CausalLM {
 
   void initialize(uint64_t seed) override;
   void allocate_gradients() override;
+  void attach_lora(const LoraAdapter& adapter) override;
 
   CrossEntropyResult forward(const int32_t* input_ids, const int32_t* labels, int64_t batch,
                              int64_t seq, const ForwardOptions& options) override;
@@ -168,6 +169,7 @@ class DecoderLM final : public CausalLM {
   double aux_loss_ = 0.0;
   bool aux_grad_ = false;
   bool grad_ready_ = false;
+  bool gradients_allocated_ = false;
   bool checkpoint_layers_ = false;
   bool forward_only_ = false;
 };

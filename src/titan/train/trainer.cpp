@@ -24,6 +24,7 @@
 #include "titan/train/checkpoint.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_resolve.h"
+#include "titan/train/lora_job.h"
 #include "titan/train/rank_agreement.h"
 
 namespace titan {
@@ -89,10 +90,6 @@ ChatTemplate load_chat_template(const std::string& dir) {
   }
 }
 
-std::string export_dir(const JobConfig& c) {
-  return c.job.dump_folder + "/hf";
-}
-
 // Every input path exists (a glob matches), so a typo stops the run now, not at the first
 // validation pass.
 void check_inputs(const DataSources& d) {
@@ -118,7 +115,7 @@ void check_outputs(const JobConfig& c, const DataSources& d) {
     ensure_writable_folder(c.job.dump_folder + "/" + c.checkpoint.folder, "checkpoint.folder");
   }
   if (!c.checkpoint.last_save_in_hf) return;
-  const std::string hf = export_dir(c);
+  const std::string hf = job_export_dir(c);
   check_destination_apart(hf, c.model.hf_assets_path, "model.hf_assets_path");
   check_destination_apart(hf, c.checkpoint.initial_load_path, "checkpoint.initial_load_path");
   check_destination_apart(hf, d.tokenizer, "the tokenizer folder");
@@ -128,7 +125,7 @@ void check_outputs(const JobConfig& c, const DataSources& d) {
       check_destination_apart(hf, path, "the dataset file");
     }
   }
-  check_atomic_dir_destination(hf, "model", true);
+  check_atomic_dir_destination(hf, job_export_content(c), true);
 }
 
 // The initial weights checked against the model from their headers, before it is allocated.
@@ -187,6 +184,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                           : "parameters replicated, gradients all-reduced");
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
+  check_lora_job(config_, dims.dp_shard);
   check_job_sizes(config_, resolve_job_model_args(config_), dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
@@ -237,8 +235,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
               config_.training.dataset == "default"
                   ? ("the built-in corpus " + sources.train.front()).c_str()
                   : config_.training.dataset_path.c_str());
-  resume_ = find_resume_checkpoint(checkpoint_folder(), model_param_specs(args_),
-                                   config_.checkpoint, t.steps);
+  resume_ = find_resume_checkpoint(checkpoint_folder(), state_specs(), config_.checkpoint, t.steps);
   if (!resume_) check_initial_weights(config_.checkpoint, args_);
 
   const JobKernels kernels = resolve_job_kernels(config_);
@@ -269,9 +266,11 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   for (const std::string& line : model_->override_report().warnings) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
   }
+  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_);
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
   model_->set_activation_checkpointing(config_.activation_checkpoint.mode == "full");
   model_->allocate_gradients();
+  if (lora_) lora_->allocate_gradients();
   AdamWConfig adamw;
   adamw.lr = static_cast<float>(config_.optimizer.lr);
   adamw.beta1 = static_cast<float>(config_.optimizer.beta1);
@@ -284,7 +283,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     fsdp_->set_reshard_after_forward(config_.parallelism.fsdp_reshard_after_forward);
     optimizer_ = std::make_unique<AdamWOptimizer>(fsdp_->shards(), adamw, &mesh_->shard_group());
   } else {
-    optimizer_ = std::make_unique<AdamWOptimizer>(model_->param_groups(), adamw);
+    optimizer_ = std::make_unique<AdamWOptimizer>(state_groups(), adamw);
   }
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
@@ -314,6 +313,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   } else {
     model_->initialize(seed);
   }
+  if (lora_) lora_->initialize(seed);
   restore();
 }
 
@@ -324,7 +324,13 @@ std::string Trainer::checkpoint_folder() const {
 }
 
 std::vector<ParamGroup>& Trainer::state_groups() {
+  if (lora_) return lora_->groups();
   return fsdp_ ? fsdp_->shards() : model_->param_groups();
+}
+
+std::vector<ParamGroupSpec> Trainer::state_specs() const {
+  if (config_.lora.rank > 0) return lora_param_specs(args_, job_lora_options(config_));
+  return model_param_specs(args_);
 }
 
 RowShard Trainer::state_cut() const {
@@ -341,7 +347,7 @@ void Trainer::restore() {
     std::printf("resumed step %lld from %s%s\n", static_cast<long long>(state.step), dir.c_str(),
                 state.model_only ? " (model weights only: the run is already complete)" : "");
   };
-  const std::vector<ParamGroupSpec> specs = model_param_specs(args_);
+  const std::vector<ParamGroupSpec> specs = state_specs();
   const auto load = [&](const std::string& dir, CheckpointContent content) {
     return load_training_checkpoint(dir, specs, state_groups(), state_cut(), content,
                                     ck.allow_nonfinite_weights);
@@ -352,7 +358,19 @@ void Trainer::restore() {
                 resume_->dir);
   }
   const std::string& initial = ck.initial_load_path;
-  if (start_step_ == 0 && !initial.empty()) {
+  if (lora_) {
+    // The frozen model: the same weights whether the adapter starts or resumes.
+    if (!initial.empty()) {
+      load_hf_weights(args_, model_->param_groups(), initial, "the model's config",
+                      ck.allow_nonfinite_weights);
+    }
+    std::printf(
+        "frozen model weights: %s\n",
+        initial.empty()
+            ? ("random (HF init, seed " + std::to_string(config_.training.seed) + ")").c_str()
+            : initial.c_str());
+    if (start_step_ == 0) load_initial_adapter(config_, *lora_);
+  } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(args_, state_groups(), initial, "the model's config",
                       ck.allow_nonfinite_weights, state_cut());
@@ -397,6 +415,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   } else {
     model_->zero_gradients();
   }
+  if (lora_) lora_->zero_gradients();
   ForwardOptions options;
   options.compute_grad = true;
   options.grad_scale = 1.0f / static_cast<float>(scored);
@@ -414,7 +433,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   if (fsdp_) {
     fsdp_->finish_gradients();
   } else {
-    all_reduce_gradients(model_->param_groups(), mesh_->world());
+    all_reduce_gradients(lora_ ? lora_->groups() : model_->param_groups(), mesh_->world());
   }
   mesh_->world().all_reduce_sum(sums, 2);
   out.loss = sums[0] / static_cast<double>(scored) +
@@ -467,7 +486,7 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   // long as for start-up, not one step.
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   const std::string folder = checkpoint_folder();
-  const std::vector<ParamGroupSpec> specs = model_param_specs(args_);
+  const std::vector<ParamGroupSpec> specs = state_specs();
   Communicator& world = mesh_->world();
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
@@ -496,10 +515,27 @@ void Trainer::export_model() {
                static_cast<size_t>(v.numel));
     }
   }
+  if (lora_) {
+    for (const ParamGroup& g : lora_->groups()) {
+      for (const ParamView& v : g.views()) {
+        scan.add("the trained adapter", v.spec.name, g.params() + v.offset, DType::f32,
+                 static_cast<size_t>(v.numel));
+      }
+    }
+  }
   scan.check(config_.checkpoint.allow_nonfinite_weights);
-  const std::string dir = export_dir(config_);
-  export_hf_folder(dir, args_, model_->param_groups(), options);
-  std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
+  const std::string dir = job_export_dir(config_);
+  const auto export_model = [&] {
+    export_hf_folder(dir, args_, model_->param_groups(), options);
+    std::printf("exported the model as a Hugging Face folder: %s%s\n", dir.c_str(),
+                lora_ ? " (the LoRA adapter merged into its weights)" : "");
+  };
+  if (lora_) {
+    const std::string& base = config_.checkpoint.initial_load_path;
+    export_lora(config_, *lora_, *model_, base.empty() ? tokenizer_dir_ : base, export_model);
+  } else {
+    export_model();
+  }
 }
 
 TrainResult Trainer::run() {

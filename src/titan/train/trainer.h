@@ -53,7 +53,9 @@ class Trainer {
   std::string checkpoint_folder() const;
   // What optimizer state lives in and checkpoints hold: fsdp_'s shards and their cut, or the
   // model's whole groups.
+  // With LoRA, the adapter's groups (the model's are frozen and come from the initial weights).
   std::vector<ParamGroup>& state_groups();
+  std::vector<ParamGroupSpec> state_specs() const;
   RowShard state_cut() const;
 
   JobConfig config_;
@@ -66,6 +68,7 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ResumePoint> resume_;  // chosen before the model is allocated
   std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<LoraAdapter> lora_;          // with lora.rank > 0 (train/lora_job.h)
   std::unique_ptr<FullyShardedGroups> fsdp_;   // with data_parallel_shard_degree > 1
   std::unique_ptr<AdamWOptimizer> optimizer_;  // over fsdp_'s shards, or the whole groups
   std::unique_ptr<DataLoader> loader_;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# LoRA fine-tuning ([lora], models/lora.h) through the titan binary, against PEFT:
+# - 3 fp32 AdamW steps of a rank-8, alpha-16 adapter on all seven projections, on chat data,
+#   started from the same A and B as PEFT (a PEFT adapter folder the reference writes:
+#   lora.initial_adapter), equal PEFT's steps (loss within 1e-5 each step) and its trained A and
+#   B (1e-6), read back from titan's exported adapter folder by PeftModel.from_pretrained;
+#   `titan eval --adapter` on that folder equals PEFT's loss of the model with it (1e-5);
+#   tests/reference/lora_reference.py;
+# - the same on 2 ranks (replicated data parallel);
+# - lora.merge_on_export writes the model with the adapter merged: PEFT's merge_and_unload (1e-6);
+# - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
+#   state (the memory line's optimizer bytes are the adapter's);
+# - bad inputs stop with one line: an unknown target module, a negative rank, dropout, a missing
+#   or mismatched adapter folder, bf16, FSDP.
+# The model: train_chat.sh's tiny random Qwen3 (tests/reference/chat_sft_reference.py make).
+# usage: train_lora.sh TITAN PYTHON
+set -euo pipefail
+titan="$1"
+python="$2"
+source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/tree_sum.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+reference="$source_dir/tests/reference/lora_reference.py"
+
+"$titan" tokenizer train --vocab-size 512 --out "$work/model" \
+  /usr/share/doc/jargon-text/jargon.txt.gz > /dev/null 2>&1
+rm "$work/model/titan.json"
+"$python" "$source_dir/tests/reference/chat_sft_reference.py" make "$work/model" \
+  "$source_dir/tests/fixtures/chat_templates.json" > /dev/null 2>&1
+all=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+"$python" "$reference" init "$work/model" "$work/init" 8 16 "$all" > /dev/null 2>&1
+"$python" "$reference" init "$work/model" "$work/init-r4" 4 16 "$all" > /dev/null 2>&1
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def line(*turns):
+    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
+with open(f"{work}/sft.jsonl", "w") as f:
+    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
+    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
+                 ("assistant", "Laziness, impatience and hubris.")))
+    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
+    f.write(line(("user", "Explain grok in a sentence."),
+                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
+                  "part of you.")))
+PY
+before=$(tree_sum "$work/model")
+
+lora=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
+      --checkpoint.initial_load_in_hf=true --training.dataset=chat
+      --training.dataset_path="$work/sft.jsonl" --training.seq_len=96
+      --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1
+      --optimizer.lr=1e-3 --optimizer.eps=1e-4 --training.steps=3
+      --lora.rank=8 --lora.alpha=16 --lora.initial_adapter="$work/init")
+common=("${lora[@]}" --threads 2 --training.local_batch_size=2 --training.global_batch_size=4)
+
+# ---- one LoRA run against PEFT ----
+"$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/lora-metrics.jsonl" --job.dump_folder="$work/lora" > "$work/lora.log"
+grep -q "^LoRA: rank 8, alpha 16 (scaling 2) on $all of every layer: [0-9]* trainable parameters" \
+  "$work/lora.log" || { echo "the log does not say what LoRA trains"; cat "$work/lora.log"; exit 1; }
+grep -q "^exported the LoRA adapter as a PEFT adapter folder: $work/lora/adapter" "$work/lora.log" \
+  || { echo "no adapter exported"; cat "$work/lora.log"; exit 1; }
+"$titan" eval --model "$work/model" --adapter "$work/lora/adapter" --data "$work/sft.jsonl" \
+  --chat --seq-len 96 --batch-size 2 --threads 2 > "$work/eval.log" 2> /dev/null
+evaluated=$(awk '{print $2}' "$work/eval.log")
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" \
+  "$work/lora-metrics.jsonl" "$work/lora/adapter" 3 2 1e-3 1e-4 "$evaluated" \
+  > "$work/reference.log" 2>&1 || { cat "$work/reference.log"; exit 1; }
+grep -v "Loading weights" "$work/reference.log"
+
+# ---- 2 ranks, replicated: the same steps ----
+. "$(dirname "$0")/mpi_env.sh"
+"$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
+  --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=1 \
+  --parallelism.data_parallel_replicate_degree=2 --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/ddp-metrics.jsonl" --job.dump_folder="$work/ddp" > "$work/ddp.log" 2>&1 \
+  || { cat "$work/ddp.log"; exit 1; }
+grep -q "dp_replicate 2" "$work/ddp.log" || { echo "not 2 replicas"; cat "$work/ddp.log"; exit 1; }
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" \
+  "$work/ddp-metrics.jsonl" "$work/ddp/adapter" 3 2 1e-3 1e-4 > "$work/reference-ddp.log" 2>&1 \
+  || { cat "$work/reference-ddp.log"; exit 1; }
+grep -E "^(adapter|LoRA)" "$work/reference-ddp.log" | sed 's/^/2 ranks: /'
+
+# ---- merged on export: PEFT's merge_and_unload ----
+"$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \
+  --job.dump_folder="$work/merged" > "$work/merged.log"
+grep -q "^exported the model as a Hugging Face folder: $work/merged/hf (the LoRA adapter merged" \
+  "$work/merged.log" || { echo "no merged export"; cat "$work/merged.log"; exit 1; }
+"$python" "$reference" merged "$work/model" "$work/lora/adapter" "$work/merged/hf" 2> /dev/null \
+  | grep -v "Loading weights"
+
+[ "$(tree_sum "$work/model")" = "$before" ] || { echo "the base model folder changed"; exit 1; }
+echo "the base model folder is unchanged"
+
+# ---- bad inputs: one line each ----
+bad=("${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false)
+expect_refusal target "^titan train: error: lora.target_modules: 'qkv_proj' is not a LoRA target module \(one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, comma-separated\)$" \
+  "$titan" train "${bad[@]}" --lora.target_modules=q_proj,qkv_proj --job.dump_folder="$work/bad1"
+expect_refusal rank "^titan train: error: lora.rank -1 must not be negative \(0 turns LoRA off\)$" \
+  "$titan" train "${bad[@]}" --lora.rank=-1 --job.dump_folder="$work/bad2"
+expect_refusal dropout "^titan train: error: lora.dropout 0.1: titan applies no LoRA dropout yet \(set it to 0\)$" \
+  "$titan" train "${bad[@]}" --lora.dropout=0.1 --job.dump_folder="$work/bad3"
+expect_refusal missing "^titan train: error: $work/none: no such adapter folder$" \
+  "$titan" train "${bad[@]}" --lora.initial_adapter="$work/none" --job.dump_folder="$work/bad4"
+expect_refusal mismatched "^titan train: error: lora.initial_adapter $work/init-r4 is r = 4, lora_alpha = 16 on 7 modules; the config asks for lora.rank = 8, lora.alpha = 16 on 7$" \
+  "$titan" train "${bad[@]}" --lora.initial_adapter="$work/init-r4" --job.dump_folder="$work/bad5"
+expect_refusal bf16 "^titan train: error: lora.rank > 0 with training.mixed_precision_param = \"bfloat16\" is not supported yet" \
+  "$titan" train "${bad[@]}" --training.mixed_precision_param=bfloat16 --job.dump_folder="$work/bad6"
+expect_refusal eval-missing "^titan eval: error: $work/none: no such adapter folder$" \
+  "$titan" eval --model "$work/model" --adapter "$work/none" --data "$work/sft.jsonl" --chat \
+  --seq-len 96 --threads 2
+echo "train_lora: ok"
