@@ -18,8 +18,7 @@ LoraOptions job_lora_options(const JobConfig& config) {
   return o;
 }
 
-void check_lora_job(const JobConfig& c, int64_t dp_shard) {
-  if (c.lora.rank == 0) return;
+void check_lora_config(const JobConfig& c, int64_t dp_shard) {
   TITAN_CHECK(dp_shard <= 1, "lora.rank > 0 with FSDP (parallelism.data_parallel_shard_degree ",
               dp_shard,
               ") is not supported yet: the adapter is small, replicate it "
@@ -32,6 +31,11 @@ void check_lora_job(const JobConfig& c, int64_t dp_shard) {
               "lora.rank > 0 loads the frozen model from a Hugging Face folder: set "
               "checkpoint.initial_load_in_hf = true (checkpoint.initial_load_path ",
               c.checkpoint.initial_load_path, ")");
+}
+
+void check_lora_job(const JobConfig& c, int64_t dp_shard) {
+  if (c.lora.rank == 0) return;
+  check_lora_config(c, dp_shard);
   if (c.lora.initial_adapter.empty()) return;
   const LoraOptions want = job_lora_options(c);
   const LoraOptions got = read_peft_adapter_config(c.lora.initial_adapter);

@@ -16,10 +16,12 @@ namespace titan {
 
 // The adapter the config asks for (lora.rank > 0).
 LoraOptions job_lora_options(const JobConfig& config);
-// What a LoRA run cannot do, refused before anything is allocated with one line naming the key:
-// FSDP, bf16 mixed precision, a titan checkpoint as the initial weights (the base comes from a
-// Hugging Face folder or the seeded init), and a lora.initial_adapter that is not a PEFT adapter
-// of this config's rank, alpha and targets.
+// What a LoRA run cannot do, refused before anything is read or allocated with one line naming
+// the key: FSDP, bf16 mixed precision, a titan checkpoint as the initial weights (the base comes
+// from a Hugging Face folder or the seeded init). Also titan plan's.
+void check_lora_config(const JobConfig& config, int64_t dp_shard);
+// check_lora_config, and a lora.initial_adapter that is not a PEFT adapter of this config's rank,
+// alpha and targets.
 void check_lora_job(const JobConfig& config, int64_t dp_shard);
 // The adapter attached to `model` (its weights frozen), with a line saying what trains.
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
