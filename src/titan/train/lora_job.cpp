@@ -5,6 +5,8 @@
 
 #include "titan/core/error.h"
 #include "titan/io/json_util.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/models/nonfinite_weights.h"
 #include "titan/models/peft_adapter.h"
 #include "titan/train/job_resolve.h"
 
@@ -68,14 +70,25 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
   return adapter;
 }
 
-void load_initial_adapter(const JobConfig& config, LoraAdapter& adapter) {
-  if (config.lora.initial_adapter.empty()) {
+void load_lora_run_weights(const JobConfig& c, const ModelArgs& args, CausalLM& model,
+                           LoraAdapter& adapter, bool starting) {
+  const std::string& initial = c.checkpoint.initial_load_path;
+  if (!initial.empty()) {
+    load_hf_weights(args, model.param_groups(), initial, "the model's config",
+                    c.checkpoint.allow_nonfinite_weights);
+    std::printf("frozen model weights from %s\n", initial.c_str());
+  } else {
+    std::printf("frozen model weights: random (HF init, seed %lld)\n",
+                static_cast<long long>(c.training.seed));
+  }
+  if (!starting) return;  // the adapter comes from the checkpoint resumed
+  if (c.lora.initial_adapter.empty()) {
     std::printf("LoRA adapter: PEFT's init (A Kaiming-uniform, seed %lld; B zero)\n",
-                static_cast<long long>(config.training.seed));
+                static_cast<long long>(c.training.seed));
     return;
   }
-  load_peft_adapter(config.lora.initial_adapter, adapter);
-  std::printf("LoRA adapter: from %s\n", config.lora.initial_adapter.c_str());
+  load_peft_adapter(c.lora.initial_adapter, adapter);
+  std::printf("LoRA adapter: from %s\n", c.lora.initial_adapter.c_str());
 }
 
 std::string job_export_dir(const JobConfig& c) {
@@ -89,6 +102,14 @@ std::string job_export_content(const JobConfig& c) {
 
 void export_lora(const JobConfig& config, LoraAdapter& adapter, CausalLM& model,
                  const std::string& base_model, const std::function<void()>& export_model) {
+  NonfiniteScan scan;
+  for (const ParamGroup& g : adapter.groups()) {
+    for (const ParamView& v : g.views()) {
+      scan.add("the trained adapter", v.spec.name, g.params() + v.offset, DType::f32,
+               static_cast<size_t>(v.numel));
+    }
+  }
+  scan.check(config.checkpoint.allow_nonfinite_weights);
   if (config.lora.merge_on_export) {
     merge_lora(adapter, model.param_groups());
     export_model();

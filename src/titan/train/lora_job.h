@@ -26,13 +26,17 @@ void check_lora_job(const JobConfig& config, int64_t dp_shard);
 // The adapter attached to `model` (its weights frozen), with a line saying what trains.
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
                                              CausalLM& model);
-// lora.initial_adapter read into `adapter`, when set (after the seeded init).
-void load_initial_adapter(const JobConfig& config, LoraAdapter& adapter);
+// The frozen model's weights from checkpoint.initial_load_path (a Hugging Face folder), the same
+// whether the adapter starts or resumes (else the seeded init stays), and when `starting`,
+// lora.initial_adapter read into `adapter` (else PEFT's init, already made, stays).
+void load_lora_run_weights(const JobConfig& config, const ModelArgs& args, CausalLM& model,
+                           LoraAdapter& adapter, bool starting);
 // Where the run's last save goes: job.dump_folder/adapter (a PEFT adapter folder) for a LoRA run
 // that does not merge, else job.dump_folder/hf; and what kind of folder it is (io/atomic_dir.h).
 std::string job_export_dir(const JobConfig& config);
 std::string job_export_content(const JobConfig& config);
-// The LoRA run's export: the PEFT adapter folder, or with lora.merge_on_export the model with
+// The LoRA run's export (the adapter's values checked finite first, as the model's are): the
+// PEFT adapter folder, or with lora.merge_on_export the model with
 // W + scaling B A written by `export_model` (the model's weights are merged in memory first).
 void export_lora(const JobConfig& config, LoraAdapter& adapter, CausalLM& model,
                  const std::string& base_model, const std::function<void()>& export_model);

@@ -359,17 +359,7 @@ void Trainer::restore() {
   }
   const std::string& initial = ck.initial_load_path;
   if (lora_) {
-    // The frozen model: the same weights whether the adapter starts or resumes.
-    if (!initial.empty()) {
-      load_hf_weights(args_, model_->param_groups(), initial, "the model's config",
-                      ck.allow_nonfinite_weights);
-    }
-    std::printf(
-        "frozen model weights: %s\n",
-        initial.empty()
-            ? ("random (HF init, seed " + std::to_string(config_.training.seed) + ")").c_str()
-            : initial.c_str());
-    if (start_step_ == 0) load_initial_adapter(config_, *lora_);
+    load_lora_run_weights(config_, args_, *model_, *lora_, start_step_ == 0);
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(args_, state_groups(), initial, "the model's config",
@@ -513,14 +503,6 @@ void Trainer::export_model() {
     for (const ParamView& v : g.views()) {
       scan.add("the trained model", v.spec.name, g.params() + v.offset, DType::f32,
                static_cast<size_t>(v.numel));
-    }
-  }
-  if (lora_) {
-    for (const ParamGroup& g : lora_->groups()) {
-      for (const ParamView& v : g.views()) {
-        scan.add("the trained adapter", v.spec.name, g.params() + v.offset, DType::f32,
-                 static_cast<size_t>(v.numel));
-      }
     }
   }
   scan.check(config_.checkpoint.allow_nonfinite_weights);
