@@ -14,10 +14,10 @@
 namespace titan {
 
 // Room the adapted linears of a model share (one runs at a time): the rank-wide products of a
-// call and one (N, out) product.
+// call and B transposed.
 struct LoraScratch {
-  std::vector<float> low;   // (2 N, largest rank): x A^T and d(x A^T)
-  std::vector<float> wide;  // (N, largest out): (x A^T) B^T, or scaling * dy
+  std::vector<float> low;  // (2 N, largest rank): scaling * x A^T and scaling * dy B
+  std::vector<float> b_t;  // (largest rank, largest out): B^T
 };
 
 struct LoraLinear {
@@ -30,7 +30,8 @@ struct LoraLinear {
   float* b_grad = nullptr;   // (out, rank) or null
   LoraScratch* scratch = nullptr;
 
-  // y (N, out) += scaling * (x A^T) B^T, x (N, in) in fp32, with the base linear's kernel.
+  // y (N, out) += (scaling * x A^T) B^T, x (N, in) in fp32, with the base linear's kernel (its
+  // backward's dx product adds to y).
   void forward_add(float* y, const float* x, int64_t n, const LinearKernel& kernel) const;
   // Its backward for the output gradient dy (N, out): dx (N, in) += scaling * (dy B) A,
   // dB += scaling * dy^T (x A^T), dA += scaling * (dy B)^T x (x A^T made again from x).

@@ -21,8 +21,8 @@
 //               largest bf16 gather block; while a file is written, the writer's staging
 // With LoRA (one process or DDP, fp32) the model's parameters are frozen: gradients and AdamW
 // moments exist only for the adapter's, which are added to the parameters; DDP all-reduces the
-// adapter's gradients. (The LoRA products' own scratch, two (N, rank) and one (N, out) fp32
-// arrays, is outside the accounted categories.)
+// adapter's gradients. (The LoRA products' own scratch, two (N, rank) fp32 arrays and one B^T,
+// is outside the accounted categories.)
 // Under FSDP with bf16 the all-gathers move the bf16-only weights' rows in bf16
 // (DecoderLM::read_only_in_bf16), the rest in fp32; the reduce-scatters move fp32 gradients.
 #pragma once
