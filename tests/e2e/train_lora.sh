@@ -6,7 +6,8 @@
 #   B (1e-6), read back from titan's exported adapter folder by PeftModel.from_pretrained;
 #   `titan eval --adapter` on that folder equals PEFT's loss of the model with it (1e-5);
 #   tests/reference/lora_reference.py;
-# - the same on 2 ranks (replicated data parallel);
+# - the same on 2 ranks (replicated data parallel), and for a Qwen2 (q/k/v biases) and a Llama
+#   (untied lm_head) folder;
 # - lora.merge_on_export writes the model with the adapter merged: PEFT's merge_and_unload (1e-6);
 # - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
 #   state (the memory line's optimizer bytes are the adapter's);
@@ -69,6 +70,22 @@ evaluated=$(awk '{print $2}' "$work/eval.log")
   "$work/lora-metrics.jsonl" "$work/lora/adapter" 3 2 1e-3 1e-4 "$evaluated" \
   > "$work/reference.log" 2>&1 || { cat "$work/reference.log"; exit 1; }
 grep -v "Loading weights" "$work/reference.log"
+
+# ---- the other families: Qwen2 (q/k/v biases) and Llama (untied lm_head), one process ----
+for fam in qwen2 llama; do
+  mkdir -p "$work/$fam"
+  cp "$work/model"/tokenizer*.json "$work/$fam/"
+  "$python" "$reference" family "$work/model" "$work/$fam" "$fam" > /dev/null 2>&1
+  "$python" "$reference" init "$work/$fam" "$work/$fam-init" 8 16 "$all" > /dev/null 2>&1
+  "$titan" train "${common[@]}" --model.hf_assets_path="$work/$fam" \
+    --checkpoint.initial_load_path="$work/$fam" --lora.initial_adapter="$work/$fam-init" \
+    --checkpoint.last_save_in_hf=true --metrics.save_jsonl="$work/$fam-metrics.jsonl" \
+    --job.dump_folder="$work/$fam-lora" > "$work/$fam.log" 2>&1 || { cat "$work/$fam.log"; exit 1; }
+  "$python" "$reference" check "$work/$fam" "$work/sft.jsonl" "$work/$fam-init" \
+    "$work/$fam-metrics.jsonl" "$work/$fam-lora/adapter" 3 2 1e-3 1e-4 > "$work/reference-$fam.log" 2>&1 \
+    || { cat "$work/reference-$fam.log"; exit 1; }
+  grep -E "^(adapter|LoRA)" "$work/reference-$fam.log" | sed "s/^/$fam: /"
+done
 
 # ---- 2 ranks, replicated: the same steps ----
 . "$(dirname "$0")/mpi_env.sh"

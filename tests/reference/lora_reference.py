@@ -1,7 +1,10 @@
 """LoRA fine-tuning as PEFT does it, for tests/e2e/train_lora.sh.
 
+  family SOURCE MODEL qwen2|llama
+        Writes a tiny random Qwen2 (q/k/v biases, non-zero) or Llama (untied lm_head) into MODEL,
+        whose vocabulary is SOURCE's tokenizer's (the caller copies the tokenizer files).
   init MODEL ADAPTER RANK ALPHA TARGETS
-        Writes a PEFT LoRA adapter folder for MODEL (a Qwen3 folder) with PEFT's own init --
+        Writes a PEFT LoRA adapter folder for MODEL with PEFT's own init --
         LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=TARGETS (comma-separated),
         lora_dropout=0) -- and then B set to small seeded random values, so that the adapter
         changes the model's output and A's gradients are not zero at the first step.
@@ -26,7 +29,8 @@ import sys
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import AutoTokenizer, Qwen3ForCausalLM
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_sft_reference import batch, rows, scored  # noqa: E402
@@ -40,8 +44,28 @@ MERGE_TOL = 1e-6
 
 
 def base(model_dir):
-    return Qwen3ForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
-                                            attn_implementation="eager")
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                attn_implementation="eager")
+
+
+def family(source_dir, model_dir, name):
+    """A tiny random Qwen2 (q/k/v biases) or Llama (untied) beside SOURCE's tokenizer and chat
+    template (copied into MODEL by the caller)."""
+    tok = AutoTokenizer.from_pretrained(source_dir)
+    dims = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                pad_token_id=tok.pad_token_id)
+    torch.manual_seed(2)
+    if name == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **dims))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, head_dim=16, **dims))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    model.save_pretrained(model_dir, safe_serialization=True)
 
 
 def init(model_dir, adapter_dir, rank, alpha, targets):
@@ -140,6 +164,8 @@ if __name__ == "__main__":
     command, a = sys.argv[1], sys.argv[2:]
     if command == "init":
         init(*a)
+    elif command == "family":
+        family(*a)
     elif command == "merged":
         merged(*a)
     else:
