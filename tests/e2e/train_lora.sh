@@ -12,7 +12,8 @@
 # - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
 #   state (the memory line's optimizer bytes are the adapter's);
 # - bad inputs stop with one line: an unknown target module, a negative rank, dropout, a missing
-#   or mismatched adapter folder, bf16, FSDP.
+#   or mismatched adapter folder, bf16, FSDP; an adapter asking for DoRA, or whose tensors do not
+#   fit the model (titan eval --adapter).
 # The model: train_chat.sh's tiny random Qwen3 (tests/reference/chat_sft_reference.py make).
 # usage: train_lora.sh TITAN PYTHON
 set -euo pipefail
@@ -155,4 +156,22 @@ whole, split = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss
 assert sorted(split) == [3, 4] and all(split[s] == whole[s] for s in split), (whole, split)
 print("resumed LoRA run: steps 3-4 equal the uninterrupted run's bit for bit")
 PY
+# Adapter folders titan does not compute, or that do not fit the model: one line naming the key
+# or the tensor.
+for bad in dora misfit; do cp -r "$work/init" "$work/$bad"; done
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+for name, change in (("dora", {"use_dora": True}), ("misfit", {"r": 4})):
+    path = f"{work}/{name}/adapter_config.json"
+    config = json.load(open(path))
+    config.update(change)
+    json.dump(config, open(path, "w"))
+PY
+expect_refusal dora "^titan eval: error: $work/dora/adapter_config.json: \"use_dora\" is true \(DoRA is not supported\)$" \
+  "$titan" eval --model "$work/model" --adapter "$work/dora" --data "$work/sft.jsonl" --chat \
+  --seq-len 96 --threads 2
+expect_refusal misfit "^titan eval: error: $work/misfit/adapter_model.safetensors: base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has shape \[8, 64\], the model's adapter \[4, 64\]$" \
+  "$titan" eval --model "$work/model" --adapter "$work/misfit" --data "$work/sft.jsonl" --chat \
+  --seq-len 96 --threads 2
 echo "train_lora: ok"
