@@ -28,7 +28,8 @@ namespace titan {
 // (a changed field changes a size), and a version bumped when a kernel's contract changes without
 // changing one.
 // 2: the experts in stages; 3: a linear, RMSNorm or lm_head loss kernel may be handed a null
-// weight gradient (a frozen weight: LoRA), and must then compute none (a linear's x may then be null).
+// weight gradient (a frozen weight: LoRA), and must then compute none (a linear's x may then be
+// null).
 constexpr uint64_t kKernelPluginVersion = 3;
 constexpr uint64_t kernel_plugin_abi() {
   const uint64_t sizes[] = {sizeof(KernelEntry),
