@@ -21,7 +21,7 @@ namespace titan::cli {
 Action add_eval_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("eval", "loss and perplexity of a Hugging Face model folder on a dataset");
-  static std::string model_dir, text_field = "text", dtype = "auto";
+  static std::string model_dir, text_field = "text", dtype = "auto", adapter;
   static std::vector<std::string> data;
   static int64_t seq_len = 2048, batch_size = 1, max_batches = -1;
   static int threads;
@@ -29,6 +29,9 @@ Action add_eval_command(CLI::App& app) {
   add_threads_option(*command, threads);
   command->add_option("--model", model_dir, "model folder (config.json, weights, tokenizer)")
       ->required();
+  command->add_option("--adapter", adapter,
+                      "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) "
+                      "merged into the model's weights at load");
   command->add_option("--data", data, "dataset files, folders or globs")->required();
   command->add_option("--text-field", text_field, "JSON field holding the text");
   command->add_flag("--chat", chat,
@@ -73,7 +76,7 @@ Action add_eval_command(CLI::App& app) {
       check_chat_tokenizer(tokenizer, *chat_template);
     }
     const DType compute = inference_dtype(model_dir, dtype);  // a bad --dtype fails first
-    std::unique_ptr<CausalLM> model = load_eval_model(model_dir, compute, allow_nonfinite);
+    std::unique_ptr<CausalLM> model = load_eval_model(model_dir, compute, allow_nonfinite, adapter);
     // Said from the loaded model, not the flag: what its matmuls will compute in.
     std::fprintf(stderr, "precision: %s\n", describe_compute_dtype(model->compute_dtype()));
     LoaderOptions options;

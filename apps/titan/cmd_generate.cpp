@@ -46,6 +46,7 @@ using nlohmann::json;
 
 struct GenerateFlags {
   std::string model, prompt, prompts, system, device = "cpu", dtype = "auto";
+  std::string adapter;  // a PEFT LoRA adapter folder merged at load
   std::string kv_cache_dtype = "auto";
   bool prompt_given = false, chat = false, think = true, think_given = false, greedy = false;
   bool allow_nonfinite = false;
@@ -244,6 +245,9 @@ Action add_generate_command(CLI::App& app) {
   auto* prompt = command->add_option("--prompt", f.prompt, "the prompt (--chat: the user turn)");
   command->add_option("--prompts", f.prompts, "JSON Lines file of {\"prompt\"} / {\"messages\"}")
       ->excludes(prompt);
+  command->add_option("--adapter", f.adapter,
+                      "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) "
+                      "merged into the model's weights at load");
   command->add_flag("--chat", f.chat, "apply the model's chat template to --prompt / \"prompt\"");
   command->add_option("--system", f.system, "system message for --chat and interactive chat");
   command->add_flag("--think,!--no-think", f.think,
@@ -279,7 +283,7 @@ Action add_generate_command(CLI::App& app) {
     const DType kv_cache = kv_cache_dtype(f.kv_cache_dtype, dtype);
     const Tokenizer tok = Tokenizer::load(f.model);
     const std::unique_ptr<InferenceWeights> loaded =
-        InferenceWeights::load(f.model, dtype, f.allow_nonfinite);
+        InferenceWeights::load(f.model, dtype, f.allow_nonfinite, f.adapter);
     const InferenceWeights& weights = *loaded;
     const GenerateOptions options = resolve_options(f, f.model, weights.model().args(), kv_cache);
     if (!f.prompts.empty()) return run_batch(f, weights, tok, options);

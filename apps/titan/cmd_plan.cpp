@@ -54,8 +54,18 @@ void print_text(const TrainingPlan& p, const std::string& model) {
           (m.compute_copies > 0 ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
                                       bytes(m.compute_copies)
                                 : ""));
-  row("gradients", m.gradients, fsdp ? "this rank's shards" : "fp32");
-  row("optimizer", m.optimizer, fsdp ? "AdamW moments of the shards" : "AdamW moments");
+  const bool lora = in.lora.rank > 0;
+  row("gradients", m.gradients,
+      lora ? "the LoRA adapter's only (" + bytes(m.lora_parameters) + " of parameters, rank " +
+                 std::to_string(in.lora.rank) + "): the model's weights are frozen"
+           : (fsdp ? "this rank's shards" : "fp32"));
+  row("optimizer", m.optimizer,
+      lora ? "AdamW moments of the adapter"
+           : (fsdp ? "AdamW moments of the shards" : "AdamW moments"));
+  if (lora) {
+    row("saved by LoRA", m.lora_saved,
+        "the gradients and AdamW moments full fine-tuning would hold beyond the adapter's");
+  }
   if (fsdp) {
     row("units in flight", m.units_in_flight + m.collective_buffers,
         "whole parameters and gradients at most at once (fsdp_reshard_after_forward = \"" +
@@ -140,6 +150,9 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"block_copies", m.block_copies},
         {"gradients", m.gradients},
         {"optimizer", m.optimizer},
+        {"lora_rank", in.lora.rank},
+        {"lora_parameters", m.lora_parameters},
+        {"lora_saved", m.lora_saved},
         {"unit_parameters", m.unit_parameters},
         {"unit_gradients", m.unit_gradients},
         {"units_in_flight", m.units_in_flight},

@@ -1144,6 +1144,63 @@ TEST(CrossEntropy, ChunkedMatchesReferenceAndFiniteDifferences) {
   EXPECT_THROW(lm_head_cross_entropy(a), Error);
 }
 
+// A frozen weight (LoRA's base) is handed to the backward as a null weight gradient: every
+// kernel then computes the same dx as with one, and no weight gradient (the bf16 linear too).
+TEST(FrozenWeights, NullWeightGradientGivesTheSameDx) {
+  const int64_t n = 7, in = 19, out_f = 11;
+  std::vector<float> x = randn(n * in, 1), w = randn(out_f * in, 2), dy = randn(n * out_f, 3);
+  std::vector<float> dx(n * in), dw(out_f * in, 0.0f), frozen_dx(n * in);
+  linear_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), n, in, out_f, false);
+  linear_backward(frozen_dx.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out_f, false);
+  EXPECT_EQ(dx, frozen_dx);
+  linear_backward_reference(frozen_dx.data(), nullptr, dy.data(), x.data(), w.data(), n, in, out_f,
+                            false);
+  expect_close("frozen linear reference dx", frozen_dx.data(), dx.data(), dx.size(), 1e-6);
+  std::vector<uint16_t> x16(x.size()), w16(w.size()), dy16(dy.size());
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_bf16(w[i]);
+  for (size_t i = 0; i < dy.size(); ++i) dy16[i] = f32_to_bf16(dy[i]);
+  std::vector<float> dx16(n * in), dw16(out_f * in, 0.0f), frozen_dx16(n * in);
+  linear_backward_bf16(dx16.data(), dw16.data(), dy16.data(), x16.data(), w16.data(), n, in, out_f,
+                       false);
+  linear_backward_bf16(frozen_dx16.data(), nullptr, dy16.data(), x16.data(), w16.data(), n, in,
+                       out_f, false);
+  EXPECT_EQ(dx16, frozen_dx16);
+
+  const int64_t rows = 5, dim = 37;
+  std::vector<float> nx = randn(rows * dim, 4), nw = randn(dim, 5), dout = randn(rows * dim, 6);
+  std::vector<float> out(rows * dim), rstd(rows), ndx(rows * dim), ndw(dim, 0.0f),
+      frozen_ndx(rows * dim), ref_ndx(rows * dim);
+  rms_norm_forward(out.data(), rstd.data(), nx.data(), nw.data(), rows, dim, 1e-6f);
+  rms_norm_backward(ndx.data(), ndw.data(), dout.data(), nx.data(), nw.data(), rstd.data(), rows,
+                    dim);
+  rms_norm_backward(frozen_ndx.data(), nullptr, dout.data(), nx.data(), nw.data(), rstd.data(),
+                    rows, dim);
+  EXPECT_EQ(ndx, frozen_ndx);
+  rms_norm_backward_reference(ref_ndx.data(), nullptr, dout.data(), nx.data(), nw.data(),
+                              rstd.data(), rows, dim);
+  expect_close("frozen rms_norm reference dx", ref_ndx.data(), ndx.data(), ndx.size(), 1e-5);
+
+  const int64_t hidden = 13, vocab = 301;
+  std::vector<float> hx = randn(n * hidden, 7), hw = randn(vocab * hidden, 8, 0.5f);
+  std::vector<int32_t> targets = {5, kIgnoreIndex, 300, 0, 7, 7, 100};
+  std::vector<float> hdx(n * hidden), hdw(vocab * hidden, 0.0f), frozen_hdx(n * hidden),
+      ref_hdx(n * hidden);
+  CrossEntropyArgs a = loss_args(hx, hw, targets, hidden, 0.25f, 3);
+  CrossEntropyArgs frozen = a, reference = a;
+  a.dx = hdx.data(), a.dweight = hdw.data();
+  frozen.dx = frozen_hdx.data();
+  reference.dx = ref_hdx.data();
+  const CrossEntropyResult with = lm_head_cross_entropy(a);
+  const CrossEntropyResult without = lm_head_cross_entropy(frozen);
+  EXPECT_EQ(with.loss_sum, without.loss_sum);
+  EXPECT_EQ(hdx, frozen_hdx);
+  lm_head_cross_entropy_reference(reference);
+  expect_close("frozen lm_head reference dx", ref_hdx.data(), hdx.data(), hdx.size(), 1e-5);
+  frozen.dx = nullptr, frozen.dweight = hdw.data();
+  EXPECT_THROW(lm_head_cross_entropy(frozen), Error);  // a weight gradient without dx
+}
+
 // The backward cuts the vocabulary into slices of at most 4,096 rows, a run of them per thread,
 // and sums the threads' shares of d x: a vocabulary of three such slices and a few rows more
 // gives every thread at least one slice and some two, with uneven ends.

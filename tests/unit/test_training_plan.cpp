@@ -108,6 +108,7 @@ struct Case {
   bool checkpointing = false;
   int64_t micro_batches = 2;
   std::string reshard_after_forward = "default";
+  LoraOptions lora = {};  // rank 0: full fine-tuning
 };
 
 PlanInputs inputs_of(const Case& c) {
@@ -120,6 +121,7 @@ PlanInputs inputs_of(const Case& c) {
   in.compute_dtype = c.dtype;
   in.reshard_after_forward = c.reshard_after_forward;
   in.activation_checkpointing = c.checkpointing;
+  in.lora = c.lora;
   return in;
 }
 
@@ -144,7 +146,13 @@ void check_against_model(const Case& c) {
   std::unique_ptr<CausalLM> model =
       make_model(c.args, {}, c.dtype, sharded ? Residency::released : Residency::committed);
   model->set_activation_checkpointing(c.checkpointing);
+  std::unique_ptr<LoraAdapter> lora;
+  if (c.lora.rank > 0) {
+    lora = std::make_unique<LoraAdapter>(c.args, c.lora);
+    model->attach_lora(*lora);
+  }
   model->allocate_gradients();
+  if (lora) lora->allocate_gradients();
   std::unique_ptr<FullyShardedGroups> fsdp;
   std::unique_ptr<AdamWOptimizer> optimizer;
   if (sharded) {
@@ -154,8 +162,10 @@ void check_against_model(const Case& c) {
     optimizer = std::make_unique<AdamWOptimizer>(fsdp->shards(), AdamWConfig{});
     fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });
   } else {
-    optimizer = std::make_unique<AdamWOptimizer>(model->param_groups(), AdamWConfig{});
+    optimizer = std::make_unique<AdamWOptimizer>(lora ? lora->groups() : model->param_groups(),
+                                                 AdamWConfig{});
     model->initialize(7);
+    if (lora) lora->initialize(7);
   }
   // Between steps (before the first): exactly the resident figures.
   EXPECT_EQ(grew(MemCategory::parameters), m.parameters + m.compute_copies);
@@ -179,6 +189,7 @@ void check_against_model(const Case& c) {
   } else {
     model->zero_gradients();
   }
+  if (lora) lora->zero_gradients();
   for (int64_t i = 0; i < c.micro_batches; ++i) {
     model->forward(ids.data(), labels.data(), in.local_batch_size, in.seq_len, options);
     model->backward();
@@ -186,7 +197,7 @@ void check_against_model(const Case& c) {
   if (fsdp) {
     fsdp->finish_gradients();
   } else {
-    all_reduce_gradients(model->param_groups(), world);
+    all_reduce_gradients(lora ? lora->groups() : model->param_groups(), world);
   }
   const MemoryStats after = memory_stats();
   const auto by_category = m.step_by_category();
@@ -209,6 +220,16 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
       {"dense untied, checkpointing", test::tiny_dense(false), 1, 1, DType::f32, true});
   check_against_model({"dense bf16", test::tiny_dense(false), 1, 1, DType::bf16});
   check_against_model({"moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {1})});
+  // LoRA: gradients and AdamW moments only for the adapter (the model frozen).
+  Case lora{"dense LoRA", test::tiny_dense(false)};
+  lora.lora = {4, 8.0, {"q_proj", "v_proj", "down_proj"}};
+  check_against_model(lora);
+  const TrainingPlan full = plan_training(inputs_of({"dense", test::tiny_dense(false)}));
+  const TrainingPlan adapted = plan_training(inputs_of(lora));
+  EXPECT_EQ(adapted.memory.parameters, full.memory.parameters + adapted.memory.lora_parameters);
+  EXPECT_EQ(adapted.memory.gradients, adapted.memory.lora_parameters);
+  EXPECT_EQ(adapted.memory.lora_saved,
+            full.memory.gradients + full.memory.optimizer - 3 * adapted.memory.lora_parameters);
   check_against_model({"moe bf16, checkpointing",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {0}), 1, 1, DType::bf16,
                        true});
@@ -237,6 +258,12 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
   // Kept units keep their bf16 copies (their masters of them were never gathered).
   check_against_model(
       {"fsdp 2 bf16 never, tied", test::tiny_dense(true), 1, 2, DType::bf16, false, 2, "never"});
+}
+
+TEST(TrainingPlan, LoraReplicasAllReduceTheAdapterOnly) {
+  Case c{"DDP LoRA", test::tiny_dense(true), 2, 1};
+  c.lora = {8, 16.0, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}};
+  check_against_model(c);
 }
 
 TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {

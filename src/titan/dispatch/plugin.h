@@ -27,7 +27,10 @@ namespace titan {
 // What a plugin and the titan loading it must agree on: the layout of every struct they pass
 // (a changed field changes a size), and a version bumped when a kernel's contract changes without
 // changing one.
-constexpr uint64_t kKernelPluginVersion = 2;  // 2: the experts in stages
+// 2: the experts in stages; 3: a linear, RMSNorm or lm_head loss kernel may be handed a null
+// weight gradient (a frozen weight: LoRA), and must then compute none (a linear's x may then be
+// null).
+constexpr uint64_t kKernelPluginVersion = 3;
 constexpr uint64_t kernel_plugin_abi() {
   const uint64_t sizes[] = {sizeof(KernelEntry),
                             sizeof(EmbeddingKernel),

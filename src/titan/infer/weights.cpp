@@ -10,6 +10,7 @@
 #include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/models/hf_checkpoint.h"
+#include "titan/models/peft_adapter.h"
 
 namespace titan {
 
@@ -90,9 +91,11 @@ void InferenceWeights::for_each_copy(const Fn& fn) {
 }
 
 std::unique_ptr<InferenceWeights> InferenceWeights::load(const std::string& dir, DType dtype,
-                                                         bool allow_nonfinite) {
-  if (dtype != DType::bf16) {
+                                                         bool allow_nonfinite,
+                                                         const std::string& adapter) {
+  if (dtype != DType::bf16 || !adapter.empty()) {
     std::unique_ptr<CausalLM> model = load_hf_model(dir, {}, allow_nonfinite);
+    if (!adapter.empty()) merge_peft_adapter(adapter, model->args(), model->param_groups());
     std::unique_ptr<InferenceWeights> weights(new InferenceWeights(*model, dtype, true, false));
     weights->owned_ = std::move(model);
     return weights;

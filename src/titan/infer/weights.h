@@ -34,8 +34,11 @@ class InferenceWeights {
   // (load_hf_model_bf16_only) and is never held in fp32: a bf16 folder's bits as stored, an fp32
   // one's rounded as the copies of a live model are -- the same weights, and the same logits, as
   // InferenceWeights(load_hf_model(dir), bf16).
+  // `adapter`: a PEFT LoRA adapter folder merged into the weights at load (models/peft_adapter.h;
+  // the model's fp32 weights are then held, and under bf16 rounded into the copies), or empty.
   static std::unique_ptr<InferenceWeights> load(const std::string& dir, DType dtype,
-                                                bool allow_nonfinite = false);
+                                                bool allow_nonfinite = false,
+                                                const std::string& adapter = "");
 
   const CausalLM& model() const { return model_; }
   DType dtype() const { return dtype_; }

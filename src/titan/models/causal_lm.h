@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "titan/dispatch/overrides.h"
+#include "titan/models/lora.h"
 #include "titan/models/model_args.h"
 #include "titan/nn/decoder_layer.h"
 #include "titan/nn/param_group.h"
@@ -92,6 +93,12 @@ class CausalLM {
   virtual void initialize(uint64_t seed) = 0;
   virtual void allocate_gradients() = 0;
   void zero_gradients();
+  // LoRA (models/lora.h): every adapted linear adds the adapter's update, and every group of the
+  // model is frozen (allocate_gradients gives it no gradients; the backward computes only the
+  // activations' gradients and the adapter's). Before allocate_gradients; fp32 compute, one
+  // process or replicated data parallel (no hooks); a titan::Error otherwise. The adapter must
+  // outlive the model's use.
+  virtual void attach_lora(const LoraAdapter& adapter) = 0;
 
   // input_ids, labels: (B, S). labels as torchtitan's: labels[s] is the token position s
   // predicts (already shifted; Hugging Face's labels, aligned with the inputs, become

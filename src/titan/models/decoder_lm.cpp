@@ -33,8 +33,9 @@ Linear make_linear(const std::string& name, const ParamGroup& g, const KernelBin
   return l;
 }
 
-// Points a linear module at its gradient views.
+// Points a linear module at its gradient views (none in a frozen group).
 void bind_linear_grads(Linear& l, const ParamGroup& g) {
+  if (g.grads() == nullptr) return;
   l.weight_grad = g.grads() + g.view(l.name + ".weight").offset;
   if (const ParamView* bias = g.find(l.name + ".bias")) l.bias_grad = g.grads() + bias->offset;
 }
@@ -176,8 +177,10 @@ void DecoderLM::initialize(uint64_t seed) {
 void DecoderLM::allocate_gradients() {
   TITAN_CHECK(!copies_held_, "model: gradients of a model whose bf16 copies are its weights");
   for (ParamGroup& g : groups_) g.allocate_gradients();
-  // Point every module at its gradient view.
-  const auto grad_of = [](const ParamGroup& g, const std::string& param) {
+  gradients_allocated_ = true;
+  // Point every module at its gradient view (null in a frozen group: LoRA's base).
+  const auto grad_of = [](const ParamGroup& g, const std::string& param) -> float* {
+    if (g.grads() == nullptr) return nullptr;
     return g.grads() + g.view(param).offset;
   };
   const ParamGroup &g0 = groups_[0], &head = groups_[static_cast<size_t>(head_group_)];
@@ -215,6 +218,24 @@ void DecoderLM::allocate_gradients() {
   record_group_pointers();
 }
 
+void DecoderLM::attach_lora(const LoraAdapter& adapter) {
+  TITAN_CHECK(!gradients_allocated_, "model: LoRA attached after its gradients were allocated");
+  TITAN_CHECK(compute_dtype_ == DType::f32,
+              "lora: training.mixed_precision_param = \"bfloat16\" with LoRA is not supported yet "
+              "(LoRA computes in fp32: set it to \"float32\")");
+  TITAN_CHECK(!hooks_.acquire,
+              "lora: FSDP (data_parallel_shard_degree > 1) with LoRA is not supported yet (use "
+              "replicated data parallelism: data_parallel_replicate_degree)");
+  for (DecoderLayer& layer : m_.layers) {
+    for (Linear* lin : {&layer.self_attn.q_proj, &layer.self_attn.k_proj, &layer.self_attn.v_proj,
+                        &layer.self_attn.o_proj, &layer.mlp.gate_proj, &layer.mlp.up_proj,
+                        &layer.mlp.down_proj}) {
+      if (const LoraLinear* l = adapter.find(lin->name)) lin->lora = l;
+    }
+  }
+  for (ParamGroup& g : groups_) g.freeze();
+}
+
 void DecoderLM::set_activation_checkpointing(bool full) {
   if (full == checkpoint_layers_) return;
   checkpoint_layers_ = full;
@@ -241,7 +262,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
               "the collectives that join them are not built yet");
   TITAN_CHECK(seq <= args_.max_position_embeddings, "forward: sequence length ", seq,
               " exceeds max_position_embeddings ", args_.max_position_embeddings);
-  TITAN_CHECK(!options.compute_grad || groups_[0].grads() != nullptr,
+  TITAN_CHECK(!options.compute_grad || gradients_allocated_,
               "forward with compute_grad before allocate_gradients");
   TITAN_CHECK(!options.compute_grad || !forward_only_,
               "forward with compute_grad on a model made forward-only");

@@ -36,6 +36,7 @@ class DecoderLM final : public CausalLM {
 
   void initialize(uint64_t seed) override;
   void allocate_gradients() override;
+  void attach_lora(const LoraAdapter& adapter) override;
 
   CrossEntropyResult forward(const int32_t* input_ids, const int32_t* labels, int64_t batch,
                              int64_t seq, const ForwardOptions& options) override;
@@ -194,6 +195,7 @@ class DecoderLM final : public CausalLM {
   double aux_loss_ = 0.0;
   bool aux_grad_ = false;
   bool grad_ready_ = false;
+  bool gradients_allocated_ = false;
   // The plan cut a parameter: the model holds parts and cannot compute without tensor or expert
   // parallel's collectives at the layer's boundaries (not built yet: forward refuses).
   bool cut_by_plan_ = false;

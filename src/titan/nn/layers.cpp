@@ -83,6 +83,7 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
       TITAN_CHECK(g.dy != nullptr, l.name, ": a bias gradient needs the output gradient in fp32");
       device_ops().bias_backward(l.bias_grad, g.dy, n, l.out_features);
     }
+    if (l.lora != nullptr) l.lora->backward(dx, g.dy, x, n, *l.kernel);
     accumulate_dx = true;
   }
 }
@@ -131,6 +132,10 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
     }
     if (l.bias != nullptr) device_ops().bias_forward(o.y, l.bias, n, l.out_features);
   }
+  for (const LinearOutput& o : outputs) {
+    const Linear& l = *o.linear;
+    if (l.lora != nullptr) l.lora->forward_add(o.y, x, n, *l.kernel);
+  }
 }
 
 void RMSNorm::forward(float* out, float* rstd, const float* x, int64_t rows) const {
@@ -151,6 +156,7 @@ void Embedding::forward(float* out, const int32_t* ids, int64_t n) const {
 }
 
 void Embedding::backward(const float* dout, const int32_t* ids, int64_t n) const {
+  if (weight_grad == nullptr) return;  // a frozen embedding (LoRA's base)
   kernel->backward(weight_grad, dout, ids, n, dim);
 }
 

@@ -14,6 +14,7 @@
 
 #include "titan/dispatch/overrides.h"
 #include "titan/dispatch/registry.h"
+#include "titan/nn/lora.h"
 #include "titan/nn/param_group.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/moe.h"
@@ -103,6 +104,8 @@ struct Linear {
   const uint16_t* weight_bf16 = nullptr;
   const LinearKernel* kernel = nullptr;
   std::string kernel_name;  // registry name
+  // A LoRA update added to every product (nn/lora.h; fp32 compute only), or null.
+  const LoraLinear* lora = nullptr;
 
   // What the forward multiplies by, as the decode GEMVs take it.
   GemvWeight compute_weight() const;

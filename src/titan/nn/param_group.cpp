@@ -1,6 +1,7 @@
 #include "titan/nn/param_group.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
@@ -57,18 +58,19 @@ const ParamView& ParamGroup::view(const std::string& param_name) const {
 }
 
 void ParamGroup::allocate_gradients() {
-  if (grads_.data() != nullptr) return;
+  if (frozen_ || grads_.data() != nullptr) return;
   grads_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::gradients, residency_);
   if (residency_ == Residency::committed) grads_.zero();
 }
 
 void ParamGroup::zero_gradients() {
+  if (frozen_) return;
   TITAN_CHECK(grads() != nullptr, "group ", name_, ": zero_gradients before allocate_gradients");
   grads_.zero();
 }
 
 void ParamGroup::allocate_optimizer_state() {
-  if (exp_avg_.data() != nullptr) return;
+  if (frozen_ || exp_avg_.data() != nullptr) return;
   exp_avg_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
   exp_avg_sq_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
   exp_avg_.zero();
@@ -145,6 +147,13 @@ void ParamGroup::initialize(uint64_t seed, float std) {
     float* p = params() + v.offset;
     if (v.spec.init == ParamInit::ones || v.spec.init == ParamInit::zeros) {
       std::fill(p, p + v.numel, v.spec.init == ParamInit::ones ? 1.0f : 0.0f);
+    } else if (v.spec.init == ParamInit::kaiming_uniform) {
+      TITAN_CHECK(v.spec.shape.size() == 2, v.spec.name, ": Kaiming-uniform needs a matrix");
+      const double bound = 1.0 / std::sqrt(static_cast<double>(v.spec.shape[1]));
+      Rng rng(seed, v.spec.name);
+      for (int64_t j = 0; j < v.numel; ++j) {
+        p[j] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+      }
     } else {
       Rng(seed, v.spec.name).fill_normal(p, v.numel, 0.0f, std);
     }

@@ -14,7 +14,9 @@
 
 namespace titan {
 
-enum class ParamInit { normal, ones, zeros };
+// kaiming_uniform: U(-1/sqrt(in), 1/sqrt(in)) over a matrix (out, in), torch's
+// kaiming_uniform_(a = sqrt(5)) -- what PEFT gives a LoRA A matrix.
+enum class ParamInit { normal, ones, zeros, kaiming_uniform };
 
 struct ParamSpec {
   std::string
@@ -97,6 +99,11 @@ class ParamGroup {
   const ParamView* find(const std::string& param_name) const;  // null when absent
   int64_t numel() const { return numel_; }
 
+  // A frozen group (LoRA's base weights, nn/lora.h) is never trained: allocate_gradients and
+  // allocate_optimizer_state leave it without gradients and AdamW state, and its modules compute
+  // no weight gradients (their gradient pointers stay null).
+  void freeze() { frozen_ = true; }
+  bool frozen() const { return frozen_; }
   // Gradient and optimizer buffers exist only once requested (inference needs neither); the
   // gradients with the parameters' residency.
   void allocate_gradients();
@@ -151,6 +158,7 @@ class ParamGroup {
   std::vector<ParamView> views_;
   int64_t numel_ = 0;
   Residency residency_;
+  bool frozen_ = false;
   Buffer params_, grads_, exp_avg_, exp_avg_sq_;
   Buffer compute_copy_;
   int64_t compute_copy_numel_ = 0;

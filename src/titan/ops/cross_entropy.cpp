@@ -19,8 +19,8 @@ namespace {
 void check_targets(const CrossEntropyArgs& a) {
   TITAN_CHECK(a.n_tokens >= 0 && a.hidden > 0 && a.vocab > 0, "cross-entropy: bad sizes (tokens ",
               a.n_tokens, ", hidden ", a.hidden, ", vocab ", a.vocab, ")");
-  TITAN_CHECK((a.dx == nullptr) == (a.dweight == nullptr),
-              "cross-entropy: dx and dweight are requested together");
+  TITAN_CHECK(a.dx != nullptr || a.dweight == nullptr,
+              "cross-entropy: dweight is requested only with dx");
   for (int64_t n = 0; n < a.n_tokens; ++n) {
     const int32_t t = a.targets[n];
     TITAN_CHECK(t == kIgnoreIndex || (t >= 0 && t < a.vocab), "cross-entropy: target ", t,
@@ -220,6 +220,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
               backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f,
                                   gradient_bf16 + v0, ld, a.weight_bf16 + v0 * a.hidden, a.hidden,
                                   beta, dx, a.hidden);
+              if (a.dweight == nullptr) return;
               backend().gemm_bf16(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f,
                                   gradient_bf16 + v0, ld, x_bf16, a.hidden, 1.0f,
                                   a.dweight + v0 * a.hidden, a.hidden);
@@ -254,6 +255,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
           [&](int64_t v0, int64_t vn, float* dx, float beta) {
             backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f, logits + v0, a.vocab,
                                a.weight + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
+            if (a.dweight == nullptr) return;
             backend().gemm_f32(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f, logits + v0,
                                a.vocab, x, a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
           });
@@ -293,8 +295,10 @@ CrossEntropyResult lm_head_cross_entropy_reference(const CrossEntropyArgs& a) {
   if (a.dx != nullptr) {
     gemm_f32_reference(Trans::no, Trans::no, a.n_tokens, a.hidden, a.vocab, 1.0f, dlogits.data(),
                        a.vocab, a.weight, a.hidden, 0.0f, a.dx, a.hidden);
-    gemm_f32_reference(Trans::yes, Trans::no, a.vocab, a.hidden, a.n_tokens, 1.0f, dlogits.data(),
-                       a.vocab, a.x, a.hidden, 1.0f, a.dweight, a.hidden);
+    if (a.dweight != nullptr) {
+      gemm_f32_reference(Trans::yes, Trans::no, a.vocab, a.hidden, a.n_tokens, 1.0f, dlogits.data(),
+                         a.vocab, a.x, a.hidden, 1.0f, a.dweight, a.hidden);
+    }
   }
   return result;
 }

@@ -25,7 +25,8 @@ struct CrossEntropyArgs {
   int64_t n_tokens = 0;
   int64_t hidden = 0;
   int64_t vocab = 0;
-  // Gradients, optional: dx (N, h) overwritten, dweight (V, h) accumulated, both for the loss
+  // Gradients, optional: dx (N, h) overwritten, dweight (V, h) accumulated (or null with dx: a
+  // frozen lm_head, LoRA's base), both for the loss
   // sum(token losses) * grad_scale (grad_scale = 1 / valid tokens of the global batch).
   float* dx = nullptr;
   float* dweight = nullptr;

@@ -20,6 +20,7 @@ void linear_backward(float* dx, float* dweight, const float* dy, const float* x,
   backend().gemm_f32(Trans::no, Trans::no, n_rows, in_features, out_features, 1.0f, dy,
                      out_features, weight, in_features, accumulate_dx ? 1.0f : 0.0f, dx,
                      in_features);
+  if (dweight == nullptr) return;  // a frozen weight (LoRA's base)
   backend().gemm_f32(Trans::yes, Trans::no, out_features, in_features, n_rows, 1.0f, dy,
                      out_features, x, in_features, 1.0f, dweight, in_features);
 }
@@ -42,6 +43,7 @@ void linear_backward_bf16(float* dx, float* dweight, const uint16_t* dy, const u
   backend().gemm_bf16(Trans::no, Trans::no, n_rows, in_features, out_features, 1.0f, dy,
                       out_features, weight, in_features, accumulate_dx ? 1.0f : 0.0f, dx,
                       in_features);
+  if (dweight == nullptr) return;  // a frozen weight (LoRA's base)
   backend().gemm_bf16(Trans::yes, Trans::no, out_features, in_features, n_rows, 1.0f, dy,
                       out_features, x, in_features, 1.0f, dweight, in_features);
 }
@@ -58,6 +60,7 @@ void linear_backward_reference(float* dx, float* dweight, const float* dy, const
   gemm_f32_reference(Trans::no, Trans::no, n_rows, in_features, out_features, 1.0f, dy,
                      out_features, weight, in_features, accumulate_dx ? 1.0f : 0.0f, dx,
                      in_features);
+  if (dweight == nullptr) return;  // a frozen weight (LoRA's base)
   gemm_f32_reference(Trans::yes, Trans::no, out_features, in_features, n_rows, 1.0f, dy,
                      out_features, x, in_features, 1.0f, dweight, in_features);
 }

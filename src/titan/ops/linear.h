@@ -9,7 +9,9 @@ namespace titan {
 // y (N, out) = x (N, in) W^T
 void linear_forward(float* y, const float* x, const float* weight, int64_t n_rows,
                     int64_t in_features, int64_t out_features);
-// dx (N, in) = dy W (overwritten, or added to when accumulate_dx); dweight (out, in) += dy^T x.
+// dx (N, in) = dy W (overwritten, or added to when accumulate_dx); dweight (out, in) += dy^T x,
+// or null: no weight gradient (a frozen weight: LoRA's base), and x is then not read (may be null:
+// LoRA adds its update through this dx product, nn/lora.h).
 void linear_backward(float* dx, float* dweight, const float* dy, const float* x,
                      const float* weight, int64_t n_rows, int64_t in_features, int64_t out_features,
                      bool accumulate_dx);

@@ -43,13 +43,16 @@ void rms_norm_backward(float* dx, float* dweight, const float* dout, const float
       for (int64_t i = 0; i < dim; ++i) {
         n_row[i] = xr[i] * s;
         dn_row[i] = gr[i] * weight[i];
-        dw[i] += gr[i] * n_row[i];
+      }
+      if (dweight != nullptr) {
+        for (int64_t i = 0; i < dim; ++i) dw[i] += gr[i] * n_row[i];
       }
       const float mean_dn_n = v.dot(dn_row.data(), n_row.data(), dim) / static_cast<float>(dim);
       float* dxr = dx + r * dim;
       for (int64_t i = 0; i < dim; ++i) dxr[i] = s * (dn_row[i] - n_row[i] * mean_dn_n);
     }
   }
+  if (dweight == nullptr) return;  // a frozen weight (LoRA's base)
   for (int t = 0; t < n_threads; ++t) v.axpy(dweight, 1.0f, partial.data() + t * dim, dim);
 }
 
@@ -73,7 +76,7 @@ void rms_norm_backward_reference(float* dx, float* dweight, const float* dout, c
     for (int64_t i = 0; i < dim; ++i) {
       const double n = static_cast<double>(x[r * dim + i]) * s;
       mean_dn_n += static_cast<double>(dout[r * dim + i]) * weight[i] * n;
-      dweight[i] += static_cast<float>(dout[r * dim + i] * n);
+      if (dweight != nullptr) dweight[i] += static_cast<float>(dout[r * dim + i] * n);
     }
     mean_dn_n /= static_cast<double>(dim);
     for (int64_t i = 0; i < dim; ++i) {

@@ -11,7 +11,8 @@ namespace titan {
 // the backward. out may alias x.
 void rms_norm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t rows,
                       int64_t dim, float eps);
-// dx (R, d) = d out / d x; dweight (d) += sum over rows. dx may alias dout.
+// dx (R, d) = d out / d x; dweight (d) += sum over rows, or null (a frozen weight: LoRA's base).
+// dx may alias dout.
 void rms_norm_backward(float* dx, float* dweight, const float* dout, const float* x,
                        const float* weight, const float* rstd, int64_t rows, int64_t dim);
 

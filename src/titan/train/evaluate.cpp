@@ -6,12 +6,19 @@
 #include "titan/core/progress.h"
 #include "titan/dispatch/device_ops.h"
 #include "titan/models/hf_checkpoint.h"
+#include "titan/models/peft_adapter.h"
 
 namespace titan {
 
 std::unique_ptr<CausalLM> load_eval_model(const std::string& dir, DType compute,
-                                          bool allow_nonfinite) {
+                                          bool allow_nonfinite, const std::string& adapter) {
   std::unique_ptr<CausalLM> model;
+  if (!adapter.empty()) {
+    model = load_hf_model(dir, {}, allow_nonfinite, compute);
+    merge_peft_adapter(adapter, model->args(), model->param_groups());
+    model->set_forward_only();
+    return model;
+  }
   // bf16: the copies loaded from the folder, and the one copy made from a master the forward
   // reads too (the lm_head's of a tied embedding kept in fp32 for the lookup).
   std::vector<std::pair<std::string, uint16_t*>> rounded_after_load;

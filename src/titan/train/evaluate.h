@@ -19,8 +19,11 @@ namespace titan {
 // one's rounded as a live model's copies are -- and so does an embedding the folder stores in
 // bf16: the same loss as load_hf_model(dir, bf16)'s forward, bit for bit, at the folder's bytes
 // rather than twice them in fp32 masters.
+// `adapter`, a PEFT LoRA adapter folder, or empty: merged into the weights at load
+// (models/peft_adapter.h), the model then holding fp32 masters under bf16 too.
 std::unique_ptr<CausalLM> load_eval_model(const std::string& dir, DType compute,
-                                          bool allow_nonfinite = false);
+                                          bool allow_nonfinite = false,
+                                          const std::string& adapter = "");
 
 struct EvalResult {
   double loss = 0.0;   // mean over scored tokens

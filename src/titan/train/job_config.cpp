@@ -13,6 +13,7 @@
 
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
+#include "titan/models/lora.h"
 #include "titan/models/registry.h"
 
 namespace titan {
@@ -94,6 +95,12 @@ std::vector<Field> fields(JobConfig& c) {
       {"validation", "freq", &c.validation.freq},
       {"validation", "steps", &c.validation.steps},
       {"experimental", "custom_import", &c.experimental.custom_import},
+      {"lora", "rank", &c.lora.rank},
+      {"lora", "alpha", &c.lora.alpha},
+      {"lora", "dropout", &c.lora.dropout},
+      {"lora", "target_modules", &c.lora.target_modules},
+      {"lora", "merge_on_export", &c.lora.merge_on_export},
+      {"lora", "initial_adapter", &c.lora.initial_adapter},
   };
 }
 
@@ -375,6 +382,15 @@ void job_config_validate(const JobConfig& c) {
         degree >= 1,
         "parallelism degrees must be at least 1 (only data_parallel_shard_degree may be -1)");
   }
+  TITAN_CHECK(c.lora.rank >= 0, "lora.rank ", c.lora.rank,
+              " must not be negative (0 turns LoRA off)");
+  if (c.lora.rank > 0) {
+    TITAN_CHECK(c.lora.alpha > 0 && std::isfinite(c.lora.alpha), "lora.alpha ", c.lora.alpha,
+                " must be a positive number");
+    TITAN_CHECK(c.lora.dropout == 0.0, "lora.dropout ", c.lora.dropout,
+                ": titan applies no LoRA dropout yet (set it to 0)");
+    parse_lora_targets(c.lora.target_modules, "lora.target_modules");
+  }
   TITAN_CHECK(c.parallelism.data_parallel_shard_degree == -1 ||
                   c.parallelism.data_parallel_shard_degree >= 1,
               "parallelism.data_parallel_shard_degree must be -1 or at least 1");
@@ -423,6 +439,9 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
          "lr_scheduler.decay_type is \"none\" (set linear, cosine or sqrt to decay)");
   unused({"training.deterministic"}, !c.training.deterministic,
          "titan's kernels are deterministic for a given thread count whatever its value");
+  unused({"lora.alpha", "lora.dropout", "lora.target_modules", "lora.merge_on_export",
+          "lora.initial_adapter"},
+         c.lora.rank == 0, "lora.rank is 0 (set a rank to train a LoRA adapter)");
   if (is_set("model.hf_assets_path") && c.model.flavor != "hf") {
     warnings.push_back(
         "model.hf_assets_path gives only the tokenizer: the model's dims come from "

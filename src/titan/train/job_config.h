@@ -131,6 +131,18 @@ struct JobConfig {
   struct Experimental {
     std::string custom_import = "";
   } experimental;
+  // titan's [lora] (torchtitan's LoRA keys, PEFT's names): rank > 0 trains a LoRA adapter on
+  // every target_modules projection of every layer (models/lora.h) with the model's weights
+  // frozen, and exports a PEFT adapter folder (or, with merge_on_export, the model with the
+  // adapter merged). initial_adapter: a PEFT adapter folder to start from instead of PEFT's init.
+  struct Lora {
+    int64_t rank = 0;  // 0: off
+    double alpha = 16.0;
+    double dropout = 0.0;  // only 0: titan applies no LoRA dropout
+    std::string target_modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
+    bool merge_on_export = false;
+    std::string initial_adapter = "";
+  } lora;
   // [overrides]: module pattern -> kernel name, in file order.
   std::vector<std::pair<std::string, std::string>> overrides;
   // "section.key" of every field a TOML file or the command line set (not the preset), so that

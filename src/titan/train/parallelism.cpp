@@ -1,5 +1,6 @@
 #include "titan/train/parallelism.h"
 
+#include "titan/core/error.h"
 #include "titan/distributed/data_parallel.h"
 #include "titan/models/parallelize.h"
 #include "titan/models/state_dict_adapter.h"
@@ -27,7 +28,13 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh,
 
 Parallelism::~Parallelism() = default;
 
+void Parallelism::train_only(std::vector<ParamGroup>& groups) {
+  TITAN_CHECK(!fsdp_, "parallelism: groups trained in place of the model's (LoRA) under FSDP");
+  trained_ = &groups;
+}
+
 std::vector<ParamGroup>& Parallelism::state_groups() {
+  if (trained_) return *trained_;
   return fsdp_ ? fsdp_->shards() : model_.param_groups();
 }
 
@@ -48,7 +55,9 @@ void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
 }
 
 void Parallelism::zero_gradients() {
-  if (fsdp_) {
+  if (trained_) {
+    for (ParamGroup& g : *trained_) g.zero_gradients();
+  } else if (fsdp_) {
     fsdp_->zero_gradients();
   } else {
     model_.zero_gradients();
@@ -59,7 +68,7 @@ void Parallelism::finish_gradients() {
   if (fsdp_) {
     fsdp_->finish_gradients();
   } else {
-    all_reduce_gradients(model_.param_groups(), mesh_.world());
+    all_reduce_gradients(state_groups(), mesh_.world());
   }
 }
 

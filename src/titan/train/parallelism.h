@@ -31,6 +31,10 @@ class Parallelism {
   // `reshard_after_forward`: parallelism.fsdp_reshard_after_forward. Both must outlive this.
   Parallelism(CausalLM& model, DeviceMesh& mesh, const std::string& reshard_after_forward);
   ~Parallelism();
+  // The groups that train in place of the model's frozen ones (a LoRA adapter's: train/lora_job.h):
+  // what the optimizer steps, checkpoints hold and the data-parallel reduction sums, replicated
+  // on every rank (FSDP refuses them). `groups` must outlive this.
+  void train_only(std::vector<ParamGroup>& groups);
 
   // What the optimizer steps and checkpoints hold: FSDP's shards, or the model's whole groups;
   // and their cut (count 1: whole).
@@ -55,7 +59,8 @@ class Parallelism {
  private:
   CausalLM& model_;
   DeviceMesh& mesh_;
-  std::unique_ptr<FullyShardedGroups> fsdp_;  // with data_parallel_shard_degree > 1
+  std::unique_ptr<FullyShardedGroups> fsdp_;    // with data_parallel_shard_degree > 1
+  std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
 };
 
 }  // namespace titan

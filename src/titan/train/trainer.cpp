@@ -22,6 +22,7 @@
 #include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_resolve.h"
+#include "titan/train/lora_job.h"
 #include "titan/train/rank_agreement.h"
 
 namespace titan {
@@ -87,10 +88,6 @@ ChatTemplate load_chat_template(const std::string& dir) {
   }
 }
 
-std::string export_dir(const JobConfig& c) {
-  return c.job.dump_folder + "/hf";
-}
-
 // Every input path exists (a glob matches), so a typo stops the run now, not at the first
 // validation pass.
 void check_inputs(const DataSources& d) {
@@ -116,7 +113,7 @@ void check_outputs(const JobConfig& c, const DataSources& d) {
     ensure_writable_folder(c.job.dump_folder + "/" + c.checkpoint.folder, "checkpoint.folder");
   }
   if (!c.checkpoint.last_save_in_hf) return;
-  const std::string hf = export_dir(c);
+  const std::string hf = job_export_dir(c);
   check_destination_apart(hf, c.model.hf_assets_path, "model.hf_assets_path");
   check_destination_apart(hf, c.checkpoint.initial_load_path, "checkpoint.initial_load_path");
   check_destination_apart(hf, d.tokenizer, "the tokenizer folder");
@@ -126,7 +123,7 @@ void check_outputs(const JobConfig& c, const DataSources& d) {
       check_destination_apart(hf, path, "the dataset file");
     }
   }
-  check_atomic_dir_destination(hf, "model", true);
+  check_atomic_dir_destination(hf, job_export_content(c), true);
 }
 
 // The initial weights checked against the model from their headers, before it is allocated.
@@ -186,6 +183,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                           : "parameters replicated, gradients all-reduced");
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
+  check_lora_job(config_, dims.dp_shard);
   check_job_sizes(config_, resolve_job_model_args(config_), dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
@@ -239,8 +237,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
               config_.training.dataset == "default"
                   ? ("the built-in corpus " + sources.train.front()).c_str()
                   : config_.training.dataset_path.c_str());
-  resume_ = find_resume_checkpoint(checkpoint_folder(), model_param_specs(args_),
-                                   config_.checkpoint, t.steps);
+  resume_ = find_resume_checkpoint(checkpoint_folder(), state_specs(), config_.checkpoint, t.steps);
   if (!resume_) check_initial_weights(config_.checkpoint, args_);
 
   const JobKernels kernels = resolve_job_kernels(config_);
@@ -269,9 +266,11 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   for (const std::string& line : model_->override_report().warnings) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
   }
+  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_);
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
   model_->set_activation_checkpointing(config_.activation_checkpoint.mode == "full");
   model_->allocate_gradients();
+  if (lora_) lora_->allocate_gradients();
   AdamWConfig adamw;
   adamw.lr = static_cast<float>(config_.optimizer.lr);
   adamw.beta1 = static_cast<float>(config_.optimizer.beta1);
@@ -280,6 +279,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
   parallelism_ = std::make_unique<Parallelism>(*model_, *mesh_,
                                                config_.parallelism.fsdp_reshard_after_forward);
+  if (lora_) parallelism_->train_only(lora_->groups());
   optimizer_ = std::make_unique<AdamWOptimizer>(parallelism_->state_groups(), adamw,
                                                 parallelism_->grad_norm_group());
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
@@ -306,6 +306,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   }
   const auto seed = static_cast<uint64_t>(t.seed);
   parallelism_->initialize(args_, seed);
+  if (lora_) lora_->initialize(seed);
   restore();
 }
 
@@ -317,6 +318,11 @@ std::string Trainer::checkpoint_folder() const {
 
 std::vector<ParamGroup>& Trainer::state_groups() {
   return parallelism_->state_groups();
+}
+
+std::vector<ParamGroupSpec> Trainer::state_specs() const {
+  if (config_.lora.rank > 0) return lora_param_specs(args_, job_lora_options(config_));
+  return model_param_specs(args_);
 }
 
 Shard Trainer::state_cut() const {
@@ -333,7 +339,7 @@ void Trainer::restore() {
     std::printf("resumed step %lld from %s%s\n", static_cast<long long>(state.step), dir.c_str(),
                 state.model_only ? " (model weights only: the run is already complete)" : "");
   };
-  const std::vector<ParamGroupSpec> specs = model_param_specs(args_);
+  const std::vector<ParamGroupSpec> specs = state_specs();
   const auto load = [&](const std::string& dir, CheckpointContent content) {
     return load_training_checkpoint(dir, specs, state_groups(), state_cut(), content,
                                     ck.allow_nonfinite_weights);
@@ -344,7 +350,9 @@ void Trainer::restore() {
                 resume_->dir);
   }
   const std::string& initial = ck.initial_load_path;
-  if (start_step_ == 0 && !initial.empty()) {
+  if (lora_) {
+    load_lora_run_weights(config_, args_, *model_, *lora_, start_step_ == 0);
+  } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(args_, state_groups(), initial, "the model's config",
                       ck.allow_nonfinite_weights, state_cut());
@@ -452,7 +460,7 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   // long as for start-up, not one step.
   set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
   const std::string folder = checkpoint_folder();
-  const std::vector<ParamGroupSpec> specs = model_param_specs(args_);
+  const std::vector<ParamGroupSpec> specs = state_specs();
   Communicator& world = mesh_->world();
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
@@ -482,9 +490,18 @@ void Trainer::export_model() {
     }
   }
   scan.check(config_.checkpoint.allow_nonfinite_weights);
-  const std::string dir = export_dir(config_);
-  export_hf_folder(dir, args_, model_->param_groups(), options);
-  std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
+  const std::string dir = job_export_dir(config_);
+  const auto export_model = [&] {
+    export_hf_folder(dir, args_, model_->param_groups(), options);
+    std::printf("exported the model as a Hugging Face folder: %s%s\n", dir.c_str(),
+                lora_ ? " (the LoRA adapter merged into its weights)" : "");
+  };
+  if (lora_) {
+    const std::string& base = config_.checkpoint.initial_load_path;
+    export_lora(config_, *lora_, *model_, base.empty() ? tokenizer_dir_ : base, export_model);
+  } else {
+    export_model();
+  }
 }
 
 TrainResult Trainer::run() {

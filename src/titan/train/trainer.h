@@ -51,8 +51,10 @@ class Trainer {
   void export_model();
   void restore();
   std::string checkpoint_folder() const;
-  // What optimizer state lives in and checkpoints hold (Parallelism::state_groups, state_cut).
+  // What optimizer state lives in and checkpoints hold (Parallelism::state_groups, state_cut):
+  // with LoRA, the adapter's groups (the model's are frozen and come from the initial weights).
   std::vector<ParamGroup>& state_groups();
+  std::vector<ParamGroupSpec> state_specs() const;
   Shard state_cut() const;
 
   JobConfig config_;
@@ -65,6 +67,7 @@ class Trainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ResumePoint> resume_;  // chosen before the model is allocated
   std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<LoraAdapter> lora_;  // with lora.rank > 0 (train/lora_job.h)
   std::unique_ptr<Parallelism> parallelism_;
   std::unique_ptr<AdamWOptimizer> optimizer_;  // over parallelism_'s state groups
   std::unique_ptr<DataLoader> loader_;

@@ -13,6 +13,7 @@
 #include "titan/nn/param_group.h"
 #include "titan/nn/shard.h"
 #include "titan/train/job_resolve.h"
+#include "titan/train/lora_job.h"
 
 namespace titan {
 namespace {
@@ -47,6 +48,10 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.reshard_after_forward = config.parallelism.fsdp_reshard_after_forward;
   in.checkpoint_saves = config.checkpoint.enable;
   in.export_hf = config.checkpoint.last_save_in_hf;
+  if (config.lora.rank > 0) {
+    check_lora_config(config, in.mesh.dp_shard);
+    in.lora = job_lora_options(config);
+  }
   // The kernels [overrides] names, a plugin's too, and their constraints on the step's shapes, as
   // titan train refuses them before allocating.
   in.override_warnings = decoder_lm_overrides(in.args, resolve_job_kernels(config).overrides,
@@ -299,6 +304,18 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const int64_t replicas = in.mesh.dp_replicate;
   for (const int64_t shard : shard_numel)
     c.all_reduce += 2 * (replicas - 1) * shard * kFloat / replicas;
+  if (in.lora.rank > 0) {
+    int64_t adapter = 0;
+    for (const ParamGroupSpec& g : lora_param_specs(a, in.lora))
+      adapter += param_group_numel(g.params);
+    const int64_t full = m.gradients + m.optimizer;
+    m.lora_parameters = adapter * kFloat;
+    m.parameters += m.lora_parameters;
+    m.gradients = adapter * kFloat;
+    m.optimizer = 2 * adapter * kFloat;
+    m.lora_saved = full - m.gradients - m.optimizer;
+    c.all_reduce = 2 * (replicas - 1) * adapter * kFloat / replicas;
+  }
 
   const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;
   plan.tokens_per_step = rank_tokens * in.mesh.dp();

@@ -19,6 +19,10 @@
 //   other       the RoPE cos/sin tables for seq_len; under FSDP the collectives' staging (N x the
 //               largest shard), one reduced-gradient shard and under bf16 the send buffer of the
 //               largest bf16 gather block; while a file is written, the writer's staging
+// With LoRA (one process or DDP, fp32) the model's parameters are frozen: gradients and AdamW
+// moments exist only for the adapter's, which are added to the parameters; DDP all-reduces the
+// adapter's gradients. (The LoRA products' own scratch, two (N, rank) fp32 arrays and one B^T,
+// is outside the accounted categories.)
 // Under FSDP with bf16 the all-gathers move the bf16-only weights' rows in bf16
 // (DecoderLM::read_only_in_bf16), the rest in fp32; the reduce-scatters move fp32 gradients.
 #pragma once
@@ -31,6 +35,7 @@
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 #include "titan/distributed/mesh.h"
+#include "titan/models/lora.h"
 #include "titan/models/model_args.h"
 #include "titan/train/job_config.h"
 
@@ -47,6 +52,8 @@ struct PlanInputs {
   std::string reshard_after_forward = "default";  // parallelism.fsdp_reshard_after_forward
   bool checkpoint_saves = false;                  // checkpoint.enable
   bool export_hf = false;                         // checkpoint.last_save_in_hf
+  // [lora]: rank 0, or the adapter a LoRA run trains (the model's weights then frozen).
+  LoraOptions lora;
   // [overrides] rules that match no module, as titan train warns of them.
   std::vector<std::string> override_warnings;
 };
@@ -78,6 +85,9 @@ struct MemoryPlan {
   // While a checkpoint or the final Hugging Face folder is written: the writer's staging; under
   // FSDP the export also gathers every unit's whole parameters.
   int64_t writer_staging = 0, export_gather = 0;
+  // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
+  // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
+  int64_t lora_parameters = 0, lora_saved = 0;
 
   // During a step: per category its peak; in all, resident + units_in_flight + activations.
   std::array<int64_t, kMemCategoryCount> step_by_category() const;

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# LoRA against full fine-tuning (issue 43's bar: LoRA's step peak memory at most 0.5x and its step
+# time at most 0.8x full fine-tuning's): `titan train` on bench_train_step's `small` dims (h 512,
+# 8 layers, 8/4 heads, hd 128, I 2048, V 151936 tied; 115.5 M parameters) in fp32, full
+# fine-tuning and LoRA (rank 8, alpha 16 on all seven projections) in alternating pairs, the same
+# config and batch. Prints each run's step peak (the trainer's accounted memory) and mean step time
+# after the first (warm-up), and the ratios LoRA / full of the pairs' means.
+#
+#   bench/lora_vs_full.sh [--pairs 2] [--steps 4] [--threads 2] [--batch 4] [--seq 512] [--ac none]
+#
+# --ac: activation_checkpoint.mode of both (none or full).
+# The model folder (config.json and the built-in debug tokenizer, whose 2048 ids cost the same as
+# any in the 151,936-row embedding) is made in a temporary folder; the logs stay in
+# $TITAN_BENCH_LOGS (default: a temporary folder, printed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+me=lora_vs_full.sh
+die() {
+  echo "$me: $*" >&2
+  exit 1
+}
+
+pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || die "$1 needs a value"
+  case "$1" in
+    --pairs) pairs=$2 ;;
+    --steps) steps=$2 ;;
+    --threads) threads=$2 ;;
+    --batch) batch=$2 ;;
+    --seq) seq=$2 ;;
+    --ac) ac=$2 ;;
+    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full)" ;;
+  esac
+  shift 2
+done
+for v in "$pairs" "$steps" "$threads" "$batch" "$seq"; do
+  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
+done
+[ "$ac" = none ] || [ "$ac" = full ] || die "--ac $ac: expected none or full"
+[ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
+titan=build/titan
+[ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
+tokenizer="${XDG_CACHE_HOME:-$HOME/.cache}/titan/debug-tokenizer-v1-2048"
+[ -f "$tokenizer/tokenizer.json" ] ||
+  die "$tokenizer not found: run 'build/titan train --training.steps=1' once to make it"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
+mkdir -p "$logs" "$work/small"
+cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$work/small/"
+cat > "$work/small/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
+ "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8,
+ "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
+ "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+ "hidden_act": "silu", "tie_word_embeddings": true, "initializer_range": 0.02,
+ "torch_dtype": "float32"}
+JSON
+
+config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
+        --training.seq_len="$seq" --training.local_batch_size="$batch" --threads "$threads"
+        --lr_scheduler.warmup_steps=1 --checkpoint.last_save_in_hf=false --metrics.log_freq=1
+        --activation_checkpoint.mode="$ac")
+lora=(--lora.rank=8 --lora.alpha=16)
+echo "$me: load before: $(uptime | sed 's/.*load average: //')"
+for pair in $(seq "$pairs"); do
+  "$titan" train "${config[@]}" --job.dump_folder="$work/full$pair" > "$logs/full$pair.log" 2>&1 \
+    || { cat "$logs/full$pair.log"; die "full fine-tuning failed"; }
+  "$titan" train "${config[@]}" "${lora[@]}" --job.dump_folder="$work/lora$pair" \
+    > "$logs/lora$pair.log" 2>&1 || { cat "$logs/lora$pair.log"; die "LoRA failed"; }
+done
+echo "$me: load after: $(uptime | sed 's/.*load average: //')"
+
+# The mean time of the steps after the first, and the summary's peak memory (GiB).
+step_time() { awk '/^step /{ for (i = 1; i < NF; ++i) if ($i == "time") { t = $(i + 1); sub("s", "", t) }
+  if ($2 > 1) { sum += t; n += 1 } } END { printf "%.3f", sum / n }' "$1"; }
+peak() { sed -n 's/.*peak memory \([0-9.]*\) GiB.*/\1/p' "$1"; }
+for kind in full lora; do
+  for pair in $(seq "$pairs"); do
+    echo "$kind run $pair: step $(step_time "$logs/$kind$pair.log") s, peak $(peak "$logs/$kind$pair.log") GiB" \
+      "($(sed -n 's/.*peak memory [0-9.]* GiB (\(.*\))$/\1/p' "$logs/$kind$pair.log"))"
+  done
+done
+mean() { for pair in $(seq "$pairs"); do echo "$("$1" "$logs/$2$pair.log")"; done | awk '{ s += $1 } END { printf "%.4f", s / NR }'; }
+awk -v ft="$(mean step_time full)" -v lt="$(mean step_time lora)" -v fp="$(mean peak full)" \
+  -v lp="$(mean peak lora)" 'BEGIN { printf "LoRA / full: step time %.3f / %.3f s = %.2fx; peak memory %.2f / %.2f GiB = %.2fx\n", lt, ft, lt / ft, lp, fp, lp / fp }'
+echo "logs: $logs"

@@ -1,0 +1,147 @@
+#include "titan/models/lora.h"
+
+#include <algorithm>
+
+#include "titan/core/error.h"
+
+namespace titan {
+namespace {
+
+// Where each PEFT target lives in a decoder layer, and its (in, out).
+struct LoraSite {
+  const char* module;  // the path under model.layers.{i}
+  int64_t in, out;
+};
+
+LoraSite lora_site(const ModelArgs& a, const std::string& target) {
+  const int64_t h = a.hidden_size, q = a.num_attention_heads * a.head_dim,
+                kv = a.num_key_value_heads * a.head_dim, im = a.intermediate_size;
+  if (target == "q_proj") return {"self_attn.q_proj", h, q};
+  if (target == "k_proj") return {"self_attn.k_proj", h, kv};
+  if (target == "v_proj") return {"self_attn.v_proj", h, kv};
+  if (target == "o_proj") return {"self_attn.o_proj", q, h};
+  if (target == "gate_proj") return {"mlp.gate_proj", h, im};
+  if (target == "up_proj") return {"mlp.up_proj", h, im};
+  TITAN_CHECK(target == "down_proj", "no LoRA target module named '", target, "'");
+  return {"mlp.down_proj", im, h};
+}
+
+}  // namespace
+
+const std::vector<std::string>& lora_module_names() {
+  static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                 "gate_proj", "up_proj", "down_proj"};
+  return names;
+}
+
+std::vector<std::string> parse_lora_targets(const std::string& list, const std::string& where) {
+  std::vector<std::string> targets;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    std::string name = list.substr(begin, end - begin);
+    name.erase(0, name.find_first_not_of(' '));
+    name.erase(name.find_last_not_of(' ') + 1);
+    const auto& known = lora_module_names();
+    TITAN_CHECK(std::find(known.begin(), known.end(), name) != known.end(), where, ": '", name,
+                "' is not a LoRA target module (one of q_proj, k_proj, v_proj, o_proj, "
+                "gate_proj, up_proj, down_proj, comma-separated)");
+    TITAN_CHECK(std::find(targets.begin(), targets.end(), name) == targets.end(), where, ": '",
+                name, "' is named twice");
+    targets.push_back(name);
+    begin = end + 1;
+  }
+  return targets;
+}
+
+std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOptions& options) {
+  TITAN_CHECK(options.rank >= 1, "lora.rank ", options.rank, " must be at least 1");
+  TITAN_CHECK(!args.is_moe(),
+              "lora: a model with sparse MoE layers is not adapted yet (LoRA trains the dense "
+              "Qwen3, Qwen2 and Llama models; PEFT's default target names no expert)");
+  std::vector<ParamGroupSpec> specs;
+  for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i);
+    ParamGroupSpec g{layer + ".lora", {}};
+    // Layer order, whatever order target_modules lists them in.
+    for (const std::string& target : lora_module_names()) {
+      if (std::find(options.target_modules.begin(), options.target_modules.end(), target) ==
+          options.target_modules.end()) {
+        continue;
+      }
+      const LoraSite site = lora_site(args, target);
+      const std::string module = layer + "." + site.module;
+      g.params.push_back(
+          {module + ".lora_A.weight", {options.rank, site.in}, ParamInit::kaiming_uniform});
+      g.params.push_back({module + ".lora_B.weight", {site.out, options.rank}, ParamInit::zeros});
+    }
+    specs.push_back(std::move(g));
+  }
+  return specs;
+}
+
+LoraAdapter::LoraAdapter(const ModelArgs& args, const LoraOptions& options)
+    : options_(options),
+      specs_(lora_param_specs(args, options)),
+      scratch_(std::make_unique<LoraScratch>()) {
+  TITAN_CHECK(!options.target_modules.empty(), "lora.target_modules names no module");
+  for (const ParamGroupSpec& g : specs_) groups_.emplace_back(g.name, g.params);
+  for (const ParamGroupSpec& g : specs_) {
+    for (size_t p = 0; p < g.params.size(); p += 2) {
+      const ParamSpec& a = g.params[p];
+      LoraLinear l;
+      l.name = a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
+      l.rank = options.rank;
+      l.in_features = a.shape[1];
+      l.out_features = g.params[p + 1].shape[0];
+      l.scaling = static_cast<float>(options.scaling());
+      l.scratch = scratch_.get();
+      linears_.push_back(std::move(l));
+    }
+  }
+  bind();
+}
+
+void LoraAdapter::bind() {
+  size_t next = 0;
+  for (const ParamGroup& g : groups_) {
+    for (size_t p = 0; p < g.views().size(); p += 2, ++next) {
+      LoraLinear& l = linears_[next];
+      const ParamView &a = g.views()[p], &b = g.views()[p + 1];
+      l.a = g.params() + a.offset;
+      l.b = g.params() + b.offset;
+      l.a_grad = g.grads() != nullptr ? g.grads() + a.offset : nullptr;
+      l.b_grad = g.grads() != nullptr ? g.grads() + b.offset : nullptr;
+    }
+  }
+}
+
+const LoraLinear* LoraAdapter::find(const std::string& module) const {
+  for (const LoraLinear& l : linears_) {
+    if (l.name == module) return &l;
+  }
+  return nullptr;
+}
+
+void LoraAdapter::initialize(uint64_t seed) {
+  for (ParamGroup& g : groups_) g.initialize(seed, 0.0f);
+}
+
+void LoraAdapter::allocate_gradients() {
+  for (ParamGroup& g : groups_) g.allocate_gradients();
+  bind();
+}
+
+void LoraAdapter::zero_gradients() {
+  for (ParamGroup& g : groups_) g.zero_gradients();
+}
+
+int64_t LoraAdapter::parameter_count() const {
+  int64_t n = 0;
+  for (const ParamGroup& g : groups_) {
+    for (const ParamView& v : g.views()) n += v.numel;
+  }
+  return n;
+}
+
+}  // namespace titan

@@ -1,0 +1,72 @@
+// LoRA adapters of a decoder model, as PEFT names and computes them: one (A, B) pair per adapted
+// linear, A (rank, in) Kaiming-uniform and B (out, rank) zero at start, the update
+// scaling * B A with scaling = alpha / rank (nn/lora.h computes it). The adapter's parameters live
+// in their own flat groups, one per decoder layer ("model.layers.{i}.lora"), named
+// "<module>.lora_A.weight" / "<module>.lora_B.weight" (PEFT's keys without its
+// "base_model.model." prefix), so the optimizer, checkpoints and data parallelism take them as
+// they take a model's groups, while the model's own groups are frozen (no gradients, no AdamW
+// state).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "titan/models/model_args.h"
+#include "titan/models/state_dict_adapter.h"
+#include "titan/nn/lora.h"
+#include "titan/nn/param_group.h"
+
+namespace titan {
+
+// The projections PEFT's target_modules may name in a Llama-family decoder layer.
+const std::vector<std::string>& lora_module_names();
+
+struct LoraOptions {
+  int64_t rank = 0;  // 0: no LoRA
+  double alpha = 16.0;
+  std::vector<std::string> target_modules;  // PEFT's short names, a subset of lora_module_names
+  double scaling() const { return alpha / static_cast<double>(rank); }
+};
+
+// "q_proj,k_proj" -> its names; `where` names the source in the error for an unknown, repeated
+// or empty name.
+std::vector<std::string> parse_lora_targets(const std::string& list, const std::string& where);
+// The adapter's parameter groups for a model of `args`: per decoder layer, A then B of each
+// target in layer order (q, k, v, o, gate, up, down). A titan::Error for a model LoRA does not
+// adapt yet (sparse MoE layers) or a rank below 1.
+std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOptions& options);
+
+// The adapter's groups and, per adapted linear, the LoraLinear a model's module points at
+// (CausalLM::attach_lora).
+class LoraAdapter {
+ public:
+  LoraAdapter(const ModelArgs& args, const LoraOptions& options);
+  LoraAdapter(const LoraAdapter&) = delete;
+  LoraAdapter& operator=(const LoraAdapter&) = delete;
+
+  const LoraOptions& options() const { return options_; }
+  std::vector<ParamGroup>& groups() { return groups_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
+  const std::vector<ParamGroupSpec>& specs() const { return specs_; }
+  // The update of module `name` (e.g. model.layers.0.self_attn.q_proj), or null when not adapted.
+  const LoraLinear* find(const std::string& module) const;
+  const std::vector<LoraLinear>& linears() const { return linears_; }
+
+  // A Kaiming-uniform (deterministic in `seed`, per parameter name), B zero: PEFT's init.
+  void initialize(uint64_t seed);
+  void allocate_gradients();
+  void zero_gradients();
+  int64_t parameter_count() const;
+
+ private:
+  LoraOptions options_;
+  std::vector<ParamGroupSpec> specs_;
+  std::vector<ParamGroup> groups_;
+  std::vector<LoraLinear> linears_;
+  std::unique_ptr<LoraScratch> scratch_;
+  void bind();  // points every LoraLinear at its views
+};
+
+}  // namespace titan

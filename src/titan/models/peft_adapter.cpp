@@ -1,0 +1,171 @@
+#include "titan/models/peft_adapter.h"
+
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "titan/core/error.h"
+#include "titan/io/atomic_dir.h"
+#include "titan/io/atomic_file.h"
+#include "titan/io/convert.h"
+#include "titan/io/json_util.h"
+#include "titan/io/safetensors.h"
+#include "titan/io/safetensors_writer.h"
+
+namespace titan {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kPeftPrefix = "base_model.model.";
+constexpr const char* kConfigFile = "adapter_config.json";
+constexpr const char* kWeightsFile = "adapter_model.safetensors";
+constexpr int kConfigDepth = 8;
+
+// A key of adapter_config.json that must be absent, null, false or empty for titan to compute
+// what PEFT does.
+void require_unset(const nlohmann::json& config, const std::string& path, const char* key,
+                   const char* why) {
+  if (!config.contains(key)) return;
+  const nlohmann::json& v = config[key];
+  const bool unset = v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+                     (v.is_object() && v.empty()) || (v.is_array() && v.empty()) ||
+                     (v.is_string() && (v.get<std::string>() == "none" || v.empty()));
+  TITAN_CHECK(unset, path, ": \"", key, "\" is ", json_excerpt(v), " (", why, " is not supported)");
+}
+
+}  // namespace
+
+LoraOptions read_peft_adapter_config(const std::string& dir) {
+  TITAN_CHECK(fs::is_directory(dir), dir, ": no such adapter folder");
+  const std::string path = (fs::path(dir) / kConfigFile).string();
+  TITAN_CHECK(fs::is_regular_file(path), dir, ": not a PEFT adapter folder (no ", kConfigFile, ")");
+  const nlohmann::json config = read_json_file(path, "adapter config", kConfigDepth);
+  TITAN_CHECK(config.is_object(), path, ": not a JSON object");
+  const auto field = [&](const char* key) -> const nlohmann::json& {
+    TITAN_CHECK(config.contains(key), path, ": no \"", key, "\"");
+    return config[key];
+  };
+  const nlohmann::json& type = field("peft_type");
+  TITAN_CHECK(type.is_string() && type.get<std::string>() == "LORA", path, ": \"peft_type\" is ",
+              json_excerpt(type), ", not \"LORA\"");
+  LoraOptions options;
+  const nlohmann::json& r = field("r");
+  TITAN_CHECK(r.is_number_integer() && r.get<int64_t>() >= 1, path, ": \"r\" is ", json_excerpt(r),
+              " (a positive integer)");
+  options.rank = r.get<int64_t>();
+  const nlohmann::json& alpha = field("lora_alpha");
+  TITAN_CHECK(alpha.is_number(), path, ": \"lora_alpha\" is ", json_excerpt(alpha), " (a number)");
+  options.alpha = alpha.get<double>();
+  const nlohmann::json& targets = field("target_modules");
+  TITAN_CHECK(targets.is_array(), path, ": \"target_modules\" is ", json_excerpt(targets),
+              " (a list of module names; a regular expression is not supported)");
+  std::string list;
+  for (const nlohmann::json& t : targets) {
+    TITAN_CHECK(t.is_string(), path, ": \"target_modules\" holds ", json_excerpt(t));
+    list += (list.empty() ? "" : ",") + t.get<std::string>();
+  }
+  options.target_modules = parse_lora_targets(list, path + ": \"target_modules\"");
+  require_unset(config, path, "use_dora", "DoRA");
+  require_unset(config, path, "use_rslora", "rsLoRA's scaling alpha / sqrt(r)");
+  require_unset(config, path, "fan_in_fan_out", "fan_in_fan_out");
+  require_unset(config, path, "bias", "a trained bias");
+  require_unset(config, path, "lora_bias", "a trained bias");
+  require_unset(config, path, "rank_pattern", "a rank per module");
+  require_unset(config, path, "alpha_pattern", "an alpha per module");
+  require_unset(config, path, "layers_to_transform", "adapting only some layers");
+  require_unset(config, path, "modules_to_save", "training whole modules");
+  return options;
+}
+
+void load_peft_adapter(const std::string& dir, LoraAdapter& adapter) {
+  const std::string path = (fs::path(dir) / kWeightsFile).string();
+  TITAN_CHECK(fs::is_regular_file(path), dir, ": no ", kWeightsFile);
+  const SafetensorsFile file = SafetensorsFile::open(path);
+  std::set<std::string> expected;
+  for (const ParamGroup& g : adapter.groups()) {
+    for (const ParamView& v : g.views()) expected.insert(kPeftPrefix + v.spec.name);
+  }
+  for (const SafetensorsEntry& e : file.entries()) {
+    TITAN_CHECK(expected.count(e.name) == 1, path, ": tensor ", json_quote(e.name),
+                " is not a parameter of this model's adapter (rank ", adapter.options().rank,
+                " on its ", adapter.specs().size(), " layers)");
+  }
+  for (ParamGroup& g : adapter.groups()) {
+    for (const ParamView& v : g.views()) {
+      const std::string key = kPeftPrefix + v.spec.name;
+      const SafetensorsEntry* e = file.find(key);
+      TITAN_CHECK(e != nullptr, path, ": no tensor ", key, " (the adapter does not fit the model)");
+      TITAN_CHECK(e->shape == v.spec.shape, path, ": ", key, " has shape ", shape_str(e->shape),
+                  ", the model's adapter ", shape_str(v.spec.shape));
+      TITAN_CHECK(e->dtype == DType::f32 || e->dtype == DType::bf16 || e->dtype == DType::f16, path,
+                  ": ", key, " is ", e->dtype_name, " (F32, BF16 or F16)");
+      convert_to_f32(e->data, *e->dtype, static_cast<size_t>(v.numel), g.params() + v.offset);
+    }
+  }
+}
+
+void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
+                        const std::string& base_model, bool overwrite) {
+  AtomicDir out(dir, "peft adapter", overwrite);
+  std::vector<SafetensorsTensor> tensors;
+  for (const ParamGroup& g : adapter.groups()) {
+    for (const ParamView& v : g.views()) {
+      tensors.push_back({kPeftPrefix + v.spec.name,
+                         Tensor::view(g.params() + v.offset, v.spec.shape, DType::f32)});
+    }
+  }
+  SafetensorsWriteOptions write;
+  write_safetensors_file((fs::path(out.staging()) / kWeightsFile).string(), tensors, write);
+  const LoraOptions& o = adapter.options();
+  nlohmann::json config = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"base_model_name_or_path", base_model},
+      {"r", o.rank},
+      {"lora_alpha", o.alpha},
+      {"lora_dropout", 0.0},
+      {"target_modules", o.target_modules},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"use_rslora", false},
+      {"use_dora", false},
+      {"init_lora_weights", true},
+      {"inference_mode", true},
+      {"modules_to_save", nullptr},
+      {"layers_to_transform", nullptr},
+  };
+  write_file_atomic((fs::path(out.staging()) / kConfigFile).string(), config.dump(2) + "\n");
+  out.commit();
+}
+
+void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
+  for (const LoraLinear& l : adapter.linears()) {
+    float* w = nullptr;
+    for (ParamGroup& g : groups) {
+      if (const ParamView* v = g.find(l.name + ".weight")) w = g.params() + v->offset;
+    }
+    TITAN_CHECK(w != nullptr, "LoRA merge: the model has no ", l.name, ".weight");
+    // A load-time step of out x in x rank products, not a training op: plain loops, summed in
+    // fp64 and added once.
+#pragma omp parallel for schedule(static)
+    for (int64_t o = 0; o < l.out_features; ++o) {
+      for (int64_t i = 0; i < l.in_features; ++i) {
+        double sum = 0.0;
+        for (int64_t r = 0; r < l.rank; ++r) {
+          sum += static_cast<double>(l.b[o * l.rank + r]) * l.a[r * l.in_features + i];
+        }
+        w[o * l.in_features + i] += static_cast<float>(sum * l.scaling);
+      }
+    }
+  }
+}
+
+void merge_peft_adapter(const std::string& dir, const ModelArgs& args,
+                        std::vector<ParamGroup>& groups) {
+  LoraAdapter adapter(args, read_peft_adapter_config(dir));
+  load_peft_adapter(dir, adapter);
+  merge_lora(adapter, groups);
+}
+
+}  // namespace titan

@@ -1,0 +1,42 @@
+// LoRA (Hu et al. 2021, as PEFT computes it): a frozen linear y = x W^T + b plus a trained
+// low-rank update, y += scaling * (x A^T) B^T, A (rank, in) and B (out, rank), scaling =
+// alpha / rank. The update is attached to a `Linear` (nn/layers.h): linear_group_forward and
+// linear_group_backward add it after the base product, through the linear's own kernel, so the
+// low-rank GEMMs run wherever the base ones do. The base weight then has no gradient.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "titan/dispatch/registry.h"
+
+namespace titan {
+
+// Room the adapted linears of a model share (one runs at a time): the rank-wide products of a
+// call and B transposed.
+struct LoraScratch {
+  std::vector<float> low;  // (2 N, largest rank): scaling * x A^T and scaling * dy B
+  std::vector<float> b_t;  // (largest rank, largest out): B^T
+};
+
+struct LoraLinear {
+  std::string name;  // the adapted module, e.g. model.layers.0.self_attn.q_proj
+  int64_t rank = 0, in_features = 0, out_features = 0;
+  float scaling = 0.0f;      // alpha / rank
+  const float* a = nullptr;  // (rank, in)
+  const float* b = nullptr;  // (out, rank)
+  float* a_grad = nullptr;   // (rank, in) or null (not yet allocated)
+  float* b_grad = nullptr;   // (out, rank) or null
+  LoraScratch* scratch = nullptr;
+
+  // y (N, out) += (scaling * x A^T) B^T, x (N, in) in fp32, with the base linear's kernel (its
+  // backward's dx product adds to y).
+  void forward_add(float* y, const float* x, int64_t n, const LinearKernel& kernel) const;
+  // Its backward for the output gradient dy (N, out): dx (N, in) += scaling * (dy B) A,
+  // dB += scaling * dy^T (x A^T), dA += scaling * (dy B)^T x (x A^T made again from x).
+  void backward(float* dx, const float* dy, const float* x, int64_t n,
+                const LinearKernel& kernel) const;
+};
+
+}  // namespace titan

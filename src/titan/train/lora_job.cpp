@@ -1,0 +1,124 @@
+#include "titan/train/lora_job.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "titan/core/error.h"
+#include "titan/io/json_util.h"
+#include "titan/models/hf_checkpoint.h"
+#include "titan/models/nonfinite_weights.h"
+#include "titan/models/peft_adapter.h"
+#include "titan/train/job_resolve.h"
+
+namespace titan {
+
+LoraOptions job_lora_options(const JobConfig& config) {
+  LoraOptions o;
+  o.rank = config.lora.rank;
+  o.alpha = config.lora.alpha;
+  o.target_modules = parse_lora_targets(config.lora.target_modules, "lora.target_modules");
+  return o;
+}
+
+void check_lora_config(const JobConfig& c, int64_t dp_shard) {
+  TITAN_CHECK(dp_shard <= 1, "lora.rank > 0 with FSDP (parallelism.data_parallel_shard_degree ",
+              dp_shard,
+              ") is not supported yet: the adapter is small, replicate it "
+              "(parallelism.data_parallel_shard_degree = 1, data_parallel_replicate_degree = the "
+              "ranks)");
+  TITAN_CHECK(job_compute_dtype(c) == DType::f32,
+              "lora.rank > 0 with training.mixed_precision_param = \"bfloat16\" is not supported "
+              "yet (LoRA computes in fp32: set it to \"float32\")");
+  TITAN_CHECK(c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf,
+              "lora.rank > 0 loads the frozen model from a Hugging Face folder: set "
+              "checkpoint.initial_load_in_hf = true (checkpoint.initial_load_path ",
+              c.checkpoint.initial_load_path, ")");
+}
+
+void check_lora_job(const JobConfig& c, int64_t dp_shard) {
+  if (c.lora.rank == 0) return;
+  check_lora_config(c, dp_shard);
+  if (c.lora.initial_adapter.empty()) return;
+  const LoraOptions want = job_lora_options(c);
+  const LoraOptions got = read_peft_adapter_config(c.lora.initial_adapter);
+  TITAN_CHECK(got.rank == want.rank && got.alpha == want.alpha &&
+                  got.target_modules.size() == want.target_modules.size(),
+              "lora.initial_adapter ", c.lora.initial_adapter, " is r = ", got.rank,
+              ", lora_alpha = ", got.alpha, " on ", got.target_modules.size(),
+              " modules; the config asks for lora.rank = ", want.rank,
+              ", lora.alpha = ", want.alpha, " on ", want.target_modules.size());
+  for (const std::string& t : want.target_modules) {
+    TITAN_CHECK(std::find(got.target_modules.begin(), got.target_modules.end(), t) !=
+                    got.target_modules.end(),
+                "lora.initial_adapter ", c.lora.initial_adapter, " does not adapt ", t,
+                ", which lora.target_modules names");
+  }
+}
+
+std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
+                                             CausalLM& model) {
+  auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config));
+  model.attach_lora(*adapter);
+  const int64_t trained = adapter->parameter_count(), total = model.parameter_count();
+  std::printf(
+      "LoRA: rank %lld, alpha %g (scaling %g) on %s of every layer: %lld trainable parameters "
+      "(%.3g %% of the model's %lld, which stay frozen: no gradients, no AdamW state)\n",
+      static_cast<long long>(config.lora.rank), config.lora.alpha, adapter->options().scaling(),
+      config.lora.target_modules.c_str(), static_cast<long long>(trained),
+      100.0 * static_cast<double>(trained) / static_cast<double>(total),
+      static_cast<long long>(total));
+  return adapter;
+}
+
+void load_lora_run_weights(const JobConfig& c, const ModelArgs& args, CausalLM& model,
+                           LoraAdapter& adapter, bool starting) {
+  const std::string& initial = c.checkpoint.initial_load_path;
+  if (!initial.empty()) {
+    load_hf_weights(args, model.param_groups(), initial, "the model's config",
+                    c.checkpoint.allow_nonfinite_weights);
+    std::printf("frozen model weights from %s\n", initial.c_str());
+  } else {
+    std::printf("frozen model weights: random (HF init, seed %lld)\n",
+                static_cast<long long>(c.training.seed));
+  }
+  if (!starting) return;  // the adapter comes from the checkpoint resumed
+  if (c.lora.initial_adapter.empty()) {
+    std::printf("LoRA adapter: PEFT's init (A Kaiming-uniform, seed %lld; B zero)\n",
+                static_cast<long long>(c.training.seed));
+    return;
+  }
+  load_peft_adapter(c.lora.initial_adapter, adapter);
+  std::printf("LoRA adapter: from %s\n", c.lora.initial_adapter.c_str());
+}
+
+std::string job_export_dir(const JobConfig& c) {
+  const bool adapter = c.lora.rank > 0 && !c.lora.merge_on_export;
+  return c.job.dump_folder + (adapter ? "/adapter" : "/hf");
+}
+
+std::string job_export_content(const JobConfig& c) {
+  return c.lora.rank > 0 && !c.lora.merge_on_export ? "peft adapter" : "model";
+}
+
+void export_lora(const JobConfig& config, LoraAdapter& adapter, CausalLM& model,
+                 const std::string& base_model, const std::function<void()>& export_model) {
+  NonfiniteScan scan;
+  for (const ParamGroup& g : adapter.groups()) {
+    for (const ParamView& v : g.views()) {
+      scan.add("the trained adapter", v.spec.name, g.params() + v.offset, DType::f32,
+               static_cast<size_t>(v.numel));
+    }
+  }
+  scan.check(config.checkpoint.allow_nonfinite_weights);
+  if (config.lora.merge_on_export) {
+    merge_lora(adapter, model.param_groups());
+    export_model();
+    return;
+  }
+  const std::string dir = job_export_dir(config);
+  write_peft_adapter(dir, adapter, base_model, true);
+  std::printf("exported the LoRA adapter as a PEFT adapter folder: %s (base model %s)\n",
+              dir.c_str(), base_model.c_str());
+}
+
+}  // namespace titan

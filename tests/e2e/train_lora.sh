@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# LoRA fine-tuning ([lora], models/lora.h) through the titan binary, against PEFT:
+# - 3 fp32 AdamW steps of a rank-8, alpha-16 adapter on all seven projections, on chat data,
+#   started from the same A and B as PEFT (a PEFT adapter folder the reference writes:
+#   lora.initial_adapter), equal PEFT's steps (loss within 1e-5 each step) and its trained A and
+#   B (1e-6), read back from titan's exported adapter folder by PeftModel.from_pretrained;
+#   `titan eval --adapter` on that folder equals PEFT's loss of the model with it (1e-5);
+#   tests/reference/lora_reference.py;
+# - the same on 2 ranks (replicated data parallel), and for a Qwen2 (q/k/v biases) and a Llama
+#   (untied lm_head) folder;
+# - lora.merge_on_export writes the model with the adapter merged: PEFT's merge_and_unload (1e-6);
+# - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
+#   state (the memory line's optimizer bytes are the adapter's);
+# - bad inputs stop with one line: an unknown target module, a negative rank, dropout, a missing
+#   or mismatched adapter folder, bf16, FSDP; an adapter asking for DoRA, or whose tensors do not
+#   fit the model (titan eval --adapter).
+# The model: train_chat.sh's tiny random Qwen3 (tests/reference/chat_sft_reference.py make).
+# usage: train_lora.sh TITAN PYTHON
+set -euo pipefail
+titan="$1"
+python="$2"
+source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/tree_sum.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+reference="$source_dir/tests/reference/lora_reference.py"
+
+"$titan" tokenizer train --vocab-size 512 --out "$work/model" \
+  /usr/share/doc/jargon-text/jargon.txt.gz > /dev/null 2>&1
+rm "$work/model/titan.json"
+"$python" "$source_dir/tests/reference/chat_sft_reference.py" make "$work/model" \
+  "$source_dir/tests/fixtures/chat_templates.json" > /dev/null 2>&1
+all=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
+"$python" "$reference" init "$work/model" "$work/init" 8 16 "$all" > /dev/null 2>&1
+"$python" "$reference" init "$work/model" "$work/init-r4" 4 16 "$all" > /dev/null 2>&1
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def line(*turns):
+    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
+with open(f"{work}/sft.jsonl", "w") as f:
+    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
+    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
+                 ("assistant", "Laziness, impatience and hubris.")))
+    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
+    f.write(line(("user", "Explain grok in a sentence."),
+                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
+                  "part of you.")))
+PY
+before=$(tree_sum "$work/model")
+
+lora=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
+      --checkpoint.initial_load_in_hf=true --training.dataset=chat
+      --training.dataset_path="$work/sft.jsonl" --training.seq_len=96
+      --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1
+      --optimizer.lr=1e-3 --optimizer.eps=1e-4 --training.steps=3
+      --lora.rank=8 --lora.alpha=16 --lora.initial_adapter="$work/init")
+common=("${lora[@]}" --threads 2 --training.local_batch_size=2 --training.global_batch_size=4)
+
+# ---- one LoRA run against PEFT ----
+"$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/lora-metrics.jsonl" --job.dump_folder="$work/lora" > "$work/lora.log"
+grep -q "^LoRA: rank 8, alpha 16 (scaling 2) on $all of every layer: [0-9]* trainable parameters" \
+  "$work/lora.log" || { echo "the log does not say what LoRA trains"; cat "$work/lora.log"; exit 1; }
+grep -q "^exported the LoRA adapter as a PEFT adapter folder: $work/lora/adapter" "$work/lora.log" \
+  || { echo "no adapter exported"; cat "$work/lora.log"; exit 1; }
+"$titan" eval --model "$work/model" --adapter "$work/lora/adapter" --data "$work/sft.jsonl" \
+  --chat --seq-len 96 --batch-size 2 --threads 2 > "$work/eval.log" 2> /dev/null
+evaluated=$(awk '{print $2}' "$work/eval.log")
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" \
+  "$work/lora-metrics.jsonl" "$work/lora/adapter" 3 2 1e-3 1e-4 "$evaluated" \
+  > "$work/reference.log" 2>&1 || { cat "$work/reference.log"; exit 1; }
+grep -v "Loading weights" "$work/reference.log"
+
+# ---- the other families: Qwen2 (q/k/v biases) and Llama (untied lm_head), one process ----
+for fam in qwen2 llama; do
+  mkdir -p "$work/$fam"
+  cp "$work/model"/tokenizer*.json "$work/$fam/"
+  "$python" "$reference" family "$work/model" "$work/$fam" "$fam" > /dev/null 2>&1
+  "$python" "$reference" init "$work/$fam" "$work/$fam-init" 8 16 "$all" > /dev/null 2>&1
+  "$titan" train "${common[@]}" --model.hf_assets_path="$work/$fam" \
+    --checkpoint.initial_load_path="$work/$fam" --lora.initial_adapter="$work/$fam-init" \
+    --checkpoint.last_save_in_hf=true --metrics.save_jsonl="$work/$fam-metrics.jsonl" \
+    --job.dump_folder="$work/$fam-lora" > "$work/$fam.log" 2>&1 || { cat "$work/$fam.log"; exit 1; }
+  "$python" "$reference" check "$work/$fam" "$work/sft.jsonl" "$work/$fam-init" \
+    "$work/$fam-metrics.jsonl" "$work/$fam-lora/adapter" 3 2 1e-3 1e-4 > "$work/reference-$fam.log" 2>&1 \
+    || { cat "$work/reference-$fam.log"; exit 1; }
+  grep -E "^(adapter|LoRA)" "$work/reference-$fam.log" | sed "s/^/$fam: /"
+done
+
+# ---- 2 ranks, replicated: the same steps ----
+. "$(dirname "$0")/mpi_env.sh"
+"$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
+  --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=1 \
+  --parallelism.data_parallel_replicate_degree=2 --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/ddp-metrics.jsonl" --job.dump_folder="$work/ddp" > "$work/ddp.log" 2>&1 \
+  || { cat "$work/ddp.log"; exit 1; }
+grep -q "dp_replicate 2" "$work/ddp.log" || { echo "not 2 replicas"; cat "$work/ddp.log"; exit 1; }
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" \
+  "$work/ddp-metrics.jsonl" "$work/ddp/adapter" 3 2 1e-3 1e-4 > "$work/reference-ddp.log" 2>&1 \
+  || { cat "$work/reference-ddp.log"; exit 1; }
+grep -E "^(adapter|LoRA)" "$work/reference-ddp.log" | sed 's/^/2 ranks: /'
+
+# ---- merged on export: PEFT's merge_and_unload ----
+"$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \
+  --job.dump_folder="$work/merged" > "$work/merged.log"
+grep -q "^exported the model as a Hugging Face folder: $work/merged/hf (the LoRA adapter merged" \
+  "$work/merged.log" || { echo "no merged export"; cat "$work/merged.log"; exit 1; }
+"$python" "$reference" merged "$work/model" "$work/lora/adapter" "$work/merged/hf" 2> /dev/null \
+  | grep -v "Loading weights"
+
+# generate --adapter merges at load what merge_on_export merged: the same greedy tokens.
+"$titan" generate --model "$work/model" --adapter "$work/lora/adapter" --prompt "What is a kludge?" \
+  --greedy --max-new-tokens 12 --threads 2 > "$work/adapter.txt" 2> /dev/null
+"$titan" generate --model "$work/merged/hf" --prompt "What is a kludge?" --greedy \
+  --max-new-tokens 12 --threads 2 > "$work/merged.txt" 2> /dev/null
+[ -s "$work/adapter.txt" ] && cmp -s "$work/adapter.txt" "$work/merged.txt" \
+  || { echo "generate --adapter differs from the merged export:"; cat "$work/adapter.txt" "$work/merged.txt"; exit 1; }
+echo "generate --adapter equals generate on the merged export"
+[ "$(tree_sum "$work/model")" = "$before" ] || { echo "the base model folder changed"; exit 1; }
+echo "the base model folder is unchanged"
+
+# ---- bad inputs: one line each ----
+bad=("${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false)
+expect_refusal target "^titan train: error: lora.target_modules: 'qkv_proj' is not a LoRA target module \(one of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, comma-separated\)$" \
+  "$titan" train "${bad[@]}" --lora.target_modules=q_proj,qkv_proj --job.dump_folder="$work/bad1"
+expect_refusal rank "^titan train: error: lora.rank -1 must not be negative \(0 turns LoRA off\)$" \
+  "$titan" train "${bad[@]}" --lora.rank=-1 --job.dump_folder="$work/bad2"
+expect_refusal dropout "^titan train: error: lora.dropout 0.1: titan applies no LoRA dropout yet \(set it to 0\)$" \
+  "$titan" train "${bad[@]}" --lora.dropout=0.1 --job.dump_folder="$work/bad3"
+expect_refusal missing "^titan train: error: $work/none: no such adapter folder$" \
+  "$titan" train "${bad[@]}" --lora.initial_adapter="$work/none" --job.dump_folder="$work/bad4"
+expect_refusal mismatched "^titan train: error: lora.initial_adapter $work/init-r4 is r = 4, lora_alpha = 16 on 7 modules; the config asks for lora.rank = 8, lora.alpha = 16 on 7$" \
+  "$titan" train "${bad[@]}" --lora.initial_adapter="$work/init-r4" --job.dump_folder="$work/bad5"
+expect_refusal bf16 "^titan train: error: lora.rank > 0 with training.mixed_precision_param = \"bfloat16\" is not supported yet" \
+  "$titan" train "${bad[@]}" --training.mixed_precision_param=bfloat16 --job.dump_folder="$work/bad6"
+expect_refusal eval-missing "^titan eval: error: $work/none: no such adapter folder$" \
+  "$titan" eval --model "$work/model" --adapter "$work/none" --data "$work/sft.jsonl" --chat \
+  --seq-len 96 --threads 2
+expect_refusal fsdp "^titan plan: error: lora.rank > 0 with FSDP \(parallelism.data_parallel_shard_degree 2\) is not supported yet" \
+  "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2
+
+# ---- resuming mid-run: the checkpoint holds the adapter (and its AdamW state) only, the frozen
+# model is loaded again; the losses equal the uninterrupted run's bit for bit ----
+resume=("${common[@]}" --lora.initial_adapter= --training.steps=4 --checkpoint.enable=true
+        --checkpoint.interval=2 --checkpoint.last_save_model_only=false
+        --checkpoint.last_save_in_hf=false)
+"$titan" train "${resume[@]}" --job.dump_folder="$work/whole" --metrics.save_jsonl="$work/whole.jsonl" > /dev/null
+"$titan" train "${resume[@]}" --training.steps=2 --job.dump_folder="$work/split" > /dev/null
+"$titan" train "${resume[@]}" --job.dump_folder="$work/split" --metrics.save_jsonl="$work/split.jsonl" \
+  > "$work/split.log"
+grep -q "resumed step 2 from" "$work/split.log" || { echo "did not resume"; cat "$work/split.log"; exit 1; }
+"$python" - "$work/whole.jsonl" "$work/split.jsonl" <<'PY'
+import json, sys
+whole, split = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+assert sorted(split) == [3, 4] and all(split[s] == whole[s] for s in split), (whole, split)
+print("resumed LoRA run: steps 3-4 equal the uninterrupted run's bit for bit")
+PY
+# Adapter folders titan does not compute, or that do not fit the model: one line naming the key
+# or the tensor.
+for bad in dora misfit; do cp -r "$work/init" "$work/$bad"; done
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+for name, change in (("dora", {"use_dora": True}), ("misfit", {"r": 4})):
+    path = f"{work}/{name}/adapter_config.json"
+    config = json.load(open(path))
+    config.update(change)
+    json.dump(config, open(path, "w"))
+PY
+expect_refusal dora "^titan eval: error: $work/dora/adapter_config.json: \"use_dora\" is true \(DoRA is not supported\)$" \
+  "$titan" eval --model "$work/model" --adapter "$work/dora" --data "$work/sft.jsonl" --chat \
+  --seq-len 96 --threads 2
+expect_refusal misfit "^titan eval: error: $work/misfit/adapter_model.safetensors: base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight has shape \[8, 64\], the model's adapter \[4, 64\]$" \
+  "$titan" eval --model "$work/model" --adapter "$work/misfit" --data "$work/sft.jsonl" --chat \
+  --seq-len 96 --threads 2
+echo "train_lora: ok"

@@ -1,0 +1,173 @@
+"""LoRA fine-tuning as PEFT does it, for tests/e2e/train_lora.sh.
+
+  family SOURCE MODEL qwen2|llama
+        Writes a tiny random Qwen2 (q/k/v biases, non-zero) or Llama (untied lm_head) into MODEL,
+        whose vocabulary is SOURCE's tokenizer's (the caller copies the tokenizer files).
+  init MODEL ADAPTER RANK ALPHA TARGETS
+        Writes a PEFT LoRA adapter folder for MODEL with PEFT's own init --
+        LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=TARGETS (comma-separated),
+        lora_dropout=0) -- and then B set to small seeded random values, so that the adapter
+        changes the model's output and A's gradients are not zero at the first step.
+  check MODEL DATA ADAPTER METRICS EXPORT STEPS MICRO_BATCH LR EPS [EVAL_LOSS]
+        Loads ADAPTER onto MODEL with PeftModel.from_pretrained(is_trainable=True) and trains it for
+        STEPS steps on DATA (chat: labels -100 outside the assistant replies, the loss over the
+        assistant tokens of the whole global batch, tests/reference/chat_sft_reference.py), in
+        micro-batches of MICRO_BATCH, clipping to 1.0 and torch's AdamW over the adapter's
+        parameters (betas 0.9/0.95, EPS, weight decay 0.1, constant LR). Compares every step's loss
+        with titan's metrics JSONL (METRICS); loads titan's exported adapter folder EXPORT with
+        PeftModel.from_pretrained and compares its A and B with PEFT's trained ones; EVAL_LOSS
+        (`titan eval --adapter EXPORT` over DATA) with PEFT's loss of MODEL + EXPORT.
+  merged MODEL EXPORT MERGED
+        MERGED (titan's lora.merge_on_export folder) against
+        PeftModel.from_pretrained(MODEL, EXPORT).merge_and_unload(): every weight.
+
+Fails (exit 1) naming the first quantity out of tolerance.
+"""
+import json
+import os
+import sys
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat_sft_reference import batch, rows, scored  # noqa: E402
+
+LOSS_TOL = 1e-5  # absolute, on losses about ln(vocab)
+# Absolute, on A and B after STEPS updates of LR 1e-3 with AdamW's eps 1e-4 (as
+# chat_sft_reference.py argues: the update is then linear in small gradients).
+WEIGHT_TOL = 1e-6
+EVAL_TOL = 1e-5
+MERGE_TOL = 1e-6
+
+
+def base(model_dir):
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
+                                                attn_implementation="eager")
+
+
+def family(source_dir, model_dir, name):
+    """A tiny random Qwen2 (q/k/v biases) or Llama (untied) beside SOURCE's tokenizer and chat
+    template (copied into MODEL by the caller)."""
+    tok = AutoTokenizer.from_pretrained(source_dir)
+    dims = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                pad_token_id=tok.pad_token_id)
+    torch.manual_seed(2)
+    if name == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **dims))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, head_dim=16, **dims))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith(".bias"):
+                p.copy_(0.1 * torch.randn_like(p))
+    model.save_pretrained(model_dir, safe_serialization=True)
+
+
+def init(model_dir, adapter_dir, rank, alpha, targets):
+    torch.manual_seed(1)
+    config = LoraConfig(r=int(rank), lora_alpha=float(alpha), target_modules=targets.split(","),
+                        lora_dropout=0.0, task_type="CAUSAL_LM")
+    model = get_peft_model(base(model_dir), config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.05 * torch.randn_like(p))
+    model.save_pretrained(adapter_dir)
+
+
+def loss_of(model, micro):
+    total = sum(scored(l) for _, _, l in micro)
+    loss = 0.0
+    for ids, mask, labels in micro:
+        loss = loss + model(input_ids=ids, attention_mask=mask, labels=labels,
+                            num_items_in_batch=total).loss
+    return loss
+
+
+def lora_tensors(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
+
+
+def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps, eval_loss=None):
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = PeftModel.from_pretrained(base(model_dir), adapter, is_trainable=True)
+    model.train()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(
+        "lora_" in n for n, p in model.named_parameters() if p.requires_grad)
+    conversations = rows(tok, data)
+    micro = [batch(tok, conversations[i:i + micro_batch])
+             for i in range(0, len(conversations), micro_batch)]
+    opt = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.95), eps=eps, weight_decay=0.1)
+    titan = {r["step"]: r["loss"] for r in map(json.loads, open(metrics))
+             if "loss" in r and "step" in r}
+    failures = []
+    for step in range(1, steps + 1):
+        opt.zero_grad()
+        loss = loss_of(model, micro)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+        opt.step()
+        got = titan.get(step)
+        loss = loss.detach()
+        print(f"step {step}: titan {got}, PEFT {float(loss):.7f}")
+        if got is None or abs(got - float(loss)) > LOSS_TOL:
+            failures.append(f"step {step} loss: titan {got}, PEFT {float(loss):.7f}")
+    want = lora_tensors(model)
+    exported = PeftModel.from_pretrained(base(model_dir), export)
+    got = lora_tensors(exported)
+    assert sorted(got) == sorted(want), (sorted(got)[:4], sorted(want)[:4])
+    worst = max((float((got[n] - want[n]).abs().max()), n) for n in want)
+    moved = max(float((want[n] - w).abs().max())
+                for n, w in lora_tensors(PeftModel.from_pretrained(base(model_dir),
+                                                                   adapter)).items())
+    print(f"adapter after {steps} steps: {len(want)} tensors, max |titan - PEFT| = "
+          f"{worst[0]:.3g} ({worst[1]}); the steps moved them by up to {moved:.3g}")
+    if worst[0] > WEIGHT_TOL:
+        failures.append(f"adapter: {worst[1]} differs by {worst[0]:.3g} > {WEIGHT_TOL}")
+    if moved < 100 * WEIGHT_TOL:
+        failures.append(f"the steps moved the adapter by only {moved:.3g}: too little to compare")
+    if eval_loss is not None:
+        exported.eval()
+        with torch.no_grad():
+            loss = loss_of(exported, micro)
+            plain = loss_of(base(model_dir).eval(), micro)
+        print(f"titan eval --adapter {eval_loss}, PEFT {float(loss):.7f} (the model without "
+              f"the adapter {float(plain):.7f})")
+        if abs(eval_loss - float(loss)) > EVAL_TOL:
+            failures.append(f"eval loss: titan {eval_loss}, PEFT {float(loss):.7f}")
+        if abs(float(plain) - float(loss)) < 10 * EVAL_TOL:
+            failures.append("the adapter does not change the loss enough to be checked")
+    if failures:
+        print("FAILED: " + "; ".join(failures))
+        sys.exit(1)
+    print("LoRA: titan equals PEFT")
+
+
+def merged(model_dir, export, merged_dir):
+    want = PeftModel.from_pretrained(base(model_dir), export).merge_and_unload().state_dict()
+    got = base(merged_dir).state_dict()
+    assert sorted(got) == sorted(want), (sorted(got)[:4], sorted(want)[:4])
+    worst = max((float((got[n] - want[n]).abs().max()), n) for n in want)
+    print(f"merged export: max |titan - PEFT merge_and_unload| = {worst[0]:.3g} ({worst[1]})")
+    if worst[0] > MERGE_TOL:
+        print(f"FAILED: {worst[1]} differs by {worst[0]:.3g} > {MERGE_TOL}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    command, a = sys.argv[1], sys.argv[2:]
+    if command == "init":
+        init(*a)
+    elif command == "family":
+        family(*a)
+    elif command == "merged":
+        merged(*a)
+    else:
+        check(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), float(a[8]),
+              float(a[9]) if len(a) > 9 else None)
