@@ -37,12 +37,18 @@ int64_t scored_tokens(const Batch& b) {
   return n;
 }
 
-// The job's model (train/job_resolve.h) and the tokenizer that will feed it.
+// The job's model (train/job_resolve.h) and the tokenizer that will feed it. Token ids the model's
+// config leaves unset (a built-in flavor sets none) are the tokenizer's: the loader ends every
+// document with its EOS, so the export's config.json and generation_config.json must name it for
+// generation to stop there. Ids the config sets stay (an HF folder's own choice).
 ModelArgs resolve_model_args(const JobConfig& c, const Tokenizer& tok) {
   ModelArgs args = resolve_job_model_args(c);
   TITAN_CHECK(static_cast<int64_t>(tok.vocab_size()) <= args.vocab_size, "the tokenizer has ",
               tok.vocab_size(), " tokens but model flavor '", c.model.flavor, "' has vocab_size ",
               args.vocab_size);
+  if (args.eos_token_ids.empty() && tok.eos_id() >= 0) args.eos_token_ids = {tok.eos_id()};
+  if (args.bos_token_id < 0) args.bos_token_id = tok.bos_id();
+  if (args.pad_token_id < 0) args.pad_token_id = tok.pad_id();
   return args;
 }
 
