@@ -202,6 +202,21 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
             std::string::npos);
 }
 
+// A saved resolved config (job_config.toml) names every key, most at their defaults: read back,
+// it warns about nothing and refuses nothing, as the command that made it.
+TEST(JobConfig, ASavedResolvedConfigRunsQuietly) {
+  JobConfig c = job_config_preset("tiny");
+  job_config_apply_override(c, "--training.steps=7");
+  JobConfig again;
+  job_config_apply_toml(again, write_temp("resolved.toml", job_config_to_toml(c)));
+  EXPECT_EQ(again.training.steps, 7);
+  EXPECT_TRUE(job_config_unused_keys(again).empty());
+  EXPECT_TRUE(job_world_unused_keys(again, {1, 1}, 1).empty());
+  EXPECT_TRUE(job_config_key_set(again, "training.steps"));
+  EXPECT_FALSE(job_config_key_set(again, "validation.freq"));  // set, to the default
+  EXPECT_FALSE(job_config_key_set(c, "validation.freq"));      // not set
+}
+
 // Keys whose effect depends on the world: the collective timeouts in one process, the FSDP
 // reshard policy without FSDP.
 TEST(JobConfig, KeysWithNoEffectOnThisWorldAreNamed) {

@@ -110,6 +110,9 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
   write_safetensors_checkpoint(out.staging(), tensors, write);
   write_hf_config((fs::path(out.staging()) / "config.json").string(), args, options.dtype);
   copy_source_files(options.source_dir, args, out.staging());
+  if (!options.job_config_toml.empty()) {
+    write_file_atomic((fs::path(out.staging()) / kJobConfigFile).string(), options.job_config_toml);
+  }
   out.commit();
 }
 
@@ -159,8 +162,16 @@ HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst
   for (const SafetensorsTensor& t : tensors) {
     result.data_bytes += static_cast<uint64_t>(t.tensor.numel()) * dtype_size(result.dtype);
   }
-  export_hf_folder(dst, result.args, tensors,
-                   {result.dtype, options.max_shard_bytes, src, options.overwrite});
+  HfExportOptions out;
+  out.dtype = result.dtype;
+  out.max_shard_bytes = options.max_shard_bytes;
+  out.source_dir = src;
+  out.overwrite = options.overwrite;
+  // The record of the run that made the model travels with it.
+  if (const fs::path job = fs::path(src) / kJobConfigFile; fs::is_regular_file(job)) {
+    out.job_config_toml = read_whole_file(job);
+  }
+  export_hf_folder(dst, result.args, tensors, out);
   return result;
 }
 

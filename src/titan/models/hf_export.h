@@ -31,7 +31,13 @@ struct HfExportOptions {
   // which is then replaced as a whole. A destination that is source_dir, or inside it, or holds
   // it, is always refused.
   bool overwrite = false;
+  // The training job's resolved config, written beside the weights as job_config.toml (the run's
+  // record: what made this model); "" writes none.
+  std::string job_config_toml;
 };
+
+// The file a run's resolved config is saved as (in job.dump_folder, every checkpoint, the export).
+inline constexpr const char* kJobConfigFile = "job_config.toml";
 
 // torchtitan's export_dtype names (float32, bfloat16, float16) and the short ones (fp32, bf16,
 // fp16); anything else is a titan::Error listing them.

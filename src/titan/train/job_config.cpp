@@ -377,10 +377,23 @@ void job_config_validate(const JobConfig& c) {
               "parallelism.data_parallel_shard_degree must be -1 or at least 1");
 }
 
+bool job_config_key_set(const JobConfig& config, std::string_view key) {
+  if (std::find(config.set_keys.begin(), config.set_keys.end(), key) == config.set_keys.end()) {
+    return false;
+  }
+  JobConfig c = config, defaults;
+  const std::vector<Field> set = fields(c), unset = fields(defaults);
+  for (size_t i = 0; i < set.size(); ++i) {
+    if (std::string(set[i].section) + "." + set[i].key != key) continue;
+    return std::visit(
+        [&](auto* value) { return *value != *std::get<decltype(value)>(unset[i].target); },
+        set[i].target);
+  }
+  return true;
+}
+
 std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
-  const auto is_set = [&](const char* key) {
-    return std::find(c.set_keys.begin(), c.set_keys.end(), key) != c.set_keys.end();
-  };
+  const auto is_set = [&](const char* key) { return job_config_key_set(c, key); };
   TITAN_CHECK(!is_set("training.dataset_path") || c.training.dataset != "default",
               "training.dataset_path is set but training.dataset is \"default\" (the built-in "
               "Jargon File): set training.dataset to \"chat\" for conversations, or to a name "

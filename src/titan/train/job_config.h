@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -106,7 +107,9 @@ struct JobConfig {
   } activation_checkpoint;
   struct Metrics {
     int64_t log_freq = 10;
-    std::string save_jsonl = "";
+    // One JSON object per logged step and validation pass, appended; a relative path lies under
+    // job.dump_folder (as torchtitan's save_tb_folder); "" writes none.
+    std::string save_jsonl = "metrics.jsonl";
     // titan's addition: the MFU denominator in TFLOP/s; 0 takes the device's peak for the
     // threads the run uses (Backend::peak_gflops, docs/TRAINING.md).
     double peak_tflops = 0.0;
@@ -146,6 +149,10 @@ void job_config_apply_toml(JobConfig& config, const std::string& path);
 void job_config_apply_override(JobConfig& config, const std::string& flag);
 // Checks values that do not depend on the model or the world size (positive sizes, known names).
 void job_config_validate(const JobConfig& config);
+// Whether the TOML file or the command line set "section.key" to other than titan's default: a
+// saved resolved config (job_config.toml) names every key, most at their defaults, and must run
+// as quietly as the command that made it.
+bool job_config_key_set(const JobConfig& config, std::string_view key);
 // Keys the TOML file or the command line set that this config ignores. Where ignoring one would
 // train on something other than what was asked (data, a checkpoint step) it is a titan::Error;
 // otherwise one warning line each, naming the key and what would make it count.

@@ -17,10 +17,13 @@
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/world.h"
 #include "titan/io/atomic_dir.h"
+#include "titan/io/atomic_file.h"
+#include "titan/io/byte_size.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_resolve.h"
@@ -97,6 +100,22 @@ ChatTemplate load_chat_template(const std::string& dir) {
 
 std::string export_dir(const JobConfig& c) {
   return c.job.dump_folder + "/hf";
+}
+
+// metrics.save_jsonl: a relative path lies under the dump folder; "" for none.
+std::string metrics_jsonl_path(const JobConfig& c) {
+  const std::string& path = c.metrics.save_jsonl;
+  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return c.job.dump_folder + "/" + path;
+}
+
+// The size of everything under `dir`, for the checkpoint line.
+uint64_t folder_bytes(const std::string& dir) {
+  uint64_t bytes = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) bytes += entry.file_size();
+  }
+  return bytes;
 }
 
 // Every input path exists (a glob matches), so a typo stops the run now, not at the first
@@ -207,10 +226,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   check_outputs(config_, sources);
   // One job per dump folder: rank 0, which begins and commits every checkpoint and writes the
   // export, holds its lock from here to the run's end; a second job on the folder stops here.
+  // (A run that writes only its record takes it in run(), once nothing can refuse it.)
   if (world().rank() == 0 && (config_.checkpoint.enable || config_.checkpoint.last_save_in_hf)) {
-    dump_lock_ = FolderLock::take(config_.job.dump_folder, "job.dump_folder");
-    if (!dump_lock_->warning.empty())
-      std::fprintf(stderr, "warning: %s\n", dump_lock_->warning.c_str());
+    lock_dump_folder();
   }
   tokenizer_dir_ = sources.tokenizer;
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
@@ -231,6 +249,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
         t.truncate_long_conversations ? " (longer ones cut)" : "");
   }
   args_ = resolve_model_args(config_, *tokenizer_);
+  // The record names the family the run resolved (an HF folder names its own), so that it runs
+  // again as it is.
+  config_.model.name = model_family(args_.architecture, "model").name;
   if (config_.model.output_router_logits && !args_.is_moe()) {
     std::fprintf(stderr,
                  "warning: model.output_router_logits has no effect: the model has no sparse "
@@ -324,6 +345,14 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::lock_dump_folder() {
+  ensure_writable_folder(config_.job.dump_folder, "job.dump_folder");
+  dump_lock_ = FolderLock::take(config_.job.dump_folder, "job.dump_folder");
+  if (!dump_lock_->warning.empty()) {
+    std::fprintf(stderr, "warning: %s\n", dump_lock_->warning.c_str());
+  }
+}
 
 std::string Trainer::checkpoint_folder() const {
   return config_.job.dump_folder + "/" + config_.checkpoint.folder;
@@ -479,11 +508,18 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   world.barrier();
   const bool writer = fsdp_ ? mesh_->replicate_index() == 0 : world.rank() == 0;
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
+  const double t0 = now_seconds();
   if (writer) write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
   world.barrier();
   if (world.rank() == 0) {
+    write_file_atomic(temp_dir + "/" + kJobConfigFile, job_config_to_toml(config_));
     commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
                                config_.checkpoint.keep_latest_k);
+    const std::string dir = training_checkpoint_dir(folder, step);
+    std::printf("checkpoint saved: %s (%s, %.2f s%s)\n", dir.c_str(),
+                format_byte_size(folder_bytes(dir)).c_str(), now_seconds() - t0,
+                model_only ? ", model weights only" : "");
+    std::fflush(stdout);
   }
   world.barrier();
   set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
@@ -494,6 +530,7 @@ void Trainer::export_model() {
   options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
   options.source_dir = tokenizer_dir_;
   options.overwrite = true;
+  options.job_config_toml = job_config_to_toml(config_);
   // Skipped non-finite steps can still leave weights that are; they are not exported as a model.
   NonfiniteScan scan;
   for (const ParamGroup& g : model_->param_groups()) {
@@ -504,8 +541,10 @@ void Trainer::export_model() {
   }
   scan.check(config_.checkpoint.allow_nonfinite_weights);
   const std::string dir = export_dir(config_);
+  const double t0 = now_seconds();
   export_hf_folder(dir, args_, model_->param_groups(), options);
-  std::printf("exported the model as a Hugging Face folder: %s\n", dir.c_str());
+  std::printf("exported the model as a Hugging Face folder: %s (%s, %.2f s)\n", dir.c_str(),
+              format_byte_size(folder_bytes(dir)).c_str(), now_seconds() - t0);
 }
 
 TrainResult Trainer::run() {
@@ -517,9 +556,16 @@ TrainResult Trainer::run() {
   }
   const JobConfig::Training& t = config_.training;
   const int64_t tokens_per_step = accumulation_steps_ * dp * t.local_batch_size * t.seq_len;
+  // The run's record, once every check has passed: a refused run leaves the folder as it was.
+  if (mesh_->world().rank() == 0) {
+    if (!dump_lock_) lock_dump_folder();
+    const std::string record = config_.job.dump_folder + "/" + kJobConfigFile;
+    write_file_atomic(record, job_config_to_toml(config_));
+    std::printf("resolved config saved as %s\n", record.c_str());
+  }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
-  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops,
-                        mesh_->world().rank() == 0 ? config_.metrics.save_jsonl : std::string(),
+  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops, t.steps,
+                        mesh_->world().rank() == 0 ? metrics_jsonl_path(config_) : std::string(),
                         &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
@@ -528,6 +574,9 @@ TrainResult Trainer::run() {
       training_flops_per_token(args_, t.seq_len), static_cast<long long>(t.steps),
       static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
       static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
+  if (const std::string jsonl = metrics_jsonl_path(config_); !jsonl.empty()) {
+    std::printf("metrics appended to %s (metrics.save_jsonl)\n", jsonl.c_str());
+  }
   TrainResult result;
   result.first_step = start_step_ + 1;
   reset_collective_times();  // the steps' collectives only, not start-up's
