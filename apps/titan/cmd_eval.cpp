@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "model_folder.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/data/chat_template.h"
 #include "titan/data/dataset_chat.h"
@@ -27,7 +28,9 @@ Action add_eval_command(CLI::App& app) {
   static int threads;
   static bool allow_nonfinite = false, chat = false, truncate_long = false;
   add_threads_option(*command, threads);
-  command->add_option("--model", model_dir, "model folder (config.json, weights, tokenizer)")
+  command
+      ->add_option("--model", model_dir,
+                   "model folder (config.json, weights, tokenizer), or a titan step-N checkpoint")
       ->required();
   command->add_option("--data", data, "dataset files, folders or globs")->required();
   command->add_option("--text-field", text_field, "JSON field holding the text");
@@ -65,15 +68,17 @@ Action add_eval_command(CLI::App& app) {
                     "load weights holding NaN or Inf (refused otherwise; for debugging)");
   return [] {
     set_thread_count(threads);
-    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    const ModelFolder folder(model_dir, "--model");  // a step-N checkpoint: read through its export
+    const std::string& folder_path = folder.path();
+    const Tokenizer tokenizer = Tokenizer::load(folder_path);
     // Chat data's template first: a folder without one fails before the model is loaded.
     std::optional<ChatTemplate> chat_template;
     if (chat) {
-      chat_template = ChatTemplate::load(model_dir);
+      chat_template = ChatTemplate::load(folder_path);
       check_chat_tokenizer(tokenizer, *chat_template);
     }
-    const DType compute = inference_dtype(model_dir, dtype);  // a bad --dtype fails first
-    std::unique_ptr<CausalLM> model = load_eval_model(model_dir, compute, allow_nonfinite);
+    const DType compute = inference_dtype(folder_path, dtype);  // a bad --dtype fails first
+    std::unique_ptr<CausalLM> model = load_eval_model(folder_path, compute, allow_nonfinite);
     // Said from the loaded model, not the flag: what its matmuls will compute in.
     std::fprintf(stderr, "precision: %s\n", describe_compute_dtype(model->compute_dtype()));
     LoaderOptions options;

@@ -46,6 +46,13 @@ DType parse_export_dtype(std::string_view name);
 // The files copied from HfExportOptions::source_dir when present there.
 const std::vector<std::string>& hf_tokenizer_files();
 
+// What a model folder holds besides its weights, written into the existing folder `dir`:
+// config.json (weights described as `dtype`), generation_config.json (source_dir's, else made from
+// the model's token ids) and source_dir's tokenizer files ("" for none). Training checkpoints carry
+// them too, so that a step-N folder describes its model and tokenizer.
+void write_hf_metadata(const std::string& dir, const ModelArgs& args, DType dtype,
+                       const std::string& source_dir);
+
 // The folder `dir` from tensors under HF keys (float tensors of any float dtype, converted while
 // written). The names and shapes must be exactly hf_keys(args).
 void export_hf_folder(const std::string& dir, const ModelArgs& args,

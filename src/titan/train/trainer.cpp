@@ -512,7 +512,10 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   if (writer) write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
   world.barrier();
   if (world.rank() == 0) {
+    // The model's config and tokenizer beside its weights: `titan info`, `eval`, `generate` and
+    // `convert` read a step-N folder as a model (train/checkpoint_export.h).
     write_file_atomic(temp_dir + "/" + kJobConfigFile, job_config_to_toml(config_));
+    write_hf_metadata(temp_dir, args_, DType::f32, tokenizer_dir_);
     commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
                                config_.checkpoint.keep_latest_k);
     const std::string dir = training_checkpoint_dir(folder, step);
