@@ -103,7 +103,8 @@ struct JobConfig {
     int64_t train_timeout_seconds = 100;
   } comm;
   struct ActivationCheckpoint {
-    std::string mode = "none";  // none | full
+    // none | full | selective (torchtitan's default; accepted, not implemented yet: as none)
+    std::string mode = "none";
   } activation_checkpoint;
   struct Metrics {
     int64_t log_freq = 10;
@@ -132,6 +133,9 @@ struct JobConfig {
   // "section.key" of every field a TOML file or the command line set (not the preset), so that
   // one set to no effect can be named (job_config_unused_keys).
   std::vector<std::string> set_keys;
+  // torchtitan keys given that titan accepts without effect ("section.key", dotted further for
+  // nested tables; train/job_config_torchtitan.h); job_config_unused_keys names them.
+  std::vector<std::string> inert_keys;
   // Keys given under an older torchtitan name ("training.data_parallel_shard_degree"), each read
   // as its [parallelism] key; job_config_unused_keys warns about them.
   std::vector<std::string> renamed_keys;
@@ -142,8 +146,9 @@ struct JobConfig {
 JobConfig job_config_preset(const std::string& name);
 std::vector<std::string> job_config_preset_names();
 
-// Applies a TOML file on top of `config`. Unknown sections and keys, wrong value types: an error
-// naming the file, the key, and the closest valid name.
+// Applies a TOML file on top of `config`. torchtitan's keys titan does not act on are accepted
+// and recorded (JobConfig::inert_keys). Unknown sections and keys: one error naming the file and
+// every one of them with the closest valid name; a wrong value type: an error naming the key.
 void job_config_apply_toml(JobConfig& config, const std::string& path);
 // Applies "--section.key=value" (or "section.key=value"); same errors, naming the flag.
 void job_config_apply_override(JobConfig& config, const std::string& flag);

@@ -316,6 +316,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
                                config_.lr_scheduler.min_lr_factor);
+  if (!schedule_.adjusted.empty())
+    std::fprintf(stderr, "warning: %s\n", schedule_.adjusted.c_str());
 
   loader_options_.data.paths = sources.train;
   validation_paths_ = sources.validation;
