@@ -17,8 +17,6 @@
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/world.h"
 #include "titan/io/atomic_dir.h"
-#include "titan/io/atomic_file.h"
-#include "titan/io/byte_size.h"
 #include "titan/models/flops.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
@@ -28,6 +26,7 @@
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/rank_agreement.h"
+#include "titan/train/run_record.h"
 
 namespace titan {
 namespace {
@@ -100,22 +99,6 @@ ChatTemplate load_chat_template(const std::string& dir) {
 
 std::string export_dir(const JobConfig& c) {
   return c.job.dump_folder + "/hf";
-}
-
-// metrics.save_jsonl: a relative path lies under the dump folder; "" for none.
-std::string metrics_jsonl_path(const JobConfig& c) {
-  const std::string& path = c.metrics.save_jsonl;
-  if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
-  return c.job.dump_folder + "/" + path;
-}
-
-// The size of everything under `dir`, for the checkpoint line.
-uint64_t folder_bytes(const std::string& dir) {
-  uint64_t bytes = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file()) bytes += entry.file_size();
-  }
-  return bytes;
 }
 
 // Every input path exists (a glob matches), so a typo stops the run now, not at the first
@@ -514,15 +497,11 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   if (writer) write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
   world.barrier();
   if (world.rank() == 0) {
-    // The model's config and tokenizer beside its weights: `titan info`, `eval`, `generate` and
-    // `convert` read a step-N folder as a model (train/checkpoint_export.h).
-    write_file_atomic(temp_dir + "/" + kJobConfigFile, job_config_to_toml(config_));
-    write_hf_metadata(temp_dir, args_, DType::f32, tokenizer_dir_);
+    write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
     commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
                                config_.checkpoint.keep_latest_k);
     const std::string dir = training_checkpoint_dir(folder, step);
-    std::printf("checkpoint saved: %s (%s, %.2f s%s)\n", dir.c_str(),
-                format_byte_size(folder_bytes(dir)).c_str(), now_seconds() - t0,
+    std::printf("checkpoint saved: %s (%s%s)\n", dir.c_str(), saved_folder_summary(dir, t0).c_str(),
                 model_only ? ", model weights only" : "");
     std::fflush(stdout);
   }
@@ -548,8 +527,8 @@ void Trainer::export_model() {
   const std::string dir = export_dir(config_);
   const double t0 = now_seconds();
   export_hf_folder(dir, args_, model_->param_groups(), options);
-  std::printf("exported the model as a Hugging Face folder: %s (%s, %.2f s)\n", dir.c_str(),
-              format_byte_size(folder_bytes(dir)).c_str(), now_seconds() - t0);
+  std::printf("exported the model as a Hugging Face folder: %s (%s)\n", dir.c_str(),
+              saved_folder_summary(dir, t0).c_str());
 }
 
 TrainResult Trainer::run() {
@@ -564,9 +543,9 @@ TrainResult Trainer::run() {
   // The run's record, once every check has passed: a refused run leaves the folder as it was.
   if (mesh_->world().rank() == 0) {
     if (!dump_lock_) lock_dump_folder();
-    const std::string record = config_.job.dump_folder + "/" + kJobConfigFile;
-    write_file_atomic(record, job_config_to_toml(config_));
-    std::printf("resolved config saved as %s\n", record.c_str());
+    write_job_config_record(config_.job.dump_folder, config_);
+    std::printf("resolved config saved as %s/%s\n", config_.job.dump_folder.c_str(),
+                kJobConfigFile);
   }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops, t.steps,
