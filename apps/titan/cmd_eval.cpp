@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "commands.h"
+#include "model_folder.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/data/chat_template.h"
 #include "titan/data/dataset_chat.h"
+#include "titan/data/dataset_tokenize.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
 #include "titan/infer/weights.h"
@@ -17,6 +19,28 @@
 #include "titan/train/evaluate.h"
 
 namespace titan::cli {
+namespace {
+
+// Text data too short for one batch of rows: how many tokens it holds and the --seq-len that fits
+// (rows are never padded: each scores seq-len targets of a packed window, as training's do).
+void explain_short_data(const Tokenizer& tokenizer, const LoaderOptions& options) {
+  const int64_t held = count_packed_tokens(tokenizer, options.data);
+  const int64_t window = options.seq_len + 1, rows = options.batch_size;
+  if (held >= rows * window) return;  // not the reason
+  const int64_t fits = held / rows - 1;
+  if (fits >= 1) {
+    fail("the data holds ", held,
+         " tokens (an EOS after each document included), fewer than one "
+         "batch of ",
+         rows, " row(s) of --seq-len + 1 = ", window, " tokens: pass --seq-len ", fits, " or less",
+         rows > 1 ? " (or a smaller --batch-size)" : "");
+  }
+  fail("the data holds ", held, " tokens (an EOS after each document included), too few for ", rows,
+       " row(s) of at least 2 tokens: ", rows > 1 ? "pass --batch-size 1 and " : "",
+       "give more text");
+}
+
+}  // namespace
 
 Action add_eval_command(CLI::App& app) {
   CLI::App* command =
@@ -27,13 +51,16 @@ Action add_eval_command(CLI::App& app) {
   static int threads;
   static bool allow_nonfinite = false, chat = false, truncate_long = false;
   add_threads_option(*command, threads);
-  command->add_option("--model", model_dir, "model folder (config.json, weights, tokenizer)")
+  command
+      ->add_option("--model", model_dir,
+                   "model folder (config.json, weights, tokenizer), or a titan step-N checkpoint")
       ->required();
   command->add_option("--adapter", adapter,
                       "a PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) "
                       "merged into the model's weights at load");
   command->add_option("--data", data, "dataset files, folders or globs")->required();
-  command->add_option("--text-field", text_field, "JSON field holding the text");
+  command->add_option("--text-field", text_field, "JSON field holding the text")
+      ->capture_default_str();
   command->add_flag("--chat", chat,
                     "the data is conversations (\"messages\"), as training.dataset = \"chat\" "
                     "reads them: rendered with the model folder's chat template, one per row, "
@@ -47,8 +74,11 @@ Action add_eval_command(CLI::App& app) {
       ->add_option("--seq-len", seq_len,
                    "inputs per row, as torchtitan's training.seq_len: each row scores seq-len "
                    "targets from a window of seq-len + 1 tokens")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--batch-size", batch_size, "rows per batch")->check(CLI::PositiveNumber);
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--batch-size", batch_size, "rows per batch")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   command->add_option("--max-batches", max_batches, "stop after this many batches (-1: all)")
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {
@@ -59,24 +89,30 @@ Action add_eval_command(CLI::App& app) {
             if (errno == 0 && end != value.c_str() && *end == '\0' && n >= 1) return {};
             return "must be -1 (all batches) or a positive number of batches, not '" + value + "'";
           },
-          "-1|N>0"));
-  command->add_option("--dtype", dtype,
-                      "matmuls: auto (bf16 for a bf16 folder, like Transformers' "
-                      "torch_dtype=\"auto\"), bfloat16 (bf16 operands, fp32 accumulation, as "
-                      "mixed-precision training) or float32");
+          "-1|N>0"))
+      ->capture_default_str();
+  command
+      ->add_option("--dtype", dtype,
+                   "matmuls: auto (bf16 for a bf16 folder, like Transformers' "
+                   "torch_dtype=\"auto\"), bfloat16 (bf16 operands, fp32 accumulation, as "
+                   "mixed-precision training) or float32")
+      ->capture_default_str();
   command->add_flag("--allow-nonfinite-weights", allow_nonfinite,
                     "load weights holding NaN or Inf (refused otherwise; for debugging)");
   return [] {
     set_thread_count(threads);
-    const Tokenizer tokenizer = Tokenizer::load(model_dir);
+    const ModelFolder folder(model_dir, "--model");  // a step-N checkpoint: read through its export
+    const std::string& folder_path = folder.path();
+    const Tokenizer tokenizer = Tokenizer::load(folder_path);
     // Chat data's template first: a folder without one fails before the model is loaded.
     std::optional<ChatTemplate> chat_template;
     if (chat) {
-      chat_template = ChatTemplate::load(model_dir);
+      chat_template = ChatTemplate::load(folder_path);
       check_chat_tokenizer(tokenizer, *chat_template);
     }
-    const DType compute = inference_dtype(model_dir, dtype);  // a bad --dtype fails first
-    std::unique_ptr<CausalLM> model = load_eval_model(model_dir, compute, allow_nonfinite, adapter);
+    const DType compute = inference_dtype(folder_path, dtype);  // a bad --dtype fails first
+    std::unique_ptr<CausalLM> model =
+        load_eval_model(folder_path, compute, allow_nonfinite, adapter);
     // Said from the loaded model, not the flag: what its matmuls will compute in.
     std::fprintf(stderr, "precision: %s\n", describe_compute_dtype(model->compute_dtype()));
     LoaderOptions options;
@@ -94,7 +130,13 @@ Action add_eval_command(CLI::App& app) {
           "raise --seq-len, or pass --truncate-long-conversations to cut it";
     }
     DataLoader loader(options, tokenizer);
-    const EvalResult r = evaluate(*model, loader, max_batches);
+    EvalResult r;
+    try {
+      r = evaluate(*model, loader, max_batches);
+    } catch (const Error&) {
+      if (!chat) explain_short_data(tokenizer, options);
+      throw;
+    }
     if (chat) {
       std::printf(
           "loss %.6f  perplexity %.4f  (%lld assistant tokens scored in %lld batches of %lld "

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "model_folder.h"
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/error.h"
 #include "titan/data/chat_template.h"
@@ -240,7 +241,9 @@ Action add_generate_command(CLI::App& app) {
       "generate", "generate text from a Hugging Face model folder (streamed; chat; batch)");
   static GenerateFlags f;
   add_threads_option(*command, f.threads);
-  command->add_option("--model", f.model, "model folder (config.json, weights, tokenizer)")
+  command
+      ->add_option("--model", f.model,
+                   "model folder (config.json, weights, tokenizer), or a titan step-N checkpoint")
       ->required();
   auto* prompt = command->add_option("--prompt", f.prompt, "the prompt (--chat: the user turn)");
   command->add_option("--prompts", f.prompts, "JSON Lines file of {\"prompt\"} / {\"messages\"}")
@@ -276,6 +279,9 @@ Action add_generate_command(CLI::App& app) {
     f.think_given = command->count("--think") > 0;  // either spelling
     check_inference_device(f.device);
     set_thread_count(f.threads);
+    // A step-N checkpoint is read through its export; every later read of f.model is of that.
+    const ModelFolder folder(f.model, "--model");
+    f.model = folder.path();
     TITAN_CHECK(std::filesystem::is_directory(f.model), f.model, ": not a model folder");
     TITAN_CHECK(std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json"), f.model,
                 ": no tokenizer.json (generate needs the tokenizer files beside the ", "weights)");

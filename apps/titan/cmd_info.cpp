@@ -3,6 +3,7 @@
 #include <string>
 
 #include "commands.h"
+#include "model_folder.h"
 #include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/peak.h"
@@ -71,9 +72,17 @@ std::string bytes_str(uint64_t bytes) {
 }
 
 void print_model_folder(const std::string& path) {
-  const HfFolderInfo info = inspect_hf_folder(path);
+  const ModelFolder folder(path, "titan info");
+  const HfFolderInfo info = inspect_hf_folder(folder.path());
   const ModelArgs& a = info.args;
-  std::printf("folder        %s\n", info.dir.c_str());
+  if (const std::optional<TrainerState>& state = folder.checkpoint()) {
+    std::printf("checkpoint    %s: titan training checkpoint of step %lld, %s\n", path.c_str(),
+                static_cast<long long>(state->step),
+                state->model_only ? "model weights only" : "with its optimizer state");
+    std::printf("as exported   (fp32, by titan convert %s DST)\n", path.c_str());
+  } else {
+    std::printf("folder        %s\n", info.dir.c_str());
+  }
   std::printf("architecture  %s\n", a.architecture.c_str());
   std::printf("layers        %lld\n", static_cast<long long>(a.num_hidden_layers));
   std::printf("heads         %lld query, %lld key/value, head_dim %lld\n",
@@ -124,7 +133,9 @@ void print_model_folder(const std::string& path) {
 
 Action add_info_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
-      "info", "describe a Hugging Face model folder (PATH) or this machine (--device)");
+      "info",
+      "describe a Hugging Face model folder or titan step-N checkpoint (PATH) or this machine "
+      "(--device)");
   static int threads;
   static bool device = false;
   static std::string path;

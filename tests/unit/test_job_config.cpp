@@ -208,6 +208,50 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
             std::string::npos);
 }
 
+// A saved resolved config (job_config.toml) names every key, most at their defaults: read back,
+// it warns about nothing and refuses nothing, as the command that made it.
+TEST(JobConfig, ASavedResolvedConfigRunsQuietly) {
+  JobConfig c = job_config_preset("tiny");
+  job_config_apply_override(c, "--training.steps=7");
+  JobConfig again;
+  job_config_apply_toml(again, write_temp("resolved.toml", job_config_to_toml(c)));
+  EXPECT_EQ(again.training.steps, 7);
+  EXPECT_TRUE(job_config_unused_keys(again).empty());
+  EXPECT_TRUE(job_world_unused_keys(again, {1, 1}, 1).empty());
+  EXPECT_TRUE(job_config_key_set(again, "training.steps"));
+  EXPECT_FALSE(job_config_key_set(again, "validation.freq"));  // set, to the default
+  EXPECT_FALSE(job_config_key_set(c, "validation.freq"));      // not set
+}
+
+// torchtitan's keys titan does not act on are accepted, from a file (nested tables too) or a flag,
+// and named in one line per reason; [debug]'s seed and deterministic are [training]'s.
+TEST(JobConfig, TorchtitanKeysWithoutEffectAreAcceptedAndNamed) {
+  JobConfig c = job_config_preset("tiny");
+  job_config_apply_toml(c, write_temp("torchtitan.toml",
+                                      "[compile]\nenable = true\ncomponents = [\"model\"]\n"
+                                      "[quantize.linear.float8]\nfilter_fqns = [\"output\"]\n"
+                                      "[activation_checkpoint]\nmode = \"selective\"\n"
+                                      "[debug]\nseed = 7\n"));
+  job_config_apply_override(c, "--profiling.enable_profiling=true");
+  EXPECT_EQ(c.training.seed, 7);
+  EXPECT_EQ(c.inert_keys, (std::vector<std::string>{"compile.components", "compile.enable",
+                                                    "quantize.linear.float8.filter_fqns",
+                                                    "profiling.enable_profiling"}));
+  job_config_validate(c);
+  const std::vector<std::string> w = job_config_unused_keys(c);
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0].rfind("activation_checkpoint.mode = \"selective\" has no effect here", 0), 0u)
+      << w[0];
+  EXPECT_EQ(w[1].rfind("compile.components, compile.enable have no effect here: ", 0), 0u) << w[1];
+  EXPECT_EQ(w[2].rfind("quantize.linear.float8.filter_fqns has no effect here: ", 0), 0u) << w[2];
+  EXPECT_EQ(w[3].rfind("profiling.enable_profiling has no effect here: ", 0), 0u) << w[3];
+  // A key torchtitan does not have either is still an error naming the closest.
+  EXPECT_NE(error_of([&] {
+              job_config_apply_override(c, "--compile.enabel=true");
+            }).find("unknown key 'enabel' in [compile]"),
+            std::string::npos);
+}
+
 // Keys whose effect depends on the world: the collective and heartbeat timeouts in one process, the
 // FSDP reshard policy without FSDP.
 TEST(JobConfig, KeysWithNoEffectOnThisWorldAreNamed) {
@@ -271,7 +315,17 @@ TEST(LrSchedule, WarmupStableDecay) {
   const LrSchedule linear = LrSchedule::make(2.0, 5, 1, -1.0, "linear", 0.0);
   EXPECT_DOUBLE_EQ(linear.at(2), 2.0);        // decay starts right after warmup
   EXPECT_DOUBLE_EQ(linear.at(4), 2.0 * 0.5);  // progress 2 / 4
-  EXPECT_THROW(LrSchedule::make(1.0, 5, 6, -1.0, "linear", 0.0), Error);
+  EXPECT_TRUE(linear.adjusted.empty());
+  // Warm-up (and decay) longer than the run are shortened as torchtitan does, and said.
+  const LrSchedule longer = LrSchedule::make(1.0, 5, 6, 0.8, "linear", 0.0);
+  EXPECT_EQ(longer.warmup_steps, 5);
+  EXPECT_EQ(longer.decay_steps, 0);
+  EXPECT_DOUBLE_EQ(longer.at(5), 1.0 * 5 / 6);
+  EXPECT_NE(longer.adjusted.find("warm-up shortened to 5 steps"), std::string::npos)
+      << longer.adjusted;
+  const LrSchedule decay = LrSchedule::make(1.0, 10, 4, 0.8, "linear", 0.0);
+  EXPECT_EQ(decay.decay_steps, 6);
+  EXPECT_NE(decay.adjusted.find("decay shortened to 6 steps"), std::string::npos) << decay.adjusted;
 }
 
 }  // namespace

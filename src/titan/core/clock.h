@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace titan {
 
@@ -16,5 +17,8 @@ inline int64_t now_ns() {
 inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// A duration for people: "12.3s" under a minute, then "4m05s", "1h02m03s"; "?" when not finite.
+std::string format_duration(double seconds);
 
 }  // namespace titan

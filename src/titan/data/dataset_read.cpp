@@ -205,6 +205,86 @@ std::string gunzip(std::string_view compressed, const std::string& name, uint64_
   return out;
 }
 
+namespace {
+
+bool starts_with_bytes(std::string_view bytes, std::string_view magic, size_t at = 0) {
+  return bytes.size() >= at + magic.size() && bytes.substr(at, magic.size()) == magic;
+}
+
+uint64_t little_endian_u64(std::string_view bytes) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i)
+    v = v << 8 | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  return v;
+}
+
+}  // namespace
+
+std::string binary_data_kind(std::string_view bytes, const std::string& path) {
+  using namespace std::string_view_literals;
+  // Built by appending: GCC 12 warns (-Wrestrict, falsely) on "'" + std::string.
+  std::string in(1, '\''), out(1, '\'');
+  in.append(path).push_back('\'');
+  out.append(fs::path(path).stem().string()).append(".jsonl'");
+  const std::string unpack = ", then give titan the text or JSON Lines inside";
+  const std::string rows = ": write its rows as JSON Lines (one {\"text\": ...} per line) first";
+  if (starts_with_bytes(bytes, "PAR1")) {
+    return "a Parquet file, not text: convert it to JSON Lines first, e.g. python -c \"import "
+           "datasets; datasets.Dataset.from_parquet(" +
+           in + ").to_json(" + out + ")\"";
+  }
+  if (starts_with_bytes(bytes, "ARROW1")) {
+    return "an Apache Arrow (Feather) file, not text: convert it to JSON Lines first, e.g. python "
+           "-c \"import pyarrow.feather as f; f.read_table(" +
+           in + ").to_pandas().to_json(" + out + ", orient='records', lines=True)\"";
+  }
+  // The Arrow IPC stream (Hugging Face datasets' cache files): a continuation marker, then the
+  // schema message's length.
+  if (starts_with_bytes(bytes, "\xff\xff\xff\xff"sv) && bytes.size() >= 8) {
+    return "an Apache Arrow stream (a Hugging Face datasets cache file?), not text: convert it to "
+           "JSON Lines first, e.g. python -c \"import datasets; "
+           "datasets.Dataset.from_file(" +
+           in + ").to_json(" + out + ")\"";
+  }
+  if (bytes.size() >= 10 && bytes[8] == '{' && little_endian_u64(bytes) + 8 <= bytes.size() &&
+      bytes.substr(8, std::min<size_t>(little_endian_u64(bytes), 4096)).find("\"dtype\"") !=
+          std::string_view::npos) {
+    return "a safetensors file (tensors, e.g. model weights), not text: a dataset is text, JSON "
+           "Lines or a titan token file (titan tokenize --bin)";
+  }
+  if (starts_with_bytes(bytes, "PK\x03\x04"sv) || starts_with_bytes(bytes, "PK\x05\x06"sv)) {
+    return "a zip archive, not text: unzip it and give titan the files inside (JSON Lines, JSON or "
+           "text)";
+  }
+  if (starts_with_bytes(bytes, "ustar", 257)) {
+    return "a tar archive, not text: unpack it (tar xf) and give titan the files inside";
+  }
+  if (starts_with_bytes(bytes, "BZh")) return "bzip2-compressed, not text: bunzip2 it" + unpack;
+  if (starts_with_bytes(bytes,
+                        "\xfd"
+                        "7zXZ\0"sv))
+    return "xz-compressed, not text: unxz it" + unpack;
+  if (starts_with_bytes(bytes, "\x28\xb5\x2f\xfd"sv)) {
+    return "zstd-compressed, not text: unzstd it" + unpack;
+  }
+  if (starts_with_bytes(bytes, "7z\xbc\xaf\x27\x1c"sv)) {
+    return "a 7-Zip archive, not text: unpack it and give titan the files inside";
+  }
+  if (starts_with_bytes(bytes, "\x93NUMPY"sv)) {
+    return "a NumPy array (.npy), not text: write its token ids as titan's token file or as JSON "
+           "Lines {\"ids\": [...]}";
+  }
+  if (starts_with_bytes(bytes, "\x89HDF\r\n\x1a\n"sv)) return "an HDF5 file, not text" + rows;
+  if (starts_with_bytes(bytes, "SQLite format 3\0"sv)) {
+    return "an SQLite database, not text" + rows;
+  }
+  if (starts_with_bytes(bytes,
+                        "\x7f"
+                        "ELF"sv))
+    return "an executable (ELF), not data";
+  return "";
+}
+
 std::string read_data_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TITAN_CHECK(in, path, ": cannot open");
@@ -215,7 +295,15 @@ std::string read_data_file(const std::string& path) {
     std::string bytes(static_cast<size_t>(std::max<std::streamoff>(size, 0)), '\0');
     in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     TITAN_CHECK(in.good() || bytes.empty(), path, ": read failed");
-    return is_gzip(bytes) ? gunzip(bytes, path, gunzip_limit()) : bytes;
+    // Binary data read as text would train on its bytes without a word: refused by its magic,
+    // also inside gzip (a compressed tar, a Parquet file saved as .txt.gz).
+    const std::string kind = binary_data_kind(bytes, path);
+    TITAN_CHECK(kind.empty(), path, ": ", kind);
+    if (!is_gzip(bytes)) return bytes;
+    std::string text = gunzip(bytes, path, gunzip_limit());
+    const std::string inner = binary_data_kind(text, path);
+    TITAN_CHECK(inner.empty(), path, ": gzip-compressed; inside, ", inner);
+    return text;
   } catch (const std::bad_alloc&) {
     fail(path, ": out of memory reading the file (", size, " bytes on disk)");
   }

@@ -14,10 +14,17 @@ namespace titan {
 // system. A spec that names nothing, or a file reached twice, is a titan::Error.
 std::vector<std::string> expand_data_paths(const std::vector<std::string>& specs);
 
-// The whole file; a gzip file (by its magic bytes, any name) is decompressed, concatenated members
-// included, up to gunzip_limit() bytes. A truncated or corrupt stream, a file past the limit and
-// running out of memory are each a titan::Error naming the file (and, for a broken stream, the
-// compressed byte offset where it broke).
+// What a dataset file's first bytes say it is when it is a binary format titan does not read as
+// data -- Parquet, Arrow (file or stream), safetensors, zip, tar, bzip2, xz, zstd, 7-Zip, NumPy,
+// HDF5, SQLite, ELF -- with how to turn it into JSON Lines (commands naming `path`); "" for
+// anything else (text, JSON, gzip, titan's token files).
+std::string binary_data_kind(std::string_view bytes, const std::string& path);
+
+// The whole file, refused when binary_data_kind names it (also after gunzipping); a gzip file (by
+// its magic bytes, any name) is decompressed, concatenated members included, up to gunzip_limit()
+// bytes. A truncated or corrupt stream, a file past the limit and running out of memory are each a
+// titan::Error naming the file (and, for a broken stream, the compressed byte offset where it
+// broke).
 std::string read_data_file(const std::string& path);
 
 // A dataset file is held in memory whole, so what one gzip file may decompress to is capped: a

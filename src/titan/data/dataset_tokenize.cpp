@@ -103,4 +103,21 @@ TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions&
   return stats;
 }
 
+int64_t count_packed_tokens(const Tokenizer& tok, const DatasetOptions& data) {
+  int64_t n = 0;
+  for (const std::string& path : expand_data_paths(data.paths)) {
+    const DocumentFile file = DocumentFile::open(path, data);
+    for (size_t i = 0; i < file.size(); ++i) {
+      const Record r = file.record(i, DataMode::pretrain);
+      const size_t ids =
+          r.kind == Record::Kind::text
+              ? (r.text.empty() ? 0
+                                : tok.encode_with_special_tokens(r.text, data.parse_special).size())
+              : r.ids.size();
+      if (ids > 0) n += static_cast<int64_t>(ids) + 1;  // + the EOS the loader appends
+    }
+  }
+  return n;
+}
+
 }  // namespace titan

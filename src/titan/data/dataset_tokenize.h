@@ -24,4 +24,9 @@ struct TokenizeStats {
 TokenizeStats tokenize_to_token_file(const Tokenizer& tok, const DatasetOptions& data,
                                      const std::string& out_path);
 
+// The tokens the pre-training loader packs from the data: every document's ids (text encoded as
+// the loader encodes it) and the EOS after each non-empty one. Read sequentially: for messages
+// about small data (titan eval on a file shorter than one batch), not for a corpus.
+int64_t count_packed_tokens(const Tokenizer& tok, const DatasetOptions& data);
+
 }  // namespace titan

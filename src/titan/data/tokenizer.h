@@ -48,7 +48,8 @@ class Tokenizer {
   size_t vocab_size() const { return tokens_.size(); }
   bool is_special(int32_t id) const;
 
-  // From tokenizer_config.json's eos_token / pad_token; -1 when absent.
+  // From tokenizer_config.json's bos_token / eos_token / pad_token; -1 when absent.
+  int32_t bos_id() const { return bos_id_; }
   int32_t eos_id() const { return eos_id_; }
   int32_t pad_id() const { return pad_id_; }
 
@@ -67,7 +68,7 @@ class Tokenizer {
   std::optional<PreTokenizer> pre_tokenizer_;
   BpeModel bpe_;
   std::vector<int32_t> special_prefix_, special_suffix_;  // the single template around $A
-  int32_t eos_id_ = -1, pad_id_ = -1;
+  int32_t bos_id_ = -1, eos_id_ = -1, pad_id_ = -1;
 };
 
 }  // namespace titan

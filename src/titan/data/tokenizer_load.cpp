@@ -321,7 +321,7 @@ struct Tokenizer::Loader {
     for (const int32_t id : special_ids) tok.special_[id] = true;
   }
 
-  // eos_token / pad_token: a string, an {"content": ...} object (older files) or null.
+  // bos_token / eos_token / pad_token: a string, an {"content": ...} object (older files) or null.
   int32_t config_token(const json& config, const char* key, const std::string& file) const {
     if (!config.contains(key) || config[key].is_null()) return -1;
     const json& v = config[key];
@@ -363,6 +363,7 @@ Tokenizer Tokenizer::load(const std::string& dir_or_json_path) {
       const json config =
           read_json_file(config_path.string(), "tokenizer_config.json", kMaxJsonDocumentDepth);
       TITAN_CHECK(config.is_object(), config_path.string(), ": not a JSON object");
+      tok.bos_id_ = loader.config_token(config, "bos_token", config_path.string());
       tok.eos_id_ = loader.config_token(config, "eos_token", config_path.string());
       tok.pad_id_ = loader.config_token(config, "pad_token", config_path.string());
     }

@@ -86,6 +86,12 @@ const std::vector<std::string>& hf_tokenizer_files() {
   return names;
 }
 
+void write_hf_metadata(const std::string& dir, const ModelArgs& args, DType dtype,
+                       const std::string& source_dir) {
+  write_hf_config((fs::path(dir) / "config.json").string(), args, dtype);
+  copy_source_files(source_dir, args, dir);
+}
+
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
                       const std::vector<SafetensorsTensor>& tensors,
                       const HfExportOptions& options) {
@@ -108,8 +114,10 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
   Progress progress("exporting " + dir, total_bytes, ProgressUnit::bytes);
   write.progress = &progress;
   write_safetensors_checkpoint(out.staging(), tensors, write);
-  write_hf_config((fs::path(out.staging()) / "config.json").string(), args, options.dtype);
-  copy_source_files(options.source_dir, args, out.staging());
+  write_hf_metadata(out.staging(), args, options.dtype, options.source_dir);
+  if (!options.job_config_toml.empty()) {
+    write_file_atomic((fs::path(out.staging()) / kJobConfigFile).string(), options.job_config_toml);
+  }
   out.commit();
 }
 
@@ -159,8 +167,16 @@ HfConvertResult convert_hf_folder(const std::string& src, const std::string& dst
   for (const SafetensorsTensor& t : tensors) {
     result.data_bytes += static_cast<uint64_t>(t.tensor.numel()) * dtype_size(result.dtype);
   }
-  export_hf_folder(dst, result.args, tensors,
-                   {result.dtype, options.max_shard_bytes, src, options.overwrite});
+  HfExportOptions out;
+  out.dtype = result.dtype;
+  out.max_shard_bytes = options.max_shard_bytes;
+  out.source_dir = src;
+  out.overwrite = options.overwrite;
+  // The record of the run that made the model travels with it.
+  if (const fs::path job = fs::path(src) / kJobConfigFile; fs::is_regular_file(job)) {
+    out.job_config_toml = read_whole_file(job);
+  }
+  export_hf_folder(dst, result.args, tensors, out);
   return result;
 }
 

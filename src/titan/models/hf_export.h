@@ -31,7 +31,13 @@ struct HfExportOptions {
   // which is then replaced as a whole. A destination that is source_dir, or inside it, or holds
   // it, is always refused.
   bool overwrite = false;
+  // The training job's resolved config, written beside the weights as job_config.toml (the run's
+  // record: what made this model); "" writes none.
+  std::string job_config_toml;
 };
+
+// The file a run's resolved config is saved as (in job.dump_folder, every checkpoint, the export).
+inline constexpr const char* kJobConfigFile = "job_config.toml";
 
 // torchtitan's export_dtype names (float32, bfloat16, float16) and the short ones (fp32, bf16,
 // fp16); anything else is a titan::Error listing them.
@@ -39,6 +45,13 @@ DType parse_export_dtype(std::string_view name);
 
 // The files copied from HfExportOptions::source_dir when present there.
 const std::vector<std::string>& hf_tokenizer_files();
+
+// What a model folder holds besides its weights, written into the existing folder `dir`:
+// config.json (weights described as `dtype`), generation_config.json (source_dir's, else made from
+// the model's token ids) and source_dir's tokenizer files ("" for none). Training checkpoints carry
+// them too, so that a step-N folder describes its model and tokenizer.
+void write_hf_metadata(const std::string& dir, const ModelArgs& args, DType dtype,
+                       const std::string& source_dir);
 
 // The folder `dir` from tensors under HF keys (float tensors of any float dtype, converted while
 // written). The names and shapes must be exactly hf_keys(args).

@@ -102,13 +102,6 @@ void fsync_directory(const std::string& dir) {
   TITAN_CHECK(rc == 0, dir, ": fsync failed");
 }
 
-// A folder a training checkpoint was committed as: the only kind it replaces or prunes.
-bool is_titan_checkpoint(const std::string& dir) {
-  std::error_code ec;
-  return fs::is_directory(fs::symlink_status(dir, ec)) &&
-         fs::is_regular_file(fs::symlink_status(dir + "/trainer_state.json", ec));
-}
-
 // sharding.json: the index of a sharded checkpoint.
 nlohmann::json sharding_index(const std::vector<ParamGroupSpec>& specs, int64_t shards) {
   nlohmann::json params = nlohmann::json::object();
@@ -253,6 +246,12 @@ void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<Para
 
 }  // namespace
 
+bool is_training_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_directory(fs::symlink_status(dir, ec)) &&
+         fs::is_regular_file(fs::symlink_status(dir + "/trainer_state.json", ec));
+}
+
 std::string training_checkpoint_dir(const std::string& folder, int64_t step) {
   return folder + "/step-" + std::to_string(step);
 }
@@ -266,7 +265,7 @@ std::string begin_training_checkpoint(const std::string& folder, int64_t step) {
   const std::string final_dir = training_checkpoint_dir(folder, step);
   // A step saved again (a resumed run) replaces the old checkpoint, never anything else.
   std::error_code ec;
-  TITAN_CHECK(!fs::exists(fs::symlink_status(final_dir, ec)) || is_titan_checkpoint(final_dir),
+  TITAN_CHECK(!fs::exists(fs::symlink_status(final_dir, ec)) || is_training_checkpoint(final_dir),
               final_dir,
               " exists and is not a titan checkpoint (no trainer_state.json): move it "
               "away, it is not replaced");
@@ -326,7 +325,7 @@ void commit_training_checkpoint(const std::string& folder, const std::string& te
     for (int64_t step : list_training_checkpoints(folder)) {  // newest first
       if (step > state.step) continue;
       const std::string dir = training_checkpoint_dir(folder, step);
-      if (++kept > keep_latest_k && is_titan_checkpoint(dir)) fs::remove_all(dir);
+      if (++kept > keep_latest_k && is_training_checkpoint(dir)) fs::remove_all(dir);
     }
   }
 }

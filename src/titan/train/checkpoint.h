@@ -49,6 +49,10 @@ struct TrainerState {
 
 enum class CheckpointContent { model_only, full };
 
+// A folder a training checkpoint was committed as (not a link; trainer_state.json in it): the
+// only kind a save replaces or prunes, and what the commands read as a step-N checkpoint.
+bool is_training_checkpoint(const std::string& dir);
+
 // <folder>/step-<step>
 std::string training_checkpoint_dir(const std::string& folder, int64_t step);
 

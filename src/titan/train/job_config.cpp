@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <variant>
 
@@ -15,6 +16,7 @@
 #include "titan/core/suggest.h"
 #include "titan/models/lora.h"
 #include "titan/models/registry.h"
+#include "titan/train/job_config_torchtitan.h"
 
 namespace titan {
 namespace {
@@ -113,19 +115,12 @@ std::vector<std::string> section_names(JobConfig& c) {
   return names;
 }
 
-// The field for section.key, or an error naming `where` and the closest valid name.
-Field find_field(JobConfig& c, const std::string& section, const std::string& key,
-                 const std::string& where) {
-  const std::vector<std::string> sections = section_names(c);
-  if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
-    fail(where, ": unknown section [", section, "]; did you mean [",
-         closest_name(section, sections), "]?");
-  }
-  std::vector<std::string> keys;
+// The field for section.key (torchtitan's older [training] place for the data-parallel keys and
+// its [debug] place for seed and deterministic included), or nullopt.
+std::optional<Field> lookup_field(JobConfig& c, const std::string& section,
+                                  const std::string& key) {
   for (const Field& f : fields(c)) {
-    if (f.section != section) continue;
-    if (f.key == key) return f;
-    keys.emplace_back(f.key);
+    if (f.section == section && f.key == key) return f;
   }
   // torchtitan kept the data-parallel keys in [training] before it had a [parallelism] section.
   static const char* const moved_to_parallelism[] = {
@@ -137,10 +132,38 @@ Field find_field(JobConfig& c, const std::string& section, const std::string& ke
     if (std::find(c.renamed_keys.begin(), c.renamed_keys.end(), old_name) == c.renamed_keys.end()) {
       c.renamed_keys.push_back(old_name);
     }
-    return find_field(c, "parallelism", key, where);
+    return lookup_field(c, "parallelism", key);
   }
-  fail(where, ": unknown key '", key, "' in [", section, "]; did you mean '",
-       closest_name(key, keys), "'?");
+  // Newer torchtitan keeps them in [debug]; titan in [training], as torchtitan did before.
+  if (section == "debug" && (key == "seed" || key == "deterministic")) {
+    return lookup_field(c, "training", key);
+  }
+  return std::nullopt;
+}
+
+// Why section.key is unknown, with the closest valid name.
+std::string unknown_key_message(JobConfig& c, const std::string& section, const std::string& key) {
+  const std::vector<std::string> sections = section_names(c);
+  // Candidates: titan's keys of the section and torchtitan's it accepts without effect.
+  std::vector<std::string> keys = torchtitan_inert_keys_in(section);
+  if (keys.empty() && std::find(sections.begin(), sections.end(), section) == sections.end()) {
+    return "unknown section [" + section + "]; did you mean [" + closest_name(section, sections) +
+           "]?";
+  }
+  for (const Field& f : fields(c)) {
+    if (f.section == section) keys.emplace_back(f.key);
+  }
+  return "unknown key '" + key + "' in [" + section + "]; did you mean '" +
+         closest_name(key, keys) + "'?";
+}
+
+// A torchtitan key titan accepts without effect: recorded for the start-up line. True if it is one.
+bool accept_inert(JobConfig& c, const std::string& dotted) {
+  if (torchtitan_inert_key_reason(dotted) == nullptr) return false;
+  if (std::find(c.inert_keys.begin(), c.inert_keys.end(), dotted) == c.inert_keys.end()) {
+    c.inert_keys.push_back(dotted);
+  }
+  return true;
 }
 
 const char* type_name(const FieldTarget& t) {
@@ -286,6 +309,21 @@ void job_config_apply_toml(JobConfig& config, const std::string& path) {
     const auto& where = e.source().begin;
     fail(path, ":", where.line, ":", where.column, ": ", e.description());
   }
+  std::vector<std::string> unknown;
+  // Nested tables below a section ([quantize.linear.float8]) hold only torchtitan keys titan
+  // accepts without effect, or unknown ones.
+  const auto nested = [&](const auto& self, const std::string& prefix, const toml::table& table,
+                          const std::string& section) -> void {
+    for (const auto& [key_node, value] : table) {
+      const std::string dotted = prefix + "." + std::string(key_node.str());
+      if (const toml::table* inner = value.as_table()) {
+        self(self, dotted, *inner, section);
+      } else if (!accept_inert(config, dotted)) {
+        unknown.push_back("unknown key '" + dotted.substr(section.size() + 1) + "' in [" + section +
+                          "]");
+      }
+    }
+  };
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     const toml::table* table = section_node.as_table();
@@ -301,10 +339,22 @@ void job_config_apply_toml(JobConfig& config, const std::string& path) {
         set_override(config, key, *kernel);
         continue;
       }
-      const Field f = find_field(config, section, key, path);
-      set_from_toml(f, value, where);
-      mark_set(config, f);
+      if (const std::optional<Field> f = lookup_field(config, section, key)) {
+        set_from_toml(*f, value, where);
+        mark_set(config, *f);
+      } else if (const toml::table* inner = value.as_table()) {
+        nested(nested, section + "." + key, *inner, section);
+      } else if (!accept_inert(config, section + "." + key)) {
+        unknown.push_back(unknown_key_message(config, section, key));
+      }
     }
+  }
+  // Every unknown name of the file at once, not one per run.
+  if (unknown.size() == 1) fail(path, ": ", unknown.front());
+  if (!unknown.empty()) {
+    std::string all;
+    for (const std::string& u : unknown) all += (all.empty() ? "" : "; ") + u;
+    fail(path, ": ", unknown.size(), " unknown keys: ", all);
   }
 }
 
@@ -320,9 +370,13 @@ void job_config_apply_override(JobConfig& config, const std::string& flag) {
     set_override(config, key, value);
     return;
   }
-  const Field f = find_field(config, section, key, "'" + flag + "'");
-  set_from_text(f, value, "'" + flag + "'");
-  mark_set(config, f);
+  const std::optional<Field> f = lookup_field(config, section, key);
+  if (!f) {
+    if (accept_inert(config, section + "." + key)) return;
+    fail("'", flag, "': ", unknown_key_message(config, section, key));
+  }
+  set_from_text(*f, value, "'" + flag + "'");
+  mark_set(config, *f);
 }
 
 void job_config_validate(const JobConfig& c) {
@@ -361,7 +415,8 @@ void job_config_validate(const JobConfig& c) {
   positive(c.comm.init_timeout_seconds, "comm.init_timeout_seconds");
   positive(c.comm.train_timeout_seconds, "comm.train_timeout_seconds");
   positive(c.comm.heartbeat_timeout_seconds, "comm.heartbeat_timeout_seconds");
-  check_one_of(c.activation_checkpoint.mode, {"none", "full"}, "activation_checkpoint.mode");
+  check_one_of(c.activation_checkpoint.mode, {"none", "full", "selective"},
+               "activation_checkpoint.mode");
   positive(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(
       c.metrics.peak_tflops >= 0 && std::isfinite(c.metrics.peak_tflops),
@@ -396,10 +451,23 @@ void job_config_validate(const JobConfig& c) {
               "parallelism.data_parallel_shard_degree must be -1 or at least 1");
 }
 
+bool job_config_key_set(const JobConfig& config, std::string_view key) {
+  if (std::find(config.set_keys.begin(), config.set_keys.end(), key) == config.set_keys.end()) {
+    return false;
+  }
+  JobConfig c = config, defaults;
+  const std::vector<Field> set = fields(c), unset = fields(defaults);
+  for (size_t i = 0; i < set.size(); ++i) {
+    if (std::string(set[i].section) + "." + set[i].key != key) continue;
+    return std::visit(
+        [&](auto* value) { return *value != *std::get<decltype(value)>(unset[i].target); },
+        set[i].target);
+  }
+  return true;
+}
+
 std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
-  const auto is_set = [&](const char* key) {
-    return std::find(c.set_keys.begin(), c.set_keys.end(), key) != c.set_keys.end();
-  };
+  const auto is_set = [&](const char* key) { return job_config_key_set(c, key); };
   TITAN_CHECK(!is_set("training.dataset_path") || c.training.dataset != "default",
               "training.dataset_path is set but training.dataset is \"default\" (the built-in "
               "Jargon File): set training.dataset to \"chat\" for conversations, or to a name "
@@ -442,6 +510,28 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   unused({"lora.alpha", "lora.dropout", "lora.target_modules", "lora.merge_on_export",
           "lora.initial_adapter"},
          c.lora.rank == 0, "lora.rank is 0 (set a rank to train a LoRA adapter)");
+  if (c.activation_checkpoint.mode == "selective") {
+    warnings.push_back(
+        "activation_checkpoint.mode = \"selective\" has no effect here: selective activation "
+        "checkpointing is not implemented yet, so every activation is kept, as with \"none\" "
+        "(\"full\" recomputes each layer)");
+  }
+  // torchtitan's keys titan does not act on: one line per reason, naming every key given.
+  std::vector<std::pair<const char*, std::string>> inert;
+  for (const std::string& key : c.inert_keys) {
+    const char* reason = torchtitan_inert_key_reason(key);
+    auto it =
+        std::find_if(inert.begin(), inert.end(), [&](const auto& r) { return r.first == reason; });
+    if (it == inert.end()) {
+      inert.emplace_back(reason, key);
+    } else {
+      it->second += ", " + key;
+    }
+  }
+  for (const auto& [reason, keys] : inert) {
+    warnings.push_back(keys + (keys.find(',') == std::string::npos ? " has" : " have") +
+                       " no effect here: " + reason);
+  }
   if (is_set("model.hf_assets_path") && c.model.flavor != "hf") {
     warnings.push_back(
         "model.hf_assets_path gives only the tokenizer: the model's dims come from "

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -109,11 +110,14 @@ struct JobConfig {
     int64_t heartbeat_timeout_seconds = 30;
   } comm;
   struct ActivationCheckpoint {
-    std::string mode = "none";  // none | full
+    // none | full | selective (torchtitan's default; accepted, not implemented yet: as none)
+    std::string mode = "none";
   } activation_checkpoint;
   struct Metrics {
     int64_t log_freq = 10;
-    std::string save_jsonl = "";
+    // One JSON object per logged step and validation pass, appended; a relative path lies under
+    // job.dump_folder (as torchtitan's save_tb_folder); "" writes none.
+    std::string save_jsonl = "metrics.jsonl";
     // titan's addition: the MFU denominator in TFLOP/s; 0 takes the device's peak for the
     // threads the run uses (Backend::peak_gflops, docs/TRAINING.md).
     double peak_tflops = 0.0;
@@ -148,6 +152,9 @@ struct JobConfig {
   // "section.key" of every field a TOML file or the command line set (not the preset), so that
   // one set to no effect can be named (job_config_unused_keys).
   std::vector<std::string> set_keys;
+  // torchtitan keys given that titan accepts without effect ("section.key", dotted further for
+  // nested tables; train/job_config_torchtitan.h); job_config_unused_keys names them.
+  std::vector<std::string> inert_keys;
   // Keys given under an older torchtitan name ("training.data_parallel_shard_degree"), each read
   // as its [parallelism] key; job_config_unused_keys warns about them.
   std::vector<std::string> renamed_keys;
@@ -158,13 +165,18 @@ struct JobConfig {
 JobConfig job_config_preset(const std::string& name);
 std::vector<std::string> job_config_preset_names();
 
-// Applies a TOML file on top of `config`. Unknown sections and keys, wrong value types: an error
-// naming the file, the key, and the closest valid name.
+// Applies a TOML file on top of `config`. torchtitan's keys titan does not act on are accepted
+// and recorded (JobConfig::inert_keys). Unknown sections and keys: one error naming the file and
+// every one of them with the closest valid name; a wrong value type: an error naming the key.
 void job_config_apply_toml(JobConfig& config, const std::string& path);
 // Applies "--section.key=value" (or "section.key=value"); same errors, naming the flag.
 void job_config_apply_override(JobConfig& config, const std::string& flag);
 // Checks values that do not depend on the model or the world size (positive sizes, known names).
 void job_config_validate(const JobConfig& config);
+// Whether the TOML file or the command line set "section.key" to other than titan's default: a
+// saved resolved config (job_config.toml) names every key, most at their defaults, and must run
+// as quietly as the command that made it.
+bool job_config_key_set(const JobConfig& config, std::string_view key);
 // Keys the TOML file or the command line set that this config ignores. Where ignoring one would
 // train on something other than what was asked (data, a checkpoint step) it is a titan::Error;
 // otherwise one warning line each, naming the key and what would make it count.

@@ -25,6 +25,7 @@ ModelArgs resolve_job_model_args(const JobConfig& c) {
   }
   // model.name picks the family of a built-in flavor; a folder names its own, which an explicit
   // model.name must agree with.
+  // (Named at all, even as the default "qwen3": the saved record names the resolved family.)
   const bool name_set =
       std::find(c.set_keys.begin(), c.set_keys.end(), "model.name") != c.set_keys.end();
   const std::string family = model_family(args.architecture, "model").name;
@@ -134,9 +135,7 @@ void check_job_sizes(const JobConfig& c, const ModelArgs& a, const MeshDims& dim
 
 std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDims& dims,
                                                int64_t world_size) {
-  const auto is_set = [&](const char* key) {
-    return std::find(c.set_keys.begin(), c.set_keys.end(), key) != c.set_keys.end();
-  };
+  const auto is_set = [&](const char* key) { return job_config_key_set(c, key); };
   std::vector<std::string> warnings;
   if (world_size == 1) {
     constexpr std::pair<const char*, const char*> kCommKeys[] = {

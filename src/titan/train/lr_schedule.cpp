@@ -9,9 +9,14 @@ namespace titan {
 LrSchedule LrSchedule::make(double lr, int64_t total_steps, int64_t warmup_steps,
                             double decay_ratio, const std::string& decay_type,
                             double min_lr_factor) {
-  TITAN_CHECK(warmup_steps <= total_steps, "lr_scheduler.warmup_steps (", warmup_steps,
-              ") exceeds training.steps (", total_steps, ")");
   LrSchedule s;
+  if (warmup_steps > total_steps) {
+    s.adjusted = "lr_scheduler.warmup_steps (" + std::to_string(warmup_steps) +
+                 ") exceeds training.steps (" + std::to_string(total_steps) +
+                 "): warm-up shortened to " + std::to_string(total_steps) +
+                 " steps, as torchtitan does";
+    warmup_steps = total_steps;
+  }
   s.lr = lr;
   s.warmup_steps = warmup_steps;
   s.decay_type = decay_type;
@@ -20,9 +25,14 @@ LrSchedule LrSchedule::make(double lr, int64_t total_steps, int64_t warmup_steps
       decay_ratio < 0
           ? total_steps - warmup_steps
           : static_cast<int64_t>(std::round(static_cast<double>(total_steps) * decay_ratio));
-  TITAN_CHECK(warmup_steps + s.decay_steps <= total_steps, "lr_scheduler: warmup_steps (",
-              warmup_steps, ") plus decay steps (", s.decay_steps, ") exceed training.steps (",
-              total_steps, ")");
+  if (warmup_steps + s.decay_steps > total_steps) {
+    s.adjusted += (s.adjusted.empty() ? "" : "; ") + std::string("lr_scheduler: warmup_steps (") +
+                  std::to_string(warmup_steps) + ") plus decay steps (" +
+                  std::to_string(s.decay_steps) + ") exceed training.steps (" +
+                  std::to_string(total_steps) + "): decay shortened to " +
+                  std::to_string(total_steps - warmup_steps) + " steps, as torchtitan does";
+    s.decay_steps = total_steps - warmup_steps;
+  }
   s.stable_steps = total_steps - warmup_steps - s.decay_steps;
   return s;
 }

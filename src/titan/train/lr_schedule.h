@@ -16,8 +16,11 @@ struct LrSchedule {
   double min_lr_factor = 0.0;
 
   // decay_ratio < 0: every step after warmup decays (torchtitan's default).
+  // Warm-up longer than the run, or warm-up plus decay, is shortened as torchtitan does
+  // (warm-up to the run, then decay to what is left), said in `adjusted`.
   static LrSchedule make(double lr, int64_t total_steps, int64_t warmup_steps, double decay_ratio,
                          const std::string& decay_type, double min_lr_factor);
+  std::string adjusted;  // "" unless make shortened warm-up or decay
   // The learning rate of update number `step` (1-based, as logged).
   double at(int64_t step) const;
 };

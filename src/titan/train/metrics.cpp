@@ -6,6 +6,7 @@
 
 #include "titan/backend/backend.h"
 #include "titan/core/allocator.h"
+#include "titan/core/clock.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -15,10 +16,12 @@ double gib(size_t bytes) {
 }
 }  // namespace
 
-MetricsLogger::MetricsLogger(double flops_per_token, double peak_gflops,
+MetricsLogger::MetricsLogger(double flops_per_token, double peak_gflops, int64_t last_step,
                              const std::string& jsonl_path, Communicator* ranks)
     : flops_per_token_(flops_per_token),
       peak_gflops_(peak_gflops),
+      last_step_(last_step),
+      start_time_(now_seconds()),
       jsonl_path_(jsonl_path),
       ranks_(ranks) {
   if (jsonl_path.empty()) return;
@@ -51,9 +54,17 @@ MemoryStats MetricsLogger::max_memory_stats() const {
   return mem;
 }
 
+double MetricsLogger::eta_seconds(const StepMetrics& m) const {
+  const auto remaining = static_cast<double>(last_step_ - m.step);
+  if (m.step == first_step_) return remaining * m.step_time_s;
+  return remaining * (now_seconds() - first_step_end_) / static_cast<double>(m.step - first_step_);
+}
+
 void MetricsLogger::record(const StepMetrics& m, bool print) {
   if (first_) {
     first_loss_ = m.loss;
+    first_step_ = m.step;
+    first_step_end_ = now_seconds();
   } else {
     ++steady_steps_;
     steady_tokens_ += m.tokens;
@@ -69,11 +80,13 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
   const double tflops = tps * flops_per_token_ * 1e-12;
   const double mfu = 100.0 * tflops * 1e3 / peak_gflops_;
   std::printf(
-      "step %5lld  loss %8.4f  grad_norm %8.4f  lr %.2e  memory %.2fGiB (peak %.2fGiB, %.1f%%)  "
-      "tps %8.0f  tflops %6.3f  mfu %5.1f%%  time %.2fs (data %.3fs)%s\n",
-      static_cast<long long>(m.step), m.loss, m.grad_norm, m.lr, gib(mem.total_current),
-      gib(mem.total_peak), 100.0 * static_cast<double>(mem.total_peak) / machine, tps, tflops, mfu,
-      m.step_time_s, m.data_time_s, first ? "  [first step: includes warm-up]" : "");
+      "step %5lld/%lld  loss %8.4f  grad_norm %8.4f  lr %.2e  memory %.2fGiB (peak %.2fGiB, "
+      "%.1f%%)  tps %8.0f  tflops %6.3f  mfu %5.1f%%  time %.2fs (data %.3fs)  eta %s%s\n",
+      static_cast<long long>(m.step), static_cast<long long>(last_step_), m.loss, m.grad_norm, m.lr,
+      gib(mem.total_current), gib(mem.total_peak),
+      100.0 * static_cast<double>(mem.total_peak) / machine, tps, tflops, mfu, m.step_time_s,
+      m.data_time_s, format_duration(eta_seconds(m)).c_str(),
+      first ? "  [first step: includes warm-up]" : "");
   std::fflush(stdout);
   if (jsonl_ != nullptr) {
     nlohmann::json peak_by_category = nlohmann::json::object();
@@ -124,8 +137,9 @@ void MetricsLogger::print_summary() const {
   std::printf("  |  peak memory %.2f GiB (", gib(mem.total_peak));
   for (int c = 0; c < kMemCategoryCount; ++c) {
     std::printf("%s %.2f%s", std::string(mem_category_name(static_cast<MemCategory>(c))).c_str(),
-                gib(mem.peak[c]), c + 1 < kMemCategoryCount ? ", " : ")\n");
+                gib(mem.peak[c]), c + 1 < kMemCategoryCount ? ", " : ")");
   }
+  std::printf("  |  total time %s\n", format_duration(now_seconds() - start_time_).c_str());
   std::fflush(stdout);
 }
 

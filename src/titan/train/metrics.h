@@ -1,6 +1,7 @@
-// The per-step training log, as torchtitan prints it: loss, grad norm, memory, tokens/s, TFLOP/s,
-// MFU, step and data time; the same fields appended as one JSON object per logged step to the
-// metrics.save_jsonl file; a summary at the end. Memory is the accounted allocator's
+// The per-step training log, as torchtitan prints it: step N/total, loss, grad norm, memory,
+// tokens/s, TFLOP/s, MFU, step and data time, and the estimated time to the last step; the same
+// fields appended as one JSON object per logged step to the metrics.save_jsonl file; a summary at
+// the end with the total time. Memory is the accounted allocator's
 // (core/allocator.h), the maximum over the job's ranks of each figure.
 #pragma once
 
@@ -26,11 +27,12 @@ struct StepMetrics {
 
 class MetricsLogger {
  public:
-  // peak_gflops: the device peak MFU is measured against; jsonl_path "" writes no file; ranks:
-  // the job's ranks, over which memory is the maximum (every rank calls record and print_summary
-  // alike; null: this process alone).
-  MetricsLogger(double flops_per_token, double peak_gflops, const std::string& jsonl_path,
-                Communicator* ranks = nullptr);
+  // peak_gflops: the device peak MFU is measured against; last_step: the run's last step (the
+  // "step N/total" and the ETA); jsonl_path "" writes no file; ranks: the job's ranks, over which
+  // memory is the maximum (every rank calls record and print_summary alike; null: this process
+  // alone).
+  MetricsLogger(double flops_per_token, double peak_gflops, int64_t last_step,
+                const std::string& jsonl_path, Communicator* ranks = nullptr);
   ~MetricsLogger();
   MetricsLogger(const MetricsLogger&) = delete;
   MetricsLogger& operator=(const MetricsLogger&) = delete;
@@ -40,15 +42,23 @@ class MetricsLogger {
   void record(const StepMetrics& m, bool print);
   // A validation pass's result.
   void log_validation(int64_t step, double loss, int64_t tokens);
-  // Totals since construction, excluding the first step (warm-up).
+  // Totals since construction, excluding the first step (warm-up); the total time includes it.
   void print_summary() const;
 
  private:
   // This rank's memory figures, each raised to its maximum over the ranks.
   MemoryStats max_memory_stats() const;
 
+  // Seconds to the last step at the pace since the first (warm-up) step ended -- everything the
+  // loop does between steps included: validation, checkpoints -- or the first step's pace before.
+  double eta_seconds(const StepMetrics& m) const;
+
   double flops_per_token_;
   double peak_gflops_;
+  int64_t last_step_ = 0;
+  double start_time_ = 0.0;      // now_seconds() at construction
+  double first_step_end_ = 0.0;  // now_seconds() when the first step was recorded
+  int64_t first_step_ = 0;
   std::FILE* jsonl_ = nullptr;
   std::string jsonl_path_;
   Communicator* ranks_ = nullptr;

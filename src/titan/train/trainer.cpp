@@ -23,7 +23,9 @@
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
+#include "titan/train/preflight.h"
 #include "titan/train/rank_agreement.h"
+#include "titan/train/run_record.h"
 
 namespace titan {
 namespace {
@@ -36,114 +38,19 @@ int64_t scored_tokens(const Batch& b) {
   return n;
 }
 
-// The job's model (train/job_resolve.h) and the tokenizer that will feed it.
+// The job's model (train/job_resolve.h) and the tokenizer that will feed it. Token ids the model's
+// config leaves unset (a built-in flavor sets none) are the tokenizer's: the loader ends every
+// document with its EOS, so the export's config.json and generation_config.json must name it for
+// generation to stop there. Ids the config sets stay (an HF folder's own choice).
 ModelArgs resolve_model_args(const JobConfig& c, const Tokenizer& tok) {
   ModelArgs args = resolve_job_model_args(c);
   TITAN_CHECK(static_cast<int64_t>(tok.vocab_size()) <= args.vocab_size, "the tokenizer has ",
               tok.vocab_size(), " tokens but model flavor '", c.model.flavor, "' has vocab_size ",
               args.vocab_size);
+  if (args.eos_token_ids.empty() && tok.eos_id() >= 0) args.eos_token_ids = {tok.eos_id()};
+  if (args.bos_token_id < 0) args.bos_token_id = tok.bos_id();
+  if (args.pad_token_id < 0) args.pad_token_id = tok.pad_id();
   return args;
-}
-
-struct DataSources {
-  std::string tokenizer;  // folder with tokenizer.json
-  std::vector<std::string> train, validation;
-};
-
-// dataset "default": the embedded corpus and the tokenizer titan trains on it (docs/DATA.md);
-// otherwise dataset_path, with the tokenizer of model.hf_assets_path.
-DataSources resolve_data_sources(const JobConfig& c) {
-  DataSources d;
-  if (c.training.dataset == "default") {
-    d.train = {default_corpus()};
-    d.tokenizer =
-        c.model.hf_assets_path.empty() ? ensure_default_tokenizer() : c.model.hf_assets_path;
-  } else {
-    TITAN_CHECK(!c.training.dataset_path.empty(), "training.dataset '", c.training.dataset,
-                "' needs training.dataset_path (files, a folder or a glob)");
-    TITAN_CHECK(!c.model.hf_assets_path.empty(),
-                "training.dataset_path needs a tokenizer: set model.hf_assets_path to a folder "
-                "holding tokenizer.json");
-    d.train = {c.training.dataset_path};
-    d.tokenizer = c.model.hf_assets_path;
-  }
-  if (c.validation.enable) {
-    TITAN_CHECK(!c.validation.dataset_path.empty(),
-                "validation.enable needs validation.dataset_path (held-out files)");
-    d.validation = {c.validation.dataset_path};
-  }
-  return d;
-}
-
-// training.dataset = "chat": the chat template of the tokenizer's folder, or one line saying why
-// there is none.
-ChatTemplate load_chat_template(const std::string& dir) {
-  try {
-    return ChatTemplate::load(dir);
-  } catch (const Error& e) {
-    fail(
-        "training.dataset = \"chat\" renders conversations with the chat template of "
-        "model.hf_assets_path: ",
-        e.what());
-  }
-}
-
-// Every input path exists (a glob matches), so a typo stops the run now, not at the first
-// validation pass.
-void check_inputs(const DataSources& d) {
-  const auto check = [](const std::vector<std::string>& paths, const char* key) {
-    if (paths.empty()) return;  // validation off
-    try {
-      expand_data_paths(paths);
-    } catch (const Error& e) {
-      fail(key, ": ", e.what());
-    }
-  };
-  check(d.train, "training.dataset_path");
-  check(d.validation, "validation.dataset_path");
-}
-
-// What the run will write -- checkpoints, the exported model folder -- checked before any work, so
-// a mistake costs a second, not the run: the folders writable, and the export apart from every
-// source and replaceable (a model folder titan wrote: io/atomic_dir.h).
-void check_outputs(const JobConfig& c, const DataSources& d) {
-  if (!c.checkpoint.enable && !c.checkpoint.last_save_in_hf) return;
-  ensure_writable_folder(c.job.dump_folder, "job.dump_folder");
-  if (c.checkpoint.enable) {
-    ensure_writable_folder(c.job.dump_folder + "/" + c.checkpoint.folder, "checkpoint.folder");
-  }
-  if (!c.checkpoint.last_save_in_hf) return;
-  const std::string hf = job_export_dir(c);
-  check_destination_apart(hf, c.model.hf_assets_path, "model.hf_assets_path");
-  check_destination_apart(hf, c.checkpoint.initial_load_path, "checkpoint.initial_load_path");
-  check_destination_apart(hf, d.tokenizer, "the tokenizer folder");
-  for (const std::vector<std::string>* paths : {&d.train, &d.validation}) {
-    if (paths->empty()) continue;
-    for (const std::string& path : expand_data_paths(*paths)) {
-      check_destination_apart(hf, path, "the dataset file");
-    }
-  }
-  check_atomic_dir_destination(hf, job_export_content(c), true);
-}
-
-// The initial weights checked against the model from their headers, before it is allocated.
-void check_initial_weights(const JobConfig::Checkpoint& ck, const ModelArgs& args) {
-  const std::string& initial = ck.initial_load_path;
-  if (initial.empty()) return;
-  if (ck.initial_load_in_hf) {
-    TITAN_CHECK(ck.initial_load_model_only,
-                "checkpoint.initial_load_in_hf = true loads model weights only (a Hugging Face "
-                "folder holds no optimizer state); set checkpoint.initial_load_model_only = true");
-    match_hf_checkpoint(args, SafetensorsCheckpoint::open(initial), "the model's config");
-    return;
-  }
-  TITAN_CHECK(std::filesystem::exists(initial + "/trainer_state.json") ||
-                  !std::filesystem::exists(initial + "/config.json"),
-              "checkpoint.initial_load_path ", initial,
-              " is a Hugging Face folder; set checkpoint.initial_load_in_hf = true to load it");
-  check_training_checkpoint(
-      initial, model_param_specs(args),
-      ck.initial_load_model_only ? CheckpointContent::model_only : CheckpointContent::full);
 }
 
 // The MFU denominator and where it came from: metrics.peak_tflops when set, else the device's
@@ -198,10 +105,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   check_outputs(config_, sources);
   // One job per dump folder: rank 0, which begins and commits every checkpoint and writes the
   // export, holds its lock from here to the run's end; a second job on the folder stops here.
+  // (A run that writes only its record takes it in run(), once nothing can refuse it.)
   if (world().rank() == 0 && (config_.checkpoint.enable || config_.checkpoint.last_save_in_hf)) {
-    dump_lock_ = FolderLock::take(config_.job.dump_folder, "job.dump_folder");
-    if (!dump_lock_->warning.empty())
-      std::fprintf(stderr, "warning: %s\n", dump_lock_->warning.c_str());
+    lock_dump_folder();
   }
   tokenizer_dir_ = sources.tokenizer;
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(sources.tokenizer));
@@ -225,6 +131,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
         t.truncate_long_conversations ? " (longer ones cut)" : "");
   }
   args_ = resolve_model_args(config_, *tokenizer_);
+  // The record names the family the run resolved (an HF folder names its own), so that it runs
+  // again as it is.
+  config_.model.name = model_family(args_.architecture, "model").name;
   if (config_.model.output_router_logits && !args_.is_moe()) {
     std::fprintf(stderr,
                  "warning: model.output_router_logits has no effect: the model has no sparse "
@@ -285,6 +194,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
                                config_.lr_scheduler.min_lr_factor);
+  if (!schedule_.adjusted.empty())
+    std::fprintf(stderr, "warning: %s\n", schedule_.adjusted.c_str());
 
   loader_options_.data.paths = sources.train;
   validation_paths_ = sources.validation;
@@ -311,6 +222,14 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
 }
 
 Trainer::~Trainer() = default;
+
+void Trainer::lock_dump_folder() {
+  ensure_writable_folder(config_.job.dump_folder, "job.dump_folder");
+  dump_lock_ = FolderLock::take(config_.job.dump_folder, "job.dump_folder");
+  if (!dump_lock_->warning.empty()) {
+    std::fprintf(stderr, "warning: %s\n", dump_lock_->warning.c_str());
+  }
+}
 
 std::string Trainer::checkpoint_folder() const {
   return config_.job.dump_folder + "/" + config_.checkpoint.folder;
@@ -465,12 +384,18 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
+  const double t0 = now_seconds();
   if (parallelism_->writes_checkpoint())
     write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
   world.barrier();
   if (world.rank() == 0) {
+    write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
     commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
                                config_.checkpoint.keep_latest_k);
+    const std::string dir = training_checkpoint_dir(folder, step);
+    std::printf("checkpoint saved: %s (%s%s)\n", dir.c_str(), saved_folder_summary(dir, t0).c_str(),
+                model_only ? ", model weights only" : "");
+    std::fflush(stdout);
   }
   world.barrier();
   set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
@@ -481,6 +406,7 @@ void Trainer::export_model() {
   options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
   options.source_dir = tokenizer_dir_;
   options.overwrite = true;
+  options.job_config_toml = job_config_to_toml(config_);
   // Skipped non-finite steps can still leave weights that are; they are not exported as a model.
   NonfiniteScan scan;
   for (const ParamGroup& g : model_->param_groups()) {
@@ -491,9 +417,11 @@ void Trainer::export_model() {
   }
   scan.check(config_.checkpoint.allow_nonfinite_weights);
   const std::string dir = job_export_dir(config_);
+  const double t0 = now_seconds();
   const auto export_model = [&] {
     export_hf_folder(dir, args_, model_->param_groups(), options);
-    std::printf("exported the model as a Hugging Face folder: %s%s\n", dir.c_str(),
+    std::printf("exported the model as a Hugging Face folder: %s (%s)%s\n", dir.c_str(),
+                saved_folder_summary(dir, t0).c_str(),
                 lora_ ? " (the LoRA adapter merged into its weights)" : "");
   };
   if (lora_) {
@@ -513,9 +441,16 @@ TrainResult Trainer::run() {
   }
   const JobConfig::Training& t = config_.training;
   const int64_t tokens_per_step = accumulation_steps_ * dp * t.local_batch_size * t.seq_len;
+  // The run's record, once every check has passed: a refused run leaves the folder as it was.
+  if (mesh_->world().rank() == 0) {
+    if (!dump_lock_) lock_dump_folder();
+    write_job_config_record(config_.job.dump_folder, config_);
+    std::printf("resolved config saved as %s/%s\n", config_.job.dump_folder.c_str(),
+                kJobConfigFile);
+  }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
-  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops,
-                        mesh_->world().rank() == 0 ? config_.metrics.save_jsonl : std::string(),
+  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops, t.steps,
+                        mesh_->world().rank() == 0 ? metrics_jsonl_path(config_) : std::string(),
                         &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
@@ -524,6 +459,9 @@ TrainResult Trainer::run() {
       training_flops_per_token(args_, t.seq_len), static_cast<long long>(t.steps),
       static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
       static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
+  if (const std::string jsonl = metrics_jsonl_path(config_); !jsonl.empty()) {
+    std::printf("metrics appended to %s (metrics.save_jsonl)\n", jsonl.c_str());
+  }
   TrainResult result;
   result.first_step = start_step_ + 1;
   reset_collective_times();  // the steps' collectives only, not start-up's

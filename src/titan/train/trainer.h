@@ -50,6 +50,8 @@ class Trainer {
   // The trained model as a Hugging Face folder (checkpoint.last_save_in_hf; whole parameters).
   void export_model();
   void restore();
+  // Rank 0: job.dump_folder created if need be and locked (io/folder_lock.h) for the run.
+  void lock_dump_folder();
   std::string checkpoint_folder() const;
   // What optimizer state lives in and checkpoints hold (Parallelism::state_groups, state_cut):
   // with LoRA, the adapter's groups (the model's are frozen and come from the initial weights).
