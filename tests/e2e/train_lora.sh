@@ -104,7 +104,7 @@ grep -E "^(adapter|LoRA)" "$work/reference-ddp.log" | sed 's/^/2 ranks: /'
 # ---- merged on export: PEFT's merge_and_unload ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \
   --job.dump_folder="$work/merged" > "$work/merged.log"
-grep -q "^exported the model as a Hugging Face folder: $work/merged/hf (the LoRA adapter merged" \
+grep -q "^exported the model as a Hugging Face folder, the LoRA adapter merged into its weights: $work/merged/hf (" \
   "$work/merged.log" || { echo "no merged export"; cat "$work/merged.log"; exit 1; }
 "$python" "$reference" merged "$work/model" "$work/lora/adapter" "$work/merged/hf" 2> /dev/null \
   | grep -v "Loading weights"

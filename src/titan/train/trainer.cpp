@@ -420,9 +420,9 @@ void Trainer::export_model() {
   const double t0 = now_seconds();
   const auto export_model = [&] {
     export_hf_folder(dir, args_, model_->param_groups(), options);
-    std::printf("exported the model as a Hugging Face folder: %s (%s)%s\n", dir.c_str(),
-                saved_folder_summary(dir, t0).c_str(),
-                lora_ ? " (the LoRA adapter merged into its weights)" : "");
+    std::printf("exported the model as a Hugging Face folder%s: %s (%s)\n",
+                lora_ ? ", the LoRA adapter merged into its weights" : "", dir.c_str(),
+                saved_folder_summary(dir, t0).c_str());
   };
   if (lora_) {
     const std::string& base = config_.checkpoint.initial_load_path;
