@@ -7,8 +7,10 @@
 # after the first (warm-up), and the ratios LoRA / full of the pairs' means.
 #
 #   bench/lora_vs_full.sh [--pairs 2] [--steps 4] [--threads 2] [--batch 4] [--seq 512] [--ac none]
+#                         [--precision float32]
 #
-# --ac: activation_checkpoint.mode of both (none or full).
+# --ac: activation_checkpoint.mode of both (none or full); --precision:
+# training.mixed_precision_param of both (float32 or bfloat16).
 # The model folder (config.json and the built-in debug tokenizer, whose 2048 ids cost the same as
 # any in the 151,936-row embedding) is made in a temporary folder; the logs stay in
 # $TITAN_BENCH_LOGS (default: a temporary folder, printed).
@@ -20,7 +22,7 @@ die() {
   exit 1
 }
 
-pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none
+pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none precision=float32
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
@@ -30,7 +32,8 @@ while [ $# -gt 0 ]; do
     --batch) batch=$2 ;;
     --seq) seq=$2 ;;
     --ac) ac=$2 ;;
-    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full)" ;;
+    --precision) precision=$2 ;;
+    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full, --precision float32|bfloat16)" ;;
   esac
   shift 2
 done
@@ -38,6 +41,8 @@ for v in "$pairs" "$steps" "$threads" "$batch" "$seq"; do
   [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
 done
 [ "$ac" = none ] || [ "$ac" = full ] || die "--ac $ac: expected none or full"
+[ "$precision" = float32 ] || [ "$precision" = bfloat16 ] ||
+  die "--precision $precision: expected float32 or bfloat16"
 [ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
 titan=build/titan
 [ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
@@ -62,7 +67,7 @@ JSON
 config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
         --training.seq_len="$seq" --training.local_batch_size="$batch" --threads "$threads"
         --lr_scheduler.warmup_steps=1 --checkpoint.last_save_in_hf=false --metrics.log_freq=1
-        --activation_checkpoint.mode="$ac")
+        --activation_checkpoint.mode="$ac" --training.mixed_precision_param="$precision")
 lora=(--lora.rank=8 --lora.alpha=16)
 echo "$me: load before: $(uptime | sed 's/.*load average: //')"
 for pair in $(seq "$pairs"); do
@@ -80,7 +85,7 @@ peak() { sed -n 's/.*peak memory \([0-9.]*\) GiB.*/\1/p' "$1"; }
 for kind in full lora; do
   for pair in $(seq "$pairs"); do
     echo "$kind run $pair: step $(step_time "$logs/$kind$pair.log") s, peak $(peak "$logs/$kind$pair.log") GiB" \
-      "($(sed -n 's/.*peak memory [0-9.]* GiB (\(.*\))$/\1/p' "$logs/$kind$pair.log"))"
+      "($(sed -n 's/.*peak memory [0-9.]* GiB (\([^)]*\)).*/\1/p' "$logs/$kind$pair.log"))"
   done
 done
 mean() { for pair in $(seq "$pairs"); do echo "$("$1" "$logs/$2$pair.log")"; done | awk '{ s += $1 } END { printf "%.4f", s / NR }'; }

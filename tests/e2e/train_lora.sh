@@ -8,11 +8,13 @@
 #   tests/reference/lora_reference.py;
 # - the same on 2 ranks (replicated data parallel), and for a Qwen2 (q/k/v biases) and a Llama
 #   (untied lm_head) folder;
+# - under bf16 mixed precision, one step's adapter gradients equal PEFT's under torch.autocast to
+#   bf16's rounding (lora_reference.py check-bf16);
 # - lora.merge_on_export writes the model with the adapter merged: PEFT's merge_and_unload (1e-6);
 # - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
 #   state (the memory line's optimizer bytes are the adapter's);
 # - bad inputs stop with one line: an unknown target module, a negative rank, dropout, a missing
-#   or mismatched adapter folder, bf16, FSDP; an adapter asking for DoRA, or whose tensors do not
+#   or mismatched adapter folder, FSDP; an adapter asking for DoRA, or whose tensors do not
 #   fit the model (titan eval --adapter).
 # The model: train_chat.sh's tiny random Qwen3 (tests/reference/chat_sft_reference.py make).
 # usage: train_lora.sh TITAN PYTHON
@@ -101,6 +103,16 @@ grep -q "dp_replicate 2" "$work/ddp.log" || { echo "not 2 replicas"; cat "$work/
   || { cat "$work/reference-ddp.log"; exit 1; }
 grep -E "^(adapter|LoRA)" "$work/reference-ddp.log" | sed 's/^/2 ranks: /'
 
+# ---- bf16 mixed precision: one step's gradients, read back from the adapter it moved (large
+# eps, no weight decay: the move is g / (|g| + eps)), against PEFT's under autocast ----
+"$titan" train "${common[@]}" --training.mixed_precision_param=bfloat16 --training.steps=1 \
+  --optimizer.lr=0.1 --optimizer.eps=1 --optimizer.weight_decay=0 --checkpoint.last_save_in_hf=true \
+  --job.dump_folder="$work/bf16" > "$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; exit 1; }
+grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$work/bf16.log"; exit 1; }
+"$python" "$reference" check-bf16 "$work/model" "$work/sft.jsonl" "$work/init" "$work/bf16/adapter" \
+  0.1 1 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
+grep "^bf16 LoRA" "$work/reference-bf16.log"
+
 # ---- merged on export: PEFT's merge_and_unload ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \
   --job.dump_folder="$work/merged" > "$work/merged.log"
@@ -132,8 +144,6 @@ expect_refusal missing "^titan train: error: $work/none: no such adapter folder$
   "$titan" train "${bad[@]}" --lora.initial_adapter="$work/none" --job.dump_folder="$work/bad4"
 expect_refusal mismatched "^titan train: error: lora.initial_adapter $work/init-r4 is r = 4, lora_alpha = 16 on 7 modules; the config asks for lora.rank = 8, lora.alpha = 16 on 7$" \
   "$titan" train "${bad[@]}" --lora.initial_adapter="$work/init-r4" --job.dump_folder="$work/bad5"
-expect_refusal bf16 "^titan train: error: lora.rank > 0 with training.mixed_precision_param = \"bfloat16\" is not supported yet" \
-  "$titan" train "${bad[@]}" --training.mixed_precision_param=bfloat16 --job.dump_folder="$work/bad6"
 expect_refusal eval-missing "^titan eval: error: $work/none: no such adapter folder$" \
   "$titan" eval --model "$work/model" --adapter "$work/none" --data "$work/sft.jsonl" --chat \
   --seq-len 96 --threads 2

@@ -17,6 +17,17 @@
         with titan's metrics JSONL (METRICS); loads titan's exported adapter folder EXPORT with
         PeftModel.from_pretrained and compares its A and B with PEFT's trained ones; EVAL_LOSS
         (`titan eval --adapter EXPORT` over DATA) with PEFT's loss of MODEL + EXPORT.
+  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS
+        titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping; EXPORT:
+        its adapter folder) against PEFT's gradients under torch.autocast("cpu", bfloat16), the
+        way PyTorch users train in bf16. One step moves each value by LR * g / (|g| + EPS)
+        (AdamW's first step, bias-corrected), so titan's gradient g is read back from the move.
+        titan rounds a subset of what autocast rounds (the matmuls' operands, not every linear's
+        output), so the two differ by about autocast's own rounding noise, measured as its
+        distance from the fp32 gradients: at most twice that (tests/unit/test_mixed_precision.cpp
+        argues the factor); and titan computed in bf16: its gradients are further from fp32's
+        than a tenth of that noise. Distances: the largest over all of A and B, relative to
+        autocast's largest gradient.
   merged MODEL EXPORT MERGED
         MERGED (titan's lora.merge_on_export folder) against
         PeftModel.from_pretrained(MODEL, EXPORT).merge_and_unload(): every weight.
@@ -149,6 +160,40 @@ def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps
     print("LoRA: titan equals PEFT")
 
 
+def peft_gradients(model_dir, data, adapter, autocast):
+    """The adapter's gradients (A and B, sorted by name, flattened) of the first step's loss."""
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = PeftModel.from_pretrained(base(model_dir), adapter, is_trainable=True)
+    model.train()
+    conversations = rows(tok, data)
+    micro = [batch(tok, conversations)]
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = loss_of(model, micro)
+    loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if "lora_" in n}
+    return torch.cat([grads[n].flatten() for n in sorted(grads)])
+
+
+def check_bf16(model_dir, data, adapter, export, lr, eps):
+    fp32 = peft_gradients(model_dir, data, adapter, False)
+    autocast = peft_gradients(model_dir, data, adapter, True)
+    assert float(fp32.norm()) < 1.0, "the step would be clipped"
+    start = lora_tensors(PeftModel.from_pretrained(base(model_dir), adapter))
+    end = lora_tensors(PeftModel.from_pretrained(base(model_dir), export))
+    move = torch.cat([(start[n] - end[n]).flatten() for n in sorted(start)]).double() / lr
+    titan = move * eps / (1 - move.abs())  # move = g / (|g| + eps), solved for g
+    scale = float(autocast.abs().max())
+    vs_autocast = float((titan - autocast).abs().max()) / scale
+    noise = float((autocast - fp32).abs().max()) / scale
+    vs_fp32 = float((titan - fp32).abs().max()) / scale
+    print(f"bf16 LoRA: the adapter's gradients, titan vs PEFT under autocast {vs_autocast:.3g} "
+          f"(tol {2 * noise:.3g}: twice autocast's from fp32's); titan vs PEFT in fp32 "
+          f"{vs_fp32:.3g} (at least {0.1 * noise:.3g})")
+    if vs_autocast > 2 * noise or vs_fp32 < 0.1 * noise:
+        print("FAILED: titan's bf16 LoRA gradients are not autocast's to bf16's rounding")
+        sys.exit(1)
+
+
 def merged(model_dir, export, merged_dir):
     want = PeftModel.from_pretrained(base(model_dir), export).merge_and_unload().state_dict()
     got = base(merged_dir).state_dict()
@@ -168,6 +213,8 @@ if __name__ == "__main__":
         family(*a)
     elif command == "merged":
         merged(*a)
+    elif command == "check-bf16":
+        check_bf16(a[0], a[1], a[2], a[3], float(a[4]), float(a[5]))
     else:
         check(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), float(a[8]),
               float(a[9]) if len(a) > 9 else None)

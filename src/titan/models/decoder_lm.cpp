@@ -220,9 +220,6 @@ void DecoderLM::allocate_gradients() {
 
 void DecoderLM::attach_lora(const LoraAdapter& adapter) {
   TITAN_CHECK(!gradients_allocated_, "model: LoRA attached after its gradients were allocated");
-  TITAN_CHECK(compute_dtype_ == DType::f32,
-              "lora: training.mixed_precision_param = \"bfloat16\" with LoRA is not supported yet "
-              "(LoRA computes in fp32: set it to \"float32\")");
   TITAN_CHECK(!hooks_.acquire,
               "lora: FSDP (data_parallel_shard_degree > 1) with LoRA is not supported yet (use "
               "replicated data parallelism: data_parallel_replicate_degree)");

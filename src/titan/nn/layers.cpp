@@ -35,10 +35,12 @@ void Linear::forward_bf16(float* y, const uint16_t* x_bf16, int64_t n) const {
   TITAN_CHECK(computes_in_bf16(), name, ": an input in bf16, but it computes in fp32");
   kernel->forward_bf16(y, x_bf16, weight_bf16, n, in_features, out_features);
   if (bias != nullptr) device_ops().bias_forward(y, bias, n, out_features);
+  if (lora != nullptr) lora->forward_add_bf16(y, x_bf16, n, *kernel);
 }
 
 bool Linear::writes_bf16() const {
-  return computes_in_bf16() && kernel->forward_bf16_to_bf16 != nullptr && bias == nullptr;
+  return computes_in_bf16() && kernel->forward_bf16_to_bf16 != nullptr && bias == nullptr &&
+         lora == nullptr;
 }
 
 void Linear::forward_to_bf16(uint16_t* y, const uint16_t* x_bf16, int64_t n) const {
@@ -72,18 +74,19 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
       }
       l.kernel->backward_bf16(dx, l.weight_grad, dy_rounded, rounded, l.weight_bf16, n,
                               l.in_features, l.out_features, accumulate_dx);
+      if (l.lora != nullptr) l.lora->backward_bf16(dx, dy_rounded, rounded, n, *l.kernel);
     } else {
       TITAN_CHECK(x_bf16 == nullptr && g.dy_bf16 == nullptr, l.name,
                   ": its input or output gradient in bf16, but it computes in fp32");
       TITAN_CHECK(l.weight_bf16 == nullptr, l.name, ": no backward through a widened bf16 weight");
       l.kernel->backward(dx, l.weight_grad, g.dy, x, l.weight, n, l.in_features, l.out_features,
                          accumulate_dx);
+      if (l.lora != nullptr) l.lora->backward(dx, g.dy, x, n, *l.kernel);
     }
     if (l.bias_grad != nullptr) {
       TITAN_CHECK(g.dy != nullptr, l.name, ": a bias gradient needs the output gradient in fp32");
       device_ops().bias_backward(l.bias_grad, g.dy, n, l.out_features);
     }
-    if (l.lora != nullptr) l.lora->backward(dx, g.dy, x, n, *l.kernel);
     accumulate_dx = true;
   }
 }
@@ -94,7 +97,9 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
   bool fused = n == 1 && outputs.size() <= kMaxGemvProducts && keep_x_bf16 == nullptr;
   // Only the device's default kernel's one-token products are the device's fused GEMVs.
   const std::string& builtin = kernel_registry().default_kernel(OpKind::linear, backend().kind());
-  for (const LinearOutput& o : outputs) fused = fused && o.linear->kernel_name == builtin;
+  for (const LinearOutput& o : outputs) {
+    fused = fused && o.linear->kernel_name == builtin && o.linear->lora == nullptr;
+  }
   if (fused) {
     GemvProduct products[kMaxGemvProducts];
     size_t count = 0;
@@ -132,9 +137,10 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
     }
     if (l.bias != nullptr) device_ops().bias_forward(o.y, l.bias, n, l.out_features);
   }
+  // A bf16 linear added its update in forward_bf16, on the rounded x.
   for (const LinearOutput& o : outputs) {
     const Linear& l = *o.linear;
-    if (l.lora != nullptr) l.lora->forward_add(o.y, x, n, *l.kernel);
+    if (l.lora != nullptr && !l.computes_in_bf16()) l.lora->forward_add(o.y, x, n, *l.kernel);
   }
 }
 

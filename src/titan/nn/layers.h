@@ -104,7 +104,7 @@ struct Linear {
   const uint16_t* weight_bf16 = nullptr;
   const LinearKernel* kernel = nullptr;
   std::string kernel_name;  // registry name
-  // A LoRA update added to every product (nn/lora.h; fp32 compute only), or null.
+  // A LoRA update added to every product (nn/lora.h), or null.
   const LoraLinear* lora = nullptr;
 
   // What the forward multiplies by, as the decode GEMVs take it.

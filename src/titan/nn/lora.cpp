@@ -8,8 +8,9 @@
 namespace titan {
 namespace {
 
-float* room(std::vector<float>& v, int64_t floats) {
-  if (static_cast<int64_t>(v.size()) < floats) v.resize(static_cast<size_t>(floats));
+template <typename T>
+T* room(std::vector<T>& v, int64_t count) {
+  if (static_cast<int64_t>(v.size()) < count) v.resize(static_cast<size_t>(count));
   return v.data();
 }
 
@@ -46,6 +47,55 @@ void LoraLinear::backward(float* dx, const float* dy, const float* x, int64_t n,
   kernel.backward(du, b_grad, dy, u, b, n, rank, out_features, false);
   device_ops().scale(du, scaling, n * rank);
   kernel.backward(dx, a_grad, du, x, a, n, in_features, rank, true);
+}
+
+const uint16_t* LoraLinear::round_weights(bool transposed) const {
+  device_ops().round_to_bf16(room(scratch->a_bf16, rank * in_features), a, rank * in_features);
+  uint16_t* b_bf16 = room(scratch->b_bf16, out_features * rank);
+  device_ops().round_to_bf16(b_bf16, b, out_features * rank);
+  if (!transposed) return b_bf16;
+  uint16_t* b_t = room(scratch->b_t_bf16, rank * out_features);
+  for (int64_t o = 0; o < out_features; ++o) {
+    for (int64_t r = 0; r < rank; ++r) b_t[r * out_features + o] = b_bf16[o * rank + r];
+  }
+  return b_t;
+}
+
+void LoraLinear::forward_add_bf16(float* y, const uint16_t* x, int64_t n,
+                                  const LinearKernel& kernel) const {
+  TITAN_CHECK(x != nullptr, name, ": LoRA in bf16 needs the linear's input rounded to bf16");
+  TITAN_CHECK(kernel.forward_bf16 != nullptr && kernel.backward_bf16 != nullptr, name,
+              ": LoRA in bf16 needs its linear kernel's bf16 forms");
+  const uint16_t* b_t = round_weights(true);
+  float* u = room(scratch->low, 2 * n * rank);               // (N, rank)
+  uint16_t* u_bf16 = room(scratch->low_bf16, 2 * n * rank);  // (N, rank)
+  kernel.forward_bf16(u, x, scratch->a_bf16.data(), n, in_features, rank);
+  device_ops().scale(u, scaling, n * rank);
+  device_ops().round_to_bf16(u_bf16, u, n * rank);
+  // y += round(u) B^T through the input-gradient product, as forward_add does in fp32.
+  kernel.backward_bf16(y, nullptr, u_bf16, nullptr, b_t, n, out_features, rank, true);
+}
+
+void LoraLinear::backward_bf16(float* dx, const uint16_t* dy, const uint16_t* x, int64_t n,
+                               const LinearKernel& kernel) const {
+  TITAN_CHECK(x != nullptr && dy != nullptr, name,
+              ": LoRA's bf16 backward needs the linear's input and output gradient in bf16");
+  TITAN_CHECK(a_grad != nullptr && b_grad != nullptr, name, ": LoRA gradients not allocated");
+  const uint16_t* b_bf16 = round_weights(false);
+  const uint16_t* a_bf16 = scratch->a_bf16.data();
+  float* low = room(scratch->low, 2 * n * rank);
+  uint16_t* low_bf16 = room(scratch->low_bf16, 2 * n * rank);
+  float* u = low;                           // (N, rank) scaling * x A^T, made again
+  float* du = low + n * rank;               // (N, rank) scaling * dy B
+  uint16_t* u_bf16 = low_bf16;              // (N, rank)
+  uint16_t* du_bf16 = low_bf16 + n * rank;  // (N, rank)
+  kernel.forward_bf16(u, x, a_bf16, n, in_features, rank);
+  device_ops().scale(u, scaling, n * rank);
+  device_ops().round_to_bf16(u_bf16, u, n * rank);
+  kernel.backward_bf16(du, b_grad, dy, u_bf16, b_bf16, n, rank, out_features, false);
+  device_ops().scale(du, scaling, n * rank);
+  device_ops().round_to_bf16(du_bf16, du, n * rank);
+  kernel.backward_bf16(dx, a_grad, du_bf16, x, a_bf16, n, in_features, rank, true);
 }
 
 }  // namespace titan

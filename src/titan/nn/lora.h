@@ -2,7 +2,8 @@
 // low-rank update, y += scaling * (x A^T) B^T, A (rank, in) and B (out, rank), scaling =
 // alpha / rank. The update is attached to a `Linear` (nn/layers.h): linear_group_forward and
 // linear_group_backward add it after the base product, through the linear's own kernel, so the
-// low-rank GEMMs run wherever the base ones do. The base weight then has no gradient.
+// low-rank GEMMs run wherever the base ones do, in fp32 or, when the base computes in bf16 (mixed
+// precision), with bf16 operands as every other matmul there. The base weight has no gradient.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +19,9 @@ namespace titan {
 struct LoraScratch {
   std::vector<float> low;  // (2 N, largest rank): scaling * x A^T and scaling * dy B
   std::vector<float> b_t;  // (largest rank, largest out): B^T
+  // bf16 compute: A (rank, in) and B (out, rank) rounded at each call, B^T (rank, out), and the
+  // rank-wide products rounded (2 N, rank).
+  std::vector<uint16_t> a_bf16, b_bf16, b_t_bf16, low_bf16;
 };
 
 struct LoraLinear {
@@ -37,6 +41,19 @@ struct LoraLinear {
   // dB += scaling * dy^T (x A^T), dA += scaling * (dy B)^T x (x A^T made again from x).
   void backward(float* dx, const float* dy, const float* x, int64_t n,
                 const LinearKernel& kernel) const;
+
+  // The same with bf16 operands, as mixed precision computes every matmul (the kernel's bf16
+  // forms: fp32 accumulation, fp32 outputs): x (N, in) arrives rounded, A and B are rounded at
+  // each call, and u = scaling * x A^T is rounded before it multiplies B: y += round(u) B^T.
+  void forward_add_bf16(float* y, const uint16_t* x, int64_t n, const LinearKernel& kernel) const;
+  // dy (N, out) arrives rounded: du = scaling * dy B, dB += dy^T round(u); du is rounded before
+  // its two products, dx += round(du) A and dA += round(du)^T x.
+  void backward_bf16(float* dx, const uint16_t* dy, const uint16_t* x, int64_t n,
+                     const LinearKernel& kernel) const;
+
+ private:
+  // A and B rounded into the scratch; returns B^T rounded (rank, out) when `transposed`, else B.
+  const uint16_t* round_weights(bool transposed) const;
 };
 
 }  // namespace titan

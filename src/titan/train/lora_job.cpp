@@ -26,9 +26,6 @@ void check_lora_config(const JobConfig& c, int64_t dp_shard) {
               ") is not supported yet: the adapter is small, replicate it "
               "(parallelism.data_parallel_shard_degree = 1, data_parallel_replicate_degree = the "
               "ranks)");
-  TITAN_CHECK(job_compute_dtype(c) == DType::f32,
-              "lora.rank > 0 with training.mixed_precision_param = \"bfloat16\" is not supported "
-              "yet (LoRA computes in fp32: set it to \"float32\")");
   TITAN_CHECK(c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf,
               "lora.rank > 0 loads the frozen model from a Hugging Face folder: set "
               "checkpoint.initial_load_in_hf = true (checkpoint.initial_load_path ",
