@@ -6,7 +6,7 @@
 #   B (1e-6), read back from titan's exported adapter folder by PeftModel.from_pretrained;
 #   `titan eval --adapter` on that folder equals PEFT's loss of the model with it (1e-5);
 #   tests/reference/lora_reference.py;
-# - the same on 2 ranks (replicated data parallel), and for a Qwen2 (q/k/v biases) and a Llama
+# - the same on 2 ranks (replicated data parallel, and FSDP: the frozen model sharded), and for a Qwen2 (q/k/v biases) and a Llama
 #   (untied lm_head) folder;
 # - under bf16 mixed precision, one step's adapter gradients equal PEFT's under torch.autocast to
 #   bf16's rounding (lora_reference.py check-bf16);
@@ -113,6 +113,27 @@ grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$
   0.1 1 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
 grep "^bf16 LoRA" "$work/reference-bf16.log"
 
+# ---- 2 ranks, FSDP: the frozen model sharded, the adapter replicated; the same steps, and the
+# merged export (gathered from the shards) equals PEFT's merge of that run's adapter ----
+"$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
+  --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=2 \
+  --checkpoint.last_save_in_hf=true --metrics.save_jsonl="$work/fsdp-metrics.jsonl" \
+  --job.dump_folder="$work/fsdp" > "$work/fsdp.log" 2>&1 || { cat "$work/fsdp.log"; exit 1; }
+grep -q "dp_shard 2 .*the frozen model's parameters sharded" "$work/fsdp.log" \
+  || { echo "not FSDP over 2"; cat "$work/fsdp.log"; exit 1; }
+"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" \
+  "$work/fsdp-metrics.jsonl" "$work/fsdp/adapter" 3 2 1e-3 1e-4 > "$work/reference-fsdp.log" 2>&1 \
+  || { cat "$work/reference-fsdp.log"; exit 1; }
+grep -E "^(adapter|LoRA)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
+"$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
+  --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=2 \
+  --checkpoint.last_save_in_hf=true --lora.merge_on_export=true --job.dump_folder="$work/fsdp-merged" \
+  > "$work/fsdp-merged.log" 2>&1 || { cat "$work/fsdp-merged.log"; exit 1; }
+"$python" "$reference" merged "$work/model" "$work/fsdp/adapter" "$work/fsdp-merged/hf" 2> /dev/null \
+  | grep -v "Loading weights" | sed 's/^/FSDP 2: /'
+"$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 > "$work/fsdp.plan"
+grep -q "saved by LoRA" "$work/fsdp.plan" || { echo "no LoRA plan under FSDP"; cat "$work/fsdp.plan"; exit 1; }
+
 # ---- merged on export: PEFT's merge_and_unload ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \
   --job.dump_folder="$work/merged" > "$work/merged.log"
@@ -147,8 +168,6 @@ expect_refusal mismatched "^titan train: error: lora.initial_adapter $work/init-
 expect_refusal eval-missing "^titan eval: error: $work/none: no such adapter folder$" \
   "$titan" eval --model "$work/model" --adapter "$work/none" --data "$work/sft.jsonl" --chat \
   --seq-len 96 --threads 2
-expect_refusal fsdp "^titan plan: error: lora.rank > 0 with FSDP \(parallelism.data_parallel_shard_degree 2\) is not supported yet" \
-  "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2
 
 # ---- resuming mid-run: the checkpoint holds the adapter (and its AdamW state) only, the frozen
 # model is loaded again; the losses equal the uninterrupted run's bit for bit ----

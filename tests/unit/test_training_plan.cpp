@@ -159,8 +159,10 @@ void check_against_model(const Case& c) {
     fsdp = std::make_unique<FullyShardedGroups>(model->param_groups(), mesh);
     shard_model(*model, *fsdp);
     fsdp->set_reshard_after_forward(c.reshard_after_forward);
-    optimizer = std::make_unique<AdamWOptimizer>(fsdp->shards(), AdamWConfig{});
+    optimizer =
+        std::make_unique<AdamWOptimizer>(lora ? lora->groups() : fsdp->shards(), AdamWConfig{});
     fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });
+    if (lora) lora->initialize(7);
   } else {
     optimizer = std::make_unique<AdamWOptimizer>(lora ? lora->groups() : model->param_groups(),
                                                  AdamWConfig{});
@@ -194,10 +196,11 @@ void check_against_model(const Case& c) {
     model->forward(ids.data(), labels.data(), in.local_batch_size, in.seq_len, options);
     model->backward();
   }
-  if (fsdp) {
-    fsdp->finish_gradients();
-  } else {
-    all_reduce_gradients(lora ? lora->groups() : model->param_groups(), world);
+  if (fsdp) fsdp->finish_gradients();
+  if (lora) {
+    all_reduce_gradients(lora->groups(), world);  // whole on every rank (Parallelism)
+  } else if (!fsdp) {
+    all_reduce_gradients(model->param_groups(), world);
   }
   const MemoryStats after = memory_stats();
   const auto by_category = m.step_by_category();
@@ -264,6 +267,22 @@ TEST(TrainingPlan, LoraReplicasAllReduceTheAdapterOnly) {
   Case c{"DDP LoRA", test::tiny_dense(true), 2, 1};
   c.lora = {8, 16.0, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}};
   check_against_model(c);
+}
+
+// FSDP shards the frozen model (no gradients in flight, no reduce-scatter); the adapter is whole
+// on every rank and all-reduced over all of them.
+TEST(TrainingPlan, LoraUnderFsdpShardsTheFrozenModel) {
+  const LoraOptions all = {
+      8, 16.0, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}};
+  Case fsdp{"FSDP 2 LoRA", test::tiny_dense(true), 1, 2};
+  fsdp.lora = all;
+  check_against_model(fsdp);
+  Case hsdp{"HSDP 2x3 LoRA bf16", test::tiny_dense(false), 2, 3, DType::bf16};
+  hsdp.lora = all;
+  check_against_model(hsdp);
+  const TrainingPlan plan = plan_training(inputs_of(fsdp));
+  EXPECT_EQ(plan.comm.reduce_scatter, 0);
+  EXPECT_EQ(plan.memory.unit_gradients, 0);
 }
 
 TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {

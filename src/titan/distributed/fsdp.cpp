@@ -14,6 +14,7 @@ ParamGroup shard_group_of(const ParamGroup& full, Shard cut) {
   std::vector<ParamSpec> specs;
   for (const ParamView& v : full.views()) specs.push_back(cut.spec_of(v.spec));
   ParamGroup g(full.name(), specs);
+  if (full.frozen()) g.freeze();  // LoRA's base: sharded parameters, no gradients
   g.allocate_gradients();
   return g;
 }
@@ -24,11 +25,11 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
     : full_(full), mesh_(mesh) {
   int64_t largest = 0;
   for (const ParamGroup& g : full_) {
-    TITAN_CHECK(g.grads() != nullptr, "FSDP: group ", g.name(), " has no gradients");
+    TITAN_CHECK(g.frozen() || g.grads() != nullptr, "FSDP: group ", g.name(), " has no gradients");
     TITAN_CHECK(!g.params_resident(), "FSDP: group ", g.name(),
                 " is resident; make the model with Residency::released");
     shards_.push_back(shard_group_of(g, cut()));
-    largest = std::max(largest, shards_.back().numel());
+    if (!g.frozen()) largest = std::max(largest, shards_.back().numel());
   }
   const std::vector<std::vector<ComputeCopyTarget>> none(full_.size());
   gather_in_bf16(none, none);
@@ -120,7 +121,7 @@ void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
 
 void FullyShardedGroups::acquire(int64_t g, bool gradients, GroupReads reads) {
   ParamGroup& full = full_[g];
-  if (gradients) {
+  if (gradients && !full.frozen()) {
     if (scattering_ == g) finish_scatter();  // its last gradients are still being reduced
     full.acquire_grads();
   }
@@ -172,7 +173,7 @@ void FullyShardedGroups::prefetch(int64_t g, GroupReads reads) {
 
 void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
   ParamGroup& full = full_[g];
-  if (end == GroupUseEnd::gradients) {
+  if (end == GroupUseEnd::gradients && !full.frozen()) {
     finish_scatter();  // reduced_grad_ is reused now
     scattered_ = mesh_.shard_group().reduce_scatter_sum_async(
         parts_of(static_cast<size_t>(g), full.grads(), reduced_grad_.as<float>()));
@@ -208,7 +209,9 @@ void FullyShardedGroups::zero_gradients() {
 void FullyShardedGroups::finish_gradients() {
   finish_scatter();
   if (mesh_.dims().dp_replicate == 1) return;
-  for (ParamGroup& s : shards_) mesh_.replicate_group().all_reduce_sum(s.grads(), s.numel());
+  for (ParamGroup& s : shards_) {
+    if (!s.frozen()) mesh_.replicate_group().all_reduce_sum(s.grads(), s.numel());
+  }
 }
 
 void FullyShardedGroups::gather_all() {

@@ -22,6 +22,9 @@
 // per unit and copies out; a staging buffer of N x the largest shard -- the whole vocabulary matrix
 // for Qwen3 -- for each direction cost more than a unit.)
 //
+// A frozen group (LoRA's base weights: ParamGroup::freeze) is sharded and gathered the same way,
+// but has no gradients: its uses with gradients acquire none and reduce-scatter nothing.
+//
 // Mixed precision (torchtitan's mixed_precision_param = "bfloat16"): the parameters the model
 // reads only through bf16 copies (gather_in_bf16) are gathered in bf16 -- each rank rounds its
 // shard's rows into a send buffer as the all-gather is queued, and the gathered rows land in the

@@ -220,9 +220,8 @@ void DecoderLM::allocate_gradients() {
 
 void DecoderLM::attach_lora(const LoraAdapter& adapter) {
   TITAN_CHECK(!gradients_allocated_, "model: LoRA attached after its gradients were allocated");
-  TITAN_CHECK(!hooks_.acquire,
-              "lora: FSDP (data_parallel_shard_degree > 1) with LoRA is not supported yet (use "
-              "replicated data parallelism: data_parallel_replicate_degree)");
+  TITAN_CHECK(!hooks_.acquire, "model: LoRA attached after FSDP sharded it (attach it first: ",
+              "its groups are frozen before they are sharded)");
   for (DecoderLayer& layer : m_.layers) {
     for (Linear* lin : {&layer.self_attn.q_proj, &layer.self_attn.k_proj, &layer.self_attn.v_proj,
                         &layer.self_attn.o_proj, &layer.mlp.gate_proj, &layer.mlp.up_proj,

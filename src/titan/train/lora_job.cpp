@@ -20,21 +20,16 @@ LoraOptions job_lora_options(const JobConfig& config) {
   return o;
 }
 
-void check_lora_config(const JobConfig& c, int64_t dp_shard) {
-  TITAN_CHECK(dp_shard <= 1, "lora.rank > 0 with FSDP (parallelism.data_parallel_shard_degree ",
-              dp_shard,
-              ") is not supported yet: the adapter is small, replicate it "
-              "(parallelism.data_parallel_shard_degree = 1, data_parallel_replicate_degree = the "
-              "ranks)");
+void check_lora_config(const JobConfig& c) {
   TITAN_CHECK(c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf,
               "lora.rank > 0 loads the frozen model from a Hugging Face folder: set "
               "checkpoint.initial_load_in_hf = true (checkpoint.initial_load_path ",
               c.checkpoint.initial_load_path, ")");
 }
 
-void check_lora_job(const JobConfig& c, int64_t dp_shard) {
+void check_lora_job(const JobConfig& c) {
   if (c.lora.rank == 0) return;
-  check_lora_config(c, dp_shard);
+  check_lora_config(c);
   if (c.lora.initial_adapter.empty()) return;
   const LoraOptions want = job_lora_options(c);
   const LoraOptions got = read_peft_adapter_config(c.lora.initial_adapter);
@@ -67,12 +62,13 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
   return adapter;
 }
 
-void load_lora_run_weights(const JobConfig& c, const ModelArgs& args, CausalLM& model,
+void load_lora_run_weights(const JobConfig& c, const ModelArgs& args,
+                           std::vector<ParamGroup>& model_groups, Shard model_cut,
                            LoraAdapter& adapter, bool starting) {
   const std::string& initial = c.checkpoint.initial_load_path;
   if (!initial.empty()) {
-    load_hf_weights(args, model.param_groups(), initial, "the model's config",
-                    c.checkpoint.allow_nonfinite_weights);
+    load_hf_weights(args, model_groups, initial, "the model's config",
+                    c.checkpoint.allow_nonfinite_weights, model_cut);
     std::printf("frozen model weights from %s\n", initial.c_str());
   } else {
     std::printf("frozen model weights: random (HF init, seed %lld)\n",

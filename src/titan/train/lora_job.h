@@ -10,6 +10,7 @@
 #include "titan/models/causal_lm.h"
 #include "titan/models/lora.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/shard.h"
 #include "titan/train/job_config.h"
 
 namespace titan {
@@ -17,19 +18,21 @@ namespace titan {
 // The adapter the config asks for (lora.rank > 0).
 LoraOptions job_lora_options(const JobConfig& config);
 // What a LoRA run cannot do, refused before anything is read or allocated with one line naming
-// the key: FSDP, bf16 mixed precision, a titan checkpoint as the initial weights (the base comes
-// from a Hugging Face folder or the seeded init). Also titan plan's.
-void check_lora_config(const JobConfig& config, int64_t dp_shard);
+// the key: a titan checkpoint as the initial weights (the base comes from a Hugging Face folder or
+// the seeded init). Also titan plan's.
+void check_lora_config(const JobConfig& config);
 // check_lora_config, and a lora.initial_adapter that is not a PEFT adapter of this config's rank,
 // alpha and targets.
-void check_lora_job(const JobConfig& config, int64_t dp_shard);
+void check_lora_job(const JobConfig& config);
 // The adapter attached to `model` (its weights frozen), with a line saying what trains.
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
                                              CausalLM& model);
-// The frozen model's weights from checkpoint.initial_load_path (a Hugging Face folder), the same
+// The frozen model's weights from checkpoint.initial_load_path (a Hugging Face folder) into
+// `model_groups` (this rank's cut `model_cut` of them: Parallelism::model_groups), the same
 // whether the adapter starts or resumes (else the seeded init stays), and when `starting`,
 // lora.initial_adapter read into `adapter` (else PEFT's init, already made, stays).
-void load_lora_run_weights(const JobConfig& config, const ModelArgs& args, CausalLM& model,
+void load_lora_run_weights(const JobConfig& config, const ModelArgs& args,
+                           std::vector<ParamGroup>& model_groups, Shard model_cut,
                            LoraAdapter& adapter, bool starting);
 // Where the run's last save goes: job.dump_folder/adapter (a PEFT adapter folder) for a LoRA run
 // that does not merge, else job.dump_folder/hf; and what kind of folder it is (io/atomic_dir.h).

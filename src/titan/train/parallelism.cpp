@@ -29,21 +29,31 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh,
 Parallelism::~Parallelism() = default;
 
 void Parallelism::train_only(std::vector<ParamGroup>& groups) {
-  TITAN_CHECK(!fsdp_, "parallelism: groups trained in place of the model's (LoRA) under FSDP");
+  for (const ParamGroup& g : model_.param_groups()) {
+    TITAN_CHECK(g.frozen(), "parallelism: groups trained in place of the model's, but its group ",
+                g.name(), " is not frozen");
+  }
   trained_ = &groups;
 }
 
-std::vector<ParamGroup>& Parallelism::state_groups() {
-  if (trained_) return *trained_;
+std::vector<ParamGroup>& Parallelism::model_groups() {
   return fsdp_ ? fsdp_->shards() : model_.param_groups();
 }
 
-Shard Parallelism::state_cut() const {
+Shard Parallelism::model_cut() const {
   return fsdp_ ? fsdp_->cut() : Shard{};
 }
 
+std::vector<ParamGroup>& Parallelism::state_groups() {
+  return trained_ ? *trained_ : model_groups();
+}
+
+Shard Parallelism::state_cut() const {
+  return trained_ ? Shard{} : model_cut();
+}
+
 Communicator* Parallelism::grad_norm_group() {
-  return fsdp_ ? &mesh_.shard_group() : nullptr;
+  return fsdp_ && !trained_ ? &mesh_.shard_group() : nullptr;
 }
 
 void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
@@ -65,7 +75,9 @@ void Parallelism::zero_gradients() {
 }
 
 void Parallelism::finish_gradients() {
-  if (fsdp_) {
+  // The frozen model's uses under FSDP left nothing to reduce; the trained groups are whole on
+  // every rank.
+  if (fsdp_ && !trained_) {
     fsdp_->finish_gradients();
   } else {
     all_reduce_gradients(state_groups(), mesh_.world());
@@ -73,7 +85,7 @@ void Parallelism::finish_gradients() {
 }
 
 bool Parallelism::writes_checkpoint() const {
-  return fsdp_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
+  return fsdp_ && !trained_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
 }
 
 void Parallelism::gather_for_export() {

@@ -32,9 +32,15 @@ class Parallelism {
   Parallelism(CausalLM& model, DeviceMesh& mesh, const std::string& reshard_after_forward);
   ~Parallelism();
   // The groups that train in place of the model's frozen ones (a LoRA adapter's: train/lora_job.h):
-  // what the optimizer steps, checkpoints hold and the data-parallel reduction sums, replicated
-  // on every rank (FSDP refuses them). `groups` must outlive this.
+  // what the optimizer steps, checkpoints hold (whole, written by rank 0) and the data-parallel
+  // reduction sums over every rank: they are replicated, while FSDP still shards the frozen model.
+  // `groups` must outlive this.
   void train_only(std::vector<ParamGroup>& groups);
+
+  // The model's own parameters as this rank holds them -- FSDP's shards, or the model's whole
+  // groups -- and their cut: where its weights are initialised or loaded.
+  std::vector<ParamGroup>& model_groups();
+  Shard model_cut() const;
 
   // What the optimizer steps and checkpoints hold: FSDP's shards, or the model's whole groups;
   // and their cut (count 1: whole).

@@ -80,17 +80,21 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
+    const bool lora = config_.lora.rank > 0;
+    const char* how = dims.dp_shard == 1 ? "parameters replicated, gradients all-reduced"
+                      : lora ? "FSDP: the frozen model's parameters sharded, each unit gathered "
+                               "while in use; the LoRA adapter replicated, its gradients "
+                               "all-reduced over every rank"
+                             : "FSDP: parameters, gradients and AdamW state sharded, each unit "
+                               "gathered while in use";
     std::printf(
         "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (rank = "
         "replicate index x %lld + shard index); %s\n",
         static_cast<long long>(dims.dp()), static_cast<long long>(dims.dp_replicate),
-        static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard),
-        dims.dp_shard > 1 ? "FSDP: parameters, gradients and AdamW state sharded, each unit "
-                            "gathered while in use"
-                          : "parameters replicated, gradients all-reduced");
+        static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard), how);
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
-  check_lora_job(config_, dims.dp_shard);
+  check_lora_job(config_);
   check_job_sizes(config_, resolve_job_model_args(config_), dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
@@ -270,7 +274,8 @@ void Trainer::restore() {
   }
   const std::string& initial = ck.initial_load_path;
   if (lora_) {
-    load_lora_run_weights(config_, args_, *model_, *lora_, start_step_ == 0);
+    load_lora_run_weights(config_, args_, parallelism_->model_groups(), parallelism_->model_cut(),
+                          *lora_, start_step_ == 0);
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(args_, state_groups(), initial, "the model's config",

@@ -49,7 +49,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.checkpoint_saves = config.checkpoint.enable;
   in.export_hf = config.checkpoint.last_save_in_hf;
   if (config.lora.rank > 0) {
-    check_lora_config(config, in.mesh.dp_shard);
+    check_lora_config(config);
     in.lora = job_lora_options(config);
   }
   // The kernels [overrides] names, a plugin's too, and their constraints on the step's shapes, as
@@ -99,6 +99,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = n > 1;
+  // LoRA freezes the model: its units have no gradients, in flight or sharded.
+  const bool frozen = in.lora.rank > 0;
 
   // Floats per rank of each group's buffers (FSDP: its shard) and of the largest whole group;
   // per group, for a use reading parameters [0] and one reading through_copies [1] (GroupReads),
@@ -219,7 +221,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
       moment(whole_params, whole_grads);
     };
     const auto acquire = [&](int64_t g, bool gradients, GroupReads reads, int64_t& gathered) {
-      if (gradients) {
+      if (gradients && !frozen) {
         if (scattering == g) finish_scatter();
         whole_grads += whole_numel[g] * kFloat - grads_now[g];
         grads_now[g] = whole_numel[g] * kFloat;
@@ -238,7 +240,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
       moment(whole_params, whole_grads);
     };
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
-      if (end == GroupUseEnd::gradients) {
+      if (end == GroupUseEnd::gradients && !frozen) {
         finish_scatter();
         scattered += shard_rows_numel[g] * kFloat;
         scattering = g;
@@ -284,8 +286,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
     c.all_gather_backward = ring_bytes(n, gathered_backward);
     c.reduce_scatter = ring_bytes(n, scattered);
 
-    // One reduced shard, and under bf16 the send buffer this rank's rows are rounded into.
-    m.collective_buffers = largest_shard * kFloat + largest_send * bf16_size;
+    // One reduced shard (none for a frozen model), and under bf16 the send buffer this rank's rows
+    // are rounded into.
+    m.collective_buffers = (frozen ? 0 : largest_shard * kFloat) + largest_send * bf16_size;
     // gather_all leaves every unit's whole parameters resident for the export.
     m.export_gather = whole * kFloat;
   }
@@ -306,15 +309,21 @@ TrainingPlan plan_training(const PlanInputs& in) {
     c.all_reduce += 2 * (replicas - 1) * shard * kFloat / replicas;
   if (in.lora.rank > 0) {
     int64_t adapter = 0;
-    for (const ParamGroupSpec& g : lora_param_specs(a, in.lora))
-      adapter += param_group_numel(g.params);
+    // The adapter is whole on every rank (FSDP shards only the frozen model): one all-reduce per
+    // group over all of them.
+    const int64_t ranks = in.mesh.dp();
+    c.all_reduce = 0;
+    for (const ParamGroupSpec& g : lora_param_specs(a, in.lora)) {
+      const int64_t group = param_group_numel(g.params);
+      adapter += group;
+      c.all_reduce += 2 * (ranks - 1) * group * kFloat / ranks;
+    }
     const int64_t full = m.gradients + m.optimizer;
     m.lora_parameters = adapter * kFloat;
     m.parameters += m.lora_parameters;
     m.gradients = adapter * kFloat;
     m.optimizer = 2 * adapter * kFloat;
     m.lora_saved = full - m.gradients - m.optimizer;
-    c.all_reduce = 2 * (replicas - 1) * adapter * kFloat / replicas;
   }
 
   const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;
