@@ -68,7 +68,7 @@ class ReadBandwidthProbe {
  public:
   explicit ReadBandwidthProbe(int64_t bytes)
       : n_(bytes / static_cast<int64_t>(sizeof(float)) / kBlock * kBlock),
-        buf_(static_cast<size_t>(n_) * sizeof(float), MemCategory::other) {
+        buf_(host_memory(), static_cast<size_t>(n_) * sizeof(float), MemCategory::other) {
     float* x = buf_.as<float>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n_; ++i) x[i] = 1.0f;
@@ -123,8 +123,9 @@ double weight_bytes_per_token(const ModelArgs& a, DType linear_dtype) {
 // titan's GEMV with fp32 and bf16 weights, and the fp32 GEMM (gemm_f32) with M = 1.
 void compare_gemv(const ModelArgs& a) {
   const int64_t rows = a.vocab_size, cols = a.hidden_size;
-  Buffer w32(static_cast<size_t>(rows * cols) * sizeof(float), MemCategory::other);
-  Buffer w16(static_cast<size_t>(rows * cols) * sizeof(uint16_t), MemCategory::other);
+  Buffer w32(host_memory(), static_cast<size_t>(rows * cols) * sizeof(float), MemCategory::other);
+  Buffer w16(host_memory(), static_cast<size_t>(rows * cols) * sizeof(uint16_t),
+             MemCategory::other);
   std::vector<float> x(static_cast<size_t>(cols), 0.5f), y(static_cast<size_t>(rows));
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < rows * cols; ++i) {

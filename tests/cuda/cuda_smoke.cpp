@@ -1,4 +1,5 @@
-// The CUDA backend on a machine's first GPU: GEMMs against the reference, copies, and the vector
+// The CUDA backend on a machine's first GPU: GEMMs against the reference, copies, Buffers in its
+// memory (never run on a GPU yet: written 2026-12-05 on a machine without one), and the vector
 // primitives it lacks failing by name. With no GPU (or no driver) it prints the one line
 // "no CUDA device (...)" and exits 1; CI accepts exactly that where the build machine has none.
 #include <cstdio>
@@ -14,7 +15,8 @@ int main() {
   try {
     const std::unique_ptr<Backend> cuda = make_cuda_backend();
     std::printf("%s\n", cuda->name().c_str());
-    for (const std::string& failure : {testing::check_copies(*cuda), testing::check_gemms(*cuda)}) {
+    for (const std::string& failure : {testing::check_copies(*cuda), testing::check_buffers(*cuda),
+                                       testing::check_gemms(*cuda)}) {
       if (!failure.empty()) {
         std::fprintf(stderr, "titan_cuda_smoke: %s\n", failure.c_str());
         return 1;

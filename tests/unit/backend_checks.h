@@ -12,6 +12,7 @@
 
 #include "titan/backend/device_buffer.h"
 #include "titan/backend/gemm_reference.h"
+#include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 
 namespace titan::testing {
@@ -187,6 +188,30 @@ inline std::string check_copies(Backend& be) {
   std::vector<uint16_t> back(host.size());
   copy_to_host(back.data(), DType::bf16, static_cast<int64_t>(back.size()), second);
   if (back != host) return "bf16 copy round trip on " + be.name() + " changed the data";
+  return "";
+}
+
+// A Buffer made in the backend's memory(), as every engine buffer is: charged while it lives,
+// zeroed by the space, its bytes reached through the backend's copies.
+inline std::string check_buffers(Backend& be) {
+  const int other = static_cast<int>(MemCategory::other);
+  const size_t before = memory_stats().current[other];
+  {
+    std::vector<float> host(3001, 1.5f);
+    Buffer b(be.memory(), host.size() * sizeof(float), MemCategory::other);
+    if (memory_stats().current[other] - before != host.size() * sizeof(float)) {
+      return "a Buffer in " + be.name() + "'s memory is not charged";
+    }
+    be.copy_from_host(b.data(), host.data(), b.bytes());
+    b.zero();
+    be.copy_to_host(host.data(), b.data(), b.bytes());
+    if (std::any_of(host.begin(), host.end(), [](float v) { return v != 0.0f; })) {
+      return "Buffer::zero in " + be.name() + "'s memory left a value";
+    }
+  }
+  if (memory_stats().current[other] != before) {
+    return "a Buffer in " + be.name() + "'s memory is still charged after its end";
+  }
   return "";
 }
 

@@ -35,14 +35,14 @@ TEST(Backend, CpuIsTheActiveBackend) {
 }
 
 // A build without -DTITAN_CUDA, or a machine without a GPU, refuses it in one line; with both, it
-// exists but cannot become the active backend while the modules hold host memory.
+// exists but cannot become the active backend while the ops have no CUDA kernels.
 TEST(Backend, CudaIsThereOrRefusedInOneLine) {
   try {
     Backend& cuda = backend_named("cuda");
     EXPECT_EQ(cuda.kind(), DeviceKind::cuda);
     EXPECT_EQ(error_of([] { select_backend("cuda"); }),
               "backend 'cuda' (" + cuda.name() +
-                  ") cannot run the model yet: its modules keep their tensors in host memory");
+                  ") cannot run the model yet: the ops have no kernels for it");
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_TRUE(m.rfind("this titan was built without CUDA (", 0) == 0 ||
@@ -105,6 +105,7 @@ TEST(Backend, Bf16OutputBoundRejectsTruncation) {
 
 TEST(Backend, CpuCopiesRoundTrip) {
   EXPECT_EQ(testing::check_copies(cpu_backend()), "");
+  EXPECT_EQ(testing::check_buffers(cpu_backend()), "");
 }
 
 TEST(Backend, CpuMemoryIsChargedToItsCategory) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "titan/backend/cpu/threads.h"
 #include "titan/core/allocator.h"
@@ -36,7 +37,7 @@ TEST(Allocator, DecommitStopsChargingAndRecommitCharges) {
   const size_t base = memory_stats().current[grads];
   for (const size_t bytes : {size_t{5} << 20, size_t{10000}}) {
     {
-      Buffer b(bytes, MemCategory::gradients);
+      Buffer b(host_memory(), bytes, MemCategory::gradients);
       float* data = b.as<float>();
       const size_t n = bytes / sizeof(float);
       std::fill(data, data + n, 3.0f);
@@ -66,7 +67,7 @@ TEST(Allocator, ReleasedBufferIsChargedOnlyOnceRecommitted) {
   const size_t base = memory_stats().current[params];
   const size_t peak = memory_stats().peak[params];
   {
-    Buffer b(size_t{8} << 20, MemCategory::parameters, Residency::released);
+    Buffer b(host_memory(), size_t{8} << 20, MemCategory::parameters, Residency::released);
     EXPECT_FALSE(b.committed());
     EXPECT_NE(b.data(), nullptr);
     EXPECT_EQ(memory_stats().current[params], base);
@@ -76,9 +77,57 @@ TEST(Allocator, ReleasedBufferIsChargedOnlyOnceRecommitted) {
     b.zero();
     b.decommit();
   }
-  { Buffer never_used(size_t{8} << 20, MemCategory::parameters, Residency::released); }
+  {
+    Buffer never_used(host_memory(), size_t{8} << 20, MemCategory::parameters, Residency::released);
+  }
   EXPECT_EQ(memory_stats().current[params], base);
   EXPECT_EQ(memory_stats().peak[params], peak + (size_t{8} << 20));
+}
+
+// A Buffer's memory comes from the space it is made in (a backend's: Backend::memory()), which
+// reserves and frees it, gets its pages back on decommit and zeroes it; the accounting is the
+// Buffer's, the same in every space.
+class RecordingSpace final : public MemorySpace {
+ public:
+  const char* name() const override { return "recording"; }
+  void* reserve(size_t bytes, MemCategory category) override {
+    calls.push_back("reserve " + std::to_string(bytes) + " " +
+                    std::string(mem_category_name(category)));
+    return host_memory().reserve(bytes, category);
+  }
+  void unreserve(void* ptr, size_t bytes) override {
+    calls.push_back("unreserve " + std::to_string(bytes));
+    host_memory().unreserve(ptr, bytes);
+  }
+  void release_pages(void* ptr, size_t bytes) override {
+    calls.push_back("release_pages " + std::to_string(bytes));
+    host_memory().release_pages(ptr, bytes);
+  }
+  void zero(void* ptr, size_t bytes) override {
+    calls.push_back("zero " + std::to_string(bytes));
+    host_memory().zero(ptr, bytes);
+  }
+  std::vector<std::string> calls;
+};
+
+TEST(Allocator, BufferUsesItsSpace) {
+  const int grads = static_cast<int>(MemCategory::gradients);
+  const size_t base = memory_stats().current[grads];
+  RecordingSpace space;
+  {
+    Buffer b(space, 4096, MemCategory::gradients);
+    EXPECT_EQ(b.space(), &space);
+    EXPECT_EQ(memory_stats().current[grads] - base, 4096u);
+    b.zero();
+    b.decommit();
+    EXPECT_EQ(memory_stats().current[grads], base);
+    b.recommit();
+    Buffer moved = std::move(b);
+    EXPECT_EQ(moved.space(), &space);
+  }
+  EXPECT_EQ(memory_stats().current[grads], base);
+  EXPECT_EQ(space.calls, (std::vector<std::string>{"reserve 4096 gradients", "zero 4096",
+                                                   "release_pages 4096", "unreserve 4096"}));
 }
 
 TEST(Tensor, ReshapeAndNarrow) {

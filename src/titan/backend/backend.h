@@ -54,6 +54,9 @@ class Backend {
   // kernels (src/titan/ops) and the GEMM library's. 1 on a device whose kernels run on the device.
   virtual int threads() const = 0;
 
+  // Where the engine's buffers live on this device (core/allocator.h): parameters, gradients,
+  // optimizer state, activations and scratch are Buffers in this space, accounted alike.
+  virtual MemorySpace& memory() = 0;
   // Raw device memory; `category` is what the CPU's accounted allocator charges it to. Prefer
   // DeviceBuffer, which pairs every allocation with its release.
   virtual void* allocate(size_t bytes, MemCategory category) = 0;
@@ -91,9 +94,9 @@ Backend& backend();
 // "cpu" or "cuda" (created on first use; titan::Error when the build or the machine has none, or
 // for any other name).
 Backend& backend_named(std::string_view name);
-// Makes backend_named(name) the active backend; call at start-up, before any op runs. The modules
-// keep their tensors in host memory, so a backend whose memory is not the host's is refused
-// until they hold DeviceBuffers.
+// Makes backend_named(name) the active backend; call at start-up, before any op runs. The engine's
+// buffers come from its memory(), but the ops have only CPU kernels, so a backend whose memory is
+// not the host's is refused until they have its kernels.
 void select_backend(std::string_view name);
 
 }  // namespace titan

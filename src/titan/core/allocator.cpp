@@ -68,30 +68,59 @@ void uncharge(size_t bytes, MemCategory category) {
 
 namespace {
 
-// Address space only: no page is touched, nothing is charged.
-void* allocate_uncharged(size_t bytes, MemCategory category) {
-  if (bytes == 0) return nullptr;
-  const size_t alignment = bytes >= kHugePage ? kHugePage : kAlignment;
-  const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* ptr = std::aligned_alloc(alignment, rounded);
-  TITAN_CHECK(ptr != nullptr, "out of memory: could not allocate ", bytes, " bytes for ",
-              mem_category_name(category));
-  // Advice only: where it fails (no THP), the buffer works the same with 4 KiB pages.
-  if (alignment == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);
-  return ptr;
-}
+class HostMemory final : public MemorySpace {
+ public:
+  const char* name() const override { return "host"; }
+  void* reserve(size_t bytes, MemCategory category) override {
+    if (bytes == 0) return nullptr;
+    const size_t alignment = bytes >= kHugePage ? kHugePage : kAlignment;
+    const size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    void* ptr = std::aligned_alloc(alignment, rounded);
+    TITAN_CHECK(ptr != nullptr, "out of memory: could not allocate ", bytes, " bytes for ",
+                mem_category_name(category));
+    // Advice only: where it fails (no THP), the buffer works the same with 4 KiB pages.
+    if (alignment == kHugePage) madvise(ptr, rounded, MADV_HUGEPAGE);
+    return ptr;
+  }
+  void unreserve(void* ptr, size_t /*bytes*/) override { std::free(ptr); }
+  void release_pages(void* ptr, size_t bytes) override {
+    // Only whole pages go back; the partial pages at either end (of a buffer under 2 MiB) stay.
+    const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(ptr);
+    const uintptr_t first = (begin + page - 1) / page * page;
+    const uintptr_t last = (begin + bytes) / page * page;
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
+  void zero(void* ptr, size_t bytes) override {
+    // A step's gradients (hundreds of MB) are zeroed every step: one thread's stores reach about
+    // half of what the machine's memory takes, so large buffers are split over the team.
+    constexpr size_t kPiece = size_t{1} << 20;
+    const auto pieces = static_cast<int64_t>((bytes + kPiece - 1) / kPiece);
+    auto* data = static_cast<char*>(ptr);
+#pragma omp parallel for schedule(static) if (pieces > 1)
+    for (int64_t i = 0; i < pieces; ++i) {
+      const size_t at = static_cast<size_t>(i) * kPiece;
+      std::memset(data + at, 0, std::min(kPiece, bytes - at));
+    }
+  }
+};
 
 }  // namespace
 
+MemorySpace& host_memory() {
+  static HostMemory host;
+  return host;
+}
+
 void* mem_allocate(size_t bytes, MemCategory category) {
-  void* ptr = allocate_uncharged(bytes, category);
+  void* ptr = host_memory().reserve(bytes, category);
   if (ptr != nullptr) charge(bytes, category);
   return ptr;
 }
 
 void mem_release(void* ptr, size_t bytes, MemCategory category) {
   if (ptr == nullptr) return;
-  std::free(ptr);
+  host_memory().unreserve(ptr, bytes);
   uncharge(bytes, category);
 }
 
@@ -111,13 +140,12 @@ void memory_reset_peak() {
   g_total_peak.store(g_total_current.load());
 }
 
-Buffer::Buffer(size_t bytes, MemCategory category, Residency residency)
-    : bytes_(bytes), category_(category) {
+Buffer::Buffer(MemorySpace& space, size_t bytes, MemCategory category, Residency residency)
+    : space_(&space), data_(space.reserve(bytes, category)), bytes_(bytes), category_(category) {
   if (residency == Residency::committed) {
-    data_ = mem_allocate(bytes, category);
+    charge(bytes, category);
     charged_ = bytes;
   } else {
-    data_ = allocate_uncharged(bytes, category);
     committed_ = false;
   }
 }
@@ -127,16 +155,15 @@ Buffer::~Buffer() {
 }
 
 void Buffer::free_storage() {
-  // A decommitted buffer is no longer charged: only its address space goes.
-  if (committed_) {
-    mem_release(data_, charged_, category_);
-  } else {
-    std::free(data_);
-  }
+  if (data_ == nullptr) return;
+  space_->unreserve(data_, bytes_);
+  // A decommitted buffer is no longer charged: only its address space went.
+  if (committed_) uncharge(charged_, category_);
 }
 
 Buffer::Buffer(Buffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
+    : space_(std::exchange(other.space_, nullptr)),
+      data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
       category_(other.category_),
       committed_(std::exchange(other.committed_, true)),
@@ -145,6 +172,7 @@ Buffer::Buffer(Buffer&& other) noexcept
 Buffer& Buffer::operator=(Buffer&& other) noexcept {
   if (this != &other) {
     free_storage();
+    space_ = std::exchange(other.space_, nullptr);
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     category_ = other.category_;
@@ -156,12 +184,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 
 void Buffer::decommit() {
   if (data_ == nullptr || !committed_) return;
-  // Only whole pages go back; the partial pages at either end (of a buffer under 2 MiB) stay.
-  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(data_);
-  const uintptr_t first = (begin + page - 1) / page * page;
-  const uintptr_t last = (begin + bytes_) / page * page;
-  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  space_->release_pages(data_, bytes_);
   uncharge(charged_, category_);
   committed_ = false;
   charged_ = 0;
@@ -175,17 +198,7 @@ void Buffer::recommit(size_t bytes) {
 }
 
 void Buffer::zero() {
-  if (data_ == nullptr) return;
-  // A step's gradients (hundreds of MB) are zeroed every step: one thread's stores reach about
-  // half of what the machine's memory takes, so large buffers are split over the team.
-  constexpr size_t kPiece = size_t{1} << 20;
-  const auto pieces = static_cast<int64_t>((bytes_ + kPiece - 1) / kPiece);
-  auto* bytes = static_cast<char*>(data_);
-#pragma omp parallel for schedule(static) if (pieces > 1)
-  for (int64_t i = 0; i < pieces; ++i) {
-    const size_t at = static_cast<size_t>(i) * kPiece;
-    std::memset(bytes + at, 0, std::min(kPiece, bytes_ - at));
-  }
+  if (data_ != nullptr) space_->zero(data_, bytes_);
 }
 
 }  // namespace titan

@@ -28,15 +28,37 @@ void mem_release(void* ptr, size_t bytes, MemCategory category);
 MemoryStats memory_stats();
 void memory_reset_peak();
 
+// Where a Buffer's bytes live: the host's memory (host_memory()), or a device's (its backend's
+// Backend::memory(), backend/backend.h). The accounting is the Buffer's, the same in every space.
+class MemorySpace {
+ public:
+  virtual ~MemorySpace() = default;
+  virtual const char* name() const = 0;
+  // `bytes` of address space (null for 0), aligned for any element type; throws titan::Error
+  // naming `category` when out of memory. Whether its pages are backed before first use is the
+  // space's own matter: nothing here reads them.
+  virtual void* reserve(size_t bytes, MemCategory category) = 0;
+  virtual void unreserve(void* ptr, size_t bytes) = 0;
+  // Hands the pages of [ptr, ptr + bytes) back, the address range staying reserved: a later use
+  // writes before it reads (Buffer::decommit).
+  virtual void release_pages(void* ptr, size_t bytes) = 0;
+  virtual void zero(void* ptr, size_t bytes) = 0;
+};
+
+// The host's memory: huge-page aligned and advised above 2 MiB, pages handed back with
+// madvise(MADV_DONTNEED), zeroed by the OpenMP team.
+MemorySpace& host_memory();
+
 // Whether a new Buffer is charged and usable at once, or starts as if decommitted (FSDP's whole
 // units, which exist only while in flight: not one of their pages is touched before recommit).
 enum class Residency { committed, released };
 
-// Owning, move-only block of accounted memory.
+// Owning, move-only block of accounted memory in one MemorySpace.
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(size_t bytes, MemCategory category, Residency residency = Residency::committed);
+  Buffer(MemorySpace& space, size_t bytes, MemCategory category,
+         Residency residency = Residency::committed);
   ~Buffer();
   Buffer(Buffer&& other) noexcept;
   Buffer& operator=(Buffer&& other) noexcept;
@@ -46,6 +68,7 @@ class Buffer {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   MemCategory category() const { return category_; }
+  MemorySpace* space() const { return space_; }
   template <typename T>
   T* as() const {
     return static_cast<T*>(data_);
@@ -65,6 +88,7 @@ class Buffer {
  private:
   void free_storage();
 
+  MemorySpace* space_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
   MemCategory category_ = MemCategory::other;

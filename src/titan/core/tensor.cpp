@@ -44,8 +44,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, MemCategory category) {
   t.dtype_ = dtype;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
-  t.owner_ = std::make_shared<Buffer>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype),
-                                      category);
+  t.owner_ = std::make_shared<Buffer>(
+      host_memory(), static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), category);
   t.data_ = t.owner_->data();
   return t;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
 
@@ -33,7 +34,8 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
   }
   const std::vector<std::vector<ComputeCopyTarget>> none(full_.size());
   gather_in_bf16(none, none);
-  reduced_grad_ = Buffer(static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
+  reduced_grad_ =
+      Buffer(backend().memory(), static_cast<size_t>(largest) * sizeof(float), MemCategory::other);
 }
 
 FullyShardedGroups::~FullyShardedGroups() {
@@ -106,7 +108,8 @@ void FullyShardedGroups::gather_in_bf16(
       largest_send = std::max(largest_send, layout.send_numel);
     }
   }
-  send_ = Buffer(static_cast<size_t>(largest_send) * sizeof(uint16_t), MemCategory::other);
+  send_ = Buffer(backend().memory(), static_cast<size_t>(largest_send) * sizeof(uint16_t),
+                 MemCategory::other);
 }
 
 const FullyShardedGroups::GatherLayout& FullyShardedGroups::layout_of(size_t g,

@@ -1,5 +1,6 @@
 #include "titan/infer/kv_cache.h"
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/io/json_util.h"
 
@@ -12,7 +13,8 @@ KvCache::KvCache(const ModelArgs& args, int64_t max_len, DType dtype)
   TITAN_CHECK(dtype == DType::f32 || dtype == DType::bf16, "KV cache in ", dtype_name(dtype),
               ": only F32 and BF16 are supported");
   layer_stride_ = max_len * args.num_key_value_heads * args.head_dim;
-  storage_ = Buffer(static_cast<size_t>(2 * n_layers_ * layer_stride_) * dtype_size(dtype),
+  storage_ = Buffer(backend().memory(),
+                    static_cast<size_t>(2 * n_layers_ * layer_stride_) * dtype_size(dtype),
                     MemCategory::activations);
 }
 

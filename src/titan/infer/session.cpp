@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "titan/backend/backend.h"
 #include "titan/core/carver.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
@@ -77,7 +78,8 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
     linear_.x_bf16 = c.take<uint16_t>(bf16_in);
     return c.used();
   };
-  scratch_ = Buffer(static_cast<size_t>(carve(nullptr)) * sizeof(float), MemCategory::activations);
+  scratch_ = Buffer(backend().memory(), static_cast<size_t>(carve(nullptr)) * sizeof(float),
+                    MemCategory::activations);
   carve(scratch_.data());
 }
 

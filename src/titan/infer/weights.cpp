@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/io/convert.h"
 #include "titan/io/json_util.h"
@@ -44,7 +45,8 @@ InferenceWeights::InferenceWeights(const CausalLM& model, DType dtype, bool fill
   for (const DecoderLayer& l : modules_.layers) {
     if (l.sparse) total += 3 * l.moe.n_experts * l.moe.intermediate * l.moe.hidden;
   }
-  copies_ = Buffer(static_cast<size_t>(total) * sizeof(uint16_t), MemCategory::parameters);
+  copies_ = Buffer(backend().memory(), static_cast<size_t>(total) * sizeof(uint16_t),
+                   MemCategory::parameters);
   uint16_t* next = copies_.as<uint16_t>();
   const auto lay_out = [&](int64_t numel) {
     const uint16_t* copy = next;

@@ -55,8 +55,8 @@ class DataWriter {
  public:
   explicit DataWriter(AtomicFile& out)
       : out_(out),
-        staging_{Buffer(kSafetensorsStagingBytes, MemCategory::other),
-                 Buffer(kSafetensorsStagingBytes, MemCategory::other)} {}
+        staging_{Buffer(host_memory(), kSafetensorsStagingBytes, MemCategory::other),
+                 Buffer(host_memory(), kSafetensorsStagingBytes, MemCategory::other)} {}
   ~DataWriter() {
     if (pending_.valid()) pending_.wait();  // never leave a thread writing into a freed buffer
   }

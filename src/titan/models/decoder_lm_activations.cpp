@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "titan/backend/backend.h"
 #include "titan/core/carver.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
@@ -220,7 +221,8 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   if (batch == batch_ && seq == seq_ && threads == arena_threads_) return;
   const int64_t n = batch * seq;
   arena_ = Buffer();  // release the old arena before taking the new one
-  arena_ = Buffer(static_cast<size_t>(activation_bytes(batch, seq)), MemCategory::activations);
+  arena_ = Buffer(backend().memory(), static_cast<size_t>(activation_bytes(batch, seq)),
+                  MemCategory::activations);
   carve_activations(args_, compute_dtype_, retention(), arena_.as<float>(), batch, seq, acts_);
   batch_ = batch;
   seq_ = seq;

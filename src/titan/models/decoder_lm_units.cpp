@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
 #include "titan/models/decoder_lm.h"
@@ -47,8 +48,9 @@ void DecoderLM::allocate_compute_weights(Residency head_residency) {
                                  v.spec.name == m_.embed_tokens.name + ".weight"});
     }
   }
-  block_in_flight_ = Buffer(static_cast<size_t>(largest_block) * sizeof(uint16_t),
-                            MemCategory::parameters, Residency::released);
+  block_in_flight_ =
+      Buffer(backend().memory(), static_cast<size_t>(largest_block) * sizeof(uint16_t),
+             MemCategory::parameters, Residency::released);
 }
 
 void DecoderLM::bind_compute_copies(int64_t group, uint16_t* base) {
@@ -123,8 +125,9 @@ std::vector<std::vector<ComputeCopyTarget>> DecoderLM::hold_compute_copies(bool 
     embed.weight_bf16 = m_.lm_head.weight_bf16;
     return targets;
   }
-  embedding_bf16_ = Buffer(static_cast<size_t>(embed.vocab * embed.dim) * sizeof(uint16_t),
-                           MemCategory::parameters);
+  embedding_bf16_ =
+      Buffer(backend().memory(), static_cast<size_t>(embed.vocab * embed.dim) * sizeof(uint16_t),
+             MemCategory::parameters);
   embed.weight_bf16 = embedding_bf16_.as<uint16_t>();
   targets[0].push_back({embed.name + ".weight", embedding_bf16_.as<uint16_t>()});
   return targets;

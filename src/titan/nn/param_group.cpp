@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 
@@ -40,7 +41,8 @@ ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs, Re
     views_.push_back({spec, numel_, n});
     numel_ += param_view_span(n);
   }
-  params_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::parameters, residency);
+  params_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
+                   MemCategory::parameters, residency);
   if (residency == Residency::committed) params_.zero();  // padding stays zero through updates
 }
 
@@ -59,7 +61,8 @@ const ParamView& ParamGroup::view(const std::string& param_name) const {
 
 void ParamGroup::allocate_gradients() {
   if (frozen_ || grads_.data() != nullptr) return;
-  grads_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::gradients, residency_);
+  grads_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
+                  MemCategory::gradients, residency_);
   if (residency_ == Residency::committed) grads_.zero();
 }
 
@@ -71,8 +74,10 @@ void ParamGroup::zero_gradients() {
 
 void ParamGroup::allocate_optimizer_state() {
   if (frozen_ || exp_avg_.data() != nullptr) return;
-  exp_avg_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
-  exp_avg_sq_ = Buffer(static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
+  exp_avg_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
+                    MemCategory::optimizer);
+  exp_avg_sq_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
+                       MemCategory::optimizer);
   exp_avg_.zero();
   exp_avg_sq_.zero();
 }
@@ -86,16 +91,17 @@ void ParamGroup::allocate_compute_copy(const std::function<bool(const ParamView&
     v.copy_offset = compute_copy_numel_;
     compute_copy_numel_ += v.numel;
   }
-  compute_copy_ = Buffer(static_cast<size_t>(compute_copy_numel_) * sizeof(uint16_t),
-                         MemCategory::parameters, residency);
+  compute_copy_ =
+      Buffer(backend().memory(), static_cast<size_t>(compute_copy_numel_) * sizeof(uint16_t),
+             MemCategory::parameters, residency);
 }
 
 void ParamGroup::move_storage() {
   for (Buffer* b : {&params_, &grads_}) {
     if (b->data() == nullptr) continue;
-    Buffer moved(b->bytes(), b->category(),
+    Buffer moved(*b->space(), b->bytes(), b->category(),
                  b->committed() ? Residency::committed : Residency::released);
-    if (b->committed()) std::copy_n(b->as<char>(), b->bytes(), moved.as<char>());
+    if (b->committed()) backend().copy_on_device(moved.data(), b->data(), b->bytes());
     *b = std::move(moved);
   }
 }

@@ -183,7 +183,8 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
   Buffer own_workspace;
   void* workspace = a.workspace;
   if (workspace == nullptr) {
-    own_workspace = Buffer(static_cast<size_t>(lm_head_workspace_bytes(
+    own_workspace = Buffer(backend().memory(),
+                           static_cast<size_t>(lm_head_workspace_bytes(
                                a.n_tokens, a.hidden, a.vocab, a.chunk_tokens, bf16)),
                            MemCategory::activations);
     workspace = own_workspace.data();

@@ -66,6 +66,7 @@ class CpuBackend final : public Backend {
 
   int threads() const override { return thread_count(); }
 
+  MemorySpace& memory() override { return host_memory(); }
   void* allocate(size_t bytes, MemCategory category) override {
     return mem_allocate(bytes, category);
   }

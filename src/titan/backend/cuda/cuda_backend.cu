@@ -86,6 +86,38 @@ VecKernels missing_vec_kernels() {
 }
 #undef TITAN_CUDA_MISSING
 
+// Device memory for Buffers: cudaMalloc'd, zeroed by cudaMemset.
+class CudaMemory final : public MemorySpace {
+ public:
+  const char* name() const override { return "cuda"; }
+  void* reserve(size_t bytes, MemCategory) override {
+    if (bytes == 0) return nullptr;
+    void* ptr = nullptr;
+    const cudaError_t status = cudaMalloc(&ptr, bytes);
+    TITAN_CHECK(status == cudaSuccess, "out of CUDA memory: cudaMalloc of ", bytes,
+                " bytes failed: ", cudaGetErrorString(status));
+    return ptr;
+  }
+  // Called from destructors, so it cannot throw; a failure is reported, not hidden.
+  void unreserve(void* ptr, size_t bytes) override {
+    const cudaError_t status = cudaFree(ptr);
+    if (status != cudaSuccess) {
+      std::fprintf(stderr, "titan: cudaFree of %zu bytes failed: %s\n", bytes,
+                   cudaGetErrorString(status));
+    }
+  }
+  // Handing pages back at a kept address needs CUDA's virtual memory management (cuMemMap), which
+  // this backend does not use yet.
+  void release_pages(void*, size_t bytes) override {
+    fail("releasing ", bytes,
+         " bytes of a Buffer's device memory at its address (FSDP's units "
+         "between uses) is not implemented on CUDA yet");
+  }
+  void zero(void* ptr, size_t bytes) override {
+    check_cuda(cudaMemset(ptr, 0, bytes), "cudaMemset");
+  }
+};
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device), vec_(missing_vec_kernels()) {
@@ -112,6 +144,7 @@ class CudaBackend final : public Backend {
   // The kernels run on the device; the host only launches them.
   int threads() const override { return 1; }
 
+  MemorySpace& memory() override { return memory_; }
   // Device memory is not charged to the host's memory categories.
   void* allocate(size_t bytes, MemCategory) override {
     void* ptr = nullptr;
@@ -185,6 +218,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   size_t memory_bytes_ = 0;
   cublasHandle_t cublas_ = nullptr;
+  CudaMemory memory_;
 };
 
 }  // namespace
