@@ -90,6 +90,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},
+      {"metrics", "enable_tensorboard", &c.metrics.enable_tensorboard},
+      {"metrics", "save_tb_folder", &c.metrics.save_tb_folder},
       {"metrics", "peak_tflops", &c.metrics.peak_tflops},
       {"validation", "enable", &c.validation.enable},
       {"validation", "dataset", &c.validation.dataset},
@@ -493,6 +495,8 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   unused({"training.truncate_long_conversations", "training.dataset_packing"},
          c.training.dataset != "chat",
          "training.dataset is not \"chat\" (documents are packed, never refused for length)");
+  unused({"metrics.save_tb_folder"}, !c.metrics.enable_tensorboard,
+         "metrics.enable_tensorboard is false");
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");
   unused({"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",

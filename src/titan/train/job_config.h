@@ -118,6 +118,11 @@ struct JobConfig {
     // One JSON object per logged step and validation pass, appended; a relative path lies under
     // job.dump_folder (as torchtitan's save_tb_folder); "" writes none.
     std::string save_jsonl = "metrics.jsonl";
+    // TensorBoard event files of the logged steps' scalars (rank 0), under
+    // job.dump_folder/save_tb_folder/<YYYYMMDD-HHMM of the start> as torchtitan lays them out
+    // (train/tensorboard.h).
+    bool enable_tensorboard = false;
+    std::string save_tb_folder = "tb";
     // titan's addition: the MFU denominator in TFLOP/s; 0 takes the device's peak for the
     // threads the run uses (Backend::peak_gflops, docs/TRAINING.md).
     double peak_tflops = 0.0;

@@ -449,9 +449,10 @@ TrainResult Trainer::run() {
                 kJobConfigFile);
   }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
+  const bool rank0 = mesh_->world().rank() == 0;
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops, t.steps,
-                        mesh_->world().rank() == 0 ? metrics_jsonl_path(config_) : std::string(),
-                        &mesh_->world());
+                        rank0 ? metrics_jsonl_path(config_) : std::string(),
+                        rank0 ? tensorboard_run_dir(config_) : std::string(), &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
       "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
