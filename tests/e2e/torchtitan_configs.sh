@@ -50,9 +50,9 @@ run qwen3_0.6b.toml qwen3
 run qwen3_1.7b.toml qwen3
 run qwen3_32b.toml qwen3
 run qwen3_moe_debug.toml qwen3_moe
-# Every key of a file accounted for: the 8B's profiling, compile, quantize and selective AC keys
-# each named, once.
-for key in profiling.enable_profiling compile.enable \
+# Every key of a file accounted for: the 8B's compile, quantize and selective AC keys each named,
+# once.
+for key in compile.enable \
            checkpoint.async_mode activation_checkpoint.selective_ac_option \
            quantize.linear.float8.filter_fqns 'activation_checkpoint.mode = "selective"'; do
   [ "$(grep -c -- "$key" llama3_8b.err)" = 1 ] || fail "llama3_8b: $key not named once" llama3_8b.err

@@ -127,6 +127,16 @@ struct JobConfig {
     // threads the run uses (Backend::peak_gflops, docs/TRAINING.md).
     double peak_tflops = 0.0;
   } metrics;
+  // torchtitan's [profiling]: every profile_freq-th step (with the profiler_active - 1 steps
+  // before it) recorded -- every kernel call, collective and phase of the step, per thread -- and
+  // written as a Chrome/Perfetto trace per rank,
+  // job.dump_folder/save_traces_folder/iteration_<step>/rank<r>_trace.json (train/profiling.h).
+  struct Profiling {
+    bool enable_profiling = false;
+    std::string save_traces_folder = "profile_traces";
+    int64_t profile_freq = 10;
+    int64_t profiler_active = 1;
+  } profiling;
   struct Validation {
     bool enable = false;
     std::string dataset = "";

@@ -13,11 +13,13 @@ struct InertKeys {
 // implements (job_config.cpp's fields) and minus keys whose silent omission would change what is
 // trained (those stay unknown, so an error).
 const InertKeys kInert[] = {
-    {{"profiling.enable_profiling", "profiling.save_traces_folder", "profiling.profile_freq",
-      "profiling.profiler_active", "profiling.profiler_warmup", "profiling.enable_memory_snapshot",
-      "profiling.save_memory_snapshot_folder"},
-     "titan writes no profiler traces or memory snapshots yet (per-step times are in the "
-     "metrics line)"},
+    {{"profiling.profiler_warmup"},
+     "titan's recorder has nothing to warm up: a recorded step is timed as it runs (torch's "
+     "profiler discards its warm-up steps)"},
+    {{"profiling.enable_memory_snapshot", "profiling.save_memory_snapshot_folder"},
+     "titan writes no allocation-history snapshots (PyTorch's CUDA allocator format): its "
+     "accounted allocator's current and peak bytes per category are in the metrics line, the "
+     "JSONL and the summary"},
     {{"metrics.enable_wandb"},
      "titan has no Weights & Biases client (metrics.enable_tensorboard and metrics.save_jsonl "
      "record the same scalars)"},
