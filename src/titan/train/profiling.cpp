@@ -56,16 +56,24 @@ std::string chrome_trace_json(const std::vector<ProfileSpanRecord>& spans, int r
 }
 
 double kernel_share_of_steps(const std::vector<ProfileSpanRecord>& spans) {
+  // With profiler_active > 1, what runs between two recorded steps (validation, a checkpoint) is
+  // recorded too, outside every step: only kernels inside a step count.
+  std::vector<const ProfileSpanRecord*> steps;
   int64_t steps_ns = 0, kernels_ns = 0;
-  int32_t thread = -1;
   for (const ProfileSpanRecord& s : spans) {
     if (s.kind == SpanKind::phase && std::string_view(s.name) == kStepSpan) {
+      steps.push_back(&s);
       steps_ns += s.end_ns - s.start_ns;
-      thread = s.thread;
     }
   }
-  for (const ProfileSpanRecord& s : spans) {
-    if (s.kind == SpanKind::kernel && s.thread == thread) kernels_ns += s.end_ns - s.start_ns;
+  for (const ProfileSpanRecord& k : spans) {
+    if (k.kind != SpanKind::kernel) continue;
+    for (const ProfileSpanRecord* s : steps) {
+      if (k.thread == s->thread && k.start_ns >= s->start_ns && k.end_ns <= s->end_ns) {
+        kernels_ns += k.end_ns - k.start_ns;
+        break;
+      }
+    }
   }
   return steps_ns > 0 ? static_cast<double>(kernels_ns) / static_cast<double>(steps_ns) : 0.0;
 }

@@ -49,8 +49,8 @@ class StepProfiler {
 std::string chrome_trace_json(const std::vector<ProfileSpanRecord>& spans, int rank,
                               int64_t first_step);
 
-// Of the "step" phases on the steps' thread, the share of their time inside kernel spans on that
-// thread (kernels do not nest, so the spans are disjoint).
+// Of the "step" phases' time, the share inside kernel spans on their thread (kernels do not nest,
+// so those spans are disjoint).
 double kernel_share_of_steps(const std::vector<ProfileSpanRecord>& spans);
 
 }  // namespace titan
