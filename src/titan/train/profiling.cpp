@@ -80,7 +80,22 @@ double kernel_share_of_steps(const std::vector<ProfileSpanRecord>& spans) {
 
 StepProfiler::StepProfiler(const JobConfig& config, int rank)
     : config_(config.profiling), dump_folder_(config.job.dump_folder), rank_(rank) {
-  if (config_.enable_profiling) name_profile_thread("main");
+  if (!config_.enable_profiling) return;
+  name_profile_thread("main");
+  if (rank_ == 0) {
+    std::printf(
+        "profiling: every step that is a multiple of %lld%s traced into %s\n",
+        static_cast<long long>(config_.profile_freq),
+        config_.profiler_active > 1
+            ? (" (with the " + std::to_string(config_.profiler_active - 1) + " before it)").c_str()
+            : "",
+        (traces_folder() / "iteration_<step>/rank<r>_trace.json").c_str());
+  }
+}
+
+std::filesystem::path StepProfiler::traces_folder() const {
+  const std::filesystem::path folder(config_.save_traces_folder);
+  return folder.is_absolute() ? folder : dump_folder_ / folder;
 }
 
 StepProfiler::~StepProfiler() {
@@ -103,9 +118,7 @@ void StepProfiler::end_step(int64_t step) {
   if (!recording_ || step % config_.profile_freq != 0) return;
   const std::vector<ProfileSpanRecord> spans = profile_stop_recording();
   recording_ = false;
-  const std::filesystem::path folder(config_.save_traces_folder);
-  const std::filesystem::path dir = (folder.is_absolute() ? folder : dump_folder_ / folder) /
-                                    ("iteration_" + std::to_string(step));
+  const std::filesystem::path dir = traces_folder() / ("iteration_" + std::to_string(step));
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   TITAN_CHECK(!ec, "profiling.save_traces_folder: cannot create ", dir.string(), ": ",

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,8 +19,8 @@ namespace titan {
 
 class StepProfiler {
  public:
-  // Names the calling thread (the one that runs the steps) "main" in traces; nothing is recorded
-  // unless profiling.enable_profiling.
+  // Names the calling thread (the one that runs the steps) "main" in traces and says (rank 0)
+  // which steps are traced where; nothing is recorded unless profiling.enable_profiling.
   StepProfiler(const JobConfig& config, int rank);
   // Stops a recording a run ended inside of (its trace is not written, as in torchtitan).
   ~StepProfiler();
@@ -34,6 +35,8 @@ class StepProfiler {
 
  private:
   bool recorded(int64_t step) const;
+  // save_traces_folder, under job.dump_folder unless absolute.
+  std::filesystem::path traces_folder() const;
 
   const JobConfig::Profiling config_;
   const std::string dump_folder_;
