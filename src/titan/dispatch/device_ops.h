@@ -1,5 +1,5 @@
 // The computations above the ops that no [overrides] rule rebinds: whole-array arithmetic
-// (residual adds, FSDP's gradient sums, clipping, norms), dtype casts, bias, the fused one-token
+// (residual adds, zeroing gradients, FSDP's gradient sums, clipping, norms), dtype casts, bias, the fused one-token
 // GEMVs, the RoPE table, the router's load-balancing statistics and AdamW (the router's softmax
 // and top-k is a kernel kind of its own, `router`). One table per device,
 // registered with the kernel registry beside the device's kernels (the CPU's by the registry
