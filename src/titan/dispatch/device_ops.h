@@ -1,7 +1,7 @@
 // The computations above the ops that no [overrides] rule rebinds: whole-array arithmetic
-// (residual adds, zeroing gradients, FSDP's gradient sums, clipping, norms), dtype casts, bias, the fused one-token
-// GEMVs, the RoPE table, the router's load-balancing statistics and AdamW (the router's softmax
-// and top-k is a kernel kind of its own, `router`). One table per device,
+// (residual adds, zeroing gradients, FSDP's gradient sums, clipping, norms), dtype casts, bias, the
+// fused one-token GEMVs, the RoPE table, the router's load-balancing statistics and AdamW (the
+// router's softmax and top-k is a kernel kind of its own, `router`). One table per device,
 // registered with the kernel registry beside the device's kernels (the CPU's by the registry
 // itself; CUDA's through register_cuda_kernels, dispatch/registry.h), so a new device is a new
 // table, never a branch inside a module. Code above dispatch/ reaches the running backend's table
