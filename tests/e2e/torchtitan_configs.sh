@@ -45,13 +45,14 @@ run() {  # TOML MODEL_FOLDER
 }
 run llama3_debug_model.toml llama
 run llama3_8b.toml llama
+ls outputs/tb/*/events.out.tfevents.* > /dev/null || fail "llama3_8b.toml: its enable_tensorboard wrote no event file" llama3_8b.log
 run qwen3_0.6b.toml qwen3
 run qwen3_1.7b.toml qwen3
 run qwen3_32b.toml qwen3
 run qwen3_moe_debug.toml qwen3_moe
-# Every key of a file accounted for: the 8B's profiling, metrics, compile, quantize and selective
-# AC keys each named, once.
-for key in profiling.enable_profiling metrics.enable_tensorboard metrics.save_tb_folder compile.enable \
+# Every key of a file accounted for: the 8B's compile, quantize and selective AC keys each named,
+# once.
+for key in compile.enable \
            checkpoint.async_mode activation_checkpoint.selective_ac_option \
            quantize.linear.float8.filter_fqns 'activation_checkpoint.mode = "selective"'; do
   [ "$(grep -c -- "$key" llama3_8b.err)" = 1 ] || fail "llama3_8b: $key not named once" llama3_8b.err

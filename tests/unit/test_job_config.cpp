@@ -232,11 +232,11 @@ TEST(JobConfig, TorchtitanKeysWithoutEffectAreAcceptedAndNamed) {
                                       "[quantize.linear.float8]\nfilter_fqns = [\"output\"]\n"
                                       "[activation_checkpoint]\nmode = \"selective\"\n"
                                       "[debug]\nseed = 7\n"));
-  job_config_apply_override(c, "--profiling.enable_profiling=true");
+  job_config_apply_override(c, "--profiling.enable_memory_snapshot=true");
   EXPECT_EQ(c.training.seed, 7);
   EXPECT_EQ(c.inert_keys, (std::vector<std::string>{"compile.components", "compile.enable",
                                                     "quantize.linear.float8.filter_fqns",
-                                                    "profiling.enable_profiling"}));
+                                                    "profiling.enable_memory_snapshot"}));
   job_config_validate(c);
   const std::vector<std::string> w = job_config_unused_keys(c);
   ASSERT_EQ(w.size(), 4u);
@@ -244,7 +244,7 @@ TEST(JobConfig, TorchtitanKeysWithoutEffectAreAcceptedAndNamed) {
       << w[0];
   EXPECT_EQ(w[1].rfind("compile.components, compile.enable have no effect here: ", 0), 0u) << w[1];
   EXPECT_EQ(w[2].rfind("quantize.linear.float8.filter_fqns has no effect here: ", 0), 0u) << w[2];
-  EXPECT_EQ(w[3].rfind("profiling.enable_profiling has no effect here: ", 0), 0u) << w[3];
+  EXPECT_EQ(w[3].rfind("profiling.enable_memory_snapshot has no effect here: ", 0), 0u) << w[3];
   // A key torchtitan does not have either is still an error naming the closest.
   EXPECT_NE(error_of([&] {
               job_config_apply_override(c, "--compile.enabel=true");

@@ -15,6 +15,7 @@ DeviceOps cpu_device_ops() {
   DeviceOps ops;
   ops.device = DeviceKind::cpu;
   ops.add = add_into;
+  ops.zero = fill_zero;
   ops.scale = scale_in_place;
   ops.sum_squares = sum_squares_f64;
   ops.find_nonfinite = find_nonfinite;

@@ -14,6 +14,7 @@
 #include "titan/backend/backend.h"
 #include "titan/core/dtype.h"
 #include "titan/dispatch/device_ops.h"
+#include "titan/dispatch/kernel_fn.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/moe.h"
@@ -45,8 +46,8 @@ using RmsNormForward = void (*)(float*, float*, const float*, const float*, int6
 using RmsNormBackward = void (*)(float*, float*, const float*, const float*, const float*,
                                  const float*, int64_t, int64_t);
 struct RmsNormKernel {
-  RmsNormForward forward;
-  RmsNormBackward backward;
+  KernelFn<RmsNormForward, "rms_norm.forward"> forward;
+  KernelFn<RmsNormBackward, "rms_norm.backward"> backward;
 };
 
 using AttentionForward = void (*)(float*, float*, const float*, const float*, const float*,
@@ -61,19 +62,19 @@ using AttentionBackwardBf16 = void (*)(float*, float*, float*, const float*, con
                                        const uint16_t*, const uint16_t*, const uint16_t*,
                                        const float*, const AttentionShape&);
 struct AttentionKernel {
-  AttentionForward forward;
-  AttentionBackward backward;
+  KernelFn<AttentionForward, "attention.forward"> forward;
+  KernelFn<AttentionBackward, "attention.backward"> backward;
   // Empty when the kernel can run this shape, else the violated constraint in words.
   std::function<std::string(const AttentionShape&)> check;
   // The forward over bf16 keys and values (a bf16 KV cache, ops/attention.h), or null when the
   // kernel reads only fp32 ones.
-  AttentionForwardBf16Kv forward_bf16_kv = nullptr;
+  KernelFn<AttentionForwardBf16Kv, "attention.forward_bf16_kv"> forward_bf16_kv = nullptr;
   // The backward over bf16 q, k and v with bf16 GEMMs (mixed-precision training, which keeps
   // them rounded), or null: that training then widens them and runs `backward`, in fp32.
-  AttentionBackwardBf16 backward_bf16 = nullptr;
+  KernelFn<AttentionBackwardBf16, "attention.backward_bf16"> backward_bf16 = nullptr;
   // The forward over bf16 q, k and v with bf16 GEMMs (mixed-precision training), or null: that
   // training then runs `forward` on them widened, in fp32.
-  AttentionForwardBf16 forward_bf16 = nullptr;
+  KernelFn<AttentionForwardBf16, "attention.forward_bf16"> forward_bf16 = nullptr;
   // Whether its functions honour AttentionShape::segment_start (packed rows); a kernel that does
   // not is refused for them (require_constraints) rather than let attend across sequences.
   bool packed_rows = false;
@@ -82,49 +83,66 @@ struct AttentionKernel {
 using SwigluForward = void (*)(float*, const float*, const float*, int64_t);
 using SwigluBackward = void (*)(float*, float*, const float*, const float*, const float*, int64_t);
 struct SwigluKernel {
-  SwigluForward forward;
-  SwigluBackward backward;
+  KernelFn<SwigluForward, "swiglu.forward"> forward;
+  KernelFn<SwigluBackward, "swiglu.backward"> backward;
   // Mixed-precision training's forms (ops/swiglu.h: the product of the bf16 gate and up rounded
   // for down_proj, in the forward and again in the backward), both or neither: without them that
   // training widens the kept gate and up and runs the fp32 pair on the same values.
-  void (*recompute_bf16)(uint16_t*, const uint16_t*, const uint16_t*, int64_t) = nullptr;
-  void (*backward_bf16)(uint16_t*, uint16_t*, const float*, const uint16_t*, const uint16_t*,
-                        int64_t) = nullptr;
+  KernelFn<void (*)(uint16_t*, const uint16_t*, const uint16_t*, int64_t), "swiglu.recompute_bf16">
+      recompute_bf16 = nullptr;
+  KernelFn<void (*)(uint16_t*, uint16_t*, const float*, const uint16_t*, const uint16_t*, int64_t),
+           "swiglu.backward_bf16">
+      backward_bf16 = nullptr;
 };
 
 struct EmbeddingKernel {
-  void (*forward)(float*, const int32_t*, const float*, int64_t, int64_t, int64_t);
-  void (*backward)(float*, const float*, const int32_t*, int64_t, int64_t);
+  KernelFn<void (*)(float*, const int32_t*, const float*, int64_t, int64_t, int64_t),
+           "embedding.forward">
+      forward;
+  KernelFn<void (*)(float*, const float*, const int32_t*, int64_t, int64_t), "embedding.backward">
+      backward;
   // The lookup from a bf16 weight (raw bits, rows widened exactly), or null: bf16 inference then
   // keeps the embedding in fp32 (infer/weights.h).
-  void (*forward_bf16)(float*, const int32_t*, const uint16_t*, int64_t, int64_t,
-                       int64_t) = nullptr;
+  KernelFn<void (*)(float*, const int32_t*, const uint16_t*, int64_t, int64_t, int64_t),
+           "embedding.forward_bf16">
+      forward_bf16 = nullptr;
 };
 
 struct LinearKernel {
-  void (*forward)(float*, const float*, const float*, int64_t, int64_t, int64_t);
-  void (*backward)(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
-                   int64_t, bool);
+  KernelFn<void (*)(float*, const float*, const float*, int64_t, int64_t, int64_t),
+           "linear.forward">
+      forward;
+  KernelFn<void (*)(float*, float*, const float*, const float*, const float*, int64_t, int64_t,
+                    int64_t, bool),
+           "linear.backward">
+      backward;
   // bf16 x, W and dy, fp32 accumulation and outputs (ops/linear.h): required when the entry's
   // dtypes include bf16, else null.
-  void (*forward_bf16)(float*, const uint16_t*, const uint16_t*, int64_t, int64_t,
-                       int64_t) = nullptr;
-  void (*backward_bf16)(float*, float*, const uint16_t*, const uint16_t*, const uint16_t*, int64_t,
-                        int64_t, int64_t, bool) = nullptr;
+  KernelFn<void (*)(float*, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t),
+           "linear.forward_bf16">
+      forward_bf16 = nullptr;
+  KernelFn<void (*)(float*, float*, const uint16_t*, const uint16_t*, const uint16_t*, int64_t,
+                    int64_t, int64_t, bool),
+           "linear.backward_bf16">
+      backward_bf16 = nullptr;
   // The bf16 forward writing y rounded to bf16 (raw bits), or null: mixed-precision training then
   // rounds forward_bf16's fp32 y where it keeps only the rounding (gate_proj's and up_proj's).
-  void (*forward_bf16_to_bf16)(uint16_t*, const uint16_t*, const uint16_t*, int64_t, int64_t,
-                               int64_t) = nullptr;
+  KernelFn<void (*)(uint16_t*, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t),
+           "linear.forward_bf16_to_bf16">
+      forward_bf16_to_bf16 = nullptr;
 };
 
 struct RopeKernel {
-  void (*forward)(float*, const int32_t*, const RopeCache&, int64_t, int64_t);
-  void (*backward)(float*, const int32_t*, const RopeCache&, int64_t, int64_t);
+  KernelFn<void (*)(float*, const int32_t*, const RopeCache&, int64_t, int64_t), "rope.forward">
+      forward;
+  KernelFn<void (*)(float*, const int32_t*, const RopeCache&, int64_t, int64_t), "rope.backward">
+      backward;
 };
 
 // Forward and backward in one call: the chunked loss computes d loss / d logits as it goes.
 struct LmHeadLossKernel {
-  CrossEntropyResult (*forward_backward)(const CrossEntropyArgs&);
+  KernelFn<CrossEntropyResult (*)(const CrossEntropyArgs&), "lm_head_loss.forward_backward">
+      forward_backward;
   // The tokens per chunk it uses for n_tokens rows (CrossEntropyArgs::chunk_tokens; 0 picks its
   // own), and the bytes of the workspace a caller may hand it (CrossEntropyArgs::workspace), or
   // null: it then takes whole rows and allocates what it needs.
@@ -150,14 +168,14 @@ using ExpertsBackwardBf16 = void (*)(float*, float*, const ExpertGrads&, const E
                                      const int32_t*, const float*, const ExpertWeightsBf16&,
                                      const ExpertsShape&);
 struct ExpertsKernel {
-  ExpertsForward forward;
-  ExpertsBackward backward;
+  KernelFn<ExpertsForward, "experts.forward"> forward;
+  KernelFn<ExpertsBackward, "experts.backward"> backward;
   // Empty when the kernel can run this shape, else the violated constraint in words.
   std::function<std::string(const ExpertsShape&)> check;
   // bf16 GEMM operands, fp32 accumulation, routing and outputs (ops/moe.h): required when the
   // entry's dtypes include bf16, else null.
-  ExpertsForwardBf16 forward_bf16 = nullptr;
-  ExpertsBackwardBf16 backward_bf16 = nullptr;
+  KernelFn<ExpertsForwardBf16, "experts.forward_bf16"> forward_bf16 = nullptr;
+  KernelFn<ExpertsBackwardBf16, "experts.backward_bf16"> backward_bf16 = nullptr;
   // experts_staged's: a block bound to it runs its own stage slots (router, moe_dispatch,
   // grouped_experts, moe_combine) instead of these functions, which compose the built-in stages.
   bool runs_stage_slots = false;
@@ -166,40 +184,65 @@ struct ExpertsKernel {
 // The experts in stages (ops/moe_stages.h), each slot bound on its own. The router's softmax and
 // top-k after mlp.gate's projection, always fp32.
 struct RouterKernel {
-  void (*forward)(int32_t*, float*, float*, const float*, int64_t, int64_t, int64_t, bool);
-  void (*backward)(float*, const float*, const float*, const float*, const int32_t*, int64_t,
-                   int64_t, int64_t, bool);
+  KernelFn<void (*)(int32_t*, float*, float*, const float*, int64_t, int64_t, int64_t, bool),
+           "router.forward">
+      forward;
+  KernelFn<void (*)(float*, const float*, const float*, const float*, const int32_t*, int64_t,
+                    int64_t, int64_t, bool),
+           "router.backward">
+      backward;
 };
 
 // Rows grouped by expert (plan) and the tokens' inputs gathered into them (forward; rounded to
 // bf16 by forward_bf16, required when the entry declares bf16); the backward sums the dx rows
 // per token and puts d weight back in (token, slot) order, fp32 in both dtypes.
 struct MoeDispatchKernel {
-  void (*plan)(int32_t*, int32_t*, const int32_t*, const ExpertsShape&);
-  void (*forward)(float*, const float*, const int32_t*, const ExpertsShape&);
-  void (*backward)(float*, float*, const float*, const float*, const int32_t*, const ExpertsShape&);
-  void (*forward_bf16)(uint16_t*, const float*, const int32_t*, const ExpertsShape&) = nullptr;
+  KernelFn<void (*)(int32_t*, int32_t*, const int32_t*, const ExpertsShape&), "moe_dispatch.plan">
+      plan;
+  KernelFn<void (*)(float*, const float*, const int32_t*, const ExpertsShape&),
+           "moe_dispatch.forward">
+      forward;
+  KernelFn<void (*)(float*, float*, const float*, const float*, const int32_t*,
+                    const ExpertsShape&),
+           "moe_dispatch.backward">
+      backward;
+  KernelFn<void (*)(uint16_t*, const float*, const int32_t*, const ExpertsShape&),
+           "moe_dispatch.forward_bf16">
+      forward_bf16 = nullptr;
 };
 
 // Every expert's SwiGLU MLP over its rows; bf16 forms required when the entry declares bf16.
 struct GroupedExpertsKernel {
-  void (*forward)(float*, const ExpertsActivations&, const ExpertsScratch&, const float*,
-                  const int32_t*, const ExpertWeights&, const ExpertsShape&);
-  void (*backward)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
-                   const ExpertsActivations&, const float*, const int32_t*, const ExpertWeights&,
-                   const ExpertsShape&);
-  void (*forward_bf16)(float*, const ExpertsActivations&, const ExpertsScratch&, const uint16_t*,
-                       const int32_t*, const ExpertWeightsBf16&, const ExpertsShape&) = nullptr;
-  void (*backward_bf16)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
-                        const ExpertsActivations&, const uint16_t*, const int32_t*,
-                        const ExpertWeightsBf16&, const ExpertsShape&) = nullptr;
+  KernelFn<void (*)(float*, const ExpertsActivations&, const ExpertsScratch&, const float*,
+                    const int32_t*, const ExpertWeights&, const ExpertsShape&),
+           "grouped_experts.forward">
+      forward;
+  KernelFn<void (*)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
+                    const ExpertsActivations&, const float*, const int32_t*, const ExpertWeights&,
+                    const ExpertsShape&),
+           "grouped_experts.backward">
+      backward;
+  KernelFn<void (*)(float*, const ExpertsActivations&, const ExpertsScratch&, const uint16_t*,
+                    const int32_t*, const ExpertWeightsBf16&, const ExpertsShape&),
+           "grouped_experts.forward_bf16">
+      forward_bf16 = nullptr;
+  KernelFn<void (*)(float*, float*, const ExpertGrads&, const ExpertsScratch&, const float*,
+                    const ExpertsActivations&, const uint16_t*, const int32_t*,
+                    const ExpertWeightsBf16&, const ExpertsShape&),
+           "grouped_experts.backward_bf16">
+      backward_bf16 = nullptr;
 };
 
 // The routing-weighted sum back in token order, and its factored backward; fp32 in both dtypes.
 struct MoeCombineKernel {
-  void (*forward)(float*, const float*, const int32_t*, const int32_t*, const float*,
-                  const ExpertsShape&);
-  void (*backward)(float*, float*, const float*, const float*, const int32_t*, const ExpertsShape&);
+  KernelFn<void (*)(float*, const float*, const int32_t*, const int32_t*, const float*,
+                    const ExpertsShape&),
+           "moe_combine.forward">
+      forward;
+  KernelFn<void (*)(float*, float*, const float*, const float*, const int32_t*,
+                    const ExpertsShape&),
+           "moe_combine.backward">
+      backward;
 };
 
 struct KernelEntry {

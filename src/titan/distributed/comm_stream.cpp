@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "titan/core/clock.h"
+#include "titan/core/profile.h"
 
 namespace titan {
 
@@ -50,6 +51,7 @@ void CommStream::run(std::function<void()> work) {
 void CommStream::wait(CommHandle::Task& task) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!task.done) {
+    const ProfileSpan span("wait for collective", SpanKind::wait);
     const int64_t t0 = now_ns();
     finished_.wait(lock, [&] { return task.done; });
     exposed_ns_ += now_ns() - t0;
@@ -58,6 +60,7 @@ void CommStream::wait(CommHandle::Task& task) {
 }
 
 void CommStream::work_loop() {
+  name_profile_thread("communication");
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     const auto ready = [&] { return stopping_ || !queue_.empty(); };

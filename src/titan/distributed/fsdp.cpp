@@ -5,6 +5,7 @@
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/core/profile.h"
 #include "titan/dispatch/device_ops.h"
 
 namespace titan {
@@ -123,6 +124,9 @@ void FullyShardedGroups::set_reshard_after_forward(const std::string& policy) {
 }
 
 void FullyShardedGroups::acquire(int64_t g, bool gradients, GroupReads reads) {
+  // Its pages committed (madvise), gathers queued and waited for: work a profile shows beside
+  // the kernels and collective waits it holds.
+  const ProfileSpan span("fsdp.acquire", SpanKind::phase);
   ParamGroup& full = full_[g];
   if (gradients && !full.frozen()) {
     if (scattering_ == g) finish_scatter();  // its last gradients are still being reduced
@@ -164,6 +168,7 @@ CommHandle FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout
 }
 
 void FullyShardedGroups::prefetch(int64_t g, GroupReads reads) {
+  const ProfileSpan span("fsdp.prefetch", SpanKind::phase);
   // Kept since its forward, or a use that reads nothing: nothing to gather.
   if (reads == GroupReads::nothing || full_[g].params_resident()) return;
   TITAN_CHECK(gathering_ == -1, "FSDP: prefetch of group ", g, " while group ", gathering_,
@@ -175,6 +180,7 @@ void FullyShardedGroups::prefetch(int64_t g, GroupReads reads) {
 }
 
 void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
+  const ProfileSpan span("fsdp.release", SpanKind::phase);
   ParamGroup& full = full_[g];
   if (end == GroupUseEnd::gradients && !full.frozen()) {
     finish_scatter();  // reduced_grad_ is reused now

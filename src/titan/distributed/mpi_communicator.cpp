@@ -21,6 +21,7 @@
 
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
+#include "titan/core/profile.h"
 #include "titan/distributed/heartbeat.h"
 #include "titan/distributed/world.h"
 
@@ -218,16 +219,20 @@ class Watchdog {
 
 Watchdog g_watchdog;
 
-// The stream's thread is inside one collective while this lives.
+// The stream's thread is inside one collective while this lives: every MPI collective passes
+// here, so this is where a profile's collective spans are taken (on the stream's thread).
 class InCollective {
  public:
-  explicit InCollective(const char* name) {
+  explicit InCollective(const char* name) : span_(name, SpanKind::collective) {
     if (PeerBeats* beats = g_heartbeats.beats()) beats->enter_collective();
     g_watchdog.enter(name);
   }
   ~InCollective() { g_watchdog.leave(); }
   InCollective(const InCollective&) = delete;
   InCollective& operator=(const InCollective&) = delete;
+
+ private:
+  const ProfileSpan span_;
 };
 
 std::unique_ptr<CommStream> g_stream;  // between init_world and finalize_world under MPI

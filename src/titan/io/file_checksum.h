@@ -1,5 +1,5 @@
 // Checksums of whole files, for what titan writes and reads back later (training checkpoints):
-// CRC-32C (Castagnoli) over every byte, read in 4 MiB blocks, with the SSE4.2 crc32 instruction.
+// CRC-32C (Castagnoli, io/crc32c.h) over every byte, read in 4 MiB blocks.
 #pragma once
 
 #include <string>

@@ -6,6 +6,7 @@
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/dispatch/device_ops.h"
 
 namespace titan {
 
@@ -69,7 +70,7 @@ void ParamGroup::allocate_gradients() {
 void ParamGroup::zero_gradients() {
   if (frozen_) return;
   TITAN_CHECK(grads() != nullptr, "group ", name_, ": zero_gradients before allocate_gradients");
-  grads_.zero();
+  device_ops().zero(grads(), numel_);
 }
 
 void ParamGroup::allocate_optimizer_state() {
@@ -132,7 +133,7 @@ void ParamGroup::acquire_params_where(const std::function<bool(const ParamView&)
 void ParamGroup::acquire_grads() {
   if (grads_.committed()) return;
   grads_.recommit();
-  grads_.zero();
+  device_ops().zero(grads(), numel_);
 }
 
 Tensor ParamGroup::param(const std::string& param_name) const {

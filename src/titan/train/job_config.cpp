@@ -90,7 +90,13 @@ std::vector<Field> fields(JobConfig& c) {
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},
+      {"metrics", "enable_tensorboard", &c.metrics.enable_tensorboard},
+      {"metrics", "save_tb_folder", &c.metrics.save_tb_folder},
       {"metrics", "peak_tflops", &c.metrics.peak_tflops},
+      {"profiling", "enable_profiling", &c.profiling.enable_profiling},
+      {"profiling", "save_traces_folder", &c.profiling.save_traces_folder},
+      {"profiling", "profile_freq", &c.profiling.profile_freq},
+      {"profiling", "profiler_active", &c.profiling.profiler_active},
       {"validation", "enable", &c.validation.enable},
       {"validation", "dataset", &c.validation.dataset},
       {"validation", "dataset_path", &c.validation.dataset_path},
@@ -421,6 +427,14 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(
       c.metrics.peak_tflops >= 0 && std::isfinite(c.metrics.peak_tflops),
       "metrics.peak_tflops must be a positive TFLOP/s figure, or 0 for the hardware's peak");
+  if (c.profiling.enable_profiling) {
+    positive(c.profiling.profile_freq, "profiling.profile_freq");
+    TITAN_CHECK(
+        c.profiling.profiler_active >= 1 && c.profiling.profiler_active <= c.profiling.profile_freq,
+        "profiling.profiler_active ", c.profiling.profiler_active,
+        " must be between 1 and profiling.profile_freq (", c.profiling.profile_freq,
+        "): the steps recorded in each trace");
+  }
   positive(c.checkpoint.interval, "checkpoint.interval");
   TITAN_CHECK(c.checkpoint.keep_latest_k >= 0, "checkpoint.keep_latest_k must not be negative");
   check_one_of(c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"},
@@ -493,6 +507,10 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   unused({"training.truncate_long_conversations", "training.dataset_packing"},
          c.training.dataset != "chat",
          "training.dataset is not \"chat\" (documents are packed, never refused for length)");
+  unused({"metrics.save_tb_folder"}, !c.metrics.enable_tensorboard,
+         "metrics.enable_tensorboard is false");
+  unused({"profiling.save_traces_folder", "profiling.profile_freq", "profiling.profiler_active"},
+         !c.profiling.enable_profiling, "profiling.enable_profiling is false");
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");
   unused({"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",

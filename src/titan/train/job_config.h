@@ -118,10 +118,25 @@ struct JobConfig {
     // One JSON object per logged step and validation pass, appended; a relative path lies under
     // job.dump_folder (as torchtitan's save_tb_folder); "" writes none.
     std::string save_jsonl = "metrics.jsonl";
+    // TensorBoard event files of the logged steps' scalars (rank 0), under
+    // job.dump_folder/save_tb_folder/<YYYYMMDD-HHMM of the start> as torchtitan lays them out
+    // (train/tensorboard.h).
+    bool enable_tensorboard = false;
+    std::string save_tb_folder = "tb";
     // titan's addition: the MFU denominator in TFLOP/s; 0 takes the device's peak for the
     // threads the run uses (Backend::peak_gflops, docs/TRAINING.md).
     double peak_tflops = 0.0;
   } metrics;
+  // torchtitan's [profiling]: every profile_freq-th step (with the profiler_active - 1 steps
+  // before it) recorded -- every kernel call, collective and phase of the step, per thread -- and
+  // written as a Chrome/Perfetto trace per rank,
+  // job.dump_folder/save_traces_folder/iteration_<step>/rank<r>_trace.json (train/profiling.h).
+  struct Profiling {
+    bool enable_profiling = false;
+    std::string save_traces_folder = "profile_traces";
+    int64_t profile_freq = 10;
+    int64_t profiler_active = 1;
+  } profiling;
   struct Validation {
     bool enable = false;
     std::string dataset = "";

@@ -13,15 +13,19 @@ struct InertKeys {
 // implements (job_config.cpp's fields) and minus keys whose silent omission would change what is
 // trained (those stay unknown, so an error).
 const InertKeys kInert[] = {
-    {{"profiling.enable_profiling", "profiling.save_traces_folder", "profiling.profile_freq",
-      "profiling.profiler_active", "profiling.profiler_warmup", "profiling.enable_memory_snapshot",
-      "profiling.save_memory_snapshot_folder"},
-     "titan writes no profiler traces or memory snapshots yet (per-step times are in the "
-     "metrics line)"},
-    {{"metrics.enable_tensorboard", "metrics.save_tb_folder", "metrics.enable_wandb",
-      "metrics.save_for_all_ranks"},
-     "titan logs to the console and to metrics.save_jsonl only, from rank 0 (no TensorBoard or "
-     "W&B writer yet)"},
+    {{"profiling.profiler_warmup"},
+     "titan's recorder has nothing to warm up: a recorded step is timed as it runs (torch's "
+     "profiler discards its warm-up steps)"},
+    {{"profiling.enable_memory_snapshot", "profiling.save_memory_snapshot_folder"},
+     "titan writes no allocation-history snapshots (PyTorch's CUDA allocator format): its "
+     "accounted allocator's current and peak bytes per category are in the metrics line, the "
+     "JSONL and the summary"},
+    {{"metrics.enable_wandb"},
+     "titan has no Weights & Biases client (metrics.enable_tensorboard and metrics.save_jsonl "
+     "record the same scalars)"},
+    {{"metrics.save_for_all_ranks"},
+     "rank 0 logs for the job: its loss and grad norm are the global batch's and its memory "
+     "figures the maximum over the ranks"},
     {{"metrics.disable_color_printing"}, "titan's log has no colors"},
     {{"compile.enable", "compile.components", "compile.backend", "training.compile"},
      "titan's kernels are compiled ahead of time (there is no torch.compile)"},

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "titan/backend/backend.h"
@@ -17,13 +18,20 @@ double gib(size_t bytes) {
 }  // namespace
 
 MetricsLogger::MetricsLogger(double flops_per_token, double peak_gflops, int64_t last_step,
-                             const std::string& jsonl_path, Communicator* ranks)
+                             const std::string& jsonl_path, const std::string& tensorboard_dir,
+                             Communicator* ranks)
     : flops_per_token_(flops_per_token),
       peak_gflops_(peak_gflops),
       last_step_(last_step),
       start_time_(now_seconds()),
       jsonl_path_(jsonl_path),
       ranks_(ranks) {
+  if (!tensorboard_dir.empty()) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(tensorboard_dir);
+    std::printf("TensorBoard event file %s (tensorboard --logdir %s)\n",
+                tensorboard_->path().c_str(),
+                std::filesystem::path(tensorboard_dir).parent_path().c_str());
+  }
   if (jsonl_path.empty()) return;
   jsonl_ = std::fopen(jsonl_path.c_str(), "a");
   TITAN_CHECK(jsonl_ != nullptr, "metrics.save_jsonl: cannot open ", jsonl_path, " for appending");
@@ -109,6 +117,27 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
   }
+  if (tensorboard_ != nullptr) {
+    // torchtitan's tags where it logs the same figure; memory under names of their own, as it is
+    // the accounted allocator's (current and peak since the start), not CUDA's active/reserved.
+    std::vector<std::pair<std::string, double>> scalars = {
+        {"loss_metrics/global_avg_loss", m.loss},
+        {"grad_norm", m.grad_norm},
+        {"lr", m.lr},
+        {"throughput(tps)", tps},
+        {"tflops", tflops},
+        {"mfu(%)", mfu},
+        {"memory/current(GiB)", gib(mem.total_current)},
+        {"memory/peak(GiB)", gib(mem.total_peak)},
+        {"time_metrics/end_to_end(s)", m.step_time_s},
+        {"time_metrics/data_loading(s)", m.data_time_s}};
+    for (int c = 0; c < kMemCategoryCount; ++c) {
+      scalars.emplace_back(
+          "memory/peak_" + std::string(mem_category_name(static_cast<MemCategory>(c))) + "(GiB)",
+          gib(mem.peak[c]));
+    }
+    tensorboard_->add_scalars(m.step, scalars);
+  }
 }
 
 void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
@@ -122,6 +151,10 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
                               {"validation_tokens", tokens}};
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
+  }
+  if (tensorboard_ != nullptr) {
+    tensorboard_->add_scalars(step, {{"validation_metrics/loss", loss},
+                                     {"validation_metrics/perplexity", std::exp(loss)}});
   }
 }
 

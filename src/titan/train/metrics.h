@@ -1,17 +1,20 @@
 // The per-step training log, as torchtitan prints it: step N/total, loss, grad norm, memory,
 // tokens/s, TFLOP/s, MFU, step and data time, and the estimated time to the last step; the same
-// fields appended as one JSON object per logged step to the metrics.save_jsonl file; a summary at
-// the end with the total time. Memory is the accounted allocator's
-// (core/allocator.h), the maximum over the job's ranks of each figure.
+// fields appended as one JSON object per logged step to the metrics.save_jsonl file and, with
+// metrics.enable_tensorboard, as scalars under torchtitan's tags to a TensorBoard event file
+// (train/tensorboard.h); a summary at the end with the total time. Memory is the accounted
+// allocator's (core/allocator.h), the maximum over the job's ranks of each figure.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "titan/core/allocator.h"
 #include "titan/distributed/communicator.h"
+#include "titan/train/tensorboard.h"
 
 namespace titan {
 
@@ -28,11 +31,12 @@ struct StepMetrics {
 class MetricsLogger {
  public:
   // peak_gflops: the device peak MFU is measured against; last_step: the run's last step (the
-  // "step N/total" and the ETA); jsonl_path "" writes no file; ranks: the job's ranks, over which
-  // memory is the maximum (every rank calls record and print_summary alike; null: this process
-  // alone).
+  // "step N/total" and the ETA); jsonl_path "" writes no file; tensorboard_dir "" writes no event
+  // file; ranks: the job's ranks, over which memory is the maximum (every rank calls record and
+  // print_summary alike; null: this process alone).
   MetricsLogger(double flops_per_token, double peak_gflops, int64_t last_step,
-                const std::string& jsonl_path, Communicator* ranks = nullptr);
+                const std::string& jsonl_path, const std::string& tensorboard_dir,
+                Communicator* ranks = nullptr);
   ~MetricsLogger();
   MetricsLogger(const MetricsLogger&) = delete;
   MetricsLogger& operator=(const MetricsLogger&) = delete;
@@ -61,6 +65,7 @@ class MetricsLogger {
   int64_t first_step_ = 0;
   std::FILE* jsonl_ = nullptr;
   std::string jsonl_path_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   Communicator* ranks_ = nullptr;
   bool first_ = true;
   int64_t steady_steps_ = 0, steady_tokens_ = 0;

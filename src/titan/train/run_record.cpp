@@ -1,6 +1,7 @@
 #include "titan/train/run_record.h"
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 
 #include "titan/core/clock.h"
@@ -14,6 +15,17 @@ std::string metrics_jsonl_path(const JobConfig& c) {
   const std::string& path = c.metrics.save_jsonl;
   if (path.empty() || std::filesystem::path(path).is_absolute()) return path;
   return c.job.dump_folder + "/" + path;
+}
+
+std::string tensorboard_run_dir(const JobConfig& c) {
+  if (!c.metrics.enable_tensorboard) return "";
+  const std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M", &local);
+  const std::filesystem::path folder(c.metrics.save_tb_folder);
+  return ((folder.is_absolute() ? folder : c.job.dump_folder / folder) / stamp).string();
 }
 
 void write_job_config_record(const std::string& dir, const JobConfig& config) {

@@ -13,6 +13,11 @@ namespace titan {
 // metrics.save_jsonl: a relative path lies under job.dump_folder; "" for none.
 std::string metrics_jsonl_path(const JobConfig& config);
 
+// metrics.enable_tensorboard's folder for this run, as torchtitan names it:
+// job.dump_folder/metrics.save_tb_folder/<YYYYMMDD-HHMM, local time now> (an absolute
+// save_tb_folder as is); "" when TensorBoard is off.
+std::string tensorboard_run_dir(const JobConfig& config);
+
 // The resolved config as `dir`/job_config.toml (models/hf_export.h's kJobConfigFile), atomically.
 void write_job_config_record(const std::string& dir, const JobConfig& config);
 

@@ -9,6 +9,7 @@
 #include "titan/backend/backend.h"
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
+#include "titan/core/profile.h"
 #include "titan/core/suggest.h"
 #include "titan/data/dataset_chat.h"
 #include "titan/data/dataset_read.h"
@@ -24,6 +25,7 @@
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
 #include "titan/train/preflight.h"
+#include "titan/train/profiling.h"
 #include "titan/train/rank_agreement.h"
 #include "titan/train/run_record.h"
 
@@ -308,15 +310,21 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   const int64_t dp = mesh_->dims().dp(), dp_rank = mesh_->world().rank();
   std::vector<Batch> micro;
   int64_t scored = 0;
-  for (int64_t i = 0; i < accumulation_steps_ * dp; ++i) {
-    std::optional<Batch> b = loader_->next_batch();
-    TITAN_CHECK(b.has_value(), "the training data ran out at step ", step);
-    scored += scored_tokens(*b);
-    if (i / accumulation_steps_ == dp_rank) micro.push_back(std::move(*b));
+  {
+    const ProfileSpan span("data", SpanKind::phase);
+    for (int64_t i = 0; i < accumulation_steps_ * dp; ++i) {
+      std::optional<Batch> b = loader_->next_batch();
+      TITAN_CHECK(b.has_value(), "the training data ran out at step ", step);
+      scored += scored_tokens(*b);
+      if (i / accumulation_steps_ == dp_rank) micro.push_back(std::move(*b));
+    }
   }
   out.data_time_s = now_seconds() - t0;
   TITAN_CHECK(scored > 0, "step ", step, ": the global batch has no scored tokens");
-  parallelism_->zero_gradients();
+  {
+    const ProfileSpan span("zero_grad", SpanKind::phase);
+    parallelism_->zero_gradients();
+  }
   ForwardOptions options;
   options.compute_grad = true;
   options.grad_scale = 1.0f / static_cast<float>(scored);
@@ -326,14 +334,21 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   double sums[2] = {0.0, 0.0};  // the loss over scored tokens, the load-balancing losses
   for (const Batch& b : micro) {
     options.segment_start = b.segment_start.empty() ? nullptr : b.segment_start.data();
-    sums[0] +=
-        model_->forward(b.input_ids.data(), b.labels.data(), b.batch_size, b.seq_len, options)
-            .loss_sum;
-    sums[1] += model_->aux_loss();
+    {
+      const ProfileSpan span("forward", SpanKind::phase);
+      sums[0] +=
+          model_->forward(b.input_ids.data(), b.labels.data(), b.batch_size, b.seq_len, options)
+              .loss_sum;
+      sums[1] += model_->aux_loss();
+    }
+    const ProfileSpan span("backward", SpanKind::phase);
     model_->backward();
   }
-  parallelism_->finish_gradients();
-  mesh_->world().all_reduce_sum(sums, 2);
+  {
+    const ProfileSpan span("reduce_gradients", SpanKind::phase);
+    parallelism_->finish_gradients();
+    mesh_->world().all_reduce_sum(sums, 2);
+  }
   out.loss = sums[0] / static_cast<double>(scored) +
              args_.router_aux_loss_coef * sums[1] / static_cast<double>(micro_batches);
   std::string nonfinite;
@@ -341,6 +356,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     nonfinite = "the loss is not finite (" + std::to_string(out.loss) + ")";
   } else {
     try {
+      const ProfileSpan span("clip_grad_norm", SpanKind::phase);
       out.grad_norm = optimizer_->clip_grad_norm(config_.training.max_norm);
     } catch (const Error& e) {
       nonfinite = e.what();
@@ -356,6 +372,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     out.grad_norm = std::numeric_limits<double>::quiet_NaN();
     return out;  // no update; the gradients are zeroed by the next step
   }
+  const ProfileSpan span("optimizer", SpanKind::phase);
   optimizer_->step(schedule_.at(step));
   return out;
 }
@@ -454,9 +471,10 @@ TrainResult Trainer::run() {
                 kJobConfigFile);
   }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
+  const bool rank0 = mesh_->world().rank() == 0;
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops, t.steps,
-                        mesh_->world().rank() == 0 ? metrics_jsonl_path(config_) : std::string(),
-                        &mesh_->world());
+                        rank0 ? metrics_jsonl_path(config_) : std::string(),
+                        rank0 ? tensorboard_run_dir(config_) : std::string(), &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
       "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
@@ -470,10 +488,17 @@ TrainResult Trainer::run() {
   TrainResult result;
   result.first_step = start_step_ + 1;
   reset_collective_times();  // the steps' collectives only, not start-up's
+  StepProfiler profiler(config_, mesh_->world().rank());
   for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {
+    profiler.begin_step(step);
     const double t0 = now_seconds();
-    const StepOutcome out = train_step(step);
+    StepOutcome out;
+    {
+      const ProfileSpan span("step", SpanKind::phase);
+      out = train_step(step);
+    }
     const double elapsed = now_seconds() - t0;
+    profiler.end_step(step);
     if (step == result.first_step) {
       result.first_loss = out.loss;
       set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
