@@ -17,7 +17,7 @@
 #  refused:  a bad async_mode is one line naming key and value, non-zero exit.
 # usage: train_async_checkpoint.sh TITAN [equal|kill|fsdp|refused]
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 part="${2:-all}"
 case "$part" in equal|kill|fsdp|refused|all) ;; *) echo "unknown part '$part'"; exit 2 ;; esac
 in_part() { [ "$part" = all ] || [ "$part" = "$1" ]; }
@@ -70,7 +70,7 @@ if in_part equal; then
     same_checkpoint sync/checkpoint/step-$step async/checkpoint/step-$step
     grep -q "^checkpoint $work/run/checkpoint/step-$step: state staged in [0-9.]* s, writing in the background" async.log \
       || fail "no staging line for step-$step" async.log
-    grep -qE "^checkpoint saved: $work/run/checkpoint/step-$step \([0-9.]+ [kMG]?B, [0-9.]+ s in the background since step $step" async.log \
+    grep -qE "^checkpoint saved: $work/run/checkpoint/step-$step \([0-9.]+ [KMG]?i?B, [0-9.]+ s in the background since step $step" async.log \
       || fail "no saved line for step-$step" async.log
   done
   [ "$(ls -A async/checkpoint | tr '\n' ' ')" = "step-2 step-4 step-6 " ] || fail "leftovers: $(ls -A async/checkpoint)"

@@ -47,11 +47,9 @@ void AsyncCheckpointer::stage(const std::vector<ParamGroup>& groups, bool model_
   for (size_t g = 0; g < groups.size(); ++g) {
     const ParamGroup& group = groups[g];
     const auto numel = static_cast<size_t>(group.numel());
-    const size_t buffers = model_only ? 1 : 3;
-    // Kept from the save before when it is large enough (a model-only last save needs a third).
-    if (staging_[g].bytes() < buffers * numel * sizeof(float)) {
-      staging_[g] = Buffer(3 * numel * sizeof(float), MemCategory::other);
-    }
+    const size_t bytes = (model_only ? 1 : 3) * numel * sizeof(float);
+    // Kept from the save before, which was at least as large (only the last save is model-only).
+    if (staging_[g].bytes() < bytes) staging_[g] = Buffer(bytes, MemCategory::other);
     float* base = staging_[g].as<float>();
     CheckpointGroup staged{&group.views(), base, nullptr, nullptr};
     std::memcpy(staged.params, group.params(), numel * sizeof(float));

@@ -28,7 +28,7 @@ namespace {
 using GroupBuffer = float* (ParamGroup::*)() const;
 struct BufferSource {
   GroupBuffer buffer;
-  float* CheckpointGroup::* saved;
+  float* CheckpointGroup::*saved;
   std::string prefix;  // tensor name = prefix + parameter name
 };
 

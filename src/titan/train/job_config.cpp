@@ -498,10 +498,10 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
          "training.dataset is not \"chat\" (documents are packed, never refused for length)");
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");
-  unused({"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
-          "checkpoint.last_save_model_only", "checkpoint.allow_fresh_start",
-          "checkpoint.async_mode"},
-         !c.checkpoint.enable, "checkpoint.enable is false");
+  unused(
+      {"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
+       "checkpoint.last_save_model_only", "checkpoint.allow_fresh_start", "checkpoint.async_mode"},
+      !c.checkpoint.enable, "checkpoint.enable is false");
   unused({"checkpoint.initial_load_model_only", "checkpoint.initial_load_in_hf"},
          c.checkpoint.initial_load_path.empty(), "checkpoint.initial_load_path is not set");
   unused({"checkpoint.export_dtype"}, !c.checkpoint.last_save_in_hf,
