@@ -27,10 +27,11 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 
 fail() { echo "$1"; [ -z "${2:-}" ] || cat "$2"; exit 1; }
-common=(--training.steps=6 --lr_scheduler.warmup_steps=2 --training.seq_len=64
-        --training.local_batch_size=2 --metrics.log_freq=1 --checkpoint.enable=true
-        --checkpoint.interval=2 --checkpoint.keep_latest_k=0 --checkpoint.last_save_in_hf=false
-        --job.dump_folder="$work/run" --metrics.save_jsonl=metrics.jsonl --threads 2)
+base=(--training.steps=6 --lr_scheduler.warmup_steps=2 --training.seq_len=64
+      --training.local_batch_size=2 --metrics.log_freq=1 --checkpoint.enable=true
+      --checkpoint.interval=2 --checkpoint.keep_latest_k=0 --checkpoint.last_save_in_hf=false
+      --job.dump_folder="$work/run" --metrics.save_jsonl=metrics.jsonl)
+common=("${base[@]}" --threads 2)
 # Losses and grad norms of the steps from $2 on, every digit the JSON holds.
 losses() { python3 -c 'import json,sys
 for line in open(sys.argv[1]):
@@ -128,8 +129,9 @@ if in_part kill; then
   # A background write that fails: its temporary folder removed while it waits.
   TITAN_TEST_CHECKPOINT_WRITE_DELAY_MS=3000 "$titan" train "${common[@]}" --checkpoint.async_mode=async > broken.log 2> broken.err &
   pid=$!
+  # Once its tensor files are there the write waits 3 s; the folder goes, the record files fail.
   for _ in $(seq 600); do
-    grep -q "step-2: state staged" broken.log && break
+    [ -f run/checkpoint/.step-2.tmp/optimizer.safetensors ] && break
     kill -0 "$pid" 2> /dev/null || break
     sleep 0.1
   done
@@ -143,10 +145,10 @@ if in_part kill; then
 fi
 
 if in_part fsdp; then
-  fsdp=(--training.global_batch_size=4 --training.local_batch_size=1 --threads 1)
-  "$titan" launch --nproc 2 train "${common[@]}" "${fsdp[@]}" > fsdp-sync.log 2>&1 || fail "FSDP 2 (sync) failed" fsdp-sync.log
+  fsdp=(--training.global_batch_size=4 --training.local_batch_size=1 --threads 1)  # each rank
+  "$titan" launch --nproc 2 train "${base[@]}" "${fsdp[@]}" > fsdp-sync.log 2>&1 || fail "FSDP 2 (sync) failed" fsdp-sync.log
   mv run sync
-  "$titan" launch --nproc 2 train "${common[@]}" "${fsdp[@]}" --checkpoint.async_mode=async > fsdp-async.log 2>&1 \
+  "$titan" launch --nproc 2 train "${base[@]}" "${fsdp[@]}" --checkpoint.async_mode=async > fsdp-async.log 2>&1 \
     || fail "FSDP 2 (async) failed" fsdp-async.log
   [ -f run/checkpoint/step-4/model.shard-1-of-2.safetensors ] || fail "no shard of rank 1" fsdp-async.log
   diff <(losses sync/metrics.jsonl 1) <(losses run/metrics.jsonl 1) || fail "FSDP 2 async losses differ"
@@ -154,7 +156,7 @@ if in_part fsdp; then
   mv run full
   cp -r full run
   rm -rf run/checkpoint/step-4 run/checkpoint/step-6 run/metrics.jsonl
-  "$titan" launch --nproc 2 train "${common[@]}" "${fsdp[@]}" --checkpoint.async_mode=async > fsdp-resumed.log 2>&1 \
+  "$titan" launch --nproc 2 train "${base[@]}" "${fsdp[@]}" --checkpoint.async_mode=async > fsdp-resumed.log 2>&1 \
     || fail "FSDP 2 (async) resume failed" fsdp-resumed.log
   grep -q "resumed step 2 from" fsdp-resumed.log || fail "FSDP 2 did not resume from step 2" fsdp-resumed.log
   diff <(losses full/metrics.jsonl 3) <(losses run/metrics.jsonl 3) || fail "FSDP 2 resumed losses differ"

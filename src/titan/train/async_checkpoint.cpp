@@ -77,6 +77,7 @@ void AsyncCheckpointer::start(Save save, const std::vector<ParamGroup>& groups) 
   write_error_.clear();
   commit_error_.clear();
   abandon_ = false;
+  all_written_ = false;
   pending_ = true;
   thread_ = std::thread([this] { write_in_background(); });
 }
@@ -121,12 +122,18 @@ bool AsyncCheckpointer::wait_for_shards() const {
   const std::vector<std::string> names =
       checkpoint_shard_files(save_.cut.count, save_.state.model_only);
   for (;;) {
-    bool all = true;
+    const bool last_look = all_written_;  // read before looking: then a missing file stays missing
+    std::string missing;
     for (const std::string& name : names) {
       std::error_code ec;
-      all = all && std::filesystem::is_regular_file(temp_dir_ + "/" + name, ec);
+      if (missing.empty() && !std::filesystem::is_regular_file(temp_dir_ + "/" + name, ec)) {
+        missing = name;
+      }
     }
-    if (all) return true;
+    if (missing.empty()) return true;
+    TITAN_CHECK(!last_look, temp_dir_, "/", missing,
+                " is missing although every rank has written its shard (removed during the "
+                "save?)");
     if (abandon_) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -158,7 +165,8 @@ void AsyncCheckpointer::finish() {
     world_.barrier();
     fail(name, ": another rank's background write failed");
   }
-  thread_.join();  // rank 0: every shard is written, so its commit ends
+  all_written_ = true;  // rank 0's commit needs no more waiting: its files are there or lost
+  thread_.join();
   pending_ = false;
   TITAN_CHECK(commit_error_.empty(), name, ": the commit failed: ", commit_error_);
   world_.barrier();  // as after a synchronous save: no rank runs ahead of the commit

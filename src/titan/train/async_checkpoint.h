@@ -77,7 +77,8 @@ class AsyncCheckpointer {
   void stage(const std::vector<ParamGroup>& groups, bool model_only);
   void write_in_background();
   // Rank 0: true once every writer's shard files are in the temporary folder; false when
-  // abandoned first.
+  // abandoned first; titan::Error when one is still missing after finish() learnt that every
+  // rank has written.
   bool wait_for_shards() const;
   void abandon_and_join();
 
@@ -95,6 +96,7 @@ class AsyncCheckpointer {
   std::string write_error_;   // set before written_
   std::string commit_error_;  // rank 0; read after join
   std::atomic<bool> abandon_{false};
+  std::atomic<bool> all_written_{false};  // finish(): every rank's write succeeded
 };
 
 }  // namespace titan
