@@ -5,15 +5,16 @@
 # --steps steps saving every --interval, once synchronously and once asynchronously, one after the
 # other in the same run.
 #
-#   bench/async_checkpoint.sh [--steps 6] [--interval 3] [--threads 2] [--batch 4] [--seq 512]
+#   bench/async_checkpoint.sh [--steps 7] [--interval 3] [--threads 2] [--batch 4] [--seq 512]
 #
 # Every stdout line of the trainer is time-stamped as it arrives (the step and checkpoint lines are
 # flushed when printed). The time from step N's line to step N+1's is step N+1's compute plus
 # whatever ran between them: the save of step N when N is a save step. Printed per run: a normal
-# step (the mean of the intervals after warm-up that hold no save), the save step's interval and
-# its excess over a normal step, the stall the trainer reports for the save (sync: the whole write;
-# async: the staging copy, after waiting for the save before), and the steps that ran while the
-# background write did (they share the cores with it). The model folder (config.json and the
+# step (the mean of the intervals after warm-up and before the first save), and for every full
+# save (the first allocates the staging copy, later ones reuse it) its step's interval and excess
+# over a normal step, the stall the trainer reports (sync: the whole write; async: the staging
+# copy, after waiting for the save before), the step after it (it shares the cores with the
+# background write) and the save's line. The model folder (config.json and the
 # built-in debug tokenizer, whose 2048 ids cost the same as any in the 151,936-row embedding) is
 # made in a temporary folder; the logs stay in $TITAN_BENCH_LOGS (default: a temporary folder).
 set -euo pipefail
@@ -24,7 +25,7 @@ die() {
   exit 1
 }
 
-steps=6 interval=3 threads=2 batch=4 seq=512
+steps=7 interval=3 threads=2 batch=4 seq=512
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
@@ -77,23 +78,25 @@ for mode in disabled async; do
 done
 echo "$me: load after: $(uptime | sed 's/.*load average: //')"
 
-# report MODE: the intervals between the step lines, the save's stall and the background write.
+# report MODE: per full save (every --interval steps before the last), the interval from its step
+# line to the next against a normal step, the stall the trainer reports, and the save's line.
 report() {
   awk -v mode="$1" -v interval="$interval" -v steps="$steps" '
     $2 == "step" { split($3, s, "/"); at[s[1] + 0] = $1 }
-    $2 == "checkpoint" && $3 == "saved:" && $4 ~ ("step-" interval "$") { saved = $0 }
-    $2 == "checkpoint" && $4 == "state" && $3 ~ ("step-" interval ":$") { stall = $7 }
+    $2 == "checkpoint" && $3 == "saved:" { n = split($4, p, "step-"); saved[p[n] + 0] = $0 }
+    $2 == "checkpoint" && $4 == "state" { n = split($3, p, "step-"); stall[p[n] + 0] = $7 }
     END {
       n = 0; sum = 0
       for (k = 2; k < interval; ++k) { sum += at[k + 1] - at[k]; n += 1 }
       normal = sum / n
-      save = at[interval + 1] - at[interval]
-      printf "%-8s normal step %.3f s | save step %d: %.3f s (+%.3f s)", mode, normal, interval, save, save - normal
-      if (stall != "") printf " | staging stall %s s", stall
-      after = ""
-      for (k = interval + 1; k < steps && k < interval + 4; ++k) after = after sprintf(" %.3f", at[k + 1] - at[k])
-      printf " | steps after:%s s\n", after
-      sub(/^[0-9.]+ /, "", saved); printf "         %s\n", saved
+      printf "%-8s normal step %.3f s (steps 3-%d)\n", mode, normal, interval
+      for (k = interval; k < steps; k += interval) {
+        save = at[k + 1] - at[k]
+        printf "         save step %d: %.3f s (+%.3f s)", k, save, save - normal
+        if (k in stall) printf ", staging stall %s s", stall[k]
+        if (k + 2 <= steps) printf ", the step after: %.3f s", at[k + 2] - at[k + 1]
+        line = saved[k]; sub(/^[0-9.]+ /, "", line); printf "\n           %s\n", line
+      }
     }' "$logs/$1.log"
 }
 report disabled
