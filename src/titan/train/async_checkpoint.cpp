@@ -41,6 +41,15 @@ AsyncCheckpointer::~AsyncCheckpointer() {
   }
 }
 
+void AsyncCheckpointer::prepare(const std::vector<ParamGroup>& groups) {
+  staging_.clear();
+  for (const ParamGroup& group : groups) {
+    staging_.emplace_back(3 * static_cast<size_t>(group.numel()) * sizeof(float),
+                          MemCategory::other);
+    staging_.back().zero();
+  }
+}
+
 void AsyncCheckpointer::stage(const std::vector<ParamGroup>& groups, bool model_only) {
   staging_.resize(groups.size());
   staged_.clear();
@@ -48,7 +57,7 @@ void AsyncCheckpointer::stage(const std::vector<ParamGroup>& groups, bool model_
     const ParamGroup& group = groups[g];
     const auto numel = static_cast<size_t>(group.numel());
     const size_t bytes = (model_only ? 1 : 3) * numel * sizeof(float);
-    // Kept from the save before, which was at least as large (only the last save is model-only).
+    // Made by prepare(); kept from one save to the next.
     if (staging_[g].bytes() < bytes) staging_[g] = Buffer(bytes, MemCategory::other);
     float* base = staging_[g].as<float>();
     CheckpointGroup staged{&group.views(), base, nullptr, nullptr};

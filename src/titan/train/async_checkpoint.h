@@ -65,6 +65,10 @@ class AsyncCheckpointer {
   AsyncCheckpointer(const AsyncCheckpointer&) = delete;
   AsyncCheckpointer& operator=(const AsyncCheckpointer&) = delete;
 
+  // At start-up, on a rank that writes a shard: allocates the staging copy for `groups` and
+  // touches every page, so that no save step pays for faulting it in (seconds for a GiB on a
+  // loaded machine; the first save would otherwise).
+  void prepare(const std::vector<ParamGroup>& groups);
   // Every rank, on the training thread, with no save pending (finish() first): begins the save of
   // `groups` (this rank's state, `save.cut` of the model) and returns once they are staged.
   void start(Save save, const std::vector<ParamGroup>& groups);

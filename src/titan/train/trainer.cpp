@@ -219,7 +219,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     async_checkpoints_ = std::make_unique<AsyncCheckpointer>(mesh_->world());
     std::printf(
         "checkpoint.async_mode = \"%s\": each save stages the state in host memory (one copy, "
-        "kept for every save) and writes it on a background thread while training goes on%s\n",
+        "made now and reused by every save) and writes it on a background thread while training "
+        "goes on%s\n",
         config_.checkpoint.async_mode.c_str(),
         config_.checkpoint.async_mode == "async_with_pinned_mem"
             ? "; the same as \"async\" here: pinned memory only speeds device-to-host copies, "
@@ -230,6 +231,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   parallelism_->initialize(args_, seed);
   if (lora_) lora_->initialize(seed);
   restore();
+  if (async_checkpoints_ && parallelism_->writes_checkpoint()) {
+    async_checkpoints_->prepare(state_groups());
+  }
 }
 
 Trainer::~Trainer() = default;
