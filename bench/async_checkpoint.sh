@@ -89,7 +89,7 @@ report() {
       n = 0; sum = 0
       for (k = 2; k < interval; ++k) { sum += at[k + 1] - at[k]; n += 1 }
       normal = sum / n
-      printf "%-8s normal step %.3f s (steps 3-%d)\n", mode, normal, interval
+      printf "%-8s normal step %.3f s (the mean of steps 3 to %d)\n", mode, normal, interval
       for (k = interval; k < steps; k += interval) {
         save = at[k + 1] - at[k]
         printf "         save step %d: %.3f s (+%.3f s)", k, save, save - normal
