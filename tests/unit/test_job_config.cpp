@@ -171,6 +171,8 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
   warns({"--validation.dataset=c4", "--validation.enable=true"}, "validation.dataset",
         "validation.dataset_path");
   warns({"--checkpoint.keep_latest_k=2"}, "checkpoint.keep_latest_k", "checkpoint.enable");
+  warns({"--checkpoint.async_mode=async"}, "checkpoint.async_mode", "checkpoint.enable");
+  EXPECT_TRUE(unused_after({"--checkpoint.async_mode=async", "--checkpoint.enable=true"}).empty());
   warns({"--checkpoint.initial_load_in_hf=true"}, "checkpoint.initial_load_in_hf",
         "initial_load_path is not set");
   warns({"--checkpoint.export_dtype=bfloat16", "--checkpoint.last_save_in_hf=false"},

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include <cstring>
@@ -22,20 +23,25 @@ namespace titan {
 namespace fs = std::filesystem;
 namespace {
 
+// One flat buffer of the state a checkpoint holds: where a load puts it (a group's own buffer)
+// and where a save reads it (CheckpointGroup), and its tensors' name prefix.
 using GroupBuffer = float* (ParamGroup::*)() const;
 struct BufferSource {
   GroupBuffer buffer;
+  float* CheckpointGroup::*saved;
   std::string prefix;  // tensor name = prefix + parameter name
 };
 
 const std::vector<BufferSource>& model_sources() {
-  static const std::vector<BufferSource> sources = {{&ParamGroup::params, ""}};
+  static const std::vector<BufferSource> sources = {
+      {&ParamGroup::params, &CheckpointGroup::params, ""}};
   return sources;
 }
 
 const std::vector<BufferSource>& optimizer_sources() {
-  static const std::vector<BufferSource> sources = {{&ParamGroup::exp_avg, "exp_avg."},
-                                                    {&ParamGroup::exp_avg_sq, "exp_avg_sq."}};
+  static const std::vector<BufferSource> sources = {
+      {&ParamGroup::exp_avg, &CheckpointGroup::exp_avg, "exp_avg."},
+      {&ParamGroup::exp_avg_sq, &CheckpointGroup::exp_avg_sq, "exp_avg_sq."}};
   return sources;
 }
 
@@ -72,22 +78,28 @@ void check_tensors(const SafetensorsFile& file, const std::vector<ParamSpec>& pa
               " tensors, expected ", expected, " (a checkpoint of another model?)");
 }
 
+int64_t views_bytes(const std::vector<ParamView>& views) {
+  int64_t bytes = 0;
+  for (const ParamView& v : views) bytes += v.numel * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
 int64_t buffer_bytes(const std::vector<ParamGroup>& groups, size_t buffers) {
   int64_t bytes = 0;
-  for (const ParamGroup& g : groups) {
-    for (const ParamView& v : g.views()) bytes += v.numel * static_cast<int64_t>(sizeof(float));
-  }
+  for (const ParamGroup& g : groups) bytes += views_bytes(g.views());
   return bytes * static_cast<int64_t>(buffers);
 }
 
-std::vector<SafetensorsTensor> views_of(const std::vector<ParamGroup>& groups,
+std::vector<SafetensorsTensor> views_of(const std::vector<CheckpointGroup>& groups,
                                         const std::vector<BufferSource>& sources) {
   std::vector<SafetensorsTensor> tensors;
   for (const BufferSource& src : sources) {
-    for (const ParamGroup& g : groups) {
-      for (const ParamView& v : g.views()) {
-        tensors.push_back({src.prefix + v.spec.name,
-                           Tensor::view((g.*src.buffer)() + v.offset, v.spec.shape, DType::f32)});
+    for (const CheckpointGroup& g : groups) {
+      float* buffer = g.*src.saved;
+      TITAN_CHECK(buffer != nullptr, "checkpoint: no ", src.prefix, " buffer to save");
+      for (const ParamView& v : *g.views) {
+        tensors.push_back(
+            {src.prefix + v.spec.name, Tensor::view(buffer + v.offset, v.spec.shape, DType::f32)});
       }
     }
   }
@@ -275,17 +287,40 @@ std::string begin_training_checkpoint(const std::string& folder, int64_t step) {
   return temp_dir;
 }
 
+std::vector<CheckpointGroup> checkpoint_groups(const std::vector<ParamGroup>& groups) {
+  std::vector<CheckpointGroup> out;
+  for (const ParamGroup& g : groups) {
+    out.push_back({&g.views(), g.params(), g.exp_avg(), g.exp_avg_sq()});
+  }
+  return out;
+}
+
+std::vector<std::string> checkpoint_shard_files(int64_t shards, bool model_only) {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < shards; ++i) {
+    names.push_back(shard_file_name("model", i, shards));
+    if (!model_only) names.push_back(shard_file_name("optimizer", i, shards));
+  }
+  return names;
+}
+
 void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
-                            const std::vector<ParamGroup>& groups, Shard shard, bool model_only) {
+                            const std::vector<CheckpointGroup>& groups, Shard shard,
+                            bool model_only, bool show_progress) {
   TITAN_CHECK(specs.size() == groups.size(), "checkpoint: ", groups.size(),
               " parameter groups for a model of ", specs.size());
   TITAN_CHECK(shard.dim == 0, "checkpoint: shards cut along dimension ", shard.dim,
               " are not written (only FSDP's dimension 0)");
-  Progress progress("saving " + temp_dir,
-                    buffer_bytes(groups, model_only ? 1 : 1 + optimizer_sources().size()),
-                    ProgressUnit::bytes);
+  int64_t bytes = 0;
+  for (const CheckpointGroup& g : groups) bytes += views_bytes(*g.views);
+  std::optional<Progress> progress;
+  if (show_progress) {
+    progress.emplace("saving " + temp_dir,
+                     bytes * static_cast<int64_t>(model_only ? 1 : 1 + optimizer_sources().size()),
+                     ProgressUnit::bytes);
+  }
   SafetensorsWriteOptions options;
-  options.progress = &progress;
+  options.progress = progress ? &*progress : nullptr;
   write_safetensors_file(temp_dir + "/" + shard_file_name("model", shard.index, shard.count),
                          views_of(groups, model_sources()), options);
   if (!model_only) {

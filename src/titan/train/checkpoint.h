@@ -49,6 +49,19 @@ struct TrainerState {
 
 enum class CheckpointContent { model_only, full };
 
+// One parameter group as a checkpoint writes it: its views and its flat buffers (numel floats
+// each) -- the parameters and AdamW's moments (null in a model-only save) -- the group's own
+// (checkpoint_groups), or an asynchronous save's staged copy of them (train/async_checkpoint.h).
+struct CheckpointGroup {
+  const std::vector<ParamView>* views = nullptr;
+  float* params = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+};
+
+// `groups`' own buffers, for a save that writes from them directly.
+std::vector<CheckpointGroup> checkpoint_groups(const std::vector<ParamGroup>& groups);
+
 // A folder a training checkpoint was committed as (not a link; trainer_state.json in it): the
 // only kind a save replaces or prunes, and what the commands read as a step-N checkpoint.
 bool is_training_checkpoint(const std::string& dir);
@@ -68,8 +81,13 @@ std::string training_checkpoint_dir(const std::string& folder, int64_t step);
 // whole model's; `groups` hold `shard` of it.
 std::string begin_training_checkpoint(const std::string& folder, int64_t step);
 std::string training_checkpoint_temp_dir(const std::string& folder, int64_t step);
+// `show_progress`: the saving status line (core/progress.h), off for a background write.
 void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
-                            const std::vector<ParamGroup>& groups, Shard shard, bool model_only);
+                            const std::vector<CheckpointGroup>& groups, Shard shard,
+                            bool model_only, bool show_progress);
+// The names of the tensor files the writers of a checkpoint of `shards` shards put in its folder:
+// what must all be there before it is committed.
+std::vector<std::string> checkpoint_shard_files(int64_t shards, bool model_only);
 void commit_training_checkpoint(const std::string& folder, const std::string& temp_dir,
                                 const std::vector<ParamGroupSpec>& specs, int64_t shards,
                                 const TrainerState& state, int64_t keep_latest_k);

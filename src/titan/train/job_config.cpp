@@ -84,6 +84,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"checkpoint", "load_step", &c.checkpoint.load_step},
       {"checkpoint", "allow_fresh_start", &c.checkpoint.allow_fresh_start},
       {"checkpoint", "allow_nonfinite_weights", &c.checkpoint.allow_nonfinite_weights},
+      {"checkpoint", "async_mode", &c.checkpoint.async_mode},
       {"comm", "init_timeout_seconds", &c.comm.init_timeout_seconds},
       {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
       {"comm", "heartbeat_timeout_seconds", &c.comm.heartbeat_timeout_seconds},
@@ -439,6 +440,8 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(c.checkpoint.keep_latest_k >= 0, "checkpoint.keep_latest_k must not be negative");
   check_one_of(c.checkpoint.export_dtype, {"float32", "bfloat16", "float16"},
                "checkpoint.export_dtype");
+  check_one_of(c.checkpoint.async_mode, {"disabled", "async", "async_with_pinned_mem"},
+               "checkpoint.async_mode");
   if (c.validation.enable) {
     positive(c.validation.freq, "validation.freq");
     positive(c.validation.steps, "validation.steps");
@@ -513,9 +516,10 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
          !c.profiling.enable_profiling, "profiling.enable_profiling is false");
   unused({"validation.dataset"}, true,
          "validation reads validation.dataset_path (any format), the name is not used");
-  unused({"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
-          "checkpoint.last_save_model_only", "checkpoint.allow_fresh_start"},
-         !c.checkpoint.enable, "checkpoint.enable is false");
+  unused(
+      {"checkpoint.folder", "checkpoint.interval", "checkpoint.keep_latest_k",
+       "checkpoint.last_save_model_only", "checkpoint.allow_fresh_start", "checkpoint.async_mode"},
+      !c.checkpoint.enable, "checkpoint.enable is false");
   unused({"checkpoint.initial_load_model_only", "checkpoint.initial_load_in_hf"},
          c.checkpoint.initial_load_path.empty(), "checkpoint.initial_load_path is not set");
   unused({"checkpoint.export_dtype"}, !c.checkpoint.last_save_in_hf,

@@ -98,6 +98,10 @@ struct JobConfig {
     // Initial weights and checkpoints holding NaN or Inf are refused at load unless this is set
     // (for debugging such weights).
     bool allow_nonfinite_weights = false;
+    // disabled | async | async_with_pinned_mem: a save stages the state in host memory and writes
+    // it on a background thread (train/async_checkpoint.h); the two async values are the same
+    // here (pinned memory is for device-to-host copies).
+    std::string async_mode = "disabled";
   } checkpoint;
   // torchtitan's [comm]: how long a collective may wait before the job is ended (a rank that
   // hangs without dying): the first step and everything before it, then every later step.

@@ -38,8 +38,6 @@ const InertKeys kInert[] = {
       "quantize.grouped_mm.mx.fqns", "model.converters", "model.print_after_conversion"},
      "no float8 or MX training here: matmuls compute in fp32 or bf16 "
      "(training.mixed_precision_param)"},
-    {{"checkpoint.async_mode"},
-     "checkpoints are written synchronously (asynchronous saves are not implemented yet)"},
     {{"checkpoint.enable_ft_dataloader_checkpoints", "checkpoint.exclude_from_loading",
       "checkpoint.enable_first_step_checkpoint", "checkpoint.create_seed_checkpoint",
       "checkpoint.load_only", "checkpoint.initial_load_in_hf_quantized"},

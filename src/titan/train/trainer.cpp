@@ -221,10 +221,25 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                 t.local_batch_size, " rows of ", t.seq_len,
                 " tokens (training.local_batch_size x training.seq_len): empty or too short");
   }
+  if (config_.checkpoint.enable && config_.checkpoint.async_mode != "disabled") {
+    async_checkpoints_ = std::make_unique<AsyncCheckpointer>(mesh_->world());
+    std::printf(
+        "checkpoint.async_mode = \"%s\": each save stages the state in host memory (one copy, "
+        "made now and reused by every save) and writes it on a background thread while training "
+        "goes on%s\n",
+        config_.checkpoint.async_mode.c_str(),
+        config_.checkpoint.async_mode == "async_with_pinned_mem"
+            ? "; the same as \"async\" here: pinned memory only speeds device-to-host copies, "
+              "and the staging copy is reused across saves in both modes"
+            : "");
+  }
   const auto seed = static_cast<uint64_t>(t.seed);
   parallelism_->initialize(args_, seed);
   if (lora_) lora_->initialize(seed);
   restore();
+  if (async_checkpoints_ && parallelism_->writes_checkpoint()) {
+    async_checkpoints_->prepare(state_groups());
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -403,12 +418,39 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   const std::string folder = checkpoint_folder();
   const std::vector<ParamGroupSpec> specs = state_specs();
   Communicator& world = mesh_->world();
+  if (async_checkpoints_) {
+    // The save before is written and committed first; this one is staged, then written in the
+    // background while the next steps run.
+    const double t0 = now_seconds();
+    async_checkpoints_->finish();
+    AsyncCheckpointer::Save save;
+    save.folder = folder;
+    save.specs = specs;
+    save.cut = state_cut();
+    save.writes_shard = parallelism_->writes_checkpoint();
+    save.state = std::move(state);
+    save.keep_latest_k = config_.checkpoint.keep_latest_k;
+    save.write_record = [this](const std::string& temp_dir) {
+      write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
+    };
+    async_checkpoints_->start(std::move(save), state_groups());
+    if (world.rank() == 0) {
+      std::printf("checkpoint %s: state staged in %.3f s, writing in the background%s\n",
+                  training_checkpoint_dir(folder, step).c_str(), now_seconds() - t0,
+                  model_only ? " (model weights only)" : "");
+      std::fflush(stdout);
+    }
+    set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
+    return;
+  }
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
   const double t0 = now_seconds();
-  if (parallelism_->writes_checkpoint())
-    write_checkpoint_shard(temp_dir, specs, state_groups(), state_cut(), model_only);
+  if (parallelism_->writes_checkpoint()) {
+    write_checkpoint_shard(temp_dir, specs, checkpoint_groups(state_groups()), state_cut(),
+                           model_only, /*show_progress=*/true);
+  }
   world.barrier();
   if (world.rank() == 0) {
     write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
@@ -420,6 +462,13 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
     std::fflush(stdout);
   }
   world.barrier();
+  set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
+}
+
+void Trainer::finish_async_checkpoint() {
+  if (!async_checkpoints_) return;
+  set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
+  async_checkpoints_->finish();
   set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
 }
 
@@ -519,6 +568,7 @@ TrainResult Trainer::run() {
       save_checkpoint(step, step == t.steps && config_.checkpoint.last_save_model_only);
     }
   }
+  finish_async_checkpoint();
   metrics.print_summary();
   if (const int64_t cut = loader_->state().truncated; cut > 0) {
     std::printf(

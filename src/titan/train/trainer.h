@@ -12,6 +12,7 @@
 #include "titan/distributed/mesh.h"
 #include "titan/io/folder_lock.h"
 #include "titan/models/causal_lm.h"
+#include "titan/train/async_checkpoint.h"
 #include "titan/train/evaluate.h"
 #include "titan/train/job_config.h"
 #include "titan/train/lr_schedule.h"
@@ -45,8 +46,12 @@ class Trainer {
   };
   StepOutcome train_step(int64_t step);
   EvalResult validate();
-  // model_only: parameters only (checkpoint.last_save_model_only, for the last step).
+  // model_only: parameters only (checkpoint.last_save_model_only, for the last step). With
+  // checkpoint.async_mode, staged and written in the background (train/async_checkpoint.h).
   void save_checkpoint(int64_t step, bool model_only);
+  // The asynchronous save started last, written and committed on every rank (nothing without
+  // one pending): at the end of training.
+  void finish_async_checkpoint();
   // The trained model as a Hugging Face folder (checkpoint.last_save_in_hf; whole parameters).
   void export_model();
   void restore();
@@ -73,6 +78,9 @@ class Trainer {
   std::unique_ptr<Parallelism> parallelism_;
   std::unique_ptr<AdamWOptimizer> optimizer_;  // over parallelism_'s state groups
   std::unique_ptr<DataLoader> loader_;
+  // With checkpoint.async_mode "async" or "async_with_pinned_mem"; declared after what its
+  // background write reads (config_, args_), so destroyed (joined) before them.
+  std::unique_ptr<AsyncCheckpointer> async_checkpoints_;
   LoaderOptions loader_options_;
   std::vector<std::string> validation_paths_;
   LrSchedule schedule_;
