@@ -3,12 +3,13 @@
 // in-memory copy the I/O benchmarks report their rates against.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <vector>
+
+#include "titan/core/clock.h"
 
 namespace titan::bench {
 
@@ -21,10 +22,8 @@ inline int run_main(const char* name, int (*run)(int, char**), int argc, char** 
   }
 }
 
-// Seconds on the steady clock from an arbitrary origin: a difference of two times a run.
-inline double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+// The clock the engine times with (core/clock.h).
+using ::titan::now_seconds;
 
 // Seconds one thread takes to copy `bytes` from one buffer to another, both touched before.
 inline double memcpy_seconds(size_t bytes) {

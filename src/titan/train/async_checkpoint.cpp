@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "titan/backend/backend.h"
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
 #include "titan/train/run_record.h"
@@ -44,7 +45,7 @@ AsyncCheckpointer::~AsyncCheckpointer() {
 void AsyncCheckpointer::prepare(const std::vector<ParamGroup>& groups) {
   staging_.clear();
   for (const ParamGroup& group : groups) {
-    staging_.emplace_back(3 * static_cast<size_t>(group.numel()) * sizeof(float),
+    staging_.emplace_back(host_memory(), 3 * static_cast<size_t>(group.numel()) * sizeof(float),
                           MemCategory::other);
     staging_.back().zero();
   }
@@ -57,16 +58,17 @@ void AsyncCheckpointer::stage(const std::vector<ParamGroup>& groups, bool model_
     const ParamGroup& group = groups[g];
     const auto numel = static_cast<size_t>(group.numel());
     const size_t bytes = (model_only ? 1 : 3) * numel * sizeof(float);
-    // Made by prepare(); kept from one save to the next.
-    if (staging_[g].bytes() < bytes) staging_[g] = Buffer(bytes, MemCategory::other);
+    // Made by prepare(); kept from one save to the next. Host memory: the writer reads it.
+    if (staging_[g].bytes() < bytes) staging_[g] = Buffer(host_memory(), bytes, MemCategory::other);
     float* base = staging_[g].as<float>();
     CheckpointGroup staged{&group.views(), base, nullptr, nullptr};
-    std::memcpy(staged.params, group.params(), numel * sizeof(float));
+    Backend& device = backend();  // the groups' memory is the backend's
+    device.copy_to_host(staged.params, group.params(), numel * sizeof(float));
     if (!model_only) {
       staged.exp_avg = base + numel;
       staged.exp_avg_sq = base + 2 * numel;
-      std::memcpy(staged.exp_avg, group.exp_avg(), numel * sizeof(float));
-      std::memcpy(staged.exp_avg_sq, group.exp_avg_sq(), numel * sizeof(float));
+      device.copy_to_host(staged.exp_avg, group.exp_avg(), numel * sizeof(float));
+      device.copy_to_host(staged.exp_avg_sq, group.exp_avg_sq(), numel * sizeof(float));
     }
     staged_.push_back(staged);
   }
