@@ -105,7 +105,7 @@ struct Case {
   ModelArgs args;
   int64_t dp_replicate = 1, dp_shard = 1;
   DType dtype = DType::f32;
-  ActivationCheckpointing checkpointing;
+  ActivationCheckpointing checkpointing = {};
   int64_t micro_batches = 2;
   std::string reshard_after_forward = "default";
   LoraOptions lora = {};  // rank 0: full fine-tuning
