@@ -6,7 +6,8 @@
 #     weights after the two AdamW updates (which any gradient's last bit would change) equal none's
 #     byte for byte;
 #  2. the activations' peak the run reports (memory_peak_by_category_gib, exact in bytes) is what
-#     `titan plan --json` predicts for the same flags, and lies strictly between full's and none's.
+#     `titan plan --json` predicts for the same flags, and it and the run's step peak lie strictly
+#     between full's and none's.
 # usage: train_selective_ac.sh TITAN
 set -euo pipefail
 titan="$1"
@@ -47,8 +48,10 @@ for name in names:
     assert measured == predicted, f"{name}: activations {measured} B, plan {predicted} B"
     activations[name] = predicted
 none, full = activations[names[0]], activations[names[1]]
+peak = {name: steps(name)[-1]["memory_peak_gib"] for name in names}
 for name in names[2:]:
     assert full < activations[name] < none, f"{name}: {activations[name]} B not in ({full}, {none})"
+    assert peak[names[1]] < peak[name] < peak[names[0]], f"{name}: step peak {peak}"
 print(case, {n.removeprefix(case + "-"): a for n, a in activations.items()})
 PY
     for mode in full selective-op selective-2; do
