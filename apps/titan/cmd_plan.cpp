@@ -32,6 +32,18 @@ std::string mesh_name(const MeshDims& d) {
   return (d.dp_replicate == 1 ? "FSDP (" : "HSDP (") + dims + ")";
 }
 
+// The [activation_checkpoint] keys that give `checkpointing`, as a config spells them.
+std::string config_spelling(const ActivationCheckpointing& checkpointing) {
+  using Mode = ActivationCheckpointing::Mode;
+  if (checkpointing.mode == Mode::none || checkpointing.mode == Mode::full) {
+    return "activation_checkpoint.mode = \"" + checkpointing.name() + "\"";
+  }
+  return "activation_checkpoint.mode = \"selective\", selective_ac_option = \"" +
+         (checkpointing.mode == Mode::ops ? std::string("op")
+                                          : std::to_string(checkpointing.every)) +
+         "\"";
+}
+
 void row(const char* label, int64_t n, const std::string& detail) {
   std::printf("  %-22s %10s  %s\n", label, bytes(n).c_str(), detail.c_str());
 }
@@ -78,10 +90,8 @@ void print_text(const TrainingPlan& p, const std::string& model) {
         "held from the first step (parameters)");
   }
   row("activations", m.activations,
-      std::string("activation_checkpoint.mode = \"") +
-          (in.activation_checkpointing ? "full" : "none") +
-          "\" (none: " + bytes(m.activations_none) + ", full: " + bytes(m.activations_full) +
-          "; the lm_head's logits chunk reuses the layers' scratch)");
+      config_spelling(in.checkpointing) + " (none: " + bytes(m.activations_none) + ", full: " +
+          bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch)");
   row("other", m.rope, "RoPE tables");
   row("step peak", m.step_peak(),
       fsdp                 ? "resident + the units in flight at their most"
@@ -143,7 +153,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
       {"local_batch_size", in.local_batch_size},
       {"seq_len", in.seq_len},
       {"tokens_per_step", p.tokens_per_step},
-      {"activation_checkpointing", in.activation_checkpointing ? "full" : "none"},
+      {"activation_checkpointing", in.checkpointing.name()},
       {"memory_bytes",
        {{"parameters", m.parameters},
         {"compute_copies", m.compute_copies},

@@ -2,7 +2,7 @@
 # Values that used to mean something else are refused in one line, and keys that do nothing in
 # this world say so: `titan eval --max-batches` -5 (read as "all") and 0 (blamed on the data);
 # `titan train` in one process with the collective timeouts or the FSDP reshard policy set; an
-# empty or too short validation file before the first step.
+# empty or too short validation file before the first step; a bad selective_ac_option.
 # usage: cli_bad_values.sh TITAN
 set -euo pipefail
 titan="$1"
@@ -35,4 +35,15 @@ for f in empty short; do
     --job.dump_folder="$work/run_$f"
   if grep -q "^step " "$work/validation_$f.out"; then echo "validation_$f: steps ran first"; exit 1; fi
 done
+# activation_checkpoint.selective_ac_option: "op" or a positive layer count under selective, and
+# not beside mode = "none"; refused before anything is read, by train and plan alike.
+for option in 0 -1 abc; do
+  for command in train plan; do
+    expect_refusal "sac_$command$option" "^titan $command: error: activation_checkpoint\.selective_ac_option \"$option\" is not \"op\" or a positive layer count N \(every N-th layer recomputed\)$" \
+      "$titan" "$command" --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option="$option" \
+      --job.dump_folder="$work/sac"
+  done
+done
+expect_refusal sac_none "^titan train: error: activation_checkpoint\.selective_ac_option = \"op\" is set but activation_checkpoint\.mode is \"none\": set mode = \"selective\" for it to count$" \
+  "$titan" train --activation_checkpoint.selective_ac_option=op --job.dump_folder="$work/sac"
 echo "cli_bad_values: ok"

@@ -522,7 +522,8 @@ TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
       // residual streams and the backward's two (N, h) gradients.
       const int64_t stream = batch * seq * args.hidden_size * static_cast<int64_t>(sizeof(float));
       EXPECT_EQ(fp32->activation_bytes(batch, seq),
-                DecoderLM::activation_bytes_of(args, DType::f32, true, batch, seq) -
+                DecoderLM::activation_bytes_of(args, DType::f32, ActivationCheckpointing::full(),
+                                               batch, seq) -
                     (args.num_hidden_layers + 1) * stream);
       fp32->allocate_gradients();
       test::expect_error(

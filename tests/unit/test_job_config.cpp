@@ -240,18 +240,53 @@ TEST(JobConfig, TorchtitanKeysWithoutEffectAreAcceptedAndNamed) {
                                                     "quantize.linear.float8.filter_fqns",
                                                     "profiling.enable_memory_snapshot"}));
   job_config_validate(c);
+  // mode = "selective" is implemented: torchtitan's default option, every 2nd layer.
+  EXPECT_EQ(job_activation_checkpointing(c), ActivationCheckpointing::every_nth_layer(2));
   const std::vector<std::string> w = job_config_unused_keys(c);
-  ASSERT_EQ(w.size(), 4u);
-  EXPECT_EQ(w[0].rfind("activation_checkpoint.mode = \"selective\" has no effect here", 0), 0u)
-      << w[0];
-  EXPECT_EQ(w[1].rfind("compile.components, compile.enable have no effect here: ", 0), 0u) << w[1];
-  EXPECT_EQ(w[2].rfind("quantize.linear.float8.filter_fqns has no effect here: ", 0), 0u) << w[2];
-  EXPECT_EQ(w[3].rfind("profiling.enable_memory_snapshot has no effect here: ", 0), 0u) << w[3];
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[0].rfind("compile.components, compile.enable have no effect here: ", 0), 0u) << w[0];
+  EXPECT_EQ(w[1].rfind("quantize.linear.float8.filter_fqns has no effect here: ", 0), 0u) << w[1];
+  EXPECT_EQ(w[2].rfind("profiling.enable_memory_snapshot has no effect here: ", 0), 0u) << w[2];
   // A key torchtitan does not have either is still an error naming the closest.
   EXPECT_NE(error_of([&] {
               job_config_apply_override(c, "--compile.enabel=true");
             }).find("unknown key 'enabel' in [compile]"),
             std::string::npos);
+}
+
+// activation_checkpoint.selective_ac_option: "op" or a positive layer count under selective; a bad
+// value, or an option beside mode = "none", is one line naming the key and the value; beside
+// "full" (as torchtitan's own TOMLs have it) it is named as without effect.
+TEST(JobConfig, SelectiveActivationCheckpointingOptions) {
+  const auto config = [](const std::string& mode, const std::string& option) {
+    JobConfig c = job_config_preset("tiny");
+    job_config_apply_override(c, "--activation_checkpoint.mode=" + mode);
+    job_config_apply_override(c, "--activation_checkpoint.selective_ac_option=" + option);
+    return c;
+  };
+  EXPECT_EQ(job_activation_checkpointing(config("selective", "op")),
+            ActivationCheckpointing::ops());
+  EXPECT_EQ(job_activation_checkpointing(config("selective", "3")),
+            ActivationCheckpointing::every_nth_layer(3));
+  EXPECT_EQ(job_activation_checkpointing(config("full", "op")), ActivationCheckpointing::full());
+  EXPECT_EQ(job_activation_checkpointing(job_config_preset("tiny")),
+            ActivationCheckpointing::none());
+  for (const char* bad : {"0", "-1", "abc", "2x", "+2", "", "99999999999999999999"}) {
+    const JobConfig c = config("selective", bad);
+    EXPECT_EQ(error_of([&] { job_config_validate(c); }),
+              std::string("activation_checkpoint.selective_ac_option \"") + bad +
+                  "\" is not \"op\" or a positive layer count N (every N-th layer recomputed)");
+  }
+  EXPECT_EQ(error_of([&] { job_config_unused_keys(config("none", "op")); }),
+            "activation_checkpoint.selective_ac_option = \"op\" is set but "
+            "activation_checkpoint.mode is \"none\": set mode = \"selective\" for it to count");
+  const std::vector<std::string> w = job_config_unused_keys(config("full", "op"));
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("activation_checkpoint.selective_ac_option has no effect: "
+                       "activation_checkpoint.mode is \"full\"",
+                       0),
+            0u)
+      << w[0];
 }
 
 // Keys whose effect depends on the world: the collective and heartbeat timeouts in one process, the

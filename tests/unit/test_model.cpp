@@ -49,9 +49,10 @@ std::vector<float> all_grads(const CausalLM& m) {
   return out;
 }
 
-// One forward/backward with or without full activation checkpointing: every gradient, the
-// load-balancing loss, the arena size the model claims and the activation bytes it took.
+// One forward/backward under `checkpointing`: the loss, every gradient, the load-balancing loss,
+// the arena size the model claims and the activation bytes it took.
 struct CheckpointedStep {
+  double loss = 0.0;
   std::vector<float> grads;
   double aux = 0.0;
   int64_t arena = 0;
@@ -59,43 +60,73 @@ struct CheckpointedStep {
 };
 
 CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int32_t>& ids,
-                                   int64_t batch, int64_t seq, bool full,
+                                   int64_t batch, int64_t seq,
+                                   const ActivationCheckpointing& checkpointing,
                                    DType compute = DType::f32) {
   DecoderLM m(args, {}, compute);
   m.initialize(3);
   m.allocate_gradients();
-  m.set_activation_checkpointing(full);
+  m.set_activation_checkpointing(checkpointing);
   ForwardOptions o;
   o.compute_grad = true;
   o.grad_scale = 0.01f;
   const size_t before = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
-  m.forward(ids.data(), ids.data(), batch, seq, o);
+  const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
   const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
   m.backward();
-  return {all_grads(m), m.aux_loss(), m.activation_bytes(batch, seq),
+  return {loss, all_grads(m), m.aux_loss(), m.activation_bytes(batch, seq),
           static_cast<int64_t>(after - before)};
 }
 
-TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
-  const int64_t batch = 2, seq = 37;
-  const std::vector<int32_t> ids = random_ids(batch * seq, 211, 1);
-  // bf16 compute keeps the linears' inputs and the MLP's gate/up in bf16, computing their fp32
-  // values in scratch every layer shares: recomputation must refill both.
+// Every mode that recomputes against none, on `args` made 4 layers deep, in fp32 and bf16 (bf16
+// compute keeps the linears' inputs and the MLP's gate/up in bf16, computing their fp32 values in
+// scratch every layer shares: recomputation must refill both): the same loss, gradients and
+// load-balancing loss to the bit -- recomputation runs the same kernels on the same inputs -- and
+// less memory, the selective modes more than full's. "2" recomputes layers 1 and 3, which share
+// one set; "3" recomputes layer 2 alone, whose shared set is as large as its own: none's bytes.
+void expect_checkpointing_changes_memory_not_results(ModelArgs args, int64_t batch, int64_t seq,
+                                                     uint64_t seed) {
+  args.num_hidden_layers = 4;
+  const std::vector<int32_t> ids = random_ids(batch * seq, args.vocab_size, seed);
   for (const DType compute : {DType::f32, DType::bf16}) {
-    const std::string where(dtype_name(compute));
-    const CheckpointedStep kept = checkpointed_step(small_args(), ids, batch, seq, false, compute);
-    const CheckpointedStep recomputed =
-        checkpointed_step(small_args(), ids, batch, seq, true, compute);
-    // Recomputation runs the same kernels on the same inputs: bit-identical.
-    ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
-    EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
-                             kept.grads.size() * sizeof(float)))
-        << where;
-    EXPECT_LT(recomputed.arena, kept.arena) << where;
-    for (const CheckpointedStep* step : {&kept, &recomputed}) {
-      EXPECT_EQ(step->taken, step->arena) << where;
+    const CheckpointedStep kept =
+        checkpointed_step(args, ids, batch, seq, ActivationCheckpointing::none(), compute);
+    const CheckpointedStep full =
+        checkpointed_step(args, ids, batch, seq, ActivationCheckpointing::full(), compute);
+    EXPECT_EQ(kept.taken, kept.arena);
+    for (const ActivationCheckpointing& mode :
+         {ActivationCheckpointing::full(), ActivationCheckpointing::ops(),
+          ActivationCheckpointing::every_nth_layer(2),
+          ActivationCheckpointing::every_nth_layer(3)}) {
+      const std::string where = std::string(dtype_name(compute)) + ", " + mode.name();
+      const CheckpointedStep recomputed = checkpointed_step(args, ids, batch, seq, mode, compute);
+      EXPECT_EQ(recomputed.loss, kept.loss) << where;
+      ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
+      EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
+                               kept.grads.size() * sizeof(float)))
+          << where;
+      EXPECT_EQ(recomputed.aux, kept.aux) << where;
+      EXPECT_EQ(recomputed.taken, recomputed.arena) << where;
+      if (mode == ActivationCheckpointing::every_nth_layer(3)) {
+        EXPECT_EQ(recomputed.arena, kept.arena) << where;
+        continue;
+      }
+      EXPECT_LT(recomputed.arena, kept.arena) << where;
+      if (mode != ActivationCheckpointing::full()) {
+        EXPECT_GT(recomputed.arena, full.arena) << where;
+      }
     }
   }
+}
+
+TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
+  expect_checkpointing_changes_memory_not_results(small_args(), 2, 37, 1);
+  // Llama's blocks: no q/k norms (q and k kept after RoPE), biases on every linear.
+  ModelArgs llama = small_args();
+  llama.architecture = "LlamaForCausalLM";
+  llama.qk_norm = false;
+  llama.attention_bias = llama.o_proj_bias = llama.mlp_bias = true;
+  expect_checkpointing_changes_memory_not_results(llama, 2, 19, 2);
 }
 
 // One bf16 training step of small_args() (seed 3) with `overrides` on ids as inputs and targets:
@@ -197,8 +228,10 @@ TEST(Model, Bf16TrainingKeepsTheLinearInputsAttentionInputsAndTheMlpInBf16) {
   one.num_hidden_layers = 1;
   two.num_hidden_layers = 2;
   const auto per_layer = [&](DType compute) {
-    return DecoderLM::activation_bytes_of(two, compute, false, batch, seq) -
-           DecoderLM::activation_bytes_of(one, compute, false, batch, seq);
+    return DecoderLM::activation_bytes_of(two, compute, ActivationCheckpointing::none(), batch,
+                                          seq) -
+           DecoderLM::activation_bytes_of(one, compute, ActivationCheckpointing::none(), batch,
+                                          seq);
   };
   ASSERT_TRUE(one.qk_norm);
   const int64_t h = one.hidden_size, I = one.intermediate_size;
@@ -220,28 +253,15 @@ ModelArgs small_moe_args(bool aux) {
   return a;
 }
 
+// Layers 0, 2 and 3 sparse, 1 dense. The shared layer set of checkpointing holds each MLP kind its
+// layers have ("2": layers 1 and 3, both kinds, as under full, in bf16 a dense layer's kept values
+// beside a sparse layer's fp32 ones; "3": layer 2's sparse); the router and the experts are
+// recomputed with their layer, or kept whole under op.
 TEST(Model, MoeActivationCheckpointingKeepsGradientsAndTheArenaIsWhatActivationBytesSays) {
-  const int64_t batch = 3, seq = 11;
-  const std::vector<int32_t> ids = random_ids(batch * seq, 211, 4);
-  // The shared layer set of checkpointing holds both MLP kinds, in bf16 a dense layer's kept
-  // values beside a sparse layer's fp32 ones.
-  for (const DType compute : {DType::f32, DType::bf16}) {
-    const std::string where(dtype_name(compute));
-    const CheckpointedStep kept =
-        checkpointed_step(small_moe_args(true), ids, batch, seq, false, compute);
-    const CheckpointedStep recomputed =
-        checkpointed_step(small_moe_args(true), ids, batch, seq, true, compute);
-    for (const CheckpointedStep* step : {&kept, &recomputed}) {
-      EXPECT_EQ(step->taken, step->arena) << where;
-    }
-    ASSERT_EQ(kept.grads.size(), recomputed.grads.size());
-    EXPECT_EQ(0, std::memcmp(kept.grads.data(), recomputed.grads.data(),
-                             kept.grads.size() * sizeof(float)))
-        << where;
-    EXPECT_EQ(kept.aux, recomputed.aux) << where;
-    EXPECT_GT(kept.aux, 0.0) << where;
-    EXPECT_LT(recomputed.arena, kept.arena) << where;
-  }
+  const ModelArgs args = small_moe_args(true);
+  expect_checkpointing_changes_memory_not_results(args, 3, 11, 4);
+  const std::vector<int32_t> ids = random_ids(3 * 11, args.vocab_size, 4);
+  EXPECT_GT(checkpointed_step(args, ids, 3, 11, ActivationCheckpointing::none()).aux, 0.0);
 }
 
 TEST(Model, MoeInitialisationFollowsHuggingFace) {
@@ -437,7 +457,9 @@ TEST(Model, ParamGroupHooksBracketEveryUse) {
        {"a0", "p1", "l0", "a1", "p2", "r1", "a2", "p3", "r2", "a3", "p0c", "r3", "a0c", "r0"}},
   };
   for (const Case& c : cases) {
-    for (const bool checkpointing : {false, true}) {
+    for (const ActivationCheckpointing& checkpointing :
+         {ActivationCheckpointing::none(), ActivationCheckpointing::full(),
+          ActivationCheckpointing::ops(), ActivationCheckpointing::every_nth_layer(2)}) {
       ModelArgs args = small_args();
       args.tie_word_embeddings = c.tied;
       ForwardOptions o;
@@ -445,7 +467,7 @@ TEST(Model, ParamGroupHooksBracketEveryUse) {
       o.grad_scale = 0.1f;
       const std::string where = std::string(c.tied ? "tied" : "untied") +
                                 (c.compute_grad ? ", training" : ", evaluation") +
-                                (checkpointing ? ", checkpointing" : "");
+                                ", checkpointing " + checkpointing.name();
       DecoderLM plain(args);
       plain.initialize(5);
       plain.allocate_gradients();

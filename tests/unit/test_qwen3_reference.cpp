@@ -88,7 +88,7 @@ void run_reference(const std::string& file, const std::string& attn_backend,
     with_aux.output_router_logits = true;
     DecoderLM aux_model(with_aux, overrides);
     aux_model.allocate_gradients();
-    aux_model.set_activation_checkpointing(true);
+    aux_model.set_activation_checkpointing(ActivationCheckpointing::full());
     load_reference_params(aux_model, ref);
     const std::vector<int32_t> ids = read_ids(ref.at("input_ids"));
     const std::vector<int32_t> labels = read_ids(ref.at("targets"));

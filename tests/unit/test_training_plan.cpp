@@ -105,7 +105,7 @@ struct Case {
   ModelArgs args;
   int64_t dp_replicate = 1, dp_shard = 1;
   DType dtype = DType::f32;
-  bool checkpointing = false;
+  ActivationCheckpointing checkpointing = {};
   int64_t micro_batches = 2;
   std::string reshard_after_forward = "default";
   LoraOptions lora = {};  // rank 0: full fine-tuning
@@ -120,7 +120,7 @@ PlanInputs inputs_of(const Case& c) {
   in.accumulation_steps = c.micro_batches;
   in.compute_dtype = c.dtype;
   in.reshard_after_forward = c.reshard_after_forward;
-  in.activation_checkpointing = c.checkpointing;
+  in.checkpointing = c.checkpointing;
   in.lora = c.lora;
   return in;
 }
@@ -219,8 +219,8 @@ void check_against_model(const Case& c) {
 
 TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   check_against_model({"dense tied", test::tiny_dense(true)});
-  check_against_model(
-      {"dense untied, checkpointing", test::tiny_dense(false), 1, 1, DType::f32, true});
+  check_against_model({"dense untied, checkpointing", test::tiny_dense(false), 1, 1, DType::f32,
+                       ActivationCheckpointing::full()});
   check_against_model({"dense bf16", test::tiny_dense(false), 1, 1, DType::bf16});
   check_against_model({"moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {1})});
   // LoRA: gradients and AdamW moments only for the adapter (the model frozen).
@@ -235,18 +235,45 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
             full.memory.gradients + full.memory.optimizer - 3 * adapted.memory.lora_parameters);
   check_against_model({"moe bf16, checkpointing",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {0}), 1, 1, DType::bf16,
-                       true});
+                       ActivationCheckpointing::full()});
+}
+
+// Selective activation checkpointing, op-level (no norm outputs kept) and every 2nd layer (layers
+// 1 and 3 recomputed, sharing one set): the run allocates what the plan predicts, step peak and
+// every category, and its activations lie strictly between full's and none's.
+TEST(TrainingPlan, SelectiveCheckpointingLiesBetweenFullAndNone) {
+  ModelArgs dense = test::tiny_dense(false);
+  dense.num_hidden_layers = 4;
+  for (const bool moe : {false, true}) {
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      for (const ActivationCheckpointing& checkpointing :
+           {ActivationCheckpointing::ops(), ActivationCheckpointing::every_nth_layer(2)}) {
+        const Case c{std::string(moe ? "moe " : "dense ") + std::string(dtype_name(dtype)) + ", " +
+                         checkpointing.name(),
+                     moe ? test::with_moe(dense, 4, 2, 24, {1}) : dense,
+                     1,
+                     1,
+                     dtype,
+                     checkpointing};
+        check_against_model(c);
+        const MemoryPlan m = plan_training(inputs_of(c)).memory;
+        EXPECT_LT(m.activations, m.activations_none) << c.name;
+        EXPECT_GT(m.activations, m.activations_full) << c.name;
+      }
+    }
+  }
 }
 
 TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
   // 97 vocabulary rows, 2 kv heads and 4 experts over 3 ranks: every kind of padded shard.
   check_against_model({"fsdp 2", test::tiny_dense(true), 1, 2});
   check_against_model({"fsdp 3 untied", test::tiny_dense(false), 1, 3});
-  check_against_model({"fsdp 3, checkpointing", test::tiny_dense(true), 1, 3, DType::f32, true});
+  check_against_model({"fsdp 3, checkpointing", test::tiny_dense(true), 1, 3, DType::f32,
+                       ActivationCheckpointing::full()});
   check_against_model({"fsdp 2 moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {1}), 1, 2});
   check_against_model({"fsdp 3 moe, one micro-batch",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {}), 1, 3, DType::f32,
-                       false, 1});
+                       ActivationCheckpointing::none(), 1});
   // bf16: the matmul weights are gathered in bf16 into the unit's copies, which exist only in
   // flight, beside the masters read in fp32 (a tied embedding's among them); start-up's whole
   // fp32 unit may be the parameters' peak.
@@ -254,13 +281,13 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
   check_against_model({"fsdp 3 moe bf16", test::with_moe(test::tiny_dense(true), 4, 2, 24, {1}), 1,
                        3, DType::bf16});
   // Every unit whole from its forward to its backward, or gathered again for it.
-  check_against_model(
-      {"fsdp 2 never", test::tiny_dense(true), 1, 2, DType::f32, false, 2, "never"});
-  check_against_model(
-      {"fsdp 3 bf16 always", test::tiny_dense(false), 1, 3, DType::bf16, false, 2, "always"});
+  check_against_model({"fsdp 2 never", test::tiny_dense(true), 1, 2, DType::f32,
+                       ActivationCheckpointing::none(), 2, "never"});
+  check_against_model({"fsdp 3 bf16 always", test::tiny_dense(false), 1, 3, DType::bf16,
+                       ActivationCheckpointing::none(), 2, "always"});
   // Kept units keep their bf16 copies (their masters of them were never gathered).
-  check_against_model(
-      {"fsdp 2 bf16 never, tied", test::tiny_dense(true), 1, 2, DType::bf16, false, 2, "never"});
+  check_against_model({"fsdp 2 bf16 never, tied", test::tiny_dense(true), 1, 2, DType::bf16,
+                       ActivationCheckpointing::none(), 2, "never"});
 }
 
 TEST(TrainingPlan, LoraReplicasAllReduceTheAdapterOnly) {
@@ -287,8 +314,8 @@ TEST(TrainingPlan, LoraUnderFsdpShardsTheFrozenModel) {
 
 TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {
   check_against_model({"ddp 2", test::tiny_dense(true), 2, 1});
-  check_against_model(
-      {"ddp 3, one micro-batch", test::tiny_dense(false), 3, 1, DType::f32, false, 1});
+  check_against_model({"ddp 3, one micro-batch", test::tiny_dense(false), 3, 1, DType::f32,
+                       ActivationCheckpointing::none(), 1});
   check_against_model({"hsdp 2 x 2", test::tiny_dense(true), 2, 2});
   check_against_model(
       {"hsdp 2 x 3 moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {}), 2, 3});

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "titan/dispatch/overrides.h"
+#include "titan/models/activation_checkpointing.h"
 #include "titan/models/lora.h"
 #include "titan/models/model_args.h"
 #include "titan/nn/decoder_layer.h"
@@ -118,10 +119,10 @@ class CausalLM {
   // naming the module, the kernel and the constraint. The trainer calls this at start-up so a
   // bad override fails before anything is allocated.
   virtual void check_kernel_constraints(int64_t batch, int64_t seq) const = 0;
-  // Activation checkpointing "full": keep only each block's input and recompute its forward
-  // inside the backward.
-  virtual void set_activation_checkpointing(bool full) = 0;
-  virtual bool activation_checkpointing() const = 0;
+  // What each layer keeps for its backward and what the backward computes again
+  // (models/activation_checkpointing.h); none unless set.
+  virtual void set_activation_checkpointing(const ActivationCheckpointing& checkpointing) = 0;
+  virtual const ActivationCheckpointing& activation_checkpointing() const = 0;
   // For a model only ever run forward (titan eval): its activations keep nothing for a backward
   // (one layer's set, as under checkpointing, and two residual streams in turn rather than one
   // per layer), and it refuses gradients from then on.

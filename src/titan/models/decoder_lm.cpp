@@ -232,9 +232,13 @@ void DecoderLM::attach_lora(const LoraAdapter& adapter) {
   for (ParamGroup& g : groups_) g.freeze();
 }
 
-void DecoderLM::set_activation_checkpointing(bool full) {
-  if (full == checkpoint_layers_) return;
-  checkpoint_layers_ = full;
+void DecoderLM::set_activation_checkpointing(const ActivationCheckpointing& checkpointing) {
+  TITAN_CHECK(
+      checkpointing.mode != ActivationCheckpointing::Mode::layers || checkpointing.every > 0,
+      "model: selective activation checkpointing of every ", checkpointing.every,
+      "-th layer (N must be positive)");
+  if (checkpointing == checkpointing_) return;
+  checkpointing_ = checkpointing;
   arena_ = Buffer();
   batch_ = seq_ = 0;  // the arena is re-carved on the next forward
 }
@@ -305,7 +309,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     } else {
       prefetch(layer_group_index(static_cast<int64_t>(i) + 1));
     }
-    LayerActivations& a = acts_.layers[retention() == Retention::every_layer ? i : 0];
+    LayerActivations& a = acts_.layers[i];
     layer_forward(i, a);
     release(group, !grad        ? GroupUseEnd::last
                    : last_layer ? GroupUseEnd::used_next
@@ -368,8 +372,9 @@ void DecoderLM::backward() {
     acquire(group, true);
     // The previous block (the embedding's backward brings no parameters).
     if (i > 0) prefetch(layer_group_index(static_cast<int64_t>(i) - 1));
-    LayerActivations& a = g.layers[checkpoint_layers_ ? 0 : i];
-    if (checkpoint_layers_) layer_forward(i, a);  // recompute; rewrites resid[i + 1] identically
+    LayerActivations& a = g.layers[i];
+    // Recompute (the layer's set is the shared one); rewrites resid[i + 1] identically.
+    if (checkpointing_.recomputes_layer(static_cast<int64_t>(i))) layer_forward(i, a);
     m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
                           aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
     release(group, GroupUseEnd::gradients);

@@ -44,8 +44,10 @@ class DecoderLM final : public CausalLM {
   void backward() override;
 
   void check_kernel_constraints(int64_t batch, int64_t seq) const override;
-  void set_activation_checkpointing(bool full) override;
-  bool activation_checkpointing() const override { return checkpoint_layers_; }
+  void set_activation_checkpointing(const ActivationCheckpointing& checkpointing) override;
+  const ActivationCheckpointing& activation_checkpointing() const override {
+    return checkpointing_;
+  }
   void set_forward_only() override;
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
   void set_layer_collectives(LayerCollectives collectives) override {
@@ -58,10 +60,11 @@ class DecoderLM final : public CausalLM {
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
   const DecoderModules& modules() const override { return m_; }
 
-  // The same for a model of `args` computing in `compute_dtype`, with or without full activation
-  // checkpointing, without building it (titan plan).
-  static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype, bool checkpointing,
-                                     int64_t batch, int64_t seq);
+  // The same for a model of `args` computing in `compute_dtype` under `checkpointing`, without
+  // building it (titan plan).
+  static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype,
+                                     const ActivationCheckpointing& checkpointing, int64_t batch,
+                                     int64_t seq);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -71,10 +74,12 @@ class DecoderLM final : public CausalLM {
  private:
   // Every view of the activation arena.
   struct Activations {
-    std::vector<float*> resid;             // L + 1 residual streams, each (N, h)
-    std::vector<LayerActivations> layers;  // one per layer, or one shared when checkpointing
-    float* final_norm = nullptr;           // (N, h)
-    float* final_norm_rstd = nullptr;      // (N)
+    std::vector<float*> resid;  // L + 1 residual streams, each (N, h)
+    // One per layer; the layers whose forward runs again in the backward (and every layer of a
+    // model only run forward) point at one shared set.
+    std::vector<LayerActivations> layers;
+    float* final_norm = nullptr;       // (N, h)
+    float* final_norm_rstd = nullptr;  // (N)
     // Backward scratch shared by all layers (grad.moe.experts also serves the forward).
     float* d_resid = nullptr;  // (N, h)
     LayerGradScratch grad;
@@ -82,18 +87,25 @@ class DecoderLM final : public CausalLM {
     // The lm_head loss's (lm_head_workspace_bytes), over the layers' shared scratch.
     void* loss_workspace = nullptr;
   };
-  // What the activation arena keeps for a backward: every layer's saved tensors, each block's
-  // input (full activation checkpointing: the backward recomputes the rest), or nothing (a model
-  // only run forward: one layer's set, two residual streams in turn, no backward scratch).
-  enum class Retention { every_layer, block_inputs, nothing };
-  Retention retention() const;
+  // What the activation arena keeps for a backward: as `checkpointing` says (every layer's saved
+  // tensors; only the inputs of the layers it recomputes, whose sets are one shared set; no norm
+  // outputs under selective op), or nothing (a model only run forward: one layer's set, two
+  // residual streams in turn, no backward scratch).
+  struct Retention {
+    ActivationCheckpointing checkpointing;
+    bool forward_only = false;
+    // Whether layer i uses the one set the recomputed layers share.
+    bool shares_set(int64_t i) const { return forward_only || checkpointing.recomputes_layer(i); }
+  };
+  Retention retention() const { return {checkpointing_, forward_only_}; }
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use.
-  static int64_t carve_activations(const ModelArgs& args, DType compute_dtype, Retention retention,
-                                   float* base, int64_t batch, int64_t seq, Activations& v);
-  static int64_t arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
-                              int64_t batch, int64_t seq);
+  static int64_t carve_activations(const ModelArgs& args, DType compute_dtype,
+                                   const Retention& retention, float* base, int64_t batch,
+                                   int64_t seq, Activations& v);
+  static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
+                              const Retention& retention, int64_t batch, int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
   // This call's rows: packed (segment starts copied, positions restarting at each) or, for null,
   // one sequence each (positions 0..seq-1), for the forward and its backward.
@@ -199,7 +211,7 @@ class DecoderLM final : public CausalLM {
   // The plan cut a parameter: the model holds parts and cannot compute without tensor or expert
   // parallel's collectives at the layer's boundaries (not built yet: forward refuses).
   bool cut_by_plan_ = false;
-  bool checkpoint_layers_ = false;
+  ActivationCheckpointing checkpointing_;
   bool forward_only_ = false;
 };
 

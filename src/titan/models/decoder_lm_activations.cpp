@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "titan/backend/backend.h"
 #include "titan/core/carver.h"
@@ -12,14 +13,9 @@
 
 namespace titan {
 
-DecoderLM::Retention DecoderLM::retention() const {
-  if (forward_only_) return Retention::nothing;
-  return checkpoint_layers_ ? Retention::block_inputs : Retention::every_layer;
-}
-
 int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
-                                     Retention retention, float* base, int64_t batch, int64_t seq,
-                                     Activations& v) {
+                                     const Retention& retention, float* base, int64_t batch,
+                                     int64_t seq, Activations& v) {
   const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
   const int64_t H = args.num_attention_heads, KV = args.num_key_value_heads;
   const int64_t I = args.intermediate_size, Im = args.moe_intermediate_size;
@@ -28,8 +24,17 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   int64_t n_sparse = 0;
   for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
   const bool any_sparse = n_sparse > 0, any_dense = n_sparse < n_layers;
-  // One layer's set serves every layer unless each keeps its own for the backward.
-  const bool one_set = retention != Retention::every_layer;
+  // One layer's set serves every layer that keeps nothing for its backward (its forward runs
+  // again there), so it holds each kind of MLP those layers have.
+  bool shared_sparse = false, shared_dense = false;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    if (!retention.shares_set(i)) continue;
+    shared_sparse = shared_sparse || args.layer_is_sparse(i);
+    shared_dense = shared_dense || !args.layer_is_sparse(i);
+  }
+  // Selective "op": the layers keep no norm output (nor its bf16 rounding): one room for all,
+  // filled again in the backward (DecoderLayer::backward).
+  const bool remake_norms = !retention.forward_only && retention.checkpointing.remakes_norms();
   Carver c(base);
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
   // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
@@ -63,7 +68,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
         {x_rows, c.take(rows * h), c.take(rows * Im), c.take(rows * Im), c.take(rows * Im),
          c.take(rows), c.take(rows), keep_bf16 && x_rows != nullptr ? x_rows + out_at : nullptr}};
   }
-  float* norm_scratch = keep_bf16 ? c.take(n * h) : nullptr;
+  float* norm_scratch = keep_bf16 || remake_norms ? c.take(n * h) : nullptr;
+  uint16_t* norm_bf16_scratch = keep_bf16 && remake_norms ? c.take<uint16_t>(n * h) : nullptr;
   // A dense MLP's product and the experts' are recomputed in the backward, never kept.
   float* mlp_act = any_dense ? c.take(n * I) : nullptr;
   float* experts_act = nullptr;
@@ -103,20 +109,20 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   // The residual streams: each block's input and the last block's output, or, with nothing kept
   // for a backward, two in turn.
   const int64_t streams =
-      retention == Retention::nothing ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
+      retention.forward_only ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
   std::vector<float*> stream(static_cast<size_t>(streams));
   for (float*& r : stream) r = c.take(n * h);
   v.resid.assign(n_layers + 1, nullptr);
   for (size_t i = 0; i < v.resid.size(); ++i) v.resid[i] = stream[i % stream.size()];
-  v.layers.assign(one_set ? 1 : n_layers, {});
-  for (size_t i = 0; i < v.layers.size(); ++i) {
-    LayerActivations& a = v.layers[i];
-    // The shared set of checkpointing serves every layer, so it holds both kinds of MLP.
-    const auto layer = static_cast<int64_t>(i);
-    const bool sparse = one_set ? any_sparse : args.layer_is_sparse(layer);
-    const bool dense = one_set ? any_dense : !args.layer_is_sparse(layer);
-    a.norm1 = keep_bf16 ? norm_scratch : c.take(n * h);
-    a.attn.x_bf16 = keep_bf16 ? c.take<uint16_t>(n * h) : nullptr;
+  // One layer's set, with the MLP kinds it serves.
+  const auto carve_layer = [&](bool sparse, bool dense) {
+    LayerActivations a;
+    a.norms_remade = remake_norms;
+    const auto take_norm_bf16 = [&] {
+      return remake_norms ? norm_bf16_scratch : c.take<uint16_t>(n * h);
+    };
+    a.norm1 = keep_bf16 || remake_norms ? norm_scratch : c.take(n * h);
+    a.attn.x_bf16 = keep_bf16 ? take_norm_bf16() : nullptr;
     a.norm1_rstd = c.take(n);
     if (keep_bf16) {
       a.attn.q_pre = attn_scratch.q_pre;
@@ -156,11 +162,11 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     a.attn.lse = c.take(batch * H * seq);
     a.resid_mid = c.take(n * h);
     // The router reads the MoE block's input in fp32, forward and backward.
-    a.norm2 = keep_bf16 && !sparse ? norm_scratch : c.take(n * h);
+    a.norm2 = (keep_bf16 && !sparse) || remake_norms ? norm_scratch : c.take(n * h);
     a.norm2_rstd = c.take(n);
     if (dense && keep_bf16) {
       a.mlp = mlp_scratch;
-      a.mlp.x_bf16 = c.take<uint16_t>(n * h);
+      a.mlp.x_bf16 = take_norm_bf16();
       a.mlp.gate_bf16 = c.take<uint16_t>(n * I);
       a.mlp.up_bf16 = c.take<uint16_t>(n * I);
     } else if (dense) {
@@ -180,6 +186,19 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       float* up = take_kept();
       a.moe.experts = {gate, up, experts_act, c.take<int32_t>(rows), c.take<int32_t>(E + 1)};
     }
+    return a;
+  };
+  // The shared set is carved where its first layer's own set would be: under none and full, the
+  // order every arena has had.
+  v.layers.assign(n_layers, {});
+  std::optional<LayerActivations> shared;
+  for (int64_t i = 0; i < n_layers; ++i) {
+    if (!retention.shares_set(i)) {
+      v.layers[i] = carve_layer(args.layer_is_sparse(i), !args.layer_is_sparse(i));
+      continue;
+    }
+    if (!shared) shared = carve_layer(shared_sparse, shared_dense);
+    v.layers[i] = *shared;
   }
   v.final_norm = c.take(n * h);
   v.final_norm_rstd = c.take(n);
@@ -189,7 +208,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     v.linear.x_bf16 = c.take<uint16_t>(n * std::max(h, H * hd));
     v.linear.dy_bf16 = c.take<uint16_t>(n * std::max({h, H * hd, any_dense ? I : 0}));
   }
-  if (retention != Retention::nothing) {
+  if (!retention.forward_only) {
     v.d_resid = c.take(n * h);
     g.d_norm = c.take(n * h);
   }
@@ -197,15 +216,14 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
 }
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
-                                       bool checkpointing, int64_t batch, int64_t seq) {
-  return arena_floats(args, compute_dtype,
-                      checkpointing ? Retention::block_inputs : Retention::every_layer, batch,
-                      seq) *
+                                       const ActivationCheckpointing& checkpointing, int64_t batch,
+                                       int64_t seq) {
+  return arena_floats(args, compute_dtype, Retention{checkpointing, false}, batch, seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
-int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype, Retention retention,
-                                int64_t batch, int64_t seq) {
+int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype,
+                                const Retention& retention, int64_t batch, int64_t seq) {
   Activations measured;
   return carve_activations(args, compute_dtype, retention, nullptr, batch, seq, measured);
 }

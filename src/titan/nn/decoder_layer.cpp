@@ -3,6 +3,18 @@
 #include "titan/dispatch/device_ops.h"
 
 namespace titan {
+namespace {
+
+// out (N, h) and rstd (N) = norm(x) again, bit for bit as the forward made them, and out rounded
+// to bf16 into out_bf16 when the linears read that rounding (the same rounding their forward
+// made: linear_group_forward, SwigluMlp::forward).
+void remake_norm(const RMSNorm& norm, float* out, float* rstd, uint16_t* out_bf16, const float* x,
+                 int64_t n) {
+  norm.forward(out, rstd, x, n);
+  if (out_bf16 != nullptr) device_ops().round_to_bf16(out_bf16, out, n * norm.dim);
+}
+
+}  // namespace
 
 void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
                            const LayerCall& call) const {
@@ -26,6 +38,10 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
                             const float* x, const float* dprobs_all, const LayerCall& call) const {
   const int64_t n = call.tokens(), h = input_layernorm.dim;
   const DeviceOps& ops = device_ops();
+  if (a.norms_remade) {
+    remake_norm(post_attention_layernorm, a.norm2, a.norm2_rstd, sparse ? nullptr : a.mlp.x_bf16,
+                a.resid_mid, n);
+  }
   if (sparse) {
     moe.backward(g.d_norm, g.moe, d_resid, a.moe, a.norm2, dprobs_all, n);
   } else {
@@ -34,6 +50,7 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
   call.sum_partials(g.d_norm, n * h);
   post_attention_layernorm.backward(g.d_norm, g.d_norm, a.resid_mid, a.norm2_rstd, n);
   ops.add(d_resid, g.d_norm, n * h);
+  if (a.norms_remade) remake_norm(input_layernorm, a.norm1, a.norm1_rstd, a.attn.x_bf16, x, n);
   self_attn.backward(g.d_norm, g.attn, d_resid, a.attn, a.norm1, call);
   call.sum_partials(g.d_norm, n * h);
   input_layernorm.backward(g.d_norm, g.d_norm, x, a.norm1_rstd, n);

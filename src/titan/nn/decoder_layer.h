@@ -24,6 +24,10 @@ struct LayerActivations {
   float* norm2_rstd = nullptr;  // (N)
   MlpActivations mlp;           // dense layers
   MoeActivations moe;           // sparse layers
+  // Selective activation checkpointing "op": norm1 and norm2 (and attn.x_bf16, mlp.x_bf16) are
+  // scratch every layer shares, made again by the backward from x and resid_mid, as the forward
+  // made them (the rstds rewritten with the same values).
+  bool norms_remade = false;
 };
 
 // Backward scratch one layer uses while it runs, shared by all layers.

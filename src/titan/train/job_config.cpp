@@ -89,6 +89,8 @@ std::vector<Field> fields(JobConfig& c) {
       {"comm", "train_timeout_seconds", &c.comm.train_timeout_seconds},
       {"comm", "heartbeat_timeout_seconds", &c.comm.heartbeat_timeout_seconds},
       {"activation_checkpoint", "mode", &c.activation_checkpoint.mode},
+      {"activation_checkpoint", "selective_ac_option",
+       &c.activation_checkpoint.selective_ac_option},
       {"metrics", "log_freq", &c.metrics.log_freq},
       {"metrics", "save_jsonl", &c.metrics.save_jsonl},
       {"metrics", "enable_tensorboard", &c.metrics.enable_tensorboard},
@@ -424,6 +426,7 @@ void job_config_validate(const JobConfig& c) {
   positive(c.comm.heartbeat_timeout_seconds, "comm.heartbeat_timeout_seconds");
   check_one_of(c.activation_checkpoint.mode, {"none", "full", "selective"},
                "activation_checkpoint.mode");
+  job_activation_checkpointing(c);  // a bad selective_ac_option under selective
   positive(c.metrics.log_freq, "metrics.log_freq");
   TITAN_CHECK(
       c.metrics.peak_tflops >= 0 && std::isfinite(c.metrics.peak_tflops),
@@ -466,6 +469,22 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(c.parallelism.data_parallel_shard_degree == -1 ||
                   c.parallelism.data_parallel_shard_degree >= 1,
               "parallelism.data_parallel_shard_degree must be -1 or at least 1");
+}
+
+ActivationCheckpointing job_activation_checkpointing(const JobConfig& config) {
+  const std::string& mode = config.activation_checkpoint.mode;
+  if (mode == "full") return ActivationCheckpointing::full();
+  if (mode != "selective") return ActivationCheckpointing::none();
+  const std::string& option = config.activation_checkpoint.selective_ac_option;
+  if (option == "op") return ActivationCheckpointing::ops();
+  int64_t every = 0;
+  const char* end = option.data() + option.size();
+  const auto [stop, ec] = std::from_chars(option.data(), end, every);
+  TITAN_CHECK(!option.empty() && option[0] != '-' && option[0] != '+' && ec == std::errc() &&
+                  stop == end && every > 0,
+              "activation_checkpoint.selective_ac_option \"", option,
+              "\" is not \"op\" or a positive layer count N (every N-th layer recomputed)");
+  return ActivationCheckpointing::every_nth_layer(every);
 }
 
 bool job_config_key_set(const JobConfig& config, std::string_view key) {
@@ -532,12 +551,17 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   unused({"lora.alpha", "lora.dropout", "lora.target_modules", "lora.merge_on_export",
           "lora.initial_adapter"},
          c.lora.rank == 0, "lora.rank is 0 (set a rank to train a LoRA adapter)");
-  if (c.activation_checkpoint.mode == "selective") {
-    warnings.push_back(
-        "activation_checkpoint.mode = \"selective\" has no effect here: selective activation "
-        "checkpointing is not implemented yet, so every activation is kept, as with \"none\" "
-        "(\"full\" recomputes each layer)");
-  }
+  // torchtitan's own TOMLs carry an option beside mode = "full", which ignores it; beside "none"
+  // it says the mode was meant to be selective.
+  TITAN_CHECK(!is_set("activation_checkpoint.selective_ac_option") ||
+                  c.activation_checkpoint.mode != "none",
+              "activation_checkpoint.selective_ac_option = \"",
+              c.activation_checkpoint.selective_ac_option,
+              "\" is set but activation_checkpoint.mode is \"none\": set mode = \"selective\" for "
+              "it to count");
+  unused({"activation_checkpoint.selective_ac_option"}, c.activation_checkpoint.mode == "full",
+         "activation_checkpoint.mode is \"full\" (every layer is recomputed; the option counts "
+         "under \"selective\")");
   // torchtitan's keys titan does not act on: one line per reason, naming every key given.
   std::vector<std::pair<const char*, std::string>> inert;
   for (const std::string& key : c.inert_keys) {

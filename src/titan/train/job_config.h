@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "titan/models/activation_checkpointing.h"
+
 namespace titan {
 
 struct JobConfig {
@@ -113,9 +115,14 @@ struct JobConfig {
     int64_t train_timeout_seconds = 100;
     int64_t heartbeat_timeout_seconds = 30;
   } comm;
+  // What each decoder layer keeps for its backward (models/activation_checkpointing.h): none keeps
+  // everything, full only each layer's input; selective (torchtitan's default mode; titan's
+  // default stays none) with selective_ac_option "op" keeps every matmul's and the attention's
+  // outputs and remakes the RMSNorms' in the backward, or a positive integer N recomputes every
+  // N-th layer as full does (torchtitan's default option, "2").
   struct ActivationCheckpoint {
-    // none | full | selective (torchtitan's default; accepted, not implemented yet: as none)
-    std::string mode = "none";
+    std::string mode = "none";  // none | full | selective
+    std::string selective_ac_option = "2";
   } activation_checkpoint;
   struct Metrics {
     int64_t log_freq = 10;
@@ -200,6 +207,9 @@ bool job_config_key_set(const JobConfig& config, std::string_view key);
 // train on something other than what was asked (data, a checkpoint step) it is a titan::Error;
 // otherwise one warning line each, naming the key and what would make it count.
 std::vector<std::string> job_config_unused_keys(const JobConfig& config);
+// activation_checkpoint.mode with selective_ac_option; a bad option under selective is one line
+// naming the key and its value (job_config_validate checks it).
+ActivationCheckpointing job_activation_checkpointing(const JobConfig& config);
 // The resolved config as TOML.
 std::string job_config_to_toml(const JobConfig& config);
 

@@ -42,14 +42,19 @@ const InertKeys kInert[] = {
       "checkpoint.enable_first_step_checkpoint", "checkpoint.create_seed_checkpoint",
       "checkpoint.load_only", "checkpoint.initial_load_in_hf_quantized"},
      "not implemented by titan's checkpoints (docs/TRAINING.md lists what they do)"},
-    {{"activation_checkpoint.selective_ac_option",
-      "activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns",
-      "activation_checkpoint.early_stop", "activation_checkpoint.memory_budget",
-      "activation_checkpoint.visualize_memory_budget_pareto",
-      "activation_checkpoint.preserve_rng_state", "activation_checkpoint.determinism_check",
-      "activation_checkpoint.debug"},
-     "titan's activation checkpointing is mode \"none\" or \"full\" (selective is not "
-     "implemented yet)"},
+    {{"activation_checkpoint.per_op_sac_force_recompute_mm_shapes_by_fqns"},
+     "titan's selective \"op\" policy is fixed: it keeps every matmul's output and remakes the "
+     "RMSNorms' (docs/TRAINING.md)"},
+    {{"activation_checkpoint.preserve_rng_state", "activation_checkpoint.determinism_check"},
+     "titan's forward draws no random numbers and its recomputation runs the same kernels on the "
+     "same inputs, bit for bit"},
+    {{"activation_checkpoint.early_stop", "activation_checkpoint.debug"},
+     "they tune torch.utils.checkpoint, which titan does not use (its backward recomputes a "
+     "layer itself)"},
+    {{"activation_checkpoint.memory_budget",
+      "activation_checkpoint.visualize_memory_budget_pareto"},
+     "they serve mode \"memory_budget\", torch.compile's partitioner (titan's modes are none, "
+     "full and selective)"},
     {{"parallelism.disable_loss_parallel", "parallelism.enable_async_tensor_parallel",
       "parallelism.module_fqns_per_model_part",
       "parallelism.pipeline_parallel_first_stage_less_layers",

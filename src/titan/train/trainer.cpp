@@ -183,7 +183,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   }
   if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_);
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
-  model_->set_activation_checkpointing(config_.activation_checkpoint.mode == "full");
+  model_->set_activation_checkpointing(job_activation_checkpointing(config_));
   model_->allocate_gradients();
   if (lora_) lora_->allocate_gradients();
   AdamWConfig adamw;

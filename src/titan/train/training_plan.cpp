@@ -44,7 +44,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.local_batch_size = config.training.local_batch_size;
   in.seq_len = config.training.seq_len;
   in.compute_dtype = job_compute_dtype(config);
-  in.activation_checkpointing = config.activation_checkpoint.mode == "full";
+  in.checkpointing = job_activation_checkpointing(config);
   in.reshard_after_forward = config.parallelism.fsdp_reshard_after_forward;
   in.checkpoint_saves = config.checkpoint.enable;
   in.export_hf = config.checkpoint.last_save_in_hf;
@@ -292,13 +292,13 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // gather_all leaves every unit's whole parameters resident for the export.
     m.export_gather = whole * kFloat;
   }
-  const auto activations = [&](bool checkpointing) {
+  const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
                                           in.seq_len);
   };
-  m.activations_none = activations(false);
-  m.activations_full = activations(true);
-  m.activations = in.activation_checkpointing ? m.activations_full : m.activations_none;
+  m.activations_none = activations(ActivationCheckpointing::none());
+  m.activations_full = activations(ActivationCheckpointing::full());
+  m.activations = activations(in.checkpointing);
   m.rope = 2 * in.seq_len * (a.head_dim / 2) * kFloat;  // cos and sin (ops/rope.h)
   m.writer_staging = 2 * static_cast<int64_t>(kSafetensorsStagingBytes);
 

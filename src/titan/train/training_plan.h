@@ -14,8 +14,10 @@
 //   gradients   the shards + the whole gradients in flight
 //   optimizer   2 x the parameters (AdamW's two moments; shards under FSDP)
 //   activations the model's arena for (local_batch_size, seq_len) -- every layer's saved
-//               tensors, or one layer's set with full activation checkpointing, and the scratch
-//               the layers share, which the lm_head loss's logits chunk reuses
+//               tensors; with activation checkpointing one set for the layers it recomputes
+//               (full: all, selective "N": every N-th), or under selective "op" every layer's
+//               without its norms' outputs -- and the scratch the layers share, which the lm_head
+//               loss's logits chunk reuses
 //   other       the RoPE cos/sin tables for seq_len; under FSDP the collectives' staging (N x the
 //               largest shard), one reduced-gradient shard and under bf16 the send buffer of the
 //               largest bf16 gather block; while a file is written, the writer's staging
@@ -48,7 +50,7 @@ struct PlanInputs {
   int64_t local_batch_size = 1, seq_len = 1;
   int64_t accumulation_steps = 1;  // micro-batches per rank per step
   DType compute_dtype = DType::f32;
-  bool activation_checkpointing = false;          // activation_checkpoint.mode = "full"
+  ActivationCheckpointing checkpointing;          // [activation_checkpoint]
   std::string reshard_after_forward = "default";  // parallelism.fsdp_reshard_after_forward
   bool checkpoint_saves = false;                  // checkpoint.enable
   bool export_hf = false;                         // checkpoint.last_save_in_hf
@@ -79,7 +81,7 @@ struct MemoryPlan {
   // forward, fsdp_reshard_after_forward); the collectives' own buffers (the reduced gradient
   // shard, under bf16 the rounded rows a rank sends). 0 in one process.
   int64_t unit_parameters = 0, unit_gradients = 0, units_in_flight = 0, collective_buffers = 0;
-  // Activations with and without full activation checkpointing, and those of the config's mode.
+  // Activations under activation checkpointing none and full, and under the config's mode.
   int64_t activations_none = 0, activations_full = 0, activations = 0;
   int64_t rope = 0;  // the RoPE tables
   // While a checkpoint or the final Hugging Face folder is written: the writer's staging; under

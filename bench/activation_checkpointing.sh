@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Activation checkpointing modes against each other: `titan train` on bench_train_step's `small`
+# dims (h 512, 8 layers, 8/4 heads, hd 128, I 2048, V 151936 tied; 115.5 M parameters), the same
+# config and batch under activation_checkpoint.mode none, full, selective "op" and selective "2",
+# one after another. Prints per mode the median step time of the steps after the first (warm-up;
+# the machine is shared, so the median of several), the run's step peak and its activations (the
+# trainer's accounted memory, metrics JSONL), `titan plan`'s activations for the same flags, and
+# whether the losses equal none's.
+#
+#   bench/activation_checkpointing.sh [--steps 5] [--threads 2] [--batch 2] [--seq 512] [--dtype float32]
+#
+# The model folder (config.json and the built-in debug tokenizer, whose 2048 ids cost the same as
+# any in the 151,936-row embedding) is made in a temporary folder; the logs stay in
+# $TITAN_BENCH_LOGS (default: a temporary folder, printed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+me=activation_checkpointing.sh
+die() {
+  echo "$me: $*" >&2
+  exit 1
+}
+
+steps=5 threads=2 batch=2 seq=512 dtype=float32
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || die "$1 needs a value"
+  case "$1" in
+    --steps) steps=$2 ;;
+    --threads) threads=$2 ;;
+    --batch) batch=$2 ;;
+    --seq) seq=$2 ;;
+    --dtype) dtype=$2 ;;
+    *) die "unknown argument '$1' (expected --steps N, --threads N, --batch N, --seq N, --dtype float32|bfloat16)" ;;
+  esac
+  shift 2
+done
+for v in "$steps" "$threads" "$batch" "$seq"; do
+  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
+done
+[ "$dtype" = float32 ] || [ "$dtype" = bfloat16 ] || die "--dtype $dtype: expected float32 or bfloat16"
+[ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
+titan=build/titan
+[ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
+tokenizer="${XDG_CACHE_HOME:-$HOME/.cache}/titan/debug-tokenizer-v1-2048"
+[ -f "$tokenizer/tokenizer.json" ] ||
+  die "$tokenizer not found: run 'build/titan train --training.steps=1' once to make it"
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
+mkdir -p "$logs" "$work/small"
+cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$work/small/"
+cat > "$work/small/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
+ "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8,
+ "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
+ "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+ "hidden_act": "silu", "tie_word_embeddings": true, "initializer_range": 0.02,
+ "torch_dtype": "float32"}
+JSON
+
+config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
+        --training.seq_len="$seq" --training.local_batch_size="$batch" --threads "$threads"
+        --training.mixed_precision_param="$dtype" --lr_scheduler.warmup_steps=1
+        --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
+modes=("none" "full" "selective op" "selective 2")
+echo "$me: load before: $(uptime | sed 's/.*load average: //')"
+for mode in "${modes[@]}"; do
+  read -r ac option <<< "$mode"
+  name="$ac${option:+-$option}"
+  flags=("${config[@]}" --activation_checkpoint.mode="$ac")
+  [ -n "$option" ] && flags+=(--activation_checkpoint.selective_ac_option="$option")
+  "$titan" plan "${flags[@]}" --json > "$logs/$name.plan"
+  "$titan" train "${flags[@]}" --job.dump_folder="$work/$name" \
+    --metrics.save_jsonl="$logs/$name.jsonl" > "$logs/$name.log" 2>&1 \
+    || { cat "$logs/$name.log"; die "$mode failed"; }
+done
+echo "$me: load after: $(uptime | sed 's/.*load average: //')"
+
+python3 - "$logs" "$batch" "$seq" "$dtype" <<'PY'
+import json, statistics, sys
+logs, batch, seq, dtype = sys.argv[1:]
+GiB = 2**30
+names = [("none", "none"), ("full", "full"), ("selective-op", 'selective "op"'),
+         ("selective-2", 'selective "2"')]
+def records(name):
+    return [json.loads(l) for l in open(f"{logs}/{name}.jsonl") if '"loss"' in l]
+losses = [r["loss"] for r in records("none")]
+base = None
+print(f"| mode ({batch} x {seq} tokens, {dtype}) | step time, median (steps 2-{len(losses)}) | step peak | activations (run / plan) | losses = none's |")
+print("|---|---|---|---|---|")
+for name, label in names:
+    rs = records(name)
+    times = [r["step_time_s"] for r in rs[1:]]
+    median = statistics.median(times)
+    base = base or median
+    peak = rs[-1]["memory_peak_gib"]
+    act = rs[-1]["memory_peak_by_category_gib"]["activations"] * GiB
+    planned = json.load(open(f"{logs}/{name}.plan"))["memory_bytes"]["step_by_category"]["activations"]
+    same = [r["loss"] for r in rs] == losses
+    print(f"| {label} | {median:.2f} s ({median / base:.2f}x; {min(times):.2f}-{max(times):.2f}) "
+          f"| {peak:.3f} GiB | {act / GiB:.3f} / {planned / GiB:.3f} GiB | {'yes' if same else 'NO'} |")
+PY
+echo "logs: $logs"
