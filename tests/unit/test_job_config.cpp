@@ -226,8 +226,8 @@ TEST(JobConfig, ASavedResolvedConfigRunsQuietly) {
 }
 
 // A folder given without a model is fine-tuned (train/job_finetune.h); a model named, by flavor
-// or preset, keeps the folder to its tokenizer. The warm-up is 3 % of the steps rounded up in
-// integers (Python's math.ceil(100 * 0.03) is 4).
+// or preset, keeps the folder to its tokenizer. The warm-up is 3 % of the steps rounded up, at
+// least 1 (0 for no steps), for any step count.
 TEST(JobFinetune, WhoFinetunesAndTheWarmup) {
   const auto with = [](std::initializer_list<const char*> flags) {
     JobConfig c = job_config_preset("tiny");

@@ -41,8 +41,8 @@ std::string data_kind(const std::string& dataset_path) {
 
 int64_t finetune_warmup_steps(int64_t steps) {
   if (steps <= 0) return 0;
-  // In integers (0.03 * 100 is 3.0000000000000004 in doubles, which rounds up to 4), hundreds
-  // apart so that no product overflows.
+  // ceil(3 % of steps) in integers, exact for any count (the Trainer's math.ceil(steps * 0.03)
+  // gives the same up to 100000 steps at least); hundreds apart so that no product overflows.
   const int64_t p = kFinetuneWarmupPercent;
   return std::max<int64_t>(1, steps / 100 * p + (steps % 100 * p + 99) / 100);
 }

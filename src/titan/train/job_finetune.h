@@ -19,9 +19,9 @@ namespace titan {
 // --learning_rate 2.0e-5`; Transformers' Trainer defaults to 5e-5), gentle on pre-trained weights
 // where pre-training's 8e-4 would undo them; no weight decay (the Trainer's default: a short
 // fine-tune should not pull every weight, norms included, towards zero); a warm-up of 3 % of the
-// steps, rounded up as the Trainer rounds warmup_ratio (at least one step, so the first update of
-// a fresh AdamW is not taken at the full rate). The decay stays titan's (and the Trainer's)
-// default: linear to 0 after the warm-up.
+// steps rounded up, as the Trainer rounds warmup_ratio = 0.03 (at least one step, so the first
+// update of a fresh AdamW is not taken at the full rate). The decay stays titan's (and the
+// Trainer's) default: linear to 0 after the warm-up.
 inline constexpr double kFinetuneLr = 2e-5;
 inline constexpr double kFinetuneWeightDecay = 0.0;
 inline constexpr int64_t kFinetuneWarmupPercent = 3;
