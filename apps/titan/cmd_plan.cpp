@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "commands.h"
 #include "titan/backend/cpu/threads.h"
@@ -195,7 +196,8 @@ Action add_plan_command(CLI::App& app) {
   CLI::App* command = app.add_subcommand(
       "plan",
       "what a training job would take per rank: memory by category and its peak, FLOPs and "
-      "communication per step (train's config flags; reads no data, allocates no model)");
+      "communication per step (train's config flags; reads no data but, for a fine-tune, its first "
+      "record; allocates no model)");
   static JobConfigFlags config_flags;
   static int nproc = 1;
   static bool json = false;
@@ -211,7 +213,10 @@ Action add_plan_command(CLI::App& app) {
     // Each rank's threads as titan train would set them with the job's ranks on this machine
     // (titan launch): per-thread scratch (the bf16 loss's widened rows) is part of the peak.
     set_thread_count(threads_option->count() > 0 ? threads : std::max(1, threads / nproc));
-    const JobConfig config = job_config_from_flags(*command, config_flags);
+    std::vector<std::string> defaults_applied;
+    const JobConfig config = job_config_from_flags(*command, config_flags, defaults_applied);
+    // On stderr, as the warnings: stdout holds the plan (one JSON object with --json).
+    for (const std::string& line : defaults_applied) std::fprintf(stderr, "%s\n", line.c_str());
     for (const std::string& line : job_config_unused_keys(config)) {
       std::fprintf(stderr, "warning: %s\n", line.c_str());
     }

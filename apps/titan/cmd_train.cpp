@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "commands.h"
 #include "titan/backend/cpu/threads.h"
@@ -26,11 +28,13 @@ Action add_train_command(CLI::App& app) {
     // Ranks on one machine share its cores unless --threads says otherwise.
     const int local_ranks = world_info().local_size;
     set_thread_count(threads_option->count() > 0 ? threads : std::max(1, threads / local_ranks));
-    const JobConfig config = job_config_from_flags(*command, config_flags);
+    std::vector<std::string> defaults_applied;
+    const JobConfig config = job_config_from_flags(*command, config_flags, defaults_applied);
     if (print_config) {
       std::fputs(job_config_to_toml(config).c_str(), stdout);
       return 0;
     }
+    for (const std::string& line : defaults_applied) std::printf("%s\n", line.c_str());
     Trainer trainer(config);
     trainer.run();
     return 0;

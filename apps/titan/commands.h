@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace titan {
 struct JobConfig;
@@ -30,11 +31,14 @@ void add_threads_option(CLI::App& command, int& threads);
 // The job config a command takes as titan train does: --preset, --config, and any
 // --section.key=value left over (the command allows extras).
 struct JobConfigFlags {
-  std::string preset = "tiny";
+  std::string preset;  // kDefaultPreset unless --preset names another
   std::string config_file;
 };
 void add_job_config_options(CLI::App& command, JobConfigFlags& flags);
-// The preset, the TOML file on top, then each override in order; validated.
-JobConfig job_config_from_flags(const CLI::App& command, const JobConfigFlags& flags);
+// The preset, the TOML file on top, then each override in order; validated; then the defaults
+// that depend on its inputs (resolve_job_defaults, train/job_resolve.h: a Hugging Face folder
+// fine-tuned), the lines saying what they applied appended to `defaults_applied`.
+JobConfig job_config_from_flags(const CLI::App& command, const JobConfigFlags& flags,
+                                std::vector<std::string>& defaults_applied);
 
 }  // namespace titan::cli

@@ -19,10 +19,10 @@ corpus=/usr/share/doc/jargon-text/jargon.txt.gz
 "$titan" train "${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false \
   --checkpoint.initial_load_path="$work/a/hf" --checkpoint.initial_load_in_hf=true \
   --job.dump_folder="$work/b" --metrics.save_jsonl="$work/loaded.jsonl" > "$work/b.log"
-grep -q "initial weights from $work/a/hf" "$work/b.log" || { echo "the log does not name the initial weights"; exit 1; }
+grep -q "^model weights: from $work/a/hf (Hugging Face folder)$" "$work/b.log" || { echo "the log does not name the initial weights"; exit 1; }
 "$titan" train "${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false \
   --job.dump_folder="$work/c" --metrics.save_jsonl="$work/random.jsonl" > "$work/c.log"
-grep -q "initial weights: random" "$work/c.log" || { echo "the log does not say random init"; exit 1; }
+grep -q "^model weights: random init (HF init, seed 0)$" "$work/c.log" || { echo "the log does not say random init"; exit 1; }
 
 # titan eval on the exported folder computes what the validation pass computed on the same data.
 validation=$(python3 -c 'import json,sys

@@ -50,7 +50,7 @@ grep -qE "tensor .* (is missing|is F32 .*, expected F32)" "$work/other.err" || {
 # keep_latest_k = 1 it keeps the step-2 it wrote (the broken step-4 is newer: never pruned).
 "$titan" train "${common[@]}" --training.steps=2 --job.dump_folder="$work/type" \
   --checkpoint.allow_fresh_start=true --checkpoint.keep_latest_k=1 > "$work/fresh.log" 2> "$work/fresh.err"
-grep -q "initial weights: random" "$work/fresh.log" || { echo "no fresh start"; cat "$work/fresh.log"; exit 1; }
+grep -q "^model weights: random init" "$work/fresh.log" || { echo "no fresh start"; cat "$work/fresh.log"; exit 1; }
 grep -q "checkpoint.allow_fresh_start" "$work/fresh.err" || { echo "no warning"; cat "$work/fresh.err"; exit 1; }
 [ "$(ls "$work/type/checkpoint" | tr '\n' ' ')" = "step-2 step-4 " ] || { echo "pruning removed: $(ls "$work/type/checkpoint")"; exit 1; }
 cmp -s "$work/type.before" <(tree_sum "$work/type") && { echo "step-2 was not rewritten"; exit 1; }

@@ -24,13 +24,13 @@ using test::TitanRun;
 // `error` as its last stderr line.
 void expect_train_error(const std::string& dataset, const ScratchDir& dir,
                         const std::string& error) {
-  const TitanRun r =
-      run_titan("train --training.dataset=files --training.dataset_path='" + dataset +
-                    "' --model.hf_assets_path='" + test::trained_tokenizer_dir() +
-                    "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
-                    "--job.dump_folder='" +
-                    (dir / "run") + "' --threads 2",
-                dir);
+  const TitanRun r = run_titan(
+      "train --training.dataset=files --training.dataset_path='" + dataset +
+          "' --model.flavor=tiny --model.hf_assets_path='" + test::trained_tokenizer_dir() +
+          "' --training.steps=1 --lr_scheduler.warmup_steps=0 --training.seq_len=16 "
+          "--job.dump_folder='" +
+          (dir / "run") + "' --threads 2",
+      dir);
   EXPECT_EQ(r.status, 1);
   EXPECT_TRUE(r.err.ends_with("\ntitan train: error: " + error) ||
               r.err == "titan train: error: " + error)

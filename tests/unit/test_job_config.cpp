@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "error_of.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
+#include "titan/train/job_finetune.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lr_schedule.h"
 #include "titan/train/rank_agreement.h"
@@ -223,6 +225,36 @@ TEST(JobConfig, ASavedResolvedConfigRunsQuietly) {
   EXPECT_TRUE(job_config_key_set(again, "training.steps"));
   EXPECT_FALSE(job_config_key_set(again, "validation.freq"));  // set, to the default
   EXPECT_FALSE(job_config_key_set(c, "validation.freq"));      // not set
+}
+
+// A folder given without a model is fine-tuned (train/job_finetune.h); a model named, by flavor
+// or preset, keeps the folder to its tokenizer. The warm-up is 3 % of the steps rounded up, at
+// least 1 (0 for no steps), for any step count.
+TEST(JobFinetune, WhoFinetunesAndTheWarmup) {
+  const auto with = [](std::initializer_list<const char*> flags) {
+    JobConfig c = job_config_preset("tiny");
+    for (const char* flag : flags) job_config_apply_override(c, flag);
+    return c;
+  };
+  EXPECT_TRUE(job_finetunes_folder(with({"--model.hf_assets_path=/m"}), kDefaultPreset));
+  EXPECT_FALSE(job_finetunes_folder(with({"--model.hf_assets_path=/m"}), "hf"));
+  EXPECT_FALSE(job_finetunes_folder(with({"--model.hf_assets_path=/m", "--model.flavor=hf"}),
+                                    kDefaultPreset));
+  EXPECT_FALSE(job_finetunes_folder(with({}), kDefaultPreset));
+  EXPECT_FALSE(job_finetunes_folder(with({"--model.hf_assets_path="}), kDefaultPreset));
+  // The default run resolves to itself.
+  JobConfig plain = with({});
+  EXPECT_TRUE(resolve_job_defaults(plain, kDefaultPreset).empty());
+  EXPECT_EQ(job_config_to_toml(plain), job_config_to_toml(with({})));
+
+  EXPECT_EQ(finetune_warmup_steps(0), 0);
+  EXPECT_EQ(finetune_warmup_steps(1), 1);
+  EXPECT_EQ(finetune_warmup_steps(33), 1);
+  EXPECT_EQ(finetune_warmup_steps(34), 2);
+  EXPECT_EQ(finetune_warmup_steps(100), 3);
+  EXPECT_EQ(finetune_warmup_steps(101), 4);
+  // No overflow: INT64_MAX ends in 07, whose 3 % (0.21) rounds up to 1.
+  EXPECT_EQ(finetune_warmup_steps(INT64_MAX), INT64_MAX / 100 * 3 + 1);
 }
 
 // torchtitan's keys titan does not act on are accepted, from a file (nested tables too) or a flag,

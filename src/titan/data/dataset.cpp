@@ -140,6 +140,28 @@ Record DocumentFile::record(size_t i, DataMode mode) const {
   }
 }
 
+bool DocumentFile::has_messages(size_t i) const {
+  switch (format_) {
+    case Format::json_lines: {
+      const Span& s = spans_[i];
+      try {
+        const json j = parse_json_strict(std::string_view(bytes_).substr(s.begin, s.end - s.begin),
+                                         path_ + ":" + std::to_string(s.line), "the record",
+                                         kMaxJsonDocumentDepth);
+        return j.is_object() && j.contains("messages");
+      } catch (const Error&) {
+        return false;
+      }
+    }
+    case Format::json_array:
+      return array_[i].is_object() && array_[i].contains("messages");
+    case Format::text:
+    case Format::tokens:
+      return false;
+  }
+  return false;
+}
+
 Record DocumentFile::read_record(size_t i, DataMode mode) const {
   switch (format_) {
     case Format::tokens: {

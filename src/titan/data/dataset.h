@@ -67,6 +67,10 @@ class DocumentFile {
   // Document i as the mode asks for it. A record that does not hold what the mode needs throws
   // BadRecordError naming the file and line; a text or token document in chat mode is an Error.
   Record record(size_t i, DataMode mode) const;
+  // Whether document i is a JSON record with a "messages" field: what a fine-tune of a model
+  // folder reads as chat data (train/job_finetune.h). False for text and token files, and for a
+  // record that is not valid JSON (reading it as a document reports that).
+  bool has_messages(size_t i) const;
 
  private:
   enum class Format { json_lines, json_array, text, tokens };

@@ -70,6 +70,12 @@ void SafetensorsFile::prefetch() const {
   file_.advise_willneed(header_.data_start, file_.size() - header_.data_start);
 }
 
+bool SafetensorsCheckpoint::in_folder(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / kIndexName, ec) ||
+         fs::is_regular_file(fs::path(dir) / kSingleName, ec);
+}
+
 SafetensorsCheckpoint SafetensorsCheckpoint::open(const std::string& path) {
   SafetensorsCheckpoint ckpt;
   std::string index_path;

@@ -45,6 +45,9 @@ class SafetensorsCheckpoint {
   // must hold the bytes the export wrote, else a titan::Error naming the file (about 0.5 s per
   // GiB, once per process and file).
   static SafetensorsCheckpoint open(const std::string& path);
+  // Whether the folder `dir` holds what open() reads from a folder: model.safetensors.index.json
+  // or model.safetensors.
+  static bool in_folder(const std::string& dir);
 
   // The index or the single file that was opened.
   const std::string& path() const { return path_; }

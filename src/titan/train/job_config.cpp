@@ -578,12 +578,15 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
     warnings.push_back(keys + (keys.find(',') == std::string::npos ? " has" : " have") +
                        " no effect here: " + reason);
   }
+  // A folder given without naming a model is fine-tuned (train/job_finetune.h) and leaves here
+  // with flavor "hf"; a named flavor keeps the folder to its tokenizer.
   if (is_set("model.hf_assets_path") && c.model.flavor != "hf") {
     warnings.push_back(
         "model.hf_assets_path gives only the tokenizer: the model's dims come from "
         "flavor '" +
         c.model.flavor +
-        "' (model.flavor = \"hf\", or --preset hf, reads the folder's config.json)");
+        "' and its weights are random (name no flavor nor preset to fine-tune the folder's "
+        "weights; model.flavor = \"hf\" reads only its config.json)");
   }
   return warnings;
 }

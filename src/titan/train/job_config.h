@@ -186,6 +186,9 @@ struct JobConfig {
   std::vector<std::string> renamed_keys;
 };
 
+// The preset a command starts from when none is named: the quick start's run.
+inline constexpr std::string_view kDefaultPreset = "tiny";
+
 // Built-in presets (tiny, the default run; tiny_moe; torchtitan's debugmodel and debugmodel_moe;
 // qwen3_0.6b, ...; hf); the error for an unknown one names the closest.
 JobConfig job_config_preset(const std::string& name);

@@ -10,8 +10,17 @@
 #include "titan/models/hf_config.h"
 #include "titan/models/qwen3/flavors.h"
 #include "titan/models/registry.h"
+#include "titan/train/job_finetune.h"
 
 namespace titan {
+
+std::vector<std::string> resolve_job_defaults(JobConfig& c, std::string_view preset) {
+  std::vector<std::string> lines;
+  if (job_finetunes_folder(c, preset)) {
+    if (std::string line = apply_finetune_defaults(c); !line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
 
 ModelArgs resolve_job_model_args(const JobConfig& c) {
   ModelArgs args;

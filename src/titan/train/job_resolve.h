@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "titan/core/dtype.h"
@@ -14,6 +15,11 @@
 
 namespace titan {
 
+// The defaults that depend on a config's inputs, applied to the keys its TOML file and command
+// line leave unset, before anything else resolves it -- today a Hugging Face folder given under
+// `preset` without a model is fine-tuned (train/job_finetune.h). `titan train` and `titan plan`
+// apply them once, to the validated config. Returns the start-up lines saying what was applied.
+std::vector<std::string> resolve_job_defaults(JobConfig& config, std::string_view preset);
 // The model's arguments: a built-in flavor, or model.hf_assets_path's config.json with
 // model.flavor = "hf"; model.name checked against the family, model.output_router_logits applied,
 // training.seq_len checked against the positions, the whole validated. The tokenizer's vocabulary

@@ -160,7 +160,11 @@ void MetricsLogger::log_validation(int64_t step, double loss, int64_t tokens) {
 
 void MetricsLogger::print_summary() const {
   const MemoryStats mem = max_memory_stats();
-  std::printf("summary: loss %.4f -> %.4f", first_loss_, last_loss_);
+  if (first_) {
+    std::printf("summary: nothing trained (no step ran)");
+  } else {
+    std::printf("summary: loss %.4f -> %.4f", first_loss_, last_loss_);
+  }
   if (steady_steps_ > 0) {
     const double tps = static_cast<double>(steady_tokens_) / steady_time_;
     std::printf("  |  after warm-up: %lld steps, %.0f tokens/s, %.3f TFLOP/s, MFU %.1f%%",

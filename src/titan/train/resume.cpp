@@ -67,4 +67,26 @@ std::optional<ResumePoint> find_resume_checkpoint(const std::string& folder,
   return std::nullopt;
 }
 
+std::string model_weights_line(const JobConfig& c, const std::optional<ResumePoint>& resume) {
+  const JobConfig::Checkpoint& ck = c.checkpoint;
+  const std::string frozen = c.lora.rank > 0 ? "; frozen: LoRA trains an adapter" : "";
+  if (resume) return "model weights: from " + resume->dir + " (resuming)";
+  const std::string& initial = ck.initial_load_path;
+  if (!initial.empty() && ck.initial_load_in_hf) {
+    return "model weights: from " + initial + " (Hugging Face folder" + frozen + ")";
+  }
+  if (!initial.empty() && ck.initial_load_model_only) {
+    return "model weights: from " + initial + " (titan checkpoint, model weights only" + frozen +
+           ")";
+  }
+  if (!initial.empty()) return "model weights: from " + initial + " (resuming)";
+  const std::string dims_only = c.model.flavor == "hf"
+                                    ? "; model.flavor \"hf\" takes only the dims of " +
+                                          c.model.hf_assets_path +
+                                          "/config.json: checkpoint.initial_load_path loads weights"
+                                    : "";
+  return "model weights: random init (HF init, seed " + std::to_string(c.training.seed) +
+         dims_only + frozen + ")";
+}
+
 }  // namespace titan

@@ -29,4 +29,8 @@ std::optional<ResumePoint> find_resume_checkpoint(const std::string& folder,
                                                   const JobConfig::Checkpoint& ck,
                                                   int64_t training_steps);
 
+// Where the run's model weights come from, its start-up line: "model weights: from DIR (Hugging
+// Face folder)", "from DIR (resuming)", "random init (...)", ...
+std::string model_weights_line(const JobConfig& config, const std::optional<ResumePoint>& resume);
+
 }  // namespace titan

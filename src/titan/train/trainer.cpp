@@ -153,6 +153,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                   ? ("the built-in corpus " + sources.train.front()).c_str()
                   : config_.training.dataset_path.c_str());
   resume_ = find_resume_checkpoint(checkpoint_folder(), state_specs(), config_.checkpoint, t.steps);
+  std::printf("%s\n", model_weights_line(config_, resume_).c_str());
   if (!resume_) check_initial_weights(config_.checkpoint, args_);
 
   const JobKernels kernels = resolve_job_kernels(config_);
@@ -297,7 +298,6 @@ void Trainer::restore() {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(args_, state_groups(), initial, "the model's config",
                       ck.allow_nonfinite_weights, state_cut());
-      std::printf("initial weights from %s\n", initial.c_str());
     } else if (ck.initial_load_model_only) {
       const TrainerState state = load(initial, CheckpointContent::model_only);
       std::printf("initial weights from %s (titan checkpoint of step %lld, model weights only)\n",
@@ -305,10 +305,7 @@ void Trainer::restore() {
     } else {
       resume_from(load(initial, CheckpointContent::full), initial);
     }
-  } else if (start_step_ == 0) {
-    std::printf("initial weights: random (HF init, seed %lld)\n",
-                static_cast<long long>(config_.training.seed));
-  } else if (!initial.empty()) {
+  } else if (start_step_ > 0 && !initial.empty()) {
     std::printf("checkpoint.initial_load_path %s not used: resuming takes precedence\n",
                 initial.c_str());
   }
