@@ -45,23 +45,12 @@ done
   die "--interval $interval, --steps $steps: a normal step after warm-up needs interval >= 3, and a step after the save steps > interval"
 titan=build/titan
 [ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
-tokenizer="${XDG_CACHE_HOME:-$HOME/.cache}/titan/debug-tokenizer-v1-2048"
-[ -f "$tokenizer/tokenizer.json" ] ||
-  die "$tokenizer not found: run 'build/titan train --training.steps=1' once to make it"
-
+. bench/small_model.sh
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
-mkdir -p "$logs" "$work/small"
-cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$work/small/"
-cat > "$work/small/config.json" <<'JSON'
-{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
- "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8,
- "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
- "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
- "hidden_act": "silu", "tie_word_embeddings": true, "initializer_range": 0.02,
- "torch_dtype": "float32"}
-JSON
+mkdir -p "$logs"
+make_small_model "$work/small"
 
 config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
         --training.seq_len="$seq" --training.local_batch_size="$batch" --lr_scheduler.warmup_steps=1

@@ -1,0 +1,21 @@
+# Sourced by the benchmarks that train bench_train_step's `small` dims through `titan train` (h 512,
+# 8 layers, 8/4 heads of 128, I 2048, V 151936 tied; 115.5 M parameters). The caller defines
+# die MESSAGE.
+#   make_small_model DIR   writes DIR/config.json and the built-in debug tokenizer's files (its
+#                          2048 ids cost the same as any in the 151,936-row embedding)
+make_small_model() {
+  local dir="$1"
+  local tokenizer="${XDG_CACHE_HOME:-$HOME/.cache}/titan/debug-tokenizer-v1-2048"
+  [ -f "$tokenizer/tokenizer.json" ] ||
+    die "$tokenizer not found: run 'build/titan train --training.steps=1' once to make it"
+  mkdir -p "$dir"
+  cp "$tokenizer/tokenizer.json" "$tokenizer/tokenizer_config.json" "$dir/"
+  cat > "$dir/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936,
+ "hidden_size": 512, "intermediate_size": 2048, "num_hidden_layers": 8,
+ "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 128,
+ "max_position_embeddings": 4096, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+ "hidden_act": "silu", "tie_word_embeddings": true, "initializer_range": 0.02,
+ "torch_dtype": "float32"}
+JSON
+}
