@@ -4,7 +4,7 @@
 # once step 2 is logged rank 1 is stopped, and the job ends within 60 s with a status in 1-127,
 # ranks 0 and 2 each printing one line naming rank 1 and comm.heartbeat_timeout_seconds, and no
 # other titan error line. Under a short comm.train_timeout_seconds (5 s, below the heartbeats'
-# 30), the timed-out collective names rank 1 instead.
+# 30), the timed-out collective names rank 1 instead (among the ranks behind).
 # usage: train_stopped_rank.sh TITAN
 set -euo pipefail
 titan="$1"
@@ -72,6 +72,10 @@ only_lines "$work/default.log" \
   "\[rank 2 of 3\] titan train: error: rank 1 sent no heartbeat for 30 s \(comm\.heartbeat_timeout_seconds\): stopped, frozen or unreachable; ending the job"
 
 stop_rank1 collective --comm.train_timeout_seconds=5
-named="titan train: error: [a-z_]+ waited 5 s for the other ranks \(comm\.train_timeout_seconds\): rank 1 (has not reached it|sent no heartbeat for [0-9]+ s); ending the job"
+# The ranks behind at the verdict are named: always rank 1, and on a loaded machine sometimes a
+# live rank that had not entered the collective yet either (seen once in CI: rank 2 named "ranks 0
+# and 1", rank 0 having entered late and named rank 1 itself).
+behind="(rank 1 has not reached it|ranks (0 and 1|1 and 2|0, 1 and 2) have not reached it|rank 1 sent no heartbeat for [0-9]+ s)"
+named="titan train: error: [a-z_]+ waited 5 s for the other ranks \(comm\.train_timeout_seconds\): $behind; ending the job"
 only_lines "$work/collective.log" "\[rank 0 of 3\] $named" "\[rank 2 of 3\] $named"
 echo "stopped rank: every check passed"
