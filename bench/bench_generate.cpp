@@ -357,10 +357,11 @@ TitanTiming bench_setup(const InferenceWeights& weights, DType cache,
 // One weight dtype: every cache dtype's prefill, decode and time to first token, then (with
 // `python`) Transformers' generate on the same weights in that dtype (its cache in that dtype
 // too, as torch keeps it).
-void bench_dtype(const CausalLM& model, DType dtype, const std::vector<DType>& caches,
+void bench_dtype(CausalLM& model, const std::vector<DType>& caches,
                  const std::vector<int32_t>& prompt, int64_t n_new, const std::string& python,
                  const std::string& dir, int threads) {
-  const InferenceWeights weights(model, dtype);
+  const DType dtype = model.compute_dtype();
+  const InferenceWeights weights(model);
   std::vector<TitanTiming> titan;
   for (const DType cache : caches) titan.push_back(bench_setup(weights, cache, prompt, n_new));
   if (python.empty()) return;
@@ -446,9 +447,9 @@ int run(int argc, char** argv) {
       static_cast<long long>(args.num_hidden_layers), threads, env_or_unset("OMP_WAIT_POLICY"),
       env_or_unset("GOMP_SPINCOUNT"));
 
-  DecoderLM model(args);
-  model.initialize(1);
   if (!export_dir.empty()) {
+    DecoderLM model(args);
+    model.initialize(1);
     for (DType dtype : run_dtypes) {
       const std::string folder = export_dir + "/" + torch_dtype_name(dtype);
       HfExportOptions export_options;
@@ -463,7 +464,10 @@ int run(int argc, char** argv) {
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int64_t i = 0; i < n_prompt; ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 151643);
   for (DType dtype : run_dtypes) {
-    bench_dtype(model, dtype, run_caches, prompt, n_new, python, dir, threads);
+    // The same weights in either dtype: bf16 runs on the model's own rounded compute copies.
+    DecoderLM model(args, {}, dtype);
+    model.initialize(1);
+    bench_dtype(model, run_caches, prompt, n_new, python, dir, threads);
   }
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "titan/data/tokenizer.h"
 #include "titan/infer/weights.h"
 #include "titan/models/causal_lm.h"
+#include "titan/models/forward_only_model.h"
 #include "titan/train/evaluate.h"
 
 namespace titan::cli {
@@ -112,7 +113,7 @@ Action add_eval_command(CLI::App& app) {
     }
     const DType compute = inference_dtype(folder_path, dtype);  // a bad --dtype fails first
     std::unique_ptr<CausalLM> model =
-        load_eval_model(folder_path, compute, allow_nonfinite, adapter);
+        load_forward_only_model(folder_path, compute, allow_nonfinite, adapter);
     // Said from the loaded model, not the flag: what its matmuls will compute in.
     std::fprintf(stderr, "precision: %s\n", describe_compute_dtype(model->compute_dtype()));
     LoaderOptions options;

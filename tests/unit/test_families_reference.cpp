@@ -37,7 +37,7 @@ TEST_P(FamilyReference, LogitsLossGradientsAndGreedyTokensMatchTransformers) {
   const std::vector<int32_t> want_ids = test::read_ids(ref.at("generated_ids"));
   GenerateOptions greedy;
   greedy.max_new_tokens = static_cast<int64_t>(want_ids.size());
-  const GenerateResult g = generate_tokens(InferenceWeights(*model, DType::f32), prompt, greedy);
+  const GenerateResult g = generate_tokens(InferenceWeights(*model), prompt, greedy);
   EXPECT_EQ(g.ids, want_ids);
 }
 

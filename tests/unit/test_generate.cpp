@@ -22,6 +22,7 @@
 #include "titan/infer/text_stream.h"
 #include "titan/infer/weights.h"
 #include "titan/models/decoder_lm.h"
+#include "titan/models/forward_only_model.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
@@ -103,7 +104,7 @@ template <typename Check>
 void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<int64_t>& chunks,
                        int64_t steps, DType dtype, const std::vector<OverrideRule>& overrides,
                        DType kv_dtype, bool reference_rounds_kv, const Check& check) {
-  DecoderLM model(args, overrides);
+  DecoderLM model(args, overrides, dtype);
   std::vector<OverrideRule> reference_overrides;
   if (dtype == DType::f32) reference_overrides = overrides;
   if (reference_rounds_kv && dtype == DType::f32) {
@@ -123,7 +124,7 @@ void run_cached_logits(const ModelArgs& args, int64_t prompt, const std::vector<
   const std::vector<float> want = full_forward_logits(reference, ids);
   int64_t max_chunk = 1;
   for (int64_t c : chunks) max_chunk = std::max(max_chunk, c);
-  const InferenceWeights weights(model, dtype);
+  const InferenceWeights weights(model);
   InferenceSession session(weights, prompt + steps, max_chunk, kv_dtype);
   int64_t pos = 0;
   for (int64_t c : chunks) {
@@ -249,16 +250,24 @@ void counted_linear_forward(float* y, const float* x, const float* w, int64_t n,
   linear_forward_reference(y, x, w, n, in, out);
 }
 
+void counted_linear_forward_bf16(float* y, const uint16_t* x, const uint16_t* w, int64_t n,
+                                 int64_t in, int64_t out) {
+  ++g_counted_linear_calls;
+  linear_forward_bf16_reference(y, x, w, n, in, out);
+}
+
 // A linear rebound by [overrides] runs in decode as in training: prefill and every one-token
-// step call it (no fused GEMV bypasses it), with fp32 weights and, widened, with bf16 ones (on
-// the input rounded to bf16, so it computes what the bf16 kernels compute).
+// step call it (no fused GEMV bypasses it), with fp32 weights and with bf16 ones (its bf16 form:
+// a bf16 model binds only kernels that have one).
 TEST(InferenceSession, OverriddenLinearsRunInDecode) {
   if (kernel_registry().find("linear_counted") == nullptr) {
-    kernel_registry().add({"linear_counted",
-                           OpKind::linear,
-                           {DType::f32},
-                           "counts its forward calls (test)",
-                           LinearKernel{counted_linear_forward, linear_backward_reference}});
+    kernel_registry().add(
+        {"linear_counted",
+         OpKind::linear,
+         {DType::f32, DType::bf16},
+         "counts its forward calls (test)",
+         LinearKernel{counted_linear_forward, linear_backward_reference,
+                      counted_linear_forward_bf16, linear_backward_bf16_reference}});
   }
   const std::vector<OverrideRule> overrides = {
       {"model.layers.*.self_attn.k_proj", "linear_counted"}};
@@ -304,7 +313,7 @@ TEST(InferenceSession, TruncatedCacheContinuesLikeAFreshOne) {
   std::vector<int32_t> ids(first.begin(), first.begin() + 5);  // the prefix both share
   ids.insert(ids.end(), other.begin(), other.end());
   const std::vector<float> want = full_forward_logits(model, ids);
-  const InferenceWeights weights(model, DType::f32);
+  const InferenceWeights weights(model);
   InferenceSession session(weights, 16, 12);
   session.forward(first.data(), 12);
   session.forward(first.data() + 3, 1);  // a decode step, then dropped with the rest
@@ -353,9 +362,11 @@ double session_deviation(const InferenceWeights& a_weights, DType a_cache,
 // fp32. What a bf16 cache computes there is pinned exactly by the test above.)
 TEST(InferenceSession, Bf16KvCacheStaysWithinTheBf16WeightsDeviation) {
   for (const bool tied : {true, false}) {
-    DecoderLM model(tiny_generate_args(tied));
+    DecoderLM model(tiny_generate_args(tied)),
+        model_bf16(tiny_generate_args(tied), {}, DType::bf16);
     model.initialize(7);
-    const InferenceWeights f32(model, DType::f32), bf16(model, DType::bf16);
+    model_bf16.initialize(7);
+    const InferenceWeights f32(model), bf16(model_bf16);
     const double cache = session_deviation(f32, DType::bf16, f32, DType::f32);
     const double weights = session_deviation(bf16, DType::f32, f32, DType::f32);
     std::printf("  tied %d: bf16 cache moves the logits by %.3e, bf16 weights by %.3e\n", tied,
@@ -374,7 +385,7 @@ TEST(InferenceSession, Bf16KvCacheHalvesTheBytesAndNeedsABf16Attention) {
   register_attention_bf16_rounded();
   DecoderLM model(a, {{"model.layers.*.self_attn", "attention_bf16_rounded"}});
   model.initialize(1);
-  const InferenceWeights weights(model, DType::f32);
+  const InferenceWeights weights(model);
   test::expect_error(
       [&] { InferenceSession(weights, 8, 4, DType::bf16); },
       {"model.layers.0.self_attn", "attention_bf16_rounded", "reads only fp32 keys and values"});
@@ -429,8 +440,8 @@ TEST(InferenceWeights, LoadedInBf16HoldsTheMatmulWeightsOnlyInBf16) {
       const std::unique_ptr<InferenceWeights> loaded = InferenceWeights::load(folder, DType::bf16);
       const size_t held = memory_stats().current[kParameters] - before;
       EXPECT_EQ(held, loaded->copy_bytes() + sizeof(float) * static_cast<size_t>(read_in_fp32));
-      const std::unique_ptr<CausalLM> whole = load_hf_model(folder);
-      const InferenceWeights copies(*whole, DType::bf16);
+      const std::unique_ptr<CausalLM> whole = load_hf_model(folder, {}, false, DType::bf16);
+      const InferenceWeights copies(*whole);
       const bool own_embedding = embedding_in_bf16 && !args.tie_word_embeddings;
       EXPECT_EQ(loaded->copy_bytes(),
                 copies.copy_bytes() +
@@ -502,7 +513,7 @@ TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
         }
       }
       const size_t before = memory_stats().current[kParameters];
-      const std::unique_ptr<CausalLM> eval = load_eval_model(folder, DType::bf16);
+      const std::unique_ptr<CausalLM> eval = load_forward_only_model(folder, DType::bf16);
       const size_t held = memory_stats().current[kParameters] - before;
       EXPECT_EQ(held, sizeof(uint16_t) * static_cast<size_t>(in_bf16) +
                           sizeof(float) * static_cast<size_t>(read_in_fp32));
@@ -514,7 +525,7 @@ TEST(EvalModel, LoadedInBf16HoldsOnlyTheCopiesItReads) {
       EXPECT_EQ(forward(*eval, got_logits).loss_sum, want.loss_sum);
       test::expect_error([&] { eval->allocate_gradients(); },
                          {"gradients of a model whose bf16 copies are its weights"});
-      const std::unique_ptr<CausalLM> fp32 = load_eval_model(folder, DType::f32);
+      const std::unique_ptr<CausalLM> fp32 = load_forward_only_model(folder, DType::f32);
       const std::unique_ptr<CausalLM> fp32_whole = load_hf_model(folder);
       EXPECT_EQ(forward(*fp32, got_logits).loss_sum, forward(*fp32_whole, want_logits).loss_sum);
       EXPECT_EQ(got_logits, want_logits);
@@ -554,7 +565,7 @@ TEST(InferenceSession, BadCalls) {
   model.initialize(1);
   EXPECT_THROW(KvCache(model.args(), 33), Error);
   EXPECT_THROW(KvCache(model.args(), 0), Error);
-  const InferenceWeights weights(model, DType::f32);
+  const InferenceWeights weights(model);
   InferenceSession session(weights, 4, 3);
   const std::vector<int32_t> bad = {5, 97};
   EXPECT_THROW(session.forward(bad.data(), 2), Error);
@@ -674,12 +685,9 @@ TEST(Generate, SamplingWithASeedRepeatsExactly) {
   DecoderLM model(tiny_generate_args(true));
   model.initialize(3);
   const std::vector<int32_t> prompt = test_ids(9, 97, 5);
-  const GenerateResult a =
-      generate_tokens(InferenceWeights(model, DType::f32), prompt, sampled(42));
-  const GenerateResult b =
-      generate_tokens(InferenceWeights(model, DType::f32), prompt, sampled(42));
-  const GenerateResult c =
-      generate_tokens(InferenceWeights(model, DType::f32), prompt, sampled(43));
+  const GenerateResult a = generate_tokens(InferenceWeights(model), prompt, sampled(42));
+  const GenerateResult b = generate_tokens(InferenceWeights(model), prompt, sampled(42));
+  const GenerateResult c = generate_tokens(InferenceWeights(model), prompt, sampled(43));
   EXPECT_EQ(a.ids, b.ids);
   EXPECT_NE(a.ids, c.ids);
   EXPECT_EQ(a.ids.size(), 24u);
@@ -697,8 +705,8 @@ TEST(Generate, TopKOneEqualsGreedy) {
     top1.max_new_tokens = 16;
     top1.sampling.top_k = 1;
     top1.sampling.repetition_penalty = 1.0;
-    EXPECT_EQ(generate_tokens(InferenceWeights(model, DType::f32), prompt, greedy).ids,
-              generate_tokens(InferenceWeights(model, DType::f32), prompt, top1).ids);
+    EXPECT_EQ(generate_tokens(InferenceWeights(model), prompt, greedy).ids,
+              generate_tokens(InferenceWeights(model), prompt, top1).ids);
   }
 }
 
@@ -708,7 +716,7 @@ TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
   std::vector<int32_t> seq = test_ids(7, 97, 1);
   GenerateOptions o;
   o.max_new_tokens = 10;
-  const GenerateResult r = generate_tokens(InferenceWeights(model, DType::f32), seq, o);
+  const GenerateResult r = generate_tokens(InferenceWeights(model), seq, o);
   ASSERT_EQ(r.ids.size(), 10u);
   for (int32_t id : r.ids) {
     const std::vector<float> logits = full_forward_logits(model, seq);
@@ -723,7 +731,7 @@ TEST(Generate, GreedyEqualsArgmaxOfTheFullForward) {
 TEST(Generate, PromptCacheReusesTheSharedPrefix) {
   DecoderLM model(tiny_generate_args(false));
   model.initialize(9);
-  const InferenceWeights weights(model, DType::f32);
+  const InferenceWeights weights(model);
   GenerateOptions o;
   o.max_new_tokens = 6;
   PromptCache cache;
@@ -763,9 +771,9 @@ TEST(Generate, StopsOnEosIncludingIt) {
   const std::vector<int32_t> prompt = test_ids(5, 97, 2);
   GenerateOptions o;
   o.max_new_tokens = 12;
-  const GenerateResult free_run = generate_tokens(InferenceWeights(model, DType::f32), prompt, o);
+  const GenerateResult free_run = generate_tokens(InferenceWeights(model), prompt, o);
   o.eos_ids = {free_run.ids[3]};
-  const GenerateResult r = generate_tokens(InferenceWeights(model, DType::f32), prompt, o);
+  const GenerateResult r = generate_tokens(InferenceWeights(model), prompt, o);
   ASSERT_LE(r.ids.size(), 4u);
   EXPECT_EQ(r.ids.back(), free_run.ids[3]);
   EXPECT_EQ(r.finish_reason, "eos");
@@ -786,7 +794,7 @@ TEST(Generate, BadRequests) {
   }
   DecoderLM model(a);
   model.initialize(1);
-  EXPECT_THROW(generate_tokens(InferenceWeights(model, DType::f32), {}, GenerateOptions{}), Error);
+  EXPECT_THROW(generate_tokens(InferenceWeights(model), {}, GenerateOptions{}), Error);
 }
 
 TEST(Generate, Devices) {

@@ -53,12 +53,12 @@ class GenerateCli : public ::testing::Test {
   static GenerateResult library(const std::string& text, int64_t max_new, DType dtype = DType::f32,
                                 DType kv_cache = DType::f32) {
     const Tokenizer tok = Tokenizer::load(model_dir());
-    std::unique_ptr<CausalLM> model = load_hf_model(model_dir());
+    std::unique_ptr<CausalLM> model = load_hf_model(model_dir(), {}, false, dtype);
     GenerateOptions o = generation_defaults(model_dir(), model->args());
     o.sampling.do_sample = false;
     o.max_new_tokens = max_new;
     o.kv_cache_dtype = kv_cache;
-    return generate_text(InferenceWeights(*model, dtype), tok, tok.encode(text), o);
+    return generate_text(InferenceWeights(*model), tok, tok.encode(text), o);
   }
 
   ScratchDir dir_;
@@ -296,8 +296,7 @@ TEST(GenerateCliLlama, RawPromptsGetTheBosChatsHoldTheirOwn) {
   GenerateOptions o = generation_defaults(folder, loaded->args());
   o.sampling.do_sample = false;
   o.max_new_tokens = 3;
-  EXPECT_EQ(raw.out,
-            generate_text(InferenceWeights(*loaded, DType::f32), tok, with_bos, o).text + "\n");
+  EXPECT_EQ(raw.out, generate_text(InferenceWeights(*loaded), tok, with_bos, o).text + "\n");
 
   const TitanRun chat = run_titan(
       "generate --model '" + folder + "' --prompt Hi --chat --greedy --max-new-tokens 3", dir);

@@ -471,7 +471,7 @@ TEST(Rope, YarnScalesTheRotation) {
   // cos^2 + sin^2 = attention_factor^2 = (0.1 ln 4 + 1)^2 at every position and frequency.
   const double factor = 0.1 * std::log(4.0) + 1.0;
   for (int64_t i = 0; i < 8 * 8; ++i) {
-    const double c = cache.cos.data<float>()[i], s = cache.sin.data<float>()[i];
+    const double c = cache.cos()[i], s = cache.sin()[i];
     EXPECT_NEAR(c * c + s * s, factor * factor, 1e-5);
   }
 }
@@ -490,7 +490,7 @@ TEST(Rope, Llama3ScalesOnlyTheLowFrequencies) {
   // 64 is blended, j >= 2 (168 and up) is divided by 8; no attention scaling.
   const RopeCache a = rope_cache_build(plain, 2), b = rope_cache_build(llama3, 2);
   const auto angle = [](const RopeCache& c, int64_t j) {
-    return std::atan2(c.sin.data<float>()[8 + j], c.cos.data<float>()[8 + j]);  // position 1
+    return std::atan2(c.sin()[8 + j], c.cos()[8 + j]);  // position 1
   };
   EXPECT_EQ(angle(b, 0), angle(a, 0));
   const double smooth = (64.0 / (2 * M_PI / angle(a, 1)) - 1.0) / 3.0;
@@ -499,7 +499,7 @@ TEST(Rope, Llama3ScalesOnlyTheLowFrequencies) {
   EXPECT_LT(angle(b, 1), angle(a, 1));
   for (int64_t j = 2; j < 8; ++j) EXPECT_NEAR(angle(b, j), angle(a, j) / 8, 1e-7 * angle(a, j));
   for (int64_t j = 0; j < 8; ++j) {
-    const double c = b.cos.data<float>()[8 + j], s = b.sin.data<float>()[8 + j];
+    const double c = b.cos()[8 + j], s = b.sin()[8 + j];
     EXPECT_NEAR(c * c + s * s, 1.0, 1e-6);
   }
 }

@@ -24,7 +24,8 @@ struct DeviceOps {
   DeviceKind device = DeviceKind::cpu;
   // y (n) += x (n).
   KernelFn<void (*)(float* y, const float* x, int64_t n), "add"> add;
-  // x (n) = 0 (a step's gradients: memory work, timed as a kernel in profiles).
+  // x (n) = 0 (a step's gradients: memory work, timed as a kernel in profiles): the backend's
+  // memory space zeroes it, as it does a whole Buffer (Buffer::zero), so there is one way.
   KernelFn<void (*)(float* x, int64_t n), "zero"> zero;
   // x (n) *= a.
   KernelFn<void (*)(float* x, float a, int64_t n), "scale"> scale;

@@ -13,8 +13,7 @@
 // RoPE and SwiGLU run on the calling thread (kMinParallelElements). A call of many tokens uses
 // the GEMM. With bf16 weights both take bf16 operands (the tokens rounded to bf16) and
 // accumulate in fp32, as mixed-precision training computes, so prefill and decode compute the
-// same products. Linears bound by [overrides] to a kernel that takes only fp32 get the bf16
-// weight and the rounded input widened: the same products again.
+// same products.
 //
 // The KV cache is fp32 or bf16 (kv_cache_dtype). A bf16 cache holds each key (after k_norm and
 // RoPE) and value rounded once, when its token's call writes it, and every call -- prefill and
@@ -62,15 +61,7 @@ class InferenceSession {
   int64_t max_chunk_;
   std::vector<int32_t> positions_;  // (max_chunk)
   Buffer scratch_;
-  float* resid_ = nullptr;  // (n, h) the residual stream, updated in place layer by layer
-  float* norm_ = nullptr;   // (n, h) the final norm's output
-  float* rstd_ = nullptr;   // (n) its discarded row scales
-  LayerActivations acts_;   // every layer's, nothing kept between layers
-  ExpertsScratch moe_scratch_;
-  float* logits_ = nullptr;  // (V)
-  // bf16 weights: the GEMMs' inputs rounded to bf16, and the widened weight for an fp32-only
-  // kernel; nulls for fp32 weights.
-  LinearScratch linear_;
+  InferenceScratch views_;  // carved from scratch_ by the model's table
 };
 
 }  // namespace titan

@@ -64,6 +64,25 @@ struct ForwardOptions {
 // parameters' fp32 masters unwritten, and for a use through_copies every copy, a tied embedding's
 // too (copied_params()); the model rounds only its other copies. A unit the parallelism keeps
 // whole between uses (still resident after its release) keeps its copies too.
+// What one call of a KV-cached inference session (infer/session.h) computes in, for calls of up to
+// `max_chunk` tokens: the residual stream updated in place layer by layer, one layer's activations
+// every layer reuses (nothing is kept for a backward), the last token's logits, and the linears'
+// rounding scratch. Carved by the model's activation table (CausalLM::carve_inference).
+struct InferenceShape {
+  int64_t max_chunk = 1;
+  DType weights = DType::f32;   // the linears' weights: bf16 rounds each GEMM's input
+  DType kv_cache = DType::f32;  // bf16: this call's keys and values in fp32 before rounding
+};
+struct InferenceScratch {
+  float* resid = nullptr;   // (n, h)
+  float* norm = nullptr;    // (n, h) the final norm's output
+  float* rstd = nullptr;    // (n) its discarded row scales
+  LayerActivations layer;   // every layer's, in turn
+  ExpertsScratch experts;   // the routed rows, forward only
+  float* logits = nullptr;  // (V) the last token's
+  LinearScratch linear;
+};
+
 struct ParamGroupHooks {
   std::function<void(int64_t group, bool gradients, GroupReads reads)> acquire;
   std::function<void(int64_t group, GroupUseEnd end)> release;
@@ -141,16 +160,23 @@ class CausalLM {
   virtual std::vector<std::vector<ComputeCopyTarget>> copied_params() = 0;
   // Under bf16 compute, for a model that only ever runs forward (titan eval): its bf16 copies
   // become its weights -- every group's resident at once and read as they are by each forward,
-  // never remade from the fp32 masters, which need not be held (load_eval_model loads a folder
-  // straight into the copies). With `lookup_in_bf16` the embedding's lookup reads a bf16 copy
-  // too (a tied embedding the lm_head's; an untied one gets its own). Returns where each copy
+  // never remade from the fp32 masters, which need not be held (load_forward_only_model loads a
+  // folder straight into the copies). With `lookup_in_bf16` the embedding's lookup reads a bf16
+  // copy too (a tied embedding the lm_head's; an untied one gets its own). Returns where each copy
   // lies: copied_params(), and an untied embedding's when the lookup reads bf16. The model
   // refuses gradients from then on.
   virtual std::vector<std::vector<ComputeCopyTarget>> hold_compute_copies(bool lookup_in_bf16) = 0;
+  // Whether hold_compute_copies was called.
+  virtual bool compute_copies_held() const = 0;
 
   // Bytes of the activation arena for (batch, seq): what the backward must keep, the scratch the
   // layers share and the lm_head loss's logits chunk.
   virtual int64_t activation_bytes(int64_t batch, int64_t seq) const = 0;
+  // Carves an inference session's scratch of `shape` out of `base` into `scratch` (a null base
+  // only measures); returns the 4-byte words taken. The same table as the training arena's, in
+  // the same file (models/decoder_lm_activations.cpp).
+  virtual int64_t carve_inference(const InferenceShape& shape, void* base,
+                                  InferenceScratch& scratch) const = 0;
 
   // The module tree, read-only, for forwards that run it another way (KV-cached decode,
   // infer/session.h).

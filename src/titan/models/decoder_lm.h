@@ -56,8 +56,11 @@ class DecoderLM final : public CausalLM {
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
   std::vector<std::vector<ComputeCopyTarget>> copied_params() override;
   std::vector<std::vector<ComputeCopyTarget>> hold_compute_copies(bool lookup_in_bf16) override;
+  bool compute_copies_held() const override { return copies_held_; }
 
   int64_t activation_bytes(int64_t batch, int64_t seq) const override;
+  int64_t carve_inference(const InferenceShape& shape, void* base,
+                          InferenceScratch& scratch) const override;
   const DecoderModules& modules() const override { return m_; }
 
   // The same for a model of `args` computing in `compute_dtype` under `checkpointing`, without

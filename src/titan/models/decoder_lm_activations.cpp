@@ -1,5 +1,6 @@
-// DecoderLM's activation arena: the one table that sizes it (titan plan, from ModelArgs alone)
-// and carves it into every layer's saved tensors, the backward's scratch and the loss's workspace.
+// DecoderLM's activation tables: the training arena's, which sizes it (titan plan, from ModelArgs
+// alone) and carves it into every layer's saved tensors, the backward's scratch and the loss's
+// workspace; and an inference session's scratch (carve_inference), which keeps nothing.
 #include <omp.h>
 
 #include <algorithm>
@@ -212,6 +213,56 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     v.d_resid = c.take(n * h);
     g.d_norm = c.take(n * h);
   }
+  return c.used();
+}
+
+int64_t DecoderLM::carve_inference(const InferenceShape& shape, void* base,
+                                   InferenceScratch& s) const {
+  const ModelArgs& a = args_;
+  const int64_t n = shape.max_chunk, h = a.hidden_size, H = a.num_attention_heads;
+  const int64_t qd = H * a.head_dim, kvd = a.num_key_value_heads * a.head_dim;
+  const int64_t I = a.intermediate_size, E = a.num_experts, k = a.num_experts_per_tok;
+  const int64_t Im = a.moe_intermediate_size, rows = n * k;  // rows: 0 for a dense model
+  const int64_t qk = a.qk_norm ? 1 : 0;
+  // bf16 weights: each GEMM's input rounded to bf16 (the widest input: h, H * hd or I).
+  const int64_t bf16_in = shape.weights == DType::bf16 ? n * std::max({h, qd, I}) : 0;
+  // A bf16 cache: this call's keys and values in fp32 before they are rounded into it (with an
+  // fp32 cache k and v stay null: the layer writes them into the cache).
+  const int64_t kv_in = shape.kv_cache == DType::bf16 ? n * kvd : 0;
+  // bf16 weights and cache: q's bits for the bf16 attention.
+  const int64_t q_bits = shape.kv_cache == DType::bf16 && shape.weights == DType::bf16 ? n * qd : 0;
+  Carver c(base);
+  s.resid = c.take(n * h);
+  s.norm = c.take(n * h);
+  s.rstd = c.take(n);
+  LayerActivations& l = s.layer;
+  l.norm1 = c.take(n * h);
+  l.norm1_rstd = c.take(n);
+  l.attn.q_pre = c.take(qk * n * qd);
+  l.attn.q_rstd = c.take(qk * n * H);
+  l.attn.k_pre = c.take(qk * n * kvd);
+  l.attn.k_rstd = c.take(qk * n * a.num_key_value_heads);
+  l.attn.q = c.take(n * qd);
+  l.attn.k = c.take(kv_in);
+  l.attn.v = c.take(kv_in);
+  l.attn.out = c.take(n * qd);
+  l.attn.q_bf16 = c.take<uint16_t>(q_bits);
+  l.attn.lse = c.take(H * n);
+  l.resid_mid = c.take(n * h);
+  l.norm2 = c.take(n * h);
+  l.norm2_rstd = l.norm1_rstd;  // neither row scale is read again
+  l.mlp = {c.take(n * I), c.take(n * I), c.take(n * I)};
+  l.moe.router_logits = c.take(n * E);
+  l.moe.router_probs = c.take(n * E);
+  l.moe.topk_index = c.take<int32_t>(n * k);
+  l.moe.topk_weight = c.take(n * k);
+  l.moe.experts = {c.take(rows * Im), c.take(rows * Im), c.take(rows * Im), c.take<int32_t>(rows),
+                   c.take<int32_t>(E + 1)};
+  // The forward uses the gathered rows; dgate and dup stay null, as no backward follows.
+  s.experts.x = c.take(rows * h);
+  s.experts.y = c.take(rows * h);
+  s.logits = c.take(a.vocab_size);
+  s.linear.x_bf16 = c.take<uint16_t>(bf16_in);
   return c.used();
 }
 

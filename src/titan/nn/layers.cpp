@@ -78,7 +78,8 @@ void linear_group_backward(std::initializer_list<LinearGrad> grads, float* dx, c
     } else {
       TITAN_CHECK(x_bf16 == nullptr && g.dy_bf16 == nullptr, l.name,
                   ": its input or output gradient in bf16, but it computes in fp32");
-      TITAN_CHECK(l.weight_bf16 == nullptr, l.name, ": no backward through a widened bf16 weight");
+      TITAN_CHECK(l.weight_bf16 == nullptr, l.name, ": a bf16 weight, but kernel '", l.kernel_name,
+                  "' has no bf16 form");
       l.kernel->backward(dx, l.weight_grad, g.dy, x, l.weight, n, l.in_features, l.out_features,
                          accumulate_dx);
       if (l.lora != nullptr) l.lora->backward(dx, g.dy, x, n, *l.kernel);
@@ -121,19 +122,10 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
       continue;
     }
     if (!fused) {
-      const float* w = l.weight;
-      const float* x_in = x;
-      if (l.weight_bf16 != nullptr) {
-        TITAN_CHECK(scratch.widened != nullptr && scratch.x_rounded != nullptr, l.name,
-                    ": bf16 weights need widening buffers");
-        device_ops().widen_bf16(scratch.widened, l.weight_bf16, l.out_features * l.in_features);
-        w = scratch.widened;
-        const int64_t count = n * l.in_features;
-        std::copy(x, x + count, scratch.x_rounded);
-        device_ops().round_to_bf16_keeping(scratch.x_rounded, nullptr, count);
-        x_in = scratch.x_rounded;
-      }
-      l.kernel->forward(o.y, x_in, w, n, l.in_features, l.out_features);
+      // A model computing in bf16 binds only kernels with a bf16 form (dispatch/overrides.h).
+      TITAN_CHECK(l.weight_bf16 == nullptr, l.name, ": a bf16 weight, but kernel '", l.kernel_name,
+                  "' has no bf16 form");
+      l.kernel->forward(o.y, x, l.weight, n, l.in_features, l.out_features);
     }
     if (l.bias != nullptr) device_ops().bias_forward(o.y, l.bias, n, l.out_features);
   }

@@ -35,11 +35,6 @@ class KernelBinder {
 
 // Room the linears of a call use besides their inputs and outputs, shared by all of them.
 struct LinearScratch {
-  // A bf16 weight widened to fp32 for a kernel that takes only fp32 (largest weight), and the
-  // input rounded to bf16 values in fp32 (N x largest in_features), so that kernel computes what
-  // a bf16 one would (inference only: training refuses such a kernel for a bf16 slot).
-  float* widened = nullptr;
-  float* x_rounded = nullptr;
   // bf16 compute: the input rounded to bf16 (N x largest in_features) and, in a backward, the
   // output's gradient (N x largest out_features).
   uint16_t* x_bf16 = nullptr;
@@ -99,8 +94,8 @@ struct Linear {
   float* bias = nullptr;         // (out), or null for bias=False
   float* bias_grad = nullptr;    // (out) or null
   // A bf16 copy of weight that the GEMMs use instead (mixed-precision training, bf16 inference),
-  // or null. With a kernel that takes bf16, x and dy are rounded to bf16 too and products
-  // accumulate in fp32; with an fp32-only kernel (inference) the weight is widened.
+  // or null. x and dy are rounded to bf16 too and products accumulate in fp32 (the kernel's bf16
+  // form: a bf16 model binds no other).
   const uint16_t* weight_bf16 = nullptr;
   const LinearKernel* kernel = nullptr;
   std::string kernel_name;  // registry name

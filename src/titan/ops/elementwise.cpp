@@ -22,13 +22,6 @@ void scale_in_place(float* x, float a, int64_t n) {
     v.scale(x + at, a, std::min(kElementwiseChunk, n - at));
 }
 
-void fill_zero(float* x, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
-  for (int64_t at = 0; at < n; at += kElementwiseChunk)
-    std::memset(x + at, 0,
-                sizeof(float) * static_cast<size_t>(std::min(kElementwiseChunk, n - at)));
-}
-
 double sum_squares_f64(const float* x, int64_t n) {
   double sum = 0.0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)

@@ -12,8 +12,6 @@ namespace titan {
 void add_into(float* y, const float* x, int64_t n);
 // x (n) *= a.
 void scale_in_place(float* x, float a, int64_t n);
-// x (n) = 0.
-void fill_zero(float* x, int64_t n);
 // sum_i x[i]^2 (n), the squares and their sum in fp64.
 double sum_squares_f64(const float* x, int64_t n);
 // The index of the first NaN or infinity of x (n), or -1 when every element is finite.

@@ -84,8 +84,8 @@ void rotate(float* x, const int32_t* positions, const RopeCache& cache, int64_t 
   }
 #pragma omp parallel for schedule(static) if (n_tokens * n_heads * hd >= kMinParallelElements)
   for (int64_t n = 0; n < n_tokens; ++n) {
-    const float* c = cache.cos.data<float>() + static_cast<int64_t>(positions[n]) * half;
-    const float* s = cache.sin.data<float>() + static_cast<int64_t>(positions[n]) * half;
+    const float* c = cache.cos() + static_cast<int64_t>(positions[n]) * half;
+    const float* s = cache.sin() + static_cast<int64_t>(positions[n]) * half;
     for (int64_t h = 0; h < n_heads; ++h) {
       float* x1 = x + (n * n_heads + h) * hd;
       float* x2 = x1 + half;
@@ -108,10 +108,11 @@ RopeCache rope_cache_build(const RopeParams& rope, int64_t max_positions) {
   RopeCache cache;
   cache.max_positions = max_positions;
   cache.half_dim = rope.head_dim / 2;
-  cache.cos = Tensor::empty({max_positions, cache.half_dim}, DType::f32, MemCategory::other);
-  cache.sin = Tensor::empty({max_positions, cache.half_dim}, DType::f32, MemCategory::other);
-  float* c = cache.cos.data<float>();
-  float* s = cache.sin.data<float>();
+  cache.table =
+      Buffer(host_memory(), sizeof(float) * static_cast<size_t>(2 * max_positions * cache.half_dim),
+             MemCategory::other);
+  float* c = cache.table.as<float>();
+  float* s = c + max_positions * cache.half_dim;
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < max_positions; ++p) {
     for (int64_t j = 0; j < cache.half_dim; ++j) {

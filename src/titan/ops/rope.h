@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "titan/core/tensor.h"
+#include "titan/core/allocator.h"
 
 namespace titan {
 
@@ -33,11 +33,14 @@ struct RopeParams {
 // cos and sin for every position below max_positions, each (max_positions, hd/2), computed as
 // HF does: inv_freq and pos * inv_freq in fp32 (YaRN or llama3 when configured), attention scaling
 // applied.
+// They live in the memory of the device whose kernels read them: the builder is a device op
+// (DeviceOps::rope_cache), this one the host's.
 struct RopeCache {
   int64_t max_positions = 0;
   int64_t half_dim = 0;
-  Tensor cos;  // (P, hd/2)
-  Tensor sin;  // (P, hd/2)
+  Buffer table;                                           // (2, P, hd/2): cos, then sin
+  const float* cos() const { return table.as<float>(); }  // (P, hd/2)
+  const float* sin() const { return table.as<float>() + max_positions * half_dim; }  // (P, hd/2)
 };
 RopeCache rope_cache_build(const RopeParams& rope, int64_t max_positions);
 
