@@ -51,6 +51,7 @@ void verify_embedding(const EmbeddingKernel& k, Checks& c) {
   k.backward(dweight.data(), dout.data(), ids.data(), n, dim);
   c.add("backward", "dweight", dweight, std::vector<float>(sums.begin(), sums.end()),
         fp32_tolerance(n));
+  if (k.forward_vocab_parallel != nullptr) verify_embedding_vocab_parallel(k, c);
 }
 
 void verify_rms_norm(const RmsNormKernel& k, Checks& c) {
@@ -295,6 +296,9 @@ void verify_lm_head_loss(const LmHeadLossKernel& k, bool takes_bf16, Checks& c) 
   c.add("forward_backward", "loss", {loss}, {want_loss}, tolerance);
   c.add("forward_backward", "dx", dx, want_dx, tolerance);
   c.add("forward_backward", "dweight", dweight, want_dweight, tolerance);
+  if (k.forward_backward_vocab_parallel != nullptr) {
+    verify_lm_head_loss_vocab_parallel(k, takes_bf16, c);
+  }
   if (!takes_bf16) return;
   // bf16 GEMMs and logits: against the reference on the bf16 operands' values.
   const std::vector<uint16_t> weight16 = rounded(weight);
