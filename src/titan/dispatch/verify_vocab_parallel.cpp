@@ -114,7 +114,7 @@ void verify_lm_head_loss_vocab_parallel(const LmHeadLossKernel& k, bool takes_bf
   const float want16_loss = reference(x_grid.data(), w_grid.data(), want16_dx, want16_dweight);
   const double tolerance = fp32_tolerance(std::max({vocab, hidden, n}));
   for (const int degree : {2, 3}) {
-    const std::string form = "forward_backward_vocab_parallel_" + std::to_string(degree);
+    const std::string form = "vocab_parallel_" + std::to_string(degree);
     parallel(degree, false, losses, dx, dweight);
     c.add(form, "loss", losses, std::vector<float>(losses.size(), want_loss), tolerance);
     c.add(form, "dx", dx, want_dx, tolerance);
@@ -122,10 +122,10 @@ void verify_lm_head_loss_vocab_parallel(const LmHeadLossKernel& k, bool takes_bf
     if (!takes_bf16) continue;
     // bf16 GEMMs and logits: against the reference on the bf16 operands' values.
     parallel(degree, true, losses, dx, dweight);
-    c.add(form + "_bf16", "loss", losses, std::vector<float>(losses.size(), want16_loss),
+    c.add(form + ".bf16", "loss", losses, std::vector<float>(losses.size(), want16_loss),
           kBf16Tolerance);
-    c.add(form + "_bf16", "dx", dx, want16_dx, kBf16Tolerance);
-    c.add(form + "_bf16", "dweight", dweight, want16_dweight, kBf16Tolerance);
+    c.add(form + ".bf16", "dx", dx, want16_dx, kBf16Tolerance);
+    c.add(form + ".bf16", "dweight", dweight, want16_dweight, kBf16Tolerance);
   }
 }
 
