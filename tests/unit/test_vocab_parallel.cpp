@@ -275,6 +275,29 @@ TEST(VocabParallelLoss, RefusesBadArguments) {
             std::string::npos);
 }
 
+// The threads' group itself: reductions combine every rank's values; a rank that fails before
+// a reduction neither hangs the others nor loses its error.
+TEST(VocabParallelThreads, ReduceOverRanksAndSurviveAFailingRank) {
+  std::vector<std::vector<float>> got(3);
+  run_vocab_ranks_in_threads(kVocab, 3, [&](const VocabShard& shard) {
+    const auto rank = static_cast<float>(shard.start / shard.rows);
+    std::vector<float> v = {rank, -rank, 2.0f * rank};
+    shard.all_reduce_max(v.data(), 2);
+    shard.all_reduce_sum(v.data() + 2, 1);
+    got[static_cast<size_t>(rank)] = v;
+  });
+  for (const std::vector<float>& v : got) EXPECT_EQ(v, (std::vector<float>{2.0f, 0.0f, 6.0f}));
+  const std::string message = error_of([] {
+    run_vocab_ranks_in_threads(kVocab, 2, [](const VocabShard& shard) {
+      if (shard.start > 0) fail("rank 1 failed");
+      std::vector<float> v(4, 1.0f);
+      shard.all_reduce_max(v.data(), 4);
+      shard.all_reduce_sum(v.data(), 4);
+    });
+  });
+  EXPECT_EQ(message, "rank 1 failed");
+}
+
 // The embedding: the group's sum of the lookups is the whole lookup exactly (one rank holds each
 // row, the others add zeros), and the concatenated d weight rows are the whole scatter exactly
 // (each row's tokens summed in the same order).

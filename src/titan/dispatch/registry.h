@@ -108,8 +108,8 @@ struct EmbeddingKernel {
            "embedding.forward_bf16">
       forward_bf16 = nullptr;
   // The vocabulary-parallel lookup and scatter (tensor parallel, ops/embedding.h: this rank's
-  // rows only), both or neither; null: the kernel is refused for an embedding cut along the
-  // vocabulary.
+  // rows only), both or neither; without them the kernel cannot serve an embedding cut along the
+  // vocabulary (which the model refuses today: tensor parallel is not wired yet).
   KernelFn<void (*)(float*, const int32_t*, const float*, int64_t, const VocabShard&, int64_t),
            "embedding.forward_vocab_parallel">
       forward_vocab_parallel = nullptr;
@@ -160,8 +160,8 @@ struct LmHeadLossKernel {
   int64_t (*workspace_bytes)(int64_t n_tokens, int64_t hidden, int64_t vocab, int64_t chunk_tokens,
                              bool bf16) = nullptr;
   // The vocabulary-parallel loss on this rank's lm_head rows (tensor parallel, torchtitan's
-  // loss_parallel; ops/cross_entropy.h) and its workspace's bytes, both or neither; null: the
-  // kernel is refused for an lm_head cut along the vocabulary.
+  // loss_parallel; ops/cross_entropy.h) and its workspace's bytes, both or neither; without
+  // them the kernel cannot serve an lm_head cut along the vocabulary.
   KernelFn<CrossEntropyResult (*)(const CrossEntropyArgs&, const VocabShard&),
            "lm_head_loss.forward_backward_vocab_parallel">
       forward_backward_vocab_parallel = nullptr;

@@ -19,7 +19,7 @@ namespace titan {
 // its own thread, shard = VocabShard::of(total, rank, degree) with its reductions bound to the
 // other threads': every rank's values are combined in rank order, so each rank gets the same
 // bits. Returns when every rank has; the first rank's error (in rank order) is then rethrown. A
-// rank that fails leaves the group (its later reductions go without it), so the others finish.
+// rank that fails leaves the barrier, so the others finish (their results then meaningless).
 inline void run_vocab_ranks_in_threads(int64_t total, int degree,
                                        const std::function<void(const VocabShard&)>& body) {
   std::vector<VocabShard> shards;
