@@ -219,6 +219,26 @@ TEST(Overrides, EveryKernelDeclaresItsDtypes) {
       },
       {"kernel 'swiglu_partial': a swiglu kernel has recompute_bf16 and backward_bf16 together or "
        "neither"});
+  // So do an embedding and an lm_head loss kernel their vocabulary-parallel forms.
+  EmbeddingKernel embedding =
+      std::get<EmbeddingKernel>(kernel_registry().get("embedding", OpKind::embedding).impl);
+  embedding.backward_vocab_parallel = nullptr;
+  test::expect_error(
+      [&] {
+        registry.add(
+            {"embedding_partial", OpKind::embedding, {DType::f32}, "test only", embedding});
+      },
+      {"kernel 'embedding_partial': an embedding kernel has forward_vocab_parallel and "
+       "backward_vocab_parallel together or neither"});
+  LmHeadLossKernel loss = std::get<LmHeadLossKernel>(
+      kernel_registry().get("cross_entropy_chunked", OpKind::lm_head_loss).impl);
+  loss.vocab_parallel_workspace_bytes = nullptr;
+  test::expect_error(
+      [&] {
+        registry.add({"loss_partial", OpKind::lm_head_loss, {DType::f32}, "test only", loss});
+      },
+      {"kernel 'loss_partial': an lm_head loss kernel has forward_backward_vocab_parallel and "
+       "vocab_parallel_workspace_bytes together or neither"});
 }
 
 TEST(Overrides, SlotDtypeTheKernelDoesNotTakeIsRefused) {

@@ -58,6 +58,11 @@ TEST(VerifyKernels, EveryBuiltInKernelPassesEveryFormItHas) {
   EXPECT_EQ(checks_of(kernel_registry().get("grouped_experts", OpKind::grouped_experts)), 8u);
   EXPECT_EQ(checks_of(kernel_registry().get("moe_combine", OpKind::moe_combine)), 3u);
   EXPECT_EQ(checks_of(kernel_registry().get("experts_staged", OpKind::experts)), 8u);
+  // The vocabulary-parallel forms on 2 and 3 ranks: the embedding's lookup and scatter (after
+  // forward, forward_bf16, backward); the loss's loss, dx and dweight in fp32 and bf16 (after the
+  // same six over the whole vocabulary).
+  EXPECT_EQ(checks_of(kernel_registry().get("embedding", OpKind::embedding)), 7u);
+  EXPECT_EQ(checks_of(kernel_registry().get("cross_entropy_chunked", OpKind::lm_head_loss)), 18u);
 }
 
 // The weighted sum without its weights; the grouped backward with every row's weight 1.

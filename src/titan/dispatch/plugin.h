@@ -29,8 +29,8 @@ namespace titan {
 // changing one.
 // 2: the experts in stages; 3: a linear, RMSNorm or lm_head loss kernel may be handed a null
 // weight gradient (a frozen weight: LoRA), and must then compute none (a linear's x may then be
-// null).
-constexpr uint64_t kKernelPluginVersion = 3;
+// null); 4: the embedding's and the lm_head loss's vocabulary-parallel forms (VocabShard).
+constexpr uint64_t kKernelPluginVersion = 4;
 constexpr uint64_t kernel_plugin_abi() {
   const uint64_t sizes[] = {sizeof(KernelEntry),
                             sizeof(EmbeddingKernel),
@@ -57,7 +57,8 @@ constexpr uint64_t kernel_plugin_abi() {
                             sizeof(RouterKernel),
                             sizeof(MoeDispatchKernel),
                             sizeof(GroupedExpertsKernel),
-                            sizeof(MoeCombineKernel)};
+                            sizeof(MoeCombineKernel),
+                            sizeof(VocabShard)};
   uint64_t h = 1469598103934665603ull ^ kKernelPluginVersion;  // FNV-1a over the sizes
   for (const uint64_t s : sizes) h = (h ^ s) * 1099511628211ull;
   return h;

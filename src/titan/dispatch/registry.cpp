@@ -18,7 +18,8 @@ void register_builtins(KernelRegistry& r) {
          OpKind::embedding,
          {DType::f32},
          "row gather (fp32, or bf16 rows widened); column-blocked scatter-add backward",
-         EmbeddingKernel{embedding_forward, embedding_backward, embedding_forward_bf16}});
+         EmbeddingKernel{embedding_forward, embedding_backward, embedding_forward_bf16,
+                         embedding_forward_vocab_parallel, embedding_backward_vocab_parallel}});
   r.add({"linear",
          OpKind::linear,
          {DType::f32, DType::bf16},
@@ -40,7 +41,9 @@ void register_builtins(KernelRegistry& r) {
          OpKind::lm_head_loss,
          {DType::f32, DType::bf16},
          "lm_head GEMM fused with cross-entropy, chunks of at most 320 MiB of logits",
-         LmHeadLossKernel{lm_head_cross_entropy, lm_head_chunk_tokens, lm_head_workspace_bytes}});
+         LmHeadLossKernel{lm_head_cross_entropy, lm_head_chunk_tokens, lm_head_workspace_bytes,
+                          lm_head_cross_entropy_vocab_parallel,
+                          lm_head_vocab_parallel_workspace_bytes}});
   r.add({"cross_entropy_reference",
          OpKind::lm_head_loss,
          {DType::f32},
@@ -299,6 +302,20 @@ void KernelRegistry::validate(const KernelEntry& entry) const {
   if (const auto* dispatch = std::get_if<MoeDispatchKernel>(&entry.impl)) {
     // Its backward is fp32 in both dtypes: forward_bf16 alone is its bf16 form.
     check_bf16_functions("a moe_dispatch", dispatch->forward_bf16 != nullptr);
+  }
+  if (const auto* embedding = std::get_if<EmbeddingKernel>(&entry.impl)) {
+    TITAN_CHECK((embedding->forward_vocab_parallel == nullptr) ==
+                    (embedding->backward_vocab_parallel == nullptr),
+                "kernel '", name,
+                "': an embedding kernel has forward_vocab_parallel and backward_vocab_parallel "
+                "together or neither");
+  }
+  if (const auto* loss = std::get_if<LmHeadLossKernel>(&entry.impl)) {
+    TITAN_CHECK((loss->forward_backward_vocab_parallel == nullptr) ==
+                    (loss->vocab_parallel_workspace_bytes == nullptr),
+                "kernel '", name,
+                "': an lm_head loss kernel has forward_backward_vocab_parallel and "
+                "vocab_parallel_workspace_bytes together or neither");
   }
   if (const auto* swiglu = std::get_if<SwigluKernel>(&entry.impl)) {
     TITAN_CHECK((swiglu->recompute_bf16 == nullptr) == (swiglu->backward_bf16 == nullptr),

@@ -20,6 +20,7 @@
 #include "titan/ops/moe.h"
 #include "titan/ops/moe_stages.h"
 #include "titan/ops/rope.h"
+#include "titan/ops/vocab_shard.h"
 
 namespace titan {
 
@@ -106,6 +107,15 @@ struct EmbeddingKernel {
   KernelFn<void (*)(float*, const int32_t*, const uint16_t*, int64_t, int64_t, int64_t),
            "embedding.forward_bf16">
       forward_bf16 = nullptr;
+  // The vocabulary-parallel lookup and scatter (tensor parallel, ops/embedding.h: this rank's
+  // rows only), both or neither; without them the kernel cannot serve an embedding cut along the
+  // vocabulary (which the model refuses today: tensor parallel is not wired yet).
+  KernelFn<void (*)(float*, const int32_t*, const float*, int64_t, const VocabShard&, int64_t),
+           "embedding.forward_vocab_parallel">
+      forward_vocab_parallel = nullptr;
+  KernelFn<void (*)(float*, const float*, const int32_t*, int64_t, const VocabShard&, int64_t),
+           "embedding.backward_vocab_parallel">
+      backward_vocab_parallel = nullptr;
 };
 
 struct LinearKernel {
@@ -149,6 +159,15 @@ struct LmHeadLossKernel {
   int64_t (*chunk_tokens)(int64_t n_tokens, int64_t vocab, int64_t chunk_tokens) = nullptr;
   int64_t (*workspace_bytes)(int64_t n_tokens, int64_t hidden, int64_t vocab, int64_t chunk_tokens,
                              bool bf16) = nullptr;
+  // The vocabulary-parallel loss on this rank's lm_head rows (tensor parallel, torchtitan's
+  // loss_parallel; ops/cross_entropy.h) and its workspace's bytes, both or neither; without
+  // them the kernel cannot serve an lm_head cut along the vocabulary.
+  KernelFn<CrossEntropyResult (*)(const CrossEntropyArgs&, const VocabShard&),
+           "lm_head_loss.forward_backward_vocab_parallel">
+      forward_backward_vocab_parallel = nullptr;
+  int64_t (*vocab_parallel_workspace_bytes)(int64_t n_tokens, int64_t hidden,
+                                            const VocabShard& shard, int64_t chunk_tokens,
+                                            bool bf16) = nullptr;
 };
 
 // A sparse MoE block's experts: every routed (token, slot) through its expert's SwiGLU MLP,

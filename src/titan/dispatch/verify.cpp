@@ -51,6 +51,7 @@ void verify_embedding(const EmbeddingKernel& k, Checks& c) {
   k.backward(dweight.data(), dout.data(), ids.data(), n, dim);
   c.add("backward", "dweight", dweight, std::vector<float>(sums.begin(), sums.end()),
         fp32_tolerance(n));
+  if (k.forward_vocab_parallel != nullptr) verify_embedding_vocab_parallel(k, c);
 }
 
 void verify_rms_norm(const RmsNormKernel& k, Checks& c) {
@@ -295,15 +296,20 @@ void verify_lm_head_loss(const LmHeadLossKernel& k, bool takes_bf16, Checks& c) 
   c.add("forward_backward", "loss", {loss}, {want_loss}, tolerance);
   c.add("forward_backward", "dx", dx, want_dx, tolerance);
   c.add("forward_backward", "dweight", dweight, want_dweight, tolerance);
-  if (!takes_bf16) return;
-  // bf16 GEMMs and logits: against the reference on the bf16 operands' values.
-  const std::vector<uint16_t> weight16 = rounded(weight);
-  const std::vector<float> x_grid = on_bf16_grid(x), w_grid = widened(weight16);
-  const float loss16 = run(k, x.data(), weight.data(), weight16.data(), dx, dweight);
-  const float want16 = run(reference, x_grid.data(), w_grid.data(), nullptr, want_dx, want_dweight);
-  c.add("forward_backward_bf16", "loss", {loss16}, {want16}, kBf16Tolerance);
-  c.add("forward_backward_bf16", "dx", dx, want_dx, kBf16Tolerance);
-  c.add("forward_backward_bf16", "dweight", dweight, want_dweight, kBf16Tolerance);
+  if (takes_bf16) {
+    // bf16 GEMMs and logits: against the reference on the bf16 operands' values.
+    const std::vector<uint16_t> weight16 = rounded(weight);
+    const std::vector<float> x_grid = on_bf16_grid(x), w_grid = widened(weight16);
+    const float loss16 = run(k, x.data(), weight.data(), weight16.data(), dx, dweight);
+    const float want16 =
+        run(reference, x_grid.data(), w_grid.data(), nullptr, want_dx, want_dweight);
+    c.add("forward_backward_bf16", "loss", {loss16}, {want16}, kBf16Tolerance);
+    c.add("forward_backward_bf16", "dx", dx, want_dx, kBf16Tolerance);
+    c.add("forward_backward_bf16", "dweight", dweight, want_dweight, kBf16Tolerance);
+  }
+  if (k.forward_backward_vocab_parallel != nullptr) {
+    verify_lm_head_loss_vocab_parallel(k, takes_bf16, c);
+  }
 }
 
 }  // namespace

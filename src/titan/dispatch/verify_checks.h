@@ -87,6 +87,11 @@ class Checks {
   KernelReport& report_;
 };
 
+// The vocabulary-parallel forms of the embedding and the lm_head loss
+// (dispatch/verify_vocab_parallel.cpp).
+void verify_embedding_vocab_parallel(const EmbeddingKernel& k, Checks& c);
+void verify_lm_head_loss_vocab_parallel(const LmHeadLossKernel& k, bool takes_bf16, Checks& c);
+
 // The MoE kinds (dispatch/verify_moe.cpp).
 void verify_experts(const ExpertsKernel& k, Checks& c);
 void verify_router(const RouterKernel& k, Checks& c);

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "titan/ops/vocab_shard.h"
+
 namespace titan {
 
 constexpr int32_t kIgnoreIndex = -100;
@@ -57,6 +59,30 @@ struct CrossEntropyResult {
 };
 
 CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& args);
+
+// Vocabulary-parallel (tensor parallel; torchtitan's loss_parallel): this rank holds the
+// lm_head's rows `shard` (args.weight and weight_bf16 (shard.rows, h), args.vocab = shard.rows),
+// x and the targets whole (ids in [0, shard.total)), the same on every rank of the group. Per
+// chunk of tokens it computes this rank's logits (chunk, shard.rows) only, and per token takes
+// the max logit over the group (shard.all_reduce_max), then the sum of exp(logit - max) and the
+// target's logit (zero on the ranks not holding it) over the group (one shard.all_reduce_sum of
+// the two, per token): the full logits are never gathered and the loss is the same on every
+// rank. Chunks have lm_head_chunk_tokens(n_tokens, shard.total, chunk_tokens) tokens, as the
+// gathered loss's, on every rank. The bf16 form rounds where lm_head_cross_entropy's does (bf16
+// logits, d loss / d logits rounded from fp32 exp(logit - max) * grad_scale / sum, the target's
+// element from its fp32 value less grad_scale). Gradients: dweight (shard.rows, h) accumulated,
+// this rank's rows of the whole gradient; dx (N, h) overwritten with this rank's part, G_r W_r:
+// the group's sum of the parts is the whole d x, which the caller takes (an all-reduce, or a
+// reduce-scatter over the sequence under sequence parallel: the backward of the all-gather that
+// gave every rank the whole x). args.logits, optional, gets this rank's (N, shard.rows).
+CrossEntropyResult lm_head_cross_entropy_vocab_parallel(const CrossEntropyArgs& args,
+                                                        const VocabShard& shard);
+// Its workspace's bytes: one chunk's logits of this rank's rows (1 / degree of the gathered
+// loss's chunk, in bf16 when the GEMMs take bf16 weights), per OpenMP thread an fp32 row (bf16)
+// for exp(logit - max), and the shares of the chunk's d x as lm_head_workspace_bytes counts them.
+int64_t lm_head_vocab_parallel_workspace_bytes(int64_t n_tokens, int64_t hidden,
+                                               const VocabShard& shard, int64_t chunk_tokens,
+                                               bool bf16);
 
 // Reference: whole logits matrix, fp64 softmax; same contract.
 CrossEntropyResult lm_head_cross_entropy_reference(const CrossEntropyArgs& args);
