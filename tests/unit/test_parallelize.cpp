@@ -14,7 +14,9 @@
 #include "tiny_models.h"
 #include "titan/core/rng.h"
 #include "titan/models/decoder_lm.h"
+#include "titan/models/flops.h"
 #include "titan/models/parallelize.h"
+#include "titan/models/param_count.h"
 #include "titan/models/registry.h"
 
 namespace titan {
@@ -257,6 +259,57 @@ TEST(Parallelize, DegreesThatDoNotDivideAreRefusedNamingTheKey) {
   EXPECT_EQ(test::error_of([&] { parallelize_decoder(even_dense(), ep); }),
             "parallelism.expert_parallel_degree 3 needs a model with experts (Qwen3ForCausalLM "
             "has none)");
+}
+
+// Parameter counts and FLOPs come from the plan's local specs: the default plan gives the whole
+// model's; two tensor-parallel ranks hold the whole model once plus each replicated parameter
+// twice, and share a dense token's FLOPs exactly (every matmul and every head is cut); an
+// expert-parallel rank holds half the experts yet does a whole token's FLOPs (its tokens' rows
+// reach k experts, on whichever rank they live).
+TEST(Parallelize, CountsAndFlopsComeFromTheLocalSpecs) {
+  const ModelArgs dense = even_dense();
+  const ParamCounts whole = count_parameters(dense);
+  int64_t replicated = 0;
+  const ParallelizePlan rank0 = parallelize_decoder(dense, tp_rank(0, 2));
+  for (const ParamGroupSpec& g : model_param_specs(dense)) {
+    for (const ParamSpec& p : g.params) {
+      if (rank0.placement_of(p).count == 1) replicated += shape_numel(p.shape);
+    }
+  }
+  EXPECT_GT(replicated, 0);
+  int64_t total = 0, embedding = 0;
+  double flops = 0.0, attention = 0.0;
+  for (int64_t r = 0; r < 2; ++r) {
+    const ParallelizePlan plan = parallelize_decoder(dense, tp_rank(r, 2));
+    const ParamCounts c = count_parameters(dense, plan);
+    EXPECT_EQ(c.active, c.total);
+    total += c.total;
+    embedding += c.embedding;
+    flops += training_flops_per_token(dense, 64, plan);
+    attention +=
+        training_flops_per_token(dense, 64, plan) - training_flops_per_token(dense, 0, plan);
+  }
+  EXPECT_EQ(total, whole.total + replicated);
+  EXPECT_EQ(embedding, whole.embedding);
+  EXPECT_EQ(flops, training_flops_per_token(dense, 64));
+  EXPECT_EQ(attention, 12.0 * 64 * dense.num_hidden_layers * dense.num_attention_heads *
+                           static_cast<double>(dense.head_dim));
+
+  const ModelArgs moe = test::tiny_moe();  // layer 0 sparse: 4 experts, 2 per token
+  ParallelAxes ep;
+  ep.ep_degree = 2;
+  const ParallelizePlan experts_halved = parallelize_decoder(moe, ep);
+  int64_t experts = 0;
+  for (const ParamGroupSpec& g : model_param_specs(moe)) {
+    for (const ParamSpec& p : g.params) experts += p.shape.size() == 3 ? shape_numel(p.shape) : 0;
+  }
+  EXPECT_GT(experts, 0);
+  const ParamCounts moe_whole = count_parameters(moe),
+                    moe_rank = count_parameters(moe, experts_halved);
+  EXPECT_EQ(moe_rank.total, moe_whole.total - experts / 2);
+  EXPECT_EQ(moe_rank.active, moe_whole.active);
+  EXPECT_EQ(moe_whole.total - moe_whole.active, experts / 2);  // k = 2 of E = 4
+  EXPECT_EQ(training_flops_per_token(moe, 64, experts_halved), training_flops_per_token(moe, 64));
 }
 
 }  // namespace

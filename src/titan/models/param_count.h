@@ -1,9 +1,12 @@
-// Parameter counts from the dims alone (spec §4.3), for `titan info`, MFU and flavor checks.
+// Parameter counts (spec §4.3), for `titan info`, MFU, flavor checks and `titan plan`: summed over
+// the parameter specs a model of the dims is built from, cut by a parallelize plan to one rank's
+// parts (the default plan: the whole model).
 #pragma once
 
 #include <cstdint>
 
 #include "titan/models/model_args.h"
+#include "titan/nn/parallel_plan.h"
 
 namespace titan {
 
@@ -14,6 +17,6 @@ struct ParamCounts {
   int64_t non_embedding() const { return total - embedding; }
 };
 
-ParamCounts count_parameters(const ModelArgs& args);
+ParamCounts count_parameters(const ModelArgs& args, const ParallelizePlan& plan = {});
 
 }  // namespace titan

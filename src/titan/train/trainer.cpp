@@ -518,16 +518,17 @@ TrainResult Trainer::run() {
   }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
   const bool rank0 = mesh_->world().rank() == 0;
-  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len), peak.gflops, t.steps,
-                        rank0 ? metrics_jsonl_path(config_) : std::string(),
+  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len, Parallelism::plan(args_)),
+                        peak.gflops, t.steps, rank0 ? metrics_jsonl_path(config_) : std::string(),
                         rank0 ? tensorboard_run_dir(config_) : std::string(), &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
       "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
       config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
-      training_flops_per_token(args_, t.seq_len), static_cast<long long>(t.steps),
-      static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
-      static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
+      training_flops_per_token(args_, t.seq_len, Parallelism::plan(args_)),
+      static_cast<long long>(t.steps), static_cast<long long>(t.local_batch_size),
+      static_cast<long long>(t.seq_len), static_cast<long long>(accumulation_steps_), peak.gflops,
+      peak.source.c_str());
   if (const std::string jsonl = metrics_jsonl_path(config_); !jsonl.empty()) {
     std::printf("metrics appended to %s (metrics.save_jsonl)\n", jsonl.c_str());
   }

@@ -8,12 +8,14 @@
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flops.h"
+#include "titan/models/parallelize.h"
 #include "titan/models/param_count.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/param_group.h"
 #include "titan/nn/shard.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
+#include "titan/train/parallelism.h"
 
 namespace titan {
 namespace {
@@ -112,7 +114,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_send = 0;
   std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
-  const std::vector<ParamGroupSpec> group_specs = model_param_specs(a);
+  // This rank's parts of the parameters, as the model is built (Parallelism::plan).
+  const ParallelizePlan parallelize = Parallelism::plan(a);
+  const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
   for (const ParamGroupSpec& g : group_specs) {
     const int64_t group = param_group_numel(g.params);
     whole_numel.push_back(group);
@@ -328,7 +332,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
 
   const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;
   plan.tokens_per_step = rank_tokens * in.mesh.dp();
-  plan.flops_per_token = training_flops_per_token(a, in.seq_len);
+  plan.flops_per_token = training_flops_per_token(a, in.seq_len, parallelize);
   plan.flops_per_step_rank = plan.flops_per_token * static_cast<double>(rank_tokens);
   return plan;
 }

@@ -122,7 +122,8 @@ struct TrainingPlan {
   int64_t parameter_count = 0;  // count_parameters(args).total
   MemoryPlan memory;
   CommPlan comm;
-  double flops_per_token = 0.0;      // models/flops.h (the MFU numerator; no recompute)
+  double flops_per_token =
+      0.0;  // models/flops.h: this rank's share (the MFU numerator; no recompute)
   double flops_per_step_rank = 0.0;  // x the tokens one rank runs in a step
   int64_t tokens_per_step = 0;       // the global batch's
   // The run's highest figure: the step's, or the checkpoint's or the export's when the config
