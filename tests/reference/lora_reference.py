@@ -1,8 +1,9 @@
 """LoRA fine-tuning as PEFT does it, for tests/e2e/train_lora.sh.
 
-  family SOURCE MODEL qwen2|llama
-        Writes a tiny random Qwen2 (q/k/v biases, non-zero) or Llama (untied lm_head) into MODEL,
-        whose vocabulary is SOURCE's tokenizer's (the caller copies the tokenizer files).
+  family SOURCE MODEL qwen2|llama|qwen3_moe
+        Writes a tiny random Qwen2 (q/k/v biases, non-zero), Llama (untied lm_head) or Qwen3-MoE
+        (layer 0 dense: mlp_only_layers; layers 1 and 2 sparse, 4 experts, 2 per token) into
+        MODEL, whose vocabulary is SOURCE's tokenizer's (the caller copies the tokenizer files).
   init MODEL ADAPTER RANK ALPHA TARGETS
         Writes a PEFT LoRA adapter folder for MODEL with PEFT's own init --
         LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=TARGETS (comma-separated),
@@ -41,7 +42,7 @@ import sys
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_sft_reference import batch, rows, scored  # noqa: E402
@@ -70,6 +71,11 @@ def family(source_dir, model_dir, name):
     torch.manual_seed(2)
     if name == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **dims))
+    elif name == "qwen3_moe":
+        dims.update(num_hidden_layers=3)
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(
+            tie_word_embeddings=False, head_dim=16, moe_intermediate_size=48, num_experts=4,
+            num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[0], **dims))
     else:
         model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, head_dim=16, **dims))
     with torch.no_grad():

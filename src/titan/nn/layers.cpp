@@ -398,6 +398,9 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   router->forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
                   n_experts, top_k, norm_topk_prob);
   const ExpertsShape sh = shape(n);
+  TITAN_CHECK(lora == nullptr || !computes_in_bf16(), name,
+              ".experts: LoRA on the experts computes in fp32 only");
+  const ExpertWeights w = lora != nullptr ? lora->merged(weights) : weights;
   // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
   if (!staged()) {
     if (computes_in_bf16()) {
@@ -406,7 +409,7 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
       experts->forward_bf16(y, act.experts, s, x, act.topk_index, act.topk_weight, weights_bf16,
                             sh);
     } else {
-      experts->forward(y, act.experts, s, x, act.topk_index, act.topk_weight, weights, sh);
+      experts->forward(y, act.experts, s, x, act.topk_index, act.topk_weight, w, sh);
     }
     return;
   }
@@ -420,7 +423,7 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   } else {
     dispatch->forward(s.x, x, e.row_of, sh);
     to_experts({{s.x, hidden, DType::f32}}, e.offsets);
-    grouped->forward(s.y, e, s, s.x, e.offsets, weights, sh);
+    grouped->forward(s.y, e, s, s.x, e.offsets, w, sh);
   }
   from_experts({{s.y, hidden, DType::f32}}, e.offsets);
   combine->forward(y, s.y, e.row_of, act.topk_index, act.topk_weight, sh);
@@ -432,13 +435,15 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
   const ExpertsShape sh = shape(n);
   const ExpertsScratch& s = g.experts;
   const ExpertsActivations& e = act.experts;
+  // With LoRA the experts' weight gradient is the merged weights', which the adapter's becomes.
+  const ExpertWeights w = lora != nullptr ? lora->merged(weights) : weights;
+  const ExpertGrads dw = lora != nullptr ? lora->merged_grads() : grads;
   if (!staged()) {
     if (computes_in_bf16()) {
-      experts->backward_bf16(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight,
+      experts->backward_bf16(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight,
                              weights_bf16, sh);
     } else {
-      experts->backward(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight, weights,
-                        sh);
+      experts->backward(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight, w, sh);
     }
   } else {
     // d out in factored form (ops/moe_stages.h): each row's dy in s.y, its weight in s.w_rows.
@@ -449,16 +454,17 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
       auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
       dispatch->forward_bf16(x_rows, x, e.row_of, sh);
       to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
-      grouped->backward_bf16(s.y, s.dweight_rows, grads, s, s.w_rows, e, x_rows, e.offsets,
+      grouped->backward_bf16(s.y, s.dweight_rows, dw, s, s.w_rows, e, x_rows, e.offsets,
                              weights_bf16, sh);
     } else {
       dispatch->forward(s.x, x, e.row_of, sh);
       to_experts({{s.x, hidden, DType::f32}}, e.offsets);
-      grouped->backward(s.y, s.dweight_rows, grads, s, s.w_rows, e, s.x, e.offsets, weights, sh);
+      grouped->backward(s.y, s.dweight_rows, dw, s, s.w_rows, e, s.x, e.offsets, w, sh);
     }
     from_experts({{s.y, hidden, DType::f32}, {s.dweight_rows, 1, DType::f32}}, e.offsets);
     dispatch->backward(dx, g.dweight, s.y, s.dweight_rows, e.row_of, sh);
   }
+  if (lora != nullptr) lora->backward(dw);
   router->backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n, n_experts,
                    top_k, norm_topk_prob);
   gate.backward(dx, g.dlogits, x, n, true, {});

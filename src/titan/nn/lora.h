@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "titan/dispatch/registry.h"
+#include "titan/ops/moe.h"
 
 namespace titan {
 
@@ -54,6 +55,45 @@ struct LoraLinear {
  private:
   // A and B rounded into the scratch; returns B^T rounded (rank, out) when `transposed`, else B.
   const uint16_t* round_weights(bool transposed) const;
+};
+
+// LoRA on one sparse layer's stacked experts, as PEFT adapts Transformers 5's fused experts
+// (ParamWrapper, ops/lora_experts.h): gate_proj and up_proj are one fused gate_up_proj there, so
+// PEFT gives them one pair of rank 2r (A (E 2r, h), B (2 Im, 2r E): gate's rows of B, then up's)
+// with alpha 2 alpha, the same scaling; down_proj one pair of rank r (A (E r, Im), B (h, r E)).
+// PEFT folds the update into the weight (W + scaling B_e A_e, a parametrization) and the experts
+// compute with that; so do these: the merged weights are made into the scratch at each forward
+// and again in the backward, whose weight gradient lands in the scratch (the frozen weights have
+// none) and becomes A's and B's. The merged weights and their gradients are one layer's experts'
+// size, shared by the layers.
+struct ExpertLoraScratch {
+  std::vector<float> gate, up, down;     // merged (E, Im, h), (E, Im, h), (E, h, Im)
+  std::vector<float> dgate, dup, ddown;  // their gradients, the same shapes
+};
+
+// One adapted stacked weight's A and B (rank 0: not adapted).
+struct ExpertLoraPair {
+  int64_t rank = 0;
+  const float* a = nullptr;  // (E rank, in)
+  const float* b = nullptr;  // (out, rank E)
+  float* a_grad = nullptr;   // or null (not yet allocated)
+  float* b_grad = nullptr;
+};
+
+struct ExpertLora {
+  std::string name;                              // model.layers.{i}.mlp.experts
+  int64_t n_experts = 0, hidden = 0, inter = 0;  // E, h, Im
+  float scaling = 0.0f;                          // alpha / r, gate_up_proj's 2 alpha / 2r too
+  ExpertLoraPair gate_up, down;
+  ExpertLoraScratch* scratch = nullptr;
+
+  // The weights the experts compute with: `base` with the adapted ones merged (into the scratch).
+  ExpertWeights merged(const ExpertWeights& base) const;
+  // Zeroed gradient rooms (in the scratch) of the adapted merged weights, null for the others.
+  ExpertGrads merged_grads() const;
+  // A's and B's gradients accumulated from `dmerged` (merged_grads' after the experts' backward),
+  // with the weights' A and B.
+  void backward(const ExpertGrads& dmerged) const;
 };
 
 }  // namespace titan
