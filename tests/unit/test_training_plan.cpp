@@ -233,6 +233,14 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   EXPECT_EQ(adapted.memory.gradients, adapted.memory.lora_parameters);
   EXPECT_EQ(adapted.memory.lora_saved,
             full.memory.gradients + full.memory.optimizer - 3 * adapted.memory.lora_parameters);
+  // LoRA on a MoE: the sparse layer's experts adapted as PEFT does (gate_up_proj's pair of rank
+  // 2r: A (4 x 8, 32), B (48, 8 x 4); down_proj's: A (4 x 4, 24), B (32, 4 x 4)), the dense
+  // layer's MLP not; q_proj in both layers (A (4, 32), B (64, 4)).
+  Case moe_lora{"moe LoRA", test::with_moe(test::tiny_dense(false), 4, 2, 24, {1})};
+  moe_lora.lora = {4, 8.0, {"q_proj", "gate_proj", "up_proj", "down_proj"}};
+  check_against_model(moe_lora);
+  EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_parameters,
+            (2 * (128 + 256) + 1024 + 1536 + 384 + 512) * 4);
   check_against_model({"moe bf16, checkpointing",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {0}), 1, 1, DType::bf16,
                        ActivationCheckpointing::full()});

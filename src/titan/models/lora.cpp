@@ -77,12 +77,12 @@ bool LoraOptions::targets(const std::string& module) const {
 std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOptions& options) {
   TITAN_CHECK(options.rank >= 1, "lora.rank ", options.rank, " must be at least 1");
   const bool gate_up = options.targets("gate_proj") && options.targets("up_proj");
-  TITAN_CHECK(!args.is_moe() || gate_up || (!options.targets("gate_proj") &&
-                                            !options.targets("up_proj")),
-              "lora.target_modules: ", options.targets("gate_proj") ? "gate_proj" : "up_proj",
-              " without ", options.targets("gate_proj") ? "up_proj" : "gate_proj",
-              " on a MoE model (PEFT adapts the experts' fused gate_up_proj: name both or "
-              "neither)");
+  TITAN_CHECK(
+      !args.is_moe() || gate_up || (!options.targets("gate_proj") && !options.targets("up_proj")),
+      "lora.target_modules: ", options.targets("gate_proj") ? "gate_proj" : "up_proj", " without ",
+      options.targets("gate_proj") ? "up_proj" : "gate_proj",
+      " on a MoE model (PEFT adapts the experts' fused gate_up_proj: name both or "
+      "neither)");
   std::vector<ParamGroupSpec> specs;
   for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i);
@@ -105,9 +105,9 @@ std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOp
         g.params.push_back({site.prefix + ".lora_A.weight",
                             {args.num_experts * site.rank, site.in},
                             ParamInit::kaiming_uniform});
-        g.params.push_back(
-            {site.prefix + ".lora_B.weight", {site.out, site.rank * args.num_experts},
-             ParamInit::zeros});
+        g.params.push_back({site.prefix + ".lora_B.weight",
+                            {site.out, site.rank * args.num_experts},
+                            ParamInit::zeros});
       }
     }
     specs.push_back(std::move(g));

@@ -193,8 +193,8 @@ namespace {
 
 // w (E, out, in) += scaling * B_e A_e of one stacked expert weight (ops/lora_experts.h's layout;
 // b and its row stride rank * E as there), summed in fp64 as merge_lora's linears.
-void merge_experts(float* w, const ExpertLoraPair& p, int64_t b_row0, int64_t n_experts,
-                   int64_t in, int64_t out, float scaling) {
+void merge_experts(float* w, const ExpertLoraPair& p, int64_t b_row0, int64_t n_experts, int64_t in,
+                   int64_t out, float scaling) {
   const int64_t stride = p.rank * n_experts;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t e = 0; e < n_experts; ++e) {
