@@ -241,6 +241,10 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   check_against_model(moe_lora);
   EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_parameters,
             (2 * (128 + 256) + 1024 + 1536 + 384 + 512) * 4);
+  // The attention alone: the frozen experts' backward skips their null weight gradients.
+  moe_lora.name = "moe LoRA, attention only";
+  moe_lora.lora.target_modules = {"q_proj", "v_proj"};
+  check_against_model(moe_lora);
   check_against_model({"moe bf16, checkpointing",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {0}), 1, 1, DType::bf16,
                        ActivationCheckpointing::full()});

@@ -398,16 +398,15 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   router->forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
                   n_experts, top_k, norm_topk_prob);
   const ExpertsShape sh = shape(n);
-  TITAN_CHECK(lora == nullptr || !computes_in_bf16(), name,
-              ".experts: LoRA on the experts computes in fp32 only");
   const ExpertWeights w = lora != nullptr ? lora->merged(weights) : weights;
+  const ExpertWeightsBf16 wb =
+      lora != nullptr && computes_in_bf16() ? lora->rounded(w, weights_bf16) : weights_bf16;
   // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
   if (!staged()) {
     if (computes_in_bf16()) {
       TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
                   experts_kernel, "' does not take bf16");
-      experts->forward_bf16(y, act.experts, s, x, act.topk_index, act.topk_weight, weights_bf16,
-                            sh);
+      experts->forward_bf16(y, act.experts, s, x, act.topk_index, act.topk_weight, wb, sh);
     } else {
       experts->forward(y, act.experts, s, x, act.topk_index, act.topk_weight, w, sh);
     }
@@ -419,7 +418,7 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
     auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
     dispatch->forward_bf16(x_rows, x, e.row_of, sh);
     to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
-    grouped->forward_bf16(s.y, e, s, x_rows, e.offsets, weights_bf16, sh);
+    grouped->forward_bf16(s.y, e, s, x_rows, e.offsets, wb, sh);
   } else {
     dispatch->forward(s.x, x, e.row_of, sh);
     to_experts({{s.x, hidden, DType::f32}}, e.offsets);
@@ -437,11 +436,13 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
   const ExpertsActivations& e = act.experts;
   // With LoRA the experts' weight gradient is the merged weights', which the adapter's becomes.
   const ExpertWeights w = lora != nullptr ? lora->merged(weights) : weights;
+  const ExpertWeightsBf16 wb =
+      lora != nullptr && computes_in_bf16() ? lora->rounded(w, weights_bf16) : weights_bf16;
   const ExpertGrads dw = lora != nullptr ? lora->merged_grads() : grads;
   if (!staged()) {
     if (computes_in_bf16()) {
-      experts->backward_bf16(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight,
-                             weights_bf16, sh);
+      experts->backward_bf16(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight, wb,
+                             sh);
     } else {
       experts->backward(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight, w, sh);
     }
@@ -454,8 +455,7 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
       auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
       dispatch->forward_bf16(x_rows, x, e.row_of, sh);
       to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
-      grouped->backward_bf16(s.y, s.dweight_rows, dw, s, s.w_rows, e, x_rows, e.offsets,
-                             weights_bf16, sh);
+      grouped->backward_bf16(s.y, s.dweight_rows, dw, s, s.w_rows, e, x_rows, e.offsets, wb, sh);
     } else {
       dispatch->forward(s.x, x, e.row_of, sh);
       to_experts({{s.x, hidden, DType::f32}}, e.offsets);

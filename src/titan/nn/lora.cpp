@@ -129,6 +129,26 @@ ExpertWeights ExpertLora::merged(const ExpertWeights& base) const {
   return w;
 }
 
+ExpertWeightsBf16 ExpertLora::rounded(const ExpertWeights& merged,
+                                      const ExpertWeightsBf16& base) const {
+  ExpertWeightsBf16 w = base;
+  const int64_t size = n_experts * hidden * inter;
+  if (gate_up.rank > 0) {
+    uint16_t* gate = room(scratch->gate_bf16, size);
+    uint16_t* up = room(scratch->up_bf16, size);
+    device_ops().round_to_bf16(gate, merged.gate, size);
+    device_ops().round_to_bf16(up, merged.up, size);
+    w.gate = gate;
+    w.up = up;
+  }
+  if (down.rank > 0) {
+    uint16_t* d = room(scratch->down_bf16, size);
+    device_ops().round_to_bf16(d, merged.down, size);
+    w.down = d;
+  }
+  return w;
+}
+
 ExpertGrads ExpertLora::merged_grads() const {
   const int64_t size = n_experts * hidden * inter;
   ExpertGrads g;

@@ -61,14 +61,15 @@ struct LoraLinear {
 // (ParamWrapper, ops/lora_experts.h): gate_proj and up_proj are one fused gate_up_proj there, so
 // PEFT gives them one pair of rank 2r (A (E 2r, h), B (2 Im, 2r E): gate's rows of B, then up's)
 // with alpha 2 alpha, the same scaling; down_proj one pair of rank r (A (E r, Im), B (h, r E)).
-// PEFT folds the update into the weight (W + scaling B_e A_e, a parametrization) and the experts
-// compute with that; so do these: the merged weights are made into the scratch at each forward
-// and again in the backward, whose weight gradient lands in the scratch (the frozen weights have
-// none) and becomes A's and B's. The merged weights and their gradients are one layer's experts'
-// size, shared by the layers.
+// PEFT folds the update into the weight (W + scaling B_e A_e, a parametrization, in fp32) and the
+// experts compute with that (under torch.autocast, rounded to bf16); so do these: the merged
+// weights are made into the scratch at each forward and again in the backward, whose weight
+// gradient lands in the scratch (the frozen weights have none) and becomes A's and B's. The merged
+// weights and their gradients are one layer's experts' size, shared by the layers.
 struct ExpertLoraScratch {
-  std::vector<float> gate, up, down;     // merged (E, Im, h), (E, Im, h), (E, h, Im)
-  std::vector<float> dgate, dup, ddown;  // their gradients, the same shapes
+  std::vector<float> gate, up, down;                    // merged (E, Im, h), (E, Im, h), (E, h, Im)
+  std::vector<float> dgate, dup, ddown;                 // their gradients, the same shapes
+  std::vector<uint16_t> gate_bf16, up_bf16, down_bf16;  // merged, rounded (mixed precision)
 };
 
 // One adapted stacked weight's A and B (rank 0: not adapted).
@@ -89,6 +90,9 @@ struct ExpertLora {
 
   // The weights the experts compute with: `base` with the adapted ones merged (into the scratch).
   ExpertWeights merged(const ExpertWeights& base) const;
+  // Under mixed precision: the adapted ones of `merged` rounded to bf16 (into the scratch), as
+  // torch.autocast rounds PEFT's merged fp32 weight for its GEMMs; the others `base`'s copies.
+  ExpertWeightsBf16 rounded(const ExpertWeights& merged, const ExpertWeightsBf16& base) const;
   // Zeroed gradient rooms (in the scratch) of the adapted merged weights, null for the others.
   ExpertGrads merged_grads() const;
   // A's and B's gradients accumulated from `dmerged` (merged_grads' after the experts' backward),
