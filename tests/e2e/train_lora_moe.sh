@@ -14,7 +14,8 @@
 # - the base model folder is unchanged on disk;
 # - under bf16 mixed precision, one step's adapter gradients equal PEFT's under torch.autocast to
 #   bf16's rounding (lora_reference.py check-bf16);
-# - refusals: gate_proj without up_proj (PEFT refuses it too).
+# - refusals: gate_proj without up_proj (PEFT refuses it too); bf16 with the experts adapted
+#   under FSDP.
 # The model: lora_reference.py family qwen3_moe (3 layers, layer 0 dense).
 # usage: train_lora_moe.sh TITAN PYTHON
 set -euo pipefail
@@ -68,6 +69,8 @@ common=("${lora[@]}" --threads 2 --training.local_batch_size=2 --training.global
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true \
   --metrics.save_jsonl="$work/lora-metrics.jsonl" --job.dump_folder="$work/lora" > "$work/lora.log" 2>&1 \
   || { cat "$work/lora.log"; exit 1; }
+grep -q "^LoRA on the experts of 2 sparse layers, as PEFT's target_parameters: gate_up_proj rank 8, down_proj rank 4" \
+  "$work/lora.log" || { echo "the log does not say what LoRA trains on the experts"; cat "$work/lora.log"; exit 1; }
 grep -q "^exported the LoRA adapter as a PEFT adapter folder: $work/lora/adapter" "$work/lora.log" \
   || { echo "no adapter exported"; cat "$work/lora.log"; exit 1; }
 "$titan" eval --model "$work/model" --adapter "$work/lora/adapter" --data "$work/sft.jsonl" \
@@ -92,14 +95,14 @@ grep -v "Loading weights" "$work/reference.log"
 echo "generate --adapter equals generate on the merged export"
 
 # ---- bf16 mixed precision: one step's gradients, read back from the adapter it moved (large
-# eps, no weight decay: the move is g / (|g| + eps)), against PEFT's under autocast (which rounds
+# eps, no weight decay, no clipping: the move is g / (|g| + eps)), against PEFT's under autocast (which rounds
 # PEFT's merged fp32 expert weights for its GEMMs, as titan rounds its merged weights) ----
 "$titan" train "${common[@]}" --training.mixed_precision_param=bfloat16 --training.steps=1 \
-  --optimizer.lr=0.1 --optimizer.eps=1 --optimizer.weight_decay=0 --checkpoint.last_save_in_hf=true \
-  --job.dump_folder="$work/bf16" > "$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; exit 1; }
+  --optimizer.lr=0.1 --optimizer.eps=1 --optimizer.weight_decay=0 --training.max_norm=100 \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$work/bf16" > "$work/bf16.log" 2>&1 || { cat "$work/bf16.log"; exit 1; }
 grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$work/bf16.log"; exit 1; }
 "$python" "$reference" check-bf16 "$work/model" "$work/sft.jsonl" "$work/init" "$work/bf16/adapter" \
-  0.1 1 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
+  0.1 1 100 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
 grep "^bf16 LoRA" "$work/reference-bf16.log"
 
 # ---- 2 ranks, FSDP: the frozen model (experts included) sharded; the same steps ----
@@ -122,4 +125,12 @@ echo "the base model folder is unchanged"
 bad=("${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false --lora.initial_adapter=)
 expect_refusal gate-alone "^titan train: error: lora.target_modules: gate_proj without up_proj on a MoE model \(PEFT adapts the experts' fused gate_up_proj: name both or neither\)$" \
   "$titan" train "${bad[@]}" --lora.target_modules=q_proj,gate_proj --job.dump_folder="$work/bad1"
+# bf16 with the experts adapted under FSDP: refused on every rank, naming the way out.
+if "$titan" launch --nproc 2 train "${bad[@]}" --threads 1 --training.local_batch_size=1 \
+  --training.mixed_precision_param=bfloat16 --parallelism.data_parallel_shard_degree=2 \
+  --job.dump_folder="$work/bad2" > "$work/bad2.out" 2> "$work/bad2.err"; then
+  echo "bf16 FSDP: the command succeeded"; exit 1
+fi
+grep -q "titan train: error: lora: the experts' LoRA (gate_proj, up_proj, down_proj on a MoE model) under bf16 mixed precision does not run with FSDP" \
+  "$work/bad2.err" || { echo "bf16 FSDP: unexpected error:"; cat "$work/bad2.err"; exit 1; }
 echo "train_lora_moe: ok"

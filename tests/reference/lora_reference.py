@@ -18,8 +18,9 @@
         with titan's metrics JSONL (METRICS); loads titan's exported adapter folder EXPORT with
         PeftModel.from_pretrained and compares its A and B with PEFT's trained ones; EVAL_LOSS
         (`titan eval --adapter EXPORT` over DATA) with PEFT's loss of MODEL + EXPORT.
-  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS
-        titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping; EXPORT:
+  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS [MAX_NORM]
+        titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping: the
+        gradients' norm must be under titan's clipping norm MAX_NORM, default 1.0; EXPORT:
         its adapter folder) against PEFT's gradients under torch.autocast("cpu", bfloat16), the
         way PyTorch users train in bf16. One step moves each value by LR * g / (|g| + EPS)
         (AdamW's first step, bias-corrected), so titan's gradient g is read back from the move.
@@ -180,10 +181,10 @@ def peft_gradients(model_dir, data, adapter, autocast):
     return torch.cat([grads[n].flatten() for n in sorted(grads)])
 
 
-def check_bf16(model_dir, data, adapter, export, lr, eps):
+def check_bf16(model_dir, data, adapter, export, lr, eps, max_norm=1.0):
     fp32 = peft_gradients(model_dir, data, adapter, False)
     autocast = peft_gradients(model_dir, data, adapter, True)
-    assert float(fp32.norm()) < 1.0, "the step would be clipped"
+    assert float(fp32.norm()) < max_norm, "the step would be clipped"
     start = lora_tensors(PeftModel.from_pretrained(base(model_dir), adapter))
     end = lora_tensors(PeftModel.from_pretrained(base(model_dir), export))
     move = torch.cat([(start[n] - end[n]).flatten() for n in sorted(start)]).double() / lr
@@ -220,7 +221,8 @@ if __name__ == "__main__":
     elif command == "merged":
         merged(*a)
     elif command == "check-bf16":
-        check_bf16(a[0], a[1], a[2], a[3], float(a[4]), float(a[5]))
+        check_bf16(a[0], a[1], a[2], a[3], float(a[4]), float(a[5]),
+                   float(a[6]) if len(a) > 6 else 1.0)
     else:
         check(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), float(a[8]),
               float(a[9]) if len(a) > 9 else None)

@@ -71,6 +71,14 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
       config.lora.target_modules.c_str(), static_cast<long long>(trained),
       100.0 * static_cast<double>(trained) / static_cast<double>(total),
       static_cast<long long>(total));
+  if (!adapter->experts().empty()) {
+    const ExpertLora& e = adapter->experts().front();
+    std::printf(
+        "LoRA on the experts of %zu sparse layers, as PEFT's target_parameters: gate_up_proj rank "
+        "%lld, down_proj rank %lld (0: not adapted); the dense layers' MLPs are not adapted\n",
+        adapter->experts().size(), static_cast<long long>(e.gate_up.rank),
+        static_cast<long long>(e.down.rank));
+  }
   return adapter;
 }
 
