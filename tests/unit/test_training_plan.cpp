@@ -241,6 +241,12 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   check_against_model(moe_lora);
   EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_parameters,
             (2 * (128 + 256) + 1024 + 1536 + 384 + 512) * 4);
+  // The scratch: gate, up and down merged and their gradients, E x h x Im = 4 x 32 x 24 each.
+  EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_scratch, 6 * 4 * 32 * 24 * 4);
+  moe_lora.name = "moe LoRA bf16";
+  moe_lora.dtype = DType::bf16;
+  check_against_model(moe_lora);
+  moe_lora.dtype = DType::f32;
   // The attention alone: the frozen experts' backward skips their null weight gradients.
   moe_lora.name = "moe LoRA, attention only";
   moe_lora.lora.target_modules = {"q_proj", "v_proj"};

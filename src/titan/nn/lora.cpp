@@ -109,20 +109,31 @@ ExpertLoraShape pair_shape(const ExpertLora& l, const ExpertLoraPair& p, int64_t
 
 }  // namespace
 
+float* ExpertLora::merged_room(int64_t slot) const {
+  const int64_t size = n_experts * hidden * inter;
+  if (scratch->merged.data() == nullptr) {
+    scratch->merged = Buffer(backend().memory(),
+                             static_cast<size_t>(2 * adapted_weights() * size) * sizeof(float),
+                             MemCategory::other);
+  }
+  return scratch->merged.as<float>() + slot * size;
+}
+
 ExpertWeights ExpertLora::merged(const ExpertWeights& base) const {
   ExpertWeights w = base;
   const int64_t e = n_experts, h = hidden, im = inter;
+  int64_t slot = 0;
   if (gate_up.rank > 0) {
     const ExpertLoraShape s = pair_shape(*this, gate_up, h, im);
-    float* gate = room(scratch->gate, e * im * h);
-    float* up = room(scratch->up, e * im * h);
+    float* gate = merged_room(slot++);
+    float* up = merged_room(slot++);
     device_ops().expert_lora_merge(gate, base.gate, gate_up.a, gate_up.b, s);
     device_ops().expert_lora_merge(up, base.up, gate_up.a, gate_up.b + im * gate_up.rank * e, s);
     w.gate = gate;
     w.up = up;
   }
   if (down.rank > 0) {
-    float* d = room(scratch->down, e * h * im);
+    float* d = merged_room(slot);
     device_ops().expert_lora_merge(d, base.down, down.a, down.b, pair_shape(*this, down, im, h));
     w.down = d;
   }
@@ -133,33 +144,37 @@ ExpertWeightsBf16 ExpertLora::rounded(const ExpertWeights& merged,
                                       const ExpertWeightsBf16& base) const {
   ExpertWeightsBf16 w = base;
   const int64_t size = n_experts * hidden * inter;
+  if (scratch->rounded.data() == nullptr) {
+    scratch->rounded =
+        Buffer(backend().memory(), static_cast<size_t>(adapted_weights() * size) * sizeof(uint16_t),
+               MemCategory::other);
+  }
+  uint16_t* next = scratch->rounded.as<uint16_t>();
+  const auto round = [&](const float* values) {
+    device_ops().round_to_bf16(next, values, size);
+    next += size;
+    return next - size;
+  };
   if (gate_up.rank > 0) {
-    uint16_t* gate = room(scratch->gate_bf16, size);
-    uint16_t* up = room(scratch->up_bf16, size);
-    device_ops().round_to_bf16(gate, merged.gate, size);
-    device_ops().round_to_bf16(up, merged.up, size);
-    w.gate = gate;
-    w.up = up;
+    w.gate = round(merged.gate);
+    w.up = round(merged.up);
   }
-  if (down.rank > 0) {
-    uint16_t* d = room(scratch->down_bf16, size);
-    device_ops().round_to_bf16(d, merged.down, size);
-    w.down = d;
-  }
+  if (down.rank > 0) w.down = round(merged.down);
   return w;
 }
 
 ExpertGrads ExpertLora::merged_grads() const {
   const int64_t size = n_experts * hidden * inter;
+  int64_t slot = adapted_weights();
   ExpertGrads g;
   if (gate_up.rank > 0) {
-    g.gate = room(scratch->dgate, size);
-    g.up = room(scratch->dup, size);
+    g.gate = merged_room(slot++);
+    g.up = merged_room(slot++);
     device_ops().zero(g.gate, size);
     device_ops().zero(g.up, size);
   }
   if (down.rank > 0) {
-    g.down = room(scratch->ddown, size);
+    g.down = merged_room(slot);
     device_ops().zero(g.down, size);
   }
   return g;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/allocator.h"
 #include "titan/dispatch/registry.h"
 #include "titan/ops/moe.h"
 
@@ -67,9 +68,10 @@ struct LoraLinear {
 // gradient lands in the scratch (the frozen weights have none) and becomes A's and B's. The merged
 // weights and their gradients are one layer's experts' size, shared by the layers.
 struct ExpertLoraScratch {
-  std::vector<float> gate, up, down;                    // merged (E, Im, h), (E, Im, h), (E, h, Im)
-  std::vector<float> dgate, dup, ddown;                 // their gradients, the same shapes
-  std::vector<uint16_t> gate_bf16, up_bf16, down_bf16;  // merged, rounded (mixed precision)
+  // Made at the first use, in MemCategory::other (titan plan's lora_scratch): the adapted ones of
+  // the merged gate, up, down (E Im h each, in that order), then their gradients; and under
+  // mixed precision the merged ones rounded to bf16.
+  Buffer merged, rounded;
 };
 
 // One adapted stacked weight's A and B (rank 0: not adapted).
@@ -98,6 +100,12 @@ struct ExpertLora {
   // A's and B's gradients accumulated from `dmerged` (merged_grads' after the experts' backward),
   // with the weights' A and B.
   void backward(const ExpertGrads& dmerged) const;
+  // How many of gate, up, down are adapted: the scratch holds that many merged weights (and
+  // gradients, and bf16 roundings) of E Im h values.
+  int64_t adapted_weights() const { return (gate_up.rank > 0 ? 2 : 0) + (down.rank > 0 ? 1 : 0); }
+
+ private:
+  float* merged_room(int64_t slot) const;  // slot in [0, 2 adapted_weights())
 };
 
 }  // namespace titan
