@@ -126,7 +126,7 @@ bad=("${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false --lora
 expect_refusal gate-alone "^titan train: error: lora.target_modules: gate_proj without up_proj on a MoE model \(PEFT adapts the experts' fused gate_up_proj: name both or neither\)$" \
   "$titan" train "${bad[@]}" --lora.target_modules=q_proj,gate_proj --job.dump_folder="$work/bad1"
 # bf16 with the experts adapted under FSDP: refused on every rank, naming the way out.
-if "$titan" launch --nproc 2 train "${bad[@]}" --threads 1 --training.local_batch_size=1 \
+if "$titan" launch --nproc 2 train "${bad[@]}" --training.local_batch_size=1 \
   --training.mixed_precision_param=bfloat16 --parallelism.data_parallel_shard_degree=2 \
   --job.dump_folder="$work/bad2" > "$work/bad2.out" 2> "$work/bad2.err"; then
   echo "bf16 FSDP: the command succeeded"; exit 1
