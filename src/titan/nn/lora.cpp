@@ -120,6 +120,8 @@ float* ExpertLora::merged_room(int64_t slot) const {
 }
 
 ExpertWeights ExpertLora::merged(const ExpertWeights& base) const {
+  TITAN_CHECK(device_ops().expert_lora_merge && device_ops().expert_lora_backward, name,
+              ": this device registers no LoRA-on-experts ops (DeviceOps::expert_lora_merge)");
   ExpertWeights w = base;
   const int64_t e = n_experts, h = hidden, im = inter;
   int64_t slot = 0;
