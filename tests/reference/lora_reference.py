@@ -1,8 +1,9 @@
 """LoRA fine-tuning as PEFT does it, for tests/e2e/train_lora.sh.
 
-  family SOURCE MODEL qwen2|llama
-        Writes a tiny random Qwen2 (q/k/v biases, non-zero) or Llama (untied lm_head) into MODEL,
-        whose vocabulary is SOURCE's tokenizer's (the caller copies the tokenizer files).
+  family SOURCE MODEL qwen2|llama|qwen3_moe
+        Writes a tiny random Qwen2 (q/k/v biases, non-zero), Llama (untied lm_head) or Qwen3-MoE
+        (layer 0 dense: mlp_only_layers; layers 1 and 2 sparse, 4 experts, 2 per token) into
+        MODEL, whose vocabulary is SOURCE's tokenizer's (the caller copies the tokenizer files).
   init MODEL ADAPTER RANK ALPHA TARGETS
         Writes a PEFT LoRA adapter folder for MODEL with PEFT's own init --
         LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=TARGETS (comma-separated),
@@ -17,8 +18,9 @@
         with titan's metrics JSONL (METRICS); loads titan's exported adapter folder EXPORT with
         PeftModel.from_pretrained and compares its A and B with PEFT's trained ones; EVAL_LOSS
         (`titan eval --adapter EXPORT` over DATA) with PEFT's loss of MODEL + EXPORT.
-  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS
-        titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping; EXPORT:
+  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS [MAX_NORM]
+        titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping: the
+        gradients' norm must be under titan's clipping norm MAX_NORM, default 1.0; EXPORT:
         its adapter folder) against PEFT's gradients under torch.autocast("cpu", bfloat16), the
         way PyTorch users train in bf16. One step moves each value by LR * g / (|g| + EPS)
         (AdamW's first step, bias-corrected), so titan's gradient g is read back from the move.
@@ -41,7 +43,7 @@ import sys
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_sft_reference import batch, rows, scored  # noqa: E402
@@ -70,6 +72,11 @@ def family(source_dir, model_dir, name):
     torch.manual_seed(2)
     if name == "qwen2":
         model = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=True, **dims))
+    elif name == "qwen3_moe":
+        dims.update(num_hidden_layers=3)
+        model = Qwen3MoeForCausalLM(Qwen3MoeConfig(
+            tie_word_embeddings=False, head_dim=16, moe_intermediate_size=48, num_experts=4,
+            num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[0], **dims))
     else:
         model = LlamaForCausalLM(LlamaConfig(tie_word_embeddings=False, head_dim=16, **dims))
     with torch.no_grad():
@@ -174,10 +181,10 @@ def peft_gradients(model_dir, data, adapter, autocast):
     return torch.cat([grads[n].flatten() for n in sorted(grads)])
 
 
-def check_bf16(model_dir, data, adapter, export, lr, eps):
+def check_bf16(model_dir, data, adapter, export, lr, eps, max_norm=1.0):
     fp32 = peft_gradients(model_dir, data, adapter, False)
     autocast = peft_gradients(model_dir, data, adapter, True)
-    assert float(fp32.norm()) < 1.0, "the step would be clipped"
+    assert float(fp32.norm()) < max_norm, "the step would be clipped"
     start = lora_tensors(PeftModel.from_pretrained(base(model_dir), adapter))
     end = lora_tensors(PeftModel.from_pretrained(base(model_dir), export))
     move = torch.cat([(start[n] - end[n]).flatten() for n in sorted(start)]).double() / lr
@@ -214,7 +221,8 @@ if __name__ == "__main__":
     elif command == "merged":
         merged(*a)
     elif command == "check-bf16":
-        check_bf16(a[0], a[1], a[2], a[3], float(a[4]), float(a[5]))
+        check_bf16(a[0], a[1], a[2], a[3], float(a[4]), float(a[5]),
+                   float(a[6]) if len(a) > 6 else 1.0)
     else:
         check(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), float(a[8]),
               float(a[9]) if len(a) > 9 else None)

@@ -1,16 +1,21 @@
 // LoRA's update (nn/lora.h) against a double-precision computation of its definition: in fp32,
 // y += scaling * (x A^T) B^T and its three gradients; in bf16 (mixed precision), the same with
 // the operands rounded where LoraLinear documents it -- x, A, B, u = scaling * x A^T, dy and
-// du = scaling * dy B -- so the two differ by fp32 summation order only.
+// du = scaling * dy B -- so the two differ by fp32 summation order only. The experts' LoRA
+// (nn/lora.h ExpertLora) against PEFT's ParamWrapper formula computed in double, and the adapter's
+// parameters on a MoE model named and shaped as PEFT names and shapes them.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "compare.h"
+#include "tiny_models.h"
 #include "titan/core/dtype.h"
+#include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/dispatch/registry.h"
+#include "titan/models/lora.h"
 #include "titan/nn/lora.h"
 
 namespace titan {
@@ -144,6 +149,156 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LoraUpdate, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& param) {
                            return param.param ? "bf16" : "fp32";
                          });
+
+// PEFT's per-expert delta, written from its code (ParamWrapper.get_delta_weight with swapped
+// in/out features): A (E R, in) viewed (E, R, in), B (out, R E) viewed (out, R, E),
+// delta[e, o, i] = scaling * sum_r B[o, r, e] A[e, r, i] ("o r e, e r i -> e o i").
+double peft_delta(const std::vector<float>& a, const std::vector<float>& b, int64_t e, int64_t o,
+                  int64_t i, int64_t n_experts, int64_t rank, int64_t in, int64_t b_row0,
+                  double scaling) {
+  double sum = 0.0;
+  for (int64_t r = 0; r < rank; ++r) {
+    sum += static_cast<double>(b[static_cast<size_t>(((b_row0 + o) * rank + r) * n_experts + e)]) *
+           a[static_cast<size_t>((e * rank + r) * in + i)];
+  }
+  return scaling * sum;
+}
+
+// The merged weights equal W + PEFT's delta; A's and B's gradients equal the delta's chain rule
+// of a given merged-weight gradient G (dL/dA = sum G * d delta / dA), both computed in double.
+TEST(ExpertLora, EqualsPeftsParamWrapper) {
+  constexpr int64_t E = 3, h = 20, im = 12, r = 2;
+  constexpr float scaling = 2.5f;
+  const int64_t gu_rank = 2 * r;  // gate_up_proj's fused pair
+  const std::vector<float> wg = random_values(E * im * h, 11), wu = random_values(E * im * h, 12),
+                           wd = random_values(E * h * im, 13),
+                           gu_a = random_values(E * gu_rank * h, 14),
+                           gu_b = random_values(2 * im * gu_rank * E, 15),
+                           d_a = random_values(E * r * im, 16), d_b = random_values(h * r * E, 17),
+                           gg = random_values(E * im * h, 18), gup = random_values(E * im * h, 19),
+                           gd = random_values(E * h * im, 20);
+  std::vector<float> gu_da(gu_a.size(), 0.0f), gu_db(gu_b.size(), 0.0f), d_da(d_a.size(), 0.0f),
+      d_db(d_b.size(), 0.0f);
+  ExpertLoraScratch scratch;
+  ExpertLora lora;
+  lora.name = "model.layers.0.mlp.experts";
+  lora.n_experts = E;
+  lora.hidden = h;
+  lora.inter = im;
+  lora.scaling = scaling;
+  lora.gate_up = {gu_rank, gu_a.data(), gu_b.data(), gu_da.data(), gu_db.data()};
+  lora.down = {r, d_a.data(), d_b.data(), d_da.data(), d_db.data()};
+  lora.scratch = &scratch;
+
+  const ExpertWeights merged = lora.merged({wg.data(), wu.data(), wd.data()});
+  std::vector<float> want_g(wg.size()), want_u(wu.size()), want_d(wd.size());
+  for (int64_t e = 0; e < E; ++e) {
+    for (int64_t o = 0; o < im; ++o) {
+      for (int64_t i = 0; i < h; ++i) {
+        const auto at = static_cast<size_t>((e * im + o) * h + i);
+        want_g[at] =
+            static_cast<float>(wg[at] + peft_delta(gu_a, gu_b, e, o, i, E, gu_rank, h, 0, scaling));
+        want_u[at] = static_cast<float>(
+            wu[at] + peft_delta(gu_a, gu_b, e, o, i, E, gu_rank, h, im, scaling));
+      }
+    }
+    for (int64_t o = 0; o < h; ++o) {
+      for (int64_t i = 0; i < im; ++i) {
+        const auto at = static_cast<size_t>((e * h + o) * im + i);
+        want_d[at] =
+            static_cast<float>(wd[at] + peft_delta(d_a, d_b, e, o, i, E, r, im, 0, scaling));
+      }
+    }
+  }
+  const double tol = 1e-6;
+  testing::expect_close("gate", merged.gate, want_g.data(), E * im * h, tol);
+  testing::expect_close("up", merged.up, want_u.data(), E * im * h, tol);
+  testing::expect_close("down", merged.down, want_d.data(), E * h * im, tol);
+
+  // The gradient rooms come zeroed; the experts' backward would accumulate G into them.
+  const ExpertGrads dmerged = lora.merged_grads();
+  for (int64_t k = 0; k < E * im * h; ++k) {
+    ASSERT_EQ(dmerged.gate[k], 0.0f);
+    ASSERT_EQ(dmerged.down[k], 0.0f);
+  }
+  std::copy(gg.begin(), gg.end(), dmerged.gate);
+  std::copy(gup.begin(), gup.end(), dmerged.up);
+  std::copy(gd.begin(), gd.end(), dmerged.down);
+  lora.backward(dmerged);
+  // dL/dA[e, r, i] = scaling sum_o G[e, o, i] B[o, r, e]; dL/dB[o, r, e] = scaling sum_i
+  // G[e, o, i] A[e, r, i]; gate's and up's B rows are B's halves and share A.
+  std::vector<double> want_gu_da(gu_a.size()), want_gu_db(gu_b.size()), want_d_da(d_a.size()),
+      want_d_db(d_b.size());
+  const auto chain = [&](const std::vector<float>& g, const std::vector<float>& a,
+                         const std::vector<float>& b, std::vector<double>& da,
+                         std::vector<double>& db, int64_t rank, int64_t in, int64_t out,
+                         int64_t b_row0) {
+    for (int64_t e = 0; e < E; ++e) {
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) {
+          const double gv = g[static_cast<size_t>((e * out + o) * in + i)];
+          for (int64_t j = 0; j < rank; ++j) {
+            const auto b_at = static_cast<size_t>(((b_row0 + o) * rank + j) * E + e);
+            const auto a_at = static_cast<size_t>((e * rank + j) * in + i);
+            da[a_at] += scaling * gv * b[b_at];
+            db[b_at] += scaling * gv * a[a_at];
+          }
+        }
+      }
+    }
+  };
+  chain(gg, gu_a, gu_b, want_gu_da, want_gu_db, gu_rank, h, im, 0);
+  chain(gup, gu_a, gu_b, want_gu_da, want_gu_db, gu_rank, h, im, im);
+  chain(gd, d_a, d_b, want_d_da, want_d_db, r, im, h, 0);
+  const auto as_float = [](const std::vector<double>& v) {
+    return std::vector<float>(v.begin(), v.end());
+  };
+  testing::expect_close("gate_up dA", gu_da.data(), as_float(want_gu_da).data(),
+                        static_cast<int64_t>(gu_da.size()), 1e-5);
+  testing::expect_close("gate_up dB", gu_db.data(), as_float(want_gu_db).data(),
+                        static_cast<int64_t>(gu_db.size()), 1e-5);
+  testing::expect_close("down dA", d_da.data(), as_float(want_d_da).data(),
+                        static_cast<int64_t>(d_da.size()), 1e-5);
+  testing::expect_close("down dB", d_db.data(), as_float(want_d_db).data(),
+                        static_cast<int64_t>(d_db.size()), 1e-5);
+}
+
+// On a MoE model the MLP targets adapt the sparse layers' experts under PEFT's keys and shapes
+// (gate_up_proj's pair rank 2r under base_layer when down_proj is adapted too) and leave the
+// dense layer's MLP alone; the attention is adapted in every layer.
+TEST(ExpertLora, AdapterNamesAndShapesAsPeft) {
+  const ModelArgs args = test::tiny_moe();  // layer 0 sparse (E 4, Im 16), layer 1 dense; h 32
+  LoraOptions options{4, 8.0, {"q_proj", "gate_proj", "up_proj", "down_proj"}};
+  const std::vector<ParamGroupSpec> specs = lora_param_specs(args, options);
+  ASSERT_EQ(specs.size(), 2u);
+  std::vector<std::pair<std::string, std::vector<int64_t>>> got0, got1;
+  for (const ParamSpec& p : specs[0].params) got0.emplace_back(p.name, p.shape);
+  for (const ParamSpec& p : specs[1].params) got1.emplace_back(p.name, p.shape);
+  const std::string l0 = "model.layers.0.", l1 = "model.layers.1.";
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> want0 = {
+      {l0 + "self_attn.q_proj.lora_A.weight", {4, 32}},
+      {l0 + "self_attn.q_proj.lora_B.weight", {64, 4}},
+      {l0 + "mlp.experts.base_layer.lora_A.weight", {4 * 8, 32}},
+      {l0 + "mlp.experts.base_layer.lora_B.weight", {32, 8 * 4}},
+      {l0 + "mlp.experts.lora_A.weight", {4 * 4, 16}},
+      {l0 + "mlp.experts.lora_B.weight", {32, 4 * 4}}};
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> want1 = {
+      {l1 + "self_attn.q_proj.lora_A.weight", {4, 32}},
+      {l1 + "self_attn.q_proj.lora_B.weight", {64, 4}}};
+  EXPECT_EQ(got0, want0);
+  EXPECT_EQ(got1, want1);
+  // Without down_proj, gate_up_proj's pair is the only wrapper: no base_layer.
+  options.target_modules = {"gate_proj", "up_proj"};
+  EXPECT_EQ(lora_param_specs(args, options)[0].params[0].name, l0 + "mlp.experts.lora_A.weight");
+  const LoraAdapter adapter(args, {4, 8.0, {"q_proj", "gate_proj", "up_proj", "down_proj"}});
+  ASSERT_EQ(adapter.experts().size(), 1u);
+  EXPECT_EQ(adapter.find_experts(l0 + "mlp.experts")->gate_up.rank, 8);
+  EXPECT_EQ(adapter.find_experts(l0 + "mlp.experts")->down.rank, 4);
+  EXPECT_EQ(adapter.find(l1 + "mlp.gate_proj"), nullptr);
+  // PEFT refuses gate_proj without up_proj on these models: so does titan.
+  options.target_modules = {"q_proj", "gate_proj"};
+  EXPECT_THROW(lora_param_specs(args, options), Error);
+}
 
 }  // namespace
 }  // namespace titan

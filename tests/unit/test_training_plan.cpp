@@ -233,6 +233,24 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   EXPECT_EQ(adapted.memory.gradients, adapted.memory.lora_parameters);
   EXPECT_EQ(adapted.memory.lora_saved,
             full.memory.gradients + full.memory.optimizer - 3 * adapted.memory.lora_parameters);
+  // LoRA on a MoE: the sparse layer's experts adapted as PEFT does (gate_up_proj's pair of rank
+  // 2r: A (4 x 8, 32), B (48, 8 x 4); down_proj's: A (4 x 4, 24), B (32, 4 x 4)), the dense
+  // layer's MLP not; q_proj in both layers (A (4, 32), B (64, 4)).
+  Case moe_lora{"moe LoRA", test::with_moe(test::tiny_dense(false), 4, 2, 24, {1})};
+  moe_lora.lora = {4, 8.0, {"q_proj", "gate_proj", "up_proj", "down_proj"}};
+  check_against_model(moe_lora);
+  EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_parameters,
+            (2 * (128 + 256) + 1024 + 1536 + 384 + 512) * 4);
+  // The scratch: gate, up and down merged and their gradients, E x h x Im = 4 x 32 x 24 each.
+  EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_scratch, 6 * 4 * 32 * 24 * 4);
+  moe_lora.name = "moe LoRA bf16";
+  moe_lora.dtype = DType::bf16;
+  check_against_model(moe_lora);
+  moe_lora.dtype = DType::f32;
+  // The attention alone: the frozen experts' backward skips their null weight gradients.
+  moe_lora.name = "moe LoRA, attention only";
+  moe_lora.lora.target_modules = {"q_proj", "v_proj"};
+  check_against_model(moe_lora);
   check_against_model({"moe bf16, checkpointing",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {0}), 1, 1, DType::bf16,
                        ActivationCheckpointing::full()});

@@ -1,6 +1,7 @@
 // The computations above the ops that no [overrides] rule rebinds: whole-array arithmetic
 // (residual adds, zeroing gradients, FSDP's gradient sums, clipping, norms), dtype casts, bias, the
-// fused one-token GEMVs, the RoPE table, the router's load-balancing statistics and AdamW (the
+// fused one-token GEMVs, the RoPE table, the router's load-balancing statistics, LoRA's merge into
+// stacked experts and its gradients, and AdamW (the
 // router's softmax and top-k is a kernel kind of its own, `router`). One table per device,
 // registered with the kernel registry beside the device's kernels (the CPU's by the registry
 // itself; CUDA's through register_cuda_kernels, dispatch/registry.h), so a new device is a new
@@ -16,6 +17,7 @@
 #include "titan/dispatch/kernel_fn.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/gemv.h"
+#include "titan/ops/lora_experts.h"
 #include "titan/ops/rope.h"
 
 namespace titan {
@@ -65,6 +67,16 @@ struct DeviceOps {
                     double scale),
            "load_balancing_grad">
       load_balancing_grad;
+  // LoRA on stacked experts (ops/lora_experts.h): the merged weight, and A's and B's gradients
+  // from the merged weight's.
+  KernelFn<void (*)(float* w_merged, const float* w, const float* a, const float* b,
+                    const ExpertLoraShape& shape),
+           "expert_lora_merge">
+      expert_lora_merge;
+  KernelFn<void (*)(float* da, float* db, const float* dw, const float* a, const float* b,
+                    const ExpertLoraShape& shape),
+           "expert_lora_backward">
+      expert_lora_backward;
   // AdamW update number `step` (1-based) at `lr` of param, exp_avg, exp_avg_sq (n) from grad (n).
   KernelFn<void (*)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                     const AdamWConfig& config, float lr, int64_t step),

@@ -4,6 +4,7 @@
 #include "titan/ops/bf16_arrays.h"
 #include "titan/ops/bias.h"
 #include "titan/ops/elementwise.h"
+#include "titan/ops/lora_experts.h"
 #include "titan/ops/moe.h"
 
 namespace titan {
@@ -33,6 +34,8 @@ DeviceOps cpu_device_ops() {
   ops.load_balancing_accumulate = load_balancing_accumulate;
   ops.load_balancing_loss = load_balancing_loss;
   ops.load_balancing_grad = load_balancing_grad;
+  ops.expert_lora_merge = expert_lora_merge;
+  ops.expert_lora_backward = expert_lora_backward;
   ops.adamw_step = [](float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                       const AdamWConfig& config, float lr, int64_t step) {
     adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));

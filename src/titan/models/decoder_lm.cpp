@@ -228,6 +228,7 @@ void DecoderLM::attach_lora(const LoraAdapter& adapter) {
                         &layer.mlp.down_proj}) {
       if (const LoraLinear* l = adapter.find(lin->name)) lin->lora = l;
     }
+    if (layer.sparse) layer.moe.lora = adapter.find_experts(layer.moe.name + ".experts");
   }
   for (ParamGroup& g : groups_) g.freeze();
 }

@@ -28,6 +28,22 @@ LoraSite lora_site(const ModelArgs& a, const std::string& target) {
 
 }  // namespace
 
+std::vector<ExpertLoraSite> expert_lora_sites(const ModelArgs& a, const LoraOptions& options,
+                                              const std::string& layer) {
+  const std::string experts = layer + ".mlp.experts";
+  const int64_t h = a.hidden_size, im = a.moe_intermediate_size;
+  const bool down = options.targets("down_proj");
+  std::vector<ExpertLoraSite> sites;
+  // PEFT wraps the parameters in sorted order (down_proj, then gate_up_proj around it), so with
+  // both adapted gate_up_proj's pair is the inner wrapper's, under base_layer.
+  if (options.targets("gate_proj") && options.targets("up_proj")) {
+    sites.push_back({experts + (down ? ".base_layer" : ""), ExpertLoraSite::gate_up,
+                     2 * options.rank, h, 2 * im});
+  }
+  if (down) sites.push_back({experts, ExpertLoraSite::down, options.rank, im, h});
+  return sites;
+}
+
 const std::vector<std::string>& lora_module_names() {
   static const std::vector<std::string> names = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                  "gate_proj", "up_proj", "down_proj"};
@@ -54,26 +70,45 @@ std::vector<std::string> parse_lora_targets(const std::string& list, const std::
   return targets;
 }
 
+bool LoraOptions::targets(const std::string& module) const {
+  return std::find(target_modules.begin(), target_modules.end(), module) != target_modules.end();
+}
+
 std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOptions& options) {
   TITAN_CHECK(options.rank >= 1, "lora.rank ", options.rank, " must be at least 1");
-  TITAN_CHECK(!args.is_moe(),
-              "lora: a model with sparse MoE layers is not adapted yet (LoRA trains the dense "
-              "Qwen3, Qwen2 and Llama models; PEFT's default target names no expert)");
+  const bool gate_up = options.targets("gate_proj") && options.targets("up_proj");
+  TITAN_CHECK(
+      !args.is_moe() || gate_up || (!options.targets("gate_proj") && !options.targets("up_proj")),
+      "lora.target_modules: ", options.targets("gate_proj") ? "gate_proj" : "up_proj", " without ",
+      options.targets("gate_proj") ? "up_proj" : "gate_proj",
+      " on a MoE model (PEFT adapts the experts' fused gate_up_proj: name both or "
+      "neither)");
   std::vector<ParamGroupSpec> specs;
   for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i);
     ParamGroupSpec g{layer + ".lora", {}};
     // Layer order, whatever order target_modules lists them in.
     for (const std::string& target : lora_module_names()) {
-      if (std::find(options.target_modules.begin(), options.target_modules.end(), target) ==
-          options.target_modules.end()) {
-        continue;
-      }
+      if (!options.targets(target)) continue;
+      // On a MoE model PEFT turns the MLP targets into the experts' stacked parameters
+      // (below), which leaves a dense layer's MLP (mlp_only_layers) unadapted.
+      const bool mlp = target == "gate_proj" || target == "up_proj" || target == "down_proj";
+      if (mlp && args.is_moe()) continue;
       const LoraSite site = lora_site(args, target);
       const std::string module = layer + "." + site.module;
       g.params.push_back(
           {module + ".lora_A.weight", {options.rank, site.in}, ParamInit::kaiming_uniform});
       g.params.push_back({module + ".lora_B.weight", {site.out, options.rank}, ParamInit::zeros});
+    }
+    if (args.is_moe() && args.layer_is_sparse(i)) {
+      for (const ExpertLoraSite& site : expert_lora_sites(args, options, layer)) {
+        g.params.push_back({site.prefix + ".lora_A.weight",
+                            {args.num_experts * site.rank, site.in},
+                            ParamInit::kaiming_uniform});
+        g.params.push_back({site.prefix + ".lora_B.weight",
+                            {site.out, site.rank * args.num_experts},
+                            ParamInit::zeros});
+      }
     }
     specs.push_back(std::move(g));
   }
@@ -82,13 +117,16 @@ std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOp
 
 LoraAdapter::LoraAdapter(const ModelArgs& args, const LoraOptions& options)
     : options_(options),
+      moe_(args.is_moe()),
       specs_(lora_param_specs(args, options)),
-      scratch_(std::make_unique<LoraScratch>()) {
+      scratch_(std::make_unique<LoraScratch>()),
+      expert_scratch_(std::make_unique<ExpertLoraScratch>()) {
   TITAN_CHECK(!options.target_modules.empty(), "lora.target_modules names no module");
   for (const ParamGroupSpec& g : specs_) groups_.emplace_back(g.name, g.params);
   for (const ParamGroupSpec& g : specs_) {
     for (size_t p = 0; p < g.params.size(); p += 2) {
       const ParamSpec& a = g.params[p];
+      if (a.name.find(".mlp.experts") != std::string::npos) continue;  // experts_ below
       LoraLinear l;
       l.name = a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
       l.rank = options.rank;
@@ -99,19 +137,51 @@ LoraAdapter::LoraAdapter(const ModelArgs& args, const LoraOptions& options)
       linears_.push_back(std::move(l));
     }
   }
+  for (int64_t i = 0; args.is_moe() && i < args.num_hidden_layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i);
+    std::vector<ExpertLoraSite> sites = expert_lora_sites(args, options, layer);
+    if (!args.layer_is_sparse(i) || sites.empty()) continue;
+    ExpertLora e;
+    e.name = layer + ".mlp.experts";
+    e.n_experts = args.num_experts;
+    e.hidden = args.hidden_size;
+    e.inter = args.moe_intermediate_size;
+    e.scaling = static_cast<float>(options.scaling());
+    e.scratch = expert_scratch_.get();
+    for (const ExpertLoraSite& site : sites) {
+      (site.param == ExpertLoraSite::gate_up ? e.gate_up : e.down).rank = site.rank;
+    }
+    experts_.push_back(std::move(e));
+    expert_sites_.push_back({static_cast<size_t>(i), std::move(sites)});
+  }
   bind();
 }
 
 void LoraAdapter::bind() {
   size_t next = 0;
   for (const ParamGroup& g : groups_) {
-    for (size_t p = 0; p < g.views().size(); p += 2, ++next) {
-      LoraLinear& l = linears_[next];
+    for (size_t p = 0; p < g.views().size(); p += 2) {
       const ParamView &a = g.views()[p], &b = g.views()[p + 1];
+      if (a.spec.name.find(".mlp.experts") != std::string::npos) continue;
+      LoraLinear& l = linears_[next++];
       l.a = g.params() + a.offset;
       l.b = g.params() + b.offset;
       l.a_grad = g.grads() != nullptr ? g.grads() + a.offset : nullptr;
       l.b_grad = g.grads() != nullptr ? g.grads() + b.offset : nullptr;
+    }
+  }
+  for (size_t k = 0; k < experts_.size(); ++k) {
+    const auto& [group, sites] = expert_sites_[k];
+    const ParamGroup& g = groups_[group];
+    for (const ExpertLoraSite& site : sites) {
+      ExpertLoraPair& pair =
+          site.param == ExpertLoraSite::gate_up ? experts_[k].gate_up : experts_[k].down;
+      const ParamView& a = g.view(site.prefix + ".lora_A.weight");
+      const ParamView& b = g.view(site.prefix + ".lora_B.weight");
+      pair.a = g.params() + a.offset;
+      pair.b = g.params() + b.offset;
+      pair.a_grad = g.grads() != nullptr ? g.grads() + a.offset : nullptr;
+      pair.b_grad = g.grads() != nullptr ? g.grads() + b.offset : nullptr;
     }
   }
 }
@@ -119,6 +189,13 @@ void LoraAdapter::bind() {
 const LoraLinear* LoraAdapter::find(const std::string& module) const {
   for (const LoraLinear& l : linears_) {
     if (l.name == module) return &l;
+  }
+  return nullptr;
+}
+
+const ExpertLora* LoraAdapter::find_experts(const std::string& experts) const {
+  for (const ExpertLora& e : experts_) {
+    if (e.name == experts) return &e;
   }
   return nullptr;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/models/model_args.h"
@@ -28,14 +29,30 @@ struct LoraOptions {
   double alpha = 16.0;
   std::vector<std::string> target_modules;  // PEFT's short names, a subset of lora_module_names
   double scaling() const { return alpha / static_cast<double>(rank); }
+  bool targets(const std::string& module) const;  // whether target_modules names it
 };
+
+// One adapted stacked expert parameter of a sparse layer, as PEFT (0.21, on Transformers 5's
+// fused experts) adapts it when target_modules names the MLP's projections: gate_proj and up_proj
+// together become the fused gate_up_proj, with rank 2r (and alpha 2 alpha: PEFT's rank_pattern
+// and alpha_pattern), down_proj keeps rank r; nn/lora.h ExpertLora computes them.
+struct ExpertLoraSite {
+  std::string prefix;  // model.layers.{i}.mlp.experts[.base_layer]: the keys' prefix
+  enum Param { gate_up, down } param;
+  int64_t rank;     // per expert
+  int64_t in, out;  // of one expert's (fused) projection
+};
+std::vector<ExpertLoraSite> expert_lora_sites(const ModelArgs& args, const LoraOptions& options,
+                                              const std::string& layer);
 
 // "q_proj,k_proj" -> its names; `where` names the source in the error for an unknown, repeated
 // or empty name.
 std::vector<std::string> parse_lora_targets(const std::string& list, const std::string& where);
 // The adapter's parameter groups for a model of `args`: per decoder layer, A then B of each
-// target in layer order (q, k, v, o, gate, up, down). A titan::Error for a model LoRA does not
-// adapt yet (sparse MoE layers) or a rank below 1.
+// target in layer order (q, k, v, o, gate, up, down); on a MoE model the MLP targets adapt the
+// sparse layers' experts (expert_lora_sites, after the attention's) and not the dense layers'
+// MLPs, as PEFT does. A titan::Error for a rank below 1, or gate_proj without up_proj (or the
+// reverse) on a MoE model (PEFT refuses it too).
 std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOptions& options);
 
 // The adapter's groups and, per adapted linear, the LoraLinear a model's module points at
@@ -47,12 +64,17 @@ class LoraAdapter {
   LoraAdapter& operator=(const LoraAdapter&) = delete;
 
   const LoraOptions& options() const { return options_; }
+  // Whether the model is MoE: its MLP targets are then the sparse layers' experts.
+  bool moe() const { return moe_; }
   std::vector<ParamGroup>& groups() { return groups_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
   const std::vector<ParamGroupSpec>& specs() const { return specs_; }
   // The update of module `name` (e.g. model.layers.0.self_attn.q_proj), or null when not adapted.
   const LoraLinear* find(const std::string& module) const;
   const std::vector<LoraLinear>& linears() const { return linears_; }
+  // The update of a sparse layer's experts (e.g. model.layers.0.mlp.experts), or null.
+  const ExpertLora* find_experts(const std::string& experts) const;
+  const std::vector<ExpertLora>& experts() const { return experts_; }
 
   // A Kaiming-uniform (deterministic in `seed`, per parameter name), B zero: PEFT's init.
   void initialize(uint64_t seed);
@@ -62,10 +84,15 @@ class LoraAdapter {
 
  private:
   LoraOptions options_;
+  bool moe_ = false;
   std::vector<ParamGroupSpec> specs_;
   std::vector<ParamGroup> groups_;
   std::vector<LoraLinear> linears_;
+  std::vector<ExpertLora> experts_;
   std::unique_ptr<LoraScratch> scratch_;
+  std::unique_ptr<ExpertLoraScratch> expert_scratch_;
+  // Per experts_ entry: its layer's group and the sites its views are named by.
+  std::vector<std::pair<size_t, std::vector<ExpertLoraSite>>> expert_sites_;
   void bind();  // points every LoraLinear at its views
 };
 

@@ -21,6 +21,8 @@ constexpr const char* kPeftPrefix = "base_model.model.";
 constexpr const char* kConfigFile = "adapter_config.json";
 constexpr const char* kWeightsFile = "adapter_model.safetensors";
 constexpr int kConfigDepth = 8;
+// The rank_pattern / alpha_pattern key PEFT gives the fused gate_up_proj.
+constexpr const char* kGateUpPattern = ".*\\.gate_up_proj";
 
 // A key of adapter_config.json that must be absent, null, false or empty for titan to compute
 // what PEFT does.
@@ -65,14 +67,47 @@ LoraOptions read_peft_adapter_config(const std::string& dir) {
     TITAN_CHECK(t.is_string(), path, ": \"target_modules\" holds ", json_excerpt(t));
     list += (list.empty() ? "" : ",") + t.get<std::string>();
   }
+  // A MoE model's adapter (PEFT on Transformers 5) names the experts' stacked parameters in
+  // target_parameters: gate_up_proj (gate_proj and up_proj fused, its rank and alpha doubled by
+  // rank_pattern and alpha_pattern) and down_proj.
+  bool gate_up = false;
+  if (config.contains("target_parameters") && !config["target_parameters"].is_null()) {
+    const nlohmann::json& params = config["target_parameters"];
+    TITAN_CHECK(params.is_array(), path, ": \"target_parameters\" is ", json_excerpt(params),
+                " (a list of parameter names)");
+    for (const nlohmann::json& t : params) {
+      const std::string name = t.is_string() ? t.get<std::string>() : "";
+      TITAN_CHECK(name == "gate_up_proj" || name == "down_proj", path,
+                  ": \"target_parameters\" holds ", json_excerpt(t),
+                  " (gate_up_proj or down_proj: a Qwen3-MoE's experts)");
+      gate_up = gate_up || name == "gate_up_proj";
+      list += (list.empty() ? "" : ",") +
+              (name == "gate_up_proj" ? std::string("gate_proj,up_proj") : name);
+    }
+  }
   options.target_modules = parse_lora_targets(list, path + ": \"target_modules\"");
+  if (gate_up) {
+    const auto doubled = [&](const char* key, double value) {
+      const nlohmann::json want = {{kGateUpPattern, value}};
+      TITAN_CHECK(config.contains(key) && config[key].is_object() && config[key].size() == 1 &&
+                      config[key].contains(kGateUpPattern) &&
+                      config[key][kGateUpPattern].is_number() &&
+                      config[key][kGateUpPattern].get<double>() == value,
+                  path, ": \"", key, "\" is ",
+                  config.contains(key) ? json_excerpt(config[key]) : std::string("absent"),
+                  "; gate_up_proj's fused pair needs ", want.dump(), " (PEFT's conversion)");
+    };
+    doubled("rank_pattern", 2.0 * static_cast<double>(options.rank));
+    doubled("alpha_pattern", 2.0 * options.alpha);
+  } else {
+    require_unset(config, path, "rank_pattern", "a rank per module");
+    require_unset(config, path, "alpha_pattern", "an alpha per module");
+  }
   require_unset(config, path, "use_dora", "DoRA");
   require_unset(config, path, "use_rslora", "rsLoRA's scaling alpha / sqrt(r)");
   require_unset(config, path, "fan_in_fan_out", "fan_in_fan_out");
   require_unset(config, path, "bias", "a trained bias");
   require_unset(config, path, "lora_bias", "a trained bias");
-  require_unset(config, path, "rank_pattern", "a rank per module");
-  require_unset(config, path, "alpha_pattern", "an alpha per module");
   require_unset(config, path, "layers_to_transform", "adapting only some layers");
   require_unset(config, path, "modules_to_save", "training whole modules");
   return options;
@@ -118,6 +153,14 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
   SafetensorsWriteOptions write;
   write_safetensors_file((fs::path(out.staging()) / kWeightsFile).string(), tensors, write);
   const LoraOptions& o = adapter.options();
+  // A MoE model's MLP targets are the experts' stacked parameters, as PEFT converts them.
+  std::vector<std::string> modules, parameters;
+  for (const std::string& t : o.target_modules) {
+    const bool mlp = t == "gate_proj" || t == "up_proj" || t == "down_proj";
+    if (!adapter.moe() || !mlp) modules.push_back(t);
+  }
+  if (adapter.moe() && o.targets("gate_proj")) parameters.push_back("gate_up_proj");
+  if (adapter.moe() && o.targets("down_proj")) parameters.push_back("down_proj");
   nlohmann::json config = {
       {"peft_type", "LORA"},
       {"task_type", "CAUSAL_LM"},
@@ -125,7 +168,7 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
       {"r", o.rank},
       {"lora_alpha", o.alpha},
       {"lora_dropout", 0.0},
-      {"target_modules", o.target_modules},
+      {"target_modules", modules},
       {"bias", "none"},
       {"fan_in_fan_out", false},
       {"use_rslora", false},
@@ -135,9 +178,63 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
       {"modules_to_save", nullptr},
       {"layers_to_transform", nullptr},
   };
+  if (!parameters.empty()) {
+    config["target_parameters"] = parameters;
+    if (o.targets("gate_proj")) {
+      config["rank_pattern"] = {{kGateUpPattern, 2 * o.rank}};
+      config["alpha_pattern"] = {{kGateUpPattern, 2 * o.alpha}};
+    }
+  }
   write_file_atomic((fs::path(out.staging()) / kConfigFile).string(), config.dump(2) + "\n");
   out.commit();
 }
+
+namespace {
+
+// w (E, out, in) += scaling * B_e A_e of one stacked expert weight (ops/lora_experts.h's layout;
+// b and its row stride rank * E as there), summed in fp64 as merge_lora's linears.
+void merge_experts(float* w, const ExpertLoraPair& p, int64_t b_row0, int64_t n_experts, int64_t in,
+                   int64_t out, float scaling) {
+  const int64_t stride = p.rank * n_experts;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t e = 0; e < n_experts; ++e) {
+    for (int64_t o = 0; o < out; ++o) {
+      for (int64_t i = 0; i < in; ++i) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < p.rank; ++j) {
+          sum += static_cast<double>(p.b[(b_row0 + o) * stride + j * n_experts + e]) *
+                 p.a[(e * p.rank + j) * in + i];
+        }
+        w[(e * out + o) * in + i] += static_cast<float>(sum * scaling);
+      }
+    }
+  }
+}
+
+float* stacked_weight(std::vector<ParamGroup>& groups, const std::string& name) {
+  for (ParamGroup& g : groups) {
+    if (const ParamView* v = g.find(name)) return g.params() + v->offset;
+  }
+  TITAN_CHECK(false, "LoRA merge: the model has no ", name);
+  return nullptr;
+}
+
+void merge_lora_experts(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
+  for (const ExpertLora& l : adapter.experts()) {
+    const int64_t e = l.n_experts, h = l.hidden, im = l.inter;
+    if (l.gate_up.rank > 0) {
+      merge_experts(stacked_weight(groups, l.name + ".gate_proj"), l.gate_up, 0, e, h, im,
+                    l.scaling);
+      merge_experts(stacked_weight(groups, l.name + ".up_proj"), l.gate_up, im, e, h, im,
+                    l.scaling);
+    }
+    if (l.down.rank > 0) {
+      merge_experts(stacked_weight(groups, l.name + ".down_proj"), l.down, 0, e, im, h, l.scaling);
+    }
+  }
+}
+
+}  // namespace
 
 void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
   for (const LoraLinear& l : adapter.linears()) {
@@ -159,6 +256,7 @@ void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
       }
     }
   }
+  merge_lora_experts(adapter, groups);
 }
 
 void merge_peft_adapter(const std::string& dir, const ModelArgs& args,

@@ -2,7 +2,9 @@
 // loads: adapter_config.json (peft_type "LORA", r, lora_alpha, target_modules, ...) and
 // adapter_model.safetensors, whose keys are the adapter's parameter names under PEFT's prefix:
 // base_model.model.model.layers.{i}.self_attn.q_proj.lora_A.weight (rank, in), ...lora_B.weight
-// (out, rank).
+// (out, rank); on a Qwen3-MoE model also the experts' stacked pairs under
+// ...mlp.experts[.base_layer].lora_A.weight / lora_B.weight, named in "target_parameters"
+// (models/lora.h ExpertLoraSite).
 #pragma once
 
 #include <string>
@@ -25,7 +27,8 @@ void load_peft_adapter(const std::string& dir, LoraAdapter& adapter);
 // titan wrote when `overwrite`), fp32 tensors; base_model_name_or_path = `base_model`.
 void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
                         const std::string& base_model, bool overwrite);
-// W += scaling * B A for every linear `adapter` adapts, into the model parameter groups `groups`
+// W += scaling * B A for every linear `adapter` adapts, and W_e += scaling * B_e A_e for every
+// expert of its adapted stacked experts, into the model parameter groups `groups`
 // (model_param_specs' layout): PEFT's merge_and_unload. The products are summed in fp64.
 void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups);
 // The adapter in `dir` read and merged into `groups` of a model of `args` (titan eval and

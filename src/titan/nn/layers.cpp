@@ -390,15 +390,17 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   router->forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
                   n_experts, top_k, norm_topk_prob);
   const ExpertsShape sh = shape(n);
+  const ExpertWeights w = lora != nullptr ? lora->merged(weights) : weights;
+  const ExpertWeightsBf16 wb =
+      lora != nullptr && computes_in_bf16() ? lora->rounded(w, weights_bf16) : weights_bf16;
   // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
   if (!staged()) {
     if (computes_in_bf16()) {
       TITAN_CHECK(experts->forward_bf16 != nullptr, name, ".experts: experts kernel '",
                   experts_kernel, "' does not take bf16");
-      experts->forward_bf16(y, act.experts, s, x, act.topk_index, act.topk_weight, weights_bf16,
-                            sh);
+      experts->forward_bf16(y, act.experts, s, x, act.topk_index, act.topk_weight, wb, sh);
     } else {
-      experts->forward(y, act.experts, s, x, act.topk_index, act.topk_weight, weights, sh);
+      experts->forward(y, act.experts, s, x, act.topk_index, act.topk_weight, w, sh);
     }
     return;
   }
@@ -408,11 +410,11 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
     auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
     dispatch->forward_bf16(x_rows, x, e.row_of, sh);
     to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
-    grouped->forward_bf16(s.y, e, s, x_rows, e.offsets, weights_bf16, sh);
+    grouped->forward_bf16(s.y, e, s, x_rows, e.offsets, wb, sh);
   } else {
     dispatch->forward(s.x, x, e.row_of, sh);
     to_experts({{s.x, hidden, DType::f32}}, e.offsets);
-    grouped->forward(s.y, e, s, s.x, e.offsets, weights, sh);
+    grouped->forward(s.y, e, s, s.x, e.offsets, w, sh);
   }
   from_experts({{s.y, hidden, DType::f32}}, e.offsets);
   combine->forward(y, s.y, e.row_of, act.topk_index, act.topk_weight, sh);
@@ -424,13 +426,17 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
   const ExpertsShape sh = shape(n);
   const ExpertsScratch& s = g.experts;
   const ExpertsActivations& e = act.experts;
+  // With LoRA the experts' weight gradient is the merged weights', which the adapter's becomes.
+  const ExpertWeights w = lora != nullptr ? lora->merged(weights) : weights;
+  const ExpertWeightsBf16 wb =
+      lora != nullptr && computes_in_bf16() ? lora->rounded(w, weights_bf16) : weights_bf16;
+  const ExpertGrads dw = lora != nullptr ? lora->merged_grads() : grads;
   if (!staged()) {
     if (computes_in_bf16()) {
-      experts->backward_bf16(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight,
-                             weights_bf16, sh);
+      experts->backward_bf16(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight, wb,
+                             sh);
     } else {
-      experts->backward(dx, g.dweight, grads, s, dy, e, x, act.topk_index, act.topk_weight, weights,
-                        sh);
+      experts->backward(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight, w, sh);
     }
   } else {
     // d out in factored form (ops/moe_stages.h): each row's dy in s.y, its weight in s.w_rows.
@@ -441,16 +447,16 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
       auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
       dispatch->forward_bf16(x_rows, x, e.row_of, sh);
       to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
-      grouped->backward_bf16(s.y, s.dweight_rows, grads, s, s.w_rows, e, x_rows, e.offsets,
-                             weights_bf16, sh);
+      grouped->backward_bf16(s.y, s.dweight_rows, dw, s, s.w_rows, e, x_rows, e.offsets, wb, sh);
     } else {
       dispatch->forward(s.x, x, e.row_of, sh);
       to_experts({{s.x, hidden, DType::f32}}, e.offsets);
-      grouped->backward(s.y, s.dweight_rows, grads, s, s.w_rows, e, s.x, e.offsets, weights, sh);
+      grouped->backward(s.y, s.dweight_rows, dw, s, s.w_rows, e, s.x, e.offsets, w, sh);
     }
     from_experts({{s.y, hidden, DType::f32}, {s.dweight_rows, 1, DType::f32}}, e.offsets);
     dispatch->backward(dx, g.dweight, s.y, s.dweight_rows, e.row_of, sh);
   }
+  if (lora != nullptr) lora->backward(dw);
   router->backward(g.dlogits, g.dweight, dprobs_all, act.router_probs, act.topk_index, n, n_experts,
                    top_k, norm_topk_prob);
   gate.backward(dx, g.dlogits, x, n, true, {});

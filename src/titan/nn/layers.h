@@ -321,7 +321,9 @@ struct SparseMoeBlock {
   ExpertWeights weights;  // the stacked model.layers.{i}.mlp.experts.{gate,up,down}_proj
   // Their bf16 copies, or nulls: with them the experts compute in bf16 (mixed precision).
   ExpertWeightsBf16 weights_bf16;
-  ExpertGrads grads;                     // or nulls
+  ExpertGrads grads;  // or nulls (frozen: LoRA's base)
+  // LoRA on the experts (nn/lora.h), or null: they then compute with the merged weights.
+  const ExpertLora* lora = nullptr;
   const RouterKernel* router = nullptr;  // mlp.gate's softmax and top-k
   // A fused kernel, or `experts_staged`: then after the router the block runs the three stage
   // slots below in turn (ops/moe_stages.h), each bound on its own (mlp.experts' moe_dispatch,

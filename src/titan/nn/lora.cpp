@@ -99,3 +99,107 @@ void LoraLinear::backward_bf16(float* dx, const uint16_t* dy, const uint16_t* x,
 }
 
 }  // namespace titan
+
+namespace titan {
+namespace {
+
+ExpertLoraShape pair_shape(const ExpertLora& l, const ExpertLoraPair& p, int64_t in, int64_t out) {
+  return {l.n_experts, p.rank, in, out, l.scaling};
+}
+
+}  // namespace
+
+float* ExpertLora::merged_room(int64_t slot) const {
+  const int64_t size = n_experts * hidden * inter;
+  if (scratch->merged.data() == nullptr) {
+    scratch->merged = Buffer(backend().memory(),
+                             static_cast<size_t>(2 * adapted_weights() * size) * sizeof(float),
+                             MemCategory::other);
+  }
+  return scratch->merged.as<float>() + slot * size;
+}
+
+ExpertWeights ExpertLora::merged(const ExpertWeights& base) const {
+  TITAN_CHECK(device_ops().expert_lora_merge && device_ops().expert_lora_backward, name,
+              ": this device registers no LoRA-on-experts ops (DeviceOps::expert_lora_merge)");
+  ExpertWeights w = base;
+  const int64_t e = n_experts, h = hidden, im = inter;
+  int64_t slot = 0;
+  if (gate_up.rank > 0) {
+    const ExpertLoraShape s = pair_shape(*this, gate_up, h, im);
+    float* gate = merged_room(slot++);
+    float* up = merged_room(slot++);
+    device_ops().expert_lora_merge(gate, base.gate, gate_up.a, gate_up.b, s);
+    device_ops().expert_lora_merge(up, base.up, gate_up.a, gate_up.b + im * gate_up.rank * e, s);
+    w.gate = gate;
+    w.up = up;
+  }
+  if (down.rank > 0) {
+    float* d = merged_room(slot);
+    device_ops().expert_lora_merge(d, base.down, down.a, down.b, pair_shape(*this, down, im, h));
+    w.down = d;
+  }
+  return w;
+}
+
+ExpertWeightsBf16 ExpertLora::rounded(const ExpertWeights& merged,
+                                      const ExpertWeightsBf16& base) const {
+  ExpertWeightsBf16 w = base;
+  const int64_t size = n_experts * hidden * inter;
+  if (scratch->rounded.data() == nullptr) {
+    scratch->rounded =
+        Buffer(backend().memory(), static_cast<size_t>(adapted_weights() * size) * sizeof(uint16_t),
+               MemCategory::other);
+  }
+  uint16_t* next = scratch->rounded.as<uint16_t>();
+  const auto round = [&](const float* values) {
+    device_ops().round_to_bf16(next, values, size);
+    next += size;
+    return next - size;
+  };
+  if (gate_up.rank > 0) {
+    w.gate = round(merged.gate);
+    w.up = round(merged.up);
+  }
+  if (down.rank > 0) w.down = round(merged.down);
+  return w;
+}
+
+ExpertGrads ExpertLora::merged_grads() const {
+  const int64_t size = n_experts * hidden * inter;
+  int64_t slot = adapted_weights();
+  ExpertGrads g;
+  if (gate_up.rank > 0) {
+    g.gate = merged_room(slot++);
+    g.up = merged_room(slot++);
+    device_ops().zero(g.gate, size);
+    device_ops().zero(g.up, size);
+  }
+  if (down.rank > 0) {
+    g.down = merged_room(slot);
+    device_ops().zero(g.down, size);
+  }
+  return g;
+}
+
+void ExpertLora::backward(const ExpertGrads& dmerged) const {
+  const int64_t e = n_experts, h = hidden, im = inter;
+  if (gate_up.rank > 0) {
+    TITAN_CHECK(gate_up.a_grad != nullptr && gate_up.b_grad != nullptr, name,
+                ": LoRA gradients not allocated");
+    const ExpertLoraShape s = pair_shape(*this, gate_up, h, im);
+    const int64_t up_rows = im * gate_up.rank * e;  // B's offset of up's rows
+    device_ops().expert_lora_backward(gate_up.a_grad, gate_up.b_grad, dmerged.gate, gate_up.a,
+                                      gate_up.b, s);
+    device_ops().expert_lora_backward(gate_up.a_grad, gate_up.b_grad + up_rows, dmerged.up,
+                                      gate_up.a, gate_up.b + up_rows, s);
+  }
+  if (down.rank > 0) {
+    TITAN_CHECK(down.a_grad != nullptr && down.b_grad != nullptr, name,
+                ": LoRA gradients not allocated");
+    device_ops().expert_lora_backward(down.a_grad, down.b_grad, dmerged.down, down.a, down.b,
+                                      pair_shape(*this, down, im, h));
+  }
+}
+
+}  // namespace titan

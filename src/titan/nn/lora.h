@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/allocator.h"
 #include "titan/dispatch/registry.h"
+#include "titan/ops/moe.h"
 
 namespace titan {
 
@@ -54,6 +56,56 @@ struct LoraLinear {
  private:
   // A and B rounded into the scratch; returns B^T rounded (rank, out) when `transposed`, else B.
   const uint16_t* round_weights(bool transposed) const;
+};
+
+// LoRA on one sparse layer's stacked experts, as PEFT adapts Transformers 5's fused experts
+// (ParamWrapper, ops/lora_experts.h): gate_proj and up_proj are one fused gate_up_proj there, so
+// PEFT gives them one pair of rank 2r (A (E 2r, h), B (2 Im, 2r E): gate's rows of B, then up's)
+// with alpha 2 alpha, the same scaling; down_proj one pair of rank r (A (E r, Im), B (h, r E)).
+// PEFT folds the update into the weight (W + scaling B_e A_e, a parametrization, in fp32) and the
+// experts compute with that (under torch.autocast, rounded to bf16); so do these: the merged
+// weights are made into the scratch at each forward and again in the backward, whose weight
+// gradient lands in the scratch (the frozen weights have none) and becomes A's and B's. The merged
+// weights and their gradients are one layer's experts' size, shared by the layers.
+struct ExpertLoraScratch {
+  // Made at the first use, in MemCategory::other (titan plan's lora_scratch): the adapted ones of
+  // the merged gate, up, down (E Im h each, in that order), then their gradients; and under
+  // mixed precision the merged ones rounded to bf16.
+  Buffer merged, rounded;
+};
+
+// One adapted stacked weight's A and B (rank 0: not adapted).
+struct ExpertLoraPair {
+  int64_t rank = 0;
+  const float* a = nullptr;  // (E rank, in)
+  const float* b = nullptr;  // (out, rank E)
+  float* a_grad = nullptr;   // or null (not yet allocated)
+  float* b_grad = nullptr;
+};
+
+struct ExpertLora {
+  std::string name;                              // model.layers.{i}.mlp.experts
+  int64_t n_experts = 0, hidden = 0, inter = 0;  // E, h, Im
+  float scaling = 0.0f;                          // alpha / r, gate_up_proj's 2 alpha / 2r too
+  ExpertLoraPair gate_up, down;
+  ExpertLoraScratch* scratch = nullptr;
+
+  // The weights the experts compute with: `base` with the adapted ones merged (into the scratch).
+  ExpertWeights merged(const ExpertWeights& base) const;
+  // Under mixed precision: the adapted ones of `merged` rounded to bf16 (into the scratch), as
+  // torch.autocast rounds PEFT's merged fp32 weight for its GEMMs; the others `base`'s copies.
+  ExpertWeightsBf16 rounded(const ExpertWeights& merged, const ExpertWeightsBf16& base) const;
+  // Zeroed gradient rooms (in the scratch) of the adapted merged weights, null for the others.
+  ExpertGrads merged_grads() const;
+  // A's and B's gradients accumulated from `dmerged` (merged_grads' after the experts' backward),
+  // with the weights' A and B.
+  void backward(const ExpertGrads& dmerged) const;
+  // How many of gate, up, down are adapted: the scratch holds that many merged weights (and
+  // gradients, and bf16 roundings) of E Im h values.
+  int64_t adapted_weights() const { return (gate_up.rank > 0 ? 2 : 0) + (down.rank > 0 ? 1 : 0); }
+
+ private:
+  float* merged_room(int64_t slot) const;  // slot in [0, 2 adapted_weights())
 };
 
 }  // namespace titan

@@ -64,15 +64,18 @@ void experts_backward_grouped(float* dx, float* dweight, const ExpertGrads& dw,
     v.scale(s.y + r * h, weight[p], h);  // weight * dy: down_proj's output gradient
   }
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    backend().gemm_f32(Trans::yes, Trans::no, h, Im, n_e, 1.0f, s.y + r0 * h, h, act.act + r0 * Im,
-                       Im, 1.0f, dw.down + e * h * Im, Im);
+    if (dw.down != nullptr)
+      backend().gemm_f32(Trans::yes, Trans::no, h, Im, n_e, 1.0f, s.y + r0 * h, h,
+                         act.act + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
   });
   swiglu_backward(s.dgate, s.dup, s.dact, act.gate, act.up, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dgate + r0 * Im, Im, s.x + r0 * h,
-                       h, 1.0f, dw.gate + e * Im * h, h);
-    backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dup + r0 * Im, Im, s.x + r0 * h,
-                       h, 1.0f, dw.up + e * Im * h, h);
+    if (dw.gate != nullptr)
+      backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dgate + r0 * Im, Im,
+                         s.x + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);
+    if (dw.up != nullptr)
+      backend().gemm_f32(Trans::yes, Trans::no, Im, h, n_e, 1.0f, s.dup + r0 * Im, Im, s.x + r0 * h,
+                         h, 1.0f, dw.up + e * Im * h, h);
     // d x rows over the (now unneeded) weighted dy rows.
     backend().gemm_f32(Trans::no, Trans::no, n_e, h, Im, 1.0f, s.dgate + r0 * Im, Im,
                        w.gate + e * Im * h, h, 0.0f, s.y + r0 * h, h);
@@ -148,15 +151,18 @@ void experts_backward_grouped_bf16(float* dx, float* dweight, const ExpertGrads&
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
     backend().gemm_bf16(Trans::no, Trans::no, n_e, Im, h, 1.0f, dy_down_bf16 + r0 * h, h,
                         w.down + e * h * Im, Im, 0.0f, s.dact + r0 * Im, Im);
-    backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
-                        act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
+    if (dw.down != nullptr)
+      backend().gemm_bf16(Trans::yes, Trans::no, h, Im, n_e, 1.0f, dy_down_bf16 + r0 * h, h,
+                          act_bf16 + r0 * Im, Im, 1.0f, dw.down + e * h * Im, Im);
   });
   swiglu_backward_bf16(dgate_bf16, dup_bf16, s.dact, gate_kept, up_kept, rows * Im);
   for_each_expert(act.offsets, shape.n_experts, [&](int64_t e, int64_t r0, int64_t n_e) {
-    backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dgate_bf16 + r0 * Im, Im,
-                        x_bf16 + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);
-    backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dup_bf16 + r0 * Im, Im,
-                        x_bf16 + r0 * h, h, 1.0f, dw.up + e * Im * h, h);
+    if (dw.gate != nullptr)
+      backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dgate_bf16 + r0 * Im, Im,
+                          x_bf16 + r0 * h, h, 1.0f, dw.gate + e * Im * h, h);
+    if (dw.up != nullptr)
+      backend().gemm_bf16(Trans::yes, Trans::no, Im, h, n_e, 1.0f, dup_bf16 + r0 * Im, Im,
+                          x_bf16 + r0 * h, h, 1.0f, dw.up + e * Im * h, h);
     // d x rows over the (now unneeded) expert outputs.
     backend().gemm_bf16(Trans::no, Trans::no, n_e, h, Im, 1.0f, dgate_bf16 + r0 * Im, Im,
                         w.gate + e * Im * h, h, 0.0f, s.y + r0 * h, h);
@@ -238,13 +244,15 @@ void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw
       dweight[r] = static_cast<float>(d_weight);
       for (int64_t c = 0; c < h; ++c) {
         for (int64_t i = 0; i < Im; ++i) {
-          dw.down[(e * h + c) * Im + i] += static_cast<float>(wr * dyt[c] * act_row[i]);
+          if (dw.down != nullptr)
+            dw.down[(e * h + c) * Im + i] += static_cast<float>(wr * dyt[c] * act_row[i]);
         }
       }
       for (int64_t i = 0; i < Im; ++i) {
         for (int64_t c = 0; c < h; ++c) {
-          dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xt[c]);
-          dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xt[c]);
+          if (dw.gate != nullptr)
+            dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xt[c]);
+          if (dw.up != nullptr) dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xt[c]);
           dxt[c] += w.gate[(e * Im + i) * h + c] * dgate[i] + w.up[(e * Im + i) * h + c] * dup[i];
         }
       }
@@ -339,13 +347,15 @@ void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrad
       }
       for (int64_t c = 0; c < h; ++c) {
         for (int64_t i = 0; i < Im; ++i) {
-          dw.down[(e * h + c) * Im + i] += static_cast<float>(dy_down[c] * widen(act_row[i]));
+          if (dw.down != nullptr)
+            dw.down[(e * h + c) * Im + i] += static_cast<float>(dy_down[c] * widen(act_row[i]));
         }
       }
       for (int64_t i = 0; i < Im; ++i) {
         for (int64_t c = 0; c < h; ++c) {
-          dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xr[c]);
-          dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xr[c]);
+          if (dw.gate != nullptr)
+            dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xr[c]);
+          if (dw.up != nullptr) dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xr[c]);
           dxt[c] += widen(w.gate[(e * Im + i) * h + c]) * dgate[i] +
                     widen(w.up[(e * Im + i) * h + c]) * dup[i];
         }

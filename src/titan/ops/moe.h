@@ -53,6 +53,7 @@ struct ExpertWeightsBf16 {
   const uint16_t* up = nullptr;    // (E, Im, h)
   const uint16_t* down = nullptr;  // (E, h, Im)
 };
+// Each null when frozen (LoRA's base): the kernels then skip that weight gradient.
 struct ExpertGrads {
   float* gate = nullptr;  // (E, Im, h), accumulated
   float* up = nullptr;    // (E, Im, h)

@@ -48,8 +48,20 @@ void check_lora_job(const JobConfig& c) {
 }
 
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
-                                             CausalLM& model) {
+                                             CausalLM& model, bool sharded) {
   auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config));
+  if (!adapter->experts().empty()) {
+    TITAN_CHECK(!sharded || config.training.mixed_precision_param != "bfloat16",
+                "lora: the experts' LoRA (gate_proj, up_proj, down_proj on a MoE model) under "
+                "bf16 mixed precision does not run with FSDP (its merge reads the fp32 expert "
+                "weights, which bf16 units gather only in bf16): set "
+                "training.mixed_precision_param = \"float32\", data_parallel_shard_degree = 1, "
+                "or adapt the attention only");
+    TITAN_CHECK(config.parallelism.expert_parallel_degree == 1,
+                "lora: the experts' LoRA holds every expert's pair on every rank: "
+                "parallelism.expert_parallel_degree ",
+                config.parallelism.expert_parallel_degree, " is not supported with it");
+  }
   model.attach_lora(*adapter);
   const int64_t trained = adapter->parameter_count(), total = model.parameter_count();
   std::printf(
@@ -59,6 +71,14 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
       config.lora.target_modules.c_str(), static_cast<long long>(trained),
       100.0 * static_cast<double>(trained) / static_cast<double>(total),
       static_cast<long long>(total));
+  if (!adapter->experts().empty()) {
+    const ExpertLora& e = adapter->experts().front();
+    std::printf(
+        "LoRA on the experts of %zu sparse layers, as PEFT's target_parameters: gate_up_proj rank "
+        "%lld, down_proj rank %lld (0: not adapted); the dense layers' MLPs are not adapted\n",
+        adapter->experts().size(), static_cast<long long>(e.gate_up.rank),
+        static_cast<long long>(e.down.rank));
+  }
   return adapter;
 }
 

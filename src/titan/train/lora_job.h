@@ -25,8 +25,10 @@ void check_lora_config(const JobConfig& config);
 // alpha and targets.
 void check_lora_job(const JobConfig& config);
 // The adapter attached to `model` (its weights frozen), with a line saying what trains.
+// `sharded`: FSDP shards the frozen model (then the experts' LoRA is refused under bf16: its
+// merge reads the fp32 expert weights, which bf16 units gather only as their bf16 copies).
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
-                                             CausalLM& model);
+                                             CausalLM& model, bool sharded);
 // The frozen model's weights from checkpoint.initial_load_path (a Hugging Face folder) into
 // `model_groups` (this rank's cut `model_cut` of them: Parallelism::model_groups), the same
 // whether the adapter starts or resumes (else the seeded init stays), and when `starting`,

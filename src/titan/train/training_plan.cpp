@@ -69,7 +69,7 @@ std::array<int64_t, kMemCategoryCount> MemoryPlan::step_by_category() const {
   c[static_cast<int>(MemCategory::gradients)] = gradients + unit_gradients;
   c[static_cast<int>(MemCategory::optimizer)] = optimizer;
   c[static_cast<int>(MemCategory::activations)] = activations;
-  c[static_cast<int>(MemCategory::other)] = rope + collective_buffers;
+  c[static_cast<int>(MemCategory::other)] = rope + collective_buffers + lora_scratch;
   return c;
 }
 
@@ -328,6 +328,16 @@ TrainingPlan plan_training(const PlanInputs& in) {
     m.gradients = adapter * kFloat;
     m.optimizer = 2 * adapter * kFloat;
     m.lora_saved = full - m.gradients - m.optimizer;
+    int64_t sparse_layers = 0;
+    for (int64_t i = 0; a.is_moe() && i < a.num_hidden_layers; ++i) {
+      sparse_layers += a.layer_is_sparse(i) ? 1 : 0;
+    }
+    const int64_t adapted = (in.lora.targets("gate_proj") ? 2 : 0) +
+                            (in.lora.targets("down_proj") ? 1 : 0),
+                  experts = a.num_experts * a.hidden_size * a.moe_intermediate_size;
+    if (sparse_layers > 0 && adapted > 0) {
+      m.lora_scratch = adapted * experts * (2 * kFloat + (bf16 ? 2 : 0));
+    }
   }
 
   const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;

@@ -90,6 +90,10 @@ struct MemoryPlan {
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
   int64_t lora_parameters = 0, lora_saved = 0;
+  // LoRA on a MoE's experts: the merged weights and their gradients (and under bf16 the merged
+  // weights rounded), one sparse layer's worth shared by all (nn/lora.h ExpertLoraScratch), made
+  // at the first step's forward and held on.
+  int64_t lora_scratch = 0;
 
   // During a step: per category its peak; in all, resident + units_in_flight + activations.
   std::array<int64_t, kMemCategoryCount> step_by_category() const;
