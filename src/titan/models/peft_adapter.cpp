@@ -1,5 +1,6 @@
 #include "titan/models/peft_adapter.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -139,6 +140,26 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
   out.commit();
 }
 
+namespace {
+
+// W (out x in) += scaling B A.
+void merge_linear(const LoraLinear& l, float* w) {
+  // A load-time step of out x in x rank products, not a training op: plain loops, summed in
+  // fp64 and added once.
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < l.out_features; ++o) {
+    for (int64_t i = 0; i < l.in_features; ++i) {
+      double sum = 0.0;
+      for (int64_t r = 0; r < l.rank; ++r) {
+        sum += static_cast<double>(l.b[o * l.rank + r]) * l.a[r * l.in_features + i];
+      }
+      w[o * l.in_features + i] += static_cast<float>(sum * l.scaling);
+    }
+  }
+}
+
+}  // namespace
+
 void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
   for (const LoraLinear& l : adapter.linears()) {
     float* w = nullptr;
@@ -146,18 +167,18 @@ void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
       if (const ParamView* v = g.find(l.name + ".weight")) w = g.params() + v->offset;
     }
     TITAN_CHECK(w != nullptr, "LoRA merge: the model has no ", l.name, ".weight");
-    // A load-time step of out x in x rank products, not a training op: plain loops, summed in
-    // fp64 and added once.
-#pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < l.out_features; ++o) {
-      for (int64_t i = 0; i < l.in_features; ++i) {
-        double sum = 0.0;
-        for (int64_t r = 0; r < l.rank; ++r) {
-          sum += static_cast<double>(l.b[o * l.rank + r]) * l.a[r * l.in_features + i];
-        }
-        w[o * l.in_features + i] += static_cast<float>(sum * l.scaling);
-      }
-    }
+    merge_linear(l, w);
+  }
+}
+
+void merge_lora_into(const LoraAdapter& adapter, ParamGroup& group,
+                     const std::vector<std::string>& params) {
+  for (const LoraLinear& l : adapter.linears()) {
+    const std::string weight = l.name + ".weight";
+    if (std::find(params.begin(), params.end(), weight) == params.end()) continue;
+    const ParamView* v = group.find(weight);
+    TITAN_CHECK(v != nullptr, "LoRA merge: group ", group.name(), " has no ", weight);
+    merge_linear(l, group.params() + v->offset);
   }
 }
 
