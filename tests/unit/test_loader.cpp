@@ -516,7 +516,9 @@ TEST(LoaderChat, ARankTokenizesOnlyItsOwnRowsAndResumesOnAnyShare) {
   ASSERT_EQ(resumed.batches.size(), whole.batches.size() - 5);
   for (size_t i = 0; i < resumed.batches.size(); ++i) {
     EXPECT_EQ(resumed.batches[i].own, (5 + i) % 4 == 1) << i;
-    if (resumed.batches[i].own) EXPECT_TRUE(same_rows(resumed.batches[i], whole.batches[5 + i]));
+    if (resumed.batches[i].own) {
+      EXPECT_TRUE(same_rows(resumed.batches[i], whole.batches[5 + i])) << i;
+    }
     EXPECT_EQ(resumed.states[i], whole.states[5 + i]) << i;
   }
   EXPECT_EQ(resumed.tokenized, 2);  // batches 5 and 9
