@@ -90,7 +90,7 @@ tail -n 1 "$work/blowup.err" | grep -qE "^titan train: error: the trained model:
 # Under FSDP 2 each rank scans its shards and the counts are summed over the shard group: the same
 # line as one process's (the same global batch), and nothing exported.
 . "$(dirname "$0")/mpi_env.sh"
-if "$titan" launch --nproc 2 train "${common[@]}" --threads 1 --optimizer.lr=1e39 \
+if "$titan" launch --nproc 2 train "${common[@]}" --optimizer.lr=1e39 \
   --training.skip_nonfinite_steps=true --training.global_batch_size=4 \
   --checkpoint.last_save_in_hf=true --job.dump_folder="$work/blowup2" > "$work/blowup2.out" 2>&1; then
   echo "FSDP 2: training that made its weights non-finite exported them"; exit 1
