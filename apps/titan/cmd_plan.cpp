@@ -110,7 +110,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   if (in.export_hf) {
     row("final export", m.export_peak(),
         std::string("checkpoint.last_save_in_hf: ") +
-            (fsdp ? "every unit's whole parameters " + bytes(m.export_gather) + " + " : "") +
+            (fsdp ? "one unit's parameters gathered to rank 0 at most " + bytes(m.export_gather) +
+                        " + "
+                  : "") +
             "the writer's staging " + bytes(m.writer_staging));
   }
   const int64_t peak = p.peak();

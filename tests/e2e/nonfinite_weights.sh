@@ -2,7 +2,8 @@
 # Weights holding NaN or Inf are found at load, named (file, first tensor, counts) and refused
 # with one line by every command that loads them -- generate and eval (fp32 and bf16), convert,
 # train's initial weights and a resumed checkpoint -- unless explicitly allowed for debugging;
-# nothing on disk changes. Weights a run made non-finite are not exported.
+# nothing on disk changes. Weights a run made non-finite are not exported (one process, and FSDP 2
+# with the same line: the shards scanned, their counts summed).
 set -euo pipefail
 titan="$1"
 work=$(mktemp -d)
@@ -86,7 +87,22 @@ fi
 tail -n 1 "$work/blowup.err" | grep -qE "^titan train: error: the trained model: [0-9]+ non-finite weight" \
   || { echo "trained export: unexpected error"; cat "$work/blowup.err"; exit 1; }
 [ ! -e "$work/blowup/hf" ] || { echo "a non-finite model was exported"; exit 1; }
-rm -rf "$work/blowup" "$work/blowup.out" "$work/blowup.err"
+# Under FSDP 2 each rank scans its shards and the counts are summed over the shard group: the same
+# line as one process's (the same global batch), and nothing exported.
+. "$(dirname "$0")/mpi_env.sh"
+if "$titan" launch --nproc 2 train "${common[@]}" --optimizer.lr=1e39 \
+  --training.skip_nonfinite_steps=true --training.global_batch_size=4 \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$work/blowup2" > "$work/blowup2.out" 2>&1; then
+  echo "FSDP 2: training that made its weights non-finite exported them"; exit 1
+fi
+"$titan" train "${common[@]}" --optimizer.lr=1e39 --training.skip_nonfinite_steps=true \
+  --training.global_batch_size=4 --checkpoint.last_save_in_hf=true \
+  --job.dump_folder="$work/blowup1" > /dev/null 2> "$work/blowup1.err" && exit 1
+want=$(tail -n 1 "$work/blowup1.err" | sed 's/^titan train: error: //')
+grep -qF "[rank 0 of 2] titan train: error: $want" "$work/blowup2.out" \
+  || { echo "FSDP 2: not one process's line: $want"; cat "$work/blowup2.out"; exit 1; }
+[ ! -e "$work/blowup2/hf" ] || { echo "FSDP 2: a non-finite model was exported"; exit 1; }
+rm -rf "$work/blowup" "$work/blowup.out" "$work/blowup.err" "$work/blowup1" "$work/blowup2"
 
 # Allowed, for debugging: loaded with a warning.
 "$titan" generate --model "$work/run/hf" --prompt hi --max-new-tokens 2 --greedy --allow-nonfinite-weights \

@@ -8,7 +8,9 @@
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
 #     category's figures are printed beside;
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
-#     bad --nproc is one line.
+#     bad --nproc is one line;
+#  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
+#     fp32 and bf16: one run of a unit gathered onto rank 0 at a time).
 # usage: plan_memory.sh TITAN
 set -euo pipefail
 titan="$1"
@@ -69,6 +71,31 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
     if abs(off) > 0.10:
         failed.append(name)
 assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
+PY
+
+# 3. The final export's peak on rank 0 (the trainer's line) equals titan plan's export_peak: one
+#    process, and FSDP 2 in fp32 and bf16, where rank 0 gathers one run of a unit at a time (the
+#    largest, the embedding unit: export_gather) and writes it, the others holding nothing more.
+for name in export1 export2 export2bf16; do
+  flags=("${common[@]}" --checkpoint.last_save_in_hf=true)
+  [ "$name" = export2bf16 ] && flags+=(--training.mixed_precision_param=bfloat16)
+  nproc=2 train=("$titan" launch --nproc 2 train)
+  [ "$name" = export1 ] && nproc=1 train=("$titan" train)
+  "$titan" plan "${flags[@]}" --nproc $nproc --json > "$work/$name.plan"
+  "${train[@]}" "${flags[@]}" --threads 1 --job.dump_folder="$work/$name" > "$work/$name.log" 2>&1 \
+    || { cat "$work/$name.log"; exit 1; }
+done
+python3 - "$work" <<'PY'
+import json, re, sys
+work = sys.argv[1]
+for name, gathers in (("export1", False), ("export2", True), ("export2bf16", True)):
+    memory = json.load(open(f"{work}/{name}.plan"))["memory_bytes"]
+    measured = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes",
+                             open(f"{work}/{name}.log").read()).group(1))
+    assert (memory["export_gather"] > 0) == gathers, memory
+    print(f"{name}: export peak predicted {memory['export_peak']} bytes, measured {measured} "
+          f"(one run gathered: {memory['export_gather']} bytes)")
+    assert memory["export_peak"] == measured, (name, memory["export_peak"], measured)
 PY
 
 # 2. Errors: one line each, the trainer's own for the same config.

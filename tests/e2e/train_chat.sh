@@ -150,6 +150,46 @@ grep -q "dp_shard 2" "$work/fsdp.log" || { echo "not FSDP over 2 ranks"; cat "$w
   || { cat "$work/reference-fsdp.log"; exit 1; }
 grep -E "^(weights|chat SFT)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
 
+# Each rank tokenizes only the conversations of its own rows (data/loader.h), on one stream of
+# batches every rank walks: 2 ranks (a row each per micro-batch, conversations cut to 65 tokens)
+# saved at step 2 resume on one process and on 4 ranks (HSDP 2 x 2) with the uninterrupted run's
+# losses (within 1e-5: the sums meet in another order) and its count of cut conversations, which
+# every rank counts in its own rows and the job sums.
+share=("${chat[@]}" --threads 1 --training.dataset_path="$work/sft.jsonl" --training.seq_len=64
+       --training.truncate_long_conversations=true --training.local_batch_size=1
+       --training.global_batch_size=4 --training.steps=4 --checkpoint.enable=true
+       --checkpoint.interval=2 --checkpoint.keep_latest_k=0 --checkpoint.last_save_in_hf=false)
+"$titan" launch --nproc 2 train "${share[@]}" --metrics.save_jsonl="$work/share2.jsonl" \
+  --job.dump_folder="$work/share2" > "$work/share2.log" 2>&1 || { cat "$work/share2.log"; exit 1; }
+cut_line=$(grep "^conversations cut" "$work/share2.log") \
+  || { echo "no conversation was cut"; cat "$work/share2.log"; exit 1; }
+for layout in 1 4; do
+  cp -r "$work/share2" "$work/share2to$layout"
+  rm -rf "$work/share2to$layout/checkpoint/step-4"
+  run=("$titan" train)
+  [ $layout = 4 ] && run=("$titan" launch --nproc 4 train --parallelism.data_parallel_replicate_degree=2)
+  "${run[@]}" "${share[@]}" --metrics.save_jsonl="$work/share2to$layout.jsonl" \
+    --job.dump_folder="$work/share2to$layout" > "$work/share2to$layout.log" 2>&1 \
+    || { cat "$work/share2to$layout.log"; exit 1; }
+  grep -q "resumed step 2 from" "$work/share2to$layout.log" \
+    || { echo "not resumed on $layout"; cat "$work/share2to$layout.log"; exit 1; }
+  [ "$(grep "^conversations cut" "$work/share2to$layout.log")" = "$cut_line" ] \
+    || { echo "cut conversations differ on $layout: $cut_line"; cat "$work/share2to$layout.log"; exit 1; }
+done
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def losses(name):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r}
+whole = losses("share2")
+for name in ("share2to1", "share2to4"):
+    resumed = losses(name)
+    assert sorted(resumed) == [3, 4], resumed
+    worst = max(abs(resumed[s] - whole[s]) / abs(whole[s]) for s in (3, 4))
+    assert worst <= 1e-5, (name, whole, resumed)
+    print(f"chat, 2 ranks each tokenizing its own rows, resumed on {name[-1]}: steps 3-4 within {worst:.1e}")
+PY
+
 # bf16 mixed precision on the same data: the same masked loss, to bf16's rounding.
 "$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.seq_len=160 \
   --training.local_batch_size=2 --training.global_batch_size=4 --training.steps=3 \

@@ -1,8 +1,9 @@
 // Communicator::all_to_all_v_async and all_to_all_counts (distributed/communicator.h), the
-// exchange expert parallel will move rows with: on the world this process joins (tests/
-// CMakeLists.txt runs it as one rank and under mpirun on 3 ranks), with uneven counts, empty sends
-// (a rank sends nothing to one peer, and one rank nothing at all), in f32, bf16 and i32, each
-// queued on the communication stream while another collective is in flight.
+// exchange expert parallel will move rows with, and gather_async, the export's: on the world this
+// process joins (tests/CMakeLists.txt runs it as one rank and under mpirun on 3 ranks), with
+// uneven counts, empty sends (a rank sends nothing to one peer, and one rank nothing at all), in
+// f32, bf16 and i32, each queued on the communication stream while another collective is in
+// flight.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -94,6 +95,48 @@ TEST(AllToAll, SingleRankGroupCopies) {
   EXPECT_EQ(one->all_to_all_counts({4}), std::vector<int64_t>{4});
   EXPECT_THROW(one->all_to_all_v_async(send.data(), {3}, recv.data(), {2}, DType::f32), Error);
   EXPECT_NO_THROW(one->all_to_all_v_async(nullptr, {0}, nullptr, {0}, DType::bf16).wait());
+}
+
+// Communicator::gather_async, the export's gather of a unit onto the writing rank: to the last
+// rank and to rank 0, parts in f32 and bf16 with uneven counts (one rank holding none); only the
+// root's whole is written, the others' left as they were.
+TEST(Gather, RootReceivesEveryRanksPartOthersNothing) {
+  Communicator& comm = world();
+  const int rank = comm.rank(), size = comm.size();
+  std::vector<int64_t> counts(size);
+  for (int p = 0; p < size; ++p) counts[p] = p == 1 ? 0 : 2 + p;
+  const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  for (const int root : {size - 1, 0}) {
+    std::vector<float> own(static_cast<size_t>(counts[rank]));
+    std::vector<uint16_t> own_bits(own.size());
+    for (size_t i = 0; i < own.size(); ++i) {
+      own[i] = static_cast<float>(value_of(rank, root, static_cast<int64_t>(i)));
+      own_bits[i] = static_cast<uint16_t>(value_of(rank, root, static_cast<int64_t>(i)));
+    }
+    std::vector<float> whole(static_cast<size_t>(total) + 1, -7.0f);
+    std::vector<uint16_t> whole_bits(static_cast<size_t>(total), 7);
+    CommHandle handle =
+        comm.gather_async({{whole.data(), own.data(), counts, DType::f32},
+                           {whole_bits.data(), own_bits.data(), counts, DType::bf16}},
+                          root);
+    comm.barrier();  // queued, not run on this thread
+    handle.wait();
+    std::vector<float> want;
+    std::vector<uint16_t> want_bits;
+    for (int p = 0; p < size; ++p) {
+      for (int64_t i = 0; i < counts[p]; ++i) {
+        want.push_back(rank == root ? static_cast<float>(value_of(p, root, i)) : -7.0f);
+        want_bits.push_back(rank == root ? static_cast<uint16_t>(value_of(p, root, i)) : 7);
+      }
+    }
+    EXPECT_EQ(std::vector<float>(whole.begin(), whole.end() - 1), want) << "root " << root;
+    EXPECT_EQ(whole.back(), -7.0f);
+    EXPECT_EQ(whole_bits, want_bits) << "root " << root;
+  }
+  float x = 0.0f;
+  EXPECT_THROW(comm.gather_async({{&x, &x, counts, DType::f32}}, size), Error);
+  EXPECT_THROW(comm.gather_async({{&x, &x, std::vector<int64_t>(size + 1, 0), DType::f32}}, 0),
+               Error);
 }
 
 }  // namespace

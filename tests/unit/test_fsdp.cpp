@@ -193,11 +193,16 @@ TEST(Fsdp, Bf16GatherFillsTheCopiesAndCommitsOnlyTheFp32Masters) {
   EXPECT_TRUE(g.params_resident());
   fsdp.release_all();
   EXPECT_EQ(params_bytes(), before);
-  // The export's gather writes every master in fp32.
-  fsdp.gather_all();
+  // The export's gather to rank 0 writes the masters it is asked for in fp32, and commits only
+  // those.
+  fsdp.gather_to_root(0, {"w"});
   for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(g.params()[g.view("w").offset + i], value(i));
+  EXPECT_EQ(params_bytes() - before, static_cast<size_t>(g.numel() - 16) * sizeof(float));
+  fsdp.gather_to_root(0, {"n", "w"});
   EXPECT_EQ(params_bytes() - before, static_cast<size_t>(g.numel()) * sizeof(float));
+  EXPECT_THROW(fsdp.gather_to_root(0, {"nope"}), Error);
   fsdp.release_all();
+  EXPECT_EQ(params_bytes(), before);
 }
 
 // A tied embedding's unit under bf16: the embedding's forward reads its fp32 master (the lookup),

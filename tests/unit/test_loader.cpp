@@ -1,6 +1,6 @@
 // The loader: the packing convention, fixed shapes and the dropped last batch, exact resume from a
-// saved state (mid-document, across epochs), disjoint ranks that cover the data, chat masking, and
-// one clear line for bad input.
+// saved state (mid-document, across epochs), disjoint ranks that cover the data, a data-parallel
+// share that tokenizes only its own chat rows, chat masking, and one clear line for bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include "titan/data/dataset_chat.h"
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/loader.h"
+#include "titan/data/loader_producer.h"
 #include "titan/data/token_file.h"
 
 namespace titan {
@@ -433,6 +434,115 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
     }
   }
   EXPECT_EQ(seen.size(), static_cast<size_t>(kConversations));
+}
+
+// A data-parallel rank's share of one stream of batches (LoaderOptions::share, the trainer's 2
+// ranks x 2 micro-batches): the other ranks' chat rows are read -- a bad record is skipped as in
+// the whole stream -- but not tokenized, and left empty; its own batches and every position are
+// the whole stream's, so a state saved by one share resumes on another (here 4 ranks).
+TEST(LoaderChat, ARankTokenizesOnlyItsOwnRowsAndResumesOnAnyShare) {
+  const ScratchDir dir("chat_share");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  for (int i = 0; i < 13; ++i) {
+    jsonl += (i == 4 ? std::string("[1]")
+                     : json{{"messages",
+                             {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
+                              {{"role", "assistant"}, {"content", prose(i)}}}}}
+                           .dump()) +
+             "\n";
+  }
+  const std::string path = dir / "chat.jsonl";
+  write_text(path, jsonl);
+  LoaderOptions o;
+  o.data.paths = {path};
+  o.data.skip_bad_records = true;
+  o.warn = [](const std::string&) {};
+  o.mode = DataMode::chat;
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
+  o.epochs = 1;
+  o.batch_size = 1;
+  o.seq_len = 128;
+  struct Run {
+    std::vector<Batch> batches;
+    std::vector<LoaderState> states;  // after each batch
+    int64_t tokenized = 0;
+  };
+  const auto run = [&](LoaderOptions::Share share, const std::optional<LoaderState>& from) {
+    LoaderOptions options = o;
+    options.share = share;
+    BatchProducer producer(options, tok, {path}, from);
+    Run r;
+    for (Batch b; producer.next(b);) {
+      r.batches.push_back(b);
+      r.states.push_back(producer.state());
+    }
+    r.tokenized = producer.tokenized();
+    return r;
+  };
+  const Run whole = run({}, std::nullopt);
+  ASSERT_EQ(whole.batches.size(), 12u);  // the bad record skipped
+  EXPECT_EQ(whole.tokenized, 12);
+  const auto same_rows = [](const Batch& a, const Batch& b) {
+    return a.input_ids == b.input_ids && a.labels == b.labels;
+  };
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const Run share = run({4, 2 * rank, 2}, std::nullopt);
+    ASSERT_EQ(share.batches.size(), whole.batches.size());
+    int64_t own = 0;
+    for (size_t i = 0; i < whole.batches.size(); ++i) {
+      const Batch& b = share.batches[i];
+      EXPECT_EQ(b.own, static_cast<int64_t>(i % 4) / 2 == rank) << i;
+      EXPECT_EQ(share.states[i], whole.states[i]) << i;
+      if (b.own) {
+        ++own;
+        EXPECT_TRUE(same_rows(b, whole.batches[i])) << i;
+        continue;
+      }
+      EXPECT_TRUE(std::all_of(b.input_ids.begin(), b.input_ids.end(), [&](int32_t id) {
+        return id == tok.pad_id();
+      })) << i;
+      EXPECT_TRUE(std::all_of(b.labels.begin(), b.labels.end(), [](int32_t l) {
+        return l == kIgnoreLabel;
+      })) << i;
+    }
+    EXPECT_EQ(own, 6);
+    EXPECT_EQ(share.tokenized, own);  // its own conversations, no other
+  }
+  // Saved after 5 batches by rank 0 of 2, resumed by rank 1 of 4 (a micro-batch each).
+  const Run saved = run({4, 0, 2}, std::nullopt);
+  const Run resumed = run({4, 1, 1}, saved.states[4]);
+  ASSERT_EQ(resumed.batches.size(), whole.batches.size() - 5);
+  for (size_t i = 0; i < resumed.batches.size(); ++i) {
+    EXPECT_EQ(resumed.batches[i].own, (5 + i) % 4 == 1) << i;
+    if (resumed.batches[i].own) {
+      EXPECT_TRUE(same_rows(resumed.batches[i], whole.batches[5 + i])) << i;
+    }
+    EXPECT_EQ(resumed.states[i], whole.states[5 + i]) << i;
+  }
+  EXPECT_EQ(resumed.tokenized, 2);  // batches 5 and 9
+
+  // A conversation too long for a row (the third, in file order) stops the whole stream and the
+  // rank whose row it is, not the rank that only reads past it.
+  std::string long_reply;
+  for (int i = 0; i < 12; ++i) long_reply += prose(i) + " ";
+  std::string lines;
+  for (int i = 0; i < 4; ++i) {
+    lines += json{{"messages",
+                   {{{"role", "user"}, {"content", "question"}},
+                    {{"role", "assistant"}, {"content", i == 2 ? long_reply : prose(i)}}}}}
+                 .dump() +
+             "\n";
+  }
+  write_text(path, lines);
+  o.shuffle = false;
+  const std::string message = path + ":3: the conversation has ";
+  EXPECT_NE(error_of([&] { run({}, std::nullopt); }).find(message), std::string::npos);
+  EXPECT_NE(error_of([&] { run({4, 2, 2}, std::nullopt); }).find(message), std::string::npos);
+  const Run passes = run({4, 0, 2}, std::nullopt);
+  EXPECT_EQ(passes.batches.size(), 4u);
+  EXPECT_EQ(passes.tokenized, 2);
 }
 
 // Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,

@@ -3,6 +3,8 @@
 // tensor and the fault, before any parameter is written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -285,6 +287,64 @@ TEST(HfFolder, ShardsBySizeAndLoadsBackFromTheIndex) {
   std::vector<ParamGroup> loaded = make_param_groups(args);
   load_hf_weights(args, loaded, dir / "out", "test");
   EXPECT_TRUE(same_params(groups, loaded));
+}
+
+// An export from shards (train/trainer.cpp): before each run (hf_export_runs) its parameters are
+// brought whole and the run before is handed back. Here the run's values are copied in and the
+// previous run's overwritten with NaN, so a tensor read outside its run would change the bytes:
+// the folder equals the plain export's, file by file, single-file and sharded, dense, tied and MoE.
+TEST(HfFolder, AnExportARunAtATimeWritesThePlainExportsBytes) {
+  ScratchDir dir;
+  for (const ModelArgs& args : {tiny_dense(false), tiny_dense(true), tiny_moe()}) {
+    for (const uint64_t shard_bytes : {uint64_t{5'000'000'000}, uint64_t{16000}}) {
+      const std::string name = std::string(args.is_moe() ? "moe" : "dense") +
+                               (args.tie_word_embeddings ? "_tied_" : "_") +
+                               std::to_string(shard_bytes);
+      std::vector<ParamGroup> groups = make_param_groups(args);
+      fill_distinct(groups);
+      const HfExportOptions options = opts(DType::bf16, shard_bytes);
+      export_hf_folder(dir / (name + "_plain"), args, groups, options);
+      std::vector<ParamGroup> held = make_param_groups(args);
+      for (ParamGroup& g : held) std::fill(g.params(), g.params() + g.numel(), NAN);
+      const std::vector<ExportRun> want = hf_export_runs(args, options);
+      std::vector<ExportRun> seen;
+      const auto fill = [&](const ExportRun& run, bool whole) {
+        for (const std::string& p : run.params) {
+          const ParamView& v = held[run.group].view(p);
+          float* to = held[run.group].params() + v.offset;
+          if (whole) {
+            std::copy_n(groups[run.group].params() + groups[run.group].view(p).offset, v.numel, to);
+          } else {
+            std::fill(to, to + v.numel, NAN);
+          }
+        }
+      };
+      export_hf_folder(dir / (name + "_runs"), args, held, options, [&](const ExportRun& run) {
+        if (!seen.empty()) fill(seen.back(), false);
+        fill(run, true);
+        seen.push_back(run);
+      });
+      ASSERT_EQ(seen.size(), want.size()) << name;
+      std::set<std::pair<size_t, std::string>> covered;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(seen[i].group, want[i].group) << name << " run " << i;
+        EXPECT_EQ(seen[i].params, want[i].params) << name << " run " << i;
+        for (const std::string& p : want[i].params) covered.insert({want[i].group, p});
+      }
+      size_t params = 0;
+      for (const ParamGroup& g : groups) params += g.views().size();
+      EXPECT_EQ(covered.size(), params) << name;  // every parameter in some run
+      // Fewer runs than tensors: a unit's tensors are read together (the head unit in two runs,
+      // lm_head first and the norm last; a unit split by a shard boundary in two).
+      EXPECT_LT(want.size(), hf_keys(args).size()) << name;
+      for (const auto& entry : std::filesystem::directory_iterator(dir / (name + "_plain"))) {
+        const std::string file = entry.path().filename().string();
+        EXPECT_EQ(test::read_bytes(entry.path().string()),
+                  test::read_bytes(dir / (name + "_runs/" + file)))
+            << name << " " << file;
+      }
+    }
+  }
 }
 
 TEST(HfFolder, ExportIsAtomicAndNeverClobbersAnotherFolder) {

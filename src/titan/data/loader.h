@@ -73,6 +73,20 @@ struct LoaderOptions {
   bool pack_conversations = false;
   // What that error suggests, in the caller's terms (a config key, a flag).
   std::string long_conversation_hint = "raise seq_len, or let the loader truncate";
+  // Data parallelism over the one stream of batches every rank walks (the trainer's): each step
+  // takes `step_batches` consecutive batches and this rank trains on the `count` of them from
+  // `first` on (counted from LoaderState::batches, so that the stream, and any saved state, is
+  // the same for every layout of the same global batch: a state resumes on another data-parallel
+  // degree). The other batches come back with Batch::own false. Where a row's bounds do not
+  // depend on its tokens -- chat data, one conversation per row -- their records are read (a bad
+  // one is skipped as before) but not tokenized, and their rows are left empty (padding, labels
+  // -100; a too-long conversation is refused by the rank whose row it is). Packed rows (pre-
+  // training, pack_conversations) end where the tokens say, so every rank still tokenizes every
+  // row. LoaderState::truncated counts this rank's rows only. Default: every batch is own.
+  struct Share {
+    int64_t step_batches = 1, first = 0, count = 1;
+  };
+  Share share;
   int prefetch = 4;  // batches the background thread may have ready
   // Receives one line per file with skipped records (default: stderr). Totals of skipped records
   // and cut conversations are in LoaderState.
@@ -86,6 +100,7 @@ struct Batch {
   // (B, S) packed chat rows: the position in its row where each token's conversation starts (the
   // padding after the last one is a segment of its own); empty when rows are not packed.
   std::vector<int32_t> segment_start;
+  bool own = true;  // one of this rank's batches (LoaderOptions::share)
 };
 
 class BatchProducer;

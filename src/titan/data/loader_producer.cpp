@@ -69,6 +69,11 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
               ")");
   TITAN_CHECK(options.epochs >= 0, "loader: epochs must be >= 0, got ", options.epochs);
   TITAN_CHECK(!files_.empty(), "loader: no dataset files");
+  const LoaderOptions::Share& share = options.share;
+  TITAN_CHECK(share.step_batches >= 1 && share.first >= 0 && share.count >= 1 &&
+                  share.first + share.count <= share.step_batches,
+              "loader: batches [", share.first, ", ", share.first + share.count,
+              ") of each step's ", share.step_batches, " are not a share of them");
   eos_ = tok.eos_id();
   pad_ = tok.pad_id() >= 0 ? tok.pad_id() : eos_;
   TITAN_CHECK(eos_ >= 0, "loader: the tokenizer has no eos_token (tokenizer_config.json), which ",
@@ -156,6 +161,10 @@ void BatchProducer::finish_file() {
   file_.reset();
 }
 
+bool BatchProducer::skims_rows() const {
+  return !own_batch_ && options_.mode == DataMode::chat && !options_.pack_conversations;
+}
+
 bool BatchProducer::read_document(int64_t doc, Document& out) {
   Record r;
   try {
@@ -177,6 +186,12 @@ bool BatchProducer::read_document(int64_t doc, Document& out) {
   }
   out.where = std::move(r.where);
   out.labels.clear();
+  out.skimmed = skims_rows();
+  if (out.skimmed) {  // its row is another rank's: one conversation, whatever its tokens
+    out.ids.clear();
+    return true;
+  }
+  if (r.kind != Record::Kind::ids) ++tokenized_;
   switch (r.kind) {
     case Record::Kind::text:
       out.ids = r.text.empty()
@@ -213,7 +228,7 @@ bool BatchProducer::load_document() {
       }
       continue;
     }
-    if (read_document(state_.doc, doc_) && !doc_.ids.empty()) {
+    if (read_document(state_.doc, doc_) && (doc_.skimmed || !doc_.ids.empty())) {
       doc_loaded_ = true;
       empty_epochs_ = 0;
       return true;
@@ -260,6 +275,11 @@ bool BatchProducer::chat_row(int32_t* ids, int32_t* labels) {
   doc_loaded_ = false;
   ++state_.doc;
   const auto S = static_cast<size_t>(options_.seq_len);
+  if (doc_.skimmed) {  // another rank's row: left empty
+    std::fill(ids, ids + S, pad_);
+    std::fill(labels, labels + S, kIgnoreLabel);
+    return true;
+  }
   // The window is the conversation: its tokens but the last are inputs, its labels but the first
   // are targets.
   bool cut = false;
@@ -288,7 +308,7 @@ bool BatchProducer::packed_chat_row(int32_t* ids, int32_t* labels, int32_t* star
     std::copy(doc_.labels.begin() + 1, doc_.labels.begin() + 1 + inputs, labels + at);
     std::fill(starts + at, starts + at + inputs, static_cast<int32_t>(at));
     at += inputs;
-    if (cut) ++state_.truncated;
+    if (cut && own_batch_) ++state_.truncated;  // counted by the rank whose row it is
     doc_loaded_ = false;
     ++state_.doc;
   }
@@ -311,6 +331,10 @@ bool BatchProducer::next(Batch& batch) {
   batch.labels.resize(static_cast<size_t>(B * S));
   const bool packed = options_.mode == DataMode::chat && options_.pack_conversations;
   batch.segment_start.assign(packed ? static_cast<size_t>(B * S) : 0, 0);
+  const LoaderOptions::Share& share = options_.share;
+  const int64_t at = state_.batches % share.step_batches;
+  own_batch_ = at >= share.first && at < share.first + share.count;
+  batch.own = own_batch_;
   for (int64_t b = 0; b < B; ++b) {
     const bool filled =
         packed ? packed_chat_row(batch.input_ids.data() + b * S, batch.labels.data() + b * S,

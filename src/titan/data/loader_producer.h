@@ -26,11 +26,15 @@ class BatchProducer {
   bool next(Batch& batch);
   // The position after the last batch next() filled.
   const LoaderState& state() const { return state_; }
+  // Documents tokenized so far (text encoded, conversations rendered and encoded): what a rank
+  // that trains on a share of the batches is spared (LoaderOptions::share).
+  int64_t tokenized() const { return tokenized_; }
 
  private:
   struct Document {
     std::vector<int32_t> ids, labels;  // labels empty in pre-training (they equal the ids)
     std::string where;
+    bool skimmed = false;  // another rank's conversation, read but not tokenized (ids empty)
   };
 
   bool next_row(int32_t* ids, int32_t* labels);
@@ -44,8 +48,12 @@ class BatchProducer {
   // Loads this rank's document state_.doc of the current file into doc_, moving on across files
   // and epochs and past skipped records; false when the epochs are done.
   bool load_document();
-  // Tokenizes this rank's document `doc` of the open file; false when it is skipped as bad.
+  // Tokenizes this rank's document `doc` of the open file (a conversation of another rank's row
+  // only read: skims_rows); false when it is skipped as bad.
   bool read_document(int64_t doc, Document& out);
+  // Whether the batch being filled is another rank's whose rows need no tokens (their bounds are
+  // the records': chat data, one conversation per row).
+  bool skims_rows() const;
   void open_file();
   void finish_file();
   std::vector<int64_t> file_order(int64_t epoch) const;
@@ -65,6 +73,8 @@ class BatchProducer {
   bool doc_loaded_ = false;        // doc_ holds document state_.doc
   Document doc_;
   int64_t empty_epochs_ = 0;  // epochs passed without a document, to stop instead of spinning
+  bool own_batch_ = true;     // the batch being filled is this rank's (LoaderOptions::share)
+  int64_t tokenized_ = 0;
 };
 
 }  // namespace titan

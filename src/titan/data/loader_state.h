@@ -20,7 +20,7 @@ struct LoaderState {
   std::vector<int32_t> carry;  // pre-training: packed tokens not yet fully scored (<= seq_len)
   int64_t batches = 0;         // batches produced so far
   int64_t skipped = 0;         // bad records skipped so far
-  int64_t truncated = 0;       // chat conversations cut to seq_len so far
+  int64_t truncated = 0;       // chat conversations cut to seq_len so far (this rank's rows)
 
   // What the position is only meaningful for; checked on restore.
   std::string mode;  // "pretrain" or "chat"

@@ -18,6 +18,11 @@ class SingleRankCommunicator final : public Communicator {
     for (const CommPart& p : parts) copy(p.whole, p.own, p);
     return {};
   }
+  CommHandle gather_async(std::vector<CommPart> parts, int root) override {
+    TITAN_CHECK(root == 0, "gather to rank ", root, " in a group of one rank");
+    for (const CommPart& p : parts) copy(p.whole, p.own, p);
+    return {};
+  }
   CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) override {
     for (const CommPart& p : parts) copy(p.own, p.whole, p);
     return {};

@@ -42,6 +42,10 @@ class Communicator {
   // unchanged, and what it writes unread, until the handle is waited for. A group of one rank
   // copies at once. For every part, whole = every rank's own, in rank order.
   virtual CommHandle all_gather_async(std::vector<CommPart> parts) = 0;
+  // For every part, root's whole = every rank's own, in rank order; the other ranks' whole is
+  // neither read nor written (may be null). Queued like all_gather_async. The export gathers a
+  // unit this way so that only the rank writing it holds it whole.
+  virtual CommHandle gather_async(std::vector<CommPart> parts, int root) = 0;
   // For every part (f32), own = the sum over ranks of their whole's elements at this rank's place.
   virtual CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) = 0;
   // All-to-all-v (expert parallel's exchange of rows, nn/layers.h SparseMoeBlock): this rank

@@ -223,22 +223,29 @@ void FullyShardedGroups::finish_gradients() {
   }
 }
 
-void FullyShardedGroups::gather_all() {
-  finish_scatter();
-  if (gathering_ != -1) gathered_.wait();  // a prefetch nothing used
-  gathering_ = -1;
-  gathering_layout_ = nullptr;
-  for (size_t g = 0; g < full_.size(); ++g) {
-    ParamGroup& full = full_[g];
-    // Every master in fp32, those gathered in bf16 too (a kept unit's were never written).
-    full.release_params();
-    full.acquire_params();
-    mesh_.shard_group().all_gather_async(parts_of(g, full.params(), shards_[g].params())).wait();
+void FullyShardedGroups::gather_to_root(size_t g, const std::vector<std::string>& params) {
+  release_all();
+  ParamGroup& full = full_[g];
+  const auto wanted = [&](const ParamView& v) {
+    return std::find(params.begin(), params.end(), v.spec.name) != params.end();
+  };
+  const bool root = mesh_.shard_group().rank() == 0;
+  if (root) full.acquire_params_where(wanted);
+  std::vector<CommPart> all = parts_of(g, full.params(), shards_[g].params());
+  std::vector<CommPart> parts;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (wanted(full.views()[i])) parts.push_back(std::move(all[i]));
   }
+  TITAN_CHECK(parts.size() == params.size(), "FSDP: group ", full.name(), " lacks a parameter of ",
+              params.size(), " to gather");
+  mesh_.shard_group().gather_async(std::move(parts), 0).wait();
 }
 
 void FullyShardedGroups::release_all() {
-  finish_scatter();  // the gradients it reads go back here
+  finish_scatter();                        // the gradients it reads go back here
+  if (gathering_ != -1) gathered_.wait();  // a prefetch nothing used
+  gathering_ = -1;
+  gathering_layout_ = nullptr;
   for (ParamGroup& g : full_) {
     g.release_params();
     g.release_grads();

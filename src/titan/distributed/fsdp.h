@@ -87,9 +87,13 @@ class FullyShardedGroups {
   // After the backward of the step's last micro-batch: the last reduce-scatter summed in, and
   // under HSDP the all-reduce over the replicas.
   void finish_gradients();
-  // Every group whole and resident, every master written in fp32 (the export at the end of
-  // training), or released again.
-  void gather_all();
+  // The export at the end of training, a run of one group's parameters at a time: `params` of
+  // group g whole in fp32 in its buffer on rank 0 of the shard group (only those committed; the
+  // rest of g released), the other ranks sending their rows and holding nothing more (a gather,
+  // not an all-gather). Every shard rank calls it with the same arguments; the collectives in
+  // flight are finished and every other unit handed back first.
+  void gather_to_root(size_t g, const std::vector<std::string>& params);
+  // Every group's whole parameters and gradients handed back (the collectives in flight finished).
   void release_all();
 
  private:

@@ -320,6 +320,18 @@ class MpiCommunicator final : public Communicator {
       });
     });
   }
+  CommHandle gather_async(std::vector<CommPart> parts, int root) override {
+    TITAN_CHECK(root >= 0 && root < size_, "gather to rank ", root, " in a group of ", size_);
+    std::vector<PartCall> calls = part_calls(parts, "gather");
+    return queue([calls = std::move(calls), comm = comm_, rank = rank_, root] {
+      const InCollective watch("gather");
+      complete_all(calls.size(), [&](size_t i, MPI_Request* r) {
+        const PartCall& c = calls[i];
+        MPI_Igatherv(c.own, c.counts[rank], c.type, c.whole, c.counts.data(), c.displs.data(),
+                     c.type, root, comm, r);
+      });
+    });
+  }
   CommHandle reduce_scatter_sum_async(std::vector<CommPart> parts) override {
     for (const CommPart& p : parts) {
       TITAN_CHECK(p.dtype == DType::f32, "reduce_scatter: a part in ", dtype_name(p.dtype));

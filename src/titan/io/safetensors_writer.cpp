@@ -111,17 +111,24 @@ void check_tensors(const std::string& path, const std::vector<SafetensorsTensor>
   }
 }
 
-void write_file(const std::string& path, const std::vector<const SafetensorsTensor*>& tensors,
-                const SafetensorsWriteOptions& options) {
+// The reference writer's layout: larger elements first keeps every tensor aligned to its element
+// size; the name breaks ties, so the bytes do not depend on the caller's order.
+std::vector<const SafetensorsTensor*> layout_order(
+    const std::vector<const SafetensorsTensor*>& tensors, const SafetensorsWriteOptions& options) {
   std::vector<const SafetensorsTensor*> order = tensors;
-  // The reference writer's layout: larger elements first keeps every tensor aligned to its
-  // element size; the name breaks ties, so the bytes do not depend on the caller's order.
   std::sort(order.begin(), order.end(),
             [&](const SafetensorsTensor* a, const SafetensorsTensor* b) {
               const size_t sa = dtype_size(stored_dtype(a->tensor, options));
               const size_t sb = dtype_size(stored_dtype(b->tensor, options));
               return sa != sb ? sa > sb : a->name < b->name;
             });
+  return order;
+}
+
+// `first`: the caller's first tensor, from which before_read's indices count.
+void write_file(const std::string& path, const std::vector<const SafetensorsTensor*>& tensors,
+                const SafetensorsWriteOptions& options, const SafetensorsTensor* first) {
+  const std::vector<const SafetensorsTensor*> order = layout_order(tensors, options);
   const std::string header = header_text(order, options);
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
@@ -134,6 +141,10 @@ void write_file(const std::string& path, const std::vector<const SafetensorsTens
   out.write(header.data(), header.size());
   DataWriter data(out);
   for (const SafetensorsTensor* t : order) {
+    if (options.before_read) {
+      data.finish();  // a write in flight may still read the tensor before
+      options.before_read(static_cast<size_t>(t - first));
+    }
     data.write(t->tensor, stored_dtype(t->tensor, options));
     if (options.progress != nullptr) {
       options.progress->advance(static_cast<int64_t>(stored_bytes(t->tensor, options)));
@@ -141,6 +152,24 @@ void write_file(const std::string& path, const std::vector<const SafetensorsTens
   }
   data.finish();
   out.commit();
+}
+
+// The checkpoint's files, filled in the caller's order (model order keeps a layer's tensors
+// together): a file is closed before it would exceed max_shard_bytes.
+std::vector<std::vector<const SafetensorsTensor*>> shard_files(
+    const std::vector<SafetensorsTensor>& tensors, const SafetensorsWriteOptions& options) {
+  std::vector<std::vector<const SafetensorsTensor*>> shards(1);
+  size_t shard_bytes = 0;
+  for (const SafetensorsTensor& t : tensors) {
+    const size_t bytes = stored_bytes(t.tensor, options);
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&t);
+    shard_bytes += bytes;
+  }
+  return shards;
 }
 
 std::string shard_name(size_t i, size_t count) {
@@ -162,7 +191,7 @@ void write_safetensors_file(const std::string& path, const std::vector<Safetenso
   check_tensors(path, tensors, options);
   std::vector<const SafetensorsTensor*> all;
   for (const SafetensorsTensor& t : tensors) all.push_back(&t);
-  write_file(path, all, options);
+  write_file(path, all, options, tensors.data());
 }
 
 std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
@@ -174,24 +203,13 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
   fs::create_directories(dir, ec);
   TITAN_CHECK(!ec, dir, ": cannot create the folder: ", ec.message());
 
-  // Fill shards in the caller's order (model order keeps a layer's tensors together).
-  std::vector<std::vector<const SafetensorsTensor*>> shards(1);
-  size_t shard_bytes = 0;
+  const std::vector<std::vector<const SafetensorsTensor*>> shards = shard_files(tensors, options);
   size_t total_bytes = 0;
-  for (const SafetensorsTensor& t : tensors) {
-    const size_t bytes = stored_bytes(t.tensor, options);
-    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(&t);
-    shard_bytes += bytes;
-    total_bytes += bytes;
-  }
+  for (const SafetensorsTensor& t : tensors) total_bytes += stored_bytes(t.tensor, options);
 
   const fs::path folder(dir);
   if (shards.size() == 1) {
-    write_file((folder / "model.safetensors").string(), shards[0], options);
+    write_file((folder / "model.safetensors").string(), shards[0], options, tensors.data());
     remove_if_present(folder / "model.safetensors.index.json");
     return {"model.safetensors"};
   }
@@ -199,7 +217,7 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
   nlohmann::json weight_map = nlohmann::json::object();  // std::map underneath: sorted keys
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string name = shard_name(i, shards.size());
-    write_file((folder / name).string(), shards[i], options);
+    write_file((folder / name).string(), shards[i], options, tensors.data());
     for (const SafetensorsTensor* t : shards[i]) weight_map[t->name] = name;
     written.push_back(name);
   }
@@ -210,6 +228,17 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
   written.push_back("model.safetensors.index.json");
   remove_if_present(folder / "model.safetensors");
   return written;
+}
+
+std::vector<size_t> safetensors_read_order(const std::vector<SafetensorsTensor>& tensors,
+                                           const SafetensorsWriteOptions& options) {
+  std::vector<size_t> order;
+  for (const std::vector<const SafetensorsTensor*>& file : shard_files(tensors, options)) {
+    for (const SafetensorsTensor* t : layout_order(file, options)) {
+      order.push_back(static_cast<size_t>(t - tensors.data()));
+    }
+  }
+  return order;
 }
 
 }  // namespace titan

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -28,6 +29,10 @@ struct SafetensorsWriteOptions {
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
   // Advanced by each tensor's stored bytes as it is written (a status line for big saves).
   Progress* progress = nullptr;
+  // Called with a tensor's index in the caller's list just before its data are first read, once
+  // the reads of every tensor before it are done (the export brings a sharded unit whole here and
+  // hands the previous one back). Tensors are read in safetensors_read_order.
+  std::function<void(size_t index)> before_read;
 };
 
 // Bytes converted per write() call: big enough for few syscalls, small enough to stay in cache.
@@ -50,5 +55,11 @@ void write_safetensors_file(const std::string& path, const std::vector<Safetenso
 std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
                                                       const std::vector<SafetensorsTensor>& tensors,
                                                       const SafetensorsWriteOptions& options);
+
+// The order write_safetensors_checkpoint reads `tensors` in (indices into them): file by file,
+// each file's tensors in its layout order. Only names, shapes and dtypes are looked at, so the
+// tensors need no data.
+std::vector<size_t> safetensors_read_order(const std::vector<SafetensorsTensor>& tensors,
+                                           const SafetensorsWriteOptions& options);
 
 }  // namespace titan

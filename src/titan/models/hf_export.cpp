@@ -1,5 +1,6 @@
 #include "titan/models/hf_export.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -64,7 +65,54 @@ void copy_source_files(const std::string& source, const ModelArgs& args,
   }
 }
 
+SafetensorsWriteOptions write_options(const HfExportOptions& options) {
+  SafetensorsWriteOptions write;
+  write.float_dtype = options.dtype;
+  write.max_shard_bytes = options.max_shard_bytes;
+  return write;
+}
+
+// Per HF key of hf_keys(args) (the state dict's order), its group and parameter; and the runs
+// the writer reads them in.
+struct KeyPlace {
+  size_t group;
+  std::string param;
+};
+
+std::vector<KeyPlace> key_places(const ModelArgs& args) {
+  std::vector<KeyPlace> places;
+  const std::vector<ParamGroupSpec> specs = model_param_specs(args);
+  for (size_t g = 0; g < specs.size(); ++g) {
+    for (const ParamSpec& param : specs[g].params) {
+      for (size_t k = hf_keys_for(param).size(); k > 0; --k) places.push_back({g, param.name});
+    }
+  }
+  return places;
+}
+
+std::vector<ExportRun> runs_of(const std::vector<KeyPlace>& places,
+                               const std::vector<size_t>& read_order) {
+  std::vector<ExportRun> runs;
+  for (const size_t i : read_order) {
+    const KeyPlace& at = places[i];
+    if (runs.empty() || runs.back().group != at.group) runs.push_back({at.group, {}});
+    std::vector<std::string>& params = runs.back().params;
+    if (std::find(params.begin(), params.end(), at.param) == params.end()) {
+      params.push_back(at.param);
+    }
+  }
+  return runs;
+}
+
 }  // namespace
+
+std::vector<ExportRun> hf_export_runs(const ModelArgs& args, const HfExportOptions& options) {
+  std::vector<SafetensorsTensor> tensors;  // names and shapes only: the read order needs no data
+  for (const HfKey& key : hf_keys(args)) {
+    tensors.push_back({key.key, Tensor::view(nullptr, key.shape, DType::f32)});
+  }
+  return runs_of(key_places(args), safetensors_read_order(tensors, write_options(options)));
+}
 
 DType parse_export_dtype(std::string_view name) {
   if (name == "float32" || name == "fp32") return DType::f32;
@@ -92,9 +140,11 @@ void write_hf_metadata(const std::string& dir, const ModelArgs& args, DType dtyp
   copy_source_files(source_dir, args, dir);
 }
 
-void export_hf_folder(const std::string& dir, const ModelArgs& args,
-                      const std::vector<SafetensorsTensor>& tensors,
-                      const HfExportOptions& options) {
+namespace {
+
+void export_tensors(const std::string& dir, const ModelArgs& args,
+                    const std::vector<SafetensorsTensor>& tensors, const HfExportOptions& options,
+                    std::function<void(size_t)> before_read) {
   validate_model_args(args, dir);
   check_state_dict(dir, args, tensors);
   TITAN_CHECK(
@@ -104,9 +154,8 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
               options.source_dir, ": the source model folder does not exist");
   check_destination_apart(dir, options.source_dir, "the source model folder");
   AtomicDir out(dir, "model", options.overwrite);
-  SafetensorsWriteOptions write;
-  write.float_dtype = options.dtype;
-  write.max_shard_bytes = options.max_shard_bytes;
+  SafetensorsWriteOptions write = write_options(options);
+  write.before_read = std::move(before_read);
   int64_t total_bytes = 0;
   for (const SafetensorsTensor& t : tensors) {
     total_bytes += t.tensor.numel() * static_cast<int64_t>(dtype_size(options.dtype));
@@ -121,9 +170,36 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
   out.commit();
 }
 
+}  // namespace
+
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
-                      const std::vector<ParamGroup>& groups, const HfExportOptions& options) {
-  export_hf_folder(dir, args, hf_state_dict(args, groups), options);
+                      const std::vector<SafetensorsTensor>& tensors,
+                      const HfExportOptions& options) {
+  export_tensors(dir, args, tensors, options, {});
+}
+
+void export_hf_folder(const std::string& dir, const ModelArgs& args,
+                      const std::vector<ParamGroup>& groups, const HfExportOptions& options,
+                      const std::function<void(const ExportRun&)>& before_run) {
+  if (!before_run) {
+    export_tensors(dir, args, hf_state_dict(args, groups), options, {});
+    return;
+  }
+  // The run each tensor starts, if any: the reads' order is the runs' (hf_export_runs).
+  const std::vector<SafetensorsTensor> tensors = hf_state_dict(args, groups);
+  const std::vector<KeyPlace> places = key_places(args);
+  const std::vector<size_t> order = safetensors_read_order(tensors, write_options(options));
+  const std::vector<ExportRun> runs = runs_of(places, order);
+  std::vector<int64_t> run_starting(tensors.size(), -1);
+  size_t run = 0;
+  for (size_t at = 0; at < order.size(); ++at) {
+    if (at == 0 || places[order[at]].group != places[order[at - 1]].group) {
+      run_starting[order[at]] = static_cast<int64_t>(run++);
+    }
+  }
+  export_tensors(dir, args, tensors, options, [&](size_t i) {
+    if (run_starting[i] >= 0) before_run(runs[static_cast<size_t>(run_starting[i])]);
+  });
 }
 
 void export_hf_folder(const std::string& dir, const CausalLM& model,

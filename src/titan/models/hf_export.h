@@ -5,7 +5,9 @@
 // complete and synced.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +38,18 @@ struct HfExportOptions {
   std::string job_config_toml;
 };
 
+// A stretch of the export's reads that falls in one parameter group: the writer reads the HF
+// tensors file by file, each file's in name order (io/safetensors_writer.h), so a group's tensors
+// are read in one stretch or a few (a [norm, lm_head] unit: lm_head first, the norm last).
+struct ExportRun {
+  size_t group = 0;                 // in model_param_specs(args) order
+  std::vector<std::string> params;  // the group's parameters read in it
+};
+
+// The runs export_hf_folder reads a model of `args` in (options: its dtype and shard size), in
+// order. Every rank of a sharded model walks them to take part in each run's gather.
+std::vector<ExportRun> hf_export_runs(const ModelArgs& args, const HfExportOptions& options);
+
 // The file a run's resolved config is saved as (in job.dump_folder, every checkpoint, the export).
 inline constexpr const char* kJobConfigFile = "job_config.toml";
 
@@ -58,9 +72,12 @@ void write_hf_metadata(const std::string& dir, const ModelArgs& args, DType dtyp
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
                       const std::vector<SafetensorsTensor>& tensors,
                       const HfExportOptions& options);
-// Parameters laid out by model_param_specs(args).
+// Parameters laid out by model_param_specs(args). `before_run`, when set, is called before each
+// run's tensors are read (hf_export_runs), once the reads before it are done: an export from
+// shards brings the run's parameters whole into `groups` there, one run at a time.
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
-                      const std::vector<ParamGroup>& groups, const HfExportOptions& options);
+                      const std::vector<ParamGroup>& groups, const HfExportOptions& options,
+                      const std::function<void(const ExportRun&)>& before_run = {});
 void export_hf_folder(const std::string& dir, const CausalLM& model,
                       const HfExportOptions& options);
 

@@ -10,7 +10,10 @@ namespace titan {
 
 void NonfiniteScan::add(std::string_view file, std::string_view tensor, const void* data,
                         DType dtype, size_t n) {
-  const size_t count = count_nonfinite(data, dtype, n);
+  add_count(file, tensor, count_nonfinite(data, dtype, n));
+}
+
+void NonfiniteScan::add_count(std::string_view file, std::string_view tensor, size_t count) {
   if (count == 0) return;
   if (tensors_++ == 0) {
     first_file_ = file;

@@ -17,6 +17,9 @@ class NonfiniteScan {
  public:
   // Counts the non-finite values of one tensor (`n` values of `dtype` at `data`), read from `file`.
   void add(std::string_view file, std::string_view tensor, const void* data, DType dtype, size_t n);
+  // The same for a tensor whose non-finite values are already counted (`count`: a sharded
+  // tensor's counts summed over the ranks holding it).
+  void add_count(std::string_view file, std::string_view tensor, size_t count);
   // Nothing non-finite: returns. Otherwise a titan::Error naming the file and the first tensor
   // holding any, and the counts; with `allow`, the same as a warning on stderr instead.
   void check(bool allow) const;

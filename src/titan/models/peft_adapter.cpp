@@ -1,5 +1,6 @@
 #include "titan/models/peft_adapter.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -191,8 +192,24 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
 
 namespace {
 
+// W (out x in) += scaling B A.
+void merge_linear(const LoraLinear& l, float* w) {
+  // A load-time step of out x in x rank products, not a training op: plain loops, summed in
+  // fp64 and added once.
+#pragma omp parallel for schedule(static)
+  for (int64_t o = 0; o < l.out_features; ++o) {
+    for (int64_t i = 0; i < l.in_features; ++i) {
+      double sum = 0.0;
+      for (int64_t r = 0; r < l.rank; ++r) {
+        sum += static_cast<double>(l.b[o * l.rank + r]) * l.a[r * l.in_features + i];
+      }
+      w[o * l.in_features + i] += static_cast<float>(sum * l.scaling);
+    }
+  }
+}
+
 // w (E, out, in) += scaling * B_e A_e of one stacked expert weight (ops/lora_experts.h's layout;
-// b and its row stride rank * E as there), summed in fp64 as merge_lora's linears.
+// b and its row stride rank * E as there), summed in fp64 as merge_linear's.
 void merge_experts(float* w, const ExpertLoraPair& p, int64_t b_row0, int64_t n_experts, int64_t in,
                    int64_t out, float scaling) {
   const int64_t stride = p.rank * n_experts;
@@ -211,25 +228,24 @@ void merge_experts(float* w, const ExpertLoraPair& p, int64_t b_row0, int64_t n_
   }
 }
 
-float* stacked_weight(std::vector<ParamGroup>& groups, const std::string& name) {
-  for (ParamGroup& g : groups) {
-    if (const ParamView* v = g.find(name)) return g.params() + v->offset;
+// Merges every weight `adapter` adapts into where find(parameter name) says it lies; a null
+// from find skips that weight.
+template <typename Find>
+void merge_adapted(const LoraAdapter& adapter, const Find& find) {
+  for (const LoraLinear& l : adapter.linears()) {
+    if (float* w = find(l.name + ".weight")) merge_linear(l, w);
   }
-  TITAN_CHECK(false, "LoRA merge: the model has no ", name);
-  return nullptr;
-}
-
-void merge_lora_experts(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
   for (const ExpertLora& l : adapter.experts()) {
     const int64_t e = l.n_experts, h = l.hidden, im = l.inter;
     if (l.gate_up.rank > 0) {
-      merge_experts(stacked_weight(groups, l.name + ".gate_proj"), l.gate_up, 0, e, h, im,
-                    l.scaling);
-      merge_experts(stacked_weight(groups, l.name + ".up_proj"), l.gate_up, im, e, h, im,
-                    l.scaling);
+      if (float* w = find(l.name + ".gate_proj")) {
+        merge_experts(w, l.gate_up, 0, e, h, im, l.scaling);
+      }
+      if (float* w = find(l.name + ".up_proj"))
+        merge_experts(w, l.gate_up, im, e, h, im, l.scaling);
     }
     if (l.down.rank > 0) {
-      merge_experts(stacked_weight(groups, l.name + ".down_proj"), l.down, 0, e, im, h, l.scaling);
+      if (float* w = find(l.name + ".down_proj")) merge_experts(w, l.down, 0, e, im, h, l.scaling);
     }
   }
 }
@@ -237,26 +253,22 @@ void merge_lora_experts(const LoraAdapter& adapter, std::vector<ParamGroup>& gro
 }  // namespace
 
 void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups) {
-  for (const LoraLinear& l : adapter.linears()) {
-    float* w = nullptr;
+  merge_adapted(adapter, [&](const std::string& name) -> float* {
     for (ParamGroup& g : groups) {
-      if (const ParamView* v = g.find(l.name + ".weight")) w = g.params() + v->offset;
+      if (const ParamView* v = g.find(name)) return g.params() + v->offset;
     }
-    TITAN_CHECK(w != nullptr, "LoRA merge: the model has no ", l.name, ".weight");
-    // A load-time step of out x in x rank products, not a training op: plain loops, summed in
-    // fp64 and added once.
-#pragma omp parallel for schedule(static)
-    for (int64_t o = 0; o < l.out_features; ++o) {
-      for (int64_t i = 0; i < l.in_features; ++i) {
-        double sum = 0.0;
-        for (int64_t r = 0; r < l.rank; ++r) {
-          sum += static_cast<double>(l.b[o * l.rank + r]) * l.a[r * l.in_features + i];
-        }
-        w[o * l.in_features + i] += static_cast<float>(sum * l.scaling);
-      }
-    }
-  }
-  merge_lora_experts(adapter, groups);
+    fail("LoRA merge: the model has no ", name);
+  });
+}
+
+void merge_lora_into(const LoraAdapter& adapter, ParamGroup& group,
+                     const std::vector<std::string>& params) {
+  merge_adapted(adapter, [&](const std::string& name) -> float* {
+    if (std::find(params.begin(), params.end(), name) == params.end()) return nullptr;
+    const ParamView* v = group.find(name);
+    TITAN_CHECK(v != nullptr, "LoRA merge: group ", group.name(), " has no ", name);
+    return group.params() + v->offset;
+  });
 }
 
 void merge_peft_adapter(const std::string& dir, const ModelArgs& args,

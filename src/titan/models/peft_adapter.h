@@ -31,6 +31,10 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
 // expert of its adapted stacked experts, into the model parameter groups `groups`
 // (model_param_specs' layout): PEFT's merge_and_unload. The products are summed in fp64.
 void merge_lora(const LoraAdapter& adapter, std::vector<ParamGroup>& groups);
+// The same for the weights among `params` of one group (the export's run of a sharded model,
+// gathered whole: models/hf_export.h ExportRun).
+void merge_lora_into(const LoraAdapter& adapter, ParamGroup& group,
+                     const std::vector<std::string>& params);
 // The adapter in `dir` read and merged into `groups` of a model of `args` (titan eval and
 // generate --adapter).
 void merge_peft_adapter(const std::string& dir, const ModelArgs& args,

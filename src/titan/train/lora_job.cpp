@@ -113,8 +113,8 @@ std::string job_export_content(const JobConfig& c) {
   return c.lora.rank > 0 && !c.lora.merge_on_export ? "peft adapter" : "model";
 }
 
-void export_lora(const JobConfig& config, LoraAdapter& adapter, CausalLM& model,
-                 const std::string& base_model, const std::function<void()>& export_model) {
+void export_lora(const JobConfig& config, const LoraAdapter& adapter, const std::string& base_model,
+                 bool writes, const std::function<void()>& export_model) {
   NonfiniteScan scan;
   for (const ParamGroup& g : adapter.groups()) {
     for (const ParamView& v : g.views()) {
@@ -122,12 +122,14 @@ void export_lora(const JobConfig& config, LoraAdapter& adapter, CausalLM& model,
                static_cast<size_t>(v.numel));
     }
   }
-  scan.check(config.checkpoint.allow_nonfinite_weights);
+  if (writes || !config.checkpoint.allow_nonfinite_weights) {  // one warning, every rank's error
+    scan.check(config.checkpoint.allow_nonfinite_weights);
+  }
   if (config.lora.merge_on_export) {
-    merge_lora(adapter, model.param_groups());
     export_model();
     return;
   }
+  if (!writes) return;
   const std::string dir = job_export_dir(config);
   write_peft_adapter(dir, adapter, base_model, true);
   std::printf("exported the LoRA adapter as a PEFT adapter folder: %s (base model %s)\n",

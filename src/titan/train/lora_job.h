@@ -40,10 +40,11 @@ void load_lora_run_weights(const JobConfig& config, const ModelArgs& args,
 // that does not merge, else job.dump_folder/hf; and what kind of folder it is (io/atomic_dir.h).
 std::string job_export_dir(const JobConfig& config);
 std::string job_export_content(const JobConfig& config);
-// The LoRA run's export (the adapter's values checked finite first, as the model's are): the
-// PEFT adapter folder, or with lora.merge_on_export the model with
-// W + scaling B A written by `export_model` (the model's weights are merged in memory first).
-void export_lora(const JobConfig& config, LoraAdapter& adapter, CausalLM& model,
-                 const std::string& base_model, const std::function<void()>& export_model);
+// The LoRA run's export, on every rank (the adapter's values checked finite first, as the model's
+// are; the adapter is whole on each): the PEFT adapter folder, written by the rank that `writes`,
+// or with lora.merge_on_export the model with W + scaling B A written by `export_model` (which
+// merges each run of weights as it is gathered: merge_lora_into).
+void export_lora(const JobConfig& config, const LoraAdapter& adapter, const std::string& base_model,
+                 bool writes, const std::function<void()>& export_model);
 
 }  // namespace titan

@@ -2,6 +2,7 @@
 
 #include "titan/core/error.h"
 #include "titan/distributed/data_parallel.h"
+#include "titan/io/convert.h"
 #include "titan/models/parallelize.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/train/fsdp_model.h"
@@ -88,8 +89,35 @@ bool Parallelism::writes_checkpoint() const {
   return fsdp_ && !trained_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
 }
 
-void Parallelism::gather_for_export() {
-  if (fsdp_) fsdp_->gather_all();
+NonfiniteScan Parallelism::scan_model(const std::string& what) {
+  std::vector<double> counts;  // per parameter, in the groups' order
+  for (const ParamGroup& g : model_groups()) {
+    for (const ParamView& v : g.views()) {
+      counts.push_back(static_cast<double>(
+          count_nonfinite(g.params() + v.offset, DType::f32, static_cast<size_t>(v.numel))));
+    }
+  }
+  if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  NonfiniteScan scan;
+  size_t i = 0;
+  for (const ParamGroup& g : model_groups()) {
+    for (const ParamView& v : g.views()) {
+      scan.add_count(what, v.spec.name, static_cast<size_t>(counts[i++]));
+    }
+  }
+  return scan;
+}
+
+bool Parallelism::takes_part_in_export() const {
+  return fsdp_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
+}
+
+void Parallelism::gather_for_export(const ExportRun& run) {
+  if (fsdp_) fsdp_->gather_to_root(run.group, run.params);
+}
+
+void Parallelism::end_export() {
+  if (fsdp_) fsdp_->release_all();
 }
 
 }  // namespace titan

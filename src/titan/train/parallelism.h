@@ -8,11 +8,14 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
 #include "titan/models/causal_lm.h"
+#include "titan/models/hf_export.h"
+#include "titan/models/nonfinite_weights.h"
 #include "titan/nn/parallel_plan.h"
 
 namespace titan {
@@ -58,9 +61,18 @@ class Parallelism {
   // Whether this rank writes its cut of a checkpoint: one writer per distinct cut (rank 0 for
   // whole parameters, replica 0's shard ranks under FSDP and HSDP).
   bool writes_checkpoint() const;
-  // Every rank takes part; afterwards the model's groups hold the whole parameters (rank 0
-  // exports them).
-  void gather_for_export();
+  // The model's weights scanned for NaN and Inf where this rank holds them (FSDP: its shards,
+  // the counts summed over the shard group), `what` naming them: the same scan on every rank.
+  NonfiniteScan scan_model(const std::string& what);
+  // Whether this rank takes part in the export's gathers (every rank of replica 0's shard group
+  // under FSDP; rank 0, which writes, else).
+  bool takes_part_in_export() const;
+  // Before the export reads a run (models/hf_export.h): its parameters whole in the model's
+  // groups on rank 0, which writes them -- under FSDP gathered there, the previous run handed
+  // back, so the export holds one unit at most beside the shards; else already there. Every rank
+  // that takes part calls it for every run, in order; end_export hands the last run back.
+  void gather_for_export(const ExportRun& run);
+  void end_export();
 
  private:
   CausalLM& model_;

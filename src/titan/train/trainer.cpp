@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "titan/backend/backend.h"
+#include "titan/core/allocator.h"
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
 #include "titan/core/profile.h"
@@ -20,6 +21,7 @@
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/peft_adapter.h"
 #include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_resolve.h"
@@ -309,7 +311,22 @@ void Trainer::restore() {
     std::printf("checkpoint.initial_load_path %s not used: resuming takes precedence\n",
                 initial.c_str());
   }
-  loader_ = std::make_unique<DataLoader>(loader_options_, *tokenizer_, loader_state);
+  // One stream of batches for every rank; each tokenizes what its rows need (data/loader.h).
+  LoaderOptions options = loader_options_;
+  const int64_t dp = mesh_->dims().dp();
+  options.share = {accumulation_steps_ * dp, mesh_->world().rank() * accumulation_steps_,
+                   accumulation_steps_};
+  resumed_truncated_ = loader_state ? loader_state->truncated : 0;
+  loader_ = std::make_unique<DataLoader>(options, *tokenizer_, loader_state);
+}
+
+LoaderState Trainer::loader_state() const {
+  LoaderState state = loader_->state();
+  // Each rank counted the conversations cut in its own rows since the state it started from.
+  double cut = static_cast<double>(state.truncated - resumed_truncated_);
+  if (mesh_->dims().dp() > 1) mesh_->world().all_reduce_sum(&cut, 1);
+  state.truncated = resumed_truncated_ + static_cast<int64_t>(cut);
+  return state;
 }
 
 Trainer::StepOutcome Trainer::train_step(int64_t step) {
@@ -317,9 +334,11 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   // The loss is normalised by the scored tokens of the whole global batch, so accumulating
   // micro-batches gives exactly the gradients of one big batch: fetch them all first.
   const double t0 = now_seconds();
-  // Every data-parallel rank reads the whole global batch (the same loader, the same state) and
-  // runs its own accumulation_steps_ micro-batches of it: rank r the r-th run of them.
-  const int64_t dp = mesh_->dims().dp(), dp_rank = mesh_->world().rank();
+  // Every data-parallel rank walks the whole global batch (the same stream, the same state) and
+  // runs its own accumulation_steps_ micro-batches of it, rank r the r-th run of them: the loader
+  // tokenizes the others' rows only where their bounds need it (data/loader.h), and the scored
+  // tokens are summed over the ranks.
+  const int64_t dp = mesh_->dims().dp();
   std::vector<Batch> micro;
   int64_t scored = 0;
   {
@@ -327,8 +346,14 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     for (int64_t i = 0; i < accumulation_steps_ * dp; ++i) {
       std::optional<Batch> b = loader_->next_batch();
       TITAN_CHECK(b.has_value(), "the training data ran out at step ", step);
+      if (!b->own) continue;
       scored += scored_tokens(*b);
-      if (i / accumulation_steps_ == dp_rank) micro.push_back(std::move(*b));
+      micro.push_back(std::move(*b));
+    }
+    if (dp > 1) {
+      double sum = static_cast<double>(scored);  // exact: far below 2^53
+      mesh_->world().all_reduce_sum(&sum, 1);
+      scored = static_cast<int64_t>(sum);
     }
   }
   out.data_time_s = now_seconds() - t0;
@@ -405,7 +430,7 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
   state.step = step;
   state.model_only = model_only;
   state.optimizer_step = optimizer_->step_count();
-  state.loader_state = loader_->state().to_json();
+  state.loader_state = loader_state().to_json();
   state.seed = config_.training.seed;
   // One writer per distinct cut of the state: rank 0 for replicated parameters (one process,
   // DDP), replica 0's shard ranks under FSDP and HSDP. Rank 0 begins and commits; every rank
@@ -470,31 +495,42 @@ void Trainer::finish_async_checkpoint() {
 }
 
 void Trainer::export_model() {
+  const bool writes = mesh_->world().rank() == 0;
+  const bool allow = config_.checkpoint.allow_nonfinite_weights;
   HfExportOptions options;
   options.dtype = parse_export_dtype(config_.checkpoint.export_dtype);
   options.source_dir = tokenizer_dir_;
   options.overwrite = true;
   options.job_config_toml = job_config_to_toml(config_);
-  // Skipped non-finite steps can still leave weights that are; they are not exported as a model.
-  NonfiniteScan scan;
-  for (const ParamGroup& g : model_->param_groups()) {
-    for (const ParamView& v : g.views()) {
-      scan.add("the trained model", v.spec.name, g.params() + v.offset, DType::f32,
-               static_cast<size_t>(v.numel));
-    }
-  }
-  scan.check(config_.checkpoint.allow_nonfinite_weights);
   const std::string dir = job_export_dir(config_);
-  const double t0 = now_seconds();
   const auto export_model = [&] {
-    export_hf_folder(dir, args_, model_->param_groups(), options);
-    std::printf("exported the model as a Hugging Face folder%s: %s (%s)\n",
-                lora_ ? ", the LoRA adapter merged into its weights" : "", dir.c_str(),
-                saved_folder_summary(dir, t0).c_str());
+    // Skipped non-finite steps can still leave weights that are; they are not exported as a
+    // model. Scanned where each rank holds them, with the same verdict on every rank.
+    const NonfiniteScan scan = parallelism_->scan_model("the trained model");
+    if (writes || !allow) scan.check(allow);  // one warning, every rank's error
+    if (!parallelism_->takes_part_in_export()) return;
+    const double t0 = now_seconds();
+    // A run at a time: gathered onto the writing rank (under FSDP), LoRA merged into it there.
+    const auto gather = [&](const ExportRun& run) {
+      parallelism_->gather_for_export(run);
+      if (lora_ && writes) merge_lora_into(*lora_, model_->param_groups()[run.group], run.params);
+    };
+    if (writes) {
+      memory_reset_peak();  // the export's own peak (the run's is in the summary above)
+      export_hf_folder(dir, args_, model_->param_groups(), options, gather);
+      std::printf("exported the model as a Hugging Face folder%s: %s (%s)\n",
+                  lora_ ? ", the LoRA adapter merged into its weights" : "", dir.c_str(),
+                  saved_folder_summary(dir, t0).c_str());
+      // What titan plan predicts as the final export's peak (tests/e2e/plan_memory.sh).
+      std::printf("the export's peak memory on rank 0: %zu bytes\n", memory_stats().total_peak);
+    } else {
+      for (const ExportRun& run : hf_export_runs(args_, options)) gather(run);
+    }
+    parallelism_->end_export();
   };
   if (lora_) {
     const std::string& base = config_.checkpoint.initial_load_path;
-    export_lora(config_, *lora_, *model_, base.empty() ? tokenizer_dir_ : base, export_model);
+    export_lora(config_, *lora_, base.empty() ? tokenizer_dir_ : base, writes, export_model);
   } else {
     export_model();
   }
@@ -568,7 +604,7 @@ TrainResult Trainer::run() {
   }
   finish_async_checkpoint();
   metrics.print_summary();
-  if (const int64_t cut = loader_->state().truncated; cut > 0) {
+  if (const int64_t cut = loader_state().truncated; cut > 0) {
     std::printf(
         "conversations cut to seq_len + 1 = %lld tokens: %lld (training.truncate_long_"
         "conversations; a conversation counts once per epoch)\n",
@@ -590,8 +626,7 @@ TrainResult Trainer::run() {
   }
   if (config_.checkpoint.last_save_in_hf) {
     set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");
-    parallelism_->gather_for_export();  // every rank takes part; rank 0 writes
-    if (mesh_->world().rank() == 0) export_model();
+    export_model();  // every rank takes part; rank 0 writes
   }
   mesh_->world().barrier();
   return result;

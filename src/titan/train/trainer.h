@@ -52,9 +52,13 @@ class Trainer {
   // The asynchronous save started last, written and committed on every rank (nothing without
   // one pending): at the end of training.
   void finish_async_checkpoint();
-  // The trained model as a Hugging Face folder (checkpoint.last_save_in_hf; whole parameters).
+  // The trained model as a Hugging Face folder (checkpoint.last_save_in_hf), on every rank: rank 0
+  // writes it, under FSDP gathering one run of a unit's parameters at a time from the shards.
   void export_model();
   void restore();
+  // The training loader's state as the job's: its position (every rank's is the same) and the
+  // conversations cut in every rank's rows (summed over the ranks: a collective).
+  LoaderState loader_state() const;
   // Rank 0: job.dump_folder created if need be and locked (io/folder_lock.h) for the run.
   void lock_dump_folder();
   std::string checkpoint_folder() const;
@@ -82,6 +86,7 @@ class Trainer {
   // background write reads (config_, args_), so destroyed (joined) before them.
   std::unique_ptr<AsyncCheckpointer> async_checkpoints_;
   LoaderOptions loader_options_;
+  int64_t resumed_truncated_ = 0;  // LoaderState::truncated of the state the loader started from
   std::vector<std::string> validation_paths_;
   LrSchedule schedule_;
   int64_t accumulation_steps_ = 1;

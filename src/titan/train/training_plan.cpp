@@ -8,6 +8,7 @@
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flops.h"
+#include "titan/models/hf_export.h"
 #include "titan/models/parallelize.h"
 #include "titan/models/param_count.h"
 #include "titan/models/state_dict_adapter.h"
@@ -50,6 +51,8 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.reshard_after_forward = config.parallelism.fsdp_reshard_after_forward;
   in.checkpoint_saves = config.checkpoint.enable;
   in.export_hf = config.checkpoint.last_save_in_hf;
+  in.export_model_weights = config.lora.rank == 0 || config.lora.merge_on_export;
+  in.export_dtype = parse_export_dtype(config.checkpoint.export_dtype);
   if (config.lora.rank > 0) {
     check_lora_config(config);
     in.lora = job_lora_options(config);
@@ -111,7 +114,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // the bytes of this rank's rows its all-gather sends (FullyShardedGroups::start_gather; rank 0
   // holds the most rows), and the most bf16 rows one gather rounds into the send buffer.
   const bool bf16 = in.compute_dtype == DType::bf16;
-  int64_t resident = 0, largest_whole = 0, largest_shard = 0, whole = 0, largest_send = 0;
+  int64_t resident = 0, largest_whole = 0, largest_shard = 0, largest_send = 0;
   std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
   // This rank's parts of the parameters, as the model is built (Parallelism::plan).
@@ -155,7 +158,6 @@ TrainingPlan plan_training(const PlanInputs& in) {
       largest_send = std::max(largest_send, rounded);
     }
     resident += shard;
-    whole += group;
     largest_whole = std::max(largest_whole, group);
     largest_shard = std::max(largest_shard, shard);
   }
@@ -293,8 +295,21 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // One reduced shard (none for a frozen model), and under bf16 the send buffer this rank's rows
     // are rounded into.
     m.collective_buffers = (frozen ? 0 : largest_shard * kFloat) + largest_send * bf16_size;
-    // gather_all leaves every unit's whole parameters resident for the export.
-    m.export_gather = whole * kFloat;
+    // The export gathers one run of a unit's parameters at a time onto rank 0, each parameter
+    // charged its span (ParamGroup::acquire_params_where); a LoRA adapter alone gathers none.
+    if (in.export_model_weights) {
+      HfExportOptions export_options;
+      export_options.dtype = in.export_dtype;
+      for (const ExportRun& run : hf_export_runs(a, export_options)) {
+        int64_t run_numel = 0;
+        for (const ParamSpec& p : group_specs[run.group].params) {
+          if (std::find(run.params.begin(), run.params.end(), p.name) != run.params.end()) {
+            run_numel += param_view_span(shape_numel(p.shape));
+          }
+        }
+        m.export_gather = std::max(m.export_gather, run_numel * kFloat);
+      }
+    }
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,

@@ -54,6 +54,10 @@ struct PlanInputs {
   std::string reshard_after_forward = "default";  // parallelism.fsdp_reshard_after_forward
   bool checkpoint_saves = false;                  // checkpoint.enable
   bool export_hf = false;                         // checkpoint.last_save_in_hf
+  // What the export writes: the model (a LoRA run's merged with lora.merge_on_export) or only a
+  // LoRA adapter (no model weights gathered); its checkpoint.export_dtype.
+  bool export_model_weights = true;
+  DType export_dtype = DType::bf16;
   // [lora]: rank 0, or the adapter a LoRA run trains (the model's weights then frozen).
   LoraOptions lora;
   // [overrides] rules that match no module, as titan train warns of them.
@@ -85,7 +89,8 @@ struct MemoryPlan {
   int64_t activations_none = 0, activations_full = 0, activations = 0;
   int64_t rope = 0;  // the RoPE tables
   // While a checkpoint or the final Hugging Face folder is written: the writer's staging; under
-  // FSDP the export also gathers every unit's whole parameters.
+  // FSDP rank 0 also holds the export's largest run of one unit's whole parameters (gathered to
+  // it a run at a time: models/hf_export.h ExportRun), at most one unit.
   int64_t writer_staging = 0, export_gather = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
@@ -99,7 +104,7 @@ struct MemoryPlan {
   std::array<int64_t, kMemCategoryCount> step_by_category() const;
   int64_t step_peak() const;
   int64_t checkpoint_peak() const;  // resident + the writer's staging
-  int64_t export_peak() const;      // resident + the whole parameters gathered + the staging
+  int64_t export_peak() const;      // resident + one run gathered whole + the staging
 };
 
 // Bytes one rank sends (and receives) in a step's collectives, ring algorithms: an all-gather or
