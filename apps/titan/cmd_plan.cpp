@@ -63,10 +63,14 @@ void print_text(const TrainingPlan& p, const std::string& model) {
               in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)" : "fp32");
   std::printf("\nmemory per rank (the trainer's categories)\n");
   row("parameters", m.parameters + m.compute_copies,
-      std::string(fsdp ? "this rank's shards" : "fp32") +
-          (m.compute_copies > 0 ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
-                                      bytes(m.compute_copies)
-                                : ""));
+      in.lora_base_bf16
+          ? "the frozen base's matmul weights in bf16 only " + bytes(m.compute_copies) +
+                " (lora.base_dtype), its norms and embedding and the adapter in fp32"
+          : std::string(fsdp ? "this rank's shards" : "fp32") +
+                (m.compute_copies > 0
+                     ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
+                           bytes(m.compute_copies)
+                     : ""));
   const bool lora = in.lora.rank > 0;
   row("gradients", m.gradients,
       lora ? "the LoRA adapter's only (" + bytes(m.lora_parameters) + " of parameters, rank " +

@@ -56,6 +56,9 @@ struct PlanInputs {
   bool export_hf = false;                         // checkpoint.last_save_in_hf
   // [lora]: rank 0, or the adapter a LoRA run trains (the model's weights then frozen).
   LoraOptions lora;
+  // lora.base_dtype = "bfloat16": the frozen base's matmul weights held only as bf16 copies (one
+  // process or replicas; train/lora_job.h).
+  bool lora_base_bf16 = false;
   // [overrides] rules that match no module, as titan train warns of them.
   std::vector<std::string> override_warnings;
 };
