@@ -60,7 +60,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
               count(in.accumulation_steps, "micro-batch", "micro-batches").c_str(),
               static_cast<long long>(in.local_batch_size), static_cast<long long>(in.seq_len),
               static_cast<long long>(p.tokens_per_step),
-              in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)" : "fp32");
+              in.lora_base_bf16                 ? "bf16 (the frozen base in bf16 only)"
+              : in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)"
+                                                : "fp32");
   std::printf("\nmemory per rank (the trainer's categories)\n");
   row("parameters", m.parameters + m.compute_copies,
       in.lora_base_bf16

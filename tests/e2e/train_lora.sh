@@ -210,10 +210,18 @@ grep -E "^(adapter|LoRA)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
   | grep -v "Loading weights" | sed 's/^/FSDP 2: /'
 "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 > "$work/fsdp.plan"
 grep -q "saved by LoRA" "$work/fsdp.plan" || { echo "no LoRA plan under FSDP"; cat "$work/fsdp.plan"; exit 1; }
-expect_refusal base-fsdp "^titan train: error: lora.base_dtype = \"bfloat16\" is not built under FSDP \(data_parallel_shard_degree 2 shards fp32 masters\)" \
-  "$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
+fsdp_refusal="lora.base_dtype = \"bfloat16\" is not built under FSDP \(data_parallel_shard_degree 2 shards fp32 masters\)"
+expect_refusal base-fsdp-plan "^titan plan: error: $fsdp_refusal" \
+  "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 \
+  --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16
+if "$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
   --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=2 \
-  --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 --job.dump_folder="$work/bad-base5"
+  --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 \
+  --job.dump_folder="$work/bad-base5" > "$work/base-fsdp.log" 2>&1; then
+  echo "lora.base_dtype = bfloat16 under FSDP trained"; exit 1
+fi
+grep -qE "^\[rank 0 of 2\] titan train: error: $fsdp_refusal" "$work/base-fsdp.log" \
+  || { echo "base-fsdp: unexpected error:"; cat "$work/base-fsdp.log"; exit 1; }
 
 # ---- merged on export: PEFT's merge_and_unload ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \
