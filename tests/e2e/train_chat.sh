@@ -11,8 +11,8 @@
 # - the same on 2 ranks (FSDP); bf16 mixed precision within bf16's rounding;
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
 #   Transformers' masked loss of the trained model; `titan eval --chat --packing` (the four in one
-#   row) equals the same eval one conversation per row (2e-6, the fp32 sums' order) and
-#   Transformers' masked loss; a last batch the conversations do not fill is
+#   row) equals the same eval one conversation per row (2e-6, the fp32 sums' order),
+#   Transformers' masked loss, and the packed run's validation pass (which packs too); a last batch the conversations do not fill is
 #   kept (empty rows), so every conversation is scored whatever the batch size;
 # - bad inputs stop with one line naming what and where: a record without "messages", a bad role,
 #   an over-long conversation (file:line, in train and eval), a model folder without a chat
@@ -130,6 +130,7 @@ PY
 "$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.dataset_packing=true \
   --training.seq_len="$packed_len" --training.local_batch_size=1 --training.global_batch_size=1 \
   --training.steps=3 --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
+  --validation.enable=true --validation.dataset_path="$work/sft.jsonl" --validation.freq=3 \
   --metrics.save_jsonl="$work/packed-metrics.jsonl" --job.dump_folder="$work/packed" > "$work/packed.log"
 grep -q "conversations packed into rows (training.dataset_packing)" "$work/packed.log" ||
   { echo "the log does not say the conversations are packed"; cat "$work/packed.log"; exit 1; }
@@ -143,7 +144,13 @@ grep -q "($scored assistant tokens scored in 1 batches of 1 rows; a row is whole
   --batch-size 2 --threads 2 > "$work/eval-unpacked.log" 2> /dev/null
 evaluated_packed=$(awk '{print $2}' "$work/eval-packed.log")
 evaluated_unpacked=$(awk '{print $2}' "$work/eval-unpacked.log")
-echo "titan eval --chat on the packed run's export: packed $evaluated_packed, one per row $evaluated_unpacked"
+validation_packed=$("$python" -c 'import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "validation_loss" in r: print("%.6f" % r["validation_loss"])' "$work/packed-metrics.jsonl")
+echo "titan eval --chat on the packed run's export: packed $evaluated_packed, one per row $evaluated_unpacked; the run's packed validation $validation_packed"
+[ -n "$validation_packed" ] && [ "$validation_packed" = "$evaluated_packed" ] \
+  || { echo "the packed run's validation and titan eval --packing disagree"; exit 1; }
 "$python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 2e-6)' \
   "$evaluated_packed" "$evaluated_unpacked" \
   || { echo "packed and unpacked eval disagree"; cat "$work/eval-packed.log" "$work/eval-unpacked.log"; exit 1; }
