@@ -7,10 +7,13 @@
 # after the first (warm-up), and the ratios LoRA / full of the pairs' means.
 #
 #   bench/lora_vs_full.sh [--pairs 2] [--steps 4] [--threads 2] [--batch 4] [--seq 512] [--ac none]
-#                         [--precision float32]
+#                         [--precision float32] [--base-dtype float32]
 #
 # --ac: activation_checkpoint.mode of both (none or full); --precision:
-# training.mixed_precision_param of both (float32 or bfloat16).
+# training.mixed_precision_param of both (float32 or bfloat16); --base-dtype: the LoRA runs'
+# lora.base_dtype (bfloat16 needs --precision bfloat16: the frozen base held only in bf16). With
+# bfloat16 the base is loaded from a Hugging Face folder (its weights made first by one step of
+# full fine-tuning), and both runs of each pair load it.
 # The model folder (config.json and the built-in debug tokenizer, whose 2048 ids cost the same as
 # any in the 151,936-row embedding) is made in a temporary folder; the logs stay in
 # $TITAN_BENCH_LOGS (default: a temporary folder, printed).
@@ -22,7 +25,7 @@ die() {
   exit 1
 }
 
-pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none precision=float32
+pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none precision=float32 base_dtype=float32
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
@@ -33,7 +36,8 @@ while [ $# -gt 0 ]; do
     --seq) seq=$2 ;;
     --ac) ac=$2 ;;
     --precision) precision=$2 ;;
-    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full, --precision float32|bfloat16)" ;;
+    --base-dtype) base_dtype=$2 ;;
+    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full, --precision float32|bfloat16, --base-dtype float32|bfloat16)" ;;
   esac
   shift 2
 done
@@ -43,6 +47,10 @@ done
 [ "$ac" = none ] || [ "$ac" = full ] || die "--ac $ac: expected none or full"
 [ "$precision" = float32 ] || [ "$precision" = bfloat16 ] ||
   die "--precision $precision: expected float32 or bfloat16"
+[ "$base_dtype" = float32 ] || [ "$base_dtype" = bfloat16 ] ||
+  die "--base-dtype $base_dtype: expected float32 or bfloat16"
+[ "$base_dtype" = float32 ] || [ "$precision" = bfloat16 ] ||
+  die "--base-dtype bfloat16 needs --precision bfloat16"
 [ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
 titan=build/titan
 [ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
@@ -53,11 +61,20 @@ logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
 mkdir -p "$logs"
 make_small_model "$work/small"
 
-config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
-        --training.seq_len="$seq" --training.local_batch_size="$batch" --threads "$threads"
-        --lr_scheduler.warmup_steps=1 --checkpoint.last_save_in_hf=false --metrics.log_freq=1
-        --activation_checkpoint.mode="$ac" --training.mixed_precision_param="$precision")
-lora=(--lora.rank=8 --lora.alpha=16)
+model=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.seq_len="$seq"
+       --training.local_batch_size="$batch" --threads "$threads" --lr_scheduler.warmup_steps=1
+       --metrics.log_freq=1 --activation_checkpoint.mode="$ac"
+       --training.mixed_precision_param="$precision")
+config=("${model[@]}" --training.steps="$steps" --checkpoint.last_save_in_hf=false)
+lora=(--lora.rank=8 --lora.alpha=16 --lora.base_dtype="$base_dtype")
+if [ "$base_dtype" = bfloat16 ]; then
+  # A bf16 base is loaded, never initialised: weights for it, and the same load for full
+  # fine-tuning.
+  "$titan" train "${model[@]}" --training.steps=1 --checkpoint.last_save_in_hf=true \
+    --job.dump_folder="$work/weights" > "$logs/weights.log" 2>&1 ||
+    { cat "$logs/weights.log"; die "making the base's weights failed"; }
+  config+=(--checkpoint.initial_load_path="$work/weights/hf" --checkpoint.initial_load_in_hf=true)
+fi
 echo "$me: load before: $(uptime | sed 's/.*load average: //')"
 for pair in $(seq "$pairs"); do
   "$titan" train "${config[@]}" --job.dump_folder="$work/full$pair" > "$logs/full$pair.log" 2>&1 \

@@ -50,7 +50,7 @@ Action add_eval_command(CLI::App& app) {
   static std::vector<std::string> data;
   static int64_t seq_len = 2048, batch_size = 1, max_batches = -1;
   static int threads;
-  static bool allow_nonfinite = false, chat = false, truncate_long = false;
+  static bool allow_nonfinite = false, chat = false, truncate_long = false, packing = false;
   add_threads_option(*command, threads);
   command
       ->add_option("--model", model_dir,
@@ -70,6 +70,12 @@ Action add_eval_command(CLI::App& app) {
       ->add_flag("--truncate-long-conversations", truncate_long,
                  "with --chat: cut a conversation longer than seq-len + 1 tokens instead of "
                  "stopping at it")
+      ->needs("--chat");
+  command
+      ->add_flag("--packing", packing,
+                 "with --chat: whole conversations packed into rows while they fit, as "
+                 "training.dataset_packing packs them (TRL's packing): attention kept inside each "
+                 "conversation, positions restarting at each; the same loss as one per row")
       ->needs("--chat");
   command
       ->add_option("--seq-len", seq_len,
@@ -127,6 +133,7 @@ Action add_eval_command(CLI::App& app) {
       options.mode = DataMode::chat;
       options.chat_template = chat_template;
       options.truncate_long = truncate_long;
+      options.pack_conversations = packing;
       options.long_conversation_hint =
           "raise --seq-len, or pass --truncate-long-conversations to cut it";
     }
@@ -141,10 +148,11 @@ Action add_eval_command(CLI::App& app) {
     if (chat) {
       std::printf(
           "loss %.6f  perplexity %.4f  (%lld assistant tokens scored in %lld batches of %lld "
-          "rows; a row is one conversation of at most %lld tokens, padded, rendered with the %s "
+          "rows; a row is %s %lld tokens, padded, rendered with the %s "
           "chat template)\n",
           r.loss, std::exp(r.loss), static_cast<long long>(r.tokens),
           static_cast<long long>(r.batches), static_cast<long long>(batch_size),
+          packing ? "whole conversations packed into" : "one conversation of at most",
           static_cast<long long>(seq_len + 1), std::string(options.chat_template->name()).c_str());
       return 0;
     }

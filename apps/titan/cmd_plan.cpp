@@ -60,13 +60,19 @@ void print_text(const TrainingPlan& p, const std::string& model) {
               count(in.accumulation_steps, "micro-batch", "micro-batches").c_str(),
               static_cast<long long>(in.local_batch_size), static_cast<long long>(in.seq_len),
               static_cast<long long>(p.tokens_per_step),
-              in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)" : "fp32");
+              in.lora_base_bf16                 ? "bf16 (the frozen base in bf16 only)"
+              : in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)"
+                                                : "fp32");
   std::printf("\nmemory per rank (the trainer's categories)\n");
   row("parameters", m.parameters + m.compute_copies,
-      std::string(fsdp ? "this rank's shards" : "fp32") +
-          (m.compute_copies > 0 ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
-                                      bytes(m.compute_copies)
-                                : ""));
+      in.lora_base_bf16
+          ? "the frozen base's matmul weights in bf16 only " + bytes(m.compute_copies) +
+                " (lora.base_dtype), its norms and embedding and the adapter in fp32"
+          : std::string(fsdp ? "this rank's shards" : "fp32") +
+                (m.compute_copies > 0
+                     ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
+                           bytes(m.compute_copies)
+                     : ""));
   const bool lora = in.lora.rank > 0;
   row("gradients", m.gradients,
       lora ? "the LoRA adapter's only (" + bytes(m.lora_parameters) + " of parameters, rank " +
@@ -112,7 +118,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
         std::string("checkpoint.last_save_in_hf: ") +
             (fsdp ? "one unit's parameters gathered to rank 0 at most " + bytes(m.export_gather) +
                         " + "
-                  : "") +
+             : in.lora_base_bf16 && m.export_gather > 0
+                 ? "the bf16 base widened to fp32 masters " + bytes(m.export_gather) + " + "
+                 : "") +
             "the writer's staging " + bytes(m.writer_staging));
   }
   const int64_t peak = p.peak();

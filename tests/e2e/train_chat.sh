@@ -10,7 +10,9 @@
 #   conversation, positions restarting), against the same reference;
 # - the same on 2 ranks (FSDP); bf16 mixed precision within bf16's rounding;
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
-#   Transformers' masked loss of the trained model; a last batch the conversations do not fill is
+#   Transformers' masked loss of the trained model; `titan eval --chat --packing` (the four in one
+#   row) equals the same eval one conversation per row (2e-6, the fp32 sums' order),
+#   Transformers' masked loss, and the packed run's validation pass (which packs too); a last batch the conversations do not fill is
 #   kept (empty rows), so every conversation is scored whatever the batch size;
 # - bad inputs stop with one line naming what and where: a record without "messages", a bad role,
 #   an over-long conversation (file:line, in train and eval), a model folder without a chat
@@ -128,13 +130,34 @@ PY
 "$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.dataset_packing=true \
   --training.seq_len="$packed_len" --training.local_batch_size=1 --training.global_batch_size=1 \
   --training.steps=3 --optimizer.lr=1e-3 --optimizer.eps=1e-4 --checkpoint.last_save_in_hf=true \
+  --validation.enable=true --validation.dataset_path="$work/sft.jsonl" --validation.freq=3 \
   --metrics.save_jsonl="$work/packed-metrics.jsonl" --job.dump_folder="$work/packed" > "$work/packed.log"
 grep -q "conversations packed into rows (training.dataset_packing)" "$work/packed.log" ||
   { echo "the log does not say the conversations are packed"; cat "$work/packed.log"; exit 1; }
+# titan eval --chat --packing on the export packs the same way (one row of the four): its loss
+# equals the same conversations' one per row, and Transformers' masked loss of the trained model.
+"$titan" eval --model "$work/packed/hf" --data "$work/sft.jsonl" --chat --packing \
+  --seq-len "$packed_len" --batch-size 1 --threads 2 > "$work/eval-packed.log" 2> /dev/null
+grep -q "($scored assistant tokens scored in 1 batches of 1 rows; a row is whole conversations packed" \
+  "$work/eval-packed.log" || { echo "titan eval --packing: not one packed row"; cat "$work/eval-packed.log"; exit 1; }
+"$titan" eval --model "$work/packed/hf" --data "$work/sft.jsonl" --chat --seq-len 160 \
+  --batch-size 2 --threads 2 > "$work/eval-unpacked.log" 2> /dev/null
+evaluated_packed=$(awk '{print $2}' "$work/eval-packed.log")
+evaluated_unpacked=$(awk '{print $2}' "$work/eval-unpacked.log")
+validation_packed=$("$python" -c 'import json,sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    if "validation_loss" in r: print("%.6f" % r["validation_loss"])' "$work/packed-metrics.jsonl")
+echo "titan eval --chat on the packed run's export: packed $evaluated_packed, one per row $evaluated_unpacked; the run's packed validation $validation_packed"
+[ -n "$validation_packed" ] && [ "$validation_packed" = "$evaluated_packed" ] \
+  || { echo "the packed run's validation and titan eval --packing disagree"; exit 1; }
+"$python" -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 2e-6)' \
+  "$evaluated_packed" "$evaluated_unpacked" \
+  || { echo "packed and unpacked eval disagree"; cat "$work/eval-packed.log" "$work/eval-unpacked.log"; exit 1; }
 "$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/packed-metrics.jsonl" \
-  "$work/packed/hf" 3 2 1e-3 1e-4 > "$work/reference-packed.log" 2>&1 \
+  "$work/packed/hf" 3 2 1e-3 1e-4 "$evaluated_packed" > "$work/reference-packed.log" 2>&1 \
   || { cat "$work/reference-packed.log"; exit 1; }
-grep -E "^(step|weights|chat SFT)" "$work/reference-packed.log" | sed "s/^/packed ($packed_len tokens a row): /"
+grep -E "^(step|weights|titan eval|chat SFT)" "$work/reference-packed.log" | sed "s/^/packed ($packed_len tokens a row): /"
 
 # The same run on 2 ranks (FSDP; one row per micro-batch, two micro-batches each): the loss is
 # still over the assistant tokens of the whole global batch, so it equals Transformers' step too.

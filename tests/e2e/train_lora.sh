@@ -11,6 +11,12 @@
 # - under bf16 mixed precision, one step's adapter gradients equal PEFT's under torch.autocast to
 #   bf16's rounding (lora_reference.py check-bf16);
 # - lora.merge_on_export writes the model with the adapter merged: PEFT's merge_and_unload (1e-6);
+# - lora.base_dtype = "bfloat16" (the frozen base held only in bf16, under bf16 compute): 3 steps'
+#   losses and the exported adapter bit-identical to the same run with fp32 masters, from an fp32
+#   folder, a bf16 one and the Llama one; the merged export (fp32) equals PEFT's
+#   merge_and_unload into the base rounded to bf16, its peak titan plan's export_peak to the byte;
+#   titan plan counts it; refused without LoRA,
+#   under fp32 compute, without a folder to load, under FSDP (not built);
 # - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
 #   state (the memory line's optimizer bytes are the adapter's);
 # - bad inputs stop with one line: an unknown target module, a negative rank, dropout, a missing
@@ -113,6 +119,89 @@ grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$
   0.1 1 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
 grep "^bf16 LoRA" "$work/reference-bf16.log"
 
+# ---- lora.base_dtype = "bfloat16": the frozen base held only in bf16. Its forward reads the
+# same bf16 values the fp32 masters' copies hold, so 3 steps give today's bf16 LoRA run's losses
+# and exported adapter bit for bit: from an fp32 folder (rounded once at load), a bf16 folder
+# (its bits as stored), and the Llama folder (an untied lm_head, held in bf16 too) ----
+"$python" - "$work/model" "$work/model-bf16" "$work/model-rounded" <<'PY'
+import shutil, sys, torch
+from transformers import AutoModelForCausalLM
+src, as_bf16, rounded = sys.argv[1:]
+model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+model.to(torch.bfloat16).save_pretrained(as_bf16)
+# The base a bf16-only LoRA run holds: the matmul weights rounded to bf16, stored in fp32.
+model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32)
+with torch.no_grad():
+    for name, p in model.named_parameters():
+        if name.endswith("_proj.weight") or name == "lm_head.weight":
+            p.copy_(p.to(torch.bfloat16).float())
+model.save_pretrained(rounded)
+for out in (as_bf16, rounded):
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{src}/{f}", out)
+PY
+for base in model model-bf16 llama; do
+  for dtype in float32 bfloat16; do
+    "$titan" train "${common[@]}" --model.hf_assets_path="$work/$base" \
+      --checkpoint.initial_load_path="$work/$base" \
+      --lora.initial_adapter="$work/$([ "$base" = llama ] && echo llama-init || echo init)" \
+      --training.mixed_precision_param=bfloat16 --lora.base_dtype="$dtype" \
+      --checkpoint.last_save_in_hf=true --metrics.save_jsonl="$work/base-$base-$dtype.jsonl" \
+      --job.dump_folder="$work/base-$base-$dtype" > "$work/base-$base-$dtype.log" 2>&1 \
+      || { cat "$work/base-$base-$dtype.log"; exit 1; }
+  done
+  grep -q "^frozen model weights from $work/$base, its matmul weights held only in bf16" \
+    "$work/base-$base-bfloat16.log" || { echo "not a bf16 base"; cat "$work/base-$base-bfloat16.log"; exit 1; }
+  "$python" - "$work/base-$base-float32.jsonl" "$work/base-$base-bfloat16.jsonl" "$base" <<'PY'
+import json, sys
+masters, held = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:3])
+assert sorted(held) == [1, 2, 3] and held == masters, (masters, held)
+PY
+  cmp "$work/base-$base-float32/adapter/adapter_model.safetensors" \
+    "$work/base-$base-bfloat16/adapter/adapter_model.safetensors" \
+    || { echo "$base: the bf16 base's adapter differs from the fp32 masters' one"; exit 1; }
+  echo "lora.base_dtype = bfloat16 on $base: losses and adapter bit-identical to the fp32 masters' bf16 run"
+done
+# Merged on export: the bf16 base widened, the adapter's update added in fp32, an fp32 folder;
+# PEFT's merge_and_unload of that adapter into the rounded base gives it.
+"$titan" train "${common[@]}" --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 \
+  --checkpoint.last_save_in_hf=true --lora.merge_on_export=true --job.dump_folder="$work/base-merged" \
+  > "$work/base-merged.log" 2>&1 || { cat "$work/base-merged.log"; exit 1; }
+"$python" -c 'import json, sys
+from safetensors import safe_open
+f = safe_open(sys.argv[1] + "/model.safetensors", "pt")
+dtypes = {str(f.get_slice(k).get_dtype()) for k in f.keys()}
+assert dtypes == {"F32"}, dtypes' "$work/base-merged/hf"
+"$python" "$reference" merged "$work/model-rounded" "$work/base-model-bfloat16/adapter" \
+  "$work/base-merged/hf" 2> /dev/null | grep -v "Loading weights" | sed 's/^/bf16 base: /'
+"$titan" plan "${lora[@]}" --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 \
+  > "$work/base.plan"
+grep -q "the frozen base's matmul weights in bf16 only" "$work/base.plan" \
+  || { echo "the plan does not count a bf16 base"; cat "$work/base.plan"; exit 1; }
+# The merged export's peak (the base widened to fp32 masters, then written) is titan plan's.
+"$titan" plan "${common[@]}" --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 \
+  --checkpoint.last_save_in_hf=true --lora.merge_on_export=true --json > "$work/base-merged.plan"
+"$python" - "$work/base-merged.plan" "$work/base-merged.log" <<'PY'
+import json, re, sys
+memory = json.load(open(sys.argv[1]))["memory_bytes"]
+measured = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes", open(sys.argv[2]).read()).group(1))
+assert memory["export_gather"] > 0 and memory["export_peak"] == measured, (memory, measured)
+print(f"bf16 base: the merged export's peak {measured} bytes, as titan plan predicts (widened masters "
+      f"{memory['export_gather']} bytes)")
+PY
+# Where it cannot hold: one line each.
+base_bad=("${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false --lora.base_dtype=bfloat16)
+expect_refusal base-no-lora "^titan train: error: lora.base_dtype = \"bfloat16\" holds a LoRA run's frozen base in bf16: set lora.rank > 0" \
+  "$titan" train "${base_bad[@]}" --training.mixed_precision_param=bfloat16 --lora.rank=0 \
+  --lora.initial_adapter= --job.dump_folder="$work/bad-base1"
+expect_refusal base-fp32 "^titan train: error: lora.base_dtype = \"bfloat16\" holds the frozen base as the bf16 copies bf16 matmuls read: set training.mixed_precision_param = \"bfloat16\"" \
+  "$titan" train "${base_bad[@]}" --job.dump_folder="$work/bad-base2"
+expect_refusal base-random "^titan train: error: lora.base_dtype = \"bfloat16\" loads the frozen base from a Hugging Face folder into bf16: set checkpoint.initial_load_path" \
+  "$titan" train "${base_bad[@]}" --training.mixed_precision_param=bfloat16 \
+  --checkpoint.initial_load_path= --job.dump_folder="$work/bad-base3"
+expect_refusal base-dtype "^titan train: error: lora.base_dtype 'float16' is not one of float32, bfloat16$" \
+  "$titan" train "${common[@]}" --lora.base_dtype=float16 --job.dump_folder="$work/bad-base4"
+
 # ---- 2 ranks, FSDP: the frozen model sharded, the adapter replicated; the same steps, and the
 # merged export (gathered from the shards) equals PEFT's merge of that run's adapter ----
 "$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
@@ -133,6 +222,18 @@ grep -E "^(adapter|LoRA)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
   | grep -v "Loading weights" | sed 's/^/FSDP 2: /'
 "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 > "$work/fsdp.plan"
 grep -q "saved by LoRA" "$work/fsdp.plan" || { echo "no LoRA plan under FSDP"; cat "$work/fsdp.plan"; exit 1; }
+fsdp_refusal="lora.base_dtype = \"bfloat16\" is not built under FSDP \(data_parallel_shard_degree 2 shards fp32 masters\)"
+expect_refusal base-fsdp-plan "^titan plan: error: $fsdp_refusal" \
+  "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 \
+  --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16
+if "$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
+  --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=2 \
+  --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 \
+  --job.dump_folder="$work/bad-base5" > "$work/base-fsdp.log" 2>&1; then
+  echo "lora.base_dtype = bfloat16 under FSDP trained"; exit 1
+fi
+grep -qE "^\[rank 0 of 2\] titan train: error: $fsdp_refusal" "$work/base-fsdp.log" \
+  || { echo "base-fsdp: unexpected error:"; cat "$work/base-fsdp.log"; exit 1; }
 
 # ---- merged on export: PEFT's merge_and_unload ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \

@@ -14,8 +14,11 @@
 # - the base model folder is unchanged on disk;
 # - under bf16 mixed precision, one step's adapter gradients equal PEFT's under torch.autocast to
 #   bf16's rounding (lora_reference.py check-bf16);
+# - lora.base_dtype = "bfloat16" with the attention adapted only: the experts (and every matmul
+#   weight) held only in bf16, 3 steps' losses and the adapter bit-identical to the run with fp32
+#   masters;
 # - refusals: gate_proj without up_proj (PEFT refuses it too); bf16 with the experts adapted
-#   under FSDP.
+#   under FSDP; lora.base_dtype = "bfloat16" with the experts adapted (titan train and titan plan).
 # The model: lora_reference.py family qwen3_moe (3 layers, layer 0 dense).
 # usage: train_lora_moe.sh TITAN PYTHON
 set -euo pipefail
@@ -105,6 +108,27 @@ grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$
   0.1 1 100 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
 grep "^bf16 LoRA" "$work/reference-bf16.log"
 
+# ---- lora.base_dtype = "bfloat16" on the MoE, the attention adapted only: the frozen experts read
+# the same bf16 values as the fp32 masters' copies, so the same losses and adapter bit for bit ----
+for dtype in float32 bfloat16; do
+  "$titan" train "${common[@]}" --lora.initial_adapter= --lora.target_modules=q_proj,v_proj \
+    --training.mixed_precision_param=bfloat16 --lora.base_dtype="$dtype" \
+    --checkpoint.last_save_in_hf=true --metrics.save_jsonl="$work/base-$dtype.jsonl" \
+    --job.dump_folder="$work/base-$dtype" > "$work/base-$dtype.log" 2>&1 \
+    || { cat "$work/base-$dtype.log"; exit 1; }
+done
+grep -q "^frozen model weights from $work/model, its matmul weights held only in bf16" \
+  "$work/base-bfloat16.log" || { echo "not a bf16 base"; cat "$work/base-bfloat16.log"; exit 1; }
+"$python" - "$work/base-float32.jsonl" "$work/base-bfloat16.jsonl" <<'PY'
+import json, sys
+masters, held = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:3])
+assert sorted(held) == [1, 2, 3] and held == masters, (masters, held)
+PY
+cmp "$work/base-float32/adapter/adapter_model.safetensors" \
+  "$work/base-bfloat16/adapter/adapter_model.safetensors" \
+  || { echo "the bf16 base's adapter differs from the fp32 masters' one"; exit 1; }
+echo "lora.base_dtype = bfloat16, attention only: losses and adapter bit-identical to the fp32 masters' bf16 run"
+
 # ---- 2 ranks, FSDP: the frozen model (experts included) sharded; the same steps ----
 . "$(dirname "$0")/mpi_env.sh"
 "$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
@@ -133,4 +157,11 @@ if "$titan" launch --nproc 2 train "${bad[@]}" --training.local_batch_size=1 \
 fi
 grep -q "titan train: error: lora: the experts' LoRA (gate_proj, up_proj, down_proj on a MoE model) under bf16 mixed precision does not run with FSDP" \
   "$work/bad2.err" || { echo "bf16 FSDP: unexpected error:"; cat "$work/bad2.err"; exit 1; }
+# A bf16-only base with the experts adapted: their LoRA merges fp32 expert weights it does not hold.
+base_refusal="lora.base_dtype = \"bfloat16\" holds no fp32 expert weights, which the experts' LoRA \(gate_proj, up_proj, down_proj on a MoE model\) merges at each step: use lora.base_dtype = \"float32\", or adapt the attention only$"
+expect_refusal base-experts "^titan train: error: $base_refusal" \
+  "$titan" train "${bad[@]}" --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 \
+  --job.dump_folder="$work/bad3"
+expect_refusal base-experts-plan "^titan plan: error: $base_refusal" \
+  "$titan" plan "${lora[@]}" --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16
 echo "train_lora_moe: ok"

@@ -25,6 +25,7 @@
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
 #include "titan/models/causal_lm.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/param_count.h"
 #include "titan/models/registry.h"
@@ -32,6 +33,7 @@
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
 #include "titan/train/job_resolve.h"
+#include "titan/train/lora_job.h"
 #include "titan/train/optimizer.h"
 #include "titan/train/training_plan.h"
 
@@ -121,7 +123,8 @@ struct Case {
   ActivationCheckpointing checkpointing = {};
   int64_t micro_batches = 2;
   std::string reshard_after_forward = "default";
-  LoraOptions lora = {};  // rank 0: full fine-tuning
+  LoraOptions lora = {};        // rank 0: full fine-tuning
+  bool lora_base_bf16 = false;  // lora.base_dtype = "bfloat16" (with bf16 compute)
 };
 
 PlanInputs inputs_of(const Case& c) {
@@ -135,6 +138,7 @@ PlanInputs inputs_of(const Case& c) {
   in.reshard_after_forward = c.reshard_after_forward;
   in.checkpointing = c.checkpointing;
   in.lora = c.lora;
+  in.lora_base_bf16 = c.lora_base_bf16;
   return in;
 }
 
@@ -156,8 +160,11 @@ void check_against_model(const Case& c) {
   DeviceMesh mesh(world, in.mesh);
 
   const bool sharded = c.dp_shard > 1;
+  // A base held in bf16 is made released and never holds its matmul weights in fp32 (the trainer
+  // loads it; its values do not matter here).
   std::unique_ptr<CausalLM> model =
-      make_model(c.args, {}, c.dtype, sharded ? Residency::released : Residency::committed);
+      make_model(c.args, {}, c.dtype,
+                 sharded || c.lora_base_bf16 ? Residency::released : Residency::committed);
   model->set_activation_checkpointing(c.checkpointing);
   std::unique_ptr<LoraAdapter> lora;
   if (c.lora.rank > 0) {
@@ -179,7 +186,11 @@ void check_against_model(const Case& c) {
   } else {
     optimizer = std::make_unique<AdamWOptimizer>(lora ? lora->groups() : model->param_groups(),
                                                  AdamWConfig{});
-    model->initialize(7);
+    if (c.lora_base_bf16) {
+      hold_lora_base_in_bf16(*model);
+    } else {
+      model->initialize(7);
+    }
     if (lora) lora->initialize(7);
   }
   // Between steps (before the first): exactly the resident figures.
@@ -278,6 +289,30 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   moe_lora.name = "moe LoRA, attention only";
   moe_lora.lora.target_modules = {"q_proj", "v_proj"};
   check_against_model(moe_lora);
+  // LoRA over a base held only in bf16: its matmul weights as bf16 copies, every group's at once
+  // (no block in flight), fp32 masters only for the norms and the embedding; tied and untied.
+  for (const bool tied : {false, true}) {
+    Case held{tied ? "dense LoRA, bf16 base, tied" : "dense LoRA, bf16 base",
+              test::tiny_dense(tied), 1, 1, DType::bf16};
+    held.lora = lora.lora;
+    held.lora_base_bf16 = true;
+    check_against_model(held);
+    Case copies = held;
+    copies.lora_base_bf16 = false;
+    const MemoryPlan with_masters = plan_training(inputs_of(copies)).memory;
+    const MemoryPlan bf16_only = plan_training(inputs_of(held)).memory;
+    EXPECT_EQ(bf16_only.block_copies, 0);
+    // The masters of the weights read only in bf16 are what goes.
+    int64_t matmul = 0;
+    for (const ParamGroupSpec& g : model_param_specs(held.args)) {
+      for (const ParamSpec& p : g.params) {
+        if (DecoderLM::read_only_in_bf16(p.name)) matmul += shape_numel(p.shape);
+      }
+    }
+    EXPECT_LT(bf16_only.step_peak(), with_masters.step_peak());
+    EXPECT_EQ(bf16_only.compute_copies,
+              (matmul + (tied ? held.args.vocab_size * held.args.hidden_size : 0)) * 2);
+  }
   check_against_model({"moe bf16, checkpointing",
                        test::with_moe(test::tiny_dense(true), 4, 2, 24, {0}), 1, 1, DType::bf16,
                        ActivationCheckpointing::full()});

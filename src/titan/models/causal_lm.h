@@ -158,13 +158,15 @@ class CausalLM {
   // embedding (its copy: the lm_head's) -- with where the copies live: what a use through_copies
   // reads in bf16 (GroupReads).
   virtual std::vector<std::vector<ComputeCopyTarget>> copied_params() = 0;
-  // Under bf16 compute, for a model that only ever runs forward (titan eval): its bf16 copies
-  // become its weights -- every group's resident at once and read as they are by each forward,
-  // never remade from the fp32 masters, which need not be held (load_forward_only_model loads a
-  // folder straight into the copies). With `lookup_in_bf16` the embedding's lookup reads a bf16
-  // copy too (a tied embedding the lm_head's; an untied one gets its own). Returns where each copy
-  // lies: copied_params(), and an untied embedding's when the lookup reads bf16. The model
-  // refuses gradients from then on.
+  // Under bf16 compute, for a model whose weights never change -- one only ever run forward
+  // (titan eval, titan generate), or a frozen LoRA base (train/lora_job.h: lora.base_dtype =
+  // "bfloat16") -- its bf16 copies become its weights: every group's resident at once and read as
+  // they are by each forward and backward, never remade from the fp32 masters, which need not be
+  // held (load_forward_only_model loads a folder straight into the copies). With `lookup_in_bf16`
+  // the embedding's lookup reads a bf16 copy too (a tied embedding the lm_head's; an untied one
+  // gets its own). Returns where each copy lies: copied_params(), and an untied embedding's when
+  // the lookup reads bf16. The model refuses to allocate gradients from then on (a frozen model
+  // has none to allocate).
   virtual std::vector<std::vector<ComputeCopyTarget>> hold_compute_copies(bool lookup_in_bf16) = 0;
   // Whether hold_compute_copies was called.
   virtual bool compute_copies_held() const = 0;

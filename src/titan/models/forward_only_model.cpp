@@ -10,9 +10,6 @@
 
 namespace titan {
 
-namespace {
-
-// Rounds the fp32 master of `param` into `copy`, as the model's own copies are made.
 void round_from_master(const CausalLM& model, const std::string& param, uint16_t* copy) {
   for (const ParamGroup& g : model.param_groups()) {
     if (const ParamView* v = g.find(param)) {
@@ -22,8 +19,6 @@ void round_from_master(const CausalLM& model, const std::string& param, uint16_t
   }
   fail("model: no parameter ", param, " to round into its bf16 copy");
 }
-
-}  // namespace
 
 void hold_copies_from_masters(CausalLM& model) {
   for (const std::vector<ComputeCopyTarget>& group : model.hold_compute_copies(false)) {

@@ -22,6 +22,10 @@ std::unique_ptr<CausalLM> load_forward_only_model(const std::string& dir, DType 
                                                   bool allow_nonfinite = false,
                                                   const std::string& adapter = "");
 
+// Rounds the fp32 master of `model`'s parameter `param` into `copy`, as the model's own copies are
+// made (to nearest even).
+void round_from_master(const CausalLM& model, const std::string& param, uint16_t* copy);
+
 // Under bf16 compute: makes `model`'s bf16 copies its weights (CausalLM::hold_compute_copies),
 // each rounded once from its fp32 master -- a live model, or one loaded with masters (an adapter
 // merged), run forward only.

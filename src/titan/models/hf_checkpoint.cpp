@@ -188,10 +188,10 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
 
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
-                     bool allow_nonfinite, Shard shard) {
+                     bool allow_nonfinite, Shard shard, const Bf16Destinations& bf16) {
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
   copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source),
-                  model_param_specs(args), groups, shard, path, allow_nonfinite);
+                  model_param_specs(args), groups, shard, path, allow_nonfinite, bf16);
 }
 
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite) {

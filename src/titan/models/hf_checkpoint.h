@@ -37,13 +37,20 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
                                                     const SafetensorsCheckpoint& checkpoint,
                                                     const std::string& config_source);
 
+// Per parameter name, where a parameter read only in bf16 is loaded: its numel bf16 values in its
+// own layout, rounded to nearest even from the folder's dtype (a bf16 folder's bits as stored).
+using Bf16Destinations = std::unordered_map<std::string, uint16_t*>;
+
 // Validates the checkpoint at `path` (a model folder, an index or one .safetensors file) against
 // `args`, then converts every tensor into `groups` (laid out by model_param_specs(args), each
 // parameter cut to `shard`'s rows: FSDP loads a rank's rows only). Weights holding NaN or Inf are
-// refused (models/nonfinite_weights.h) unless `allow_nonfinite`.
+// refused (models/nonfinite_weights.h) unless `allow_nonfinite`. The parameters `bf16` names go
+// whole into their bf16 destinations instead (unsharded only), their views left untouched (a
+// LoRA base held in bf16, train/lora_job.h).
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
-                     bool allow_nonfinite = false, Shard shard = {});
+                     bool allow_nonfinite = false, Shard shard = {},
+                     const Bf16Destinations& bf16 = {});
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite = false);
 // The model folder `dir` as a ready model: config.json, then the weights checked against it
@@ -52,10 +59,6 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
                                         const std::vector<OverrideRule>& overrides = {},
                                         bool allow_nonfinite = false,
                                         DType compute_dtype = DType::f32);
-
-// Per parameter name, where a parameter read only in bf16 is loaded: its numel bf16 values in its
-// own layout, rounded to nearest even from the folder's dtype (a bf16 folder's bits as stored).
-using Bf16Destinations = std::unordered_map<std::string, uint16_t*>;
 
 // load_hf_model for bf16 inference (infer/weights.h), never holding a matmul weight in fp32: the
 // model computes in bf16 and is made with its parameters released. `destinations(model,

@@ -112,6 +112,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"lora", "target_modules", &c.lora.target_modules},
       {"lora", "merge_on_export", &c.lora.merge_on_export},
       {"lora", "initial_adapter", &c.lora.initial_adapter},
+      {"lora", "base_dtype", &c.lora.base_dtype},
   };
 }
 
@@ -465,6 +466,16 @@ void job_config_validate(const JobConfig& c) {
     TITAN_CHECK(c.lora.dropout == 0.0, "lora.dropout ", c.lora.dropout,
                 ": titan applies no LoRA dropout yet (set it to 0)");
     parse_lora_targets(c.lora.target_modules, "lora.target_modules");
+  }
+  check_one_of(c.lora.base_dtype, {"float32", "bfloat16"}, "lora.base_dtype");
+  if (c.lora.base_dtype == "bfloat16") {
+    TITAN_CHECK(c.lora.rank > 0,
+                "lora.base_dtype = \"bfloat16\" holds a LoRA run's frozen base in bf16: set "
+                "lora.rank > 0 (without LoRA every weight trains and keeps its fp32 master)");
+    TITAN_CHECK(c.training.mixed_precision_param == "bfloat16",
+                "lora.base_dtype = \"bfloat16\" holds the frozen base as the bf16 copies bf16 "
+                "matmuls read: set training.mixed_precision_param = \"bfloat16\" (fp32 compute "
+                "reads fp32 weights)");
   }
   TITAN_CHECK(c.parallelism.data_parallel_shard_degree == -1 ||
                   c.parallelism.data_parallel_shard_degree >= 1,

@@ -172,6 +172,10 @@ struct JobConfig {
     std::string target_modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
     bool merge_on_export = false;
     std::string initial_adapter = "";
+    // How the frozen base is held: "float32" (fp32 masters, under bf16 compute also the bf16
+    // copies the matmuls read) or "bfloat16" (under bf16 compute only: each matmul weight held
+    // only as that bf16 copy, loaded from the Hugging Face folder rounded once; no fp32 masters).
+    std::string base_dtype = "float32";
   } lora;
   // [overrides]: module pattern -> kernel name, in file order.
   std::vector<std::pair<std::string, std::string>> overrides;

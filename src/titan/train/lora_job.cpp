@@ -4,7 +4,9 @@
 #include <cstdio>
 
 #include "titan/core/error.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/io/json_util.h"
+#include "titan/models/forward_only_model.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/peft_adapter.h"
@@ -47,6 +49,84 @@ void check_lora_job(const JobConfig& c) {
   }
 }
 
+bool lora_base_in_bf16(const JobConfig& c) {
+  return c.lora.rank > 0 && c.lora.base_dtype == "bfloat16";
+}
+
+void check_lora_base_dtype(const JobConfig& c, const ModelArgs& args, int64_t dp_shard) {
+  if (!lora_base_in_bf16(c)) return;
+  TITAN_CHECK(dp_shard == 1,
+              "lora.base_dtype = \"bfloat16\" is not built under FSDP (data_parallel_shard_degree ",
+              dp_shard,
+              " shards fp32 masters): use lora.base_dtype = \"float32\", or replicas "
+              "(data_parallel_replicate_degree) with data_parallel_shard_degree = 1");
+  TITAN_CHECK(!c.checkpoint.initial_load_path.empty(),
+              "lora.base_dtype = \"bfloat16\" loads the frozen base from a Hugging Face folder "
+              "into bf16: set checkpoint.initial_load_path (a random base is made in fp32)");
+  const LoraOptions options = job_lora_options(c);
+  bool sparse = false;
+  for (int64_t i = 0; args.is_moe() && i < args.num_hidden_layers; ++i) {
+    sparse = sparse || args.layer_is_sparse(i);
+  }
+  TITAN_CHECK(!sparse || (!options.targets("gate_proj") && !options.targets("down_proj")),
+              "lora.base_dtype = \"bfloat16\" holds no fp32 expert weights, which the experts' "
+              "LoRA (gate_proj, up_proj, down_proj on a MoE model) merges at each step: use "
+              "lora.base_dtype = \"float32\", or adapt the attention only");
+}
+
+void hold_lora_base_in_bf16(CausalLM& model) {
+  // The masters go back before the copies are committed: the two are never held together.
+  const std::vector<std::vector<ComputeCopyTarget>> held = model.bf16_only_params();
+  for (size_t i = 0; i < held.size(); ++i) {
+    const std::vector<ComputeCopyTarget>& targets = held[i];
+    ParamGroup& g = model.param_groups()[i];
+    g.release_params();
+    g.acquire_params_where([&](const ParamView& v) {
+      return std::none_of(targets.begin(), targets.end(),
+                          [&](const ComputeCopyTarget& t) { return t.param == v.spec.name; });
+    });
+  }
+  model.hold_compute_copies(false);
+}
+
+namespace {
+
+// The frozen base from a Hugging Face folder into a model holding it in bf16
+// (hold_lora_base_in_bf16).
+void load_bf16_base(const JobConfig& c, const ModelArgs& args, CausalLM& model) {
+  Bf16Destinations bf16;
+  for (const std::vector<ComputeCopyTarget>& group : model.bf16_only_params()) {
+    for (const ComputeCopyTarget& t : group) bf16.emplace(t.param, t.copy);
+  }
+  load_hf_weights(args, model.param_groups(), c.checkpoint.initial_load_path, "the model's config",
+                  c.checkpoint.allow_nonfinite_weights, Shard{}, bf16);
+  // The copies of weights held in fp32 too (a tied embedding's lm_head copy).
+  for (const std::vector<ComputeCopyTarget>& group : model.copied_params()) {
+    for (const ComputeCopyTarget& t : group) {
+      if (bf16.count(t.param) == 0) round_from_master(model, t.param, t.copy);
+    }
+  }
+}
+
+}  // namespace
+
+void widen_lora_base_to_fp32(CausalLM& model) {
+  const std::vector<std::vector<ComputeCopyTarget>> held = model.bf16_only_params();
+  for (size_t i = 0; i < held.size(); ++i) {
+    const std::vector<ComputeCopyTarget>& targets = held[i];
+    ParamGroup& g = model.param_groups()[i];
+    // The views held in fp32 kept across the recommit (the others read zero until widened).
+    std::vector<float> kept(g.params(), g.params() + g.numel());
+    g.release_params();
+    g.acquire_params();
+    std::copy(kept.begin(), kept.end(), g.params());
+    for (const ComputeCopyTarget& t : targets) {
+      const ParamView& v = g.view(t.param);
+      device_ops().widen_bf16(g.params() + v.offset, t.copy, v.numel);
+    }
+  }
+}
+
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
                                              CausalLM& model, bool sharded) {
   auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config));
@@ -84,9 +164,15 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
 
 void load_lora_run_weights(const JobConfig& c, const ModelArgs& args,
                            std::vector<ParamGroup>& model_groups, Shard model_cut,
-                           LoraAdapter& adapter, bool starting) {
+                           LoraAdapter& adapter, bool starting, CausalLM& model) {
   const std::string& initial = c.checkpoint.initial_load_path;
-  if (!initial.empty()) {
+  if (lora_base_in_bf16(c)) {
+    load_bf16_base(c, args, model);
+    std::printf(
+        "frozen model weights from %s, its matmul weights held only in bf16 "
+        "(lora.base_dtype = \"bfloat16\")\n",
+        initial.c_str());
+  } else if (!initial.empty()) {
     load_hf_weights(args, model_groups, initial, "the model's config",
                     c.checkpoint.allow_nonfinite_weights, model_cut);
     std::printf("frozen model weights from %s\n", initial.c_str());

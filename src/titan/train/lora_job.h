@@ -24,6 +24,20 @@ void check_lora_config(const JobConfig& config);
 // check_lora_config, and a lora.initial_adapter that is not a PEFT adapter of this config's rank,
 // alpha and targets.
 void check_lora_job(const JobConfig& config);
+// lora.base_dtype = "bfloat16": the frozen base held only as bf16 (its matmul weights).
+bool lora_base_in_bf16(const JobConfig& config);
+// Where lora.base_dtype = "bfloat16" cannot hold, refused with one line naming the key, once the
+// model `args` and the data-parallel shard degree `dp_shard` are resolved: under FSDP (its shards
+// are fp32 masters), without a Hugging Face folder to load the base from (a random base is made in
+// fp32), and with the experts of a MoE model adapted (ExpertLora merges their fp32 weights at each
+// step, which a bf16-only base does not hold).
+void check_lora_base_dtype(const JobConfig& config, const ModelArgs& args, int64_t dp_shard);
+// Under bf16 compute, `model`'s frozen weights read only in bf16 held only as the bf16 copies its
+// matmuls read (CausalLM::hold_compute_copies): their fp32 masters handed back, the copies of
+// every group committed at once and never rounded again. Before any weight is loaded (the values
+// are undefined until load_lora_run_weights); the norms, the embedding (its lookup) and biases
+// stay fp32.
+void hold_lora_base_in_bf16(CausalLM& model);
 // The adapter attached to `model` (its weights frozen), with a line saying what trains.
 // `sharded`: FSDP shards the frozen model (then the experts' LoRA is refused under bf16: its
 // merge reads the fp32 expert weights, which bf16 units gather only as their bf16 copies).
@@ -32,10 +46,14 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
 // The frozen model's weights from checkpoint.initial_load_path (a Hugging Face folder) into
 // `model_groups` (this rank's cut `model_cut` of them: Parallelism::model_groups), the same
 // whether the adapter starts or resumes (else the seeded init stays), and when `starting`,
-// lora.initial_adapter read into `adapter` (else PEFT's init, already made, stays).
+// lora.initial_adapter read into `adapter` (else PEFT's init, already made, stays). With
+// lora.base_dtype = "bfloat16" the weights `model` holds in bf16 (hold_lora_base_in_bf16) are
+// read from the folder straight into their copies, rounded to nearest even (a bf16 folder's bits
+// as stored), and the copies made from fp32 masters (a tied embedding's lm_head copy) rounded
+// after the load, as a live model rounds them.
 void load_lora_run_weights(const JobConfig& config, const ModelArgs& args,
                            std::vector<ParamGroup>& model_groups, Shard model_cut,
-                           LoraAdapter& adapter, bool starting);
+                           LoraAdapter& adapter, bool starting, CausalLM& model);
 // Where the run's last save goes: job.dump_folder/adapter (a PEFT adapter folder) for a LoRA run
 // that does not merge, else job.dump_folder/hf; and what kind of folder it is (io/atomic_dir.h).
 std::string job_export_dir(const JobConfig& config);
@@ -46,5 +64,12 @@ std::string job_export_content(const JobConfig& config);
 // merges each run of weights as it is gathered: merge_lora_into).
 void export_lora(const JobConfig& config, const LoraAdapter& adapter, const std::string& base_model,
                  bool writes, const std::function<void()>& export_model);
+// Before a merged export of a base held in bf16 (lora.merge_on_export with lora.base_dtype =
+// "bfloat16"): the fp32 masters of `model`'s bf16-only weights committed again and set to their
+// bf16 values widened exactly, so the export scans, gathers and merges fp32 weights as it does
+// for a base with masters. The adapter's update is then added in fp32 (merge_lora_into) and the
+// folder written in checkpoint.export_dtype: rounding the sum to bf16 would lose most of an
+// update smaller than the weight's bf16 spacing, which the default float32 keeps.
+void widen_lora_base_to_fp32(CausalLM& model);
 
 }  // namespace titan

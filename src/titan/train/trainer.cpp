@@ -99,7 +99,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
   check_lora_job(config_);
-  check_job_sizes(config_, resolve_job_model_args(config_), dims);
+  const ModelArgs job_args = resolve_job_model_args(config_);
+  check_lora_base_dtype(config_, job_args, dims.dp_shard);
+  check_job_sizes(config_, job_args, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
@@ -164,9 +166,18 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                 join_names(kernels.plugin_kernels).c_str());
   }
   const DType compute = job_compute_dtype(config_);
-  model_ = make_model(args_, kernels.overrides, compute, Parallelism::param_residency(*mesh_),
+  // A base held in bf16 is never held in fp32: made released, it is loaded, not initialised.
+  const bool base_in_bf16 = lora_base_in_bf16(config_);
+  model_ = make_model(args_, kernels.overrides, compute,
+                      base_in_bf16 ? Residency::released : Parallelism::param_residency(*mesh_),
                       Parallelism::plan(args_));
-  if (compute == DType::bf16) {
+  if (base_in_bf16) {
+    std::printf(
+        "mixed precision: %s; the frozen base's matmul weights held only in bf16 "
+        "(lora.base_dtype), its norms and embedding in fp32; the adapter's fp32 "
+        "weights, AdamW state and gradients\n",
+        describe_compute_dtype(compute));
+  } else if (compute == DType::bf16) {
     std::printf("mixed precision: %s; fp32 master weights, AdamW state and gradients\n",
                 describe_compute_dtype(compute));
   } else {
@@ -237,7 +248,11 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
             : "");
   }
   const auto seed = static_cast<uint64_t>(t.seed);
-  parallelism_->initialize(args_, seed);
+  if (base_in_bf16) {
+    hold_lora_base_in_bf16(*model_);  // loaded by restore()
+  } else {
+    parallelism_->initialize(args_, seed);
+  }
   if (lora_) lora_->initialize(seed);
   restore();
   if (async_checkpoints_ && parallelism_->writes_checkpoint()) {
@@ -295,7 +310,7 @@ void Trainer::restore() {
   const std::string& initial = ck.initial_load_path;
   if (lora_) {
     load_lora_run_weights(config_, args_, parallelism_->model_groups(), parallelism_->model_cut(),
-                          *lora_, start_step_ == 0);
+                          *lora_, start_step_ == 0, *model_);
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(args_, state_groups(), initial, "the model's config",
@@ -529,6 +544,10 @@ void Trainer::export_model() {
     parallelism_->end_export();
   };
   if (lora_) {
+    // A base held only in bf16 is scanned, merged and written from fp32 masters (exact widening).
+    if (config_.lora.merge_on_export && lora_base_in_bf16(config_)) {
+      widen_lora_base_to_fp32(*model_);
+    }
     const std::string& base = config_.checkpoint.initial_load_path;
     export_lora(config_, *lora_, base.empty() ? tokenizer_dir_ : base, writes, export_model);
   } else {

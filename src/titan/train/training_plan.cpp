@@ -5,6 +5,7 @@
 #include <numeric>
 #include <vector>
 
+#include "titan/core/error.h"
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flops.h"
@@ -56,6 +57,8 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   if (config.lora.rank > 0) {
     check_lora_config(config);
     in.lora = job_lora_options(config);
+    check_lora_base_dtype(config, in.args, in.mesh.dp_shard);
+    in.lora_base_bf16 = lora_base_in_bf16(config);
   }
   // The kernels [overrides] names, a plugin's too, and their constraints on the step's shapes, as
   // titan train refuses them before allocating.
@@ -167,7 +170,27 @@ TrainingPlan plan_training(const PlanInputs& in) {
   m.optimizer = 2 * resident * kFloat;
   const std::vector<int64_t>& copies = copy_numel[1];  // every copy the model keeps
   const auto bf16_size = static_cast<int64_t>(dtype_size(DType::bf16));
-  if (!fsdp) {
+  if (in.lora_base_bf16) {
+    // Every group's copies held at once as the weights; masters only for what is read in fp32
+    // (norms, the embedding's lookup, biases).
+    TITAN_CHECK(!fsdp && bf16 && frozen,
+                "plan: a bf16-only LoRA base in one process or "
+                "replicas, under bf16 compute");
+    int64_t masters = 0, held = 0;
+    for (size_t g = 0; g < copies.size(); ++g) {
+      masters += master_numel[0][g];
+      held += copies[g];
+    }
+    m.parameters = masters * kFloat;
+    m.compute_copies = held * bf16_size;
+    // A merged export first widens the base into whole fp32 groups (widen_lora_base_to_fp32):
+    // the masters it lacked.
+    if (in.export_model_weights) {
+      for (size_t g = 0; g < copies.size(); ++g) {
+        m.export_gather += (whole_numel[g] - master_numel[0][g]) * kFloat;
+      }
+    }
+  } else if (!fsdp) {
     const auto head = static_cast<size_t>(head_group_index(a));
     int64_t largest_block = 0;
     for (size_t g = 0; g < copies.size(); ++g) {

@@ -60,6 +60,9 @@ struct PlanInputs {
   DType export_dtype = DType::bf16;
   // [lora]: rank 0, or the adapter a LoRA run trains (the model's weights then frozen).
   LoraOptions lora;
+  // lora.base_dtype = "bfloat16": the frozen base's matmul weights held only as bf16 copies (one
+  // process or replicas; train/lora_job.h).
+  bool lora_base_bf16 = false;
   // [overrides] rules that match no module, as titan train warns of them.
   std::vector<std::string> override_warnings;
 };
@@ -90,7 +93,8 @@ struct MemoryPlan {
   int64_t rope = 0;  // the RoPE tables
   // While a checkpoint or the final Hugging Face folder is written: the writer's staging; under
   // FSDP rank 0 also holds the export's largest run of one unit's whole parameters (gathered to
-  // it a run at a time: models/hf_export.h ExportRun), at most one unit.
+  // it a run at a time: models/hf_export.h ExportRun), at most one unit; over a LoRA base held in
+  // bf16 the merged export's widened fp32 masters of its matmul weights, every group's.
   int64_t writer_staging = 0, export_gather = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
