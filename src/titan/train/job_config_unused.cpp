@@ -57,7 +57,7 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   unused({"training.deterministic"}, !c.training.deterministic,
          "titan's kernels are deterministic for a given thread count whatever its value");
   unused({"lora.alpha", "lora.dropout", "lora.target_modules", "lora.merge_on_export",
-          "lora.initial_adapter"},
+          "lora.initial_adapter", "lora.base_dtype"},
          c.lora.rank == 0, "lora.rank is 0 (set a rank to train a LoRA adapter)");
   // torchtitan's own TOMLs carry an option beside mode = "full", which ignores it; beside "none"
   // it says the mode was meant to be selective.
