@@ -10,10 +10,13 @@
 // One step counts the group's reductions.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
-#include <mutex>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "error_of.h"
