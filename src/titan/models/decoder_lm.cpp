@@ -94,8 +94,6 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   } else if (tp_degree_ > 1 && args_.is_moe()) {
     cannot_compute_ =
         "tensor parallel on a model with experts is not built yet (dense models only)";
-  } else if (tp_degree_ > 1 && compute_dtype_ == DType::bf16) {
-    cannot_compute_ = "tensor parallel in bf16 compute is not built yet (fp32 only)";
   }
   if (tp_degree_ > 1) {
     vocab_shard_ = VocabShard::of(args_.vocab_size, static_cast<int>(axes.tp_index),
