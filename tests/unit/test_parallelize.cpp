@@ -107,11 +107,13 @@ TEST(Parallelize, EveryLayerReducesAtItsTwoBlockBoundariesEachWay) {
   const ModelArgs args = test::tiny_moe();  // a sparse and a dense layer
   const std::unique_ptr<CausalLM> plain = make_model(args), hooked = make_model(args);
   int64_t calls = 0;
-  hooked->set_layer_collectives({[&](float* x, int64_t count) {
+  LayerCollectives counting;
+  counting.sum_partials = [&](float* x, int64_t count) {
     EXPECT_NE(x, nullptr);
     EXPECT_EQ(count, 2 * 8 * args.hidden_size);  // one_step's tokens x hidden
     ++calls;
-  }});
+  };
+  hooked->set_layer_collectives(counting);
   const Step want = one_step(*plain, 9), got = one_step(*hooked, 9);
   EXPECT_EQ(calls, 2 * 2 * args.num_hidden_layers);
   EXPECT_EQ(got.loss, want.loss);
@@ -215,7 +217,8 @@ TEST(Parallelize, EveryRanksPartsCoverEachParameterOnce) {
   }
 }
 
-// The model takes its sizes from its parts; it refuses to compute without the collectives.
+// The model takes its sizes from its parts; it refuses to compute without its TP group's
+// reductions (test_tensor_parallel computes with them).
 TEST(Parallelize, TheModelIsBuiltOnItsPartsAndRefusesToComputeWithoutCollectives) {
   const ModelArgs args = even_dense();
   const std::unique_ptr<CausalLM> m = make_model(args, {}, DType::f32, Residency::committed,
@@ -234,7 +237,7 @@ TEST(Parallelize, TheModelIsBuiltOnItsPartsAndRefusesToComputeWithoutCollectives
   ForwardOptions options;
   EXPECT_NE(test::error_of([&] {
               m->forward(ids.data(), ids.data(), 1, 8, options);
-            }).find("the collectives that join them are not built yet"),
+            }).find("its group's reductions are not set"),
             std::string::npos);
 }
 

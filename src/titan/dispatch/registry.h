@@ -109,7 +109,7 @@ struct EmbeddingKernel {
       forward_bf16 = nullptr;
   // The vocabulary-parallel lookup and scatter (tensor parallel, ops/embedding.h: this rank's
   // rows only), both or neither; without them the kernel cannot serve an embedding cut along the
-  // vocabulary (which the model refuses today: tensor parallel is not wired yet).
+  // vocabulary (a tensor-parallel model refuses it).
   KernelFn<void (*)(float*, const int32_t*, const float*, int64_t, const VocabShard&, int64_t),
            "embedding.forward_vocab_parallel">
       forward_vocab_parallel = nullptr;

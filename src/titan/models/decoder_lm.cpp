@@ -66,8 +66,13 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
 
   // The modules take their sizes from the rank's parts of their parameters: under a plan that
   // cuts them, the local heads, widths and vocabulary.
+  const ParallelAxes& axes = plan.axes();
+  bool cut_by_ep = false;
   for (ParamGroupSpec& g : local_param_specs(args_, plan)) {
-    for (const ParamSpec& p : g.params) cut_by_plan_ |= plan.placement_of(p).count > 1;
+    for (const ParamSpec& p : g.params) {
+      cut_by_ep |= plan.style_of(module_of_param(p.name)) == ParallelStyle::expert &&
+                   plan.placement_of(p).count > 1;
+    }
     // bf16 units in flight (FSDP): the weights read only in bf16 last, so the fp32 masters a unit
     // in flight commits (FullyShardedGroups) lie together at the start of its buffer.
     if (compute_dtype_ == DType::bf16 && params == Residency::released) {
@@ -75,6 +80,24 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
                             [](const ParamSpec& p) { return !read_only_in_bf16(p.name); });
     }
     groups_.emplace_back(g.name, g.params, params);
+  }
+
+  tp_degree_ = axes.tp_degree;
+  if (cut_by_ep) {
+    cannot_compute_ =
+        "the model holds expert-parallel parts of its experts, and expert "
+        "parallel's all-to-all is not built yet";
+  } else if (tp_degree_ > 1 && axes.sequence_parallel) {
+    cannot_compute_ =
+        "sequence parallel is not built yet (tensor parallel computes with "
+        "parallelism.enable_sequence_parallel = false)";
+  } else if (tp_degree_ > 1 && args_.is_moe()) {
+    cannot_compute_ =
+        "tensor parallel on a model with experts is not built yet (dense models only)";
+  }
+  if (tp_degree_ > 1) {
+    vocab_shard_ = VocabShard::of(args_.vocab_size, static_cast<int>(axes.tp_index),
+                                  static_cast<int>(tp_degree_));
   }
 
   head_group_ = head_group_index(args_);
@@ -85,8 +108,8 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   embed.vocab = embed_weight.spec.shape[0];
   embed.dim = h;
   embed.weight = g0.params() + embed_weight.offset;
-  embed.kernel =
-      &std::get<EmbeddingKernel>(binder.bind("model.embed_tokens", OpKind::embedding).impl);
+  const KernelEntry& embed_kernel = binder.bind("model.embed_tokens", OpKind::embedding);
+  embed.kernel = &std::get<EmbeddingKernel>(embed_kernel.impl);
   m_.norm = make_norm("model.norm", head, binder, h, args_.rms_norm_eps);
   // The training loss runs the lm_head inside its kernel; this module serves inference, whose
   // one-token logits are a GEMV on the device's default linear kernel.
@@ -101,7 +124,18 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       kernel_registry().default_kernel(OpKind::linear, backend().kind()), OpKind::linear);
   lm_head.kernel = &std::get<LinearKernel>(builtin_linear.impl);
   lm_head.kernel_name = builtin_linear.name;
-  lm_head_loss_ = &std::get<LmHeadLossKernel>(binder.bind("lm_head", OpKind::lm_head_loss).impl);
+  const KernelEntry& loss_kernel = binder.bind("lm_head", OpKind::lm_head_loss);
+  lm_head_loss_ = &std::get<LmHeadLossKernel>(loss_kernel.impl);
+  if (tp_degree_ > 1) {
+    // Tensor parallel: the embedding and the loss on this rank's vocabulary rows.
+    TITAN_CHECK(embed.kernel->forward_vocab_parallel != nullptr, "model: embedding kernel '",
+                embed_kernel.name, "' of model.embed_tokens has no vocabulary-parallel form ",
+                "(tensor parallel cuts the embedding along the vocabulary)");
+    TITAN_CHECK(lm_head_loss_->forward_backward_vocab_parallel != nullptr, "model: lm_head loss ",
+                "kernel '", loss_kernel.name, "' has no vocabulary-parallel form (tensor parallel ",
+                "cuts the lm_head along the vocabulary)");
+    embed.vocab_shard = &vocab_shard_;
+  }
 
   for (int64_t i = 0; i < args_.num_hidden_layers; ++i) {
     const ParamGroup& g = groups_[static_cast<size_t>(layer_group_index(i))];
@@ -116,6 +150,8 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     at.k_proj = make_linear(at.name + ".k_proj", g, binder);
     at.v_proj = make_linear(at.name + ".v_proj", g, binder);
     at.o_proj = make_linear(at.name + ".o_proj", g, binder);
+    // Row-wise (o_proj, down_proj): the first TP rank adds the bias to the group's sum.
+    at.o_proj.adds_bias = axes.tp_index == 0;
     at.n_heads = at.q_proj.out_features / hd;
     at.n_kv_heads = at.k_proj.out_features / hd;
     at.qk_norm = args_.qk_norm;
@@ -161,6 +197,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       mlp.gate_proj = make_linear(mlp.name + ".gate_proj", g, binder);
       mlp.up_proj = make_linear(mlp.name + ".up_proj", g, binder);
       mlp.down_proj = make_linear(mlp.name + ".down_proj", g, binder);
+      mlp.down_proj.adds_bias = axes.tp_index == 0;
       mlp.intermediate = mlp.gate_proj.out_features;
       mlp.swiglu = &std::get<SwigluKernel>(binder.bind(mlp.name, OpKind::swiglu).impl);
     }
@@ -168,6 +205,12 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   }
   if (compute_dtype_ == DType::bf16) allocate_compute_weights(params);
   record_group_pointers();
+}
+
+void DecoderLM::set_layer_collectives(LayerCollectives collectives) {
+  collectives_ = std::move(collectives);
+  vocab_shard_.all_reduce_sum = collectives_.sum_partials;
+  vocab_shard_.all_reduce_max = collectives_.all_reduce_max;
 }
 
 void DecoderLM::initialize(uint64_t seed) {
@@ -220,6 +263,7 @@ void DecoderLM::allocate_gradients() {
 
 void DecoderLM::attach_lora(const LoraAdapter& adapter) {
   TITAN_CHECK(!gradients_allocated_, "model: LoRA attached after its gradients were allocated");
+  TITAN_CHECK(tp_degree_ == 1, "model: LoRA under tensor parallel is not built yet");
   TITAN_CHECK(!hooks_.acquire, "model: LoRA attached after FSDP sharded it (attach it first: ",
               "its groups are frozen before they are sharded)");
   for (DecoderLayer& layer : m_.layers) {
@@ -258,9 +302,10 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                                       int64_t batch, int64_t seq, const ForwardOptions& options) {
   TITAN_CHECK(batch > 0 && seq > 0, "forward: batch (", batch, ") and seq (", seq,
               ") must be positive");
-  TITAN_CHECK(!cut_by_plan_,
-              "forward: the model holds tensor- or expert-parallel parts of its parameters, and "
-              "the collectives that join them are not built yet");
+  TITAN_CHECK(cannot_compute_.empty(), "forward: ", cannot_compute_);
+  TITAN_CHECK(tp_degree_ == 1 || (collectives_.sum_partials && collectives_.all_reduce_max),
+              "forward: the model holds tensor-parallel parts of its parameters, and its group's ",
+              "reductions are not set (set_layer_collectives: sum_partials and all_reduce_max)");
   TITAN_CHECK(seq <= args_.max_position_embeddings, "forward: sequence length ", seq,
               " exceeds max_position_embeddings ", args_.max_position_embeddings);
   TITAN_CHECK(!options.compute_grad || gradients_allocated_,
@@ -300,6 +345,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     prefetch(head_group_, GroupReads::through_copies);
   }
   m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
+  if (tp_degree_ > 1) collectives_.sum_partials(acts_.resid[0], n * h);  // each rank's rows
   release(0, grad || head_group_ == 0 ? GroupUseEnd::used_later : GroupUseEnd::last);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
@@ -345,7 +391,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   ce.targets = targets_.data();
   ce.n_tokens = n;
   ce.hidden = h;
-  ce.vocab = args_.vocab_size;
+  ce.vocab = tp_degree_ > 1 ? vocab_shard_.rows : args_.vocab_size;
   ce.logits = options.logits;
   ce.chunk_tokens = default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
                         .chunk_tokens(n, args_.vocab_size, 0);
@@ -356,7 +402,14 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     ce.grad_scale = options.grad_scale;
   }
   grad_ready_ = options.compute_grad;
-  const CrossEntropyResult result = lm_head_loss_->forward_backward(ce);
+  CrossEntropyResult result;
+  if (tp_degree_ > 1) {
+    result = lm_head_loss_->forward_backward_vocab_parallel(ce, vocab_shard_);
+    // Each rank's d x is its rows' part; the final norm's backward needs the whole.
+    if (grad) collectives_.sum_partials(ce.dx, n * h);
+  } else {
+    result = lm_head_loss_->forward_backward(ce);
+  }
   if (!grad) release(head_group_, GroupUseEnd::last);
   return result;
 }
@@ -376,13 +429,38 @@ void DecoderLM::backward() {
     LayerActivations& a = g.layers[i];
     // Recompute (the layer's set is the shared one); rewrites resid[i + 1] identically.
     if (checkpointing_.recomputes_layer(static_cast<int64_t>(i))) layer_forward(i, a);
-    m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
-                          aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
+    if (tp_degree_ > 1 && m_.layers[i].self_attn.qk_norm) {
+      backward_layer_summing_qk_norms(i, a);
+    } else {
+      m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
+                            aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
+    }
     release(group, GroupUseEnd::gradients);
   }
   acquire(0, true, GroupReads::nothing);
   m_.embed_tokens.backward(g.d_resid, ids_.data(), n);
   release(0, GroupUseEnd::gradients);
+}
+
+void DecoderLM::backward_layer_summing_qk_norms(size_t i, LayerActivations& a) {
+  const SelfAttention& at = m_.layers[i].self_attn;
+  // The norms are replicated, but each rank's q/k rows are its own heads: the weight's gradient
+  // is the group's sum of this backward's parts. The gradients accumulate over micro-batches, so
+  // this backward's parts are taken apart from what is there, summed, and added back.
+  std::vector<float> earlier;
+  for (const RMSNorm* norm : {&at.q_norm, &at.k_norm}) {
+    if (norm->weight_grad == nullptr) continue;  // frozen
+    earlier.insert(earlier.end(), norm->weight_grad, norm->weight_grad + norm->dim);
+    std::fill(norm->weight_grad, norm->weight_grad + norm->dim, 0.0f);
+  }
+  m_.layers[i].backward(acts_.d_resid, acts_.grad, a, acts_.resid[i],
+                        aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
+  size_t at_earlier = 0;
+  for (const RMSNorm* norm : {&at.q_norm, &at.k_norm}) {
+    if (norm->weight_grad == nullptr) continue;
+    collectives_.sum_partials(norm->weight_grad, norm->dim);
+    for (int64_t j = 0; j < norm->dim; ++j) norm->weight_grad[j] += earlier[at_earlier++];
+  }
 }
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,

@@ -50,9 +50,9 @@ class DecoderLM final : public CausalLM {
   }
   void set_forward_only() override;
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
-  void set_layer_collectives(LayerCollectives collectives) override {
-    collectives_ = std::move(collectives);
-  }
+  // Under a tensor-parallel plan the group's reductions (both: sum_partials and all_reduce_max)
+  // must be set before a forward; the vocabulary shard's reductions are bound to them.
+  void set_layer_collectives(LayerCollectives collectives) override;
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
   std::vector<std::vector<ComputeCopyTarget>> copied_params() override;
   std::vector<std::vector<ComputeCopyTarget>> hold_compute_copies(bool lookup_in_bf16) override;
@@ -64,10 +64,11 @@ class DecoderLM final : public CausalLM {
   const DecoderModules& modules() const override { return m_; }
 
   // The same for a model of `args` computing in `compute_dtype` under `checkpointing`, without
-  // building it (titan plan).
+  // building it (titan plan); on a rank of `tp_degree` tensor-parallel ranks (without sequence
+  // parallel): its local heads and MLP width, its vocabulary-parallel loss's workspace.
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                      const ActivationCheckpointing& checkpointing, int64_t batch,
-                                     int64_t seq);
+                                     int64_t seq, int64_t tp_degree = 1);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -103,12 +104,14 @@ class DecoderLM final : public CausalLM {
   Retention retention() const { return {checkpointing_, forward_only_}; }
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
-  // activation_bytes use.
+  // activation_bytes use. tp_degree: the tensor-parallel ranks the heads, the MLP width and the
+  // vocabulary are cut over (1: none).
   static int64_t carve_activations(const ModelArgs& args, DType compute_dtype,
-                                   const Retention& retention, float* base, int64_t batch,
-                                   int64_t seq, Activations& v);
+                                   const Retention& retention, int64_t tp_degree, float* base,
+                                   int64_t batch, int64_t seq, Activations& v);
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
-                              const Retention& retention, int64_t batch, int64_t seq);
+                              const Retention& retention, int64_t tp_degree, int64_t batch,
+                              int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
   // This call's rows: packed (segment starts copied, positions restarting at each) or, for null,
   // one sequence each (positions 0..seq-1), for the forward and its backward.
@@ -211,9 +214,16 @@ class DecoderLM final : public CausalLM {
   bool aux_grad_ = false;
   bool grad_ready_ = false;
   bool gradients_allocated_ = false;
-  // The plan cut a parameter: the model holds parts and cannot compute without tensor or expert
-  // parallel's collectives at the layer's boundaries (not built yet: forward refuses).
-  bool cut_by_plan_ = false;
+  // Tensor parallel (the plan's TP degree above 1): this rank's vocabulary rows, whose reductions
+  // set_layer_collectives binds; the embedding and the loss compute on them.
+  int64_t tp_degree_ = 1;
+  VocabShard vocab_shard_;
+  // Why the model cannot compute on the parts the plan gave it (what is not built: expert
+  // parallel, sequence parallel, ...), or empty: forward refuses with it.
+  std::string cannot_compute_;
+  // Sums over the TP group the gradients layer i's q/k norms got in this backward (each rank saw
+  // only its heads), leaving what earlier backwards accumulated as it was.
+  void backward_layer_summing_qk_norms(size_t i, LayerActivations& a);
   ActivationCheckpointing checkpointing_;
   bool forward_only_ = false;
 };

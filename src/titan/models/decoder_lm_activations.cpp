@@ -15,11 +15,13 @@
 namespace titan {
 
 int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
-                                     const Retention& retention, float* base, int64_t batch,
-                                     int64_t seq, Activations& v) {
+                                     const Retention& retention, int64_t tp_degree, float* base,
+                                     int64_t batch, int64_t seq, Activations& v) {
+  // A tensor-parallel rank's heads and MLP widths (the plan's column-wise parts); the residual
+  // streams and norms stay whole (no sequence parallel).
   const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
-  const int64_t H = args.num_attention_heads, KV = args.num_key_value_heads;
-  const int64_t I = args.intermediate_size, Im = args.moe_intermediate_size;
+  const int64_t H = args.num_attention_heads / tp_degree, KV = args.num_key_value_heads / tp_degree;
+  const int64_t I = args.intermediate_size / tp_degree, Im = args.moe_intermediate_size / tp_degree;
   const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = n * k;
   const int64_t n_layers = args.num_hidden_layers;
   int64_t n_sparse = 0;
@@ -102,9 +104,14 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   }
   const int64_t layers_end = c.used();
   c.rewind(shared_begin);
+  const LmHeadLossKernel& loss =
+      default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind());
+  const bool loss_bf16 = compute_dtype == DType::bf16;
   const int64_t loss_bytes =
-      default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
-          .workspace_bytes(n, args.hidden_size, args.vocab_size, 0, compute_dtype == DType::bf16);
+      tp_degree > 1
+          ? loss.vocab_parallel_workspace_bytes(
+                n, h, VocabShard::of(args.vocab_size, 0, static_cast<int>(tp_degree)), 0, loss_bf16)
+          : loss.workspace_bytes(n, h, args.vocab_size, 0, loss_bf16);
   v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
   c.skip_past(layers_end);
   // The residual streams: each block's input and the last block's output, or, with nothing kept
@@ -218,6 +225,9 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
 
 int64_t DecoderLM::carve_inference(const InferenceShape& shape, void* base,
                                    InferenceScratch& s) const {
+  TITAN_CHECK(tp_degree_ == 1,
+              "inference: the model holds tensor-parallel parts of its "
+              "parameters, and inference under tensor parallel is not built yet");
   const ModelArgs& a = args_;
   const int64_t n = shape.max_chunk, h = a.hidden_size, H = a.num_attention_heads;
   const int64_t qd = H * a.head_dim, kvd = a.num_key_value_heads * a.head_dim;
@@ -268,19 +278,21 @@ int64_t DecoderLM::carve_inference(const InferenceShape& shape, void* base,
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                        const ActivationCheckpointing& checkpointing, int64_t batch,
-                                       int64_t seq) {
-  return arena_floats(args, compute_dtype, Retention{checkpointing, false}, batch, seq) *
+                                       int64_t seq, int64_t tp_degree) {
+  return arena_floats(args, compute_dtype, Retention{checkpointing, false}, tp_degree, batch, seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
 int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype,
-                                const Retention& retention, int64_t batch, int64_t seq) {
+                                const Retention& retention, int64_t tp_degree, int64_t batch,
+                                int64_t seq) {
   Activations measured;
-  return carve_activations(args, compute_dtype, retention, nullptr, batch, seq, measured);
+  return carve_activations(args, compute_dtype, retention, tp_degree, nullptr, batch, seq,
+                           measured);
 }
 
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
-  return arena_floats(args_, compute_dtype_, retention(), batch, seq) *
+  return arena_floats(args_, compute_dtype_, retention(), tp_degree_, batch, seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -292,7 +304,8 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   arena_ = Buffer();  // release the old arena before taking the new one
   arena_ = Buffer(backend().memory(), static_cast<size_t>(activation_bytes(batch, seq)),
                   MemCategory::activations);
-  carve_activations(args_, compute_dtype_, retention(), arena_.as<float>(), batch, seq, acts_);
+  carve_activations(args_, compute_dtype_, retention(), tp_degree_, arena_.as<float>(), batch, seq,
+                    acts_);
   batch_ = batch;
   seq_ = seq;
   arena_threads_ = threads;

@@ -34,7 +34,7 @@ void Linear::forward(float* y, const float* x, int64_t n, const LinearScratch& s
 void Linear::forward_bf16(float* y, const uint16_t* x_bf16, int64_t n) const {
   TITAN_CHECK(computes_in_bf16(), name, ": an input in bf16, but it computes in fp32");
   kernel->forward_bf16(y, x_bf16, weight_bf16, n, in_features, out_features);
-  if (bias != nullptr) device_ops().bias_forward(y, bias, n, out_features);
+  if (bias != nullptr && adds_bias) device_ops().bias_forward(y, bias, n, out_features);
   if (lora != nullptr) lora->forward_add_bf16(y, x_bf16, n, *kernel);
 }
 
@@ -127,7 +127,7 @@ void linear_group_forward(std::initializer_list<LinearOutput> outputs, const flo
                   "' has no bf16 form");
       l.kernel->forward(o.y, x, l.weight, n, l.in_features, l.out_features);
     }
-    if (l.bias != nullptr) device_ops().bias_forward(o.y, l.bias, n, l.out_features);
+    if (l.bias != nullptr && l.adds_bias) device_ops().bias_forward(o.y, l.bias, n, l.out_features);
   }
   // A bf16 linear added its update in forward_bf16, on the rounded x.
   for (const LinearOutput& o : outputs) {
@@ -146,6 +146,11 @@ void RMSNorm::backward(float* dx, const float* dout, const float* x, const float
 }
 
 void Embedding::forward(float* out, const int32_t* ids, int64_t n) const {
+  if (vocab_shard != nullptr) {
+    TITAN_CHECK(weight_bf16 == nullptr, name, ": a vocabulary-parallel lookup in bf16");
+    kernel->forward_vocab_parallel(out, ids, weight, n, *vocab_shard, dim);
+    return;
+  }
   if (weight_bf16 != nullptr) {
     kernel->forward_bf16(out, ids, weight_bf16, n, vocab, dim);
   } else {
@@ -155,6 +160,10 @@ void Embedding::forward(float* out, const int32_t* ids, int64_t n) const {
 
 void Embedding::backward(const float* dout, const int32_t* ids, int64_t n) const {
   if (weight_grad == nullptr) return;  // a frozen embedding (LoRA's base)
+  if (vocab_shard != nullptr) {
+    kernel->backward_vocab_parallel(weight_grad, dout, ids, n, *vocab_shard, dim);
+    return;
+  }
   kernel->backward(weight_grad, dout, ids, n, dim);
 }
 

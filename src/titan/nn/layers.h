@@ -20,6 +20,7 @@
 #include "titan/ops/moe.h"
 #include "titan/ops/moe_stages.h"
 #include "titan/ops/rope.h"
+#include "titan/ops/vocab_shard.h"
 
 namespace titan {
 
@@ -54,11 +55,16 @@ struct KvCacheView {
 // each block's row-wise output (o_proj's, down_proj's or the experts') holds a partial sum on
 // every rank of the TP group, and so, in the backward, does the gradient of each block's input
 // (its column-wise projections'). sum_partials(x, count) replaces x by the sum over the group.
-// Without a group (one rank, and until tensor parallel attaches: parallelize_decoder) it is not
-// set and the layer calls nothing. Sequence parallel will replace the pair around each block by
-// an all-gather before it and a reduce-scatter after it.
+// Without a group (one rank) it is not set and the layer calls nothing. Sequence parallel will
+// replace the pair around each block by an all-gather before it and a reduce-scatter after it.
+// all_reduce_max(x, count) replaces x by the elementwise maximum over the group: with
+// sum_partials, the reductions the vocabulary-parallel loss takes (ops/vocab_shard.h). Both give
+// every rank the same bits; every rank calls them in the same order with the same count. The
+// model (DecoderLM) also sums with sum_partials the embedding's partial rows, the loss's partial
+// d x and the q/k norms' gradients.
 struct LayerCollectives {
   std::function<void(float* x, int64_t count)> sum_partials;
+  std::function<void(float* x, int64_t count)> all_reduce_max;
 };
 
 // Where one forward call of a layer reads and writes besides its parameters and activations.
@@ -93,6 +99,10 @@ struct Linear {
   float* weight_grad = nullptr;  // (out, in) or null
   float* bias = nullptr;         // (out), or null for bias=False
   float* bias_grad = nullptr;    // (out) or null
+  // Whether the forward adds the bias. A row-wise part on a tensor-parallel rank but the first
+  // does not: the ranks' partial outputs are summed, so the group adds it once. Its gradient (dy's
+  // column sums, dy the same on every rank) is computed on every rank alike.
+  bool adds_bias = true;
   // A bf16 copy of weight that the GEMMs use instead (mixed-precision training, bf16 inference),
   // or null. x and dy are rounded to bf16 too and products accumulate in fp32 (the kernel's bf16
   // form: a bf16 model binds no other).
@@ -177,6 +187,10 @@ struct Embedding {
   // infer/weights.h; the kernel's forward_bf16).
   const uint16_t* weight_bf16 = nullptr;
   const EmbeddingKernel* kernel = nullptr;
+  // Tensor parallel: the vocabulary rows this rank holds (weight is (shard.rows, dim)), or null
+  // (the whole vocabulary). The forward then writes this rank's partial rows (zero for ids it does
+  // not hold), which the caller sums over the group; the backward scatters into the local rows.
+  const VocabShard* vocab_shard = nullptr;
 
   void forward(float* out, const int32_t* ids, int64_t n) const;
   void backward(const float* dout, const int32_t* ids, int64_t n) const;

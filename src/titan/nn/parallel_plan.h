@@ -3,14 +3,14 @@
 // DTensor placements they give the parameters). Resolved before the model is built, beside
 // [overrides]: the model allocates and computes on each parameter's local part (local_spec), the
 // loaders cut the same way, and the collectives the styles imply run at the decoder layer's
-// boundaries (nn/decoder_layer.h's TensorParallelHooks).
+// boundaries (nn/layers.h's LayerCollectives).
 //
 // The placement of a parameter of rank r (2 for a linear's (out, in) weight, 3 for stacked experts
 // (E, out, in)) under each style:
 //   replicate  whole on every rank (norms, the router, biases of row-wise linears)
 //   colwise    its output features cut: dim r - 2 (a bias: dim 0) over the TP axis
-//   rowwise    its input features cut: dim r - 1 over the TP axis; a bias replicated (added once,
-//              after the partial products are summed)
+//   rowwise    its input features cut: dim r - 1 over the TP axis; a bias replicated (added once:
+//              by the first TP rank, to its part of the products the group sums)
 //   sequence   the parameters replicated; the module's activations cut along the sequence (norms)
 //   vocab      the vocabulary (dim 0 of the embedding or the lm_head) cut over the TP axis
 //   expert     whole experts (dim 0 of stacked experts) cut over the EP axis
