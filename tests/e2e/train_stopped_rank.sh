@@ -10,7 +10,9 @@ set -euo pipefail
 titan="$1"
 work=$(mktemp -d)
 stopped=""
-trap '[ -z "$stopped" ] || kill -KILL "$stopped" 2> /dev/null || true; rm -rf "$work"' EXIT
+# On any exit no rank of a job in $work outlives the test (a failed check left a 100000-step job).
+trap '[ -z "$stopped" ] || kill -KILL "$stopped" 2> /dev/null || true
+      pkill -KILL -f -- "--job.dump_folder=$work/" 2> /dev/null || true; rm -rf "$work"' EXIT
 . "$(dirname "$0")/mpi_env.sh"
 common=(--training.steps=100000 --training.seq_len=32 --training.local_batch_size=1
         --training.global_batch_size=6 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
@@ -22,7 +24,9 @@ common=(--training.steps=100000 --training.seq_len=32 --training.local_batch_siz
 rank_pid() {
   local pid
   for pid in $(pgrep -f -- "--job.dump_folder=$1( |$)"); do
-    if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+    # grep reads it all: with -q it could exit at the match while tr still writes, and the
+    # SIGPIPE fails the pipeline under pipefail (a rank's environment is several pipe writes).
+    if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -x "OMPI_COMM_WORLD_RANK=$2" > /dev/null; then
       echo "$pid"
       return
     fi
@@ -42,8 +46,8 @@ stop_rank1() {
     kill -0 "$launcher" 2> /dev/null || { echo "$name: the job ended early"; cat "$work/$name.log"; exit 1; }
     sleep 0.1
   done
-  # Under load /proc may not show rank 1 at the first look (seen 3 times in 15 runs): look again
-  # for up to 10 s, and say what was there if it never shows.
+  # Should rank 1 not have started yet, look again for up to 10 s; say what was there if it never
+  # shows.
   for _ in $(seq 1 50); do
     stopped=$(rank_pid "$work/$name" 1)
     [ -n "$stopped" ] && break
