@@ -15,10 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 me=activation_checkpointing.sh
-die() {
-  echo "$me: $*" >&2
-  exit 1
-}
+. bench/small_model.sh
 
 steps=5 threads=2 batch=2 seq=512 dtype=float32
 while [ $# -gt 0 ]; do
@@ -33,26 +30,17 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-for v in "$steps" "$threads" "$batch" "$seq"; do
-  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
-done
+positive_integers "$steps" "$threads" "$batch" "$seq"
 [ "$dtype" = float32 ] || [ "$dtype" = bfloat16 ] || die "--dtype $dtype: expected float32 or bfloat16"
 [ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
-titan=build/titan
-[ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
-. bench/small_model.sh
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
-mkdir -p "$logs"
-make_small_model "$work/small"
+small_model_workspace
 
 config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
         --training.seq_len="$seq" --training.local_batch_size="$batch" --threads "$threads"
         --training.mixed_precision_param="$dtype" --lr_scheduler.warmup_steps=1
         --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
 modes=("none" "full" "selective op" "selective 2")
-echo "$me: load before: $(uptime | sed 's/.*load average: //')"
+echo "$me: load before: $(load_average)"
 for mode in "${modes[@]}"; do
   read -r ac option <<< "$mode"
   name="$ac${option:+-$option}"
@@ -63,7 +51,7 @@ for mode in "${modes[@]}"; do
     --metrics.save_jsonl="$logs/$name.jsonl" > "$logs/$name.log" 2>&1 \
     || { cat "$logs/$name.log"; die "$mode failed"; }
 done
-echo "$me: load after: $(uptime | sed 's/.*load average: //')"
+echo "$me: load after: $(load_average)"
 
 python3 - "$logs" "$batch" "$seq" "$dtype" <<'PY'
 import json, statistics, sys

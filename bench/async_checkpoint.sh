@@ -20,10 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 me=async_checkpoint.sh
-die() {
-  echo "$me: $*" >&2
-  exit 1
-}
+. bench/small_model.sh
 
 steps=7 interval=3 threads=2 batch=4 seq=512
 while [ $# -gt 0 ]; do
@@ -38,19 +35,10 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-for v in "$steps" "$interval" "$threads" "$batch" "$seq"; do
-  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
-done
+positive_integers "$steps" "$interval" "$threads" "$batch" "$seq"
 [ "$interval" -ge 3 ] && [ "$steps" -gt "$interval" ] ||
   die "--interval $interval, --steps $steps: a normal step after warm-up needs interval >= 3, and a step after the save steps > interval"
-titan=build/titan
-[ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
-. bench/small_model.sh
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
-mkdir -p "$logs"
-make_small_model "$work/small"
+small_model_workspace
 
 config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
         --training.seq_len="$seq" --training.local_batch_size="$batch" --lr_scheduler.warmup_steps=1
@@ -58,14 +46,14 @@ config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps=
         --checkpoint.last_save_in_hf=false --metrics.log_freq=1 --threads "$threads")
 stamp() { python3 -u -c 'import sys, time
 for line in sys.stdin: print(f"{time.monotonic():.3f} {line}", end="")'; }
-echo "$me: load before: $(uptime | sed 's/.*load average: //')"
+echo "$me: load before: $(load_average)"
 for mode in disabled async; do
   "$titan" train "${config[@]}" --checkpoint.async_mode="$mode" --job.dump_folder="$work/$mode" \
     2> "$logs/$mode.err" | stamp > "$logs/$mode.log"
   [ "${PIPESTATUS[0]}" = 0 ] || { cat "$logs/$mode.err"; die "the $mode run failed"; }
   rm -rf "${work:?}/$mode"
 done
-echo "$me: load after: $(uptime | sed 's/.*load average: //')"
+echo "$me: load after: $(load_average)"
 
 # report MODE: per full save (every --interval steps before the last), the interval from its step
 # line to the next against a normal step, the stall the trainer reports, and the save's line.

@@ -15,10 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 me=fsdp_overlap.sh
-die() {
-  echo "$me: $*" >&2
-  exit 1
-}
+. bench/small_model.sh
 
 steps=4 threads=2 batch=4 seq=512
 while [ $# -gt 0 ]; do
@@ -32,31 +29,22 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-for v in "$steps" "$threads" "$batch" "$seq"; do
-  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
-done
+positive_integers "$steps" "$threads" "$batch" "$seq"
 [ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
 [ "$threads" -ge 2 ] || die "--threads $threads: two ranks need at least 2"
-titan=build/titan
-[ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
-. bench/small_model.sh
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
-mkdir -p "$logs"
-make_small_model "$work/small"
+small_model_workspace
 
 # One micro-batch of --batch sequences per rank and step; the single process runs both.
 config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
         --training.seq_len="$seq" --training.local_batch_size="$batch"
         --training.global_batch_size=$((2 * batch)) --lr_scheduler.warmup_steps=1
         --checkpoint.last_save_in_hf=false --metrics.log_freq=1)
-echo "$me: load before: $(uptime | sed 's/.*load average: //')"
+echo "$me: load before: $(load_average)"
 "$titan" launch --nproc 2 train "${config[@]}" --threads $((threads / 2)) \
   --job.dump_folder="$work/fsdp2" > "$logs/fsdp2.log" 2>&1 || { cat "$logs/fsdp2.log"; die "FSDP 2 failed"; }
 "$titan" train "${config[@]}" --threads "$threads" --job.dump_folder="$work/single" \
   > "$logs/single.log" 2>&1 || { cat "$logs/single.log"; die "the single process failed"; }
-echo "$me: load after: $(uptime | sed 's/.*load average: //')"
+echo "$me: load after: $(load_average)"
 
 # tokens/s of the steps after the first, from the step lines (tokens of the global batch / time).
 tps() { awk -v tokens=$((2 * batch * seq)) '/^step /{ for (i = 1; i < NF; ++i) if ($i == "time") { t = $(i + 1); sub("s", "", t) }

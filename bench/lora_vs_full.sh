@@ -20,10 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 me=lora_vs_full.sh
-die() {
-  echo "$me: $*" >&2
-  exit 1
-}
+. bench/small_model.sh
 
 pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none precision=float32 base_dtype=float32
 while [ $# -gt 0 ]; do
@@ -41,9 +38,7 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-for v in "$pairs" "$steps" "$threads" "$batch" "$seq"; do
-  [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
-done
+positive_integers "$pairs" "$steps" "$threads" "$batch" "$seq"
 [ "$ac" = none ] || [ "$ac" = full ] || die "--ac $ac: expected none or full"
 [ "$precision" = float32 ] || [ "$precision" = bfloat16 ] ||
   die "--precision $precision: expected float32 or bfloat16"
@@ -52,14 +47,7 @@ done
 [ "$base_dtype" = float32 ] || [ "$precision" = bfloat16 ] ||
   die "--base-dtype bfloat16 needs --precision bfloat16"
 [ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
-titan=build/titan
-[ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
-. bench/small_model.sh
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
-mkdir -p "$logs"
-make_small_model "$work/small"
+small_model_workspace
 
 model=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.seq_len="$seq"
        --training.local_batch_size="$batch" --threads "$threads" --lr_scheduler.warmup_steps=1
@@ -75,14 +63,14 @@ if [ "$base_dtype" = bfloat16 ]; then
     { cat "$logs/weights.log"; die "making the base's weights failed"; }
   config+=(--checkpoint.initial_load_path="$work/weights/hf" --checkpoint.initial_load_in_hf=true)
 fi
-echo "$me: load before: $(uptime | sed 's/.*load average: //')"
+echo "$me: load before: $(load_average)"
 for pair in $(seq "$pairs"); do
   "$titan" train "${config[@]}" --job.dump_folder="$work/full$pair" > "$logs/full$pair.log" 2>&1 \
     || { cat "$logs/full$pair.log"; die "full fine-tuning failed"; }
   "$titan" train "${config[@]}" "${lora[@]}" --job.dump_folder="$work/lora$pair" \
     > "$logs/lora$pair.log" 2>&1 || { cat "$logs/lora$pair.log"; die "LoRA failed"; }
 done
-echo "$me: load after: $(uptime | sed 's/.*load average: //')"
+echo "$me: load after: $(load_average)"
 
 # The mean time of the steps after the first, and the summary's peak memory (GiB).
 step_time() { awk '/^step /{ for (i = 1; i < NF; ++i) if ($i == "time") { t = $(i + 1); sub("s", "", t) }

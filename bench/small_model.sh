@@ -1,8 +1,38 @@
-# Sourced by the benchmarks that train bench_train_step's `small` dims through `titan train` (h 512,
-# 8 layers, 8/4 heads of 128, I 2048, V 151936 tied; 115.5 M parameters). The caller defines
-# die MESSAGE.
-#   make_small_model DIR   writes DIR/config.json and the built-in debug tokenizer's files (its
-#                          2048 ids cost the same as any in the 151,936-row embedding)
+# Sourced, right after `me=NAME` and `cd` to the repository, by the benchmarks that train
+# bench_train_step's `small` dims through `titan train` (h 512, 8 layers, 8/4 heads of 128, I 2048,
+# V 151936 tied; 115.5 M parameters):
+#   die MESSAGE              "$me: MESSAGE" on stderr, exit 1
+#   positive_integers V...   dies unless each V is a whole number above 0
+#   small_model_workspace    dies unless build/titan exists ($titan); makes $work (removed at exit)
+#                            holding the model folder $work/small, and $logs ($TITAN_BENCH_LOGS,
+#                            default a temporary folder) for the runs' logs
+#   load_average             the machine's load averages, for the lines around the timed runs
+#   make_small_model DIR     writes DIR/config.json and the built-in debug tokenizer's files (its
+#                            2048 ids cost the same as any in the 151,936-row embedding)
+die() {
+  echo "$me: $*" >&2
+  exit 1
+}
+
+positive_integers() {
+  local v
+  for v in "$@"; do
+    [[ "$v" =~ ^[1-9][0-9]*$ ]] || die "'$v': expected a positive integer"
+  done
+}
+
+small_model_workspace() {
+  titan=build/titan
+  [ -x "$titan" ] || die "$titan not found: build first (cmake --build build)"
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  logs=${TITAN_BENCH_LOGS:-$(mktemp -d)}
+  mkdir -p "$logs"
+  make_small_model "$work/small"
+}
+
+load_average() { uptime | sed 's/.*load average: //'; }
+
 make_small_model() {
   local dir="$1"
   local tokenizer="${XDG_CACHE_HOME:-$HOME/.cache}/titan/debug-tokenizer-v1-2048"
