@@ -1,0 +1,101 @@
+#include "titan/nn/expert_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "titan/core/error.h"
+
+namespace titan {
+
+void ExpertExchange::plan(const int32_t* offsets, int64_t n_experts, int rank, int degree,
+                          const AllToAllV& all_to_all_v) {
+  TITAN_CHECK(all_to_all_v != nullptr, "expert parallel: the group's all_to_all_v is not set");
+  TITAN_CHECK(degree > 1 && rank >= 0 && rank < degree && n_experts % degree == 0,
+              "expert parallel: rank ", rank, " of ", degree, " over ", n_experts, " experts");
+  const int64_t local = n_experts / degree;
+  // counts[p * local + j]: this rank's rows for rank p's local expert j; arrived likewise from p.
+  std::vector<int32_t> counts(n_experts), arrived(n_experts);
+  for (int64_t e = 0; e < n_experts; ++e) counts[e] = offsets[e + 1] - offsets[e];
+  const std::vector<int64_t> per_rank(static_cast<size_t>(degree), local);
+  all_to_all_v(counts.data(), per_rank, arrived.data(), per_rank, DType::i32);
+
+  sent_rows_.assign(degree, 0);
+  arrived_from_.assign(degree, 0);
+  expert_offsets_.assign(local + 1, 0);
+  for (int p = 0; p < degree; ++p) {
+    for (int64_t j = 0; j < local; ++j) {
+      sent_rows_[p] += counts[p * local + j];
+      arrived_from_[p] += arrived[p * local + j];
+      expert_offsets_[j + 1] += arrived[p * local + j];
+    }
+  }
+  for (int64_t j = 0; j < local; ++j) expert_offsets_[j + 1] += expert_offsets_[j];
+  // Arrived in (sender, expert) order; expert-major is (expert, sender).
+  expert_row_.clear();
+  std::vector<int64_t> next(expert_offsets_.begin(), expert_offsets_.end() - 1);
+  for (int p = 0; p < degree; ++p) {
+    for (int64_t j = 0; j < local; ++j) {
+      for (int32_t r = 0; r < arrived[p * local + j]; ++r) expert_row_.push_back(next[j]++);
+    }
+  }
+}
+
+namespace {
+
+std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t width) {
+  std::vector<int64_t> elements(rows.size());
+  for (size_t p = 0; p < rows.size(); ++p) elements[p] = rows[p] * width;
+  return elements;
+}
+
+}  // namespace
+
+void ExpertExchange::to_experts(const void* token_rows, void* expert_rows, int64_t width,
+                                DType dtype, std::vector<std::byte>& staging,
+                                const AllToAllV& all_to_all_v) const {
+  const size_t row_bytes = static_cast<size_t>(width) * dtype_size(dtype);
+  staging.resize(std::max<size_t>(1, expert_row_.size() * row_bytes));
+  all_to_all_v(token_rows, times(sent_rows_, width), staging.data(), times(arrived_from_, width),
+               dtype);
+  auto* to = static_cast<std::byte*>(expert_rows);
+  for (size_t i = 0; i < expert_row_.size(); ++i) {
+    std::memcpy(to + static_cast<size_t>(expert_row_[i]) * row_bytes,
+                staging.data() + i * row_bytes, row_bytes);
+  }
+}
+
+void ExpertExchange::from_experts(const void* expert_rows, void* token_rows, int64_t width,
+                                  DType dtype, std::vector<std::byte>& staging,
+                                  const AllToAllV& all_to_all_v) const {
+  const size_t row_bytes = static_cast<size_t>(width) * dtype_size(dtype);
+  staging.resize(std::max<size_t>(1, expert_row_.size() * row_bytes));
+  const auto* from = static_cast<const std::byte*>(expert_rows);
+  for (size_t i = 0; i < expert_row_.size(); ++i) {
+    std::memcpy(staging.data() + i * row_bytes,
+                from + static_cast<size_t>(expert_row_[i]) * row_bytes, row_bytes);
+  }
+  all_to_all_v(staging.data(), times(arrived_from_, width), token_rows, times(sent_rows_, width),
+               dtype);
+}
+
+ExpertsScratch ExpertParallelScratch::view(int64_t rows, int64_t h, int64_t Im,
+                                           const ExpertsScratch& like) {
+  // At least one row: the kernels take the pointers even for a rank that receives none.
+  const auto grow = [](std::vector<float>& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < std::max<int64_t>(n, 1)) v.resize(std::max<int64_t>(n, 1));
+    return v.data();
+  };
+  ExpertsScratch s;
+  s.x = grow(x, rows * h);
+  s.y = grow(y, rows * h);
+  s.dgate = like.dgate != nullptr ? grow(dgate, rows * Im) : nullptr;
+  s.dup = like.dup != nullptr ? grow(dup, rows * Im) : nullptr;
+  s.dact = like.dact != nullptr ? grow(dact, rows * Im) : nullptr;
+  s.w_rows = like.w_rows != nullptr ? grow(w_rows, rows) : nullptr;
+  s.dweight_rows = like.dweight_rows != nullptr ? grow(dweight_rows, rows) : nullptr;
+  s.out = like.out != nullptr ? grow(out, rows * h) : nullptr;
+  grow(act, rows * Im);
+  return s;
+}
+
+}  // namespace titan
