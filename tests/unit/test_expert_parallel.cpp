@@ -20,6 +20,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -233,6 +234,22 @@ void expect_group_equals_whole(const ModelArgs& args, int degree, DType dtype = 
       std::vector<float>& sum = summed[name];
       sum.resize(grad.size(), 0.0f);
       for (size_t i = 0; i < grad.size(); ++i) sum[i] += grad[i];
+    }
+  }
+  if (to_first_two) {
+    // The case holds: experts above k got no rows from any rank, expert 0 some.
+    for (const auto& [name, grad] : summed) {
+      if (name.find("mlp.experts.") == std::string::npos) continue;
+      const size_t per_expert = grad.size() / static_cast<size_t>(args.num_experts);
+      const auto rows_of = [&](int64_t e) {
+        return std::span<const float>(grad).subspan(static_cast<size_t>(e) * per_expert,
+                                                    per_expert);
+      };
+      const auto nonzero = [](float g) { return g != 0.0f; };
+      EXPECT_TRUE(std::ranges::any_of(rows_of(0), nonzero)) << name;
+      for (int64_t e = args.num_experts_per_tok + 1; e < args.num_experts; ++e) {
+        EXPECT_TRUE(std::ranges::none_of(rows_of(e), nonzero)) << name << " expert " << e;
+      }
     }
   }
   const std::vector<Step> ranks = run_group(args, weights, degree, dtype);

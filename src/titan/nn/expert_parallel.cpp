@@ -3,9 +3,19 @@
 #include <algorithm>
 #include <cstring>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 
 namespace titan {
+
+void* grow_room(Buffer& buffer, size_t bytes) {
+  bytes = std::max<size_t>(bytes, sizeof(float));
+  if (buffer.bytes() < bytes) {
+    buffer = Buffer();  // the old room first: the peak holds one of them
+    buffer = Buffer(backend().memory(), bytes, MemCategory::activations);
+  }
+  return buffer.data();
+}
 
 void ExpertExchange::plan(const int32_t* offsets, int64_t n_experts, int rank, int degree,
                           const AllToAllV& all_to_all_v) {
@@ -51,50 +61,48 @@ std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t width) {
 }  // namespace
 
 void ExpertExchange::to_experts(const void* token_rows, void* expert_rows, int64_t width,
-                                DType dtype, std::vector<std::byte>& staging,
-                                const AllToAllV& all_to_all_v) const {
+                                DType dtype, Buffer& staging, const AllToAllV& all_to_all_v) const {
   const size_t row_bytes = static_cast<size_t>(width) * dtype_size(dtype);
-  staging.resize(std::max<size_t>(1, expert_row_.size() * row_bytes));
-  all_to_all_v(token_rows, times(sent_rows_, width), staging.data(), times(arrived_from_, width),
-               dtype);
+  auto* arrived = static_cast<std::byte*>(grow_room(staging, expert_row_.size() * row_bytes));
+  all_to_all_v(token_rows, times(sent_rows_, width), arrived, times(arrived_from_, width), dtype);
   auto* to = static_cast<std::byte*>(expert_rows);
   for (size_t i = 0; i < expert_row_.size(); ++i) {
-    std::memcpy(to + static_cast<size_t>(expert_row_[i]) * row_bytes,
-                staging.data() + i * row_bytes, row_bytes);
+    std::memcpy(to + static_cast<size_t>(expert_row_[i]) * row_bytes, arrived + i * row_bytes,
+                row_bytes);
   }
 }
 
 void ExpertExchange::from_experts(const void* expert_rows, void* token_rows, int64_t width,
-                                  DType dtype, std::vector<std::byte>& staging,
+                                  DType dtype, Buffer& staging,
                                   const AllToAllV& all_to_all_v) const {
   const size_t row_bytes = static_cast<size_t>(width) * dtype_size(dtype);
-  staging.resize(std::max<size_t>(1, expert_row_.size() * row_bytes));
+  auto* leaving = static_cast<std::byte*>(grow_room(staging, expert_row_.size() * row_bytes));
   const auto* from = static_cast<const std::byte*>(expert_rows);
   for (size_t i = 0; i < expert_row_.size(); ++i) {
-    std::memcpy(staging.data() + i * row_bytes,
-                from + static_cast<size_t>(expert_row_[i]) * row_bytes, row_bytes);
+    std::memcpy(leaving + i * row_bytes, from + static_cast<size_t>(expert_row_[i]) * row_bytes,
+                row_bytes);
   }
-  all_to_all_v(staging.data(), times(arrived_from_, width), token_rows, times(sent_rows_, width),
-               dtype);
+  all_to_all_v(leaving, times(arrived_from_, width), token_rows, times(sent_rows_, width), dtype);
 }
 
 ExpertsScratch ExpertParallelScratch::view(int64_t rows, int64_t h, int64_t Im,
                                            const ExpertsScratch& like) {
-  // At least one row: the kernels take the pointers even for a rank that receives none.
-  const auto grow = [](std::vector<float>& v, int64_t n) {
-    if (static_cast<int64_t>(v.size()) < std::max<int64_t>(n, 1)) v.resize(std::max<int64_t>(n, 1));
-    return v.data();
+  const auto floats = [](Buffer& b, int64_t count) {
+    return static_cast<float*>(grow_room(b, static_cast<size_t>(count) * sizeof(float)));
+  };
+  const auto floats_if = [&](const float* in_like, Buffer& b, int64_t count) {
+    return in_like != nullptr ? floats(b, count) : nullptr;
   };
   ExpertsScratch s;
-  s.x = grow(x, rows * h);
-  s.y = grow(y, rows * h);
-  s.dgate = like.dgate != nullptr ? grow(dgate, rows * Im) : nullptr;
-  s.dup = like.dup != nullptr ? grow(dup, rows * Im) : nullptr;
-  s.dact = like.dact != nullptr ? grow(dact, rows * Im) : nullptr;
-  s.w_rows = like.w_rows != nullptr ? grow(w_rows, rows) : nullptr;
-  s.dweight_rows = like.dweight_rows != nullptr ? grow(dweight_rows, rows) : nullptr;
-  s.out = like.out != nullptr ? grow(out, rows * h) : nullptr;
-  grow(act, rows * Im);
+  s.x = floats(x, rows * h);
+  s.y = floats(y, rows * h);
+  s.dgate = floats_if(like.dgate, dgate, rows * Im);
+  s.dup = floats_if(like.dup, dup, rows * Im);
+  s.dact = floats_if(like.dact, dact, rows * Im);
+  s.w_rows = floats_if(like.w_rows, w_rows, rows);
+  s.dweight_rows = floats_if(like.dweight_rows, dweight_rows, rows);
+  s.out = floats_if(like.out, out, rows * h);
+  floats(act, rows * Im);
   return s;
 }
 

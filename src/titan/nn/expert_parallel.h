@@ -11,11 +11,11 @@
 // before they return.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 #include "titan/ops/moe.h"
 
@@ -43,12 +43,12 @@ class ExpertExchange {
   // (E / ep + 1) the local experts' row ranges over the arrived rows, expert-major.
   const int32_t* expert_offsets() const { return expert_offsets_.data(); }
   // token_rows (R, width) in dispatch order -> expert_rows (arrived, width) expert-major, on every
-  // rank of the group at once; `staging` is resized to hold the arrived rows as they come.
+  // rank of the group at once; `staging` is grown to hold the arrived rows as they come.
   void to_experts(const void* token_rows, void* expert_rows, int64_t width, DType dtype,
-                  std::vector<std::byte>& staging, const AllToAllV& all_to_all_v) const;
+                  Buffer& staging, const AllToAllV& all_to_all_v) const;
   // The reverse: expert_rows (arrived, width) back to token_rows (R, width) on their senders.
   void from_experts(const void* expert_rows, void* token_rows, int64_t width, DType dtype,
-                    std::vector<std::byte>& staging, const AllToAllV& all_to_all_v) const;
+                    Buffer& staging, const AllToAllV& all_to_all_v) const;
 
  private:
   std::vector<int64_t> sent_rows_;       // (ep) rows this rank sends each rank
@@ -57,22 +57,26 @@ class ExpertExchange {
   std::vector<int64_t> expert_row_;      // (arrived) each arrived row's expert-major row
 };
 
+// `buffer` (the backend's memory, charged as activations) holding at least `bytes`, replaced by a
+// larger one when it is smaller (its contents then lost); never empty, so that a rank receiving no
+// rows still hands the kernels valid pointers.
+void* grow_room(Buffer& buffer, size_t bytes);
+
 // What one sparse layer's forward keeps under expert parallel for its backward: its exchange and
 // the grouped kernel's gate and up activations over the rows that arrived (their count changes
-// with the routing, so they live here rather than in the activation arena).
+// with the routing, so they live here, grown as needed, rather than in the activation arena).
 struct ExpertParallelRows {
   ExpertExchange exchange;
-  std::vector<float> gate, up;  // (arrived, Im); the bf16 kernels use the first half
+  Buffer gate, up;  // (arrived, Im) fp32; the bf16 kernels use the first half
 };
 
-// The expert side's room while a sparse layer runs, shared by every layer, resized per call: the
+// The expert side's room while a sparse layer runs, shared by every layer, grown as needed: the
 // arrived rows' inputs, outputs and gradients and the grouped kernel's scratch (ops/moe.h), and the
-// exchange's staging.
+// exchange's staging. The exchange's permutations are host copies: the CPU backend's memory.
 struct ExpertParallelScratch {
-  std::vector<float> x, y, act, dgate, dup, dact, w_rows, dweight_rows, out;
-  std::vector<std::byte> staging;
-  // The grouped kernel's scratch over `rows` arrived rows of width h, Im (grown, never shrunk);
-  // dgate and dup only where `like` has them (a forward a backward follows, or a backward).
+  Buffer x, y, act, dgate, dup, dact, w_rows, dweight_rows, out, staging;
+  // The grouped kernel's scratch over `rows` arrived rows of width h, Im; dgate, dup, dact, w_rows,
+  // dweight_rows and out only where `like` has them (a forward a backward follows, a backward).
   ExpertsScratch view(int64_t rows, int64_t h, int64_t Im, const ExpertsScratch& like);
 };
 
