@@ -225,8 +225,8 @@ class DecoderLM final : public CausalLM {
   ExpertParallelScratch ep_scratch_;
   std::vector<std::unique_ptr<ExpertParallelRows>> ep_rows_;
   void bind_expert_parallel_rows();
-  // Why the model cannot compute on the parts the plan gave it (what is not built: expert
-  // parallel, sequence parallel, ...), or empty: forward refuses with it.
+  // Why the model cannot compute on the parts the plan gave it (what is not built: sequence
+  // parallel, experts under tensor parallel), or empty: forward refuses with it.
   std::string cannot_compute_;
   // Sums over the TP group the gradients layer i's q/k norms got in this backward (each rank saw
   // only its heads), leaving what earlier backwards accumulated as it was.
