@@ -28,6 +28,7 @@
 #include "expert_parallel_case.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/verify_checks.h"
+#include "titan/models/activation_checkpointing.h"
 #include "titan/models/parallelize.h"
 #include "titan/models/registry.h"
 
@@ -90,8 +91,9 @@ class ThreadAllToAll {
 
 // Every rank of an EP group of `degree` as a thread, each running train_step on its experts and
 // its own tokens.
-std::vector<Step> run_group(const ModelArgs& args, const Tensors& weights, int degree,
-                            DType dtype) {
+std::vector<Step> run_group(
+    const ModelArgs& args, const Tensors& weights, int degree, DType dtype,
+    ActivationCheckpointing checkpointing = ActivationCheckpointing::none()) {
   std::vector<Step> steps(static_cast<size_t>(degree));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(degree));
   ThreadAllToAll group(degree);
@@ -110,6 +112,7 @@ std::vector<Step> run_group(const ModelArgs& args, const Tensors& weights, int d
           group.exchange(rank, send, send_counts, recv, recv_counts, type);
         };
         m->set_layer_collectives(collectives);
+        m->set_activation_checkpointing(checkpointing);
         Step& step = steps[static_cast<size_t>(rank)];
         step = train_step(*m, plan, weights, rank, args.vocab_size);
         step.exchanges = exchanges;
@@ -126,8 +129,10 @@ std::vector<Step> run_group(const ModelArgs& args, const Tensors& weights, int d
   return steps;
 }
 
-void expect_group_equals_whole(const ModelArgs& args, int degree, DType dtype = DType::f32,
-                               double tolerance = kTolerance, bool to_first_two = false) {
+void expect_group_equals_whole(
+    const ModelArgs& args, int degree, DType dtype = DType::f32, double tolerance = kTolerance,
+    bool to_first_two = false,
+    ActivationCheckpointing checkpointing = ActivationCheckpointing::none()) {
   SCOPED_TRACE("ep " + std::to_string(degree) + ", top-k " +
                std::to_string(args.num_experts_per_tok) + ", " + std::string(dtype_name(dtype)));
   const Tensors weights = whole_weights(args, to_first_two);
@@ -159,7 +164,7 @@ void expect_group_equals_whole(const ModelArgs& args, int degree, DType dtype = 
       }
     }
   }
-  const std::vector<Step> ranks = run_group(args, weights, degree, dtype);
+  const std::vector<Step> ranks = run_group(args, weights, degree, dtype, checkpointing);
   for (int rank = 0; rank < degree; ++rank) {
     expect_rank_equals_whole(args, rank, degree, ranks[static_cast<size_t>(rank)],
                              whole[static_cast<size_t>(rank)], summed, tolerance);
@@ -198,6 +203,24 @@ TEST(ExpertParallel, EachLayerExchangesThreeTimesForwardAndFiveTimesBackward) {
   const std::vector<Step> ranks = run_group(args, whole_weights(args), 2, DType::f32);
   for (const Step& s : ranks) {
     EXPECT_EQ(s.exchanges, kMicroBatches * args.num_hidden_layers * (3 + 5));
+  }
+}
+
+// Activation checkpointing: a recomputed layer exchanges its rows again in its backward, and
+// layers sharing one activation set share what it keeps of the arrived rows (full: both layers;
+// selective "2": layer 1 only).
+TEST(ExpertParallel, RecomputedLayersExchangeAgainAndEqualTheWholeModel) {
+  const ModelArgs args = moe(4, 2);
+  for (const ActivationCheckpointing& ac :
+       {ActivationCheckpointing::full(), ActivationCheckpointing::every_nth_layer(2)}) {
+    SCOPED_TRACE(ac.name());
+    expect_group_equals_whole(args, 2, DType::f32, kTolerance, false, ac);
+    const std::vector<Step> ranks = run_group(args, whole_weights(args), 2, DType::f32, ac);
+    int64_t recomputed = 0;
+    for (int64_t i = 0; i < args.num_hidden_layers; ++i) recomputed += ac.recomputes_layer(i);
+    for (const Step& s : ranks) {
+      EXPECT_EQ(s.exchanges, kMicroBatches * (args.num_hidden_layers * (3 + 5) + recomputed * 3));
+    }
   }
 }
 
