@@ -1,6 +1,7 @@
 #include "titan/nn/expert_parallel.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "titan/backend/backend.h"
@@ -31,15 +32,19 @@ void ExpertExchange::plan(const int32_t* offsets, int64_t n_experts, int rank, i
 
   sent_rows_.assign(degree, 0);
   arrived_from_.assign(degree, 0);
-  expert_offsets_.assign(local + 1, 0);
+  std::vector<int64_t> ends(local + 1, 0);  // the local experts' row ranges, summed in int64
   for (int p = 0; p < degree; ++p) {
     for (int64_t j = 0; j < local; ++j) {
       sent_rows_[p] += counts[p * local + j];
       arrived_from_[p] += arrived[p * local + j];
-      expert_offsets_[j + 1] += arrived[p * local + j];
+      ends[j + 1] += arrived[p * local + j];
     }
   }
-  for (int64_t j = 0; j < local; ++j) expert_offsets_[j + 1] += expert_offsets_[j];
+  for (int64_t j = 0; j < local; ++j) ends[j + 1] += ends[j];
+  // Up to ep times this rank's own rows may arrive (every rank's tokens choosing its experts).
+  TITAN_CHECK(ends[local] <= INT32_MAX, "expert parallel: ", ends[local], " rows arrive at rank ",
+              rank, ", beyond the experts kernels' int32 row numbers (fewer tokens per rank)");
+  expert_offsets_.assign(ends.begin(), ends.end());
   // Arrived in (sender, expert) order; expert-major is (expert, sender).
   expert_row_.clear();
   std::vector<int64_t> next(expert_offsets_.begin(), expert_offsets_.end() - 1);
