@@ -1347,7 +1347,8 @@ struct MoeCase {
            probs.data(),
            index.data(),
            weight.data(),
-           {gate_act.data(), up_act.data(), act_act.data(), row_of.data(), offsets.data()}};
+           {gate_act.data(), up_act.data(), act_act.data(), row_of.data(), offsets.data()},
+           nullptr};
     g = {dlogits.data(),
          dweight.data(),
          {sx.data(), sy.data(), dgate.data(), dup.data(), dact.data(), w_rows.data(),

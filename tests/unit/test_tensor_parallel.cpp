@@ -167,7 +167,8 @@ void run_group(const ModelArgs& args, const Tensors& weights, int degree, std::v
                               [&](float* x, int64_t count) {
                                 ++mine[{"max", count}];
                                 shard.all_reduce_max(x, count);
-                              }});
+                              },
+                              {}});
     steps[static_cast<size_t>(rank)] = train_step(*m, plan, weights);
   });
 }

@@ -1,7 +1,7 @@
 // The collectives data parallelism is built on, over one group of ranks (a communicator): what
 // FSDP's all-gather and reduce-scatter, HSDP's all-reduce across replicas and the trainer's
 // loss / token sums and the metrics' memory peaks (the maximum over ranks) need, and the
-// all-to-all-v expert parallel will exchange rows with. One implementation
+// all-to-all-v expert parallel exchanges rows with (nn/expert_parallel.h). One implementation
 // over MPI (mpi_communicator.cpp) and one for a group of a single rank (`titan train` without
 // mpirun); a CUDA backend will add one over NCCL. Every rank of a group makes the same calls in the
 // same order with the same counts.

@@ -83,11 +83,8 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   }
 
   tp_degree_ = axes.tp_degree;
-  if (cut_by_ep) {
-    cannot_compute_ =
-        "the model holds expert-parallel parts of its experts, and expert "
-        "parallel's all-to-all is not built yet";
-  } else if (tp_degree_ > 1 && axes.sequence_parallel) {
+  ep_degree_ = cut_by_ep ? axes.ep_degree : 1;
+  if (tp_degree_ > 1 && axes.sequence_parallel) {
     cannot_compute_ =
         "sequence parallel is not built yet (tensor parallel computes with "
         "parallelism.enable_sequence_parallel = false)";
@@ -190,6 +187,11 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       moe.dispatch = &std::get<MoeDispatchKernel>(*stage(OpKind::moe_dispatch));
       moe.grouped = &std::get<GroupedExpertsKernel>(*stage(OpKind::grouped_experts));
       moe.combine = &std::get<MoeCombineKernel>(*stage(OpKind::moe_combine));
+      if (ep_degree_ > 1) {
+        moe.ep_rank = axes.ep_index;
+        moe.ep_degree = ep_degree_;
+        moe.ep_scratch = &ep_scratch_;
+      }
     } else {
       SwigluMlp& mlp = layer.mlp;
       mlp.name = p + ".mlp";
@@ -264,6 +266,7 @@ void DecoderLM::allocate_gradients() {
 void DecoderLM::attach_lora(const LoraAdapter& adapter) {
   TITAN_CHECK(!gradients_allocated_, "model: LoRA attached after its gradients were allocated");
   TITAN_CHECK(tp_degree_ == 1, "model: LoRA under tensor parallel is not built yet");
+  TITAN_CHECK(ep_degree_ == 1, "model: LoRA under expert parallel is not built yet");
   TITAN_CHECK(!hooks_.acquire, "model: LoRA attached after FSDP sharded it (attach it first: ",
               "its groups are frozen before they are sharded)");
   for (DecoderLayer& layer : m_.layers) {
@@ -306,6 +309,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(tp_degree_ == 1 || (collectives_.sum_partials && collectives_.all_reduce_max),
               "forward: the model holds tensor-parallel parts of its parameters, and its group's ",
               "reductions are not set (set_layer_collectives: sum_partials and all_reduce_max)");
+  TITAN_CHECK(ep_degree_ == 1 || collectives_.all_to_all_v, "forward: the model holds ",
+              "expert-parallel parts of its experts, and its group's all-to-all is not set ",
+              "(set_layer_collectives: all_to_all_v)");
   TITAN_CHECK(seq <= args_.max_position_embeddings, "forward: sequence length ", seq,
               " exceeds max_position_embeddings ", args_.max_position_embeddings);
   TITAN_CHECK(!options.compute_grad || gradients_allocated_,

@@ -218,8 +218,15 @@ class DecoderLM final : public CausalLM {
   // set_layer_collectives binds; the embedding and the loss compute on them.
   int64_t tp_degree_ = 1;
   VocabShard vocab_shard_;
-  // Why the model cannot compute on the parts the plan gave it (what is not built: expert
-  // parallel, sequence parallel, ...), or empty: forward refuses with it.
+  // Expert parallel (the plan cuts the experts over ep_degree_ > 1 ranks): the arrived rows' room
+  // every sparse layer shares while it runs, and what each activation set keeps of them (layers
+  // sharing a set under activation checkpointing share it), bound to the sets at each carving.
+  int64_t ep_degree_ = 1;
+  ExpertParallelScratch ep_scratch_;
+  std::vector<std::unique_ptr<ExpertParallelRows>> ep_rows_;
+  void bind_expert_parallel_rows();
+  // Why the model cannot compute on the parts the plan gave it (what is not built: sequence
+  // parallel, experts under tensor parallel), or empty: forward refuses with it.
   std::string cannot_compute_;
   // Sums over the TP group the gradients layer i's q/k norms got in this backward (each rank saw
   // only its heads), leaving what earlier backwards accumulated as it was.

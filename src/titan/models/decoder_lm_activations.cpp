@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "titan/backend/backend.h"
@@ -228,6 +229,9 @@ int64_t DecoderLM::carve_inference(const InferenceShape& shape, void* base,
   TITAN_CHECK(tp_degree_ == 1,
               "inference: the model holds tensor-parallel parts of its "
               "parameters, and inference under tensor parallel is not built yet");
+  TITAN_CHECK(ep_degree_ == 1,
+              "inference: the model holds expert-parallel parts of its experts, and inference "
+              "under expert parallel is not built yet");
   const ModelArgs& a = args_;
   const int64_t n = shape.max_chunk, h = a.hidden_size, H = a.num_attention_heads;
   const int64_t qd = H * a.head_dim, kvd = a.num_key_value_heads * a.head_dim;
@@ -324,6 +328,22 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   call_.experts_scratch = &acts_.grad.moe.experts;
   call_.linear = acts_.linear;
   call_.collectives = &collectives_;
+  if (ep_degree_ > 1) bind_expert_parallel_rows();
+}
+
+void DecoderLM::bind_expert_parallel_rows() {
+  ep_rows_.clear();
+  std::map<const float*, ExpertParallelRows*> of_set;  // by the set's router logits
+  for (size_t i = 0; i < m_.layers.size(); ++i) {
+    if (!m_.layers[i].sparse) continue;
+    MoeActivations& a = acts_.layers[i].moe;
+    ExpertParallelRows*& rows = of_set[a.router_logits];
+    if (rows == nullptr) {
+      ep_rows_.push_back(std::make_unique<ExpertParallelRows>());
+      rows = ep_rows_.back().get();
+    }
+    a.expert_parallel = rows;
+  }
 }
 
 void DecoderLM::set_row_segments(const int32_t* segment_start) {

@@ -26,7 +26,7 @@ void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
   ops.add(a.resid_mid, x, n * h);  // x's last read: out may now overwrite it
   post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
   if (sparse) {
-    moe.forward(out, a.moe, *call.experts_scratch, a.norm2, n);
+    moe.forward(out, a.moe, *call.experts_scratch, a.norm2, n, call.collectives);
   } else {
     mlp.forward(out, a.mlp, a.norm2, n, call.linear);
   }
@@ -43,7 +43,7 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
                 a.resid_mid, n);
   }
   if (sparse) {
-    moe.backward(g.d_norm, g.moe, d_resid, a.moe, a.norm2, dprobs_all, n);
+    moe.backward(g.d_norm, g.moe, d_resid, a.moe, a.norm2, dprobs_all, n, call.collectives);
   } else {
     mlp.backward(g.d_norm, g.mlp, d_resid, a.mlp, a.norm2, n, call.linear);
   }

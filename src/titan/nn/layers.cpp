@@ -386,14 +386,12 @@ bool SparseMoeBlock::staged() const {
   return experts->runs_stage_slots;
 }
 
-void SparseMoeBlock::to_experts(std::initializer_list<ExpertRows> /*rows*/,
-                                const int32_t* /*offsets*/) const {}
-
-void SparseMoeBlock::from_experts(std::initializer_list<ExpertRows> /*rows*/,
-                                  const int32_t* /*offsets*/) const {}
+ExpertsShape SparseMoeBlock::local_shape(int64_t rows) const {
+  return {rows, hidden, intermediate, n_experts / ep_degree, 1};
+}
 
 void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch& s, const float* x,
-                             int64_t n) const {
+                             int64_t n, const LayerCollectives* collectives) const {
   check_constraints(n);
   gate.forward(act.router_logits, x, n, {});
   router->forward(act.topk_index, act.topk_weight, act.router_probs, act.router_logits, n,
@@ -402,6 +400,16 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   const ExpertWeights w = lora != nullptr ? lora->merged(weights) : weights;
   const ExpertWeightsBf16 wb =
       lora != nullptr && computes_in_bf16() ? lora->rounded(w, weights_bf16) : weights_bf16;
+  if (ep_degree > 1) {
+    TITAN_CHECK(staged(), name, ".experts: experts kernel '", experts_kernel,
+                "' computes every expert in one call; expert parallel runs the stage slots ",
+                "(experts_staged)");
+    TITAN_CHECK(collectives != nullptr && collectives->all_to_all_v, name,
+                ": the model holds expert-parallel parts of its experts, and its group's ",
+                "all_to_all_v is not set (set_layer_collectives)");
+    forward_expert_parallel(y, act, s, x, n, w, wb, collectives->all_to_all_v);
+    return;
+  }
   // The slot's dtype keeps an fp32-only kernel off a bf16 model (apply_overrides).
   if (!staged()) {
     if (computes_in_bf16()) {
@@ -418,20 +426,95 @@ void SparseMoeBlock::forward(float* y, MoeActivations& act, const ExpertsScratch
   if (computes_in_bf16()) {
     auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
     dispatch->forward_bf16(x_rows, x, e.row_of, sh);
-    to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
     grouped->forward_bf16(s.y, e, s, x_rows, e.offsets, wb, sh);
   } else {
     dispatch->forward(s.x, x, e.row_of, sh);
-    to_experts({{s.x, hidden, DType::f32}}, e.offsets);
     grouped->forward(s.y, e, s, s.x, e.offsets, w, sh);
   }
-  from_experts({{s.y, hidden, DType::f32}}, e.offsets);
   combine->forward(y, s.y, e.row_of, act.topk_index, act.topk_weight, sh);
+}
+
+void SparseMoeBlock::forward_expert_parallel(float* y, MoeActivations& act, const ExpertsScratch& s,
+                                             const float* x, int64_t n, const ExpertWeights& w,
+                                             const ExpertWeightsBf16& wb,
+                                             const AllToAllV& all_to_all_v) const {
+  TITAN_CHECK(act.expert_parallel != nullptr && ep_scratch != nullptr, name,
+              ": expert parallel without room for the arrived rows");
+  const ExpertsShape sh = shape(n);
+  const ExpertsActivations& e = act.experts;
+  ExpertParallelRows& kept = *act.expert_parallel;
+  ExpertParallelScratch& room = *ep_scratch;
+  dispatch->plan(e.row_of, e.offsets, act.topk_index, sh);
+  kept.exchange.plan(e.offsets, n_experts, static_cast<int>(ep_rank), static_cast<int>(ep_degree),
+                     all_to_all_v);
+  const int64_t arrived = kept.exchange.arrived_rows();
+  const ExpertsShape local = local_shape(arrived);
+  const ExpertsScratch es = room.view(arrived, hidden, intermediate, s);
+  const auto kept_room = [&](Buffer& b) {
+    return static_cast<float*>(
+        grow_room(b, static_cast<size_t>(arrived * intermediate) * sizeof(float)));
+  };
+  // The arrived rows' activations; their row ranges are the exchange's (offsets).
+  const ExpertsActivations ea = {kept_room(kept.gate), kept_room(kept.up), room.act.as<float>()};
+  const int32_t* offsets = kept.exchange.expert_offsets();
+  if (computes_in_bf16()) {
+    auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
+    auto* arrived_x = reinterpret_cast<uint16_t*>(es.x);
+    dispatch->forward_bf16(x_rows, x, e.row_of, sh);
+    kept.exchange.to_experts(x_rows, arrived_x, hidden, DType::bf16, room.staging, all_to_all_v);
+    grouped->forward_bf16(es.y, ea, es, arrived_x, offsets, wb, local);
+  } else {
+    dispatch->forward(s.x, x, e.row_of, sh);
+    kept.exchange.to_experts(s.x, es.x, hidden, DType::f32, room.staging, all_to_all_v);
+    grouped->forward(es.y, ea, es, es.x, offsets, w, local);
+  }
+  kept.exchange.from_experts(es.y, s.y, hidden, DType::f32, room.staging, all_to_all_v);
+  combine->forward(y, s.y, e.row_of, act.topk_index, act.topk_weight, sh);
+}
+
+void SparseMoeBlock::backward_expert_parallel(float* dx, MoeGradScratch& g, const float* dy,
+                                              const MoeActivations& act, const float* x, int64_t n,
+                                              const ExpertWeights& w, const ExpertWeightsBf16& wb,
+                                              const ExpertGrads& dw,
+                                              const AllToAllV& all_to_all_v) const {
+  TITAN_CHECK(act.expert_parallel != nullptr && ep_scratch != nullptr, name,
+              ": expert parallel without room for the arrived rows");
+  const ExpertsShape sh = shape(n);
+  const ExpertsScratch& s = g.experts;
+  const ExpertsActivations& e = act.experts;
+  ExpertParallelRows& kept = *act.expert_parallel;
+  ExpertParallelScratch& room = *ep_scratch;
+  const ExpertExchange& exchange = kept.exchange;
+  const int64_t arrived = exchange.arrived_rows();
+  const ExpertsShape local = local_shape(arrived);
+  const ExpertsScratch es = room.view(arrived, hidden, intermediate, s);
+  const ExpertsActivations ea = {kept.gate.as<float>(), kept.up.as<float>(), room.act.as<float>()};
+  const int32_t* offsets = exchange.expert_offsets();
+  // d out in factored form, as on one rank, each row's dy and weight sent to its expert's rank.
+  combine->backward(s.y, s.w_rows, dy, act.topk_weight, e.row_of, sh);
+  exchange.to_experts(s.y, es.y, hidden, DType::f32, room.staging, all_to_all_v);
+  exchange.to_experts(s.w_rows, es.w_rows, 1, DType::f32, room.staging, all_to_all_v);
+  // The rows' inputs again: other layers' forwards reused both rooms since this layer's.
+  if (computes_in_bf16()) {
+    auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
+    auto* arrived_x = reinterpret_cast<uint16_t*>(es.x);
+    dispatch->forward_bf16(x_rows, x, e.row_of, sh);
+    exchange.to_experts(x_rows, arrived_x, hidden, DType::bf16, room.staging, all_to_all_v);
+    grouped->backward_bf16(es.y, es.dweight_rows, dw, es, es.w_rows, ea, arrived_x, offsets, wb,
+                           local);
+  } else {
+    dispatch->forward(s.x, x, e.row_of, sh);
+    exchange.to_experts(s.x, es.x, hidden, DType::f32, room.staging, all_to_all_v);
+    grouped->backward(es.y, es.dweight_rows, dw, es, es.w_rows, ea, es.x, offsets, w, local);
+  }
+  exchange.from_experts(es.y, s.y, hidden, DType::f32, room.staging, all_to_all_v);
+  exchange.from_experts(es.dweight_rows, s.dweight_rows, 1, DType::f32, room.staging, all_to_all_v);
+  dispatch->backward(dx, g.dweight, s.y, s.dweight_rows, e.row_of, sh);
 }
 
 void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
                               const MoeActivations& act, const float* x, const float* dprobs_all,
-                              int64_t n) const {
+                              int64_t n, const LayerCollectives* collectives) const {
   const ExpertsShape sh = shape(n);
   const ExpertsScratch& s = g.experts;
   const ExpertsActivations& e = act.experts;
@@ -440,7 +523,12 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
   const ExpertWeightsBf16 wb =
       lora != nullptr && computes_in_bf16() ? lora->rounded(w, weights_bf16) : weights_bf16;
   const ExpertGrads dw = lora != nullptr ? lora->merged_grads() : grads;
-  if (!staged()) {
+  if (ep_degree > 1) {
+    TITAN_CHECK(collectives != nullptr && collectives->all_to_all_v, name,
+                ": the model holds expert-parallel parts of its experts, and its group's ",
+                "all_to_all_v is not set (set_layer_collectives)");
+    backward_expert_parallel(dx, g, dy, act, x, n, w, wb, dw, collectives->all_to_all_v);
+  } else if (!staged()) {
     if (computes_in_bf16()) {
       experts->backward_bf16(dx, g.dweight, dw, s, dy, e, x, act.topk_index, act.topk_weight, wb,
                              sh);
@@ -450,19 +538,15 @@ void SparseMoeBlock::backward(float* dx, MoeGradScratch& g, const float* dy,
   } else {
     // d out in factored form (ops/moe_stages.h): each row's dy in s.y, its weight in s.w_rows.
     combine->backward(s.y, s.w_rows, dy, act.topk_weight, e.row_of, sh);
-    to_experts({{s.y, hidden, DType::f32}, {s.w_rows, 1, DType::f32}}, e.offsets);
     // The rows' inputs again: other layers' forwards reused s.x since this layer's.
     if (computes_in_bf16()) {
       auto* x_rows = reinterpret_cast<uint16_t*>(s.x);
       dispatch->forward_bf16(x_rows, x, e.row_of, sh);
-      to_experts({{x_rows, hidden, DType::bf16}}, e.offsets);
       grouped->backward_bf16(s.y, s.dweight_rows, dw, s, s.w_rows, e, x_rows, e.offsets, wb, sh);
     } else {
       dispatch->forward(s.x, x, e.row_of, sh);
-      to_experts({{s.x, hidden, DType::f32}}, e.offsets);
       grouped->backward(s.y, s.dweight_rows, dw, s, s.w_rows, e, s.x, e.offsets, w, sh);
     }
-    from_experts({{s.y, hidden, DType::f32}, {s.dweight_rows, 1, DType::f32}}, e.offsets);
     dispatch->backward(dx, g.dweight, s.y, s.dweight_rows, e.row_of, sh);
   }
   if (lora != nullptr) lora->backward(dw);

@@ -14,6 +14,7 @@
 
 #include "titan/dispatch/overrides.h"
 #include "titan/dispatch/registry.h"
+#include "titan/nn/expert_parallel.h"
 #include "titan/nn/lora.h"
 #include "titan/nn/param_group.h"
 #include "titan/ops/gemv.h"
@@ -62,9 +63,16 @@ struct KvCacheView {
 // every rank the same bits; every rank calls them in the same order with the same count. The
 // model (DecoderLM) also sums with sum_partials the embedding's partial rows, the loss's partial
 // d x and the q/k norms' gradients.
+// all_to_all_v is expert parallel's exchange over the EP group (nn/expert_parallel.h: AllToAllV),
+// which a sparse block calls when the model holds E / ep of its experts: once with each layer's
+// per-expert row counts (i32), then with the rows (the inputs, f32 or bf16, there and the outputs
+// back in the forward; dy rows and routing weights there, the inputs again, and dx rows and d
+// weights back in the backward). Unset without expert parallel. The TP reductions and the EP
+// exchange run over different groups of ranks.
 struct LayerCollectives {
   std::function<void(float* x, int64_t count)> sum_partials;
   std::function<void(float* x, int64_t count)> all_reduce_max;
+  AllToAllV all_to_all_v;
 };
 
 // Where one forward call of a layer reads and writes besides its parameters and activations.
@@ -308,19 +316,15 @@ struct MoeActivations {
   int32_t* topk_index = nullptr;   // (N, k) chosen experts, by descending probability
   float* topk_weight = nullptr;    // (N, k) their routing weights
   ExpertsActivations experts;      // N*k rows
+  // Expert parallel: the exchange and the arrived rows' activations this set keeps (the experts'
+  // gate and up above are then unused); null otherwise.
+  ExpertParallelRows* expert_parallel = nullptr;
 };
 
 struct MoeGradScratch {
   float* dlogits = nullptr;  // (N, E)
   float* dweight = nullptr;  // (N, k) d loss / d routing weights
   ExpertsScratch experts;    // N*k rows; the forward's gathered rows too
-};
-
-// Rows (R, width) of one dtype that expert parallel's exchange moves (SparseMoeBlock).
-struct ExpertRows {
-  void* data = nullptr;
-  int64_t width = 0;
-  DType dtype = DType::f32;
 };
 
 // Qwen3-MoE's sparse block (Qwen3MoeSparseMoeBlock): the router mlp.gate picks k of E experts
@@ -347,32 +351,42 @@ struct SparseMoeBlock {
   const MoeDispatchKernel* dispatch = nullptr;
   const GroupedExpertsKernel* grouped = nullptr;
   const MoeCombineKernel* combine = nullptr;
+  // Expert parallel (ep_degree > 1; the staged kernels only): `weights` and `grads` hold this
+  // rank's n_experts / ep_degree experts, those from ep_rank * n_experts / ep_degree on, while the
+  // router picks among all n_experts; the rows cross to the experts' ranks through the layer
+  // collectives' all_to_all_v, and the arrived rows compute in `ep_scratch`.
+  int64_t ep_rank = 0, ep_degree = 1;
+  ExpertParallelScratch* ep_scratch = nullptr;
 
   ExpertsShape shape(int64_t n) const;
   // Whether the experts' GEMMs take bf16 operands.
   bool computes_in_bf16() const { return weights_bf16.gate != nullptr; }
   // The experts kernel's constraint for n tokens (titan::Error when broken).
   void check_constraints(int64_t n) const;
-  // y (N, h) from x (N, h); `scratch` is only used during the call.
+  // y (N, h) from x (N, h); `scratch` is only used during the call. `collectives`: the layer's
+  // (expert parallel's all_to_all_v), or null on one rank.
   void forward(float* y, MoeActivations& act, const ExpertsScratch& scratch, const float* x,
-               int64_t n) const;
+               int64_t n, const LayerCollectives* collectives = nullptr) const;
   // dx (N, h) = d y / d x given dy, parameter gradients accumulated (router included).
   // dprobs_all (E), optional: the load-balancing loss's gradient on every row's probabilities.
   void backward(float* dx, MoeGradScratch& scratch, const float* dy, const MoeActivations& act,
-                const float* x, const float* dprobs_all, int64_t n) const;
+                const float* x, const float* dprobs_all, int64_t n,
+                const LayerCollectives* collectives = nullptr) const;
 
  private:
   // Whether `experts` is the registry's experts_staged (compared by its forward function).
   bool staged() const;
-  // Expert parallel's two cut points: between dispatch and the grouped compute the rows go from
-  // the ranks holding their tokens to those holding their experts (to_experts), and between the
-  // compute and combine they come back (from_experts); the backward crosses them in reverse (dy
-  // rows and weights out, dx rows and d weights back). Each will be an all-to-all-v
-  // (Communicator::all_to_all_v_async) whose per-peer row counts come from the plan's offsets
-  // (all_to_all_counts), after which the compute sees its rank's experts' rows and offsets. While
-  // one rank holds every expert, both are the identity.
-  void to_experts(std::initializer_list<ExpertRows> rows, const int32_t* offsets) const;
-  void from_experts(std::initializer_list<ExpertRows> rows, const int32_t* offsets) const;
+  // The staged forward and backward under expert parallel (nn/expert_parallel.h): the stages of
+  // the one-rank path with the arrived rows between dispatch and combine.
+  void forward_expert_parallel(float* y, MoeActivations& act, const ExpertsScratch& s,
+                               const float* x, int64_t n, const ExpertWeights& w,
+                               const ExpertWeightsBf16& wb, const AllToAllV& all_to_all_v) const;
+  void backward_expert_parallel(float* dx, MoeGradScratch& g, const float* dy,
+                                const MoeActivations& act, const float* x, int64_t n,
+                                const ExpertWeights& w, const ExpertWeightsBf16& wb,
+                                const ExpertGrads& dw, const AllToAllV& all_to_all_v) const;
+  // The grouped compute's shape over `rows` arrived rows of this rank's experts.
+  ExpertsShape local_shape(int64_t rows) const;
 };
 
 }  // namespace titan
