@@ -243,7 +243,11 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     v.sequence.degree = tp_degree;
     v.sequence.gathered = c.take(n * h);
     v.sequence.partial = c.take(n * h);
-    v.sequence.d_rows = retention.forward_only ? nullptr : c.take(R * h);
+    // A block input's gradient is reduce-scattered there once the block's backward has read its
+    // gathered input, and read (the norm's backward, the residual add) before the next gather;
+    // the loss's d x once the loss has read the gathered final norm, and read by the final norm's
+    // backward before any layer runs again.
+    v.sequence.d_rows = retention.forward_only ? nullptr : v.sequence.gathered;
   }
   return c.used();
 }

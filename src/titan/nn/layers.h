@@ -91,7 +91,9 @@ struct SequenceShards {
   // (N, h) a row-parallel block's output, partial sums before their reduce-scatter; in the
   // backward the output's gradient gathered whole.
   float* partial = nullptr;
-  float* d_rows = nullptr;  // (N / degree, h) the block input's gradient, this rank's rows
+  // (N / degree, h) the block input's gradient, this rank's rows: may lie in `gathered`, whose
+  // contents are dead by the time it is written (the block's backward has read them).
+  float* d_rows = nullptr;
 };
 
 // Where one forward call of a layer reads and writes besides its parameters and activations.
