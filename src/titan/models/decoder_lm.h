@@ -233,7 +233,7 @@ class DecoderLM final : public CausalLM {
   // each sequence (Activations::sequence).
   bool sequence_parallel_ = false;
   // Why the model cannot compute on the parts the plan gave it (what is not built: expert
-  // parallel, sequence parallel, ...), or empty: forward refuses with it.
+  // parallel, experts under tensor parallel), or empty: forward refuses with it.
   std::string cannot_compute_;
   // The replicated norms whose gradients each rank computes on its part of their rows: layer i's
   // q/k norms under TP (its heads), its input and post-attention norms under sequence parallel
