@@ -147,8 +147,8 @@ class CausalLM {
   // per layer), and it refuses gradients from then on.
   virtual void set_forward_only() = 0;
   virtual void set_param_group_hooks(ParamGroupHooks hooks) = 0;
-  // Tensor parallel's reductions at every decoder layer's block boundaries (nn/layers.h); unset,
-  // one rank's model.
+  // Tensor parallel's reductions at every decoder layer's block boundaries, and sequence
+  // parallel's gathers and reduce-scatters there (nn/layers.h); unset, one rank's model.
   virtual void set_layer_collectives(LayerCollectives collectives) = 0;
   // Per group, the parameters read only through bf16 copies under bf16 compute -- every matmul
   // weight but one whose fp32 master is read too (a tied embedding: the lookup) -- with where their

@@ -84,14 +84,11 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
 
   tp_degree_ = axes.tp_degree;
   ep_degree_ = cut_by_ep ? axes.ep_degree : 1;
-  if (tp_degree_ > 1 && axes.sequence_parallel) {
-    cannot_compute_ =
-        "sequence parallel is not built yet (tensor parallel computes with "
-        "parallelism.enable_sequence_parallel = false)";
-  } else if (tp_degree_ > 1 && args_.is_moe()) {
+  if (tp_degree_ > 1 && args_.is_moe()) {
     cannot_compute_ =
         "tensor parallel on a model with experts is not built yet (dense models only)";
   }
+  sequence_parallel_ = tp_degree_ > 1 && axes.sequence_parallel;
   if (tp_degree_ > 1) {
     vocab_shard_ = VocabShard::of(args_.vocab_size, static_cast<int>(axes.tp_index),
                                   static_cast<int>(tp_degree_));
@@ -312,6 +309,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(ep_degree_ == 1 || collectives_.all_to_all_v, "forward: the model holds ",
               "expert-parallel parts of its experts, and its group's all-to-all is not set ",
               "(set_layer_collectives: all_to_all_v)");
+  TITAN_CHECK(!sequence_parallel_ || (collectives_.all_gather && collectives_.reduce_scatter),
+              "forward: the model computes with sequence parallel, and its group's all_gather and ",
+              "reduce_scatter are not set (set_layer_collectives)");
   TITAN_CHECK(seq <= args_.max_position_embeddings, "forward: sequence length ", seq,
               " exceeds max_position_embeddings ", args_.max_position_embeddings);
   TITAN_CHECK(!options.compute_grad || gradients_allocated_,
@@ -350,8 +350,10 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   } else {
     prefetch(head_group_, GroupReads::through_copies);
   }
-  m_.embed_tokens.forward(acts_.resid[0], ids_.data(), n);
-  if (tp_degree_ > 1) collectives_.sum_partials(acts_.resid[0], n * h);  // each rank's rows
+  // Each rank's vocabulary rows give a partial sum, whole or (sequence parallel) at its tokens.
+  float* embedded = call_.block_output(acts_.resid[0]);
+  m_.embed_tokens.forward(embedded, ids_.data(), n);
+  if (tp_degree_ > 1) call_.sum_block_output(acts_.resid[0], embedded, h);
   release(0, grad || head_group_ == 0 ? GroupUseEnd::used_later : GroupUseEnd::last);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
@@ -387,10 +389,13 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   // the backward's first use after it: the last block, or the embedding (nothing to prefetch).
   acquire(head_group_, grad, GroupReads::through_copies);
   if (grad && n_layers > 0) prefetch(layer_group_index(n_layers - 1));
-  m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), n);
+  m_.norm.forward(acts_.final_norm, acts_.final_norm_rstd, acts_.resid.back(), call_.rows());
 
+  // Under sequence parallel the final norm's rows are gathered whole for the loss: the lm_head is
+  // cut along the vocabulary, so each rank scores every token on its rows (torchtitan's norm
+  // output Shard(1) into a column-wise lm_head with loss_parallel).
   CrossEntropyArgs ce;
-  ce.x = acts_.final_norm;
+  ce.x = call_.gather_block_input(acts_.final_norm, h);
   ce.weight = m_.lm_head.weight;
   ce.weight_bf16 = m_.lm_head.weight_bf16;
   ce.x_bf16 = acts_.linear.x_bf16;
@@ -411,8 +416,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   CrossEntropyResult result;
   if (tp_degree_ > 1) {
     result = lm_head_loss_->forward_backward_vocab_parallel(ce, vocab_shard_);
-    // Each rank's d x is its rows' part; the final norm's backward needs the whole.
-    if (grad) collectives_.sum_partials(ce.dx, n * h);
+    // Each rank's d x is its vocabulary rows' part; the final norm's backward needs the sum (at
+    // this rank's tokens under sequence parallel).
+    if (grad) call_.sum_block_output(call_.input_grad_rows(ce.dx), ce.dx, h);
   } else {
     result = lm_head_loss_->forward_backward(ce);
   }
@@ -423,9 +429,15 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
 void DecoderLM::backward() {
   TITAN_CHECK(grad_ready_, "backward without a preceding forward with compute_grad");
   grad_ready_ = false;
-  const int64_t n = batch_ * seq_;
+  const int64_t n = batch_ * seq_, h = args_.hidden_size;
   Activations& g = acts_;
-  m_.norm.backward(g.d_resid, g.grad.d_norm, g.resid.back(), g.final_norm_rstd, n);
+  // Under sequence parallel each rank's final norm saw its tokens only.
+  summing_norm_grads(
+      sequence_parallel_ ? std::vector<const RMSNorm*>{&m_.norm} : std::vector<const RMSNorm*>{},
+      [&] {
+        m_.norm.backward(g.d_resid, call_.input_grad_rows(g.grad.d_norm), g.resid.back(),
+                         g.final_norm_rstd, call_.rows());
+      });
   release(head_group_, GroupUseEnd::gradients);
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
@@ -435,34 +447,45 @@ void DecoderLM::backward() {
     LayerActivations& a = g.layers[i];
     // Recompute (the layer's set is the shared one); rewrites resid[i + 1] identically.
     if (checkpointing_.recomputes_layer(static_cast<int64_t>(i))) layer_forward(i, a);
-    if (tp_degree_ > 1 && m_.layers[i].self_attn.qk_norm) {
-      backward_layer_summing_qk_norms(i, a);
-    } else {
+    summing_norm_grads(norms_with_partial_grads(i), [&] {
       m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
                             aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
-    }
+    });
     release(group, GroupUseEnd::gradients);
   }
   acquire(0, true, GroupReads::nothing);
-  m_.embed_tokens.backward(g.d_resid, ids_.data(), n);
+  m_.embed_tokens.backward(call_.gather_output_grad(g.d_resid, h), ids_.data(), n);
   release(0, GroupUseEnd::gradients);
 }
 
-void DecoderLM::backward_layer_summing_qk_norms(size_t i, LayerActivations& a) {
-  const SelfAttention& at = m_.layers[i].self_attn;
-  // The norms are replicated, but each rank's q/k rows are its own heads: the weight's gradient
-  // is the group's sum of this backward's parts. The gradients accumulate over micro-batches, so
-  // this backward's parts are taken apart from what is there, summed, and added back.
+std::vector<const RMSNorm*> DecoderLM::norms_with_partial_grads(size_t i) const {
+  const DecoderLayer& layer = m_.layers[i];
+  std::vector<const RMSNorm*> norms;
+  if (tp_degree_ > 1 && layer.self_attn.qk_norm) {
+    norms = {&layer.self_attn.q_norm, &layer.self_attn.k_norm};
+  }
+  if (sequence_parallel_) {
+    norms.push_back(&layer.input_layernorm);
+    norms.push_back(&layer.post_attention_layernorm);
+  }
+  return norms;
+}
+
+void DecoderLM::summing_norm_grads(const std::vector<const RMSNorm*>& norms,
+                                   const std::function<void()>& backward) {
+  // The norms are replicated, but each rank's rows are its own heads or tokens: the weight's
+  // gradient is the group's sum of this backward's parts. The gradients accumulate over
+  // micro-batches, so this backward's parts are taken apart from what is there, summed, and
+  // added back.
   std::vector<float> earlier;
-  for (const RMSNorm* norm : {&at.q_norm, &at.k_norm}) {
+  for (const RMSNorm* norm : norms) {
     if (norm->weight_grad == nullptr) continue;  // frozen
     earlier.insert(earlier.end(), norm->weight_grad, norm->weight_grad + norm->dim);
     std::fill(norm->weight_grad, norm->weight_grad + norm->dim, 0.0f);
   }
-  m_.layers[i].backward(acts_.d_resid, acts_.grad, a, acts_.resid[i],
-                        aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
+  backward();
   size_t at_earlier = 0;
-  for (const RMSNorm* norm : {&at.q_norm, &at.k_norm}) {
+  for (const RMSNorm* norm : norms) {
     if (norm->weight_grad == nullptr) continue;
     collectives_.sum_partials(norm->weight_grad, norm->dim);
     for (int64_t j = 0; j < norm->dim; ++j) norm->weight_grad[j] += earlier[at_earlier++];

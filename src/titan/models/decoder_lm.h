@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,7 +52,8 @@ class DecoderLM final : public CausalLM {
   void set_forward_only() override;
   void set_param_group_hooks(ParamGroupHooks hooks) override { hooks_ = std::move(hooks); }
   // Under a tensor-parallel plan the group's reductions (both: sum_partials and all_reduce_max)
-  // must be set before a forward; the vocabulary shard's reductions are bound to them.
+  // must be set before a forward, and under sequence parallel all_gather and reduce_scatter too;
+  // the vocabulary shard's reductions are bound to them.
   void set_layer_collectives(LayerCollectives collectives) override;
   std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() override;
   std::vector<std::vector<ComputeCopyTarget>> copied_params() override;
@@ -64,11 +66,14 @@ class DecoderLM final : public CausalLM {
   const DecoderModules& modules() const override { return m_; }
 
   // The same for a model of `args` computing in `compute_dtype` under `checkpointing`, without
-  // building it (titan plan); on a rank of `tp_degree` tensor-parallel ranks (without sequence
-  // parallel): its local heads and MLP width, its vocabulary-parallel loss's workspace.
+  // building it (titan plan); on a rank of `tp_degree` tensor-parallel ranks: its local heads and
+  // MLP width, its vocabulary-parallel loss's workspace, and with `sequence_parallel` its
+  // seq / tp_degree tokens of each sequence in the residual stream and the norms (seq must divide
+  // by the degree: titan::Error naming training.seq_len).
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                      const ActivationCheckpointing& checkpointing, int64_t batch,
-                                     int64_t seq, int64_t tp_degree = 1);
+                                     int64_t seq, int64_t tp_degree = 1,
+                                     bool sequence_parallel = false);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -90,6 +95,10 @@ class DecoderLM final : public CausalLM {
     LinearScratch linear;  // bf16 compute: (N, widest input) and (N, widest output) in bf16
     // The lm_head loss's (lm_head_workspace_bytes), over the layers' shared scratch.
     void* loss_workspace = nullptr;
+    // Sequence parallel's whole-sequence scratch (degree 1 and nulls without it); `gathered` is
+    // also the final norm's output gathered for the loss, `partial` the embedding's partial rows
+    // and their gradient gathered, `d_rows` the loss's d x at this rank's rows.
+    SequenceShards sequence;
   };
   // What the activation arena keeps for a backward: as `checkpointing` says (every layer's saved
   // tensors; only the inputs of the layers it recomputes, whose sets are one shared set; no norm
@@ -105,13 +114,15 @@ class DecoderLM final : public CausalLM {
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use. tp_degree: the tensor-parallel ranks the heads, the MLP width and the
-  // vocabulary are cut over (1: none).
+  // vocabulary are cut over (1: none); sequence_parallel: and each sequence's tokens, in the
+  // residual stream and the norms.
   static int64_t carve_activations(const ModelArgs& args, DType compute_dtype,
-                                   const Retention& retention, int64_t tp_degree, float* base,
-                                   int64_t batch, int64_t seq, Activations& v);
+                                   const Retention& retention, int64_t tp_degree,
+                                   bool sequence_parallel, float* base, int64_t batch, int64_t seq,
+                                   Activations& v);
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
-                              const Retention& retention, int64_t tp_degree, int64_t batch,
-                              int64_t seq);
+                              const Retention& retention, int64_t tp_degree, bool sequence_parallel,
+                              int64_t batch, int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
   // This call's rows: packed (segment starts copied, positions restarting at each) or, for null,
   // one sequence each (positions 0..seq-1), for the forward and its backward.
@@ -225,12 +236,20 @@ class DecoderLM final : public CausalLM {
   ExpertParallelScratch ep_scratch_;
   std::vector<std::unique_ptr<ExpertParallelRows>> ep_rows_;
   void bind_expert_parallel_rows();
-  // Why the model cannot compute on the parts the plan gave it (what is not built: sequence
-  // parallel, experts under tensor parallel), or empty: forward refuses with it.
+  // Sequence parallel (the plan's, under TP): the residual stream holds seq / tp_degree_ tokens of
+  // each sequence (Activations::sequence).
+  bool sequence_parallel_ = false;
+  // Why the model cannot compute on the parts the plan gave it (what is not built: experts under
+  // tensor parallel), or empty: forward refuses with it.
   std::string cannot_compute_;
-  // Sums over the TP group the gradients layer i's q/k norms got in this backward (each rank saw
-  // only its heads), leaving what earlier backwards accumulated as it was.
-  void backward_layer_summing_qk_norms(size_t i, LayerActivations& a);
+  // The replicated norms whose gradients each rank computes on its part of their rows: layer i's
+  // q/k norms under TP (its heads), its input and post-attention norms under sequence parallel
+  // (its tokens); empty on one rank.
+  std::vector<const RMSNorm*> norms_with_partial_grads(size_t i) const;
+  // Runs `backward` and sums over the TP group the gradients it gave `norms`, leaving what
+  // earlier backwards accumulated as it was.
+  void summing_norm_grads(const std::vector<const RMSNorm*>& norms,
+                          const std::function<void()>& backward);
   ActivationCheckpointing checkpointing_;
   bool forward_only_ = false;
 };

@@ -16,11 +16,19 @@
 namespace titan {
 
 int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
-                                     const Retention& retention, int64_t tp_degree, float* base,
-                                     int64_t batch, int64_t seq, Activations& v) {
+                                     const Retention& retention, int64_t tp_degree,
+                                     bool sequence_parallel, float* base, int64_t batch,
+                                     int64_t seq, Activations& v) {
   // A tensor-parallel rank's heads and MLP widths (the plan's column-wise parts); the residual
-  // streams and norms stay whole (no sequence parallel).
+  // streams and norms whole, or under sequence parallel this rank's R = N / tp rows of them
+  // (seq / tp tokens of each sequence), the blocks' inputs and outputs gathered whole into
+  // scratch every layer shares.
+  const bool sp = sequence_parallel && tp_degree > 1;
+  TITAN_CHECK(!sp || seq % tp_degree == 0, "training.seq_len ", seq,
+              " must be divisible by parallelism.tensor_parallel_degree ", tp_degree,
+              " (sequence parallel gives each rank seq / degree tokens of every sequence)");
   const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
+  const int64_t R = sp ? n / tp_degree : n;
   const int64_t H = args.num_attention_heads / tp_degree, KV = args.num_key_value_heads / tp_degree;
   const int64_t I = args.intermediate_size / tp_degree, Im = args.moe_intermediate_size / tp_degree;
   const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = n * k;
@@ -72,8 +80,12 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
         {x_rows, c.take(rows * h), c.take(rows * Im), c.take(rows * Im), c.take(rows * Im),
          c.take(rows), c.take(rows), keep_bf16 && x_rows != nullptr ? x_rows + out_at : nullptr}};
   }
-  float* norm_scratch = keep_bf16 || remake_norms ? c.take(n * h) : nullptr;
-  uint16_t* norm_bf16_scratch = keep_bf16 && remake_norms ? c.take<uint16_t>(n * h) : nullptr;
+  float* norm_scratch = keep_bf16 || remake_norms ? c.take(R * h) : nullptr;
+  // The blocks' inputs rounded whole when no layer keeps them so: made again in the backward from
+  // the norms (remade, or under sequence parallel widened from this rank's kept rows and
+  // gathered).
+  uint16_t* norm_bf16_scratch =
+      keep_bf16 && (remake_norms || sp) ? c.take<uint16_t>(n * h) : nullptr;
   // A dense MLP's product and the experts' are recomputed in the backward, never kept.
   float* mlp_act = any_dense ? c.take(n * I) : nullptr;
   float* experts_act = nullptr;
@@ -120,7 +132,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   const int64_t streams =
       retention.forward_only ? std::min<int64_t>(2, n_layers + 1) : n_layers + 1;
   std::vector<float*> stream(static_cast<size_t>(streams));
-  for (float*& r : stream) r = c.take(n * h);
+  for (float*& r : stream) r = c.take(R * h);
   v.resid.assign(n_layers + 1, nullptr);
   for (size_t i = 0; i < v.resid.size(); ++i) v.resid[i] = stream[i % stream.size()];
   // One layer's set, with the MLP kinds it serves.
@@ -128,11 +140,16 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     LayerActivations a;
     a.norms_remade = remake_norms;
     const auto take_norm_bf16 = [&] {
-      return remake_norms ? norm_bf16_scratch : c.take<uint16_t>(n * h);
+      return remake_norms || sp ? norm_bf16_scratch : c.take<uint16_t>(n * h);
     };
-    a.norm1 = keep_bf16 || remake_norms ? norm_scratch : c.take(n * h);
+    // Sequence parallel's kept rounding of this rank's rows of a norm (LayerActivations).
+    const auto take_rows_bf16 = [&] {
+      return keep_bf16 && sp && !remake_norms ? c.take<uint16_t>(R * h) : nullptr;
+    };
+    a.norm1 = keep_bf16 || remake_norms ? norm_scratch : c.take(R * h);
     a.attn.x_bf16 = keep_bf16 ? take_norm_bf16() : nullptr;
-    a.norm1_rstd = c.take(n);
+    a.norm1_bf16 = take_rows_bf16();
+    a.norm1_rstd = c.take(R);
     if (keep_bf16) {
       a.attn.q_pre = attn_scratch.q_pre;
       a.attn.k_pre = attn_scratch.k_pre;
@@ -169,10 +186,11 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     }
     if (!keep_bf16) a.attn.out = c.take(n * H * hd);
     a.attn.lse = c.take(batch * H * seq);
-    a.resid_mid = c.take(n * h);
+    a.resid_mid = c.take(R * h);
     // The router reads the MoE block's input in fp32, forward and backward.
-    a.norm2 = (keep_bf16 && !sparse) || remake_norms ? norm_scratch : c.take(n * h);
-    a.norm2_rstd = c.take(n);
+    a.norm2 = (keep_bf16 && !sparse) || remake_norms ? norm_scratch : c.take(R * h);
+    if (dense) a.norm2_bf16 = take_rows_bf16();
+    a.norm2_rstd = c.take(R);
     if (dense && keep_bf16) {
       a.mlp = mlp_scratch;
       a.mlp.x_bf16 = take_norm_bf16();
@@ -209,8 +227,8 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     if (!shared) shared = carve_layer(shared_sparse, shared_dense);
     v.layers[i] = *shared;
   }
-  v.final_norm = c.take(n * h);
-  v.final_norm_rstd = c.take(n);
+  v.final_norm = c.take(R * h);
+  v.final_norm_rstd = c.take(R);
   if (keep_bf16) {
     // The inputs rounded here are o_proj's and the lm_head's (the others are kept above); the
     // output gradients are every linear's.
@@ -218,8 +236,19 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     v.linear.dy_bf16 = c.take<uint16_t>(n * std::max({h, H * hd, any_dense ? I : 0}));
   }
   if (!retention.forward_only) {
-    v.d_resid = c.take(n * h);
+    v.d_resid = c.take(R * h);
     g.d_norm = c.take(n * h);
+  }
+  v.sequence = SequenceShards{};
+  if (sp) {
+    v.sequence.degree = tp_degree;
+    v.sequence.gathered = c.take(n * h);
+    v.sequence.partial = c.take(n * h);
+    // A block input's gradient is reduce-scattered there once the block's backward has read its
+    // gathered input, and read (the norm's backward, the residual add) before the next gather;
+    // the loss's d x once the loss has read the gathered final norm, and read by the final norm's
+    // backward before any layer runs again.
+    v.sequence.d_rows = retention.forward_only ? nullptr : v.sequence.gathered;
   }
   return c.used();
 }
@@ -282,21 +311,23 @@ int64_t DecoderLM::carve_inference(const InferenceShape& shape, void* base,
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                        const ActivationCheckpointing& checkpointing, int64_t batch,
-                                       int64_t seq, int64_t tp_degree) {
-  return arena_floats(args, compute_dtype, Retention{checkpointing, false}, tp_degree, batch, seq) *
+                                       int64_t seq, int64_t tp_degree, bool sequence_parallel) {
+  return arena_floats(args, compute_dtype, Retention{checkpointing, false}, tp_degree,
+                      sequence_parallel, batch, seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
 int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype,
-                                const Retention& retention, int64_t tp_degree, int64_t batch,
-                                int64_t seq) {
+                                const Retention& retention, int64_t tp_degree,
+                                bool sequence_parallel, int64_t batch, int64_t seq) {
   Activations measured;
-  return carve_activations(args, compute_dtype, retention, tp_degree, nullptr, batch, seq,
-                           measured);
+  return carve_activations(args, compute_dtype, retention, tp_degree, sequence_parallel, nullptr,
+                           batch, seq, measured);
 }
 
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
-  return arena_floats(args_, compute_dtype_, retention(), tp_degree_, batch, seq) *
+  return arena_floats(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_, batch,
+                      seq) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -308,8 +339,8 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   arena_ = Buffer();  // release the old arena before taking the new one
   arena_ = Buffer(backend().memory(), static_cast<size_t>(activation_bytes(batch, seq)),
                   MemCategory::activations);
-  carve_activations(args_, compute_dtype_, retention(), tp_degree_, arena_.as<float>(), batch, seq,
-                    acts_);
+  carve_activations(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
+                    arena_.as<float>(), batch, seq, acts_);
   batch_ = batch;
   seq_ = seq;
   arena_threads_ = threads;
@@ -328,6 +359,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   call_.experts_scratch = &acts_.grad.moe.experts;
   call_.linear = acts_.linear;
   call_.collectives = &collectives_;
+  call_.sequence_shards = sequence_parallel_ ? &acts_.sequence : nullptr;
   if (ep_degree_ > 1) bind_expert_parallel_rows();
 }
 

@@ -3,58 +3,72 @@
 #include "titan/dispatch/device_ops.h"
 
 namespace titan {
-namespace {
-
-// out (N, h) and rstd (N) = norm(x) again, bit for bit as the forward made them, and out rounded
-// to bf16 into out_bf16 when the linears read that rounding (the same rounding their forward
-// made: linear_group_forward, SwigluMlp::forward).
-void remake_norm(const RMSNorm& norm, float* out, float* rstd, uint16_t* out_bf16, const float* x,
-                 int64_t n) {
-  norm.forward(out, rstd, x, n);
-  if (out_bf16 != nullptr) device_ops().round_to_bf16(out_bf16, out, n * norm.dim);
-}
-
-}  // namespace
 
 void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
                            const LayerCall& call) const {
-  const int64_t n = call.tokens(), h = input_layernorm.dim;
+  const int64_t n = call.tokens(), rows = call.rows(), h = input_layernorm.dim;
   const DeviceOps& ops = device_ops();
-  input_layernorm.forward(a.norm1, a.norm1_rstd, x, n);
-  self_attn.forward(a.resid_mid, a.attn, a.norm1, call);
-  call.sum_partials(a.resid_mid, n * h);
-  ops.add(a.resid_mid, x, n * h);  // x's last read: out may now overwrite it
-  post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, n);
+  input_layernorm.forward(a.norm1, a.norm1_rstd, x, rows);
+  if (a.norm1_bf16 != nullptr) ops.round_to_bf16(a.norm1_bf16, a.norm1, rows * h);
+  float* attn_out = call.block_output(a.resid_mid);
+  self_attn.forward(attn_out, a.attn, call.gather_block_input(a.norm1, h), call);
+  call.sum_block_output(a.resid_mid, attn_out, h);
+  ops.add(a.resid_mid, x, rows * h);  // x's last read: out may now overwrite it
+  post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, rows);
+  if (a.norm2_bf16 != nullptr) ops.round_to_bf16(a.norm2_bf16, a.norm2, rows * h);
+  const float* mlp_in = call.gather_block_input(a.norm2, h);
+  float* mlp_out = call.block_output(out);
   if (sparse) {
-    moe.forward(out, a.moe, *call.experts_scratch, a.norm2, n, call.collectives);
+    moe.forward(mlp_out, a.moe, *call.experts_scratch, mlp_in, n, call.collectives);
   } else {
-    mlp.forward(out, a.mlp, a.norm2, n, call.linear);
+    mlp.forward(mlp_out, a.mlp, mlp_in, n, call.linear);
   }
-  call.sum_partials(out, n * h);
-  ops.add(out, a.resid_mid, n * h);
+  call.sum_block_output(out, mlp_out, h);
+  ops.add(out, a.resid_mid, rows * h);
+}
+
+const float* DecoderLayer::backward_block_input(const RMSNorm& norm, float* normed, float* rstd,
+                                                const uint16_t* kept_bf16, uint16_t* whole_bf16,
+                                                const float* norm_in, bool remade,
+                                                const LayerCall& call) const {
+  const int64_t h = norm.dim;
+  // Made again bit for bit as the forward made them (the rstd rewritten with the same values);
+  // a kept rounding widens exactly, so rounding it again below gives the forward's bits.
+  if (remade) {
+    norm.forward(normed, rstd, norm_in, call.rows());
+  } else if (kept_bf16 != nullptr) {
+    device_ops().widen_bf16(normed, kept_bf16, call.rows() * h);
+  }
+  const float* whole = call.gather_block_input(normed, h);
+  if (whole_bf16 != nullptr && (remade || call.sequence_shards != nullptr)) {
+    device_ops().round_to_bf16(whole_bf16, whole, call.tokens() * h);
+  }
+  return whole;
 }
 
 void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActivations& a,
                             const float* x, const float* dprobs_all, const LayerCall& call) const {
-  const int64_t n = call.tokens(), h = input_layernorm.dim;
+  const int64_t n = call.tokens(), rows = call.rows(), h = input_layernorm.dim;
   const DeviceOps& ops = device_ops();
-  if (a.norms_remade) {
-    remake_norm(post_attention_layernorm, a.norm2, a.norm2_rstd, sparse ? nullptr : a.mlp.x_bf16,
-                a.resid_mid, n);
-  }
+  const float* mlp_in =
+      backward_block_input(post_attention_layernorm, a.norm2, a.norm2_rstd, a.norm2_bf16,
+                           sparse ? nullptr : a.mlp.x_bf16, a.resid_mid, a.norms_remade, call);
+  const float* d_mlp_out = call.gather_output_grad(d_resid, h);
   if (sparse) {
-    moe.backward(g.d_norm, g.moe, d_resid, a.moe, a.norm2, dprobs_all, n, call.collectives);
+    moe.backward(g.d_norm, g.moe, d_mlp_out, a.moe, mlp_in, dprobs_all, n, call.collectives);
   } else {
-    mlp.backward(g.d_norm, g.mlp, d_resid, a.mlp, a.norm2, n, call.linear);
+    mlp.backward(g.d_norm, g.mlp, d_mlp_out, a.mlp, mlp_in, n, call.linear);
   }
-  call.sum_partials(g.d_norm, n * h);
-  post_attention_layernorm.backward(g.d_norm, g.d_norm, a.resid_mid, a.norm2_rstd, n);
-  ops.add(d_resid, g.d_norm, n * h);
-  if (a.norms_remade) remake_norm(input_layernorm, a.norm1, a.norm1_rstd, a.attn.x_bf16, x, n);
-  self_attn.backward(g.d_norm, g.attn, d_resid, a.attn, a.norm1, call);
-  call.sum_partials(g.d_norm, n * h);
-  input_layernorm.backward(g.d_norm, g.d_norm, x, a.norm1_rstd, n);
-  ops.add(d_resid, g.d_norm, n * h);
+  float* d_rows = call.input_grad_rows(g.d_norm);
+  call.sum_block_output(d_rows, g.d_norm, h);
+  post_attention_layernorm.backward(d_rows, d_rows, a.resid_mid, a.norm2_rstd, rows);
+  ops.add(d_resid, d_rows, rows * h);
+  const float* attn_in = backward_block_input(input_layernorm, a.norm1, a.norm1_rstd, a.norm1_bf16,
+                                              a.attn.x_bf16, x, a.norms_remade, call);
+  self_attn.backward(g.d_norm, g.attn, call.gather_output_grad(d_resid, h), a.attn, attn_in, call);
+  call.sum_block_output(d_rows, g.d_norm, h);
+  input_layernorm.backward(d_rows, d_rows, x, a.norm1_rstd, rows);
+  ops.add(d_resid, d_rows, rows * h);
 }
 
 std::vector<Linear*> DecoderModules::matmul_linears() {

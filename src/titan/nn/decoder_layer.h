@@ -13,17 +13,25 @@
 
 namespace titan {
 
-// What one layer's forward keeps for its backward (N = batch * seq tokens). Decode points every
-// layer at the same scratch, since nothing is kept.
+// What one layer's forward keeps for its backward (N = batch * seq tokens; R = the residual
+// stream's rows on this rank, LayerCall::rows(): N, or N / tp under sequence parallel, whose
+// blocks see their inputs gathered whole). Decode points every layer at the same scratch, since
+// nothing is kept.
 struct LayerActivations {
-  float* norm1 = nullptr;       // (N, h)
-  float* norm1_rstd = nullptr;  // (N)
+  float* norm1 = nullptr;       // (R, h)
+  float* norm1_rstd = nullptr;  // (R)
   AttentionActivations attn;
-  float* resid_mid = nullptr;   // (N, h) x + attention
-  float* norm2 = nullptr;       // (N, h)
-  float* norm2_rstd = nullptr;  // (N)
+  float* resid_mid = nullptr;   // (R, h) x + attention
+  float* norm2 = nullptr;       // (R, h)
+  float* norm2_rstd = nullptr;  // (R)
   MlpActivations mlp;           // dense layers
   MoeActivations moe;           // sparse layers
+  // bf16 training under sequence parallel: norm1 and norm2 rounded to bf16 (R, h), kept for the
+  // backward, which widens and gathers them again into the blocks' whole rounding (attn.x_bf16,
+  // mlp.x_bf16: then scratch every layer shares); null otherwise (norm1 and norm2 are then
+  // scratch).
+  uint16_t* norm1_bf16 = nullptr;
+  uint16_t* norm2_bf16 = nullptr;
   // Selective activation checkpointing "op": norm1 and norm2 (and attn.x_bf16, mlp.x_bf16) are
   // scratch every layer shares, made again by the backward from x and resid_mid, as the forward
   // made them (the rstds rewritten with the same values).
@@ -32,7 +40,7 @@ struct LayerActivations {
 
 // Backward scratch one layer uses while it runs, shared by all layers.
 struct LayerGradScratch {
-  float* d_norm = nullptr;  // (N, h)
+  float* d_norm = nullptr;  // (N, h) a block input's gradient (partial sums under TP)
   AttentionGradScratch attn;
   MlpGradScratch mlp;
   MoeGradScratch moe;
@@ -47,14 +55,22 @@ struct DecoderLayer {
   SwigluMlp mlp;
   SparseMoeBlock moe;
 
-  // out (N, h) = the layer of x (N, h), which out may alias (decode updates one residual stream
+  // out (R, h) = the layer of x (R, h), which out may alias (decode updates one residual stream
   // in place). What the backward needs is kept in `a`.
   void forward(float* out, LayerActivations& a, const float* x, const LayerCall& call) const;
-  // d_resid (N, h) holds d loss / d out on entry and d loss / d x on return; parameter gradients
+  // d_resid (R, h) holds d loss / d out on entry and d loss / d x on return; parameter gradients
   // accumulate. dprobs_all (E), optional: the load-balancing loss's gradient on every row's router
   // probabilities (sparse layers).
   void backward(float* d_resid, LayerGradScratch& g, const LayerActivations& a, const float* x,
                 const float* dprobs_all, const LayerCall& call) const;
+
+ private:
+  // A block's input (N, h) for its backward: `norm` of norm_in (R rows) in `normed` made again
+  // (remade), widened from its kept rounding, or as kept; gathered under sequence parallel; and
+  // rounded into whole_bf16 when the block reads it so and nothing kept that rounding whole.
+  const float* backward_block_input(const RMSNorm& norm, float* normed, float* rstd,
+                                    const uint16_t* kept_bf16, uint16_t* whole_bf16,
+                                    const float* norm_in, bool remade, const LayerCall& call) const;
 };
 
 // The module tree of a decoder-only causal LM: what a forward of any kind walks.

@@ -17,6 +17,36 @@ const KernelEntry& KernelBinder::bind(const std::string& module, OpKind kind) co
   fail("module ", module, " has no ", op_kind_name(kind), " slot");
 }
 
+namespace {
+
+// out (batch, degree, seq / degree, h) = every rank's rows (batch, seq / degree, h) in rank order:
+// each sequence one part.
+void gather_sequences(const LayerCall& call, const float* rows, float* out, int64_t h) {
+  call.collectives->all_gather(rows, out, call.seq / call.sequence_shards->degree * h, call.batch);
+}
+
+}  // namespace
+
+const float* LayerCall::gather_block_input(const float* rows, int64_t h) const {
+  if (sequence_shards == nullptr) return rows;
+  gather_sequences(*this, rows, sequence_shards->gathered, h);
+  return sequence_shards->gathered;
+}
+
+const float* LayerCall::gather_output_grad(const float* rows, int64_t h) const {
+  if (sequence_shards == nullptr) return rows;
+  gather_sequences(*this, rows, sequence_shards->partial, h);
+  return sequence_shards->partial;
+}
+
+void LayerCall::sum_block_output(float* out, float* partial, int64_t h) const {
+  if (sequence_shards == nullptr) {
+    sum_partials(out, tokens() * h);
+    return;
+  }
+  collectives->reduce_scatter(partial, out, seq / sequence_shards->degree * h, batch);
+}
+
 GemvWeight Linear::compute_weight() const {
   if (weight_bf16 != nullptr) return {DType::bf16, weight_bf16, out_features, in_features};
   return {DType::f32, weight, out_features, in_features};

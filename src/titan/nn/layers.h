@@ -56,13 +56,29 @@ struct KvCacheView {
 // each block's row-wise output (o_proj's, down_proj's or the experts') holds a partial sum on
 // every rank of the TP group, and so, in the backward, does the gradient of each block's input
 // (its column-wise projections'). sum_partials(x, count) replaces x by the sum over the group.
-// Without a group (one rank) it is not set and the layer calls nothing. Sequence parallel will
-// replace the pair around each block by an all-gather before it and a reduce-scatter after it.
+// Without a group (one rank) it is not set and the layer calls nothing.
 // all_reduce_max(x, count) replaces x by the elementwise maximum over the group: with
 // sum_partials, the reductions the vocabulary-parallel loss takes (ops/vocab_shard.h). Both give
 // every rank the same bits; every rank calls them in the same order with the same count. The
 // model (DecoderLM) also sums with sum_partials the embedding's partial rows, the loss's partial
-// d x and the q/k norms' gradients.
+// d x and the replicated norms' gradients each rank computed on its part (q/k norms on its heads;
+// under sequence parallel the layer norms and the final norm on its tokens).
+//
+// Sequence parallel (torchtitan's enable_sequence_parallel: Shard(1) on (B, S, h)) replaces the
+// pair around each block: a rank holds S / tp consecutive tokens of every sequence of the residual
+// stream, the block's input is gathered whole before it and its output's partial sums are
+// reduce-scattered back to the ranks' tokens after it (and the reverse in the backward). Both take
+// `parts` blocks of `count` floats per rank, one per sequence:
+//   all_gather(in, out, count, parts):     in (parts, count) this rank's; out (parts, tp, count),
+//                                          out[p][r] = rank r's in[p].
+//   reduce_scatter(in, out, count, parts): in (parts, tp, count) this rank's partial sums; out
+//                                          (parts, count), out[p] = the sum over the ranks of
+//                                          their in[p][rank()].
+// in and out do not overlap. Over a Communicator (distributed/communicator.h) each is one
+// all_gather_async / reduce_scatter_sum_async with a CommPart per part (whole: out[p] or in[p],
+// own: in[p] or out[p], counts: `count` for every rank), waited for at once. Unset without
+// sequence parallel.
+//
 // all_to_all_v is expert parallel's exchange over the EP group (nn/expert_parallel.h: AllToAllV),
 // which a sparse block calls when the model holds E / ep of its experts: once with each layer's
 // per-expert row counts (i32), then with the rows (the inputs, f32 or bf16, there and the outputs
@@ -72,7 +88,21 @@ struct KvCacheView {
 struct LayerCollectives {
   std::function<void(float* x, int64_t count)> sum_partials;
   std::function<void(float* x, int64_t count)> all_reduce_max;
+  std::function<void(const float* in, float* out, int64_t count, int64_t parts)> all_gather;
+  std::function<void(const float* in, float* out, int64_t count, int64_t parts)> reduce_scatter;
   AllToAllV all_to_all_v;
+};
+
+// Sequence parallel's scratch, shared by every layer, and its degree (LayerCollectives).
+struct SequenceShards {
+  int64_t degree = 1;         // the TP degree: each rank holds seq / degree tokens of a sequence
+  float* gathered = nullptr;  // (N, h) a column-parallel block's input gathered whole
+  // (N, h) a row-parallel block's output, partial sums before their reduce-scatter; in the
+  // backward the output's gradient gathered whole.
+  float* partial = nullptr;
+  // (N / degree, h) the block input's gradient, this rank's rows: may lie in `gathered`, whose
+  // contents are dead by the time it is written (the block's backward has read them).
+  float* d_rows = nullptr;
 };
 
 // Where one forward call of a layer reads and writes besides its parameters and activations.
@@ -92,12 +122,38 @@ struct LayerCall {
   const ExpertsScratch* experts_scratch = nullptr;  // a sparse layer's gathered rows
   LinearScratch linear;
   const LayerCollectives* collectives = nullptr;  // or null: one rank
+  // Sequence parallel's scratch, or null: every rank holds every token of the residual stream.
+  const SequenceShards* sequence_shards = nullptr;
 
   int64_t tokens() const { return batch * seq; }
+  // The residual stream's rows on this rank: tokens() / degree under sequence parallel.
+  int64_t rows() const {
+    return sequence_shards != nullptr ? tokens() / sequence_shards->degree : tokens();
+  }
   // The sum over the tensor-parallel group of x (count) at a block boundary; nothing on one rank.
   void sum_partials(float* x, int64_t count) const {
     if (collectives && collectives->sum_partials) collectives->sum_partials(x, count);
   }
+  // A column-parallel block's input (N, h) from this rank's rows of it (rows(), h): under sequence
+  // parallel gathered into sequence_shards->gathered, else `rows` itself.
+  const float* gather_block_input(const float* rows, int64_t h) const;
+  // The gradient of a row-parallel block's output (N, h) from this rank's rows of it: under
+  // sequence parallel gathered into sequence_shards->partial (the reduce-scatter's backward), else
+  // `rows` itself.
+  const float* gather_output_grad(const float* rows, int64_t h) const;
+  // Where a row-parallel block writes its output (N, h): sequence_shards->partial under sequence
+  // parallel, else `out` (this rank's rows: all of them).
+  float* block_output(float* out) const {
+    return sequence_shards != nullptr ? sequence_shards->partial : out;
+  }
+  // Where a block input's gradient, summed, lands (rows(), h): sequence_shards->d_rows under
+  // sequence parallel (the all-gather's backward), else `d_whole` itself.
+  float* input_grad_rows(float* d_whole) const {
+    return sequence_shards != nullptr ? sequence_shards->d_rows : d_whole;
+  }
+  // out (rows(), h) = the group's sum of the partial sums `partial` (N, h) at this rank's rows:
+  // reduce-scattered under sequence parallel, else summed in place (partial is out).
+  void sum_block_output(float* out, float* partial, int64_t h) const;
 };
 
 struct Linear {
