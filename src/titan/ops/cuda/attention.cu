@@ -17,28 +17,23 @@ using cuda_rows::kRowThreads;
 __global__ void forward_kernel(float* out, float* lse, const float* q, const float* k,
                                const float* v, AttentionDims s) {
   __shared__ float tile[kRowThreads];
-  const int64_t row = blockIdx.x, h = row % s.heads, i = row / s.heads % s.seq_q,
-                b = row / s.heads / s.seq_q;
-  cuda_rows::attention_forward_query(BlockTeam{}, tile, out, lse, q, k, v, s, b, i, h);
+  cuda_rows::attention_forward_query(BlockTeam{}, tile, out, lse, q, k, v, s, blockIdx.x);
 }
 
 __global__ void backward_query_kernel(float* dq, const float* dout, const float* q, const float* k,
                                       const float* v, const float* out, const float* lse,
                                       AttentionDims s) {
   __shared__ float tile[kRowThreads];
-  const int64_t row = blockIdx.x, h = row % s.heads, i = row / s.heads % s.seq_q,
-                b = row / s.heads / s.seq_q;
-  cuda_rows::attention_backward_query(BlockTeam{}, tile, dq, dout, q, k, v, out, lse, s, b, i, h);
+  cuda_rows::attention_backward_query(BlockTeam{}, tile, dq, dout, q, k, v, out, lse, s,
+                                      blockIdx.x);
 }
 
 __global__ void backward_key_kernel(float* dk, float* dv, const float* dout, const float* q,
                                     const float* k, const float* v, const float* out,
                                     const float* lse, AttentionDims s) {
   __shared__ float tile[2 * kRowThreads];
-  const int64_t row = blockIdx.x, kvh = row % s.kv_heads, j = row / s.kv_heads % s.seq_kv,
-                b = row / s.kv_heads / s.seq_kv;
-  cuda_rows::attention_backward_key(BlockTeam{}, tile, dk, dv, dout, q, k, v, out, lse, s, b, j,
-                                    kvh);
+  cuda_rows::attention_backward_key(BlockTeam{}, tile, dk, dv, dout, q, k, v, out, lse, s,
+                                    blockIdx.x);
 }
 
 // The shape checked (attention_check_shape on its sizes) and as the row bodies take it.

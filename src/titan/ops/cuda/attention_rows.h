@@ -32,12 +32,14 @@ TITAN_HD inline float dot(const float* a, const float* b, int64_t n) {
   return acc;
 }
 
-// Query i of (b, h): out (hd) and lse. Keys 0 .. seq_kv - seq_q + i are visible. `tile` holds
-// team.size() floats (one key's probability per member).
+// Query row `row` = (b * seq_q + i) * heads + h (a block of the kernel): out (hd) and lse. Keys 0
+// .. seq_kv - seq_q + i are visible. `tile` holds team.size() floats (one key's probability per
+// member).
 template <typename Team>
 TITAN_HD void attention_forward_query(const Team& team, float* tile, float* out, float* lse,
                                       const float* q, const float* k, const float* v,
-                                      const AttentionDims& s, int64_t b, int64_t i, int64_t h) {
+                                      const AttentionDims& s, int64_t row) {
+  const int64_t h = row % s.heads, i = row / s.heads % s.seq_q, b = row / s.heads / s.seq_q;
   const int64_t kvh = h / (s.heads / s.kv_heads), visible = s.seq_kv - s.seq_q + i + 1;
   const float* qi = q_row(q, s, b, i, h);
   float m = -INFINITY;
@@ -68,13 +70,14 @@ TITAN_HD void attention_forward_query(const Team& team, float* tile, float* out,
   if (team.rank() == 0) lse[(b * s.heads + h) * s.seq_q + i] = row_lse;
 }
 
-// dq of query i of (b, h) (overwritten): sum over visible keys of dS * k * scale, with
-// P = exp(score - lse) and dS = P (dout . v - dout . out). `tile`: team.size() floats.
+// dq of query row `row` (as the forward's) (overwritten): sum over visible keys of dS * k * scale,
+// with P = exp(score - lse) and dS = P (dout . v - dout . out). `tile`: team.size() floats.
 template <typename Team>
 TITAN_HD void attention_backward_query(const Team& team, float* tile, float* dq, const float* dout,
                                        const float* q, const float* k, const float* v,
                                        const float* out, const float* lse, const AttentionDims& s,
-                                       int64_t b, int64_t i, int64_t h) {
+                                       int64_t row) {
+  const int64_t h = row % s.heads, i = row / s.heads % s.seq_q, b = row / s.heads / s.seq_q;
   const int64_t kvh = h / (s.heads / s.kv_heads), visible = s.seq_kv - s.seq_q + i + 1;
   const float* qi = q_row(q, s, b, i, h);
   const float* doi = q_row(dout, s, b, i, h);
@@ -104,14 +107,16 @@ TITAN_HD void attention_backward_query(const Team& team, float* tile, float* dq,
   }
 }
 
-// dk and dv of key j of (b, kv head kvh) (overwritten): over the group's query heads and the
-// queries that see j (i >= j - (seq_kv - seq_q)), dv += P dout and dk += dS q. `tile`:
-// 2 * team.size() floats (P, then dS, per member's (head, query) pair).
+// dk and dv of key row `row` = (b * seq_kv + j) * kv_heads + kvh (overwritten): over the group's
+// query heads and the queries that see j (i >= j - (seq_kv - seq_q)), dv += P dout and dk += dS q.
+// `tile`: 2 * team.size() floats (P, then dS, per member's (head, query) pair).
 template <typename Team>
 TITAN_HD void attention_backward_key(const Team& team, float* tile, float* dk, float* dv,
                                      const float* dout, const float* q, const float* k,
                                      const float* v, const float* out, const float* lse,
-                                     const AttentionDims& s, int64_t b, int64_t j, int64_t kvh) {
+                                     const AttentionDims& s, int64_t row) {
+  const int64_t kvh = row % s.kv_heads, j = row / s.kv_heads % s.seq_kv,
+                b = row / s.kv_heads / s.seq_kv;
   const int64_t group = s.heads / s.kv_heads, offset = s.seq_kv - s.seq_q;
   const int64_t first_i = j - offset > 0 ? j - offset : 0;
   const int64_t per_head = s.seq_q - first_i, pairs = per_head > 0 ? group * per_head : 0;
