@@ -28,7 +28,7 @@ kernels=build-cuda/titan_cuda_kernels_test
 if [ ! -x "$smoke" ] || [ ! -x "$bench" ] || ldd "$smoke" "$bench" | grep -q "not found"; then
   echo "== building with this machine's nvcc"
   common=(-std=c++20 -O2 -arch=sm_90 -Isrc src/titan/backend/device_buffer.cpp
-          src/titan/backend/cuda/cuda_backend.cu -lcublas)
+          src/titan/backend/cuda/cuda_backend.cu -lcublasLt)
   nvcc "${common[@]}" -Itests tests/cuda/cuda_smoke.cpp src/titan/backend/gemm_reference.cpp \
     src/titan/core/allocator.cpp \
     -o /tmp/titan_cuda_smoke || exit 1

@@ -345,7 +345,7 @@ void test_linear() {
   k.forward(y.as<float>(), xd.as<float>(), wd.as<float>(), rows, in, out);
   k.backward(dx.as<float>(), dw.as<float>(), g.as<float>(), xd.as<float>(), wd.as<float>(), rows,
              in, out, true);
-  // fp32 with TF32 off: cuBLAS's fp32 sums.
+  // fp32 with TF32 off: cuBLASLt's fp32 sums.
   check("linear forward (fp32, TF32 off)", down(y), ref_y, sum_tolerance(in));
   check("linear backward dx (accumulated)", down(dx), ref_dx, sum_tolerance(out));
   check("linear backward dweight", down(dw), ref_dw, sum_tolerance(rows));

@@ -68,10 +68,10 @@ void register_cuda_kernels(KernelRegistry& r) {
                    "row gather one thread per element; scatter-add one thread per column over the "
                    "tokens in order (deterministic)",
                    EmbeddingKernel{cuda_ops::embedding_forward, cuda_ops::embedding_backward}));
-  // ops/linear.h's functions are the backend's GEMMs and nothing else: on CUDA, cuBLAS (fp32 with
+  // ops/linear.h's functions are the backend's GEMMs and nothing else: on CUDA, cuBLASLt (fp32 with
   // TF32 off, bf16 operands with fp32 accumulation).
   r.add(cuda_entry("linear_cuda", OpKind::linear, {DType::f32, DType::bf16},
-                   "the backend's GEMMs: cuBLAS (fp32 without TF32; bf16 operands, fp32 compute)",
+                   "the backend's GEMMs: cuBLASLt (fp32 without TF32; bf16 operands, fp32 compute)",
                    LinearKernel{linear_forward, linear_backward, linear_forward_bf16,
                                 linear_backward_bf16, linear_forward_bf16_to_bf16}));
   r.add(cuda_entry("rms_norm_cuda", OpKind::rms_norm, {DType::f32},
@@ -89,10 +89,11 @@ void register_cuda_kernels(KernelRegistry& r) {
                    "one thread per element (bf16 recompute and backward too)",
                    SwigluKernel{cuda_ops::swiglu_forward, cuda_ops::swiglu_backward,
                                 cuda_ops::swiglu_recompute_bf16, cuda_ops::swiglu_backward_bf16}));
-  r.add(cuda_entry("cross_entropy_cuda", OpKind::lm_head_loss, {DType::f32},
-                   "lm_head GEMMs through cuBLAS per chunk of tokens, one block per row's softmax",
-                   LmHeadLossKernel{cuda_ops::lm_head_cross_entropy, lm_head_chunk_tokens,
-                                    cuda_ops::lm_head_workspace_bytes}));
+  r.add(
+      cuda_entry("cross_entropy_cuda", OpKind::lm_head_loss, {DType::f32},
+                 "lm_head GEMMs through cuBLASLt per chunk of tokens, one block per row's softmax",
+                 LmHeadLossKernel{cuda_ops::lm_head_cross_entropy, lm_head_chunk_tokens,
+                                  cuda_ops::lm_head_workspace_bytes}));
   r.set_default(OpKind::embedding, DeviceKind::cuda, "embedding_cuda");
   r.set_default(OpKind::linear, DeviceKind::cuda, "linear_cuda");
   r.set_default(OpKind::rms_norm, DeviceKind::cuda, "rms_norm_cuda");

@@ -1,5 +1,5 @@
 // The lm_head fused with cross-entropy on CUDA (fp32; ops/cross_entropy.h's contract): per chunk
-// of tokens the logits GEMM through the backend (cuBLAS), one block per row for its softmax, loss
+// of tokens the logits GEMM through the backend (cuBLASLt), one block per row for its softmax, loss
 // and d loss / d logits in place (cross_entropy_rows.h), then the two backward GEMMs; the full
 // logits never exist. The targets are read back and checked on the host first (the CPU's message);
 // the rows' losses are read back per chunk and summed on the host in fp64, in token order.
