@@ -1,7 +1,7 @@
 // The CUDA kernels' host entry points, each with the contract of the CPU op of the same name
 // (ops/*.h), every pointer into device memory (the CUDA backend's). Registered for
 // DeviceKind::cuda by dispatch/cuda/cuda_kernels.cpp; defined in this folder's .cu files. (The
-// linear needs no kernel of its own: ops/linear.h's functions call the backend's GEMMs, cuBLASLtLt
+// linear needs no kernel of its own: ops/linear.h's functions call the backend's GEMMs, cuBLASLt
 // there.) Plain C++ declarations: no CUDA header.
 #pragma once
 
