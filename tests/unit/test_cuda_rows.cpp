@@ -189,7 +189,8 @@ TEST(CudaRows, SwigluMatchesReferenceAndTheCpuBf16Forms) {
   expect_close("swiglu dgate", dgate.data(), ref_dgate.data(), n, sum_tolerance(8));
   expect_close("swiglu dup", dup.data(), ref_dup.data(), n, sum_tolerance(4));
   // bf16: the kernels' roundings against the CPU's (whose sigmoid is a vector approximation), so
-  // an element may land one bf16 ulp apart: within 2^-8 of the largest, normwise.
+  // an element may land one bf16 ulp apart: at most 2^-7 of that element (bf16 keeps 8 significant
+  // bits), so of the largest, normwise.
   std::vector<uint16_t> g16(n), u16(n), act(n), cpu_act(n), dg16(n), du16(n), cpu_dg(n), cpu_du(n);
   for (int64_t i = 0; i < n; ++i) {
     g16[i] = f32_to_bf16(gate[i]);
@@ -209,7 +210,7 @@ TEST(CudaRows, SwigluMatchesReferenceAndTheCpuBf16Forms) {
     for (size_t i = 0; i < bits.size(); ++i) f[i] = bf16_to_f32(bits[i]);
     return f;
   };
-  const double bf16_tol = std::ldexp(1.0, -8);
+  const double bf16_tol = std::ldexp(1.0, -7);
   expect_close("swiglu recompute_bf16", widen(act).data(), widen(cpu_act).data(), n, bf16_tol);
   expect_close("swiglu backward_bf16 dgate", widen(dg16).data(), widen(cpu_dg).data(), n, bf16_tol);
   expect_close("swiglu backward_bf16 dup", widen(du16).data(), widen(cpu_du).data(), n, bf16_tol);
