@@ -64,6 +64,17 @@ void check_true(const std::string& what, bool ok) {
   if (!ok) ++g_failures;
 }
 
+// The message `call` throws, or "" when it does not.
+template <typename F>
+std::string error_of(F call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 std::vector<float> randn(int64_t n, uint64_t seed, float std = 1.0f) {
   std::vector<float> v(static_cast<size_t>(n));
   Rng(seed).fill_normal(v.data(), n, 0.0f, std);
@@ -165,6 +176,13 @@ void test_rope() {
     k.backward(xd.as<float>(), pos.as<int32_t>(), cache, n, heads);
     check("rope backward undoes forward (hd " + std::to_string(hd) + ")", down(xd), x,
           sum_tolerance(4));
+    std::vector<int32_t> bad = positions;
+    bad[5] = static_cast<int32_t>(max_positions);
+    DeviceBuffer bad_pos = up(bad);
+    check_true("rope refuses position 300 at token 5 in one line",
+               error_of([&] {
+                 k.forward(xd.as<float>(), bad_pos.as<int32_t>(), cache, n, heads);
+               }) == "position 300 at token 5 is outside the RoPE cache [0, 300)");
   }
 }
 
@@ -220,18 +238,21 @@ void test_embedding() {
   k.forward(out.as<float>(), id.as<int32_t>(), w.as<float>(), n, vocab, dim);
   k.backward(dw.as<float>(), g.as<float>(), id.as<int32_t>(), n, dim);
   check("embedding forward", down(out), ref, 0.0);
+  // bf16 rows widened exactly: the fp32 lookup of the widened weight.
+  const std::vector<uint16_t> w16 = round(weight);
+  std::vector<float> ref16(n * dim);
+  embedding_forward(ref16.data(), ids.data(), widen(w16).data(), n, vocab, dim);
+  DeviceBuffer wb = up(w16);
+  k.forward_bf16(out.as<float>(), id.as<int32_t>(), wb.as<uint16_t>(), n, vocab, dim);
+  check("embedding forward_bf16", down(out), ref16, 0.0);
   check("embedding backward dweight", down(dw), ref_dw, sum_tolerance(n));
   std::vector<int32_t> bad = ids;
   bad[123] = static_cast<int32_t>(vocab);
   DeviceBuffer bad_ids = up(bad);
-  std::string message;
-  try {
-    k.forward(out.as<float>(), bad_ids.as<int32_t>(), w.as<float>(), n, vocab, dim);
-  } catch (const Error& e) {
-    message = e.what();
-  }
   check_true("embedding forward refuses id 1000 at 123 in one line",
-             message == "token id 1000 at position 123 is outside the vocabulary [0, 1000)");
+             error_of([&] {
+               k.forward(out.as<float>(), bad_ids.as<int32_t>(), w.as<float>(), n, vocab, dim);
+             }) == "token id 1000 at position 123 is outside the vocabulary [0, 1000)");
 }
 
 void test_attention() {
@@ -328,6 +349,14 @@ void test_lm_head_loss() {
   check("lm_head logits", down(logits), ref_logits, sum_tolerance(hidden));
   check("lm_head dx", down(dx), ref_dx, sum_tolerance(vocab + hidden));
   check("lm_head dweight", down(dw), ref_dw, sum_tolerance(n + hidden));
+  std::vector<int32_t> bad = targets;
+  bad[77] = -1;
+  DeviceBuffer bad_targets = up(bad);
+  a.targets = bad_targets.as<int32_t>();
+  check_true("lm_head loss refuses target -1 at 77 in one line",
+             error_of([&] { k.forward_backward(a); }) ==
+                 "cross-entropy: target -1 at token 77 is outside [0, 1000) and not the ignore "
+                 "index -100");
 }
 
 void test_linear() {

@@ -240,6 +240,14 @@ TEST(CudaRows, EmbeddingMatchesTheCpuOp) {
     cuda_rows::embedding_scatter_column(dw.data(), dout.data(), ids.data(), n, dim, col);
   }
   embedding_forward(ref.data(), ids.data(), weight.data(), n, vocab, dim);
+  std::vector<uint16_t> w16(weight.size());
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = f32_to_bf16(weight[i]);
+  std::vector<float> out16(n * dim), ref16(n * dim);
+  for (int64_t e = 0; e < n * dim; ++e) {
+    cuda_rows::embedding_gather_element_bf16(out16.data(), ids.data(), w16.data(), dim, e);
+  }
+  embedding_forward_bf16(ref16.data(), ids.data(), w16.data(), n, vocab, dim);
+  expect_close("embedding out (bf16 weight)", out16.data(), ref16.data(), out16.size(), 0.0);
   embedding_backward(ref_dw.data(), dout.data(), ids.data(), n, dim);
   // A gather is exact; the scatter adds repeated ids in token order, as the CPU's does.
   expect_close("embedding out", out.data(), ref.data(), out.size(), 0.0);

@@ -65,9 +65,11 @@ KernelEntry cuda_entry(std::string name, OpKind kind, std::vector<DType> dtypes,
 
 void register_cuda_kernels(KernelRegistry& r) {
   r.add(cuda_entry("embedding_cuda", OpKind::embedding, {DType::f32},
-                   "row gather one thread per element; scatter-add one thread per column over the "
+                   "row gather one thread per element (fp32, or bf16 rows widened); scatter-add "
+                   "one thread per column over the "
                    "tokens in order (deterministic)",
-                   EmbeddingKernel{cuda_ops::embedding_forward, cuda_ops::embedding_backward}));
+                   EmbeddingKernel{cuda_ops::embedding_forward, cuda_ops::embedding_backward,
+                                   cuda_ops::embedding_forward_bf16}));
   // ops/linear.h's functions are the backend's GEMMs and nothing else: on CUDA, cuBLASLt (fp32 with
   // TF32 off, bf16 operands with fp32 accumulation).
   r.add(cuda_entry("linear_cuda", OpKind::linear, {DType::f32, DType::bf16},

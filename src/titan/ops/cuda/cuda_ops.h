@@ -39,6 +39,8 @@ void swiglu_backward_bf16(uint16_t* dgate, uint16_t* dup, const float* dout, con
 // embedding.cu
 void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t n_tokens,
                        int64_t vocab, int64_t dim);
+void embedding_forward_bf16(float* out, const int32_t* ids, const uint16_t* weight,
+                            int64_t n_tokens, int64_t vocab, int64_t dim);
 void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t n_tokens,
                         int64_t dim);
 

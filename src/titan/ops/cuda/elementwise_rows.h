@@ -46,6 +46,13 @@ TITAN_HD inline void embedding_gather_element(float* out, const int32_t* ids, co
   out[e] = weight[static_cast<int64_t>(ids[n]) * dim + i];
 }
 
+// The same from a bf16 weight (raw bits), widened exactly: inference's bf16 embedding.
+TITAN_HD inline void embedding_gather_element_bf16(float* out, const int32_t* ids,
+                                                   const uint16_t* weight, int64_t dim, int64_t e) {
+  const int64_t n = e / dim, i = e % dim;
+  out[e] = from_bf16(weight[static_cast<int64_t>(ids[n]) * dim + i]);
+}
+
 // dweight[:, col] += dout[n, col] scattered by ids, tokens in order: one column per device
 // thread, so repeated ids add in the CPU's order and the sum is deterministic.
 TITAN_HD inline void embedding_scatter_column(float* dweight, const float* dout, const int32_t* ids,
