@@ -14,8 +14,8 @@
 #   mkdir -p .devlibs && echo /.devlibs/ >> .git/info/exclude && cp -L $(ldd
 #     build-cuda/titan_cuda_kernels_test | awk '/dnnl|OpenCL|gomp/ {print $3}') .devlibs/
 # If the smoke test or the benchmark cannot load there (another CUDA or C++ runtime), the script
-# builds them with that machine's nvcc; the kernels test needs the whole library and is not rebuilt
-# there (its step fails, saying why). Results also go to $OUT when it is set (the device tool's
+# builds them with that machine's nvcc; the kernels test needs the whole library, which it builds
+# there with cmake only where cmake and titan's dependencies are (else its step fails, saying why). Results also go to $OUT when it is set (the device tool's
 # output folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +48,12 @@ step() {  # step NAME TIMEOUT COMMAND...: runs it, notes ok or FAIL (and the exi
 memcheck=(compute-sanitizer --tool memcheck --error-exitcode 1)
 step "titan_cuda_smoke" 60 "$smoke"
 step "titan_cuda_smoke under memcheck" 180 "${memcheck[@]}" "$smoke"
+if { [ ! -x "$kernels" ] || ldd "$kernels" | grep -q "not found"; } && command -v cmake > /dev/null; then
+  echo "== building titan_cuda_kernels_test here"
+  timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF > /dev/null &&
+    timeout 240 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test > /dev/null &&
+    kernels=/tmp/build-cuda/titan_cuda_kernels_test
+fi
 if [ ! -x "$kernels" ] || ldd "$kernels" | grep "not found"; then
   echo "== titan_cuda_kernels_test cannot run here: missing, or libraries not found (see the header)"
   summary+=("FAIL  titan_cuda_kernels_test: not built or not loadable")
