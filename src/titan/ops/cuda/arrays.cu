@@ -50,9 +50,9 @@ __global__ void find_nonfinite_kernel(unsigned long long* first, const float* x,
 }
 
 __global__ void find_outside_kernel(unsigned long long* first, const int32_t* ids, int64_t n,
-                                    int64_t lo, int64_t hi, int32_t allowed) {
+                                    int64_t lo, int64_t hi) {
   const int64_t i = element();
-  if (i < n && ids[i] != allowed && (ids[i] < lo || ids[i] >= hi)) {
+  if (i < n && (ids[i] < lo || ids[i] >= hi)) {
     atomicMin(first, static_cast<unsigned long long>(i));
   }
 }
@@ -139,11 +139,10 @@ int64_t find_nonfinite(const float* x, int64_t n) {
   return first.read();
 }
 
-int64_t first_id_outside(const int32_t* ids, int64_t n, int64_t lo, int64_t hi, int32_t allowed,
-                         int32_t* value) {
+int64_t first_id_outside(const int32_t* ids, int64_t n, int64_t lo, int64_t hi, int32_t* value) {
   if (n <= 0) return -1;
   FirstIndex first;
-  find_outside_kernel<<<blocks_for(n, kThreads), kThreads>>>(first.slot(), ids, n, lo, hi, allowed);
+  find_outside_kernel<<<blocks_for(n, kThreads), kThreads>>>(first.slot(), ids, n, lo, hi);
   check_launch("first_id_outside");
   const int64_t at = first.read();
   if (at >= 0) {

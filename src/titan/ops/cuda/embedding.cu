@@ -27,7 +27,7 @@ void check_ids(const int32_t* ids, int64_t n_tokens, int64_t vocab, int64_t dim)
   TITAN_CHECK(n_tokens >= 0 && vocab > 0 && dim > 0, "CUDA embedding: bad sizes (tokens ", n_tokens,
               ", vocab ", vocab, ", dim ", dim, ")");
   int32_t id = 0;
-  const int64_t bad = first_id_outside(ids, n_tokens, 0, vocab, 0, &id);
+  const int64_t bad = first_id_outside(ids, n_tokens, 0, vocab, &id);
   TITAN_CHECK(bad < 0, "token id ", id, " at position ", bad, " is outside the vocabulary [0, ",
               vocab, ")");
 }

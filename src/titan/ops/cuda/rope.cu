@@ -24,7 +24,7 @@ void rotate(float* x, const int32_t* positions, const RopeCache& cache, int64_t 
               n_tokens, ", heads ", n_heads, ", half dim ", cache.half_dim, ")");
   if (n_tokens == 0) return;
   int32_t position = 0;
-  const int64_t bad = first_id_outside(positions, n_tokens, 0, cache.max_positions, 0, &position);
+  const int64_t bad = first_id_outside(positions, n_tokens, 0, cache.max_positions, &position);
   TITAN_CHECK(bad < 0, "position ", position, " at token ", bad, " is outside the RoPE cache [0, ",
               cache.max_positions, ")");
   const int64_t pairs = n_tokens * n_heads * cache.half_dim;

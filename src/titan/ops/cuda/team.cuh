@@ -62,9 +62,8 @@ inline unsigned blocks_for(int64_t n, int threads) {
   return static_cast<unsigned>(blocks);
 }
 
-// The first i in [0, n) with ids[i] (device memory) outside [lo, hi) and not `allowed`, or -1;
-// *value the id there. Reads the answer back, so it waits for the stream.
-int64_t first_id_outside(const int32_t* ids, int64_t n, int64_t lo, int64_t hi, int32_t allowed,
-                         int32_t* value);
+// The first i in [0, n) with ids[i] (device memory) outside [lo, hi), or -1; *value the id
+// there. Reads the answer back, so it waits for the stream.
+int64_t first_id_outside(const int32_t* ids, int64_t n, int64_t lo, int64_t hi, int32_t* value);
 
 }  // namespace titan::cuda_ops
