@@ -1,36 +1,77 @@
 #!/usr/bin/env bash
-# The CUDA backend's checks on a machine with an NVIDIA GPU, in one run: titan_cuda_smoke plainly
-# and under compute-sanitizer's memcheck, then bench_cuda_gemm beside PyTorch's matmul on the same
-# shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the clock moves between runs).
+# The CUDA backend's checks on a machine with an NVIDIA GPU, in one run (a few minutes on an H200;
+# every step has a timeout, the whole stays under 8): titan_cuda_smoke and titan_cuda_kernels_test
+# (every CUDA kernel against its op's fp32 reference) plainly and under compute-sanitizer's memcheck,
+# the kernels test also under racecheck (the row kernels share memory between a block's threads),
+# then bench_cuda_gemm beside PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then
+# bench_cuda_gemm again (the clock moves between runs); a summary of every step last.
 # Build the binaries first, where nvcc is (no GPU needed):
-#   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF
-#   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm
-# If they cannot load there (another CUDA or C++ runtime), the script builds them with that
-# machine's nvcc. Results also go to $OUT when it is set (the device tool's output folder).
+#   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
+#   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test
+# titan_cuda_kernels_test links libtitan, so oneDNN (libdnnl.so.2), which a GPU machine may not
+# have: put the build machine's libraries it needs in .devlibs/ (git-ignored) and carry it with the
+# three binaries (about 45 MB):
+#   mkdir -p .devlibs && echo /.devlibs/ >> .git/info/exclude && cp -L $(ldd
+#     build-cuda/titan_cuda_kernels_test | awk '/dnnl|OpenCL|gomp/ {print $3}') .devlibs/
+# If the smoke test or the benchmark cannot load there (another CUDA or C++ runtime), the script
+# builds them with that machine's nvcc; the kernels test needs the whole library, which it builds
+# there with cmake only where cmake and titan's dependencies are (else its step fails, saying why). Results also go to $OUT when it is set (the device tool's
+# output folder).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH=$PWD/.devlibs:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 smoke=build-cuda/titan_cuda_smoke bench=build-cuda/bench/bench_cuda_gemm
+kernels=build-cuda/titan_cuda_kernels_test
 if [ ! -x "$smoke" ] || [ ! -x "$bench" ] || ldd "$smoke" "$bench" | grep -q "not found"; then
   echo "== building with this machine's nvcc"
   common=(-std=c++20 -O2 -arch=sm_90 -Isrc src/titan/backend/device_buffer.cpp
-          src/titan/backend/cuda/cuda_backend.cu -lcublas)
+          src/titan/backend/cuda/cuda_backend.cu -lcublasLt)
   nvcc "${common[@]}" -Itests tests/cuda/cuda_smoke.cpp src/titan/backend/gemm_reference.cpp \
+    src/titan/core/allocator.cpp \
     -o /tmp/titan_cuda_smoke || exit 1
   nvcc "${common[@]}" -Ibench bench/bench_cuda_gemm.cpp -o /tmp/bench_cuda_gemm || exit 1
   smoke=/tmp/titan_cuda_smoke bench=/tmp/bench_cuda_gemm
 fi
+summary=()
 status=0
-echo "== titan_cuda_smoke"
-"$smoke" || status=1
-echo "== titan_cuda_smoke under compute-sanitizer memcheck"
-timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 "$smoke" || status=1
+step() {  # step NAME TIMEOUT COMMAND...: runs it, notes ok or FAIL (and the exit status)
+  local name=$1 limit=$2 rc
+  shift 2
+  echo "== $name"
+  timeout "$limit" "$@"
+  rc=$?
+  if [ "$rc" -eq 0 ]; then summary+=("ok    $name"); else summary+=("FAIL  $name (exit $rc)"); status=1; fi
+}
+memcheck=(compute-sanitizer --tool memcheck --error-exitcode 1)
+step "titan_cuda_smoke" 60 "$smoke"
+step "titan_cuda_smoke under memcheck" 180 "${memcheck[@]}" "$smoke"
+if { [ ! -x "$kernels" ] || ldd "$kernels" | grep -q "not found"; } && command -v cmake > /dev/null; then
+  echo "== building titan_cuda_kernels_test here"
+  timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF > /dev/null &&
+    timeout 240 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test > /dev/null &&
+    kernels=/tmp/build-cuda/titan_cuda_kernels_test
+fi
+if [ ! -x "$kernels" ] || ldd "$kernels" | grep "not found"; then
+  echo "== titan_cuda_kernels_test cannot run here: missing, or libraries not found (see the header)"
+  summary+=("FAIL  titan_cuda_kernels_test: not built or not loadable")
+  status=1
+else
+  # Its table also goes to $OUT (the device tool returns only the output's tail).
+  step "titan_cuda_kernels_test" 120 bash -o pipefail -c '"$0" | tee "$1"' "$kernels" \
+    "$out/kernels_test.txt"
+  step "titan_cuda_kernels_test under memcheck" 180 "${memcheck[@]}" "$kernels"
+  step "titan_cuda_kernels_test under racecheck" 120 \
+    compute-sanitizer --tool racecheck --error-exitcode 1 "$kernels"
+fi
 echo "== bench_cuda_gemm"
 "$bench" | tee "$out/titan_gemm.txt"
 echo "== PyTorch on the same shapes"
 timeout 300 python3 bench/cuda_gemm_torch.py | tee "$out/torch_gemm.txt"
 echo "== bench_cuda_gemm again"
 "$bench" | tee "$out/titan_gemm_2.txt"
+echo "== summary"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 exit $status

@@ -11,8 +11,11 @@ build_dir=build
 scripts/setup.sh --tests --werror "$@"
 
 # The CUDA backend compiles and links wherever nvcc is (no GPU needed): only what -DTITAN_CUDA=ON
-# adds (the backend, titan_cuda_smoke and bench_cuda_gemm, about 20 s), not a second libtitan. The
-# smoke binary then checks the backend on a GPU, or says exactly "no CUDA device (...)" without one.
+# adds (titan_cuda -- the backend and every CUDA kernel, ops/cuda/*.cu, with warnings as errors --,
+# titan_cuda_smoke and bench_cuda_gemm), not a second libtitan: titan_cuda_kernels_test, which links
+# one, is built for a GPU run (scripts/cuda-device-check.sh). The smoke binary then checks the
+# backend on a GPU, or says exactly "no CUDA device (...)" without one. The kernels' bodies run on
+# the host in test_cuda_rows, with the CPU tests.
 nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2> /dev/null || true)
 if [ "$build_dir" = build ] && [ -n "$nvcc" ]; then
   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DTITAN_WERROR=ON \

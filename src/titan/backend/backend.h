@@ -95,8 +95,9 @@ Backend& backend();
 // for any other name).
 Backend& backend_named(std::string_view name);
 // Makes backend_named(name) the active backend; call at start-up, before any op runs. The engine's
-// buffers come from its memory(), but the ops have only CPU kernels, so a backend whose memory is
-// not the host's is refused until they have its kernels.
+// buffers then come from its memory() and the ops' kernels are its device's (dispatch/registry.h).
+// Nothing above the ops chooses CUDA yet (issue 41): its kernels are checked by
+// titan_cuda_kernels_test, which selects it.
 void select_backend(std::string_view name);
 
 }  // namespace titan

@@ -319,6 +319,11 @@ bool KernelReport::passed() const {
 }
 
 KernelReport verify_kernel(const KernelEntry& entry) {
+  // Its inputs here are host memory; a device's kernels are checked on the device
+  // (titan_cuda_kernels_test for CUDA's).
+  TITAN_CHECK(entry.device == DeviceKind::cpu, "kernel '", entry.name, "' runs on ",
+              device_kind_name(entry.device),
+              ": verify-kernels checks the kernels that run on the CPU");
   KernelReport report;
   report.kernel = entry.name;
   report.kind = entry.kind;

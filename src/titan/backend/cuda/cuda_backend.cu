@@ -1,11 +1,11 @@
-// The CUDA backend so far: device memory (cudaMalloc, cudaMemcpy), GEMMs through cuBLAS, the
-// device's name. No titan kernels run on it yet: every vector primitive throws, and the peak is
-// unknown until measured (a GPU's per-SM rate depends on its architecture and tensor cores;
-// titan reports only rates it has measured or derived from measured quantities, as the CPU's).
-#include <cublas_v2.h>
+// The CUDA backend so far: device memory (cudaMalloc, cudaMemcpy), GEMMs through cuBLASLt, the
+// device's name. titan's CUDA kernels live in ops/cuda/; every vector primitive (the CPU kernels'
+// building blocks) throws here, and the peak is unknown until measured (a GPU's per-SM rate depends
+// on its architecture and tensor cores; titan reports only rates it has measured or derived from
+// measured quantities, as the CPU's).
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdio>
 #include <type_traits>
 
@@ -20,19 +20,140 @@ void check_cuda(cudaError_t status, const char* what) {
 }
 
 void check_cublas(cublasStatus_t status, const char* what) {
-  TITAN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLAS ", what,
-              " failed: ", cublasGetStatusString(status));
-}
-
-// cuBLAS takes int dimensions.
-int to_int(int64_t v, const char* what) {
-  TITAN_CHECK(v >= 0 && v <= INT_MAX, "cuBLAS GEMM ", what, " = ", v, " does not fit an int");
-  return static_cast<int>(v);
+  TITAN_CHECK(status == CUBLAS_STATUS_SUCCESS, "cuBLASLt ", what,
+              " failed: ", cublasLtGetStatusString(status));
 }
 
 cublasOperation_t op(Trans t) {
   return t == Trans::no ? CUBLAS_OP_N : CUBLAS_OP_T;
 }
+
+// The largest power of two (at most 256) dividing a pointer's address: what cuBLASLt's heuristic
+// may assume of it (an operand can start inside a buffer).
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+// C (rows, n at stride ldc, fp32 or bf16 bits) = beta C, one block per row.
+__global__ void scale_rows(void* c, bool bf16, int64_t n, int64_t ldc, float beta) {
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const int64_t at = static_cast<int64_t>(blockIdx.x) * ldc + j;
+    if (!bf16) {
+      float* x = static_cast<float*>(c) + at;
+      *x = beta == 0.0f ? 0.0f : beta * *x;
+    } else {
+      // beta is 0 on the bf16 output route (gemm_bf16_to_bf16).
+      static_cast<uint16_t*>(c)[at] = 0;
+    }
+  }
+}
+
+// One cuBLASLt matmul, row-major: C (m, n) = alpha op(A) op(B) + beta C. cuBLASLt is column-major:
+// a row-major C is the column-major C^T = op(B)^T op(A)^T, so B comes first, with m and n swapped.
+// compute CUBLAS_COMPUTE_32F: fp32 arithmetic, never TF32 (that would be _FAST_TF32).
+class LtGemm {
+ public:
+  LtGemm() {
+    check_cublas(cublasLtCreate(&handle_), "cublasLtCreate");
+    check_cuda(cudaMalloc(&workspace_, kWorkspaceBytes), "cudaMalloc (cuBLASLt workspace)");
+  }
+  ~LtGemm() {
+    cudaFree(workspace_);
+    cublasLtDestroy(handle_);
+  }
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+
+  struct Operand {
+    const void* data;
+    cudaDataType_t type;
+    int64_t ld;
+  };
+  void run(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, Operand a, Operand b,
+           float beta, void* c, cudaDataType_t c_type, int64_t ldc, const char* what) {
+    if (k == 0) {  // no product: C = beta C (cuBLASLt takes no empty operand)
+      scale_rows<<<static_cast<unsigned>(m), 256>>>(c, c_type == CUDA_R_16BF, n, ldc, beta);
+      check_cuda(cudaGetLastError(), "scale_rows launch");
+      return;
+    }
+    Descriptors d;
+    check_cublas(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    const cublasOperation_t op_first = op(tb), op_second = op(ta);
+    check_cublas(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
+                                                sizeof op_first),
+                 what);
+    check_cublas(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
+                                                sizeof op_second),
+                 what);
+    // Column-major shapes as stored: B^T is (n, k) (or (k, n) transposed), A^T (k, m) (or (m, k)).
+    check_cublas(cublasLtMatrixLayoutCreate(&d.first, b.type, tb == Trans::no ? n : k,
+                                            tb == Trans::no ? k : n, b.ld),
+                 what);
+    check_cublas(cublasLtMatrixLayoutCreate(&d.second, a.type, ta == Trans::no ? k : m,
+                                            ta == Trans::no ? m : k, a.ld),
+                 what);
+    check_cublas(cublasLtMatrixLayoutCreate(&d.c, c_type, n, m, ldc), what);
+    check_cublas(cublasLtMatmulPreferenceCreate(&d.preference), what);
+    const size_t workspace = kWorkspaceBytes;
+    check_cublas(
+        cublasLtMatmulPreferenceSetAttribute(d.preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &workspace, sizeof workspace),
+        what);
+    const uint32_t align_first = alignment_of(b.data), align_second = alignment_of(a.data),
+                   align_c = alignment_of(c);
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(d.preference,
+                                                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                      &align_first, sizeof align_first),
+                 what);
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(d.preference,
+                                                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                      &align_second, sizeof align_second),
+                 what);
+    check_cublas(
+        cublasLtMatmulPreferenceSetAttribute(
+            d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof align_c),
+        what);
+    check_cublas(
+        cublasLtMatmulPreferenceSetAttribute(
+            d.preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c, sizeof align_c),
+        what);
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle_, d.op, d.first, d.second, d.c, d.c,
+                                                d.preference, 1, &heuristic, &found),
+                 what);
+    TITAN_CHECK(found > 0, "cuBLASLt has no algorithm for ", what, " (m ", m, ", n ", n, ", k ", k,
+                ")");
+    check_cublas(cublasLtMatmul(handle_, d.op, &alpha, b.data, d.first, a.data, d.second, &beta, c,
+                                d.c, c, d.c, &heuristic.algo, workspace_, kWorkspaceBytes, nullptr),
+                 what);
+  }
+
+ private:
+  // cuBLASLt's descriptors of one call, destroyed at its end.
+  struct Descriptors {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t first = nullptr, second = nullptr, c = nullptr;
+    cublasLtMatmulPreference_t preference = nullptr;
+    Descriptors() = default;
+    Descriptors(const Descriptors&) = delete;
+    Descriptors& operator=(const Descriptors&) = delete;
+    ~Descriptors() {
+      if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+      if (c != nullptr) cublasLtMatrixLayoutDestroy(c);
+      if (second != nullptr) cublasLtMatrixLayoutDestroy(second);
+      if (first != nullptr) cublasLtMatrixLayoutDestroy(first);
+      if (op != nullptr) cublasLtMatmulDescDestroy(op);
+    }
+  };
+  // NVIDIA's recommendation for Hopper's cuBLASLt kernels.
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
 
 template <typename F>
 struct ReturnOf;
@@ -118,19 +239,22 @@ class CudaMemory final : public MemorySpace {
   }
 };
 
+int set_device(int device) {
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  return device;
+}
+
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device), vec_(missing_vec_kernels()) {
-    check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  // The device is set first: the members after it (cuBLASLt's handle and workspace) live on it.
+  explicit CudaBackend(int device) : device_(set_device(device)), vec_(missing_vec_kernels()) {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     memory_bytes_ = prop.totalGlobalMem;
     name_ = detail::concat("cuda:", device_, ": ", prop.name, " (sm_", prop.major, prop.minor, ", ",
                            prop.multiProcessorCount, " SMs, ",
                            static_cast<double>(prop.totalGlobalMem) / (1ull << 30), " GiB)");
-    check_cublas(cublasCreate(&cublas_), "cublasCreate");
   }
-  ~CudaBackend() override { cublasDestroy(cublas_); }
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
@@ -138,7 +262,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   std::optional<double> peak_gflops(DType) const override { return std::nullopt; }
   std::string peak_source(DType) const override { return "no peak on CUDA yet: not measured"; }
-  // cuBLAS runs fp32 and bf16 GEMMs on the GPU's own units (tensor cores from sm_80 for bf16).
+  // cuBLASLt runs fp32 and bf16 GEMMs on the GPU's own units (tensor cores from sm_80 for bf16).
   bool native(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
   size_t memory_bytes() const override { return memory_bytes_; }
   // The kernels run on the device; the host only launches them.
@@ -171,16 +295,13 @@ class CudaBackend final : public Backend {
     check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy device to device");
   }
 
-  // cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T,
-  // the same call with A and B (and m and n) swapped.
+  // cuBLASLt (LtGemm): fp32 without TF32, bf16 operands with fp32 accumulation.
   void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                 int64_t ldc) override {
     if (m == 0 || n == 0) return;
-    check_cublas(cublasSgemm(cublas_, op(trans_b), op(trans_a), to_int(n, "n"), to_int(m, "m"),
-                             to_int(k, "k"), &alpha, b, to_int(ldb, "ldb"), a, to_int(lda, "lda"),
-                             &beta, c, to_int(ldc, "ldc")),
-                 "cublasSgemm");
+    lt_.run(trans_a, trans_b, m, n, k, alpha, {a, CUDA_R_32F, lda}, {b, CUDA_R_32F, ldb}, beta, c,
+            CUDA_R_32F, ldc, "fp32 GEMM");
   }
   // A block is a small GEMM on the stream like any other.
   void gemm_f32_block(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -192,22 +313,15 @@ class CudaBackend final : public Backend {
                  const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb, float beta,
                  float* c, int64_t ldc) override {
     if (m == 0 || n == 0) return;
-    check_cublas(cublasGemmEx(cublas_, op(trans_b), op(trans_a), to_int(n, "n"), to_int(m, "m"),
-                              to_int(k, "k"), &alpha, b, CUDA_R_16BF, to_int(ldb, "ldb"), a,
-                              CUDA_R_16BF, to_int(lda, "lda"), &beta, c, CUDA_R_32F,
-                              to_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx (bf16 inputs, fp32 compute)");
+    lt_.run(trans_a, trans_b, m, n, k, alpha, {a, CUDA_R_16BF, lda}, {b, CUDA_R_16BF, ldb}, beta, c,
+            CUDA_R_32F, ldc, "bf16 GEMM (fp32 compute)");
   }
   void gemm_bf16_to_bf16(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                          const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
                          uint16_t* c, int64_t ldc) override {
     if (m == 0 || n == 0) return;
-    const float beta = 0.0f;
-    check_cublas(cublasGemmEx(cublas_, op(trans_b), op(trans_a), to_int(n, "n"), to_int(m, "m"),
-                              to_int(k, "k"), &alpha, b, CUDA_R_16BF, to_int(ldb, "ldb"), a,
-                              CUDA_R_16BF, to_int(lda, "lda"), &beta, c, CUDA_R_16BF,
-                              to_int(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx (bf16 inputs, fp32 compute, bf16 output)");
+    lt_.run(trans_a, trans_b, m, n, k, alpha, {a, CUDA_R_16BF, lda}, {b, CUDA_R_16BF, ldb}, 0.0f, c,
+            CUDA_R_16BF, ldc, "bf16 GEMM (fp32 compute, bf16 output)");
   }
 
   const VecKernels& vec() const override { return vec_; }
@@ -217,8 +331,8 @@ class CudaBackend final : public Backend {
   VecKernels vec_;
   std::string name_;
   size_t memory_bytes_ = 0;
-  cublasHandle_t cublas_ = nullptr;
   CudaMemory memory_;
+  LtGemm lt_;
 };
 
 }  // namespace

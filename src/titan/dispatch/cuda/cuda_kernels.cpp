@@ -1,13 +1,109 @@
 // The CUDA library's kernels, registered with the registry beside the CPU's (built into titan_cuda
-// with -DTITAN_CUDA=ON). The kernels themselves live in src/titan/ops/cuda/ (*.cu), each entry
-// with DeviceKind::cuda, its dtypes and the same fp32 reference the CPU's are checked against;
-// this file also sets the default kernel of each op kind on CUDA and adds the CUDA DeviceOps.
-// None is written yet (issue 41): until then a CUDA run's model finds no default kernel and stops
-// with one line saying so (KernelRegistry::default_kernel).
+// with -DTITAN_CUDA=ON): each entry with DeviceKind::cuda, its dtypes and the same contract (and
+// fp32 reference) as the CPU op of its kind; the default kernel of each op kind on CUDA; and the
+// CUDA DeviceOps. The kernels live in src/titan/ops/cuda/ (cuda_ops.h). The MoE kinds have no CUDA
+// kernel yet (issue 41's milestone 2), so a CUDA model with sparse layers stops at start-up with
+// KernelRegistry::default_kernel's line; the DeviceOps a dense training step does not reach
+// (bias, the decode GEMVs, the load-balancing statistics, LoRA on experts) fail by name.
+#include "titan/backend/backend.h"
+#include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
+#include "titan/ops/cuda/cuda_ops.h"
+#include "titan/ops/linear.h"
 
 namespace titan {
+namespace {
 
-void register_cuda_kernels(KernelRegistry&) {}
+[[noreturn]] void missing(const char* op) {
+  fail("device op '", op, "' is not implemented on CUDA yet");
+}
+
+DeviceOps cuda_device_ops() {
+  DeviceOps ops;
+  ops.device = DeviceKind::cuda;
+  ops.add = cuda_ops::add_into;
+  // One way to zero memory: the space's (a Buffer's zero is the same call).
+  ops.zero = [](float* x, int64_t n) {
+    backend().memory().zero(x, sizeof(float) * static_cast<size_t>(n));
+  };
+  ops.scale = cuda_ops::scale_in_place;
+  ops.sum_squares = cuda_ops::sum_squares_f64;
+  ops.find_nonfinite = cuda_ops::find_nonfinite;
+  ops.round_to_bf16 = cuda_ops::round_to_bf16;
+  ops.widen_bf16 = cuda_ops::widen_bf16;
+  ops.round_to_bf16_keeping = cuda_ops::round_to_bf16_keeping;
+  ops.bias_forward = [](float*, const float*, int64_t, int64_t) { missing("bias_forward"); };
+  ops.bias_backward = [](float*, const float*, int64_t, int64_t) { missing("bias_backward"); };
+  ops.gemv = [](std::span<const GemvProduct>, const float*) { missing("gemv"); };
+  ops.rope_cache = cuda_ops::rope_cache_build;
+  ops.load_balancing_accumulate = [](double*, double*, const float*, const int32_t*, int64_t,
+                                     int64_t, int64_t) { missing("load_balancing_accumulate"); };
+  ops.load_balancing_loss = [](const double*, const double*, int64_t, int64_t) -> double {
+    missing("load_balancing_loss");
+  };
+  ops.load_balancing_grad = [](float*, const double*, int64_t, int64_t, double) {
+    missing("load_balancing_grad");
+  };
+  ops.expert_lora_merge = [](float*, const float*, const float*, const float*,
+                             const ExpertLoraShape&) { missing("expert_lora_merge"); };
+  ops.expert_lora_backward = [](float*, float*, const float*, const float*, const float*,
+                                const ExpertLoraShape&) { missing("expert_lora_backward"); };
+  ops.adamw_step = [](float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                      const AdamWConfig& config, float lr, int64_t step) {
+    cuda_ops::adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));
+  };
+  return ops;
+}
+
+KernelEntry cuda_entry(std::string name, OpKind kind, std::vector<DType> dtypes,
+                       std::string description, decltype(KernelEntry::impl) impl) {
+  return {std::move(name), kind, std::move(dtypes), std::move(description), std::move(impl),
+          DeviceKind::cuda};
+}
+
+}  // namespace
+
+void register_cuda_kernels(KernelRegistry& r) {
+  r.add(cuda_entry("embedding_cuda", OpKind::embedding, {DType::f32},
+                   "row gather one thread per element (fp32, or bf16 rows widened); scatter-add "
+                   "one thread per column over the "
+                   "tokens in order (deterministic)",
+                   EmbeddingKernel{cuda_ops::embedding_forward, cuda_ops::embedding_backward,
+                                   cuda_ops::embedding_forward_bf16}));
+  // ops/linear.h's functions are the backend's GEMMs and nothing else: on CUDA, cuBLASLt (fp32 with
+  // TF32 off, bf16 operands with fp32 accumulation).
+  r.add(cuda_entry("linear_cuda", OpKind::linear, {DType::f32, DType::bf16},
+                   "the backend's GEMMs: cuBLASLt (fp32 without TF32; bf16 operands, fp32 compute)",
+                   LinearKernel{linear_forward, linear_backward, linear_forward_bf16,
+                                linear_backward_bf16, linear_forward_bf16_to_bf16}));
+  r.add(cuda_entry("rms_norm_cuda", OpKind::rms_norm, {DType::f32},
+                   "one block per row, fp32 statistics; dweight one thread per column",
+                   RmsNormKernel{cuda_ops::rms_norm_forward, cuda_ops::rms_norm_backward}));
+  r.add(cuda_entry("rope_cuda", OpKind::rope, {DType::f32},
+                   "one thread per rotated pair, the CPU's cos/sin table in device memory",
+                   RopeKernel{cuda_ops::rope_forward, cuda_ops::rope_backward}));
+  r.add(cuda_entry("attention_cuda_simple", OpKind::attention, {DType::f32},
+                   "one block per query row (forward, dq) or key row (dk, dv), scores recomputed; "
+                   "correct first, not fast",
+                   AttentionKernel{cuda_ops::attention_forward, cuda_ops::attention_backward,
+                                   cuda_ops::attention_check}));
+  r.add(cuda_entry("swiglu_cuda", OpKind::swiglu, {DType::f32},
+                   "one thread per element (bf16 recompute and backward too)",
+                   SwigluKernel{cuda_ops::swiglu_forward, cuda_ops::swiglu_backward,
+                                cuda_ops::swiglu_recompute_bf16, cuda_ops::swiglu_backward_bf16}));
+  r.add(
+      cuda_entry("cross_entropy_cuda", OpKind::lm_head_loss, {DType::f32},
+                 "lm_head GEMMs through cuBLASLt per chunk of tokens, one block per row's softmax",
+                 LmHeadLossKernel{cuda_ops::lm_head_cross_entropy, lm_head_chunk_tokens,
+                                  cuda_ops::lm_head_workspace_bytes}));
+  r.set_default(OpKind::embedding, DeviceKind::cuda, "embedding_cuda");
+  r.set_default(OpKind::linear, DeviceKind::cuda, "linear_cuda");
+  r.set_default(OpKind::rms_norm, DeviceKind::cuda, "rms_norm_cuda");
+  r.set_default(OpKind::rope, DeviceKind::cuda, "rope_cuda");
+  r.set_default(OpKind::attention, DeviceKind::cuda, "attention_cuda_simple");
+  r.set_default(OpKind::swiglu, DeviceKind::cuda, "swiglu_cuda");
+  r.set_default(OpKind::lm_head_loss, DeviceKind::cuda, "cross_entropy_cuda");
+  r.add_device_ops(cuda_device_ops());
+}
 
 }  // namespace titan

@@ -1,0 +1,72 @@
+// The CUDA kernels' host entry points, each with the contract of the CPU op of the same name
+// (ops/*.h), every pointer into device memory (the CUDA backend's). Registered for
+// DeviceKind::cuda by dispatch/cuda/cuda_kernels.cpp; defined in this folder's .cu files. (The
+// linear needs no kernel of its own: ops/linear.h's functions call the backend's GEMMs, cuBLASLt
+// there.) Plain C++ declarations: no CUDA header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "titan/ops/adamw.h"
+#include "titan/ops/attention.h"
+#include "titan/ops/cross_entropy.h"
+#include "titan/ops/rope.h"
+
+namespace titan::cuda_ops {
+
+// rms_norm.cu
+void rms_norm_forward(float* out, float* rstd, const float* x, const float* weight, int64_t rows,
+                      int64_t dim, float eps);
+void rms_norm_backward(float* dx, float* dweight, const float* dout, const float* x,
+                       const float* weight, const float* rstd, int64_t rows, int64_t dim);
+
+// rope.cu; the cache's table in device memory (rope_cache_build).
+void rope_forward(float* x, const int32_t* positions, const RopeCache& cache, int64_t n_tokens,
+                  int64_t n_heads);
+void rope_backward(float* dx, const int32_t* positions, const RopeCache& cache, int64_t n_tokens,
+                   int64_t n_heads);
+RopeCache rope_cache_build(const RopeParams& rope, int64_t max_positions);
+
+// swiglu.cu
+void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, int64_t n);
+void swiglu_recompute_bf16(uint16_t* act, const uint16_t* gate, const uint16_t* up, int64_t n);
+void swiglu_backward_bf16(uint16_t* dgate, uint16_t* dup, const float* dout, const uint16_t* gate,
+                          const uint16_t* up, int64_t n);
+
+// embedding.cu
+void embedding_forward(float* out, const int32_t* ids, const float* weight, int64_t n_tokens,
+                       int64_t vocab, int64_t dim);
+void embedding_forward_bf16(float* out, const int32_t* ids, const uint16_t* weight,
+                            int64_t n_tokens, int64_t vocab, int64_t dim);
+void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t n_tokens,
+                        int64_t dim);
+
+// attention.cu (fp32; no packed rows)
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const AttentionShape& s);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse,
+                        const AttentionShape& s);
+// Empty when the kernel runs `s`, else what it requires.
+std::string attention_check(const AttentionShape& s);
+
+// cross_entropy.cu (fp32): the lm_head GEMMs through the backend, a chunk of tokens at a time.
+CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& args);
+int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t hidden, int64_t vocab,
+                                int64_t chunk_tokens, bool bf16);
+
+// arrays.cu: DeviceOps' whole-array work (dispatch/device_ops.h's contracts).
+void add_into(float* y, const float* x, int64_t n);
+void scale_in_place(float* x, float a, int64_t n);
+double sum_squares_f64(const float* x, int64_t n);
+int64_t find_nonfinite(const float* x, int64_t n);
+void round_to_bf16(uint16_t* dst, const float* x, int64_t n);
+void widen_bf16(float* dst, const uint16_t* x, int64_t n);
+void round_to_bf16_keeping(float* values, uint16_t* bits, int64_t n);
+void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                  const AdamWScalars& scalars);
+
+}  // namespace titan::cuda_ops

@@ -1,0 +1,386 @@
+// The CUDA kernels' bodies (src/titan/ops/cuda/*_rows.h, `__host__ __device__`) run on the host
+// against the CPU ops' fp32 references: the same indexing, striding and barriers the kernels run,
+// checked without a GPU. A body split over a team runs twice: over one thread (HostTeam) and over
+// five threads with real barriers (ThreadTeam, the shape of the device's BlockTeam: every member
+// strides by the team's size, reductions go through one slot per member between two barriers),
+// five so that no length below divides evenly. What this cannot check -- the launch
+// configurations, shared memory, the device's own arithmetic -- titan_cuda_kernels_test checks on
+// a GPU.
+//
+// Tolerances are normwise (compare.h: max |got - ref| / max |ref|) against fp64-sum references:
+// an fp32 sum of n terms errs by at most about n * 2^-24 of the sum of magnitudes, so each check
+// allows kSlack times that for its longest sum (and the few ulps of expf/logf/sqrtf).
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "titan/backend/gemm_reference.h"
+#include "titan/core/dtype.h"
+#include "titan/core/rng.h"
+#include "titan/ops/adamw.h"
+#include "titan/ops/attention.h"
+#include "titan/ops/cross_entropy.h"
+#include "titan/ops/cuda/attention_rows.h"
+#include "titan/ops/cuda/cross_entropy_rows.h"
+#include "titan/ops/cuda/elementwise_rows.h"
+#include "titan/ops/cuda/norm_rows.h"
+#include "titan/ops/embedding.h"
+#include "titan/ops/rms_norm.h"
+#include "titan/ops/rope.h"
+#include "titan/ops/swiglu.h"
+#include "unit/compare.h"
+
+namespace titan {
+namespace {
+
+using testing::expect_close;
+
+constexpr double kSlack = 4.0;
+double sum_tolerance(int64_t longest_sum) {
+  return kSlack * static_cast<double>(longest_sum + 8) * std::ldexp(1.0, -24);
+}
+
+std::vector<float> randn(int64_t n, uint64_t seed, float std = 1.0f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  Rng(seed).fill_normal(v.data(), n, 0.0f, std);
+  return v;
+}
+
+// A team of real threads, BlockTeam's protocol on the host.
+struct TeamShared {
+  explicit TeamShared(int n) : barrier(n), slots(static_cast<size_t>(n)) {}
+  std::barrier<> barrier;
+  std::vector<double> slots;
+};
+
+class ThreadTeam {
+ public:
+  ThreadTeam(TeamShared& shared, int rank, int size) : shared_(&shared), rank_(rank), size_(size) {}
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  void sync() const { shared_->barrier.arrive_and_wait(); }
+  float sum(float v) const {
+    return static_cast<float>(
+        reduce(v, [](double a, double b) { return static_cast<float>(a + b); }));
+  }
+  double sum(double v) const {
+    return reduce(v, [](double a, double b) { return a + b; });
+  }
+  float max(float v) const {
+    return static_cast<float>(reduce(v, [](double a, double b) { return std::max(a, b); }));
+  }
+
+ private:
+  template <typename Op>
+  double reduce(double v, Op op) const {
+    sync();
+    shared_->slots[static_cast<size_t>(rank_)] = v;
+    sync();
+    double total = shared_->slots[0];
+    for (int r = 1; r < size_; ++r) total = op(total, shared_->slots[static_cast<size_t>(r)]);
+    return total;
+  }
+  TeamShared* shared_;
+  int rank_, size_;
+};
+
+constexpr int kTeamSizes[] = {1, 5};
+
+// body(team, tile) for every block `rows` of a kernel, over a team of `size` members; tile holds
+// tile_per_member floats per member, shared by the team as the kernel's shared memory is.
+template <typename Body>
+void run_blocks(int size, int64_t rows, int tile_per_member, Body body) {
+  std::vector<float> tile(static_cast<size_t>(size * tile_per_member));
+  for (int64_t row = 0; row < rows; ++row) {
+    if (size == 1) {
+      body(cuda_rows::HostTeam{}, tile.data(), row);
+      continue;
+    }
+    TeamShared shared(size);
+    std::vector<std::thread> members;
+    for (int r = 0; r < size; ++r) {
+      members.emplace_back([&, r] { body(ThreadTeam(shared, r, size), tile.data(), row); });
+    }
+    for (std::thread& t : members) t.join();
+  }
+}
+
+TEST(CudaRows, RmsNormMatchesReference) {
+  for (const int64_t dim : {int64_t{100}, int64_t{64}}) {  // a hidden size and a q/k norm's head
+    const int64_t rows = 7;
+    const std::vector<float> x = randn(rows * dim, 1), w = randn(dim, 2),
+                             dout = randn(rows * dim, 3);
+    std::vector<float> ref_out(x.size()), ref_rstd(rows), ref_dx(x.size()), ref_dw(dim, 0.5f);
+    rms_norm_forward_reference(ref_out.data(), ref_rstd.data(), x.data(), w.data(), rows, dim,
+                               1e-6f);
+    rms_norm_backward_reference(ref_dx.data(), ref_dw.data(), dout.data(), x.data(), w.data(),
+                                ref_rstd.data(), rows, dim);
+    for (const int size : kTeamSizes) {
+      std::vector<float> out(x.size()), rstd(rows), dx(x.size()), dw(dim, 0.5f);
+      run_blocks(size, rows, 0, [&](const auto& team, float*, int64_t r) {
+        cuda_rows::rms_norm_row_forward(team, out.data() + r * dim, rstd.data() + r,
+                                        x.data() + r * dim, w.data(), dim, 1e-6f);
+      });
+      for (int64_t col = 0; col < dim; ++col) {
+        cuda_rows::rms_norm_dweight_column(dw.data(), dout.data(), x.data(), rstd.data(), rows, dim,
+                                           col);
+      }
+      // dx written over a copy of dout, as the kernel may (dx aliasing dout).
+      dx = dout;
+      run_blocks(size, rows, 0, [&](const auto& team, float*, int64_t r) {
+        cuda_rows::rms_norm_row_backward(team, dx.data() + r * dim, dx.data() + r * dim,
+                                         x.data() + r * dim, w.data(), rstd[r], dim);
+      });
+      const double tol = sum_tolerance(dim);
+      expect_close("rms_norm out", out.data(), ref_out.data(), rows * dim, tol);
+      expect_close("rms_norm rstd", rstd.data(), ref_rstd.data(), rows, tol);
+      expect_close("rms_norm dx", dx.data(), ref_dx.data(), rows * dim, tol);
+      expect_close("rms_norm dweight", dw.data(), ref_dw.data(), dim, sum_tolerance(rows));
+    }
+  }
+}
+
+TEST(CudaRows, RopeMatchesReferenceAndItsTranspose) {
+  RopeParams rope;
+  rope.head_dim = 64;
+  rope.theta = 500000.0;
+  rope.scaling.type = "llama3";
+  rope.scaling.factor = 8.0;
+  rope.scaling.original_max_position_embeddings = 64;
+  const int64_t n = 9, heads = 3, half = rope.head_dim / 2;
+  const RopeCache cache = rope_cache_build(rope, 100);
+  const std::vector<int32_t> positions = {0, 5, 99, 1, 2, 3, 60, 61, 17};
+  const std::vector<float> x = randn(n * heads * rope.head_dim, 4);
+  std::vector<float> got = x, want = x;
+  for (int64_t pair = 0; pair < n * heads * half; ++pair) {
+    cuda_rows::rope_rotate_pair(got.data(), positions.data(), cache.cos(), cache.sin(), half, heads,
+                                pair, 1.0f);
+  }
+  rope_forward_reference(want.data(), positions.data(), rope, n, heads);
+  expect_close("rope forward", got.data(), want.data(), got.size(), sum_tolerance(2));
+  // The backward's rotation is the CPU op's (there is no separate reference).
+  got = x;
+  want = x;
+  for (int64_t pair = 0; pair < n * heads * half; ++pair) {
+    cuda_rows::rope_rotate_pair(got.data(), positions.data(), cache.cos(), cache.sin(), half, heads,
+                                pair, -1.0f);
+  }
+  rope_backward(want.data(), positions.data(), cache, n, heads);
+  expect_close("rope backward", got.data(), want.data(), got.size(), sum_tolerance(2));
+}
+
+TEST(CudaRows, SwigluMatchesReferenceAndTheCpuBf16Forms) {
+  const int64_t n = 1001;
+  const std::vector<float> gate = randn(n, 5, 3.0f), up = randn(n, 6), dout = randn(n, 7);
+  std::vector<float> out(n), ref_out(n), dgate(n), dup(n), ref_dgate(n), ref_dup(n);
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = cuda_rows::swiglu(gate[i], up[i]);
+    cuda_rows::swiglu_backward_element(&dgate[i], &dup[i], dout[i], gate[i], up[i]);
+  }
+  swiglu_forward_reference(ref_out.data(), gate.data(), up.data(), n);
+  swiglu_backward_reference(ref_dgate.data(), ref_dup.data(), dout.data(), gate.data(), up.data(),
+                            n);
+  expect_close("swiglu out", out.data(), ref_out.data(), n, sum_tolerance(4));
+  expect_close("swiglu dgate", dgate.data(), ref_dgate.data(), n, sum_tolerance(8));
+  expect_close("swiglu dup", dup.data(), ref_dup.data(), n, sum_tolerance(4));
+  // bf16: the kernels' roundings against the CPU's (whose sigmoid is a vector approximation), so
+  // an element may land one bf16 ulp apart: at most 2^-7 of that element (bf16 keeps 8 significant
+  // bits), so of the largest, normwise.
+  std::vector<uint16_t> g16(n), u16(n), act(n), cpu_act(n), dg16(n), du16(n), cpu_dg(n), cpu_du(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g16[i] = f32_to_bf16(gate[i]);
+    u16[i] = f32_to_bf16(up[i]);
+    act[i] = cuda_rows::to_bf16(
+        cuda_rows::swiglu(cuda_rows::from_bf16(g16[i]), cuda_rows::from_bf16(u16[i])));
+    float dg, du;
+    cuda_rows::swiglu_backward_element(&dg, &du, dout[i], cuda_rows::from_bf16(g16[i]),
+                                       cuda_rows::from_bf16(u16[i]));
+    dg16[i] = cuda_rows::to_bf16(dg);
+    du16[i] = cuda_rows::to_bf16(du);
+  }
+  swiglu_recompute_bf16(cpu_act.data(), g16.data(), u16.data(), n);
+  swiglu_backward_bf16(cpu_dg.data(), cpu_du.data(), dout.data(), g16.data(), u16.data(), n);
+  const auto widen = [](const std::vector<uint16_t>& bits) {
+    std::vector<float> f(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) f[i] = bf16_to_f32(bits[i]);
+    return f;
+  };
+  const double bf16_tol = std::ldexp(1.0, -7);
+  expect_close("swiglu recompute_bf16", widen(act).data(), widen(cpu_act).data(), n, bf16_tol);
+  expect_close("swiglu backward_bf16 dgate", widen(dg16).data(), widen(cpu_dg).data(), n, bf16_tol);
+  expect_close("swiglu backward_bf16 dup", widen(du16).data(), widen(cpu_du).data(), n, bf16_tol);
+}
+
+TEST(CudaRows, Bf16CastsAreTheCoreConversions) {
+  const float cases[] = {0.0f,     -0.0f,    1.0f,      1.00390625f, 1.01171875f, 3.0e-39f,
+                         -3.0e38f, INFINITY, -INFINITY, NAN,         65504.0f,    1.0e-45f};
+  for (const float f : cases) {
+    EXPECT_EQ(cuda_rows::to_bf16(f), f32_to_bf16(f)) << f;
+    const uint16_t b = f32_to_bf16(f);
+    const float back = cuda_rows::from_bf16(b), want = bf16_to_f32(b);
+    EXPECT_EQ(std::memcmp(&back, &want, 4), 0) << f;
+  }
+  for (const float f : randn(4096, 8, 100.0f)) EXPECT_EQ(cuda_rows::to_bf16(f), f32_to_bf16(f));
+}
+
+TEST(CudaRows, EmbeddingMatchesTheCpuOp) {
+  const int64_t vocab = 11, dim = 13, n = 17;
+  const std::vector<float> weight = randn(vocab * dim, 9), dout = randn(n * dim, 10);
+  const std::vector<int32_t> ids = {3, 0, 10, 3, 3, 7, 1, 2, 10, 5, 5, 4, 9, 8, 6, 3, 0};
+  std::vector<float> out(n * dim), ref(n * dim), dw(vocab * dim, 0.25f), ref_dw(dw);
+  for (int64_t e = 0; e < n * dim; ++e) {
+    cuda_rows::embedding_gather_element(out.data(), ids.data(), weight.data(), dim, e);
+  }
+  for (int64_t col = 0; col < dim; ++col) {
+    cuda_rows::embedding_scatter_column(dw.data(), dout.data(), ids.data(), n, dim, col);
+  }
+  embedding_forward(ref.data(), ids.data(), weight.data(), n, vocab, dim);
+  std::vector<uint16_t> w16(weight.size());
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = f32_to_bf16(weight[i]);
+  std::vector<float> out16(n * dim), ref16(n * dim);
+  for (int64_t e = 0; e < n * dim; ++e) {
+    cuda_rows::embedding_gather_element_bf16(out16.data(), ids.data(), w16.data(), dim, e);
+  }
+  embedding_forward_bf16(ref16.data(), ids.data(), w16.data(), n, vocab, dim);
+  expect_close("embedding out (bf16 weight)", out16.data(), ref16.data(), out16.size(), 0.0);
+  embedding_backward(ref_dw.data(), dout.data(), ids.data(), n, dim);
+  // A gather is exact; the scatter adds repeated ids in token order, as the CPU's does.
+  expect_close("embedding out", out.data(), ref.data(), out.size(), 0.0);
+  expect_close("embedding dweight", dw.data(), ref_dw.data(), dw.size(), sum_tolerance(n));
+}
+
+TEST(CudaRows, AdamwMatchesReference) {
+  const int64_t n = 257;
+  const std::vector<float> grad = randn(n, 11);
+  std::vector<float> p = randn(n, 12), m = randn(n, 13, 0.1f), v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = std::fabs(randn(1, 14 + i)[0]) * 0.01f;
+  std::vector<float> rp = p, rm = m, rv = v;
+  AdamWConfig config;
+  const AdamWScalars s = adamw_scalars(config, 3e-4f, 7);
+  for (int64_t i = 0; i < n; ++i) cuda_rows::adamw_element(&p[i], grad[i], &m[i], &v[i], s);
+  adamw_update_reference(rp.data(), grad.data(), rm.data(), rv.data(), n, s);
+  expect_close("adamw param", p.data(), rp.data(), n, sum_tolerance(8));
+  expect_close("adamw exp_avg", m.data(), rm.data(), n, sum_tolerance(4));
+  expect_close("adamw exp_avg_sq", v.data(), rv.data(), n, sum_tolerance(4));
+}
+
+// cross_entropy.cu's chunk loop replayed on the host: the logits GEMM, the row body over each
+// row, the two backward GEMMs, against the reference loss (whole logits, fp64 softmax).
+TEST(CudaRows, CrossEntropyRowsMatchReference) {
+  const int64_t n = 13, hidden = 16, vocab = 50, chunk = 5;
+  const std::vector<float> x = randn(n * hidden, 15), w = randn(vocab * hidden, 16, 0.5f);
+  std::vector<int32_t> targets(n);
+  for (int64_t t = 0; t < n; ++t)
+    targets[t] = t % 4 == 3 ? kIgnoreIndex : static_cast<int32_t>((t * 7) % vocab);
+  const float grad_scale = 1.0f / 10.0f;
+  CrossEntropyArgs ref;
+  ref.x = x.data();
+  ref.weight = w.data();
+  ref.targets = targets.data();
+  ref.n_tokens = n;
+  ref.hidden = hidden;
+  ref.vocab = vocab;
+  std::vector<float> ref_dx(n * hidden), ref_dw(vocab * hidden, 0.0f);
+  ref.dx = ref_dx.data();
+  ref.dweight = ref_dw.data();
+  ref.grad_scale = grad_scale;
+  const CrossEntropyResult want = lm_head_cross_entropy_reference(ref);
+  for (const int size : kTeamSizes) {
+    std::vector<float> logits(chunk * vocab), dx(n * hidden), dw(vocab * hidden, 0.0f);
+    double loss_sum = 0.0;
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+      const int64_t rows = std::min(chunk, n - t0);
+      gemm_f32_reference(Trans::no, Trans::yes, rows, vocab, hidden, 1.0f, x.data() + t0 * hidden,
+                         hidden, w.data(), hidden, 0.0f, logits.data(), vocab);
+      std::vector<float> row_loss(rows);
+      run_blocks(size, rows, 0, [&](const auto& team, float*, int64_t r) {
+        const float loss =
+            cuda_rows::cross_entropy_row(team, logits.data() + r * vocab, targets[t0 + r],
+                                         kIgnoreIndex, vocab, true, grad_scale);
+        if (team.rank() == 0) row_loss[r] = loss;
+      });
+      for (const float l : row_loss) loss_sum += l;
+      gemm_f32_reference(Trans::no, Trans::no, rows, hidden, vocab, 1.0f, logits.data(), vocab,
+                         w.data(), hidden, 0.0f, dx.data() + t0 * hidden, hidden);
+      gemm_f32_reference(Trans::yes, Trans::no, vocab, hidden, rows, 1.0f, logits.data(), vocab,
+                         x.data() + t0 * hidden, hidden, 1.0f, dw.data(), hidden);
+    }
+    EXPECT_NEAR(loss_sum, want.loss_sum, sum_tolerance(vocab + hidden) * want.loss_sum);
+    expect_close("cross_entropy dx", dx.data(), ref_dx.data(), dx.size(), sum_tolerance(vocab));
+    expect_close("cross_entropy dweight", dw.data(), ref_dw.data(), dw.size(), sum_tolerance(n));
+  }
+}
+
+struct AttentionCase {
+  int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
+};
+
+TEST(CudaRows, AttentionMatchesReference) {
+  // GQA ratios 1, 2 and 8; head dims 64 and 128; 37 positions (no tile divides them); and queries
+  // that are the last 5 of 37 keys (a prefill continuing a cache).
+  const AttentionCase cases[] = {
+      {2, 37, 37, 8, 8, 64}, {1, 37, 37, 8, 4, 128}, {2, 37, 37, 8, 1, 64}, {1, 5, 37, 4, 2, 64}};
+  for (const AttentionCase& c : cases) {
+    AttentionShape shape;
+    shape.batch = c.batch;
+    shape.seq_q = c.seq_q;
+    shape.seq_kv = c.seq_kv;
+    shape.n_heads = c.heads;
+    shape.n_kv_heads = c.kv_heads;
+    shape.head_dim = c.head_dim;
+    const cuda_rows::AttentionDims s{c.batch,
+                                     c.seq_q,
+                                     c.seq_kv,
+                                     c.heads,
+                                     c.kv_heads,
+                                     c.head_dim,
+                                     1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    const int64_t nq = c.batch * c.seq_q * c.heads * c.head_dim;
+    const int64_t nkv = c.batch * c.seq_kv * c.kv_heads * c.head_dim;
+    const std::vector<float> q = randn(nq, 20), k = randn(nkv, 21), v = randn(nkv, 22),
+                             dout = randn(nq, 23);
+    const int64_t lse_n = c.batch * c.heads * c.seq_q;
+    std::vector<float> ref_out(nq), ref_lse(lse_n), ref_dq(nq), ref_dk(nkv), ref_dv(nkv);
+    attention_forward_reference(ref_out.data(), ref_lse.data(), q.data(), k.data(), v.data(),
+                                shape);
+    attention_backward_reference(ref_dq.data(), ref_dk.data(), ref_dv.data(), dout.data(), q.data(),
+                                 k.data(), v.data(), ref_out.data(), ref_lse.data(), shape);
+    const double tol = sum_tolerance(c.head_dim + c.seq_kv * c.heads / c.kv_heads);
+    for (const int size : kTeamSizes) {
+      std::vector<float> out(nq, NAN), lse(lse_n, NAN), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN);
+      run_blocks(size, c.batch * c.seq_q * c.heads, 1,
+                 [&](const auto& team, float* tile, int64_t row) {
+                   cuda_rows::attention_forward_query(team, tile, out.data(), lse.data(), q.data(),
+                                                      k.data(), v.data(), s, row);
+                 });
+      run_blocks(
+          size, c.batch * c.seq_q * c.heads, 1, [&](const auto& team, float* tile, int64_t row) {
+            cuda_rows::attention_backward_query(team, tile, dq.data(), dout.data(), q.data(),
+                                                k.data(), v.data(), out.data(), lse.data(), s, row);
+          });
+      run_blocks(size, c.batch * c.seq_kv * c.kv_heads, 2,
+                 [&](const auto& team, float* tile, int64_t row) {
+                   cuda_rows::attention_backward_key(team, tile, dk.data(), dv.data(), dout.data(),
+                                                     q.data(), k.data(), v.data(), out.data(),
+                                                     lse.data(), s, row);
+                 });
+      const std::string at = " (B " + std::to_string(c.batch) + ", Sq " + std::to_string(c.seq_q) +
+                             ", Skv " + std::to_string(c.seq_kv) + ", H/KV " +
+                             std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + ", hd " +
+                             std::to_string(c.head_dim) + ", team " + std::to_string(size) + ")";
+      expect_close("attention out" + at, out.data(), ref_out.data(), nq, tol);
+      expect_close("attention lse" + at, lse.data(), ref_lse.data(), lse_n, tol);
+      expect_close("attention dq" + at, dq.data(), ref_dq.data(), nq, tol);
+      expect_close("attention dk" + at, dk.data(), ref_dk.data(), nkv, tol);
+      expect_close("attention dv" + at, dv.data(), ref_dv.data(), nkv, tol);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace titan
