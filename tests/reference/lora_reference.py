@@ -9,7 +9,7 @@
         LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=TARGETS (comma-separated),
         lora_dropout=0) -- and then B set to small seeded random values, so that the adapter
         changes the model's output and A's gradients are not zero at the first step.
-  check MODEL DATA ADAPTER METRICS EXPORT STEPS MICRO_BATCH LR EPS [EVAL_LOSS]
+  check MODEL DATA ADAPTER METRICS EXPORT STEPS MICRO_BATCH LR EPS [EVAL_LOSS [DROPOUT SEED]]
         Loads ADAPTER onto MODEL with PeftModel.from_pretrained(is_trainable=True) and trains it for
         STEPS steps on DATA (chat: labels -100 outside the assistant replies, the loss over the
         assistant tokens of the whole global batch, tests/reference/chat_sft_reference.py), in
@@ -17,7 +17,9 @@
         parameters (betas 0.9/0.95, EPS, weight decay 0.1, constant LR). Compares every step's loss
         with titan's metrics JSONL (METRICS); loads titan's exported adapter folder EXPORT with
         PeftModel.from_pretrained and compares its A and B with PEFT's trained ones; EVAL_LOSS
-        (`titan eval --adapter EXPORT` over DATA) with PEFT's loss of MODEL + EXPORT.
+        (`titan eval --adapter EXPORT` over DATA, "-" for none) with PEFT's loss of MODEL +
+        EXPORT. DROPOUT > 0: PEFT's lora_dropout with titan's masks for training.seed SEED
+        (lora_dropout_reference.py: the masks titan draws, from its documented formula).
   check-bf16 MODEL DATA ADAPTER EXPORT LR EPS [MAX_NORM]
         titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping: the
         gradients' norm must be under titan's clipping norm MAX_NORM, default 1.0; EXPORT:
@@ -47,6 +49,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_sft_reference import batch, rows, scored  # noqa: E402
+import lora_dropout_reference  # noqa: E402
 
 LOSS_TOL = 1e-5  # absolute, on losses about ln(vocab)
 # Absolute, on A and B after STEPS updates of LR 1e-3 with AdamW's eps 1e-4 (as
@@ -98,10 +101,16 @@ def init(model_dir, adapter_dir, rank, alpha, targets):
     model.save_pretrained(adapter_dir)
 
 
-def loss_of(model, micro):
+def loss_of(model, micro, where=None):
+    """where: the dropout masks' key (lora_dropout_reference.Where), its first_row set to each
+    micro-batch's first row in the global batch."""
     total = sum(scored(l) for _, _, l in micro)
     loss = 0.0
+    first_row = 0
     for ids, mask, labels in micro:
+        if where is not None:
+            where.first_row = first_row
+        first_row += ids.shape[0]
         loss = loss + model(input_ids=ids, attention_mask=mask, labels=labels,
                             num_items_in_batch=total).loss
     return loss
@@ -111,9 +120,11 @@ def lora_tensors(model):
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
 
 
-def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps, eval_loss=None):
+def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps, eval_loss=None,
+          dropout=0.0, seed=0):
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = PeftModel.from_pretrained(base(model_dir), adapter, is_trainable=True)
+    where = lora_dropout_reference.install(model, dropout, seed) if dropout > 0 else None
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert trainable and all(
@@ -127,7 +138,9 @@ def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps
     failures = []
     for step in range(1, steps + 1):
         opt.zero_grad()
-        loss = loss_of(model, micro)
+        if where is not None:
+            where.step = step
+        loss = loss_of(model, micro, where)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
@@ -225,4 +238,5 @@ if __name__ == "__main__":
                    float(a[6]) if len(a) > 6 else 1.0)
     else:
         check(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), float(a[8]),
-              float(a[9]) if len(a) > 9 else None)
+              float(a[9]) if len(a) > 9 and a[9] != "-" else None,
+              float(a[10]) if len(a) > 10 else 0.0, int(a[11]) if len(a) > 11 else 0)

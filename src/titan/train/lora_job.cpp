@@ -18,6 +18,7 @@ LoraOptions job_lora_options(const JobConfig& config) {
   LoraOptions o;
   o.rank = config.lora.rank;
   o.alpha = config.lora.alpha;
+  o.dropout = config.lora.dropout;
   o.target_modules = parse_lora_targets(config.lora.target_modules, "lora.target_modules");
   return o;
 }

@@ -355,10 +355,15 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // group over all of them.
     const int64_t ranks = in.mesh.dp();
     c.all_reduce = 0;
+    int64_t widest_input = 0;  // of an adapted linear (A's columns), the experts' aside
     for (const ParamGroupSpec& g : lora_param_specs(a, in.lora)) {
       const int64_t group = param_group_numel(g.params);
       adapter += group;
       c.all_reduce += 2 * (ranks - 1) * group * kFloat / ranks;
+      for (const ParamSpec& p : g.params) {
+        if (p.name.ends_with(".lora_A.weight") && p.name.find(".mlp.experts") == std::string::npos)
+          widest_input = std::max(widest_input, p.shape[1]);
+      }
     }
     const int64_t full = m.gradients + m.optimizer;
     m.lora_parameters = adapter * kFloat;
@@ -375,6 +380,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
                   experts = a.num_experts * a.hidden_size * a.moe_intermediate_size;
     if (sparse_layers > 0 && adapted > 0) {
       m.lora_scratch = adapted * experts * (2 * kFloat + (bf16 ? 2 : 0));
+    }
+    // Dropout's rooms (nn/lora.h LoraScratch): the widest adapted input of a micro-batch masked,
+    // the dx share, and the masked input rounded, which fp32 compute makes too.
+    if (in.lora.dropout > 0.0) {
+      m.lora_scratch += in.local_batch_size * in.seq_len * widest_input * (2 * kFloat + 2);
     }
   }
 
