@@ -98,21 +98,25 @@ grep -E "^(adapter|LoRA)" "$work/reference-ddp.log" | sed 's/^/2 ranks: /'
 # ---- lora.dropout: PEFT's lora_dropout with the masks titan draws (lora_dropout_reference.py
 # computes them from the formula ops/lora_dropout.h documents): one process, 2 replicas and FSDP 2
 # each equal PEFT's 3 steps and trained adapter; `titan eval --adapter` on the export equals
-# PEFT's eval-mode loss (no dropout); the check fails with another seed's masks ----
-drop=(--lora.dropout=0.1 --training.seed=5)
+# PEFT's eval-mode loss (no dropout); the check fails with another seed's masks. The masks are
+# keyed by a row's place in the global batch, and the loader shuffles the conversations (by
+# training.seed), an order the reference does not reproduce: the batch holds one conversation
+# four times, so every order gives the same rows ----
+for i in 1 2 3 4; do sed -n 4p "$work/sft.jsonl"; done > "$work/drop.jsonl"
+drop=(--lora.dropout=0.1 --training.seed=5 --training.dataset_path="$work/drop.jsonl")
 "$titan" train "${common[@]}" "${drop[@]}" --checkpoint.last_save_in_hf=true \
   --metrics.save_jsonl="$work/drop-metrics.jsonl" --job.dump_folder="$work/drop" > "$work/drop.log" 2>&1 \
   || { cat "$work/drop.log"; exit 1; }
 grep -q '"lora_dropout": 0.1' "$work/drop/adapter/adapter_config.json" \
   || { echo "the adapter's config does not say lora_dropout 0.1"; exit 1; }
-"$titan" eval --model "$work/model" --adapter "$work/drop/adapter" --data "$work/sft.jsonl" \
+"$titan" eval --model "$work/model" --adapter "$work/drop/adapter" --data "$work/drop.jsonl" \
   --chat --seq-len 96 --batch-size 2 --threads 2 > "$work/drop-eval.log" 2> /dev/null
 evaluated=$(awk '{print $2}' "$work/drop-eval.log")
-"$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" "$work/drop-metrics.jsonl" \
+"$python" "$reference" check "$work/model" "$work/drop.jsonl" "$work/init" "$work/drop-metrics.jsonl" \
   "$work/drop/adapter" 3 2 1e-3 1e-4 "$evaluated" 0.1 5 > "$work/reference-drop.log" 2>&1 \
   || { cat "$work/reference-drop.log"; exit 1; }
 grep -E "^(adapter|LoRA|titan eval)" "$work/reference-drop.log" | sed 's/^/dropout 0.1: /'
-if "$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" \
+if "$python" "$reference" check "$work/model" "$work/drop.jsonl" "$work/init" \
   "$work/drop-metrics.jsonl" "$work/drop/adapter" 3 2 1e-3 1e-4 - 0.1 6 > "$work/reference-seed.log" 2>&1; then
   echo "PEFT with another seed's masks equals titan's dropout run: the check sees no mask"; exit 1
 fi
@@ -125,7 +129,7 @@ for layout in replicate shard; do
     --checkpoint.last_save_in_hf=true --metrics.save_jsonl="$work/drop-$layout.jsonl" \
     --job.dump_folder="$work/drop-$layout" > "$work/drop-$layout.log" 2>&1 \
     || { cat "$work/drop-$layout.log"; exit 1; }
-  "$python" "$reference" check "$work/model" "$work/sft.jsonl" "$work/init" "$work/drop-$layout.jsonl" \
+  "$python" "$reference" check "$work/model" "$work/drop.jsonl" "$work/init" "$work/drop-$layout.jsonl" \
     "$work/drop-$layout/adapter" 3 2 1e-3 1e-4 - 0.1 5 > "$work/reference-drop-$layout.log" 2>&1 \
     || { cat "$work/reference-drop-$layout.log"; exit 1; }
   grep -E "^(adapter|LoRA)" "$work/reference-drop-$layout.log" | sed "s/^/dropout 0.1, 2 ranks ($layout): /"
