@@ -9,7 +9,7 @@
 # - the same on 2 ranks (replicated data parallel, and FSDP: the frozen model sharded), and for a Qwen2 (q/k/v biases) and a Llama
 #   (untied lm_head) folder;
 # - under bf16 mixed precision, one step's adapter gradients equal PEFT's under torch.autocast to
-#   bf16's rounding (lora_reference.py check-bf16);
+#   bf16's rounding (lora_reference.py check-bf16), with dropout too;
 # - lora.merge_on_export writes the model with the adapter merged: PEFT's merge_and_unload (1e-6);
 # - lora.base_dtype = "bfloat16" (the frozen base held only in bf16, under bf16 compute): 3 steps'
 #   losses and the exported adapter bit-identical to the same run with fp32 masters, from an fp32
@@ -144,6 +144,13 @@ grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$
 "$python" "$reference" check-bf16 "$work/model" "$work/sft.jsonl" "$work/init" "$work/bf16/adapter" \
   0.1 1 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
 grep "^bf16 LoRA" "$work/reference-bf16.log"
+# The same with dropout: PEFT's two runs drop out with titan's masks of step 1.
+"$titan" train "${common[@]}" "${drop[@]}" --training.mixed_precision_param=bfloat16 --training.steps=1 \
+  --optimizer.lr=0.1 --optimizer.eps=1 --optimizer.weight_decay=0 --checkpoint.last_save_in_hf=true \
+  --job.dump_folder="$work/bf16-drop" > "$work/bf16-drop.log" 2>&1 || { cat "$work/bf16-drop.log"; exit 1; }
+"$python" "$reference" check-bf16 "$work/model" "$work/drop.jsonl" "$work/init" "$work/bf16-drop/adapter" \
+  0.1 1 1.0 0.1 5 > "$work/reference-bf16-drop.log" 2>&1 || { cat "$work/reference-bf16-drop.log"; exit 1; }
+grep "^bf16 LoRA" "$work/reference-bf16-drop.log" | sed 's/^/dropout 0.1: /'
 
 # ---- lora.base_dtype = "bfloat16": the frozen base held only in bf16. Its forward reads the
 # same bf16 values the fp32 masters' copies hold, so 3 steps give today's bf16 LoRA run's losses

@@ -20,7 +20,7 @@
         (`titan eval --adapter EXPORT` over DATA, "-" for none) with PEFT's loss of MODEL +
         EXPORT. DROPOUT > 0: PEFT's lora_dropout with titan's masks for training.seed SEED
         (lora_dropout_reference.py: the masks titan draws, from its documented formula).
-  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS [MAX_NORM]
+  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS [MAX_NORM [DROPOUT SEED]]
         titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping: the
         gradients' norm must be under titan's clipping norm MAX_NORM, default 1.0; EXPORT:
         its adapter folder) against PEFT's gradients under torch.autocast("cpu", bfloat16), the
@@ -31,7 +31,8 @@
         distance from the fp32 gradients: at most twice that (tests/unit/test_mixed_precision.cpp
         argues the factor); and titan computed in bf16: its gradients are further from fp32's
         than a tenth of that noise. Distances: the largest over all of A and B, relative to
-        autocast's largest gradient.
+        autocast's largest gradient. DROPOUT > 0: both PEFT runs drop out with titan's masks of
+        step 1 for training.seed SEED (as check does).
   merged MODEL EXPORT MERGED
         MERGED (titan's lora.merge_on_export folder) against
         PeftModel.from_pretrained(MODEL, EXPORT).merge_and_unload(): every weight.
@@ -180,23 +181,24 @@ def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps
     print("LoRA: titan equals PEFT")
 
 
-def peft_gradients(model_dir, data, adapter, autocast):
+def peft_gradients(model_dir, data, adapter, autocast, dropout=0.0, seed=0):
     """The adapter's gradients (A and B, sorted by name, flattened) of the first step's loss."""
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = PeftModel.from_pretrained(base(model_dir), adapter, is_trainable=True)
+    where = lora_dropout_reference.install(model, dropout, seed) if dropout > 0 else None
     model.train()
     conversations = rows(tok, data)
     micro = [batch(tok, conversations)]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = loss_of(model, micro)
+        loss = loss_of(model, micro, where)
     loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters() if "lora_" in n}
     return torch.cat([grads[n].flatten() for n in sorted(grads)])
 
 
-def check_bf16(model_dir, data, adapter, export, lr, eps, max_norm=1.0):
-    fp32 = peft_gradients(model_dir, data, adapter, False)
-    autocast = peft_gradients(model_dir, data, adapter, True)
+def check_bf16(model_dir, data, adapter, export, lr, eps, max_norm=1.0, dropout=0.0, seed=0):
+    fp32 = peft_gradients(model_dir, data, adapter, False, dropout, seed)
+    autocast = peft_gradients(model_dir, data, adapter, True, dropout, seed)
     assert float(fp32.norm()) < max_norm, "the step would be clipped"
     start = lora_tensors(PeftModel.from_pretrained(base(model_dir), adapter))
     end = lora_tensors(PeftModel.from_pretrained(base(model_dir), export))
@@ -235,7 +237,8 @@ if __name__ == "__main__":
         merged(*a)
     elif command == "check-bf16":
         check_bf16(a[0], a[1], a[2], a[3], float(a[4]), float(a[5]),
-                   float(a[6]) if len(a) > 6 else 1.0)
+                   float(a[6]) if len(a) > 6 else 1.0, float(a[7]) if len(a) > 7 else 0.0,
+                   int(a[8]) if len(a) > 8 else 0)
     else:
         check(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), float(a[8]),
               float(a[9]) if len(a) > 9 and a[9] != "-" else None,
