@@ -402,6 +402,21 @@ TEST(TrainingPlan, LoraUnderFsdpShardsTheFrozenModel) {
   const TrainingPlan plan = plan_training(inputs_of(fsdp));
   EXPECT_EQ(plan.comm.reduce_scatter, 0);
   EXPECT_EQ(plan.memory.unit_gradients, 0);
+  // LoRA on a MoE's experts under bf16: the adapted experts gathered in fp32 (their merge reads
+  // the masters), the other matmul weights in bf16; gate_up alone, and all three.
+  for (const bool down : {false, true}) {
+    Case moe{down ? "FSDP 2 bf16 MoE LoRA" : "FSDP 2 bf16 MoE LoRA, gate_up only",
+             test::with_moe(test::tiny_dense(false), 4, 2, 24, {1}), 1, 2, DType::bf16};
+    moe.lora = {4, 8.0, {"q_proj", "gate_proj", "up_proj"}};
+    if (down) moe.lora.target_modules.push_back("down_proj");
+    check_against_model(moe);
+    Case plain = moe;
+    plain.lora.target_modules = {"q_proj"};
+    // The sparse unit's gathers send the adapted experts' rows in fp32 (check_against_model
+    // counted the bytes sent): more than in bf16.
+    EXPECT_GT(plan_training(inputs_of(moe)).comm.all_gather_forward,
+              plan_training(inputs_of(plain)).comm.all_gather_forward);
+  }
 }
 
 TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {

@@ -195,7 +195,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   for (const std::string& line : model_->override_report().warnings) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
   }
-  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_, dims.dp_shard > 1);
+  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_);
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
   model_->set_activation_checkpointing(job_activation_checkpointing(config_));
   model_->allocate_gradients();
