@@ -18,6 +18,8 @@ T* room(std::vector<T>& v, int64_t count) {
 }  // namespace
 
 LoraDropoutCall LoraLinear::dropout_call() const {
+  TITAN_CHECK(device_ops().lora_dropout, name,
+              ": this device registers no LoRA dropout (DeviceOps::lora_dropout)");
   const LoraDropout& d = scratch->dropout;
   const uint64_t module = mix64(d.seed ^ fnv1a_hash(name));
   return {d.p, mix64(module ^ static_cast<uint64_t>(d.step)), d.first_row, d.seq_len};
