@@ -100,11 +100,12 @@ void print_text(const TrainingPlan& p, const std::string& model) {
       config_spelling(in.checkpointing) + " (none: " + bytes(m.activations_none) + ", full: " +
           bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch)");
   row("other", m.rope + m.lora_scratch,
-      m.lora_scratch > 0 ? "RoPE tables " + bytes(m.rope) +
-                               " + LoRA's merged expert weights and their gradients (one sparse "
-                               "layer's, shared) " +
-                               bytes(m.lora_scratch)
-                         : std::string("RoPE tables"));
+      m.lora_scratch > 0
+          ? "RoPE tables " + bytes(m.rope) + " + LoRA's scratch " + bytes(m.lora_scratch) +
+                (in.lora.dropout > 0.0 ? " (with dropout's masked inputs)"
+                                       : " (the merged expert weights and their gradients, one "
+                                         "sparse layer's, shared)")
+          : std::string("RoPE tables"));
   row("step peak", m.step_peak(),
       fsdp                 ? "resident + the units in flight at their most"
       : m.block_copies > 0 ? "everything resident + one block's bf16 copies"

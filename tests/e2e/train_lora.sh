@@ -9,7 +9,7 @@
 # - the same on 2 ranks (replicated data parallel, and FSDP: the frozen model sharded), and for a Qwen2 (q/k/v biases) and a Llama
 #   (untied lm_head) folder;
 # - under bf16 mixed precision, one step's adapter gradients equal PEFT's under torch.autocast to
-#   bf16's rounding (lora_reference.py check-bf16);
+#   bf16's rounding (lora_reference.py check-bf16), with dropout too;
 # - lora.merge_on_export writes the model with the adapter merged: PEFT's merge_and_unload (1e-6);
 # - lora.base_dtype = "bfloat16" (the frozen base held only in bf16, under bf16 compute): 3 steps'
 #   losses and the exported adapter bit-identical to the same run with fp32 masters, from an fp32
@@ -19,7 +19,11 @@
 #   under fp32 compute, without a folder to load, under FSDP (not built);
 # - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
 #   state (the memory line's optimizer bytes are the adapter's);
-# - bad inputs stop with one line: an unknown target module, a negative rank, dropout, a missing
+# - lora.dropout 0.1: PEFT's lora_dropout with titan's masks (tests/reference/
+#   lora_dropout_reference.py, from ops/lora_dropout.h's formula) equals titan's 3 steps on one
+#   process, 2 replicas and FSDP 2; eval --adapter on its export equals PEFT's eval-mode loss; a
+#   resumed dropout run equals the uninterrupted one bit for bit;
+# - bad inputs stop with one line: an unknown target module, a negative rank, dropout 1, a missing
 #   or mismatched adapter folder, FSDP; an adapter asking for DoRA, or whose tensors do not
 #   fit the model (titan eval --adapter).
 # The model: train_chat.sh's tiny random Qwen3 (tests/reference/chat_sft_reference.py make).
@@ -29,6 +33,7 @@ titan="$1"
 python="$2"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$(dirname "$0")/tree_sum.sh"
+. "$(dirname "$0")/lora_setup.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 reference="$source_dir/tests/reference/lora_reference.py"
@@ -41,29 +46,10 @@ rm "$work/model/titan.json"
 all=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
 "$python" "$reference" init "$work/model" "$work/init" 8 16 "$all" > /dev/null 2>&1
 "$python" "$reference" init "$work/model" "$work/init-r4" 4 16 "$all" > /dev/null 2>&1
-"$python" - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-def line(*turns):
-    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
-with open(f"{work}/sft.jsonl", "w") as f:
-    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
-    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
-                 ("assistant", "Laziness, impatience and hubris.")))
-    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
-    f.write(line(("user", "Explain grok in a sentence."),
-                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
-                  "part of you.")))
-PY
+lora_sft "$work/sft.jsonl"
 before=$(tree_sum "$work/model")
 
-lora=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
-      --checkpoint.initial_load_in_hf=true --training.dataset=chat
-      --training.dataset_path="$work/sft.jsonl" --training.seq_len=96
-      --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1
-      --optimizer.lr=1e-3 --optimizer.eps=1e-4 --training.steps=3
-      --lora.rank=8 --lora.alpha=16 --lora.initial_adapter="$work/init")
-common=("${lora[@]}" --threads 2 --training.local_batch_size=2 --training.global_batch_size=4)
+lora_arguments "$work/model" "$work/sft.jsonl" "$work/init" 8
 
 # ---- one LoRA run against PEFT ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true \
@@ -109,6 +95,46 @@ grep -q "dp_replicate 2" "$work/ddp.log" || { echo "not 2 replicas"; cat "$work/
   || { cat "$work/reference-ddp.log"; exit 1; }
 grep -E "^(adapter|LoRA)" "$work/reference-ddp.log" | sed 's/^/2 ranks: /'
 
+# ---- lora.dropout: PEFT's lora_dropout with the masks titan draws (lora_dropout_reference.py
+# computes them from the formula ops/lora_dropout.h documents): one process, 2 replicas and FSDP 2
+# each equal PEFT's 3 steps and trained adapter; `titan eval --adapter` on the export equals
+# PEFT's eval-mode loss (no dropout); the check fails with another seed's masks. The masks are
+# keyed by a row's place in the global batch, and the loader shuffles the conversations (by
+# training.seed), an order the reference does not reproduce: the batch holds one conversation
+# four times, so every order gives the same rows ----
+for i in 1 2 3 4; do sed -n 4p "$work/sft.jsonl"; done > "$work/drop.jsonl"
+drop=(--lora.dropout=0.1 --training.seed=5 --training.dataset_path="$work/drop.jsonl")
+"$titan" train "${common[@]}" "${drop[@]}" --checkpoint.last_save_in_hf=true \
+  --metrics.save_jsonl="$work/drop-metrics.jsonl" --job.dump_folder="$work/drop" > "$work/drop.log" 2>&1 \
+  || { cat "$work/drop.log"; exit 1; }
+grep -q '"lora_dropout": 0.1' "$work/drop/adapter/adapter_config.json" \
+  || { echo "the adapter's config does not say lora_dropout 0.1"; exit 1; }
+"$titan" eval --model "$work/model" --adapter "$work/drop/adapter" --data "$work/drop.jsonl" \
+  --chat --seq-len 96 --batch-size 2 --threads 2 > "$work/drop-eval.log" 2> /dev/null
+evaluated=$(awk '{print $2}' "$work/drop-eval.log")
+"$python" "$reference" check "$work/model" "$work/drop.jsonl" "$work/init" "$work/drop-metrics.jsonl" \
+  "$work/drop/adapter" 3 2 1e-3 1e-4 "$evaluated" 0.1 5 > "$work/reference-drop.log" 2>&1 \
+  || { cat "$work/reference-drop.log"; exit 1; }
+grep -E "^(adapter|LoRA|titan eval)" "$work/reference-drop.log" | sed 's/^/dropout 0.1: /'
+if "$python" "$reference" check "$work/model" "$work/drop.jsonl" "$work/init" \
+  "$work/drop-metrics.jsonl" "$work/drop/adapter" 3 2 1e-3 1e-4 - 0.1 6 > "$work/reference-seed.log" 2>&1; then
+  echo "PEFT with another seed's masks equals titan's dropout run: the check sees no mask"; exit 1
+fi
+grep -q "^FAILED: step 1 loss" "$work/reference-seed.log" \
+  || { echo "the other seed's check failed otherwise:"; cat "$work/reference-seed.log"; exit 1; }
+for layout in replicate shard; do
+  "$titan" launch --nproc 2 train "${lora[@]}" "${drop[@]}" --threads 1 --training.local_batch_size=1 \
+    --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=$([ $layout = shard ] && echo 2 || echo 1) \
+    --parallelism.data_parallel_replicate_degree=$([ $layout = shard ] && echo 1 || echo 2) \
+    --checkpoint.last_save_in_hf=true --metrics.save_jsonl="$work/drop-$layout.jsonl" \
+    --job.dump_folder="$work/drop-$layout" > "$work/drop-$layout.log" 2>&1 \
+    || { cat "$work/drop-$layout.log"; exit 1; }
+  "$python" "$reference" check "$work/model" "$work/drop.jsonl" "$work/init" "$work/drop-$layout.jsonl" \
+    "$work/drop-$layout/adapter" 3 2 1e-3 1e-4 - 0.1 5 > "$work/reference-drop-$layout.log" 2>&1 \
+    || { cat "$work/reference-drop-$layout.log"; exit 1; }
+  grep -E "^(adapter|LoRA)" "$work/reference-drop-$layout.log" | sed "s/^/dropout 0.1, 2 ranks ($layout): /"
+done
+
 # ---- bf16 mixed precision: one step's gradients, read back from the adapter it moved (large
 # eps, no weight decay: the move is g / (|g| + eps)), against PEFT's under autocast ----
 "$titan" train "${common[@]}" --training.mixed_precision_param=bfloat16 --training.steps=1 \
@@ -118,6 +144,13 @@ grep -q "^mixed precision: " "$work/bf16.log" || { echo "not a bf16 run"; cat "$
 "$python" "$reference" check-bf16 "$work/model" "$work/sft.jsonl" "$work/init" "$work/bf16/adapter" \
   0.1 1 > "$work/reference-bf16.log" 2>&1 || { cat "$work/reference-bf16.log"; exit 1; }
 grep "^bf16 LoRA" "$work/reference-bf16.log"
+# The same with dropout: PEFT's two runs drop out with titan's masks of step 1.
+"$titan" train "${common[@]}" "${drop[@]}" --training.mixed_precision_param=bfloat16 --training.steps=1 \
+  --optimizer.lr=0.1 --optimizer.eps=1 --optimizer.weight_decay=0 --checkpoint.last_save_in_hf=true \
+  --job.dump_folder="$work/bf16-drop" > "$work/bf16-drop.log" 2>&1 || { cat "$work/bf16-drop.log"; exit 1; }
+"$python" "$reference" check-bf16 "$work/model" "$work/drop.jsonl" "$work/init" "$work/bf16-drop/adapter" \
+  0.1 1 1.0 0.1 5 > "$work/reference-bf16-drop.log" 2>&1 || { cat "$work/reference-bf16-drop.log"; exit 1; }
+grep "^bf16 LoRA" "$work/reference-bf16-drop.log" | sed 's/^/dropout 0.1: /'
 
 # ---- lora.base_dtype = "bfloat16": the frozen base held only in bf16. Its forward reads the
 # same bf16 values the fp32 masters' copies hold, so 3 steps give today's bf16 LoRA run's losses
@@ -260,8 +293,8 @@ expect_refusal target "^titan train: error: lora.target_modules: 'qkv_proj' is n
   "$titan" train "${bad[@]}" --lora.target_modules=q_proj,qkv_proj --job.dump_folder="$work/bad1"
 expect_refusal rank "^titan train: error: lora.rank -1 must not be negative \(0 turns LoRA off\)$" \
   "$titan" train "${bad[@]}" --lora.rank=-1 --job.dump_folder="$work/bad2"
-expect_refusal dropout "^titan train: error: lora.dropout 0.1: titan applies no LoRA dropout yet \(set it to 0\)$" \
-  "$titan" train "${bad[@]}" --lora.dropout=0.1 --job.dump_folder="$work/bad3"
+expect_refusal dropout "^titan train: error: lora.dropout 1 must be at least 0 and below 1 \(the probability of dropping an input\)$" \
+  "$titan" train "${bad[@]}" --lora.dropout=1 --job.dump_folder="$work/bad3"
 expect_refusal missing "^titan train: error: $work/none: no such adapter folder$" \
   "$titan" train "${bad[@]}" --lora.initial_adapter="$work/none" --job.dump_folder="$work/bad4"
 expect_refusal mismatched "^titan train: error: lora.initial_adapter $work/init-r4 is r = 4, lora_alpha = 16 on 7 modules; the config asks for lora.rank = 8, lora.alpha = 16 on 7$" \
@@ -271,21 +304,24 @@ expect_refusal eval-missing "^titan eval: error: $work/none: no such adapter fol
   --seq-len 96 --threads 2
 
 # ---- resuming mid-run: the checkpoint holds the adapter (and its AdamW state) only, the frozen
-# model is loaded again; the losses equal the uninterrupted run's bit for bit ----
-resume=("${common[@]}" --lora.initial_adapter= --training.steps=4 --checkpoint.enable=true
-        --checkpoint.interval=2 --checkpoint.last_save_model_only=false
-        --checkpoint.last_save_in_hf=false)
-"$titan" train "${resume[@]}" --job.dump_folder="$work/whole" --metrics.save_jsonl="$work/whole.jsonl" > /dev/null
-"$titan" train "${resume[@]}" --training.steps=2 --job.dump_folder="$work/split" > /dev/null
-"$titan" train "${resume[@]}" --job.dump_folder="$work/split" --metrics.save_jsonl="$work/split.jsonl" \
-  > "$work/split.log"
-grep -q "resumed step 2 from" "$work/split.log" || { echo "did not resume"; cat "$work/split.log"; exit 1; }
-"$python" - "$work/whole.jsonl" "$work/split.jsonl" <<'PY'
+# model is loaded again; the losses equal the uninterrupted run's bit for bit, with dropout too
+# (its masks are keyed by the step: the resumed steps draw the uninterrupted run's) ----
+for p in 0 0.1; do
+  resume=("${common[@]}" --lora.initial_adapter= --training.steps=4 --checkpoint.enable=true
+          --checkpoint.interval=2 --checkpoint.last_save_model_only=false
+          --checkpoint.last_save_in_hf=false --lora.dropout=$p)
+  "$titan" train "${resume[@]}" --job.dump_folder="$work/whole$p" --metrics.save_jsonl="$work/whole$p.jsonl" > /dev/null
+  "$titan" train "${resume[@]}" --training.steps=2 --job.dump_folder="$work/split$p" > /dev/null
+  "$titan" train "${resume[@]}" --job.dump_folder="$work/split$p" --metrics.save_jsonl="$work/split$p.jsonl" \
+    > "$work/split$p.log"
+  grep -q "resumed step 2 from" "$work/split$p.log" || { echo "did not resume"; cat "$work/split$p.log"; exit 1; }
+  "$python" - "$work/whole$p.jsonl" "$work/split$p.jsonl" "$p" <<'PY'
 import json, sys
-whole, split = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+whole, split = ({r["step"]: r["loss"] for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:3])
 assert sorted(split) == [3, 4] and all(split[s] == whole[s] for s in split), (whole, split)
-print("resumed LoRA run: steps 3-4 equal the uninterrupted run's bit for bit")
+print(f"resumed LoRA run (lora.dropout {sys.argv[3]}): steps 3-4 equal the uninterrupted run's bit for bit")
 PY
+done
 # Adapter folders titan does not compute, or that do not fit the model: one line naming the key
 # or the tensor.
 for bad in dora misfit; do cp -r "$work/init" "$work/$bad"; done

@@ -17,8 +17,9 @@
 # - lora.base_dtype = "bfloat16" with the attention adapted only: the experts (and every matmul
 #   weight) held only in bf16, 3 steps' losses and the adapter bit-identical to the run with fp32
 #   masters;
-# - refusals: gate_proj without up_proj (PEFT refuses it too); bf16 with the experts adapted
-#   under FSDP; lora.base_dtype = "bfloat16" with the experts adapted (titan train and titan plan).
+# - the bf16 step on 2 ranks under FSDP (the adapted experts gathered in fp32): the same check;
+# - refusals: gate_proj without up_proj (PEFT refuses it too); lora.base_dtype = "bfloat16" with the experts adapted (titan train and titan plan);
+#   lora.dropout with the experts adapted (PEFT refuses it too; the attention alone trains).
 # The model: lora_reference.py family qwen3_moe (3 layers, layer 0 dense).
 # usage: train_lora_moe.sh TITAN PYTHON
 set -euo pipefail
@@ -26,6 +27,7 @@ titan="$1"
 python="$2"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$(dirname "$0")/tree_sum.sh"
+. "$(dirname "$0")/lora_setup.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 reference="$source_dir/tests/reference/lora_reference.py"
@@ -47,26 +49,11 @@ config = json.load(open(f"{work}/init/adapter_config.json"))
 # What PEFT wrote, which titan reads back: the experts named as parameters.
 assert sorted(config["target_modules"]) == ["k_proj", "o_proj", "q_proj", "v_proj"], config
 assert sorted(config["target_parameters"]) == ["down_proj", "gate_up_proj"], config
-def line(*turns):
-    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
-with open(f"{work}/sft.jsonl", "w") as f:
-    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
-    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
-                 ("assistant", "Laziness, impatience and hubris.")))
-    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
-    f.write(line(("user", "Explain grok in a sentence."),
-                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
-                  "part of you.")))
 PY
+lora_sft "$work/sft.jsonl"
 before=$(tree_sum "$work/model")
 
-lora=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
-      --checkpoint.initial_load_in_hf=true --training.dataset=chat
-      --training.dataset_path="$work/sft.jsonl" --training.seq_len=96
-      --lr_scheduler.warmup_steps=0 --lr_scheduler.decay_type=none --metrics.log_freq=1
-      --optimizer.lr=1e-3 --optimizer.eps=1e-4 --training.steps=3
-      --lora.rank=4 --lora.alpha=16 --lora.initial_adapter="$work/init")
-common=("${lora[@]}" --threads 2 --training.local_batch_size=2 --training.global_batch_size=4)
+lora_arguments "$work/model" "$work/sft.jsonl" "$work/init" 4
 
 # ---- one LoRA run against PEFT ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true \
@@ -141,6 +128,26 @@ echo "lora.base_dtype = bfloat16, attention only: losses and adapter bit-identic
 grep -E "^(adapter|LoRA)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
 "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 > "$work/fsdp.plan"
 grep -q "saved by LoRA" "$work/fsdp.plan" || { echo "no LoRA plan under FSDP"; cat "$work/fsdp.plan"; exit 1; }
+# bf16 under FSDP: the adapted experts gathered in fp32 (their merge reads the masters), the other
+# matmul weights in bf16; the one-process bf16 step's check against PEFT under autocast, and the
+# adapter it trained against that step's.
+"$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
+  --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=2 \
+  --training.mixed_precision_param=bfloat16 --training.steps=1 --optimizer.lr=0.1 \
+  --optimizer.eps=1 --optimizer.weight_decay=0 --training.max_norm=100 \
+  --checkpoint.last_save_in_hf=true --job.dump_folder="$work/bf16-fsdp" > "$work/bf16-fsdp.log" 2>&1 \
+  || { cat "$work/bf16-fsdp.log"; exit 1; }
+"$python" "$reference" check-bf16 "$work/model" "$work/sft.jsonl" "$work/init" "$work/bf16-fsdp/adapter" \
+  0.1 1 100 > "$work/reference-bf16-fsdp.log" 2>&1 || { cat "$work/reference-bf16-fsdp.log"; exit 1; }
+grep "^bf16 LoRA" "$work/reference-bf16-fsdp.log" | sed 's/^/FSDP 2: /'
+"$python" - "$work/bf16/adapter" "$work/bf16-fsdp/adapter" <<'PY'
+import sys
+from safetensors.torch import load_file
+one, two = (load_file(f"{d}/adapter_model.safetensors") for d in sys.argv[1:])
+assert sorted(one) == sorted(two)
+worst = max(float((one[k] - two[k]).abs().max()) for k in one)
+print(f"FSDP 2 bf16: the adapter after one step differs from one process's by {worst:.3g} at most")
+PY
 
 [ "$(tree_sum "$work/model")" = "$before" ] || { echo "the base model folder changed"; exit 1; }
 echo "the base model folder is unchanged"
@@ -149,14 +156,6 @@ echo "the base model folder is unchanged"
 bad=("${common[@]}" --training.steps=1 --checkpoint.last_save_in_hf=false --lora.initial_adapter=)
 expect_refusal gate-alone "^titan train: error: lora.target_modules: gate_proj without up_proj on a MoE model \(PEFT adapts the experts' fused gate_up_proj: name both or neither\)$" \
   "$titan" train "${bad[@]}" --lora.target_modules=q_proj,gate_proj --job.dump_folder="$work/bad1"
-# bf16 with the experts adapted under FSDP: refused on every rank, naming the way out.
-if "$titan" launch --nproc 2 train "${bad[@]}" --training.local_batch_size=1 \
-  --training.mixed_precision_param=bfloat16 --parallelism.data_parallel_shard_degree=2 \
-  --job.dump_folder="$work/bad2" > "$work/bad2.out" 2> "$work/bad2.err"; then
-  echo "bf16 FSDP: the command succeeded"; exit 1
-fi
-grep -q "titan train: error: lora: the experts' LoRA (gate_proj, up_proj, down_proj on a MoE model) under bf16 mixed precision does not run with FSDP" \
-  "$work/bad2.err" || { echo "bf16 FSDP: unexpected error:"; cat "$work/bad2.err"; exit 1; }
 # A bf16-only base with the experts adapted: their LoRA merges fp32 expert weights it does not hold.
 base_refusal="lora.base_dtype = \"bfloat16\" holds no fp32 expert weights, which the experts' LoRA \(gate_proj, up_proj, down_proj on a MoE model\) merges at each step: use lora.base_dtype = \"float32\", or adapt the attention only$"
 expect_refusal base-experts "^titan train: error: $base_refusal" \
@@ -164,4 +163,26 @@ expect_refusal base-experts "^titan train: error: $base_refusal" \
   --job.dump_folder="$work/bad3"
 expect_refusal base-experts-plan "^titan plan: error: $base_refusal" \
   "$titan" plan "${lora[@]}" --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16
+# lora.dropout with the experts adapted: PEFT's ParamWrapper refuses it (it merges the update into
+# the weight: no input to drop out), and so does titan; the attention alone may drop out.
+"$python" - "$work/model" <<'PY'
+import sys, torch
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
+targets = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj".split(",")
+try:
+    get_peft_model(model, LoraConfig(r=4, lora_alpha=16, lora_dropout=0.05, target_modules=targets))
+except ValueError as e:
+    assert "lora_dropout" in str(e), e
+    print(f"PEFT refuses lora_dropout on the experts: {e}")
+else:
+    sys.exit("PEFT accepted lora_dropout on the experts")
+PY
+drop_refusal="lora.dropout 0.05 with a MoE model's experts adapted \(gate_proj, up_proj, down_proj\): PEFT's ParamWrapper refuses lora_dropout != 0 \(the update is merged into the experts' weight, leaving no input to drop out\): set lora.dropout = 0, or adapt the attention only$"
+expect_refusal dropout-experts "^titan train: error: $drop_refusal" \
+  "$titan" train "${bad[@]}" --lora.dropout=0.05 --job.dump_folder="$work/bad4"
+"$titan" train "${bad[@]}" --lora.dropout=0.05 --lora.target_modules=q_proj,v_proj \
+  --job.dump_folder="$work/drop-attention" > "$work/drop-attention.log" 2>&1 \
+  || { echo "dropout on the attention of a MoE model:"; cat "$work/drop-attention.log"; exit 1; }
 echo "train_lora_moe: ok"

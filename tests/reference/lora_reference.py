@@ -9,7 +9,7 @@
         LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules=TARGETS (comma-separated),
         lora_dropout=0) -- and then B set to small seeded random values, so that the adapter
         changes the model's output and A's gradients are not zero at the first step.
-  check MODEL DATA ADAPTER METRICS EXPORT STEPS MICRO_BATCH LR EPS [EVAL_LOSS]
+  check MODEL DATA ADAPTER METRICS EXPORT STEPS MICRO_BATCH LR EPS [EVAL_LOSS [DROPOUT SEED]]
         Loads ADAPTER onto MODEL with PeftModel.from_pretrained(is_trainable=True) and trains it for
         STEPS steps on DATA (chat: labels -100 outside the assistant replies, the loss over the
         assistant tokens of the whole global batch, tests/reference/chat_sft_reference.py), in
@@ -17,8 +17,10 @@
         parameters (betas 0.9/0.95, EPS, weight decay 0.1, constant LR). Compares every step's loss
         with titan's metrics JSONL (METRICS); loads titan's exported adapter folder EXPORT with
         PeftModel.from_pretrained and compares its A and B with PEFT's trained ones; EVAL_LOSS
-        (`titan eval --adapter EXPORT` over DATA) with PEFT's loss of MODEL + EXPORT.
-  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS [MAX_NORM]
+        (`titan eval --adapter EXPORT` over DATA, "-" for none) with PEFT's loss of MODEL +
+        EXPORT. DROPOUT > 0: PEFT's lora_dropout with titan's masks for training.seed SEED
+        (lora_dropout_reference.py: the masks titan draws, from its documented formula).
+  check-bf16 MODEL DATA ADAPTER EXPORT LR EPS [MAX_NORM [DROPOUT SEED]]
         titan's bf16 mixed-precision run of one AdamW step (no weight decay, no clipping: the
         gradients' norm must be under titan's clipping norm MAX_NORM, default 1.0; EXPORT:
         its adapter folder) against PEFT's gradients under torch.autocast("cpu", bfloat16), the
@@ -29,7 +31,8 @@
         distance from the fp32 gradients: at most twice that (tests/unit/test_mixed_precision.cpp
         argues the factor); and titan computed in bf16: its gradients are further from fp32's
         than a tenth of that noise. Distances: the largest over all of A and B, relative to
-        autocast's largest gradient.
+        autocast's largest gradient. DROPOUT > 0: both PEFT runs drop out with titan's masks of
+        step 1 for training.seed SEED (as check does).
   merged MODEL EXPORT MERGED
         MERGED (titan's lora.merge_on_export folder) against
         PeftModel.from_pretrained(MODEL, EXPORT).merge_and_unload(): every weight.
@@ -47,6 +50,7 @@ from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Llam
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_sft_reference import batch, rows, scored  # noqa: E402
+import lora_dropout_reference  # noqa: E402
 
 LOSS_TOL = 1e-5  # absolute, on losses about ln(vocab)
 # Absolute, on A and B after STEPS updates of LR 1e-3 with AdamW's eps 1e-4 (as
@@ -98,10 +102,16 @@ def init(model_dir, adapter_dir, rank, alpha, targets):
     model.save_pretrained(adapter_dir)
 
 
-def loss_of(model, micro):
+def loss_of(model, micro, where=None):
+    """where: the dropout masks' key (lora_dropout_reference.Where), its first_row set to each
+    micro-batch's first row in the global batch."""
     total = sum(scored(l) for _, _, l in micro)
     loss = 0.0
+    first_row = 0
     for ids, mask, labels in micro:
+        if where is not None:
+            where.first_row = first_row
+        first_row += ids.shape[0]
         loss = loss + model(input_ids=ids, attention_mask=mask, labels=labels,
                             num_items_in_batch=total).loss
     return loss
@@ -111,9 +121,11 @@ def lora_tensors(model):
     return {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" in n}
 
 
-def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps, eval_loss=None):
+def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps, eval_loss=None,
+          dropout=0.0, seed=0):
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = PeftModel.from_pretrained(base(model_dir), adapter, is_trainable=True)
+    where = lora_dropout_reference.install(model, dropout, seed) if dropout > 0 else None
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert trainable and all(
@@ -127,7 +139,9 @@ def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps
     failures = []
     for step in range(1, steps + 1):
         opt.zero_grad()
-        loss = loss_of(model, micro)
+        if where is not None:
+            where.step = step
+        loss = loss_of(model, micro, where)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
@@ -167,23 +181,24 @@ def check(model_dir, data, adapter, metrics, export, steps, micro_batch, lr, eps
     print("LoRA: titan equals PEFT")
 
 
-def peft_gradients(model_dir, data, adapter, autocast):
+def peft_gradients(model_dir, data, adapter, autocast, dropout=0.0, seed=0):
     """The adapter's gradients (A and B, sorted by name, flattened) of the first step's loss."""
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = PeftModel.from_pretrained(base(model_dir), adapter, is_trainable=True)
+    where = lora_dropout_reference.install(model, dropout, seed) if dropout > 0 else None
     model.train()
     conversations = rows(tok, data)
     micro = [batch(tok, conversations)]
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        loss = loss_of(model, micro)
+        loss = loss_of(model, micro, where)
     loss.backward()
     grads = {n: p.grad for n, p in model.named_parameters() if "lora_" in n}
     return torch.cat([grads[n].flatten() for n in sorted(grads)])
 
 
-def check_bf16(model_dir, data, adapter, export, lr, eps, max_norm=1.0):
-    fp32 = peft_gradients(model_dir, data, adapter, False)
-    autocast = peft_gradients(model_dir, data, adapter, True)
+def check_bf16(model_dir, data, adapter, export, lr, eps, max_norm=1.0, dropout=0.0, seed=0):
+    fp32 = peft_gradients(model_dir, data, adapter, False, dropout, seed)
+    autocast = peft_gradients(model_dir, data, adapter, True, dropout, seed)
     assert float(fp32.norm()) < max_norm, "the step would be clipped"
     start = lora_tensors(PeftModel.from_pretrained(base(model_dir), adapter))
     end = lora_tensors(PeftModel.from_pretrained(base(model_dir), export))
@@ -222,7 +237,9 @@ if __name__ == "__main__":
         merged(*a)
     elif command == "check-bf16":
         check_bf16(a[0], a[1], a[2], a[3], float(a[4]), float(a[5]),
-                   float(a[6]) if len(a) > 6 else 1.0)
+                   float(a[6]) if len(a) > 6 else 1.0, float(a[7]) if len(a) > 7 else 0.0,
+                   int(a[8]) if len(a) > 8 else 0)
     else:
         check(a[0], a[1], a[2], a[3], a[4], int(a[5]), int(a[6]), float(a[7]), float(a[8]),
-              float(a[9]) if len(a) > 9 else None)
+              float(a[9]) if len(a) > 9 and a[9] != "-" else None,
+              float(a[10]) if len(a) > 10 else 0.0, int(a[11]) if len(a) > 11 else 0)

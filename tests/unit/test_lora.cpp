@@ -17,6 +17,7 @@
 #include "titan/dispatch/registry.h"
 #include "titan/models/lora.h"
 #include "titan/nn/lora.h"
+#include "titan/ops/lora_dropout.h"
 
 namespace titan {
 namespace {
@@ -149,6 +150,111 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LoraUpdate, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& param) {
                            return param.param ? "bf16" : "fp32";
                          });
+
+// Dropout (ops/lora_dropout.h): the update reads x masked and scaled by 1 / (1 - p), and its dx
+// share goes back through the same mask; the expected values are the definition above on the
+// masked x, the mask drawn from the documented key (seed, module, step, row, position, feature).
+class LoraDropoutUpdate : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LoraDropoutUpdate, EqualsItsDefinitionOnTheMaskedInput) {
+  const bool bf16 = GetParam();
+  const auto& kernel = default_kernel_impl<LinearKernel>(OpKind::linear, DeviceKind::cpu);
+  const std::vector<float> x = random_values(kRows * kIn, 1), a = random_values(kRank * kIn, 2),
+                           b = random_values(kOut * kRank, 3), dy = random_values(kRows * kOut, 4),
+                           y0 = random_values(kRows * kOut, 5), dx0 = random_values(kRows * kIn, 6);
+  constexpr double p = 0.25;
+  constexpr int64_t kSeqLen = 8, kFirstRow = 5, kStep = 3;
+  constexpr uint64_t kSeed = 7;
+  std::vector<float> y = y0, dx = dx0;
+  std::vector<float> da(a.size(), 0.0f), db(b.size(), 0.0f);
+  LoraScratch scratch;
+  scratch.dropout = {p, true, kSeed, kStep, kFirstRow, kSeqLen};
+  LoraLinear lora{"model.layers.1.mlp.up_proj",
+                  kRank,
+                  kIn,
+                  kOut,
+                  kScaling,
+                  a.data(),
+                  b.data(),
+                  da.data(),
+                  db.data(),
+                  &scratch};
+  const std::vector<uint16_t> x_bits = rounded_bits(x), dy_bits = rounded_bits(dy);
+  if (bf16) {
+    lora.forward_add_bf16(y.data(), x_bits.data(), kRows, kernel);
+    lora.backward_bf16(dx.data(), dy_bits.data(), x_bits.data(), kRows, kernel);
+  } else {
+    lora.forward_add(y.data(), x.data(), kRows, kernel);
+    lora.backward(dx.data(), dy.data(), x.data(), kRows, kernel);
+  }
+  const LoraDropoutCall call{p,
+                             mix64(mix64(kSeed ^ fnv1a_hash("model.layers.1.mlp.up_proj")) ^ kStep),
+                             kFirstRow, kSeqLen};
+  const auto scale = static_cast<float>(1.0 / (1.0 - p));
+  std::vector<float> keep(x.size()), x_masked(x.size());
+  for (int64_t t = 0; t < kRows; ++t) {
+    for (int64_t f = 0; f < kIn; ++f) {
+      const auto at = static_cast<size_t>(t * kIn + f);
+      keep[at] = lora_dropout_keeps(call, kFirstRow + t / kSeqLen, t % kSeqLen, f) ? scale : 0.0f;
+      // bf16: the rounded input masked (rounded again by expected_update's operands).
+      x_masked[at] = (bf16 ? bf16_to_f32(x_bits[at]) : x[at]) * keep[at];
+    }
+  }
+  const std::vector<float> zeros(dx0.size(), 0.0f);
+  Expected want = expected_update(y0, x_masked, a, b, dy, zeros, bf16);
+  for (size_t i = 0; i < dx0.size(); ++i) want.dx[i] = dx0[i] + keep[i] * want.dx[i];
+  const double tol = 1e-5;
+  testing::expect_close("y", y.data(), want.y.data(), kRows * kOut, tol);
+  testing::expect_close("dx", dx.data(), want.dx.data(), kRows * kIn, tol);
+  testing::expect_close("dA", da.data(), want.da.data(), kRank * kIn, tol);
+  testing::expect_close("dB", db.data(), want.db.data(), kOut * kRank, tol);
+  // The mask is what the check sees: without it every result moves by far more.
+  const Expected plain = expected_update(y0, x, a, b, dy, dx0, bf16);
+  EXPECT_GT(testing::compare_arrays(plain.dx.data(), want.dx.data(), kRows * kIn).max_abs,
+            100 * tol);
+  EXPECT_GT(testing::compare_arrays(plain.da.data(), want.da.data(), kRank * kIn).rel(), 100 * tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, LoraDropoutUpdate, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? "bf16" : "fp32";
+                         });
+
+// The masks keep a fraction near 1 - p (a fixed key: the count is deterministic), scale the kept
+// values by 1 / (1 - p), and depend on a token's global row, not on how the rows are split into
+// calls (micro-batches, ranks); another step or module draws another mask.
+TEST(LoraDropoutMask, KeepsOneMinusPAndIgnoresTheSplit) {
+  constexpr int64_t kSeqLen = 16, kRowsPerCall = 32, kFeatures = 64;
+  constexpr int64_t n = 2 * kRowsPerCall * kSeqLen;
+  for (const double p : {0.05, 0.25, 0.5}) {
+    const std::vector<float> ones(static_cast<size_t>(n * kFeatures), 1.0f);
+    const LoraDropoutCall whole{p, 123, 0, kSeqLen};
+    std::vector<float> once(ones.size()), split(ones.size());
+    lora_dropout_apply(once.data(), ones.data(), n, kFeatures, whole, false);
+    // The same rows in two calls: rows [0, 32) and [32, 64).
+    const int64_t half = n / 2;
+    lora_dropout_apply(split.data(), ones.data(), half, kFeatures, whole, false);
+    lora_dropout_apply(split.data() + half * kFeatures, ones.data(), half, kFeatures,
+                       {p, 123, kRowsPerCall, kSeqLen}, false);
+    EXPECT_EQ(once, split) << "p " << p;
+    int64_t kept = 0;
+    const auto scale = static_cast<float>(1.0 / (1.0 - p));
+    for (float v : once) {
+      ASSERT_TRUE(v == 0.0f || v == scale) << v;
+      kept += v != 0.0f;
+    }
+    const double fraction = static_cast<double>(kept) / static_cast<double>(once.size());
+    // 65536 draws: the binomial's standard deviation is at most 0.002.
+    EXPECT_NEAR(fraction, 1.0 - p, 0.01) << "p " << p;
+    std::vector<float> other(ones.size());
+    lora_dropout_apply(other.data(), ones.data(), n, kFeatures, {p, 124, 0, kSeqLen}, false);
+    EXPECT_NE(once, other) << "p " << p;
+    // Accumulating adds the masked values.
+    std::vector<float> twice = once;
+    lora_dropout_apply(twice.data(), ones.data(), n, kFeatures, whole, true);
+    for (size_t i = 0; i < twice.size(); ++i) ASSERT_EQ(twice[i], 2.0f * once[i]);
+  }
+}
 
 // PEFT's per-expert delta, written from its code (ParamWrapper.get_delta_weight with swapped
 // in/out features): A (E R, in) viewed (E, R, in), B (out, R E) viewed (out, R, E),

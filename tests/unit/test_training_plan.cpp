@@ -217,9 +217,11 @@ void check_against_model(const Case& c) {
   }
   if (lora) lora->zero_gradients();
   for (int64_t i = 0; i < c.micro_batches; ++i) {
+    if (lora) lora->begin_dropout(7, 1, i * in.local_batch_size, in.seq_len);  // as the trainer
     model->forward(ids.data(), labels.data(), in.local_batch_size, in.seq_len, options);
     model->backward();
   }
+  if (lora) lora->end_dropout();
   if (fsdp) fsdp->finish_gradients();
   if (lora) {
     all_reduce_gradients(lora->groups(), world);  // whole on every rank (Parallelism)
@@ -271,6 +273,16 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   EXPECT_EQ(adapted.memory.gradients, adapted.memory.lora_parameters);
   EXPECT_EQ(adapted.memory.lora_saved,
             full.memory.gradients + full.memory.optimizer - 3 * adapted.memory.lora_parameters);
+  // With dropout: its rooms for the widest adapted input (down_proj's, Im = 48) of a micro-batch
+  // of 2 x 24 tokens, masked (fp32), its dx share (fp32) and rounded (bf16).
+  Case dropping = lora;
+  dropping.name = "dense LoRA, dropout";
+  dropping.lora.dropout = 0.1;
+  check_against_model(dropping);
+  EXPECT_EQ(plan_training(inputs_of(dropping)).memory.lora_scratch, 2 * 24 * 48 * 10);
+  dropping.name = "dense LoRA bf16, dropout";
+  dropping.dtype = DType::bf16;
+  check_against_model(dropping);
   // LoRA on a MoE: the sparse layer's experts adapted as PEFT does (gate_up_proj's pair of rank
   // 2r: A (4 x 8, 32), B (48, 8 x 4); down_proj's: A (4 x 4, 24), B (32, 4 x 4)), the dense
   // layer's MLP not; q_proj in both layers (A (4, 32), B (64, 4)).
@@ -390,6 +402,21 @@ TEST(TrainingPlan, LoraUnderFsdpShardsTheFrozenModel) {
   const TrainingPlan plan = plan_training(inputs_of(fsdp));
   EXPECT_EQ(plan.comm.reduce_scatter, 0);
   EXPECT_EQ(plan.memory.unit_gradients, 0);
+  // LoRA on a MoE's experts under bf16: the adapted experts gathered in fp32 (their merge reads
+  // the masters), the other matmul weights in bf16; gate_up alone, and all three.
+  for (const bool down : {false, true}) {
+    Case moe{down ? "FSDP 2 bf16 MoE LoRA" : "FSDP 2 bf16 MoE LoRA, gate_up only",
+             test::with_moe(test::tiny_dense(false), 4, 2, 24, {1}), 1, 2, DType::bf16};
+    moe.lora = {4, 8.0, {"q_proj", "gate_proj", "up_proj"}};
+    if (down) moe.lora.target_modules.push_back("down_proj");
+    check_against_model(moe);
+    Case plain = moe;
+    plain.lora.target_modules = {"q_proj"};
+    // The sparse unit's gathers send the adapted experts' rows in fp32 (check_against_model
+    // counted the bytes sent): more than in bf16.
+    EXPECT_GT(plan_training(inputs_of(moe)).comm.all_gather_forward,
+              plan_training(inputs_of(plain)).comm.all_gather_forward);
+  }
 }
 
 TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {

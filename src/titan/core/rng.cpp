@@ -24,6 +24,10 @@ uint64_t fnv1a_hash(std::string_view text) {
   return h;
 }
 
+uint64_t mix64(uint64_t x) {
+  return splitmix64(x);
+}
+
 Rng::Rng(uint64_t seed) {
   for (uint64_t& s : state_) s = splitmix64(seed);
 }

@@ -23,5 +23,10 @@ class Rng {
 };
 
 uint64_t fnv1a_hash(std::string_view text);
+// SplitMix64's output function of x + 0x9e3779b97f4a7c15 (its state step): a bijection that mixes
+// every input bit into every output bit, so chained on a key's fields it is a counter-based
+// generator -- the value at any index computed directly, in any order (LoRA's dropout masks,
+// ops/lora_dropout.h).
+uint64_t mix64(uint64_t x);
 
 }  // namespace titan

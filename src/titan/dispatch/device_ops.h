@@ -17,6 +17,7 @@
 #include "titan/dispatch/kernel_fn.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/gemv.h"
+#include "titan/ops/lora_dropout.h"
 #include "titan/ops/lora_experts.h"
 #include "titan/ops/rope.h"
 
@@ -77,6 +78,12 @@ struct DeviceOps {
                     const ExpertLoraShape& shape),
            "expert_lora_backward">
       expert_lora_backward;
+  // LoRA's dropout on the adapter's input (ops/lora_dropout.h): dst (n, features) = x masked and
+  // scaled, or dst += that when accumulating (the backward's dx share).
+  KernelFn<void (*)(float* dst, const float* x, int64_t n, int64_t features,
+                    const LoraDropoutCall& call, bool accumulate),
+           "lora_dropout">
+      lora_dropout;
   // AdamW update number `step` (1-based) at `lr` of param, exp_avg, exp_avg_sq (n) from grad (n).
   KernelFn<void (*)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                     const AdamWConfig& config, float lr, int64_t step),

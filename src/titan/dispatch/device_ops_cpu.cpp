@@ -4,6 +4,7 @@
 #include "titan/ops/bf16_arrays.h"
 #include "titan/ops/bias.h"
 #include "titan/ops/elementwise.h"
+#include "titan/ops/lora_dropout.h"
 #include "titan/ops/lora_experts.h"
 #include "titan/ops/moe.h"
 
@@ -36,6 +37,7 @@ DeviceOps cpu_device_ops() {
   ops.load_balancing_grad = load_balancing_grad;
   ops.expert_lora_merge = expert_lora_merge;
   ops.expert_lora_backward = expert_lora_backward;
+  ops.lora_dropout = lora_dropout_apply;
   ops.adamw_step = [](float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                       const AdamWConfig& config, float lr, int64_t step) {
     adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));

@@ -151,7 +151,8 @@ class CausalLM {
   // parallel's gathers and reduce-scatters there (nn/layers.h); unset, one rank's model.
   virtual void set_layer_collectives(LayerCollectives collectives) = 0;
   // Per group, the parameters read only through bf16 copies under bf16 compute -- every matmul
-  // weight but one whose fp32 master is read too (a tied embedding: the lookup) -- with where their
+  // weight but one whose fp32 master is read too (a tied embedding: the lookup; the experts a LoRA
+  // adapter adapts: its merge) -- with where their
   // copies live; empty lists in fp32. What a parallelism may gather in bf16 (ParamGroupHooks).
   virtual std::vector<std::vector<ComputeCopyTarget>> bf16_only_params() = 0;
   // Per group, every parameter with a bf16 copy under bf16 compute -- bf16_only_params() and a tied

@@ -272,7 +272,21 @@ void DecoderLM::attach_lora(const LoraAdapter& adapter) {
                         &layer.mlp.down_proj}) {
       if (const LoraLinear* l = adapter.find(lin->name)) lin->lora = l;
     }
-    if (layer.sparse) layer.moe.lora = adapter.find_experts(layer.moe.name + ".experts");
+    if (!layer.sparse) continue;
+    const ExpertLora* experts = adapter.find_experts(layer.moe.name + ".experts");
+    layer.moe.lora = experts;
+    if (experts == nullptr) continue;
+    // The adapted stacked weights are read through their fp32 masters (ExpertLora merges them),
+    // never through their bf16 copies (the merged weights are rounded instead): FSDP gathers them
+    // in fp32.
+    ExpertWeightsBf16& copies = layer.moe.weights_bf16;
+    for (ComputeCopy& c : compute_copies_) {
+      const bool gate_up = c.module_copy == &copies.gate || c.module_copy == &copies.up;
+      if ((gate_up && experts->gate_up.rank > 0) ||
+          (c.module_copy == &copies.down && experts->down.rank > 0)) {
+        c.master_read = true;
+      }
+    }
   }
   for (ParamGroup& g : groups_) g.freeze();
 }

@@ -204,7 +204,9 @@ class DecoderLM final : public CausalLM {
     const uint16_t** module_copy;  // the module's pointer, set to `bound`
     int64_t numel;
     int64_t group;
-    bool master_read;  // the fp32 master is read too (the tied embedding's lookup)
+    // The fp32 master is read too: the tied embedding's lookup, and the experts LoRA adapts
+    // (ExpertLora merges their masters; their copies go unread).
+    bool master_read;
   };
   std::vector<ComputeCopy> compute_copies_;
   const float* master_of(const ComputeCopy& c) const;  // where its master lies now

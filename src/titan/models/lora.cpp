@@ -83,6 +83,13 @@ std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOp
       options.targets("gate_proj") ? "up_proj" : "gate_proj",
       " on a MoE model (PEFT adapts the experts' fused gate_up_proj: name both or "
       "neither)");
+  TITAN_CHECK(options.dropout == 0.0 || !args.is_moe() ||
+                  (!options.targets("gate_proj") && !options.targets("down_proj")),
+              "lora.dropout ", options.dropout,
+              " with a MoE model's experts adapted (gate_proj, up_proj, down_proj): PEFT's "
+              "ParamWrapper refuses lora_dropout != 0 (the update is merged into the experts' "
+              "weight, leaving no input to drop out): set lora.dropout = 0, or adapt the "
+              "attention only");
   std::vector<ParamGroupSpec> specs;
   for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i);
@@ -207,6 +214,15 @@ void LoraAdapter::initialize(uint64_t seed) {
 void LoraAdapter::allocate_gradients() {
   for (ParamGroup& g : groups_) g.allocate_gradients();
   bind();
+}
+
+void LoraAdapter::begin_dropout(uint64_t seed, int64_t step, int64_t first_row, int64_t seq_len) {
+  if (options_.dropout == 0.0) return;
+  scratch_->dropout = {options_.dropout, true, seed, step, first_row, seq_len};
+}
+
+void LoraAdapter::end_dropout() {
+  scratch_->dropout.on = false;
 }
 
 void LoraAdapter::zero_gradients() {

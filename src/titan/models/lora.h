@@ -28,6 +28,7 @@ struct LoraOptions {
   int64_t rank = 0;  // 0: no LoRA
   double alpha = 16.0;
   std::vector<std::string> target_modules;  // PEFT's short names, a subset of lora_module_names
+  double dropout = 0.0;  // lora.dropout: the drop probability of the adapter's input, in [0, 1)
   double scaling() const { return alpha / static_cast<double>(rank); }
   bool targets(const std::string& module) const;  // whether target_modules names it
 };
@@ -51,8 +52,9 @@ std::vector<std::string> parse_lora_targets(const std::string& list, const std::
 // The adapter's parameter groups for a model of `args`: per decoder layer, A then B of each
 // target in layer order (q, k, v, o, gate, up, down); on a MoE model the MLP targets adapt the
 // sparse layers' experts (expert_lora_sites, after the attention's) and not the dense layers'
-// MLPs, as PEFT does. A titan::Error for a rank below 1, or gate_proj without up_proj (or the
-// reverse) on a MoE model (PEFT refuses it too).
+// MLPs, as PEFT does. A titan::Error for a rank below 1, gate_proj without up_proj (or the
+// reverse) on a MoE model, or dropout with a MoE model's experts adapted (PEFT refuses both:
+// its ParamWrapper merges the update into the weight, which leaves no input to drop out).
 std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOptions& options);
 
 // The adapter's groups and, per adapted linear, the LoraLinear a model's module points at
@@ -80,6 +82,11 @@ class LoraAdapter {
   void initialize(uint64_t seed);
   void allocate_gradients();
   void zero_gradients();
+  // Around one training micro-batch's forward and backward: its (B, S) tokens' rows are
+  // [first_row, first_row + B) of step `step`'s global batch (ops/lora_dropout.h's key). Nothing
+  // without dropout. end_dropout: none until the next begin (validation, export).
+  void begin_dropout(uint64_t seed, int64_t step, int64_t first_row, int64_t seq_len);
+  void end_dropout();
   int64_t parameter_count() const;
 
  private:

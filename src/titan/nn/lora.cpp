@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "titan/core/error.h"
+#include "titan/core/rng.h"
 #include "titan/dispatch/device_ops.h"
 
 namespace titan {
@@ -16,9 +17,51 @@ T* room(std::vector<T>& v, int64_t count) {
 
 }  // namespace
 
-void LoraLinear::forward_add(float* y, const float* x, int64_t n,
+LoraDropoutCall LoraLinear::dropout_call() const {
+  TITAN_CHECK(device_ops().lora_dropout, name,
+              ": this device registers no LoRA dropout (DeviceOps::lora_dropout)");
+  const LoraDropout& d = scratch->dropout;
+  const uint64_t module = mix64(d.seed ^ fnv1a_hash(name));
+  return {d.p, mix64(module ^ static_cast<uint64_t>(d.step)), d.first_row, d.seq_len};
+}
+
+float* LoraLinear::dropout_room(int64_t n, int64_t slot) const {
+  const auto values = static_cast<size_t>(n * in_features);
+  const size_t bytes = values * (2 * sizeof(float) + sizeof(uint16_t));
+  if (scratch->dropout_rooms.bytes() < bytes) {
+    scratch->dropout_rooms = Buffer();  // the old rooms go back before the larger ones are made
+    scratch->dropout_rooms = Buffer(backend().memory(), bytes, MemCategory::other);
+  }
+  return scratch->dropout_rooms.as<float>() + slot * static_cast<int64_t>(values);
+}
+
+uint16_t* LoraLinear::dropout_room_bf16(int64_t n) const {
+  return reinterpret_cast<uint16_t*>(dropout_room(n, 2));
+}
+
+const float* LoraLinear::dropped(const float* x, int64_t n) const {
+  if (!drops()) return x;
+  float* masked = dropout_room(n, 0);
+  device_ops().lora_dropout(masked, x, n, in_features, dropout_call(), false);
+  return masked;
+}
+
+const uint16_t* LoraLinear::dropped_bf16(const uint16_t* x, int64_t n) const {
+  if (!drops()) return x;
+  // The rounded input widened, masked and scaled, and rounded again (PEFT under autocast rounds
+  // dropout(x) once: the two differ where x * 1 / (1 - p) rounds off x's bf16 grid).
+  float* masked = dropout_room(n, 0);
+  device_ops().widen_bf16(masked, x, n * in_features);
+  device_ops().lora_dropout(masked, masked, n, in_features, dropout_call(), false);
+  uint16_t* rounded = dropout_room_bf16(n);
+  device_ops().round_to_bf16(rounded, masked, n * in_features);
+  return rounded;
+}
+
+void LoraLinear::forward_add(float* y, const float* x_in, int64_t n,
                              const LinearKernel& kernel) const {
-  TITAN_CHECK(x != nullptr, name, ": LoRA needs the linear's input in fp32");
+  TITAN_CHECK(x_in != nullptr, name, ": LoRA needs the linear's input in fp32");
+  const float* x = dropped(x_in, n);
   float* u = room(scratch->low, 2 * n * rank);           // (N, rank) scaling * x A^T
   float* b_t = room(scratch->b_t, rank * out_features);  // (rank, out) B^T
   kernel.forward(u, x, a, n, in_features, rank);
@@ -32,11 +75,12 @@ void LoraLinear::forward_add(float* y, const float* x, int64_t n,
   kernel.backward(y, nullptr, u, nullptr, b_t, n, out_features, rank, true);
 }
 
-void LoraLinear::backward(float* dx, const float* dy, const float* x, int64_t n,
+void LoraLinear::backward(float* dx, const float* dy, const float* x_in, int64_t n,
                           const LinearKernel& kernel) const {
-  TITAN_CHECK(x != nullptr && dy != nullptr, name,
+  TITAN_CHECK(x_in != nullptr && dy != nullptr, name,
               ": LoRA's backward needs the linear's input and output gradient in fp32");
   TITAN_CHECK(a_grad != nullptr && b_grad != nullptr, name, ": LoRA gradients not allocated");
+  const float* x = dropped(x_in, n);
   float* low = room(scratch->low, 2 * n * rank);
   float* u = low;              // (N, rank) scaling * x A^T
   float* du = low + n * rank;  // (N, rank) scaling * dy B
@@ -46,7 +90,13 @@ void LoraLinear::backward(float* dx, const float* dy, const float* x, int64_t n,
   // dA += du^T x.
   kernel.backward(du, b_grad, dy, u, b, n, rank, out_features, false);
   device_ops().scale(du, scaling, n * rank);
-  kernel.backward(dx, a_grad, du, x, a, n, in_features, rank, true);
+  if (!drops()) {
+    kernel.backward(dx, a_grad, du, x, a, n, in_features, rank, true);
+    return;
+  }
+  float* share = dropout_room(n, 1);  // (N, in) du A, before the mask
+  kernel.backward(share, a_grad, du, x, a, n, in_features, rank, false);
+  device_ops().lora_dropout(dx, share, n, in_features, dropout_call(), true);
 }
 
 const uint16_t* LoraLinear::round_weights(bool transposed) const {
@@ -61,11 +111,12 @@ const uint16_t* LoraLinear::round_weights(bool transposed) const {
   return b_t;
 }
 
-void LoraLinear::forward_add_bf16(float* y, const uint16_t* x, int64_t n,
+void LoraLinear::forward_add_bf16(float* y, const uint16_t* x_in, int64_t n,
                                   const LinearKernel& kernel) const {
-  TITAN_CHECK(x != nullptr, name, ": LoRA in bf16 needs the linear's input rounded to bf16");
+  TITAN_CHECK(x_in != nullptr, name, ": LoRA in bf16 needs the linear's input rounded to bf16");
   TITAN_CHECK(kernel.forward_bf16 != nullptr && kernel.backward_bf16 != nullptr, name,
               ": LoRA in bf16 needs its linear kernel's bf16 forms");
+  const uint16_t* x = dropped_bf16(x_in, n);
   const uint16_t* b_t = round_weights(true);
   float* u = room(scratch->low, 2 * n * rank);               // (N, rank)
   uint16_t* u_bf16 = room(scratch->low_bf16, 2 * n * rank);  // (N, rank)
@@ -76,11 +127,12 @@ void LoraLinear::forward_add_bf16(float* y, const uint16_t* x, int64_t n,
   kernel.backward_bf16(y, nullptr, u_bf16, nullptr, b_t, n, out_features, rank, true);
 }
 
-void LoraLinear::backward_bf16(float* dx, const uint16_t* dy, const uint16_t* x, int64_t n,
+void LoraLinear::backward_bf16(float* dx, const uint16_t* dy, const uint16_t* x_in, int64_t n,
                                const LinearKernel& kernel) const {
-  TITAN_CHECK(x != nullptr && dy != nullptr, name,
+  TITAN_CHECK(x_in != nullptr && dy != nullptr, name,
               ": LoRA's bf16 backward needs the linear's input and output gradient in bf16");
   TITAN_CHECK(a_grad != nullptr && b_grad != nullptr, name, ": LoRA gradients not allocated");
+  const uint16_t* x = dropped_bf16(x_in, n);
   const uint16_t* b_bf16 = round_weights(false);
   const uint16_t* a_bf16 = scratch->a_bf16.data();
   float* low = room(scratch->low, 2 * n * rank);
@@ -95,7 +147,13 @@ void LoraLinear::backward_bf16(float* dx, const uint16_t* dy, const uint16_t* x,
   kernel.backward_bf16(du, b_grad, dy, u_bf16, b_bf16, n, rank, out_features, false);
   device_ops().scale(du, scaling, n * rank);
   device_ops().round_to_bf16(du_bf16, du, n * rank);
-  kernel.backward_bf16(dx, a_grad, du_bf16, x, a_bf16, n, in_features, rank, true);
+  if (!drops()) {
+    kernel.backward_bf16(dx, a_grad, du_bf16, x, a_bf16, n, in_features, rank, true);
+    return;
+  }
+  float* share = dropout_room(n, 1);  // (N, in) round(du) A, unmasked
+  kernel.backward_bf16(share, a_grad, du_bf16, x, a_bf16, n, in_features, rank, false);
+  device_ops().lora_dropout(dx, share, n, in_features, dropout_call(), true);
 }
 
 }  // namespace titan

@@ -4,6 +4,8 @@
 // linear_group_backward add it after the base product, through the linear's own kernel, so the
 // low-rank GEMMs run wherever the base ones do, in fp32 or, when the base computes in bf16 (mixed
 // precision), with bf16 operands as every other matmul there. The base weight has no gradient.
+// With dropout (PEFT's lora_dropout) the update reads x masked, scaling * (dropout(x) A^T) B^T,
+// and its dx share goes back through the same mask (ops/lora_dropout.h draws it again).
 #pragma once
 
 #include <cstdint>
@@ -12,9 +14,20 @@
 
 #include "titan/core/allocator.h"
 #include "titan/dispatch/registry.h"
+#include "titan/ops/lora_dropout.h"
 #include "titan/ops/moe.h"
 
 namespace titan {
+
+// Whether the adapter's input is dropped out now (lora.dropout, ops/lora_dropout.h): set by the
+// trainer around each training micro-batch's forward and backward, off otherwise (validation,
+// titan eval and generate never drop out).
+struct LoraDropout {
+  double p = 0.0;  // lora.dropout
+  bool on = false;
+  uint64_t seed = 0;
+  int64_t step = 0, first_row = 0, seq_len = 0;  // ops/lora_dropout.h's key
+};
 
 // Room the adapted linears of a model share (one runs at a time): the rank-wide products of a
 // call and B transposed.
@@ -24,6 +37,11 @@ struct LoraScratch {
   // bf16 compute: A (rank, in) and B (out, rank) rounded at each call, B^T (rank, out), and the
   // rank-wide products rounded (2 N, rank).
   std::vector<uint16_t> a_bf16, b_bf16, b_t_bf16, low_bf16;
+  // Under dropout, made at the first use and grown to the largest (N, in) of a call, in
+  // MemCategory::other (titan plan's lora_scratch): the input masked (fp32), the backward's dx
+  // share before its mask (fp32), and the masked input rounded (bf16), N in values each.
+  Buffer dropout_rooms;
+  LoraDropout dropout;
 };
 
 struct LoraLinear {
@@ -56,6 +74,14 @@ struct LoraLinear {
  private:
   // A and B rounded into the scratch; returns B^T rounded (rank, out) when `transposed`, else B.
   const uint16_t* round_weights(bool transposed) const;
+  // Under dropout (scratch->dropout.on) the call's mask key, x (N, in) masked into the scratch and
+  // dx += the masked dx share; without, x itself and dx += the share through the kernel.
+  bool drops() const { return scratch->dropout.on; }
+  LoraDropoutCall dropout_call() const;
+  float* dropout_room(int64_t n, int64_t slot) const;  // slot 0 masked, 1 dx share
+  uint16_t* dropout_room_bf16(int64_t n) const;
+  const float* dropped(const float* x, int64_t n) const;
+  const uint16_t* dropped_bf16(const uint16_t* x, int64_t n) const;
 };
 
 // LoRA on one sparse layer's stacked experts, as PEFT adapts Transformers 5's fused experts

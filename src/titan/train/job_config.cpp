@@ -463,8 +463,8 @@ void job_config_validate(const JobConfig& c) {
   if (c.lora.rank > 0) {
     TITAN_CHECK(c.lora.alpha > 0 && std::isfinite(c.lora.alpha), "lora.alpha ", c.lora.alpha,
                 " must be a positive number");
-    TITAN_CHECK(c.lora.dropout == 0.0, "lora.dropout ", c.lora.dropout,
-                ": titan applies no LoRA dropout yet (set it to 0)");
+    TITAN_CHECK(c.lora.dropout >= 0.0 && c.lora.dropout < 1.0, "lora.dropout ", c.lora.dropout,
+                " must be at least 0 and below 1 (the probability of dropping an input)");
     parse_lora_targets(c.lora.target_modules, "lora.target_modules");
   }
   check_one_of(c.lora.base_dtype, {"float32", "bfloat16"}, "lora.base_dtype");

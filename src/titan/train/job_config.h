@@ -168,7 +168,7 @@ struct JobConfig {
   struct Lora {
     int64_t rank = 0;  // 0: off
     double alpha = 16.0;
-    double dropout = 0.0;  // only 0: titan applies no LoRA dropout
+    double dropout = 0.0;  // PEFT's lora_dropout on the adapter's input (ops/lora_dropout.h)
     std::string target_modules = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj";
     bool merge_on_export = false;
     std::string initial_adapter = "";

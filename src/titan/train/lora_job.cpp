@@ -18,6 +18,7 @@ LoraOptions job_lora_options(const JobConfig& config) {
   LoraOptions o;
   o.rank = config.lora.rank;
   o.alpha = config.lora.alpha;
+  o.dropout = config.lora.dropout;
   o.target_modules = parse_lora_targets(config.lora.target_modules, "lora.target_modules");
   return o;
 }
@@ -128,15 +129,9 @@ void widen_lora_base_to_fp32(CausalLM& model) {
 }
 
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
-                                             CausalLM& model, bool sharded) {
+                                             CausalLM& model) {
   auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config));
   if (!adapter->experts().empty()) {
-    TITAN_CHECK(!sharded || config.training.mixed_precision_param != "bfloat16",
-                "lora: the experts' LoRA (gate_proj, up_proj, down_proj on a MoE model) under "
-                "bf16 mixed precision does not run with FSDP (its merge reads the fp32 expert "
-                "weights, which bf16 units gather only in bf16): set "
-                "training.mixed_precision_param = \"float32\", data_parallel_shard_degree = 1, "
-                "or adapt the attention only");
     TITAN_CHECK(config.parallelism.expert_parallel_degree == 1,
                 "lora: the experts' LoRA holds every expert's pair on every rank: "
                 "parallelism.expert_parallel_degree ",

@@ -38,11 +38,11 @@ void check_lora_base_dtype(const JobConfig& config, const ModelArgs& args, int64
 // are undefined until load_lora_run_weights); the norms, the embedding (its lookup) and biases
 // stay fp32.
 void hold_lora_base_in_bf16(CausalLM& model);
-// The adapter attached to `model` (its weights frozen), with a line saying what trains.
-// `sharded`: FSDP shards the frozen model (then the experts' LoRA is refused under bf16: its
-// merge reads the fp32 expert weights, which bf16 units gather only as their bf16 copies).
+// The adapter attached to `model` (its weights frozen), with a line saying what trains. Before
+// FSDP shards the model: the experts LoRA adapts are then gathered in fp32 under bf16 compute
+// (their merge reads the masters; CausalLM::bf16_only_params leaves them out).
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
-                                             CausalLM& model, bool sharded);
+                                             CausalLM& model);
 // The frozen model's weights from checkpoint.initial_load_path (a Hugging Face folder) into
 // `model_groups` (this rank's cut `model_cut` of them: Parallelism::model_groups), the same
 // whether the adapter starts or resumes (else the seeded init stays), and when `starting`,

@@ -195,7 +195,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   for (const std::string& line : model_->override_report().warnings) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
   }
-  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_, dims.dp_shard > 1);
+  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_);
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
   model_->set_activation_checkpointing(job_activation_checkpointing(config_));
   model_->allocate_gradients();
@@ -281,6 +281,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   // tokens are summed over the ranks.
   const int64_t dp = mesh_->dims().dp();
   std::vector<Batch> micro;
+  std::vector<int64_t> micro_index;  // each one's place among the step's accumulation_steps_ dp
   int64_t scored = 0;
   {
     const ProfileSpan span("data", SpanKind::phase);
@@ -290,6 +291,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
       if (!b->own) continue;
       scored += scored_tokens(*b);
       micro.push_back(std::move(*b));
+      micro_index.push_back(i);
     }
     if (dp > 1) {
       double sum = static_cast<double>(scored);  // exact: far below 2^53
@@ -310,8 +312,15 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   const int64_t micro_batches = accumulation_steps_ * dp;
   options.aux_loss_scale = 1.0f / static_cast<float>(micro_batches);
   double sums[2] = {0.0, 0.0};  // the loss over scored tokens, the load-balancing losses
-  for (const Batch& b : micro) {
+  for (size_t m = 0; m < micro.size(); ++m) {
+    const Batch& b = micro[m];
     options.segment_start = b.segment_start.empty() ? nullptr : b.segment_start.data();
+    // LoRA's dropout masks are keyed by the rows' place in the step's global batch, the same on
+    // every layout (ops/lora_dropout.h).
+    if (lora_) {
+      lora_->begin_dropout(static_cast<uint64_t>(config_.training.seed), step,
+                           micro_index[m] * b.batch_size, b.seq_len);
+    }
     {
       const ProfileSpan span("forward", SpanKind::phase);
       sums[0] +=
@@ -322,6 +331,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     const ProfileSpan span("backward", SpanKind::phase);
     model_->backward();
   }
+  if (lora_) lora_->end_dropout();
   {
     const ProfileSpan span("reduce_gradients", SpanKind::phase);
     parallelism_->finish_gradients();

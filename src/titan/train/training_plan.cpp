@@ -123,6 +123,14 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // This rank's parts of the parameters, as the model is built (Parallelism::plan).
   const ParallelizePlan parallelize = Parallelism::plan(a);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
+  // A stacked expert weight LoRA adapts (models/lora.h: gate_proj and up_proj together, or
+  // down_proj, of a MoE model's sparse layers).
+  const auto adapted_expert = [&](const std::string& name) {
+    if (!frozen || !a.is_moe()) return false;
+    return ((name.ends_with(".experts.gate_proj") || name.ends_with(".experts.up_proj")) &&
+            in.lora.targets("gate_proj") && in.lora.targets("up_proj")) ||
+           (name.ends_with(".experts.down_proj") && in.lora.targets("down_proj"));
+  };
   for (const ParamGroupSpec& g : group_specs) {
     const int64_t group = param_group_numel(g.params);
     whole_numel.push_back(group);
@@ -133,11 +141,14 @@ TrainingPlan plan_training(const PlanInputs& in) {
     for (const ParamSpec& p : specs) rows += shape_numel(p.shape);
     shard_rows_numel.push_back(rows);
     for (size_t kind = 0; kind < 2; ++kind) {
-      // What such a use reads in bf16 (gathered into copies): the weights read only in bf16, and
-      // through copies a tied embedding too (the lm_head's copy).
+      // What such a use reads in bf16 (gathered into copies): the weights read only in bf16 --
+      // but for a use of the parameters the experts LoRA adapts (their merge reads the masters:
+      // gathered in fp32, their copies unread but in the unit's copy buffer) -- and through
+      // copies a tied embedding too (the lm_head's copy). (A block has no use through copies;
+      // its layout for one still sizes FSDP's send buffer.)
       const auto in_bf16 = [&](const std::string& name) {
         return bf16 &&
-               (DecoderLM::read_only_in_bf16(name) ||
+               ((DecoderLM::read_only_in_bf16(name) && (kind == 1 || !adapted_expert(name))) ||
                 (kind == 1 && a.tie_word_embeddings && name == "model.embed_tokens.weight"));
       };
       // The masters a unit in flight holds: not those gathered into copies.
@@ -153,6 +164,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
         } else {
           masters.push_back(p);
           sent += own * kFloat;
+          if (bf16 && adapted_expert(p.name)) copied += shape_numel(p.shape);
         }
       }
       master_numel[kind].push_back(param_group_numel(masters));
@@ -355,10 +367,15 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // group over all of them.
     const int64_t ranks = in.mesh.dp();
     c.all_reduce = 0;
+    int64_t widest_input = 0;  // of an adapted linear (A's columns), the experts' aside
     for (const ParamGroupSpec& g : lora_param_specs(a, in.lora)) {
       const int64_t group = param_group_numel(g.params);
       adapter += group;
       c.all_reduce += 2 * (ranks - 1) * group * kFloat / ranks;
+      for (const ParamSpec& p : g.params) {
+        if (p.name.ends_with(".lora_A.weight") && p.name.find(".mlp.experts") == std::string::npos)
+          widest_input = std::max(widest_input, p.shape[1]);
+      }
     }
     const int64_t full = m.gradients + m.optimizer;
     m.lora_parameters = adapter * kFloat;
@@ -375,6 +392,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
                   experts = a.num_experts * a.hidden_size * a.moe_intermediate_size;
     if (sparse_layers > 0 && adapted > 0) {
       m.lora_scratch = adapted * experts * (2 * kFloat + (bf16 ? 2 : 0));
+    }
+    // Dropout's rooms (nn/lora.h LoraScratch): the widest adapted input of a micro-batch masked,
+    // the dx share, and the masked input rounded, which fp32 compute makes too.
+    if (in.lora.dropout > 0.0) {
+      m.lora_scratch += in.local_batch_size * in.seq_len * widest_input * (2 * kFloat + 2);
     }
   }
 

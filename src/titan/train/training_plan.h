@@ -101,7 +101,8 @@ struct MemoryPlan {
   int64_t lora_parameters = 0, lora_saved = 0;
   // LoRA on a MoE's experts: the merged weights and their gradients (and under bf16 the merged
   // weights rounded), one sparse layer's worth shared by all (nn/lora.h ExpertLoraScratch), made
-  // at the first step's forward and held on.
+  // at the first step's forward and held on; and with lora.dropout the rooms of the masked input
+  // (nn/lora.h LoraScratch: a micro-batch's tokens x the widest adapted input x 10 bytes).
   int64_t lora_scratch = 0;
 
   // During a step: per category its peak; in all, resident + units_in_flight + activations.
