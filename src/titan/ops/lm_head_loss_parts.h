@@ -1,12 +1,16 @@
 // What the two lm_head losses share (ops/cross_entropy.cpp, over the whole vocabulary, and
 // ops/cross_entropy_vocab_parallel.cpp, over a tensor-parallel rank's rows): a row's loss from its
-// softmax statistics, and the backward over vocabulary slices. Internal to ops/.
+// softmax statistics, the backward over vocabulary slices, and the loss summed over the scored
+// tokens. Internal to ops/.
 #pragma once
 
 #include <omp.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "titan/backend/backend.h"
+#include "titan/ops/cross_entropy.h"
 
 namespace titan {
 
@@ -65,6 +69,49 @@ void lm_head_backward_by_slices(int64_t rows, int64_t hidden, int64_t vocab, flo
       dx[e] = sum;
     }
   }
+}
+
+// One chunk's backward, `rows` tokens from n0 over `vocab` lm_head rows (a.weight's, a rank's
+// rows under vocabulary parallel), from its d loss / d logits (rows, vocab): d x into a.dx's
+// rows, d W accumulated into a.dweight unless it is null.
+inline void lm_head_chunk_backward_f32(const CrossEntropyArgs& a, int64_t n0, int64_t rows,
+                                       int64_t vocab, const float* gradient, float* dx_shares) {
+  const float* x = a.x + n0 * a.hidden;
+  lm_head_backward_by_slices(
+      rows, a.hidden, vocab, a.dx + n0 * a.hidden, dx_shares,
+      [&](int64_t v0, int64_t vn, float* dx, float beta) {
+        backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f, gradient + v0, vocab,
+                           a.weight + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
+        if (a.dweight == nullptr) return;
+        backend().gemm_f32(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f, gradient + v0, vocab, x,
+                           a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
+      });
+}
+// The same over bf16 operands: the gradient (rows, ld) rounded, a.weight_bf16 and a.x_bf16.
+inline void lm_head_chunk_backward_bf16(const CrossEntropyArgs& a, int64_t n0, int64_t rows,
+                                        int64_t vocab, const uint16_t* gradient, int64_t ld,
+                                        float* dx_shares) {
+  const uint16_t* x_bf16 = a.x_bf16 + n0 * a.hidden;
+  lm_head_backward_by_slices(
+      rows, a.hidden, vocab, a.dx + n0 * a.hidden, dx_shares,
+      [&](int64_t v0, int64_t vn, float* dx, float beta) {
+        backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f, gradient + v0, ld,
+                            a.weight_bf16 + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
+        if (a.dweight == nullptr) return;
+        backend().gemm_bf16(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f, gradient + v0, ld,
+                            x_bf16, a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
+      });
+}
+
+// The loss summed over the scored tokens (targets not kIgnoreIndex), row_losses (N) in order.
+inline CrossEntropyResult sum_scored_losses(const CrossEntropyArgs& a, const double* row_losses) {
+  CrossEntropyResult result;
+  for (int64_t n = 0; n < a.n_tokens; ++n) {
+    if (a.targets[n] == kIgnoreIndex) continue;
+    result.loss_sum += row_losses[n];
+    ++result.n_scored;
+  }
+  return result;
 }
 
 }  // namespace titan
