@@ -41,20 +41,7 @@ rm "$work/model/titan.json"
 all=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
 "$python" "$reference" init "$work/model" "$work/init" 8 16 "$all" > /dev/null 2>&1
 "$python" "$reference" init "$work/model" "$work/init-r4" 4 16 "$all" > /dev/null 2>&1
-"$python" - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-def line(*turns):
-    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
-with open(f"{work}/sft.jsonl", "w") as f:
-    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
-    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
-                 ("assistant", "Laziness, impatience and hubris.")))
-    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
-    f.write(line(("user", "Explain grok in a sentence."),
-                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
-                  "part of you.")))
-PY
+cp "$source_dir/tests/fixtures/chat_data/lora-sft.jsonl" "$work/sft.jsonl"
 before=$(tree_sum "$work/model")
 
 lora=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"

@@ -47,17 +47,8 @@ config = json.load(open(f"{work}/init/adapter_config.json"))
 # What PEFT wrote, which titan reads back: the experts named as parameters.
 assert sorted(config["target_modules"]) == ["k_proj", "o_proj", "q_proj", "v_proj"], config
 assert sorted(config["target_parameters"]) == ["down_proj", "gate_up_proj"], config
-def line(*turns):
-    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
-with open(f"{work}/sft.jsonl", "w") as f:
-    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
-    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
-                 ("assistant", "Laziness, impatience and hubris.")))
-    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
-    f.write(line(("user", "Explain grok in a sentence."),
-                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
-                  "part of you.")))
 PY
+cp "$source_dir/tests/fixtures/chat_data/lora-sft.jsonl" "$work/sft.jsonl"
 before=$(tree_sum "$work/model")
 
 lora=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"
