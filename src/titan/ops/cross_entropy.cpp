@@ -162,7 +162,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       bf16_softmax_rows(a, n0, rows, logits_bf16, gradient_bf16, ld, softmax_rows,
                         row_losses.data());
       if (want_grad) {
-        lm_head_chunk_backward_bf16(a, n0, rows, a.vocab, gradient_bf16, ld, dx_shares);
+        lm_head_chunk_backward(a, n0, rows, a.vocab, gradient_bf16, ld, dx_shares);
       }
       continue;
     }
@@ -188,7 +188,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       }
     }
     if (want_grad) {
-      lm_head_chunk_backward_f32(a, n0, rows, a.vocab, logits, dx_shares);
+      lm_head_chunk_backward(a, n0, rows, a.vocab, logits, a.vocab, dx_shares);
     }
   }
   return sum_scored_losses(a, row_losses.data());

@@ -169,7 +169,7 @@ CrossEntropyResult lm_head_cross_entropy_vocab_parallel(const CrossEntropyArgs& 
         const int64_t column = local_target(t, shard);
         if (column >= 0) row[column] = f32_to_bf16(exp_row[column] * scale - a.grad_scale);
       }
-      lm_head_chunk_backward_bf16(a, n0, rows, vocab, logits_bf16, vocab, dx_shares);
+      lm_head_chunk_backward(a, n0, rows, vocab, logits_bf16, vocab, dx_shares);
       continue;
     }
     backend().gemm_f32(Trans::no, Trans::yes, rows, vocab, a.hidden, 1.0f, x, a.hidden, a.weight,
@@ -199,7 +199,7 @@ CrossEntropyResult lm_head_cross_entropy_vocab_parallel(const CrossEntropyArgs& 
       const int64_t column = local_target(t, shard);
       if (column >= 0) row[column] -= a.grad_scale;
     }
-    lm_head_chunk_backward_f32(a, n0, rows, vocab, logits, dx_shares);
+    lm_head_chunk_backward(a, n0, rows, vocab, logits, vocab, dx_shares);
   }
   return sum_scored_losses(a, row_losses.data());
 }
