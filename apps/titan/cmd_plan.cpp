@@ -11,6 +11,7 @@
 #include "titan/backend/cpu/threads.h"
 #include "titan/io/byte_size.h"
 #include "titan/train/job_config.h"
+#include "titan/train/job_resolve.h"
 #include "titan/train/training_plan.h"
 
 namespace titan::cli {
@@ -237,6 +238,9 @@ Action add_plan_command(CLI::App& app) {
       std::fprintf(stderr, "warning: %s\n", line.c_str());
     }
     const PlanInputs inputs = plan_inputs(config, nproc);
+    for (const std::string& line : job_model_unused_keys(config, inputs.args)) {
+      std::fprintf(stderr, "warning: %s\n", line.c_str());
+    }
     for (const std::string& line : inputs.override_warnings) {
       std::fprintf(stderr, "warning: %s\n", line.c_str());
     }

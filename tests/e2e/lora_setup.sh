@@ -1,21 +1,5 @@
-# Sourced by train_lora.sh and train_lora_moe.sh: what their runs against PEFT share.
-# lora_sft FILE: writes the four short conversations (chat JSONL) both train on.
-lora_sft() {
-  "$python" - "$1" <<'PY'
-import json, sys
-def line(*turns):
-    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
-with open(sys.argv[1], "w") as f:
-    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
-    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
-                 ("assistant", "Laziness, impatience and hubris.")))
-    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
-    f.write(line(("user", "Explain grok in a sentence."),
-                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
-                  "part of you.")))
-PY
-}
-
+# Sourced by train_lora.sh and train_lora_moe.sh: what their runs against PEFT share (both train
+# on tests/fixtures/chat_data/lora-sft.jsonl).
 # lora_arguments MODEL DATA INIT RANK: sets `lora`, the titan train keys of 3 fp32 AdamW steps of a
 # rank-RANK, alpha-16 adapter started from the PEFT adapter folder INIT on MODEL's chat DATA
 # (seq_len 96, constant LR 1e-3, eps 1e-4: lora_reference.py check's), and `common`, those on

@@ -56,31 +56,7 @@ config["bos_token"] = "<|endoftext|>"
 json.dump(config, open(path, "w"))
 PY
 
-"$python" - "$work" <<'PY'
-import json, sys
-work = sys.argv[1]
-def line(*turns):
-    return json.dumps({"messages": [{"role": r, "content": c} for r, c in turns]}) + "\n"
-with open(f"{work}/sft.jsonl", "w") as f:
-    f.write(line(("user", "What is a kludge?"), ("assistant", "A clever, inelegant fix that works.")))
-    f.write(line(("system", "You answer briefly."), ("user", "Name a hacker virtue."),
-                 ("assistant", "Laziness, impatience and hubris."), ("user", "And one more?"),
-                 ("assistant", "Curiosity.")))
-    f.write(line(("user", "Say hi."), ("assistant", "Hi!")))
-    f.write(line(("user", "Explain grok in a sentence, with where the word comes from."),
-                 ("assistant", "To grok is to understand something so thoroughly that it becomes "
-                  "part of you; the word comes from Heinlein's Stranger in a Strange Land.")))
-with open(f"{work}/no-messages.jsonl", "w") as f:
-    f.write(line(("user", "Hi"), ("assistant", "Hello")))
-    f.write(json.dumps({"text": "a pre-training document"}) + "\n")
-with open(f"{work}/bad-role.jsonl", "w") as f:
-    f.write(line(("user", "Hi"), ("assistant", "Hello")))
-    f.write(line(("user", "Hi"), ("robot", "Beep")))
-with open(f"{work}/long.jsonl", "w") as f:
-    f.write(line(("user", "Hi"), ("assistant", "Hello")))
-    f.write(line(("user", "Hi"), ("assistant", "Hello")))
-    f.write(line(("user", "Tell me everything."), ("assistant", "Everything, at length. " * 20)))
-PY
+cp "$source_dir"/tests/fixtures/chat_data/{sft,no-messages,bad-role,long}.jsonl "$work"
 
 # ---- one SFT run against Transformers ----
 chat=(--preset hf --model.hf_assets_path="$work/model" --checkpoint.initial_load_path="$work/model"

@@ -46,7 +46,7 @@ rm "$work/model/titan.json"
 all=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
 "$python" "$reference" init "$work/model" "$work/init" 8 16 "$all" > /dev/null 2>&1
 "$python" "$reference" init "$work/model" "$work/init-r4" 4 16 "$all" > /dev/null 2>&1
-lora_sft "$work/sft.jsonl"
+cp "$source_dir/tests/fixtures/chat_data/lora-sft.jsonl" "$work/sft.jsonl"
 before=$(tree_sum "$work/model")
 
 lora_arguments "$work/model" "$work/sft.jsonl" "$work/init" 8

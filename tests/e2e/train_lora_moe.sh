@@ -50,7 +50,7 @@ config = json.load(open(f"{work}/init/adapter_config.json"))
 assert sorted(config["target_modules"]) == ["k_proj", "o_proj", "q_proj", "v_proj"], config
 assert sorted(config["target_parameters"]) == ["down_proj", "gate_up_proj"], config
 PY
-lora_sft "$work/sft.jsonl"
+cp "$source_dir/tests/fixtures/chat_data/lora-sft.jsonl" "$work/sft.jsonl"
 before=$(tree_sum "$work/model")
 
 lora_arguments "$work/model" "$work/sft.jsonl" "$work/init" 4

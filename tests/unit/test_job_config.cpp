@@ -321,6 +321,26 @@ TEST(JobConfig, SelectiveActivationCheckpointingOptions) {
       << w[0];
 }
 
+// selective "N" above the model's layer count recomputes no layer: one warning line (torchtitan
+// says nothing), the run left as it is; N equal to the count recomputes the last layer.
+TEST(JobConfig, SelectiveEveryNthLayerBeyondTheModelIsNamed) {
+  JobConfig c = job_config_preset("tiny");
+  const ModelArgs args = resolve_job_model_args(c);
+  const std::string layers = std::to_string(args.num_hidden_layers);
+  const std::string beyond = std::to_string(args.num_hidden_layers + 1);
+  job_config_apply_override(c, "--activation_checkpoint.mode=selective");
+  job_config_apply_override(c, "--activation_checkpoint.selective_ac_option=" + layers);
+  EXPECT_TRUE(job_model_unused_keys(c, args).empty());
+  job_config_apply_override(c, "--activation_checkpoint.selective_ac_option=" + beyond);
+  EXPECT_EQ(job_model_unused_keys(c, args),
+            std::vector<std::string>{"activation_checkpoint.selective_ac_option = \"" + beyond +
+                                     "\" recomputes no layer: the model has " + layers +
+                                     " layers and \"N\" recomputes layers N, 2N, ...; every "
+                                     "layer keeps its activations, as under mode \"none\""});
+  job_config_apply_override(c, "--activation_checkpoint.selective_ac_option=op");
+  EXPECT_TRUE(job_model_unused_keys(c, args).empty());
+}
+
 // Keys whose effect depends on the world: the collective and heartbeat timeouts in one process, the
 // FSDP reshard policy without FSDP.
 TEST(JobConfig, KeysWithNoEffectOnThisWorldAreNamed) {

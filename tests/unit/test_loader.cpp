@@ -41,6 +41,27 @@ std::string prose(int i) {
   return s;
 }
 
+// One chat JSONL line: a user's question and the assistant's reply.
+std::string chat_line(const std::string& question, const std::string& reply) {
+  return json{{"messages",
+               {{{"role", "user"}, {"content", question}},
+                {{"role", "assistant"}, {"content", reply}}}}}
+             .dump() +
+         "\n";
+}
+
+// One pass over a chat file with Qwen3's template: batch_size rows of seq_len.
+LoaderOptions chat_options(const std::string& path, int64_t batch_size, int64_t seq_len) {
+  LoaderOptions o;
+  o.data.paths = {path};
+  o.mode = DataMode::chat;
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
+  o.epochs = 1;
+  o.batch_size = batch_size;
+  o.seq_len = seq_len;
+  return o;
+}
+
 // torchtitan's rows: window k is stream[k * S, k * S + S + 1), inputs its first S tokens, labels
 // its last S; consecutive windows share one token, so every target of the stream is scored once.
 // Text documents are encoded as HF's tokenizer(text) does, with the post-processor's special
@@ -387,22 +408,12 @@ TEST(LoaderChat, OneConversationPerRowPaddedAndShardedByRank) {
   std::string jsonl;
   constexpr int kConversations = 11;
   for (int i = 0; i < kConversations; ++i) {
-    jsonl += json{{"messages",
-                   {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
-                    {{"role", "assistant"}, {"content", prose(i)}}}}}
-                 .dump() +
-             "\n";
+    jsonl += chat_line("question " + std::to_string(i), prose(i));
   }
   write_text(dir / "chat.jsonl", jsonl);
   std::set<std::vector<int32_t>> seen;
   for (int rank = 0; rank < 2; ++rank) {
-    LoaderOptions o;
-    o.data.paths = {dir / "chat.jsonl"};
-    o.mode = DataMode::chat;
-    o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
-    o.epochs = 1;
-    o.batch_size = 1;
-    o.seq_len = 128;
+    LoaderOptions o = chat_options(dir / "chat.jsonl", 1, 128);
     o.rank = rank;
     o.world_size = 2;
     DataLoader loader(o, tok);
@@ -445,24 +456,13 @@ TEST(LoaderChat, ARankTokenizesOnlyItsOwnRowsAndResumesOnAnyShare) {
   const Tokenizer& tok = test::trained_tokenizer();
   std::string jsonl;
   for (int i = 0; i < 13; ++i) {
-    jsonl += (i == 4 ? std::string("[1]")
-                     : json{{"messages",
-                             {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
-                              {{"role", "assistant"}, {"content", prose(i)}}}}}
-                           .dump()) +
-             "\n";
+    jsonl += i == 4 ? "[1]\n" : chat_line("question " + std::to_string(i), prose(i));
   }
   const std::string path = dir / "chat.jsonl";
   write_text(path, jsonl);
-  LoaderOptions o;
-  o.data.paths = {path};
+  LoaderOptions o = chat_options(path, 1, 128);
   o.data.skip_bad_records = true;
   o.warn = [](const std::string&) {};
-  o.mode = DataMode::chat;
-  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
-  o.epochs = 1;
-  o.batch_size = 1;
-  o.seq_len = 128;
   struct Run {
     std::vector<Batch> batches;
     std::vector<LoaderState> states;  // after each batch
@@ -529,11 +529,7 @@ TEST(LoaderChat, ARankTokenizesOnlyItsOwnRowsAndResumesOnAnyShare) {
   for (int i = 0; i < 12; ++i) long_reply += prose(i) + " ";
   std::string lines;
   for (int i = 0; i < 4; ++i) {
-    lines += json{{"messages",
-                   {{{"role", "user"}, {"content", "question"}},
-                    {{"role", "assistant"}, {"content", i == 2 ? long_reply : prose(i)}}}}}
-                 .dump() +
-             "\n";
+    lines += chat_line("question", i == 2 ? long_reply : prose(i));
   }
   write_text(path, lines);
   o.shuffle = false;
@@ -555,21 +551,11 @@ TEST(LoaderChat, PackedRowsHoldWholeConversationsInOrder) {
   const Tokenizer& tok = test::trained_tokenizer();
   std::string jsonl;
   for (int i = 0; i < 11; ++i) {
-    jsonl += json{{"messages",
-                   {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
-                    {{"role", "assistant"}, {"content", prose(i)}}}}}
-                 .dump() +
-             "\n";
+    jsonl += chat_line("question " + std::to_string(i), prose(i));
   }
   write_text(dir / "chat.jsonl", jsonl);
   constexpr int64_t S = 256;
-  LoaderOptions o;
-  o.data.paths = {dir / "chat.jsonl"};
-  o.mode = DataMode::chat;
-  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
-  o.epochs = 1;
-  o.batch_size = 2;
-  o.seq_len = S;
+  LoaderOptions o = chat_options(dir / "chat.jsonl", 2, S);
   std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> alone;  // ids, labels
   {
     LoaderOptions one = o;
@@ -636,20 +622,10 @@ TEST(LoaderChat, TheLastPartialBatchIsKeptWithEmptyRows) {
   const Tokenizer& tok = test::trained_tokenizer();
   std::string jsonl;
   for (int i = 0; i < 5; ++i) {
-    jsonl += json{{"messages",
-                   {{{"role", "user"}, {"content", "question " + std::to_string(i)}},
-                    {{"role", "assistant"}, {"content", "answer " + std::to_string(i)}}}}}
-                 .dump() +
-             "\n";
+    jsonl += chat_line("question " + std::to_string(i), "answer " + std::to_string(i));
   }
   write_text(dir / "chat.jsonl", jsonl);
-  LoaderOptions o;
-  o.data.paths = {dir / "chat.jsonl"};
-  o.mode = DataMode::chat;
-  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
-  o.epochs = 1;
-  o.batch_size = 2;
-  o.seq_len = 64;
+  LoaderOptions o = chat_options(dir / "chat.jsonl", 2, 64);
   DataLoader loader(o, tok);
   const std::vector<Batch> batches = drain(loader);
   ASSERT_EQ(batches.size(), 3u);
@@ -732,17 +708,8 @@ TEST(LoaderBadInput, TokenFilesMustMatchTheVocabulary) {
 TEST(LoaderBadInput, LongConversationsStopOrAreCut) {
   const ScratchDir dir("bad_long");
   const Tokenizer& tok = test::trained_tokenizer();
-  write_text(dir / "c.jsonl", json{{"messages",
-                                    {{{"role", "user"}, {"content", prose(1)}},
-                                     {{"role", "assistant"}, {"content", prose(2)}}}}}
-                                      .dump() +
-                                  "\n");
-  LoaderOptions o;
-  o.data.paths = {dir / "c.jsonl"};
-  o.mode = DataMode::chat;
-  o.chat_template = ChatTemplate(ChatTemplateKind::qwen3);
-  o.seq_len = 16;
-  o.epochs = 1;
+  write_text(dir / "c.jsonl", chat_line(prose(1), prose(2)));
+  LoaderOptions o = chat_options(dir / "c.jsonl", 1, 16);
   {
     DataLoader loader(o, tok);
     const std::string e = error_of([&] { loader.next_batch(); });

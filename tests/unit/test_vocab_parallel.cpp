@@ -419,12 +419,3 @@ TEST(VocabParallelWorld, RefusesAVocabularyTheWorldDoesNotDivide) {
 
 }  // namespace
 }  // namespace titan
-
-// Every rank runs every test: the collectives meet in the same order on all of them.
-int main(int argc, char** argv) {
-  titan::init_world(&argc, &argv);
-  testing::InitGoogleTest(&argc, argv);
-  const int failed = RUN_ALL_TESTS();
-  titan::finalize_world();
-  return failed;
-}

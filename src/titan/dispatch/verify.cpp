@@ -269,43 +269,37 @@ void verify_attention(const AttentionKernel& k, Checks& c) {
 }
 
 void verify_lm_head_loss(const LmHeadLossKernel& k, bool takes_bf16, Checks& c) {
-  const int64_t n = 24, hidden = 32, vocab = 300;
-  const std::vector<float> x = uniform(n * hidden, 1), weight = uniform(vocab * hidden, 2),
-                           dweight0 = uniform(vocab * hidden, 3);
-  std::vector<int32_t> targets(static_cast<size_t>(n));
-  Rng rng(4, "verify-kernels targets");
-  for (int32_t& t : targets) t = static_cast<int32_t>(rng.next_u64() % vocab);
-  targets[5] = kIgnoreIndex;
+  const LmHeadLossInputs in;
+  const int64_t n = in.n, hidden = in.hidden, vocab = in.vocab;
   const auto run = [&](const LmHeadLossKernel& kernel, const float* x_in, const float* w_in,
                        const uint16_t* w16, std::vector<float>& dx, std::vector<float>& dweight) {
     std::vector<uint16_t> x16(w16 != nullptr ? static_cast<size_t>(n * hidden) : 0);
     CrossEntropyArgs a;
     a.x = x_in, a.weight = w_in, a.weight_bf16 = w16, a.x_bf16 = w16 ? x16.data() : nullptr;
-    a.targets = targets.data(), a.n_tokens = n, a.hidden = hidden, a.vocab = vocab;
+    a.targets = in.targets.data(), a.n_tokens = n, a.hidden = hidden, a.vocab = vocab;
     dx.assign(static_cast<size_t>(n * hidden), 0.0f);
-    dweight = dweight0;
+    dweight = in.dweight0;
     a.dx = dx.data(), a.dweight = dweight.data(), a.grad_scale = 1.0f / (n - 1);
     a.chunk_tokens = 7;  // several chunks, the last one short
     return static_cast<float>(kernel.forward_backward(a).loss_sum);
   };
   const LmHeadLossKernel reference{lm_head_cross_entropy_reference};
   std::vector<float> dx, dweight, want_dx, want_dweight;
-  const float loss = run(k, x.data(), weight.data(), nullptr, dx, dweight);
-  const float want_loss = run(reference, x.data(), weight.data(), nullptr, want_dx, want_dweight);
+  const float loss = run(k, in.x.data(), in.weight.data(), nullptr, dx, dweight);
+  const float want_loss =
+      run(reference, in.x.data(), in.weight.data(), nullptr, want_dx, want_dweight);
   const double tolerance = fp32_tolerance(std::max({vocab, hidden, n}));
-  c.add("forward_backward", "loss", {loss}, {want_loss}, tolerance);
-  c.add("forward_backward", "dx", dx, want_dx, tolerance);
-  c.add("forward_backward", "dweight", dweight, want_dweight, tolerance);
+  add_lm_head_loss_checks(c, "forward_backward", {loss}, want_loss, dx, want_dx, dweight,
+                          want_dweight, tolerance);
   if (takes_bf16) {
     // bf16 GEMMs and logits: against the reference on the bf16 operands' values.
-    const std::vector<uint16_t> weight16 = rounded(weight);
-    const std::vector<float> x_grid = on_bf16_grid(x), w_grid = widened(weight16);
-    const float loss16 = run(k, x.data(), weight.data(), weight16.data(), dx, dweight);
+    const std::vector<uint16_t> weight16 = rounded(in.weight);
+    const std::vector<float> x_grid = on_bf16_grid(in.x), w_grid = widened(weight16);
+    const float loss16 = run(k, in.x.data(), in.weight.data(), weight16.data(), dx, dweight);
     const float want16 =
         run(reference, x_grid.data(), w_grid.data(), nullptr, want_dx, want_dweight);
-    c.add("forward_backward_bf16", "loss", {loss16}, {want16}, kBf16Tolerance);
-    c.add("forward_backward_bf16", "dx", dx, want_dx, kBf16Tolerance);
-    c.add("forward_backward_bf16", "dweight", dweight, want_dweight, kBf16Tolerance);
+    add_lm_head_loss_checks(c, "forward_backward_bf16", {loss16}, want16, dx, want_dx, dweight,
+                            want_dweight, kBf16Tolerance);
   }
   if (k.forward_backward_vocab_parallel != nullptr) {
     verify_lm_head_loss_vocab_parallel(k, takes_bf16, c);

@@ -1,6 +1,6 @@
 // What `titan verify-kernels` (dispatch/verify.h) checks every kernel with: the tolerances, the
-// random inputs, and the list of checks a report collects. Internal to dispatch/: verify.cpp and
-// verify_moe.cpp (the MoE kinds) share it.
+// random inputs, and the list of checks a report collects. Internal to dispatch/: verify.cpp,
+// verify_moe.cpp (the MoE kinds) and verify_vocab_parallel.cpp share it.
 #pragma once
 
 #include <algorithm>
@@ -86,6 +86,37 @@ class Checks {
  private:
   KernelReport& report_;
 };
+
+// The lm_head loss's inputs, on which verify.cpp checks the whole vocabulary and
+// verify_vocab_parallel.cpp the ranks' rows: several chunks of tokens, token 5 not scored.
+struct LmHeadLossInputs {
+  static constexpr int64_t n = 24, hidden = 32, vocab = 300;
+  std::vector<float> x = uniform(n * hidden, 1);             // (n, hidden)
+  std::vector<float> weight = uniform(vocab * hidden, 2);    // (vocab, hidden)
+  std::vector<float> dweight0 = uniform(vocab * hidden, 3);  // (vocab, hidden), d weight before
+  std::vector<int32_t> targets = random_targets();           // (n)
+
+ private:
+  static std::vector<int32_t> random_targets() {
+    std::vector<int32_t> targets(static_cast<size_t>(n));
+    Rng rng(4, "verify-kernels targets");
+    for (int32_t& t : targets) t = static_cast<int32_t>(rng.next_u64() % vocab);
+    targets[5] = kIgnoreIndex;
+    return targets;
+  }
+};
+
+// One lm_head loss form's checks: each rank's loss (one for the whole vocabulary) against
+// want_loss, and d x and d weight against theirs.
+inline void add_lm_head_loss_checks(Checks& c, const std::string& form,
+                                    const std::vector<float>& losses, float want_loss,
+                                    const std::vector<float>& dx, const std::vector<float>& want_dx,
+                                    const std::vector<float>& dweight,
+                                    const std::vector<float>& want_dweight, double tolerance) {
+  c.add(form, "loss", losses, std::vector<float>(losses.size(), want_loss), tolerance);
+  c.add(form, "dx", dx, want_dx, tolerance);
+  c.add(form, "dweight", dweight, want_dweight, tolerance);
+}
 
 // The vocabulary-parallel forms of the embedding and the lm_head loss
 // (dispatch/verify_vocab_parallel.cpp).

@@ -57,22 +57,17 @@ void verify_embedding_vocab_parallel(const EmbeddingKernel& k, Checks& c) {
 }
 
 void verify_lm_head_loss_vocab_parallel(const LmHeadLossKernel& k, bool takes_bf16, Checks& c) {
-  const int64_t n = 24, hidden = 32, vocab = 300;
-  const std::vector<float> x = uniform(n * hidden, 1), weight = uniform(vocab * hidden, 2),
-                           dweight0 = uniform(vocab * hidden, 3);
-  std::vector<int32_t> targets(static_cast<size_t>(n));
-  Rng rng(4, "verify-kernels targets");
-  for (int32_t& t : targets) t = static_cast<int32_t>(rng.next_u64() % vocab);
-  targets[5] = kIgnoreIndex;
+  const LmHeadLossInputs in;
+  const int64_t n = in.n, hidden = in.hidden, vocab = in.vocab;
   const float grad_scale = 1.0f / (n - 1);
   // The whole vocabulary through the reference, on `x_in` and `w_in`.
   const auto reference = [&](const float* x_in, const float* w_in, std::vector<float>& dx,
                              std::vector<float>& dweight) {
     CrossEntropyArgs a;
-    a.x = x_in, a.weight = w_in, a.targets = targets.data();
+    a.x = x_in, a.weight = w_in, a.targets = in.targets.data();
     a.n_tokens = n, a.hidden = hidden, a.vocab = vocab;
     dx.assign(static_cast<size_t>(n * hidden), 0.0f);
-    dweight = dweight0;
+    dweight = in.dweight0;
     a.dx = dx.data(), a.dweight = dweight.data(), a.grad_scale = grad_scale;
     return static_cast<float>(lm_head_cross_entropy_reference(a).loss_sum);
   };
@@ -80,20 +75,20 @@ void verify_lm_head_loss_vocab_parallel(const LmHeadLossKernel& k, bool takes_bf
   // the ranks, d weight's rows concatenated.
   const auto parallel = [&](int degree, bool bf16, std::vector<float>& losses,
                             std::vector<float>& dx, std::vector<float>& dweight) {
-    const std::vector<uint16_t> weight16 = bf16 ? rounded(weight) : std::vector<uint16_t>{};
+    const std::vector<uint16_t> weight16 = bf16 ? rounded(in.weight) : std::vector<uint16_t>{};
     std::vector<std::vector<float>> dxs(static_cast<size_t>(degree)),
         dweights(static_cast<size_t>(degree));
     losses.assign(static_cast<size_t>(degree), 0.0f);
     run_vocab_ranks_in_threads(vocab, degree, [&](const VocabShard& shard) {
       const int rank = static_cast<int>(shard.start / shard.rows);
-      const std::vector<float> local = shard_rows(weight, shard, hidden);
+      const std::vector<float> local = shard_rows(in.weight, shard, hidden);
       const std::vector<uint16_t> local16 =
           bf16 ? shard_rows(weight16, shard, hidden) : std::vector<uint16_t>{};
       std::vector<uint16_t> x16(bf16 ? static_cast<size_t>(n * hidden) : 0);
       dxs[rank].assign(static_cast<size_t>(n * hidden), 0.0f);
-      dweights[rank] = shard_rows(dweight0, shard, hidden);
+      dweights[rank] = shard_rows(in.dweight0, shard, hidden);
       CrossEntropyArgs a;
-      a.x = x.data(), a.weight = local.data(), a.targets = targets.data();
+      a.x = in.x.data(), a.weight = local.data(), a.targets = in.targets.data();
       a.weight_bf16 = bf16 ? local16.data() : nullptr, a.x_bf16 = bf16 ? x16.data() : nullptr;
       a.n_tokens = n, a.hidden = hidden, a.vocab = shard.rows;
       a.dx = dxs[rank].data(), a.dweight = dweights[rank].data(), a.grad_scale = grad_scale;
@@ -108,24 +103,21 @@ void verify_lm_head_loss_vocab_parallel(const LmHeadLossKernel& k, bool takes_bf
     }
   };
   std::vector<float> want_dx, want_dweight, losses, dx, dweight;
-  const float want_loss = reference(x.data(), weight.data(), want_dx, want_dweight);
-  const std::vector<float> x_grid = on_bf16_grid(x), w_grid = on_bf16_grid(weight);
+  const float want_loss = reference(in.x.data(), in.weight.data(), want_dx, want_dweight);
+  const std::vector<float> x_grid = on_bf16_grid(in.x), w_grid = on_bf16_grid(in.weight);
   std::vector<float> want16_dx, want16_dweight;
   const float want16_loss = reference(x_grid.data(), w_grid.data(), want16_dx, want16_dweight);
   const double tolerance = fp32_tolerance(std::max({vocab, hidden, n}));
   for (const int degree : {2, 3}) {
     const std::string form = "vocab_parallel_" + std::to_string(degree);
     parallel(degree, false, losses, dx, dweight);
-    c.add(form, "loss", losses, std::vector<float>(losses.size(), want_loss), tolerance);
-    c.add(form, "dx", dx, want_dx, tolerance);
-    c.add(form, "dweight", dweight, want_dweight, tolerance);
+    add_lm_head_loss_checks(c, form, losses, want_loss, dx, want_dx, dweight, want_dweight,
+                            tolerance);
     if (!takes_bf16) continue;
     // bf16 GEMMs and logits: against the reference on the bf16 operands' values.
     parallel(degree, true, losses, dx, dweight);
-    c.add(form + ".bf16", "loss", losses, std::vector<float>(losses.size(), want16_loss),
-          kBf16Tolerance);
-    c.add(form + ".bf16", "dx", dx, want16_dx, kBf16Tolerance);
-    c.add(form + ".bf16", "dweight", dweight, want16_dweight, kBf16Tolerance);
+    add_lm_head_loss_checks(c, form + ".bf16", losses, want16_loss, dx, want16_dx, dweight,
+                            want16_dweight, kBf16Tolerance);
   }
 }
 

@@ -162,17 +162,7 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       bf16_softmax_rows(a, n0, rows, logits_bf16, gradient_bf16, ld, softmax_rows,
                         row_losses.data());
       if (want_grad) {
-        lm_head_backward_by_slices(
-            rows, a.hidden, a.vocab, a.dx + n0 * a.hidden, dx_shares,
-            [&](int64_t v0, int64_t vn, float* dx, float beta) {
-              backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f,
-                                  gradient_bf16 + v0, ld, a.weight_bf16 + v0 * a.hidden, a.hidden,
-                                  beta, dx, a.hidden);
-              if (a.dweight == nullptr) return;
-              backend().gemm_bf16(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f,
-                                  gradient_bf16 + v0, ld, x_bf16, a.hidden, 1.0f,
-                                  a.dweight + v0 * a.hidden, a.hidden);
-            });
+        lm_head_chunk_backward(a, n0, rows, a.vocab, gradient_bf16, ld, dx_shares);
       }
       continue;
     }
@@ -198,24 +188,10 @@ CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& a) {
       }
     }
     if (want_grad) {
-      lm_head_backward_by_slices(
-          rows, a.hidden, a.vocab, a.dx + n0 * a.hidden, dx_shares,
-          [&](int64_t v0, int64_t vn, float* dx, float beta) {
-            backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f, logits + v0, a.vocab,
-                               a.weight + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
-            if (a.dweight == nullptr) return;
-            backend().gemm_f32(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f, logits + v0,
-                               a.vocab, x, a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
-          });
+      lm_head_chunk_backward(a, n0, rows, a.vocab, logits, a.vocab, dx_shares);
     }
   }
-  CrossEntropyResult result;
-  for (int64_t n = 0; n < a.n_tokens; ++n) {
-    if (a.targets[n] == kIgnoreIndex) continue;
-    result.loss_sum += row_losses[n];
-    ++result.n_scored;
-  }
-  return result;
+  return sum_scored_losses(a, row_losses.data());
 }
 
 CrossEntropyResult lm_head_cross_entropy_reference(const CrossEntropyArgs& a) {

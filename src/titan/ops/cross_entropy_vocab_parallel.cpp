@@ -169,15 +169,7 @@ CrossEntropyResult lm_head_cross_entropy_vocab_parallel(const CrossEntropyArgs& 
         const int64_t column = local_target(t, shard);
         if (column >= 0) row[column] = f32_to_bf16(exp_row[column] * scale - a.grad_scale);
       }
-      lm_head_backward_by_slices(
-          rows, a.hidden, vocab, a.dx + n0 * a.hidden, dx_shares,
-          [&](int64_t v0, int64_t vn, float* dx, float beta) {
-            backend().gemm_bf16(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f, logits_bf16 + v0,
-                                vocab, a.weight_bf16 + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
-            if (a.dweight == nullptr) return;
-            backend().gemm_bf16(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f, logits_bf16 + v0,
-                                vocab, x_bf16, a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
-          });
+      lm_head_chunk_backward(a, n0, rows, vocab, logits_bf16, vocab, dx_shares);
       continue;
     }
     backend().gemm_f32(Trans::no, Trans::yes, rows, vocab, a.hidden, 1.0f, x, a.hidden, a.weight,
@@ -207,23 +199,9 @@ CrossEntropyResult lm_head_cross_entropy_vocab_parallel(const CrossEntropyArgs& 
       const int64_t column = local_target(t, shard);
       if (column >= 0) row[column] -= a.grad_scale;
     }
-    lm_head_backward_by_slices(
-        rows, a.hidden, vocab, a.dx + n0 * a.hidden, dx_shares,
-        [&](int64_t v0, int64_t vn, float* dx, float beta) {
-          backend().gemm_f32(Trans::no, Trans::no, rows, a.hidden, vn, 1.0f, logits + v0, vocab,
-                             a.weight + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
-          if (a.dweight == nullptr) return;
-          backend().gemm_f32(Trans::yes, Trans::no, vn, a.hidden, rows, 1.0f, logits + v0, vocab, x,
-                             a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
-        });
+    lm_head_chunk_backward(a, n0, rows, vocab, logits, vocab, dx_shares);
   }
-  CrossEntropyResult result;
-  for (int64_t n = 0; n < a.n_tokens; ++n) {
-    if (a.targets[n] == kIgnoreIndex) continue;
-    result.loss_sum += row_losses[n];
-    ++result.n_scored;
-  }
-  return result;
+  return sum_scored_losses(a, row_losses.data());
 }
 
 }  // namespace titan

@@ -1,12 +1,17 @@
 // What the two lm_head losses share (ops/cross_entropy.cpp, over the whole vocabulary, and
 // ops/cross_entropy_vocab_parallel.cpp, over a tensor-parallel rank's rows): a row's loss from its
-// softmax statistics, and the backward over vocabulary slices. Internal to ops/.
+// softmax statistics, the backward over vocabulary slices, and the loss summed over the scored
+// tokens. Internal to ops/.
 #pragma once
 
 #include <omp.h>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
+
+#include "titan/backend/backend.h"
+#include "titan/ops/cross_entropy.h"
 
 namespace titan {
 
@@ -65,6 +70,51 @@ void lm_head_backward_by_slices(int64_t rows, int64_t hidden, int64_t vocab, flo
       dx[e] = sum;
     }
   }
+}
+
+// One chunk's backward, `rows` tokens from n0 over `vocab` lm_head rows (a.weight's, a rank's
+// rows under vocabulary parallel), from its d loss / d logits (rows, ld): d x into a.dx's rows,
+// d W accumulated into a.dweight unless it is null. T float: fp32 GEMMs over a.weight and a.x;
+// uint16_t: bf16 GEMMs over the rounded gradient, a.weight_bf16 and a.x_bf16.
+template <typename T>
+void lm_head_chunk_backward(const CrossEntropyArgs& a, int64_t n0, int64_t rows, int64_t vocab,
+                            const T* gradient, int64_t ld, float* dx_shares) {
+  constexpr bool bf16 = std::is_same_v<T, uint16_t>;
+  const T* weight;
+  const T* x;
+  if constexpr (bf16) {
+    weight = a.weight_bf16, x = a.x_bf16 + n0 * a.hidden;
+  } else {
+    weight = a.weight, x = a.x + n0 * a.hidden;
+  }
+  const auto gemm = [](Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, const T* lhs,
+                       int64_t ld_lhs, const T* rhs, int64_t ld_rhs, float beta, float* out,
+                       int64_t ld_out) {
+    if constexpr (bf16) {
+      backend().gemm_bf16(ta, tb, m, n, k, 1.0f, lhs, ld_lhs, rhs, ld_rhs, beta, out, ld_out);
+    } else {
+      backend().gemm_f32(ta, tb, m, n, k, 1.0f, lhs, ld_lhs, rhs, ld_rhs, beta, out, ld_out);
+    }
+  };
+  lm_head_backward_by_slices(rows, a.hidden, vocab, a.dx + n0 * a.hidden, dx_shares,
+                             [&](int64_t v0, int64_t vn, float* dx, float beta) {
+                               gemm(Trans::no, Trans::no, rows, a.hidden, vn, gradient + v0, ld,
+                                    weight + v0 * a.hidden, a.hidden, beta, dx, a.hidden);
+                               if (a.dweight == nullptr) return;
+                               gemm(Trans::yes, Trans::no, vn, a.hidden, rows, gradient + v0, ld, x,
+                                    a.hidden, 1.0f, a.dweight + v0 * a.hidden, a.hidden);
+                             });
+}
+
+// The loss summed over the scored tokens (targets not kIgnoreIndex), row_losses (N) in order.
+inline CrossEntropyResult sum_scored_losses(const CrossEntropyArgs& a, const double* row_losses) {
+  CrossEntropyResult result;
+  for (int64_t n = 0; n < a.n_tokens; ++n) {
+    if (a.targets[n] == kIgnoreIndex) continue;
+    result.loss_sum += row_losses[n];
+    ++result.n_scored;
+  }
+  return result;
 }
 
 }  // namespace titan

@@ -2,7 +2,7 @@
 
 #include <omp.h>
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -12,6 +12,7 @@
 #include "titan/core/error.h"
 #include "titan/ops/bf16_arrays.h"
 #include "titan/ops/host_parallel.h"
+#include "titan/ops/moe_reference_rows.h"
 #include "titan/ops/moe_rows.h"
 #include "titan/ops/swiglu.h"
 
@@ -176,10 +177,9 @@ void experts_forward_reference(float* y, const ExpertsActivations& act,
                                const ExpertsScratch& /*scratch: none needed*/, const float* x,
                                const int32_t* index, const float* weight, const ExpertWeights& w,
                                const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
+  const int64_t h = shape.hidden, k = shape.top_k;
   std::vector<double> out(static_cast<size_t>(h)), expert_out(static_cast<size_t>(h));
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
-    const float* xt = x + t * h;
     std::fill(out.begin(), out.end(), 0.0);
     int32_t last = -1;
     for (int64_t step = 0; step < k; ++step) {
@@ -189,23 +189,8 @@ void experts_forward_reference(float* y, const ExpertsActivations& act,
       TITAN_CHECK(e >= 0 && e < shape.n_experts, "experts: token ", t, " is routed to expert ", e,
                   ", outside [0, ", shape.n_experts, ")");
       const int64_t r = t * k + j;
-      for (int64_t i = 0; i < Im; ++i) {
-        double g = 0.0, u = 0.0;
-        for (int64_t c = 0; c < h; ++c) {
-          g += static_cast<double>(w.gate[(e * Im + i) * h + c]) * xt[c];
-          u += static_cast<double>(w.up[(e * Im + i) * h + c]) * xt[c];
-        }
-        act.gate[r * Im + i] = static_cast<float>(g);
-        act.up[r * Im + i] = static_cast<float>(u);
-        act.act[r * Im + i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
-      }
-      for (int64_t c = 0; c < h; ++c) {
-        double s = 0.0;
-        for (int64_t i = 0; i < Im; ++i) {
-          s += static_cast<double>(w.down[(e * h + c) * Im + i]) * act.act[r * Im + i];
-        }
-        out[c] += weight[r] * s;
-      }
+      moe_reference::row_forward(expert_out.data(), act, x + t * h, e, r, w, shape);
+      for (int64_t c = 0; c < h; ++c) out[c] += weight[r] * expert_out[c];
     }
     for (int64_t c = 0; c < h; ++c) y[t * h + c] = static_cast<float>(out[c]);
   }
@@ -216,46 +201,14 @@ void experts_backward_reference(float* dx, float* dweight, const ExpertGrads& dw
                                 const ExpertsActivations& act, const float* x, const int32_t* index,
                                 const float* weight, const ExpertWeights& w,
                                 const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
-  std::vector<double> dxt(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)),
-      dup(static_cast<size_t>(Im));
-  std::vector<float> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
+  const int64_t h = shape.hidden, k = shape.top_k;
+  std::vector<double> dxt(static_cast<size_t>(h));
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
-    const float* xt = x + t * h;
-    const float* dyt = dy + t * h;
     std::fill(dxt.begin(), dxt.end(), 0.0);
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = t * k + j, e = index[r];
-      const double wr = weight[r];
-      double d_weight = 0.0;
-      for (int64_t i = 0; i < Im; ++i) {
-        act_row[i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
-      }
-      for (int64_t i = 0; i < Im; ++i) {
-        double g = 0.0;  // (dy down_e)_i, unweighted
-        for (int64_t c = 0; c < h; ++c)
-          g += static_cast<double>(w.down[(e * h + c) * Im + i]) * dyt[c];
-        d_weight += g * act_row[i];
-        const double gate = act.gate[r * Im + i], sig = 1.0 / (1.0 + std::exp(-gate));
-        const double dact = wr * g;
-        dup[i] = dact * gate * sig;
-        dgate[i] = dact * act.up[r * Im + i] * sig * (1.0 + gate * (1.0 - sig));
-      }
-      dweight[r] = static_cast<float>(d_weight);
-      for (int64_t c = 0; c < h; ++c) {
-        for (int64_t i = 0; i < Im; ++i) {
-          if (dw.down != nullptr)
-            dw.down[(e * h + c) * Im + i] += static_cast<float>(wr * dyt[c] * act_row[i]);
-        }
-      }
-      for (int64_t i = 0; i < Im; ++i) {
-        for (int64_t c = 0; c < h; ++c) {
-          if (dw.gate != nullptr)
-            dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xt[c]);
-          if (dw.up != nullptr) dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xt[c]);
-          dxt[c] += w.gate[(e * Im + i) * h + c] * dgate[i] + w.up[(e * Im + i) * h + c] * dup[i];
-        }
-      }
+      const int64_t r = t * k + j;
+      dweight[r] = moe_reference::row_backward(dxt.data(), dw, dy + t * h, weight[r], act,
+                                               x + t * h, index[r], r, w, shape);
     }
     for (int64_t c = 0; c < h; ++c) dx[t * h + c] = static_cast<float>(dxt[c]);
   }
@@ -265,11 +218,9 @@ void experts_forward_bf16_reference(float* y, const ExpertsActivations& act,
                                     const ExpertsScratch& /*scratch: none needed*/, const float* x,
                                     const int32_t* index, const float* weight,
                                     const ExpertWeightsBf16& w, const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
-  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
-  auto* gate_bf16 = reinterpret_cast<uint16_t*>(act.gate);
-  auto* up_bf16 = reinterpret_cast<uint16_t*>(act.up);
-  std::vector<double> out(static_cast<size_t>(h)), xr(static_cast<size_t>(h));
+  const int64_t h = shape.hidden, k = shape.top_k;
+  std::vector<double> out(static_cast<size_t>(h)), expert_out(static_cast<size_t>(h)),
+      xr(static_cast<size_t>(h));
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
     for (int64_t c = 0; c < h; ++c) xr[c] = round_bf16(x[t * h + c]);
     std::fill(out.begin(), out.end(), 0.0);
@@ -281,23 +232,9 @@ void experts_forward_bf16_reference(float* y, const ExpertsActivations& act,
       TITAN_CHECK(e >= 0 && e < shape.n_experts, "experts: token ", t, " is routed to expert ", e,
                   ", outside [0, ", shape.n_experts, ")");
       const int64_t r = t * k + j;
-      for (int64_t i = 0; i < Im; ++i) {
-        double g = 0.0, u = 0.0;
-        for (int64_t c = 0; c < h; ++c) {
-          g += widen(w.gate[(e * Im + i) * h + c]) * xr[c];
-          u += widen(w.up[(e * Im + i) * h + c]) * xr[c];
-        }
-        // gate and up rounded to bf16 and kept so; act from those roundings.
-        gate_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(g));
-        up_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(u));
-        act_bf16[r * Im + i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
-      }
+      moe_reference::row_forward_bf16(expert_out.data(), act, xr.data(), e, r, w, shape);
       for (int64_t c = 0; c < h; ++c) {
-        double s = 0.0;
-        for (int64_t i = 0; i < Im; ++i) {
-          s += widen(w.down[(e * h + c) * Im + i]) * widen(act_bf16[r * Im + i]);
-        }
-        out[c] += weight[r] * static_cast<double>(static_cast<float>(s));
+        out[c] += weight[r] * static_cast<double>(static_cast<float>(expert_out[c]));
       }
     }
     for (int64_t c = 0; c < h; ++c) y[t * h + c] = static_cast<float>(out[c]);
@@ -309,57 +246,15 @@ void experts_backward_bf16_reference(float* dx, float* dweight, const ExpertGrad
                                      const float* dy, const ExpertsActivations& act, const float* x,
                                      const int32_t* index, const float* weight,
                                      const ExpertWeightsBf16& w, const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter, k = shape.top_k;
-  const auto* gate_bf16 = reinterpret_cast<const uint16_t*>(act.gate);
-  const auto* up_bf16 = reinterpret_cast<const uint16_t*>(act.up);
-  std::vector<double> dxt(static_cast<size_t>(h)), xr(static_cast<size_t>(h)),
-      dy_down(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)), dup(static_cast<size_t>(Im));
-  std::vector<uint16_t> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
+  const int64_t h = shape.hidden, k = shape.top_k;
+  std::vector<double> dxt(static_cast<size_t>(h)), xr(static_cast<size_t>(h));
   for (int64_t t = 0; t < shape.n_tokens; ++t) {
-    const float* dyt = dy + t * h;
     for (int64_t c = 0; c < h; ++c) xr[c] = round_bf16(x[t * h + c]);
     std::fill(dxt.begin(), dxt.end(), 0.0);
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t r = t * k + j, e = index[r];
-      for (int64_t i = 0; i < Im; ++i) {
-        act_row[i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
-      }
-      // d weight = <dy, the expert's fp32 output>; down_proj's output gradient is weight * dy.
-      double d_weight = 0.0;
-      for (int64_t c = 0; c < h; ++c) {
-        double out = 0.0;
-        for (int64_t i = 0; i < Im; ++i) {
-          out += widen(w.down[(e * h + c) * Im + i]) * widen(act_row[i]);
-        }
-        d_weight += static_cast<double>(dyt[c]) * static_cast<float>(out);
-        dy_down[c] = round_bf16(weight[r] * dyt[c]);
-      }
-      dweight[r] = static_cast<float>(d_weight);
-      for (int64_t i = 0; i < Im; ++i) {
-        double dact = 0.0;
-        for (int64_t c = 0; c < h; ++c) dact += widen(w.down[(e * h + c) * Im + i]) * dy_down[c];
-        // SwiGLU's backward reads gate and up as kept: rounded to bf16.
-        const double gate = widen(gate_bf16[r * Im + i]), sig = 1.0 / (1.0 + std::exp(-gate));
-        const auto dact_f = static_cast<float>(dact);
-        dup[i] = round_bf16(static_cast<float>(dact_f * gate * sig));
-        dgate[i] = round_bf16(static_cast<float>(dact_f * widen(up_bf16[r * Im + i]) * sig *
-                                                 (1.0 + gate * (1.0 - sig))));
-      }
-      for (int64_t c = 0; c < h; ++c) {
-        for (int64_t i = 0; i < Im; ++i) {
-          if (dw.down != nullptr)
-            dw.down[(e * h + c) * Im + i] += static_cast<float>(dy_down[c] * widen(act_row[i]));
-        }
-      }
-      for (int64_t i = 0; i < Im; ++i) {
-        for (int64_t c = 0; c < h; ++c) {
-          if (dw.gate != nullptr)
-            dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xr[c]);
-          if (dw.up != nullptr) dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xr[c]);
-          dxt[c] += widen(w.gate[(e * Im + i) * h + c]) * dgate[i] +
-                    widen(w.up[(e * Im + i) * h + c]) * dup[i];
-        }
-      }
+      const int64_t r = t * k + j;
+      dweight[r] = moe_reference::row_backward_bf16(dxt.data(), dw, dy + t * h, weight[r], act,
+                                                    xr.data(), index[r], r, w, shape);
     }
     for (int64_t c = 0; c < h; ++c) dx[t * h + c] = static_cast<float>(dxt[c]);
   }

@@ -7,6 +7,7 @@
 #include "titan/backend/backend.h"
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
+#include "titan/ops/moe_reference_rows.h"
 #include "titan/ops/moe_rows.h"
 #include "titan/ops/moe_stages.h"
 #include "titan/ops/swiglu.h"
@@ -14,9 +15,6 @@
 namespace titan {
 
 using moe_rows::for_each_expert;
-using moe_rows::product_of;
-using moe_rows::product_of_bf16;
-using moe_rows::round_bf16;
 using moe_rows::widen;
 
 namespace {
@@ -170,26 +168,11 @@ void grouped_experts_forward_reference(float* out_rows, const ExpertsActivations
                                        const ExpertsScratch& /*s: none needed*/,
                                        const float* x_rows, const int32_t* offsets,
                                        const ExpertWeights& w, const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter;
+  const int64_t h = shape.hidden;
+  std::vector<double> out(static_cast<size_t>(h));
   for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
-    const float* xr = x_rows + r * h;
-    for (int64_t i = 0; i < Im; ++i) {
-      double g = 0.0, u = 0.0;
-      for (int64_t c = 0; c < h; ++c) {
-        g += static_cast<double>(w.gate[(e * Im + i) * h + c]) * xr[c];
-        u += static_cast<double>(w.up[(e * Im + i) * h + c]) * xr[c];
-      }
-      act.gate[r * Im + i] = static_cast<float>(g);
-      act.up[r * Im + i] = static_cast<float>(u);
-      act.act[r * Im + i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
-    }
-    for (int64_t c = 0; c < h; ++c) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < Im; ++i) {
-        sum += static_cast<double>(w.down[(e * h + c) * Im + i]) * act.act[r * Im + i];
-      }
-      out_rows[r * h + c] = static_cast<float>(sum);
-    }
+    moe_reference::row_forward(out.data(), act, x_rows + r * h, e, r, w, shape);
+    for (int64_t c = 0; c < h; ++c) out_rows[r * h + c] = static_cast<float>(out[c]);
   });
 }
 
@@ -198,44 +181,13 @@ void grouped_experts_backward_reference(float* rows, float* dweight_rows, const 
                                         const float* w_rows, const ExpertsActivations& act,
                                         const float* x_rows, const int32_t* offsets,
                                         const ExpertWeights& w, const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter;
-  std::vector<double> dxr(static_cast<size_t>(h)), dgate(static_cast<size_t>(Im)),
-      dup(static_cast<size_t>(Im));
-  std::vector<float> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
+  const int64_t h = shape.hidden;
+  std::vector<double> dxr(static_cast<size_t>(h));
   for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
-    const float* xr = x_rows + r * h;
     float* dyr = rows + r * h;  // dy in, dx out
-    const double wr = w_rows[r];
-    double d_weight = 0.0;
-    for (int64_t i = 0; i < Im; ++i) {
-      act_row[i] = product_of(act.gate[r * Im + i], act.up[r * Im + i]);
-    }
-    for (int64_t i = 0; i < Im; ++i) {
-      double g = 0.0;  // (dy down_e)_i, unweighted
-      for (int64_t c = 0; c < h; ++c)
-        g += static_cast<double>(w.down[(e * h + c) * Im + i]) * dyr[c];
-      d_weight += g * act_row[i];
-      const double gate = act.gate[r * Im + i], sig = 1.0 / (1.0 + std::exp(-gate));
-      const double dact = wr * g;
-      dup[i] = dact * gate * sig;
-      dgate[i] = dact * act.up[r * Im + i] * sig * (1.0 + gate * (1.0 - sig));
-    }
-    dweight_rows[r] = static_cast<float>(d_weight);
-    for (int64_t c = 0; c < h; ++c) {
-      for (int64_t i = 0; i < Im; ++i) {
-        if (dw.down != nullptr)
-          dw.down[(e * h + c) * Im + i] += static_cast<float>(wr * dyr[c] * act_row[i]);
-      }
-    }
     std::fill(dxr.begin(), dxr.end(), 0.0);
-    for (int64_t i = 0; i < Im; ++i) {
-      for (int64_t c = 0; c < h; ++c) {
-        if (dw.gate != nullptr)
-          dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * xr[c]);
-        if (dw.up != nullptr) dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * xr[c]);
-        dxr[c] += w.gate[(e * Im + i) * h + c] * dgate[i] + w.up[(e * Im + i) * h + c] * dup[i];
-      }
-    }
+    dweight_rows[r] = moe_reference::row_backward(dxr.data(), dw, dyr, w_rows[r], act,
+                                                  x_rows + r * h, e, r, w, shape);
     for (int64_t c = 0; c < h; ++c) dyr[c] = static_cast<float>(dxr[c]);
   });
 }
@@ -244,30 +196,12 @@ void grouped_experts_forward_bf16_reference(float* out_rows, const ExpertsActiva
                                             const ExpertsScratch& /*s: none needed*/,
                                             const uint16_t* x_rows, const int32_t* offsets,
                                             const ExpertWeightsBf16& w, const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter;
-  auto* act_bf16 = reinterpret_cast<uint16_t*>(act.act);
-  auto* gate_bf16 = reinterpret_cast<uint16_t*>(act.gate);
-  auto* up_bf16 = reinterpret_cast<uint16_t*>(act.up);
+  const int64_t h = shape.hidden;
+  std::vector<double> out(static_cast<size_t>(h)), xr(static_cast<size_t>(h));
   for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
-    const uint16_t* xr = x_rows + r * h;
-    for (int64_t i = 0; i < Im; ++i) {
-      double g = 0.0, u = 0.0;
-      for (int64_t c = 0; c < h; ++c) {
-        g += widen(w.gate[(e * Im + i) * h + c]) * widen(xr[c]);
-        u += widen(w.up[(e * Im + i) * h + c]) * widen(xr[c]);
-      }
-      // gate and up rounded to bf16 and kept so; act from those roundings.
-      gate_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(g));
-      up_bf16[r * Im + i] = f32_to_bf16(static_cast<float>(u));
-      act_bf16[r * Im + i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
-    }
-    for (int64_t c = 0; c < h; ++c) {
-      double sum = 0.0;
-      for (int64_t i = 0; i < Im; ++i) {
-        sum += widen(w.down[(e * h + c) * Im + i]) * widen(act_bf16[r * Im + i]);
-      }
-      out_rows[r * h + c] = static_cast<float>(sum);
-    }
+    for (int64_t c = 0; c < h; ++c) xr[c] = widen(x_rows[r * h + c]);
+    moe_reference::row_forward_bf16(out.data(), act, xr.data(), e, r, w, shape);
+    for (int64_t c = 0; c < h; ++c) out_rows[r * h + c] = static_cast<float>(out[c]);
   });
 }
 
@@ -278,56 +212,14 @@ void grouped_experts_backward_bf16_reference(float* rows, float* dweight_rows,
                                              const uint16_t* x_rows, const int32_t* offsets,
                                              const ExpertWeightsBf16& w,
                                              const ExpertsShape& shape) {
-  const int64_t h = shape.hidden, Im = shape.inter;
-  const auto* gate_bf16 = reinterpret_cast<const uint16_t*>(act.gate);
-  const auto* up_bf16 = reinterpret_cast<const uint16_t*>(act.up);
-  std::vector<double> dxr(static_cast<size_t>(h)), dy_down(static_cast<size_t>(h)),
-      dgate(static_cast<size_t>(Im)), dup(static_cast<size_t>(Im));
-  std::vector<uint16_t> act_row(static_cast<size_t>(Im));  // recomputed, as the contract says
+  const int64_t h = shape.hidden;
+  std::vector<double> dxr(static_cast<size_t>(h)), xr(static_cast<size_t>(h));
   for_each_row(offsets, shape.n_experts, [&](int64_t e, int64_t r) {
-    const uint16_t* xr = x_rows + r * h;
     float* dyr = rows + r * h;  // dy in, dx out
-    for (int64_t i = 0; i < Im; ++i) {
-      act_row[i] = product_of_bf16(gate_bf16[r * Im + i], up_bf16[r * Im + i]);
-    }
-    // d w = <dy, the expert's fp32 output>; down_proj's output gradient is w * dy, rounded.
-    double d_weight = 0.0;
-    for (int64_t c = 0; c < h; ++c) {
-      double out = 0.0;
-      for (int64_t i = 0; i < Im; ++i) {
-        out += widen(w.down[(e * h + c) * Im + i]) * widen(act_row[i]);
-      }
-      d_weight += static_cast<double>(dyr[c]) * static_cast<float>(out);
-      dy_down[c] = round_bf16(w_rows[r] * dyr[c]);
-    }
-    dweight_rows[r] = static_cast<float>(d_weight);
-    for (int64_t i = 0; i < Im; ++i) {
-      double dact = 0.0;
-      for (int64_t c = 0; c < h; ++c) dact += widen(w.down[(e * h + c) * Im + i]) * dy_down[c];
-      // SwiGLU's backward reads gate and up as kept: rounded to bf16.
-      const double gate = widen(gate_bf16[r * Im + i]), sig = 1.0 / (1.0 + std::exp(-gate));
-      const auto dact_f = static_cast<float>(dact);
-      dup[i] = round_bf16(static_cast<float>(dact_f * gate * sig));
-      dgate[i] = round_bf16(static_cast<float>(dact_f * widen(up_bf16[r * Im + i]) * sig *
-                                               (1.0 + gate * (1.0 - sig))));
-    }
-    for (int64_t c = 0; c < h; ++c) {
-      for (int64_t i = 0; i < Im; ++i) {
-        if (dw.down != nullptr)
-          dw.down[(e * h + c) * Im + i] += static_cast<float>(dy_down[c] * widen(act_row[i]));
-      }
-    }
+    for (int64_t c = 0; c < h; ++c) xr[c] = widen(x_rows[r * h + c]);
     std::fill(dxr.begin(), dxr.end(), 0.0);
-    for (int64_t i = 0; i < Im; ++i) {
-      for (int64_t c = 0; c < h; ++c) {
-        if (dw.gate != nullptr)
-          dw.gate[(e * Im + i) * h + c] += static_cast<float>(dgate[i] * widen(xr[c]));
-        if (dw.up != nullptr)
-          dw.up[(e * Im + i) * h + c] += static_cast<float>(dup[i] * widen(xr[c]));
-        dxr[c] += widen(w.gate[(e * Im + i) * h + c]) * dgate[i] +
-                  widen(w.up[(e * Im + i) * h + c]) * dup[i];
-      }
-    }
+    dweight_rows[r] = moe_reference::row_backward_bf16(dxr.data(), dw, dyr, w_rows[r], act,
+                                                       xr.data(), e, r, w, shape);
     for (int64_t c = 0; c < h; ++c) dyr[c] = static_cast<float>(dxr[c]);
   });
 }

@@ -7,7 +7,6 @@
 
 #include <omp.h>
 
-#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -119,25 +118,12 @@ inline void for_each_expert(const int32_t* offsets, int64_t n_experts, const Fn&
   for (int64_t e = 0; e < n_experts; ++e) one(e);
 }
 
-inline double silu_of(double g) {
-  return g / (1.0 + std::exp(-g));
-}
-
 // For the bf16 references: a bf16 value, and an fp32 value rounded to bf16, both exact in fp64.
 inline double widen(uint16_t bf16) {
   return bf16_to_f32(bf16);
 }
 inline double round_bf16(float value) {
   return bf16_to_f32(f32_to_bf16(value));
-}
-
-// The references' act, fp32: silu(gate) * up in fp64 from the kept gate and up, which the backward
-// recomputes from them as the forward computed it; under bf16 from their roundings, rounded.
-inline float product_of(float gate, float up) {
-  return static_cast<float>(silu_of(gate) * up);
-}
-inline uint16_t product_of_bf16(uint16_t gate, uint16_t up) {
-  return f32_to_bf16(product_of(bf16_to_f32(gate), bf16_to_f32(up)));
 }
 
 }  // namespace titan::moe_rows

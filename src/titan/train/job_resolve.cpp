@@ -167,6 +167,21 @@ std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDim
   return warnings;
 }
 
+std::vector<std::string> job_model_unused_keys(const JobConfig& c, const ModelArgs& args) {
+  std::vector<std::string> warnings;
+  const ActivationCheckpointing checkpointing = job_activation_checkpointing(c);
+  if (checkpointing.mode == ActivationCheckpointing::Mode::layers &&
+      checkpointing.every > args.num_hidden_layers) {
+    warnings.push_back("activation_checkpoint.selective_ac_option = \"" +
+                       c.activation_checkpoint.selective_ac_option +
+                       "\" recomputes no layer: the model has " +
+                       std::to_string(args.num_hidden_layers) +
+                       " layers and \"N\" recomputes layers N, 2N, ...; every layer keeps its "
+                       "activations, as under mode \"none\"");
+  }
+  return warnings;
+}
+
 DType job_compute_dtype(const JobConfig& c) {
   return c.training.mixed_precision_param == "bfloat16" ? DType::bf16 : DType::f32;
 }

@@ -52,6 +52,10 @@ JobSizeBounds job_size_bounds(const JobConfig& config, const ModelArgs& args, co
 // without FSDP (dp_shard 1).
 std::vector<std::string> job_world_unused_keys(const JobConfig& config, const MeshDims& dims,
                                                int64_t world_size);
+// Warnings for what the config asks that has no effect on the model `args`: a selective
+// activation_checkpoint.selective_ac_option "N" above its layer count recomputes no layer (the
+// run is mode "none"'s; torchtitan accepts it without a word).
+std::vector<std::string> job_model_unused_keys(const JobConfig& config, const ModelArgs& args);
 // The dtype the model's matmuls compute in: bf16 under training.mixed_precision_param =
 // "bfloat16", else fp32.
 DType job_compute_dtype(const JobConfig& config);

@@ -149,6 +149,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                  "warning: model.output_router_logits has no effect: the model has no sparse "
                  "layers\n");
   }
+  for (const std::string& line : job_model_unused_keys(config_, args_)) {
+    std::fprintf(stderr, "warning: %s\n", line.c_str());
+  }
   std::printf("model dims: %s; tokenizer: %s; data: %s\n",
               config_.model.flavor == "hf" ? (config_.model.hf_assets_path + "/config.json").c_str()
                                            : ("flavor '" + config_.model.flavor + "'").c_str(),
