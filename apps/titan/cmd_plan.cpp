@@ -26,11 +26,14 @@ std::string count(int64_t n, const std::string& one, const std::string& many) {
 }
 
 std::string mesh_name(const MeshDims& d) {
-  if (d.dp() == 1) return "one process";
+  if (d.world() == 1) return "one process";
+  const std::string tp = "TP " + std::to_string(d.tp);
+  if (d.dp() == 1) return tp + " (tensor_parallel_degree " + std::to_string(d.tp) + ")";
   const std::string dims = "dp_replicate " + std::to_string(d.dp_replicate) + " x dp_shard " +
-                           std::to_string(d.dp_shard);
-  if (d.dp_shard == 1) return "DDP (" + dims + ")";
-  return (d.dp_replicate == 1 ? "FSDP (" : "HSDP (") + dims + ")";
+                           std::to_string(d.dp_shard) +
+                           (d.tp == 1 ? "" : " x tp " + std::to_string(d.tp));
+  const std::string data = d.dp_shard == 1 ? "DDP" : d.dp_replicate == 1 ? "FSDP" : "HSDP";
+  return data + (d.tp == 1 ? "" : " x " + tp) + " (" + dims + ")";
 }
 
 // The [activation_checkpoint] keys that give `checkpointing`, as a config spells them.
@@ -55,7 +58,7 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   const bool fsdp = in.mesh.dp_shard > 1;
   std::printf("model %s (%s, %lld parameters), %s: %s\n", model.c_str(),
               in.args.architecture.c_str(), static_cast<long long>(p.parameter_count),
-              count(in.mesh.dp(), "rank", "ranks").c_str(), mesh_name(in.mesh).c_str());
+              count(in.mesh.world(), "rank", "ranks").c_str(), mesh_name(in.mesh).c_str());
   std::printf("a step: %s of %lld x %lld tokens per rank, %lld tokens in all; matmuls in %s\n",
               count(in.accumulation_steps, "micro-batch", "micro-batches").c_str(),
               static_cast<long long>(in.local_batch_size), static_cast<long long>(in.seq_len),
@@ -162,9 +165,10 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
       {"model", model},
       {"architecture", in.args.architecture},
       {"parameters", p.parameter_count},
-      {"ranks", in.mesh.dp()},
+      {"ranks", in.mesh.world()},
       {"dp_replicate", in.mesh.dp_replicate},
       {"dp_shard", in.mesh.dp_shard},
+      {"tp", in.mesh.tp},
       {"micro_batches", in.accumulation_steps},
       {"local_batch_size", in.local_batch_size},
       {"seq_len", in.seq_len},

@@ -180,4 +180,37 @@ JobKernels resolve_job_kernels(const JobConfig& c) {
   return kernels;
 }
 
+namespace {
+
+std::string under_tensor_parallel(const JobConfig& c) {
+  return " under parallelism.tensor_parallel_degree " +
+         std::to_string(c.parallelism.tensor_parallel_degree);
+}
+
+}  // namespace
+
+void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args) {
+  if (c.parallelism.tensor_parallel_degree == 1) return;
+  TITAN_CHECK(!args.is_moe(), "model ", args.architecture, under_tensor_parallel(c),
+              ": tensor parallel on a model with experts is not built yet (dense models only)");
+}
+
+void check_tensor_parallel_job(const JobConfig& c) {
+  if (c.parallelism.tensor_parallel_degree == 1) return;
+  const std::string under = under_tensor_parallel(c);
+  TITAN_CHECK(!c.parallelism.enable_sequence_parallel,
+              "parallelism.enable_sequence_parallel = true", under,
+              ": sequence parallel is not built yet; set it to false (torchtitan's default is "
+              "true)");
+  TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
+              ": LoRA under tensor parallel is not built yet");
+  TITAN_CHECK(!c.checkpoint.enable, "checkpoint.enable = true", under,
+              ": checkpoints of tensor-parallel cuts are not built yet (the final HF export, "
+              "checkpoint.last_save_in_hf, is)");
+  TITAN_CHECK(c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf,
+              "checkpoint.initial_load_path ", c.checkpoint.initial_load_path, under,
+              ": only a Hugging Face folder loads into tensor-parallel cuts so far "
+              "(checkpoint.initial_load_in_hf = true)");
+}
+
 }  // namespace titan

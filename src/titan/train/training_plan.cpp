@@ -120,8 +120,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, largest_send = 0;
   std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
-  // This rank's parts of the parameters, as the model is built (Parallelism::plan).
-  const ParallelizePlan parallelize = Parallelism::plan(a);
+  // Rank 0's parts of the parameters, as its model is built (Parallelism::plan; the TP ranks'
+  // parts are the same sizes).
+  ParallelAxes axes;
+  axes.tp_degree = in.mesh.tp;
+  const ParallelizePlan parallelize = Parallelism::plan(a, axes);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
   for (const ParamGroupSpec& g : group_specs) {
     const int64_t group = param_group_numel(g.params);
@@ -336,7 +339,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
-                                          in.seq_len);
+                                          in.seq_len, in.mesh.tp);
   };
   m.activations_none = activations(ActivationCheckpointing::none());
   m.activations_full = activations(ActivationCheckpointing::full());
