@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # `titan train` with tensor parallel (titan launch -> mpirun, oversubscribed, one thread a rank),
 # without sequence parallel: TP 2 on the default tiny Qwen3 and on tiny Llama (tied embedding,
-# Llama 3 RoPE) and Qwen2 (untied, q/k/v biases) folders loaded as initial weights, then FSDP 2 x
-# TP 2 and HSDP 2 x TP 2 (8 ranks) on the tiny Qwen3, each against the single process's run with
-# the same global batch: the first 10 losses and grad norms within 1e-5 relative, the exported
-# Hugging Face weights within 1e-6. Bad input gets one line: sequence parallel on (torchtitan's
-# default, not built yet), a degree that does not divide the heads.
+# Llama 3 RoPE) and Qwen2 (untied, q/k/v biases) folders loaded as initial weights, FSDP 2 x TP 2
+# and HSDP 2 x TP 2 (8 ranks) on the tiny Qwen3, each against the single process's run with the
+# same global batch:
+#  - the first 10 losses and grad norms within 1e-5 relative; the trained exports have the one
+#    process's tensors and shapes (their largest difference printed: the float sums run in
+#    another order, and AdamW moves an element whose summed gradient nearly cancels by up to lr
+#    either way, as tests/e2e/train_data_parallel.sh notes for the embedding);
+#  - with a learning rate no update survives rounding (1e-30), the export is the one process's
+#    file byte for byte: each rank's cut of the initialisation (Qwen3) or of the HF folder
+#    (Llama, Qwen2), gathered back whole by the export.
+# Bad input gets one line: sequence parallel on (torchtitan's default, not built yet).
 # usage: train_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -29,10 +35,22 @@ run() {
   [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
   "${launch[@]}" train "${common[@]}" "$@" --job.dump_folder="$work/$name" \
     --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-  [ "$(grep -c '^step ' "$work/$name.log")" = 10 ] || { echo "$name: expected 10 step lines from rank 0 only"; cat "$work/$name.log"; exit 1; }
+  local steps
+  steps=$(grep -c '^step ' "$work/$name.log" || true)
+  [ "$steps" = 10 ] || [ "$steps" = 2 ] || { echo "$name: expected 10 (or 2) step lines from rank 0 only"; cat "$work/$name.log"; exit 1; }
 }
-# equal_to_single REF RUN...: each run's 10 losses and grad norms within 1e-5 relative of REF's,
-# its exported weights within 1e-6.
+# same_export REF RUN...: the exported weights byte for byte
+same_export() {
+  local ref="$1"
+  shift
+  for name in "$@"; do
+    cmp "$work/$ref/hf/model.safetensors" "$work/$name/hf/model.safetensors" || { echo "$name: export differs from $ref's"; exit 1; }
+    echo "$name: export byte for byte the one process's"
+  done
+}
+still=(--training.steps=2 --optimizer.lr=1e-30)
+# equal_to_single REF RUN...: each run's losses and grad norms within 1e-5 relative of REF's, its
+# export the same tensors and shapes (the largest difference printed).
 equal_to_single() {
 "$python" - "$work" "$@" <<'PY'
 import json, sys
@@ -41,7 +59,7 @@ work, reference, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 def records(name):
     return [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
 single = records(reference)
-assert len(single) == 10, len(single)
+assert len(single) in (2, 10), len(single)
 ref = load_file(f"{work}/{reference}/hf/model.safetensors")
 for name in names:
     run = records(name)
@@ -57,9 +75,8 @@ for name in names:
     for k in ref:
         assert got[k].shape == ref[k].shape, f"{name}: {k} {tuple(got[k].shape)} vs {tuple(ref[k].shape)}"
     worst = max((got[k].float() - ref[k].float()).abs().max().item() for k in ref)
-    assert worst <= 1e-6, f"{name}: exported weights differ by {worst}"
-    print(f"{name}: 10 losses and grad norms within {worst_step:.1e} relative of one process; "
-          f"export within {worst:.1e}")
+    print(f"{name}: {len(run)} losses and grad norms within {worst_step:.1e} relative of one "
+          f"process; export within {worst:.1e}")
 PY
 }
 
@@ -67,11 +84,17 @@ PY
 # initial weights.
 run single 1
 run tp2 2 $(tp 2)
-grep -q "tensor parallel over 2 ranks per model" "$work/tp2.log" || { echo "tp2: no mesh line"; cat "$work/tp2.log"; exit 1; }
+grep -q "tensor parallel over 2 ranks per model .* tp 0 of 2" "$work/tp2.log" || { echo "tp2: no mesh line"; cat "$work/tp2.log"; exit 1; }
 run fsdp2tp2 4 $(tp 2)
-grep -q "dp_shard 1 of 2, tp 1 of 2" "$work/fsdp2tp2.log" || true
+grep -q "data parallel over 2 ranks: dp_replicate 1 x dp_shard 2" "$work/fsdp2tp2.log" || { echo "fsdp2tp2: not FSDP 2"; cat "$work/fsdp2tp2.log"; exit 1; }
 run hsdp2x2tp2 8 $(tp 2) --parallelism.data_parallel_replicate_degree=2
+grep -q "dp_replicate 2 x dp_shard 2" "$work/hsdp2x2tp2.log" || { echo "hsdp2x2tp2: not HSDP 2 x 2"; cat "$work/hsdp2x2tp2.log"; exit 1; }
 equal_to_single single tp2 fsdp2tp2 hsdp2x2tp2
+run still-single 1 "${still[@]}"
+run still-tp2 2 "${still[@]}" $(tp 2)
+run still-fsdp2tp2 4 "${still[@]}" $(tp 2)
+equal_to_single still-single still-tp2 still-fsdp2tp2
+same_export still-single still-tp2 still-fsdp2tp2
 
 # Llama (tied) and Qwen2 (untied, biases) folders, loaded into each rank's cuts.
 "$python" - "$work" "$tokenizer" <<'PY'
@@ -106,6 +129,10 @@ for name in llama qwen2; do
   run "$name-single" 1 "${hf[@]}"
   run "$name-tp2" 2 "${hf[@]}" $(tp 2)
   equal_to_single "$name-single" "$name-tp2"
+  run "$name-still-single" 1 "${hf[@]}" "${still[@]}"
+  run "$name-still-tp2" 2 "${hf[@]}" "${still[@]}" $(tp 2)
+  run "$name-still-fsdp2tp2" 4 "${hf[@]}" "${still[@]}" $(tp 2)
+  same_export "$name-still-single" "$name-still-tp2" "$name-still-fsdp2tp2"
 done
 
 # Bad input: one line each.

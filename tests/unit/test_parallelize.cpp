@@ -378,8 +378,10 @@ TEST(ShardRuns, CutsAndCutsOfCutsHoldTheirElements) {
 }
 
 TEST(ShardRuns, EachTpRankInitialisesItsCutOfTheWholeModel) {
-  ModelArgs a = even_dense();
-  a.attention_bias = a.o_proj_bias = a.mlp_bias = true;  // biases: row-wise ones stay whole
+  ModelArgs a = even_dense();  // a Llama with every bias: row-wise ones stay whole
+  a.architecture = "LlamaForCausalLM";
+  a.qk_norm = false;
+  a.attention_bias = a.o_proj_bias = a.mlp_bias = true;
   const std::unique_ptr<CausalLM> whole = make_model(a);
   whole->initialize(7);
   for (int64_t rank = 0; rank < 2; ++rank) {
@@ -395,8 +397,9 @@ TEST(ShardRuns, EachTpRankInitialisesItsCutOfTheWholeModel) {
         std::vector<float> expected(static_cast<size_t>(v.numel));
         copy_part_out(shard_box(wv.spec.shape, {plan.placement_of(v.spec)}), w.params() + wv.offset,
                       expected.data());
-        EXPECT_EQ(std::vector<float>(local.params() + v.offset, local.params() + v.offset + v.numel),
-                  expected)
+        EXPECT_EQ(
+            std::vector<float>(local.params() + v.offset, local.params() + v.offset + v.numel),
+            expected)
             << v.spec.name << " on rank " << rank;
       }
     }

@@ -63,7 +63,7 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims) : world_(world
   shard_group_ = split(replicate_index_ * dims.tp + tp_index_, shard_index_);
   replicate_group_ = split(shard_index_ * dims.tp + tp_index_, replicate_index_);
   tp_group_ = split(dp_rank, tp_index_);
-  dp_group_ = split(tp_index_, dp_rank);
+  if (dims.tp > 1) dp_group_ = split(tp_index_, dp_rank);  // else the world itself
 }
 
 std::string DeviceMesh::describe() const {
@@ -71,7 +71,8 @@ std::string DeviceMesh::describe() const {
          ": dp_replicate " + std::to_string(replicate_index_) + " of " +
          std::to_string(dims_.dp_replicate) + ", dp_shard " + std::to_string(shard_index_) +
          " of " + std::to_string(dims_.dp_shard) +
-         (dims_.tp == 1 ? "" : ", tp " + std::to_string(tp_index_) + " of " + std::to_string(dims_.tp));
+         (dims_.tp == 1 ? ""
+                        : ", tp " + std::to_string(tp_index_) + " of " + std::to_string(dims_.tp));
 }
 
 }  // namespace titan

@@ -51,7 +51,7 @@ class DeviceMesh {
   Communicator& tp_group() { return *tp_group_; }
   // The data-parallel ranks with this rank's tp index: what a batch's sums and the replicated
   // gradients are reduced over (the world itself without TP).
-  Communicator& dp_group() { return *dp_group_; }
+  Communicator& dp_group() { return dp_group_ ? *dp_group_ : world_; }
   // "rank 3 of 4: dp_replicate 1 of 2, dp_shard 1 of 2", then ", tp 1 of 2" under TP
   std::string describe() const;
 

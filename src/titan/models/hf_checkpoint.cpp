@@ -145,8 +145,8 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
       }
       float* data = groups[g].params() + v.offset;
       if (box.real_numel() != v.numel) std::fill(data, data + v.numel, 0.0f);  // the padding
-      params.emplace(v.spec.name, std::pair(HeldElements{data, DType::f32, box.runs},
-                                            shape_numel(whole.shape)));
+      params.emplace(v.spec.name,
+                     std::pair(HeldElements{data, DType::f32, box.runs}, shape_numel(whole.shape)));
     }
   }
   TITAN_CHECK(std::all_of(bf16.begin(), bf16.end(),
@@ -176,9 +176,9 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
       const int64_t hi = std::min(key.offset + entry.numel(), run.whole_first + run.count);
       if (lo >= hi) continue;
       const auto first = static_cast<size_t>(lo - key.offset), count = static_cast<size_t>(hi - lo);
-      void* dst = static_cast<unsigned char*>(held.data) +
-                  static_cast<size_t>(run.part_first + lo - run.whole_first) *
-                      dtype_size(held.dtype);
+      void* dst =
+          static_cast<unsigned char*>(held.data) +
+          static_cast<size_t>(run.part_first + lo - run.whole_first) * dtype_size(held.dtype);
       read_range_as(entry, first, count, held.dtype, dst);
       // The stored values: rounding into bf16 neither makes nor hides a NaN or Inf that matters.
       scan.add(entry.file, key.key,

@@ -22,8 +22,8 @@
 
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
-#include "titan/nn/param_group.h"
 #include "titan/nn/parallel_plan.h"
+#include "titan/nn/param_group.h"
 
 namespace titan {
 

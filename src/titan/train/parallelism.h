@@ -96,7 +96,7 @@ class Parallelism {
   CausalLM& model_;
   DeviceMesh& mesh_;
   ParallelizePlan plan_;
-  std::vector<ParamGroup> export_whole_;  // under TP: the export's whole groups (rank 0)
+  std::vector<ParamGroup> export_whole_;        // under TP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;    // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
 };

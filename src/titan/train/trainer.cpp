@@ -93,10 +93,11 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                              : "FSDP: parameters, gradients and AdamW state sharded, each unit "
                                "gathered while in use";
     std::printf(
-        "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (rank = "
+        "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (%s = "
         "replicate index x %lld + shard index); %s\n",
         static_cast<long long>(dims.dp()), static_cast<long long>(dims.dp_replicate),
-        static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard), how);
+        static_cast<long long>(dims.dp_shard), dims.tp == 1 ? "rank" : "data-parallel rank",
+        static_cast<long long>(dims.dp_shard), how);
   }
   if (dims.tp > 1) {
     std::printf(
@@ -180,9 +181,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   const bool base_in_bf16 = lora_base_in_bf16(config_);
   plan_ = Parallelism::plan(
       args_, Parallelism::axes(*mesh_, config_.parallelism.enable_sequence_parallel));
-  model_ = make_model(args_, kernels.overrides, compute,
-                      base_in_bf16 ? Residency::released : Parallelism::param_residency(*mesh_),
-                      plan_);
+  model_ =
+      make_model(args_, kernels.overrides, compute,
+                 base_in_bf16 ? Residency::released : Parallelism::param_residency(*mesh_), plan_);
   if (base_in_bf16) {
     std::printf(
         "mixed precision: %s; the frozen base's matmul weights held only in bf16 "
@@ -397,17 +398,16 @@ TrainResult Trainer::run() {
   }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
   const bool rank0 = mesh_->world().rank() == 0;
-  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len, plan_),
-                        peak.gflops, t.steps, rank0 ? metrics_jsonl_path(config_) : std::string(),
+  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len, plan_), peak.gflops, t.steps,
+                        rank0 ? metrics_jsonl_path(config_) : std::string(),
                         rank0 ? tensorboard_run_dir(config_) : std::string(), &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
       "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
       config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
-      training_flops_per_token(args_, t.seq_len, plan_),
-      static_cast<long long>(t.steps), static_cast<long long>(t.local_batch_size),
-      static_cast<long long>(t.seq_len), static_cast<long long>(accumulation_steps_), peak.gflops,
-      peak.source.c_str());
+      training_flops_per_token(args_, t.seq_len, plan_), static_cast<long long>(t.steps),
+      static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
+      static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
   if (const std::string jsonl = metrics_jsonl_path(config_); !jsonl.empty()) {
     std::printf("metrics appended to %s (metrics.save_jsonl)\n", jsonl.c_str());
   }
