@@ -149,7 +149,10 @@ void print_text(const TrainingPlan& p, const std::string& model) {
              : "the gradients, once a step");
   }
   row("communication", c.per_step(),
-      in.mesh.dp() == 1 ? "one process" : "sent by each rank (ring algorithms)");
+      in.mesh.world() == 1 ? "one process"
+      : in.mesh.tp > 1     ? "sent by each rank (ring algorithms); tensor parallel's all-reduces "
+                             "not counted yet"
+                           : "sent by each rank (ring algorithms)");
 }
 
 nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {

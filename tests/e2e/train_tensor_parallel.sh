@@ -11,6 +11,9 @@
 #  - with a learning rate no update survives rounding (1e-30), the export is the one process's
 #    file byte for byte: each rank's cut of the initialisation (Qwen3) or of the HF folder
 #    (Llama, Qwen2), gathered back whole by the export.
+#  - checkpoints: TP 2 saves the one process's layout (gathered onto rank 0), and a step-4
+#    checkpoint of TP 2 resumes on one process, one of one process on TP 2, both continuing
+#    within 1e-5 relative of the uninterrupted single process.
 # Bad input gets one line: sequence parallel on (torchtitan's default, not built yet).
 # usage: train_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
@@ -95,6 +98,37 @@ run still-tp2 2 "${still[@]}" $(tp 2)
 run still-fsdp2tp2 4 "${still[@]}" $(tp 2)
 equal_to_single still-single still-tp2 still-fsdp2tp2
 same_export still-single still-tp2 still-fsdp2tp2
+
+# Checkpoints at step 4, resumed on the other layout.
+ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0)
+resume() { echo --checkpoint.initial_load_path="$work/$1/checkpoint/step-4" --checkpoint.initial_load_model_only=false; }
+run ck-single 1 "${ckpt[@]}"
+run ck-tp2 2 "${ckpt[@]}" $(tp 2)
+[ -f "$work/ck-tp2/checkpoint/step-4/model.safetensors" ] || { echo "ck-tp2: not the one process's layout"; ls "$work/ck-tp2/checkpoint/step-4"; exit 1; }
+"$titan" train "${common[@]}" $(resume ck-tp2) --job.dump_folder="$work/tp2-to-1" \
+  --metrics.save_jsonl="$work/tp2-to-1.jsonl" > "$work/tp2-to-1.log" 2>&1 || { cat "$work/tp2-to-1.log"; exit 1; }
+"$titan" launch --nproc 2 train "${common[@]}" $(tp 2) $(resume ck-single) --job.dump_folder="$work/1-to-tp2" \
+  --metrics.save_jsonl="$work/1-to-tp2.jsonl" > "$work/1-to-tp2.log" 2>&1 || { cat "$work/1-to-tp2.log"; exit 1; }
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def records(name):
+    return {r["step"]: r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r}
+single = records("single")
+for name in ("ck-single", "ck-tp2"):
+    run = records(name)
+    assert sorted(run) == sorted(single), f"{name}: steps {sorted(run)}"
+for name in ("tp2-to-1", "1-to-tp2"):
+    run = records(name)
+    assert sorted(run) == list(range(5, 11)), f"{name}: steps {sorted(run)}"
+    worst = 0.0
+    for step, r in run.items():
+        for key in ("loss", "grad_norm"):
+            rel = abs(r[key] - single[step][key]) / abs(single[step][key])
+            worst = max(worst, rel)
+            assert rel <= 1e-5, f"{name} step {step} {key}: {r[key]} vs {single[step][key]} ({rel:.2e})"
+    print(f"{name}: resumed at step 5, losses and grad norms within {worst:.1e} relative of one process")
+PY
 
 # Llama (tied) and Qwen2 (untied, biases) folders, loaded into each rank's cuts.
 "$python" - "$work" "$tokenizer" <<'PY'

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/parallel_plan.h"
 #include "titan/nn/param_group.h"
 #include "titan/nn/shard.h"
 
@@ -109,14 +110,16 @@ TrainerState check_training_checkpoint(const std::string& dir,
                                        const std::vector<ParamGroupSpec>& specs,
                                        CheckpointContent content);
 
-// Loads the checkpoint folder `dir` (either layout) into groups holding `shard` of the model of
-// `specs`: the parameters, and with `full` the AdamW moments too (groups must have optimizer state
-// allocated; a model-only checkpoint is an error). Every file is checked before any tensor is
-// copied; errors name file and tensor. NaN or Inf in what was loaded is refused
-// (models/nonfinite_weights.h) unless `allow_nonfinite`.
+// Loads the checkpoint folder `dir` (either layout) into groups holding the model of `specs` cut
+// by each parameter's placement under `plan` (tensor parallel's cut) and then by `shard`: the
+// parameters, and with `full` the AdamW moments too (groups must have optimizer state allocated; a
+// model-only checkpoint is an error). Every file is checked before any tensor is copied; errors
+// name file and tensor. NaN or Inf in what was loaded is refused (models/nonfinite_weights.h)
+// unless `allow_nonfinite`.
 TrainerState load_training_checkpoint(const std::string& dir,
                                       const std::vector<ParamGroupSpec>& specs,
                                       std::vector<ParamGroup>& groups, Shard shard,
-                                      CheckpointContent content, bool allow_nonfinite = false);
+                                      CheckpointContent content, bool allow_nonfinite = false,
+                                      const ParallelizePlan& plan = {});
 
 }  // namespace titan

@@ -189,8 +189,12 @@ std::string under_tensor_parallel(const JobConfig& c) {
 
 }  // namespace
 
-void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args) {
+void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, const MeshDims& dims) {
   if (c.parallelism.tensor_parallel_degree == 1) return;
+  TITAN_CHECK(!c.checkpoint.enable || dims.dp_shard == 1, "checkpoint.enable = true under FSDP (",
+              "data_parallel_shard_degree ", dims.dp_shard, ") x tensor_parallel_degree ",
+              c.parallelism.tensor_parallel_degree,
+              ": checkpoints of FSDP x TP cuts are not built yet (TP alone, or with DDP, saves)");
   TITAN_CHECK(!args.is_moe(), "model ", args.architecture, under_tensor_parallel(c),
               ": tensor parallel on a model with experts is not built yet (dense models only)");
 }
@@ -204,13 +208,10 @@ void check_tensor_parallel_job(const JobConfig& c) {
               "true)");
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under tensor parallel is not built yet");
-  TITAN_CHECK(!c.checkpoint.enable, "checkpoint.enable = true", under,
-              ": checkpoints of tensor-parallel cuts are not built yet (the final HF export, "
-              "checkpoint.last_save_in_hf, is)");
-  TITAN_CHECK(c.checkpoint.initial_load_path.empty() || c.checkpoint.initial_load_in_hf,
-              "checkpoint.initial_load_path ", c.checkpoint.initial_load_path, under,
-              ": only a Hugging Face folder loads into tensor-parallel cuts so far "
-              "(checkpoint.initial_load_in_hf = true)");
+  TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
+              "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
+              ": asynchronous checkpoints of tensor-parallel cuts are not built yet (set it to "
+              "\"disabled\")");
 }
 
 }  // namespace titan

@@ -130,6 +130,41 @@ bool Parallelism::writes_checkpoint() const {
   return fsdp_ && !trained_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
 }
 
+std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
+  if (mesh_.dims().tp == 1) return checkpoint_groups(state_groups());
+  TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor parallel are not built yet");
+  const bool root = mesh_.world().rank() == 0;
+  if (root) checkpoint_whole_.resize(export_whole_.size());
+  std::vector<CheckpointGroup> whole;
+  std::vector<ParamGroup>& local = model_.param_groups();
+  for (size_t g = 0; g < local.size(); ++g) {
+    float* buffers[3] = {local[g].params(), local[g].exp_avg(), local[g].exp_avg_sq()};
+    CheckpointGroup written;
+    float** targets[3] = {&written.params, &written.exp_avg, &written.exp_avg_sq};
+    for (size_t b = 0; b < (model_only ? 1 : 3); ++b) {
+      std::vector<float>* out = nullptr;
+      if (root) {
+        out = &checkpoint_whole_[g][b];
+        out->resize(static_cast<size_t>(export_whole_[g].numel()));
+        *targets[b] = out->data();
+      }
+      for (const ParamView& v : local[g].views()) {
+        gather_tp_param(v, buffers[b] + v.offset,
+                        root ? out->data() + export_whole_[g].view(v.spec.name).offset : nullptr);
+      }
+    }
+    if (root) {
+      written.views = &export_whole_[g].views();
+      whole.push_back(written);
+    }
+  }
+  return whole;
+}
+
+Shard Parallelism::checkpoint_cut() const {
+  return mesh_.dims().tp > 1 ? Shard{} : state_cut();
+}
+
 NonfiniteScan Parallelism::scan_model(const std::string& what) {
   std::vector<double> counts;  // per parameter, in the groups' order
   for (const ParamGroup& g : model_groups()) {
@@ -184,29 +219,34 @@ void Parallelism::gather_tp_cuts(const ExportRun& run) {
     whole->acquire_params();
   }
   const ParamGroup& local = model_.param_groups()[run.group];
-  const auto degree = static_cast<size_t>(tp.size());
   for (const std::string& name : run.params) {
     const ParamView& v = local.view(name);
-    float* own = local.params() + v.offset;
-    float* out = root ? whole->params() + whole->view(name).offset : nullptr;
-    const Shard cut = plan_.placement_of(v.spec);
-    if (cut.count == 1) {  // the same on every TP rank
-      if (root) std::copy(own, own + v.numel, out);
-      continue;
-    }
-    // The cuts in rank order: the whole itself for a dim-0 cut; else placed by shard_box.
-    std::vector<float> cuts(root && cut.dim != 0 ? degree * static_cast<size_t>(v.numel) : 0);
-    CommPart part{cut.dim == 0 ? out : cuts.data(), own, std::vector<int64_t>(degree, v.numel),
-                  DType::f32};
-    tp.gather_async({part}, 0).wait();
-    if (!root || cut.dim == 0) continue;
-    const Shape shape = whole_param_spec(v.spec, plan_).shape;
-    for (size_t r = 0; r < degree; ++r) {
-      Shard rank_cut = cut;
-      rank_cut.index = static_cast<int64_t>(r);
-      copy_part_in(shard_box(shape, {rank_cut}), cuts.data() + r * static_cast<size_t>(v.numel),
-                   out);
-    }
+    gather_tp_param(v, local.params() + v.offset,
+                    root ? whole->params() + whole->view(name).offset : nullptr);
+  }
+}
+
+void Parallelism::gather_tp_param(const ParamView& v, float* own, float* whole) {
+  Communicator& tp = mesh_.tp_group();
+  const bool root = tp.rank() == 0;
+  const auto degree = static_cast<size_t>(tp.size());
+  const Shard cut = plan_.placement_of(v.spec);
+  if (cut.count == 1) {  // the same on every TP rank
+    if (root) std::copy(own, own + v.numel, whole);
+    return;
+  }
+  // The cuts in rank order: the whole itself for a dim-0 cut; else placed by shard_box.
+  std::vector<float> cuts(root && cut.dim != 0 ? degree * static_cast<size_t>(v.numel) : 0);
+  CommPart part{cut.dim == 0 ? whole : cuts.data(), own, std::vector<int64_t>(degree, v.numel),
+                DType::f32};
+  tp.gather_async({part}, 0).wait();
+  if (!root || cut.dim == 0) return;
+  const Shape shape = whole_param_spec(v.spec, plan_).shape;
+  for (size_t r = 0; r < degree; ++r) {
+    Shard rank_cut = cut;
+    rank_cut.index = static_cast<int64_t>(r);
+    copy_part_in(shard_box(shape, {rank_cut}), cuts.data() + r * static_cast<size_t>(v.numel),
+                 whole);
   }
 }
 

@@ -6,6 +6,7 @@
 // model is brought together for an export.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/nn/parallel_plan.h"
+#include "titan/train/checkpoint.h"
 #include "titan/train/optimizer.h"
 
 namespace titan {
@@ -69,8 +71,15 @@ class Parallelism {
   void zero_gradients();
   void finish_gradients();
   // Whether this rank writes its cut of a checkpoint: one writer per distinct cut (rank 0 for
-  // whole parameters, replica 0's shard ranks under FSDP and HSDP).
+  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP, which writes
+  // the gathered whole).
   bool writes_checkpoint() const;
+  // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) the
+  // parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 (held there
+  // until the next save; the other ranks get nothing). Every rank calls it for every save.
+  std::vector<CheckpointGroup> checkpoint_state(bool model_only);
+  // The cut checkpoints are written in: state_cut(), or whole under TP.
+  Shard checkpoint_cut() const;
   // The model's weights scanned for NaN and Inf where this rank holds them (FSDP: its shards,
   // the counts summed over the shard group), `what` naming them: the same scan on every rank.
   NonfiniteScan scan_model(const std::string& what);
@@ -92,10 +101,15 @@ class Parallelism {
   // The TP gather of `run` from the model's groups (whole over FSDP on each TP rank) into
   // export_groups() on rank 0.
   void gather_tp_cuts(const ExportRun& run);
+  // One parameter's TP cuts (`local`'s view v, this rank's at `own`) gathered whole into `whole`
+  // on the TP group's rank 0 (null elsewhere).
+  void gather_tp_param(const ParamView& v, float* own, float* whole);
 
   CausalLM& model_;
   DeviceMesh& mesh_;
   ParallelizePlan plan_;
+  // Under TP, rank 0's whole checkpoint state: per group its parameters and AdamW moments.
+  std::vector<std::array<std::vector<float>, 3>> checkpoint_whole_;
   std::vector<ParamGroup> export_whole_;        // under TP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;    // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups

@@ -112,7 +112,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   const ModelArgs job_args = resolve_job_model_args(config_);
   check_lora_base_dtype(config_, job_args, dims.dp_shard);
   check_job_sizes(config_, job_args, dims);
-  check_tensor_parallel_model(config_, job_args);
+  check_tensor_parallel_model(config_, job_args, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());

@@ -64,7 +64,7 @@ void Trainer::restore() {
   const std::vector<ParamGroupSpec> specs = state_specs();
   const auto load = [&](const std::string& dir, CheckpointContent content) {
     return load_training_checkpoint(dir, specs, state_groups(), state_cut(), content,
-                                    ck.allow_nonfinite_weights);
+                                    ck.allow_nonfinite_weights, plan_);
   };
   if (resume_) {
     resume_from(load(resume_->dir, resume_->state.model_only ? CheckpointContent::model_only
@@ -148,18 +148,20 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
     set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
     return;
   }
+  const double t0 = now_seconds();
+  // Under TP gathered whole onto rank 0 first (every rank takes part).
+  const std::vector<CheckpointGroup> written = parallelism_->checkpoint_state(model_only);
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
-  const double t0 = now_seconds();
   if (parallelism_->writes_checkpoint()) {
-    write_checkpoint_shard(temp_dir, specs, checkpoint_groups(state_groups()), state_cut(),
-                           model_only, /*show_progress=*/true);
+    write_checkpoint_shard(temp_dir, specs, written, parallelism_->checkpoint_cut(), model_only,
+                           /*show_progress=*/true);
   }
   world.barrier();
   if (world.rank() == 0) {
     write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
-    commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
+    commit_training_checkpoint(folder, temp_dir, specs, parallelism_->checkpoint_cut().count, state,
                                config_.checkpoint.keep_latest_k);
     const std::string dir = training_checkpoint_dir(folder, step);
     std::printf("checkpoint saved: %s (%s%s)\n", dir.c_str(), saved_folder_summary(dir, t0).c_str(),
