@@ -12,9 +12,10 @@
 //   <folder>/step-<N>/sharding.json          K, and per parameter its whole shape and each
 //                                            shard's slice of rows [first, first + rows)
 //
-// Either layout loads into any cut of the parameters (the whole model, or shard i of any K): a
-// run resumes on another number of ranks, or on one process, by reading each row where it was
-// written.
+// Either layout loads into any cut of the parameters (the whole model, or shard i of any K, of a
+// tensor-parallel rank's part too): a run resumes on another number of ranks, another TP degree,
+// or on one process, by reading each row where it was written. Under TP the one process's layout
+// is written, gathered onto rank 0 (train/parallelism.h).
 //
 // A model-only checkpoint (torchtitan's last_save_model_only, for the last step) has no
 // optimizer files: it can seed another run's weights but cannot resume this one exactly.
