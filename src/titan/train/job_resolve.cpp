@@ -164,6 +164,11 @@ std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDim
         "resolves to 1" +
         std::string(world_size == 1 ? " in one process)" : ")"));
   }
+  if (dims.tp == 1 && is_set("parallelism.enable_sequence_parallel")) {
+    warnings.push_back(
+        "parallelism.enable_sequence_parallel has no effect: no tensor parallel "
+        "(tensor_parallel_degree 1)");
+  }
   return warnings;
 }
 
