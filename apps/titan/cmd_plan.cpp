@@ -108,6 +108,11 @@ void print_text(const TrainingPlan& p, const std::string& model) {
                                "layer's, shared) " +
                                bytes(m.lora_scratch)
                          : std::string("RoPE tables"));
+  if (m.checkpoint_whole_parameters > 0) {
+    row("checkpoint copy", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer,
+        "tensor parallel: rank 0's whole parameters and AdamW moments each save gathers into, "
+        "held from the first save (in the step peak)");
+  }
   row("step peak", m.step_peak(),
       fsdp                 ? "resident + the units in flight at their most"
       : m.block_copies > 0 ? "everything resident + one block's bf16 copies"
@@ -119,8 +124,8 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   if (in.export_hf) {
     row("final export", m.export_peak(),
         std::string("checkpoint.last_save_in_hf: ") +
-            (fsdp ? "one unit's parameters gathered to rank 0 at most " + bytes(m.export_gather) +
-                        " + "
+            (fsdp || in.mesh.tp > 1 ? "one unit's parameters gathered to rank 0 at most " +
+                                          bytes(m.export_gather) + " + "
              : in.lora_base_bf16 && m.export_gather > 0
                  ? "the bf16 base widened to fp32 masters " + bytes(m.export_gather) + " + "
                  : "") +
@@ -196,6 +201,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"rope", m.rope},
         {"writer_staging", m.writer_staging},
         {"export_gather", m.export_gather},
+        {"checkpoint_whole", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer},
         {"step_by_category", step},
         {"step_peak", m.step_peak()},
         {"checkpoint_peak", in.checkpoint_saves ? nlohmann::json(m.checkpoint_peak()) : nullptr},

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "titan/backend/backend.h"
+#include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/distributed/data_parallel.h"
 #include "titan/io/convert.h"
@@ -134,7 +136,14 @@ std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   if (mesh_.dims().tp == 1) return checkpoint_groups(state_groups());
   TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor parallel are not built yet");
   const bool root = mesh_.world().rank() == 0;
-  if (root) checkpoint_whole_.resize(export_whole_.size());
+  if (root && checkpoint_whole_.empty()) {  // made at the first save, kept for the next
+    for (const ParamGroup& g : export_whole_) {
+      const auto bytes = static_cast<size_t>(g.numel()) * sizeof(float);
+      checkpoint_whole_.push_back({Buffer(backend().memory(), bytes, MemCategory::parameters),
+                                   Buffer(backend().memory(), bytes, MemCategory::optimizer),
+                                   Buffer(backend().memory(), bytes, MemCategory::optimizer)});
+    }
+  }
   std::vector<CheckpointGroup> whole;
   std::vector<ParamGroup>& local = model_.param_groups();
   for (size_t g = 0; g < local.size(); ++g) {
@@ -142,15 +151,11 @@ std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
     CheckpointGroup written;
     float** targets[3] = {&written.params, &written.exp_avg, &written.exp_avg_sq};
     for (size_t b = 0; b < (model_only ? 1 : 3); ++b) {
-      std::vector<float>* out = nullptr;
-      if (root) {
-        out = &checkpoint_whole_[g][b];
-        out->resize(static_cast<size_t>(export_whole_[g].numel()));
-        *targets[b] = out->data();
-      }
+      float* out = root ? checkpoint_whole_[g][b].as<float>() : nullptr;
+      if (root) *targets[b] = out;
       for (const ParamView& v : local[g].views()) {
         gather_tp_param(v, buffers[b] + v.offset,
-                        root ? out->data() + export_whole_[g].view(v.spec.name).offset : nullptr);
+                        root ? out + export_whole_[g].view(v.spec.name).offset : nullptr);
       }
     }
     if (root) {
@@ -216,7 +221,9 @@ void Parallelism::gather_tp_cuts(const ExportRun& run) {
   if (root) {
     for (ParamGroup& g : export_whole_) g.release_params();
     whole = &export_whole_[run.group];
-    whole->acquire_params();
+    whole->acquire_params_where([&](const ParamView& v) {
+      return std::find(run.params.begin(), run.params.end(), v.spec.name) != run.params.end();
+    });
   }
   const ParamGroup& local = model_.param_groups()[run.group];
   for (const std::string& name : run.params) {
@@ -236,8 +243,12 @@ void Parallelism::gather_tp_param(const ParamView& v, float* own, float* whole) 
     return;
   }
   // The cuts in rank order: the whole itself for a dim-0 cut; else placed by shard_box.
-  std::vector<float> cuts(root && cut.dim != 0 ? degree * static_cast<size_t>(v.numel) : 0);
-  CommPart part{cut.dim == 0 ? whole : cuts.data(), own, std::vector<int64_t>(degree, v.numel),
+  Buffer cuts;
+  if (root && cut.dim != 0) {
+    cuts = Buffer(backend().memory(), degree * static_cast<size_t>(v.numel) * sizeof(float),
+                  MemCategory::other);
+  }
+  CommPart part{cut.dim == 0 ? whole : cuts.as<float>(), own, std::vector<int64_t>(degree, v.numel),
                 DType::f32};
   tp.gather_async({part}, 0).wait();
   if (!root || cut.dim == 0) return;
@@ -245,7 +256,7 @@ void Parallelism::gather_tp_param(const ParamView& v, float* own, float* whole) 
   for (size_t r = 0; r < degree; ++r) {
     Shard rank_cut = cut;
     rank_cut.index = static_cast<int64_t>(r);
-    copy_part_in(shard_box(shape, {rank_cut}), cuts.data() + r * static_cast<size_t>(v.numel),
+    copy_part_in(shard_box(shape, {rank_cut}), cuts.as<float>() + r * static_cast<size_t>(v.numel),
                  whole);
   }
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/allocator.h"
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
 #include "titan/models/causal_lm.h"
@@ -109,7 +110,7 @@ class Parallelism {
   DeviceMesh& mesh_;
   ParallelizePlan plan_;
   // Under TP, rank 0's whole checkpoint state: per group its parameters and AdamW moments.
-  std::vector<std::array<std::vector<float>, 3>> checkpoint_whole_;
+  std::vector<std::array<Buffer, 3>> checkpoint_whole_;
   std::vector<ParamGroup> export_whole_;        // under TP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;    // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
