@@ -11,7 +11,7 @@
 #  - with a learning rate no update survives rounding (1e-30), the export is the one process's
 #    file byte for byte: each rank's cut of the initialisation (Qwen3) or of the HF folder
 #    (Llama, Qwen2), gathered back whole by the export.
-#  - checkpoints: TP 2 saves the one process's layout (gathered onto rank 0), and a step-4
+#  - checkpoints: TP 2 and DDP 2 x TP 2 save the one process's layout (gathered onto rank 0), and a step-4
 #    checkpoint of TP 2 resumes on one process, one of one process on TP 2, both continuing
 #    within 1e-5 relative of the uninterrupted single process.
 # Bad input gets one line: sequence parallel on (torchtitan's default, not built yet).
@@ -104,6 +104,8 @@ ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_
 resume() { echo --checkpoint.initial_load_path="$work/$1/checkpoint/step-4" --checkpoint.initial_load_model_only=false; }
 run ck-single 1 "${ckpt[@]}"
 run ck-tp2 2 "${ckpt[@]}" $(tp 2)
+run ck-ddp2tp2 4 "${ckpt[@]}" $(tp 2) --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1
+equal_to_single single ck-tp2 ck-ddp2tp2
 [ -f "$work/ck-tp2/checkpoint/step-4/model.safetensors" ] || { echo "ck-tp2: not the one process's layout"; ls "$work/ck-tp2/checkpoint/step-4"; exit 1; }
 "$titan" train "${common[@]}" $(resume ck-tp2) --job.dump_folder="$work/tp2-to-1" \
   --metrics.save_jsonl="$work/tp2-to-1.jsonl" > "$work/tp2-to-1.log" 2>&1 || { cat "$work/tp2-to-1.log"; exit 1; }

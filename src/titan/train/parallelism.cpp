@@ -135,6 +135,7 @@ bool Parallelism::writes_checkpoint() const {
 std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   if (mesh_.dims().tp == 1) return checkpoint_groups(state_groups());
   TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor parallel are not built yet");
+  if (mesh_.dp_rank() != 0) return {};  // the other replicas' TP groups hold the same state
   const bool root = mesh_.world().rank() == 0;
   if (root && checkpoint_whole_.empty()) {  // made at the first save, kept for the next
     for (const ParamGroup& g : export_whole_) {

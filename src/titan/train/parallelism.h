@@ -76,8 +76,9 @@ class Parallelism {
   // the gathered whole).
   bool writes_checkpoint() const;
   // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) the
-  // parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 (held there
-  // until the next save; the other ranks get nothing). Every rank calls it for every save.
+  // parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its TP
+  // group (held there until the next save; the other ranks get nothing). Every rank calls it for
+  // every save.
   std::vector<CheckpointGroup> checkpoint_state(bool model_only);
   // The cut checkpoints are written in: state_cut(), or whole under TP.
   Shard checkpoint_cut() const;
