@@ -11,9 +11,9 @@
 #  - with a learning rate no update survives rounding (1e-30), the export is the one process's
 #    file byte for byte: each rank's cut of the initialisation (Qwen3) or of the HF folder
 #    (Llama, Qwen2), gathered back whole by the export.
-#  - checkpoints: TP 2 and DDP 2 x TP 2 save the one process's layout (gathered onto rank 0), and a step-4
-#    checkpoint of TP 2 resumes on one process, one of one process on TP 2, both continuing
-#    within 1e-5 relative of the uninterrupted single process.
+#  - checkpoints: TP 2 and DDP 2 x TP 2 save the one process's layout (gathered onto rank 0),
+#    and a step-4 checkpoint of TP 2 resumes on one process, one of one process on TP 2 and on
+#    FSDP 2 x TP 2, each continuing within 1e-5 relative of the uninterrupted single process.
 # Bad input gets one line: sequence parallel on (torchtitan's default, not built yet).
 # usage: train_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
@@ -111,6 +111,8 @@ equal_to_single single ck-tp2 ck-ddp2tp2
   --metrics.save_jsonl="$work/tp2-to-1.jsonl" > "$work/tp2-to-1.log" 2>&1 || { cat "$work/tp2-to-1.log"; exit 1; }
 "$titan" launch --nproc 2 train "${common[@]}" $(tp 2) $(resume ck-single) --job.dump_folder="$work/1-to-tp2" \
   --metrics.save_jsonl="$work/1-to-tp2.jsonl" > "$work/1-to-tp2.log" 2>&1 || { cat "$work/1-to-tp2.log"; exit 1; }
+"$titan" launch --nproc 4 train "${common[@]}" $(tp 2) $(resume ck-single) --job.dump_folder="$work/1-to-fsdp2tp2" \
+  --metrics.save_jsonl="$work/1-to-fsdp2tp2.jsonl" > "$work/1-to-fsdp2tp2.log" 2>&1 || { cat "$work/1-to-fsdp2tp2.log"; exit 1; }
 "$python" - "$work" <<'PY'
 import json, sys
 work = sys.argv[1]
@@ -120,7 +122,7 @@ single = records("single")
 for name in ("ck-single", "ck-tp2"):
     run = records(name)
     assert sorted(run) == sorted(single), f"{name}: steps {sorted(run)}"
-for name in ("tp2-to-1", "1-to-tp2"):
+for name in ("tp2-to-1", "1-to-tp2", "1-to-fsdp2tp2"):
     run = records(name)
     assert sorted(run) == list(range(5, 11)), f"{name}: steps {sorted(run)}"
     worst = 0.0
