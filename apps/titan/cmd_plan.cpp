@@ -27,11 +27,14 @@ std::string count(int64_t n, const std::string& one, const std::string& many) {
 }
 
 std::string mesh_name(const MeshDims& d) {
-  if (d.dp() == 1) return "one process";
+  if (d.world() == 1) return "one process";
+  const std::string tp = "TP " + std::to_string(d.tp);
+  if (d.dp() == 1) return tp + " (tensor_parallel_degree " + std::to_string(d.tp) + ")";
   const std::string dims = "dp_replicate " + std::to_string(d.dp_replicate) + " x dp_shard " +
-                           std::to_string(d.dp_shard);
-  if (d.dp_shard == 1) return "DDP (" + dims + ")";
-  return (d.dp_replicate == 1 ? "FSDP (" : "HSDP (") + dims + ")";
+                           std::to_string(d.dp_shard) +
+                           (d.tp == 1 ? "" : " x tp " + std::to_string(d.tp));
+  const std::string data = d.dp_shard == 1 ? "DDP" : d.dp_replicate == 1 ? "FSDP" : "HSDP";
+  return data + (d.tp == 1 ? "" : " x " + tp) + " (" + dims + ")";
 }
 
 // The [activation_checkpoint] keys that give `checkpointing`, as a config spells them.
@@ -56,7 +59,7 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   const bool fsdp = in.mesh.dp_shard > 1;
   std::printf("model %s (%s, %lld parameters), %s: %s\n", model.c_str(),
               in.args.architecture.c_str(), static_cast<long long>(p.parameter_count),
-              count(in.mesh.dp(), "rank", "ranks").c_str(), mesh_name(in.mesh).c_str());
+              count(in.mesh.world(), "rank", "ranks").c_str(), mesh_name(in.mesh).c_str());
   std::printf("a step: %s of %lld x %lld tokens per rank, %lld tokens in all; matmuls in %s\n",
               count(in.accumulation_steps, "micro-batch", "micro-batches").c_str(),
               static_cast<long long>(in.local_batch_size), static_cast<long long>(in.seq_len),
@@ -107,6 +110,11 @@ void print_text(const TrainingPlan& p, const std::string& model) {
                                        : " (the merged expert weights and their gradients, one "
                                          "sparse layer's, shared)")
           : std::string("RoPE tables"));
+  if (m.checkpoint_whole_parameters > 0) {
+    row("checkpoint copy", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer,
+        "tensor parallel: rank 0's whole parameters and AdamW moments each save gathers into, "
+        "held from the first save (in the step peak)");
+  }
   row("step peak", m.step_peak(),
       fsdp                 ? "resident + the units in flight at their most"
       : m.block_copies > 0 ? "everything resident + one block's bf16 copies"
@@ -118,8 +126,8 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   if (in.export_hf) {
     row("final export", m.export_peak(),
         std::string("checkpoint.last_save_in_hf: ") +
-            (fsdp ? "one unit's parameters gathered to rank 0 at most " + bytes(m.export_gather) +
-                        " + "
+            (fsdp || in.mesh.tp > 1 ? "one unit's parameters gathered to rank 0 at most " +
+                                          bytes(m.export_gather) + " + "
              : in.lora_base_bf16 && m.export_gather > 0
                  ? "the bf16 base widened to fp32 masters " + bytes(m.export_gather) + " + "
                  : "") +
@@ -148,7 +156,10 @@ void print_text(const TrainingPlan& p, const std::string& model) {
              : "the gradients, once a step");
   }
   row("communication", c.per_step(),
-      in.mesh.dp() == 1 ? "one process" : "sent by each rank (ring algorithms)");
+      in.mesh.world() == 1 ? "one process"
+      : in.mesh.tp > 1     ? "sent by each rank (ring algorithms); tensor parallel's all-reduces "
+                             "not counted yet"
+                           : "sent by each rank (ring algorithms)");
 }
 
 nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
@@ -164,9 +175,10 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
       {"model", model},
       {"architecture", in.args.architecture},
       {"parameters", p.parameter_count},
-      {"ranks", in.mesh.dp()},
+      {"ranks", in.mesh.world()},
       {"dp_replicate", in.mesh.dp_replicate},
       {"dp_shard", in.mesh.dp_shard},
+      {"tp", in.mesh.tp},
       {"micro_batches", in.accumulation_steps},
       {"local_batch_size", in.local_batch_size},
       {"seq_len", in.seq_len},
@@ -191,6 +203,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"rope", m.rope},
         {"writer_staging", m.writer_staging},
         {"export_gather", m.export_gather},
+        {"checkpoint_whole", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer},
         {"step_by_category", step},
         {"step_peak", m.step_peak()},
         {"checkpoint_peak", in.checkpoint_saves ? nlohmann::json(m.checkpoint_peak()) : nullptr},

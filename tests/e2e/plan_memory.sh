@@ -6,11 +6,13 @@
 #     in fp32 for the lookup and in bf16 for the loss, each use bringing what it reads) with each
 #     reshard policy that keeps units whole, on the tiny model with a small batch, so that
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
-#     category's figures are printed beside;
+#     category's figures are printed beside; TP 2 saving checkpoints (rank 0's whole copy of the
+#     state, held from the first save);
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
-#     fp32 and bf16: one run of a unit gathered onto rank 0 at a time).
+#     fp32 and bf16: one run of a unit gathered onto rank 0 at a time; TP 2: one run of whole
+#     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed).
 # usage: plan_memory.sh TITAN
 set -euo pipefail
 titan="$1"
@@ -23,6 +25,7 @@ common=(--training.steps=3 --training.seq_len=64 --training.local_batch_size=2
         --checkpoint.last_save_in_hf=false)
 ddp=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
 ckpt=(--checkpoint.enable=true --checkpoint.interval=1)
+tp=(--parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=false)
 
 # 1. Plan, then train, each mesh.
 "$titan" plan "${common[@]}" --json > "$work/single.plan"
@@ -37,6 +40,9 @@ ckpt=(--checkpoint.enable=true --checkpoint.interval=1)
   --metrics.save_jsonl="$work/ddp2.jsonl" > "$work/ddp2.log" 2>&1 || { cat "$work/ddp2.log"; exit 1; }
 "$titan" launch --nproc 2 train "${common[@]}" --threads 1 --job.dump_folder="$work/fsdp2" \
   --metrics.save_jsonl="$work/fsdp2.jsonl" > "$work/fsdp2.log" 2>&1 || { cat "$work/fsdp2.log"; exit 1; }
+"$titan" plan "${common[@]}" "${ckpt[@]}" "${tp[@]}" --nproc 2 --json > "$work/tp2ckpt.plan"
+"$titan" launch --nproc 2 train "${common[@]}" "${ckpt[@]}" "${tp[@]}" --threads 1 --job.dump_folder="$work/tp2ckpt" \
+  --metrics.save_jsonl="$work/tp2ckpt.jsonl" > "$work/tp2ckpt.log" 2>&1 || { cat "$work/tp2ckpt.log"; exit 1; }
 for policy in default never; do
   bf16=(--training.mixed_precision_param=bfloat16 --parallelism.fsdp_reshard_after_forward=$policy)
   "$titan" plan "${common[@]}" "${bf16[@]}" --nproc 2 --json > "$work/fsdp2bf16$policy.plan"
@@ -52,7 +58,7 @@ MiB = 2**20
 failed = []
 for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
                                   ("fsdp2", 2, 2, 1), ("fsdp2bf16default", 2, 2, 1),
-                                  ("fsdp2bf16never", 2, 2, 1)):
+                                  ("fsdp2bf16never", 2, 2, 1), ("tp2ckpt", 2, 1, 2)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
@@ -60,7 +66,7 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
     last = records[-1]  # peaks are running maxima
     measured = round(last["memory_peak_gib"] * 2**30)
     predicted = plan["memory_bytes"]["peak"]
-    assert (predicted > plan["memory_bytes"]["step_peak"]) == (name == "ckpt"), plan["memory_bytes"]
+    assert (predicted > plan["memory_bytes"]["step_peak"]) == (name in ("ckpt", "tp2ckpt")), plan["memory_bytes"]
     # The step's categories (a save adds the writer's staging to "other").
     by_category = plan["memory_bytes"]["step_by_category"]
     cats = ", ".join(f"{c} {by_category[c] / MiB:.2f} / {last['memory_peak_by_category_gib'][c] * 2**30 / MiB:.2f}"
@@ -76,9 +82,10 @@ PY
 # 3. The final export's peak on rank 0 (the trainer's line) equals titan plan's export_peak: one
 #    process, and FSDP 2 in fp32 and bf16, where rank 0 gathers one run of a unit at a time (the
 #    largest, the embedding unit: export_gather) and writes it, the others holding nothing more.
-for name in export1 export2 export2bf16; do
+for name in export1 export2 export2bf16 export2tp; do
   flags=("${common[@]}" --checkpoint.last_save_in_hf=true)
   [ "$name" = export2bf16 ] && flags+=(--training.mixed_precision_param=bfloat16)
+  [ "$name" = export2tp ] && flags+=("${tp[@]}")
   nproc=2 train=("$titan" launch --nproc 2 train)
   [ "$name" = export1 ] && nproc=1 train=("$titan" train)
   "$titan" plan "${flags[@]}" --nproc $nproc --json > "$work/$name.plan"
@@ -88,7 +95,8 @@ done
 python3 - "$work" <<'PY'
 import json, re, sys
 work = sys.argv[1]
-for name, gathers in (("export1", False), ("export2", True), ("export2bf16", True)):
+for name, gathers in (("export1", False), ("export2", True), ("export2bf16", True),
+                      ("export2tp", True)):
     memory = json.load(open(f"{work}/{name}.plan"))["memory_bytes"]
     measured = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes",
                              open(f"{work}/{name}.log").read()).group(1))

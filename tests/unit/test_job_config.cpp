@@ -342,7 +342,7 @@ TEST(JobConfig, SelectiveEveryNthLayerBeyondTheModelIsNamed) {
 }
 
 // Keys whose effect depends on the world: the collective and heartbeat timeouts in one process, the
-// FSDP reshard policy without FSDP.
+// FSDP reshard policy without FSDP, sequence parallel without TP.
 TEST(JobConfig, KeysWithNoEffectOnThisWorldAreNamed) {
   JobConfig c = job_config_preset("tiny");
   EXPECT_TRUE(job_world_unused_keys(c, {1, 1}, 1).empty());
@@ -361,6 +361,13 @@ TEST(JobConfig, KeysWithNoEffectOnThisWorldAreNamed) {
             (std::vector<std::string>{"parallelism.fsdp_reshard_after_forward has no effect: no "
                                       "FSDP (data_parallel_shard_degree resolves to 1)"}));
   EXPECT_TRUE(job_world_unused_keys(c, {1, 2}, 2).empty());
+  // Sequence parallel without tensor parallel.
+  JobConfig sp = job_config_preset("tiny");
+  job_config_apply_override(sp, "--parallelism.enable_sequence_parallel=false");
+  EXPECT_EQ(job_world_unused_keys(sp, {1, 2}, 2),
+            (std::vector<std::string>{"parallelism.enable_sequence_parallel has no effect: no "
+                                      "tensor parallel (tensor_parallel_degree 1)"}));
+  EXPECT_TRUE(job_world_unused_keys(sp, {1, 1, 2}, 2).empty());
 }
 
 // What ranks compare at start-up (train/rank_agreement.h): every key as "section.key = value",
@@ -415,6 +422,41 @@ TEST(LrSchedule, WarmupStableDecay) {
   const LrSchedule decay = LrSchedule::make(1.0, 10, 4, 0.8, "linear", 0.0);
   EXPECT_EQ(decay.decay_steps, 6);
   EXPECT_NE(decay.adjusted.find("decay shortened to 6 steps"), std::string::npos) << decay.adjusted;
+}
+
+// What tensor parallel cannot do yet is refused in one line naming the key; nothing without TP.
+TEST(JobConfig, TensorParallelRefusesWhatIsNotBuiltNamingTheKey) {
+  JobConfig c = job_config_preset("tiny");
+  job_config_apply_override(c, "--checkpoint.enable=true");
+  check_tensor_parallel_job(c);  // TP 1: sequence parallel's default true is no matter
+  job_config_apply_override(c, "--parallelism.tensor_parallel_degree=2");
+  EXPECT_NE(error_of([&] { check_tensor_parallel_job(c); })
+                .find("parallelism.enable_sequence_parallel = true under "
+                      "parallelism.tensor_parallel_degree 2: sequence parallel is not built yet; "
+                      "set it to false"),
+            std::string::npos);
+  job_config_apply_override(c, "--parallelism.enable_sequence_parallel=false");
+  check_tensor_parallel_job(c);
+  JobConfig async = c;
+  job_config_apply_override(async, "--checkpoint.async_mode=async");
+  EXPECT_NE(error_of([&] { check_tensor_parallel_job(async); }).find("checkpoint.async_mode"),
+            std::string::npos);
+  JobConfig lora = c;
+  job_config_apply_override(lora, "--lora.rank=4");
+  EXPECT_NE(error_of([&] { check_tensor_parallel_job(lora); }).find("lora.rank 4"),
+            std::string::npos);
+  const ModelArgs dense = resolve_job_model_args(c);
+  check_tensor_parallel_model(c, dense, {1, 1, 2});
+  EXPECT_NE(error_of([&] {
+              check_tensor_parallel_model(c, dense, {1, 2, 2});
+            }).find("checkpoints of FSDP x TP cuts are not built yet"),
+            std::string::npos);
+  ModelArgs moe = dense;
+  moe.num_experts = 4;  // a model with experts
+  EXPECT_NE(error_of([&] {
+              check_tensor_parallel_model(c, moe, {1, 1, 2});
+            }).find("tensor parallel on a model with experts is not built yet"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -29,6 +29,10 @@ TEST(Mesh, ResolvesTheRestOfTheWorld) {
   EXPECT_EQ(m.dp(), 4);
   m = resolve_mesh_dims({1, -1}, 1);
   EXPECT_EQ(m.dp(), 1);
+  m = resolve_mesh_dims({2, -1, 2, 1, 1, 1}, 8);  // TP innermost: the rest is the shard degree
+  EXPECT_EQ(m.dp_shard, 2);
+  EXPECT_EQ(m.tp, 2);
+  EXPECT_EQ(m.world(), 8);
 }
 
 TEST(Mesh, EachBadCombinationNamesItsKey) {
@@ -40,7 +44,10 @@ TEST(Mesh, EachBadCombinationNamesItsKey) {
   EXPECT_NE(error_of({2, 1}, 1).find("run under mpirun"), std::string::npos);
   EXPECT_NE(error_of({0, 1}, 1).find("data_parallel_replicate_degree = 0"), std::string::npos);
   EXPECT_NE(error_of({1, 0}, 1).find("data_parallel_shard_degree = 0"), std::string::npos);
-  EXPECT_NE(error_of({1, -1, 2, 1, 1, 1}, 2).find("tensor_parallel_degree = 2"), std::string::npos);
+  EXPECT_NE(error_of({1, -1, 3, 1, 1, 1}, 8).find("tensor_parallel_degree = 3 does not divide"),
+            std::string::npos);
+  EXPECT_NE(error_of({1, 2, 2, 1, 1, 1}, 8).find("x tensor_parallel_degree 2 = 4 ranks"),
+            std::string::npos);
   EXPECT_NE(error_of({1, -1, 1, 1, 1, 4}, 4).find("expert_parallel_degree = 4"), std::string::npos);
 }
 

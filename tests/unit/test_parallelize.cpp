@@ -4,7 +4,9 @@
 // Shard(0), o and down Shard(1) with a replicated bias, the embedding and lm_head on the
 // vocabulary, norms, q/k norms and the router whole), the experts cut by EP or by TP, and the
 // parts of every rank cover each parameter once. Degrees that do not divide are refused naming
-// the key. The layer's collective hook points are called where tensor parallel reduces.
+// the key. The layer's collective hook points are called where tensor parallel reduces. The runs a
+// cut (or a TP cut then FSDP's dim-0 cut of it) holds equal an element-by-element reference, and
+// each TP rank's initialisation is its cut of the whole model's.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -18,6 +20,7 @@
 #include "titan/models/parallelize.h"
 #include "titan/models/param_count.h"
 #include "titan/models/registry.h"
+#include "titan/nn/shard_runs.h"
 
 namespace titan {
 namespace {
@@ -313,6 +316,94 @@ TEST(Parallelize, CountsAndFlopsComeFromTheLocalSpecs) {
   EXPECT_EQ(moe_rank.active, moe_whole.active);
   EXPECT_EQ(moe_whole.total - moe_whole.active, experts / 2);  // k = 2 of E = 4
   EXPECT_EQ(training_flops_per_token(moe, 64, experts_halved), training_flops_per_token(moe, 64));
+}
+
+// The part of a (d0, d1) or (d0, d1, d2) tensor whose elements are their own indices, cut by
+// `cuts`, element by element: each part index mapped back through the cuts in reverse.
+std::vector<float> reference_part(const Shape& whole, const std::vector<Shard>& cuts) {
+  std::vector<Shape> extents = {whole};
+  for (const Shard& c : cuts) {
+    Shape next = extents.back();
+    next[static_cast<size_t>(c.dim)] = c.per_shard(next[static_cast<size_t>(c.dim)]);
+    extents.push_back(next);
+  }
+  const Shape& part = extents.back();
+  std::vector<float> out(static_cast<size_t>(shape_numel(part)), 0.0f);
+  std::vector<int64_t> index(part.size(), 0);
+  for (int64_t i = 0; i < shape_numel(part); ++i) {
+    int64_t rest = i;
+    for (size_t d = part.size(); d-- > 0;) {
+      index[d] = rest % part[d];
+      rest /= part[d];
+    }
+    bool real = true;  // back through the cuts: each adds its offset, padding falls outside
+    for (size_t k = cuts.size(); k-- > 0;) {
+      const auto d = static_cast<size_t>(cuts[k].dim);
+      index[d] += cuts[k].index * cuts[k].per_shard(extents[k][d]);
+      real &= index[d] < extents[k][d];
+    }
+    for (size_t d = 0; d < whole.size(); ++d) real &= index[d] < whole[d];
+    if (!real) continue;
+    int64_t flat = 0;
+    for (size_t d = 0; d < whole.size(); ++d) flat = flat * whole[d] + index[d];
+    out[static_cast<size_t>(i)] = static_cast<float>(flat + 1);
+  }
+  return out;
+}
+
+TEST(ShardRuns, CutsAndCutsOfCutsHoldTheirElements) {
+  const std::vector<std::pair<Shape, std::vector<Shard>>> cases = {
+      {{6, 4}, {}},
+      {{6, 4}, {{1, 2, 0}}},
+      {{6, 4}, {{1, 2, 1}}},
+      {{7, 4}, {{2, 3, 0}}},                // FSDP's padded last part
+      {{8, 6}, {{1, 2, 1}, {1, 3, 0}}},     // row-wise TP, then FSDP rows
+      {{8, 6}, {{0, 2, 0}, {2, 3, 0}}},     // column-wise TP, then FSDP rows (padded)
+      {{3, 4, 6}, {{1, 2, 2}, {0, 2, 0}}},  // stacked experts
+      {{5}, {{1, 2, 0}}},
+  };
+  for (const auto& [whole, cuts] : cases) {
+    std::vector<float> values(static_cast<size_t>(shape_numel(whole)));
+    for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i + 1);
+    const ShardBox box = shard_box(whole, cuts);
+    std::vector<float> part(static_cast<size_t>(shape_numel(box.part)), -1.0f);
+    copy_part_out(box, values.data(), part.data());
+    EXPECT_EQ(part, reference_part(whole, cuts)) << shape_str(whole) << " " << cuts.size();
+    std::vector<float> back(values.size(), 0.0f);
+    copy_part_in(box, part.data(), back.data());
+    for (size_t i = 0; i < back.size(); ++i) {
+      EXPECT_TRUE(back[i] == 0.0f || back[i] == values[i]) << shape_str(whole) << " " << i;
+    }
+  }
+}
+
+TEST(ShardRuns, EachTpRankInitialisesItsCutOfTheWholeModel) {
+  ModelArgs a = even_dense();  // a Llama with every bias: row-wise ones stay whole
+  a.architecture = "LlamaForCausalLM";
+  a.qk_norm = false;
+  a.attention_bias = a.o_proj_bias = a.mlp_bias = true;
+  const std::unique_ptr<CausalLM> whole = make_model(a);
+  whole->initialize(7);
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const ParallelizePlan plan = parallelize_decoder(a, {rank, 2, 0, 1, false});
+    const std::vector<ParamGroupSpec> specs = local_param_specs(a, plan);
+    for (size_t g = 0; g < specs.size(); ++g) {
+      ParamGroup local(specs[g].name, specs[g].params);
+      initialize_local_group(local, a, 7, plan);
+      const ParamGroup& w = whole->param_groups()[g];
+      for (const ParamView& v : local.views()) {
+        const ParamView& wv = w.view(v.spec.name);
+        EXPECT_EQ(whole_param_spec(v.spec, plan).shape, wv.spec.shape) << v.spec.name;
+        std::vector<float> expected(static_cast<size_t>(v.numel));
+        copy_part_out(shard_box(wv.spec.shape, {plan.placement_of(v.spec)}), w.params() + wv.offset,
+                      expected.data());
+        EXPECT_EQ(
+            std::vector<float>(local.params() + v.offset, local.params() + v.offset + v.numel),
+            expected)
+            << v.spec.name << " on rank " << rank;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include "titan/models/causal_lm.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/hf_export.h"
+#include "titan/models/parallelize.h"
 #include "titan/models/param_count.h"
 #include "titan/models/registry.h"
 #include "titan/models/state_dict_adapter.h"
@@ -426,6 +427,27 @@ TEST(TrainingPlan, ReplicasAllReduceOncePerStep) {
   check_against_model({"hsdp 2 x 2", test::tiny_dense(true), 2, 2});
   check_against_model(
       {"hsdp 2 x 3 moe", test::with_moe(test::tiny_dense(false), 4, 2, 24, {}), 2, 3});
+}
+
+// Under tensor parallel the plan counts rank 0's parts as its model allocates them, and the
+// activations of its local heads, widths and vocabulary rows.
+TEST(TrainingPlan, TensorParallelCountsRankZerosParts) {
+  ModelArgs a = test::tiny_dense(false);
+  a.vocab_size = 96;  // 2 ranks cut the vocabulary and the key/value heads evenly
+  a.num_key_value_heads = 2;
+  PlanInputs in = inputs_of({"tp 2", a});
+  in.mesh = {1, 1, 2};
+  const MemoryPlan tp = plan_training(in).memory;
+  const std::unique_ptr<CausalLM> rank0 =
+      make_model(a, {}, DType::f32, Residency::committed, parallelize_decoder(a, {0, 2, 0, 1}));
+  int64_t floats = 0;
+  for (const ParamGroup& g : rank0->param_groups()) floats += g.numel();
+  EXPECT_EQ(tp.parameters, floats * 4);
+  EXPECT_EQ(tp.activations, DecoderLM::activation_bytes_of(a, DType::f32, in.checkpointing,
+                                                           in.local_batch_size, in.seq_len, 2));
+  const MemoryPlan one = plan_training(inputs_of({"one process", a})).memory;
+  EXPECT_LT(tp.parameters, one.parameters);
+  EXPECT_LT(tp.activations, one.activations);
 }
 
 TEST(TrainingPlan, ThePeakIsTheWriterOrTheExportWhenTheyAreHigher) {

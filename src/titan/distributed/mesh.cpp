@@ -9,14 +9,14 @@ MeshDims resolve_mesh_dims(const ParallelDegrees& d, int64_t world_size) {
   const struct {
     const char* key;
     int64_t degree;
-  } later[] = {{"tensor_parallel_degree", d.tp},
-               {"pipeline_parallel_degree", d.pp},
+  } later[] = {{"pipeline_parallel_degree", d.pp},
                {"context_parallel_degree", d.cp},
                {"expert_parallel_degree", d.ep}};
   for (const auto& [key, degree] : later) {
     TITAN_CHECK(degree == 1, "parallelism.", key, " = ", degree,
-                ": only data parallelism (FSDP / HSDP) is built so far; set it to 1");
+                ": only data and tensor parallelism are built so far; set it to 1");
   }
+  TITAN_CHECK(d.tp >= 1, "parallelism.tensor_parallel_degree = ", d.tp, ": must be at least 1");
   TITAN_CHECK(d.dp_replicate >= 1, "parallelism.data_parallel_replicate_degree = ", d.dp_replicate,
               ": must be at least 1");
   TITAN_CHECK(d.dp_shard >= 1 || d.dp_shard == -1,
@@ -24,36 +24,55 @@ MeshDims resolve_mesh_dims(const ParallelDegrees& d, int64_t world_size) {
               ": must be at least 1, or -1 for the rest of the world");
   MeshDims dims;
   dims.dp_replicate = d.dp_replicate;
+  dims.tp = d.tp;
   if (d.dp_shard == -1) {
-    TITAN_CHECK(world_size % d.dp_replicate == 0,
-                "parallelism.data_parallel_replicate_degree = ", d.dp_replicate,
-                " does not divide the world of ", world_size, " ranks");
-    dims.dp_shard = world_size / d.dp_replicate;
+    if (d.tp == 1) {
+      TITAN_CHECK(world_size % d.dp_replicate == 0,
+                  "parallelism.data_parallel_replicate_degree = ", d.dp_replicate,
+                  " does not divide the world of ", world_size, " ranks");
+    } else {
+      TITAN_CHECK(world_size % (d.dp_replicate * d.tp) == 0,
+                  "parallelism.data_parallel_replicate_degree = ", d.dp_replicate,
+                  " x tensor_parallel_degree = ", d.tp, " does not divide the world of ",
+                  world_size, " ranks");
+    }
+    dims.dp_shard = world_size / (d.dp_replicate * d.tp);
   } else {
     dims.dp_shard = d.dp_shard;
   }
-  TITAN_CHECK(dims.dp() == world_size, "parallelism degrees: data_parallel_replicate_degree ",
-              dims.dp_replicate, " x data_parallel_shard_degree ", dims.dp_shard, " = ", dims.dp(),
-              " ranks, but the world has ", world_size,
+  const std::string tp_factor =
+      d.tp == 1 ? "" : " x tensor_parallel_degree " + std::to_string(d.tp);
+  TITAN_CHECK(dims.world() == world_size, "parallelism degrees: data_parallel_replicate_degree ",
+              dims.dp_replicate, " x data_parallel_shard_degree ", dims.dp_shard, tp_factor, " = ",
+              dims.world(), " ranks, but the world has ", world_size,
               world_size == 1 ? " (run under mpirun, or titan launch, for more)" : "");
   return dims;
 }
 
 DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims) : world_(world), dims_(dims) {
-  TITAN_CHECK(world.size() == dims.dp(), "a mesh of ", dims.dp(), " ranks over a world of ",
+  TITAN_CHECK(world.size() == dims.world(), "a mesh of ", dims.world(), " ranks over a world of ",
               world.size());
-  replicate_index_ = world.rank() / dims.dp_shard;
-  shard_index_ = world.rank() % dims.dp_shard;
-  shard_group_ = world.split(static_cast<int>(replicate_index_), static_cast<int>(shard_index_));
-  replicate_group_ =
-      world.split(static_cast<int>(shard_index_), static_cast<int>(replicate_index_));
+  tp_index_ = world.rank() % dims.tp;
+  const int64_t dp_rank = world.rank() / dims.tp;
+  replicate_index_ = dp_rank / dims.dp_shard;
+  shard_index_ = dp_rank % dims.dp_shard;
+  // A split's color names the group, its key the rank's place in it.
+  const auto split = [&](int64_t color, int64_t key) {
+    return world.split(static_cast<int>(color), static_cast<int>(key));
+  };
+  shard_group_ = split(replicate_index_ * dims.tp + tp_index_, shard_index_);
+  replicate_group_ = split(shard_index_ * dims.tp + tp_index_, replicate_index_);
+  tp_group_ = split(dp_rank, tp_index_);
+  if (dims.tp > 1) dp_group_ = split(tp_index_, dp_rank);  // else the world itself
 }
 
 std::string DeviceMesh::describe() const {
   return "rank " + std::to_string(world_.rank()) + " of " + std::to_string(world_.size()) +
          ": dp_replicate " + std::to_string(replicate_index_) + " of " +
          std::to_string(dims_.dp_replicate) + ", dp_shard " + std::to_string(shard_index_) +
-         " of " + std::to_string(dims_.dp_shard);
+         " of " + std::to_string(dims_.dp_shard) +
+         (dims_.tp == 1 ? ""
+                        : ", tp " + std::to_string(tp_index_) + " of " + std::to_string(dims_.tp));
 }
 
 }  // namespace titan

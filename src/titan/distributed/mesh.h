@@ -1,8 +1,10 @@
-// torchtitan's data-parallel device mesh over the ranks of a job: dp_replicate x dp_shard ranks,
-// the shard dimension inner (rank = replicate index * dp_shard + shard index). FSDP shards
-// parameters, gradients and optimizer state over a shard group (the ranks of one replica); HSDP
-// keeps dp_replicate such replicas and all-reduces their gradients over a replicate group (the
-// ranks holding the same shard). Tensor, pipeline, context and expert parallelism are later
+// torchtitan's device mesh over the ranks of a job: dp_replicate x dp_shard x tp ranks, the
+// tensor-parallel dimension innermost so that a TP group shares a machine (rank = (replicate index
+// * dp_shard + shard index) * tp + tp index). FSDP shards parameters, gradients and optimizer
+// state over a shard group (the ranks of one replica with the same tp index); HSDP keeps
+// dp_replicate such replicas and all-reduces their gradients over a replicate group (the ranks
+// holding the same shard); the TP group (the ranks of one data-parallel rank) runs one model cut
+// over its ranks (models/parallelize.h). Pipeline, context and expert parallelism are later
 // dimensions; their degrees must be 1 for now.
 #pragma once
 
@@ -21,33 +23,43 @@ struct ParallelDegrees {
 };
 
 struct MeshDims {
-  int64_t dp_replicate = 1, dp_shard = 1;
-  int64_t dp() const { return dp_replicate * dp_shard; }
+  int64_t dp_replicate = 1, dp_shard = 1, tp = 1;
+  int64_t dp() const { return dp_replicate * dp_shard; }  // the data-parallel ranks
+  int64_t world() const { return dp() * tp; }
 };
 
-// Resolves dp_shard = -1 and checks that the degrees multiply to `world_size` (titan::Error,
-// one line naming the [parallelism] keys, otherwise).
+// Resolves dp_shard = -1 (the world over dp_replicate x tp) and checks that the degrees multiply
+// to `world_size` (titan::Error, one line naming the [parallelism] keys, otherwise).
 MeshDims resolve_mesh_dims(const ParallelDegrees& degrees, int64_t world_size);
 
 class DeviceMesh {
  public:
-  // `world` must outlive the mesh; its size is dims.dp().
+  // `world` must outlive the mesh; its size is dims.world().
   DeviceMesh(Communicator& world, const MeshDims& dims);
 
   const MeshDims& dims() const { return dims_; }
   int64_t replicate_index() const { return replicate_index_; }
   int64_t shard_index() const { return shard_index_; }
+  int64_t tp_index() const { return tp_index_; }
+  // This rank's place among the data-parallel ranks: which rows of a global batch it trains on
+  // (the TP ranks of one group read the same).
+  int64_t dp_rank() const { return replicate_index_ * dims_.dp_shard + shard_index_; }
   Communicator& world() { return world_; }
   Communicator& shard_group() { return *shard_group_; }
   Communicator& replicate_group() { return *replicate_group_; }
-  // "rank 3 of 4: dp_replicate 1 of 2, dp_shard 1 of 2"
+  // The ranks of this rank's model, one per tp index (the world itself without TP).
+  Communicator& tp_group() { return *tp_group_; }
+  // The data-parallel ranks with this rank's tp index: what a batch's sums and the replicated
+  // gradients are reduced over (the world itself without TP).
+  Communicator& dp_group() { return dp_group_ ? *dp_group_ : world_; }
+  // "rank 3 of 4: dp_replicate 1 of 2, dp_shard 1 of 2", then ", tp 1 of 2" under TP
   std::string describe() const;
 
  private:
   Communicator& world_;
   MeshDims dims_;
-  int64_t replicate_index_ = 0, shard_index_ = 0;
-  std::unique_ptr<Communicator> shard_group_, replicate_group_;
+  int64_t replicate_index_ = 0, shard_index_ = 0, tp_index_ = 0;
+  std::unique_ptr<Communicator> shard_group_, replicate_group_, tp_group_, dp_group_;
 };
 
 }  // namespace titan

@@ -1,5 +1,7 @@
 #include "titan/models/hf_checkpoint.h"
 
+#include "titan/nn/shard_runs.h"
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +16,7 @@
 #include "titan/models/hf_config.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/registry.h"
+#include "titan/nn/shard_runs.h"
 
 namespace titan {
 namespace {
@@ -102,24 +105,24 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
 
 namespace {
 
-// Where a parameter's elements go: the held rows [first, first + count) of its row-major whole,
-// at `data` in `dtype` (fp32 into a parameter group, bf16 into a Bf16Destinations entry).
+// Where a parameter's elements go: the held runs of its row-major whole (nn/shard_runs.h), at
+// `data` in `dtype` (fp32 into a parameter group, bf16 into a Bf16Destinations entry).
 struct HeldElements {
   void* data = nullptr;
   DType dtype = DType::f32;
-  int64_t first = 0, count = 0;
+  std::vector<ShardRun> runs;
 };
 
-// The tensors `matched` in `checkpoint` (of `path`) converted into `groups`, which hold `shard` of
-// the model of `specs`: each HF tensor's elements that fall in the held rows, or, for a parameter
-// named in `bf16`, all of them into its bf16 destination instead (the group's view is then not
-// touched). Every destination is resolved and size-checked before the first write; non-finite
-// values are refused unless allowed.
+// The tensors `matched` in `checkpoint` (of `path`) converted into `groups`, which hold the model
+// of `specs` cut by each parameter's placement under `plan` and then `shard`: each HF tensor's
+// elements that fall in the held runs, or, for a parameter named in `bf16`, all of them into its
+// bf16 destination instead (the group's view is then not touched). Every destination is resolved
+// and size-checked before the first write; non-finite values are refused unless allowed.
 void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
                      const std::vector<HfCheckpointTensor>& tensors,
                      const std::vector<ParamGroupSpec>& specs, std::vector<ParamGroup>& groups,
                      Shard shard, const std::string& path, bool allow_nonfinite,
-                     const Bf16Destinations& bf16 = {}) {
+                     const Bf16Destinations& bf16, const ParallelizePlan& plan) {
   TITAN_CHECK(specs.size() == groups.size(), "model: ", groups.size(),
               " parameter groups for a model of ", specs.size());
   TITAN_CHECK(shard.dim == 0,
@@ -128,33 +131,34 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
   std::unordered_map<std::string, std::pair<HeldElements, int64_t>> params;  // -> (held, numel)
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const ParamView& v : groups[g].views()) {
-      const Shape& whole = specs[g].param(v.spec.name).shape;
-      const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
-      TITAN_CHECK(v.numel == shard.per_shard(d0) * row, "model: parameter ", v.spec.name,
-                  " is not shard ", shard.index, " of ", shard.count, " of ", shape_str(whole));
+      const ParamSpec& whole = specs[g].param(v.spec.name);
+      const ShardBox box = shard_box(whole.shape, {plan.placement_of(whole), shard});
+      TITAN_CHECK(v.numel == shape_numel(box.part), "model: parameter ", v.spec.name,
+                  " is not shard ", shard.index, " of ", shard.count, " of ",
+                  shape_str(whole.shape));
       if (const auto it = bf16.find(v.spec.name); it != bf16.end()) {
-        TITAN_CHECK(shard.count == 1, "model: ", v.spec.name, " loads into bf16 only unsharded");
-        params.emplace(v.spec.name, std::pair(HeldElements{it->second, DType::bf16, 0, v.numel},
-                                              shape_numel(whole)));
+        TITAN_CHECK(box.runs.size() == 1 && box.runs[0].count == v.numel, "model: ", v.spec.name,
+                    " loads into bf16 only unsharded");
+        params.emplace(v.spec.name, std::pair(HeldElements{it->second, DType::bf16, box.runs},
+                                              shape_numel(whole.shape)));
         continue;
       }
       float* data = groups[g].params() + v.offset;
-      std::fill(data + shard.size(d0) * row, data + v.numel, 0.0f);  // the padding rows
-      params.emplace(v.spec.name, std::pair(HeldElements{data, DType::f32, shard.first(d0) * row,
-                                                         shard.size(d0) * row},
-                                            shape_numel(whole)));
+      if (box.real_numel() != v.numel) std::fill(data, data + v.numel, 0.0f);  // the padding
+      params.emplace(v.spec.name,
+                     std::pair(HeldElements{data, DType::f32, box.runs}, shape_numel(whole.shape)));
     }
   }
   TITAN_CHECK(std::all_of(bf16.begin(), bf16.end(),
                           [&](const auto& entry) { return params.count(entry.first) == 1; }),
               "model: a bf16 destination names no parameter of the model");
-  std::vector<HeldElements> destinations;
+  std::vector<const HeldElements*> destinations;
   destinations.reserve(tensors.size());
   for (const HfCheckpointTensor& t : tensors) {
     const auto it = params.find(t.key.param);
     TITAN_CHECK(it != params.end() && t.key.offset + shape_numel(t.key.shape) <= it->second.second,
                 "the model has no parameter ", t.key.param, " laid out for ", t.key.key);
-    destinations.push_back(it->second.first);
+    destinations.push_back(&it->second.first);
   }
 
   int64_t total_bytes = 0;
@@ -163,16 +167,18 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
   for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
   NonfiniteScan scan;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    // The tensor is elements [offset, offset + numel) of its parameter; its part in the shard:
+    // The tensor is elements [offset, offset + numel) of its parameter; its part in each run:
     const HfKey& key = tensors[i].key;
-    const HeldElements& held = destinations[i];
-    const int64_t lo = std::max(key.offset, held.first);
-    const int64_t hi = std::min(key.offset + tensors[i].entry->numel(), held.first + held.count);
-    if (lo < hi) {
-      const SafetensorsEntry& entry = *tensors[i].entry;
+    const HeldElements& held = *destinations[i];
+    const SafetensorsEntry& entry = *tensors[i].entry;
+    for (const ShardRun& run : held.runs) {
+      const int64_t lo = std::max(key.offset, run.whole_first);
+      const int64_t hi = std::min(key.offset + entry.numel(), run.whole_first + run.count);
+      if (lo >= hi) continue;
       const auto first = static_cast<size_t>(lo - key.offset), count = static_cast<size_t>(hi - lo);
-      void* dst = static_cast<unsigned char*>(held.data) +
-                  static_cast<size_t>(lo - held.first) * dtype_size(held.dtype);
+      void* dst =
+          static_cast<unsigned char*>(held.data) +
+          static_cast<size_t>(run.part_first + lo - run.whole_first) * dtype_size(held.dtype);
       read_range_as(entry, first, count, held.dtype, dst);
       // The stored values: rounding into bf16 neither makes nor hides a NaN or Inf that matters.
       scan.add(entry.file, key.key,
@@ -188,10 +194,11 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
 
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
-                     bool allow_nonfinite, Shard shard, const Bf16Destinations& bf16) {
+                     bool allow_nonfinite, Shard shard, const Bf16Destinations& bf16,
+                     const ParallelizePlan& plan) {
   const SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::open(path);
   copy_hf_weights(checkpoint, match_hf_checkpoint(args, checkpoint, config_source),
-                  model_param_specs(args), groups, shard, path, allow_nonfinite, bf16);
+                  model_param_specs(args), groups, shard, path, allow_nonfinite, bf16, plan);
 }
 
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite) {
@@ -225,7 +232,7 @@ std::unique_ptr<CausalLM> load_hf_model(const std::string& dir,
       [&](CausalLM& model, const SafetensorsCheckpoint& checkpoint,
           const std::vector<HfCheckpointTensor>& tensors) {
         copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), model.param_groups(),
-                        Shard{}, dir, allow_nonfinite);
+                        Shard{}, dir, allow_nonfinite, {}, ParallelizePlan{});
       });
 }
 
@@ -247,7 +254,7 @@ std::unique_ptr<CausalLM> load_hf_model_bf16_only(const std::string& dir, bool a
           g.acquire_params_where([&](const ParamView& v) { return bf16.count(v.spec.name) == 0; });
         }
         copy_hf_weights(checkpoint, tensors, model_param_specs(model.args()), model.param_groups(),
-                        Shard{}, dir, allow_nonfinite, bf16);
+                        Shard{}, dir, allow_nonfinite, bf16, ParallelizePlan{});
       });
 }
 

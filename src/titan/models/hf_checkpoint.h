@@ -15,6 +15,7 @@
 #include "titan/io/safetensors.h"
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/parallel_plan.h"
 #include "titan/nn/param_group.h"
 #include "titan/nn/shard.h"
 
@@ -43,14 +44,15 @@ using Bf16Destinations = std::unordered_map<std::string, uint16_t*>;
 
 // Validates the checkpoint at `path` (a model folder, an index or one .safetensors file) against
 // `args`, then converts every tensor into `groups` (laid out by model_param_specs(args), each
-// parameter cut to `shard`'s rows: FSDP loads a rank's rows only). Weights holding NaN or Inf are
+// parameter cut to its placement under `plan` -- tensor parallel's dim-0 or dim-1 cut -- and then
+// to `shard`'s rows of that: FSDP loads a rank's rows only). Weights holding NaN or Inf are
 // refused (models/nonfinite_weights.h) unless `allow_nonfinite`. The parameters `bf16` names go
 // whole into their bf16 destinations instead (unsharded only), their views left untouched (a
 // LoRA base held in bf16, train/lora_job.h).
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
                      bool allow_nonfinite = false, Shard shard = {},
-                     const Bf16Destinations& bf16 = {});
+                     const Bf16Destinations& bf16 = {}, const ParallelizePlan& plan = {});
 // The model folder `dir` (its weights) into `model`, whose args must describe that folder.
 void load_hf_weights(CausalLM& model, const std::string& dir, bool allow_nonfinite = false);
 // The model folder `dir` as a ready model: config.json, then the weights checked against it

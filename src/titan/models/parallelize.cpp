@@ -1,8 +1,10 @@
 #include "titan/models/parallelize.h"
 
 #include <string>
+#include <vector>
 
 #include "titan/core/error.h"
+#include "titan/nn/shard_runs.h"
 
 namespace titan {
 namespace {
@@ -81,6 +83,30 @@ std::vector<ParamGroupSpec> local_param_specs(const ModelArgs& args, const Paral
     for (ParamSpec& p : g.params) p = plan.local_spec(p);
   }
   return groups;
+}
+
+ParamSpec whole_param_spec(const ParamSpec& local, const ParallelizePlan& plan) {
+  const Shard cut = plan.placement_of(local);
+  ParamSpec whole = local;
+  if (cut.count > 1) whole.shape[static_cast<size_t>(cut.dim)] *= cut.count;
+  return whole;
+}
+
+void initialize_local_group(ParamGroup& group, const ModelArgs& args, uint64_t seed,
+                            const ParallelizePlan& plan) {
+  const auto std = static_cast<float>(args.initializer_range);
+  for (const ParamView& v : group.views()) {
+    float* local = group.params() + v.offset;
+    const Shard cut = plan.placement_of(v.spec);
+    if (cut.count == 1) {
+      initialize_param(v.spec, local, seed, std);
+      continue;
+    }
+    const ParamSpec whole = whole_param_spec(v.spec, plan);
+    std::vector<float> values(static_cast<size_t>(shape_numel(whole.shape)));
+    initialize_param(whole, values.data(), seed, std);
+    copy_part_out(shard_box(whole.shape, {cut}), values.data(), local);
+  }
 }
 
 }  // namespace titan

@@ -23,6 +23,7 @@
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/parallel_plan.h"
+#include "titan/nn/param_group.h"
 
 namespace titan {
 
@@ -35,5 +36,15 @@ ParallelizePlan parallelize_decoder(const ModelArgs& args, const ParallelAxes& a
 // model_param_specs(args) with every parameter cut to this rank's part under `plan`, in the same
 // groups and order.
 std::vector<ParamGroupSpec> local_param_specs(const ModelArgs& args, const ParallelizePlan& plan);
+
+// The whole parameter a local one (`local`, cut by `plan`) is part of: its cut dimension times the
+// degree (the plan's cuts are exact).
+ParamSpec whole_param_spec(const ParamSpec& local, const ParallelizePlan& plan);
+
+// HF init of `group`, a parameter group of local_param_specs under `plan`: each parameter this
+// rank's cut of the whole model's initialisation (initialize_param_group's bits, drawn whole
+// one parameter at a time and cut), deterministic in `seed`.
+void initialize_local_group(ParamGroup& group, const ModelArgs& args, uint64_t seed,
+                            const ParallelizePlan& plan);
 
 }  // namespace titan

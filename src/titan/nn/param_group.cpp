@@ -147,23 +147,26 @@ Tensor ParamGroup::grad(const std::string& param_name) const {
   return Tensor::view(grads() + v.offset, v.spec.shape, DType::f32);
 }
 
+void initialize_param(const ParamSpec& spec, float* p, uint64_t seed, float std) {
+  const int64_t numel = shape_numel(spec.shape);
+  if (spec.init == ParamInit::ones || spec.init == ParamInit::zeros) {
+    std::fill(p, p + numel, spec.init == ParamInit::ones ? 1.0f : 0.0f);
+  } else if (spec.init == ParamInit::kaiming_uniform) {
+    TITAN_CHECK(spec.shape.size() == 2, spec.name, ": Kaiming-uniform needs a matrix");
+    const double bound = 1.0 / std::sqrt(static_cast<double>(spec.shape[1]));
+    Rng rng(seed, spec.name);
+    for (int64_t j = 0; j < numel; ++j) {
+      p[j] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+    }
+  } else {
+    Rng(seed, spec.name).fill_normal(p, numel, 0.0f, std);
+  }
+}
+
 void ParamGroup::initialize(uint64_t seed, float std) {
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < views_.size(); ++i) {
-    const ParamView& v = views_[i];
-    float* p = params() + v.offset;
-    if (v.spec.init == ParamInit::ones || v.spec.init == ParamInit::zeros) {
-      std::fill(p, p + v.numel, v.spec.init == ParamInit::ones ? 1.0f : 0.0f);
-    } else if (v.spec.init == ParamInit::kaiming_uniform) {
-      TITAN_CHECK(v.spec.shape.size() == 2, v.spec.name, ": Kaiming-uniform needs a matrix");
-      const double bound = 1.0 / std::sqrt(static_cast<double>(v.spec.shape[1]));
-      Rng rng(seed, v.spec.name);
-      for (int64_t j = 0; j < v.numel; ++j) {
-        p[j] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
-      }
-    } else {
-      Rng(seed, v.spec.name).fill_normal(p, v.numel, 0.0f, std);
-    }
+    initialize_param(views_[i].spec, params() + views_[i].offset, seed, std);
   }
 }
 

@@ -38,6 +38,10 @@ int64_t param_view_span(int64_t numel);
 // Floats of each of a group's flat buffers (parameters, gradients, each AdamW moment) holding
 // `specs`: what ParamGroup allocates, computed without allocating (titan plan).
 int64_t param_group_numel(const std::vector<ParamSpec>& specs);
+// HF initialisation of one parameter of `spec` into `p` (its shape's elements): N(0, std) for
+// ParamInit::normal, 1 for ones, 0 for zeros (biases), Kaiming-uniform over its columns; from its
+// own stream (core/rng.h), so the same bits wherever it is made.
+void initialize_param(const ParamSpec& spec, float* p, uint64_t seed, float std);
 
 // Mixed precision: a parameter a model reads only through a bf16 copy it keeps outside the group
 // (DecoderLM's compute weights: the matmul weights). Whoever fills the whole group from shards
@@ -149,8 +153,7 @@ class ParamGroup {
   Tensor param(const std::string& param_name) const;
   Tensor grad(const std::string& param_name) const;
 
-  // HF initialisation: N(0, std) for ParamInit::normal, 1 for ones, 0 for zeros (biases); each
-  // parameter from its own stream (core/rng.h).
+  // initialize_param of every parameter.
   void initialize(uint64_t seed, float std);
 
  private:

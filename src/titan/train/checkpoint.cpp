@@ -18,6 +18,7 @@
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/nn/shard_runs.h"
 
 namespace titan {
 namespace fs = std::filesystem;
@@ -218,10 +219,11 @@ OpenCheckpoint open_training_checkpoint(const std::string& dir,
   return ck;
 }
 
-// Every row of `dst` (the groups' cut `shard` of the model of `specs`) from the checkpoint's
-// shard files `files`, wherever each row was written; padding rows zeroed.
+// Every element of `dst` (the groups' cut of the model of `specs`: each parameter's placement
+// under `plan`, then `shard` of that) from the checkpoint's shard files `files`, wherever each
+// row was written; padding zeroed.
 void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<ParamGroupSpec>& specs,
-               std::vector<ParamGroup>& groups, Shard shard,
+               std::vector<ParamGroup>& groups, Shard shard, const ParallelizePlan& plan,
                const std::vector<BufferSource>& sources, Progress& progress, NonfiniteScan& scan) {
   const auto saved = static_cast<int64_t>(files.size());
   for (const SafetensorsFile& f : files) f.prefetch();
@@ -231,25 +233,33 @@ void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<Para
   for (const BufferSource& src : sources) {
     for (size_t g = 0; g < groups.size(); ++g) {
       for (const ParamView& v : groups[g].views()) {
-        const Shape& whole = specs[g].param(v.spec.name).shape;
-        const int64_t d0 = whole[0], row = shape_numel(whole) / d0;
-        TITAN_CHECK(v.numel == shard.per_shard(d0) * row, "checkpoint: parameter ", v.spec.name,
-                    " is not shard ", shard.index, " of ", shard.count, " of ", shape_str(whole));
-        const int64_t first = shard.first(d0), rows = shard.size(d0);
+        const ParamSpec& whole = specs[g].param(v.spec.name);
+        const int64_t d0 = whole.shape[0], row = shape_numel(whole.shape) / d0;
+        const ShardBox box = shard_box(whole.shape, {plan.placement_of(whole), shard});
+        TITAN_CHECK(v.numel == shape_numel(box.part), "checkpoint: parameter ", v.spec.name,
+                    " is not shard ", shard.index, " of ", shard.count, " of ",
+                    shape_str(whole.shape));
         float* dst = (groups[g].*src.buffer)() + v.offset;
-        // The saved shards holding rows [first, first + rows): each copies its overlap.
+        if (box.real_numel() != v.numel) std::fill(dst, dst + v.numel, 0.0f);  // the padding
+        // Each run of the part from the saved shards holding its elements (rows [first, first +
+        // size) of the whole, saved shard k's elements [first * row, (first + size) * row)).
         for (int64_t k = 0; k < saved; ++k) {
           const Shard from{k, saved};
-          const int64_t lo = std::max(first, from.first(d0));
-          const int64_t hi = std::min(first + rows, from.first(d0) + from.size(d0));
-          if (lo >= hi) continue;
+          const int64_t begin = from.first(d0) * row, end = begin + from.size(d0) * row;
           const SafetensorsEntry* e = files[static_cast<size_t>(k)].find(src.prefix + v.spec.name);
-          std::memcpy(dst + (lo - first) * row,
-                      static_cast<const float*>(e->data) + (lo - from.first(d0)) * row,
-                      static_cast<size_t>((hi - lo) * row) * sizeof(float));
+          for (const ShardRun& run : box.runs) {
+            const int64_t lo = std::max(begin, run.whole_first);
+            const int64_t hi = std::min(end, run.whole_first + run.count);
+            if (lo >= hi) continue;
+            std::memcpy(dst + run.part_first + (lo - run.whole_first),
+                        static_cast<const float*>(e->data) + (lo - begin),
+                        static_cast<size_t>(hi - lo) * sizeof(float));
+          }
         }
-        std::fill(dst + rows * row, dst + v.numel, 0.0f);
-        scan.add(where, src.prefix + v.spec.name, dst, DType::f32, static_cast<size_t>(rows * row));
+        for (const ShardRun& run : box.runs) {
+          scan.add(where, src.prefix + v.spec.name, dst + run.part_first, DType::f32,
+                   static_cast<size_t>(run.count));
+        }
         progress.advance(v.numel * static_cast<int64_t>(sizeof(float)));
       }
     }
@@ -409,7 +419,8 @@ TrainerState check_training_checkpoint(const std::string& dir,
 TrainerState load_training_checkpoint(const std::string& dir,
                                       const std::vector<ParamGroupSpec>& specs,
                                       std::vector<ParamGroup>& groups, Shard shard,
-                                      CheckpointContent content, bool allow_nonfinite) {
+                                      CheckpointContent content, bool allow_nonfinite,
+                                      const ParallelizePlan& plan) {
   TITAN_CHECK(specs.size() == groups.size(), "checkpoint: ", groups.size(),
               " parameter groups for a model of ", specs.size());
   TITAN_CHECK(shard.dim == 0, "checkpoint: loading into shards cut along dimension ", shard.dim,
@@ -419,9 +430,9 @@ TrainerState load_training_checkpoint(const std::string& dir,
                     buffer_bytes(groups, ck.optimizer.empty() ? 1 : 1 + optimizer_sources().size()),
                     ProgressUnit::bytes);
   NonfiniteScan scan;
-  copy_rows(ck.model, specs, groups, shard, model_sources(), progress, scan);
+  copy_rows(ck.model, specs, groups, shard, plan, model_sources(), progress, scan);
   if (!ck.optimizer.empty()) {
-    copy_rows(ck.optimizer, specs, groups, shard, optimizer_sources(), progress, scan);
+    copy_rows(ck.optimizer, specs, groups, shard, plan, optimizer_sources(), progress, scan);
   }
   scan.check(allow_nonfinite);
   return ck.state;

@@ -12,9 +12,10 @@
 //   <folder>/step-<N>/sharding.json          K, and per parameter its whole shape and each
 //                                            shard's slice of rows [first, first + rows)
 //
-// Either layout loads into any cut of the parameters (the whole model, or shard i of any K): a
-// run resumes on another number of ranks, or on one process, by reading each row where it was
-// written.
+// Either layout loads into any cut of the parameters (the whole model, or shard i of any K, of a
+// tensor-parallel rank's part too): a run resumes on another number of ranks, another TP degree,
+// or on one process, by reading each row where it was written. Under TP the one process's layout
+// is written, gathered onto rank 0 (train/parallelism.h).
 //
 // A model-only checkpoint (torchtitan's last_save_model_only, for the last step) has no
 // optimizer files: it can seed another run's weights but cannot resume this one exactly.
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/parallel_plan.h"
 #include "titan/nn/param_group.h"
 #include "titan/nn/shard.h"
 
@@ -109,14 +111,16 @@ TrainerState check_training_checkpoint(const std::string& dir,
                                        const std::vector<ParamGroupSpec>& specs,
                                        CheckpointContent content);
 
-// Loads the checkpoint folder `dir` (either layout) into groups holding `shard` of the model of
-// `specs`: the parameters, and with `full` the AdamW moments too (groups must have optimizer state
-// allocated; a model-only checkpoint is an error). Every file is checked before any tensor is
-// copied; errors name file and tensor. NaN or Inf in what was loaded is refused
-// (models/nonfinite_weights.h) unless `allow_nonfinite`.
+// Loads the checkpoint folder `dir` (either layout) into groups holding the model of `specs` cut
+// by each parameter's placement under `plan` (tensor parallel's cut) and then by `shard`: the
+// parameters, and with `full` the AdamW moments too (groups must have optimizer state allocated; a
+// model-only checkpoint is an error). Every file is checked before any tensor is copied; errors
+// name file and tensor. NaN or Inf in what was loaded is refused (models/nonfinite_weights.h)
+// unless `allow_nonfinite`.
 TrainerState load_training_checkpoint(const std::string& dir,
                                       const std::vector<ParamGroupSpec>& specs,
                                       std::vector<ParamGroup>& groups, Shard shard,
-                                      CheckpointContent content, bool allow_nonfinite = false);
+                                      CheckpointContent content, bool allow_nonfinite = false,
+                                      const ParallelizePlan& plan = {});
 
 }  // namespace titan

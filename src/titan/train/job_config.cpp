@@ -67,6 +67,7 @@ std::vector<Field> fields(JobConfig& c) {
        &c.parallelism.data_parallel_replicate_degree},
       {"parallelism", "data_parallel_shard_degree", &c.parallelism.data_parallel_shard_degree},
       {"parallelism", "tensor_parallel_degree", &c.parallelism.tensor_parallel_degree},
+      {"parallelism", "enable_sequence_parallel", &c.parallelism.enable_sequence_parallel},
       {"parallelism", "pipeline_parallel_degree", &c.parallelism.pipeline_parallel_degree},
       {"parallelism", "context_parallel_degree", &c.parallelism.context_parallel_degree},
       {"parallelism", "expert_parallel_degree", &c.parallelism.expert_parallel_degree},

@@ -75,6 +75,9 @@ struct JobConfig {
     int64_t data_parallel_replicate_degree = 1;
     int64_t data_parallel_shard_degree = -1;
     int64_t tensor_parallel_degree = 1;
+    // Norms and residual adds on sequence parts under TP (torchtitan's default, true); titan's
+    // tensor parallel computes only with it false so far.
+    bool enable_sequence_parallel = true;
     int64_t pipeline_parallel_degree = 1;
     int64_t context_parallel_degree = 1;
     int64_t expert_parallel_degree = 1;

@@ -164,6 +164,11 @@ std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDim
         "resolves to 1" +
         std::string(world_size == 1 ? " in one process)" : ")"));
   }
+  if (dims.tp == 1 && is_set("parallelism.enable_sequence_parallel")) {
+    warnings.push_back(
+        "parallelism.enable_sequence_parallel has no effect: no tensor parallel "
+        "(tensor_parallel_degree 1)");
+  }
   return warnings;
 }
 
@@ -193,6 +198,40 @@ JobKernels resolve_job_kernels(const JobConfig& c) {
   }
   for (const auto& [pattern, kernel] : c.overrides) kernels.overrides.push_back({pattern, kernel});
   return kernels;
+}
+
+namespace {
+
+std::string under_tensor_parallel(const JobConfig& c) {
+  return " under parallelism.tensor_parallel_degree " +
+         std::to_string(c.parallelism.tensor_parallel_degree);
+}
+
+}  // namespace
+
+void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, const MeshDims& dims) {
+  if (c.parallelism.tensor_parallel_degree == 1) return;
+  TITAN_CHECK(!c.checkpoint.enable || dims.dp_shard == 1, "checkpoint.enable = true under FSDP (",
+              "data_parallel_shard_degree ", dims.dp_shard, ") x tensor_parallel_degree ",
+              c.parallelism.tensor_parallel_degree,
+              ": checkpoints of FSDP x TP cuts are not built yet (TP alone, or with DDP, saves)");
+  TITAN_CHECK(!args.is_moe(), "model ", args.architecture, under_tensor_parallel(c),
+              ": tensor parallel on a model with experts is not built yet (dense models only)");
+}
+
+void check_tensor_parallel_job(const JobConfig& c) {
+  if (c.parallelism.tensor_parallel_degree == 1) return;
+  const std::string under = under_tensor_parallel(c);
+  TITAN_CHECK(!c.parallelism.enable_sequence_parallel,
+              "parallelism.enable_sequence_parallel = true", under,
+              ": sequence parallel is not built yet; set it to false (torchtitan's default is "
+              "true)");
+  TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
+              ": LoRA under tensor parallel is not built yet");
+  TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
+              "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
+              ": asynchronous checkpoints of tensor-parallel cuts are not built yet (set it to "
+              "\"disabled\")");
 }
 
 }  // namespace titan

@@ -38,6 +38,12 @@ constexpr int64_t kMaxJobBytes = int64_t{1} << 60;
 // tokens of a step and the bytes a rank sends in one -- checked in long double against bounds
 // above the real figures, before titan plan or titan train computes them in int64_t.
 void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshDims& dims);
+// What a tensor-parallel job (parallelism.tensor_parallel_degree > 1) cannot do yet, each refused
+// with one line naming the key: sequence parallel, LoRA, asynchronous checkpoints (before the mesh
+// is made); a model with experts, checkpoints under FSDP x TP. Nothing without TP.
+void check_tensor_parallel_job(const JobConfig& config);
+void check_tensor_parallel_model(const JobConfig& config, const ModelArgs& args,
+                                 const MeshDims& dims);
 // The bounds check_job_sizes holds to kMaxJobBytes (tests/unit/test_training_plan.cpp checks each
 // lies above the plan's real figure).
 struct JobSizeBounds {

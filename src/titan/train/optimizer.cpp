@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
@@ -9,8 +10,11 @@
 namespace titan {
 
 AdamWOptimizer::AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config,
-                               Communicator* shards)
-    : groups_(groups), config_(config), shards_(shards) {
+                               Communicator* shards, TensorParallelNorm tensor_parallel)
+    : groups_(groups),
+      config_(config),
+      shards_(shards),
+      tensor_parallel_(std::move(tensor_parallel)) {
   for (ParamGroup& g : groups_) {
     TITAN_CHECK(g.grads() != nullptr, "optimizer: group ", g.name(), " has no gradients");
     g.allocate_optimizer_state();
@@ -19,9 +23,18 @@ AdamWOptimizer::AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfi
 
 double AdamWOptimizer::grad_norm() const {
   double sum = 0.0;
-  for (const ParamGroup& g : groups_) {
-    const float* grads = g.grads();
-    sum += device_ops().sum_squares(grads, g.numel());
+  if (tensor_parallel_.group == nullptr) {
+    for (const ParamGroup& g : groups_) sum += device_ops().sum_squares(g.grads(), g.numel());
+  } else {
+    double cut = 0.0;  // summed over the TP group; `sum` holds the replicated parameters'
+    for (const ParamGroup& g : groups_) {
+      for (const ParamView& v : g.views()) {
+        const double squares = device_ops().sum_squares(g.grads() + v.offset, v.numel);
+        (tensor_parallel_.cut(v) ? cut : sum) += squares;
+      }
+    }
+    tensor_parallel_.group->all_reduce_sum(&cut, 1);
+    sum += cut;
   }
   if (shards_ != nullptr) shards_->all_reduce_sum(&sum, 1);
   const double norm = std::sqrt(sum);
@@ -33,7 +46,7 @@ double AdamWOptimizer::grad_norm() const {
                   g.grads()[v.offset + i], ")");
     }
   }
-  TITAN_CHECK(shards_ == nullptr || shards_->size() == 1,
+  TITAN_CHECK((shards_ == nullptr || shards_->size() == 1) && tensor_parallel_.group == nullptr,
               "the gradient norm is not finite: a non-finite gradient, or an overflow, in another "
               "rank's shard");
   fail("gradient norm overflowed (every gradient is finite; their squares are not)");

@@ -1,25 +1,55 @@
 #include "titan/train/parallelism.h"
 
+#include <algorithm>
+
+#include "titan/backend/backend.h"
+#include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/distributed/data_parallel.h"
 #include "titan/io/convert.h"
 #include "titan/models/parallelize.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/shard_runs.h"
 #include "titan/train/fsdp_model.h"
 
 namespace titan {
 
-ParallelizePlan Parallelism::plan(const ModelArgs& args) {
-  return parallelize_decoder(args, ParallelAxes{});
+ParallelAxes Parallelism::axes(const DeviceMesh& mesh, bool sequence_parallel) {
+  ParallelAxes axes;
+  axes.tp_index = mesh.tp_index();
+  axes.tp_degree = mesh.dims().tp;
+  axes.sequence_parallel = sequence_parallel;
+  return axes;
+}
+
+ParallelizePlan Parallelism::plan(const ModelArgs& args, const ParallelAxes& axes) {
+  return parallelize_decoder(args, axes);
 }
 
 Residency Parallelism::param_residency(const DeviceMesh& mesh) {
   return mesh.dims().dp_shard > 1 ? Residency::released : Residency::committed;
 }
 
-Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh,
+Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
                          const std::string& reshard_after_forward)
-    : model_(model), mesh_(mesh) {
+    : model_(model), mesh_(mesh), plan_(plan) {
+  if (mesh.dims().tp > 1) {
+    // Both block the compute thread: the next layer needs the sums.
+    Communicator& tp = mesh.tp_group();
+    LayerCollectives collectives;
+    collectives.sum_partials = [&tp](float* x, int64_t count) { tp.all_reduce_sum(x, count); };
+    collectives.all_reduce_max = [&tp](float* x, int64_t count) {
+      std::vector<double> wide(x, x + count);  // exact both ways
+      tp.all_reduce_max(wide.data(), count);
+      std::copy(wide.begin(), wide.end(), x);
+    };
+    model.set_layer_collectives(std::move(collectives));
+    if (mesh.tp_group().rank() == 0 && mesh.dp_rank() == 0) {
+      for (const ParamGroupSpec& g : model_param_specs(model.args())) {
+        export_whole_.emplace_back(g.name, g.params, Residency::released);
+      }
+    }
+  }
   if (mesh.dims().dp_shard > 1) {
     fsdp_ = std::make_unique<FullyShardedGroups>(model.param_groups(), mesh);
     shard_model(model, *fsdp_);
@@ -57,8 +87,21 @@ Communicator* Parallelism::grad_norm_group() {
   return fsdp_ && !trained_ ? &mesh_.shard_group() : nullptr;
 }
 
+TensorParallelNorm Parallelism::tensor_parallel_norm() {
+  if (mesh_.dims().tp == 1) return {};
+  return {&mesh_.tp_group(),
+          [plan = plan_](const ParamView& v) { return plan.placement_of(v.spec).count > 1; }};
+}
+
 void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
-  if (fsdp_) {
+  if (mesh_.dims().tp > 1) {
+    const auto init = [&](ParamGroup& g) { initialize_local_group(g, args, seed, plan_); };
+    if (fsdp_) {
+      fsdp_->initialize(init);
+    } else {
+      for (ParamGroup& g : model_.param_groups()) init(g);
+    }
+  } else if (fsdp_) {
     fsdp_->initialize([&](ParamGroup& g) { initialize_param_group(g, args, seed); });
   } else {
     model_.initialize(seed);
@@ -81,12 +124,51 @@ void Parallelism::finish_gradients() {
   if (fsdp_ && !trained_) {
     fsdp_->finish_gradients();
   } else {
-    all_reduce_gradients(state_groups(), mesh_.world());
+    all_reduce_gradients(state_groups(), mesh_.dp_group());
   }
 }
 
 bool Parallelism::writes_checkpoint() const {
   return fsdp_ && !trained_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
+}
+
+std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
+  if (mesh_.dims().tp == 1) return checkpoint_groups(state_groups());
+  TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor parallel are not built yet");
+  if (mesh_.dp_rank() != 0) return {};  // the other replicas' TP groups hold the same state
+  const bool root = mesh_.world().rank() == 0;
+  if (root && checkpoint_whole_.empty()) {  // made at the first save, kept for the next
+    for (const ParamGroup& g : export_whole_) {
+      const auto bytes = static_cast<size_t>(g.numel()) * sizeof(float);
+      checkpoint_whole_.push_back({Buffer(backend().memory(), bytes, MemCategory::parameters),
+                                   Buffer(backend().memory(), bytes, MemCategory::optimizer),
+                                   Buffer(backend().memory(), bytes, MemCategory::optimizer)});
+    }
+  }
+  std::vector<CheckpointGroup> whole;
+  std::vector<ParamGroup>& local = model_.param_groups();
+  for (size_t g = 0; g < local.size(); ++g) {
+    float* buffers[3] = {local[g].params(), local[g].exp_avg(), local[g].exp_avg_sq()};
+    CheckpointGroup written;
+    float** targets[3] = {&written.params, &written.exp_avg, &written.exp_avg_sq};
+    for (size_t b = 0; b < (model_only ? 1 : 3); ++b) {
+      float* out = root ? checkpoint_whole_[g][b].as<float>() : nullptr;
+      if (root) *targets[b] = out;
+      for (const ParamView& v : local[g].views()) {
+        gather_tp_param(v, buffers[b] + v.offset,
+                        root ? out + export_whole_[g].view(v.spec.name).offset : nullptr);
+      }
+    }
+    if (root) {
+      written.views = &export_whole_[g].views();
+      whole.push_back(written);
+    }
+  }
+  return whole;
+}
+
+Shard Parallelism::checkpoint_cut() const {
+  return mesh_.dims().tp > 1 ? Shard{} : state_cut();
 }
 
 NonfiniteScan Parallelism::scan_model(const std::string& what) {
@@ -98,6 +180,17 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
     }
   }
   if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  if (mesh_.dims().tp > 1) {
+    // A cut parameter's counts summed over the TP group, a replicated one's counted once.
+    size_t j = 0;
+    for (const ParamGroup& g : model_groups()) {
+      for (const ParamView& v : g.views()) {
+        if (plan_.placement_of(v.spec).count == 1 && mesh_.tp_index() != 0) counts[j] = 0;
+        ++j;
+      }
+    }
+    mesh_.tp_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  }
   NonfiniteScan scan;
   size_t i = 0;
   for (const ParamGroup& g : model_groups()) {
@@ -109,15 +202,69 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
 }
 
 bool Parallelism::takes_part_in_export() const {
-  return fsdp_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
+  return fsdp_ ? mesh_.replicate_index() == 0 : mesh_.dp_rank() == 0;
+}
+
+std::vector<ParamGroup>& Parallelism::export_groups() {
+  return mesh_.dims().tp > 1 ? export_whole_ : model_.param_groups();
 }
 
 void Parallelism::gather_for_export(const ExportRun& run) {
   if (fsdp_) fsdp_->gather_to_root(run.group, run.params);
+  if (mesh_.dims().tp > 1) gather_tp_cuts(run);
+}
+
+void Parallelism::gather_tp_cuts(const ExportRun& run) {
+  if (mesh_.shard_index() != 0) return;  // FSDP brought each TP rank's cut whole onto shard rank 0
+  Communicator& tp = mesh_.tp_group();
+  const bool root = tp.rank() == 0;
+  ParamGroup* whole = nullptr;
+  if (root) {
+    for (ParamGroup& g : export_whole_) g.release_params();
+    whole = &export_whole_[run.group];
+    whole->acquire_params_where([&](const ParamView& v) {
+      return std::find(run.params.begin(), run.params.end(), v.spec.name) != run.params.end();
+    });
+  }
+  const ParamGroup& local = model_.param_groups()[run.group];
+  for (const std::string& name : run.params) {
+    const ParamView& v = local.view(name);
+    gather_tp_param(v, local.params() + v.offset,
+                    root ? whole->params() + whole->view(name).offset : nullptr);
+  }
+}
+
+void Parallelism::gather_tp_param(const ParamView& v, float* own, float* whole) {
+  Communicator& tp = mesh_.tp_group();
+  const bool root = tp.rank() == 0;
+  const auto degree = static_cast<size_t>(tp.size());
+  const Shard cut = plan_.placement_of(v.spec);
+  if (cut.count == 1) {  // the same on every TP rank
+    if (root) std::copy(own, own + v.numel, whole);
+    return;
+  }
+  // The cuts in rank order: the whole itself for a dim-0 cut; else placed by shard_box.
+  Buffer cuts;
+  if (root && cut.dim != 0) {
+    cuts = Buffer(backend().memory(), degree * static_cast<size_t>(v.numel) * sizeof(float),
+                  MemCategory::other);
+  }
+  CommPart part{cut.dim == 0 ? whole : cuts.as<float>(), own, std::vector<int64_t>(degree, v.numel),
+                DType::f32};
+  tp.gather_async({part}, 0).wait();
+  if (!root || cut.dim == 0) return;
+  const Shape shape = whole_param_spec(v.spec, plan_).shape;
+  for (size_t r = 0; r < degree; ++r) {
+    Shard rank_cut = cut;
+    rank_cut.index = static_cast<int64_t>(r);
+    copy_part_in(shard_box(shape, {rank_cut}), cuts.as<float>() + r * static_cast<size_t>(v.numel),
+                 whole);
+  }
 }
 
 void Parallelism::end_export() {
   if (fsdp_) fsdp_->release_all();
+  for (ParamGroup& g : export_whole_) g.release_params();
 }
 
 }  // namespace titan

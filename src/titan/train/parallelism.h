@@ -6,33 +6,40 @@
 // model is brought together for an export.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "titan/core/allocator.h"
 #include "titan/distributed/fsdp.h"
 #include "titan/distributed/mesh.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/nn/parallel_plan.h"
+#include "titan/train/checkpoint.h"
+#include "titan/train/optimizer.h"
 
 namespace titan {
 
 class Parallelism {
  public:
-  // The plan this rank's model is built with (make_model's `plan`). The mesh has no tensor- or
-  // expert-parallel axis until their collectives exist (the job config refuses degrees above 1),
-  // so every parameter is whole.
-  static ParallelizePlan plan(const ModelArgs& args);
+  // This rank's place on the mesh's tensor-parallel axis (`sequence_parallel`:
+  // parallelism.enable_sequence_parallel), and the plan its model is built with (make_model's
+  // `plan`): every parameter whole without TP. Expert parallel has no axis yet.
+  static ParallelAxes axes(const DeviceMesh& mesh, bool sequence_parallel);
+  static ParallelizePlan plan(const ModelArgs& args, const ParallelAxes& axes);
   // How the model's parameter groups start (make_model's `params`): under FSDP no rank ever holds
   // the whole model, so they start released and are initialised or loaded a unit at a time.
   static Residency param_residency(const DeviceMesh& mesh);
 
-  // Wraps `model` (built with plan() and param_residency()); FSDP installs its hooks here.
+  // Wraps `model` (built with `plan` and param_residency()); FSDP installs its hooks here, and
+  // under TP the model's collectives become the TP group's all-reduces.
   // `reshard_after_forward`: parallelism.fsdp_reshard_after_forward. Both must outlive this.
-  Parallelism(CausalLM& model, DeviceMesh& mesh, const std::string& reshard_after_forward);
+  Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
+              const std::string& reshard_after_forward);
   ~Parallelism();
   // The groups that train in place of the model's frozen ones (a LoRA adapter's: train/lora_job.h):
   // what the optimizer steps, checkpoints hold (whole, written by rank 0) and the data-parallel
@@ -49,34 +56,63 @@ class Parallelism {
   // and their cut (count 1: whole).
   std::vector<ParamGroup>& state_groups();
   Shard state_cut() const;
-  // The ranks the gradient norm is reduced over: FSDP's shard group, or none (whole gradients).
+  // The ranks the gradient norm is reduced over: FSDP's shard group, or none (whole gradients);
+  // and under TP the TP group, over which the cut parameters' squares are summed.
   Communicator* grad_norm_group();
+  TensorParallelNorm tensor_parallel_norm();
+  // What a step's scored tokens and losses are summed over: the data-parallel ranks with this
+  // rank's tp index (the TP ranks of a group compute the same).
+  Communicator& data_parallel_group() { return mesh_.dp_group(); }
 
-  // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP).
+  // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP); under TP
+  // each rank's cut of the whole model's values.
   void initialize(const ModelArgs& args, uint64_t seed);
   // Before a step's first backward, and after its last: the data-parallel reduction of the
   // gradients (FSDP's reduce-scatters finished, or DDP's all-reduce).
   void zero_gradients();
   void finish_gradients();
   // Whether this rank writes its cut of a checkpoint: one writer per distinct cut (rank 0 for
-  // whole parameters, replica 0's shard ranks under FSDP and HSDP).
+  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP, which writes
+  // the gathered whole).
   bool writes_checkpoint() const;
+  // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) the
+  // parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its TP
+  // group (held there until the next save; the other ranks get nothing). Every rank calls it for
+  // every save.
+  std::vector<CheckpointGroup> checkpoint_state(bool model_only);
+  // The cut checkpoints are written in: state_cut(), or whole under TP.
+  Shard checkpoint_cut() const;
   // The model's weights scanned for NaN and Inf where this rank holds them (FSDP: its shards,
   // the counts summed over the shard group), `what` naming them: the same scan on every rank.
   NonfiniteScan scan_model(const std::string& what);
-  // Whether this rank takes part in the export's gathers (every rank of replica 0's shard group
-  // under FSDP; rank 0, which writes, else).
+  // Whether this rank takes part in the export's gathers (every rank of replica 0's shard groups
+  // under FSDP; the TP group of rank 0 under TP; rank 0, which writes, else).
   bool takes_part_in_export() const;
-  // Before the export reads a run (models/hf_export.h): its parameters whole in the model's
-  // groups on rank 0, which writes them -- under FSDP gathered there, the previous run handed
-  // back, so the export holds one unit at most beside the shards; else already there. Every rank
-  // that takes part calls it for every run, in order; end_export hands the last run back.
+  // The groups the export reads on rank 0: the model's own, or under TP whole ones made for it
+  // (model_param_specs, released until gather_for_export fills a run).
+  std::vector<ParamGroup>& export_groups();
+  // Before the export reads a run (models/hf_export.h): its parameters whole in export_groups()
+  // on rank 0, which writes them -- under FSDP gathered from the shards, under TP from the TP
+  // ranks' cuts, the previous run handed back, so the export holds one unit at most beside the
+  // shards; else already there. Every rank that takes part calls it for every run, in order;
+  // end_export hands the last run back.
   void gather_for_export(const ExportRun& run);
   void end_export();
 
  private:
+  // The TP gather of `run` from the model's groups (whole over FSDP on each TP rank) into
+  // export_groups() on rank 0.
+  void gather_tp_cuts(const ExportRun& run);
+  // One parameter's TP cuts (`local`'s view v, this rank's at `own`) gathered whole into `whole`
+  // on the TP group's rank 0 (null elsewhere).
+  void gather_tp_param(const ParamView& v, float* own, float* whole);
+
   CausalLM& model_;
   DeviceMesh& mesh_;
+  ParallelizePlan plan_;
+  // Under TP, rank 0's whole checkpoint state: per group its parameters and AdamW moments.
+  std::vector<std::array<Buffer, 3>> checkpoint_whole_;
+  std::vector<ParamGroup> export_whole_;        // under TP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;    // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
 };

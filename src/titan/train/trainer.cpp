@@ -81,6 +81,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   set_heartbeat_timeout(config_.comm.heartbeat_timeout_seconds, "heartbeat_timeout_seconds");
   // Before anything collective depends on the config: every rank runs rank 0's binary and config.
   check_ranks_agree(world(), config_);
+  check_tensor_parallel_job(config_);
   const MeshDims dims = resolve_mesh_dims(job_parallel_degrees(config_), world().size());
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
@@ -92,16 +93,26 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                              : "FSDP: parameters, gradients and AdamW state sharded, each unit "
                                "gathered while in use";
     std::printf(
-        "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (rank = "
+        "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (%s = "
         "replicate index x %lld + shard index); %s\n",
         static_cast<long long>(dims.dp()), static_cast<long long>(dims.dp_replicate),
-        static_cast<long long>(dims.dp_shard), static_cast<long long>(dims.dp_shard), how);
+        static_cast<long long>(dims.dp_shard), dims.tp == 1 ? "rank" : "data-parallel rank",
+        static_cast<long long>(dims.dp_shard), how);
+  }
+  if (dims.tp > 1) {
+    std::printf(
+        "tensor parallel over %lld ranks per model (rank = data-parallel rank x %lld + tp index; "
+        "without sequence parallel): attention heads, MLP widths and the vocabulary cut, partial "
+        "outputs all-reduced; %s\n",
+        static_cast<long long>(dims.tp), static_cast<long long>(dims.tp),
+        mesh_->describe().c_str());
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
   check_lora_job(config_);
   const ModelArgs job_args = resolve_job_model_args(config_);
   check_lora_base_dtype(config_, job_args, dims.dp_shard);
   check_job_sizes(config_, job_args, dims);
+  check_tensor_parallel_model(config_, job_args, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     std::fprintf(stderr, "warning: %s\n", line.c_str());
@@ -171,9 +182,11 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   const DType compute = job_compute_dtype(config_);
   // A base held in bf16 is never held in fp32: made released, it is loaded, not initialised.
   const bool base_in_bf16 = lora_base_in_bf16(config_);
-  model_ = make_model(args_, kernels.overrides, compute,
-                      base_in_bf16 ? Residency::released : Parallelism::param_residency(*mesh_),
-                      Parallelism::plan(args_));
+  plan_ = Parallelism::plan(
+      args_, Parallelism::axes(*mesh_, config_.parallelism.enable_sequence_parallel));
+  model_ =
+      make_model(args_, kernels.overrides, compute,
+                 base_in_bf16 ? Residency::released : Parallelism::param_residency(*mesh_), plan_);
   if (base_in_bf16) {
     std::printf(
         "mixed precision: %s; the frozen base's matmul weights held only in bf16 "
@@ -209,11 +222,12 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.beta2 = static_cast<float>(config_.optimizer.beta2);
   adamw.eps = static_cast<float>(config_.optimizer.eps);
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
-  parallelism_ = std::make_unique<Parallelism>(*model_, *mesh_,
+  parallelism_ = std::make_unique<Parallelism>(*model_, *mesh_, plan_,
                                                config_.parallelism.fsdp_reshard_after_forward);
   if (lora_) parallelism_->train_only(lora_->groups());
   optimizer_ = std::make_unique<AdamWOptimizer>(parallelism_->state_groups(), adamw,
-                                                parallelism_->grad_norm_group());
+                                                parallelism_->grad_norm_group(),
+                                                parallelism_->tensor_parallel_norm());
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
                                config_.lr_scheduler.min_lr_factor);
@@ -281,7 +295,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   // Every data-parallel rank walks the whole global batch (the same stream, the same state) and
   // runs its own accumulation_steps_ micro-batches of it, rank r the r-th run of them: the loader
   // tokenizes the others' rows only where their bounds need it (data/loader.h), and the scored
-  // tokens are summed over the ranks.
+  // tokens are summed over the ranks. The TP ranks of a model read the same rows.
   const int64_t dp = mesh_->dims().dp();
   std::vector<Batch> micro;
   std::vector<int64_t> micro_index;  // each one's place among the step's accumulation_steps_ dp
@@ -298,7 +312,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
     }
     if (dp > 1) {
       double sum = static_cast<double>(scored);  // exact: far below 2^53
-      mesh_->world().all_reduce_sum(&sum, 1);
+      parallelism_->data_parallel_group().all_reduce_sum(&sum, 1);
       scored = static_cast<int64_t>(sum);
     }
   }
@@ -338,7 +352,7 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   {
     const ProfileSpan span("reduce_gradients", SpanKind::phase);
     parallelism_->finish_gradients();
-    mesh_->world().all_reduce_sum(sums, 2);
+    parallelism_->data_parallel_group().all_reduce_sum(sums, 2);
   }
   out.loss = sums[0] / static_cast<double>(scored) +
              args_.router_aux_loss_coef * sums[1] / static_cast<double>(micro_batches);
@@ -397,17 +411,16 @@ TrainResult Trainer::run() {
   }
   // Rank 0 speaks for the job (the others' stdout is silenced by the command line).
   const bool rank0 = mesh_->world().rank() == 0;
-  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len, Parallelism::plan(args_)),
-                        peak.gflops, t.steps, rank0 ? metrics_jsonl_path(config_) : std::string(),
+  MetricsLogger metrics(training_flops_per_token(args_, t.seq_len, plan_), peak.gflops, t.steps,
+                        rank0 ? metrics_jsonl_path(config_) : std::string(),
                         rank0 ? tensorboard_run_dir(config_) : std::string(), &mesh_->world());
   std::printf(
       "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
       "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
       config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
-      training_flops_per_token(args_, t.seq_len, Parallelism::plan(args_)),
-      static_cast<long long>(t.steps), static_cast<long long>(t.local_batch_size),
-      static_cast<long long>(t.seq_len), static_cast<long long>(accumulation_steps_), peak.gflops,
-      peak.source.c_str());
+      training_flops_per_token(args_, t.seq_len, plan_), static_cast<long long>(t.steps),
+      static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
+      static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
   if (const std::string jsonl = metrics_jsonl_path(config_); !jsonl.empty()) {
     std::printf("metrics appended to %s (metrics.save_jsonl)\n", jsonl.c_str());
   }

@@ -77,6 +77,7 @@ class Trainer {
   std::string tokenizer_dir_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::optional<ResumePoint> resume_;  // chosen before the model is allocated
+  ParallelizePlan plan_;               // this rank's model's (Parallelism::plan)
   std::unique_ptr<CausalLM> model_;
   std::unique_ptr<LoraAdapter> lora_;  // with lora.rank > 0 (train/lora_job.h)
   std::unique_ptr<Parallelism> parallelism_;

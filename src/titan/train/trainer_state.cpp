@@ -64,7 +64,7 @@ void Trainer::restore() {
   const std::vector<ParamGroupSpec> specs = state_specs();
   const auto load = [&](const std::string& dir, CheckpointContent content) {
     return load_training_checkpoint(dir, specs, state_groups(), state_cut(), content,
-                                    ck.allow_nonfinite_weights);
+                                    ck.allow_nonfinite_weights, plan_);
   };
   if (resume_) {
     resume_from(load(resume_->dir, resume_->state.model_only ? CheckpointContent::model_only
@@ -78,7 +78,7 @@ void Trainer::restore() {
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       load_hf_weights(args_, state_groups(), initial, "the model's config",
-                      ck.allow_nonfinite_weights, state_cut());
+                      ck.allow_nonfinite_weights, state_cut(), {}, plan_);
     } else if (ck.initial_load_model_only) {
       const TrainerState state = load(initial, CheckpointContent::model_only);
       std::printf("initial weights from %s (titan checkpoint of step %lld, model weights only)\n",
@@ -93,7 +93,7 @@ void Trainer::restore() {
   // One stream of batches for every rank; each tokenizes what its rows need (data/loader.h).
   LoaderOptions options = loader_options_;
   const int64_t dp = mesh_->dims().dp();
-  options.share = {accumulation_steps_ * dp, mesh_->world().rank() * accumulation_steps_,
+  options.share = {accumulation_steps_ * dp, mesh_->dp_rank() * accumulation_steps_,
                    accumulation_steps_};
   resumed_truncated_ = loader_state ? loader_state->truncated : 0;
   loader_ = std::make_unique<DataLoader>(options, *tokenizer_, loader_state);
@@ -103,7 +103,7 @@ LoaderState Trainer::loader_state() const {
   LoaderState state = loader_->state();
   // Each rank counted the conversations cut in its own rows since the state it started from.
   double cut = static_cast<double>(state.truncated - resumed_truncated_);
-  if (mesh_->dims().dp() > 1) mesh_->world().all_reduce_sum(&cut, 1);
+  if (mesh_->dims().dp() > 1) parallelism_->data_parallel_group().all_reduce_sum(&cut, 1);
   state.truncated = resumed_truncated_ + static_cast<int64_t>(cut);
   return state;
 }
@@ -148,18 +148,20 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
     set_collective_timeout(config_.comm.train_timeout_seconds, "train_timeout_seconds");
     return;
   }
+  const double t0 = now_seconds();
+  // Under TP gathered whole onto rank 0 first (every rank takes part).
+  const std::vector<CheckpointGroup> written = parallelism_->checkpoint_state(model_only);
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
-  const double t0 = now_seconds();
   if (parallelism_->writes_checkpoint()) {
-    write_checkpoint_shard(temp_dir, specs, checkpoint_groups(state_groups()), state_cut(),
-                           model_only, /*show_progress=*/true);
+    write_checkpoint_shard(temp_dir, specs, written, parallelism_->checkpoint_cut(), model_only,
+                           /*show_progress=*/true);
   }
   world.barrier();
   if (world.rank() == 0) {
     write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
-    commit_training_checkpoint(folder, temp_dir, specs, state_cut().count, state,
+    commit_training_checkpoint(folder, temp_dir, specs, parallelism_->checkpoint_cut().count, state,
                                config_.checkpoint.keep_latest_k);
     const std::string dir = training_checkpoint_dir(folder, step);
     std::printf("checkpoint saved: %s (%s%s)\n", dir.c_str(), saved_folder_summary(dir, t0).c_str(),
@@ -200,7 +202,7 @@ void Trainer::export_model() {
     };
     if (writes) {
       memory_reset_peak();  // the export's own peak (the run's is in the summary above)
-      export_hf_folder(dir, args_, model_->param_groups(), options, gather);
+      export_hf_folder(dir, args_, parallelism_->export_groups(), options, gather);
       std::printf("exported the model as a Hugging Face folder%s: %s (%s)\n",
                   lora_ ? ", the LoRA adapter merged into its weights" : "", dir.c_str(),
                   saved_folder_summary(dir, t0).c_str());

@@ -71,9 +71,9 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
 std::array<int64_t, kMemCategoryCount> MemoryPlan::step_by_category() const {
   std::array<int64_t, kMemCategoryCount> c{};
   c[static_cast<int>(MemCategory::parameters)] =
-      parameters + compute_copies + block_copies + unit_parameters;
+      parameters + compute_copies + block_copies + unit_parameters + checkpoint_whole_parameters;
   c[static_cast<int>(MemCategory::gradients)] = gradients + unit_gradients;
-  c[static_cast<int>(MemCategory::optimizer)] = optimizer;
+  c[static_cast<int>(MemCategory::optimizer)] = optimizer + checkpoint_whole_optimizer;
   c[static_cast<int>(MemCategory::activations)] = activations;
   c[static_cast<int>(MemCategory::other)] = rope + collective_buffers + lora_scratch;
   return c;
@@ -120,8 +120,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, largest_send = 0;
   std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
-  // This rank's parts of the parameters, as the model is built (Parallelism::plan).
-  const ParallelizePlan parallelize = Parallelism::plan(a);
+  // Rank 0's parts of the parameters, as its model is built (Parallelism::plan; the TP ranks'
+  // parts are the same sizes).
+  ParallelAxes axes;
+  axes.tp_degree = in.mesh.tp;
+  const ParallelizePlan parallelize = Parallelism::plan(a, axes);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
   // A stacked expert weight LoRA adapts (models/lora.h: gate_proj and up_proj together, or
   // down_proj, of a MoE model's sparse layers).
@@ -346,9 +349,36 @@ TrainingPlan plan_training(const PlanInputs& in) {
       }
     }
   }
+  if (in.mesh.tp > 1 && !fsdp) {
+    // Rank 0 gathers whole groups (train/parallelism.h): the export a run at a time, each
+    // row-wise parameter's cuts first in rank order beside it; each checkpoint the whole state.
+    const std::vector<ParamGroupSpec> whole_specs = model_param_specs(a);
+    if (in.export_model_weights) {
+      HfExportOptions export_options;
+      export_options.dtype = in.export_dtype;
+      for (const ExportRun& run : hf_export_runs(a, export_options)) {
+        int64_t run_numel = 0, largest_cut = 0;
+        for (const ParamSpec& p : whole_specs[run.group].params) {
+          if (std::find(run.params.begin(), run.params.end(), p.name) == run.params.end()) continue;
+          run_numel += param_view_span(shape_numel(p.shape));
+          const Shard cut = parallelize.placement_of(p);
+          if (cut.count > 1 && cut.dim != 0) {
+            largest_cut = std::max(largest_cut, shape_numel(p.shape));
+          }
+        }
+        m.export_gather = std::max(m.export_gather, (run_numel + largest_cut) * kFloat);
+      }
+    }
+    if (in.checkpoint_saves) {
+      int64_t whole = 0;
+      for (const ParamGroupSpec& g : whole_specs) whole += param_group_numel(g.params);
+      m.checkpoint_whole_parameters = whole * kFloat;
+      m.checkpoint_whole_optimizer = 2 * whole * kFloat;
+    }
+  }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
-                                          in.seq_len);
+                                          in.seq_len, in.mesh.tp);
   };
   m.activations_none = activations(ActivationCheckpointing::none());
   m.activations_full = activations(ActivationCheckpointing::full());

@@ -93,9 +93,15 @@ struct MemoryPlan {
   int64_t rope = 0;  // the RoPE tables
   // While a checkpoint or the final Hugging Face folder is written: the writer's staging; under
   // FSDP rank 0 also holds the export's largest run of one unit's whole parameters (gathered to
-  // it a run at a time: models/hf_export.h ExportRun), at most one unit; over a LoRA base held in
+  // it a run at a time: models/hf_export.h ExportRun), at most one unit, under TP the same run of
+  // whole parameters beside its cut ones and the rank-ordered cuts of its largest row-wise
+  // parameter (gathered before being placed); over a LoRA base held in
   // bf16 the merged export's widened fp32 masters of its matmul weights, every group's.
   int64_t writer_staging = 0, export_gather = 0;
+  // Tensor parallel (without FSDP) with checkpoint.enable: rank 0's whole copy of the parameters
+  // and AdamW moments each save gathers into, made at the first save and held on (counted in the
+  // step too: every step after the first save has it).
+  int64_t checkpoint_whole_parameters = 0, checkpoint_whole_optimizer = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
   int64_t lora_parameters = 0, lora_saved = 0;

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# `titan train` with tensor parallel (titan launch -> mpirun, oversubscribed, one thread a rank),
+# without sequence parallel: TP 2 on the default tiny Qwen3 and on tiny Llama (tied embedding,
+# Llama 3 RoPE) and Qwen2 (untied, q/k/v biases) folders loaded as initial weights, FSDP 2 x TP 2
+# and HSDP 2 x TP 2 (8 ranks) on the tiny Qwen3, each against the single process's run with the
+# same global batch:
+#  - the first 10 losses and grad norms within 1e-5 relative; the trained exports have the one
+#    process's tensors and shapes (their largest difference printed: the float sums run in
+#    another order, and AdamW moves an element whose summed gradient nearly cancels by up to lr
+#    either way, as tests/e2e/train_data_parallel.sh notes for the embedding);
+#  - with a learning rate no update survives rounding (1e-30), the export is the one process's
+#    file byte for byte: each rank's cut of the initialisation (Qwen3) or of the HF folder
+#    (Llama, Qwen2), gathered back whole by the export.
+#  - checkpoints: TP 2 and DDP 2 x TP 2 save the one process's layout (gathered onto rank 0),
+#    and a step-4 checkpoint of TP 2 resumes on one process, one of one process on TP 2 and on
+#    FSDP 2 x TP 2, each continuing within 1e-5 relative of the uninterrupted single process.
+# Bad input gets one line: sequence parallel on (torchtitan's default, not built yet).
+# usage: train_tensor_parallel.sh TITAN PYTHON
+set -euo pipefail
+titan="$1"
+python="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+. "$(dirname "$0")/mpi_env.sh"
+source "$(dirname "$0")/tree_sum.sh"
+tokenizer="$(cd "$(dirname "$0")/../fixtures/qwen3-tokenizer" && pwd)"
+
+common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
+        --training.global_batch_size=4 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
+        --threads 1)
+tp() { echo --parallelism.tensor_parallel_degree="$1" --parallelism.enable_sequence_parallel=false; }
+
+# run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl
+run() {
+  local name="$1" n="$2"
+  shift 2
+  local launch=("$titan")
+  [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
+  "${launch[@]}" train "${common[@]}" "$@" --job.dump_folder="$work/$name" \
+    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+  local steps
+  steps=$(grep -c '^step ' "$work/$name.log" || true)
+  [ "$steps" = 10 ] || [ "$steps" = 2 ] || { echo "$name: expected 10 (or 2) step lines from rank 0 only"; cat "$work/$name.log"; exit 1; }
+}
+# same_export REF RUN...: the exported weights byte for byte
+same_export() {
+  local ref="$1"
+  shift
+  for name in "$@"; do
+    cmp "$work/$ref/hf/model.safetensors" "$work/$name/hf/model.safetensors" || { echo "$name: export differs from $ref's"; exit 1; }
+    echo "$name: export byte for byte the one process's"
+  done
+}
+still=(--training.steps=2 --optimizer.lr=1e-30)
+# equal_to_single REF RUN...: each run's losses and grad norms within 1e-5 relative of REF's, its
+# export the same tensors and shapes (the largest difference printed).
+equal_to_single() {
+"$python" - "$work" "$@" <<'PY'
+import json, sys
+from safetensors.torch import load_file
+work, reference, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+def records(name):
+    return [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
+single = records(reference)
+assert len(single) in (2, 10), len(single)
+ref = load_file(f"{work}/{reference}/hf/model.safetensors")
+for name in names:
+    run = records(name)
+    assert [r["step"] for r in run] == [r["step"] for r in single], f"{name}: steps differ"
+    worst_step = 0.0
+    for a, b in zip(single, run):
+        for key in ("loss", "grad_norm"):
+            rel = abs(a[key] - b[key]) / abs(a[key])
+            worst_step = max(worst_step, rel)
+            assert rel <= 1e-5, f"{name} step {a['step']} {key}: {b[key]} vs {a[key]} ({rel:.2e})"
+    got = load_file(f"{work}/{name}/hf/model.safetensors")
+    assert got.keys() == ref.keys(), f"{name}: exported tensors differ"
+    for k in ref:
+        assert got[k].shape == ref[k].shape, f"{name}: {k} {tuple(got[k].shape)} vs {tuple(ref[k].shape)}"
+    worst = max((got[k].float() - ref[k].float()).abs().max().item() for k in ref)
+    print(f"{name}: {len(run)} losses and grad norms within {worst_step:.1e} relative of one "
+          f"process; export within {worst:.1e}")
+PY
+}
+
+# The default tiny Qwen3 from scratch: each TP rank initialised with its cut of the one process's
+# initial weights.
+run single 1
+run tp2 2 $(tp 2)
+grep -q "tensor parallel over 2 ranks per model .* tp 0 of 2" "$work/tp2.log" || { echo "tp2: no mesh line"; cat "$work/tp2.log"; exit 1; }
+run fsdp2tp2 4 $(tp 2)
+grep -q "data parallel over 2 ranks: dp_replicate 1 x dp_shard 2" "$work/fsdp2tp2.log" || { echo "fsdp2tp2: not FSDP 2"; cat "$work/fsdp2tp2.log"; exit 1; }
+run hsdp2x2tp2 8 $(tp 2) --parallelism.data_parallel_replicate_degree=2
+grep -q "dp_replicate 2 x dp_shard 2" "$work/hsdp2x2tp2.log" || { echo "hsdp2x2tp2: not HSDP 2 x 2"; cat "$work/hsdp2x2tp2.log"; exit 1; }
+equal_to_single single tp2 fsdp2tp2 hsdp2x2tp2
+run still-single 1 "${still[@]}"
+run still-tp2 2 "${still[@]}" $(tp 2)
+run still-fsdp2tp2 4 "${still[@]}" $(tp 2)
+equal_to_single still-single still-tp2 still-fsdp2tp2
+same_export still-single still-tp2 still-fsdp2tp2
+
+# Checkpoints at step 4, resumed on the other layout.
+ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0)
+resume() { echo --checkpoint.initial_load_path="$work/$1/checkpoint/step-4" --checkpoint.initial_load_model_only=false; }
+run ck-single 1 "${ckpt[@]}"
+run ck-tp2 2 "${ckpt[@]}" $(tp 2)
+run ck-ddp2tp2 4 "${ckpt[@]}" $(tp 2) --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1
+equal_to_single single ck-tp2 ck-ddp2tp2
+[ -f "$work/ck-tp2/checkpoint/step-4/model.safetensors" ] || { echo "ck-tp2: not the one process's layout"; ls "$work/ck-tp2/checkpoint/step-4"; exit 1; }
+"$titan" train "${common[@]}" $(resume ck-tp2) --job.dump_folder="$work/tp2-to-1" \
+  --metrics.save_jsonl="$work/tp2-to-1.jsonl" > "$work/tp2-to-1.log" 2>&1 || { cat "$work/tp2-to-1.log"; exit 1; }
+"$titan" launch --nproc 2 train "${common[@]}" $(tp 2) $(resume ck-single) --job.dump_folder="$work/1-to-tp2" \
+  --metrics.save_jsonl="$work/1-to-tp2.jsonl" > "$work/1-to-tp2.log" 2>&1 || { cat "$work/1-to-tp2.log"; exit 1; }
+"$titan" launch --nproc 4 train "${common[@]}" $(tp 2) $(resume ck-single) --job.dump_folder="$work/1-to-fsdp2tp2" \
+  --metrics.save_jsonl="$work/1-to-fsdp2tp2.jsonl" > "$work/1-to-fsdp2tp2.log" 2>&1 || { cat "$work/1-to-fsdp2tp2.log"; exit 1; }
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def records(name):
+    return {r["step"]: r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r}
+single = records("single")
+for name in ("ck-single", "ck-tp2"):
+    run = records(name)
+    assert sorted(run) == sorted(single), f"{name}: steps {sorted(run)}"
+for name in ("tp2-to-1", "1-to-tp2", "1-to-fsdp2tp2"):
+    run = records(name)
+    assert sorted(run) == list(range(5, 11)), f"{name}: steps {sorted(run)}"
+    worst = 0.0
+    for step, r in run.items():
+        for key in ("loss", "grad_norm"):
+            rel = abs(r[key] - single[step][key]) / abs(single[step][key])
+            worst = max(worst, rel)
+            assert rel <= 1e-5, f"{name} step {step} {key}: {r[key]} vs {single[step][key]} ({rel:.2e})"
+    print(f"{name}: resumed at step 5, losses and grad norms within {worst:.1e} relative of one process")
+PY
+
+# Llama (tied) and Qwen2 (untied, biases) folders, loaded into each rank's cuts.
+"$python" - "$work" "$tokenizer" <<'PY'
+import shutil, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+work, tokenizer = sys.argv[1:]
+common = dict(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+              initializer_range=0.02, bos_token_id=151643, eos_token_id=151645)
+cases = {
+    "llama": (LlamaForCausalLM, LlamaConfig(**common, tie_word_embeddings=True, rope_theta=500000.0,
+              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
+    "qwen2": (Qwen2ForCausalLM, Qwen2Config(**common, tie_word_embeddings=False)),
+}
+for name, (cls, config) in cases.items():
+    torch.manual_seed(0)
+    model = cls(config).eval()
+    with torch.no_grad():  # random biases: a row-wise bias added twice, or not summed, shows
+        for key, p in model.named_parameters():
+            if key.endswith(".bias"):
+                p.normal_(0.0, 0.1)
+    model.save_pretrained(f"{work}/{name}", safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(f"{tokenizer}/{f}", f"{work}/{name}/{f}")
+PY
+corpus=/usr/share/doc/jargon-text/jargon.txt.gz
+for name in llama qwen2; do
+  hf=(--preset hf --model.hf_assets_path="$work/$name" --training.dataset=files
+      --training.dataset_path="$corpus" --checkpoint.initial_load_path="$work/$name"
+      --checkpoint.initial_load_in_hf=true --checkpoint.last_save_in_hf=true)
+  run "$name-single" 1 "${hf[@]}"
+  run "$name-tp2" 2 "${hf[@]}" $(tp 2)
+  equal_to_single "$name-single" "$name-tp2"
+  run "$name-still-single" 1 "${hf[@]}" "${still[@]}"
+  run "$name-still-tp2" 2 "${hf[@]}" "${still[@]}" $(tp 2)
+  run "$name-still-fsdp2tp2" 4 "${hf[@]}" "${still[@]}" $(tp 2)
+  same_export "$name-still-single" "$name-still-tp2" "$name-still-fsdp2tp2"
+done
+
+# Bad input: one line each.
+expect_refusal sequence-parallel "parallelism.enable_sequence_parallel = true under parallelism.tensor_parallel_degree 2: sequence parallel is not built yet; set it to false" \
+  "$titan" train "${common[@]}" --parallelism.tensor_parallel_degree=2 --job.dump_folder="$work/sp"
+echo "train_tensor_parallel: all checks passed"
