@@ -25,7 +25,7 @@ common=(--training.steps=3 --training.seq_len=64 --training.local_batch_size=2
         --checkpoint.last_save_in_hf=false)
 ddp=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
 ckpt=(--checkpoint.enable=true --checkpoint.interval=1)
-tp=(--parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=false)
+tp=(--parallelism.tensor_parallel_degree=2)  # with sequence parallel, torchtitan's default
 
 # 1. Plan, then train, each mesh.
 "$titan" plan "${common[@]}" --json > "$work/single.plan"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `titan train` with tensor parallel (titan launch -> mpirun, oversubscribed, one thread a rank),
-# without sequence parallel: TP 2 on the default tiny Qwen3 and on tiny Llama (tied embedding,
+# with sequence parallel (torchtitan's default) unless said: TP 2 with and without it on the
+# default tiny Qwen3 and on tiny Llama (tied embedding,
 # Llama 3 RoPE) and Qwen2 (untied, q/k/v biases) folders loaded as initial weights, FSDP 2 x TP 2
 # and HSDP 2 x TP 2 (8 ranks) on the tiny Qwen3, each against the single process's run with the
 # same global batch:
@@ -14,7 +15,7 @@
 #  - checkpoints: TP 2 and DDP 2 x TP 2 save the one process's layout (gathered onto rank 0),
 #    and a step-4 checkpoint of TP 2 resumes on one process, one of one process on TP 2 and on
 #    FSDP 2 x TP 2, each continuing within 1e-5 relative of the uninterrupted single process.
-# Bad input gets one line: sequence parallel on (torchtitan's default, not built yet).
+# Bad input gets one line: a seq_len the TP degree does not divide under sequence parallel.
 # usage: train_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -28,7 +29,8 @@ tokenizer="$(cd "$(dirname "$0")/../fixtures/qwen3-tokenizer" && pwd)"
 common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
         --training.global_batch_size=4 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
         --threads 1)
-tp() { echo --parallelism.tensor_parallel_degree="$1" --parallelism.enable_sequence_parallel=false; }
+tp() { echo --parallelism.tensor_parallel_degree="$1"; }
+no_sp=(--parallelism.enable_sequence_parallel=false)
 
 # run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl
 run() {
@@ -87,12 +89,14 @@ PY
 # initial weights.
 run single 1
 run tp2 2 $(tp 2)
-grep -q "tensor parallel over 2 ranks per model .* tp 0 of 2" "$work/tp2.log" || { echo "tp2: no mesh line"; cat "$work/tp2.log"; exit 1; }
+grep -q "tensor parallel over 2 ranks per model .*sequence parallel .* tp 0 of 2" "$work/tp2.log" || { echo "tp2: no mesh line"; cat "$work/tp2.log"; exit 1; }
+run tp2-no-sp 2 $(tp 2) "${no_sp[@]}"
+grep -q "partial outputs all-reduced (enable_sequence_parallel = false)" "$work/tp2-no-sp.log" || { echo "tp2-no-sp: no mesh line"; cat "$work/tp2-no-sp.log"; exit 1; }
 run fsdp2tp2 4 $(tp 2)
 grep -q "data parallel over 2 ranks: dp_replicate 1 x dp_shard 2" "$work/fsdp2tp2.log" || { echo "fsdp2tp2: not FSDP 2"; cat "$work/fsdp2tp2.log"; exit 1; }
 run hsdp2x2tp2 8 $(tp 2) --parallelism.data_parallel_replicate_degree=2
 grep -q "dp_replicate 2 x dp_shard 2" "$work/hsdp2x2tp2.log" || { echo "hsdp2x2tp2: not HSDP 2 x 2"; cat "$work/hsdp2x2tp2.log"; exit 1; }
-equal_to_single single tp2 fsdp2tp2 hsdp2x2tp2
+equal_to_single single tp2 tp2-no-sp fsdp2tp2 hsdp2x2tp2
 run still-single 1 "${still[@]}"
 run still-tp2 2 "${still[@]}" $(tp 2)
 run still-fsdp2tp2 4 "${still[@]}" $(tp 2)
@@ -174,6 +178,6 @@ for name in llama qwen2; do
 done
 
 # Bad input: one line each.
-expect_refusal sequence-parallel "parallelism.enable_sequence_parallel = true under parallelism.tensor_parallel_degree 2: sequence parallel is not built yet; set it to false" \
-  "$titan" train "${common[@]}" --parallelism.tensor_parallel_degree=2 --job.dump_folder="$work/sp"
+expect_refusal sequence-parallel "training.seq_len 63 under parallelism.tensor_parallel_degree 2 with parallelism.enable_sequence_parallel = true: each rank holds seq_len / 2 tokens of a sequence, so the degree must divide it \(or set enable_sequence_parallel = false\)$" \
+  "$titan" train "${common[@]}" --training.seq_len=63 --parallelism.tensor_parallel_degree=2 --job.dump_folder="$work/sp"
 echo "train_tensor_parallel: all checks passed"

@@ -430,13 +430,16 @@ TEST(JobConfig, TensorParallelRefusesWhatIsNotBuiltNamingTheKey) {
   job_config_apply_override(c, "--checkpoint.enable=true");
   check_tensor_parallel_job(c);  // TP 1: sequence parallel's default true is no matter
   job_config_apply_override(c, "--parallelism.tensor_parallel_degree=2");
-  EXPECT_NE(error_of([&] { check_tensor_parallel_job(c); })
-                .find("parallelism.enable_sequence_parallel = true under "
-                      "parallelism.tensor_parallel_degree 2: sequence parallel is not built yet; "
-                      "set it to false"),
+  check_tensor_parallel_job(c);  // sequence parallel on, seq_len even
+  JobConfig odd = c;
+  job_config_apply_override(odd, "--training.seq_len=63");
+  EXPECT_NE(error_of([&] { check_tensor_parallel_job(odd); })
+                .find("training.seq_len 63 under parallelism.tensor_parallel_degree 2 with "
+                      "parallelism.enable_sequence_parallel = true: each rank holds seq_len / 2 "
+                      "tokens of a sequence, so the degree must divide it"),
             std::string::npos);
-  job_config_apply_override(c, "--parallelism.enable_sequence_parallel=false");
-  check_tensor_parallel_job(c);
+  job_config_apply_override(odd, "--parallelism.enable_sequence_parallel=false");
+  check_tensor_parallel_job(odd);
   JobConfig async = c;
   job_config_apply_override(async, "--checkpoint.async_mode=async");
   EXPECT_NE(error_of([&] { check_tensor_parallel_job(async); }).find("checkpoint.async_mode"),

@@ -222,10 +222,13 @@ void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, cons
 void check_tensor_parallel_job(const JobConfig& c) {
   if (c.parallelism.tensor_parallel_degree == 1) return;
   const std::string under = under_tensor_parallel(c);
-  TITAN_CHECK(!c.parallelism.enable_sequence_parallel,
-              "parallelism.enable_sequence_parallel = true", under,
-              ": sequence parallel is not built yet; set it to false (torchtitan's default is "
-              "true)");
+  TITAN_CHECK(!c.parallelism.enable_sequence_parallel ||
+                  c.training.seq_len % c.parallelism.tensor_parallel_degree == 0,
+              "training.seq_len ", c.training.seq_len, under,
+              " with parallelism.enable_sequence_parallel = true: each rank holds seq_len / ",
+              c.parallelism.tensor_parallel_degree,
+              " tokens of a sequence, so the degree must divide it (or set "
+              "enable_sequence_parallel = false)");
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under tensor parallel is not built yet");
   TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",

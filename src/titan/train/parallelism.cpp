@@ -43,6 +43,27 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
       tp.all_reduce_max(wide.data(), count);
       std::copy(wide.begin(), wide.end(), x);
     };
+    if (plan.axes().sequence_parallel) {
+      // One part per sequence (nn/layers.h): rank r's tokens of sequence p are out[p][r]. A
+      // CommPart's `own` is not const because a reduce-scatter writes it; an all-gather only reads.
+      const auto parts_of = [&tp](float* whole, float* own, int64_t count, int64_t parts) {
+        std::vector<CommPart> p(static_cast<size_t>(parts));
+        for (int64_t i = 0; i < parts; ++i) {
+          p[static_cast<size_t>(i)].whole = whole + i * tp.size() * count;
+          p[static_cast<size_t>(i)].own = own + i * count;
+          p[static_cast<size_t>(i)].counts.assign(static_cast<size_t>(tp.size()), count);
+        }
+        return p;
+      };
+      collectives.all_gather = [&tp, parts_of](const float* in, float* out, int64_t count,
+                                               int64_t parts) {
+        tp.all_gather_async(parts_of(out, const_cast<float*>(in), count, parts)).wait();
+      };
+      collectives.reduce_scatter = [&tp, parts_of](const float* in, float* out, int64_t count,
+                                                   int64_t parts) {
+        tp.reduce_scatter_sum_async(parts_of(const_cast<float*>(in), out, count, parts)).wait();
+      };
+    }
     model.set_layer_collectives(std::move(collectives));
     if (mesh.tp_group().rank() == 0 && mesh.dp_rank() == 0) {
       for (const ParamGroupSpec& g : model_param_specs(model.args())) {

@@ -101,10 +101,13 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   }
   if (dims.tp > 1) {
     std::printf(
-        "tensor parallel over %lld ranks per model (rank = data-parallel rank x %lld + tp index; "
-        "without sequence parallel): attention heads, MLP widths and the vocabulary cut, partial "
-        "outputs all-reduced; %s\n",
+        "tensor parallel over %lld ranks per model (rank = data-parallel rank x %lld + tp index): "
+        "attention heads, MLP widths and the vocabulary cut, %s; %s\n",
         static_cast<long long>(dims.tp), static_cast<long long>(dims.tp),
+        config_.parallelism.enable_sequence_parallel
+            ? "sequence parallel (norms and residual adds on seq_len / tp tokens, blocks' inputs "
+              "all-gathered and outputs reduce-scattered)"
+            : "partial outputs all-reduced (enable_sequence_parallel = false)",
         mesh_->describe().c_str());
   }
   accumulation_steps_ = job_accumulation_steps(config_, dims);

@@ -43,6 +43,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   PlanInputs in;
   in.mesh = resolve_mesh_dims(job_parallel_degrees(config), world_size);
   in.accumulation_steps = job_accumulation_steps(config, in.mesh);
+  in.sequence_parallel = in.mesh.tp > 1 && config.parallelism.enable_sequence_parallel;
   in.args = resolve_job_model_args(config);
   check_job_sizes(config, in.args, in.mesh);
   in.local_batch_size = config.training.local_batch_size;
@@ -124,6 +125,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // parts are the same sizes).
   ParallelAxes axes;
   axes.tp_degree = in.mesh.tp;
+  axes.sequence_parallel = in.sequence_parallel;
   const ParallelizePlan parallelize = Parallelism::plan(a, axes);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
   // A stacked expert weight LoRA adapts (models/lora.h: gate_proj and up_proj together, or
@@ -378,7 +380,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
-                                          in.seq_len, in.mesh.tp);
+                                          in.seq_len, in.mesh.tp, in.sequence_parallel);
   };
   m.activations_none = activations(ActivationCheckpointing::none());
   m.activations_full = activations(ActivationCheckpointing::full());

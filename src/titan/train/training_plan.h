@@ -47,6 +47,7 @@ namespace titan {
 struct PlanInputs {
   ModelArgs args;
   MeshDims mesh;
+  bool sequence_parallel = false;  // parallelism.enable_sequence_parallel, under TP
   int64_t local_batch_size = 1, seq_len = 1;
   int64_t accumulation_steps = 1;  // micro-batches per rank per step
   DType compute_dtype = DType::f32;
