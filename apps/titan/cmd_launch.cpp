@@ -16,8 +16,9 @@
 namespace titan::cli {
 
 Action add_launch_command(CLI::App& app) {
-  CLI::App* command = app.add_subcommand(
-      "launch", "run titan train on N processes of this machine through mpirun (data, tensor and sequence parallel)");
+  CLI::App* command = app.add_subcommand("launch",
+                                         "run titan train on N processes of this machine through "
+                                         "mpirun (data, tensor and sequence parallel)");
   static int nproc = 2;
   static std::string mpirun = "mpirun";
   command->add_option("--nproc", nproc, "ranks to start")
