@@ -3,8 +3,8 @@
 // parameter specs it gives a rank -- what the model allocates, the loaders fill and the plan
 // counts.
 //
-//   model.embed_tokens                    vocab      (torchtitan: RowwiseParallel on the
-//   vocabulary) model.layers.*.input_layernorm        sequence
+//   model.embed_tokens                    vocab      (torchtitan: RowwiseParallel on it)
+//   model.layers.*.input_layernorm        sequence
 //   model.layers.*.self_attn.{q,k,v}_proj colwise    (whole heads per rank)
 //   model.layers.*.self_attn.{q,k}_norm   replicate  (applied to the rank's local heads)
 //   model.layers.*.self_attn.o_proj       rowwise
