@@ -84,9 +84,4 @@ std::vector<Linear*> DecoderModules::matmul_linears() {
   return linears;
 }
 
-std::vector<const Linear*> DecoderModules::matmul_linears() const {
-  const std::vector<Linear*> linears = const_cast<DecoderModules*>(this)->matmul_linears();
-  return {linears.begin(), linears.end()};
-}
-
 }  // namespace titan

@@ -83,7 +83,6 @@ struct DecoderModules {
   // The linears whose weights a bf16 copy serves: every layer's attention projections and dense
   // MLP projections (not the MoE router, which stays fp32), then the lm_head.
   std::vector<Linear*> matmul_linears();
-  std::vector<const Linear*> matmul_linears() const;
 
   // fn(pointer, gradient) for every pointer the modules hold into parameter-group buffers --
   // `float*&` or `const float*&`, null ones included (a linear without a bias): the parameters'
