@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -213,6 +214,31 @@ TEST_F(ProgressTest, PlainOutputWritesWholeLines) {
   EXPECT_EQ(all.rfind("tokenizing  1.50 M tokens  ", 0), 0u) << all;
   EXPECT_NE(all.find("\ntokenizing: 1.50 M tokens in "), std::string::npos) << all;
   EXPECT_EQ(std::count(all.begin(), all.end(), '\n'), 2) << all;
+}
+
+// An operation that throws does not claim it ended: no closing line, and a redrawn terminal line
+// is ended so the error that follows prints on a line of its own.
+TEST_F(ProgressTest, FailedOperationWritesNoClosingLine) {
+  for (const bool terminal : {true, false}) {
+    SCOPED_TRACE(terminal ? "terminal" : "plain");
+    if (stream_ != nullptr) std::fclose(stream_);
+    std::free(buffer_);
+    buffer_ = nullptr;
+    capture(terminal, 0.0);
+    try {
+      titan::Progress p("evaluating", 0, titan::ProgressUnit::batches);
+      p.advance(2);
+      throw std::runtime_error("row 3 is too long");
+    } catch (const std::runtime_error&) {
+    }
+    const std::string all = written();
+    EXPECT_EQ(
+        all.rfind(terminal ? "\r\033[Kevaluating  2 batches  " : "evaluating  2 batches  ", 0), 0u)
+        << all;
+    EXPECT_EQ(all.find("evaluating:"), std::string::npos) << "no closing line: " << all;
+    EXPECT_EQ(std::count(all.begin(), all.end(), '\n'), 1) << all;
+    EXPECT_EQ(all.back(), '\n');
+  }
 }
 
 TEST_F(ProgressTest, QuickOperationsStaySilent) {

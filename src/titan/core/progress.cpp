@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include "titan/core/clock.h"
 
@@ -71,12 +72,27 @@ Progress::Progress(std::string label, int64_t total, ProgressUnit unit)
       total_(total),
       unit_(unit),
       out_(progress_output()),
-      start_s_(now_seconds()) {
+      start_s_(now_seconds()),
+      uncaught_at_start_(std::uncaught_exceptions()) {
   if (out_.stream == nullptr) out_.stream = stderr;
 }
 
 Progress::~Progress() {
-  finish();
+  if (std::uncaught_exceptions() > uncaught_at_start_) {
+    abandon();
+  } else {
+    finish();
+  }
+}
+
+void Progress::abandon() {
+  std::lock_guard<std::mutex> lock(draw_mutex_);
+  if (finished_) return;
+  finished_ = true;
+  if (shown_ && out_.terminal) {
+    std::fputc('\n', out_.stream);
+    std::fflush(out_.stream);
+  }
 }
 
 void Progress::advance(int64_t n) {

@@ -42,6 +42,9 @@ class Progress {
   void finish();
 
  private:
+  // Unwinding past an operation that failed: no closing line claiming it ended, only the
+  // redrawn terminal line ended so the error prints on a line of its own.
+  void abandon();
   void report(bool final_line);
   std::string describe(int64_t done, double elapsed, bool final_line) const;
 
@@ -55,6 +58,7 @@ class Progress {
   double last_draw_s_ = 0.0;
   bool shown_ = false;
   bool finished_ = false;
+  int uncaught_at_start_;
 };
 
 // "1.19 GB", "512 MB", "310 items", "1.20 M tokens": the numbers Progress prints.
