@@ -30,11 +30,13 @@ std::string mesh_name(const MeshDims& d) {
   if (d.world() == 1) return "one process";
   const std::string tp = "TP " + std::to_string(d.tp);
   if (d.dp() == 1) return tp + " (tensor_parallel_degree " + std::to_string(d.tp) + ")";
+  const std::string ep = d.ep == 1 ? "" : " x EP " + std::to_string(d.ep);
   const std::string dims = "dp_replicate " + std::to_string(d.dp_replicate) + " x dp_shard " +
                            std::to_string(d.dp_shard) +
-                           (d.tp == 1 ? "" : " x tp " + std::to_string(d.tp));
-  const std::string data = d.dp_shard == 1 ? "DDP" : d.dp_replicate == 1 ? "FSDP" : "HSDP";
-  return data + (d.tp == 1 ? "" : " x " + tp) + " (" + dims + ")";
+                           (d.tp == 1 ? "" : " x tp " + std::to_string(d.tp)) +
+                           (d.ep == 1 ? "" : ", ep " + std::to_string(d.ep) + " borrowed");
+  const std::string data = !d.fsdp() ? "DDP" : d.dp_replicate == 1 ? "FSDP" : "HSDP";
+  return data + (d.tp == 1 ? "" : " x " + tp) + ep + " (" + dims + ")";
 }
 
 // The [activation_checkpoint] keys that give `checkpointing`, as a config spells them.
@@ -56,7 +58,7 @@ void row(const char* label, int64_t n, const std::string& detail) {
 void print_text(const TrainingPlan& p, const std::string& model) {
   const PlanInputs& in = p.inputs;
   const MemoryPlan& m = p.memory;
-  const bool fsdp = in.mesh.dp_shard > 1;
+  const bool fsdp = in.mesh.fsdp();
   std::printf("model %s (%s, %lld parameters), %s: %s\n", model.c_str(),
               in.args.architecture.c_str(), static_cast<long long>(p.parameter_count),
               count(in.mesh.world(), "rank", "ranks").c_str(), mesh_name(in.mesh).c_str());
@@ -126,8 +128,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   if (in.export_hf) {
     row("final export", m.export_peak(),
         std::string("checkpoint.last_save_in_hf: ") +
-            (fsdp || in.mesh.tp > 1 ? "one unit's parameters gathered to rank 0 at most " +
-                                          bytes(m.export_gather) + " + "
+            (fsdp || in.mesh.tp > 1 || in.mesh.ep > 1
+                 ? "one unit's parameters gathered to rank 0 at most " + bytes(m.export_gather) +
+                       " + "
              : in.lora_base_bf16 && m.export_gather > 0
                  ? "the bf16 base widened to fp32 masters " + bytes(m.export_gather) + " + "
                  : "") +
@@ -150,15 +153,19 @@ void print_text(const TrainingPlan& p, const std::string& model) {
     row("reduce-scatter", c.micro_batches * c.reduce_scatter,
         "per micro-batch " + bytes(c.reduce_scatter) + " (gradients)");
   }
-  if (in.mesh.dp_replicate > 1) {
+  if (in.mesh.dp_replicate > 1 || in.mesh.ep > 1) {
     row("all-reduce", c.all_reduce,
-        fsdp ? "the shards' gradients over the replicas, once a step"
-             : "the gradients, once a step");
+        in.mesh.ep > 1 ? "the gradients, once a step: the experts' over the ranks holding the same "
+                         "experts, the others' over every data-parallel rank"
+        : fsdp         ? "the shards' gradients over the replicas, once a step"
+                       : "the gradients, once a step");
   }
   row("communication", c.per_step(),
       in.mesh.world() == 1 ? "one process"
       : in.mesh.tp > 1     ? "sent by each rank (ring algorithms); tensor parallel's all-reduces "
                              "not counted yet"
+      : in.mesh.ep > 1     ? "sent by each rank (ring algorithms); expert parallel's "
+                             "all-to-all-v not counted yet"
                            : "sent by each rank (ring algorithms)");
 }
 
@@ -179,6 +186,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
       {"dp_replicate", in.mesh.dp_replicate},
       {"dp_shard", in.mesh.dp_shard},
       {"tp", in.mesh.tp},
+      {"ep", in.mesh.ep},
       {"micro_batches", in.accumulation_steps},
       {"local_batch_size", in.local_batch_size},
       {"seq_len", in.seq_len},

@@ -33,6 +33,16 @@ TEST(Mesh, ResolvesTheRestOfTheWorld) {
   EXPECT_EQ(m.dp_shard, 2);
   EXPECT_EQ(m.tp, 2);
   EXPECT_EQ(m.world(), 8);
+  EXPECT_EQ(m.ep, 1);
+  m = resolve_mesh_dims({1, -1, 1, 1, 1, 4}, 4);  // EP borrows dp_shard's ranks
+  EXPECT_EQ(m.dp_shard, 4);
+  EXPECT_EQ(m.ep, 4);
+  EXPECT_EQ(m.world(), 4);
+  EXPECT_FALSE(m.fsdp());                         // not yet under EP
+  m = resolve_mesh_dims({2, -1, 2, 1, 1, 2}, 8);  // or dp_shard x tp's
+  EXPECT_EQ(m.dp_shard, 2);
+  EXPECT_EQ(m.ep, 2);
+  EXPECT_TRUE(resolve_mesh_dims({1, -1}, 2).fsdp());
 }
 
 TEST(Mesh, EachBadCombinationNamesItsKey) {
@@ -48,7 +58,19 @@ TEST(Mesh, EachBadCombinationNamesItsKey) {
             std::string::npos);
   EXPECT_NE(error_of({1, 2, 2, 1, 1, 1}, 8).find("x tensor_parallel_degree 2 = 4 ranks"),
             std::string::npos);
-  EXPECT_NE(error_of({1, -1, 1, 1, 1, 4}, 4).find("expert_parallel_degree = 4"), std::string::npos);
+  EXPECT_NE(error_of({1, -1, 1, 1, 1, 3}, 4)
+                .find("expert_parallel_degree = 3 does not divide data_parallel_shard_degree 4 "
+                      "(expert parallel borrows its ranks from it)"),
+            std::string::npos);
+  EXPECT_NE(error_of({2, -1, 1, 1, 1, 4}, 4).find("does not divide data_parallel_shard_degree 2"),
+            std::string::npos);
+  EXPECT_NE(error_of({1, -1, 1, 1, 1, 0}, 4).find("expert_parallel_degree = 0: must be at least 1"),
+            std::string::npos);
+  EXPECT_NE(error_of({1, 1, 2, 1, 1, 4}, 2)
+                .find("data_parallel_shard_degree 1 x tensor_parallel_degree 2 = 2 (expert"),
+            std::string::npos);
+  EXPECT_NE(error_of({1, -1, 1, 2, 1, 1}, 4).find("pipeline_parallel_degree = 2"),
+            std::string::npos);
 }
 
 TEST(Mesh, SingleRankGroupCopies) {

@@ -9,13 +9,12 @@ MeshDims resolve_mesh_dims(const ParallelDegrees& d, int64_t world_size) {
   const struct {
     const char* key;
     int64_t degree;
-  } later[] = {{"pipeline_parallel_degree", d.pp},
-               {"context_parallel_degree", d.cp},
-               {"expert_parallel_degree", d.ep}};
+  } later[] = {{"pipeline_parallel_degree", d.pp}, {"context_parallel_degree", d.cp}};
   for (const auto& [key, degree] : later) {
     TITAN_CHECK(degree == 1, "parallelism.", key, " = ", degree,
-                ": only data and tensor parallelism are built so far; set it to 1");
+                ": only data, tensor and expert parallelism are built so far; set it to 1");
   }
+  TITAN_CHECK(d.ep >= 1, "parallelism.expert_parallel_degree = ", d.ep, ": must be at least 1");
   TITAN_CHECK(d.tp >= 1, "parallelism.tensor_parallel_degree = ", d.tp, ": must be at least 1");
   TITAN_CHECK(d.dp_replicate >= 1, "parallelism.data_parallel_replicate_degree = ", d.dp_replicate,
               ": must be at least 1");
@@ -46,6 +45,13 @@ MeshDims resolve_mesh_dims(const ParallelDegrees& d, int64_t world_size) {
               dims.dp_replicate, " x data_parallel_shard_degree ", dims.dp_shard, tp_factor, " = ",
               dims.world(), " ranks, but the world has ", world_size,
               world_size == 1 ? " (run under mpirun, or titan launch, for more)" : "");
+  TITAN_CHECK((dims.dp_shard * dims.tp) % d.ep == 0, "parallelism.expert_parallel_degree = ", d.ep,
+              " does not divide data_parallel_shard_degree ", dims.dp_shard,
+              d.tp == 1 ? " (expert parallel borrows its ranks from it)"
+                        : " x tensor_parallel_degree " + std::to_string(d.tp) + " = " +
+                              std::to_string(dims.dp_shard * dims.tp) +
+                              " (expert parallel borrows its ranks from them)");
+  dims.ep = d.ep;
   return dims;
 }
 
@@ -64,6 +70,18 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims) : world_(world
   replicate_group_ = split(shard_index_ * dims.tp + tp_index_, replicate_index_);
   tp_group_ = split(dp_rank, tp_index_);
   if (dims.tp > 1) dp_group_ = split(tp_index_, dp_rank);  // else the world itself
+  if (dims.ep > 1) {
+    // (shard index, tp index) flattened; each run of ep consecutive ones is an EP group.
+    const int64_t inner = shard_index_ * dims.tp + tp_index_;
+    const int64_t groups_per_replica = dims.dp_shard * dims.tp / dims.ep;
+    const int64_t ep_group = replicate_index_ * groups_per_replica + inner / dims.ep;
+    ep_index_ = inner % dims.ep;
+    shares_model_with_rank0_ = ep_group == 0;
+    ep_group_ = split(ep_group, ep_index_);
+    same_experts_group_ = split(ep_index_, ep_group);
+  } else {
+    shares_model_with_rank0_ = dp_rank == 0;
+  }
 }
 
 std::string DeviceMesh::describe() const {
@@ -72,7 +90,9 @@ std::string DeviceMesh::describe() const {
          std::to_string(dims_.dp_replicate) + ", dp_shard " + std::to_string(shard_index_) +
          " of " + std::to_string(dims_.dp_shard) +
          (dims_.tp == 1 ? ""
-                        : ", tp " + std::to_string(tp_index_) + " of " + std::to_string(dims_.tp));
+                        : ", tp " + std::to_string(tp_index_) + " of " + std::to_string(dims_.tp)) +
+         (dims_.ep == 1 ? ""
+                        : ", ep " + std::to_string(ep_index_) + " of " + std::to_string(dims_.ep));
 }
 
 }  // namespace titan

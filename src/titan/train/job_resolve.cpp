@@ -158,11 +158,12 @@ std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDim
       }
     }
   }
-  if (dims.dp_shard == 1 && is_set("parallelism.fsdp_reshard_after_forward")) {
+  if (!dims.fsdp() && is_set("parallelism.fsdp_reshard_after_forward")) {
     warnings.push_back(
-        "parallelism.fsdp_reshard_after_forward has no effect: no FSDP (data_parallel_shard_degree "
-        "resolves to 1" +
-        std::string(world_size == 1 ? " in one process)" : ")"));
+        "parallelism.fsdp_reshard_after_forward has no effect: no FSDP (" +
+        std::string(dims.dp_shard > 1 ? "not built yet under expert_parallel_degree > 1)"
+                    : world_size == 1 ? "data_parallel_shard_degree resolves to 1 in one process)"
+                                      : "data_parallel_shard_degree resolves to 1)"));
   }
   if (dims.tp == 1 && is_set("parallelism.enable_sequence_parallel")) {
     warnings.push_back(
@@ -217,6 +218,22 @@ void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, cons
               ": checkpoints of FSDP x TP cuts are not built yet (TP alone, or with DDP, saves)");
   TITAN_CHECK(!args.is_moe(), "model ", args.architecture, under_tensor_parallel(c),
               ": tensor parallel on a model with experts is not built yet (dense models only)");
+}
+
+void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
+  if (dims.ep == 1) return;
+  const std::string under = " under parallelism.expert_parallel_degree " + std::to_string(dims.ep);
+  TITAN_CHECK(dims.tp == 1, "parallelism.tensor_parallel_degree ", dims.tp, under,
+              ": expert parallel borrowing tensor-parallel ranks is not built yet (set one of "
+              "them to 1)");
+  TITAN_CHECK(dims.ep == dims.dp_shard, "parallelism.data_parallel_shard_degree ", dims.dp_shard,
+              under, ": the experts FSDP-sharded over the ", dims.dp_shard / dims.ep,
+              " ranks holding the same experts are not built yet (expert_parallel_degree must "
+              "equal the shard degree)");
+  TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
+              "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
+              ": asynchronous checkpoints of expert-parallel cuts are not built yet (set it to "
+              "\"disabled\")");
 }
 
 void check_tensor_parallel_job(const JobConfig& c) {

@@ -42,6 +42,10 @@ void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshD
 // with one line naming the key: sequence parallel, LoRA, asynchronous checkpoints (before the mesh
 // is made); a model with experts, checkpoints under FSDP x TP. Nothing without TP.
 void check_tensor_parallel_job(const JobConfig& config);
+// What an expert-parallel job (dims.ep > 1) cannot do yet, each refused with one line naming the
+// key: TP ranks borrowed (tensor_parallel_degree > 1), the experts FSDP-sharded (an EP degree
+// below data_parallel_shard_degree), asynchronous checkpoints. Nothing without EP.
+void check_expert_parallel_job(const JobConfig& config, const MeshDims& dims);
 void check_tensor_parallel_model(const JobConfig& config, const ModelArgs& args,
                                  const MeshDims& dims);
 // The bounds check_job_sizes holds to kMaxJobBytes (tests/unit/test_training_plan.cpp checks each

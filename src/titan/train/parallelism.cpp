@@ -19,6 +19,8 @@ ParallelAxes Parallelism::axes(const DeviceMesh& mesh, bool sequence_parallel) {
   axes.tp_index = mesh.tp_index();
   axes.tp_degree = mesh.dims().tp;
   axes.sequence_parallel = sequence_parallel;
+  axes.ep_index = mesh.ep_index();
+  axes.ep_degree = mesh.dims().ep;
   return axes;
 }
 
@@ -27,16 +29,18 @@ ParallelizePlan Parallelism::plan(const ModelArgs& args, const ParallelAxes& axe
 }
 
 Residency Parallelism::param_residency(const DeviceMesh& mesh) {
-  return mesh.dims().dp_shard > 1 ? Residency::released : Residency::committed;
+  return mesh.dims().fsdp() ? Residency::released : Residency::committed;
 }
 
 Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
                          const std::string& reshard_after_forward)
-    : model_(model), mesh_(mesh), plan_(plan) {
+    : model_(model), mesh_(mesh), plan_(plan), cuts_(mesh.dims().tp > 1 || mesh.dims().ep > 1) {
+  TITAN_CHECK(mesh.dims().tp == 1 || mesh.dims().ep == 1,
+              "parallelism: tensor and expert parallel together are not built yet");
+  LayerCollectives collectives;
   if (mesh.dims().tp > 1) {
     // Both block the compute thread: the next layer needs the sums.
     Communicator& tp = mesh.tp_group();
-    LayerCollectives collectives;
     collectives.sum_partials = [&tp](float* x, int64_t count) { tp.all_reduce_sum(x, count); };
     collectives.all_reduce_max = [&tp](float* x, int64_t count) {
       std::vector<double> wide(x, x + count);  // exact both ways
@@ -64,14 +68,25 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
         tp.reduce_scatter_sum_async(parts_of(const_cast<float*>(in), out, count, parts)).wait();
       };
     }
+  }
+  if (mesh.dims().ep > 1) {
+    // Blocking on the compute thread: the experts need the rows, the combine their outputs.
+    Communicator& ep = *mesh.ep_group();
+    collectives.all_to_all_v = [&ep](const void* send, const std::vector<int64_t>& send_counts,
+                                     void* recv, const std::vector<int64_t>& recv_counts,
+                                     DType dtype) {
+      ep.all_to_all_v_async(send, send_counts, recv, recv_counts, dtype).wait();
+    };
+  }
+  if (cuts_) {
     model.set_layer_collectives(std::move(collectives));
-    if (mesh.tp_group().rank() == 0 && mesh.dp_rank() == 0) {
+    if (mesh.world().rank() == 0) {
       for (const ParamGroupSpec& g : model_param_specs(model.args())) {
         export_whole_.emplace_back(g.name, g.params, Residency::released);
       }
     }
   }
-  if (mesh.dims().dp_shard > 1) {
+  if (mesh.dims().fsdp()) {
     fsdp_ = std::make_unique<FullyShardedGroups>(model.param_groups(), mesh);
     shard_model(model, *fsdp_);
     fsdp_->set_reshard_after_forward(reshard_after_forward);
@@ -108,14 +123,22 @@ Communicator* Parallelism::grad_norm_group() {
   return fsdp_ && !trained_ ? &mesh_.shard_group() : nullptr;
 }
 
+Communicator& Parallelism::cut_group() {
+  return mesh_.dims().ep > 1 ? *mesh_.ep_group() : mesh_.tp_group();
+}
+
+bool Parallelism::is_expert(const ParamView& v) const {
+  return plan_.style_of(module_of_param(v.spec.name)) == ParallelStyle::expert;
+}
+
 TensorParallelNorm Parallelism::tensor_parallel_norm() {
-  if (mesh_.dims().tp == 1) return {};
-  return {&mesh_.tp_group(),
+  if (!cuts_) return {};
+  return {&cut_group(),
           [plan = plan_](const ParamView& v) { return plan.placement_of(v.spec).count > 1; }};
 }
 
 void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
-  if (mesh_.dims().tp > 1) {
+  if (cuts_) {
     const auto init = [&](ParamGroup& g) { initialize_local_group(g, args, seed, plan_); };
     if (fsdp_) {
       fsdp_->initialize(init);
@@ -144,6 +167,13 @@ void Parallelism::finish_gradients() {
   // every rank.
   if (fsdp_ && !trained_) {
     fsdp_->finish_gradients();
+  } else if (mesh_.dims().ep > 1) {
+    // An expert's gradient already holds every rank's tokens (its rows came to this rank): it is
+    // summed over the other ranks holding the expert only.
+    const auto expert = [this](const ParamView& v) { return is_expert(v); };
+    all_reduce_gradients(state_groups(), mesh_.dp_group(),
+                         [&](const ParamView& v) { return !expert(v); });
+    all_reduce_gradients(state_groups(), *mesh_.same_experts_group(), expert);
   } else {
     all_reduce_gradients(state_groups(), mesh_.dp_group());
   }
@@ -154,9 +184,10 @@ bool Parallelism::writes_checkpoint() const {
 }
 
 std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
-  if (mesh_.dims().tp == 1) return checkpoint_groups(state_groups());
+  if (!cuts_) return checkpoint_groups(state_groups());
   TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor parallel are not built yet");
-  if (mesh_.dp_rank() != 0) return {};  // the other replicas' TP groups hold the same state
+  // The other replicas' TP or EP groups hold the same state.
+  if (!mesh_.shares_model_with_rank0()) return {};
   const bool root = mesh_.world().rank() == 0;
   if (root && checkpoint_whole_.empty()) {  // made at the first save, kept for the next
     for (const ParamGroup& g : export_whole_) {
@@ -176,8 +207,8 @@ std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
       float* out = root ? checkpoint_whole_[g][b].as<float>() : nullptr;
       if (root) *targets[b] = out;
       for (const ParamView& v : local[g].views()) {
-        gather_tp_param(v, buffers[b] + v.offset,
-                        root ? out + export_whole_[g].view(v.spec.name).offset : nullptr);
+        gather_cut_param(v, buffers[b] + v.offset,
+                         root ? out + export_whole_[g].view(v.spec.name).offset : nullptr);
       }
     }
     if (root) {
@@ -189,7 +220,7 @@ std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
 }
 
 Shard Parallelism::checkpoint_cut() const {
-  return mesh_.dims().tp > 1 ? Shard{} : state_cut();
+  return cuts_ ? Shard{} : state_cut();
 }
 
 NonfiniteScan Parallelism::scan_model(const std::string& what) {
@@ -201,16 +232,17 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
     }
   }
   if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
-  if (mesh_.dims().tp > 1) {
-    // A cut parameter's counts summed over the TP group, a replicated one's counted once.
+  if (cuts_) {
+    // A cut parameter's counts summed over the TP or EP group, a replicated one's counted once.
+    Communicator& group = cut_group();
     size_t j = 0;
     for (const ParamGroup& g : model_groups()) {
       for (const ParamView& v : g.views()) {
-        if (plan_.placement_of(v.spec).count == 1 && mesh_.tp_index() != 0) counts[j] = 0;
+        if (plan_.placement_of(v.spec).count == 1 && group.rank() != 0) counts[j] = 0;
         ++j;
       }
     }
-    mesh_.tp_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+    group.all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
   }
   NonfiniteScan scan;
   size_t i = 0;
@@ -223,22 +255,22 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
 }
 
 bool Parallelism::takes_part_in_export() const {
-  return fsdp_ ? mesh_.replicate_index() == 0 : mesh_.dp_rank() == 0;
+  return fsdp_ ? mesh_.replicate_index() == 0 : mesh_.shares_model_with_rank0();
 }
 
 std::vector<ParamGroup>& Parallelism::export_groups() {
-  return mesh_.dims().tp > 1 ? export_whole_ : model_.param_groups();
+  return cuts_ ? export_whole_ : model_.param_groups();
 }
 
 void Parallelism::gather_for_export(const ExportRun& run) {
   if (fsdp_) fsdp_->gather_to_root(run.group, run.params);
-  if (mesh_.dims().tp > 1) gather_tp_cuts(run);
+  if (cuts_) gather_cuts(run);
 }
 
-void Parallelism::gather_tp_cuts(const ExportRun& run) {
-  if (mesh_.shard_index() != 0) return;  // FSDP brought each TP rank's cut whole onto shard rank 0
-  Communicator& tp = mesh_.tp_group();
-  const bool root = tp.rank() == 0;
+void Parallelism::gather_cuts(const ExportRun& run) {
+  // FSDP brought each TP rank's cut whole onto shard rank 0.
+  if (fsdp_ && mesh_.shard_index() != 0) return;
+  const bool root = cut_group().rank() == 0;
   ParamGroup* whole = nullptr;
   if (root) {
     for (ParamGroup& g : export_whole_) g.release_params();
@@ -250,17 +282,17 @@ void Parallelism::gather_tp_cuts(const ExportRun& run) {
   const ParamGroup& local = model_.param_groups()[run.group];
   for (const std::string& name : run.params) {
     const ParamView& v = local.view(name);
-    gather_tp_param(v, local.params() + v.offset,
-                    root ? whole->params() + whole->view(name).offset : nullptr);
+    gather_cut_param(v, local.params() + v.offset,
+                     root ? whole->params() + whole->view(name).offset : nullptr);
   }
 }
 
-void Parallelism::gather_tp_param(const ParamView& v, float* own, float* whole) {
-  Communicator& tp = mesh_.tp_group();
-  const bool root = tp.rank() == 0;
-  const auto degree = static_cast<size_t>(tp.size());
+void Parallelism::gather_cut_param(const ParamView& v, float* own, float* whole) {
+  Communicator& group = cut_group();
+  const bool root = group.rank() == 0;
+  const auto degree = static_cast<size_t>(group.size());
   const Shard cut = plan_.placement_of(v.spec);
-  if (cut.count == 1) {  // the same on every TP rank
+  if (cut.count == 1) {  // the same on every rank of the group
     if (root) std::copy(own, own + v.numel, whole);
     return;
   }
@@ -272,7 +304,7 @@ void Parallelism::gather_tp_param(const ParamView& v, float* own, float* whole) 
   }
   CommPart part{cut.dim == 0 ? whole : cuts.as<float>(), own, std::vector<int64_t>(degree, v.numel),
                 DType::f32};
-  tp.gather_async({part}, 0).wait();
+  group.gather_async({part}, 0).wait();
   if (!root || cut.dim == 0) return;
   const Shape shape = whole_param_spec(v.spec, plan_).shape;
   for (size_t r = 0; r < degree; ++r) {

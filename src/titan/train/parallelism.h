@@ -1,6 +1,7 @@
 // The parallelisms of a training run, applied to its model in torchtitan's order -- tensor
-// parallel (the parallelize plan the model is built with: models/parallelize.h), expert parallel,
-// then FSDP/HSDP or DDP over the data-parallel mesh -- and everything the trainer asks of them, so
+// parallel (the parallelize plan the model is built with: models/parallelize.h), expert parallel
+// (the plan's whole experts per rank, the model's all-to-all-v over the mesh's EP group), then
+// FSDP/HSDP or DDP over the data-parallel mesh -- and everything the trainer asks of them, so
 // the loop has no branch per parallelism: where the optimizer state lives and how checkpoints cut
 // it, how a step's gradients are zeroed and reduced, who writes a checkpoint, and how the whole
 // model is brought together for an export.
@@ -27,16 +28,17 @@ namespace titan {
 class Parallelism {
  public:
   // This rank's place on the mesh's tensor-parallel axis (`sequence_parallel`:
-  // parallelism.enable_sequence_parallel), and the plan its model is built with (make_model's
-  // `plan`): every parameter whole without TP. Expert parallel has no axis yet.
+  // parallelism.enable_sequence_parallel) and expert-parallel axis, and the plan its model is
+  // built with (make_model's `plan`): every parameter whole without TP and EP.
   static ParallelAxes axes(const DeviceMesh& mesh, bool sequence_parallel);
   static ParallelizePlan plan(const ModelArgs& args, const ParallelAxes& axes);
   // How the model's parameter groups start (make_model's `params`): under FSDP no rank ever holds
   // the whole model, so they start released and are initialised or loaded a unit at a time.
   static Residency param_residency(const DeviceMesh& mesh);
 
-  // Wraps `model` (built with `plan` and param_residency()); FSDP installs its hooks here, and
-  // under TP the model's collectives become the TP group's all-reduces.
+  // Wraps `model` (built with `plan` and param_residency()); FSDP installs its hooks here, under
+  // TP the model's collectives become the TP group's all-reduces, and under EP its all-to-all-v
+  // the EP group's.
   // `reshard_after_forward`: parallelism.fsdp_reshard_after_forward. Both must outlive this.
   Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
               const std::string& reshard_after_forward);
@@ -57,7 +59,7 @@ class Parallelism {
   std::vector<ParamGroup>& state_groups();
   Shard state_cut() const;
   // The ranks the gradient norm is reduced over: FSDP's shard group, or none (whole gradients);
-  // and under TP the TP group, over which the cut parameters' squares are summed.
+  // and under TP or EP the TP or EP group, over which the cut parameters' squares are summed.
   Communicator* grad_norm_group();
   TensorParallelNorm tensor_parallel_norm();
   // What a step's scored tokens and losses are summed over: the data-parallel ranks with this
@@ -65,55 +67,62 @@ class Parallelism {
   Communicator& data_parallel_group() { return mesh_.dp_group(); }
 
   // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP); under TP
-  // each rank's cut of the whole model's values.
+  // and EP each rank's cut of the whole model's values.
   void initialize(const ModelArgs& args, uint64_t seed);
   // Before a step's first backward, and after its last: the data-parallel reduction of the
-  // gradients (FSDP's reduce-scatters finished, or DDP's all-reduce).
+  // gradients (FSDP's reduce-scatters finished, or DDP's all-reduce; under EP the experts' over
+  // the ranks holding the same experts).
   void zero_gradients();
   void finish_gradients();
   // Whether this rank writes its cut of a checkpoint: one writer per distinct cut (rank 0 for
-  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP, which writes
-  // the gathered whole).
+  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP and EP, which
+  // writes the gathered whole).
   bool writes_checkpoint() const;
-  // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) the
-  // parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its TP
-  // group (held there until the next save; the other ranks get nothing). Every rank calls it for
-  // every save.
+  // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) or EP
+  // the parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its
+  // TP or EP group (held there until the next save; the other ranks get nothing). Every rank
+  // calls it for every save.
   std::vector<CheckpointGroup> checkpoint_state(bool model_only);
-  // The cut checkpoints are written in: state_cut(), or whole under TP.
+  // The cut checkpoints are written in: state_cut(), or whole under TP and EP.
   Shard checkpoint_cut() const;
   // The model's weights scanned for NaN and Inf where this rank holds them (FSDP: its shards,
   // the counts summed over the shard group), `what` naming them: the same scan on every rank.
   NonfiniteScan scan_model(const std::string& what);
   // Whether this rank takes part in the export's gathers (every rank of replica 0's shard groups
-  // under FSDP; the TP group of rank 0 under TP; rank 0, which writes, else).
+  // under FSDP; the TP or EP group of rank 0 under TP or EP; rank 0, which writes, else).
   bool takes_part_in_export() const;
-  // The groups the export reads on rank 0: the model's own, or under TP whole ones made for it
-  // (model_param_specs, released until gather_for_export fills a run).
+  // The groups the export reads on rank 0: the model's own, or under TP and EP whole ones made for
+  // it (model_param_specs, released until gather_for_export fills a run).
   std::vector<ParamGroup>& export_groups();
   // Before the export reads a run (models/hf_export.h): its parameters whole in export_groups()
-  // on rank 0, which writes them -- under FSDP gathered from the shards, under TP from the TP
-  // ranks' cuts, the previous run handed back, so the export holds one unit at most beside the
-  // shards; else already there. Every rank that takes part calls it for every run, in order;
+  // on rank 0, which writes them -- under FSDP gathered from the shards, under TP or EP from the
+  // TP or EP ranks' cuts, the previous run handed back, so the export holds one unit at most beside
+  // the shards; else already there. Every rank that takes part calls it for every run, in order;
   // end_export hands the last run back.
   void gather_for_export(const ExportRun& run);
   void end_export();
 
  private:
-  // The TP gather of `run` from the model's groups (whole over FSDP on each TP rank) into
+  // The group the plan cuts parameters over: the EP group under expert parallel, else the TP
+  // group (tensor and expert parallel together are refused).
+  Communicator& cut_group();
+  // Whether `v` is one of a sparse layer's stacked experts (the plan's expert style).
+  bool is_expert(const ParamView& v) const;
+  // The TP or EP gather of `run` from the model's groups (whole over FSDP on each TP rank) into
   // export_groups() on rank 0.
-  void gather_tp_cuts(const ExportRun& run);
-  // One parameter's TP cuts (`local`'s view v, this rank's at `own`) gathered whole into `whole`
-  // on the TP group's rank 0 (null elsewhere).
-  void gather_tp_param(const ParamView& v, float* own, float* whole);
+  void gather_cuts(const ExportRun& run);
+  // One parameter's cuts (`local`'s view v, this rank's at `own`) gathered whole into `whole`
+  // on the cut group's rank 0 (null elsewhere).
+  void gather_cut_param(const ParamView& v, float* own, float* whole);
 
   CausalLM& model_;
   DeviceMesh& mesh_;
   ParallelizePlan plan_;
-  // Under TP, rank 0's whole checkpoint state: per group its parameters and AdamW moments.
+  bool cuts_;  // the plan cuts parameters: TP or EP
+  // Under TP or EP, rank 0's whole checkpoint state: per group its parameters and AdamW moments.
   std::vector<std::array<Buffer, 3>> checkpoint_whole_;
-  std::vector<ParamGroup> export_whole_;        // under TP: the export's whole groups (rank 0)
-  std::unique_ptr<FullyShardedGroups> fsdp_;    // with data_parallel_shard_degree > 1
+  std::vector<ParamGroup> export_whole_;      // under TP or EP: the export's whole groups (rank 0)
+  std::unique_ptr<FullyShardedGroups> fsdp_;  // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
 };
 

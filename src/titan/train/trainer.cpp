@@ -87,6 +87,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   if (dims.dp() > 1) {
     const bool lora = config_.lora.rank > 0;
     const char* how = dims.dp_shard == 1 ? "parameters replicated, gradients all-reduced"
+                      : !dims.fsdp()
+                          ? "not FSDP under expert parallel: the parameters other than the "
+                            "experts replicated, their gradients all-reduced"
                       : lora ? "FSDP: the frozen model's parameters sharded, each unit gathered "
                                "while in use; the LoRA adapter replicated, its gradients "
                                "all-reduced over every rank"
@@ -110,11 +113,22 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
             : "partial outputs all-reduced (enable_sequence_parallel = false)",
         mesh_->describe().c_str());
   }
+  if (dims.ep > 1) {
+    std::printf(
+        "expert parallel over %lld ranks (borrowed from dp_shard: EP index = shard index mod "
+        "%lld): "
+        "each holds num_experts / %lld whole experts of every sparse layer, tokens sent to their "
+        "experts' ranks by all-to-all-v; the experts' gradients summed over the ranks holding the "
+        "same experts; %s\n",
+        static_cast<long long>(dims.ep), static_cast<long long>(dims.ep),
+        static_cast<long long>(dims.ep), mesh_->describe().c_str());
+  }
   accumulation_steps_ = job_accumulation_steps(config_, dims);
   check_lora_job(config_);
   const ModelArgs job_args = resolve_job_model_args(config_);
   check_lora_base_dtype(config_, job_args, dims.dp_shard);
   check_job_sizes(config_, job_args, dims);
+  check_expert_parallel_job(config_, dims);
   check_tensor_parallel_model(config_, job_args, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {

@@ -46,6 +46,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.sequence_parallel = in.mesh.tp > 1 && config.parallelism.enable_sequence_parallel;
   in.args = resolve_job_model_args(config);
   check_job_sizes(config, in.args, in.mesh);
+  check_expert_parallel_job(config, in.mesh);  // what is planned under EP is what is built
   in.local_batch_size = config.training.local_batch_size;
   in.seq_len = config.training.seq_len;
   in.compute_dtype = job_compute_dtype(config);
@@ -107,7 +108,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const ModelArgs& a = in.args;
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
-  const bool fsdp = n > 1;
+  const bool fsdp = in.mesh.fsdp();  // not under EP yet
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
@@ -121,10 +122,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, largest_send = 0;
   std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
-  // Rank 0's parts of the parameters, as its model is built (Parallelism::plan; the TP ranks'
-  // parts are the same sizes).
+  // Rank 0's parts of the parameters, as its model is built (Parallelism::plan; the TP and EP
+  // ranks' parts are the same sizes: each EP rank's num_experts / ep experts).
   ParallelAxes axes;
   axes.tp_degree = in.mesh.tp;
+  axes.ep_degree = in.mesh.ep;
   axes.sequence_parallel = in.sequence_parallel;
   const ParallelizePlan parallelize = Parallelism::plan(a, axes);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
@@ -351,7 +353,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
       }
     }
   }
-  if (in.mesh.tp > 1 && !fsdp) {
+  if ((in.mesh.tp > 1 || in.mesh.ep > 1) && !fsdp) {
     // Rank 0 gathers whole groups (train/parallelism.h): the export a run at a time, each
     // row-wise parameter's cuts first in rank order beside it; each checkpoint the whole state.
     const std::vector<ParamGroupSpec> whole_specs = model_param_specs(a);
@@ -391,8 +393,20 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // All-reduce, one per group: a reduce-scatter and an all-gather of the buffer over the
   // replicas.
   const int64_t replicas = in.mesh.dp_replicate;
-  for (const int64_t shard : shard_numel)
-    c.all_reduce += 2 * (replicas - 1) * shard * kFloat / replicas;
+  if (in.mesh.ep > 1) {
+    // Without FSDP (not built under EP): the experts' gradients over the ranks holding the same
+    // experts (the replicas), the others' over every data-parallel rank; a run of each at a time.
+    for (const ParamGroupSpec& g : group_specs) {
+      for (const ParamSpec& p : g.params) {
+        const bool expert = parallelize.placement_of(p).count > 1;
+        const int64_t ranks = expert ? replicas : in.mesh.dp();
+        c.all_reduce += 2 * (ranks - 1) * shape_numel(p.shape) * kFloat / ranks;
+      }
+    }
+  } else {
+    for (const int64_t shard : shard_numel)
+      c.all_reduce += 2 * (replicas - 1) * shard * kFloat / replicas;
+  }
   if (in.lora.rank > 0) {
     int64_t adapter = 0;
     // The adapter is whole on every rank (FSDP shards only the frozen model): one all-reduce per
