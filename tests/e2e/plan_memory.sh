@@ -7,7 +7,10 @@
 #     reshard policy that keeps units whole, on the tiny model with a small batch, so that
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
 #     category's figures are printed beside; TP 2 saving checkpoints (rank 0's whole copy of the
-#     state, held from the first save);
+#     state, held from the first save); EP 2 on tiny_moe, whose parameters, gradients and AdamW
+#     state per rank (each rank's 4 of the 8 experts) equal the trainer's to the byte (its
+#     activations leave out the rows that arrive for the rank's experts: their room follows the
+#     routing, outside the arena);
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
@@ -26,6 +29,7 @@ common=(--training.steps=3 --training.seq_len=64 --training.local_batch_size=2
 ddp=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
 ckpt=(--checkpoint.enable=true --checkpoint.interval=1)
 tp=(--parallelism.tensor_parallel_degree=2)  # with sequence parallel, torchtitan's default
+ep=(--model.flavor=tiny_moe --parallelism.expert_parallel_degree=2)
 
 # 1. Plan, then train, each mesh.
 "$titan" plan "${common[@]}" --json > "$work/single.plan"
@@ -43,6 +47,9 @@ tp=(--parallelism.tensor_parallel_degree=2)  # with sequence parallel, torchtita
 "$titan" plan "${common[@]}" "${ckpt[@]}" "${tp[@]}" --nproc 2 --json > "$work/tp2ckpt.plan"
 "$titan" launch --nproc 2 train "${common[@]}" "${ckpt[@]}" "${tp[@]}" --threads 1 --job.dump_folder="$work/tp2ckpt" \
   --metrics.save_jsonl="$work/tp2ckpt.jsonl" > "$work/tp2ckpt.log" 2>&1 || { cat "$work/tp2ckpt.log"; exit 1; }
+"$titan" plan "${common[@]}" "${ep[@]}" --nproc 2 --json > "$work/ep2.plan"
+"$titan" launch --nproc 2 train "${common[@]}" "${ep[@]}" --threads 1 --job.dump_folder="$work/ep2" \
+  --metrics.save_jsonl="$work/ep2.jsonl" > "$work/ep2.log" 2>&1 || { cat "$work/ep2.log"; exit 1; }
 for policy in default never; do
   bf16=(--training.mixed_precision_param=bfloat16 --parallelism.fsdp_reshard_after_forward=$policy)
   "$titan" plan "${common[@]}" "${bf16[@]}" --nproc 2 --json > "$work/fsdp2bf16$policy.plan"
@@ -58,7 +65,8 @@ MiB = 2**20
 failed = []
 for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
                                   ("fsdp2", 2, 2, 1), ("fsdp2bf16default", 2, 2, 1),
-                                  ("fsdp2bf16never", 2, 2, 1), ("tp2ckpt", 2, 1, 2)):
+                                  ("fsdp2bf16never", 2, 2, 1), ("tp2ckpt", 2, 1, 2),
+                                  ("ep2", 2, 2, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
@@ -76,6 +84,11 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
           f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
     if abs(off) > 0.10:
         failed.append(name)
+    if name == "ep2":  # the rank's experts, not the whole model's
+        for c in ("parameters", "gradients", "optimizer"):
+            got = round(last["memory_peak_by_category_gib"][c] * 2**30)
+            if by_category[c] != got:
+                failed.append(f"ep2 {c}: planned {by_category[c]}, measured {got}")
 assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
 PY
 

@@ -21,6 +21,7 @@
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/param_count.h"
 #include "titan/models/peft_adapter.h"
 #include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
@@ -431,10 +432,16 @@ TrainResult Trainer::run() {
   MetricsLogger metrics(training_flops_per_token(args_, t.seq_len, plan_), peak.gflops, t.steps,
                         rank0 ? metrics_jsonl_path(config_) : std::string(),
                         rank0 ? tensorboard_run_dir(config_) : std::string(), &mesh_->world());
+  // The whole model's count; under TP or EP rank 0 holds fewer.
+  const int64_t whole_count = count_parameters(args_).total;
+  const std::string rank0_count =
+      model_->parameter_count() == whole_count
+          ? ""
+          : " (" + std::to_string(model_->parameter_count()) + " on rank 0)";
   std::printf(
-      "model %s: %lld parameters, %.4g training FLOPs per token; %lld steps of %lld x %lld tokens "
-      "(%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
-      config_.model.flavor.c_str(), static_cast<long long>(model_->parameter_count()),
+      "model %s: %lld parameters%s, %.4g training FLOPs per token; %lld steps of %lld x %lld "
+      "tokens (%lld micro-batches per rank)\nMFU against %.1f GFLOP/s (%s)\n",
+      config_.model.flavor.c_str(), static_cast<long long>(whole_count), rank0_count.c_str(),
       training_flops_per_token(args_, t.seq_len, plan_), static_cast<long long>(t.steps),
       static_cast<long long>(t.local_batch_size), static_cast<long long>(t.seq_len),
       static_cast<long long>(accumulation_steps_), peak.gflops, peak.source.c_str());
