@@ -9,7 +9,8 @@
 #    tensors and shapes (their largest difference printed);
 #  - with a learning rate no update survives rounding (1e-30), the export is the one process's
 #    file byte for byte: each rank's experts of the one process's initialisation, gathered back
-#    whole by the export;
+#    whole by the export -- and of a Hugging Face Qwen3-MoE folder (random weights, per-expert
+#    tensors) loaded as initial weights, each rank reading its own experts;
 #  - checkpoints: EP 2 saves the one process's layout (gathered onto rank 0); its step-4
 #    checkpoint resumes on one process, whose step-8 checkpoint resumes on EP 2 again, each
 #    continuing within 1e-5 relative of the uninterrupted single process.
@@ -89,6 +90,30 @@ equal_to_single still-single 1 still-ep2
 cmp "$work/still-single/hf/model.safetensors" "$work/still-ep2/hf/model.safetensors" \
   || { echo "still-ep2: export differs from one process's"; exit 1; }
 echo "still-ep2: export byte for byte the one process's"
+
+# A Hugging Face Qwen3-MoE folder (transformers' layout, one tensor per expert) as initial weights.
+"$python" - "$work/moe" "$(cd "$(dirname "$0")/../fixtures/llama3-style-tokenizer" && pwd)" <<'PY'
+import shutil, sys, torch
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+folder, tokenizer = sys.argv[1:]
+config = Qwen3MoeConfig(vocab_size=472, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        max_position_embeddings=512, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[])
+torch.manual_seed(0)
+Qwen3MoeForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{tokenizer}/{f}", f"{folder}/{f}")
+PY
+hf=(--model.flavor=hf --model.hf_assets_path="$work/moe" --training.dataset=files
+    --training.dataset_path=/usr/share/doc/jargon-text/jargon.txt.gz
+    --checkpoint.initial_load_path="$work/moe" --checkpoint.initial_load_in_hf=true)
+run hf-still-single 1 "${hf[@]}" "${still[@]}"
+run hf-still-ep2 2 "${hf[@]}" "${still[@]}" "${ep2[@]}"
+equal_to_single hf-still-single 1 hf-still-ep2
+cmp "$work/hf-still-single/hf/model.safetensors" "$work/hf-still-ep2/hf/model.safetensors" \
+  || { echo "hf-still-ep2: export differs from one process's"; exit 1; }
+echo "hf-still-ep2: export byte for byte the one process's"
 
 # Checkpoints: EP 2 -> one process -> EP 2.
 ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0)
