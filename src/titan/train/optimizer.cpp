@@ -10,11 +10,8 @@
 namespace titan {
 
 AdamWOptimizer::AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config,
-                               Communicator* shards, TensorParallelNorm tensor_parallel)
-    : groups_(groups),
-      config_(config),
-      shards_(shards),
-      tensor_parallel_(std::move(tensor_parallel)) {
+                               Communicator* shards, CutModelNorm cut_model)
+    : groups_(groups), config_(config), shards_(shards), cut_model_(std::move(cut_model)) {
   for (ParamGroup& g : groups_) {
     TITAN_CHECK(g.grads() != nullptr, "optimizer: group ", g.name(), " has no gradients");
     g.allocate_optimizer_state();
@@ -23,17 +20,17 @@ AdamWOptimizer::AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfi
 
 double AdamWOptimizer::grad_norm() const {
   double sum = 0.0;
-  if (tensor_parallel_.group == nullptr) {
+  if (cut_model_.group == nullptr) {
     for (const ParamGroup& g : groups_) sum += device_ops().sum_squares(g.grads(), g.numel());
   } else {
-    double cut = 0.0;  // summed over the TP group; `sum` holds the replicated parameters'
+    double cut = 0.0;  // summed over the TP or EP group; `sum` holds the replicated parameters'
     for (const ParamGroup& g : groups_) {
       for (const ParamView& v : g.views()) {
         const double squares = device_ops().sum_squares(g.grads() + v.offset, v.numel);
-        (tensor_parallel_.cut(v) ? cut : sum) += squares;
+        (cut_model_.cut(v) ? cut : sum) += squares;
       }
     }
-    tensor_parallel_.group->all_reduce_sum(&cut, 1);
+    cut_model_.group->all_reduce_sum(&cut, 1);
     sum += cut;
   }
   if (shards_ != nullptr) shards_->all_reduce_sum(&sum, 1);
@@ -46,7 +43,7 @@ double AdamWOptimizer::grad_norm() const {
                   g.grads()[v.offset + i], ")");
     }
   }
-  TITAN_CHECK((shards_ == nullptr || shards_->size() == 1) && tensor_parallel_.group == nullptr,
+  TITAN_CHECK((shards_ == nullptr || shards_->size() == 1) && cut_model_.group == nullptr,
               "the gradient norm is not finite: a non-finite gradient, or an overflow, in another "
               "rank's shard");
   fail("gradient norm overflowed (every gradient is finite; their squares are not)");

@@ -11,11 +11,11 @@
 
 namespace titan {
 
-// A model cut over a tensor-parallel group (models/parallelize.h): the gradient norm sums the
-// squares of the parameters `cut` names over `group`, and counts each replicated parameter once
-// (its gradient is the same on every rank of the group).
-struct TensorParallelNorm {
-  Communicator* group = nullptr;  // null: no tensor parallel
+// A model cut over a tensor-parallel or expert-parallel group (models/parallelize.h): the gradient
+// norm sums the squares of the parameters `cut` names over `group`, and counts each replicated
+// parameter once (its gradient is the same on every rank of the group).
+struct CutModelNorm {
+  Communicator* group = nullptr;  // null: no tensor or expert parallel
   std::function<bool(const ParamView&)> cut;
 };
 
@@ -23,9 +23,9 @@ class AdamWOptimizer {
  public:
   // Allocates the AdamW state (exp_avg, exp_avg_sq) of every group. With `shards`, the groups
   // are this rank's FSDP shards (distributed/fsdp.h) and the gradient norm sums over that group's
-  // ranks; with `tensor_parallel`, over the TP group as it says.
+  // ranks; with `cut_model`, over the TP or EP group as it says.
   AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfig& config,
-                 Communicator* shards = nullptr, TensorParallelNorm tensor_parallel = {});
+                 Communicator* shards = nullptr, CutModelNorm cut_model = {});
 
   // The L2 norm of all gradients (fp64 sum). A non-finite norm is a titan::Error naming the
   // first parameter holding a non-finite gradient (on this rank).
@@ -43,7 +43,7 @@ class AdamWOptimizer {
   std::vector<ParamGroup>& groups_;
   AdamWConfig config_;
   Communicator* shards_ = nullptr;
-  TensorParallelNorm tensor_parallel_;
+  CutModelNorm cut_model_;
   int64_t step_ = 0;
 };
 

@@ -131,7 +131,7 @@ bool Parallelism::is_expert(const ParamView& v) const {
   return plan_.style_of(module_of_param(v.spec.name)) == ParallelStyle::expert;
 }
 
-TensorParallelNorm Parallelism::tensor_parallel_norm() {
+CutModelNorm Parallelism::cut_model_norm() {
   if (!cuts_) return {};
   return {&cut_group(),
           [plan = plan_](const ParamView& v) { return plan.placement_of(v.spec).count > 1; }};

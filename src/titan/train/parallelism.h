@@ -61,7 +61,7 @@ class Parallelism {
   // The ranks the gradient norm is reduced over: FSDP's shard group, or none (whole gradients);
   // and under TP or EP the TP or EP group, over which the cut parameters' squares are summed.
   Communicator* grad_norm_group();
-  TensorParallelNorm tensor_parallel_norm();
+  CutModelNorm cut_model_norm();
   // What a step's scored tokens and losses are summed over: the data-parallel ranks with this
   // rank's tp index (the TP ranks of a group compute the same).
   Communicator& data_parallel_group() { return mesh_.dp_group(); }

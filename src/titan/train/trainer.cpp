@@ -245,7 +245,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   if (lora_) parallelism_->train_only(lora_->groups());
   optimizer_ = std::make_unique<AdamWOptimizer>(parallelism_->state_groups(), adamw,
                                                 parallelism_->grad_norm_group(),
-                                                parallelism_->tensor_parallel_norm());
+                                                parallelism_->cut_model_norm());
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
                                config_.lr_scheduler.min_lr_factor);
