@@ -15,7 +15,7 @@
 #    checkpoint resumes on one process, whose step-8 checkpoint resumes on EP 2 again, each
 #    continuing within 1e-5 relative of the uninterrupted single process.
 # What is not built yet is refused with one line: the experts FSDP-sharded (an EP degree below the
-# shard degree), EP with TP, EP on a model without experts, asynchronous checkpoints.
+# shard degree), EP with TP, LoRA, EP on a model without experts, asynchronous checkpoints.
 # usage: train_expert_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -140,5 +140,6 @@ refused() {  # refused NAME NPROC PATTERN ARGS...
 refused fsdp4ep2 4 "data_parallel_shard_degree 4 under parallelism.expert_parallel_degree 2: the experts FSDP-sharded over the 2 ranks holding the same experts are not built yet" "${ep2[@]}"
 refused tp2ep2 2 "tensor_parallel_degree 2 under parallelism.expert_parallel_degree 2: expert parallel borrowing tensor-parallel ranks is not built yet" "${ep2[@]}" --parallelism.tensor_parallel_degree=2
 refused dense 2 "expert_parallel_degree 2 needs a model with experts" "${ep2[@]}" --model.flavor=debugmodel
+refused lora 2 "lora.rank 4 under parallelism.expert_parallel_degree 2: LoRA under expert parallel is not built yet" "${ep2[@]}" --lora.rank=4
 refused async 2 "asynchronous checkpoints of expert-parallel cuts are not built yet" "${ep2[@]}" "${ckpt[@]}" --checkpoint.async_mode=async
 echo "train_expert_parallel: all checks passed"

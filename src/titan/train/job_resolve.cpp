@@ -226,6 +226,9 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   TITAN_CHECK(dims.tp == 1, "parallelism.tensor_parallel_degree ", dims.tp, under,
               ": expert parallel borrowing tensor-parallel ranks is not built yet (set one of "
               "them to 1)");
+  TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
+              ": LoRA under expert parallel is not built yet (the adapter would hold every "
+              "expert's pair on every rank)");
   TITAN_CHECK(dims.ep == dims.dp_shard, "parallelism.data_parallel_shard_degree ", dims.dp_shard,
               under, ": the experts FSDP-sharded over the ", dims.dp_shard / dims.ep,
               " ranks holding the same experts are not built yet (expert_parallel_degree must "

@@ -131,12 +131,6 @@ void widen_lora_base_to_fp32(CausalLM& model) {
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
                                              CausalLM& model) {
   auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config));
-  if (!adapter->experts().empty()) {
-    TITAN_CHECK(config.parallelism.expert_parallel_degree == 1,
-                "lora: the experts' LoRA holds every expert's pair on every rank: "
-                "parallelism.expert_parallel_degree ",
-                config.parallelism.expert_parallel_degree, " is not supported with it");
-  }
   model.attach_lora(*adapter);
   const int64_t trained = adapter->parameter_count(), total = model.parameter_count();
   std::printf(
