@@ -36,6 +36,7 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
+#include "titan/distributed/comm_counts.h"
 #include "titan/distributed/mesh.h"
 #include "titan/models/lora.h"
 #include "titan/models/model_args.h"
@@ -119,6 +120,16 @@ struct MemoryPlan {
   int64_t export_peak() const;      // resident + one run gathered whole + the staging
 };
 
+// One line of a step's communication on one rank, as the communicators count it
+// (distributed/comm_counts.h): the mesh's group (DeviceMesh::named_groups: "dp", "dp_shard",
+// "dp_replicate", "tp"), the collective, its calls and bytes per step, and what moves.
+struct CommRow {
+  std::string group;
+  Collective collective = Collective::all_reduce;
+  int64_t calls = 0, bytes = 0;
+  std::string what;
+};
+
 // Bytes one rank sends (and receives) in a step's collectives, ring algorithms: an all-gather or
 // a reduce-scatter of M bytes over N ranks moves (N - 1) / N x M per rank, an all-reduce twice
 // that. The scalars (loss sums, the gradient norm) are left out.
@@ -133,6 +144,9 @@ struct CommPlan {
   // whole gradients.
   int64_t all_reduce = 0;
   int64_t micro_batches = 1;
+  // Every collective of a step by group (the scalars too), per step: what the trainer's
+  // end-of-run report measures (train/comm_report.h), equal where routing plays no part.
+  std::vector<CommRow> rows;
   int64_t per_step() const {
     return micro_batches * (all_gather_forward + all_gather_backward + reduce_scatter) + all_reduce;
   }
