@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -143,6 +144,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.mesh = resolve_mesh_dims(job_parallel_degrees(config), world_size);
   in.accumulation_steps = job_accumulation_steps(config, in.mesh);
   in.sequence_parallel = in.mesh.tp > 1 && config.parallelism.enable_sequence_parallel;
+  in.expert_parallel = job_parallel_degrees(config).ep;
   in.args = resolve_job_model_args(config);
   check_job_sizes(config, in.args, in.mesh);
   in.local_batch_size = config.training.local_batch_size;
@@ -453,7 +455,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
     const int64_t mb = in.accumulation_steps;
     c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_forward.calls,
                       mb * gathered_forward.whole,
-                      "FSDP: the forward's units whole (each micro-batch)"});
+                      "FSDP: the forward's units, every micro-batch"});
     c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_backward.calls,
                       mb * gathered_backward.whole,
                       "FSDP: the backward's units not kept since the forward"});
@@ -564,11 +566,46 @@ TrainingPlan plan_training(const PlanInputs& in) {
 
   append_gradient_rows(in, group_specs, shard_numel, c.rows);
   if (in.mesh.tp > 1) append_tensor_parallel_rows(in, c.rows);
+  if (in.expert_parallel > 1) {
+    const double routed =
+        uniform_routed_rows(a, in.expert_parallel, in.local_batch_size * in.seq_len);
+    c.rows.push_back(expert_parallel_row(a, in.expert_parallel, in.accumulation_steps,
+                                         in.compute_dtype, in.checkpointing, routed, routed));
+  }
   const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;
   plan.tokens_per_step = rank_tokens * in.mesh.dp();
   plan.flops_per_token = training_flops_per_token(a, in.seq_len, parallelize);
   plan.flops_per_step_rank = plan.flops_per_token * static_cast<double>(rank_tokens);
   return plan;
+}
+
+CommRow expert_parallel_row(const ModelArgs& args, int64_t ep, int64_t micro_batches,
+                            DType compute_dtype, const ActivationCheckpointing& checkpointing,
+                            double rows_out, double rows_in) {
+  int64_t sparse = 0, recomputed = 0;
+  for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
+    if (!args.layer_is_sparse(i)) continue;
+    ++sparse;
+    recomputed += checkpointing.recomputes_layer(i) ? 1 : 0;
+  }
+  const auto h = static_cast<double>(args.hidden_size);
+  const double x_bytes = compute_dtype == DType::bf16 ? 2.0 : 4.0;
+  // The counts: this rank's rows for each of the other ranks' E / ep experts, as int32.
+  const auto counts = static_cast<double>((ep - 1) * (args.num_experts / ep) * 4);
+  const double forward = counts + rows_out * h * x_bytes + rows_in * h * 4.0;
+  const double backward = rows_out * (h * 4.0 + 4.0 + h * x_bytes) + rows_in * (h * 4.0 + 4.0);
+  const double bytes =
+      static_cast<double>(micro_batches) *
+      (static_cast<double>(sparse + recomputed) * forward + static_cast<double>(sparse) * backward);
+  return {"ep", Collective::all_to_all_v, micro_batches * (3 * (sparse + recomputed) + 5 * sparse),
+          static_cast<int64_t>(std::llround(bytes)),
+          "expert parallel: each sparse layer's row counts, routed rows to their experts and back "
+          "(forward 3, backward 5 calls); bytes an expectation under uniform routing"};
+}
+
+double uniform_routed_rows(const ModelArgs& args, int64_t ep, int64_t tokens) {
+  return static_cast<double>(tokens * args.num_experts_per_tok) * static_cast<double>(ep - 1) /
+         static_cast<double>(ep);
 }
 
 }  // namespace titan
