@@ -454,8 +454,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
     c.reduce_scatter = ring_bytes(n, scattered.sent);
     const int64_t mb = in.accumulation_steps;
     c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_forward.calls,
-                      mb * gathered_forward.whole,
-                      "FSDP: the forward's units, every micro-batch"});
+                      mb * gathered_forward.whole, "FSDP: the forward's units, every micro-batch"});
     c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_backward.calls,
                       mb * gathered_backward.whole,
                       "FSDP: the backward's units not kept since the forward"});
