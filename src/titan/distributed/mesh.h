@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "titan/distributed/communicator.h"
 
@@ -70,6 +72,10 @@ class DeviceMesh {
   // per EP index; and the ranks holding this rank's experts, over which their gradients reduce.
   Communicator* ep_group() { return ep_group_.get(); }
   Communicator* same_experts_group() { return same_experts_group_.get(); }
+  // The mesh's groups by role, each object once, for what their collectives moved
+  // (Communicator::counts): "dp" (dp_group(), the world itself without TP), "dp_shard",
+  // "dp_replicate", "tp", "world" under TP, and "ep" and "same_experts" under EP.
+  std::vector<std::pair<std::string, const Communicator*>> named_groups() const;
   // "rank 3 of 4: dp_replicate 1 of 2, dp_shard 1 of 2", then ", tp 1 of 2" under TP and
   // ", ep 1 of 2" under EP
   std::string describe() const;
