@@ -11,6 +11,7 @@
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/shard_runs.h"
 #include "titan/train/fsdp_model.h"
+#include "titan/train/lora_job.h"
 
 namespace titan {
 
@@ -31,8 +32,8 @@ Residency Parallelism::param_residency(const DeviceMesh& mesh) {
 }
 
 Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
-                         const std::string& reshard_after_forward)
-    : model_(model), mesh_(mesh), plan_(plan) {
+                         const std::string& reshard_after_forward, bool base_in_bf16)
+    : model_(model), mesh_(mesh), plan_(plan), base_in_bf16_(base_in_bf16) {
   if (mesh.dims().tp > 1) {
     // Both block the compute thread: the next layer needs the sums.
     Communicator& tp = mesh.tp_group();
@@ -72,9 +73,13 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
     }
   }
   if (mesh.dims().dp_shard > 1) {
-    fsdp_ = std::make_unique<FullyShardedGroups>(model.param_groups(), mesh);
+    fsdp_ = std::make_unique<FullyShardedGroups>(
+        model.param_groups(), mesh,
+        base_in_bf16 ? bf16_only_param_names(model) : std::vector<std::vector<std::string>>{});
     shard_model(model, *fsdp_);
     fsdp_->set_reshard_after_forward(reshard_after_forward);
+  } else if (base_in_bf16) {
+    hold_lora_base_in_bf16(model);
   }
 }
 
@@ -115,6 +120,7 @@ TensorParallelNorm Parallelism::tensor_parallel_norm() {
 }
 
 void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
+  TITAN_CHECK(!base_in_bf16_, "parallelism: a base held in bf16 is loaded, not initialised");
   if (mesh_.dims().tp > 1) {
     const auto init = [&](ParamGroup& g) { initialize_local_group(g, args, seed, plan_); };
     if (fsdp_) {
@@ -126,6 +132,15 @@ void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
     fsdp_->initialize([&](ParamGroup& g) { initialize_param_group(g, args, seed); });
   } else {
     model_.initialize(seed);
+  }
+}
+
+void Parallelism::widen_bf16_base() {
+  TITAN_CHECK(base_in_bf16_, "parallelism: no base held in bf16 to widen");
+  if (fsdp_) {
+    fsdp_->widen_bf16_shards();
+  } else {
+    widen_lora_base_to_fp32(model_);
   }
 }
 

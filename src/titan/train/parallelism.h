@@ -38,8 +38,12 @@ class Parallelism {
   // Wraps `model` (built with `plan` and param_residency()); FSDP installs its hooks here, and
   // under TP the model's collectives become the TP group's all-reduces.
   // `reshard_after_forward`: parallelism.fsdp_reshard_after_forward. Both must outlive this.
+  // `base_in_bf16` (a frozen LoRA base, lora.base_dtype = "bfloat16": train/lora_job.h, the model
+  // made released and under bf16 compute): the weights it reads only in bf16 held only in bf16 --
+  // under FSDP as bf16 shards (FullyShardedGroups' bf16_shards), else as the model's own copies
+  // (hold_lora_base_in_bf16) --, loaded into model_groups(), never initialised.
   Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
-              const std::string& reshard_after_forward);
+              const std::string& reshard_after_forward, bool base_in_bf16 = false);
   ~Parallelism();
   // The groups that train in place of the model's frozen ones (a LoRA adapter's: train/lora_job.h):
   // what the optimizer steps, checkpoints hold (whole, written by rank 0) and the data-parallel
@@ -65,8 +69,12 @@ class Parallelism {
   Communicator& data_parallel_group() { return mesh_.dp_group(); }
 
   // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP); under TP
-  // each rank's cut of the whole model's values.
+  // each rank's cut of the whole model's values. Not for a base held in bf16.
   void initialize(const ModelArgs& args, uint64_t seed);
+  // Before a merged export of a base held in bf16: its fp32 masters made again from its bf16
+  // values, widened exactly (FSDP: FullyShardedGroups::widen_bf16_shards; else the model's,
+  // widen_lora_base_to_fp32), so the export scans, gathers and merges fp32 weights.
+  void widen_bf16_base();
   // Before a step's first backward, and after its last: the data-parallel reduction of the
   // gradients (FSDP's reduce-scatters finished, or DDP's all-reduce).
   void zero_gradients();
@@ -115,6 +123,7 @@ class Parallelism {
   std::vector<ParamGroup> export_whole_;        // under TP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;    // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
+  bool base_in_bf16_ = false;
 };
 
 }  // namespace titan
