@@ -4,10 +4,12 @@
 # they are), against the unsharded bf16-base run (train_lora.sh checks that one against PEFT and
 # the fp32 masters' run):
 # - FSDP 2, 3 steps: the losses and the exported PEFT adapter bit-identical to one process's, on
-#   a tied Qwen3 folder and an untied Llama one. A global batch of 2 rows, one a micro-batch: one
-#   process accumulates row 1's adapter gradients then row 2's, the 2 ranks all-reduce the same
-#   two sums, so every sum is in the same order (with 2 threads or more rows per rank they are not:
-#   then only the fp32 tolerance of a reordered sum would hold). Also bit-identical to FSDP 2 with
+#   a tied Qwen3 folder, an untied Llama one, a Qwen2 one (q/k/v biases, fp32 shards) and a
+#   Qwen3-MoE one (its stacked experts held in bf16 shards too; the attention adapted). A global
+#   batch of 2 rows, one a micro-batch: one process accumulates row 1's adapter gradients then row
+#   2's, the 2 ranks all-reduce the same two sums, so every sum is in the same order (with 2
+#   threads or more rows per rank they are not, and the losses differ in the 5th digit after 3
+#   steps: the fp32 reassociation seen through bf16 roundings). Also bit-identical to FSDP 2 with
 #   fp32 masters (lora.base_dtype = "float32": its gathers round each rank's rows into the same
 #   bf16 values);
 # - lora.merge_on_export on FSDP 2: the merged fp32 folder byte for byte the one-process bf16
@@ -34,11 +36,13 @@ reference="$source_dir/tests/reference/lora_reference.py"
 rm "$work/qwen3/titan.json"
 "$python" "$source_dir/tests/reference/chat_sft_reference.py" make "$work/qwen3" \
   "$source_dir/tests/fixtures/chat_templates.json" > /dev/null 2>&1
-mkdir -p "$work/llama"
-cp "$work/qwen3"/tokenizer*.json "$work/llama/"
-"$python" "$reference" family "$work/qwen3" "$work/llama" llama > /dev/null 2>&1
+for fam in llama qwen2 qwen3_moe; do
+  mkdir -p "$work/$fam"
+  cp "$work/qwen3"/tokenizer*.json "$work/$fam/"
+  "$python" "$reference" family "$work/qwen3" "$work/$fam" "$fam" > /dev/null 2>&1
+done
 all=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
-for fam in qwen3 llama; do
+for fam in qwen3 llama qwen2; do
   "$python" "$reference" init "$work/$fam" "$work/$fam-init" 8 16 "$all" > /dev/null 2>&1
 done
 cp "$source_dir/tests/fixtures/chat_data/lora-sft.jsonl" "$work/sft.jsonl"
@@ -71,11 +75,14 @@ same_adapter() {
 }
 shard=(--parallelism.data_parallel_shard_degree=2)
 
-# ---- FSDP 2 against one process, both families ----
-for fam in qwen3 llama; do
-  run "$fam-one" 1 "$fam" --lora.base_dtype=bfloat16
-  run "$fam-fsdp" 2 "$fam" "${shard[@]}" --lora.base_dtype=bfloat16
-  run "$fam-fsdp-masters" 2 "$fam" "${shard[@]}" --lora.base_dtype=float32
+# ---- FSDP 2 against one process, every family (the MoE's attention adapted only, from PEFT's
+# init: its experts' LoRA needs their fp32 weights) ----
+for fam in qwen3 llama qwen2 qwen3_moe; do
+  targets=()
+  [ "$fam" = qwen3_moe ] && targets=(--lora.initial_adapter= --lora.target_modules=q_proj,v_proj)
+  run "$fam-one" 1 "$fam" --lora.base_dtype=bfloat16 "${targets[@]}"
+  run "$fam-fsdp" 2 "$fam" "${shard[@]}" --lora.base_dtype=bfloat16 "${targets[@]}"
+  run "$fam-fsdp-masters" 2 "$fam" "${shard[@]}" --lora.base_dtype=float32 "${targets[@]}"
   grep -q "dp_shard 2 .*the frozen model's parameters sharded" "$work/$fam-fsdp.log" \
     || { echo "not FSDP over 2"; cat "$work/$fam-fsdp.log"; exit 1; }
   grep -q "^frozen model weights from $work/$fam, its matmul weights held only in bf16" \
