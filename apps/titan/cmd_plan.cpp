@@ -161,16 +161,32 @@ void print_text(const TrainingPlan& p, const std::string& model) {
              : "the gradients, once a step");
   }
   row("communication", c.per_step(),
-      in.mesh.world() == 1 ? "one process"
-      : in.mesh.tp > 1     ? "sent by each rank (ring algorithms); tensor parallel's all-reduces "
-                             "not counted yet"
-                           : "sent by each rank (ring algorithms)");
+      in.mesh.world() == 1
+          ? "one process"
+          : "of the parameters and gradients, sent by each rank (ring algorithms)");
+  if (c.rows.empty()) return;
+  std::printf(
+      "\ncollectives per step per rank, by group (bytes: each call's buffer on the rank, as titan "
+      "train's end-of-run report measures them)\n");
+  for (const CommRow& r : c.rows) {
+    std::printf("  %-13s %-15s %6lld calls %10s  %s\n", r.group.c_str(),
+                collective_name(r.collective), static_cast<long long>(r.calls),
+                bytes(r.bytes).c_str(), r.what.c_str());
+  }
 }
 
 nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
   const PlanInputs& in = p.inputs;
   const MemoryPlan& m = p.memory;
   const CommPlan& c = p.comm;
+  nlohmann::json collectives = nlohmann::json::array();
+  for (const CommRow& r : c.rows) {
+    collectives.push_back({{"group", r.group},
+                           {"collective", collective_name(r.collective)},
+                           {"calls", r.calls},
+                           {"bytes", r.bytes},
+                           {"what", r.what}});
+  }
   nlohmann::json step = nlohmann::json::object();
   const auto by_category = m.step_by_category();
   for (int i = 0; i < kMemCategoryCount; ++i) {
@@ -222,6 +238,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"reduce_scatter_per_micro_batch", c.reduce_scatter},
         {"all_reduce_per_step", c.all_reduce},
         {"per_step", c.per_step()}}},
+      {"collectives_per_step", collectives},
   };
 }
 

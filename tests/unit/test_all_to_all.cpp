@@ -3,7 +3,9 @@
 // process joins (tests/CMakeLists.txt runs it as one rank and under mpirun on 3 ranks), with
 // uneven counts, empty sends (a rank sends nothing to one peer, and one rank nothing at all), in
 // f32, bf16 and i32, each queued on the communication stream while another collective is in
-// flight.
+// flight; and what the communicator counts of each (distributed/comm_counts.h: the calls, the
+// all-to-all-v's elements for the other ranks, the counts exchange's 8 bytes per peer, a gather's
+// whole side; nothing in a world of one).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -34,7 +36,11 @@ TEST(AllToAll, CountsReachEachPeer) {
   const int rank = comm.rank(), size = comm.size();
   std::vector<int64_t> send(size);
   for (int p = 0; p < size; ++p) send[p] = rows_from_to(rank, p, size);
+  const CommCounts before = comm.counts();
   const std::vector<int64_t> recv = comm.all_to_all_counts(send);
+  const CollectiveCount counted = comm.counts().since(before)[Collective::all_to_all_counts];
+  EXPECT_EQ(counted.calls, size > 1 ? 1 : 0);
+  EXPECT_EQ(counted.bytes, 8 * (size - 1));
   ASSERT_EQ(static_cast<int>(recv.size()), size);
   for (int p = 0; p < size; ++p) EXPECT_EQ(recv[p], rows_from_to(p, rank, size)) << "from " << p;
   EXPECT_THROW(comm.all_to_all_counts(std::vector<int64_t>(size + 1, 0)), Error);
@@ -59,6 +65,7 @@ void exchange_rows(DType dtype, int64_t width) {
   }
   // One more element past the end, which must stay as it was.
   std::vector<T> recv(want.size() + 1, static_cast<T>(-7));
+  const CommCounts before = comm.counts();
   // A barrier of the same stream meanwhile: the exchange is queued, not run on this thread.
   CommHandle handle = comm.all_to_all_v_async(send.empty() ? nullptr : send.data(), send_counts,
                                               recv.data(), recv_counts, dtype);
@@ -66,6 +73,13 @@ void exchange_rows(DType dtype, int64_t width) {
   handle.wait();
   EXPECT_EQ(std::vector<T>(recv.begin(), recv.end() - 1), want);
   EXPECT_EQ(recv.back(), static_cast<T>(-7));
+  const CommCounts counted = comm.counts().since(before);
+  int64_t leaving = 0;
+  for (int p = 0; p < size; ++p) leaving += p == rank ? 0 : send_counts[p];
+  EXPECT_EQ(counted[Collective::all_to_all_v].calls, size > 1 ? 1 : 0);
+  EXPECT_EQ(counted[Collective::all_to_all_v].bytes,
+            leaving * static_cast<int64_t>(dtype_size(dtype)));
+  EXPECT_EQ(counted[Collective::barrier].calls, size > 1 ? 1 : 0);
 }
 
 TEST(AllToAll, UnevenRowsAndEmptySendsInEveryDtype) {
@@ -115,6 +129,7 @@ TEST(Gather, RootReceivesEveryRanksPartOthersNothing) {
     }
     std::vector<float> whole(static_cast<size_t>(total) + 1, -7.0f);
     std::vector<uint16_t> whole_bits(static_cast<size_t>(total), 7);
+    const CommCounts before = comm.counts();
     CommHandle handle =
         comm.gather_async({{whole.data(), own.data(), counts, DType::f32},
                            {whole_bits.data(), own_bits.data(), counts, DType::bf16}},
@@ -132,6 +147,9 @@ TEST(Gather, RootReceivesEveryRanksPartOthersNothing) {
     EXPECT_EQ(std::vector<float>(whole.begin(), whole.end() - 1), want) << "root " << root;
     EXPECT_EQ(whole.back(), -7.0f);
     EXPECT_EQ(whole_bits, want_bits) << "root " << root;
+    const CollectiveCount counted = comm.counts().since(before)[Collective::gather];
+    EXPECT_EQ(counted.calls, size > 1 ? 1 : 0);
+    EXPECT_EQ(counted.bytes, size > 1 ? total * (4 + 2) : 0);
   }
   float x = 0.0f;
   EXPECT_THROW(comm.gather_async({{&x, &x, counts, DType::f32}}, size), Error);

@@ -14,6 +14,7 @@
 
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 #include "titan/dispatch/verify_checks.h"
 #include "titan/distributed/world.h"
 #include "titan/train/job_config.h"
+#include "titan/train/training_plan.h"
 
 namespace titan {
 namespace {
@@ -79,6 +81,48 @@ TEST(ExpertParallelMpi, EveryRankEqualsTheWholeModelOnItsTokens) {
   expect_world_equals_whole(moe(4, 1), DType::f32, kTolerance);
   expect_world_equals_whole(moe(4, 2), DType::f32, kTolerance);
   expect_world_equals_whole(moe(4, 2), DType::bf16, verify_checks::kBf16Tolerance);
+}
+
+// What the model's exchanges moved (Communicator::counts) against titan plan's formula
+// (train/training_plan.h expert_parallel_row): exactly where the routing is known -- every token
+// routed to expert 0 or 1 (top-1), both on rank 0: rank 1 sends all its rows and gets none back to
+// compute, rank 0 the reverse -- in fp32 and bf16 (the inputs sent in bf16); under the random
+// router's routing (top-2), the calls exactly and the bytes between none of the rows leaving and
+// all of them, with the uniform routing's expectation printed beside.
+TEST(ExpertParallelMpi, TheExchangesMoveWhatThePlanCounts) {
+  Communicator& comm = world();
+  if (comm.size() != 2) GTEST_SKIP() << "the known routing is laid out for 2 ranks";
+  const int64_t tokens = test::kBatch * test::kSeq;
+  const ActivationCheckpointing none = ActivationCheckpointing::none();
+  for (const DType dtype : {DType::f32, DType::bf16}) {
+    const ModelArgs args = moe(4, 1);
+    const Tensors weights = whole_weights(args, true);
+    const CommCounts before = comm.counts();
+    expert_parallel_step(args, weights, dtype);
+    const CollectiveCount got = comm.counts().since(before)[Collective::all_to_all_v];
+    const auto all = static_cast<double>(tokens);
+    const CommRow want =
+        expert_parallel_row(args, 2, test::kMicroBatches, dtype, none, comm.rank() == 1 ? all : 0.0,
+                            comm.rank() == 0 ? all : 0.0);
+    EXPECT_EQ(got.calls, want.calls) << dtype_name(dtype);
+    EXPECT_EQ(got.bytes, want.bytes) << dtype_name(dtype);
+  }
+  const ModelArgs args = moe(4, 2);
+  const Tensors weights = whole_weights(args);
+  const CommCounts before = comm.counts();
+  expert_parallel_step(args, weights, DType::f32);
+  const CollectiveCount got = comm.counts().since(before)[Collective::all_to_all_v];
+  const auto rows = static_cast<double>(tokens * args.num_experts_per_tok);
+  const auto row = [&](double out, double in) {
+    return expert_parallel_row(args, 2, test::kMicroBatches, DType::f32, none, out, in);
+  };
+  const double uniform = uniform_routed_rows(args, 2, tokens);
+  EXPECT_EQ(got.calls, row(0.0, 0.0).calls);
+  EXPECT_GE(got.bytes, row(0.0, 0.0).bytes);
+  EXPECT_LE(got.bytes, row(rows, rows).bytes);
+  std::printf("rank %d: all-to-all-v %lld calls, %lld bytes; uniform routing's expectation %lld\n",
+              comm.rank(), static_cast<long long>(got.calls), static_cast<long long>(got.bytes),
+              static_cast<long long>(row(uniform, uniform).bytes));
 }
 
 }  // namespace

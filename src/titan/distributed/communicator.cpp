@@ -64,6 +64,14 @@ class SingleRankCommunicator final : public Communicator {
 
 }  // namespace
 
+int64_t Communicator::whole_bytes(const std::vector<CommPart>& parts) {
+  int64_t bytes = 0;
+  for (const CommPart& p : parts) {
+    for (const int64_t n : p.counts) bytes += n * static_cast<int64_t>(dtype_size(p.dtype));
+  }
+  return bytes;
+}
+
 std::unique_ptr<Communicator> make_single_rank_communicator() {
   return std::make_unique<SingleRankCommunicator>();
 }

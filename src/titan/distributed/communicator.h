@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "titan/core/dtype.h"
+#include "titan/distributed/comm_counts.h"
 #include "titan/distributed/comm_stream.h"
 
 namespace titan {
@@ -67,6 +68,21 @@ class Communicator {
   virtual void barrier() = 0;
   // The group of the ranks passing the same color, ordered by key (MPI_Comm_split).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // What this group's collectives moved since it was made (distributed/comm_counts.h), counted
+  // as each call is made, on the thread that makes it.
+  const CommCounts& counts() const { return counts_; }
+
+ protected:
+  // One call of `kind` with `bytes` (comm_counts.h's measure); nothing in a group of one rank.
+  void count(Collective kind, int64_t bytes) {
+    if (size() > 1) counts_.add(kind, bytes);
+  }
+  // The whole side of an all-gather's, a gather's or a reduce-scatter's parts, in bytes.
+  static int64_t whole_bytes(const std::vector<CommPart>& parts);
+
+ private:
+  CommCounts counts_;
 };
 
 // The group of one rank: every collective is a copy or nothing.

@@ -66,6 +66,16 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims) : world_(world
   if (dims.tp > 1) dp_group_ = split(tp_index_, dp_rank);  // else the world itself
 }
 
+std::vector<std::pair<std::string, const Communicator*>> DeviceMesh::named_groups() const {
+  std::vector<std::pair<std::string, const Communicator*>> groups = {
+      {"dp", dp_group_ ? dp_group_.get() : &world_},
+      {"dp_shard", shard_group_.get()},
+      {"dp_replicate", replicate_group_.get()},
+      {"tp", tp_group_.get()}};
+  if (dp_group_) groups.emplace_back("world", &world_);
+  return groups;
+}
+
 std::string DeviceMesh::describe() const {
   return "rank " + std::to_string(world_.rank()) + " of " + std::to_string(world_.size()) +
          ": dp_replicate " + std::to_string(replicate_index_) + " of " +

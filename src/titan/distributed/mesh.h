@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "titan/distributed/communicator.h"
 
@@ -52,6 +54,10 @@ class DeviceMesh {
   // The data-parallel ranks with this rank's tp index: what a batch's sums and the replicated
   // gradients are reduced over (the world itself without TP).
   Communicator& dp_group() { return dp_group_ ? *dp_group_ : world_; }
+  // The mesh's groups by role, each object once, for what their collectives moved
+  // (Communicator::counts): "dp" (dp_group(), the world itself without TP), "dp_shard",
+  // "dp_replicate", "tp", and "world" under TP.
+  std::vector<std::pair<std::string, const Communicator*>> named_groups() const;
   // "rank 3 of 4: dp_replicate 1 of 2, dp_shard 1 of 2", then ", tp 1 of 2" under TP
   std::string describe() const;
 

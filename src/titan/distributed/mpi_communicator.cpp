@@ -311,6 +311,7 @@ class MpiCommunicator final : public Communicator {
   }
   CommHandle all_gather_async(std::vector<CommPart> parts) override {
     std::vector<PartCall> calls = part_calls(parts, "all_gather");
+    count(Collective::all_gather, whole_bytes(parts));
     return queue([calls = std::move(calls), comm = comm_, rank = rank_] {
       const InCollective watch("all_gather");
       complete_all(calls.size(), [&](size_t i, MPI_Request* r) {
@@ -323,6 +324,7 @@ class MpiCommunicator final : public Communicator {
   CommHandle gather_async(std::vector<CommPart> parts, int root) override {
     TITAN_CHECK(root >= 0 && root < size_, "gather to rank ", root, " in a group of ", size_);
     std::vector<PartCall> calls = part_calls(parts, "gather");
+    count(Collective::gather, whole_bytes(parts));
     return queue([calls = std::move(calls), comm = comm_, rank = rank_, root] {
       const InCollective watch("gather");
       complete_all(calls.size(), [&](size_t i, MPI_Request* r) {
@@ -337,6 +339,7 @@ class MpiCommunicator final : public Communicator {
       TITAN_CHECK(p.dtype == DType::f32, "reduce_scatter: a part in ", dtype_name(p.dtype));
     }
     std::vector<PartCall> calls = part_calls(parts, "reduce_scatter");
+    count(Collective::reduce_scatter, whole_bytes(parts));
     return queue([calls = std::move(calls), comm = comm_] {
       const InCollective watch("reduce_scatter");
       complete_all(calls.size(), [&](size_t i, MPI_Request* r) {
@@ -374,6 +377,9 @@ class MpiCommunicator final : public Communicator {
     };
     cut(send_counts, sends, send_at);
     cut(recv_counts, recvs, recv_at);
+    int64_t leaving = 0;  // elements for the other ranks
+    for (int p = 0; p < size_; ++p) leaving += p == rank_ ? 0 : send_counts[p];
+    count(Collective::all_to_all_v, leaving * static_cast<int64_t>(dtype_size(dtype)));
     return queue([=, sends = std::move(sends), send_at = std::move(send_at),
                   recvs = std::move(recvs), recv_at = std::move(recv_at), comm = comm_] {
       const InCollective watch("all_to_all_v");
@@ -387,6 +393,8 @@ class MpiCommunicator final : public Communicator {
     TITAN_CHECK(static_cast<int>(send_counts.size()) == size_, "all_to_all_counts: counts for ",
                 send_counts.size(), " ranks in a group of ", size_);
     std::vector<int64_t> recv_counts(send_counts.size(), 0);
+    count(Collective::all_to_all_counts,
+          static_cast<int64_t>(sizeof(int64_t)) * (static_cast<int64_t>(size_) - 1));
     queue([&, comm = comm_] {
       const InCollective watch("all_to_all_counts");
       complete([&](MPI_Request* r) {
@@ -397,6 +405,7 @@ class MpiCommunicator final : public Communicator {
     return recv_counts;
   }
   void broadcast(float* data, int64_t count, int root) override {
+    Communicator::count(Collective::broadcast, count * static_cast<int64_t>(sizeof(float)));
     queue([=, comm = comm_] {
       const InCollective watch("broadcast");
       in_chunks(count, [&](int64_t at, int n) {
@@ -405,6 +414,7 @@ class MpiCommunicator final : public Communicator {
     }).wait();
   }
   void barrier() override {
+    count(Collective::barrier, 0);
     queue([comm = comm_] {
       const InCollective watch("barrier");
       complete([&](MPI_Request* r) { MPI_Ibarrier(comm, r); });
@@ -447,6 +457,7 @@ class MpiCommunicator final : public Communicator {
 
   template <typename T>
   void all_reduce(T* data, int64_t count, MPI_Datatype type, MPI_Op op) {
+    Communicator::count(Collective::all_reduce, count * static_cast<int64_t>(sizeof(T)));
     queue([=, comm = comm_] {
       const InCollective watch("all_reduce");
       in_chunks(count, [&](int64_t at, int n) {

@@ -24,6 +24,7 @@
 #include "titan/models/peft_adapter.h"
 #include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
+#include "titan/train/comm_report.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
 #include "titan/train/preflight.h"
@@ -427,8 +428,16 @@ TrainResult Trainer::run() {
   result.first_step = start_step_ + 1;
   reset_collective_times();  // the steps' collectives only, not start-up's
   StepProfiler profiler(config_, mesh_->world().rank());
+  // What the mesh's groups moved inside the timed steps (after the first, as the collectives'
+  // times, unless it is the only one), and those steps' seconds.
+  const auto groups = mesh_->named_groups();
+  GroupCounts in_steps;
+  for (const auto& [name, group] : groups) in_steps.emplace_back(name, CommCounts{});
+  double timed_seconds = 0.0;
   for (int64_t step = start_step_ + 1; step <= t.steps; ++step) {
     profiler.begin_step(step);
+    std::vector<CommCounts> before;
+    for (const auto& [name, group] : groups) before.push_back(group->counts());
     const double t0 = now_seconds();
     StepOutcome out;
     {
@@ -436,6 +445,12 @@ TrainResult Trainer::run() {
       out = train_step(step);
     }
     const double elapsed = now_seconds() - t0;
+    if (step > result.first_step || step == t.steps) {
+      timed_seconds += elapsed;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        in_steps[g].second += groups[g].second->counts().since(before[g]);
+      }
+    }
     profiler.end_step(step);
     if (step == result.first_step) {
       result.first_loss = out.loss;
@@ -465,19 +480,25 @@ TrainResult Trainer::run() {
         "conversations; a conversation counts once per epoch)\n",
         static_cast<long long>(t.seq_len + 1), static_cast<long long>(cut));
   }
-  if (dp > 1 && result.last_step >= result.first_step) {
+  if (mesh_->dims().world() > 1 && result.last_step >= result.first_step) {
     // Rank 0's view (the ranks are alike): the collectives' time on its communication thread and
-    // the part its compute thread waited for; the rest ran behind compute.
+    // the part its compute thread waited for; the rest ran behind compute. Then what each group's
+    // collectives moved inside those steps (the step's own: no metrics, validation or saves).
     const CommTimes c = collective_times();
     const int64_t timed = std::max<int64_t>(1, result.last_step - result.first_step);
+    const std::string after_warm_up = result.last_step > result.first_step
+                                          ? " after warm-up (" + std::to_string(timed) + " steps)"
+                                          : std::string();
     std::printf(
         "collectives: %.3f s per step on the communication thread, %.3f s of it exposed "
-        "(%.0f %% hidden)%s\n",
+        "(%.0f %% hidden; waiting %.1f %% of the step time)%s\n",
         c.busy_s / static_cast<double>(timed), c.exposed_s / static_cast<double>(timed),
         100.0 * c.hidden_fraction(),
-        result.last_step > result.first_step
-            ? (" after warm-up (" + std::to_string(timed) + " steps)").c_str()
-            : "");
+        timed_seconds > 0.0 ? 100.0 * c.exposed_s / timed_seconds : 0.0, after_warm_up.c_str());
+    std::printf(
+        "communication per step on rank 0%s, by group and collective (bytes: each call's "
+        "buffer on this rank):\n%s",
+        after_warm_up.c_str(), comm_report_lines(in_steps, timed).c_str());
   }
   if (config_.checkpoint.last_save_in_hf) {
     set_collective_timeout(config_.comm.init_timeout_seconds, "init_timeout_seconds");

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/dispatch/registry.h"
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/decoder_lm.h"
 #include "titan/models/flops.h"
@@ -37,6 +40,103 @@ int64_t ring_bytes(int64_t ranks, int64_t shard_bytes) {
   return (ranks - 1) * shard_bytes;
 }
 
+constexpr int64_t kDouble = sizeof(double);
+
+// The data-parallel reduction of a step's gradients (Parallelism::finish_gradients) and the
+// step's scalars (Trainer::train_step: the scored tokens, the loss sums; the gradient norm's
+// squares, optimizer.cpp), as rows of CommPlan.
+void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec>& group_specs,
+                          const std::vector<int64_t>& shard_numel, std::vector<CommRow>& rows) {
+  const bool lora = in.lora.rank > 0, fsdp = in.mesh.dp_shard > 1;
+  const int64_t dp = in.mesh.dp();
+  if (dp > 1 && (lora || !fsdp)) {
+    // The trained groups whole on every rank (DDP, or a LoRA adapter): one all-reduce each.
+    int64_t calls = 0, bytes = 0;
+    for (const ParamGroupSpec& g : lora ? lora_param_specs(in.args, in.lora) : group_specs) {
+      ++calls;
+      bytes += param_group_numel(g.params) * kFloat;
+    }
+    rows.push_back({"dp", Collective::all_reduce, calls, bytes,
+                    lora ? "the LoRA adapter's gradients, one call per group"
+                         : "DDP: the gradients, one call per group"});
+  } else if (fsdp && in.mesh.dp_replicate > 1) {
+    int64_t bytes = 0;
+    for (const int64_t shard : shard_numel) bytes += shard * kFloat;
+    rows.push_back({"dp_replicate", Collective::all_reduce,
+                    static_cast<int64_t>(shard_numel.size()), bytes,
+                    "HSDP: the shards' gradients over the replicas, one call per unit"});
+  }
+  if (fsdp && !lora) {
+    rows.push_back(
+        {"dp_shard", Collective::all_reduce, 1, kDouble, "the gradient norm's sum of squares"});
+  }
+  if (in.mesh.tp > 1) {
+    rows.push_back({"tp", Collective::all_reduce, 1, kDouble,
+                    "the gradient norm's sum of squares of the cut parameters"});
+  }
+  if (dp > 1) {
+    rows.push_back({"dp", Collective::all_reduce, 2, 3 * kDouble,
+                    "the step's scored tokens, then its loss sums"});
+  }
+}
+
+// Tensor parallel's collectives over the TP group, per step (models/decoder_lm.cpp, nn/
+// decoder_layer.cpp): without sequence parallel an all-reduce of the (tokens, hidden) partial
+// sums after each row-parallel block (the attention's o_proj, the MLP's down_proj, and the
+// vocabulary-parallel embedding) in the forward and after each column-parallel block's input
+// gradient in the backward (the lm_head loss's d x too); with sequence parallel an all-gather of
+// the block input before each column-parallel block (and the output gradient before each
+// row-parallel one in the backward) and a reduce-scatter in place of each all-reduce. A layer
+// recomputed under activation checkpointing runs its forward's again. The vocabulary-parallel
+// loss reduces, per chunk of tokens, the max (as doubles) and then the sum of exponentials and the
+// target logit (floats) of each token; replicated norms whose rows are this rank's own (q/k norms
+// on the local heads, under sequence parallel the layers' and the final norm) all-reduce their
+// weight gradients.
+void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& rows) {
+  const ModelArgs& a = in.args;
+  const int64_t mb = in.accumulation_steps, n = in.local_batch_size * in.seq_len;
+  const int64_t stream = n * a.hidden_size * kFloat;  // the residual stream's whole
+  const int64_t layers = a.num_hidden_layers;
+  int64_t recomputed = 0;
+  for (int64_t i = 0; i < layers; ++i) recomputed += in.checkpointing.recomputes_layer(i) ? 1 : 0;
+  const bool sp = in.sequence_parallel;
+  const int64_t chunk =
+      default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
+          .chunk_tokens(n, a.vocab_size, 0);
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  // Per micro-batch: the stream's reductions (embedding, two per layer forward and recomputed,
+  // two per layer backward, the loss's d x) and gathers.
+  const int64_t reductions = 1 + 2 * (layers + recomputed) + 2 * layers + 1;
+  if (sp) {
+    // Gathers: two per layer forward and recomputed, four per layer backward (the norms' outputs
+    // again, and the output gradients), the final norm's output, the embedding's gradient.
+    const int64_t gathers = 2 * (layers + recomputed) + 4 * layers + 2;
+    rows.push_back({"tp", Collective::all_gather, mb * gathers, mb * gathers * stream,
+                    "SP: each column-parallel block's input, each row-parallel block's output "
+                    "gradient, the final norm's output and the embedding's gradient"});
+    rows.push_back({"tp", Collective::reduce_scatter, mb * reductions, mb * reductions * stream,
+                    "SP: each row-parallel block's output, each column-parallel block's input "
+                    "gradient, the embedding's output and the loss's d x"});
+  } else {
+    rows.push_back({"tp", Collective::all_reduce, mb * reductions, mb * reductions * stream,
+                    "each row-parallel block's output, each column-parallel block's input "
+                    "gradient, the embedding's output and the loss's d x"});
+  }
+  rows.push_back({"tp", Collective::all_reduce, mb * 2 * chunks,
+                  mb * (n * kDouble + 2 * n * kFloat),
+                  "the vocabulary-parallel loss: per chunk of " + std::to_string(chunk) +
+                      " tokens the max, then the sum of exponentials and the target logit"});
+  const int64_t norms = (a.qk_norm ? 2 : 0) * layers + (sp ? 2 * layers + 1 : 0);
+  if (norms > 0 && in.lora.rank == 0) {
+    const int64_t bytes =
+        (a.qk_norm ? 2 * layers * a.head_dim : 0) + (sp ? (2 * layers + 1) * a.hidden_size : 0);
+    rows.push_back({"tp", Collective::all_reduce, mb * norms, mb * bytes * kFloat,
+                    std::string(a.qk_norm ? "the q/k norms' weight gradients (local heads)" : "") +
+                        (a.qk_norm && sp ? ", " : "") +
+                        (sp ? "the layers' and the final norm's weight gradients (SP)" : "")});
+  }
+}
+
 }  // namespace
 
 PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
@@ -44,6 +144,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.mesh = resolve_mesh_dims(job_parallel_degrees(config), world_size);
   in.accumulation_steps = job_accumulation_steps(config, in.mesh);
   in.sequence_parallel = in.mesh.tp > 1 && config.parallelism.enable_sequence_parallel;
+  in.expert_parallel = job_parallel_degrees(config).ep;
   in.args = resolve_job_model_args(config);
   check_job_sizes(config, in.args, in.mesh);
   in.local_batch_size = config.training.local_batch_size;
@@ -127,6 +228,10 @@ TrainingPlan plan_training(const PlanInputs& in) {
   };
   std::vector<int64_t> base_master_numel, base_bf16_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
+  // Per group: the whole side of its all-gather for each kind of use, and of its reduce-scatter
+  // (every rank's rows: what the communicator counts, distributed/comm_counts.h).
+  std::array<std::vector<int64_t>, 2> gather_whole_bytes;
+  std::vector<int64_t> scatter_whole_bytes;
   // Rank 0's parts of the parameters, as its model is built (Parallelism::plan; the TP ranks'
   // parts are the same sizes).
   ParallelAxes axes;
@@ -162,6 +267,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
     }
     base_master_numel.push_back(param_group_numel(base_masters));
     base_bf16_numel.push_back(base_bf16);
+    int64_t whole_rows = 0;
+    for (const ParamSpec& p : g.params) whole_rows += shape_numel(p.shape);
+    scatter_whole_bytes.push_back(whole_rows * kFloat);
     for (size_t kind = 0; kind < 2; ++kind) {
       // What such a use reads in bf16 (gathered into copies): the weights read only in bf16 --
       // but for a use of the parameters the experts LoRA adapts (their merge reads the masters:
@@ -175,7 +283,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
       };
       // The masters a unit in flight holds: not those gathered into copies.
       std::vector<ParamSpec> masters;
-      int64_t copied = 0, sent = 0, rounded = 0;
+      int64_t copied = 0, sent = 0, rounded = 0, whole_sent = 0;
       for (size_t i = 0; i < g.params.size(); ++i) {
         const ParamSpec& p = g.params[i];
         const int64_t own = shape_numel(specs[i].shape);
@@ -183,15 +291,18 @@ TrainingPlan plan_training(const PlanInputs& in) {
           copied += shape_numel(p.shape);
           if (!held_in_bf16(p.name)) rounded += own;  // a shard held in bf16 is sent as it is
           sent += own * static_cast<int64_t>(dtype_size(DType::bf16));
+          whole_sent += shape_numel(p.shape) * static_cast<int64_t>(dtype_size(DType::bf16));
         } else {
           masters.push_back(p);
           sent += own * kFloat;
+          whole_sent += shape_numel(p.shape) * kFloat;
           if (bf16 && adapted_expert(p.name)) copied += shape_numel(p.shape);
         }
       }
       master_numel[kind].push_back(param_group_numel(masters));
       copy_numel[kind].push_back(copied);
       gather_bytes[kind].push_back(sent);
+      gather_whole_bytes[kind].push_back(whole_sent);
       largest_send = std::max(largest_send, rounded);
     }
     resident += shard;
@@ -265,9 +376,17 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
     // bf16 more than a unit in flight holds. (A base held in bf16 is loaded into the shards.)
     if (!in.lora_base_bf16) moment(largest_whole * kFloat, 0);
-    int64_t gathered_forward = 0, gathered_backward = 0, scattered = 0;  // bytes per rank
-    const auto gather = [&](int64_t g, GroupReads reads, int64_t& gathered) {
-      gathered += gather_bytes[reads == GroupReads::through_copies ? 1 : 0][g];
+    // The gathers of the forward and the backward: bytes this rank's rows make (rank 0's), their
+    // whole side and calls; the reduce-scatters likewise.
+    struct Tally {
+      int64_t sent = 0, whole = 0, calls = 0;
+    };
+    Tally gathered_forward, gathered_backward, scattered;
+    const auto gather = [&](int64_t g, GroupReads reads, Tally& gathered) {
+      const size_t kind = reads == GroupReads::through_copies ? 1 : 0;
+      gathered.sent += gather_bytes[kind][g];
+      gathered.whole += gather_whole_bytes[kind][g];
+      ++gathered.calls;
       whole_now[g] = in_use(g, reads);
       whole_params += whole_now[g];
     };
@@ -277,13 +396,13 @@ TrainingPlan plan_training(const PlanInputs& in) {
       grads_now[scattering] = 0;
       scattering = -1;
     };
-    const auto prefetch = [&](int64_t g, GroupReads reads, int64_t& gathered) {
+    const auto prefetch = [&](int64_t g, GroupReads reads, Tally& gathered) {
       if (reads == GroupReads::nothing || whole_now[g] != 0) return;  // kept: no gather
       gather(g, reads, gathered);
       prefetched[g] = true;
       moment(whole_params, whole_grads);
     };
-    const auto acquire = [&](int64_t g, bool gradients, GroupReads reads, int64_t& gathered) {
+    const auto acquire = [&](int64_t g, bool gradients, GroupReads reads, Tally& gathered) {
       if (gradients && !frozen) {
         if (scattering == g) finish_scatter();
         whole_grads += whole_numel[g] * kFloat - grads_now[g];
@@ -305,7 +424,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
       if (end == GroupUseEnd::gradients && !frozen) {
         finish_scatter();
-        scattered += shard_rows_numel[g] * kFloat;
+        scattered.sent += shard_rows_numel[g] * kFloat;
+        scattered.whole += scatter_whole_bytes[g];
+        ++scattered.calls;
         scattering = g;
       } else if (keeps_whole(policy, end)) {
         return;
@@ -345,9 +466,19 @@ TrainingPlan plan_training(const PlanInputs& in) {
     }
     acquire(0, true, GroupReads::nothing, gathered_backward);
     release(0, GroupUseEnd::gradients);
-    c.all_gather_forward = ring_bytes(n, gathered_forward);
-    c.all_gather_backward = ring_bytes(n, gathered_backward);
-    c.reduce_scatter = ring_bytes(n, scattered);
+    c.all_gather_forward = ring_bytes(n, gathered_forward.sent);
+    c.all_gather_backward = ring_bytes(n, gathered_backward.sent);
+    c.reduce_scatter = ring_bytes(n, scattered.sent);
+    const int64_t mb = in.accumulation_steps;
+    c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_forward.calls,
+                      mb * gathered_forward.whole, "FSDP: the forward's units, every micro-batch"});
+    c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_backward.calls,
+                      mb * gathered_backward.whole,
+                      "FSDP: the backward's units not kept since the forward"});
+    if (scattered.calls > 0) {
+      c.rows.push_back({"dp_shard", Collective::reduce_scatter, mb * scattered.calls,
+                        mb * scattered.whole, "FSDP: each unit's gradients"});
+    }
 
     // One reduced shard (none for a frozen model), and under bf16 the send buffer this rank's rows
     // are rounded into.
@@ -454,11 +585,48 @@ TrainingPlan plan_training(const PlanInputs& in) {
     }
   }
 
+  append_gradient_rows(in, group_specs, shard_numel, c.rows);
+  if (in.mesh.tp > 1) append_tensor_parallel_rows(in, c.rows);
+  if (in.expert_parallel > 1) {
+    const double routed =
+        uniform_routed_rows(a, in.expert_parallel, in.local_batch_size * in.seq_len);
+    c.rows.push_back(expert_parallel_row(a, in.expert_parallel, in.accumulation_steps,
+                                         in.compute_dtype, in.checkpointing, routed, routed));
+  }
   const int64_t rank_tokens = in.accumulation_steps * in.local_batch_size * in.seq_len;
   plan.tokens_per_step = rank_tokens * in.mesh.dp();
   plan.flops_per_token = training_flops_per_token(a, in.seq_len, parallelize);
   plan.flops_per_step_rank = plan.flops_per_token * static_cast<double>(rank_tokens);
   return plan;
+}
+
+CommRow expert_parallel_row(const ModelArgs& args, int64_t ep, int64_t micro_batches,
+                            DType compute_dtype, const ActivationCheckpointing& checkpointing,
+                            double rows_out, double rows_in) {
+  int64_t sparse = 0, recomputed = 0;
+  for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
+    if (!args.layer_is_sparse(i)) continue;
+    ++sparse;
+    recomputed += checkpointing.recomputes_layer(i) ? 1 : 0;
+  }
+  const auto h = static_cast<double>(args.hidden_size);
+  const double x_bytes = compute_dtype == DType::bf16 ? 2.0 : 4.0;
+  // The counts: this rank's rows for each of the other ranks' E / ep experts, as int32.
+  const auto counts = static_cast<double>((ep - 1) * (args.num_experts / ep) * 4);
+  const double forward = counts + rows_out * h * x_bytes + rows_in * h * 4.0;
+  const double backward = rows_out * (h * 4.0 + 4.0 + h * x_bytes) + rows_in * (h * 4.0 + 4.0);
+  const double bytes =
+      static_cast<double>(micro_batches) *
+      (static_cast<double>(sparse + recomputed) * forward + static_cast<double>(sparse) * backward);
+  return {"ep", Collective::all_to_all_v, micro_batches * (3 * (sparse + recomputed) + 5 * sparse),
+          static_cast<int64_t>(std::llround(bytes)),
+          "expert parallel: each sparse layer's row counts, routed rows to their experts and back "
+          "(forward 3, backward 5 calls); bytes an expectation under uniform routing"};
+}
+
+double uniform_routed_rows(const ModelArgs& args, int64_t ep, int64_t tokens) {
+  return static_cast<double>(tokens * args.num_experts_per_tok) * static_cast<double>(ep - 1) /
+         static_cast<double>(ep);
 }
 
 }  // namespace titan

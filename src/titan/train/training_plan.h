@@ -36,6 +36,7 @@
 
 #include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
+#include "titan/distributed/comm_counts.h"
 #include "titan/distributed/mesh.h"
 #include "titan/models/lora.h"
 #include "titan/models/model_args.h"
@@ -48,6 +49,9 @@ struct PlanInputs {
   ModelArgs args;
   MeshDims mesh;
   bool sequence_parallel = false;  // parallelism.enable_sequence_parallel, under TP
+  // parallelism.expert_parallel_degree (refused above 1 by titan train and plan until it is
+  // wired: the communication table then has expert parallel's expected row).
+  int64_t expert_parallel = 1;
   int64_t local_batch_size = 1, seq_len = 1;
   int64_t accumulation_steps = 1;  // micro-batches per rank per step
   DType compute_dtype = DType::f32;
@@ -119,6 +123,16 @@ struct MemoryPlan {
   int64_t export_peak() const;      // resident + one run gathered whole + the staging
 };
 
+// One line of a step's communication on one rank, as the communicators count it
+// (distributed/comm_counts.h): the mesh's group (DeviceMesh::named_groups: "dp", "dp_shard",
+// "dp_replicate", "tp"), the collective, its calls and bytes per step, and what moves.
+struct CommRow {
+  std::string group;
+  Collective collective = Collective::all_reduce;
+  int64_t calls = 0, bytes = 0;
+  std::string what;
+};
+
 // Bytes one rank sends (and receives) in a step's collectives, ring algorithms: an all-gather or
 // a reduce-scatter of M bytes over N ranks moves (N - 1) / N x M per rank, an all-reduce twice
 // that. The scalars (loss sums, the gradient norm) are left out.
@@ -133,6 +147,9 @@ struct CommPlan {
   // whole gradients.
   int64_t all_reduce = 0;
   int64_t micro_batches = 1;
+  // Every collective of a step by group (the scalars too), per step: what the trainer's
+  // end-of-run report measures (train/comm_report.h), equal where routing plays no part.
+  std::vector<CommRow> rows;
   int64_t per_step() const {
     return micro_batches * (all_gather_forward + all_gather_backward + reduce_scatter) + all_reduce;
   }
@@ -153,5 +170,21 @@ struct TrainingPlan {
 };
 
 TrainingPlan plan_training(const PlanInputs& inputs);
+
+// Expert parallel's all-to-all-v's over its group (nn/layers.h SparseMoeBlock) in a step of
+// `micro_batches` on one rank: per sparse layer and micro-batch the forward's three -- the
+// per-expert row counts (i32), the routed rows' inputs to their experts' ranks (bf16 under bf16
+// compute), their outputs back -- again for a layer activation checkpointing recomputes, and the
+// backward's five (the output gradients and routing weights out, the inputs again, the input
+// gradients and the weight gradients back, fp32). `rows_out`: a micro-batch's routed rows (token
+// x top-k) per sparse layer this rank sends to the other ranks; `rows_in`: those the others send
+// it (and it returns). The calls are exact; the bytes follow the rows.
+CommRow expert_parallel_row(const ModelArgs& args, int64_t ep, int64_t micro_batches,
+                            DType compute_dtype, const ActivationCheckpointing& checkpointing,
+                            double rows_out, double rows_in);
+// A micro-batch's routed rows per sparse layer that leave a rank of `ep` under uniform routing
+// (each of tokens x top_k rows on another rank's experts with probability (ep - 1) / ep): the
+// expectation `titan plan` prints, for rows_out and rows_in alike.
+double uniform_routed_rows(const ModelArgs& args, int64_t ep, int64_t tokens);
 
 }  // namespace titan

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Communication volume per step against `titan plan`'s analytic figures (issue 42): `titan train`
+# on bench_train_step's `small` dims (h 512, 8 layers, 8/4 heads of 128, I 2048, V 151936 tied;
+# 115.5 M parameters) in fp32 on 2 ranks (`titan launch --nproc 2`), TP 2 with sequence parallel,
+# TP 2 without, and FSDP 2, one after the other. For each it prints, per (group, collective), the
+# calls and bytes per step the ranks' communicators counted inside the steps after the first
+# (rank 0's: train/comm_report.h) beside what `titan plan --nproc 2` predicts for the same flags
+# (they must be equal: the script fails otherwise), and the trainer's `collectives:` line: the
+# seconds per step the communication thread spent in collectives, the part the compute thread
+# waited for them (exposed), the share hidden behind compute (1 - exposed / busy) and the exposed
+# wait as a share of the step time.
+# Expert parallel (EP 2) is not run here: titan train does not take expert_parallel_degree yet;
+# test_expert_parallel_mpi2 checks the model's all-to-all-v counts against the plan's formula.
+#
+#   bench/comm_volume.sh [--steps 3] [--threads 2] [--batch 2] [--seq 512]
+#
+# --threads is the machine's: each rank gets half (as `titan launch` gives them). Logs stay in
+# $TITAN_BENCH_LOGS (default: a temporary folder, printed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+me=comm_volume.sh
+. bench/small_model.sh
+
+steps=3 threads=2 batch=2 seq=512
+while [ $# -gt 0 ]; do
+  [ $# -ge 2 ] || die "$1 needs a value"
+  case "$1" in
+    --steps) steps=$2 ;;
+    --threads) threads=$2 ;;
+    --batch) batch=$2 ;;
+    --seq) seq=$2 ;;
+    *) die "unknown argument '$1' (expected --steps N, --threads N, --batch N, --seq N)" ;;
+  esac
+  shift 2
+done
+positive_integers "$steps" "$threads" "$batch" "$seq"
+[ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
+[ "$threads" -ge 2 ] || die "--threads $threads: two ranks need at least 2"
+small_model_workspace
+python=.venv/bin/python
+[ -x "$python" ] || python=python3
+
+config=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.steps="$steps"
+        --training.seq_len="$seq" --training.local_batch_size="$batch"
+        --training.global_batch_size=$((2 * batch)) --lr_scheduler.warmup_steps=1
+        --checkpoint.last_save_in_hf=false --metrics.log_freq=1 --threads $((threads / 2)))
+
+# run NAME ARGS...: plan and train on 2 ranks, the measured table beside the plan's
+run() {
+  local name="$1"
+  shift
+  build/titan plan --json --nproc 2 "${config[@]}" "$@" > "$logs/$name.plan.json" 2> "$logs/$name.plan.err" ||
+    { cat "$logs/$name.plan.err"; die "$name: titan plan failed"; }
+  build/titan launch --nproc 2 train "${config[@]}" "$@" --job.dump_folder="$work/$name" \
+    > "$logs/$name.log" 2>&1 || { cat "$logs/$name.log"; die "$name failed"; }
+  echo "$name (measured per step on rank 0 after warm-up, against titan plan):"
+  "$python" tests/e2e/comm_compare.py "$logs/$name.plan.json" "$logs/$name.log" ||
+    die "$name: the measured communication differs from titan plan's"
+  echo "  $(grep '^collectives:' "$logs/$name.log")"
+  grep '^step ' "$logs/$name.log" | tail -1 | sed 's/^/  last /'
+}
+
+echo "$me: load before: $(load_average)"
+run tp2_sp --parallelism.tensor_parallel_degree=2
+run tp2 --parallelism.tensor_parallel_degree=2 --parallelism.enable_sequence_parallel=false
+run fsdp2
+echo "$me: load after: $(load_average)"
+echo "logs: $logs"
