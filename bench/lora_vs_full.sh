@@ -7,13 +7,15 @@
 # after the first (warm-up), and the ratios LoRA / full of the pairs' means.
 #
 #   bench/lora_vs_full.sh [--pairs 2] [--steps 4] [--threads 2] [--batch 4] [--seq 512] [--ac none]
-#                         [--precision float32] [--base-dtype float32]
+#                         [--precision float32] [--base-dtype float32] [--nproc 1]
 #
 # --ac: activation_checkpoint.mode of both (none or full); --precision:
 # training.mixed_precision_param of both (float32 or bfloat16); --base-dtype: the LoRA runs'
 # lora.base_dtype (bfloat16 needs --precision bfloat16: the frozen base held only in bf16). With
 # bfloat16 the base is loaded from a Hugging Face folder (its weights made first by one step of
-# full fine-tuning), and both runs of each pair load it.
+# full fine-tuning), and both runs of each pair load it. --nproc N > 1: every run under FSDP over N
+# ranks (titan launch, data_parallel_shard_degree N, --threads per rank; --batch per rank), the
+# peak the maximum over the ranks.
 # The model folder (config.json and the built-in debug tokenizer, whose 2048 ids cost the same as
 # any in the 151,936-row embedding) is made in a temporary folder; the logs stay in
 # $TITAN_BENCH_LOGS (default: a temporary folder, printed).
@@ -22,7 +24,7 @@ cd "$(dirname "$0")/.."
 me=lora_vs_full.sh
 . bench/small_model.sh
 
-pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none precision=float32 base_dtype=float32
+pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none precision=float32 base_dtype=float32 nproc=1
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
@@ -34,11 +36,12 @@ while [ $# -gt 0 ]; do
     --ac) ac=$2 ;;
     --precision) precision=$2 ;;
     --base-dtype) base_dtype=$2 ;;
-    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full, --precision float32|bfloat16, --base-dtype float32|bfloat16)" ;;
+    --nproc) nproc=$2 ;;
+    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full, --precision float32|bfloat16, --base-dtype float32|bfloat16, --nproc N)" ;;
   esac
   shift 2
 done
-positive_integers "$pairs" "$steps" "$threads" "$batch" "$seq"
+positive_integers "$pairs" "$steps" "$threads" "$batch" "$seq" "$nproc"
 [ "$ac" = none ] || [ "$ac" = full ] || die "--ac $ac: expected none or full"
 [ "$precision" = float32 ] || [ "$precision" = bfloat16 ] ||
   die "--precision $precision: expected float32 or bfloat16"
@@ -54,6 +57,12 @@ model=(--model.flavor=hf --model.hf_assets_path="$work/small" --training.seq_len
        --metrics.log_freq=1 --activation_checkpoint.mode="$ac"
        --training.mixed_precision_param="$precision")
 config=("${model[@]}" --training.steps="$steps" --checkpoint.last_save_in_hf=false)
+train=("$titan" train)
+if [ "$nproc" -gt 1 ]; then
+  train=("$titan" launch --nproc "$nproc" train)
+  config+=(--parallelism.data_parallel_shard_degree="$nproc"
+           --training.global_batch_size=$((batch * nproc)))
+fi
 lora=(--lora.rank=8 --lora.alpha=16 --lora.base_dtype="$base_dtype")
 if [ "$base_dtype" = bfloat16 ]; then
   # A bf16 base is loaded, never initialised: weights for it, and the same load for full
@@ -65,9 +74,9 @@ if [ "$base_dtype" = bfloat16 ]; then
 fi
 echo "$me: load before: $(load_average)"
 for pair in $(seq "$pairs"); do
-  "$titan" train "${config[@]}" --job.dump_folder="$work/full$pair" > "$logs/full$pair.log" 2>&1 \
+  "${train[@]}" "${config[@]}" --job.dump_folder="$work/full$pair" > "$logs/full$pair.log" 2>&1 \
     || { cat "$logs/full$pair.log"; die "full fine-tuning failed"; }
-  "$titan" train "${config[@]}" "${lora[@]}" --job.dump_folder="$work/lora$pair" \
+  "${train[@]}" "${config[@]}" "${lora[@]}" --job.dump_folder="$work/lora$pair" \
     > "$logs/lora$pair.log" 2>&1 || { cat "$logs/lora$pair.log"; die "LoRA failed"; }
 done
 echo "$me: load after: $(load_average)"

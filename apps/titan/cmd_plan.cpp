@@ -73,7 +73,8 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   row("parameters", m.parameters + m.compute_copies,
       in.lora_base_bf16
           ? "the frozen base's matmul weights in bf16 only " + bytes(m.compute_copies) +
-                " (lora.base_dtype), its norms and embedding and the adapter in fp32"
+                " (lora.base_dtype" + (fsdp ? "; this rank's shards" : "") +
+                "), its norms and embedding and the adapter in fp32"
           : std::string(fsdp ? "this rank's shards" : "fp32") +
                 (m.compute_copies > 0
                      ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
@@ -128,7 +129,11 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   if (in.export_hf) {
     row("final export", m.export_peak(),
         std::string("checkpoint.last_save_in_hf: ") +
-            (fsdp || in.mesh.tp > 1 || in.mesh.ep > 1
+            (fsdp && in.lora_base_bf16 && m.export_gather > 0
+                 ? "the bf16 shards widened to fp32 and one unit's parameters gathered to rank 0 "
+                   "at most " +
+                       bytes(m.export_gather) + " + "
+             : fsdp || in.mesh.tp > 1 || in.mesh.ep > 1
                  ? "one unit's parameters gathered to rank 0 at most " + bytes(m.export_gather) +
                        " + "
              : in.lora_base_bf16 && m.export_gather > 0

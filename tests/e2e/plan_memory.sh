@@ -15,7 +15,10 @@
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
 #     fp32 and bf16: one run of a unit gathered onto rank 0 at a time; TP 2: one run of whole
-#     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed).
+#     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed);
+#  4. LoRA over a base held in bf16 under FSDP 2 (lora.base_dtype = "bfloat16": the shards of the
+#     matmul weights bf16 rows), loaded from the one-process export of 3: the step's peak and the
+#     merged export's peak (the shards widened to fp32, then one run gathered) to the byte.
 # usage: plan_memory.sh TITAN
 set -euo pipefail
 titan="$1"
@@ -117,6 +120,30 @@ for name, gathers in (("export1", False), ("export2", True), ("export2bf16", Tru
     print(f"{name}: export peak predicted {memory['export_peak']} bytes, measured {measured} "
           f"(one run gathered: {memory['export_gather']} bytes)")
     assert memory["export_peak"] == measured, (name, memory["export_peak"], measured)
+PY
+
+# 4. LoRA, the base held in bf16, FSDP 2.
+lora=(--preset hf --model.hf_assets_path="$work/export1/hf" --checkpoint.initial_load_path="$work/export1/hf"
+      --checkpoint.initial_load_in_hf=true "${common[@]}" --checkpoint.last_save_in_hf=true
+      --lora.rank=8 --lora.alpha=16 --lora.merge_on_export=true --training.mixed_precision_param=bfloat16
+      --lora.base_dtype=bfloat16 --parallelism.data_parallel_shard_degree=2)
+"$titan" plan "${lora[@]}" --nproc 2 --json > "$work/lorabase.plan"
+"$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --job.dump_folder="$work/lorabase" \
+  --metrics.save_jsonl="$work/lorabase.jsonl" > "$work/lorabase.log" 2>&1 || { cat "$work/lorabase.log"; exit 1; }
+python3 - "$work" <<'PY'
+import json, re, sys
+work = sys.argv[1]
+memory = json.load(open(f"{work}/lorabase.plan"))["memory_bytes"]
+records = [json.loads(l) for l in open(f"{work}/lorabase.jsonl") if '"loss"' in l]
+measured = round(records[-1]["memory_peak_gib"] * 2**30)
+print(f"LoRA, bf16 base, FSDP 2: step peak predicted {memory['step_peak']} bytes, measured {measured} "
+      f"(its bf16 shards {memory['compute_copies']} bytes)")
+assert memory["compute_copies"] > 0 and memory["step_peak"] == measured, (memory, measured)
+exported = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes",
+                         open(f"{work}/lorabase.log").read()).group(1))
+print(f"LoRA, bf16 base, FSDP 2: merged export peak predicted {memory['export_peak']} bytes, measured "
+      f"{exported} (the shards widened and one run gathered: {memory['export_gather']} bytes)")
+assert memory["export_peak"] == exported, (memory["export_peak"], exported)
 PY
 
 # 2. Errors: one line each, the trainer's own for the same config.

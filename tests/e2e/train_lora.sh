@@ -16,7 +16,7 @@
 #   folder, a bf16 one and the Llama one; the merged export (fp32) equals PEFT's
 #   merge_and_unload into the base rounded to bf16, its peak titan plan's export_peak to the byte;
 #   titan plan counts it; refused without LoRA,
-#   under fp32 compute, without a folder to load, under FSDP (not built);
+#   under fp32 compute, without a folder to load (under FSDP: train_lora_base_fsdp.sh);
 # - the base model folder is unchanged on disk; the frozen weights get no gradients or AdamW
 #   state (the memory line's optimizer bytes are the adapter's);
 # - lora.dropout 0.1: PEFT's lora_dropout with titan's masks (tests/reference/
@@ -24,7 +24,7 @@
 #   process, 2 replicas and FSDP 2; eval --adapter on its export equals PEFT's eval-mode loss; a
 #   resumed dropout run equals the uninterrupted one bit for bit;
 # - bad inputs stop with one line: an unknown target module, a negative rank, dropout 1, a missing
-#   or mismatched adapter folder, FSDP; an adapter asking for DoRA, or whose tensors do not
+#   or mismatched adapter folder; an adapter asking for DoRA, or whose tensors do not
 #   fit the model (titan eval --adapter).
 # The model: train_chat.sh's tiny random Qwen3 (tests/reference/chat_sft_reference.py make).
 # usage: train_lora.sh TITAN PYTHON
@@ -255,18 +255,6 @@ grep -E "^(adapter|LoRA)" "$work/reference-fsdp.log" | sed 's/^/FSDP 2: /'
   | grep -v "Loading weights" | sed 's/^/FSDP 2: /'
 "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 > "$work/fsdp.plan"
 grep -q "saved by LoRA" "$work/fsdp.plan" || { echo "no LoRA plan under FSDP"; cat "$work/fsdp.plan"; exit 1; }
-fsdp_refusal="lora.base_dtype = \"bfloat16\" is not built under FSDP \(data_parallel_shard_degree 2 shards fp32 masters\)"
-expect_refusal base-fsdp-plan "^titan plan: error: $fsdp_refusal" \
-  "$titan" plan "${lora[@]}" --nproc 2 --parallelism.data_parallel_shard_degree=2 \
-  --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16
-if "$titan" launch --nproc 2 train "${lora[@]}" --threads 1 --training.local_batch_size=1 \
-  --training.global_batch_size=4 --parallelism.data_parallel_shard_degree=2 \
-  --training.mixed_precision_param=bfloat16 --lora.base_dtype=bfloat16 \
-  --job.dump_folder="$work/bad-base5" > "$work/base-fsdp.log" 2>&1; then
-  echo "lora.base_dtype = bfloat16 under FSDP trained"; exit 1
-fi
-grep -qE "^\[rank 0 of 2\] titan train: error: $fsdp_refusal" "$work/base-fsdp.log" \
-  || { echo "base-fsdp: unexpected error:"; cat "$work/base-fsdp.log"; exit 1; }
 
 # ---- merged on export: PEFT's merge_and_unload ----
 "$titan" train "${common[@]}" --checkpoint.last_save_in_hf=true --lora.merge_on_export=true \

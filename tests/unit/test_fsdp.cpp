@@ -205,6 +205,55 @@ TEST(Fsdp, Bf16GatherFillsTheCopiesAndCommitsOnlyTheFp32Masters) {
   EXPECT_EQ(params_bytes(), before);
 }
 
+// A frozen base held in bf16 (LoRA's lora.base_dtype): the shard of a weight read only in bf16 is
+// bf16 rows (its fp32 rows never committed), loaded, not initialised; the gather sends them as
+// they are into the copy; a use gathering it in fp32, and the export's fp32 gather before
+// widen_bf16_shards, are refused; widened, the shard's fp32 rows are its bf16 values exactly.
+TEST(Fsdp, Bf16ShardsAreSentAsTheyAreAndWidenedForTheExport) {
+  std::unique_ptr<Communicator> world = make_single_rank_communicator();
+  DeviceMesh mesh(*world, resolve_mesh_dims({1, 1}, 1));
+  std::vector<ParamGroup> full;
+  full.emplace_back(
+      "block",
+      std::vector<ParamSpec>{{"n", {3}, ParamInit::ones}, {"w", {5, 7}, ParamInit::normal}},
+      Residency::released);
+  full[0].freeze();
+  const size_t before = parameter_bytes();
+  FullyShardedGroups fsdp(full, mesh, {{"w"}});
+  // The norm's fp32 span (16 floats) and the weight's 35 bf16 rows.
+  EXPECT_EQ(parameter_bytes() - before, 16 * sizeof(float) + 35 * sizeof(uint16_t));
+  EXPECT_THROW(initialize_bf16_values(fsdp), Error);
+  ParamGroup& shard = fsdp.shards()[0];
+  ASSERT_EQ(shard.compute_copy_numel(), 35);
+  uint16_t* rows = shard.compute_copy() + shard.view("w").copy_offset;
+  for (int64_t i = 0; i < 35; ++i) rows[i] = f32_to_bf16(bf16_value(i));
+  for (int64_t i = 0; i < 3; ++i) shard.params()[shard.view("n").offset + i] = bf16_value(i);
+
+  std::vector<uint16_t> copy(35, 0);
+  fsdp.gather_in_bf16({{{"w", copy.data()}}}, {{{"w", copy.data()}}});
+  const size_t held = parameter_bytes();
+  fsdp.acquire(0, false);
+  EXPECT_EQ(parameter_bytes() - held, 16 * sizeof(float));  // only the norm's master in flight
+  for (int64_t i = 0; i < 35; ++i) EXPECT_EQ(copy[i], rows[i]) << i;
+  const ParamGroup& g = full[0];
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(g.params()[g.view("n").offset + i], bf16_value(i));
+  fsdp.release_all();
+  fsdp.gather_in_bf16({{}}, {{}});  // a use reading "w" in fp32: it has no fp32 rows
+  EXPECT_THROW(fsdp.acquire(0, false), Error);
+  fsdp.release_all();
+  EXPECT_THROW(fsdp.gather_to_root(0, {"w"}), Error);
+  fsdp.release_all();
+
+  fsdp.widen_bf16_shards();  // the weight's whole fp32 span (48 floats) committed beside its rows
+  EXPECT_EQ(parameter_bytes() - held, 48 * sizeof(float));
+  fsdp.gather_to_root(0, {"n", "w"});
+  for (int64_t i = 0; i < 35; ++i) {
+    EXPECT_EQ(g.params()[g.view("w").offset + i], round_to_bf16(bf16_value(i))) << i;
+  }
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(g.params()[g.view("n").offset + i], bf16_value(i));
+  fsdp.release_all();
+}
+
 // A tied embedding's unit under bf16: the embedding's forward reads its fp32 master (the lookup),
 // the loss reads it only through the lm_head's copy (through_copies: gathered in bf16 into the
 // copy, only the norm's master committed), the embedding's backward reads nothing (no gather, only

@@ -177,12 +177,18 @@ void check_against_model(const Case& c) {
   std::unique_ptr<FullyShardedGroups> fsdp;
   std::unique_ptr<AdamWOptimizer> optimizer;
   if (sharded) {
-    fsdp = std::make_unique<FullyShardedGroups>(model->param_groups(), mesh);
+    // A base held in bf16: the shards of the weights read only in bf16 are bf16 rows, loaded by
+    // the trainer (zero here), never initialised in fp32.
+    fsdp = std::make_unique<FullyShardedGroups>(
+        model->param_groups(), mesh,
+        c.lora_base_bf16 ? bf16_only_param_names(*model) : std::vector<std::vector<std::string>>{});
     shard_model(*model, *fsdp);
     fsdp->set_reshard_after_forward(c.reshard_after_forward);
     optimizer =
         std::make_unique<AdamWOptimizer>(lora ? lora->groups() : fsdp->shards(), AdamWConfig{});
-    fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });
+    if (!c.lora_base_bf16) {
+      fsdp->initialize([&](ParamGroup& g) { initialize_param_group(g, c.args, 7); });
+    }
     if (lora) lora->initialize(7);
   } else {
     optimizer = std::make_unique<AdamWOptimizer>(lora ? lora->groups() : model->param_groups(),
@@ -245,16 +251,20 @@ void check_against_model(const Case& c) {
   if (fsdp) {
     // The final export: one run of a unit's parameters at a time gathered onto rank 0, the most
     // it holds beside the resident figures the plan's export_gather.
+    // A base held in bf16 first widens its shards to fp32 (kept to the end).
     fsdp->release_all();
     const int64_t held = current(MemCategory::parameters);
-    int64_t most = 0;
+    if (c.lora_base_bf16) fsdp->widen_bf16_shards();
+    const int64_t widened = current(MemCategory::parameters) - held;
+    EXPECT_EQ(widened > 0, c.lora_base_bf16);
+    int64_t most = widened;
     for (const ExportRun& run : hf_export_runs(c.args, HfExportOptions{})) {
       fsdp->gather_to_root(run.group, run.params);
       most = std::max(most, current(MemCategory::parameters) - held);
     }
     fsdp->release_all();
     EXPECT_EQ(most, m.export_gather);
-    EXPECT_EQ(current(MemCategory::parameters), held);
+    EXPECT_EQ(current(MemCategory::parameters), held + widened);
   }
 }
 
@@ -403,6 +413,37 @@ TEST(TrainingPlan, LoraUnderFsdpShardsTheFrozenModel) {
   const TrainingPlan plan = plan_training(inputs_of(fsdp));
   EXPECT_EQ(plan.comm.reduce_scatter, 0);
   EXPECT_EQ(plan.memory.unit_gradients, 0);
+  // A base held in bf16 (lora.base_dtype): the shards of the weights read only in bf16 are bf16
+  // rows, the gathers send them as they are (no send buffer for them: a tied embedding's lm_head
+  // gather still rounds its fp32 rows), the same bytes as with fp32 masters; tied and untied,
+  // FSDP and HSDP.
+  for (const bool tied : {true, false}) {
+    Case held{tied ? "FSDP 2 LoRA, bf16 base, tied" : "HSDP 2x3 LoRA, bf16 base",
+              test::tiny_dense(tied), tied ? 1 : 2, tied ? 2 : 3, DType::bf16};
+    held.lora = all;
+    held.lora_base_bf16 = true;
+    check_against_model(held);
+    Case masters = held;
+    masters.lora_base_bf16 = false;
+    const TrainingPlan bf16_only = plan_training(inputs_of(held));
+    const TrainingPlan with_masters = plan_training(inputs_of(masters));
+    // The shards of the matmul weights: 2 bytes an element in place of 4 (and of their views'
+    // alignment, under 16 floats each).
+    int64_t matmul_rows = 0, matmuls = 0;
+    for (const ParamGroupSpec& g : model_param_specs(held.args)) {
+      for (const ParamSpec& p : g.params) {
+        if (!DecoderLM::read_only_in_bf16(p.name)) continue;
+        matmul_rows += shape_numel(Shard{0, held.dp_shard}.spec_of(p).shape);
+        ++matmuls;
+      }
+    }
+    EXPECT_EQ(bf16_only.memory.compute_copies, 2 * matmul_rows);
+    const int64_t masters_gone = with_masters.memory.parameters - bf16_only.memory.parameters;
+    EXPECT_GE(masters_gone, 4 * matmul_rows);
+    EXPECT_LT(masters_gone, 4 * (matmul_rows + 16 * matmuls));
+    EXPECT_EQ(bf16_only.comm.all_gather_forward, with_masters.comm.all_gather_forward);
+    EXPECT_LT(bf16_only.memory.collective_buffers, with_masters.memory.collective_buffers);
+  }
   // LoRA on a MoE's experts under bf16: the adapted experts gathered in fp32 (their merge reads
   // the masters), the other matmul weights in bf16; gate_up alone, and all three.
   for (const bool down : {false, true}) {

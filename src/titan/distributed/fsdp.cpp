@@ -11,26 +11,49 @@
 namespace titan {
 namespace {
 
-// The group of one rank's shards: every parameter with dim 0 cut to c rows.
-ParamGroup shard_group_of(const ParamGroup& full, Shard cut) {
+// The group of one rank's shards: every parameter with dim 0 cut to c rows; those `bf16` names
+// held only in bf16 (the group's compute copy), their fp32 rows never committed.
+ParamGroup shard_group_of(const ParamGroup& full, Shard cut, const std::vector<std::string>& bf16) {
   std::vector<ParamSpec> specs;
   for (const ParamView& v : full.views()) specs.push_back(cut.spec_of(v.spec));
-  ParamGroup g(full.name(), specs);
-  if (full.frozen()) g.freeze();  // LoRA's base: sharded parameters, no gradients
-  g.allocate_gradients();
+  if (bf16.empty()) {
+    ParamGroup g(full.name(), specs);
+    if (full.frozen()) g.freeze();  // LoRA's base: sharded parameters, no gradients
+    g.allocate_gradients();
+    return g;
+  }
+  TITAN_CHECK(full.frozen(), "FSDP: group ", full.name(),
+              " trains, but only a frozen group's shards may be held in bf16 only");
+  for (const std::string& name : bf16) full.view(name);  // each names a parameter
+  const auto held = [&](const ParamView& v) {
+    return std::find(bf16.begin(), bf16.end(), v.spec.name) != bf16.end();
+  };
+  ParamGroup g(full.name(), specs, Residency::released);
+  g.freeze();
+  g.acquire_params_where([&](const ParamView& v) { return !held(v); });
+  for (const ParamView& v : g.views()) {
+    if (!held(v)) std::fill(g.params() + v.offset, g.params() + v.offset + v.numel, 0.0f);
+  }
+  g.allocate_compute_copy(held, Residency::committed);
+  std::fill(g.compute_copy(), g.compute_copy() + g.compute_copy_numel(), uint16_t{0});
   return g;
 }
 
 }  // namespace
 
-FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh)
+FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh,
+                                       const std::vector<std::vector<std::string>>& bf16_shards)
     : full_(full), mesh_(mesh) {
+  TITAN_CHECK(bf16_shards.empty() || bf16_shards.size() == full_.size(), "FSDP: bf16 shards for ",
+              bf16_shards.size(), " groups, the model has ", full_.size());
   int64_t largest = 0;
-  for (const ParamGroup& g : full_) {
+  for (size_t i = 0; i < full_.size(); ++i) {
+    const ParamGroup& g = full_[i];
     TITAN_CHECK(g.frozen() || g.grads() != nullptr, "FSDP: group ", g.name(), " has no gradients");
     TITAN_CHECK(!g.params_resident(), "FSDP: group ", g.name(),
                 " is resident; make the model with Residency::released");
-    shards_.push_back(shard_group_of(g, cut()));
+    shards_.push_back(shard_group_of(
+        g, cut(), bf16_shards.empty() ? std::vector<std::string>{} : bf16_shards[i]));
     if (!g.frozen()) largest = std::max(largest, shards_.back().numel());
   }
   const std::vector<std::vector<ComputeCopyTarget>> none(full_.size());
@@ -77,6 +100,8 @@ void FullyShardedGroups::keep_own_rows(size_t g) {
 
 void FullyShardedGroups::initialize(const std::function<void(ParamGroup&)>& init) {
   for (size_t g = 0; g < full_.size(); ++g) {
+    TITAN_CHECK(shards_[g].compute_copy_numel() == 0, "FSDP: group ", shards_[g].name(),
+                " holds shards in bf16 only: they are loaded, not initialised");
     full_[g].acquire_params();
     init(full_[g]);
     keep_own_rows(g);
@@ -103,6 +128,7 @@ void FullyShardedGroups::gather_in_bf16(
         const ParamView& v = full.view(t.param);
         const auto i = static_cast<size_t>(&v - full.views().data());
         layout.copies[i] = t.copy;
+        if (shard.views()[i].copy_offset >= 0) continue;  // held in bf16: sent as it is
         layout.send_at[i] = layout.send_numel;
         layout.send_numel += shard.views()[i].numel;
       }
@@ -157,11 +183,19 @@ CommHandle FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout
   auto* send = send_.as<uint16_t>();
   const auto rank = static_cast<size_t>(mesh_.shard_index());
   for (size_t i = 0; i < parts.size(); ++i) {
-    if (layout.copies[i] == nullptr) continue;
-    // This rank's rows rounded; the copy is whole in its own layout.
+    const ParamView& own = shard.views()[i];
+    if (layout.copies[i] == nullptr) {
+      TITAN_CHECK(own.copy_offset < 0, "FSDP: ", own.spec.name,
+                  "'s shard is held in bf16 only, but a use gathers it in fp32");
+      continue;
+    }
+    // This rank's rows in bf16 (rounded, unless held so); the copy is whole in its own layout.
     CommPart& part = parts[i];
-    uint16_t* rows = send + layout.send_at[i];
-    device_ops().round_to_bf16(rows, static_cast<const float*>(part.own), part.counts[rank]);
+    uint16_t* rows =
+        own.copy_offset >= 0 ? shard.compute_copy() + own.copy_offset : send + layout.send_at[i];
+    if (own.copy_offset < 0) {
+      device_ops().round_to_bf16(rows, static_cast<const float*>(part.own), part.counts[rank]);
+    }
     part = {layout.copies[i], rows, std::move(part.counts), DType::bf16};
   }
   return mesh_.shard_group().all_gather_async(std::move(parts));
@@ -223,12 +257,42 @@ void FullyShardedGroups::finish_gradients() {
   }
 }
 
+void FullyShardedGroups::widen_bf16_shards() {
+  const DeviceOps& ops = device_ops();
+  for (ParamGroup& shard : shards_) {
+    if (shard.compute_copy_numel() == 0) continue;
+    // The rows held in fp32 kept across the recommit, which hands every view back.
+    std::vector<std::vector<float>> kept(shard.views().size());
+    for (size_t i = 0; i < shard.views().size(); ++i) {
+      const ParamView& v = shard.views()[i];
+      if (v.copy_offset < 0)
+        kept[i].assign(shard.params() + v.offset, shard.params() + v.offset + v.numel);
+    }
+    shard.release_params();
+    shard.acquire_params();
+    for (size_t i = 0; i < shard.views().size(); ++i) {
+      const ParamView& v = shard.views()[i];
+      float* rows = shard.params() + v.offset;
+      if (v.copy_offset < 0) {
+        std::copy(kept[i].begin(), kept[i].end(), rows);
+      } else {
+        ops.widen_bf16(rows, shard.compute_copy() + v.copy_offset, v.numel);
+      }
+    }
+  }
+  bf16_widened_ = true;
+}
+
 void FullyShardedGroups::gather_to_root(size_t g, const std::vector<std::string>& params) {
   release_all();
   ParamGroup& full = full_[g];
   const auto wanted = [&](const ParamView& v) {
     return std::find(params.begin(), params.end(), v.spec.name) != params.end();
   };
+  for (const ParamView& v : shards_[g].views()) {
+    TITAN_CHECK(v.copy_offset < 0 || bf16_widened_ || !wanted(v), "FSDP: ", v.spec.name,
+                "'s shard is held in bf16 only: widen_bf16_shards before gathering it in fp32");
+  }
   const bool root = mesh_.shard_group().rank() == 0;
   if (root) full.acquire_params_where(wanted);
   std::vector<CommPart> all = parts_of(g, full.params(), shards_[g].params());

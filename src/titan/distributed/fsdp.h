@@ -36,6 +36,13 @@
 // straight into the lm_head's copy too, its fp32 master not committed; a use that reads nothing
 // (the embedding's backward) gathers nothing. Rounding is elementwise, so the copies hold exactly
 // the whole masters rounded. Gradients stay fp32 (mixed_precision_reduce).
+//
+// A frozen base held only in bf16 (LoRA's lora.base_dtype = "bfloat16", train/lora_job.h): the
+// shards of the parameters the model reads only in bf16 are bf16 rows (the constructor's
+// bf16_shards), their fp32
+// master rows never committed; loaded straight into bf16, they are sent by the gathers as they are
+// (no rounding, no send buffer), and widened into fp32 master rows only for a merged export
+// (widen_bf16_shards).
 #pragma once
 
 #include <array>
@@ -54,8 +61,12 @@ namespace titan {
 class FullyShardedGroups {
  public:
   // `full` (with gradients allocated, both released: make_model's Residency::released) and `mesh`
-  // must outlive this.
-  FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh);
+  // must outlive this. `bf16_shards`, per group (or empty: none), the parameters of a frozen group
+  // whose shards are held only in bf16: in the shard group's compute copy (each view with a
+  // copy_offset: its c rows in its layout, padding rows zero), where weights are loaded; the model
+  // must read them only in bf16 (gather_in_bf16).
+  FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh,
+                     const std::vector<std::vector<std::string>>& bf16_shards = {});
   // Waits for the collectives in flight (they write into this object's buffers), even when an
   // error is unwinding the trainer.
   ~FullyShardedGroups();
@@ -68,7 +79,12 @@ class FullyShardedGroups {
   // call), this rank keeps its rows, and the group is handed back, so a rank never holds more
   // than one whole unit while starting (random init is keyed by parameter name, so every rank
   // computes the same whole values).
+  // Not for shards held in bf16 (they are loaded, never initialised in fp32).
   void initialize(const std::function<void(ParamGroup&)>& init);
+  // Before a merged export of a base held in bf16: the fp32 master rows of the shards held in bf16
+  // committed and set to their bf16 values widened exactly, so the export's scan, gathers and
+  // merge read fp32 shards as they do without it (gather_to_root refuses them before this).
+  void widen_bf16_shards();
   // parallelism.fsdp_reshard_after_forward: which units keep their whole parameters after a
   // forward use until their next use (the backward) instead of gathering them again
   // (parse_reshard_policy and keeps_whole, nn/param_group.h).
@@ -113,7 +129,8 @@ class FullyShardedGroups {
   // rank's at `own` + its shard view's offset (both f32).
   std::vector<CommPart> parts_of(size_t g, float* whole, float* own) const;
   // Commits what group g's all-gather in `layout` writes (its fp32 masters), rounds this rank's
-  // bf16 rows into send_, and queues the gather straight into the masters and the copies.
+  // bf16 rows into send_ (a shard held in bf16 is sent as it is), and queues the gather straight
+  // into the masters and the copies.
   CommHandle start_gather(size_t g, const GatherLayout& layout);
   // Waits for the reduce-scatter in flight, if any, adds it into its shards' gradients and hands
   // the whole gradients it read back.
@@ -125,7 +142,8 @@ class FullyShardedGroups {
   ReshardPolicy reshard_ = ReshardPolicy::except_next;  // fsdp_reshard_after_forward
   // Per group, the gather layouts of a use reading parameters [0] and through_copies [1].
   std::vector<std::array<GatherLayout, 2>> layouts_;
-  Buffer send_;             // bf16: this rank's rows rounded, for the largest layout
+  bool bf16_widened_ = false;  // widen_bf16_shards was called
+  Buffer send_;  // bf16: this rank's rows rounded, for the largest layout (none held in bf16)
   Buffer reduced_grad_;     // the largest shard: one reduce-scatter's result
   int64_t gathering_ = -1;  // the group whose all-gather (prefetch) is in flight, else -1
   const GatherLayout* gathering_layout_ = nullptr;  // and its layout

@@ -38,8 +38,9 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
                                                     const SafetensorsCheckpoint& checkpoint,
                                                     const std::string& config_source);
 
-// Per parameter name, where a parameter read only in bf16 is loaded: its numel bf16 values in its
-// own layout, rounded to nearest even from the folder's dtype (a bf16 folder's bits as stored).
+// Per parameter name, where a parameter read only in bf16 is loaded: its view's numel bf16 values
+// in its own layout, rounded to nearest even from the folder's dtype (a bf16 folder's bits as
+// stored).
 using Bf16Destinations = std::unordered_map<std::string, uint16_t*>;
 
 // Validates the checkpoint at `path` (a model folder, an index or one .safetensors file) against
@@ -47,8 +48,9 @@ using Bf16Destinations = std::unordered_map<std::string, uint16_t*>;
 // parameter cut to its placement under `plan` -- tensor parallel's dim-0 or dim-1 cut -- and then
 // to `shard`'s rows of that: FSDP loads a rank's rows only). Weights holding NaN or Inf are
 // refused (models/nonfinite_weights.h) unless `allow_nonfinite`. The parameters `bf16` names go
-// whole into their bf16 destinations instead (unsharded only), their views left untouched (a
-// LoRA base held in bf16, train/lora_job.h).
+// into their bf16 destinations instead (each its view's elements, cut as the view is, the padding
+// rows zero), their views left untouched (a LoRA base held in bf16, train/lora_job.h: the model's
+// copies, or FSDP's bf16 shards).
 void load_hf_weights(const ModelArgs& args, std::vector<ParamGroup>& groups,
                      const std::string& path, const std::string& config_source,
                      bool allow_nonfinite = false, Shard shard = {},

@@ -12,4 +12,13 @@ void shard_model(CausalLM& model, FullyShardedGroups& fsdp) {
        [f](int64_t g, GroupReads reads) { f->prefetch(g, reads); }, bf16});
 }
 
+std::vector<std::vector<std::string>> bf16_only_param_names(CausalLM& model) {
+  std::vector<std::vector<std::string>> names;
+  for (const std::vector<ComputeCopyTarget>& group : model.bf16_only_params()) {
+    names.emplace_back();
+    for (const ComputeCopyTarget& t : group) names.back().push_back(t.param);
+  }
+  return names;
+}
+
 }  // namespace titan

@@ -54,13 +54,8 @@ bool lora_base_in_bf16(const JobConfig& c) {
   return c.lora.rank > 0 && c.lora.base_dtype == "bfloat16";
 }
 
-void check_lora_base_dtype(const JobConfig& c, const ModelArgs& args, int64_t dp_shard) {
+void check_lora_base_dtype(const JobConfig& c, const ModelArgs& args) {
   if (!lora_base_in_bf16(c)) return;
-  TITAN_CHECK(dp_shard == 1,
-              "lora.base_dtype = \"bfloat16\" is not built under FSDP (data_parallel_shard_degree ",
-              dp_shard,
-              " shards fp32 masters): use lora.base_dtype = \"float32\", or replicas "
-              "(data_parallel_replicate_degree) with data_parallel_shard_degree = 1");
   TITAN_CHECK(!c.checkpoint.initial_load_path.empty(),
               "lora.base_dtype = \"bfloat16\" loads the frozen base from a Hugging Face folder "
               "into bf16: set checkpoint.initial_load_path (a random base is made in fp32)");
@@ -91,6 +86,22 @@ void hold_lora_base_in_bf16(CausalLM& model) {
 }
 
 namespace {
+
+// The frozen base from a Hugging Face folder into FSDP's shards holding it in bf16 (`groups`, cut
+// `cut`: the views with a compute copy are bf16 rows, FullyShardedGroups' bf16_shards).
+void load_bf16_shards(const JobConfig& c, const ModelArgs& args, std::vector<ParamGroup>& groups,
+                      Shard cut) {
+  Bf16Destinations bf16;
+  for (const ParamGroup& g : groups) {
+    for (const ParamView& v : g.views()) {
+      if (v.copy_offset >= 0) bf16.emplace(v.spec.name, g.compute_copy() + v.copy_offset);
+    }
+  }
+  TITAN_CHECK(!bf16.empty(),
+              "lora.base_dtype = \"bfloat16\": the model's shards hold no bf16 rows");
+  load_hf_weights(args, groups, c.checkpoint.initial_load_path, "the model's config",
+                  c.checkpoint.allow_nonfinite_weights, cut, bf16);
+}
 
 // The frozen base from a Hugging Face folder into a model holding it in bf16
 // (hold_lora_base_in_bf16).
@@ -156,7 +167,11 @@ void load_lora_run_weights(const JobConfig& c, const ModelArgs& args,
                            LoraAdapter& adapter, bool starting, CausalLM& model) {
   const std::string& initial = c.checkpoint.initial_load_path;
   if (lora_base_in_bf16(c)) {
-    load_bf16_base(c, args, model);
+    if (model_cut.count > 1) {
+      load_bf16_shards(c, args, model_groups, model_cut);
+    } else {
+      load_bf16_base(c, args, model);
+    }
     std::printf(
         "frozen model weights from %s, its matmul weights held only in bf16 "
         "(lora.base_dtype = \"bfloat16\")\n",

@@ -27,11 +27,11 @@ void check_lora_job(const JobConfig& config);
 // lora.base_dtype = "bfloat16": the frozen base held only as bf16 (its matmul weights).
 bool lora_base_in_bf16(const JobConfig& config);
 // Where lora.base_dtype = "bfloat16" cannot hold, refused with one line naming the key, once the
-// model `args` and the data-parallel shard degree `dp_shard` are resolved: under FSDP (its shards
-// are fp32 masters), without a Hugging Face folder to load the base from (a random base is made in
-// fp32), and with the experts of a MoE model adapted (ExpertLora merges their fp32 weights at each
-// step, which a bf16-only base does not hold).
-void check_lora_base_dtype(const JobConfig& config, const ModelArgs& args, int64_t dp_shard);
+// model `args` are resolved: without a Hugging Face folder to load the base from (a random base is
+// made in fp32), and with the experts of a MoE model adapted (ExpertLora merges their fp32 weights
+// at each step, which a bf16-only base does not hold). (LoRA itself is refused under tensor and
+// expert parallel.)
+void check_lora_base_dtype(const JobConfig& config, const ModelArgs& args);
 // Under bf16 compute, `model`'s frozen weights read only in bf16 held only as the bf16 copies its
 // matmuls read (CausalLM::hold_compute_copies): their fp32 masters handed back, the copies of
 // every group committed at once and never rounded again. Before any weight is loaded (the values
@@ -47,10 +47,12 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
 // `model_groups` (this rank's cut `model_cut` of them: Parallelism::model_groups), the same
 // whether the adapter starts or resumes (else the seeded init stays), and when `starting`,
 // lora.initial_adapter read into `adapter` (else PEFT's init, already made, stays). With
-// lora.base_dtype = "bfloat16" the weights `model` holds in bf16 (hold_lora_base_in_bf16) are
-// read from the folder straight into their copies, rounded to nearest even (a bf16 folder's bits
-// as stored), and the copies made from fp32 masters (a tied embedding's lm_head copy) rounded
-// after the load, as a live model rounds them.
+// lora.base_dtype = "bfloat16" the weights held in bf16 are read from the folder straight into
+// bf16, rounded to nearest even (a bf16 folder's bits as stored): in one process or replicas the
+// copies `model` holds (hold_lora_base_in_bf16), the copies made from fp32 masters (a tied
+// embedding's lm_head copy) rounded after the load, as a live model rounds them; under FSDP
+// (`model_cut` of more than one) the bf16 rows of `model_groups` (the views with a compute copy:
+// FullyShardedGroups' bf16_shards), whose gathers fill the model's copies.
 void load_lora_run_weights(const JobConfig& config, const ModelArgs& args,
                            std::vector<ParamGroup>& model_groups, Shard model_cut,
                            LoraAdapter& adapter, bool starting, CausalLM& model);

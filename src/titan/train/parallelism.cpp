@@ -11,6 +11,7 @@
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/shard_runs.h"
 #include "titan/train/fsdp_model.h"
+#include "titan/train/lora_job.h"
 
 namespace titan {
 
@@ -33,8 +34,12 @@ Residency Parallelism::param_residency(const DeviceMesh& mesh) {
 }
 
 Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
-                         const std::string& reshard_after_forward)
-    : model_(model), mesh_(mesh), plan_(plan), cuts_(mesh.dims().tp > 1 || mesh.dims().ep > 1) {
+                         const std::string& reshard_after_forward, bool base_in_bf16)
+    : model_(model),
+      mesh_(mesh),
+      plan_(plan),
+      cuts_(mesh.dims().tp > 1 || mesh.dims().ep > 1),
+      base_in_bf16_(base_in_bf16) {
   TITAN_CHECK(mesh.dims().tp == 1 || mesh.dims().ep == 1,
               "parallelism: tensor and expert parallel together are not built yet");
   LayerCollectives collectives;
@@ -87,9 +92,13 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
     }
   }
   if (mesh.dims().fsdp()) {
-    fsdp_ = std::make_unique<FullyShardedGroups>(model.param_groups(), mesh);
+    fsdp_ = std::make_unique<FullyShardedGroups>(
+        model.param_groups(), mesh,
+        base_in_bf16 ? bf16_only_param_names(model) : std::vector<std::vector<std::string>>{});
     shard_model(model, *fsdp_);
     fsdp_->set_reshard_after_forward(reshard_after_forward);
+  } else if (base_in_bf16) {
+    hold_lora_base_in_bf16(model);
   }
 }
 
@@ -138,6 +147,7 @@ CutModelNorm Parallelism::cut_model_norm() {
 }
 
 void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
+  TITAN_CHECK(!base_in_bf16_, "parallelism: a base held in bf16 is loaded, not initialised");
   if (cuts_) {
     const auto init = [&](ParamGroup& g) { initialize_local_group(g, args, seed, plan_); };
     if (fsdp_) {
@@ -149,6 +159,15 @@ void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
     fsdp_->initialize([&](ParamGroup& g) { initialize_param_group(g, args, seed); });
   } else {
     model_.initialize(seed);
+  }
+}
+
+void Parallelism::widen_bf16_base() {
+  TITAN_CHECK(base_in_bf16_, "parallelism: no base held in bf16 to widen");
+  if (fsdp_) {
+    fsdp_->widen_bf16_shards();
+  } else {
+    widen_lora_base_to_fp32(model_);
   }
 }
 

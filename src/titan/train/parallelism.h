@@ -40,8 +40,12 @@ class Parallelism {
   // TP the model's collectives become the TP group's all-reduces, and under EP its all-to-all-v
   // the EP group's.
   // `reshard_after_forward`: parallelism.fsdp_reshard_after_forward. Both must outlive this.
+  // `base_in_bf16` (a frozen LoRA base, lora.base_dtype = "bfloat16": train/lora_job.h, the model
+  // made released and under bf16 compute): the weights it reads only in bf16 held only in bf16 --
+  // under FSDP as bf16 shards (FullyShardedGroups' bf16_shards), else as the model's own copies
+  // (hold_lora_base_in_bf16) --, loaded into model_groups(), never initialised.
   Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePlan& plan,
-              const std::string& reshard_after_forward);
+              const std::string& reshard_after_forward, bool base_in_bf16 = false);
   ~Parallelism();
   // The groups that train in place of the model's frozen ones (a LoRA adapter's: train/lora_job.h):
   // what the optimizer steps, checkpoints hold (whole, written by rank 0) and the data-parallel
@@ -67,8 +71,12 @@ class Parallelism {
   Communicator& data_parallel_group() { return mesh_.dp_group(); }
 
   // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP); under TP
-  // and EP each rank's cut of the whole model's values.
+  // and EP each rank's cut of the whole model's values. Not for a base held in bf16.
   void initialize(const ModelArgs& args, uint64_t seed);
+  // Before a merged export of a base held in bf16: its fp32 masters made again from its bf16
+  // values, widened exactly (FSDP: FullyShardedGroups::widen_bf16_shards; else the model's,
+  // widen_lora_base_to_fp32), so the export scans, gathers and merges fp32 weights.
+  void widen_bf16_base();
   // Before a step's first backward, and after its last: the data-parallel reduction of the
   // gradients (FSDP's reduce-scatters finished, or DDP's all-reduce; under EP the experts' over
   // the ranks holding the same experts).
@@ -124,6 +132,7 @@ class Parallelism {
   std::vector<ParamGroup> export_whole_;      // under TP or EP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;  // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
+  bool base_in_bf16_ = false;
 };
 
 }  // namespace titan

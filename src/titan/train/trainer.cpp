@@ -128,7 +128,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   accumulation_steps_ = job_accumulation_steps(config_, dims);
   check_lora_job(config_);
   const ModelArgs job_args = resolve_job_model_args(config_);
-  check_lora_base_dtype(config_, job_args, dims.dp_shard);
+  check_lora_base_dtype(config_, job_args);
   check_job_sizes(config_, job_args, dims);
   check_expert_parallel_job(config_, dims);
   check_tensor_parallel_model(config_, job_args, dims);
@@ -241,8 +241,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.beta2 = static_cast<float>(config_.optimizer.beta2);
   adamw.eps = static_cast<float>(config_.optimizer.eps);
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
-  parallelism_ = std::make_unique<Parallelism>(*model_, *mesh_, plan_,
-                                               config_.parallelism.fsdp_reshard_after_forward);
+  parallelism_ = std::make_unique<Parallelism>(
+      *model_, *mesh_, plan_, config_.parallelism.fsdp_reshard_after_forward, base_in_bf16);
   if (lora_) parallelism_->train_only(lora_->groups());
   optimizer_ = std::make_unique<AdamWOptimizer>(parallelism_->state_groups(), adamw,
                                                 parallelism_->grad_norm_group(),
@@ -284,11 +284,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
             : "");
   }
   const auto seed = static_cast<uint64_t>(t.seed);
-  if (base_in_bf16) {
-    hold_lora_base_in_bf16(*model_);  // loaded by restore()
-  } else {
-    parallelism_->initialize(args_, seed);
-  }
+  if (!base_in_bf16) parallelism_->initialize(args_, seed);  // else loaded by restore()
   if (lora_) lora_->initialize(seed);
   restore();
   if (async_checkpoints_ && parallelism_->writes_checkpoint()) {

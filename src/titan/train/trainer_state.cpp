@@ -216,7 +216,7 @@ void Trainer::export_model() {
   if (lora_) {
     // A base held only in bf16 is scanned, merged and written from fp32 masters (exact widening).
     if (config_.lora.merge_on_export && lora_base_in_bf16(config_)) {
-      widen_lora_base_to_fp32(*model_);
+      parallelism_->widen_bf16_base();
     }
     const std::string& base = config_.checkpoint.initial_load_path;
     export_lora(config_, *lora_, base.empty() ? tokenizer_dir_ : base, writes, export_model);

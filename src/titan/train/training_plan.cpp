@@ -211,7 +211,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   if (config.lora.rank > 0) {
     check_lora_config(config);
     in.lora = job_lora_options(config);
-    check_lora_base_dtype(config, in.args, in.mesh.dp_shard);
+    check_lora_base_dtype(config, in.args);
     in.lora_base_bf16 = lora_base_in_bf16(config);
   }
   // The kernels [overrides] names, a plugin's too, and their constraints on the step's shapes, as
@@ -273,6 +273,12 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const bool bf16 = in.compute_dtype == DType::bf16;
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, largest_send = 0;
   std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
+  // A base held in bf16 (lora.base_dtype): the weights read only in bf16 are never fp32 masters.
+  // Per group (FSDP: its shard), the fp32 masters of the rest and the elements held in bf16.
+  const auto held_in_bf16 = [&](const std::string& name) {
+    return in.lora_base_bf16 && DecoderLM::read_only_in_bf16(name);
+  };
+  std::vector<int64_t> base_master_numel, base_bf16_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
   // Per group: the whole side of its all-gather for each kind of use, and of its reduce-scatter
   // (every rank's rows: what the communicator counts, distributed/comm_counts.h).
@@ -303,6 +309,17 @@ TrainingPlan plan_training(const PlanInputs& in) {
     int64_t rows = 0;  // the shard's elements without the views' alignment
     for (const ParamSpec& p : specs) rows += shape_numel(p.shape);
     shard_rows_numel.push_back(rows);
+    std::vector<ParamSpec> base_masters;
+    int64_t base_bf16 = 0;
+    for (const ParamSpec& p : specs) {
+      if (held_in_bf16(p.name)) {
+        base_bf16 += shape_numel(p.shape);
+      } else {
+        base_masters.push_back(p);
+      }
+    }
+    base_master_numel.push_back(param_group_numel(base_masters));
+    base_bf16_numel.push_back(base_bf16);
     int64_t whole_rows = 0;
     for (const ParamSpec& p : g.params) whole_rows += shape_numel(p.shape);
     scatter_whole_bytes.push_back(whole_rows * kFloat);
@@ -325,7 +342,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
         const int64_t own = shape_numel(specs[i].shape);
         if (in_bf16(p.name)) {
           copied += shape_numel(p.shape);
-          rounded += own;
+          if (!held_in_bf16(p.name)) rounded += own;  // a shard held in bf16 is sent as it is
           sent += own * static_cast<int64_t>(dtype_size(DType::bf16));
           whole_sent += shape_numel(p.shape) * static_cast<int64_t>(dtype_size(DType::bf16));
         } else {
@@ -352,23 +369,23 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const std::vector<int64_t>& copies = copy_numel[1];  // every copy the model keeps
   const auto bf16_size = static_cast<int64_t>(dtype_size(DType::bf16));
   if (in.lora_base_bf16) {
-    // Every group's copies held at once as the weights; masters only for what is read in fp32
-    // (norms, the embedding's lookup, biases).
-    TITAN_CHECK(!fsdp && bf16 && frozen,
-                "plan: a bf16-only LoRA base in one process or "
-                "replicas, under bf16 compute");
+    // fp32 masters only for what is read in fp32 (norms, the embedding's lookup, biases); the
+    // rest held in bf16: in one process every group's copies at once as the weights (no block in
+    // flight; a tied embedding's lm_head copy too), under FSDP the shards' bf16 rows
+    // (FullyShardedGroups' bf16_shards), the units in flight as under bf16 with masters.
+    TITAN_CHECK(bf16 && frozen, "plan: a bf16-only LoRA base under bf16 compute");
     int64_t masters = 0, held = 0;
     for (size_t g = 0; g < copies.size(); ++g) {
-      masters += master_numel[0][g];
-      held += copies[g];
+      masters += base_master_numel[g];
+      held += fsdp ? base_bf16_numel[g] : copies[g];
     }
     m.parameters = masters * kFloat;
     m.compute_copies = held * bf16_size;
     // A merged export first widens the base into whole fp32 groups (widen_lora_base_to_fp32):
-    // the masters it lacked.
-    if (in.export_model_weights) {
+    // the masters it lacked. (Under FSDP its shards: below.)
+    if (in.export_model_weights && !fsdp) {
       for (size_t g = 0; g < copies.size(); ++g) {
-        m.export_gather += (whole_numel[g] - master_numel[0][g]) * kFloat;
+        m.export_gather += (whole_numel[g] - base_master_numel[g]) * kFloat;
       }
     }
   } else if (!fsdp) {
@@ -410,8 +427,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
       m.units_in_flight = std::max(m.units_in_flight, params + grads);
     };
     // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
-    // bf16 more than a unit in flight holds.
-    moment(largest_whole * kFloat, 0);
+    // bf16 more than a unit in flight holds. (A base held in bf16 is loaded into the shards.)
+    if (!in.lora_base_bf16) moment(largest_whole * kFloat, 0);
     // The gathers of the forward and the backward: bytes this rank's rows make (rank 0's), their
     // whole side and calls; the reduce-scatters likewise.
     struct Tally {
@@ -532,6 +549,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
           }
         }
         m.export_gather = std::max(m.export_gather, run_numel * kFloat);
+      }
+      // A base held in bf16 first widens its shards into whole fp32 shard groups
+      // (FullyShardedGroups::widen_bf16_shards): the masters they lacked.
+      for (size_t g = 0; in.lora_base_bf16 && g < shard_numel.size(); ++g) {
+        m.export_gather += (shard_numel[g] - base_master_numel[g]) * kFloat;
       }
     }
   }

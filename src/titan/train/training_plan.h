@@ -21,12 +21,12 @@
 //   other       the RoPE cos/sin tables for seq_len; under FSDP the collectives' staging (N x the
 //               largest shard), one reduced-gradient shard and under bf16 the send buffer of the
 //               largest bf16 gather block; while a file is written, the writer's staging
-// With LoRA (one process or DDP, fp32) the model's parameters are frozen: gradients and AdamW
-// moments exist only for the adapter's, which are added to the parameters; DDP all-reduces the
-// adapter's gradients. (The LoRA products' own scratch, two (N, rank) fp32 arrays and one B^T,
-// is outside the accounted categories.)
-// Under FSDP with bf16 the all-gathers move the bf16-only weights' rows in bf16
-// (DecoderLM::read_only_in_bf16), the rest in fp32; the reduce-scatters move fp32 gradients.
+// With LoRA (one process, DDP or FSDP; fp32 or bf16) the model's parameters are frozen: gradients
+// and AdamW moments exist only for the adapter's, which are added to the parameters; DDP
+// all-reduces the adapter's gradients. (The LoRA products' own scratch, two (N, rank) fp32 arrays
+// and one B^T, is outside the accounted categories.) Under FSDP with bf16 the all-gathers move the
+// bf16-only weights' rows in bf16 (DecoderLM::read_only_in_bf16), the rest in fp32; the
+// reduce-scatters move fp32 gradients.
 #pragma once
 
 #include <array>
@@ -62,8 +62,8 @@ struct PlanInputs {
   DType export_dtype = DType::bf16;
   // [lora]: rank 0, or the adapter a LoRA run trains (the model's weights then frozen).
   LoraOptions lora;
-  // lora.base_dtype = "bfloat16": the frozen base's matmul weights held only as bf16 copies (one
-  // process or replicas; train/lora_job.h).
+  // lora.base_dtype = "bfloat16": the frozen base's matmul weights held only in bf16 (one process
+  // or replicas: the model's copies; FSDP: its shards; train/lora_job.h).
   bool lora_base_bf16 = false;
   // [overrides] rules that match no module, as titan train warns of them.
   std::vector<std::string> override_warnings;
