@@ -18,18 +18,7 @@ me=activation_checkpointing.sh
 . bench/small_model.sh
 
 steps=5 threads=2 batch=2 seq=512 dtype=float32
-while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || die "$1 needs a value"
-  case "$1" in
-    --steps) steps=$2 ;;
-    --threads) threads=$2 ;;
-    --batch) batch=$2 ;;
-    --seq) seq=$2 ;;
-    --dtype) dtype=$2 ;;
-    *) die "unknown argument '$1' (expected --steps N, --threads N, --batch N, --seq N, --dtype float32|bfloat16)" ;;
-  esac
-  shift 2
-done
+parse_options "--steps N, --threads N, --batch N, --seq N, --dtype float32|bfloat16" "$@"
 positive_integers "$steps" "$threads" "$batch" "$seq"
 [ "$dtype" = float32 ] || [ "$dtype" = bfloat16 ] || die "--dtype $dtype: expected float32 or bfloat16"
 [ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"

@@ -23,18 +23,7 @@ me=async_checkpoint.sh
 . bench/small_model.sh
 
 steps=7 interval=3 threads=2 batch=4 seq=512
-while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || die "$1 needs a value"
-  case "$1" in
-    --steps) steps=$2 ;;
-    --interval) interval=$2 ;;
-    --threads) threads=$2 ;;
-    --batch) batch=$2 ;;
-    --seq) seq=$2 ;;
-    *) die "unknown argument '$1' (expected --steps N, --interval N, --threads N, --batch N, --seq N)" ;;
-  esac
-  shift 2
-done
+parse_options "--steps N, --interval N, --threads N, --batch N, --seq N" "$@"
 positive_integers "$steps" "$interval" "$threads" "$batch" "$seq"
 [ "$interval" -ge 3 ] && [ "$steps" -gt "$interval" ] ||
   die "--interval $interval, --steps $steps: a normal step after warm-up needs interval >= 3, and a step after the save steps > interval"

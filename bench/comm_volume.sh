@@ -22,17 +22,7 @@ me=comm_volume.sh
 . bench/small_model.sh
 
 steps=3 threads=2 batch=2 seq=512
-while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || die "$1 needs a value"
-  case "$1" in
-    --steps) steps=$2 ;;
-    --threads) threads=$2 ;;
-    --batch) batch=$2 ;;
-    --seq) seq=$2 ;;
-    *) die "unknown argument '$1' (expected --steps N, --threads N, --batch N, --seq N)" ;;
-  esac
-  shift 2
-done
+parse_options "--steps N, --threads N, --batch N, --seq N" "$@"
 positive_integers "$steps" "$threads" "$batch" "$seq"
 [ "$steps" -ge 2 ] || die "--steps $steps: the first step is warm-up, at least 2 are needed"
 [ "$threads" -ge 2 ] || die "--threads $threads: two ranks need at least 2"

@@ -25,22 +25,7 @@ me=lora_vs_full.sh
 . bench/small_model.sh
 
 pairs=2 steps=4 threads=2 batch=4 seq=512 ac=none precision=float32 base_dtype=float32 nproc=1
-while [ $# -gt 0 ]; do
-  [ $# -ge 2 ] || die "$1 needs a value"
-  case "$1" in
-    --pairs) pairs=$2 ;;
-    --steps) steps=$2 ;;
-    --threads) threads=$2 ;;
-    --batch) batch=$2 ;;
-    --seq) seq=$2 ;;
-    --ac) ac=$2 ;;
-    --precision) precision=$2 ;;
-    --base-dtype) base_dtype=$2 ;;
-    --nproc) nproc=$2 ;;
-    *) die "unknown argument '$1' (expected --pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full, --precision float32|bfloat16, --base-dtype float32|bfloat16, --nproc N)" ;;
-  esac
-  shift 2
-done
+parse_options "--pairs N, --steps N, --threads N, --batch N, --seq N, --ac none|full, --precision float32|bfloat16, --base-dtype float32|bfloat16, --nproc N" "$@"
 positive_integers "$pairs" "$steps" "$threads" "$batch" "$seq" "$nproc"
 [ "$ac" = none ] || [ "$ac" = full ] || die "--ac $ac: expected none or full"
 [ "$precision" = float32 ] || [ "$precision" = bfloat16 ] ||

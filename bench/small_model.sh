@@ -2,6 +2,9 @@
 # bench_train_step's `small` dims through `titan train` (h 512, 8 layers, 8/4 heads of 128, I 2048,
 # V 151936 tied; 115.5 M parameters):
 #   die MESSAGE              "$me: MESSAGE" on stderr, exit 1
+#   parse_options USAGE ARGS...  each `--name value` of ARGS sets the script's variable `name`
+#                            (dashes as underscores); USAGE ("--steps N, --dtype float32|bfloat16")
+#                            names the options there are and is what an unknown one is told
 #   positive_integers V...   dies unless each V is a whole number above 0
 #   small_model_workspace    dies unless build/titan exists ($titan); makes $work (removed at exit)
 #                            holding the model folder $work/small, and $logs ($TITAN_BENCH_LOGS,
@@ -12,6 +15,18 @@
 die() {
   echo "$me: $*" >&2
   exit 1
+}
+
+parse_options() {
+  local usage="$1" name
+  shift
+  while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || die "$1 needs a value"
+    name=${1#--}
+    [[ "$1" == --* && " ${usage//,/} " == *" --$name "* ]] || die "unknown argument '$1' (expected $usage)"
+    printf -v "${name//-/_}" '%s' "$2"
+    shift 2
+  done
 }
 
 positive_integers() {
