@@ -8,14 +8,15 @@
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
 #     category's figures are printed beside; TP 2 saving checkpoints (rank 0's whole copy of the
 #     state, held from the first save); EP 2 on tiny_moe, whose parameters, gradients and AdamW
-#     state per rank (each rank's 4 of the 8 experts) equal the trainer's to the byte (its
-#     activations leave out the rows that arrive for the rank's experts: their room follows the
-#     routing, outside the arena);
+#     state per rank (each rank's 4 of the 8 experts), its activations and step peak equal the
+#     trainer's to the byte (the arena holds rooms for the most rows that can arrive at the
+#     rank's experts, whatever the routing: nn/expert_parallel.h most_arrived_rows);
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
 #     fp32 and bf16: one run of a unit gathered onto rank 0 at a time; TP 2: one run of whole
-#     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed);
+#     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed;
+#     EP 2 on tiny_moe, the arena's expert-parallel rooms still held);
 #  4. LoRA over a base held in bf16 under FSDP 2 (lora.base_dtype = "bfloat16": the shards of the
 #     matmul weights bf16 rows), loaded from the one-process export of 3: the step's peak and the
 #     merged export's peak (the shards widened to fp32, then one run gathered) to the byte.
@@ -87,21 +88,25 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
           f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
     if abs(off) > 0.10:
         failed.append(name)
-    if name == "ep2":  # the rank's experts, not the whole model's
-        for c in ("parameters", "gradients", "optimizer"):
+    if name == "ep2":  # the rank's experts, not the whole model's; the arena's rooms for the
+        # most rows that can arrive at them (every rank's tokens choosing this rank's experts)
+        for c in ("parameters", "gradients", "optimizer", "activations"):
             got = round(last["memory_peak_by_category_gib"][c] * 2**30)
             if by_category[c] != got:
                 failed.append(f"ep2 {c}: planned {by_category[c]}, measured {got}")
+        if plan["memory_bytes"]["step_peak"] != measured:
+            failed.append(f"ep2 step peak: planned {plan['memory_bytes']['step_peak']}, measured {measured}")
 assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
 PY
 
 # 3. The final export's peak on rank 0 (the trainer's line) equals titan plan's export_peak: one
 #    process, and FSDP 2 in fp32 and bf16, where rank 0 gathers one run of a unit at a time (the
 #    largest, the embedding unit: export_gather) and writes it, the others holding nothing more.
-for name in export1 export2 export2bf16 export2tp; do
+for name in export1 export2 export2bf16 export2tp export2ep; do
   flags=("${common[@]}" --checkpoint.last_save_in_hf=true)
   [ "$name" = export2bf16 ] && flags+=(--training.mixed_precision_param=bfloat16)
   [ "$name" = export2tp ] && flags+=("${tp[@]}")
+  [ "$name" = export2ep ] && flags+=("${ep[@]}")
   nproc=2 train=("$titan" launch --nproc 2 train)
   [ "$name" = export1 ] && nproc=1 train=("$titan" train)
   "$titan" plan "${flags[@]}" --nproc $nproc --json > "$work/$name.plan"
@@ -112,7 +117,7 @@ python3 - "$work" <<'PY'
 import json, re, sys
 work = sys.argv[1]
 for name, gathers in (("export1", False), ("export2", True), ("export2bf16", True),
-                      ("export2tp", True)):
+                      ("export2tp", True), ("export2ep", True)):
     memory = json.load(open(f"{work}/{name}.plan"))["memory_bytes"]
     measured = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes",
                              open(f"{work}/{name}.log").read()).group(1))
