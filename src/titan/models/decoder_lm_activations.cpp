@@ -342,22 +342,28 @@ int64_t DecoderLM::carve_expert_parallel(const ModelArgs& args, DType compute_dt
     }
   }
   n_sets += shared ? 1 : 0;
+  // Under bf16 the arrived rows' inputs travel and the kept gate and up and their product are held
+  // as bf16 values (as the arena's own rows: carve_activations); the rest stays fp32.
+  const bool bf16 = compute_dtype == DType::bf16;
   Carver c(base);
+  const auto take_values = [&](int64_t count) {
+    return bf16 ? reinterpret_cast<float*>(c.take<uint16_t>(count)) : c.take(count);
+  };
   scratch.rows = rows;
-  scratch.x = c.take(rows * h);
+  scratch.x = take_values(rows * h);
   scratch.y = c.take(rows * h);
-  scratch.act = c.take(rows * Im);
+  scratch.act = take_values(rows * Im);
   scratch.dgate = c.take(rows * Im);
   scratch.dup = c.take(rows * Im);
   scratch.dact = c.take(rows * Im);
   scratch.w_rows = c.take(rows);
   scratch.dweight_rows = c.take(rows);
-  scratch.out = compute_dtype == DType::bf16 ? c.take(rows * h) : nullptr;
+  scratch.out = bf16 ? c.take(rows * h) : nullptr;
   scratch.staging = c.take(rows * h);  // the widest row the exchange moves: h fp32
   if (sets != nullptr) sets->clear();
   for (int64_t i = 0; i < n_sets; ++i) {
-    float* gate = c.take(rows * Im);
-    float* up = c.take(rows * Im);
+    float* gate = take_values(rows * Im);
+    float* up = take_values(rows * Im);
     if (sets == nullptr) continue;
     sets->push_back(std::make_unique<ExpertParallelRows>());
     sets->back()->gate = gate;

@@ -67,7 +67,7 @@ int64_t most_arrived_rows(int64_t tokens, int64_t top_k, int64_t n_experts, int6
 // activation arena for the most rows that can arrive (models/decoder_lm_activations.cpp).
 struct ExpertParallelRows {
   ExpertExchange exchange;
-  float* gate = nullptr;  // (rows, Im) fp32; the bf16 kernels use the first half
+  float* gate = nullptr;  // (rows, Im) fp32, or under bf16 compute bf16 values
   float* up = nullptr;
   int64_t rows = 0;  // most_arrived_rows
 };
@@ -75,7 +75,8 @@ struct ExpertParallelRows {
 // The expert side's room while a sparse layer runs, shared by every layer, carved from the
 // activation arena for `rows` = most_arrived_rows: the arrived rows' inputs, outputs and gradients
 // and the grouped kernel's scratch (ops/moe.h), and the exchange's staging (rows x h fp32, the
-// widest row it moves). out only under bf16 (the staged backward's recomputed outputs).
+// widest row it moves). Under bf16 compute x (the arrived inputs) and act hold bf16 values, and
+// out is there (the staged backward's recomputed outputs, fp32).
 struct ExpertParallelScratch {
   float *x = nullptr, *y = nullptr, *act = nullptr, *dgate = nullptr, *dup = nullptr,
         *dact = nullptr, *w_rows = nullptr, *dweight_rows = nullptr, *out = nullptr,
