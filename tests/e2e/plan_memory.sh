@@ -7,10 +7,11 @@
 #     reshard policy that keeps units whole, on the tiny model with a small batch, so that
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
 #     category's figures are printed beside; TP 2 saving checkpoints (rank 0's whole copy of the
-#     state, held from the first save); EP 2 on tiny_moe, whose parameters, gradients and AdamW
-#     state per rank (each rank's 4 of the 8 experts), its activations and step peak equal the
-#     trainer's to the byte (the arena holds rooms for the most rows that can arrive at the
-#     rank's experts, whatever the routing: nn/expert_parallel.h most_arrived_rows);
+#     state, held from the first save); EP 2 on tiny_moe in fp32 and bf16, whose parameters,
+#     gradients and AdamW state per rank (each rank's 4 of the 8 experts), activations and step
+#     peak equal the trainer's to the byte (the arena holds rooms for the most rows that can
+#     arrive at the rank's experts, whatever the routing: nn/expert_parallel.h
+#     most_arrived_rows);
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
@@ -54,6 +55,10 @@ ep=(--model.flavor=tiny_moe --parallelism.expert_parallel_degree=2)
 "$titan" plan "${common[@]}" "${ep[@]}" --nproc 2 --json > "$work/ep2.plan"
 "$titan" launch --nproc 2 train "${common[@]}" "${ep[@]}" --threads 1 --job.dump_folder="$work/ep2" \
   --metrics.save_jsonl="$work/ep2.jsonl" > "$work/ep2.log" 2>&1 || { cat "$work/ep2.log"; exit 1; }
+ep_bf16=("${ep[@]}" --training.mixed_precision_param=bfloat16)
+"$titan" plan "${common[@]}" "${ep_bf16[@]}" --nproc 2 --json > "$work/ep2bf16.plan"
+"$titan" launch --nproc 2 train "${common[@]}" "${ep_bf16[@]}" --threads 1 --job.dump_folder="$work/ep2bf16" \
+  --metrics.save_jsonl="$work/ep2bf16.jsonl" > "$work/ep2bf16.log" 2>&1 || { cat "$work/ep2bf16.log"; exit 1; }
 for policy in default never; do
   bf16=(--training.mixed_precision_param=bfloat16 --parallelism.fsdp_reshard_after_forward=$policy)
   "$titan" plan "${common[@]}" "${bf16[@]}" --nproc 2 --json > "$work/fsdp2bf16$policy.plan"
@@ -70,7 +75,7 @@ failed = []
 for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
                                   ("fsdp2", 2, 2, 1), ("fsdp2bf16default", 2, 2, 1),
                                   ("fsdp2bf16never", 2, 2, 1), ("tp2ckpt", 2, 1, 2),
-                                  ("ep2", 2, 2, 1)):
+                                  ("ep2", 2, 2, 1), ("ep2bf16", 2, 2, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
@@ -88,14 +93,14 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
           f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
     if abs(off) > 0.10:
         failed.append(name)
-    if name == "ep2":  # the rank's experts, not the whole model's; the arena's rooms for the
+    if name.startswith("ep2"):  # the rank's experts, not the whole model's; the arena's rooms for the
         # most rows that can arrive at them (every rank's tokens choosing this rank's experts)
         for c in ("parameters", "gradients", "optimizer", "activations"):
             got = round(last["memory_peak_by_category_gib"][c] * 2**30)
             if by_category[c] != got:
-                failed.append(f"ep2 {c}: planned {by_category[c]}, measured {got}")
+                failed.append(f"{name} {c}: planned {by_category[c]}, measured {got}")
         if plan["memory_bytes"]["step_peak"] != measured:
-            failed.append(f"ep2 step peak: planned {plan['memory_bytes']['step_peak']}, measured {measured}")
+            failed.append(f"{name} step peak: planned {plan['memory_bytes']['step_peak']}, measured {measured}")
 assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
 PY
 
