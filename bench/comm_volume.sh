@@ -7,8 +7,9 @@
 # (rank 0's: train/comm_report.h) beside what `titan plan --nproc 2` predicts for the same flags
 # (they must be equal: the script fails otherwise), and the trainer's `collectives:` line: the
 # seconds per step the communication thread spent in collectives, the part the compute thread
-# waited for them (exposed), the share hidden behind compute (1 - exposed / busy) and the exposed
-# wait as a share of the step time.
+# waited for them while they ran (exposed), the share hidden behind compute (1 - exposed / busy),
+# the rest of its waits (the hand-offs between the threads) and its whole wait as a share of the
+# step time.
 # Expert parallel (EP 2) is not run here: titan train does not take expert_parallel_degree yet;
 # test_expert_parallel_mpi2 checks the model's all-to-all-v counts against the plan's formula.
 #

@@ -105,7 +105,13 @@ void print_text(const TrainingPlan& p, const std::string& model) {
   }
   row("activations", m.activations,
       config_spelling(in.checkpointing) + " (none: " + bytes(m.activations_none) + ", full: " +
-          bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch)");
+          bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch)" +
+          (m.expert_parallel_rooms > 0
+               ? "; of them " + bytes(m.expert_parallel_rooms) + " the rooms for up to " +
+                     std::to_string(m.expert_parallel_rows) +
+                     " rows arriving at this rank's experts per sparse layer (ep x tokens x "
+                     "min(top_k, experts / ep): whatever the routing)"
+               : std::string()));
   row("other", m.rope + m.lora_scratch,
       m.lora_scratch > 0
           ? "RoPE tables " + bytes(m.rope) + " + LoRA's scratch " + bytes(m.lora_scratch) +
@@ -227,6 +233,8 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"activations", m.activations},
         {"activations_none", m.activations_none},
         {"activations_full", m.activations_full},
+        {"expert_parallel_rooms", m.expert_parallel_rooms},
+        {"expert_parallel_rows", m.expert_parallel_rows},
         {"rope", m.rope},
         {"writer_staging", m.writer_staging},
         {"export_gather", m.export_gather},

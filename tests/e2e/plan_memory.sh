@@ -7,15 +7,17 @@
 #     reshard policy that keeps units whole, on the tiny model with a small batch, so that
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
 #     category's figures are printed beside; TP 2 saving checkpoints (rank 0's whole copy of the
-#     state, held from the first save); EP 2 on tiny_moe, whose parameters, gradients and AdamW
-#     state per rank (each rank's 4 of the 8 experts) equal the trainer's to the byte (its
-#     activations leave out the rows that arrive for the rank's experts: their room follows the
-#     routing, outside the arena);
+#     state, held from the first save); EP 2 on tiny_moe in fp32 and bf16, whose parameters,
+#     gradients and AdamW state per rank (each rank's 4 of the 8 experts), activations and step
+#     peak equal the trainer's to the byte (the arena holds rooms for the most rows that can
+#     arrive at the rank's experts, whatever the routing: nn/expert_parallel.h
+#     most_arrived_rows);
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
 #     fp32 and bf16: one run of a unit gathered onto rank 0 at a time; TP 2: one run of whole
-#     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed);
+#     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed;
+#     EP 2 on tiny_moe, the arena's expert-parallel rooms still held);
 #  4. LoRA over a base held in bf16 under FSDP 2 (lora.base_dtype = "bfloat16": the shards of the
 #     matmul weights bf16 rows), loaded from the one-process export of 3: the step's peak and the
 #     merged export's peak (the shards widened to fp32, then one run gathered) to the byte.
@@ -53,6 +55,10 @@ ep=(--model.flavor=tiny_moe --parallelism.expert_parallel_degree=2)
 "$titan" plan "${common[@]}" "${ep[@]}" --nproc 2 --json > "$work/ep2.plan"
 "$titan" launch --nproc 2 train "${common[@]}" "${ep[@]}" --threads 1 --job.dump_folder="$work/ep2" \
   --metrics.save_jsonl="$work/ep2.jsonl" > "$work/ep2.log" 2>&1 || { cat "$work/ep2.log"; exit 1; }
+ep_bf16=("${ep[@]}" --training.mixed_precision_param=bfloat16)
+"$titan" plan "${common[@]}" "${ep_bf16[@]}" --nproc 2 --json > "$work/ep2bf16.plan"
+"$titan" launch --nproc 2 train "${common[@]}" "${ep_bf16[@]}" --threads 1 --job.dump_folder="$work/ep2bf16" \
+  --metrics.save_jsonl="$work/ep2bf16.jsonl" > "$work/ep2bf16.log" 2>&1 || { cat "$work/ep2bf16.log"; exit 1; }
 for policy in default never; do
   bf16=(--training.mixed_precision_param=bfloat16 --parallelism.fsdp_reshard_after_forward=$policy)
   "$titan" plan "${common[@]}" "${bf16[@]}" --nproc 2 --json > "$work/fsdp2bf16$policy.plan"
@@ -69,7 +75,7 @@ failed = []
 for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
                                   ("fsdp2", 2, 2, 1), ("fsdp2bf16default", 2, 2, 1),
                                   ("fsdp2bf16never", 2, 2, 1), ("tp2ckpt", 2, 1, 2),
-                                  ("ep2", 2, 2, 1)):
+                                  ("ep2", 2, 2, 1), ("ep2bf16", 2, 2, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
@@ -87,21 +93,25 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
           f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
     if abs(off) > 0.10:
         failed.append(name)
-    if name == "ep2":  # the rank's experts, not the whole model's
-        for c in ("parameters", "gradients", "optimizer"):
+    if name.startswith("ep2"):  # the rank's experts, not the whole model's; the arena's rooms for the
+        # most rows that can arrive at them (every rank's tokens choosing this rank's experts)
+        for c in ("parameters", "gradients", "optimizer", "activations"):
             got = round(last["memory_peak_by_category_gib"][c] * 2**30)
             if by_category[c] != got:
-                failed.append(f"ep2 {c}: planned {by_category[c]}, measured {got}")
+                failed.append(f"{name} {c}: planned {by_category[c]}, measured {got}")
+        if plan["memory_bytes"]["step_peak"] != measured:
+            failed.append(f"{name} step peak: planned {plan['memory_bytes']['step_peak']}, measured {measured}")
 assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
 PY
 
 # 3. The final export's peak on rank 0 (the trainer's line) equals titan plan's export_peak: one
 #    process, and FSDP 2 in fp32 and bf16, where rank 0 gathers one run of a unit at a time (the
 #    largest, the embedding unit: export_gather) and writes it, the others holding nothing more.
-for name in export1 export2 export2bf16 export2tp; do
+for name in export1 export2 export2bf16 export2tp export2ep; do
   flags=("${common[@]}" --checkpoint.last_save_in_hf=true)
   [ "$name" = export2bf16 ] && flags+=(--training.mixed_precision_param=bfloat16)
   [ "$name" = export2tp ] && flags+=("${tp[@]}")
+  [ "$name" = export2ep ] && flags+=("${ep[@]}")
   nproc=2 train=("$titan" launch --nproc 2 train)
   [ "$name" = export1 ] && nproc=1 train=("$titan" train)
   "$titan" plan "${flags[@]}" --nproc $nproc --json > "$work/$name.plan"
@@ -112,7 +122,7 @@ python3 - "$work" <<'PY'
 import json, re, sys
 work = sys.argv[1]
 for name, gathers in (("export1", False), ("export2", True), ("export2bf16", True),
-                      ("export2tp", True)):
+                      ("export2tp", True), ("export2ep", True)):
     memory = json.load(open(f"{work}/{name}.plan"))["memory_bytes"]
     measured = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes",
                              open(f"{work}/{name}.log").read()).group(1))

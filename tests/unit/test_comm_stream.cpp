@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "titan/core/clock.h"
 #include "titan/core/error.h"
 #include "titan/distributed/comm_stream.h"
 #include "titan/distributed/communicator.h"
@@ -97,7 +98,30 @@ TEST(CommStream, WaitingOnWorkAlreadyDoneAddsNoExposedTime) {
   stream.reset_times();
   EXPECT_EQ(stream.times().busy_s, 0.0);
   EXPECT_EQ(stream.times().exposed_s, 0.0);
+  EXPECT_EQ(stream.times().handoff_s, 0.0);
   EXPECT_EQ(stream.times().hidden_fraction(), 0.0);
+}
+
+// Collectives submitted and waited for at once (as an all-to-all-v or a TP all-reduce is): the
+// compute thread's waits are longer than the collectives by the hand-offs between the threads,
+// which count apart, so the exposed part never exceeds the busy time (the hidden share is in
+// [0, 1]) and exposed + hand-off is the whole wait.
+TEST(CommStream, WaitsBeyondTheCollectivesCountAsHandOffNotExposed) {
+  CommStream stream;
+  double waited_s = 0.0;
+  for (int i = 0; i < 200; ++i) {
+    const int64_t t0 = now_ns();
+    stream.run([] {});
+    waited_s += static_cast<double>(now_ns() - t0) * 1e-9;
+  }
+  const CommTimes c = stream.times();
+  EXPECT_LE(c.exposed_s, c.busy_s);
+  EXPECT_GE(c.exposed_s, 0.0);
+  EXPECT_GE(c.handoff_s, 0.0);
+  EXPECT_GE(c.hidden_fraction(), 0.0);
+  EXPECT_LE(c.hidden_fraction(), 1.0);
+  EXPECT_LE(c.waited_s(), waited_s);
+  EXPECT_GT(c.handoff_s, 0.0);  // each wait at least outlasts the other thread's wake-up
 }
 
 TEST(CommStream, AGroupOfOneRankCopiesAtOnce) {

@@ -29,8 +29,10 @@
 #include "titan/core/error.h"
 #include "titan/dispatch/verify_checks.h"
 #include "titan/models/activation_checkpointing.h"
+#include "titan/models/decoder_lm.h"
 #include "titan/models/parallelize.h"
 #include "titan/models/registry.h"
+#include "titan/nn/expert_parallel.h"
 
 namespace titan {
 namespace {
@@ -194,6 +196,35 @@ TEST(ExpertParallel, RanksReceivingNoRowsOrEveryRowEqualTheWholeModel) {
   expect_group_equals_whole(moe(4, 2), 2, DType::f32, kTolerance, true);
   expect_group_equals_whole(moe(8, 1), 4, DType::f32, kTolerance, true);
   expect_group_equals_whole(moe(8, 2), 4, DType::bf16, verify_checks::kBf16Tolerance, true);
+}
+
+// The most rows that can arrive at a rank: every rank's tokens each choosing min(k, E / ep) of
+// its experts (the routing above reaches it: on EP 2 with top-k 1 rank 0 receives every row).
+// The arena holds the rooms for them after the layers' activations, in fp32: the arrived rows'
+// inputs, outputs and the exchange's staging (h wide), the grouped kernel's act, dgate, dup and
+// dact (Im wide), each row's weight and its gradient, and per activation set the kept gate and
+// up; titan plan's figure (activation_bytes_of) is the model's.
+TEST(ExpertParallel, TheArenaHoldsRoomForTheMostRowsThatCanArrive) {
+  EXPECT_EQ(most_arrived_rows(16, 1, 4, 2), 2 * 16);
+  EXPECT_EQ(most_arrived_rows(16, 2, 4, 2), 2 * 16 * 2);
+  EXPECT_EQ(most_arrived_rows(16, 4, 8, 4), 4 * 16 * 2);  // k above a rank's E / ep
+  const ModelArgs args = moe(4, 2);
+  const int64_t batch = 2, seq = 8, rows = 2 * batch * seq * 2;
+  const auto words = [](int64_t floats) { return (floats + 15) / 16 * 16; };  // 64-byte views
+  int64_t sparse = 0;
+  for (int64_t i = 0; i < args.num_hidden_layers; ++i) sparse += args.layer_is_sparse(i);
+  ASSERT_GT(sparse, 0);
+  const int64_t h = args.hidden_size, Im = args.moe_intermediate_size;
+  const int64_t rooms =
+      3 * words(rows * h) + 4 * words(rows * Im) + 2 * words(rows) + sparse * 2 * words(rows * Im);
+  const ActivationCheckpointing none = ActivationCheckpointing::none();
+  const int64_t planned =
+      DecoderLM::activation_bytes_of(args, DType::f32, none, batch, seq, 1, false, 2);
+  EXPECT_EQ(planned - DecoderLM::activation_bytes_of(args, DType::f32, none, batch, seq),
+            rooms * static_cast<int64_t>(sizeof(float)));
+  const std::unique_ptr<CausalLM> m =
+      make_model(args, {}, DType::f32, Residency::committed, ep_plan(args, 0, 2));
+  EXPECT_EQ(m->activation_bytes(batch, seq), planned);
 }
 
 // Per sparse layer and micro-batch: the counts, the rows there and the outputs back in the

@@ -52,9 +52,11 @@ void CommStream::wait(CommHandle::Task& task) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (!task.done) {
     const ProfileSpan span("wait for collective", SpanKind::wait);
-    const int64_t t0 = now_ns();
+    const int64_t t0 = now_ns(), busy0 = busy_until(t0);
     finished_.wait(lock, [&] { return task.done; });
-    exposed_ns_ += now_ns() - t0;
+    const int64_t t1 = now_ns(), busy1 = busy_until(t1);
+    exposed_ns_ += busy1 - busy0;
+    handoff_ns_ += (t1 - t0) - (busy1 - busy0);
   }
   if (task.error) std::rethrow_exception(task.error);
 }
@@ -75,31 +77,39 @@ void CommStream::work_loop() {
     if (queue_.empty()) return;  // stopping, everything run
     const std::shared_ptr<CommHandle::Task> task = std::move(queue_.front());
     queue_.pop_front();
+    running_since_ns_ = now_ns();
     lock.unlock();
-    const int64_t t0 = now_ns();
     try {
       task->work();
     } catch (...) {
       task->error = std::current_exception();
     }
     task->work = nullptr;  // what it captured goes now, not with the last handle
-    const int64_t t1 = now_ns();
     lock.lock();
-    busy_ns_ += t1 - t0;
+    busy_ns_ = busy_until(now_ns());
+    running_since_ns_ = -1;
     task->done = true;
     finished_.notify_all();
   }
 }
 
+int64_t CommStream::busy_until(int64_t now) const {
+  return busy_ns_ + (running_since_ns_ >= 0 ? now - running_since_ns_ : 0);
+}
+
 CommTimes CommStream::times() const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  return {static_cast<double>(busy_ns_) * 1e-9, static_cast<double>(exposed_ns_) * 1e-9};
+  return {static_cast<double>(busy_ns_) * 1e-9, static_cast<double>(exposed_ns_) * 1e-9,
+          static_cast<double>(handoff_ns_) * 1e-9};
 }
 
 void CommStream::reset_times() {
   const std::lock_guard<std::mutex> lock(mutex_);
+  // A collective running now counts from here on.
+  if (running_since_ns_ >= 0) running_since_ns_ = now_ns();
   busy_ns_ = 0;
   exposed_ns_ = 0;
+  handoff_ns_ = 0;
 }
 
 }  // namespace titan

@@ -21,12 +21,22 @@ namespace titan {
 
 class CommStream;
 
-// Seconds the stream's thread spent running collectives, and how much of it the compute thread
-// spent waiting on handles (the rest ran while it computed).
+// Seconds the stream's thread spent running collectives (busy), and the compute thread's waits on
+// handles split in two: exposed, the part of a wait during which the stream's thread was running
+// collectives (the awaited one or those queued before it), so a part of busy (the rest of busy
+// ran while the compute thread computed); and hand-off, the rest of the waits, during which no
+// collective ran -- the stream's thread waking up to a queued one, finishing an idle heartbeat,
+// or the compute thread waking up to a finished one. A collective submitted and waited for at
+// once (an all-to-all-v, a TP all-reduce) adds its whole run to exposed and two thread wake-ups
+// to hand-off. With one thread waiting at a time (the compute thread), exposed <= busy, so the
+// hidden share is in [0, 1].
 struct CommTimes {
   double busy_s = 0.0;
   double exposed_s = 0.0;
+  double handoff_s = 0.0;
   double hidden_fraction() const { return busy_s > 0.0 ? 1.0 - exposed_s / busy_s : 0.0; }
+  // Everything the compute thread spent waiting on handles.
+  double waited_s() const { return exposed_s + handoff_s; }
 };
 
 // One queued collective. A default-made handle is complete (a collective that ran at once, as on a
@@ -36,7 +46,8 @@ class CommHandle {
  public:
   CommHandle() = default;
   // Returns once the collective has run (its output is written); rethrows its error. Waiting
-  // again is a no-op. Time spent here, the collective not yet done, counts as exposed.
+  // again is a no-op. Time spent here, the collective not yet done, counts as exposed while the
+  // stream's thread runs a collective, else as hand-off (CommTimes).
   void wait();
   bool pending() const { return task_ != nullptr; }
 
@@ -77,8 +88,12 @@ class CommStream {
   std::condition_variable queued_, finished_;
   std::deque<std::shared_ptr<CommHandle::Task>> queue_;
   bool stopping_ = false;
-  int64_t busy_ns_ = 0, exposed_ns_ = 0;
-  std::thread thread_;  // last: starts once the rest is built
+  // The busy time so far at `now`, the running collective's part included (mutex_ held).
+  int64_t busy_until(int64_t now) const;
+
+  int64_t busy_ns_ = 0, exposed_ns_ = 0, handoff_ns_ = 0;
+  int64_t running_since_ns_ = -1;  // when the running collective started; -1: none runs
+  std::thread thread_;             // last: starts once the rest is built
 };
 
 }  // namespace titan

@@ -69,11 +69,13 @@ class DecoderLM final : public CausalLM {
   // building it (titan plan); on a rank of `tp_degree` tensor-parallel ranks: its local heads and
   // MLP width, its vocabulary-parallel loss's workspace, and with `sequence_parallel` its
   // seq / tp_degree tokens of each sequence in the residual stream and the norms (seq must divide
-  // by the degree: titan::Error naming training.seq_len).
+  // by the degree: titan::Error naming training.seq_len); on a rank of `ep_degree` expert-parallel
+  // ranks, with the rooms for the most rows that can arrive at its experts
+  // (carve_expert_parallel).
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                      const ActivationCheckpointing& checkpointing, int64_t batch,
                                      int64_t seq, int64_t tp_degree = 1,
-                                     bool sequence_parallel = false);
+                                     bool sequence_parallel = false, int64_t ep_degree = 1);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -120,6 +122,15 @@ class DecoderLM final : public CausalLM {
                                    const Retention& retention, int64_t tp_degree,
                                    bool sequence_parallel, float* base, int64_t batch, int64_t seq,
                                    Activations& v);
+  // Under expert parallel (ep_degree > 1; 0 floats otherwise), carved after the activations: the
+  // room every sparse layer shares while it runs and each activation set's kept gate and up, for
+  // the most rows that can arrive at a rank (nn/expert_parallel.h most_arrived_rows: every
+  // rank's tokens choosing this rank's experts), so that no routing needs more than the arena.
+  // Fills `scratch` and one ExpertParallelRows room per set in `sets` (null: only measures).
+  static int64_t carve_expert_parallel(const ModelArgs& args, DType compute_dtype,
+                                       const Retention& retention, int64_t ep_degree, float* base,
+                                       int64_t batch, int64_t seq, ExpertParallelScratch& scratch,
+                                       std::vector<std::unique_ptr<ExpertParallelRows>>* sets);
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
                               const Retention& retention, int64_t tp_degree, bool sequence_parallel,
                               int64_t batch, int64_t seq);
@@ -233,7 +244,8 @@ class DecoderLM final : public CausalLM {
   VocabShard vocab_shard_;
   // Expert parallel (the plan cuts the experts over ep_degree_ > 1 ranks): the arrived rows' room
   // every sparse layer shares while it runs, and what each activation set keeps of them (layers
-  // sharing a set under activation checkpointing share it), bound to the sets at each carving.
+  // sharing a set under activation checkpointing share it), carved in the arena and bound to the
+  // sets at each carving.
   int64_t ep_degree_ = 1;
   ExpertParallelScratch ep_scratch_;
   std::vector<std::unique_ptr<ExpertParallelRows>> ep_rows_;

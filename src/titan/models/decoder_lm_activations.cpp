@@ -311,10 +311,66 @@ int64_t DecoderLM::carve_inference(const InferenceShape& shape, void* base,
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                        const ActivationCheckpointing& checkpointing, int64_t batch,
-                                       int64_t seq, int64_t tp_degree, bool sequence_parallel) {
-  return arena_floats(args, compute_dtype, Retention{checkpointing, false}, tp_degree,
-                      sequence_parallel, batch, seq) *
+                                       int64_t seq, int64_t tp_degree, bool sequence_parallel,
+                                       int64_t ep_degree) {
+  const Retention retention{checkpointing, false};
+  ExpertParallelScratch measured;
+  return (arena_floats(args, compute_dtype, retention, tp_degree, sequence_parallel, batch, seq) +
+          carve_expert_parallel(args, compute_dtype, retention, ep_degree, nullptr, batch, seq,
+                                measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
+}
+
+int64_t DecoderLM::carve_expert_parallel(const ModelArgs& args, DType compute_dtype,
+                                         const Retention& retention, int64_t ep_degree, float* base,
+                                         int64_t batch, int64_t seq, ExpertParallelScratch& scratch,
+                                         std::vector<std::unique_ptr<ExpertParallelRows>>* sets) {
+  if (ep_degree <= 1) return 0;
+  const int64_t h = args.hidden_size, Im = args.moe_intermediate_size;
+  const int64_t rows =
+      most_arrived_rows(batch * seq, args.num_experts_per_tok, args.num_experts, ep_degree);
+  // The sets carve_activations gives the sparse layers: each kept layer's own, and the one the
+  // recomputed layers share.
+  int64_t n_sets = 0;
+  bool shared = false;
+  for (int64_t i = 0; i < args.num_hidden_layers; ++i) {
+    if (!args.layer_is_sparse(i)) continue;
+    if (retention.shares_set(i)) {
+      shared = true;
+    } else {
+      ++n_sets;
+    }
+  }
+  n_sets += shared ? 1 : 0;
+  // Under bf16 the arrived rows' inputs travel and the kept gate and up and their product are held
+  // as bf16 values (as the arena's own rows: carve_activations); the rest stays fp32.
+  const bool bf16 = compute_dtype == DType::bf16;
+  Carver c(base);
+  const auto take_values = [&](int64_t count) {
+    return bf16 ? reinterpret_cast<float*>(c.take<uint16_t>(count)) : c.take(count);
+  };
+  scratch.rows = rows;
+  scratch.x = take_values(rows * h);
+  scratch.y = c.take(rows * h);
+  scratch.act = take_values(rows * Im);
+  scratch.dgate = c.take(rows * Im);
+  scratch.dup = c.take(rows * Im);
+  scratch.dact = c.take(rows * Im);
+  scratch.w_rows = c.take(rows);
+  scratch.dweight_rows = c.take(rows);
+  scratch.out = bf16 ? c.take(rows * h) : nullptr;
+  scratch.staging = c.take(rows * h);  // the widest row the exchange moves: h fp32
+  if (sets != nullptr) sets->clear();
+  for (int64_t i = 0; i < n_sets; ++i) {
+    float* gate = take_values(rows * Im);
+    float* up = take_values(rows * Im);
+    if (sets == nullptr) continue;
+    sets->push_back(std::make_unique<ExpertParallelRows>());
+    sets->back()->gate = gate;
+    sets->back()->up = up;
+    sets->back()->rows = rows;
+  }
+  return c.used();
 }
 
 int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype,
@@ -326,8 +382,11 @@ int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype,
 }
 
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
-  return arena_floats(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_, batch,
-                      seq) *
+  ExpertParallelScratch measured;
+  return (arena_floats(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_, batch,
+                       seq) +
+          carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, nullptr, batch, seq,
+                                measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -339,8 +398,11 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   arena_ = Buffer();  // release the old arena before taking the new one
   arena_ = Buffer(backend().memory(), static_cast<size_t>(activation_bytes(batch, seq)),
                   MemCategory::activations);
-  carve_activations(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
-                    arena_.as<float>(), batch, seq, acts_);
+  const int64_t layers_floats =
+      carve_activations(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
+                        arena_.as<float>(), batch, seq, acts_);
+  carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_,
+                        arena_.as<float>() + layers_floats, batch, seq, ep_scratch_, &ep_rows_);
   batch_ = batch;
   seq_ = seq;
   arena_threads_ = threads;
@@ -364,18 +426,21 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
 }
 
 void DecoderLM::bind_expert_parallel_rows() {
-  ep_rows_.clear();
   std::map<const float*, ExpertParallelRows*> of_set;  // by the set's router logits
+  size_t next = 0;
   for (size_t i = 0; i < m_.layers.size(); ++i) {
     if (!m_.layers[i].sparse) continue;
     MoeActivations& a = acts_.layers[i].moe;
     ExpertParallelRows*& rows = of_set[a.router_logits];
     if (rows == nullptr) {
-      ep_rows_.push_back(std::make_unique<ExpertParallelRows>());
-      rows = ep_rows_.back().get();
+      TITAN_CHECK(next < ep_rows_.size(), "expert parallel: more activation sets than the ",
+                  ep_rows_.size(), " carve_expert_parallel carved");
+      rows = ep_rows_[next++].get();
     }
     a.expert_parallel = rows;
   }
+  TITAN_CHECK(next == ep_rows_.size(), "expert parallel: ", next, " activation sets, ",
+              ep_rows_.size(), " carved");
 }
 
 void DecoderLM::set_row_segments(const int32_t* segment_start) {

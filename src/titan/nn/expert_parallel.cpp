@@ -4,18 +4,12 @@
 #include <cstdint>
 #include <cstring>
 
-#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 
 namespace titan {
 
-void* grow_room(Buffer& buffer, size_t bytes) {
-  bytes = std::max<size_t>(bytes, sizeof(float));
-  if (buffer.bytes() < bytes) {
-    buffer = Buffer();  // the old room first: the peak holds one of them
-    buffer = Buffer(backend().memory(), bytes, MemCategory::activations);
-  }
-  return buffer.data();
+int64_t most_arrived_rows(int64_t tokens, int64_t top_k, int64_t n_experts, int64_t degree) {
+  return degree * tokens * std::min(top_k, n_experts / degree);
 }
 
 void ExpertExchange::plan(const int32_t* offsets, int64_t n_experts, int rank, int degree,
@@ -66,9 +60,9 @@ std::vector<int64_t> times(const std::vector<int64_t>& rows, int64_t width) {
 }  // namespace
 
 void ExpertExchange::to_experts(const void* token_rows, void* expert_rows, int64_t width,
-                                DType dtype, Buffer& staging, const AllToAllV& all_to_all_v) const {
+                                DType dtype, void* staging, const AllToAllV& all_to_all_v) const {
   const size_t row_bytes = static_cast<size_t>(width) * dtype_size(dtype);
-  auto* arrived = static_cast<std::byte*>(grow_room(staging, expert_row_.size() * row_bytes));
+  auto* arrived = static_cast<std::byte*>(staging);
   all_to_all_v(token_rows, times(sent_rows_, width), arrived, times(arrived_from_, width), dtype);
   auto* to = static_cast<std::byte*>(expert_rows);
   for (size_t i = 0; i < expert_row_.size(); ++i) {
@@ -78,10 +72,9 @@ void ExpertExchange::to_experts(const void* token_rows, void* expert_rows, int64
 }
 
 void ExpertExchange::from_experts(const void* expert_rows, void* token_rows, int64_t width,
-                                  DType dtype, Buffer& staging,
-                                  const AllToAllV& all_to_all_v) const {
+                                  DType dtype, void* staging, const AllToAllV& all_to_all_v) const {
   const size_t row_bytes = static_cast<size_t>(width) * dtype_size(dtype);
-  auto* leaving = static_cast<std::byte*>(grow_room(staging, expert_row_.size() * row_bytes));
+  auto* leaving = static_cast<std::byte*>(staging);
   const auto* from = static_cast<const std::byte*>(expert_rows);
   for (size_t i = 0; i < expert_row_.size(); ++i) {
     std::memcpy(leaving + i * row_bytes, from + static_cast<size_t>(expert_row_[i]) * row_bytes,
@@ -90,24 +83,21 @@ void ExpertExchange::from_experts(const void* expert_rows, void* token_rows, int
   all_to_all_v(leaving, times(arrived_from_, width), token_rows, times(sent_rows_, width), dtype);
 }
 
-ExpertsScratch ExpertParallelScratch::view(int64_t rows, int64_t h, int64_t Im,
-                                           const ExpertsScratch& like) {
-  const auto floats = [](Buffer& b, int64_t count) {
-    return static_cast<float*>(grow_room(b, static_cast<size_t>(count) * sizeof(float)));
-  };
-  const auto floats_if = [&](const float* in_like, Buffer& b, int64_t count) {
-    return in_like != nullptr ? floats(b, count) : nullptr;
+ExpertsScratch ExpertParallelScratch::view(int64_t arrived, const ExpertsScratch& like) const {
+  TITAN_CHECK(arrived <= rows, "expert parallel: ", arrived, " rows arrived, beyond the room for ",
+              rows, " (most_arrived_rows)");
+  const auto if_like = [](const float* in_like, float* room) {
+    return in_like != nullptr ? room : nullptr;
   };
   ExpertsScratch s;
-  s.x = floats(x, rows * h);
-  s.y = floats(y, rows * h);
-  s.dgate = floats_if(like.dgate, dgate, rows * Im);
-  s.dup = floats_if(like.dup, dup, rows * Im);
-  s.dact = floats_if(like.dact, dact, rows * Im);
-  s.w_rows = floats_if(like.w_rows, w_rows, rows);
-  s.dweight_rows = floats_if(like.dweight_rows, dweight_rows, rows);
-  s.out = floats_if(like.out, out, rows * h);
-  floats(act, rows * Im);
+  s.x = x;
+  s.y = y;
+  s.dgate = if_like(like.dgate, dgate);
+  s.dup = if_like(like.dup, dup);
+  s.dact = if_like(like.dact, dact);
+  s.w_rows = if_like(like.w_rows, w_rows);
+  s.dweight_rows = if_like(like.dweight_rows, dweight_rows);
+  s.out = if_like(like.out, out);
   return s;
 }
 

@@ -15,7 +15,6 @@
 #include <functional>
 #include <vector>
 
-#include "titan/core/allocator.h"
 #include "titan/core/dtype.h"
 #include "titan/ops/moe.h"
 
@@ -43,12 +42,12 @@ class ExpertExchange {
   // (E / ep + 1) the local experts' row ranges over the arrived rows, expert-major.
   const int32_t* expert_offsets() const { return expert_offsets_.data(); }
   // token_rows (R, width) in dispatch order -> expert_rows (arrived, width) expert-major, on every
-  // rank of the group at once; `staging` is grown to hold the arrived rows as they come.
+  // rank of the group at once; `staging` holds the arrived rows as they come (room for them).
   void to_experts(const void* token_rows, void* expert_rows, int64_t width, DType dtype,
-                  Buffer& staging, const AllToAllV& all_to_all_v) const;
+                  void* staging, const AllToAllV& all_to_all_v) const;
   // The reverse: expert_rows (arrived, width) back to token_rows (R, width) on their senders.
   void from_experts(const void* expert_rows, void* token_rows, int64_t width, DType dtype,
-                    Buffer& staging, const AllToAllV& all_to_all_v) const;
+                    void* staging, const AllToAllV& all_to_all_v) const;
 
  private:
   std::vector<int64_t> sent_rows_;       // (ep) rows this rank sends each rank
@@ -57,27 +56,36 @@ class ExpertExchange {
   std::vector<int64_t> expert_row_;      // (arrived) each arrived row's expert-major row
 };
 
-// `buffer` (the backend's memory, charged as activations) holding at least `bytes`, replaced by a
-// larger one when it is smaller (its contents then lost); never empty, so that a rank receiving no
-// rows still hands the kernels valid pointers.
-void* grow_room(Buffer& buffer, size_t bytes);
+// The most rows that can arrive at one rank of `degree` in a sparse layer's exchange, each rank
+// routing `tokens` tokens to `top_k` distinct experts of `n_experts`: every rank's tokens each
+// choosing as many of this rank's n_experts / degree experts as they can. No row is ever dropped,
+// so the rooms below hold this many and a step never needs more (the plan counts them).
+int64_t most_arrived_rows(int64_t tokens, int64_t top_k, int64_t n_experts, int64_t degree);
 
 // What one sparse layer's forward keeps under expert parallel for its backward: its exchange and
-// the grouped kernel's gate and up activations over the rows that arrived (their count changes
-// with the routing, so they live here, grown as needed, rather than in the activation arena).
+// the grouped kernel's gate and up activations over the rows that arrived, carved from the
+// activation arena for the most rows that can arrive (models/decoder_lm_activations.cpp).
 struct ExpertParallelRows {
   ExpertExchange exchange;
-  Buffer gate, up;  // (arrived, Im) fp32; the bf16 kernels use the first half
+  float* gate = nullptr;  // (rows, Im) fp32, or under bf16 compute bf16 values
+  float* up = nullptr;
+  int64_t rows = 0;  // most_arrived_rows
 };
 
-// The expert side's room while a sparse layer runs, shared by every layer, grown as needed: the
-// arrived rows' inputs, outputs and gradients and the grouped kernel's scratch (ops/moe.h), and the
-// exchange's staging. The exchange's permutations are host copies: the CPU backend's memory.
+// The expert side's room while a sparse layer runs, shared by every layer, carved from the
+// activation arena for `rows` = most_arrived_rows: the arrived rows' inputs, outputs and gradients
+// and the grouped kernel's scratch (ops/moe.h), and the exchange's staging (rows x h fp32, the
+// widest row it moves). Under bf16 compute x (the arrived inputs) and act hold bf16 values, and
+// out is there (the staged backward's recomputed outputs, fp32).
 struct ExpertParallelScratch {
-  Buffer x, y, act, dgate, dup, dact, w_rows, dweight_rows, out, staging;
-  // The grouped kernel's scratch over `rows` arrived rows of width h, Im; dgate, dup, dact, w_rows,
-  // dweight_rows and out only where `like` has them (a forward a backward follows, a backward).
-  ExpertsScratch view(int64_t rows, int64_t h, int64_t Im, const ExpertsScratch& like);
+  float *x = nullptr, *y = nullptr, *act = nullptr, *dgate = nullptr, *dup = nullptr,
+        *dact = nullptr, *w_rows = nullptr, *dweight_rows = nullptr, *out = nullptr,
+        *staging = nullptr;
+  int64_t rows = 0;
+  // The grouped kernel's scratch over `arrived` rows; dgate, dup, dact, w_rows, dweight_rows and
+  // out only where `like` has them (a forward a backward follows, a backward). `arrived` beyond
+  // `rows` is an error naming both (it cannot happen: most_arrived_rows bounds it).
+  ExpertsScratch view(int64_t arrived, const ExpertsScratch& like) const;
 };
 
 }  // namespace titan

@@ -479,13 +479,9 @@ void SparseMoeBlock::forward_expert_parallel(float* y, MoeActivations& act, cons
                      all_to_all_v);
   const int64_t arrived = kept.exchange.arrived_rows();
   const ExpertsShape local = local_shape(arrived);
-  const ExpertsScratch es = room.view(arrived, hidden, intermediate, s);
-  const auto kept_room = [&](Buffer& b) {
-    return static_cast<float*>(
-        grow_room(b, static_cast<size_t>(arrived * intermediate) * sizeof(float)));
-  };
+  const ExpertsScratch es = room.view(arrived, s);
   // The arrived rows' activations; their row ranges are the exchange's (offsets).
-  const ExpertsActivations ea = {kept_room(kept.gate), kept_room(kept.up), room.act.as<float>()};
+  const ExpertsActivations ea = {kept.gate, kept.up, room.act};
   const int32_t* offsets = kept.exchange.expert_offsets();
   if (computes_in_bf16()) {
     auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // (R, h) in the first half of s.x
@@ -517,8 +513,8 @@ void SparseMoeBlock::backward_expert_parallel(float* dx, MoeGradScratch& g, cons
   const ExpertExchange& exchange = kept.exchange;
   const int64_t arrived = exchange.arrived_rows();
   const ExpertsShape local = local_shape(arrived);
-  const ExpertsScratch es = room.view(arrived, hidden, intermediate, s);
-  const ExpertsActivations ea = {kept.gate.as<float>(), kept.up.as<float>(), room.act.as<float>()};
+  const ExpertsScratch es = room.view(arrived, s);
+  const ExpertsActivations ea = {kept.gate, kept.up, room.act};
   const int32_t* offsets = exchange.expert_offsets();
   // d out in factored form, as on one rank, each row's dy and weight sent to its expert's rank.
   combine->backward(s.y, s.w_rows, dy, act.topk_weight, e.row_of, sh);

@@ -17,6 +17,7 @@
 #include "titan/models/parallelize.h"
 #include "titan/models/param_count.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/expert_parallel.h"
 #include "titan/nn/param_group.h"
 #include "titan/nn/shard.h"
 #include "titan/train/job_resolve.h"
@@ -586,11 +587,19 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
-                                          in.seq_len, in.mesh.tp, in.sequence_parallel);
+                                          in.seq_len, in.mesh.tp, in.sequence_parallel, in.mesh.ep);
   };
   m.activations_none = activations(ActivationCheckpointing::none());
   m.activations_full = activations(ActivationCheckpointing::full());
   m.activations = activations(in.checkpointing);
+  if (in.mesh.ep > 1) {
+    m.expert_parallel_rooms =
+        m.activations - DecoderLM::activation_bytes_of(a, in.compute_dtype, in.checkpointing,
+                                                       in.local_batch_size, in.seq_len, in.mesh.tp,
+                                                       in.sequence_parallel);
+    m.expert_parallel_rows = most_arrived_rows(in.local_batch_size * in.seq_len,
+                                               a.num_experts_per_tok, a.num_experts, in.mesh.ep);
+  }
   m.rope = 2 * in.seq_len * (a.head_dim / 2) * kFloat;  // cos and sin (ops/rope.h)
   m.writer_staging = 2 * static_cast<int64_t>(kSafetensorsStagingBytes);
 

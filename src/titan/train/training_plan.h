@@ -92,6 +92,10 @@ struct MemoryPlan {
   int64_t unit_parameters = 0, unit_gradients = 0, units_in_flight = 0, collective_buffers = 0;
   // Activations under activation checkpointing none and full, and under the config's mode.
   int64_t activations_none = 0, activations_full = 0, activations = 0;
+  // Under expert parallel, the part of `activations` that is the rooms for the rows arriving at
+  // this rank's experts, sized for the most that can arrive in a micro-batch
+  // (expert_parallel_rows, nn/expert_parallel.h most_arrived_rows); 0 otherwise.
+  int64_t expert_parallel_rooms = 0, expert_parallel_rows = 0;
   int64_t rope = 0;  // the RoPE tables
   // While a checkpoint or the final Hugging Face folder is written: the writer's staging; under
   // FSDP rank 0 also holds the export's largest run of one unit's whole parameters (gathered to
