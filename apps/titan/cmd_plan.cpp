@@ -100,9 +100,14 @@ void print_text(const TrainingPlan& p, const std::string& model) {
         "one block's bf16 copies of its matmul weights, made at each of its uses in one buffer "
         "held from the first step (parameters)");
   }
+  const bool lora_remakes_norms =
+      in.lora.rank > 0 && in.checkpointing.mode == ActivationCheckpointing::Mode::none;
   row("activations", m.activations,
       config_spelling(in.checkpointing) + " (none: " + bytes(m.activations_none) + ", full: " +
-          bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch)");
+          bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch" +
+          (lora_remakes_norms ? "; LoRA keeps no RMSNorm outputs, made again in the backward"
+                              : "") +
+          ")");
   row("other", m.rope + m.lora_scratch,
       m.lora_scratch > 0
           ? "RoPE tables " + bytes(m.rope) + " + LoRA's scratch " + bytes(m.lora_scratch) +

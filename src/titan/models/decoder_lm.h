@@ -70,10 +70,11 @@ class DecoderLM final : public CausalLM {
   // MLP width, its vocabulary-parallel loss's workspace, and with `sequence_parallel` its
   // seq / tp_degree tokens of each sequence in the residual stream and the norms (seq must divide
   // by the degree: titan::Error naming training.seq_len).
+  // `lora`: a LoRA run's arena (Retention::lora).
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                      const ActivationCheckpointing& checkpointing, int64_t batch,
                                      int64_t seq, int64_t tp_degree = 1,
-                                     bool sequence_parallel = false);
+                                     bool sequence_parallel = false, bool lora = false);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -107,10 +108,21 @@ class DecoderLM final : public CausalLM {
   struct Retention {
     ActivationCheckpointing checkpointing;
     bool forward_only = false;
+    // A LoRA run (the base frozen): under mode none, too, the layers keep no RMSNorm outputs and
+    // make them again in the backward, as under selective op. With every projection adapted the
+    // adapters' A gradients read each norm's output, so nothing is kept for frozen weights alone;
+    // remaking the two norms is two row passes a layer beside its GEMMs, for 2 h floats a token
+    // a layer (docs/PERFORMANCE.md "LoRA against full fine-tuning").
+    bool lora = false;
     // Whether layer i uses the one set the recomputed layers share.
     bool shares_set(int64_t i) const { return forward_only || checkpointing.recomputes_layer(i); }
+    // Whether the layers keep no RMSNorm outputs (one room for all, filled in the backward).
+    bool remakes_norms() const {
+      return !forward_only && (checkpointing.remakes_norms() ||
+                               (lora && checkpointing.mode == ActivationCheckpointing::Mode::none));
+    }
   };
-  Retention retention() const { return {checkpointing_, forward_only_}; }
+  Retention retention() const { return {checkpointing_, forward_only_, lora_attached_}; }
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use. tp_degree: the tensor-parallel ranks the heads, the MLP width and the
@@ -254,6 +266,7 @@ class DecoderLM final : public CausalLM {
                           const std::function<void()>& backward);
   ActivationCheckpointing checkpointing_;
   bool forward_only_ = false;
+  bool lora_attached_ = false;  // attach_lora: Retention::lora
 };
 
 // What `overrides` would do to a DecoderLM of `args` computing in `compute_dtype`, with the same

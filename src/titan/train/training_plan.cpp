@@ -380,7 +380,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
-                                          in.seq_len, in.mesh.tp, in.sequence_parallel);
+                                          in.seq_len, in.mesh.tp, in.sequence_parallel,
+                                          in.lora.rank > 0);
   };
   m.activations_none = activations(ActivationCheckpointing::none());
   m.activations_full = activations(ActivationCheckpointing::full());
