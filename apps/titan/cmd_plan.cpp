@@ -100,8 +100,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
         "one block's bf16 copies of its matmul weights, made at each of its uses in one buffer "
         "held from the first step (parameters)");
   }
-  const bool lora_remakes_norms =
-      in.lora.rank > 0 && in.checkpointing.mode == ActivationCheckpointing::Mode::none;
+  // What a LoRA run drops beyond what its mode says (selective op says it already).
+  const bool lora_remakes_norms = in.lora.rank > 0 && in.checkpointing.lora_remakes_norms() &&
+                                  !in.checkpointing.remakes_norms();
   row("activations", m.activations,
       config_spelling(in.checkpointing) + " (none: " + bytes(m.activations_none) + ", full: " +
           bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch" +

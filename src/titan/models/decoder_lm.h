@@ -118,8 +118,8 @@ class DecoderLM final : public CausalLM {
     bool shares_set(int64_t i) const { return forward_only || checkpointing.recomputes_layer(i); }
     // Whether the layers keep no RMSNorm outputs (one room for all, filled in the backward).
     bool remakes_norms() const {
-      return !forward_only && (checkpointing.remakes_norms() ||
-                               (lora && checkpointing.mode == ActivationCheckpointing::Mode::none));
+      return !forward_only &&
+             (lora ? checkpointing.lora_remakes_norms() : checkpointing.remakes_norms());
     }
   };
   Retention retention() const { return {checkpointing_, forward_only_, lora_attached_}; }
