@@ -103,15 +103,21 @@ void print_text(const TrainingPlan& p, const std::string& model) {
         "one block's bf16 copies of its matmul weights, made at each of its uses in one buffer "
         "held from the first step (parameters)");
   }
+  // What a LoRA run drops beyond what its mode says (selective op says it already).
+  const bool lora_remakes_norms = in.lora.rank > 0 && in.checkpointing.lora_remakes_norms() &&
+                                  !in.checkpointing.remakes_norms();
   row("activations", m.activations,
       config_spelling(in.checkpointing) + " (none: " + bytes(m.activations_none) + ", full: " +
-          bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch)" +
+          bytes(m.activations_full) + "; the lm_head's logits chunk reuses the layers' scratch" +
+          (lora_remakes_norms ? "; LoRA keeps no RMSNorm outputs, made again in the backward"
+                              : "") +
           (m.expert_parallel_rooms > 0
                ? "; of them " + bytes(m.expert_parallel_rooms) + " the rooms for up to " +
                      std::to_string(m.expert_parallel_rows) +
                      " rows arriving at this rank's experts per sparse layer (ep x tokens x "
                      "min(top_k, experts / ep): whatever the routing)"
-               : std::string()));
+               : std::string()) +
+          ")");
   row("other", m.rope + m.lora_scratch,
       m.lora_scratch > 0
           ? "RoPE tables " + bytes(m.rope) + " + LoRA's scratch " + bytes(m.lora_scratch) +

@@ -219,7 +219,7 @@ TEST(ExpertParallel, TheArenaHoldsRoomForTheMostRowsThatCanArrive) {
       3 * words(rows * h) + 4 * words(rows * Im) + 2 * words(rows) + sparse * 2 * words(rows * Im);
   const ActivationCheckpointing none = ActivationCheckpointing::none();
   const int64_t planned =
-      DecoderLM::activation_bytes_of(args, DType::f32, none, batch, seq, 1, false, 2);
+      DecoderLM::activation_bytes_of(args, DType::f32, none, batch, seq, {.ep_degree = 2});
   EXPECT_EQ(planned - DecoderLM::activation_bytes_of(args, DType::f32, none, batch, seq),
             rooms * static_cast<int64_t>(sizeof(float)));
   const std::unique_ptr<CausalLM> m =

@@ -1,6 +1,7 @@
 // Model-level properties the trainer relies on: activation checkpointing changes memory, not
 // results (dense and MoE); the arena is the size activation_bytes says; micro-batches normalised
-// by the global token count add up to the big batch's gradients.
+// by the global token count add up to the big batch's gradients; a LoRA run under none remakes
+// the norms' outputs, to the bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "titan/core/rng.h"
 #include "titan/dispatch/registry.h"
 #include "titan/models/decoder_lm.h"
+#include "titan/models/lora.h"
 #include "titan/models/param_count.h"
 #include "titan/ops/attention.h"
 
@@ -127,6 +129,77 @@ TEST(Model, ActivationCheckpointingKeepsGradientsAndSavesMemory) {
   llama.qk_norm = false;
   llama.attention_bias = llama.o_proj_bias = llama.mlp_bias = true;
   expect_checkpointing_changes_memory_not_results(llama, 2, 19, 2);
+}
+
+// One LoRA step (rank 4 on every projection, A and B random so that each of A's and B's
+// gradients reads the adapted linears' inputs) under `checkpointing`: the loss, the adapter's
+// gradients, the arena size the model claims and the activation bytes it took.
+CheckpointedStep lora_step(const ModelArgs& args, const std::vector<int32_t>& ids, int64_t batch,
+                           int64_t seq, const ActivationCheckpointing& checkpointing,
+                           DType compute) {
+  DecoderLM m(args, {}, compute);
+  LoraAdapter adapter(args, {4, 8.0, lora_module_names()});
+  m.attach_lora(adapter);
+  m.initialize(3);
+  m.allocate_gradients();
+  adapter.allocate_gradients();
+  Rng rng(5);
+  for (ParamGroup& g : adapter.groups()) rng.fill_normal(g.params(), g.numel(), 0.0f, 0.1f);
+  adapter.zero_gradients();
+  m.set_activation_checkpointing(checkpointing);
+  ForwardOptions o;
+  o.compute_grad = true;
+  o.grad_scale = 0.01f;
+  const size_t before = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
+  const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
+  const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
+  m.backward();
+  std::vector<float> grads;
+  for (const ParamGroup& g : adapter.groups())
+    grads.insert(grads.end(), g.grads(), g.grads() + g.numel());
+  return {loss, grads, 0.0, m.activation_bytes(batch, seq), static_cast<int64_t>(after - before)};
+}
+
+// A LoRA run under none keeps no RMSNorm outputs (remade in the backward, as selective op): the
+// same loss and adapter gradients to the bit as the modes that keep them (full keeps them in its
+// recomputed layers' set, "2" in the layers it does not recompute), in the arena selective op
+// carves for the model without LoRA, which titan plan's activation_bytes_of gives.
+TEST(Model, LoraRemakesTheNormsUnderNone) {
+  ModelArgs args = small_args();
+  args.num_hidden_layers = 4;
+  const int64_t batch = 2, seq = 19;
+  const std::vector<int32_t> ids = random_ids(batch * seq, args.vocab_size, 4);
+  for (const DType compute : {DType::f32, DType::bf16}) {
+    const std::string dtype(dtype_name(compute));
+    const CheckpointedStep none =
+        lora_step(args, ids, batch, seq, ActivationCheckpointing::none(), compute);
+    EXPECT_EQ(none.taken, none.arena) << dtype;
+    EXPECT_EQ(none.arena,
+              DecoderLM::activation_bytes_of(args, compute, ActivationCheckpointing::none(), batch,
+                                             seq, {.lora = true}))
+        << dtype;
+    EXPECT_EQ(none.arena, DecoderLM::activation_bytes_of(
+                              args, compute, ActivationCheckpointing::ops(), batch, seq))
+        << dtype;
+    EXPECT_LT(none.arena, DecoderLM::activation_bytes_of(
+                              args, compute, ActivationCheckpointing::none(), batch, seq))
+        << dtype;
+    for (const ActivationCheckpointing& mode :
+         {ActivationCheckpointing::full(), ActivationCheckpointing::every_nth_layer(2)}) {
+      const std::string where = dtype + ", " + mode.name();
+      const CheckpointedStep kept = lora_step(args, ids, batch, seq, mode, compute);
+      EXPECT_EQ(kept.loss, none.loss) << where;
+      ASSERT_EQ(kept.grads.size(), none.grads.size()) << where;
+      EXPECT_EQ(
+          0, std::memcmp(kept.grads.data(), none.grads.data(), kept.grads.size() * sizeof(float)))
+          << where;
+      EXPECT_EQ(kept.arena,
+                DecoderLM::activation_bytes_of(args, compute, mode, batch, seq, {.lora = true}))
+          << where;
+      EXPECT_EQ(kept.arena, DecoderLM::activation_bytes_of(args, compute, mode, batch, seq))
+          << where;
+    }
+  }
 }
 
 // One bf16 training step of small_args() (seed 3) with `overrides` on ids as inputs and targets:

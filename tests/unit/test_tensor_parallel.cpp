@@ -389,8 +389,8 @@ TEST(SequenceParallel, ArenaBytesPerRankAreActivationBytesOf) {
       std::vector<int64_t> bytes;
       run_group(args, whole_weights(args), on(degree, true, dtype), ranks, calls, &bytes);
       const ActivationCheckpointing none = ActivationCheckpointing::none();
-      const int64_t planned =
-          DecoderLM::activation_bytes_of(args, dtype, none, kBatch, kSeq, degree, true);
+      const int64_t planned = DecoderLM::activation_bytes_of(
+          args, dtype, none, kBatch, kSeq, {.tp_degree = degree, .sequence_parallel = true});
       const int64_t one = DecoderLM::activation_bytes_of(args, dtype, none, kBatch, kSeq);
       for (const int64_t b : bytes) EXPECT_EQ(b, planned);
       std::printf("%s TP %d with SP: activation bytes per rank %lld, one process %lld (%.3f)\n",
@@ -421,8 +421,9 @@ TEST(SequenceParallel, SmallDimsHalveActivationAndParameterBytesOnTwoRanks) {
          {ActivationCheckpointing::none(), ActivationCheckpointing::ops(),
           ActivationCheckpointing::full()}) {
       const int64_t one = DecoderLM::activation_bytes_of(a, dtype, c, batch, seq);
-      const int64_t tp = DecoderLM::activation_bytes_of(a, dtype, c, batch, seq, 2);
-      const int64_t sp = DecoderLM::activation_bytes_of(a, dtype, c, batch, seq, 2, true);
+      const int64_t tp = DecoderLM::activation_bytes_of(a, dtype, c, batch, seq, {.tp_degree = 2});
+      const int64_t sp = DecoderLM::activation_bytes_of(
+          a, dtype, c, batch, seq, {.tp_degree = 2, .sequence_parallel = true});
       const double of_half = 2.0 * static_cast<double>(sp) / static_cast<double>(one);
       std::printf(
           "small %s, checkpointing %s: activation bytes one process %lld, TP 2 %lld, "
@@ -476,7 +477,7 @@ TEST(TensorParallel, RefusesWhatIsNotBuilt) {
             "(sequence parallel gives each rank seq / degree tokens of every sequence)");
   EXPECT_EQ(test::error_of([&] {
               DecoderLM::activation_bytes_of(args, DType::f32, ActivationCheckpointing::none(), 1,
-                                             6, 4, true);
+                                             6, {.tp_degree = 4, .sequence_parallel = true});
             }),
             "training.seq_len 6 must be divisible by parallelism.tensor_parallel_degree 4 "
             "(sequence parallel gives each rank seq / degree tokens of every sequence)");

@@ -284,6 +284,12 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   EXPECT_EQ(adapted.memory.gradients, adapted.memory.lora_parameters);
   EXPECT_EQ(adapted.memory.lora_saved,
             full.memory.gradients + full.memory.optimizer - 3 * adapted.memory.lora_parameters);
+  // Under none the layers keep no norm outputs (DecoderLM::Retention::lora): selective op's arena.
+  EXPECT_EQ(adapted.memory.activations,
+            plan_training(inputs_of({"dense op", test::tiny_dense(false), 1, 1, DType::f32,
+                                     ActivationCheckpointing::ops()}))
+                .memory.activations);
+  EXPECT_LT(adapted.memory.activations, full.memory.activations);
   // With dropout: its rooms for the widest adapted input (down_proj's, Im = 48) of a micro-batch
   // of 2 x 24 tokens, masked (fp32), its dx share (fp32) and rounded (bf16).
   Case dropping = lora;
@@ -484,8 +490,9 @@ TEST(TrainingPlan, TensorParallelCountsRankZerosParts) {
   int64_t floats = 0;
   for (const ParamGroup& g : rank0->param_groups()) floats += g.numel();
   EXPECT_EQ(tp.parameters, floats * 4);
-  EXPECT_EQ(tp.activations, DecoderLM::activation_bytes_of(a, DType::f32, in.checkpointing,
-                                                           in.local_batch_size, in.seq_len, 2));
+  EXPECT_EQ(tp.activations,
+            DecoderLM::activation_bytes_of(a, DType::f32, in.checkpointing, in.local_batch_size,
+                                           in.seq_len, {.tp_degree = 2}));
   const MemoryPlan one = plan_training(inputs_of({"one process", a})).memory;
   EXPECT_LT(tp.parameters, one.parameters);
   EXPECT_LT(tp.activations, one.activations);

@@ -32,6 +32,8 @@ struct ActivationCheckpointing {
   }
   // Whether the layers keep no RMSNorm output (selective "op").
   bool remakes_norms() const { return mode == Mode::ops; }
+  // The same for a LoRA run: under none too (DecoderLM::Retention::lora says why).
+  bool lora_remakes_norms() const { return mode == Mode::ops || mode == Mode::none; }
   // As the config spells it: "none", "full", "selective op", "selective 2".
   std::string name() const {
     switch (mode) {

@@ -289,6 +289,9 @@ void DecoderLM::attach_lora(const LoraAdapter& adapter) {
     }
   }
   for (ParamGroup& g : groups_) g.freeze();
+  lora_attached_ = true;
+  arena_ = Buffer();
+  batch_ = seq_ = 0;  // the arena is re-carved on the next forward (Retention::lora)
 }
 
 void DecoderLM::set_activation_checkpointing(const ActivationCheckpointing& checkpointing) {

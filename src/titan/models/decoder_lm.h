@@ -18,6 +18,20 @@
 
 namespace titan {
 
+// How one rank's arena is cut (DecoderLM::activation_bytes_of): on a rank of `tp_degree`
+// tensor-parallel ranks its local heads and MLP width and its vocabulary-parallel loss's workspace,
+// and with `sequence_parallel` its seq / tp_degree tokens of each sequence in the residual stream
+// and the norms (seq must divide by the degree: titan::Error naming training.seq_len); on a rank of
+// `ep_degree` expert-parallel ranks, the rooms for the most rows that can arrive at its experts
+// (carve_expert_parallel); `lora`: a LoRA run's arena (Retention::lora). Named fields, so that
+// a call says which it sets.
+struct ArenaLayout {
+  int64_t tp_degree = 1;
+  bool sequence_parallel = false;
+  int64_t ep_degree = 1;
+  bool lora = false;
+};
+
 class DecoderLM final : public CausalLM {
  public:
   // Builds the module tree and allocates parameters (not yet initialised). Overrides rebind
@@ -66,16 +80,10 @@ class DecoderLM final : public CausalLM {
   const DecoderModules& modules() const override { return m_; }
 
   // The same for a model of `args` computing in `compute_dtype` under `checkpointing`, without
-  // building it (titan plan); on a rank of `tp_degree` tensor-parallel ranks: its local heads and
-  // MLP width, its vocabulary-parallel loss's workspace, and with `sequence_parallel` its
-  // seq / tp_degree tokens of each sequence in the residual stream and the norms (seq must divide
-  // by the degree: titan::Error naming training.seq_len); on a rank of `ep_degree` expert-parallel
-  // ranks, with the rooms for the most rows that can arrive at its experts
-  // (carve_expert_parallel).
+  // building it (titan plan), on a rank of `layout`.
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                      const ActivationCheckpointing& checkpointing, int64_t batch,
-                                     int64_t seq, int64_t tp_degree = 1,
-                                     bool sequence_parallel = false, int64_t ep_degree = 1);
+                                     int64_t seq, const ArenaLayout& layout = {});
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -109,10 +117,21 @@ class DecoderLM final : public CausalLM {
   struct Retention {
     ActivationCheckpointing checkpointing;
     bool forward_only = false;
+    // A LoRA run (the base frozen): under mode none, too, the layers keep no RMSNorm outputs and
+    // make them again in the backward, as under selective op. With every projection adapted the
+    // adapters' A gradients read each norm's output, so nothing is kept for frozen weights alone;
+    // remaking the two norms is two row passes a layer beside its GEMMs, for 2 h floats a token
+    // a layer (docs/PERFORMANCE.md "LoRA against full fine-tuning").
+    bool lora = false;
     // Whether layer i uses the one set the recomputed layers share.
     bool shares_set(int64_t i) const { return forward_only || checkpointing.recomputes_layer(i); }
+    // Whether the layers keep no RMSNorm outputs (one room for all, filled in the backward).
+    bool remakes_norms() const {
+      return !forward_only &&
+             (lora ? checkpointing.lora_remakes_norms() : checkpointing.remakes_norms());
+    }
   };
-  Retention retention() const { return {checkpointing_, forward_only_}; }
+  Retention retention() const { return {checkpointing_, forward_only_, lora_attached_}; }
   // Carves the activations of (batch, seq) of a model of `args` out of `base` into `v` (a null
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use. tp_degree: the tensor-parallel ranks the heads, the MLP width and the
@@ -266,6 +285,7 @@ class DecoderLM final : public CausalLM {
                           const std::function<void()>& backward);
   ActivationCheckpointing checkpointing_;
   bool forward_only_ = false;
+  bool lora_attached_ = false;  // attach_lora: Retention::lora
 };
 
 // What `overrides` would do to a DecoderLM of `args` computing in `compute_dtype`, with the same

@@ -44,9 +44,9 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     shared_sparse = shared_sparse || args.layer_is_sparse(i);
     shared_dense = shared_dense || !args.layer_is_sparse(i);
   }
-  // Selective "op": the layers keep no norm output (nor its bf16 rounding): one room for all,
-  // filled again in the backward (DecoderLayer::backward).
-  const bool remake_norms = !retention.forward_only && retention.checkpointing.remakes_norms();
+  // Selective "op", and a LoRA run under none: the layers keep no norm output (nor its bf16
+  // rounding): one room for all, filled again in the backward (DecoderLayer::backward).
+  const bool remake_norms = retention.remakes_norms();
   Carver c(base);
   // bf16 training keeps what the linears' backward reads as its bf16 rounding (their inputs) and
   // so does the dense MLP with gate and up (as torch.autocast keeps its saved tensors; the
@@ -311,13 +311,13 @@ int64_t DecoderLM::carve_inference(const InferenceShape& shape, void* base,
 
 int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                        const ActivationCheckpointing& checkpointing, int64_t batch,
-                                       int64_t seq, int64_t tp_degree, bool sequence_parallel,
-                                       int64_t ep_degree) {
-  const Retention retention{checkpointing, false};
+                                       int64_t seq, const ArenaLayout& layout) {
+  const Retention retention{checkpointing, false, layout.lora};
   ExpertParallelScratch measured;
-  return (arena_floats(args, compute_dtype, retention, tp_degree, sequence_parallel, batch, seq) +
-          carve_expert_parallel(args, compute_dtype, retention, ep_degree, nullptr, batch, seq,
-                                measured, nullptr)) *
+  return (arena_floats(args, compute_dtype, retention, layout.tp_degree, layout.sequence_parallel,
+                       batch, seq) +
+          carve_expert_parallel(args, compute_dtype, retention, layout.ep_degree, nullptr, batch,
+                                seq, measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
 }
 

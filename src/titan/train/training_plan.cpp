@@ -587,7 +587,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
-                                          in.seq_len, in.mesh.tp, in.sequence_parallel, in.mesh.ep);
+                                          in.seq_len,
+                                          {.tp_degree = in.mesh.tp,
+                                           .sequence_parallel = in.sequence_parallel,
+                                           .ep_degree = in.mesh.ep,
+                                           .lora = in.lora.rank > 0});
   };
   m.activations_none = activations(ActivationCheckpointing::none());
   m.activations_full = activations(ActivationCheckpointing::full());
@@ -595,8 +599,10 @@ TrainingPlan plan_training(const PlanInputs& in) {
   if (in.mesh.ep > 1) {
     m.expert_parallel_rooms =
         m.activations - DecoderLM::activation_bytes_of(a, in.compute_dtype, in.checkpointing,
-                                                       in.local_batch_size, in.seq_len, in.mesh.tp,
-                                                       in.sequence_parallel);
+                                                       in.local_batch_size, in.seq_len,
+                                                       {.tp_degree = in.mesh.tp,
+                                                        .sequence_parallel = in.sequence_parallel,
+                                                        .lora = in.lora.rank > 0});
     m.expert_parallel_rows = most_arrived_rows(in.local_batch_size * in.seq_len,
                                                a.num_experts_per_tok, a.num_experts, in.mesh.ep);
   }

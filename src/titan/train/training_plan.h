@@ -15,9 +15,9 @@
 //   optimizer   2 x the parameters (AdamW's two moments; shards under FSDP)
 //   activations the model's arena for (local_batch_size, seq_len) -- every layer's saved
 //               tensors; with activation checkpointing one set for the layers it recomputes
-//               (full: all, selective "N": every N-th), or under selective "op" every layer's
-//               without its norms' outputs -- and the scratch the layers share, which the lm_head
-//               loss's logits chunk reuses
+//               (full: all, selective "N": every N-th), or under selective "op" (and a LoRA
+//               run's none) every layer's without its norms' outputs -- and the scratch the
+//               layers share, which the lm_head loss's logits chunk reuses
 //   other       the RoPE cos/sin tables for seq_len; under FSDP the collectives' staging (N x the
 //               largest shard), one reduced-gradient shard and under bf16 the send buffer of the
 //               largest bf16 gather block; while a file is written, the writer's staging
