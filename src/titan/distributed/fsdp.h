@@ -65,16 +65,21 @@ class FullyShardedGroups {
   // whose shards are held only in bf16: in the shard group's compute copy (each view with a
   // copy_offset: its c rows in its layout, padding rows zero), where weights are loaded; the model
   // must read them only in bf16 (gather_in_bf16).
+  // `expert` (under expert parallel; else empty): which parameters are a sparse layer's experts,
+  // sharded over mesh.same_experts_group() instead of the shard group (HSDP x EP is refused).
   FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh,
-                     const std::vector<std::vector<std::string>>& bf16_shards = {});
+                     const std::vector<std::vector<std::string>>& bf16_shards = {},
+                     const std::function<bool(const ParamSpec&)>& expert = {});
   // Waits for the collectives in flight (they write into this object's buffers), even when an
   // error is unwinding the trainer.
   ~FullyShardedGroups();
 
   // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients; the
-  // cut they hold. Checkpoints and weights load into them directly (train/checkpoint.h).
+  // cut they hold (the experts': expert_cut()). Checkpoints and weights load into them directly
+  // (train/checkpoint.h).
   std::vector<ParamGroup>& shards() { return shards_; }
   Shard cut() const { return {mesh_.shard_index(), mesh_.dims().dp_shard}; }
+  Shard expert_cut() const { return expert_cut_; }
   // Initialises the shards a unit at a time: `init` fills the whole group (committed for the
   // call), this rank keeps its rows, and the group is handed back, so a rank never holds more
   // than one whole unit while starting (random init is keyed by parameter name, so every rank
@@ -113,6 +118,16 @@ class FullyShardedGroups {
   void release_all();
 
  private:
+  // The two kinds of views: sharded over the shard group, or (experts) over same_experts_group.
+  enum Kind : size_t { kRest = 0, kExperts = 1 };
+  using Handles = std::array<CommHandle, 2>;  // one collective per kind in flight
+  static void wait(Handles& handles);
+  Communicator& group_of(Kind kind);
+  Shard cut_of(Kind kind) const { return kind == kExperts ? expert_cut() : cut(); }
+  Kind kind_of(size_t g, size_t view) const { return kinds_[g][view]; }
+  // `parts` (one per view of group g) queued as one collective per kind over its group.
+  Handles queue(size_t g, std::vector<CommPart> parts,
+                const std::function<CommHandle(Communicator&, std::vector<CommPart>)>& collective);
   // This rank's rows of the whole group g -> its shard (padding rows zero).
   void keep_own_rows(size_t g);
   // A group's all-gather for one kind of use: per view, its bf16 copy (null: gathered in fp32 into
@@ -131,7 +146,7 @@ class FullyShardedGroups {
   // Commits what group g's all-gather in `layout` writes (its fp32 masters), rounds this rank's
   // bf16 rows into send_ (a shard held in bf16 is sent as it is), and queues the gather straight
   // into the masters and the copies.
-  CommHandle start_gather(size_t g, const GatherLayout& layout);
+  Handles start_gather(size_t g, const GatherLayout& layout);
   // Waits for the reduce-scatter in flight, if any, adds it into its shards' gradients and hands
   // the whole gradients it read back.
   void finish_scatter();
@@ -139,6 +154,8 @@ class FullyShardedGroups {
   std::vector<ParamGroup>& full_;
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
+  std::vector<std::vector<Kind>> kinds_;  // per group, per view
+  Shard expert_cut_;                      // over same_experts_group, when experts are sharded apart
   ReshardPolicy reshard_ = ReshardPolicy::except_next;  // fsdp_reshard_after_forward
   // Per group, the gather layouts of a use reading parameters [0] and through_copies [1].
   std::vector<std::array<GatherLayout, 2>> layouts_;
@@ -147,9 +164,9 @@ class FullyShardedGroups {
   Buffer reduced_grad_;     // the largest shard: one reduce-scatter's result
   int64_t gathering_ = -1;  // the group whose all-gather (prefetch) is in flight, else -1
   const GatherLayout* gathering_layout_ = nullptr;  // and its layout
-  CommHandle gathered_;
+  Handles gathered_;
   int64_t scattering_ = -1;  // the group whose reduce-scatter is in flight, else -1
-  CommHandle scattered_;
+  Handles scattered_;
 };
 
 }  // namespace titan

@@ -1,6 +1,7 @@
 #include "titan/train/parallelism.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "titan/backend/backend.h"
 #include "titan/core/allocator.h"
@@ -92,9 +93,15 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
     }
   }
   if (mesh.dims().fsdp()) {
+    // Under expert parallel the experts are sharded over the ranks holding the same experts.
+    std::function<bool(const ParamSpec&)> expert;
+    if (mesh.dims().ep > 1) {
+      expert = [this](const ParamSpec& p) { return is_expert(p); };
+    }
     fsdp_ = std::make_unique<FullyShardedGroups>(
         model.param_groups(), mesh,
-        base_in_bf16 ? bf16_only_param_names(model) : std::vector<std::vector<std::string>>{});
+        base_in_bf16 ? bf16_only_param_names(model) : std::vector<std::vector<std::string>>{},
+        expert);
     shard_model(model, *fsdp_);
     fsdp_->set_reshard_after_forward(reshard_after_forward);
   } else if (base_in_bf16) {
@@ -136,12 +143,16 @@ Communicator& Parallelism::cut_group() {
   return mesh_.dims().ep > 1 ? *mesh_.ep_group() : mesh_.tp_group();
 }
 
-bool Parallelism::is_expert(const ParamView& v) const {
-  return plan_.style_of(module_of_param(v.spec.name)) == ParallelStyle::expert;
+bool Parallelism::is_expert(const ParamSpec& p) const {
+  return plan_.style_of(module_of_param(p.name)) == ParallelStyle::expert;
+}
+
+bool Parallelism::shards_span_cuts() const {
+  return fsdp_ && mesh_.dims().ep > 1;
 }
 
 CutModelNorm Parallelism::cut_model_norm() {
-  if (!cuts_) return {};
+  if (!cuts_ || shards_span_cuts()) return {};
   return {&cut_group(),
           [plan = plan_](const ParamView& v) { return plan.placement_of(v.spec).count > 1; }};
 }
@@ -189,7 +200,7 @@ void Parallelism::finish_gradients() {
   } else if (mesh_.dims().ep > 1) {
     // An expert's gradient already holds every rank's tokens (its rows came to this rank): it is
     // summed over the other ranks holding the expert only.
-    const auto expert = [this](const ParamView& v) { return is_expert(v); };
+    const auto expert = [this](const ParamView& v) { return is_expert(v.spec); };
     all_reduce_gradients(state_groups(), mesh_.dp_group(),
                          [&](const ParamView& v) { return !expert(v); });
     all_reduce_gradients(state_groups(), *mesh_.same_experts_group(), expert);
@@ -204,7 +215,7 @@ bool Parallelism::writes_checkpoint() const {
 
 std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   if (!cuts_) return checkpoint_groups(state_groups());
-  TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor parallel are not built yet");
+  TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor or expert parallel are not built yet");
   // The other replicas' TP or EP groups hold the same state.
   if (!mesh_.shares_model_with_rank0()) return {};
   const bool root = mesh_.world().rank() == 0;
@@ -251,7 +262,7 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
     }
   }
   if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
-  if (cuts_) {
+  if (cuts_ && !shards_span_cuts()) {
     // A cut parameter's counts summed over the TP or EP group, a replicated one's counted once.
     Communicator& group = cut_group();
     size_t j = 0;
@@ -287,8 +298,9 @@ void Parallelism::gather_for_export(const ExportRun& run) {
 }
 
 void Parallelism::gather_cuts(const ExportRun& run) {
-  // FSDP brought each TP rank's cut whole onto shard rank 0.
-  if (fsdp_ && mesh_.shard_index() != 0) return;
+  // FSDP brought each TP or EP rank's cut whole onto the ranks of rank 0's TP or EP group (under
+  // EP the experts onto them, the rest onto rank 0).
+  if (fsdp_ && !mesh_.shares_model_with_rank0()) return;
   const bool root = cut_group().rank() == 0;
   ParamGroup* whole = nullptr;
   if (root) {
