@@ -14,10 +14,11 @@
 #    tensors) loaded as initial weights, each rank reading its own experts (under FSDP x EP its
 #    rows of them); both for EP 2 and FSDP 2 x EP 2;
 #  - checkpoints: EP 2 saves the one process's layout (gathered onto rank 0); its step-4
-#    checkpoint resumes on one process, whose step-8 checkpoint resumes on EP 2 again, each
-#    continuing within 1e-5 relative of the uninterrupted single process.
-# What is not built yet is refused with one line: HSDP x EP and checkpoints under FSDP x EP, EP
-# with TP, LoRA, EP on a model without experts, asynchronous checkpoints.
+#    checkpoint resumes on one process, whose step-8 checkpoint resumes on EP 2 again, and on
+#    FSDP 2 x EP 2, whose step-8 checkpoint (its shards gathered into the same layout) resumes on
+#    one process, each continuing within 1e-5 relative of the uninterrupted single process.
+# What is not built yet is refused with one line: HSDP x EP (an EP degree below the shard degree
+# with replicas), EP with TP, LoRA, EP on a model without experts, asynchronous checkpoints.
 # usage: train_expert_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -137,6 +138,14 @@ run ep2-to-1-to-ep2 2 "${ckpt[@]}" "${ep2[@]}" $(resume "$work/ep2-to-1/checkpoi
 equal_to_single single 1 ck-ep2
 equal_to_single single 5 ep2-to-1
 equal_to_single single 9 ep2-to-1-to-ep2
+# EP 2 -> FSDP 2 x EP 2 (its step-8 save gathered into the one process's layout) -> one process.
+# shellcheck disable=SC2046
+run ep2-to-fsdp2ep2 4 "${ckpt[@]}" "${ep2[@]}" $(resume "$work/ck-ep2/checkpoint/step-4")
+[ -f "$work/ep2-to-fsdp2ep2/checkpoint/step-8/model.safetensors" ] || { echo "ep2-to-fsdp2ep2: not the one process's layout"; ls "$work/ep2-to-fsdp2ep2/checkpoint/step-8"; exit 1; }
+# shellcheck disable=SC2046
+run fsdp2ep2-to-1 1 "${ckpt[@]}" $(resume "$work/ep2-to-fsdp2ep2/checkpoint/step-8")
+equal_to_single single 5 ep2-to-fsdp2ep2
+equal_to_single single 9 fsdp2ep2-to-1
 
 # Not built yet: one line each.
 refused() {  # refused NAME NPROC PATTERN ARGS...
@@ -148,7 +157,6 @@ refused() {  # refused NAME NPROC PATTERN ARGS...
   one_line "$work/$name.log" "$pattern"
 }
 refused hsdp2ep2 8 "data_parallel_replicate_degree 2 under parallelism.expert_parallel_degree 2 below data_parallel_shard_degree 4: HSDP x expert parallel is not built yet" "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2 --training.global_batch_size=8
-refused ck-fsdp2ep2 4 "checkpoint.enable = true under parallelism.expert_parallel_degree 2 below data_parallel_shard_degree 4: checkpoints of FSDP x EP cuts are not built yet" "${ep2[@]}" "${ckpt[@]}"
 refused tp2ep2 2 "tensor_parallel_degree 2 under parallelism.expert_parallel_degree 2: expert parallel borrowing tensor-parallel ranks is not built yet" "${ep2[@]}" --parallelism.tensor_parallel_degree=2
 refused dense 2 "expert_parallel_degree 2 needs a model with experts" "${ep2[@]}" --model.flavor=debugmodel
 refused lora 2 "lora.rank 4 under parallelism.expert_parallel_degree 2: LoRA under expert parallel is not built yet" "${ep2[@]}" --lora.rank=4

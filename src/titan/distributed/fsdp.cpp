@@ -114,7 +114,7 @@ std::vector<CommPart> FullyShardedGroups::parts_of(size_t g, float* whole, float
     const ParamView &v = full.views()[i], &s = shard.views()[i];
     const int64_t n = cut_of(kind_of(g, i)).count;
     const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
-    CommPart part{whole + v.offset, own + s.offset, {}, DType::f32};
+    CommPart part{whole == nullptr ? nullptr : whole + v.offset, own + s.offset, {}, DType::f32};
     for (int64_t r = 0; r < n; ++r) part.counts.push_back(Shard{r, n}.size(d0) * row);
     parts.push_back(std::move(part));
   }
@@ -340,16 +340,27 @@ void FullyShardedGroups::gather_to_root(size_t g, const std::vector<std::string>
     return cut_of(kind_of(g, static_cast<size_t>(&v - full.views().data()))).index == 0;
   };
   full.acquire_params_where([&](const ParamView& v) { return wanted(v) && root(v); });
-  std::vector<CommPart> all = parts_of(g, full.params(), shards_[g].params());
+  gather_parts_to_root(g, parts_of(g, full.params(), shards_[g].params()), wanted, params.size());
+}
+
+void FullyShardedGroups::gather_rows_to_root(size_t g, float* own, float* whole) {
+  gather_parts_to_root(
+      g, parts_of(g, whole, own), [](const ParamView&) { return true; }, full_[g].views().size());
+}
+
+void FullyShardedGroups::gather_parts_to_root(size_t g, std::vector<CommPart> parts,
+                                              const std::function<bool(const ParamView&)>& wanted,
+                                              size_t count) {
+  const ParamGroup& full = full_[g];
   std::array<std::vector<CommPart>, 2> by_kind;
   size_t found = 0;
-  for (size_t i = 0; i < all.size(); ++i) {
+  for (size_t i = 0; i < parts.size(); ++i) {
     if (!wanted(full.views()[i])) continue;
-    by_kind[kind_of(g, i)].push_back(std::move(all[i]));
+    by_kind[kind_of(g, i)].push_back(std::move(parts[i]));
     ++found;
   }
-  TITAN_CHECK(found == params.size(), "FSDP: group ", full.name(), " lacks a parameter of ",
-              params.size(), " to gather");
+  TITAN_CHECK(found == count, "FSDP: group ", full.name(), " lacks a parameter of ", count,
+              " to gather");
   for (Kind kind : {kRest, kExperts}) {
     if (!by_kind[kind].empty()) group_of(kind).gather_async(std::move(by_kind[kind]), 0).wait();
   }

@@ -114,6 +114,12 @@ class FullyShardedGroups {
   // not an all-gather). Every shard rank calls it with the same arguments; the collectives in
   // flight are finished and every other unit handed back first.
   void gather_to_root(size_t g, const std::vector<std::string>& params);
+  // For a checkpoint of cut parameters (train/parallelism.h): every view of group g gathered from
+  // this rank's rows in `own` (laid out as its shard group: the shards' parameters or an AdamW
+  // moment) into `whole` (laid out as the whole group; null where this rank is no view's root) on
+  // rank 0 of each view's group. Every shard rank calls it; the caller has finished the
+  // collectives in flight (release_all).
+  void gather_rows_to_root(size_t g, float* own, float* whole);
   // Every group's whole parameters and gradients handed back (the collectives in flight finished).
   void release_all();
 
@@ -140,13 +146,17 @@ class FullyShardedGroups {
   };
   // The layout of group g's gathers for a use that reads `reads` (parameters or through_copies).
   const GatherLayout& layout_of(size_t g, GroupReads reads) const;
-  // Per view of group g, its rows cut between the ranks: whole at `whole` + the view's offset, this
-  // rank's at `own` + its shard view's offset (both f32).
+  // Per view of group g, its rows cut between the ranks: whole at `whole` + the view's offset (none
+  // with `whole` null), this rank's at `own` + its shard view's offset (both f32).
   std::vector<CommPart> parts_of(size_t g, float* whole, float* own) const;
   // Commits what group g's all-gather in `layout` writes (its fp32 masters), rounds this rank's
   // bf16 rows into send_ (a shard held in bf16 is sent as it is), and queues the gather straight
   // into the masters and the copies.
   Handles start_gather(size_t g, const GatherLayout& layout);
+  // Each of `parts` (one per view of group g) for which `wanted` holds gathered onto rank 0 of its
+  // view's group; `wanted` must name `count` views.
+  void gather_parts_to_root(size_t g, std::vector<CommPart> parts,
+                            const std::function<bool(const ParamView&)>& wanted, size_t count);
   // Waits for the reduce-scatter in flight, if any, adds it into its shards' gradients and hands
   // the whole gradients it read back.
   void finish_scatter();

@@ -238,10 +238,6 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
               dims.dp_replicate, under, " below data_parallel_shard_degree ", dims.dp_shard,
               ": HSDP x expert parallel is not built yet (FSDP x EP, or EP equal to the shard "
               "degree with replicas, is)");
-  TITAN_CHECK(!c.checkpoint.enable, "checkpoint.enable = true", under,
-              " below data_parallel_shard_degree ", dims.dp_shard,
-              ": checkpoints of FSDP x EP cuts are not built yet (EP equal to the shard degree "
-              "saves)");
 }
 
 void check_tensor_parallel_job(const JobConfig& c) {

@@ -210,14 +210,28 @@ void Parallelism::finish_gradients() {
 }
 
 bool Parallelism::writes_checkpoint() const {
-  return fsdp_ && !trained_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
+  return fsdp_ && !trained_ && !cuts_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
 }
 
 std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   if (!cuts_) return checkpoint_groups(state_groups());
-  TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor or expert parallel are not built yet");
-  // The other replicas' TP or EP groups hold the same state.
-  if (!mesh_.shares_model_with_rank0()) return {};
+  TITAN_CHECK(!fsdp_ || shards_span_cuts(),
+              "checkpoints under FSDP x tensor parallel are not built yet");
+  // The other replicas' TP or EP groups hold the same state. Under FSDP x EP every rank sends its
+  // rows first: a group and a buffer at a time onto rank 0's EP group (the experts) and rank 0
+  // (the rest), into one group's whole buffer.
+  const bool takes_part = mesh_.shares_model_with_rank0();
+  if (!fsdp_ && !takes_part) return {};
+  Buffer rows_whole;  // under FSDP x EP: one group's whole EP cut, on the ranks that gather it
+  if (fsdp_) {
+    fsdp_->release_all();
+    int64_t largest = 0;
+    for (const ParamGroup& g : model_.param_groups()) largest = std::max(largest, g.numel());
+    if (takes_part) {
+      rows_whole = Buffer(backend().memory(), static_cast<size_t>(largest) * sizeof(float),
+                          MemCategory::other);
+    }
+  }
   const bool root = mesh_.world().rank() == 0;
   if (root && checkpoint_whole_.empty()) {  // made at the first save, kept for the next
     for (const ParamGroup& g : export_whole_) {
@@ -230,10 +244,16 @@ std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   std::vector<CheckpointGroup> whole;
   std::vector<ParamGroup>& local = model_.param_groups();
   for (size_t g = 0; g < local.size(); ++g) {
-    float* buffers[3] = {local[g].params(), local[g].exp_avg(), local[g].exp_avg_sq()};
+    ParamGroup& held = fsdp_ ? fsdp_->shards()[g] : local[g];
+    float* buffers[3] = {held.params(), held.exp_avg(), held.exp_avg_sq()};
     CheckpointGroup written;
     float** targets[3] = {&written.params, &written.exp_avg, &written.exp_avg_sq};
     for (size_t b = 0; b < (model_only ? 1 : 3); ++b) {
+      if (fsdp_) {
+        fsdp_->gather_rows_to_root(g, buffers[b], takes_part ? rows_whole.as<float>() : nullptr);
+        buffers[b] = takes_part ? rows_whole.as<float>() : nullptr;
+      }
+      if (!takes_part) continue;
       float* out = root ? checkpoint_whole_[g][b].as<float>() : nullptr;
       if (root) *targets[b] = out;
       for (const ParamView& v : local[g].views()) {

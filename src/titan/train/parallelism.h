@@ -84,13 +84,13 @@ class Parallelism {
   void zero_gradients();
   void finish_gradients();
   // Whether this rank writes its cut of a checkpoint: one writer per distinct cut (rank 0 for
-  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP and EP, which
-  // writes the gathered whole).
+  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP and EP, FSDP x
+  // EP included, which writes the gathered whole).
   bool writes_checkpoint() const;
   // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) or EP
   // the parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its
-  // TP or EP group (held there until the next save; the other ranks get nothing). Every rank
-  // calls it for every save.
+  // TP or EP group (held there until the next save; the other ranks get nothing), under FSDP x
+  // EP each group's shards gathered into its EP cut first. Every rank calls it for every save.
   std::vector<CheckpointGroup> checkpoint_state(bool model_only);
   // The cut checkpoints are written in: state_cut(), or whole under TP and EP.
   Shard checkpoint_cut() const;
