@@ -4,7 +4,8 @@
 # (model.output_router_logits), against the single process's run with the same global batch: EP 2
 # (2 ranks, 4 experts each, the other parameters replicated), DDP 2 x EP 2 (4 ranks: two EP
 # groups, each expert's gradient summed over the two ranks holding it) and FSDP 2 x EP 2 (4 ranks,
-# dp_shard 4: the experts FSDP-sharded over the 2 ranks holding them, the rest over all 4):
+# dp_shard 4: the experts FSDP-sharded over the 2 ranks holding them, the rest over all 4), and
+# HSDP 2 x FSDP 2 x EP 2 (8 ranks, two replicas of that, the shards all-reduced over them):
 #  - the first 10 losses (the load-balancing term included: each rank's own tokens', as under data
 #    parallel) and grad norms within 1e-5 relative; the trained exports have the one process's
 #    tensors and shapes (their largest difference printed);
@@ -17,8 +18,8 @@
 #    checkpoint resumes on one process, whose step-8 checkpoint resumes on EP 2 again, and on
 #    FSDP 2 x EP 2, whose step-8 checkpoint (its shards gathered into the same layout) resumes on
 #    one process, each continuing within 1e-5 relative of the uninterrupted single process.
-# What is not built yet is refused with one line: HSDP x EP (an EP degree below the shard degree
-# with replicas), EP with TP, LoRA, EP on a model without experts, asynchronous checkpoints.
+# What is not built yet is refused with one line: EP with TP, LoRA, EP on a model without experts,
+# asynchronous checkpoints.
 # usage: train_expert_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -86,6 +87,11 @@ one_line "$work/ddp2ep2.log" "dp_replicate 2 x dp_shard 2"
 run fsdp2ep2 4 "${ep2[@]}"
 one_line "$work/fsdp2ep2.log" "dp_replicate 1 x dp_shard 4 .* the experts sharded over the ranks holding the same experts"
 equal_to_single single 1 ep2 ddp2ep2 fsdp2ep2
+# HSDP 2 x FSDP 2 x EP 2 (8 ranks, dp_shard 4), against one process on the same global batch of 8.
+run single8 1 --training.global_batch_size=8
+run hsdp2fsdp2ep2 8 "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2 --training.global_batch_size=8
+one_line "$work/hsdp2fsdp2ep2.log" "dp_replicate 2 x dp_shard 4 .* the experts sharded over the ranks holding the same experts"
+equal_to_single single8 1 hsdp2fsdp2ep2
 
 # No update survives rounding: the export is the one process's initialisation, byte for byte.
 still=(--training.steps=2 --optimizer.lr=1e-30)
@@ -156,7 +162,6 @@ refused() {  # refused NAME NPROC PATTERN ARGS...
   fi
   one_line "$work/$name.log" "$pattern"
 }
-refused hsdp2ep2 8 "data_parallel_replicate_degree 2 under parallelism.expert_parallel_degree 2 below data_parallel_shard_degree 4: HSDP x expert parallel is not built yet" "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2 --training.global_batch_size=8
 refused tp2ep2 2 "tensor_parallel_degree 2 under parallelism.expert_parallel_degree 2: expert parallel borrowing tensor-parallel ranks is not built yet" "${ep2[@]}" --parallelism.tensor_parallel_degree=2
 refused dense 2 "expert_parallel_degree 2 needs a model with experts" "${ep2[@]}" --model.flavor=debugmodel
 refused lora 2 "lora.rank 4 under parallelism.expert_parallel_degree 2: LoRA under expert parallel is not built yet" "${ep2[@]}" --lora.rank=4

@@ -50,9 +50,9 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
     : full_(full), mesh_(mesh) {
   TITAN_CHECK(bf16_shards.empty() || bf16_shards.size() == full_.size(), "FSDP: bf16 shards for ",
               bf16_shards.size(), " groups, the model has ", full_.size());
-  TITAN_CHECK(!expert || (mesh.same_experts_group() != nullptr && mesh.dims().dp_replicate == 1),
-              "FSDP: experts sharded apart need expert parallel without HSDP");
-  if (expert) expert_cut_ = {mesh.same_experts_group()->rank(), mesh.same_experts_group()->size()};
+  TITAN_CHECK(!expert || mesh.expert_shard_group() != nullptr,
+              "FSDP: experts sharded apart need FSDP x expert parallel");
+  if (expert) expert_cut_ = {mesh.expert_shard_group()->rank(), mesh.expert_shard_group()->size()};
   int64_t largest = 0;
   for (size_t i = 0; i < full_.size(); ++i) {
     const ParamGroup& g = full_[i];
@@ -87,7 +87,7 @@ FullyShardedGroups::~FullyShardedGroups() {
 }
 
 Communicator& FullyShardedGroups::group_of(Kind kind) {
-  return kind == kExperts ? *mesh_.same_experts_group() : mesh_.shard_group();
+  return kind == kExperts ? *mesh_.expert_shard_group() : mesh_.shard_group();
 }
 
 void FullyShardedGroups::wait(Handles& handles) {

@@ -43,6 +43,16 @@
 // master rows never committed; loaded straight into bf16, they are sent by the gathers as they are
 // (no rounding, no send buffer), and widened into fp32 master rows only for a merged export
 // (widen_bf16_shards).
+//
+// FSDP x expert parallel (torchtitan's mesh): the model's groups hold the rank's experts whole (the
+// EP cut) and every other parameter whole; the experts are sharded over the ranks of the replica
+// holding the same experts (the mesh's expert_shard_group, dp_shard / ep ranks), the rest over the
+// whole shard group, as two kinds of views of one unit. A unit with both kinds queues two
+// collectives per gather and per reduce-scatter (the shard group's first, then the experts'
+// group's, in that order on every rank), one handle each; the experts' gradients, which already
+// hold every EP rank's tokens, are summed over the ranks holding the same experts only. Under
+// HSDP x EP the replicate group (the ranks with this shard index) holds the same rows of both
+// kinds, and the all-reduce over it is as without EP.
 #pragma once
 
 #include <array>
@@ -65,8 +75,8 @@ class FullyShardedGroups {
   // whose shards are held only in bf16: in the shard group's compute copy (each view with a
   // copy_offset: its c rows in its layout, padding rows zero), where weights are loaded; the model
   // must read them only in bf16 (gather_in_bf16).
-  // `expert` (under expert parallel; else empty): which parameters are a sparse layer's experts,
-  // sharded over mesh.same_experts_group() instead of the shard group (HSDP x EP is refused).
+  // `expert` (under FSDP x expert parallel; else empty): which parameters are a sparse layer's
+  // experts, sharded over mesh.expert_shard_group() instead of the shard group.
   FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh,
                      const std::vector<std::vector<std::string>>& bf16_shards = {},
                      const std::function<bool(const ParamSpec&)>& expert = {});
@@ -124,7 +134,7 @@ class FullyShardedGroups {
   void release_all();
 
  private:
-  // The two kinds of views: sharded over the shard group, or (experts) over same_experts_group.
+  // The two kinds of views: sharded over the shard group, or (experts) over expert_shard_group.
   enum Kind : size_t { kRest = 0, kExperts = 1 };
   using Handles = std::array<CommHandle, 2>;  // one collective per kind in flight
   static void wait(Handles& handles);
@@ -165,7 +175,7 @@ class FullyShardedGroups {
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
   std::vector<std::vector<Kind>> kinds_;  // per group, per view
-  Shard expert_cut_;                      // over same_experts_group, when experts are sharded apart
+  Shard expert_cut_;                      // over expert_shard_group, when experts are sharded apart
   ReshardPolicy reshard_ = ReshardPolicy::except_next;  // fsdp_reshard_after_forward
   // Per group, the gather layouts of a use reading parameters [0] and through_copies [1].
   std::vector<std::array<GatherLayout, 2>> layouts_;

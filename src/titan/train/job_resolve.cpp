@@ -233,11 +233,6 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
               "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
               ": asynchronous checkpoints of expert-parallel cuts are not built yet (set it to "
               "\"disabled\")");
-  if (dims.ep == dims.dp_shard) return;  // no FSDP: the experts whole, the rest replicated
-  TITAN_CHECK(dims.dp_replicate == 1, "parallelism.data_parallel_replicate_degree ",
-              dims.dp_replicate, under, " below data_parallel_shard_degree ", dims.dp_shard,
-              ": HSDP x expert parallel is not built yet (FSDP x EP, or EP equal to the shard "
-              "degree with replicas, is)");
 }
 
 void check_tensor_parallel_job(const JobConfig& c) {

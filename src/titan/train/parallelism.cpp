@@ -221,7 +221,7 @@ std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   // rows first: a group and a buffer at a time onto rank 0's EP group (the experts) and rank 0
   // (the rest), into one group's whole buffer.
   const bool takes_part = mesh_.shares_model_with_rank0();
-  if (!fsdp_ && !takes_part) return {};
+  if ((!fsdp_ && !takes_part) || mesh_.replicate_index() != 0) return {};
   Buffer rows_whole;  // under FSDP x EP: one group's whole EP cut, on the ranks that gather it
   if (fsdp_) {
     fsdp_->release_all();
