@@ -38,8 +38,9 @@ TEST(Mesh, ResolvesTheRestOfTheWorld) {
   EXPECT_EQ(m.dp_shard, 4);
   EXPECT_EQ(m.ep, 4);
   EXPECT_EQ(m.world(), 4);
-  EXPECT_FALSE(m.fsdp());                         // not yet under EP
-  m = resolve_mesh_dims({2, -1, 2, 1, 1, 2}, 8);  // or dp_shard x tp's
+  EXPECT_FALSE(m.fsdp());  // EP over the whole shard axis: the experts whole, the rest replicated
+  EXPECT_TRUE(resolve_mesh_dims({1, -1, 1, 1, 1, 2}, 4).fsdp());  // FSDP 2 x EP 2
+  m = resolve_mesh_dims({2, -1, 2, 1, 1, 2}, 8);                  // or dp_shard x tp's
   EXPECT_EQ(m.dp_shard, 2);
   EXPECT_EQ(m.ep, 2);
   EXPECT_TRUE(resolve_mesh_dims({1, -1}, 2).fsdp());

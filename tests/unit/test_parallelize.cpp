@@ -6,9 +6,11 @@
 // parts of every rank cover each parameter once. Degrees that do not divide are refused naming
 // the key. The layer's collective hook points are called where tensor parallel reduces. The runs a
 // cut (or a TP cut then FSDP's dim-0 cut of it) holds equal an element-by-element reference, and
-// each TP rank's initialisation is its cut of the whole model's.
+// each TP rank's initialisation is its cut of the whole model's. Under FSDP x EP an expert's FSDP
+// cut is over the ranks holding the same experts, and every rank's parts cover each parameter once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -197,6 +199,37 @@ TEST(Parallelize, QkNormsAndTheRouterStayWholeExpertsCutByEpOrTp) {
   EXPECT_EQ(find_spec(tp_local, moe + "gate.weight").shape, (Shape{4, 32}));
   EXPECT_EQ(find_spec(tp_local, "model.layers.0.self_attn.q_norm.weight").shape, (Shape{16}));
   EXPECT_EQ(find_spec(tp_local, "model.layers.0.self_attn.k_norm.weight").shape, (Shape{16}));
+}
+
+// FSDP 4 x EP 2 (torchtitan's mesh, distributed/mesh.h: EP index = shard index mod 2): an expert is
+// FSDP-sharded over the 2 ranks holding the same experts (shard index / 2 of 2), every other
+// parameter over all 4; the 4 ranks' parts of every parameter (the EP cut, then the FSDP cut of
+// it) hold each element once. Without FSDP the cut stays whole.
+TEST(Parallelize, FsdpTimesEpShardsTheExpertsOverTheRanksHoldingThem) {
+  const ModelArgs args = test::tiny_moe();
+  int64_t experts = 0;  // expert tensors met: the check covers them
+  for (const ParamGroupSpec& g : model_param_specs(args)) {
+    for (const ParamSpec& p : g.params) {
+      std::vector<int> seen(static_cast<size_t>(shape_numel(p.shape)), 0);
+      for (int64_t shard = 0; shard < 4; ++shard) {
+        ParallelAxes axes;
+        axes.ep_index = shard % 2;
+        axes.ep_degree = 2;
+        const ParallelizePlan plan = parallelize_decoder(args, axes);
+        const Shard fsdp = plan.fsdp_cut_of(p, {shard, 4});
+        const bool is_expert = plan.placement_of(p).count > 1;
+        EXPECT_EQ(fsdp.index, is_expert ? shard / 2 : shard) << p.name;
+        EXPECT_EQ(fsdp.count, is_expert ? 2 : 4) << p.name;
+        EXPECT_EQ(plan.fsdp_cut_of(p, Shard{}).count, 1) << p.name;
+        if (shard == 0 && is_expert) ++experts;
+        for (const ShardRun& run : shard_box(p.shape, {plan.placement_of(p), fsdp}).runs) {
+          for (int64_t i = 0; i < run.count; ++i) ++seen[static_cast<size_t>(run.whole_first + i)];
+        }
+      }
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), static_cast<long>(seen.size())) << p.name;
+    }
+  }
+  EXPECT_GT(experts, 0);
 }
 
 TEST(Parallelize, EveryRanksPartsCoverEachParameterOnce) {

@@ -11,11 +11,14 @@
 namespace titan {
 namespace {
 
-// The group of one rank's shards: every parameter with dim 0 cut to c rows; those `bf16` names
-// held only in bf16 (the group's compute copy), their fp32 rows never committed.
-ParamGroup shard_group_of(const ParamGroup& full, Shard cut, const std::vector<std::string>& bf16) {
+// The group of one rank's shards: every parameter with dim 0 cut to c rows by its cut (per view);
+// those `bf16` names held only in bf16 (the group's compute copy), their fp32 rows never committed.
+ParamGroup shard_group_of(const ParamGroup& full, const std::vector<Shard>& cuts,
+                          const std::vector<std::string>& bf16) {
   std::vector<ParamSpec> specs;
-  for (const ParamView& v : full.views()) specs.push_back(cut.spec_of(v.spec));
+  for (size_t i = 0; i < full.views().size(); ++i) {
+    specs.push_back(cuts[i].spec_of(full.views()[i].spec));
+  }
   if (bf16.empty()) {
     ParamGroup g(full.name(), specs);
     if (full.frozen()) g.freeze();  // LoRA's base: sharded parameters, no gradients
@@ -42,18 +45,28 @@ ParamGroup shard_group_of(const ParamGroup& full, Shard cut, const std::vector<s
 }  // namespace
 
 FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh,
-                                       const std::vector<std::vector<std::string>>& bf16_shards)
+                                       const std::vector<std::vector<std::string>>& bf16_shards,
+                                       const std::function<bool(const ParamSpec&)>& expert)
     : full_(full), mesh_(mesh) {
   TITAN_CHECK(bf16_shards.empty() || bf16_shards.size() == full_.size(), "FSDP: bf16 shards for ",
               bf16_shards.size(), " groups, the model has ", full_.size());
+  TITAN_CHECK(!expert || mesh.expert_shard_group() != nullptr,
+              "FSDP: experts sharded apart need FSDP x expert parallel");
+  if (expert) expert_cut_ = {mesh.expert_shard_group()->rank(), mesh.expert_shard_group()->size()};
   int64_t largest = 0;
   for (size_t i = 0; i < full_.size(); ++i) {
     const ParamGroup& g = full_[i];
     TITAN_CHECK(g.frozen() || g.grads() != nullptr, "FSDP: group ", g.name(), " has no gradients");
     TITAN_CHECK(!g.params_resident(), "FSDP: group ", g.name(),
                 " is resident; make the model with Residency::released");
-    shards_.push_back(shard_group_of(
-        g, cut(), bf16_shards.empty() ? std::vector<std::string>{} : bf16_shards[i]));
+    kinds_.emplace_back();
+    std::vector<Shard> cuts;
+    for (const ParamView& v : g.views()) {
+      kinds_.back().push_back(expert && expert(v.spec) ? kExperts : kRest);
+      cuts.push_back(cut_of(kinds_.back().back()));
+    }
+    shards_.push_back(
+        shard_group_of(g, cuts, bf16_shards.empty() ? std::vector<std::string>{} : bf16_shards[i]));
     if (!g.frozen()) largest = std::max(largest, shards_.back().numel());
   }
   const std::vector<std::vector<ComputeCopyTarget>> none(full_.size());
@@ -63,22 +76,45 @@ FullyShardedGroups::FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh
 }
 
 FullyShardedGroups::~FullyShardedGroups() {
-  for (CommHandle* h : {&gathered_, &scattered_}) {
-    try {
-      h->wait();
-    } catch (const std::exception&) {  // the error that matters is the one unwinding, if any
+  for (Handles* handles : {&gathered_, &scattered_}) {
+    for (CommHandle& h : *handles) {
+      try {
+        h.wait();
+      } catch (const std::exception&) {  // the error that matters is the one unwinding, if any
+      }
     }
   }
 }
 
+Communicator& FullyShardedGroups::group_of(Kind kind) {
+  return kind == kExperts ? *mesh_.expert_shard_group() : mesh_.shard_group();
+}
+
+void FullyShardedGroups::wait(Handles& handles) {
+  for (CommHandle& h : handles) h.wait();
+}
+
+FullyShardedGroups::Handles FullyShardedGroups::queue(
+    size_t g, std::vector<CommPart> parts,
+    const std::function<CommHandle(Communicator&, std::vector<CommPart>)>& collective) {
+  std::array<std::vector<CommPart>, 2> by_kind;
+  for (size_t i = 0; i < parts.size(); ++i) by_kind[kind_of(g, i)].push_back(std::move(parts[i]));
+  Handles handles;
+  for (Kind kind : {kRest, kExperts}) {  // the same order on every rank
+    if (!by_kind[kind].empty())
+      handles[kind] = collective(group_of(kind), std::move(by_kind[kind]));
+  }
+  return handles;
+}
+
 std::vector<CommPart> FullyShardedGroups::parts_of(size_t g, float* whole, float* own) const {
-  const int64_t n = mesh_.dims().dp_shard;
   const ParamGroup &full = full_[g], &shard = shards_[g];
   std::vector<CommPart> parts;
   for (size_t i = 0; i < full.views().size(); ++i) {
     const ParamView &v = full.views()[i], &s = shard.views()[i];
+    const int64_t n = cut_of(kind_of(g, i)).count;
     const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
-    CommPart part{whole + v.offset, own + s.offset, {}, DType::f32};
+    CommPart part{whole == nullptr ? nullptr : whole + v.offset, own + s.offset, {}, DType::f32};
     for (int64_t r = 0; r < n; ++r) part.counts.push_back(Shard{r, n}.size(d0) * row);
     parts.push_back(std::move(part));
   }
@@ -86,9 +122,9 @@ std::vector<CommPart> FullyShardedGroups::parts_of(size_t g, float* whole, float
 }
 
 void FullyShardedGroups::keep_own_rows(size_t g) {
-  const Shard own = cut();
   const ParamGroup &full = full_[g], &shard = shards_[g];
   for (size_t i = 0; i < full.views().size(); ++i) {
+    const Shard own = cut_of(kind_of(g, i));
     const ParamView &v = full.views()[i], &s = shard.views()[i];
     const int64_t d0 = v.spec.shape[0], row = v.numel / d0;
     float* dst = shard.params() + s.offset;
@@ -165,25 +201,26 @@ void FullyShardedGroups::acquire(int64_t g, bool gradients, GroupReads reads) {
                 " acquired for another use than its prefetch gathered for");
     gathering_ = -1;
     gathering_layout_ = nullptr;
-    gathered_.wait();
+    wait(gathered_);
     return;
   }
   if (full.params_resident()) return;  // kept since its forward
   TITAN_CHECK(gathering_ == -1, "FSDP: group ", g, " acquired while another prefetch (group ",
               gathering_, ") is in flight");
-  start_gather(static_cast<size_t>(g), layout).wait();
+  Handles gathered = start_gather(static_cast<size_t>(g), layout);
+  wait(gathered);
 }
 
-CommHandle FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout) {
+FullyShardedGroups::Handles FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout) {
   ParamGroup &full = full_[g], &shard = shards_[g];
   full.acquire_params_where([&](const ParamView& v) {
     return layout.copies[static_cast<size_t>(&v - full.views().data())] == nullptr;
   });
   std::vector<CommPart> parts = parts_of(g, full.params(), shard.params());
   auto* send = send_.as<uint16_t>();
-  const auto rank = static_cast<size_t>(mesh_.shard_index());
   for (size_t i = 0; i < parts.size(); ++i) {
     const ParamView& own = shard.views()[i];
+    const auto rank = static_cast<size_t>(cut_of(kind_of(g, i)).index);
     if (layout.copies[i] == nullptr) {
       TITAN_CHECK(own.copy_offset < 0, "FSDP: ", own.spec.name,
                   "'s shard is held in bf16 only, but a use gathers it in fp32");
@@ -198,7 +235,9 @@ CommHandle FullyShardedGroups::start_gather(size_t g, const GatherLayout& layout
     }
     part = {layout.copies[i], rows, std::move(part.counts), DType::bf16};
   }
-  return mesh_.shard_group().all_gather_async(std::move(parts));
+  return queue(g, std::move(parts), [](Communicator& group, std::vector<CommPart> p) {
+    return group.all_gather_async(std::move(p));
+  });
 }
 
 void FullyShardedGroups::prefetch(int64_t g, GroupReads reads) {
@@ -218,8 +257,11 @@ void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
   ParamGroup& full = full_[g];
   if (end == GroupUseEnd::gradients && !full.frozen()) {
     finish_scatter();  // reduced_grad_ is reused now
-    scattered_ = mesh_.shard_group().reduce_scatter_sum_async(
-        parts_of(static_cast<size_t>(g), full.grads(), reduced_grad_.as<float>()));
+    scattered_ = queue(static_cast<size_t>(g),
+                       parts_of(static_cast<size_t>(g), full.grads(), reduced_grad_.as<float>()),
+                       [](Communicator& group, std::vector<CommPart> p) {
+                         return group.reduce_scatter_sum_async(std::move(p));
+                       });
     scattering_ = g;
   } else if (keeps_whole(reshard_, end)) {
     return;
@@ -229,16 +271,16 @@ void FullyShardedGroups::release(int64_t g, GroupUseEnd end) {
 
 void FullyShardedGroups::finish_scatter() {
   if (scattering_ == -1) return;
-  scattered_.wait();
+  wait(scattered_);
   const auto g = static_cast<size_t>(scattering_);
   scattering_ = -1;
   full_[g].release_grads();
   // Each view's rows this rank holds (the reduce-scatter wrote those; padding stays zero).
   const ParamGroup& shard = shards_[g];
-  const auto rank = static_cast<size_t>(mesh_.shard_index());
   const std::vector<CommPart> parts = parts_of(g, full_[g].grads(), reduced_grad_.as<float>());
   const DeviceOps& ops = device_ops();
   for (size_t i = 0; i < parts.size(); ++i) {
+    const auto rank = static_cast<size_t>(cut_of(kind_of(g, i)).index);
     ops.add(shard.grads() + shard.views()[i].offset, static_cast<const float*>(parts[i].own),
             parts[i].counts[rank]);
   }
@@ -293,21 +335,40 @@ void FullyShardedGroups::gather_to_root(size_t g, const std::vector<std::string>
     TITAN_CHECK(v.copy_offset < 0 || bf16_widened_ || !wanted(v), "FSDP: ", v.spec.name,
                 "'s shard is held in bf16 only: widen_bf16_shards before gathering it in fp32");
   }
-  const bool root = mesh_.shard_group().rank() == 0;
-  if (root) full.acquire_params_where(wanted);
-  std::vector<CommPart> all = parts_of(g, full.params(), shards_[g].params());
-  std::vector<CommPart> parts;
-  for (size_t i = 0; i < all.size(); ++i) {
-    if (wanted(full.views()[i])) parts.push_back(std::move(all[i]));
+  // Each view whole on rank 0 of its kind's group.
+  const auto root = [&](const ParamView& v) {
+    return cut_of(kind_of(g, static_cast<size_t>(&v - full.views().data()))).index == 0;
+  };
+  full.acquire_params_where([&](const ParamView& v) { return wanted(v) && root(v); });
+  gather_parts_to_root(g, parts_of(g, full.params(), shards_[g].params()), wanted, params.size());
+}
+
+void FullyShardedGroups::gather_rows_to_root(size_t g, float* own, float* whole) {
+  gather_parts_to_root(
+      g, parts_of(g, whole, own), [](const ParamView&) { return true; }, full_[g].views().size());
+}
+
+void FullyShardedGroups::gather_parts_to_root(size_t g, std::vector<CommPart> parts,
+                                              const std::function<bool(const ParamView&)>& wanted,
+                                              size_t count) {
+  const ParamGroup& full = full_[g];
+  std::array<std::vector<CommPart>, 2> by_kind;
+  size_t found = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (!wanted(full.views()[i])) continue;
+    by_kind[kind_of(g, i)].push_back(std::move(parts[i]));
+    ++found;
   }
-  TITAN_CHECK(parts.size() == params.size(), "FSDP: group ", full.name(), " lacks a parameter of ",
-              params.size(), " to gather");
-  mesh_.shard_group().gather_async(std::move(parts), 0).wait();
+  TITAN_CHECK(found == count, "FSDP: group ", full.name(), " lacks a parameter of ", count,
+              " to gather");
+  for (Kind kind : {kRest, kExperts}) {
+    if (!by_kind[kind].empty()) group_of(kind).gather_async(std::move(by_kind[kind]), 0).wait();
+  }
 }
 
 void FullyShardedGroups::release_all() {
-  finish_scatter();                        // the gradients it reads go back here
-  if (gathering_ != -1) gathered_.wait();  // a prefetch nothing used
+  finish_scatter();                       // the gradients it reads go back here
+  if (gathering_ != -1) wait(gathered_);  // a prefetch nothing used
   gathering_ = -1;
   gathering_layout_ = nullptr;
   for (ParamGroup& g : full_) {

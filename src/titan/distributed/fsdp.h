@@ -43,6 +43,16 @@
 // master rows never committed; loaded straight into bf16, they are sent by the gathers as they are
 // (no rounding, no send buffer), and widened into fp32 master rows only for a merged export
 // (widen_bf16_shards).
+//
+// FSDP x expert parallel (torchtitan's mesh): the model's groups hold the rank's experts whole (the
+// EP cut) and every other parameter whole; the experts are sharded over the ranks of the replica
+// holding the same experts (the mesh's expert_shard_group, dp_shard / ep ranks), the rest over the
+// whole shard group, as two kinds of views of one unit. A unit with both kinds queues two
+// collectives per gather and per reduce-scatter (the shard group's first, then the experts'
+// group's, in that order on every rank), one handle each; the experts' gradients, which already
+// hold every EP rank's tokens, are summed over the ranks holding the same experts only. Under
+// HSDP x EP the replicate group (the ranks with this shard index) holds the same rows of both
+// kinds, and the all-reduce over it is as without EP.
 #pragma once
 
 #include <array>
@@ -65,16 +75,21 @@ class FullyShardedGroups {
   // whose shards are held only in bf16: in the shard group's compute copy (each view with a
   // copy_offset: its c rows in its layout, padding rows zero), where weights are loaded; the model
   // must read them only in bf16 (gather_in_bf16).
+  // `expert` (under FSDP x expert parallel; else empty): which parameters are a sparse layer's
+  // experts, sharded over mesh.expert_shard_group() instead of the shard group.
   FullyShardedGroups(std::vector<ParamGroup>& full, DeviceMesh& mesh,
-                     const std::vector<std::vector<std::string>>& bf16_shards = {});
+                     const std::vector<std::vector<std::string>>& bf16_shards = {},
+                     const std::function<bool(const ParamSpec&)>& expert = {});
   // Waits for the collectives in flight (they write into this object's buffers), even when an
   // error is unwinding the trainer.
   ~FullyShardedGroups();
 
   // Per group, this rank's shard of every parameter (same names, dim 0 = c), with gradients; the
-  // cut they hold. Checkpoints and weights load into them directly (train/checkpoint.h).
+  // cut they hold (the experts': expert_cut()). Checkpoints and weights load into them directly
+  // (train/checkpoint.h).
   std::vector<ParamGroup>& shards() { return shards_; }
   Shard cut() const { return {mesh_.shard_index(), mesh_.dims().dp_shard}; }
+  Shard expert_cut() const { return expert_cut_; }
   // Initialises the shards a unit at a time: `init` fills the whole group (committed for the
   // call), this rank keeps its rows, and the group is handed back, so a rank never holds more
   // than one whole unit while starting (random init is keyed by parameter name, so every rank
@@ -109,10 +124,26 @@ class FullyShardedGroups {
   // not an all-gather). Every shard rank calls it with the same arguments; the collectives in
   // flight are finished and every other unit handed back first.
   void gather_to_root(size_t g, const std::vector<std::string>& params);
+  // For a checkpoint of cut parameters (train/parallelism.h): every view of group g gathered from
+  // this rank's rows in `own` (laid out as its shard group: the shards' parameters or an AdamW
+  // moment) into `whole` (laid out as the whole group; null where this rank is no view's root) on
+  // rank 0 of each view's group. Every shard rank calls it; the caller has finished the
+  // collectives in flight (release_all).
+  void gather_rows_to_root(size_t g, float* own, float* whole);
   // Every group's whole parameters and gradients handed back (the collectives in flight finished).
   void release_all();
 
  private:
+  // The two kinds of views: sharded over the shard group, or (experts) over expert_shard_group.
+  enum Kind : size_t { kRest = 0, kExperts = 1 };
+  using Handles = std::array<CommHandle, 2>;  // one collective per kind in flight
+  static void wait(Handles& handles);
+  Communicator& group_of(Kind kind);
+  Shard cut_of(Kind kind) const { return kind == kExperts ? expert_cut() : cut(); }
+  Kind kind_of(size_t g, size_t view) const { return kinds_[g][view]; }
+  // `parts` (one per view of group g) queued as one collective per kind over its group.
+  Handles queue(size_t g, std::vector<CommPart> parts,
+                const std::function<CommHandle(Communicator&, std::vector<CommPart>)>& collective);
   // This rank's rows of the whole group g -> its shard (padding rows zero).
   void keep_own_rows(size_t g);
   // A group's all-gather for one kind of use: per view, its bf16 copy (null: gathered in fp32 into
@@ -125,13 +156,17 @@ class FullyShardedGroups {
   };
   // The layout of group g's gathers for a use that reads `reads` (parameters or through_copies).
   const GatherLayout& layout_of(size_t g, GroupReads reads) const;
-  // Per view of group g, its rows cut between the ranks: whole at `whole` + the view's offset, this
-  // rank's at `own` + its shard view's offset (both f32).
+  // Per view of group g, its rows cut between the ranks: whole at `whole` + the view's offset (none
+  // with `whole` null), this rank's at `own` + its shard view's offset (both f32).
   std::vector<CommPart> parts_of(size_t g, float* whole, float* own) const;
   // Commits what group g's all-gather in `layout` writes (its fp32 masters), rounds this rank's
   // bf16 rows into send_ (a shard held in bf16 is sent as it is), and queues the gather straight
   // into the masters and the copies.
-  CommHandle start_gather(size_t g, const GatherLayout& layout);
+  Handles start_gather(size_t g, const GatherLayout& layout);
+  // Each of `parts` (one per view of group g) for which `wanted` holds gathered onto rank 0 of its
+  // view's group; `wanted` must name `count` views.
+  void gather_parts_to_root(size_t g, std::vector<CommPart> parts,
+                            const std::function<bool(const ParamView&)>& wanted, size_t count);
   // Waits for the reduce-scatter in flight, if any, adds it into its shards' gradients and hands
   // the whole gradients it read back.
   void finish_scatter();
@@ -139,6 +174,8 @@ class FullyShardedGroups {
   std::vector<ParamGroup>& full_;
   DeviceMesh& mesh_;
   std::vector<ParamGroup> shards_;
+  std::vector<std::vector<Kind>> kinds_;  // per group, per view
+  Shard expert_cut_;                      // over expert_shard_group, when experts are sharded apart
   ReshardPolicy reshard_ = ReshardPolicy::except_next;  // fsdp_reshard_after_forward
   // Per group, the gather layouts of a use reading parameters [0] and through_copies [1].
   std::vector<std::array<GatherLayout, 2>> layouts_;
@@ -147,9 +184,9 @@ class FullyShardedGroups {
   Buffer reduced_grad_;     // the largest shard: one reduce-scatter's result
   int64_t gathering_ = -1;  // the group whose all-gather (prefetch) is in flight, else -1
   const GatherLayout* gathering_layout_ = nullptr;  // and its layout
-  CommHandle gathered_;
+  Handles gathered_;
   int64_t scattering_ = -1;  // the group whose reduce-scatter is in flight, else -1
-  CommHandle scattered_;
+  Handles scattered_;
 };
 
 }  // namespace titan

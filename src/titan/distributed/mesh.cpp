@@ -79,6 +79,7 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims) : world_(world
     shares_model_with_rank0_ = ep_group == 0;
     ep_group_ = split(ep_group, ep_index_);
     same_experts_group_ = split(ep_index_, ep_group);
+    if (dims.fsdp()) expert_shard_group_ = split(replicate_index_ * dims.ep + ep_index_, ep_group);
   } else {
     shares_model_with_rank0_ = dp_rank == 0;
   }
@@ -95,6 +96,7 @@ std::vector<std::pair<std::string, const Communicator*>> DeviceMesh::named_group
     groups.emplace_back("ep", ep_group_.get());
     groups.emplace_back("same_experts", same_experts_group_.get());
   }
+  if (expert_shard_group_) groups.emplace_back("expert_shard", expert_shard_group_.get());
   return groups;
 }
 

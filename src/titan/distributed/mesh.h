@@ -32,9 +32,11 @@ struct MeshDims {
   int64_t ep = 1;  // borrowed from dp_shard x tp: no ranks of its own
   int64_t dp() const { return dp_replicate * dp_shard; }  // the data-parallel ranks
   int64_t world() const { return dp() * tp; }
-  // Whether FSDP shards the parameters over dp_shard: not yet under expert parallel, where each
-  // rank holds its experts whole and the other parameters replicated (DDP over dp_shard).
-  bool fsdp() const { return dp_shard > 1 && ep == 1; }
+  // Whether FSDP shards the parameters over dp_shard: not with expert parallel over the whole
+  // shard axis (ep == dp_shard), where each rank holds its experts whole and the other parameters
+  // replicated (DDP over dp_shard); under a smaller EP degree the experts are sharded over the
+  // dp_shard / ep ranks holding the same experts, the rest over dp_shard.
+  bool fsdp() const { return dp_shard > 1 && dp_shard > ep; }
 };
 
 // Resolves dp_shard = -1 (the world over dp_replicate x tp) and checks that the degrees multiply
@@ -72,9 +74,13 @@ class DeviceMesh {
   // per EP index; and the ranks holding this rank's experts, over which their gradients reduce.
   Communicator* ep_group() { return ep_group_.get(); }
   Communicator* same_experts_group() { return same_experts_group_.get(); }
+  // Under FSDP x EP (fsdp() and ep > 1; else null): the ranks of this replica holding this rank's
+  // experts (same_experts_group within one replica), over which FSDP shards them.
+  Communicator* expert_shard_group() { return expert_shard_group_.get(); }
   // The mesh's groups by role, each object once, for what their collectives moved
   // (Communicator::counts): "dp" (dp_group(), the world itself without TP), "dp_shard",
-  // "dp_replicate", "tp", "world" under TP, and "ep" and "same_experts" under EP.
+  // "dp_replicate", "tp", "world" under TP, "ep" and "same_experts" under EP, and "expert_shard"
+  // under FSDP x EP.
   std::vector<std::pair<std::string, const Communicator*>> named_groups() const;
   // "rank 3 of 4: dp_replicate 1 of 2, dp_shard 1 of 2", then ", tp 1 of 2" under TP and
   // ", ep 1 of 2" under EP
@@ -86,7 +92,7 @@ class DeviceMesh {
   int64_t replicate_index_ = 0, shard_index_ = 0, tp_index_ = 0, ep_index_ = 0;
   bool shares_model_with_rank0_ = true;
   std::unique_ptr<Communicator> shard_group_, replicate_group_, tp_group_, dp_group_;
-  std::unique_ptr<Communicator> ep_group_, same_experts_group_;
+  std::unique_ptr<Communicator> ep_group_, same_experts_group_, expert_shard_group_;
 };
 
 }  // namespace titan

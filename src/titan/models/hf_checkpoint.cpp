@@ -132,7 +132,8 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
   for (size_t g = 0; g < groups.size(); ++g) {
     for (const ParamView& v : groups[g].views()) {
       const ParamSpec& whole = specs[g].param(v.spec.name);
-      const ShardBox box = shard_box(whole.shape, {plan.placement_of(whole), shard});
+      const ShardBox box =
+          shard_box(whole.shape, {plan.placement_of(whole), plan.fsdp_cut_of(whole, shard)});
       TITAN_CHECK(v.numel == shape_numel(box.part), "model: parameter ", v.spec.name,
                   " is not shard ", shard.index, " of ", shard.count, " of ",
                   shape_str(whole.shape));

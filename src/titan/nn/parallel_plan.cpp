@@ -64,6 +64,18 @@ Shard ParallelizePlan::placement_of(const ParamSpec& param) const {
   return {};
 }
 
+Shard ParallelizePlan::fsdp_cut_of(const ParamSpec& param, Shard fsdp) const {
+  if (fsdp.count == 1 || axes_.ep_degree == 1 ||
+      style_of(module_of_param(param.name)) != ParallelStyle::expert) {
+    return fsdp;
+  }
+  TITAN_CHECK(axes_.tp_degree == 1 && fsdp.dim == 0 && fsdp.count % axes_.ep_degree == 0,
+              "parallelize: the experts' FSDP cut of ", fsdp.count, " shards under ",
+              axes_.ep_degree, " expert-parallel ranks and ", axes_.tp_degree,
+              " tensor-parallel ranks");
+  return {fsdp.index / axes_.ep_degree, fsdp.count / axes_.ep_degree, 0};
+}
+
 ParamSpec ParallelizePlan::local_spec(const ParamSpec& param) const {
   const Shard cut = placement_of(param);
   if (cut.count == 1) return param;

@@ -59,6 +59,11 @@ class ParallelizePlan {
   // This rank's part of `param`: its placement's dimension divided by the degree. A dimension the
   // degree does not divide is a titan::Error naming the parameter, the style and the key.
   ParamSpec local_spec(const ParamSpec& param) const;
+  // The FSDP cut of `param` on a rank whose other parameters' cut is `fsdp` (dim 0 over
+  // dp_shard): under expert parallel an expert is sharded over the ranks holding the same experts
+  // (distributed/mesh.h: shard index / ep of dp_shard / ep), torchtitan's dp_shard x tp / ep;
+  // otherwise `fsdp` itself (and whole, count 1, without FSDP).
+  Shard fsdp_cut_of(const ParamSpec& param, Shard fsdp) const;
   // Whether any parameter of `specs` is cut: a model computing on parts needs the collectives.
   bool cuts_any(const std::vector<ParamSpec>& specs) const;
 

@@ -235,7 +235,8 @@ void copy_rows(const std::vector<SafetensorsFile>& files, const std::vector<Para
       for (const ParamView& v : groups[g].views()) {
         const ParamSpec& whole = specs[g].param(v.spec.name);
         const int64_t d0 = whole.shape[0], row = shape_numel(whole.shape) / d0;
-        const ShardBox box = shard_box(whole.shape, {plan.placement_of(whole), shard});
+        const ShardBox box =
+            shard_box(whole.shape, {plan.placement_of(whole), plan.fsdp_cut_of(whole, shard)});
         TITAN_CHECK(v.numel == shape_numel(box.part), "checkpoint: parameter ", v.spec.name,
                     " is not shard ", shard.index, " of ", shard.count, " of ",
                     shape_str(whole.shape));

@@ -161,7 +161,7 @@ std::vector<std::string> job_world_unused_keys(const JobConfig& c, const MeshDim
   if (!dims.fsdp() && is_set("parallelism.fsdp_reshard_after_forward")) {
     warnings.push_back(
         "parallelism.fsdp_reshard_after_forward has no effect: no FSDP (" +
-        std::string(dims.dp_shard > 1 ? "not built yet under expert_parallel_degree > 1)"
+        std::string(dims.dp_shard > 1 ? "expert_parallel_degree equals the shard degree)"
                     : world_size == 1 ? "data_parallel_shard_degree resolves to 1 in one process)"
                                       : "data_parallel_shard_degree resolves to 1)"));
   }
@@ -229,10 +229,6 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under expert parallel is not built yet (the adapter would hold every "
               "expert's pair on every rank)");
-  TITAN_CHECK(dims.ep == dims.dp_shard, "parallelism.data_parallel_shard_degree ", dims.dp_shard,
-              under, ": the experts FSDP-sharded over the ", dims.dp_shard / dims.ep,
-              " ranks holding the same experts are not built yet (expert_parallel_degree must "
-              "equal the shard degree)");
   TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
               "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
               ": asynchronous checkpoints of expert-parallel cuts are not built yet (set it to "

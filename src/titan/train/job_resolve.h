@@ -43,8 +43,8 @@ void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshD
 // is made); a model with experts, checkpoints under FSDP x TP. Nothing without TP.
 void check_tensor_parallel_job(const JobConfig& config);
 // What an expert-parallel job (dims.ep > 1) cannot do yet, each refused with one line naming the
-// key: TP ranks borrowed (tensor_parallel_degree > 1), LoRA, the experts FSDP-sharded (an EP
-// degree below data_parallel_shard_degree), asynchronous checkpoints. Nothing without EP.
+// key: TP ranks borrowed (tensor_parallel_degree > 1), LoRA, asynchronous checkpoints. Nothing
+// without EP.
 void check_expert_parallel_job(const JobConfig& config, const MeshDims& dims);
 void check_tensor_parallel_model(const JobConfig& config, const ModelArgs& args,
                                  const MeshDims& dims);

@@ -1,6 +1,7 @@
 #include "titan/train/parallelism.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "titan/backend/backend.h"
 #include "titan/core/allocator.h"
@@ -92,9 +93,15 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
     }
   }
   if (mesh.dims().fsdp()) {
+    // Under expert parallel the experts are sharded over the ranks holding the same experts.
+    std::function<bool(const ParamSpec&)> expert;
+    if (mesh.dims().ep > 1) {
+      expert = [this](const ParamSpec& p) { return is_expert(p); };
+    }
     fsdp_ = std::make_unique<FullyShardedGroups>(
         model.param_groups(), mesh,
-        base_in_bf16 ? bf16_only_param_names(model) : std::vector<std::vector<std::string>>{});
+        base_in_bf16 ? bf16_only_param_names(model) : std::vector<std::vector<std::string>>{},
+        expert);
     shard_model(model, *fsdp_);
     fsdp_->set_reshard_after_forward(reshard_after_forward);
   } else if (base_in_bf16) {
@@ -136,12 +143,16 @@ Communicator& Parallelism::cut_group() {
   return mesh_.dims().ep > 1 ? *mesh_.ep_group() : mesh_.tp_group();
 }
 
-bool Parallelism::is_expert(const ParamView& v) const {
-  return plan_.style_of(module_of_param(v.spec.name)) == ParallelStyle::expert;
+bool Parallelism::is_expert(const ParamSpec& p) const {
+  return plan_.style_of(module_of_param(p.name)) == ParallelStyle::expert;
+}
+
+bool Parallelism::shards_span_cuts() const {
+  return fsdp_ && mesh_.dims().ep > 1;
 }
 
 CutModelNorm Parallelism::cut_model_norm() {
-  if (!cuts_) return {};
+  if (!cuts_ || shards_span_cuts()) return {};
   return {&cut_group(),
           [plan = plan_](const ParamView& v) { return plan.placement_of(v.spec).count > 1; }};
 }
@@ -189,7 +200,7 @@ void Parallelism::finish_gradients() {
   } else if (mesh_.dims().ep > 1) {
     // An expert's gradient already holds every rank's tokens (its rows came to this rank): it is
     // summed over the other ranks holding the expert only.
-    const auto expert = [this](const ParamView& v) { return is_expert(v); };
+    const auto expert = [this](const ParamView& v) { return is_expert(v.spec); };
     all_reduce_gradients(state_groups(), mesh_.dp_group(),
                          [&](const ParamView& v) { return !expert(v); });
     all_reduce_gradients(state_groups(), *mesh_.same_experts_group(), expert);
@@ -199,14 +210,28 @@ void Parallelism::finish_gradients() {
 }
 
 bool Parallelism::writes_checkpoint() const {
-  return fsdp_ && !trained_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
+  return fsdp_ && !trained_ && !cuts_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
 }
 
 std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   if (!cuts_) return checkpoint_groups(state_groups());
-  TITAN_CHECK(!fsdp_, "checkpoints under FSDP x tensor parallel are not built yet");
-  // The other replicas' TP or EP groups hold the same state.
-  if (!mesh_.shares_model_with_rank0()) return {};
+  TITAN_CHECK(!fsdp_ || shards_span_cuts(),
+              "checkpoints under FSDP x tensor parallel are not built yet");
+  // The other replicas' TP or EP groups hold the same state. Under FSDP x EP every rank sends its
+  // rows first: a group and a buffer at a time onto rank 0's EP group (the experts) and rank 0
+  // (the rest), into one group's whole buffer.
+  const bool takes_part = mesh_.shares_model_with_rank0();
+  if ((!fsdp_ && !takes_part) || mesh_.replicate_index() != 0) return {};
+  Buffer rows_whole;  // under FSDP x EP: one group's whole EP cut, on the ranks that gather it
+  if (fsdp_) {
+    fsdp_->release_all();
+    int64_t largest = 0;
+    for (const ParamGroup& g : model_.param_groups()) largest = std::max(largest, g.numel());
+    if (takes_part) {
+      rows_whole = Buffer(backend().memory(), static_cast<size_t>(largest) * sizeof(float),
+                          MemCategory::other);
+    }
+  }
   const bool root = mesh_.world().rank() == 0;
   if (root && checkpoint_whole_.empty()) {  // made at the first save, kept for the next
     for (const ParamGroup& g : export_whole_) {
@@ -219,10 +244,16 @@ std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   std::vector<CheckpointGroup> whole;
   std::vector<ParamGroup>& local = model_.param_groups();
   for (size_t g = 0; g < local.size(); ++g) {
-    float* buffers[3] = {local[g].params(), local[g].exp_avg(), local[g].exp_avg_sq()};
+    ParamGroup& held = fsdp_ ? fsdp_->shards()[g] : local[g];
+    float* buffers[3] = {held.params(), held.exp_avg(), held.exp_avg_sq()};
     CheckpointGroup written;
     float** targets[3] = {&written.params, &written.exp_avg, &written.exp_avg_sq};
     for (size_t b = 0; b < (model_only ? 1 : 3); ++b) {
+      if (fsdp_) {
+        fsdp_->gather_rows_to_root(g, buffers[b], takes_part ? rows_whole.as<float>() : nullptr);
+        buffers[b] = takes_part ? rows_whole.as<float>() : nullptr;
+      }
+      if (!takes_part) continue;
       float* out = root ? checkpoint_whole_[g][b].as<float>() : nullptr;
       if (root) *targets[b] = out;
       for (const ParamView& v : local[g].views()) {
@@ -251,7 +282,7 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
     }
   }
   if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
-  if (cuts_) {
+  if (cuts_ && !shards_span_cuts()) {
     // A cut parameter's counts summed over the TP or EP group, a replicated one's counted once.
     Communicator& group = cut_group();
     size_t j = 0;
@@ -287,8 +318,9 @@ void Parallelism::gather_for_export(const ExportRun& run) {
 }
 
 void Parallelism::gather_cuts(const ExportRun& run) {
-  // FSDP brought each TP rank's cut whole onto shard rank 0.
-  if (fsdp_ && mesh_.shard_index() != 0) return;
+  // FSDP brought each TP or EP rank's cut whole onto the ranks of rank 0's TP or EP group (under
+  // EP the experts onto them, the rest onto rank 0).
+  if (fsdp_ && !mesh_.shares_model_with_rank0()) return;
   const bool root = cut_group().rank() == 0;
   ParamGroup* whole = nullptr;
   if (root) {

@@ -63,7 +63,8 @@ class Parallelism {
   std::vector<ParamGroup>& state_groups();
   Shard state_cut() const;
   // The ranks the gradient norm is reduced over: FSDP's shard group, or none (whole gradients);
-  // and under TP or EP the TP or EP group, over which the cut parameters' squares are summed.
+  // and under TP or EP the TP or EP group, over which the cut parameters' squares are summed
+  // (none under FSDP x EP, whose shard group holds every expert's shards once).
   Communicator* grad_norm_group();
   CutModelNorm cut_model_norm();
   // What a step's scored tokens and losses are summed over: the data-parallel ranks with this
@@ -83,13 +84,13 @@ class Parallelism {
   void zero_gradients();
   void finish_gradients();
   // Whether this rank writes its cut of a checkpoint: one writer per distinct cut (rank 0 for
-  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP and EP, which
-  // writes the gathered whole).
+  // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP and EP, FSDP x
+  // EP included, which writes the gathered whole).
   bool writes_checkpoint() const;
   // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) or EP
   // the parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its
-  // TP or EP group (held there until the next save; the other ranks get nothing). Every rank
-  // calls it for every save.
+  // TP or EP group (held there until the next save; the other ranks get nothing), under FSDP x
+  // EP each group's shards gathered into its EP cut first. Every rank calls it for every save.
   std::vector<CheckpointGroup> checkpoint_state(bool model_only);
   // The cut checkpoints are written in: state_cut(), or whole under TP and EP.
   Shard checkpoint_cut() const;
@@ -114,8 +115,12 @@ class Parallelism {
   // The group the plan cuts parameters over: the EP group under expert parallel, else the TP
   // group (tensor and expert parallel together are refused).
   Communicator& cut_group();
+  // Whether the FSDP shard group holds every EP rank's experts (FSDP x EP: the EP group and the
+  // ranks holding the same experts both lie within dp_shard), so a sum over it counts each
+  // expert's elements once and no sum over the cut group follows.
+  bool shards_span_cuts() const;
   // Whether `v` is one of a sparse layer's stacked experts (the plan's expert style).
-  bool is_expert(const ParamView& v) const;
+  bool is_expert(const ParamSpec& p) const;
   // The TP or EP gather of `run` from the model's groups (whole over FSDP on each TP rank) into
   // export_groups() on rank 0.
   void gather_cuts(const ExportRun& run);

@@ -88,15 +88,18 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   mesh_ = std::make_unique<DeviceMesh>(world(), dims);
   if (dims.dp() > 1) {
     const bool lora = config_.lora.rank > 0;
-    const char* how = dims.dp_shard == 1 ? "parameters replicated, gradients all-reduced"
-                      : !dims.fsdp()
-                          ? "not FSDP under expert parallel: the parameters other than the "
-                            "experts replicated, their gradients all-reduced"
-                      : lora ? "FSDP: the frozen model's parameters sharded, each unit gathered "
-                               "while in use; the LoRA adapter replicated, its gradients "
-                               "all-reduced over every rank"
-                             : "FSDP: parameters, gradients and AdamW state sharded, each unit "
-                               "gathered while in use";
+    const char* how =
+        dims.dp_shard == 1 ? "parameters replicated, gradients all-reduced"
+        : !dims.fsdp()     ? "not FSDP under expert parallel: the parameters other than the "
+                             "experts replicated, their gradients all-reduced"
+        : lora             ? "FSDP: the frozen model's parameters sharded, each unit gathered "
+                             "while in use; the LoRA adapter replicated, its gradients "
+                             "all-reduced over every rank"
+        : dims.ep > 1      ? "FSDP: parameters, gradients and AdamW state sharded, each unit "
+                             "gathered while in use; the experts sharded over the ranks holding "
+                             "the same experts"
+                           : "FSDP: parameters, gradients and AdamW state sharded, each unit "
+                             "gathered while in use";
     std::printf(
         "data parallel over %lld ranks: dp_replicate %lld x dp_shard %lld (%s = "
         "replicate index x %lld + shard index); %s\n",

@@ -261,7 +261,10 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const ModelArgs& a = in.args;
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
-  const bool fsdp = in.mesh.fsdp();  // not under EP yet
+  const bool fsdp = in.mesh.fsdp();
+  TITAN_CHECK(!fsdp || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
+              " below data_parallel_shard_degree ", n,
+              " (FSDP x EP: the experts sharded over the ranks holding them) is not planned yet");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
