@@ -26,6 +26,7 @@ titan="$1"
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+e2e_dir="$(cd "$(dirname "$0")" && pwd)"
 . "$(dirname "$0")/mpi_env.sh"
 source "$(dirname "$0")/tree_sum.sh"
 
@@ -47,36 +48,9 @@ run() {
 one_line() {  # one_line LOG PATTERN: exactly one line of the log matches
   [ "$(grep -c -- "$2" "$1")" = 1 ] || { echo "expected one line matching '$2':"; cat "$1"; exit 1; }
 }
-# equal_to_single REF FIRST_STEP RUN...: each run's losses and grad norms from FIRST_STEP on within
-# 1e-5 relative of REF's, its export the same tensors and shapes (the largest difference printed).
-equal_to_single() {
-"$python" - "$work" "$@" <<'PY'
-import json, sys
-from safetensors.torch import load_file
-work, reference, first, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-def records(name):
-    return {r["step"]: r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r}
-single = records(reference)
-assert sorted(single) in (list(range(1, 3)), list(range(1, 11))), sorted(single)
-ref = load_file(f"{work}/{reference}/hf/model.safetensors")
-for name in names:
-    run = records(name)
-    assert sorted(run) == [s for s in sorted(single) if s >= first], f"{name}: steps {sorted(run)}"
-    worst_step = 0.0
-    for step, r in run.items():
-        for key in ("loss", "grad_norm"):
-            rel = abs(r[key] - single[step][key]) / abs(single[step][key])
-            worst_step = max(worst_step, rel)
-            assert rel <= 1e-5, f"{name} step {step} {key}: {r[key]} vs {single[step][key]} ({rel:.2e})"
-    got = load_file(f"{work}/{name}/hf/model.safetensors")
-    assert got.keys() == ref.keys(), f"{name}: exported tensors differ"
-    for k in ref:
-        assert got[k].shape == ref[k].shape, f"{name}: {k} {tuple(got[k].shape)} vs {tuple(ref[k].shape)}"
-    worst = max((got[k].float() - ref[k].float()).abs().max().item() for k in ref)
-    print(f"{name}: {len(run)} losses and grad norms within {worst_step:.1e} relative of one "
-          f"process; export within {worst:.1e}")
-PY
-}
+# equal_to_single REF FIRST_STEP RUN...: tests/e2e/equal_to_single.py (losses and grad norms within
+# 1e-5 relative of REF's from FIRST_STEP on, the export's tensors and shapes the same).
+equal_to_single() { "$python" "$e2e_dir/equal_to_single.py" "$work" "$@"; }
 
 run single 1
 run ep2 2 "${ep2[@]}"

@@ -22,6 +22,7 @@ titan="$1"
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+e2e_dir="$(cd "$(dirname "$0")" && pwd)"
 . "$(dirname "$0")/mpi_env.sh"
 source "$(dirname "$0")/tree_sum.sh"
 tokenizer="$(cd "$(dirname "$0")/../fixtures/qwen3-tokenizer" && pwd)"
@@ -54,36 +55,9 @@ same_export() {
   done
 }
 still=(--training.steps=2 --optimizer.lr=1e-30)
-# equal_to_single REF RUN...: each run's losses and grad norms within 1e-5 relative of REF's, its
-# export the same tensors and shapes (the largest difference printed).
-equal_to_single() {
-"$python" - "$work" "$@" <<'PY'
-import json, sys
-from safetensors.torch import load_file
-work, reference, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-def records(name):
-    return [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
-single = records(reference)
-assert len(single) in (2, 10), len(single)
-ref = load_file(f"{work}/{reference}/hf/model.safetensors")
-for name in names:
-    run = records(name)
-    assert [r["step"] for r in run] == [r["step"] for r in single], f"{name}: steps differ"
-    worst_step = 0.0
-    for a, b in zip(single, run):
-        for key in ("loss", "grad_norm"):
-            rel = abs(a[key] - b[key]) / abs(a[key])
-            worst_step = max(worst_step, rel)
-            assert rel <= 1e-5, f"{name} step {a['step']} {key}: {b[key]} vs {a[key]} ({rel:.2e})"
-    got = load_file(f"{work}/{name}/hf/model.safetensors")
-    assert got.keys() == ref.keys(), f"{name}: exported tensors differ"
-    for k in ref:
-        assert got[k].shape == ref[k].shape, f"{name}: {k} {tuple(got[k].shape)} vs {tuple(ref[k].shape)}"
-    worst = max((got[k].float() - ref[k].float()).abs().max().item() for k in ref)
-    print(f"{name}: {len(run)} losses and grad norms within {worst_step:.1e} relative of one "
-          f"process; export within {worst:.1e}")
-PY
-}
+# equal_to_single REF FIRST_STEP RUN...: tests/e2e/equal_to_single.py (losses and grad norms within
+# 1e-5 relative of REF's from FIRST_STEP on, the export's tensors and shapes the same).
+equal_to_single() { "$python" "$e2e_dir/equal_to_single.py" "$work" "$@"; }
 
 # The default tiny Qwen3 from scratch: each TP rank initialised with its cut of the one process's
 # initial weights.
@@ -96,11 +70,11 @@ run fsdp2tp2 4 $(tp 2)
 grep -q "data parallel over 2 ranks: dp_replicate 1 x dp_shard 2" "$work/fsdp2tp2.log" || { echo "fsdp2tp2: not FSDP 2"; cat "$work/fsdp2tp2.log"; exit 1; }
 run hsdp2x2tp2 8 $(tp 2) --parallelism.data_parallel_replicate_degree=2
 grep -q "dp_replicate 2 x dp_shard 2" "$work/hsdp2x2tp2.log" || { echo "hsdp2x2tp2: not HSDP 2 x 2"; cat "$work/hsdp2x2tp2.log"; exit 1; }
-equal_to_single single tp2 tp2-no-sp fsdp2tp2 hsdp2x2tp2
+equal_to_single single 1 tp2 tp2-no-sp fsdp2tp2 hsdp2x2tp2
 run still-single 1 "${still[@]}"
 run still-tp2 2 "${still[@]}" $(tp 2)
 run still-fsdp2tp2 4 "${still[@]}" $(tp 2)
-equal_to_single still-single still-tp2 still-fsdp2tp2
+equal_to_single still-single 1 still-tp2 still-fsdp2tp2
 same_export still-single still-tp2 still-fsdp2tp2
 
 # Checkpoints at step 4, resumed on the other layout.
@@ -109,7 +83,7 @@ resume() { echo --checkpoint.initial_load_path="$work/$1/checkpoint/step-4" --ch
 run ck-single 1 "${ckpt[@]}"
 run ck-tp2 2 "${ckpt[@]}" $(tp 2)
 run ck-ddp2tp2 4 "${ckpt[@]}" $(tp 2) --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1
-equal_to_single single ck-tp2 ck-ddp2tp2
+equal_to_single single 1 ck-tp2 ck-ddp2tp2
 [ -f "$work/ck-tp2/checkpoint/step-4/model.safetensors" ] || { echo "ck-tp2: not the one process's layout"; ls "$work/ck-tp2/checkpoint/step-4"; exit 1; }
 "$titan" train "${common[@]}" $(resume ck-tp2) --job.dump_folder="$work/tp2-to-1" \
   --metrics.save_jsonl="$work/tp2-to-1.jsonl" > "$work/tp2-to-1.log" 2>&1 || { cat "$work/tp2-to-1.log"; exit 1; }
@@ -170,7 +144,7 @@ for name in llama qwen2; do
       --checkpoint.initial_load_in_hf=true --checkpoint.last_save_in_hf=true)
   run "$name-single" 1 "${hf[@]}"
   run "$name-tp2" 2 "${hf[@]}" $(tp 2)
-  equal_to_single "$name-single" "$name-tp2"
+  equal_to_single "$name-single" 1 "$name-tp2"
   run "$name-still-single" 1 "${hf[@]}" "${still[@]}"
   run "$name-still-tp2" 2 "${hf[@]}" "${still[@]}" $(tp 2)
   run "$name-still-fsdp2tp2" 4 "${hf[@]}" "${still[@]}" $(tp 2)

@@ -1,0 +1,38 @@
+"""usage: equal_to_single.py WORK REF FIRST_STEP RUN...
+
+Each RUN's losses and grad norms (WORK/RUN.jsonl) from FIRST_STEP on within 1e-5 relative of the
+one-process run REF's, and its export (WORK/RUN/hf/model.safetensors) the same tensors and shapes
+as REF's; the largest difference of the exports is printed, not bounded (a trained export's
+elements may differ by AdamW's update of a nearly cancelling sum; the byte-equal exports are
+compared with cmp by the callers). Shared by the tensor- and expert-parallel e2e tests."""
+import json
+import sys
+
+from safetensors.torch import load_file
+
+work, reference, first, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+
+
+def records(name):
+    return {r["step"]: r for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r}
+
+
+single = records(reference)
+assert sorted(single) in (list(range(1, 3)), list(range(1, 11))), sorted(single)
+ref = load_file(f"{work}/{reference}/hf/model.safetensors")
+for name in names:
+    run = records(name)
+    assert sorted(run) == [s for s in sorted(single) if s >= first], f"{name}: steps {sorted(run)}"
+    worst_step = 0.0
+    for step, r in run.items():
+        for key in ("loss", "grad_norm"):
+            rel = abs(r[key] - single[step][key]) / abs(single[step][key])
+            worst_step = max(worst_step, rel)
+            assert rel <= 1e-5, f"{name} step {step} {key}: {r[key]} vs {single[step][key]} ({rel:.2e})"
+    got = load_file(f"{work}/{name}/hf/model.safetensors")
+    assert got.keys() == ref.keys(), f"{name}: exported tensors differ"
+    for k in ref:
+        assert got[k].shape == ref[k].shape, f"{name}: {k} {tuple(got[k].shape)} vs {tuple(ref[k].shape)}"
+    worst = max((got[k].float() - ref[k].float()).abs().max().item() for k in ref)
+    print(f"{name}: {len(run)} losses and grad norms within {worst_step:.1e} relative of one "
+          f"process; export within {worst:.1e}")
