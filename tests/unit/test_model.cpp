@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compare.h"
@@ -61,13 +62,11 @@ struct CheckpointedStep {
   int64_t taken = 0;
 };
 
-CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int32_t>& ids,
-                                   int64_t batch, int64_t seq,
-                                   const ActivationCheckpointing& checkpointing,
-                                   DType compute = DType::f32) {
-  DecoderLM m(args, {}, compute);
-  m.initialize(3);
-  m.allocate_gradients();
+// One step's forward (loss sum) and backward under `checkpointing`, and the activation bytes the
+// forward took from the allocator.
+std::pair<double, int64_t> forward_backward(DecoderLM& m, const std::vector<int32_t>& ids,
+                                            int64_t batch, int64_t seq,
+                                            const ActivationCheckpointing& checkpointing) {
   m.set_activation_checkpointing(checkpointing);
   ForwardOptions o;
   o.compute_grad = true;
@@ -76,8 +75,18 @@ CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int3
   const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
   const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
   m.backward();
-  return {loss, all_grads(m), m.aux_loss(), m.activation_bytes(batch, seq),
-          static_cast<int64_t>(after - before)};
+  return {loss, static_cast<int64_t>(after - before)};
+}
+
+CheckpointedStep checkpointed_step(const ModelArgs& args, const std::vector<int32_t>& ids,
+                                   int64_t batch, int64_t seq,
+                                   const ActivationCheckpointing& checkpointing,
+                                   DType compute = DType::f32) {
+  DecoderLM m(args, {}, compute);
+  m.initialize(3);
+  m.allocate_gradients();
+  const auto [loss, taken] = forward_backward(m, ids, batch, seq, checkpointing);
+  return {loss, all_grads(m), m.aux_loss(), m.activation_bytes(batch, seq), taken};
 }
 
 // Every mode that recomputes against none, on `args` made 4 layers deep, in fp32 and bf16 (bf16
@@ -146,18 +155,11 @@ CheckpointedStep lora_step(const ModelArgs& args, const std::vector<int32_t>& id
   Rng rng(5);
   for (ParamGroup& g : adapter.groups()) rng.fill_normal(g.params(), g.numel(), 0.0f, 0.1f);
   adapter.zero_gradients();
-  m.set_activation_checkpointing(checkpointing);
-  ForwardOptions o;
-  o.compute_grad = true;
-  o.grad_scale = 0.01f;
-  const size_t before = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
-  const double loss = m.forward(ids.data(), ids.data(), batch, seq, o).loss_sum;
-  const size_t after = memory_stats().current[static_cast<size_t>(MemCategory::activations)];
-  m.backward();
+  const auto [loss, taken] = forward_backward(m, ids, batch, seq, checkpointing);
   std::vector<float> grads;
   for (const ParamGroup& g : adapter.groups())
     grads.insert(grads.end(), g.grads(), g.grads() + g.numel());
-  return {loss, grads, 0.0, m.activation_bytes(batch, seq), static_cast<int64_t>(after - before)};
+  return {loss, grads, 0.0, m.activation_bytes(batch, seq), taken};
 }
 
 // A LoRA run under none keeps no RMSNorm outputs (remade in the backward, as selective op): the
