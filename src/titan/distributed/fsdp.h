@@ -39,10 +39,9 @@
 //
 // A frozen base held only in bf16 (LoRA's lora.base_dtype = "bfloat16", train/lora_job.h): the
 // shards of the parameters the model reads only in bf16 are bf16 rows (the constructor's
-// bf16_shards), their fp32
-// master rows never committed; loaded straight into bf16, they are sent by the gathers as they are
-// (no rounding, no send buffer), and widened into fp32 master rows only for a merged export
-// (widen_bf16_shards).
+// bf16_shards), their fp32 master rows never committed; loaded straight into bf16, they are sent
+// by the gathers as they are (no rounding, no send buffer), and widened into fp32 master rows only
+// for a merged export (widen_bf16_shards).
 //
 // FSDP x expert parallel (torchtitan's mesh): the model's groups hold the rank's experts whole (the
 // EP cut) and every other parameter whole; the experts are sharded over the ranks of the replica
