@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The global load-balancing loss (model.router_aux_loss_scope = "global", the default): on tiny_moe
-# (8 experts, 2 per token, 4 sparse layers) in fp32 with model.output_router_logits, each rank's
-# router statistics (tokens per expert, router probability sums, rows) are summed over the
-# data-parallel ranks before the loss, so DDP 2, EP 2 and FSDP 2 x EP 2 (4 ranks, dp_shard 4), each
-# rank one micro-batch of the global batch of 4 rows, equal one process whose micro-batch is the
-# union of the ranks' (local batch 4): the first 10 losses and grad norms within 1e-5 relative
+# The global load-balancing loss (model.router_aux_loss_scope = "global", the default): on tiny_moe's
+# dims (8 experts, 2 per token, 4 sparse layers; its config.json with router_aux_loss_coef 0.1
+# instead of 0.001, so that the term's part in the losses and gradients stands well above the
+# float noise of 1e-5) in fp32 with model.output_router_logits, each rank's router statistics
+# (tokens per expert, router probability sums, rows) are summed over the data-parallel ranks
+# before the loss, so DDP 2, EP 2 and FSDP 2 x EP 2 (4 ranks, dp_shard 4), each rank one
+# micro-batch of the global batch of 4 rows, equal one process whose micro-batch is the union of
+# the ranks' (local batch 4): the first 10 losses and grad norms within 1e-5 relative
 # (tests/e2e/equal_to_single.py). Also:
 #  - the statistics not summed (router_aux_loss_scope = "local") DDP 2 is caught: against the same
-#    one process it is outside 1e-5, and it equals instead one process accumulating the ranks'
-#    two micro-batches of 2 rows, each balanced on its own (HF's formula per micro-batch);
+#    one process its losses and grad norms differ by more than 1e-5 relative (the largest
+#    difference printed), and it equals instead one process accumulating the ranks' two
+#    micro-batches of 2 rows, each balanced on its own (HF's formula per micro-batch);
 #  - one process computes the same bits under either scope (metrics and export);
 #  - a scope other than global or local is refused with one line.
 # usage: train_router_aux_global.sh TITAN PYTHON
@@ -20,7 +23,21 @@ trap 'rm -rf "$work"' EXIT
 e2e_dir="$(cd "$(dirname "$0")" && pwd)"
 . "$(dirname "$0")/mpi_env.sh"
 
-common=(--model.flavor=tiny_moe --model.output_router_logits=true --training.steps=10
+# tiny_moe's config.json and tokenizer (from a one-step run's export), its coefficient raised.
+"$titan" train --model.flavor=tiny_moe --training.steps=1 --checkpoint.last_save_in_hf=true \
+  --threads 1 --job.dump_folder="$work/dims" > "$work/dims.log" 2>&1 || { cat "$work/dims.log"; exit 1; }
+mkdir "$work/moe"
+cp "$work/dims/hf/"{config.json,generation_config.json,tokenizer.json,tokenizer_config.json} "$work/moe"
+"$python" - "$work/moe/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+assert config["num_experts"] == 8 and config["router_aux_loss_coef"] == 0.001, config
+config["router_aux_loss_coef"] = 0.1
+json.dump(config, open(sys.argv[1], "w"), indent=2)
+PY
+
+common=(--model.flavor=hf --model.hf_assets_path="$work/moe" --model.output_router_logits=true
+        --training.steps=10
         --training.seq_len=64 --training.global_batch_size=4 --lr_scheduler.warmup_steps=2
         --metrics.log_freq=1 --checkpoint.last_save_in_hf=true --threads 1)
 ddp2=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
@@ -58,6 +75,13 @@ if equal_to_single single 1 ddp2-local > "$work/local.out" 2>&1; then
 fi
 grep -E "ddp2-local step [0-9]+ (loss|grad_norm)" "$work/local.out" ||
   { echo "ddp2-local: the comparison failed for another reason"; cat "$work/local.out"; exit 1; }
+"$python" - "$work/single.jsonl" "$work/ddp2-local.jsonl" <<'PY'
+import json, sys
+a, b = ({r["step"]: r for r in map(json.loads, open(p)) if "loss" in r} for p in sys.argv[1:])
+for key in ("loss", "grad_norm"):
+    worst = max(abs(b[s][key] - a[s][key]) / abs(a[s][key]) for s in a)
+    print(f"ddp2-local against the union's one process: {key} up to {worst:.1e} relative")
+PY
 run single-accumulating 1 --training.local_batch_size=2
 equal_to_single single-accumulating 1 ddp2-local
 
