@@ -6,7 +6,8 @@
 # checkpointing too; bf16 on the tiny MoE: bf16 gathers), TP 2 with sequence parallel and without
 # (with full activation checkpointing: the recompute's collectives), and on 4 ranks HSDP 2 x 2 and
 # FSDP 2 x TP 2; EP 2 and DDP 2 x EP 2 on the tiny MoE (expert parallel's all-to-all-v: its calls
-# exact, its bytes an expectation under uniform routing, printed beside). A mismatched pair is caught. Also the one-process plan has no table and its run no report.
+# exact, its bytes an expectation under uniform routing, printed beside; DDP 2 x EP 2 with the
+# global load-balancing loss: its router statistics' all-reduce per micro-batch over dp). A mismatched pair is caught. Also the one-process plan has no table and its run no report.
 # usage: comm_counts.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -47,7 +48,7 @@ check fsdp2_tp2 4 "${tp2[@]}"
 ep2=(--model.flavor=tiny_moe --parallelism.expert_parallel_degree=2)
 compare_options=(--expectation ep/all_to_all_v)
 check ep2 2 "${ep2[@]}"
-check ddp2_ep2 4 "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2
+check ddp2_ep2_aux 4 "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2 --model.output_router_logits=true
 compare_options=()
 
 # The comparison fails where the two differ: TP 2's report against FSDP 2's plan.

@@ -6,9 +6,11 @@
 # groups, each expert's gradient summed over the two ranks holding it) and FSDP 2 x EP 2 (4 ranks,
 # dp_shard 4: the experts FSDP-sharded over the 2 ranks holding them, the rest over all 4), and
 # HSDP 2 x FSDP 2 x EP 2 (8 ranks, two replicas of that, the shards all-reduced over them):
-#  - the first 10 losses (the load-balancing term included: each rank's own tokens', as under data
-#    parallel) and grad norms within 1e-5 relative; the trained exports have the one process's
-#    tensors and shapes (their largest difference printed);
+#  - the first 10 losses (the load-balancing term included, local: model.router_aux_loss_scope =
+#    "local", each rank's own micro-batches' -- the reference accumulates micro-batches of one row,
+#    which the ranks' micro-batches are, so only the local form equals it; the global form is
+#    train_router_aux_global.sh's) and grad norms within 1e-5 relative; the trained exports have
+#    the one process's tensors and shapes (their largest difference printed);
 #  - with a learning rate no update survives rounding (1e-30), the export is the one process's
 #    file byte for byte: each rank's experts of the one process's initialisation, gathered back
 #    whole by the export -- and of a Hugging Face Qwen3-MoE folder (random weights, per-expert
@@ -30,7 +32,8 @@ e2e_dir="$(cd "$(dirname "$0")" && pwd)"
 . "$(dirname "$0")/mpi_env.sh"
 source "$(dirname "$0")/tree_sum.sh"
 
-common=(--model.flavor=tiny_moe --model.output_router_logits=true --training.steps=10
+common=(--model.flavor=tiny_moe --model.output_router_logits=true --model.router_aux_loss_scope=local
+        --training.steps=10
         --training.seq_len=64 --training.local_batch_size=1 --training.global_batch_size=4
         --lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --checkpoint.last_save_in_hf=true
         --threads 1)

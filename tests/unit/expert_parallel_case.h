@@ -30,7 +30,8 @@ constexpr double kTolerance = 1e-5;
 using Tensors = std::map<std::string, std::vector<float>>;
 
 struct Step {
-  double loss = 0.0;
+  double loss = 0.0;  // the micro-batches' loss sums and load-balancing losses
+  double aux = 0.0;   // the load-balancing losses
   Tensors grads;
   int64_t exchanges = 0;  // all_to_all_v calls
 };
@@ -76,10 +77,30 @@ inline std::vector<float> cut(const std::vector<float>& whole, const Shape& shap
   return {whole.begin() + first * inner, whole.begin() + (first + size) * inner};
 }
 
-// Two accumulated micro-batches of rank `rank`'s random tokens (some not scored) through `m`,
-// loaded with `weights` cut by `plan`.
+struct MicroBatch {
+  std::vector<int32_t> inputs, labels;  // (kBatch * kSeq)
+};
+
+// Rank `rank`'s kMicroBatches micro-batches of kBatch rows of random tokens (some not scored).
+inline std::vector<MicroBatch> rank_micro_batches(int64_t rank, int64_t vocab) {
+  std::vector<MicroBatch> micro;
+  Rng rng(5 + static_cast<uint64_t>(rank));
+  for (int64_t i = 0; i < kMicroBatches; ++i) {
+    std::vector<int32_t> ids(kBatch * kSeq + 1);
+    for (int32_t& id : ids)
+      id = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
+    MicroBatch b{{ids.begin(), ids.end() - 1}, {ids.begin() + 1, ids.end()}};
+    b.labels[3] = b.labels[kSeq + 5] = kIgnoreIndex;
+    micro.push_back(std::move(b));
+  }
+  return micro;
+}
+
+// The accumulated micro-batches `micro` of `batch` rows each through `m`, loaded with `weights`
+// cut by `plan`, each forward with `options` (compute_grad set).
 inline Step train_step(CausalLM& m, const ParallelizePlan& plan, const Tensors& weights,
-                       int64_t rank, int64_t vocab) {
+                       const std::vector<MicroBatch>& micro, int64_t batch,
+                       const ForwardOptions& options) {
   for (ParamGroup& g : m.param_groups()) {
     for (const ParamView& v : g.views()) {
       const Shard placement = plan.placement_of(v.spec);
@@ -93,17 +114,9 @@ inline Step train_step(CausalLM& m, const ParallelizePlan& plan, const Tensors& 
   m.allocate_gradients();
   m.zero_gradients();
   Step step;
-  Rng rng(5 + static_cast<uint64_t>(rank));
-  for (int64_t micro = 0; micro < kMicroBatches; ++micro) {
-    std::vector<int32_t> ids(kBatch * kSeq + 1);
-    for (int32_t& id : ids)
-      id = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
-    std::vector<int32_t> inputs(ids.begin(), ids.end() - 1), labels(ids.begin() + 1, ids.end());
-    labels[3] = labels[kSeq + 5] = kIgnoreIndex;
-    ForwardOptions options;
-    options.compute_grad = true;
-    options.grad_scale = 1.0f / 28.0f;
-    step.loss += m.forward(inputs.data(), labels.data(), kBatch, kSeq, options).loss_sum;
+  for (const MicroBatch& b : micro) {
+    step.loss += m.forward(b.inputs.data(), b.labels.data(), batch, kSeq, options).loss_sum;
+    step.aux += m.aux_loss();
     step.loss += m.aux_loss();
     m.backward();
   }
@@ -114,6 +127,16 @@ inline Step train_step(CausalLM& m, const ParallelizePlan& plan, const Tensors& 
     }
   }
   return step;
+}
+
+// Two accumulated micro-batches of rank `rank`'s tokens (rank_micro_batches), each load-balancing
+// loss counted whole (aux_loss_scale 1).
+inline Step train_step(CausalLM& m, const ParallelizePlan& plan, const Tensors& weights,
+                       int64_t rank, int64_t vocab) {
+  ForwardOptions options;
+  options.compute_grad = true;
+  options.grad_scale = 1.0f / 28.0f;
+  return train_step(m, plan, weights, rank_micro_batches(rank, vocab), kBatch, options);
 }
 
 inline ParallelizePlan ep_plan(const ModelArgs& args, int64_t rank, int64_t degree) {

@@ -3,7 +3,8 @@
 // (Communicator::all_to_all_v_async, waited for), and each rank's loss and gradients compared
 // with the whole model's in this process as test_expert_parallel.cpp compares its thread ranks
 // (the whole model's gradients summed over the ranks by an all-reduce): top-k 1 and 2 in fp32,
-// top-k 2 in bf16.
+// top-k 2 in bf16. Also the load-balancing loss global over the ranks (the trainer's
+// model.router_aux_loss_scope = "global") against one process on the ranks' micro-batches together.
 //
 // With TITAN_TEST_EP_STOP_RANK=r, rank r instead stops itself (SIGSTOP) inside the model's second
 // exchange of the first forward (its rows on their way to the experts), while the others wait in
@@ -81,6 +82,71 @@ TEST(ExpertParallelMpi, EveryRankEqualsTheWholeModelOnItsTokens) {
   expect_world_equals_whole(moe(4, 1), DType::f32, kTolerance);
   expect_world_equals_whole(moe(4, 2), DType::f32, kTolerance);
   expect_world_equals_whole(moe(4, 2), DType::bf16, verify_checks::kBf16Tolerance);
+}
+
+// The load-balancing loss global over the ranks, as the trainer binds it under
+// model.router_aux_loss_scope = "global" (ForwardOptions::sum_router_statistics: the world's
+// all-reduce): every rank runs its two micro-batches on the whole model, the step averaging their
+// load-balancing losses (aux_loss_scale 1/2), the coefficient raised to 0.1 so the term weighs.
+// Each micro-batch's load-balancing loss is then one process's on the ranks' micro-batch i
+// together (their rows one after another), the same on every rank, and the gradients summed over
+// the ranks are that process's; without the sum (each rank's own tokens, averaged over every
+// rank's micro-batches) the router's summed gradient is not.
+TEST(ExpertParallelMpi, GlobalLoadBalancingEqualsOneProcessOnTheRanksMicroBatchesTogether) {
+  Communicator& comm = world();
+  ModelArgs args = moe(4, 2);
+  args.router_aux_loss_coef = 0.1;
+  const Tensors weights = whole_weights(args);
+  ForwardOptions options;
+  options.compute_grad = true;
+  options.grad_scale = 1.0f / 28.0f;
+  options.aux_loss_scale = 1.0f / static_cast<float>(test::kMicroBatches);
+  std::vector<test::MicroBatch> together(test::kMicroBatches);
+  for (int64_t r = 0; r < comm.size(); ++r) {
+    const std::vector<test::MicroBatch> own = test::rank_micro_batches(r, args.vocab_size);
+    for (size_t i = 0; i < own.size(); ++i) {
+      together[i].inputs.insert(together[i].inputs.end(), own[i].inputs.begin(),
+                                own[i].inputs.end());
+      together[i].labels.insert(together[i].labels.end(), own[i].labels.begin(),
+                                own[i].labels.end());
+    }
+  }
+  const std::unique_ptr<CausalLM> one = make_model(args);
+  const Step want =
+      train_step(*one, ParallelizePlan(), weights, together, test::kBatch * comm.size(), options);
+  // This rank's step on its micro-batches, its gradients summed over the ranks.
+  const auto ranks_step = [&](bool global) {
+    ForwardOptions o = options;
+    if (global) {
+      o.sum_router_statistics = [&comm](double* s, int64_t n) { comm.all_reduce_sum(s, n); };
+    } else {
+      o.aux_loss_scale = 1.0f / static_cast<float>(test::kMicroBatches * comm.size());
+    }
+    const std::unique_ptr<CausalLM> m = make_model(args);
+    Step step = train_step(*m, ParallelizePlan(), weights,
+                           test::rank_micro_batches(comm.rank(), args.vocab_size), test::kBatch, o);
+    for (auto& [name, grad] : step.grads) {
+      comm.all_reduce_sum(grad.data(), static_cast<int64_t>(grad.size()));
+    }
+    return step;
+  };
+  const Step global = ranks_step(true);
+  EXPECT_NEAR(global.aux, want.aux, 1e-12 * want.aux) << "rank " << comm.rank();
+  double loss_sums = global.loss - global.aux;
+  comm.all_reduce_sum(&loss_sums, 1);
+  EXPECT_NEAR(loss_sums, want.loss - want.aux, kTolerance * (want.loss - want.aux));
+  for (const auto& [name, grad] : want.grads) {
+    testing::expect_close("global " + name, global.grads.at(name).data(), grad.data(),
+                          static_cast<int64_t>(grad.size()), kTolerance);
+  }
+  const Step local = ranks_step(false);
+  const std::string router = "model.layers.0.mlp.gate.weight";
+  const testing::ErrorStats apart =
+      testing::compare_arrays(local.grads.at(router).data(), want.grads.at(router).data(),
+                              static_cast<int64_t>(want.grads.at(router).size()));
+  std::printf("rank %d: the router's gradient without the statistics summed: %.1e relative\n",
+              comm.rank(), apart.rel());
+  EXPECT_GT(apart.rel(), 100 * kTolerance);
 }
 
 // What the model's exchanges moved (Communicator::counts) against titan plan's formula

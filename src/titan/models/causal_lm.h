@@ -28,8 +28,15 @@ struct ForwardOptions {
   float grad_scale = 0.0f;    // gradients are of sum(token losses) * grad_scale
   float* logits = nullptr;    // optional (B, S, V) output
   // With args().output_router_logits, the gradients also include router_aux_loss_coef *
-  // aux_loss_scale * the load-balancing loss (1 / micro-batches when accumulating).
+  // aux_loss_scale * the load-balancing loss (1 / the micro-batches the step averages it over).
   float aux_loss_scale = 1.0f;
+  // With args().output_router_logits: sums the load-balancing loss's statistics, (2 E + 1)
+  // doubles -- the tokens routed to each expert, the summed router probabilities of each, the
+  // router rows -- over the ranks holding the other tokens of this micro-batch step, in place
+  // (every rank calls it once per forward, after the last layer), so the loss and its gradient are
+  // the formula's over their tokens together (the trainer's data-parallel group under
+  // model.router_aux_loss_scope = "global"). Unset: this call's tokens alone.
+  std::function<void(double* statistics, int64_t count)> sum_router_statistics;
   // Packed rows (several sequences one after another in a row, e.g. conversations): (B, S), the
   // position in its row where each token's sequence starts (ops/attention.h's segment_start).
   // Attention stays inside each sequence and positions (RoPE) restart at each start, so a packed

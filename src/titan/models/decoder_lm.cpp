@@ -355,10 +355,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   // per-layer losses); the counts and probability sums are all it needs.
   const bool aux = args_.output_router_logits && n_sparse_layers_ > 0;
   const int64_t E = args_.num_experts, k = args_.num_experts_per_tok;
-  if (aux) {
-    router_counts_.assign(E, 0.0);
-    router_prob_sums_.assign(E, 0.0);
-  }
+  if (aux) router_statistics_.assign(2 * E + 1, 0.0);
+  double* router_counts = aux ? router_statistics_.data() : nullptr;
+  double* router_prob_sums = aux ? router_counts + E : nullptr;
   const auto n_layers = static_cast<int64_t>(m_.layers.size());
   const bool grad = options.compute_grad;
   acquire(0, false);
@@ -387,18 +386,26 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                    : last_layer ? GroupUseEnd::used_next
                                 : GroupUseEnd::used_later);
     if (aux && m_.layers[i].sparse) {
-      device_ops().load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(),
-                                             a.moe.router_probs, a.moe.topk_index, n, E, k);
+      device_ops().load_balancing_accumulate(router_counts, router_prob_sums, a.moe.router_probs,
+                                             a.moe.topk_index, n, E, k);
     }
   }
-  const int64_t router_rows = n_sparse_layers_ * n;
-  aux_loss_ = aux ? device_ops().load_balancing_loss(router_counts_.data(),
-                                                     router_prob_sums_.data(), E, router_rows)
-                  : 0.0;
+  int64_t router_rows = n_sparse_layers_ * n;
+  if (aux && options.sum_router_statistics) {
+    // The other ranks' tokens of this micro-batch step join the statistics (exact: the counts
+    // and rows are integers far below 2^53); the probability sums are summed in MPI's order.
+    router_statistics_[2 * E] = static_cast<double>(router_rows);
+    options.sum_router_statistics(router_statistics_.data(), 2 * E + 1);
+    router_rows = static_cast<int64_t>(router_statistics_[2 * E]);
+  }
+  aux_loss_ =
+      aux ? device_ops().load_balancing_loss(router_counts, router_prob_sums, E, router_rows) : 0.0;
   aux_grad_ = aux && options.compute_grad;
   if (aux_grad_) {
+    // Each of this rank's rows takes the summed statistics' gradient: summed over the ranks by the
+    // gradients' reduction, it is the gradient of the loss over their tokens together.
     aux_dprobs_.resize(E);
-    device_ops().load_balancing_grad(aux_dprobs_.data(), router_counts_.data(), E, router_rows,
+    device_ops().load_balancing_grad(aux_dprobs_.data(), router_counts, E, router_rows,
                                      args_.router_aux_loss_coef * options.aux_loss_scale);
   }
   // The [norm, lm_head] unit stays in use from here into the backward's final norm when computing

@@ -250,9 +250,11 @@ class DecoderLM final : public CausalLM {
   void refresh_compute_weights(int64_t group, bool all = true);
   // The load-balancing loss over all sparse layers of the last forward.
   int64_t n_sparse_layers_ = 0;
-  std::vector<double> router_counts_;     // (E) tokens routed to each expert
-  std::vector<double> router_prob_sums_;  // (E) summed router probabilities
-  std::vector<float> aux_dprobs_;         // (E) its gradient on every row's probabilities
+  // (2 E + 1): the tokens routed to each expert (E), the summed router probabilities (E) and the
+  // router rows (1), this forward's or, with ForwardOptions::sum_router_statistics, summed over
+  // its ranks.
+  std::vector<double> router_statistics_;
+  std::vector<float> aux_dprobs_;  // (E) its gradient on every row's probabilities
   double aux_loss_ = 0.0;
   bool aux_grad_ = false;
   bool grad_ready_ = false;

@@ -39,6 +39,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"model", "hf_assets_path", &c.model.hf_assets_path},
       {"model", "attn_backend", &c.model.attn_backend},
       {"model", "output_router_logits", &c.model.output_router_logits},
+      {"model", "router_aux_loss_scope", &c.model.router_aux_loss_scope},
       {"training", "local_batch_size", &c.training.local_batch_size},
       {"training", "global_batch_size", &c.training.global_batch_size},
       {"training", "seq_len", &c.training.seq_len},
@@ -402,6 +403,7 @@ void job_config_validate(const JobConfig& c) {
   TITAN_CHECK(c.training.max_norm >= 0, "training.max_norm must not be negative (0 disables)");
   check_one_of(c.training.mixed_precision_param, {"float32", "bfloat16"},
                "training.mixed_precision_param");
+  check_one_of(c.model.router_aux_loss_scope, {"global", "local"}, "model.router_aux_loss_scope");
   check_one_of(c.parallelism.fsdp_reshard_after_forward, {"default", "always", "never"},
                "parallelism.fsdp_reshard_after_forward");
   TITAN_CHECK(c.training.mixed_precision_reduce == "float32", "training.mixed_precision_reduce '",

@@ -27,6 +27,13 @@ struct JobConfig {
     // titan's addition: Qwen3-MoE training adds router_aux_loss_coef x the load-balancing loss
     // (HF's output_router_logits, off by default there too; also on when config.json sets it).
     bool output_router_logits = false;
+    // titan's addition: which tokens that loss balances on a data-parallel job. "global": the
+    // router statistics of every data-parallel rank's micro-batch i summed before the loss (one
+    // all-reduce of 2 E + 1 doubles per micro-batch), the loss of one process whose micro-batch
+    // is their union, as torchtitan and Megatron balance a data-parallel MoE job; "local": each
+    // rank's own tokens, HF's formula on its micro-batch (one process accumulating the ranks'
+    // micro-batches). One process computes the same either way.
+    std::string router_aux_loss_scope = "global";
   } model;
   struct Training {
     int64_t local_batch_size = 8;

@@ -70,6 +70,12 @@ class Parallelism {
   // What a step's scored tokens and losses are summed over: the data-parallel ranks with this
   // rank's tp index (the TP ranks of a group compute the same).
   Communicator& data_parallel_group() { return mesh_.dp_group(); }
+  // What the load-balancing loss's router statistics are summed over when it is global
+  // (model.router_aux_loss_scope): the ranks holding the other tokens of a micro-batch step, the
+  // data-parallel ranks of this tp index (EP's ranks among them). The TP ranks of a group route
+  // the same tokens; tensor parallel on a model with experts is not built yet -- should it route
+  // each rank's own sequence part under sequence parallel, this becomes the dp x tp ranks.
+  Communicator& router_statistics_group() { return mesh_.dp_group(); }
 
   // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP); under TP
   // and EP each rank's cut of the whole model's values. Not for a base held in bf16.

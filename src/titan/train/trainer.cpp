@@ -343,10 +343,22 @@ Trainer::StepOutcome Trainer::train_step(int64_t step) {
   ForwardOptions options;
   options.compute_grad = true;
   options.grad_scale = 1.0f / static_cast<float>(scored);
-  // The load-balancing loss (0 unless enabled) is per micro-batch; the step takes their mean.
+  // The load-balancing loss (0 unless enabled) is per micro-batch; the step takes their mean. Its
+  // global form is the loss of the ranks' micro-batch i together (the same on every rank), each
+  // rank's gradient its own rows' share of it: the mean over accumulation_steps_ of them.
   const int64_t micro_batches = accumulation_steps_ * dp;
-  options.aux_loss_scale = 1.0f / static_cast<float>(micro_batches);
-  double sums[2] = {0.0, 0.0};  // the loss over scored tokens, the load-balancing losses
+  const bool global_aux = dp > 1 && config_.model.router_aux_loss_scope == "global";
+  options.aux_loss_scale =
+      1.0f / static_cast<float>(global_aux ? accumulation_steps_ : micro_batches);
+  if (global_aux) {
+    Communicator& group = parallelism_->router_statistics_group();
+    options.sum_router_statistics = [&group](double* statistics, int64_t count) {
+      group.all_reduce_sum(statistics, count);
+    };
+  }
+  // The loss over scored tokens, the load-balancing losses (global: every rank's the same, so
+  // their sum over the ranks divided by micro_batches is still the mean over the step).
+  double sums[2] = {0.0, 0.0};
   for (size_t m = 0; m < micro.size(); ++m) {
     const Batch& b = micro[m];
     options.segment_start = b.segment_start.empty() ? nullptr : b.segment_start.data();

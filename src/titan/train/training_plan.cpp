@@ -131,6 +131,14 @@ void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec
     rows.push_back({"dp", Collective::all_reduce, 2, 3 * kDouble,
                     "the step's scored tokens, then its loss sums"});
   }
+  bool sparse = false;
+  for (int64_t i = 0; i < in.args.num_hidden_layers; ++i) sparse |= in.args.layer_is_sparse(i);
+  if (dp > 1 && in.router_aux_loss_global && in.args.output_router_logits && sparse) {
+    // DecoderLM::forward: the global load-balancing loss's statistics, 2 E + 1 doubles.
+    const int64_t mb = in.accumulation_steps;
+    rows.push_back({"dp", Collective::all_reduce, mb, mb * (2 * in.args.num_experts + 1) * kDouble,
+                    "the load-balancing loss's router statistics, once per micro-batch"});
+  }
 }
 
 // Tensor parallel's collectives over the TP group, per step (models/decoder_lm.cpp, nn/
@@ -197,6 +205,7 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.mesh = resolve_mesh_dims(job_parallel_degrees(config), world_size);
   in.accumulation_steps = job_accumulation_steps(config, in.mesh);
   in.sequence_parallel = in.mesh.tp > 1 && config.parallelism.enable_sequence_parallel;
+  in.router_aux_loss_global = config.model.router_aux_loss_scope == "global";
   in.args = resolve_job_model_args(config);
   check_job_sizes(config, in.args, in.mesh);
   check_expert_parallel_job(config, in.mesh);  // what is planned under EP is what is built

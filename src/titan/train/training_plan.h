@@ -48,7 +48,8 @@ namespace titan {
 struct PlanInputs {
   ModelArgs args;
   MeshDims mesh;
-  bool sequence_parallel = false;  // parallelism.enable_sequence_parallel, under TP
+  bool sequence_parallel = false;      // parallelism.enable_sequence_parallel, under TP
+  bool router_aux_loss_global = true;  // model.router_aux_loss_scope = "global"
   int64_t local_batch_size = 1, seq_len = 1;
   int64_t accumulation_steps = 1;  // micro-batches per rank per step
   DType compute_dtype = DType::f32;
