@@ -94,9 +94,9 @@ class DocumentFile {
   std::string path_;
   DatasetOptions options_;
   Format format_ = Format::text;
-  std::string bytes_;                          // json_lines, text: the decompressed file
-  std::vector<Span> spans_;                    // json_lines, text
-  nlohmann::json array_;                       // json_array
+  std::string bytes_;                                  // json_lines, text: the decompressed file
+  std::vector<Span> spans_;                            // json_lines, text
+  nlohmann::json array_;                               // json_array
   std::shared_ptr<const TokenFileReader> token_file_;  // tokens
   size_t n_docs_ = 0;
 };

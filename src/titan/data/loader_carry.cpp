@@ -4,7 +4,9 @@
 
 namespace titan {
 
-CarriedTokens::CarriedTokens(std::vector<int32_t> ids) { append(ids.data(), ids.size()); }
+CarriedTokens::CarriedTokens(std::vector<int32_t> ids) {
+  append(ids.data(), ids.size());
+}
 
 void CarriedTokens::append(const int32_t* ids, size_t n) {
   if (n == 0) return;

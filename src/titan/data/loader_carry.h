@@ -32,7 +32,7 @@ class CarriedTokens {
 
  private:
   struct Piece {
-    std::vector<int32_t> ids;                    // known tokens; empty for a span
+    std::vector<int32_t> ids;                     // known tokens; empty for a span
     std::shared_ptr<const TokenFileReader> file;  // a span: set
     size_t doc = 0;
     uint64_t begin = 0, end = 0;  // positions in the document followed by its EOS

@@ -187,7 +187,9 @@ uint64_t BatchProducer::tokens_read() const {
   return closed_tokens_read_ + (open ? file_->token_file()->tokens_read() : 0);
 }
 
-LoaderPosition BatchProducer::position() const { return {state_, unread_carry_}; }
+LoaderPosition BatchProducer::position() const {
+  return {state_, unread_carry_};
+}
 
 bool BatchProducer::skims_rows() const {
   return !own_batch_ && options_.mode == DataMode::chat && !options_.pack_conversations;
@@ -304,8 +306,8 @@ bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
     unread_carry_.reset();
   }
   if (doc_loaded_ && doc_.skimmed) {
-    TITAN_CHECK(read_document(state_.doc, doc_) && doc_.length > 0, "loader: document ",
-                state_.doc, " of ", file_->path(), " read differently the second time");
+    TITAN_CHECK(read_document(state_.doc, doc_) && doc_.length > 0, "loader: document ", state_.doc,
+                " of ", file_->path(), " read differently the second time");
   }
   const auto S = static_cast<size_t>(options_.seq_len);
   std::vector<int32_t>& window = state_.carry;
