@@ -553,6 +553,9 @@ TEST(LoaderChat, ARankTokenizesOnlyItsOwnRowsAndResumesOnAnyShare) {
 TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
   const ScratchDir dir("token_share");
   const Tokenizer& tok = test::trained_tokenizer();
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += json{{"text", prose(300 + i)}}.dump() + "\n";
+  write_text(dir / "d/text.jsonl", text);
   for (int f = 0; f < 2; ++f) {
     std::string jsonl;
     for (int i = 0; i < 17; ++i) {
@@ -564,9 +567,6 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
     data.paths = {dir / ("src" + std::to_string(f) + ".jsonl")};
     tokenize_to_token_file(tok, data, dir / ("d/t" + std::to_string(f) + ".bin"));
   }
-  std::string text;
-  for (int i = 0; i < 6; ++i) text += json{{"text", prose(300 + i)}}.dump() + "\n";
-  write_text(dir / "d/text.jsonl", text);
   LoaderOptions o;
   o.data.paths = {dir / "d"};
   o.seed = 99;
@@ -591,7 +591,9 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
       const uint64_t before = producer.tokens_read();
       if (!producer.next(b)) break;
       // Not one token of another rank's batch is read.
-      if (!b.own) EXPECT_EQ(producer.tokens_read(), before) << r.batches.size();
+      if (!b.own) {
+        EXPECT_EQ(producer.tokens_read(), before) << r.batches.size();
+      }
       r.batches.push_back(b);
       r.states.push_back(producer.state());
     }
@@ -647,7 +649,7 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
   // States saved by rank 1 of 2 after another rank's batches (their carry unread until now)
   // resume on rank 3 of 4 and on one process.
   const Run saved = run({4, 2, 2}, std::nullopt);
-  for (const size_t at : {1u, 6u, 9u}) {
+  for (const size_t at : {1u, 4u, 9u}) {
     SCOPED_TRACE("resumed after batch " + std::to_string(at));
     ASSERT_FALSE(saved.batches[at].own);
     const Run on4 = run({4, 3, 1}, saved.states[at]);
