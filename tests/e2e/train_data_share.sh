@@ -17,14 +17,16 @@ trap 'rm -rf "$work"' EXIT
 e2e_dir="$(cd "$(dirname "$0")" && pwd)"
 . "$(dirname "$0")/mpi_env.sh"
 corpus=/usr/share/doc/jargon-text/jargon.txt.gz
-# The default tokenizer (docs/DATA.md), trained into the run's own cache.
+# The default tokenizer (docs/DATA.md), trained into a folder the runs name and into the run's own
+# cache (for the text run).
 export TITAN_CACHE_DIR="$work/cache"
-"$titan" tokenizer train --vocab-size 2048 --out "$work/tok" "$corpus" > /dev/null
+"$titan" tokenizer train --vocab-size 2048 --out "$work/tok" "$corpus" > /dev/null 2>&1
 "$titan" tokenize --tokenizer "$work/tok" --bin "$work/jargon.bin" "$corpus" 2> /dev/null
 
 common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
         --training.global_batch_size=4 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
-        --threads 1 --training.dataset=jargon_bin --training.dataset_path="$work/jargon.bin")
+        --threads 1 --training.dataset=jargon_bin --training.dataset_path="$work/jargon.bin"
+        --model.hf_assets_path="$work/tok" --model.flavor=tiny)
 ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0)
 ddp2=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
 note="every rank tokenizes every row"

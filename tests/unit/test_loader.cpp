@@ -638,7 +638,12 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
     const Run share = run({4, 2 * rank, 2}, std::nullopt);
     check_share(share, whole, 0, {4, 2 * rank, 2});
     EXPECT_LT(share.tokens_read, whole.tokens_read);
-    // The text file's documents are tokenized by every rank: said once, with the remedy.
+    // The text file's documents are tokenized by every rank: said once (by the rank whose
+    // batches come first), with the remedy.
+    if (rank == 1) {
+      EXPECT_TRUE(warnings.empty());
+      continue;
+    }
     ASSERT_EQ(warnings.size(), 1u);
     EXPECT_NE(warnings[0].find("every rank tokenizes every row of the 1 of 3 data files that are "
                                "not token files"),

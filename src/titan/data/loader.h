@@ -86,9 +86,9 @@ struct LoaderOptions {
   // document table and their tokens are not read (the carried token too stays unread until this
   // rank's next row or a saved state needs it: loader_carry.h), so a rank reads only its own
   // rows' tokens; text and JSON documents must be tokenized to be measured, so every rank
-  // tokenizes every row of them (the loader says so once, naming `titan tokenize --bin`), as it
-  // does packed conversations (pack_conversations). LoaderState::truncated counts this rank's
-  // rows only. Default: every batch is own.
+  // tokenizes every row of them (the loader of the share with `first` 0 says so once, naming
+  // `titan tokenize --bin`), as it does packed conversations (pack_conversations).
+  // LoaderState::truncated counts this rank's rows only. Default: every batch is own.
   struct Share {
     int64_t step_batches = 1, first = 0, count = 1;
   };

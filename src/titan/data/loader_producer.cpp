@@ -83,9 +83,10 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
               "loader: chat data needs the ",
               "chat template of the tokenizer's folder (LoaderOptions::chat_template)");
   if (options.mode == DataMode::chat) check_chat_tokenizer(tok, *options.chat_template);
-  if (options.mode == DataMode::pretrain && share.count < share.step_batches) {
+  if (options.mode == DataMode::pretrain && share.count < share.step_batches && share.first == 0) {
     // Another rank's packed rows of text end where their tokens say: this rank tokenizes them
-    // too. A token file's table gives the same bounds without a token read (loader.h).
+    // too. A token file's table gives the same bounds without a token read (loader.h). Said by
+    // the rank whose batches come first only, so that a job says it once.
     const auto text = std::count_if(files_.begin(), files_.end(),
                                     [](const std::string& f) { return !is_token_file_path(f); });
     if (text > 0) {
