@@ -4,6 +4,13 @@
 
 namespace titan {
 
+void read_with_eos(const TokenFileReader& file, size_t doc, uint64_t begin, uint64_t end,
+                   int32_t eos, std::vector<int32_t>& out) {
+  const uint64_t tokens = file.doc_size(doc);
+  file.read_tokens(doc, begin, std::min(end, tokens), out);
+  if (end > tokens) out.push_back(eos);
+}
+
 CarriedTokens::CarriedTokens(std::vector<int32_t> ids) {
   append(ids.data(), ids.size());
 }
@@ -52,9 +59,7 @@ std::vector<int32_t> CarriedTokens::read() const {
       out.insert(out.end(), p.ids.begin(), p.ids.end());
       continue;
     }
-    const uint64_t tokens = p.file->doc_size(p.doc);
-    p.file->read_tokens(p.doc, p.begin, std::min(p.end, tokens), out);
-    if (p.end > tokens) out.push_back(p.eos);
+    read_with_eos(*p.file, p.doc, p.begin, p.end, p.eos, out);
   }
   return out;
 }

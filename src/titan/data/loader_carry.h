@@ -14,6 +14,12 @@
 
 namespace titan {
 
+// Appends positions [begin, end) of document `doc` of `file` followed by `eos` (position
+// doc_size(doc) is the EOS, so end <= doc_size(doc) + 1): how the loader reads a token file's
+// documents, a stretch at a time.
+void read_with_eos(const TokenFileReader& file, size_t doc, uint64_t begin, uint64_t end,
+                   int32_t eos, std::vector<int32_t>& out);
+
 class CarriedTokens {
  public:
   CarriedTokens() = default;

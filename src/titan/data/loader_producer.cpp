@@ -128,7 +128,7 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
     open_file();
     TITAN_CHECK(state_.doc < static_cast<int64_t>(own_docs_.size()) &&
                     read_document(state_.doc, doc_) &&
-                    state_.doc_offset <= static_cast<int64_t>(doc_.ids.size()),
+                    state_.doc_offset <= static_cast<int64_t>(doc_.length),
                 "loader state: document ", state_.doc, " of ",
                 files_[file_order(state_.epoch)[state_.file]], " does not reach offset ",
                 state_.doc_offset, " (has the data changed?)");
@@ -196,16 +196,16 @@ bool BatchProducer::skims_rows() const {
   return !own_batch_ && options_.mode == DataMode::chat && !options_.pack_conversations;
 }
 
-bool BatchProducer::skims_token_file() const {
-  return !own_batch_ && options_.mode == DataMode::pretrain && file_->token_file();
+bool BatchProducer::measures_token_file() const {
+  return options_.mode == DataMode::pretrain && file_->token_file();
 }
 
 bool BatchProducer::read_document(int64_t doc, Document& out) {
-  if (skims_token_file()) {  // its length from the table; its tokens stay unread
+  if (measures_token_file()) {  // its length from the table; its tokens read as rows take them
     out.ids.clear();
     out.labels.clear();
     out.where.clear();
-    out.skimmed = true;
+    out.skimmed = false;
     out.token_file = file_->token_file();
     out.file_doc = static_cast<size_t>(own_docs_[doc]);
     const uint64_t n = out.token_file->doc_size(out.file_doc);
@@ -279,8 +279,7 @@ bool BatchProducer::load_document() {
       continue;
     }
     // A skimmed conversation is a row whatever its tokens; an empty document is skipped.
-    if (read_document(state_.doc, doc_) &&
-        ((doc_.skimmed && options_.mode == DataMode::chat) || doc_.length > 0)) {
+    if (read_document(state_.doc, doc_) && (doc_.skimmed || doc_.length > 0)) {
       doc_loaded_ = true;
       empty_epochs_ = 0;
       return true;
@@ -300,15 +299,10 @@ void BatchProducer::advance(size_t n) {
 
 bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
   if (!own_batch_) return skip_packed_row(ids, labels);
-  // After another rank's rows: read what they left unread -- the carry, and the rest of a
-  // document they measured (it is this row's now).
+  // After another rank's rows: read the carry they left unread.
   if (unread_carry_) {
     state_.carry = unread_carry_->read();
     unread_carry_.reset();
-  }
-  if (doc_loaded_ && doc_.skimmed) {
-    TITAN_CHECK(read_document(state_.doc, doc_) && doc_.length > 0, "loader: document ", state_.doc,
-                " of ", file_->path(), " read differently the second time");
   }
   const auto S = static_cast<size_t>(options_.seq_len);
   std::vector<int32_t>& window = state_.carry;
@@ -316,7 +310,11 @@ bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
     if (!doc_loaded_ && !load_document()) return false;
     const auto offset = static_cast<size_t>(state_.doc_offset);
     const size_t n = std::min(S + 1 - window.size(), doc_.length - offset);
-    window.insert(window.end(), doc_.ids.begin() + offset, doc_.ids.begin() + offset + n);
+    if (doc_.token_file) {
+      read_with_eos(*doc_.token_file, doc_.file_doc, offset, offset + n, eos_, window);
+    } else {
+      window.insert(window.end(), doc_.ids.begin() + offset, doc_.ids.begin() + offset + n);
+    }
     advance(n);
   }
   std::copy(window.begin(), window.end() - 1, ids);
@@ -337,7 +335,7 @@ bool BatchProducer::skip_packed_row(int32_t* ids, int32_t* labels) {
     if (!doc_loaded_ && !load_document()) return false;  // the carry: the partial window
     const auto offset = static_cast<size_t>(state_.doc_offset);
     const size_t n = std::min(S + 1 - window.size(), doc_.length - offset);
-    if (doc_.skimmed) {
+    if (doc_.token_file) {
       window.append_span(doc_.token_file, doc_.file_doc, offset, offset + n, eos_);
     } else {
       window.append(doc_.ids.data() + offset, n);

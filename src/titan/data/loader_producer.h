@@ -41,11 +41,11 @@ class BatchProducer {
   struct Document {
     std::vector<int32_t> ids, labels;  // labels empty in pre-training (they equal the ids)
     std::string where;
-    // Another rank's row needs none of its tokens (ids empty): a conversation read but not
-    // tokenized, or (pre-training) a token-file document measured by the file's table.
-    bool skimmed = false;
-    size_t length = 0;  // pre-training: its tokens and EOS, whether read or not
-    // A skimmed token-file document: the file and the document's index in it.
+    bool skimmed = false;  // another rank's conversation, read but not tokenized (ids empty)
+    size_t length = 0;     // pre-training: its tokens and EOS
+    // Pre-training from a token file: the file and the document's index in it. Its length comes
+    // from the file's table and its tokens (ids empty) are read a row's stretch at a time, so
+    // that a rank reads only what its own rows hold.
     std::shared_ptr<const TokenFileReader> token_file;
     size_t file_doc = 0;
   };
@@ -72,9 +72,9 @@ class BatchProducer {
   // Whether the batch being filled is another rank's whose rows need no tokens (their bounds are
   // the records': chat data, one conversation per row).
   bool skims_rows() const;
-  // Whether the batch being filled is another rank's and the open file is a token file, whose
-  // documents' lengths come from its table (pre-training).
-  bool skims_token_file() const;
+  // Whether documents are measured by the open file's table and read a stretch at a time: a token
+  // file in pre-training.
+  bool measures_token_file() const;
   void open_file();
   void finish_file();
   // One line to LoaderOptions::warn (default: stderr).
