@@ -1,6 +1,7 @@
 // The loader: the packing convention, fixed shapes and the dropped last batch, exact resume from a
 // saved state (mid-document, across epochs), disjoint ranks that cover the data, a data-parallel
-// share that tokenizes only its own chat rows, chat masking, and one clear line for bad input.
+// share that tokenizes only its own chat rows and reads only its own packed rows of token files,
+// chat masking, and one clear line for bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "test_tokenizer_python.h"
 #include "titan/data/byte_level.h"
 #include "titan/data/dataset_chat.h"
+#include "titan/data/dataset_read.h"
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/loader.h"
 #include "titan/data/loader_producer.h"
@@ -135,11 +137,11 @@ TEST(Loader, TokenFilesHoldTheSpecialTokensToo) {
   DatasetOptions data;
   data.paths = {dir / "a.jsonl"};
   tokenize_to_token_file(tok, data, dir / "a.bin");
-  const TokenFileReader bin = TokenFileReader::open(dir / "a.bin");
-  ASSERT_EQ(bin.n_docs(), 3u);
+  const auto bin = TokenFileReader::open(dir / "a.bin");
+  ASSERT_EQ(bin->n_docs(), 3u);
   const auto doc = [&](size_t i) {
     std::vector<int32_t> ids;
-    bin.read_doc(i, ids);
+    bin->read_doc(i, ids);
     return ids;
   };
   EXPECT_EQ(doc(0), tok.encode_with_special_tokens(prose(1)));
@@ -539,6 +541,145 @@ TEST(LoaderChat, ARankTokenizesOnlyItsOwnRowsAndResumesOnAnyShare) {
   const Run passes = run({4, 0, 2}, std::nullopt);
   EXPECT_EQ(passes.batches.size(), 4u);
   EXPECT_EQ(passes.tokenized, 2);
+}
+
+// A data-parallel rank's share of packed pre-training rows: another rank's batch of token-file
+// documents is measured by the files' tables and reads no token, its own batch no more than its
+// rows' tokens (TokenFileReader counts every token read; documents are read a row's stretch at a
+// time; the carried token is read only when this rank's next row or a state needs it); a
+// rank's own batches, every state after a batch (the carry read) and the state at the end (a
+// partial window, spanning files) are the whole stream's, so a state saved by one share resumes
+// on another and on one process. Two token files and a JSON Lines file, whose documents are
+// tokenized by every rank (the loader says so once).
+TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
+  const ScratchDir dir("token_share");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string text;
+  for (int i = 0; i < 6; ++i) text += json{{"text", prose(300 + i)}}.dump() + "\n";
+  write_text(dir / "d/text.jsonl", text);
+  for (int f = 0; f < 2; ++f) {
+    std::string jsonl;
+    for (int i = 0; i < 17; ++i) {
+      // An empty document adds nothing, not even an EOS, in a token file as in text.
+      jsonl += json{{"text", i == 5 ? std::string() : prose(100 * f + i)}}.dump() + "\n";
+    }
+    write_text(dir / ("src" + std::to_string(f) + ".jsonl"), jsonl);
+    DatasetOptions data;
+    data.paths = {dir / ("src" + std::to_string(f) + ".jsonl")};
+    tokenize_to_token_file(tok, data, dir / ("d/t" + std::to_string(f) + ".bin"));
+  }
+  LoaderOptions o;
+  o.data.paths = {dir / "d"};
+  o.seed = 99;
+  o.batch_size = 2;
+  o.seq_len = 16;
+  o.epochs = 2;
+  std::vector<std::string> warnings;
+  o.warn = [&](const std::string& line) { warnings.push_back(line); };
+  const std::vector<std::string> files = expand_data_paths(o.data.paths);
+  struct Run {
+    std::vector<Batch> batches;
+    std::vector<LoaderState> states;  // after each batch
+    LoaderState end;
+    uint64_t tokens_read = 0;
+  };
+  const auto run = [&](LoaderOptions::Share share, const std::optional<LoaderState>& from) {
+    LoaderOptions options = o;
+    options.share = share;
+    BatchProducer producer(options, tok, files, from);
+    Run r;
+    for (Batch b;;) {
+      const uint64_t before = producer.tokens_read();
+      if (!producer.next(b)) break;
+      // Not one token of another rank's batch is read.
+      // Not one token of another rank's batch is read; of its own, its rows' tokens (each row
+      // adds S to the stream) and the token carried in, left unread by the others' rows.
+      const uint64_t read = producer.tokens_read() - before;
+      EXPECT_LE(read, b.own ? static_cast<uint64_t>(o.batch_size * o.seq_len + 1) : 0u)
+          << r.batches.size();
+      r.batches.push_back(b);
+      r.states.push_back(producer.state());
+    }
+    r.tokens_read = producer.tokens_read();
+    r.end = producer.state();
+    return r;
+  };
+  const Run whole = run({}, std::nullopt);
+  EXPECT_TRUE(warnings.empty());  // one process: nothing to say
+  ASSERT_GE(whole.batches.size(), 20u);
+  EXPECT_FALSE(whole.end.carry.empty());  // the dropped partial window, carried
+  const auto same_rows = [](const Batch& a, const Batch& b) {
+    return a.input_ids == b.input_ids && a.labels == b.labels;
+  };
+  const auto check_share = [&](const Run& share, const Run& reference, size_t from,
+                               const LoaderOptions::Share& layout) {
+    ASSERT_EQ(share.batches.size() + from, reference.batches.size());
+    int64_t own = 0;
+    for (size_t i = 0; i < share.batches.size(); ++i) {
+      const Batch& b = share.batches[i];
+      const auto at = static_cast<int64_t>((from + i) % static_cast<size_t>(layout.step_batches));
+      EXPECT_EQ(b.own, at >= layout.first && at < layout.first + layout.count) << i;
+      EXPECT_EQ(share.states[i], reference.states[from + i]) << i;
+      if (b.own) {
+        ++own;
+        EXPECT_TRUE(same_rows(b, reference.batches[from + i])) << i;
+        continue;
+      }
+      EXPECT_TRUE(std::all_of(b.input_ids.begin(), b.input_ids.end(), [&](int32_t id) {
+        return id == tok.pad_id();
+      })) << i;
+      EXPECT_TRUE(std::all_of(b.labels.begin(), b.labels.end(), [](int32_t l) {
+        return l == kIgnoreLabel;
+      })) << i;
+    }
+    EXPECT_GT(own, 0);
+    EXPECT_EQ(share.end, reference.end);
+  };
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank) + " of 2");
+    warnings.clear();
+    const Run share = run({4, 2 * rank, 2}, std::nullopt);
+    check_share(share, whole, 0, {4, 2 * rank, 2});
+    EXPECT_LT(share.tokens_read, whole.tokens_read);
+    // The text file's documents are tokenized by every rank: said once (by the rank whose
+    // batches come first), with the remedy.
+    if (rank == 1) {
+      EXPECT_TRUE(warnings.empty());
+      continue;
+    }
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("every rank tokenizes every row of the 1 of 3 data files that are "
+                               "not token files"),
+              std::string::npos)
+        << warnings[0];
+    EXPECT_NE(warnings[0].find("titan tokenize"), std::string::npos) << warnings[0];
+  }
+  // States saved by rank 1 of 2 after another rank's batches (their carry unread until now)
+  // resume on rank 3 of 4 and on one process.
+  const Run saved = run({4, 2, 2}, std::nullopt);
+  for (const size_t at : {1u, 4u, 9u}) {
+    SCOPED_TRACE("resumed after batch " + std::to_string(at));
+    ASSERT_FALSE(saved.batches[at].own);
+    const Run on4 = run({4, 3, 1}, saved.states[at]);
+    check_share(on4, whole, at + 1, {4, 3, 1});
+    const Run on1 = run({}, saved.states[at]);
+    check_share(on1, whole, at + 1, {1, 0, 1});
+  }
+  // The DataLoader hands the states out the same way, read when asked for.
+  LoaderOptions options = o;
+  options.share = {2, 1, 1};
+  DataLoader loader(options, tok);
+  for (size_t i = 0; i < whole.batches.size(); ++i) {
+    ASSERT_TRUE(loader.next_batch().has_value()) << i;
+    EXPECT_EQ(loader.state(), whole.states[i]) << i;
+  }
+  EXPECT_FALSE(loader.next_batch().has_value());
+  EXPECT_EQ(loader.state(), whole.end);
+  // Token files only: nothing to say.
+  warnings.clear();
+  options.data.paths = {dir / "d/t0.bin", dir / "d/t1.bin"};
+  BatchProducer bins(options, tok, expand_data_paths(options.data.paths), std::nullopt);
+  EXPECT_TRUE(warnings.empty());
 }
 
 // Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,

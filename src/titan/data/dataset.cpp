@@ -77,6 +77,10 @@ ChatMessage parse_message(const json& m, const std::string& where, size_t index)
 
 }  // namespace
 
+bool is_token_file_path(const std::string& path) {
+  return is_token_file(file_head(path, kTokenFileMagic.size()));
+}
+
 DocumentFile DocumentFile::open(const std::string& path, const DatasetOptions& options) {
   try {
     return read(path, options);
@@ -89,9 +93,9 @@ DocumentFile DocumentFile::read(const std::string& path, const DatasetOptions& o
   DocumentFile f;
   f.path_ = path;
   f.options_ = options;
-  if (is_token_file(file_head(path, kTokenFileMagic.size()))) {
+  if (is_token_file_path(path)) {
     f.format_ = Format::tokens;
-    f.token_file_.emplace(TokenFileReader::open(path));
+    f.token_file_ = TokenFileReader::open(path);
     f.n_docs_ = f.token_file_->n_docs();
     return f;
   }

@@ -54,6 +54,9 @@ struct Record {
   std::string where;                  // "file:line", "file: element i", ... for messages
 };
 
+// Whether the file is a token file (the "TITANTOK" magic at its start); reads only that.
+bool is_token_file_path(const std::string& path);
+
 class DocumentFile {
  public:
   // Reads (and gunzips) the file and finds its document boundaries. Errors name the file.
@@ -63,6 +66,9 @@ class DocumentFile {
   const std::string& path() const { return path_; }
   // The vocabulary the file's ids were written for: a token file's header, else 0 (unknown).
   uint32_t vocab_size() const { return token_file_ ? token_file_->vocab_size() : 0; }
+  // The token file's reader, or null for the other formats: its document table gives a
+  // document's length without reading its tokens.
+  const std::shared_ptr<const TokenFileReader>& token_file() const { return token_file_; }
 
   // Document i as the mode asks for it. A record that does not hold what the mode needs throws
   // BadRecordError naming the file and line; a text or token document in chat mode is an Error.
@@ -88,10 +94,10 @@ class DocumentFile {
   std::string path_;
   DatasetOptions options_;
   Format format_ = Format::text;
-  std::string bytes_;                          // json_lines, text: the decompressed file
-  std::vector<Span> spans_;                    // json_lines, text
-  nlohmann::json array_;                       // json_array
-  std::optional<TokenFileReader> token_file_;  // tokens (optional: the reader is move-only)
+  std::string bytes_;                                  // json_lines, text: the decompressed file
+  std::vector<Span> spans_;                            // json_lines, text
+  nlohmann::json array_;                               // json_array
+  std::shared_ptr<const TokenFileReader> token_file_;  // tokens
   size_t n_docs_ = 0;
 };
 

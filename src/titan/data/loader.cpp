@@ -11,7 +11,7 @@ DataLoader::DataLoader(LoaderOptions options, const Tokenizer& tok,
   TITAN_CHECK(options_.prefetch >= 1, "loader: prefetch must be >= 1, got ", options_.prefetch);
   producer_ = std::make_unique<BatchProducer>(options_, tok, expand_data_paths(options_.data.paths),
                                               resume);
-  consumed_ = producer_->state();
+  consumed_ = producer_->position();
   thread_ = std::thread([this] { produce(); });
 }
 
@@ -32,7 +32,7 @@ void DataLoader::produce() {
     try {
       Batch batch;
       if (producer_->next(batch)) item.batch = std::move(batch);
-      item.state = producer_->state();
+      item.position = producer_->position();
     } catch (...) {
       item.error = std::current_exception();
     }
@@ -53,19 +53,23 @@ std::optional<Batch> DataLoader::next_batch() {
   // The end (or an error) stays at the front: asking again gives the same answer.
   if (queue_.front().error) std::rethrow_exception(queue_.front().error);
   if (!queue_.front().batch) {
-    consumed_ = queue_.front().state;  // the end: the totals include the dropped tail
+    consumed_ = queue_.front().position;  // the end: the totals include the dropped tail
     return std::nullopt;
   }
   Item item = std::move(queue_.front());
   queue_.pop_front();
   space_.notify_one();
-  consumed_ = std::move(item.state);
+  consumed_ = std::move(item.position);
   return std::move(item.batch);
 }
 
 LoaderState DataLoader::state() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return consumed_;
+  LoaderPosition position;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    position = consumed_;
+  }
+  return position.read();  // outside the lock: it may read a carried token from its file
 }
 
 }  // namespace titan

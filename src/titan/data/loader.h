@@ -49,6 +49,7 @@
 
 #include "titan/data/chat_template.h"
 #include "titan/data/dataset.h"
+#include "titan/data/loader_carry.h"
 #include "titan/data/loader_state.h"
 #include "titan/data/tokenizer.h"
 
@@ -77,12 +78,17 @@ struct LoaderOptions {
   // takes `step_batches` consecutive batches and this rank trains on the `count` of them from
   // `first` on (counted from LoaderState::batches, so that the stream, and any saved state, is
   // the same for every layout of the same global batch: a state resumes on another data-parallel
-  // degree). The other batches come back with Batch::own false. Where a row's bounds do not
-  // depend on its tokens -- chat data, one conversation per row -- their records are read (a bad
-  // one is skipped as before) but not tokenized, and their rows are left empty (padding, labels
-  // -100; a too-long conversation is refused by the rank whose row it is). Packed rows (pre-
-  // training, pack_conversations) end where the tokens say, so every rank still tokenizes every
-  // row. LoaderState::truncated counts this rank's rows only. Default: every batch is own.
+  // degree). The other batches come back with Batch::own false and their rows left empty
+  // (padding, labels -100). Where a row's bounds do not depend on its tokens -- chat data, one
+  // conversation per row -- their records are read (a bad one is skipped as before) but not
+  // tokenized (a too-long conversation is refused by the rank whose row it is). Packed pre-
+  // training rows end where the token counts say: a token file's documents are measured by its
+  // document table and their tokens are not read (the carried token too stays unread until this
+  // rank's next row or a saved state needs it: loader_carry.h), so a rank reads only its own
+  // rows' tokens; text and JSON documents must be tokenized to be measured, so every rank
+  // tokenizes every row of them (the loader of the share with `first` 0 says so once, naming
+  // `titan tokenize --bin`), as it does packed conversations (pack_conversations).
+  // LoaderState::truncated counts this rank's rows only. Default: every batch is own.
   struct Share {
     int64_t step_batches = 1, first = 0, count = 1;
   };
@@ -127,14 +133,14 @@ class DataLoader {
  private:
   struct Item {
     std::optional<Batch> batch;
-    LoaderState state;
+    LoaderPosition position;  // after the batch; its carry read only when state() asks
     std::exception_ptr error;
   };
   void produce();
 
   LoaderOptions options_;
   std::unique_ptr<BatchProducer> producer_;
-  LoaderState consumed_;  // state after the last batch handed out
+  LoaderPosition consumed_;  // the position after the last batch handed out
   mutable std::mutex mutex_;
   std::condition_variable ready_, space_;
   std::deque<Item> queue_;

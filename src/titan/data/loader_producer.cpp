@@ -83,6 +83,20 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
               "loader: chat data needs the ",
               "chat template of the tokenizer's folder (LoaderOptions::chat_template)");
   if (options.mode == DataMode::chat) check_chat_tokenizer(tok, *options.chat_template);
+  if (options.mode == DataMode::pretrain && share.count < share.step_batches && share.first == 0) {
+    // Another rank's packed rows of text end where their tokens say: this rank tokenizes them
+    // too. A token file's table gives the same bounds without a token read (loader.h). Said by
+    // the rank whose batches come first only, so that a job says it once.
+    const auto text = std::count_if(files_.begin(), files_.end(),
+                                    [](const std::string& f) { return !is_token_file_path(f); });
+    if (text > 0) {
+      warn("data parallel over packed documents: every rank tokenizes every row of the " +
+           std::to_string(text) + " of " + std::to_string(files_.size()) +
+           " data files that are not token files (a row's bounds need its documents' token "
+           "counts); `titan tokenize --tokenizer DIR --bin OUT FILES...` once makes a token file "
+           "of which each rank reads only its own rows");
+    }
+  }
   state_.mode = mode_name(options);
   state_.seed = options.seed;
   state_.shuffle = options.shuffle;
@@ -114,7 +128,7 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
     open_file();
     TITAN_CHECK(state_.doc < static_cast<int64_t>(own_docs_.size()) &&
                     read_document(state_.doc, doc_) &&
-                    state_.doc_offset <= static_cast<int64_t>(doc_.ids.size()),
+                    state_.doc_offset <= static_cast<int64_t>(doc_.length),
                 "loader state: document ", state_.doc, " of ",
                 files_[file_order(state_.epoch)[state_.file]], " does not reach offset ",
                 state_.doc_offset, " (has the data changed?)");
@@ -130,7 +144,7 @@ std::vector<int64_t> BatchProducer::file_order(int64_t epoch) const {
 void BatchProducer::open_file() {
   if (file_ && file_epoch_ == state_.epoch && file_pos_ == state_.file) return;
   const int64_t index = file_order(state_.epoch)[state_.file];
-  file_.reset();
+  close_file();
   file_.emplace(DocumentFile::open(files_[index], options_.data));
   file_epoch_ = state_.epoch;
   file_pos_ = state_.file;
@@ -150,22 +164,55 @@ void BatchProducer::open_file() {
 
 void BatchProducer::finish_file() {
   if (file_skipped_ > 0) {
-    const std::string line = file_->path() + ": skipped " + std::to_string(file_skipped_) +
-                             " bad record(s); the first: " + file_first_skip_;
-    if (options_.warn) {
-      options_.warn(line);
-    } else {
-      std::fprintf(stderr, "titan: warning: %s\n", line.c_str());
-    }
+    warn(file_->path() + ": skipped " + std::to_string(file_skipped_) +
+         " bad record(s); the first: " + file_first_skip_);
   }
+  close_file();
+}
+
+void BatchProducer::warn(const std::string& line) const {
+  if (options_.warn) {
+    options_.warn(line);
+  } else {
+    std::fprintf(stderr, "titan: warning: %s\n", line.c_str());
+  }
+}
+
+void BatchProducer::close_file() {
+  if (file_ && file_->token_file()) closed_tokens_read_ += file_->token_file()->tokens_read();
   file_.reset();
+}
+
+uint64_t BatchProducer::tokens_read() const {
+  const bool open = file_ && file_->token_file();
+  return closed_tokens_read_ + (open ? file_->token_file()->tokens_read() : 0);
+}
+
+LoaderPosition BatchProducer::position() const {
+  return {state_, unread_carry_};
 }
 
 bool BatchProducer::skims_rows() const {
   return !own_batch_ && options_.mode == DataMode::chat && !options_.pack_conversations;
 }
 
+bool BatchProducer::measures_token_file() const {
+  return options_.mode == DataMode::pretrain && file_->token_file();
+}
+
 bool BatchProducer::read_document(int64_t doc, Document& out) {
+  if (measures_token_file()) {  // its length from the table; its tokens read as rows take them
+    out.ids.clear();
+    out.labels.clear();
+    out.where.clear();
+    out.skimmed = false;
+    out.token_file = file_->token_file();
+    out.file_doc = static_cast<size_t>(own_docs_[doc]);
+    const uint64_t n = out.token_file->doc_size(out.file_doc);
+    out.length = n > 0 ? static_cast<size_t>(n) + 1 : 0;  // an empty document adds no EOS
+    return true;
+  }
+  out.token_file.reset();
   Record r;
   try {
     r = file_->record(static_cast<size_t>(own_docs_[doc]), options_.mode);
@@ -189,6 +236,7 @@ bool BatchProducer::read_document(int64_t doc, Document& out) {
   out.skimmed = skims_rows();
   if (out.skimmed) {  // its row is another rank's: one conversation, whatever its tokens
     out.ids.clear();
+    out.length = 0;
     return true;
   }
   if (r.kind != Record::Kind::ids) ++tokenized_;
@@ -203,10 +251,12 @@ bool BatchProducer::read_document(int64_t doc, Document& out) {
       break;
     case Record::Kind::chat:
       encode_chat(tok_, *options_.chat_template, r.messages, out.ids, out.labels);
+      out.length = out.ids.size();
       return true;
   }
   // An empty document adds nothing, not even a separator.
   if (!out.ids.empty()) out.ids.push_back(eos_);
+  out.length = out.ids.size();
   return true;
 }
 
@@ -228,7 +278,8 @@ bool BatchProducer::load_document() {
       }
       continue;
     }
-    if (read_document(state_.doc, doc_) && (doc_.skimmed || !doc_.ids.empty())) {
+    // A skimmed conversation is a row whatever its tokens; an empty document is skipped.
+    if (read_document(state_.doc, doc_) && (doc_.skimmed || doc_.length > 0)) {
       doc_loaded_ = true;
       empty_epochs_ = 0;
       return true;
@@ -237,25 +288,63 @@ bool BatchProducer::load_document() {
   }
 }
 
+void BatchProducer::advance(size_t n) {
+  state_.doc_offset += static_cast<int64_t>(n);
+  if (static_cast<size_t>(state_.doc_offset) == doc_.length) {
+    doc_loaded_ = false;
+    ++state_.doc;
+    state_.doc_offset = 0;
+  }
+}
+
 bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
+  if (!own_batch_) return skip_packed_row(ids, labels);
+  // After another rank's rows: read the carry they left unread.
+  if (unread_carry_) {
+    state_.carry = unread_carry_->read();
+    unread_carry_.reset();
+  }
   const auto S = static_cast<size_t>(options_.seq_len);
   std::vector<int32_t>& window = state_.carry;
   while (window.size() < S + 1) {
     if (!doc_loaded_ && !load_document()) return false;
     const auto offset = static_cast<size_t>(state_.doc_offset);
-    const size_t n = std::min(S + 1 - window.size(), doc_.ids.size() - offset);
-    window.insert(window.end(), doc_.ids.begin() + offset, doc_.ids.begin() + offset + n);
-    state_.doc_offset += static_cast<int64_t>(n);
-    if (static_cast<size_t>(state_.doc_offset) == doc_.ids.size()) {
-      doc_loaded_ = false;
-      ++state_.doc;
-      state_.doc_offset = 0;
+    const size_t n = std::min(S + 1 - window.size(), doc_.length - offset);
+    if (doc_.token_file) {
+      read_with_eos(*doc_.token_file, doc_.file_doc, offset, offset + n, eos_, window);
+    } else {
+      window.insert(window.end(), doc_.ids.begin() + offset, doc_.ids.begin() + offset + n);
     }
+    advance(n);
   }
   std::copy(window.begin(), window.end() - 1, ids);
   std::copy(window.begin() + 1, window.end(), labels);
   // The last token is only a target here: it is the first input of the next window.
   window.erase(window.begin(), window.end() - 1);
+  return true;
+}
+
+bool BatchProducer::skip_packed_row(int32_t* ids, int32_t* labels) {
+  const auto S = static_cast<size_t>(options_.seq_len);
+  if (!unread_carry_) {
+    unread_carry_.emplace(std::move(state_.carry));
+    state_.carry.clear();
+  }
+  CarriedTokens& window = *unread_carry_;
+  while (window.size() < S + 1) {
+    if (!doc_loaded_ && !load_document()) return false;  // the carry: the partial window
+    const auto offset = static_cast<size_t>(state_.doc_offset);
+    const size_t n = std::min(S + 1 - window.size(), doc_.length - offset);
+    if (doc_.token_file) {
+      window.append_span(doc_.token_file, doc_.file_doc, offset, offset + n, eos_);
+    } else {
+      window.append(doc_.ids.data() + offset, n);
+    }
+    advance(n);
+  }
+  window.keep_last(1);  // the next window's first token, as pack_row keeps it
+  std::fill(ids, ids + S, pad_);
+  std::fill(labels, labels + S, kIgnoreLabel);
   return true;
 }
 

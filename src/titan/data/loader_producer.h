@@ -9,6 +9,7 @@
 
 #include "titan/data/dataset.h"
 #include "titan/data/loader.h"
+#include "titan/data/loader_carry.h"
 #include "titan/data/loader_state.h"
 #include "titan/data/tokenizer.h"
 
@@ -24,21 +25,38 @@ class BatchProducer {
   // Fills the next batch; false when the epochs are done. The partial batch at the end is dropped
   // in pre-training and kept in chat mode, its missing rows empty (padding, labels -100).
   bool next(Batch& batch);
-  // The position after the last batch next() filled.
-  const LoaderState& state() const { return state_; }
+  // The position after the last batch next() filled, its carried tokens unread where another
+  // rank's rows of a token file left them (LoaderPosition::read reads them).
+  LoaderPosition position() const;
+  // The same, read.
+  LoaderState state() const { return position().read(); }
   // Documents tokenized so far (text encoded, conversations rendered and encoded): what a rank
   // that trains on a share of the batches is spared (LoaderOptions::share).
   int64_t tokenized() const { return tokenized_; }
+  // Tokens read from token files so far (TokenFileReader::tokens_read of every file this producer
+  // opened, carries read after their file closed aside): another rank's packed rows add none.
+  uint64_t tokens_read() const;
 
  private:
   struct Document {
     std::vector<int32_t> ids, labels;  // labels empty in pre-training (they equal the ids)
     std::string where;
     bool skimmed = false;  // another rank's conversation, read but not tokenized (ids empty)
+    size_t length = 0;     // pre-training: its tokens and EOS
+    // Pre-training from a token file: the file and the document's index in it. Its length comes
+    // from the file's table and its tokens (ids empty) are read a row's stretch at a time, so
+    // that a rank reads only what its own rows hold.
+    std::shared_ptr<const TokenFileReader> token_file;
+    size_t file_doc = 0;
   };
 
   bool next_row(int32_t* ids, int32_t* labels);
   bool pack_row(int32_t* ids, int32_t* labels);
+  // Another rank's packed row: the stream advanced as pack_row does, no token copied (token-file
+  // documents unread, the carry left unread: CarriedTokens); the row left empty.
+  bool skip_packed_row(int32_t* ids, int32_t* labels);
+  // n tokens of the loaded document packed: on to the next document at its end.
+  void advance(size_t n);
   bool chat_row(int32_t* ids, int32_t* labels);
   // Conversations one after another into a row while they fit, their starts into `starts`.
   bool packed_chat_row(int32_t* ids, int32_t* labels, int32_t* starts);
@@ -54,8 +72,14 @@ class BatchProducer {
   // Whether the batch being filled is another rank's whose rows need no tokens (their bounds are
   // the records': chat data, one conversation per row).
   bool skims_rows() const;
+  // Whether documents are measured by the open file's table and read a stretch at a time: a token
+  // file in pre-training.
+  bool measures_token_file() const;
   void open_file();
   void finish_file();
+  // One line to LoaderOptions::warn (default: stderr).
+  void warn(const std::string& line) const;
+  void close_file();
   std::vector<int64_t> file_order(int64_t epoch) const;
 
   const LoaderOptions& options_;
@@ -63,6 +87,8 @@ class BatchProducer {
   std::vector<std::string> files_;
   int32_t eos_ = -1, pad_ = -1;
   LoaderState state_;
+  // Set while the carry comes from another rank's rows (state_.carry then empty).
+  std::optional<CarriedTokens> unread_carry_;
 
   // The open file: (epoch, position) it was opened for, its documents for this rank.
   std::optional<DocumentFile> file_;
@@ -75,6 +101,7 @@ class BatchProducer {
   int64_t empty_epochs_ = 0;  // epochs passed without a document, to stop instead of spinning
   bool own_batch_ = true;     // the batch being filled is this rank's (LoaderOptions::share)
   int64_t tokenized_ = 0;
+  uint64_t closed_tokens_read_ = 0;  // tokens_read of the files closed so far
 };
 
 }  // namespace titan

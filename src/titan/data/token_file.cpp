@@ -28,8 +28,10 @@ bool is_token_file(std::string_view bytes) {
   return bytes.substr(0, kTokenFileMagic.size()) == kTokenFileMagic;
 }
 
-TokenFileReader TokenFileReader::open(const std::string& path) {
-  TokenFileReader r;
+std::shared_ptr<const TokenFileReader> TokenFileReader::open(const std::string& path) {
+  // Built in place: the token counter is an atomic, which does not move.
+  std::shared_ptr<TokenFileReader> shared(new TokenFileReader());
+  TokenFileReader& r = *shared;
   r.file_ = MappedFile::open(path);
   const unsigned char* p = r.file_.data();
   const size_t size = r.file_.size();
@@ -63,21 +65,34 @@ TokenFileReader TokenFileReader::open(const std::string& path) {
   }
   TITAN_CHECK(previous == r.n_tokens_, path, ": the document table ends at token ", previous,
               " but the file holds ", r.n_tokens_, " tokens");
-  return r;
+  return shared;
+}
+
+uint64_t TokenFileReader::doc_size(size_t i) const {
+  return doc_ends_[i] - (i == 0 ? 0 : doc_ends_[i - 1]);
 }
 
 void TokenFileReader::read_doc(size_t i, std::vector<int32_t>& out) const {
-  const uint64_t begin = i == 0 ? 0 : doc_ends_[i - 1];
-  const uint64_t end = doc_ends_[i];
-  if (end == begin) return;  // an empty document (memcpy must not get out's null data())
+  read_tokens(i, 0, doc_size(i), out);
+}
+
+void TokenFileReader::read_tokens(size_t i, uint64_t begin, uint64_t end,
+                                  std::vector<int32_t>& out) const {
+  TITAN_CHECK(begin <= end && end <= doc_size(i), path(), ": tokens [", begin, ", ", end,
+              ") are outside document ", i, " of ", doc_size(i), " tokens");
+  if (end == begin) return;  // nothing to copy (memcpy must not get out's null data())
+  const uint64_t first_token = (i == 0 ? 0 : doc_ends_[i - 1]) + begin;
+  const uint64_t n = end - begin;
   const unsigned char* p = file_.data() + kTokenFileHeaderBytes;
   const size_t first = out.size();
-  out.resize(first + (end - begin));
-  std::memcpy(out.data() + first, p + 4 * begin, 4 * (end - begin));
-  for (uint64_t t = begin; t < end; ++t) {
-    const auto id = static_cast<uint32_t>(out[first + (t - begin)]);
+  out.resize(first + n);
+  std::memcpy(out.data() + first, p + 4 * first_token, 4 * n);
+  tokens_read_.fetch_add(n, std::memory_order_relaxed);
+  for (uint64_t t = 0; t < n; ++t) {
+    const auto id = static_cast<uint32_t>(out[first + t]);
     TITAN_CHECK(id < vocab_size_, path(), ": token id ", id, " at offset ",
-                kTokenFileHeaderBytes + 4 * t, " is outside the vocabulary [0, ", vocab_size_, ")");
+                kTokenFileHeaderBytes + 4 * (first_token + t), " is outside the vocabulary [0, ",
+                vocab_size_, ")");
   }
 }
 

@@ -14,8 +14,10 @@
 // the loader shuffle and shard token files by document, like every other format.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,21 +36,32 @@ bool is_token_file(std::string_view bytes);
 class TokenFileReader {
  public:
   // Maps the file and validates the header and the document table; a bad header, a size that
-  // does not match it or a broken table is a titan::Error naming the file and the offset.
-  static TokenFileReader open(const std::string& path);
+  // does not match it or a broken table is a titan::Error naming the file and the offset. Shared:
+  // the loader's carried tokens may refer to a file after the loader has moved past it.
+  static std::shared_ptr<const TokenFileReader> open(const std::string& path);
 
   uint32_t vocab_size() const { return vocab_size_; }
   uint64_t n_tokens() const { return n_tokens_; }
   size_t n_docs() const { return doc_ends_.size(); }
+  // Document i's length in tokens, from the table alone (no token is read).
+  uint64_t doc_size(size_t i) const;
   // Appends document i's ids; an id >= vocab_size() is a titan::Error naming its byte offset.
   void read_doc(size_t i, std::vector<int32_t>& out) const;
+  // Appends ids [begin, end) of document i (end <= doc_size(i)), checked as read_doc checks them.
+  void read_tokens(size_t i, uint64_t begin, uint64_t end, std::vector<int32_t>& out) const;
+  // Tokens read from the mapping so far (by any thread): what shows that a loader rank reads only
+  // its own rows' tokens.
+  uint64_t tokens_read() const { return tokens_read_.load(std::memory_order_relaxed); }
   const std::string& path() const { return file_.path(); }
 
  private:
+  TokenFileReader() = default;
+
   MappedFile file_;
   uint32_t vocab_size_ = 0;
   uint64_t n_tokens_ = 0;
   std::vector<uint64_t> doc_ends_;
+  mutable std::atomic<uint64_t> tokens_read_{0};
 };
 
 // Writes a token file under a temporary name beside `path` and renames it into place on commit(),

@@ -1,0 +1,61 @@
+// The tokens the loader carries from one row into the next (LoaderState::carry), left unread while
+// they come from another data-parallel rank's rows of a token file: spans of its documents, read
+// from the mapping only when needed -- by this rank's next row, or a state to save.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "titan/data/loader_state.h"
+#include "titan/data/token_file.h"
+
+namespace titan {
+
+// Appends positions [begin, end) of document `doc` of `file` followed by `eos` (position
+// doc_size(doc) is the EOS, so end <= doc_size(doc) + 1): how the loader reads a token file's
+// documents, a stretch at a time.
+void read_with_eos(const TokenFileReader& file, size_t doc, uint64_t begin, uint64_t end,
+                   int32_t eos, std::vector<int32_t>& out);
+
+class CarriedTokens {
+ public:
+  CarriedTokens() = default;
+  explicit CarriedTokens(std::vector<int32_t> ids);
+
+  size_t size() const { return size_; }
+  void append(const int32_t* ids, size_t n);
+  // Positions [begin, end) of document `doc` of `file` followed by `eos`: position doc_size(doc)
+  // is the EOS, so end <= doc_size(doc) + 1.
+  void append_span(std::shared_ptr<const TokenFileReader> file, size_t doc, uint64_t begin,
+                   uint64_t end, int32_t eos);
+  // Drops all but the last n tokens.
+  void keep_last(size_t n);
+  // The tokens, read from their files where they are spans.
+  std::vector<int32_t> read() const;
+
+ private:
+  struct Piece {
+    std::vector<int32_t> ids;                     // known tokens; empty for a span
+    std::shared_ptr<const TokenFileReader> file;  // a span: set
+    size_t doc = 0;
+    uint64_t begin = 0, end = 0;  // positions in the document followed by its EOS
+    int32_t eos = 0;
+    size_t size() const { return file ? static_cast<size_t>(end - begin) : ids.size(); }
+  };
+  std::deque<Piece> pieces_;
+  size_t size_ = 0;
+};
+
+// A loader position whose carried tokens may still be unread.
+struct LoaderPosition {
+  LoaderState state;                          // its carry empty while unread_carry is set
+  std::optional<CarriedTokens> unread_carry;  // the carry, when another rank's rows left it
+
+  // The state with the carry read.
+  LoaderState read() const;
+};
+
+}  // namespace titan

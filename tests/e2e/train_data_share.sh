@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Data parallelism over packed rows of a token file, where each rank reads only its own rows'
+# tokens (the others' rows are measured by the document table: data/loader.h): `titan tokenize
+# --bin` of the default corpus, then
+#  - 10 steps on one process and on DDP 2 and FSDP 2 (titan launch -> mpirun, oversubscribed):
+#    losses and grad norms within 1e-5 relative (tests/e2e/equal_to_single.py);
+#  - the DDP 2 run's step-4 checkpoint (its loader state saved after the other rank's batches)
+#    resumes on one process within 1e-5 of the uninterrupted run, and on DDP 2 bit for bit;
+#  - a 2-rank run on the text corpus says once that every rank tokenizes every row, naming
+#    `titan tokenize --bin`; the runs on the token file do not.
+# usage: train_data_share.sh TITAN PYTHON
+set -euo pipefail
+titan="$1"
+python="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+e2e_dir="$(cd "$(dirname "$0")" && pwd)"
+. "$(dirname "$0")/mpi_env.sh"
+corpus=/usr/share/doc/jargon-text/jargon.txt.gz
+# The default tokenizer (docs/DATA.md), trained into a folder the runs name and into the run's own
+# cache (for the text run).
+export TITAN_CACHE_DIR="$work/cache"
+"$titan" tokenizer train --vocab-size 2048 --out "$work/tok" "$corpus" > /dev/null 2>&1
+"$titan" tokenize --tokenizer "$work/tok" --bin "$work/jargon.bin" "$corpus" 2> /dev/null
+
+common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
+        --training.global_batch_size=4 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
+        --threads 1 --training.dataset=jargon_bin --training.dataset_path="$work/jargon.bin"
+        --model.hf_assets_path="$work/tok" --model.flavor=tiny)
+ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0)
+ddp2=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
+note="every rank tokenizes every row"
+
+# run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl, its
+# output in NAME.log
+run() {
+  local name="$1" n="$2"
+  shift 2
+  local launch=("$titan")
+  [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
+  "${launch[@]}" train "${common[@]}" "$@" --job.dump_folder="$work/$name" \
+    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+}
+run single 1
+run ddp2 2 "${ddp2[@]}" "${ckpt[@]}"
+run fsdp2 2
+for name in ddp2 fsdp2; do
+  grep -q "data parallel over 2 ranks" "$work/$name.log" || { echo "$name: no mesh line"; cat "$work/$name.log"; exit 1; }
+  if grep -q "$note" "$work/$name.log"; then echo "$name: the note on a token file"; cat "$work/$name.log"; exit 1; fi
+done
+"$python" "$e2e_dir/equal_to_single.py" "$work" single 1 ddp2 fsdp2
+
+# The step-4 checkpoint of DDP 2: on one process, and on DDP 2 again.
+for spec in "to1 1" "to2 2 ${ddp2[*]}"; do
+  read -r name n mesh <<< "$spec"
+  cp -r "$work/ddp2" "$work/$name"
+  rm -rf "$work/$name/checkpoint/step-8" "$work/$name/checkpoint/step-10" "$work/$name/hf"
+  # shellcheck disable=SC2086
+  run "$name" "$n" $mesh "${ckpt[@]}"
+  grep -q "resumed step 4 from" "$work/$name.log" || { echo "$name did not resume"; cat "$work/$name.log"; exit 1; }
+done
+"$python" "$e2e_dir/equal_to_single.py" "$work" single 5 to1
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def steps(name):
+    return {r["step"]: (r["loss"], r["grad_norm"]) for r in map(json.loads, open(f"{work}/{name}.jsonl"))
+            if "loss" in r and r["step"] > 4}
+full, resumed = steps("ddp2"), steps("to2")
+assert len(full) == 6 and full == resumed, (full, resumed)
+print("DDP 2 resumed on DDP 2: steps 5-10 bit for bit")
+PY
+cmp "$work/ddp2/hf/model.safetensors" "$work/to2/hf/model.safetensors" || { echo "DDP 2 resumed: export differs"; exit 1; }
+
+# The text corpus on 2 ranks: the note, once.
+"$titan" launch --nproc 2 train --training.steps=1 --training.seq_len=64 --training.local_batch_size=1 \
+  --training.global_batch_size=2 --threads 1 "${ddp2[@]}" --job.dump_folder="$work/text" \
+  > "$work/text.log" 2>&1 || { cat "$work/text.log"; exit 1; }
+[ "$(grep -c "$note" "$work/text.log")" = 1 ] || { echo "expected the note once:"; cat "$work/text.log"; exit 1; }
+grep "$note" "$work/text.log" | grep -q "titan tokenize" || { echo "the note names no remedy"; cat "$work/text.log"; exit 1; }
+echo "data share on a token file: every check passed"
