@@ -7,7 +7,8 @@
 #  - the DDP 2 run's step-4 checkpoint (its loader state saved after the other rank's batches)
 #    resumes on one process within 1e-5 of the uninterrupted run, and on DDP 2 bit for bit;
 #  - a 2-rank run on the text corpus says once that every rank tokenizes every row, naming
-#    `titan tokenize --bin`; the runs on the token file do not.
+#    `titan tokenize --bin`; the runs on the token file do not; a warning on the job's config is
+#    said once, not once per rank.
 # usage: train_data_share.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -72,10 +73,13 @@ print("DDP 2 resumed on DDP 2: steps 5-10 bit for bit")
 PY
 cmp "$work/ddp2/hf/model.safetensors" "$work/to2/hf/model.safetensors" || { echo "DDP 2 resumed: export differs"; exit 1; }
 
-# The text corpus on 2 ranks: the note, once.
+# The text corpus on 2 ranks: the note, once, and a key without effect warned of once.
 "$titan" launch --nproc 2 train --training.steps=1 --training.seq_len=64 --training.local_batch_size=1 \
   --training.global_batch_size=2 --threads 1 "${ddp2[@]}" --job.dump_folder="$work/text" \
+  --parallelism.enable_sequence_parallel=false \
   > "$work/text.log" 2>&1 || { cat "$work/text.log"; exit 1; }
 [ "$(grep -c "$note" "$work/text.log")" = 1 ] || { echo "expected the note once:"; cat "$work/text.log"; exit 1; }
 grep "$note" "$work/text.log" | grep -q "titan tokenize" || { echo "the note names no remedy"; cat "$work/text.log"; exit 1; }
+[ "$(grep -c "^warning: parallelism.enable_sequence_parallel has no effect" "$work/text.log")" = 1 ] ||
+  { echo "expected the config warning once:"; cat "$work/text.log"; exit 1; }
 echo "data share on a token file: every check passed"

@@ -36,7 +36,7 @@ struct ForwardOptions {
   // (every rank calls it once per forward, after the last layer), so the loss and its gradient are
   // the formula's over their tokens together (the trainer's data-parallel group under
   // model.router_aux_loss_scope = "global"). Unset: this call's tokens alone.
-  std::function<void(double* statistics, int64_t count)> sum_router_statistics;
+  std::function<void(double* statistics, int64_t count)> sum_router_statistics = {};
   // Packed rows (several sequences one after another in a row, e.g. conversations): (B, S), the
   // position in its row where each token's sequence starts (ops/attention.h's segment_start).
   // Attention stays inside each sequence and positions (RoPE) restart at each start, so a packed

@@ -74,6 +74,13 @@ MfuPeak mfu_peak(const Backend& device, DType dtype, double peak_tflops) {
   return {*peak, device.peak_source(dtype)};
 }
 
+// A warning every rank reaches alike (the job's config, the model, the schedule): rank 0 says it
+// once. Other ranks' stdout is already silent (apps/titan/main.cpp), but their stderr stays open
+// for their own errors.
+void warn_job(const std::string& line) {
+  if (world().rank() == 0) std::fprintf(stderr, "warning: %s\n", line.c_str());
+}
+
 }  // namespace
 
 Trainer::Trainer(const JobConfig& config) : config_(config) {
@@ -137,10 +144,10 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   check_tensor_parallel_model(config_, job_args, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
-    std::fprintf(stderr, "warning: %s\n", line.c_str());
+    warn_job(line);
   }
   for (const std::string& line : job_world_unused_keys(config_, dims, world().size())) {
-    std::fprintf(stderr, "warning: %s\n", line.c_str());
+    warn_job(line);
   }
   if (!config_.job.description.empty()) std::printf("job: %s\n", config_.job.description.c_str());
   const DataSources sources = resolve_data_sources(config_);
@@ -178,12 +185,10 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   // again as it is.
   config_.model.name = model_family(args_.architecture, "model").name;
   if (config_.model.output_router_logits && !args_.is_moe()) {
-    std::fprintf(stderr,
-                 "warning: model.output_router_logits has no effect: the model has no sparse "
-                 "layers\n");
+    warn_job("model.output_router_logits has no effect: the model has no sparse layers");
   }
   for (const std::string& line : job_model_unused_keys(config_, args_)) {
-    std::fprintf(stderr, "warning: %s\n", line.c_str());
+    warn_job(line);
   }
   std::printf("model dims: %s; tokenizer: %s; data: %s\n",
               config_.model.flavor == "hf" ? (config_.model.hf_assets_path + "/config.json").c_str()
@@ -231,7 +236,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
     std::printf("override %s\n", line.c_str());
   }
   for (const std::string& line : model_->override_report().warnings) {
-    std::fprintf(stderr, "warning: %s\n", line.c_str());
+    warn_job(line);
   }
   if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_);
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
@@ -253,8 +258,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   schedule_ = LrSchedule::make(config_.optimizer.lr, t.steps, config_.lr_scheduler.warmup_steps,
                                config_.lr_scheduler.decay_ratio, config_.lr_scheduler.decay_type,
                                config_.lr_scheduler.min_lr_factor);
-  if (!schedule_.adjusted.empty())
-    std::fprintf(stderr, "warning: %s\n", schedule_.adjusted.c_str());
+  if (!schedule_.adjusted.empty()) warn_job(schedule_.adjusted);
 
   loader_options_.data.paths = sources.train;
   validation_paths_ = sources.validation;
