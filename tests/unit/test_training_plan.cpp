@@ -31,6 +31,7 @@
 #include "titan/models/param_count.h"
 #include "titan/models/registry.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/train/comm_report.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
 #include "titan/train/job_resolve.h"
@@ -519,6 +520,21 @@ TEST(TrainingPlan, ThePeakIsTheWriterOrTheExportWhenTheyAreHigher) {
   in.mesh = {1, 2};
   in.export_model_weights = false;
   EXPECT_EQ(plan_training(in).memory.export_gather, 0);
+}
+
+// The trainer's end-of-run report, which tests/e2e/comm_counts.sh compares with the plan's table:
+// whole numbers per step, a count that differs between steps (expert parallel's rows follow the
+// routing) its mean rounded, and said so.
+TEST(CommReport, PrintsWholeNumbersPerStep) {
+  CommCounts counts;
+  for (int i = 0; i < 4; ++i) counts.add(Collective::all_reduce, 8);
+  for (const int64_t bytes : {100, 101, 100, 100}) counts.add(Collective::all_to_all_v, bytes);
+  const std::string lines = comm_report_lines({{"ep", counts}}, 2);
+  for (const char* expected : {" all_reduce ", " 2 calls ", " 16 bytes (16 B)\n", " all_to_all_v ",
+                               " 201 bytes (201 B; the steps' mean, rounded)\n"}) {
+    EXPECT_NE(lines.find(expected), std::string::npos) << expected << " in\n" << lines;
+  }
+  EXPECT_EQ(lines.find('.'), std::string::npos) << lines;
 }
 
 std::string error_of(const std::vector<std::string>& flags, int64_t world) {
