@@ -21,7 +21,8 @@
 #     fp32 and bf16: one run of a unit gathered onto rank 0 at a time; TP 2: one run of whole
 #     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed;
 #     EP 2 on tiny_moe, the arena's expert-parallel rooms still held; FSDP 2 x EP 2: a run of the
-#     rank's part gathered from the shards beside the whole run gathered from the EP ranks);
+#     rank's part gathered from the shards beside the whole run gathered from the EP ranks; FSDP 2
+#     x TP 2 the same with the TP ranks' parts);
 #  4. LoRA over a base held in bf16 under FSDP 2 (lora.base_dtype = "bfloat16": the shards of the
 #     matmul weights bf16 rows), loaded from the one-process export of 3: the step's peak and the
 #     merged export's peak (the shards widened to fp32, then one run gathered) to the byte.
@@ -126,15 +127,16 @@ PY
 # 3. The final export's peak on rank 0 (the trainer's line) equals titan plan's export_peak: one
 #    process, and FSDP 2 in fp32 and bf16, where rank 0 gathers one run of a unit at a time (the
 #    largest, the embedding unit: export_gather) and writes it, the others holding nothing more.
-for name in export1 export2 export2bf16 export2tp export2ep export4fsdpep; do
+for name in export1 export2 export2bf16 export2tp export2ep export4fsdpep export4fsdptp; do
   flags=("${common[@]}" --checkpoint.last_save_in_hf=true)
   [ "$name" = export2bf16 ] && flags+=(--training.mixed_precision_param=bfloat16)
   [ "$name" = export2tp ] && flags+=("${tp[@]}")
   [ "$name" = export2ep ] && flags+=("${ep[@]}")
   [ "$name" = export4fsdpep ] && flags+=("${fsdp_ep[@]}")
+  [ "$name" = export4fsdptp ] && flags+=("${tp[@]}")
   nproc=2 train=("$titan" launch --nproc 2 train)
   [ "$name" = export1 ] && nproc=1 train=("$titan" train)
-  [ "$name" = export4fsdpep ] && nproc=4 train=("$titan" launch --nproc 4 train)
+  [[ "$name" = export4* ]] && nproc=4 train=("$titan" launch --nproc 4 train)
   "$titan" plan "${flags[@]}" --nproc $nproc --json > "$work/$name.plan"
   "${train[@]}" "${flags[@]}" --threads 1 --job.dump_folder="$work/$name" > "$work/$name.log" 2>&1 \
     || { cat "$work/$name.log"; exit 1; }
@@ -143,7 +145,8 @@ python3 - "$work" <<'PY'
 import json, re, sys
 work = sys.argv[1]
 for name, gathers in (("export1", False), ("export2", True), ("export2bf16", True),
-                      ("export2tp", True), ("export2ep", True), ("export4fsdpep", True)):
+                      ("export2tp", True), ("export2ep", True), ("export4fsdpep", True),
+                      ("export4fsdptp", True)):
     memory = json.load(open(f"{work}/{name}.plan"))["memory_bytes"]
     measured = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes",
                              open(f"{work}/{name}.log").read()).group(1))
