@@ -102,7 +102,9 @@ struct MemoryPlan {
   // FSDP rank 0 also holds the export's largest run of one unit's whole parameters (gathered to
   // it a run at a time: models/hf_export.h ExportRun), at most one unit, under TP the same run of
   // whole parameters beside its cut ones and the rank-ordered cuts of its largest row-wise
-  // parameter (gathered before being placed); over a LoRA base held in
+  // parameter (gathered before being placed), under FSDP x TP or EP a run of the rank's part
+  // gathered from the shards beside the whole run of it or of the run before (handed back once
+  // the next part has come); over a LoRA base held in
   // bf16 the merged export's widened fp32 masters of its matmul weights, every group's.
   int64_t writer_staging = 0, export_gather = 0;
   // Tensor parallel (without FSDP) or expert parallel (FSDP x EP too) with checkpoint.enable: rank
