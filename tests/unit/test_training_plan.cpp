@@ -409,8 +409,11 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
 // (rank 0's whole copy of the state, and the one group's gather buffer), against the plan. (A
 // step's all-to-all-v's need every rank's rows: tests/e2e/plan_memory.sh measures the step.)
 TEST(TrainingPlan, FsdpTimesEpHoldsTheShardsOfBothKinds) {
-  PlanInputs in =
-      inputs_of({"fsdp 2 x ep 2", test::with_moe(test::tiny_dense(false), 6, 2, 16, {1}), 1, 4});
+  // Layer 1 dense, its MLP as large as layer 0's 6 experts, so the export's most is layer 1's run
+  // gathered from the shards beside layer 0's whole run, handed back only after it.
+  ModelArgs args = test::with_moe(test::tiny_dense(false), 6, 2, 16, {1});
+  args.intermediate_size = 96;
+  PlanInputs in = inputs_of({"fsdp 2 x ep 2", args, 1, 4});
   in.mesh.ep = 2;
   in.checkpoint_saves = true;
   in.export_hf = true;
