@@ -75,7 +75,12 @@ void print_text(const TrainingPlan& p, const std::string& model) {
           ? "the frozen base's matmul weights in bf16 only " + bytes(m.compute_copies) +
                 " (lora.base_dtype" + (fsdp ? "; this rank's shards" : "") +
                 "), its norms and embedding and the adapter in fp32"
-          : std::string(fsdp ? "this rank's shards" : "fp32") +
+          : std::string(fsdp && in.mesh.ep > 1
+                            ? "this rank's shards (of its experts over the " +
+                                  std::to_string(in.mesh.dp_shard / in.mesh.ep) +
+                                  " ranks holding them, of the rest over dp_shard)"
+                        : fsdp ? "this rank's shards"
+                               : "fp32") +
                 (m.compute_copies > 0
                      ? " + bf16 copies of the [norm, lm_head] unit's matmul weights " +
                            bytes(m.compute_copies)
@@ -127,8 +132,9 @@ void print_text(const TrainingPlan& p, const std::string& model) {
           : std::string("RoPE tables"));
   if (m.checkpoint_whole_parameters > 0) {
     row("checkpoint copy", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer,
-        "tensor parallel: rank 0's whole parameters and AdamW moments each save gathers into, "
-        "held from the first save (in the step peak)");
+        std::string(in.mesh.tp > 1 ? "tensor" : "expert") +
+            " parallel: rank 0's whole parameters and AdamW moments each save gathers into, "
+            "held from the first save (in the step peak)");
   }
   row("step peak", m.step_peak(),
       fsdp                 ? "resident + the units in flight at their most"
@@ -136,7 +142,11 @@ void print_text(const TrainingPlan& p, const std::string& model) {
                            : "everything resident");
   if (in.checkpoint_saves) {
     row("checkpoint save", m.checkpoint_peak(),
-        "between steps + the writer's staging " + bytes(m.writer_staging));
+        "between steps + the writer's staging " + bytes(m.writer_staging) +
+            (m.checkpoint_gather > 0
+                 ? " or, before it, the one group's EP part the shards' rows are gathered into " +
+                       bytes(m.checkpoint_gather) + " (the larger)"
+                 : ""));
   }
   if (in.export_hf) {
     row("final export", m.export_peak(),
@@ -170,12 +180,13 @@ void print_text(const TrainingPlan& p, const std::string& model) {
     row("reduce-scatter", c.micro_batches * c.reduce_scatter,
         "per micro-batch " + bytes(c.reduce_scatter) + " (gradients)");
   }
-  if (in.mesh.dp_replicate > 1 || in.mesh.ep > 1) {
+  if (in.mesh.dp_replicate > 1 || (in.mesh.ep > 1 && !fsdp)) {
     row("all-reduce", c.all_reduce,
-        in.mesh.ep > 1 ? "the gradients, once a step: the experts' over the ranks holding the same "
-                         "experts, the others' over every data-parallel rank"
-        : fsdp         ? "the shards' gradients over the replicas, once a step"
-                       : "the gradients, once a step");
+        in.mesh.ep > 1 && !fsdp
+            ? "the gradients, once a step: the experts' over the ranks holding the same experts, "
+              "the others' over every data-parallel rank"
+        : fsdp ? "the shards' gradients over the replicas, once a step"
+               : "the gradients, once a step");
   }
   row("communication", c.per_step(),
       in.mesh.world() == 1
@@ -186,9 +197,8 @@ void print_text(const TrainingPlan& p, const std::string& model) {
       "\ncollectives per step per rank, by group (bytes: each call's buffer on the rank, as titan "
       "train's end-of-run report measures them)\n");
   for (const CommRow& r : c.rows) {
-    std::printf("  %-13s %-15s %6lld calls %10s  %s\n", r.group.c_str(),
-                collective_name(r.collective), static_cast<long long>(r.calls),
-                bytes(r.bytes).c_str(), r.what.c_str());
+    std::printf("  %-13s %-15s %12s %10s  %s\n", r.group.c_str(), collective_name(r.collective),
+                count(r.calls, "call ", "calls").c_str(), bytes(r.bytes).c_str(), r.what.c_str());
   }
 }
 
@@ -245,6 +255,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"writer_staging", m.writer_staging},
         {"export_gather", m.export_gather},
         {"checkpoint_whole", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer},
+        {"checkpoint_gather", m.checkpoint_gather},
         {"step_by_category", step},
         {"step_peak", m.step_peak()},
         {"checkpoint_peak", in.checkpoint_saves ? nlohmann::json(m.checkpoint_peak()) : nullptr},

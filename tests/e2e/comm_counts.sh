@@ -5,9 +5,12 @@
 # bytes must equal the plan's for the same flags exactly -- DDP 2, FSDP 2 (full activation
 # checkpointing too; bf16 on the tiny MoE: bf16 gathers), TP 2 with sequence parallel and without
 # (with full activation checkpointing: the recompute's collectives), and on 4 ranks HSDP 2 x 2 and
-# FSDP 2 x TP 2; EP 2 and DDP 2 x EP 2 on the tiny MoE (expert parallel's all-to-all-v: its calls
-# exact, its bytes an expectation under uniform routing, printed beside; DDP 2 x EP 2 with the
-# global load-balancing loss: its router statistics' all-reduce per micro-batch over dp). A mismatched pair is caught. Also the one-process plan has no table and its run no report.
+# FSDP 2 x TP 2; EP 2, DDP 2 x EP 2, FSDP 2 x EP 2 and on 8 ranks HSDP 2 x FSDP 2 x EP 2 on the
+# tiny MoE (expert parallel's all-to-all-v: its calls exact, its bytes an expectation under
+# uniform routing, printed beside; DDP 2 x EP 2 with the global load-balancing loss: its router
+# statistics' all-reduce per micro-batch over dp; under FSDP x EP the experts' all-gathers and
+# reduce-scatters over "expert_shard" beside the shard group's, exact). A mismatched pair is
+# caught. Also the one-process plan has no table and its run no report.
 # usage: comm_counts.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -49,6 +52,10 @@ ep2=(--model.flavor=tiny_moe --parallelism.expert_parallel_degree=2)
 compare_options=(--expectation ep/all_to_all_v)
 check ep2 2 "${ep2[@]}"
 check ddp2_ep2_aux 4 "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2 --model.output_router_logits=true
+check fsdp2_ep2 4 "${ep2[@]}"
+grep -q "^  expert_shard  *all_gather" "$work/fsdp2_ep2.log" ||
+  { echo "fsdp2_ep2: no expert_shard all-gathers measured"; cat "$work/fsdp2_ep2.log"; exit 1; }
+check hsdp2_fsdp2_ep2 8 "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2 --training.global_batch_size=8
 compare_options=()
 
 # The comparison fails where the two differ: TP 2's report against FSDP 2's plan.

@@ -11,13 +11,18 @@
 #     gradients and AdamW state per rank (each rank's 4 of the 8 experts), activations and step
 #     peak equal the trainer's to the byte (the arena holds rooms for the most rows that can
 #     arrive at the rank's experts, whatever the routing: nn/expert_parallel.h
-#     most_arrived_rows);
+#     most_arrived_rows); FSDP 2 x EP 2 on 4 ranks (the experts sharded over the 2 ranks holding
+#     them, the rest over all 4) in fp32 and bf16 likewise to the byte, and with checkpoint.enable
+#     the save's peak (rank 0's whole copy of the state held from the first save, the writer's
+#     staging) as the run's peak to the byte;
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
 #     fp32 and bf16: one run of a unit gathered onto rank 0 at a time; TP 2: one run of whole
 #     parameters beside rank 0's cuts, and a row-wise parameter's cuts before they are placed;
-#     EP 2 on tiny_moe, the arena's expert-parallel rooms still held);
+#     EP 2 on tiny_moe, the arena's expert-parallel rooms still held; FSDP 2 x EP 2: a run of the
+#     rank's part gathered from the shards beside the whole run gathered from the EP ranks; FSDP 2
+#     x TP 2 the same with the TP ranks' parts);
 #  4. LoRA over a base held in bf16 under FSDP 2 (lora.base_dtype = "bfloat16": the shards of the
 #     matmul weights bf16 rows), loaded from the one-process export of 3: the step's peak and the
 #     merged export's peak (the shards widened to fp32, then one run gathered) to the byte.
@@ -59,6 +64,16 @@ ep_bf16=("${ep[@]}" --training.mixed_precision_param=bfloat16)
 "$titan" plan "${common[@]}" "${ep_bf16[@]}" --nproc 2 --json > "$work/ep2bf16.plan"
 "$titan" launch --nproc 2 train "${common[@]}" "${ep_bf16[@]}" --threads 1 --job.dump_folder="$work/ep2bf16" \
   --metrics.save_jsonl="$work/ep2bf16.jsonl" > "$work/ep2bf16.log" 2>&1 || { cat "$work/ep2bf16.log"; exit 1; }
+# FSDP 2 x EP 2: 4 ranks, dp_shard 4 with EP 2 borrowed from it (a global batch of 8).
+fsdp_ep=("${ep[@]}" --training.global_batch_size=8)
+for name in fsdp2ep2 fsdp2ep2bf16 fsdp2ep2ckpt; do
+  flags=("${common[@]}" "${fsdp_ep[@]}")
+  [ "$name" = fsdp2ep2bf16 ] && flags+=(--training.mixed_precision_param=bfloat16)
+  [ "$name" = fsdp2ep2ckpt ] && flags+=("${ckpt[@]}")
+  "$titan" plan "${flags[@]}" --nproc 4 --json > "$work/$name.plan"
+  "$titan" launch --nproc 4 train "${flags[@]}" --threads 1 --job.dump_folder="$work/$name" \
+    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+done
 for policy in default never; do
   bf16=(--training.mixed_precision_param=bfloat16 --parallelism.fsdp_reshard_after_forward=$policy)
   "$titan" plan "${common[@]}" "${bf16[@]}" --nproc 2 --json > "$work/fsdp2bf16$policy.plan"
@@ -75,7 +90,8 @@ failed = []
 for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2", 2, 1, 1),
                                   ("fsdp2", 2, 2, 1), ("fsdp2bf16default", 2, 2, 1),
                                   ("fsdp2bf16never", 2, 2, 1), ("tp2ckpt", 2, 1, 2),
-                                  ("ep2", 2, 2, 1), ("ep2bf16", 2, 2, 1)):
+                                  ("ep2", 2, 2, 1), ("ep2bf16", 2, 2, 1), ("fsdp2ep2", 4, 4, 1),
+                                  ("fsdp2ep2bf16", 4, 4, 1), ("fsdp2ep2ckpt", 4, 4, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
@@ -83,7 +99,7 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
     last = records[-1]  # peaks are running maxima
     measured = round(last["memory_peak_gib"] * 2**30)
     predicted = plan["memory_bytes"]["peak"]
-    assert (predicted > plan["memory_bytes"]["step_peak"]) == (name in ("ckpt", "tp2ckpt")), plan["memory_bytes"]
+    assert (predicted > plan["memory_bytes"]["step_peak"]) == (name in ("ckpt", "tp2ckpt", "fsdp2ep2ckpt")), plan["memory_bytes"]
     # The step's categories (a save adds the writer's staging to "other").
     by_category = plan["memory_bytes"]["step_by_category"]
     cats = ", ".join(f"{c} {by_category[c] / MiB:.2f} / {last['memory_peak_by_category_gib'][c] * 2**30 / MiB:.2f}"
@@ -93,27 +109,34 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
           f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
     if abs(off) > 0.10:
         failed.append(name)
-    if name.startswith("ep2"):  # the rank's experts, not the whole model's; the arena's rooms for the
-        # most rows that can arrive at them (every rank's tokens choosing this rank's experts)
+    if "ep2" in name:  # the rank's experts (under FSDP their shards), not the whole model's; the
+        # arena's rooms for the most rows that can arrive at them (every rank's tokens choosing
+        # this rank's experts); FSDP x EP's units in flight of both kinds of shards
         for c in ("parameters", "gradients", "optimizer", "activations"):
             got = round(last["memory_peak_by_category_gib"][c] * 2**30)
             if by_category[c] != got:
                 failed.append(f"{name} {c}: planned {by_category[c]}, measured {got}")
-        if plan["memory_bytes"]["step_peak"] != measured:
-            failed.append(f"{name} step peak: planned {plan['memory_bytes']['step_peak']}, measured {measured}")
+        # With saves the run's peak is a save's (rank 0's whole copy of the state, counted in the
+        # step from the first save on, and the writer's staging or the one group's gather buffer).
+        planned = plan["memory_bytes"]["peak" if name.endswith("ckpt") else "step_peak"]
+        if planned != measured:
+            failed.append(f"{name} peak: planned {planned}, measured {measured}")
 assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
 PY
 
 # 3. The final export's peak on rank 0 (the trainer's line) equals titan plan's export_peak: one
 #    process, and FSDP 2 in fp32 and bf16, where rank 0 gathers one run of a unit at a time (the
 #    largest, the embedding unit: export_gather) and writes it, the others holding nothing more.
-for name in export1 export2 export2bf16 export2tp export2ep; do
+for name in export1 export2 export2bf16 export2tp export2ep export4fsdpep export4fsdptp; do
   flags=("${common[@]}" --checkpoint.last_save_in_hf=true)
   [ "$name" = export2bf16 ] && flags+=(--training.mixed_precision_param=bfloat16)
   [ "$name" = export2tp ] && flags+=("${tp[@]}")
   [ "$name" = export2ep ] && flags+=("${ep[@]}")
+  [ "$name" = export4fsdpep ] && flags+=("${fsdp_ep[@]}")
+  [ "$name" = export4fsdptp ] && flags+=("${tp[@]}")
   nproc=2 train=("$titan" launch --nproc 2 train)
   [ "$name" = export1 ] && nproc=1 train=("$titan" train)
+  [[ "$name" = export4* ]] && nproc=4 train=("$titan" launch --nproc 4 train)
   "$titan" plan "${flags[@]}" --nproc $nproc --json > "$work/$name.plan"
   "${train[@]}" "${flags[@]}" --threads 1 --job.dump_folder="$work/$name" > "$work/$name.log" 2>&1 \
     || { cat "$work/$name.log"; exit 1; }
@@ -122,7 +145,8 @@ python3 - "$work" <<'PY'
 import json, re, sys
 work = sys.argv[1]
 for name, gathers in (("export1", False), ("export2", True), ("export2bf16", True),
-                      ("export2tp", True), ("export2ep", True)):
+                      ("export2tp", True), ("export2ep", True), ("export4fsdpep", True),
+                      ("export4fsdptp", True)):
     memory = json.load(open(f"{work}/{name}.plan"))["memory_bytes"]
     measured = int(re.search(r"the export's peak memory on rank 0: (\d+) bytes",
                              open(f"{work}/{name}.log").read()).group(1))

@@ -31,11 +31,13 @@
 #include "titan/models/param_count.h"
 #include "titan/models/registry.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/train/comm_report.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
 #include "titan/train/optimizer.h"
+#include "titan/train/parallelism.h"
 #include "titan/train/training_plan.h"
 
 namespace titan {
@@ -46,7 +48,7 @@ namespace {
 class CountingCommunicator final : public Communicator {
  public:
   // split_sizes: the sizes of the groups successive split() calls return (DeviceMesh splits the
-  // shard group, then the replicate group).
+  // shard group, then the replicate group, then the TP group).
   CountingCommunicator(int size, std::shared_ptr<int64_t> sent, std::deque<int> split_sizes = {})
       : size_(size), sent_(std::move(sent)), split_sizes_(std::move(split_sizes)) {}
   int rank() const override { return 0; }
@@ -94,6 +96,7 @@ class CountingCommunicator final : public Communicator {
   void broadcast(float*, int64_t, int) override {}
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override {
+    TITAN_CHECK(!split_sizes_.empty(), "CountingCommunicator: more splits than sizes given");
     const int size = split_sizes_.front();
     split_sizes_.pop_front();
     return std::make_unique<CountingCommunicator>(size, sent_);
@@ -157,7 +160,7 @@ void check_against_model(const Case& c) {
   };
   auto sent = std::make_shared<int64_t>(0);
   CountingCommunicator world(static_cast<int>(c.dp_replicate * c.dp_shard), sent,
-                             {static_cast<int>(c.dp_shard), static_cast<int>(c.dp_replicate)});
+                             {static_cast<int>(c.dp_shard), static_cast<int>(c.dp_replicate), 1});
   DeviceMesh mesh(world, in.mesh);
 
   const bool sharded = c.dp_shard > 1;
@@ -399,6 +402,65 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
                        ActivationCheckpointing::none(), 2, "never"});
 }
 
+// FSDP 2 x EP 2 (this is rank 0 of 4): 6 experts, 3 a rank, each expert tensor's 3 rows sharded
+// over the 2 ranks holding them (2 rows, one of them padding), the rest over all 4. What the
+// trainer's Parallelism holds between steps, the most the export holds on rank 0 (a run of its
+// part gathered from the shards beside the whole run gathered from its EP group) and a save's
+// (rank 0's whole copy of the state, and the one group's gather buffer), against the plan. (A
+// step's all-to-all-v's need every rank's rows: tests/e2e/plan_memory.sh measures the step.)
+TEST(TrainingPlan, FsdpTimesEpHoldsTheShardsOfBothKinds) {
+  // Layer 1 dense, its MLP as large as layer 0's 6 experts, so the export's most is layer 1's run
+  // gathered from the shards beside layer 0's whole run, handed back only after it.
+  ModelArgs args = test::with_moe(test::tiny_dense(false), 6, 2, 16, {1});
+  args.intermediate_size = 96;
+  PlanInputs in = inputs_of({"fsdp 2 x ep 2", args, 1, 4});
+  in.mesh.ep = 2;
+  in.checkpoint_saves = true;
+  in.export_hf = true;
+  const MemoryPlan m = plan_training(in).memory;
+  auto sent = std::make_shared<int64_t>(0);
+  // DeviceMesh's splits: the shard group, the replicas, TP, EP, the ranks holding the same
+  // experts, those of this replica.
+  CountingCommunicator world(4, sent, {4, 1, 1, 2, 2, 2});
+  DeviceMesh mesh(world, in.mesh);
+  const ParallelizePlan parallelize = Parallelism::plan(in.args, Parallelism::axes(mesh, false));
+  const auto total = [] {
+    int64_t bytes = 0;
+    for (const size_t b : memory_stats().current) bytes += static_cast<int64_t>(b);
+    return bytes;
+  };
+  const MemoryStats before = memory_stats();
+  const auto grew = [&](MemCategory cat) {
+    return current(cat) - static_cast<int64_t>(before.current[static_cast<int>(cat)]);
+  };
+  std::unique_ptr<CausalLM> model =
+      make_model(in.args, {}, DType::f32, Parallelism::param_residency(mesh), parallelize);
+  model->allocate_gradients();
+  Parallelism parallelism(*model, mesh, parallelize, "default");
+  AdamWOptimizer optimizer(parallelism.state_groups(), AdamWConfig{});
+  parallelism.initialize(in.args, 7);
+  EXPECT_EQ(grew(MemCategory::parameters), m.parameters);
+  EXPECT_EQ(grew(MemCategory::gradients), m.gradients);
+  EXPECT_EQ(grew(MemCategory::optimizer), m.optimizer);
+  EXPECT_EQ(grew(MemCategory::other), m.collective_buffers);
+
+  const int64_t resident = total();
+  memory_reset_peak();
+  for (const ExportRun& run : hf_export_runs(in.args, HfExportOptions{})) {
+    parallelism.gather_for_export(run);
+  }
+  parallelism.end_export();
+  EXPECT_EQ(static_cast<int64_t>(memory_stats().total_peak) - resident, m.export_gather);
+  EXPECT_EQ(total(), resident);
+
+  memory_reset_peak();
+  EXPECT_EQ(parallelism.checkpoint_state(false).size(), parallelism.state_groups().size());
+  EXPECT_EQ(static_cast<int64_t>(memory_stats().total_peak) - resident,
+            m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer + m.checkpoint_gather);
+  EXPECT_EQ(total() - resident, m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer);
+  EXPECT_GT(m.checkpoint_gather, 0);
+}
+
 TEST(TrainingPlan, LoraReplicasAllReduceTheAdapterOnly) {
   Case c{"DDP LoRA", test::tiny_dense(true), 2, 1};
   c.lora = {8, 16.0, {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}};
@@ -519,6 +581,21 @@ TEST(TrainingPlan, ThePeakIsTheWriterOrTheExportWhenTheyAreHigher) {
   in.mesh = {1, 2};
   in.export_model_weights = false;
   EXPECT_EQ(plan_training(in).memory.export_gather, 0);
+}
+
+// The trainer's end-of-run report, which tests/e2e/comm_counts.sh compares with the plan's table:
+// whole numbers per step, a count that differs between steps (expert parallel's rows follow the
+// routing) its mean rounded, and said so.
+TEST(CommReport, PrintsWholeNumbersPerStep) {
+  CommCounts counts;
+  for (int i = 0; i < 4; ++i) counts.add(Collective::all_reduce, 8);
+  for (const int64_t bytes : {100, 101, 100, 100}) counts.add(Collective::all_to_all_v, bytes);
+  const std::string lines = comm_report_lines({{"ep", counts}}, 2);
+  for (const char* expected : {" all_reduce ", " 2 calls ", " 16 bytes (16 B)\n", " all_to_all_v ",
+                               " 201 bytes (201 B; the steps' mean, rounded)\n"}) {
+    EXPECT_NE(lines.find(expected), std::string::npos) << expected << " in\n" << lines;
+  }
+  EXPECT_EQ(lines.find('.'), std::string::npos) << lines;
 }
 
 std::string error_of(const std::vector<std::string>& flags, int64_t world) {

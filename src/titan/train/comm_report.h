@@ -15,7 +15,8 @@ namespace titan {
 using GroupCounts = std::vector<std::pair<std::string, CommCounts>>;
 
 // One line per group and collective with calls: "  tp  all_reduce  <calls> calls  <bytes> bytes
-// (<size>)", the counts divided by `steps`; none for groups that moved nothing.
+// (<size>)", the counts divided by `steps` as whole numbers (a mean that is not whole rounded,
+// "; the steps' mean, rounded" after the size); none for groups that moved nothing.
 std::string comm_report_lines(const GroupCounts& counts, int64_t steps);
 
 }  // namespace titan

@@ -29,18 +29,15 @@ namespace {
 
 constexpr int64_t kFloat = sizeof(float);
 
-// FSDP's shard of a group (distributed/fsdp.h): every parameter's dim 0 cut to ceil(d0 / N) rows.
-std::vector<ParamSpec> shard_specs(const std::vector<ParamSpec>& whole, int64_t shards) {
-  std::vector<ParamSpec> specs;
-  for (const ParamSpec& s : whole) specs.push_back(Shard{0, shards}.spec_of(s));
-  return specs;
-}
-
 // Bytes each rank sends in a ring all-gather or reduce-scatter whose whole side is
 // `ranks` x `shard_bytes`.
 int64_t ring_bytes(int64_t ranks, int64_t shard_bytes) {
   return (ranks - 1) * shard_bytes;
 }
+
+// The two groups FSDP queues a unit's collectives over (FullyShardedGroups' kinds of views): the
+// shard group, and under FSDP x EP the experts' (the mesh's "expert_shard").
+enum ShardKind : size_t { kRestShards = 0, kExpertShards = 1 };
 
 constexpr int64_t kDouble = sizeof(double);
 
@@ -88,10 +85,10 @@ void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec
                           const std::vector<int64_t>& shard_numel, std::vector<CommRow>& rows) {
   const bool lora = in.lora.rank > 0, fsdp = in.mesh.fsdp();
   const int64_t dp = in.mesh.dp();
-  if (in.mesh.ep > 1 && !lora) {
-    // Whole on every rank but for the experts (no FSDP under EP): the others' gradients over every
-    // data-parallel rank, the experts' over the ranks holding the same experts, one all-reduce per
-    // run of either in a group's buffer (all_reduce_gradients with a selection).
+  if (in.mesh.ep > 1 && !lora && !fsdp) {
+    // Whole on every rank but for the experts (EP over all of dp_shard): the others' gradients over
+    // every data-parallel rank, the experts' over the ranks holding the same experts, one
+    // all-reduce per run of either in a group's buffer (all_reduce_gradients with a selection).
     const auto expert = [&](const ParamSpec& p) { return parallelize.placement_of(p).count > 1; };
     const GradientRuns others =
         gradient_runs(group_specs, [&](const ParamSpec& p) { return !expert(p); });
@@ -117,13 +114,18 @@ void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec
     for (const int64_t shard : shard_numel) bytes += shard * kFloat;
     rows.push_back({"dp_replicate", Collective::all_reduce,
                     static_cast<int64_t>(shard_numel.size()), bytes,
-                    "HSDP: the shards' gradients over the replicas, one call per unit"});
+                    in.mesh.ep > 1 ? "HSDP x EP: the shards' gradients over the replicas (the "
+                                     "experts' rows with the rest), one call per unit"
+                                   : "HSDP: the shards' gradients over the replicas, one call per "
+                                     "unit"});
   }
   if (fsdp && !lora) {
     rows.push_back(
         {"dp_shard", Collective::all_reduce, 1, kDouble, "the gradient norm's sum of squares"});
   }
-  if (in.mesh.tp > 1 || in.mesh.ep > 1) {
+  // Under FSDP x EP the shard group holds every expert's rows once (Parallelism::
+  // shards_span_cuts): no sum over the EP group follows.
+  if (in.mesh.tp > 1 || (in.mesh.ep > 1 && !fsdp)) {
     rows.push_back({in.mesh.ep > 1 ? "ep" : "tp", Collective::all_reduce, 1, kDouble,
                     "the gradient norm's sum of squares of the cut parameters"});
   }
@@ -249,12 +251,16 @@ int64_t MemoryPlan::step_peak() const {
   return total - unit_parameters - unit_gradients;
 }
 
+int64_t MemoryPlan::between_steps() const {
+  return step_peak() - units_in_flight;
+}
+
 int64_t MemoryPlan::checkpoint_peak() const {
-  return step_peak() - units_in_flight + writer_staging;
+  return between_steps() + std::max(writer_staging, checkpoint_gather);
 }
 
 int64_t MemoryPlan::export_peak() const {
-  return checkpoint_peak() + export_gather;
+  return between_steps() + writer_staging + export_gather;
 }
 
 int64_t TrainingPlan::peak() const {
@@ -271,9 +277,6 @@ TrainingPlan plan_training(const PlanInputs& in) {
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = in.mesh.fsdp();
-  TITAN_CHECK(!fsdp || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
-              " below data_parallel_shard_degree ", n,
-              " (FSDP x EP: the experts sharded over the ranks holding them) is not planned yet");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
@@ -281,11 +284,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // per group, for a use reading parameters [0] and one reading through_copies [1] (GroupReads),
   // its fp32 masters and the elements of its bf16 copies (DecoderLM::allocate_compute_weights: the
   // weights read only in bf16, and a tied embedding's lm_head copy, which [1] reads) and under FSDP
-  // the bytes of this rank's rows its all-gather sends (FullyShardedGroups::start_gather; rank 0
-  // holds the most rows), and the most bf16 rows one gather rounds into the send buffer.
+  // the bytes a ring all-gather sends from this rank's rows (FullyShardedGroups::start_gather;
+  // rank 0 holds the most rows), and the most bf16 rows one gather rounds into the send buffer.
   const bool bf16 = in.compute_dtype == DType::bf16;
   int64_t resident = 0, largest_whole = 0, largest_shard = 0, largest_send = 0;
-  std::vector<int64_t> shard_numel, whole_numel, shard_rows_numel;
+  std::vector<int64_t> shard_numel, whole_numel;
   // A base held in bf16 (lora.base_dtype): the weights read only in bf16 are never fp32 masters.
   // Per group (FSDP: its shard), the fp32 masters of the rest and the elements held in bf16.
   const auto held_in_bf16 = [&](const std::string& name) {
@@ -294,9 +297,13 @@ TrainingPlan plan_training(const PlanInputs& in) {
   std::vector<int64_t> base_master_numel, base_bf16_numel;
   std::array<std::vector<int64_t>, 2> gather_bytes, master_numel, copy_numel;
   // Per group: the whole side of its all-gather for each kind of use, and of its reduce-scatter
-  // (every rank's rows: what the communicator counts, distributed/comm_counts.h).
-  std::array<std::vector<int64_t>, 2> gather_whole_bytes;
-  std::vector<int64_t> scatter_whole_bytes;
+  // (every rank's rows: what the communicator counts, distributed/comm_counts.h), per group of
+  // ranks it runs over (ShardKind; 0: the unit has no view of that kind, so no call); the bytes a
+  // ring reduce-scatter sends from this rank.
+  using PerShardKind = std::array<int64_t, 2>;
+  std::array<std::vector<PerShardKind>, 2> gather_whole_bytes;
+  std::vector<PerShardKind> scatter_whole_bytes;
+  std::vector<int64_t> scatter_bytes;
   // Rank 0's parts of the parameters, as its model is built (Parallelism::plan; the TP and EP
   // ranks' parts are the same sizes: each EP rank's num_experts / ep experts).
   ParallelAxes axes;
@@ -305,6 +312,16 @@ TrainingPlan plan_training(const PlanInputs& in) {
   axes.sequence_parallel = in.sequence_parallel;
   const ParallelizePlan parallelize = Parallelism::plan(a, axes);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
+  // Rank 0's FSDP cut of each parameter (distributed/fsdp.h): its dim 0 cut to ceil(d0 / N) rows
+  // over the shard group's N ranks -- under FSDP x EP an expert's over the dp_shard / ep ranks
+  // holding the same experts (ParallelizePlan::fsdp_cut_of) --, whole without FSDP; and the group
+  // its collectives run over.
+  const auto cut_of = [&](const ParamSpec& p) {
+    return fsdp ? parallelize.fsdp_cut_of(p, Shard{0, n}) : Shard{};
+  };
+  const auto kind_of = [&](const ParamSpec& p) {
+    return !fsdp || cut_of(p).count == n ? kRestShards : kExpertShards;
+  };
   // A stacked expert weight LoRA adapts (models/lora.h: gate_proj and up_proj together, or
   // down_proj, of a MoE model's sparse layers).
   const auto adapted_expert = [&](const std::string& name) {
@@ -316,12 +333,16 @@ TrainingPlan plan_training(const PlanInputs& in) {
   for (const ParamGroupSpec& g : group_specs) {
     const int64_t group = param_group_numel(g.params);
     whole_numel.push_back(group);
-    const std::vector<ParamSpec> specs = fsdp ? shard_specs(g.params, n) : g.params;
+    std::vector<ParamSpec> specs;
+    for (const ParamSpec& p : g.params) specs.push_back(cut_of(p).spec_of(p));
     const int64_t shard = param_group_numel(specs);
     shard_numel.push_back(shard);
-    int64_t rows = 0;  // the shard's elements without the views' alignment
-    for (const ParamSpec& p : specs) rows += shape_numel(p.shape);
-    shard_rows_numel.push_back(rows);
+    // Ring bytes from the shard's elements (without the views' alignment), over each one's group.
+    int64_t scattered = 0;
+    for (const ParamSpec& p : specs) {
+      scattered += ring_bytes(cut_of(p).count, shape_numel(p.shape) * kFloat);
+    }
+    scatter_bytes.push_back(scattered);
     std::vector<ParamSpec> base_masters;
     int64_t base_bf16 = 0;
     for (const ParamSpec& p : specs) {
@@ -333,9 +354,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
     }
     base_master_numel.push_back(param_group_numel(base_masters));
     base_bf16_numel.push_back(base_bf16);
-    int64_t whole_rows = 0;
-    for (const ParamSpec& p : g.params) whole_rows += shape_numel(p.shape);
-    scatter_whole_bytes.push_back(whole_rows * kFloat);
+    PerShardKind whole_rows{};
+    for (const ParamSpec& p : g.params) whole_rows[kind_of(p)] += shape_numel(p.shape) * kFloat;
+    scatter_whole_bytes.push_back(whole_rows);
     for (size_t kind = 0; kind < 2; ++kind) {
       // What such a use reads in bf16 (gathered into copies): the weights read only in bf16 --
       // but for a use of the parameters the experts LoRA adapts (their merge reads the masters:
@@ -349,21 +370,22 @@ TrainingPlan plan_training(const PlanInputs& in) {
       };
       // The masters a unit in flight holds: not those gathered into copies.
       std::vector<ParamSpec> masters;
-      int64_t copied = 0, sent = 0, rounded = 0, whole_sent = 0;
+      int64_t copied = 0, sent = 0, rounded = 0;
+      PerShardKind whole_sent{};
       for (size_t i = 0; i < g.params.size(); ++i) {
         const ParamSpec& p = g.params[i];
-        const int64_t own = shape_numel(specs[i].shape);
+        const int64_t own = shape_numel(specs[i].shape), ranks = cut_of(p).count;
+        int64_t width = kFloat;
         if (in_bf16(p.name)) {
           copied += shape_numel(p.shape);
           if (!held_in_bf16(p.name)) rounded += own;  // a shard held in bf16 is sent as it is
-          sent += own * static_cast<int64_t>(dtype_size(DType::bf16));
-          whole_sent += shape_numel(p.shape) * static_cast<int64_t>(dtype_size(DType::bf16));
+          width = static_cast<int64_t>(dtype_size(DType::bf16));
         } else {
           masters.push_back(p);
-          sent += own * kFloat;
-          whole_sent += shape_numel(p.shape) * kFloat;
           if (bf16 && adapted_expert(p.name)) copied += shape_numel(p.shape);
         }
+        sent += ring_bytes(ranks, own * width);
+        whole_sent[kind_of(p)] += shape_numel(p.shape) * width;
       }
       master_numel[kind].push_back(param_group_numel(masters));
       copy_numel[kind].push_back(copied);
@@ -442,17 +464,24 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // Start-up initialises a whole unit at a time in fp32 (FullyShardedGroups::initialize): under
     // bf16 more than a unit in flight holds. (A base held in bf16 is loaded into the shards.)
     if (!in.lora_base_bf16) moment(largest_whole * kFloat, 0);
-    // The gathers of the forward and the backward: bytes this rank's rows make (rank 0's), their
-    // whole side and calls; the reduce-scatters likewise.
+    // The gathers of the forward and the backward: the bytes a ring sends from this rank's rows
+    // (rank 0's), and per group of ranks (ShardKind) their whole side and calls -- one call per
+    // kind of view a unit has; the reduce-scatters likewise.
     struct Tally {
-      int64_t sent = 0, whole = 0, calls = 0;
+      int64_t sent = 0;
+      PerShardKind whole{}, calls{};
+      void add(int64_t ring, const PerShardKind& whole_side) {
+        sent += ring;
+        for (size_t k = 0; k < 2; ++k) {
+          whole[k] += whole_side[k];
+          calls[k] += whole_side[k] > 0 ? 1 : 0;
+        }
+      }
     };
     Tally gathered_forward, gathered_backward, scattered;
     const auto gather = [&](int64_t g, GroupReads reads, Tally& gathered) {
       const size_t kind = reads == GroupReads::through_copies ? 1 : 0;
-      gathered.sent += gather_bytes[kind][g];
-      gathered.whole += gather_whole_bytes[kind][g];
-      ++gathered.calls;
+      gathered.add(gather_bytes[kind][g], gather_whole_bytes[kind][g]);
       whole_now[g] = in_use(g, reads);
       whole_params += whole_now[g];
     };
@@ -490,9 +519,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
     const auto release = [&](int64_t g, GroupUseEnd end) {  // FullyShardedGroups::release
       if (end == GroupUseEnd::gradients && !frozen) {
         finish_scatter();
-        scattered.sent += shard_rows_numel[g] * kFloat;
-        scattered.whole += scatter_whole_bytes[g];
-        ++scattered.calls;
+        scattered.add(scatter_bytes[g], scatter_whole_bytes[g]);
         scattering = g;
       } else if (keeps_whole(policy, end)) {
         return;
@@ -532,70 +559,100 @@ TrainingPlan plan_training(const PlanInputs& in) {
     }
     acquire(0, true, GroupReads::nothing, gathered_backward);
     release(0, GroupUseEnd::gradients);
-    c.all_gather_forward = ring_bytes(n, gathered_forward.sent);
-    c.all_gather_backward = ring_bytes(n, gathered_backward.sent);
-    c.reduce_scatter = ring_bytes(n, scattered.sent);
+    c.all_gather_forward = gathered_forward.sent;
+    c.all_gather_backward = gathered_backward.sent;
+    c.reduce_scatter = scattered.sent;
     const int64_t mb = in.accumulation_steps;
-    c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_forward.calls,
-                      mb * gathered_forward.whole, "FSDP: the forward's units, every micro-batch"});
-    c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_backward.calls,
-                      mb * gathered_backward.whole,
+    c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_forward.calls[kRestShards],
+                      mb * gathered_forward.whole[kRestShards],
+                      "FSDP: the forward's units, every micro-batch"});
+    c.rows.push_back({"dp_shard", Collective::all_gather, mb * gathered_backward.calls[kRestShards],
+                      mb * gathered_backward.whole[kRestShards],
                       "FSDP: the backward's units not kept since the forward"});
-    if (scattered.calls > 0) {
-      c.rows.push_back({"dp_shard", Collective::reduce_scatter, mb * scattered.calls,
-                        mb * scattered.whole, "FSDP: each unit's gradients"});
+    if (scattered.calls[kRestShards] > 0) {
+      c.rows.push_back({"dp_shard", Collective::reduce_scatter, mb * scattered.calls[kRestShards],
+                        mb * scattered.whole[kRestShards], "FSDP: each unit's gradients"});
+    }
+    // FSDP x EP: a sparse block's experts, sharded over the ranks holding them, move in a
+    // collective of their own after the shard group's (FullyShardedGroups::queue).
+    const struct {
+      const Tally& tally;
+      Collective collective;
+      const char* what;
+    } expert_rows[] = {
+        {gathered_forward, Collective::all_gather,
+         "FSDP x EP: the forward's units' experts (over the ranks holding them), every "
+         "micro-batch"},
+        {gathered_backward, Collective::all_gather,
+         "FSDP x EP: the backward's units' experts not kept since the forward"},
+        {scattered, Collective::reduce_scatter,
+         "FSDP x EP: each sparse unit's experts' gradients (every EP rank's tokens already in "
+         "them)"},
+    };
+    for (const auto& r : expert_rows) {
+      if (r.tally.calls[kExpertShards] == 0) continue;
+      c.rows.push_back({"expert_shard", r.collective, mb * r.tally.calls[kExpertShards],
+                        mb * r.tally.whole[kExpertShards], r.what});
     }
 
     // One reduced shard (none for a frozen model), and under bf16 the send buffer this rank's rows
     // are rounded into.
     m.collective_buffers = (frozen ? 0 : largest_shard * kFloat) + largest_send * bf16_size;
-    // The export gathers one run of a unit's parameters at a time onto rank 0, each parameter
-    // charged its span (ParamGroup::acquire_params_where); a LoRA adapter alone gathers none.
-    if (in.export_model_weights) {
-      HfExportOptions export_options;
-      export_options.dtype = in.export_dtype;
-      for (const ExportRun& run : hf_export_runs(a, export_options)) {
-        int64_t run_numel = 0;
-        for (const ParamSpec& p : group_specs[run.group].params) {
-          if (std::find(run.params.begin(), run.params.end(), p.name) != run.params.end()) {
-            run_numel += param_view_span(shape_numel(p.shape));
-          }
-        }
-        m.export_gather = std::max(m.export_gather, run_numel * kFloat);
-      }
-      // A base held in bf16 first widens its shards into whole fp32 shard groups
-      // (FullyShardedGroups::widen_bf16_shards): the masters they lacked.
-      for (size_t g = 0; in.lora_base_bf16 && g < shard_numel.size(); ++g) {
-        m.export_gather += (shard_numel[g] - base_master_numel[g]) * kFloat;
-      }
+    // A base held in bf16 first widens its shards into whole fp32 shard groups before a merged
+    // export (FullyShardedGroups::widen_bf16_shards): the masters they lacked, kept to the end.
+    for (size_t g = 0; in.export_model_weights && in.lora_base_bf16 && g < shard_numel.size();
+         ++g) {
+      m.export_gather += (shard_numel[g] - base_master_numel[g]) * kFloat;
     }
   }
-  if ((in.mesh.tp > 1 || in.mesh.ep > 1) && !fsdp) {
-    // Rank 0 gathers whole groups (train/parallelism.h): the export a run at a time, each
-    // row-wise parameter's cuts first in rank order beside it; each checkpoint the whole state.
-    const std::vector<ParamGroupSpec> whole_specs = model_param_specs(a);
-    if (in.export_model_weights) {
-      HfExportOptions export_options;
-      export_options.dtype = in.export_dtype;
-      for (const ExportRun& run : hf_export_runs(a, export_options)) {
-        int64_t run_numel = 0, largest_cut = 0;
+  // The export brings one run of a unit's parameters at a time whole onto rank 0
+  // (Parallelism::gather_for_export; a LoRA adapter alone gathers none), each parameter charged
+  // its span (ParamGroup::acquire_params_where): under FSDP the run of the model's group gathered
+  // from the shards (the previous one handed back first); under TP or EP the run of a whole group
+  // gathered from the TP or EP ranks' parts, each row-wise parameter's parts first in rank order
+  // beside it -- under FSDP x EP both, the whole run handed back only once the next run's part
+  // has come from the shards.
+  const bool cuts = in.mesh.tp > 1 || in.mesh.ep > 1;
+  const std::vector<ParamGroupSpec> whole_specs = model_param_specs(a);
+  if (in.export_model_weights && (fsdp || cuts)) {
+    HfExportOptions export_options;
+    export_options.dtype = in.export_dtype;
+    const auto span_of = [](const ParamGroupSpec& g, const ExportRun& run) {
+      int64_t span = 0;
+      for (const ParamSpec& p : g.params) {
+        if (std::find(run.params.begin(), run.params.end(), p.name) != run.params.end())
+          span += param_view_span(shape_numel(p.shape));
+      }
+      return span;
+    };
+    int64_t previous_whole = 0, most = 0;  // floats
+    for (const ExportRun& run : hf_export_runs(a, export_options)) {
+      const int64_t part = fsdp ? span_of(group_specs[run.group], run) : 0;
+      int64_t whole = 0, largest_cut = 0;
+      if (cuts) {
+        whole = span_of(whole_specs[run.group], run);
         for (const ParamSpec& p : whole_specs[run.group].params) {
           if (std::find(run.params.begin(), run.params.end(), p.name) == run.params.end()) continue;
-          run_numel += param_view_span(shape_numel(p.shape));
           const Shard cut = parallelize.placement_of(p);
           if (cut.count > 1 && cut.dim != 0) {
             largest_cut = std::max(largest_cut, shape_numel(p.shape));
           }
         }
-        m.export_gather = std::max(m.export_gather, (run_numel + largest_cut) * kFloat);
       }
+      most = std::max(most, part + std::max(previous_whole, whole + largest_cut));
+      previous_whole = whole;
     }
-    if (in.checkpoint_saves) {
-      int64_t whole = 0;
-      for (const ParamGroupSpec& g : whole_specs) whole += param_group_numel(g.params);
-      m.checkpoint_whole_parameters = whole * kFloat;
-      m.checkpoint_whole_optimizer = 2 * whole * kFloat;
-    }
+    m.export_gather += most * kFloat;
+  }
+  // Rank 0's whole copy of the state each checkpoint gathers into (under TP or EP; FSDP x TP
+  // writes no checkpoint yet), and under FSDP x EP the one group's EP part each save gathers the
+  // shards' rows into first (Parallelism::checkpoint_state), the largest group's.
+  if (cuts && in.checkpoint_saves && (!fsdp || in.mesh.ep > 1)) {
+    int64_t whole = 0;
+    for (const ParamGroupSpec& g : whole_specs) whole += param_group_numel(g.params);
+    m.checkpoint_whole_parameters = whole * kFloat;
+    m.checkpoint_whole_optimizer = 2 * whole * kFloat;
+    if (fsdp) m.checkpoint_gather = largest_whole * kFloat;
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,
@@ -624,9 +681,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // All-reduce, one per group: a reduce-scatter and an all-gather of the buffer over the
   // replicas.
   const int64_t replicas = in.mesh.dp_replicate;
-  if (in.mesh.ep > 1) {
-    // Without FSDP (not built under EP): the experts' gradients over the ranks holding the same
-    // experts (the replicas), the others' over every data-parallel rank; a run of each at a time.
+  if (in.mesh.ep > 1 && !fsdp) {
+    // Without FSDP: the experts' gradients over the ranks holding the same experts (the
+    // replicas), the others' over every data-parallel rank; a run of each at a time.
     for (const ParamGroupSpec& g : group_specs) {
       for (const ParamSpec& p : g.params) {
         const bool expert = parallelize.placement_of(p).count > 1;
@@ -635,6 +692,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
       }
     }
   } else {
+    // HSDP (under EP too: a replica's shard ranks hold the same rows of the experts and the rest).
     for (const int64_t shard : shard_numel)
       c.all_reduce += 2 * (replicas - 1) * shard * kFloat / replicas;
   }

@@ -5,8 +5,9 @@
 // moves; tests/unit/test_training_plan.cpp checks the bytes against the real buffers.
 //
 // Per rank (P: the model's parameter buffers, 4 bytes a float, each parameter padded to 16
-// floats; under FSDP over N ranks each parameter's shard has ceil(d0 / N) rows, and the unit of
-// a group is its whole buffers):
+// floats; under FSDP over N ranks each parameter's shard has ceil(d0 / N) rows -- under FSDP x EP
+// an expert's over the N / ep ranks holding the same experts, of the rank's E / ep experts -- and
+// the unit of a group is its whole buffers, under EP the rank's experts of it):
 //   parameters  P (+ the bf16 copies of the matmul weights with mixed precision), or under FSDP
 //               the shards + the whole parameters in flight: a unit's masters and, under bf16,
 //               its bf16 copies instead of the masters of the weights gathered in bf16 (or
@@ -102,13 +103,17 @@ struct MemoryPlan {
   // FSDP rank 0 also holds the export's largest run of one unit's whole parameters (gathered to
   // it a run at a time: models/hf_export.h ExportRun), at most one unit, under TP the same run of
   // whole parameters beside its cut ones and the rank-ordered cuts of its largest row-wise
-  // parameter (gathered before being placed); over a LoRA base held in
+  // parameter (gathered before being placed), under FSDP x TP or EP a run of the rank's part
+  // gathered from the shards beside the whole run of it or of the run before (handed back once
+  // the next part has come); over a LoRA base held in
   // bf16 the merged export's widened fp32 masters of its matmul weights, every group's.
   int64_t writer_staging = 0, export_gather = 0;
-  // Tensor parallel (without FSDP) with checkpoint.enable: rank 0's whole copy of the parameters
-  // and AdamW moments each save gathers into, made at the first save and held on (counted in the
-  // step too: every step after the first save has it).
-  int64_t checkpoint_whole_parameters = 0, checkpoint_whole_optimizer = 0;
+  // Tensor parallel (without FSDP) or expert parallel (FSDP x EP too) with checkpoint.enable: rank
+  // 0's whole copy of the parameters and AdamW moments each save gathers into, made at the first
+  // save and held on (counted in the step too: every step after the first save has it); under
+  // FSDP x EP also the largest group's EP part each save first gathers a buffer of the shards'
+  // rows into (other), before the writer's staging is made.
+  int64_t checkpoint_whole_parameters = 0, checkpoint_whole_optimizer = 0, checkpoint_gather = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
   int64_t lora_parameters = 0, lora_saved = 0;
@@ -121,13 +126,15 @@ struct MemoryPlan {
   // During a step: per category its peak; in all, resident + units_in_flight + activations.
   std::array<int64_t, kMemCategoryCount> step_by_category() const;
   int64_t step_peak() const;
-  int64_t checkpoint_peak() const;  // resident + the writer's staging
+  int64_t between_steps() const;    // resident: the step's peak without the units in flight
+  int64_t checkpoint_peak() const;  // resident + the writer's staging or the save's gather buffer
   int64_t export_peak() const;      // resident + one run gathered whole + the staging
 };
 
 // One line of a step's communication on one rank, as the communicators count it
 // (distributed/comm_counts.h): the mesh's group (DeviceMesh::named_groups: "dp", "dp_shard",
-// "dp_replicate", "tp"), the collective, its calls and bytes per step, and what moves.
+// "dp_replicate", "tp", "ep", "same_experts", "expert_shard"), the collective, its calls and bytes
+// per step, and what moves.
 struct CommRow {
   std::string group;
   Collective collective = Collective::all_reduce;
