@@ -85,8 +85,13 @@ struct KvCacheView {
 // back in the forward; dy rows and routing weights there, the inputs again, and dx rows and d
 // weights back in the backward). Unset without expert parallel. The TP reductions and the EP
 // exchange run over different groups of ranks.
+//
+// sum_statistics is sum_partials in fp64 over the same TP group: the router's load-balancing
+// counts and probability sums when a sparse block runs on the ranks' sequence shards. Unset
+// without TP.
 struct LayerCollectives {
   std::function<void(float* x, int64_t count)> sum_partials;
+  std::function<void(double* x, int64_t count)> sum_statistics;
   std::function<void(float* x, int64_t count)> all_reduce_max;
   std::function<void(const float* in, float* out, int64_t count, int64_t parts)> all_gather;
   std::function<void(const float* in, float* out, int64_t count, int64_t parts)> reduce_scatter;

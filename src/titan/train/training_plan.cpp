@@ -262,6 +262,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = in.mesh.fsdp();
+  TITAN_CHECK(in.mesh.tp == 1 || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
+              " x tensor_parallel_degree ", in.mesh.tp,
+              " (EP x TP: the sparse blocks on the sequence shards) is not planned yet");
   TITAN_CHECK(!fsdp || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
               " below data_parallel_shard_degree ", n,
               " (FSDP x EP: the experts sharded over the ranks holding them) is not planned yet");
