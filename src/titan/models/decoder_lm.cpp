@@ -91,11 +91,9 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     cannot_compute_ =
         "tensor parallel on a model with experts needs expert parallel (the experts' "
         "tensor-parallel cut is not built yet)";
-  } else if (tp_degree_ > 1 && args_.is_moe() && !sequence_parallel_) {
-    cannot_compute_ =
-        "tensor parallel on a model with experts needs sequence parallel (a sparse block on "
-        "whole, replicated activations is not built yet)";
   }
+  sparse_on_shards_ = tp_degree_ > 1 && args_.is_moe();
+  tp_index_ = axes.tp_index;
   if (tp_degree_ > 1) {
     vocab_shard_ = VocabShard::of(args_.vocab_size, static_cast<int>(axes.tp_index),
                                   static_cast<int>(tp_degree_));
@@ -333,9 +331,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(ep_degree_ == 1 || collectives_.all_to_all_v, "forward: the model holds ",
               "expert-parallel parts of its experts, and its group's all-to-all is not set ",
               "(set_layer_collectives: all_to_all_v)");
-  TITAN_CHECK(!sequence_parallel_ || n_sparse_layers_ == 0 || collectives_.sum_statistics,
+  TITAN_CHECK(!sparse_on_shards_ || (collectives_.sum_statistics && collectives_.all_gather),
               "forward: the model's sparse blocks run on sequence shards, and its group's ",
-              "sum_statistics is not set (set_layer_collectives)");
+              "sum_statistics and all_gather are not set (set_layer_collectives)");
   TITAN_CHECK(!sequence_parallel_ || (collectives_.all_gather && collectives_.reduce_scatter),
               "forward: the model computes with sequence parallel, and its group's all_gather and ",
               "reduce_scatter are not set (set_layer_collectives)");
@@ -397,10 +395,10 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                    : last_layer ? GroupUseEnd::used_next
                                 : GroupUseEnd::used_later);
     if (aux && m_.layers[i].sparse) {
-      // A sparse block routes this rank's rows: its sequence shard under sequence parallel.
+      // A sparse block routes this rank's tokens: under EP x TP its sequence shard.
       device_ops().load_balancing_accumulate(router_counts_.data(), router_prob_sums_.data(),
                                              a.moe.router_probs, a.moe.topk_index,
-                                             sequence_parallel_ ? call_.rows() : n, E, k);
+                                             sparse_on_shards_ ? n / tp_degree_ : n, E, k);
     }
   }
   if (aux) reduce_router_statistics();
@@ -505,7 +503,7 @@ std::vector<DecoderLM::PartialGrad> DecoderLM::partial_grads(size_t i) const {
     if (norm->weight_grad != nullptr) grads.push_back({norm->weight_grad, norm->dim});
   }
   const Linear& router = layer.moe.gate;
-  if (sequence_parallel_ && layer.sparse && router.weight_grad != nullptr) {
+  if (sparse_on_shards_ && layer.sparse && router.weight_grad != nullptr) {
     grads.push_back({router.weight_grad, router.out_features * router.in_features});
   }
   return grads;
@@ -531,7 +529,7 @@ void DecoderLM::summing_partial_grads(const std::vector<PartialGrad>& grads,
 }
 
 void DecoderLM::reduce_router_statistics() {
-  if (!sequence_parallel_ || n_sparse_layers_ == 0) return;
+  if (!sparse_on_shards_ || n_sparse_layers_ == 0) return;
   const auto E = static_cast<int64_t>(router_counts_.size());
   collectives_.sum_statistics(router_counts_.data(), E);
   collectives_.sum_statistics(router_prob_sums_.data(), E);

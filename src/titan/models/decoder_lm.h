@@ -109,6 +109,8 @@ class DecoderLM final : public CausalLM {
     // also the final norm's output gathered for the loss, `partial` the embedding's partial rows
     // and their gradient gathered, `d_rows` the loss's d x at this rank's rows.
     SequenceShards sequence;
+    // EP x TP without sequence parallel: the sparse blocks' rows (LayerCall::sparse_shard).
+    SparseBlockShard sparse_shard;
   };
   // What the activation arena keeps for a backward: as `checkpointing` says (every layer's saved
   // tensors; only the inputs of the layers it recomputes, whose sets are one shared set; no norm
@@ -146,11 +148,11 @@ class DecoderLM final : public CausalLM {
   // the most rows that can arrive at a rank (nn/expert_parallel.h most_arrived_rows: every
   // rank's tokens choosing this rank's experts), so that no routing needs more than the arena.
   // Fills `scratch` and one ExpertParallelRows room per set in `sets` (null: only measures).
-  // A rank routes its tokens, or under sequence parallel (EP x TP) its sequence shard of them.
+  // A rank routes its tokens, or under EP x TP (tp_degree > 1) its sequence shard of them.
   static int64_t carve_expert_parallel(const ModelArgs& args, DType compute_dtype,
                                        const Retention& retention, int64_t ep_degree,
-                                       int64_t tp_degree, bool sequence_parallel, float* base,
-                                       int64_t batch, int64_t seq, ExpertParallelScratch& scratch,
+                                       int64_t tp_degree, float* base, int64_t batch, int64_t seq,
+                                       ExpertParallelScratch& scratch,
                                        std::vector<std::unique_ptr<ExpertParallelRows>>* sets);
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
                               const Retention& retention, int64_t tp_degree, bool sequence_parallel,
@@ -274,6 +276,10 @@ class DecoderLM final : public CausalLM {
   // Sequence parallel (the plan's, under TP): the residual stream holds seq / tp_degree_ tokens of
   // each sequence (Activations::sequence).
   bool sequence_parallel_ = false;
+  // Whether the sparse blocks run on the rank's sequence shard (EP x TP, with or without sequence
+  // parallel), and this rank's tp index.
+  bool sparse_on_shards_ = false;
+  int64_t tp_index_ = 0;
   // Why the model cannot compute on the parts the plan gave it (what is not built: experts under
   // tensor parallel without expert parallel or without sequence parallel), or empty: forward
   // refuses with it.
@@ -285,15 +291,15 @@ class DecoderLM final : public CausalLM {
     int64_t count = 0;
   };
   // Layer i's such gradients: its q/k norms under TP (its heads), its input and post-attention
-  // norms under sequence parallel (its tokens), and there its router too (a sparse block runs on
-  // the rank's tokens); empty on one rank. Frozen ones (null) are left out.
+  // norms under sequence parallel (its tokens), and under EP x TP its router (a sparse block runs
+  // on the rank's sequence shard); empty on one rank. Frozen ones (null) are left out.
   std::vector<PartialGrad> partial_grads(size_t i) const;
   // Runs `backward` and sums over the TP group the gradients it gave `grads`, leaving what
   // earlier backwards accumulated as it was.
   void summing_partial_grads(const std::vector<PartialGrad>& grads,
                              const std::function<void()>& backward);
   // The load-balancing statistics of this micro-batch (router_counts_, router_prob_sums_): under
-  // sequence parallel each TP rank routed its own tokens, and their sum over the TP group is the
+  // EP x TP each TP rank routed its sequence shard, and their sum over the TP group is the
   // data-parallel rank's, as without TP. (A load-balancing loss over every data-parallel rank's
   // tokens would sum them over the data-parallel ranks here too.)
   void reduce_router_statistics();

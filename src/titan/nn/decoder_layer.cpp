@@ -21,6 +21,13 @@ void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
     // router (replicated) on the rank's rows, the rows to their experts over the EP group (which
     // holds the TP ranks), the output this rank's rows: nothing gathered, nothing summed.
     moe.forward(out, a.moe, *call.experts_scratch, a.norm2, rows, call.collectives);
+  } else if (sparse && call.sparse_shard != nullptr) {
+    // EP x TP without sequence parallel: the same on this rank's shard of the whole, replicated
+    // input, the output rows all-gathered whole (torchtitan slices and gathers the same way).
+    const SparseBlockShard& s = *call.sparse_shard;
+    call.slice_sparse_rows(a.norm2, s.x, h);
+    moe.forward(s.y, a.moe, *call.experts_scratch, s.x, n / s.degree, call.collectives);
+    call.gather_sparse_rows(s.y, out, h);
   } else {
     const float* mlp_in = call.gather_block_input(a.norm2, h);
     float* mlp_out = call.block_output(out);
@@ -70,6 +77,16 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
     const float* moe_in = backward_norm_rows(post_attention_layernorm, a.norm2, a.norm2_rstd,
                                              nullptr, a.resid_mid, a.norms_remade, call);
     moe.backward(d_rows, g.moe, d_resid, a.moe, moe_in, dprobs_all, rows, call.collectives);
+  } else if (sparse && call.sparse_shard != nullptr) {
+    // The output's gradient is whole and the same on every TP rank: this rank's rows of it; the
+    // input gradient's rows gathered whole, as the replicated input's backward needs.
+    const SparseBlockShard& s = *call.sparse_shard;
+    call.slice_sparse_rows(backward_norm_rows(post_attention_layernorm, a.norm2, a.norm2_rstd,
+                                              nullptr, a.resid_mid, a.norms_remade, call),
+                           s.x, h);
+    call.slice_sparse_rows(d_resid, s.y, h);
+    moe.backward(s.dx, g.moe, s.y, a.moe, s.x, dprobs_all, n / s.degree, call.collectives);
+    call.gather_sparse_rows(s.dx, d_rows, h);
   } else {
     const float* mlp_in =
         backward_block_input(post_attention_layernorm, a.norm2, a.norm2_rstd, a.norm2_bf16,

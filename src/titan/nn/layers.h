@@ -110,6 +110,18 @@ struct SequenceShards {
   float* d_rows = nullptr;
 };
 
+// EP x TP without sequence parallel (torchtitan's): a sparse block runs on this TP rank's shard of
+// each sequence (seq / degree consecutive tokens from index x seq / degree), sliced from the
+// whole, replicated input; its output rows are all-gathered whole (LayerCollectives::all_gather),
+// and in the backward the whole output gradient is sliced and the input gradient's rows gathered.
+// The rooms every sparse layer shares, (N / degree, h) each.
+struct SparseBlockShard {
+  int64_t degree = 1, index = 0;
+  float* x = nullptr;   // the block's input rows
+  float* y = nullptr;   // its output rows; in the backward the output gradient's
+  float* dx = nullptr;  // the input gradient's rows
+};
+
 // Where one forward call of a layer reads and writes besides its parameters and activations.
 // Training and evaluation run a batch of sequences whose keys and values are the call's own
 // activations; KV-cached decode runs the new tokens of one sequence against a cache.
@@ -129,6 +141,8 @@ struct LayerCall {
   const LayerCollectives* collectives = nullptr;  // or null: one rank
   // Sequence parallel's scratch, or null: every rank holds every token of the residual stream.
   const SequenceShards* sequence_shards = nullptr;
+  // Without it, under EP x TP, where the sparse blocks run on this rank's tokens; else null.
+  const SparseBlockShard* sparse_shard = nullptr;
 
   int64_t tokens() const { return batch * seq; }
   // The residual stream's rows on this rank: tokens() / degree under sequence parallel.
@@ -159,6 +173,10 @@ struct LayerCall {
   // out (rows(), h) = the group's sum of the partial sums `partial` (N, h) at this rank's rows:
   // reduce-scattered under sequence parallel, else summed in place (partial is out).
   void sum_block_output(float* out, float* partial, int64_t h) const;
+  // rows (tokens() / degree, h) = sparse_shard's part of each sequence of whole (tokens(), h).
+  void slice_sparse_rows(const float* whole, float* rows, int64_t h) const;
+  // whole (tokens(), h) = every rank's sparse_shard rows (tokens() / degree, h), all-gathered.
+  void gather_sparse_rows(const float* rows, float* whole, int64_t h) const;
 };
 
 struct Linear {

@@ -222,11 +222,12 @@ void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, cons
   TITAN_CHECK(dims.ep > 1, "model ", args.architecture, under_tensor_parallel(c),
               ": a model with experts needs parallelism.expert_parallel_degree > 1 (a multiple of ",
               "the TP degree): the experts' own tensor-parallel cut is not built yet");
-  TITAN_CHECK(c.parallelism.enable_sequence_parallel, "model ", args.architecture,
-              under_tensor_parallel(c),
-              " with parallelism.enable_sequence_parallel = false: a model with experts under TP ",
-              "needs sequence parallel (sparse blocks on whole, replicated activations are not ",
-              "built yet)");
+  TITAN_CHECK(c.parallelism.enable_sequence_parallel ||
+                  c.training.seq_len % c.parallelism.tensor_parallel_degree == 0,
+              "training.seq_len ", c.training.seq_len, under_tensor_parallel(c),
+              " on a model with experts: a sparse block runs on seq_len / ",
+              c.parallelism.tensor_parallel_degree,
+              " tokens of each sequence per rank, so the degree must divide it");
 }
 
 void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {

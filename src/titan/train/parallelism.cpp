@@ -55,7 +55,8 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
       tp.all_reduce_max(wide.data(), count);
       std::copy(wide.begin(), wide.end(), x);
     };
-    if (plan.axes().sequence_parallel) {
+    // Sequence parallel's, and without it EP x TP's sparse blocks' output rows (the all-gather).
+    if (plan.axes().sequence_parallel || model.args().is_moe()) {
       // One part per sequence (nn/layers.h): rank r's tokens of sequence p are out[p][r]. A
       // CommPart's `own` is not const because a reduce-scatter writes it; an all-gather only reads.
       const auto parts_of = [&tp](float* whole, float* own, int64_t count, int64_t parts) {
