@@ -238,7 +238,8 @@ TEST(Parallelize, FsdpTimesEpShardsTheExpertsOverTheRanksHoldingThem) {
 // index / (ep / tp)); every other parameter's TP cut over dp_shard. Over all ranks each element of
 // a cut parameter is held once, and of one replicated over the TP group once per tp index.
 TEST(Parallelize, FsdpTimesTpTimesEpCoversEachElementOncePerCopy) {
-  const ModelArgs args = test::tiny_moe();
+  ModelArgs args = test::tiny_moe();
+  args.vocab_size = 96;  // cut along the vocabulary by TP 2
   const int64_t tp = 2;
   for (const int64_t dp_shard : {2, 4}) {
     const int64_t ep = dp_shard;  // 2 (ep == tp) and 4 (ep == 2 tp)
