@@ -13,7 +13,8 @@
 #    within 1e-5 relative (tests/e2e/equal_to_single.py);
 #  - with a learning rate no update survives rounding (1e-30), the export is the one process's
 #    file byte for byte (TP 2 x EP 2 with and without sequence parallel, FSDP 2 x TP 2 x EP 2,
-#    TP 2 x EP 4);
+#    TP 2 x EP 4), and from a Hugging Face Qwen3-MoE folder loaded as initial weights (TP 2 x EP 2,
+#    FSDP 2 x TP 2 x EP 2);
 #  - checkpoints: TP 2 x EP 2 saves the one process's layout, whose step-4 checkpoint resumes on
 #    one process within 1e-5 of the uninterrupted run.
 # What is not built is refused with one line: TP on a model with experts without EP (the
@@ -69,6 +70,34 @@ run still-tp2ep4 4 "${still[@]}" "${tp2ep4[@]}"
 equal_to_single still-single 1 still-tp2ep2 still-tp2ep2-nosp still-fsdp2tp2ep2 still-tp2ep4
 for name in still-tp2ep2 still-tp2ep2-nosp still-fsdp2tp2ep2 still-tp2ep4; do
   cmp "$work/still-single/hf/model.safetensors" "$work/$name/hf/model.safetensors" \
+    || { echo "$name: export differs from one process's"; exit 1; }
+  echo "$name: export byte for byte the one process's"
+done
+
+# A Hugging Face Qwen3-MoE folder (transformers' layout, one tensor per expert) as initial weights:
+# each rank reads its TP cuts and its experts (under FSDP its rows of them).
+"$python" - "$work/moe" "$(cd "$(dirname "$0")/../fixtures/llama3-style-tokenizer" && pwd)" <<'PY'
+import shutil, sys, torch
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+folder, tokenizer = sys.argv[1:]
+config = Qwen3MoeConfig(vocab_size=472, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                        max_position_embeddings=512, num_experts=4, num_experts_per_tok=2,
+                        moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[])
+torch.manual_seed(0)
+Qwen3MoeForCausalLM(config).save_pretrained(folder, safe_serialization=True)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{tokenizer}/{f}", f"{folder}/{f}")
+PY
+hf=(--model.flavor=hf --model.hf_assets_path="$work/moe" --training.dataset=files
+    --training.dataset_path=/usr/share/doc/jargon-text/jargon.txt.gz
+    --checkpoint.initial_load_path="$work/moe" --checkpoint.initial_load_in_hf=true)
+run hf-still-single 1 "${hf[@]}" "${still[@]}"
+run hf-still-tp2ep2 2 "${hf[@]}" "${still[@]}" "${tp2ep2[@]}"
+run hf-still-fsdp2tp2ep2 4 "${hf[@]}" "${still[@]}" "${tp2ep2[@]}"
+equal_to_single hf-still-single 1 hf-still-tp2ep2 hf-still-fsdp2tp2ep2
+for name in hf-still-tp2ep2 hf-still-fsdp2tp2ep2; do
+  cmp "$work/hf-still-single/hf/model.safetensors" "$work/$name/hf/model.safetensors" \
     || { echo "$name: export differs from one process's"; exit 1; }
   echo "$name: export byte for byte the one process's"
 done
