@@ -16,7 +16,8 @@
 #    TP 2 x EP 4), and from a Hugging Face Qwen3-MoE folder loaded as initial weights (TP 2 x EP 2,
 #    FSDP 2 x TP 2 x EP 2);
 #  - checkpoints: TP 2 x EP 2 saves the one process's layout, whose step-4 checkpoint resumes on
-#    one process within 1e-5 of the uninterrupted run.
+#    one process, whose step-8 checkpoint resumes on TP 2 x EP 2 again, each within 1e-5 of the
+#    uninterrupted run.
 # What is not built is refused with one line: TP on a model with experts without EP (the
 # experts' own TP cut), and titan plan for EP x TP.
 # usage: train_expert_tensor_parallel.sh TITAN PYTHON
@@ -108,8 +109,12 @@ run ck-tp2ep2 2 "${ckpt[@]}" "${tp2ep2[@]}"
 [ -f "$work/ck-tp2ep2/checkpoint/step-4/model.safetensors" ] || { echo "ck-tp2ep2: not the one process's layout"; ls "$work/ck-tp2ep2/checkpoint/step-4"; exit 1; }
 run tp2ep2-to-1 1 "${ckpt[@]}" --checkpoint.initial_load_path="$work/ck-tp2ep2/checkpoint/step-4" \
   --checkpoint.initial_load_model_only=false
+run tp2ep2-to-1-to-tp2ep2 2 "${ckpt[@]}" "${tp2ep2[@]}" \
+  --checkpoint.initial_load_path="$work/tp2ep2-to-1/checkpoint/step-8" \
+  --checkpoint.initial_load_model_only=false
 equal_to_single single 1 ck-tp2ep2
 equal_to_single single 5 tp2ep2-to-1
+equal_to_single single 9 tp2ep2-to-1-to-tp2ep2
 
 # Not built yet: one line each.
 refused() {  # refused NAME NPROC PATTERN ARGS...
