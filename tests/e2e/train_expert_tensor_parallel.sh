@@ -17,7 +17,8 @@
 #    FSDP 2 x TP 2 x EP 2);
 #  - checkpoints: TP 2 x EP 2 saves the one process's layout, whose step-4 checkpoint resumes on
 #    one process, whose step-8 checkpoint resumes on TP 2 x EP 2 again, each within 1e-5 of the
-#    uninterrupted run; DDP 2 x TP 2 x EP 2 (4 ranks) saves too, its losses within 1e-5.
+#    uninterrupted run; DDP 2 x TP 2 x EP 2 (4 ranks) saves too, its losses within 1e-5, and TP 2
+#    x EP 4 saves and resumes on one process.
 # What is not built is refused with one line: TP on a model with experts without EP (the
 # experts' own TP cut), and titan plan for EP x TP.
 # usage: train_expert_tensor_parallel.sh TITAN PYTHON
@@ -116,7 +117,12 @@ run tp2ep2-to-1-to-tp2ep2 2 "${ckpt[@]}" "${tp2ep2[@]}" \
 # holding it) saves too.
 run ck-ddp2tp2ep2 4 "${ckpt[@]}" "${tp2ep2[@]}" --parallelism.data_parallel_replicate_degree=2
 [ -f "$work/ck-ddp2tp2ep2/checkpoint/step-4/model.safetensors" ] || { echo "ck-ddp2tp2ep2: not the one process's layout"; exit 1; }
-equal_to_single single 1 ck-tp2ep2 ck-ddp2tp2ep2
+# TP 2 x EP 4 (dp_shard 2, not FSDP) saves too, and resumes on one process.
+run ck-tp2ep4 4 "${ckpt[@]}" "${tp2ep4[@]}"
+run tp2ep4-to-1 1 "${ckpt[@]}" --checkpoint.initial_load_path="$work/ck-tp2ep4/checkpoint/step-4" \
+  --checkpoint.initial_load_model_only=false
+equal_to_single single 1 ck-tp2ep2 ck-ddp2tp2ep2 ck-tp2ep4
+equal_to_single single 5 tp2ep4-to-1
 equal_to_single single 5 tp2ep2-to-1
 equal_to_single single 9 tp2ep2-to-1-to-tp2ep2
 
