@@ -33,6 +33,7 @@
 #include "titan/models/parallelize.h"
 #include "titan/models/registry.h"
 #include "titan/nn/expert_parallel.h"
+#include "unit/thread_all_to_all.h"
 
 namespace titan {
 namespace {
@@ -47,50 +48,6 @@ using test::Tensors;
 using test::train_step;
 using test::whole_weights;
 
-// An all-to-all-v among `degree` threads: each posts its send buffer and counts, and after a
-// barrier copies its share from every peer's; a second barrier keeps the buffers until all have
-// read. A rank that fails leaves both barriers, and the others then fail too.
-class ThreadAllToAll {
- public:
-  explicit ThreadAllToAll(int degree) : posts_(static_cast<size_t>(degree)), meet_(degree) {}
-
-  void exchange(int rank, const void* send, const std::vector<int64_t>& send_counts, void* recv,
-                const std::vector<int64_t>& recv_counts, DType dtype) {
-    const size_t size = dtype_size(dtype);
-    const auto degree = static_cast<int>(posts_.size());
-    posts_[rank] = {static_cast<const std::byte*>(send), send_counts, dtype};
-    meet_.arrive_and_wait();
-    int64_t at = 0;
-    for (int p = 0; p < degree; ++p) {
-      const Post& post = posts_[p];
-      TITAN_CHECK(post.counts.size() == static_cast<size_t>(degree), "rank ", p,
-                  " left the exchange");
-      TITAN_CHECK(post.dtype == dtype && post.counts[rank] == recv_counts[p], "rank ", rank,
-                  " expects ", recv_counts[p], " elements from rank ", p, ", which sends ",
-                  post.counts[rank]);
-      int64_t from = 0;
-      for (int q = 0; q < rank; ++q) from += post.counts[q];
-      std::memcpy(static_cast<std::byte*>(recv) + at * size, post.send + from * size,
-                  static_cast<size_t>(recv_counts[p]) * size);
-      at += recv_counts[p];
-    }
-    meet_.arrive_and_wait();
-  }
-  void leave(int rank) {
-    posts_[rank] = {};
-    meet_.arrive_and_drop();
-  }
-
- private:
-  struct Post {
-    const std::byte* send = nullptr;
-    std::vector<int64_t> counts;
-    DType dtype = DType::f32;
-  };
-  std::vector<Post> posts_;
-  std::barrier<> meet_;
-};
-
 // Every rank of an EP group of `degree` as a thread, each running train_step on its experts and
 // its own tokens.
 std::vector<Step> run_group(
@@ -98,7 +55,7 @@ std::vector<Step> run_group(
     ActivationCheckpointing checkpointing = ActivationCheckpointing::none()) {
   std::vector<Step> steps(static_cast<size_t>(degree));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(degree));
-  ThreadAllToAll group(degree);
+  test::ThreadAllToAll group(degree);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < degree; ++rank) {
     threads.emplace_back([&, rank] {

@@ -458,7 +458,18 @@ TEST(JobConfig, TensorParallelRefusesWhatIsNotBuiltNamingTheKey) {
   moe.num_experts = 4;  // a model with experts
   EXPECT_NE(error_of([&] {
               check_tensor_parallel_model(c, moe, {1, 1, 2});
-            }).find("tensor parallel on a model with experts is not built yet"),
+            }).find("a model with experts needs parallelism.expert_parallel_degree > 1"),
+            std::string::npos);
+  check_tensor_parallel_model(c, moe, {1, 1, 2, 2});  // EP x TP with sequence parallel
+  JobConfig no_sp = c;
+  job_config_apply_override(no_sp, "--parallelism.enable_sequence_parallel=false");
+  check_tensor_parallel_model(no_sp, moe, {1, 1, 2, 2});  // the sparse blocks' rows sliced
+  job_config_apply_override(no_sp, "--training.seq_len=63");
+  EXPECT_NE(error_of([&] {
+              check_tensor_parallel_model(no_sp, moe, {1, 1, 2, 2});
+            })
+                .find("training.seq_len 63 under parallelism.tensor_parallel_degree 2 on a model "
+                      "with experts"),
             std::string::npos);
 }
 

@@ -44,6 +44,10 @@ TEST(Mesh, ResolvesTheRestOfTheWorld) {
   EXPECT_EQ(m.dp_shard, 2);
   EXPECT_EQ(m.ep, 2);
   EXPECT_TRUE(resolve_mesh_dims({1, -1}, 2).fsdp());
+  // EP borrowing dp_shard x tp: FSDP while some of it is left for the experts.
+  EXPECT_TRUE(resolve_mesh_dims({1, -1, 2, 1, 1, 2}, 4).fsdp());   // FSDP 2 x TP 2 x EP 2
+  EXPECT_FALSE(resolve_mesh_dims({1, -1, 2, 1, 1, 4}, 4).fsdp());  // TP 2 x EP 4
+  EXPECT_FALSE(resolve_mesh_dims({1, -1, 2, 1, 1, 2}, 2).fsdp());  // TP 2 x EP 2
 }
 
 TEST(Mesh, EachBadCombinationNamesItsKey) {

@@ -232,6 +232,53 @@ TEST(Parallelize, FsdpTimesEpShardsTheExpertsOverTheRanksHoldingThem) {
   EXPECT_GT(experts, 0);
 }
 
+// FSDP x TP x EP (torchtitan's mesh: EP borrows dp_shard x tp, EP index = (shard index x tp + tp
+// index) mod ep): dp_shard 2 x TP 2 x EP 2 and dp_shard 4 x TP 2 x EP 4 (an EP group spanning two
+// shard indices). An expert is FSDP-sharded over the dp_shard x tp / ep ranks holding it (shard
+// index / (ep / tp)); every other parameter's TP cut over dp_shard. Over all ranks each element of
+// a cut parameter is held once, and of one replicated over the TP group once per tp index.
+TEST(Parallelize, FsdpTimesTpTimesEpCoversEachElementOncePerCopy) {
+  ModelArgs args = test::tiny_moe();
+  args.vocab_size = 96;  // cut along the vocabulary by TP 2
+  const int64_t tp = 2;
+  for (const int64_t dp_shard : {2, 4}) {
+    const int64_t ep = dp_shard;  // 2 (ep == tp) and 4 (ep == 2 tp)
+    int64_t experts = 0;
+    for (const ParamGroupSpec& g : model_param_specs(args)) {
+      for (const ParamSpec& p : g.params) {
+        std::vector<int> seen(static_cast<size_t>(shape_numel(p.shape)), 0);
+        bool cut = false;
+        for (int64_t shard = 0; shard < dp_shard; ++shard) {
+          for (int64_t t = 0; t < tp; ++t) {
+            ParallelAxes axes;
+            axes.tp_index = t;
+            axes.tp_degree = tp;
+            axes.sequence_parallel = true;
+            axes.ep_index = (shard * tp + t) % ep;
+            axes.ep_degree = ep;
+            const ParallelizePlan plan = parallelize_decoder(args, axes);
+            const Shard fsdp = plan.fsdp_cut_of(p, {shard, dp_shard});
+            const bool is_expert = plan.style_of(module_of_param(p.name)) == ParallelStyle::expert;
+            EXPECT_EQ(fsdp.index, is_expert ? shard / (ep / tp) : shard) << p.name;
+            EXPECT_EQ(fsdp.count, is_expert ? dp_shard * tp / ep : dp_shard) << p.name;
+            if (shard == 0 && t == 0 && is_expert) ++experts;
+            cut = plan.placement_of(p).count > 1;
+            for (const ShardRun& run : shard_box(p.shape, {plan.placement_of(p), fsdp}).runs) {
+              for (int64_t i = 0; i < run.count; ++i) {
+                ++seen[static_cast<size_t>(run.whole_first + i)];
+              }
+            }
+          }
+        }
+        const int copies = cut ? 1 : static_cast<int>(tp);
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), copies), static_cast<long>(seen.size()))
+            << p.name << " under dp_shard " << dp_shard;
+      }
+    }
+    EXPECT_GT(experts, 0);
+  }
+}
+
 TEST(Parallelize, EveryRanksPartsCoverEachParameterOnce) {
   const ModelArgs args = even_dense();
   for (const ParamGroupSpec& g : model_param_specs(args)) {

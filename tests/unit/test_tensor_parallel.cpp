@@ -32,6 +32,7 @@
 #include "titan/models/registry.h"
 #include "titan/nn/shard.h"
 #include "unit/compare.h"
+#include "unit/thread_all_to_all.h"
 
 namespace titan {
 namespace {
@@ -145,12 +146,17 @@ Step train_step(CausalLM& m, const ParallelizePlan& plan, const Tensors& weights
   return step;
 }
 
+// `expert_parallel`: EP x TP with the TP group as the EP group (ep == tp, EP index = tp index).
 ParallelizePlan tp_plan(const ModelArgs& args, int64_t rank, int64_t degree,
-                        bool sequence_parallel = false) {
+                        bool sequence_parallel = false, bool expert_parallel = false) {
   ParallelAxes axes;
   axes.tp_index = rank;
   axes.tp_degree = degree;
   axes.sequence_parallel = sequence_parallel;
+  if (expert_parallel) {
+    axes.ep_index = rank;
+    axes.ep_degree = degree;
+  }
   return parallelize_decoder(args, axes);
 }
 
@@ -158,6 +164,7 @@ ParallelizePlan tp_plan(const ModelArgs& args, int64_t rank, int64_t degree,
 struct GroupRun {
   int degree = 2;
   bool sequence_parallel = false;
+  bool expert_parallel = false;  // EP x TP: the experts whole over the TP ranks
   DType dtype = DType::f32;
   ActivationCheckpointing checkpointing;
 };
@@ -196,9 +203,11 @@ void run_group(const ModelArgs& args, const Tensors& weights, const GroupRun& ru
   steps.assign(static_cast<size_t>(degree), {});
   calls.assign(static_cast<size_t>(degree), {});
   if (activation_bytes != nullptr) activation_bytes->assign(static_cast<size_t>(degree), 0);
+  test::ThreadAllToAll exchange(degree);
   run_vocab_ranks_in_threads(args.vocab_size, degree, [&](const VocabShard& shard) {
     const int64_t rank = shard.start / shard.rows;
-    const ParallelizePlan plan = tp_plan(args, rank, degree, run.sequence_parallel);
+    const ParallelizePlan plan =
+        tp_plan(args, rank, degree, run.sequence_parallel, run.expert_parallel);
     const std::unique_ptr<CausalLM> m = make_model(args, {}, run.dtype, Residency::committed, plan);
     Calls& mine = calls[static_cast<size_t>(rank)];
     LayerCollectives collectives;
@@ -210,7 +219,21 @@ void run_group(const ModelArgs& args, const Tensors& weights, const GroupRun& ru
       ++mine[{"max", count}];
       shard.all_reduce_max(x, count);
     };
-    if (run.sequence_parallel) {
+    collectives.sum_statistics = [&](double* x, int64_t count) {
+      ++mine[{"statistics", count}];
+      std::vector<float> narrow(x, x + count);  // counts exact; probability sums to 1e-7
+      shard.all_reduce_sum(narrow.data(), count);
+      std::copy(narrow.begin(), narrow.end(), x);
+    };
+    if (run.expert_parallel) {
+      collectives.all_to_all_v = [&](const void* send, const std::vector<int64_t>& send_counts,
+                                     void* recv, const std::vector<int64_t>& recv_counts,
+                                     DType type) {
+        ++mine[{"all_to_all_v", 0}];
+        exchange.exchange(static_cast<int>(rank), send, send_counts, recv, recv_counts, type);
+      };
+    }
+    if (run.sequence_parallel || run.expert_parallel) {
       collectives.all_gather = [&](const float* in, float* out, int64_t count, int64_t parts) {
         ++mine[{"gather", count * parts}];
         all_gather_by_sum(shard, degree, rank, in, out, count, parts);
@@ -243,7 +266,8 @@ void expect_group_equals_whole(const ModelArgs& args, const GroupRun& run,
     const Step& got = ranks[static_cast<size_t>(rank)];
     EXPECT_EQ(got.loss, ranks[0].loss) << "rank " << rank;
     EXPECT_NEAR(got.loss, whole.loss, tolerance * std::abs(whole.loss)) << "rank " << rank;
-    const ParallelizePlan plan = tp_plan(args, rank, degree, run.sequence_parallel);
+    const ParallelizePlan plan =
+        tp_plan(args, rank, degree, run.sequence_parallel, run.expert_parallel);
     for (const ParamGroupSpec& g : specs) {
       for (const ParamSpec& p : g.params) {
         const Shard placement = plan.placement_of(p);
@@ -452,6 +476,26 @@ TEST(SequenceParallel, SmallDimsHalveActivationAndParameterBytesOnTwoRanks) {
 
 // What is not built is refused with one line: a group's reductions not set, its gathers not set
 // under sequence parallel, a sequence the degree does not divide, experts under tensor parallel.
+// EP x TP (the TP ranks as the EP group, each holding whole experts): a sparse block runs on each
+// rank's sequence shard -- its rows under sequence parallel, else sliced from the whole input and
+// its output all-gathered --, its router's gradient and the load-balancing statistics summed over
+// the group; the step equals the whole model's, every parameter's gradient its cut of the whole's.
+TEST(ExpertTensorParallel, SparseBlocksOnSequenceShardsEqualTheWholeModel) {
+  ModelArgs moe = test::with_moe(qwen3(), 4, 2, 16, {1});
+  moe.output_router_logits = true;
+  for (const bool sequence_parallel : {true, false}) {
+    SCOPED_TRACE(sequence_parallel ? "sequence parallel" : "without sequence parallel");
+    GroupRun run = on(2, sequence_parallel);
+    run.expert_parallel = true;
+    expect_group_equals_whole(moe, run);
+    run.checkpointing = ActivationCheckpointing::full();
+    expect_group_equals_whole(moe, run);
+    run.checkpointing = ActivationCheckpointing::none();
+    run.dtype = DType::bf16;
+    expect_group_equals_whole(moe, run, verify_checks::kBf16Tolerance);
+  }
+}
+
 TEST(TensorParallel, RefusesWhatIsNotBuilt) {
   const ModelArgs args = qwen3();
   const std::vector<int32_t> ids(8, 1);
@@ -482,7 +526,8 @@ TEST(TensorParallel, RefusesWhatIsNotBuilt) {
             "training.seq_len 6 must be divisible by parallelism.tensor_parallel_degree 4 "
             "(sequence parallel gives each rank seq / degree tokens of every sequence)");
   ModelArgs moe = test::with_moe(qwen3(), 4, 2, 16, {1});
-  EXPECT_NE(forward_error(moe, tp_plan(moe, 1, 2), {}, 8).find("experts is not built"),
+  EXPECT_NE(forward_error(moe, tp_plan(moe, 1, 2), {}, 8)
+                .find("a model with experts needs expert parallel"),
             std::string::npos);
 }
 

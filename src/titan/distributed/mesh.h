@@ -33,10 +33,11 @@ struct MeshDims {
   int64_t dp() const { return dp_replicate * dp_shard; }  // the data-parallel ranks
   int64_t world() const { return dp() * tp; }
   // Whether FSDP shards the parameters over dp_shard: not with expert parallel over the whole
-  // shard axis (ep == dp_shard), where each rank holds its experts whole and the other parameters
-  // replicated (DDP over dp_shard); under a smaller EP degree the experts are sharded over the
-  // dp_shard / ep ranks holding the same experts, the rest over dp_shard.
-  bool fsdp() const { return dp_shard > 1 && dp_shard > ep; }
+  // of dp_shard x tp (ep == dp_shard x tp), where each rank holds its experts whole and the other
+  // parameters (or their TP cuts) replicated (DDP over dp_shard); under a smaller EP degree the
+  // experts are sharded over the dp_shard x tp / ep ranks holding the same experts, the rest over
+  // dp_shard.
+  bool fsdp() const { return dp_shard > 1 && dp_shard * tp > ep; }
 };
 
 // Resolves dp_shard = -1 (the world over dp_replicate x tp) and checks that the degrees multiply

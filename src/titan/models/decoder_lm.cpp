@@ -84,11 +84,16 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
 
   tp_degree_ = axes.tp_degree;
   ep_degree_ = cut_by_ep ? axes.ep_degree : 1;
-  if (tp_degree_ > 1 && args_.is_moe()) {
-    cannot_compute_ =
-        "tensor parallel on a model with experts is not built yet (dense models only)";
-  }
   sequence_parallel_ = tp_degree_ > 1 && axes.sequence_parallel;
+  // Under TP a sparse block runs on the rank's sequence shard with whole experts spread over the
+  // EP group (torchtitan's EP x TP); the experts' own TP cut (ETP) is planned but not computed.
+  if (tp_degree_ > 1 && args_.is_moe() && ep_degree_ == 1) {
+    cannot_compute_ =
+        "tensor parallel on a model with experts needs expert parallel (the experts' "
+        "tensor-parallel cut is not built yet)";
+  }
+  sparse_on_shards_ = tp_degree_ > 1 && args_.is_moe();
+  tp_index_ = axes.tp_index;
   if (tp_degree_ > 1) {
     vocab_shard_ = VocabShard::of(args_.vocab_size, static_cast<int>(axes.tp_index),
                                   static_cast<int>(tp_degree_));
@@ -326,6 +331,9 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   TITAN_CHECK(ep_degree_ == 1 || collectives_.all_to_all_v, "forward: the model holds ",
               "expert-parallel parts of its experts, and its group's all-to-all is not set ",
               "(set_layer_collectives: all_to_all_v)");
+  TITAN_CHECK(!sparse_on_shards_ || (collectives_.sum_statistics && collectives_.all_gather),
+              "forward: the model's sparse blocks run on sequence shards, and its group's ",
+              "sum_statistics and all_gather are not set (set_layer_collectives)");
   TITAN_CHECK(!sequence_parallel_ || (collectives_.all_gather && collectives_.reduce_scatter),
               "forward: the model computes with sequence parallel, and its group's all_gather and ",
               "reduce_scatter are not set (set_layer_collectives)");
@@ -386,10 +394,13 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                    : last_layer ? GroupUseEnd::used_next
                                 : GroupUseEnd::used_later);
     if (aux && m_.layers[i].sparse) {
+      // A sparse block routes this rank's tokens: under EP x TP its sequence shard.
       device_ops().load_balancing_accumulate(router_counts, router_prob_sums, a.moe.router_probs,
-                                             a.moe.topk_index, n, E, k);
+                                             a.moe.topk_index,
+                                             sparse_on_shards_ ? n / tp_degree_ : n, E, k);
     }
   }
+  if (aux) reduce_router_statistics();
   int64_t router_rows = n_sparse_layers_ * n;
   if (aux && options.sum_router_statistics) {
     // The other ranks' tokens of this micro-batch step join the statistics (exact: the counts
@@ -456,12 +467,14 @@ void DecoderLM::backward() {
   const int64_t n = batch_ * seq_, h = args_.hidden_size;
   Activations& g = acts_;
   // Under sequence parallel each rank's final norm saw its tokens only.
-  summing_norm_grads(
-      sequence_parallel_ ? std::vector<const RMSNorm*>{&m_.norm} : std::vector<const RMSNorm*>{},
-      [&] {
-        m_.norm.backward(g.d_resid, call_.input_grad_rows(g.grad.d_norm), g.resid.back(),
-                         g.final_norm_rstd, call_.rows());
-      });
+  std::vector<PartialGrad> final_norm;
+  if (sequence_parallel_ && m_.norm.weight_grad != nullptr) {
+    final_norm.push_back({m_.norm.weight_grad, m_.norm.dim});
+  }
+  summing_partial_grads(final_norm, [&] {
+    m_.norm.backward(g.d_resid, call_.input_grad_rows(g.grad.d_norm), g.resid.back(),
+                     g.final_norm_rstd, call_.rows());
+  });
   release(head_group_, GroupUseEnd::gradients);
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
@@ -471,7 +484,7 @@ void DecoderLM::backward() {
     LayerActivations& a = g.layers[i];
     // Recompute (the layer's set is the shared one); rewrites resid[i + 1] identically.
     if (checkpointing_.recomputes_layer(static_cast<int64_t>(i))) layer_forward(i, a);
-    summing_norm_grads(norms_with_partial_grads(i), [&] {
+    summing_partial_grads(partial_grads(i), [&] {
       m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
                             aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
     });
@@ -482,7 +495,7 @@ void DecoderLM::backward() {
   release(0, GroupUseEnd::gradients);
 }
 
-std::vector<const RMSNorm*> DecoderLM::norms_with_partial_grads(size_t i) const {
+std::vector<DecoderLM::PartialGrad> DecoderLM::partial_grads(size_t i) const {
   const DecoderLayer& layer = m_.layers[i];
   std::vector<const RMSNorm*> norms;
   if (tp_degree_ > 1 && layer.self_attn.qk_norm) {
@@ -492,28 +505,41 @@ std::vector<const RMSNorm*> DecoderLM::norms_with_partial_grads(size_t i) const 
     norms.push_back(&layer.input_layernorm);
     norms.push_back(&layer.post_attention_layernorm);
   }
-  return norms;
+  std::vector<PartialGrad> grads;
+  for (const RMSNorm* norm : norms) {
+    if (norm->weight_grad != nullptr) grads.push_back({norm->weight_grad, norm->dim});
+  }
+  const Linear& router = layer.moe.gate;
+  if (sparse_on_shards_ && layer.sparse && router.weight_grad != nullptr) {
+    grads.push_back({router.weight_grad, router.out_features * router.in_features});
+  }
+  return grads;
 }
 
-void DecoderLM::summing_norm_grads(const std::vector<const RMSNorm*>& norms,
-                                   const std::function<void()>& backward) {
-  // The norms are replicated, but each rank's rows are its own heads or tokens: the weight's
+void DecoderLM::summing_partial_grads(const std::vector<PartialGrad>& grads,
+                                      const std::function<void()>& backward) {
+  // The parameters are replicated, but each rank's rows are its own heads or tokens: the
   // gradient is the group's sum of this backward's parts. The gradients accumulate over
   // micro-batches, so this backward's parts are taken apart from what is there, summed, and
   // added back.
   std::vector<float> earlier;
-  for (const RMSNorm* norm : norms) {
-    if (norm->weight_grad == nullptr) continue;  // frozen
-    earlier.insert(earlier.end(), norm->weight_grad, norm->weight_grad + norm->dim);
-    std::fill(norm->weight_grad, norm->weight_grad + norm->dim, 0.0f);
+  for (const PartialGrad& p : grads) {
+    earlier.insert(earlier.end(), p.grad, p.grad + p.count);
+    std::fill(p.grad, p.grad + p.count, 0.0f);
   }
   backward();
   size_t at_earlier = 0;
-  for (const RMSNorm* norm : norms) {
-    if (norm->weight_grad == nullptr) continue;
-    collectives_.sum_partials(norm->weight_grad, norm->dim);
-    for (int64_t j = 0; j < norm->dim; ++j) norm->weight_grad[j] += earlier[at_earlier++];
+  for (const PartialGrad& p : grads) {
+    collectives_.sum_partials(p.grad, p.count);
+    for (int64_t j = 0; j < p.count; ++j) p.grad[j] += earlier[at_earlier++];
   }
+}
+
+void DecoderLM::reduce_router_statistics() {
+  if (!sparse_on_shards_ || n_sparse_layers_ == 0) return;
+  // Counts and probability sums: router_statistics_[0, 2E).
+  const auto E = static_cast<int64_t>(args_.num_experts);
+  collectives_.sum_statistics(router_statistics_.data(), 2 * E);
 }
 
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,

@@ -109,6 +109,8 @@ class DecoderLM final : public CausalLM {
     // also the final norm's output gathered for the loss, `partial` the embedding's partial rows
     // and their gradient gathered, `d_rows` the loss's d x at this rank's rows.
     SequenceShards sequence;
+    // EP x TP without sequence parallel: the sparse blocks' rows (LayerCall::sparse_shard).
+    SparseBlockShard sparse_shard;
   };
   // What the activation arena keeps for a backward: as `checkpointing` says (every layer's saved
   // tensors; only the inputs of the layers it recomputes, whose sets are one shared set; no norm
@@ -146,9 +148,11 @@ class DecoderLM final : public CausalLM {
   // the most rows that can arrive at a rank (nn/expert_parallel.h most_arrived_rows: every
   // rank's tokens choosing this rank's experts), so that no routing needs more than the arena.
   // Fills `scratch` and one ExpertParallelRows room per set in `sets` (null: only measures).
+  // A rank routes its tokens, or under EP x TP (tp_degree > 1) its sequence shard of them.
   static int64_t carve_expert_parallel(const ModelArgs& args, DType compute_dtype,
-                                       const Retention& retention, int64_t ep_degree, float* base,
-                                       int64_t batch, int64_t seq, ExpertParallelScratch& scratch,
+                                       const Retention& retention, int64_t ep_degree,
+                                       int64_t tp_degree, float* base, int64_t batch, int64_t seq,
+                                       ExpertParallelScratch& scratch,
                                        std::vector<std::unique_ptr<ExpertParallelRows>>* sets);
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
                               const Retention& retention, int64_t tp_degree, bool sequence_parallel,
@@ -274,17 +278,33 @@ class DecoderLM final : public CausalLM {
   // Sequence parallel (the plan's, under TP): the residual stream holds seq / tp_degree_ tokens of
   // each sequence (Activations::sequence).
   bool sequence_parallel_ = false;
+  // Whether the sparse blocks run on the rank's sequence shard (EP x TP, with or without sequence
+  // parallel), and this rank's tp index.
+  bool sparse_on_shards_ = false;
+  int64_t tp_index_ = 0;
   // Why the model cannot compute on the parts the plan gave it (what is not built: experts under
-  // tensor parallel), or empty: forward refuses with it.
+  // tensor parallel without expert parallel or without sequence parallel), or empty: forward
+  // refuses with it.
   std::string cannot_compute_;
-  // The replicated norms whose gradients each rank computes on its part of their rows: layer i's
-  // q/k norms under TP (its heads), its input and post-attention norms under sequence parallel
-  // (its tokens); empty on one rank.
-  std::vector<const RMSNorm*> norms_with_partial_grads(size_t i) const;
-  // Runs `backward` and sums over the TP group the gradients it gave `norms`, leaving what
+  // A replicated parameter's gradient (count floats) that each rank computes on its part of the
+  // rows it reads.
+  struct PartialGrad {
+    float* grad = nullptr;
+    int64_t count = 0;
+  };
+  // Layer i's such gradients: its q/k norms under TP (its heads), its input and post-attention
+  // norms under sequence parallel (its tokens), and under EP x TP its router (a sparse block runs
+  // on the rank's sequence shard); empty on one rank. Frozen ones (null) are left out.
+  std::vector<PartialGrad> partial_grads(size_t i) const;
+  // Runs `backward` and sums over the TP group the gradients it gave `grads`, leaving what
   // earlier backwards accumulated as it was.
-  void summing_norm_grads(const std::vector<const RMSNorm*>& norms,
-                          const std::function<void()>& backward);
+  void summing_partial_grads(const std::vector<PartialGrad>& grads,
+                             const std::function<void()>& backward);
+  // The load-balancing statistics of this micro-batch (router_statistics_'s counts and probability
+  // sums): under EP x TP each TP rank routed its sequence shard, and their sum over the TP group is
+  // the data-parallel rank's, as without TP (ForwardOptions::sum_router_statistics then sums over
+  // the data-parallel ranks for the global loss).
+  void reduce_router_statistics();
   ActivationCheckpointing checkpointing_;
   bool forward_only_ = false;
   bool lora_attached_ = false;  // attach_lora: Retention::lora

@@ -30,8 +30,12 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
   const int64_t R = sp ? n / tp_degree : n;
   const int64_t H = args.num_attention_heads / tp_degree, KV = args.num_key_value_heads / tp_degree;
-  const int64_t I = args.intermediate_size / tp_degree, Im = args.moe_intermediate_size / tp_degree;
-  const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = n * k;
+  // A sparse block routes M rows to whole experts (the experts' own TP cut is not computed): every
+  // token on one rank, under EP x TP the rank's sequence shard (R under sequence parallel; else
+  // sliced from the whole stream into rooms of its own, sparse_shard).
+  const int64_t I = args.intermediate_size / tp_degree, Im = args.moe_intermediate_size;
+  const int64_t M = n / tp_degree;
+  const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = M * k;
   const int64_t n_layers = args.num_hidden_layers;
   int64_t n_sparse = 0;
   for (int64_t i = 0; i < n_layers; ++i) n_sparse += args.layer_is_sparse(i) ? 1 : 0;
@@ -75,10 +79,20 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
     const int64_t rows_bf16 = (rows * h + 1) / 2, out_at = (rows_bf16 + 15) / 16 * 16;
     float* x_rows = c.take(keep_bf16 ? out_at + rows * h : rows * h);
     g.moe = {
-        c.take(n * E),
-        c.take(n * k),
+        c.take(M * E),
+        c.take(M * k),
         {x_rows, c.take(rows * h), c.take(rows * Im), c.take(rows * Im), c.take(rows * Im),
          c.take(rows), c.take(rows), keep_bf16 && x_rows != nullptr ? x_rows + out_at : nullptr}};
+  }
+  v.sparse_shard = SparseBlockShard{};
+  if (any_sparse && tp_degree > 1 && !sp) {
+    TITAN_CHECK(seq % tp_degree == 0, "training.seq_len ", seq,
+                " must be divisible by parallelism.tensor_parallel_degree ", tp_degree,
+                " (under EP x TP a sparse block runs on seq / degree tokens of every sequence)");
+    v.sparse_shard.degree = tp_degree;
+    v.sparse_shard.x = c.take(M * h);
+    v.sparse_shard.y = c.take(M * h);
+    v.sparse_shard.dx = retention.forward_only ? nullptr : c.take(M * h);
   }
   float* norm_scratch = keep_bf16 || remake_norms ? c.take(R * h) : nullptr;
   // The blocks' inputs rounded whole when no layer keeps them so: made again in the backward from
@@ -200,10 +214,10 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
       a.mlp = {c.take(n * I), c.take(n * I), mlp_act};
     }
     if (sparse) {
-      a.moe.router_logits = c.take(n * E);
-      a.moe.router_probs = c.take(n * E);
-      a.moe.topk_index = c.take<int32_t>(n * k);
-      a.moe.topk_weight = c.take(n * k);
+      a.moe.router_logits = c.take(M * E);
+      a.moe.router_probs = c.take(M * E);
+      a.moe.topk_index = c.take<int32_t>(M * k);
+      a.moe.topk_weight = c.take(M * k);
       // A bf16 experts kernel keeps gate and up as bf16 values (ops/moe.h).
       const auto take_kept = [&] {
         return keep_bf16 ? reinterpret_cast<float*>(c.take<uint16_t>(rows * Im))
@@ -316,19 +330,22 @@ int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtyp
   ExpertParallelScratch measured;
   return (arena_floats(args, compute_dtype, retention, layout.tp_degree, layout.sequence_parallel,
                        batch, seq) +
-          carve_expert_parallel(args, compute_dtype, retention, layout.ep_degree, nullptr, batch,
-                                seq, measured, nullptr)) *
+          carve_expert_parallel(args, compute_dtype, retention, layout.ep_degree, layout.tp_degree,
+                                nullptr, batch, seq, measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
 }
 
 int64_t DecoderLM::carve_expert_parallel(const ModelArgs& args, DType compute_dtype,
-                                         const Retention& retention, int64_t ep_degree, float* base,
-                                         int64_t batch, int64_t seq, ExpertParallelScratch& scratch,
+                                         const Retention& retention, int64_t ep_degree,
+                                         int64_t tp_degree, float* base, int64_t batch, int64_t seq,
+                                         ExpertParallelScratch& scratch,
                                          std::vector<std::unique_ptr<ExpertParallelRows>>* sets) {
   if (ep_degree <= 1) return 0;
   const int64_t h = args.hidden_size, Im = args.moe_intermediate_size;
+  // Each rank routes its tokens: under EP x TP its seq / tp tokens of each sequence.
+  const int64_t tokens = batch * seq / tp_degree;
   const int64_t rows =
-      most_arrived_rows(batch * seq, args.num_experts_per_tok, args.num_experts, ep_degree);
+      most_arrived_rows(tokens, args.num_experts_per_tok, args.num_experts, ep_degree);
   // The sets carve_activations gives the sparse layers: each kept layer's own, and the one the
   // recomputed layers share.
   int64_t n_sets = 0;
@@ -385,8 +402,8 @@ int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
   ExpertParallelScratch measured;
   return (arena_floats(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_, batch,
                        seq) +
-          carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, nullptr, batch, seq,
-                                measured, nullptr)) *
+          carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, tp_degree_, nullptr,
+                                batch, seq, measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -401,7 +418,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   const int64_t layers_floats =
       carve_activations(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
                         arena_.as<float>(), batch, seq, acts_);
-  carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_,
+  carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, tp_degree_,
                         arena_.as<float>() + layers_floats, batch, seq, ep_scratch_, &ep_rows_);
   batch_ = batch;
   seq_ = seq;
@@ -422,6 +439,8 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   call_.linear = acts_.linear;
   call_.collectives = &collectives_;
   call_.sequence_shards = sequence_parallel_ ? &acts_.sequence : nullptr;
+  acts_.sparse_shard.index = tp_index_;
+  call_.sparse_shard = acts_.sparse_shard.degree > 1 ? &acts_.sparse_shard : nullptr;
   if (ep_degree_ > 1) bind_expert_parallel_rows();
 }
 

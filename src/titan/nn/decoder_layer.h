@@ -65,6 +65,11 @@ struct DecoderLayer {
                 const float* dprobs_all, const LayerCall& call) const;
 
  private:
+  // This rank's rows (R, h) of `norm` of norm_in in `normed` for a backward: made again (remade),
+  // widened from its kept rounding, or as kept.
+  float* backward_norm_rows(const RMSNorm& norm, float* normed, float* rstd,
+                            const uint16_t* kept_bf16, const float* norm_in, bool remade,
+                            const LayerCall& call) const;
   // A block's input (N, h) for its backward: `norm` of norm_in (R rows) in `normed` made again
   // (remade), widened from its kept rounding, or as kept; gathered under sequence parallel; and
   // rounded into whole_bf16 when the block reads it so and nothing kept that rounding whole.

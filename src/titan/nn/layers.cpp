@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <span>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
 
@@ -45,6 +46,19 @@ void LayerCall::sum_block_output(float* out, float* partial, int64_t h) const {
     return;
   }
   collectives->reduce_scatter(partial, out, seq / sequence_shards->degree * h, batch);
+}
+
+void LayerCall::slice_sparse_rows(const float* whole, float* rows, int64_t h) const {
+  const int64_t part = seq / sparse_shard->degree;
+  for (int64_t b = 0; b < batch; ++b) {
+    backend().copy_on_device(rows + b * part * h,
+                             whole + (b * seq + sparse_shard->index * part) * h,
+                             static_cast<size_t>(part * h) * sizeof(float));
+  }
+}
+
+void LayerCall::gather_sparse_rows(const float* rows, float* whole, int64_t h) const {
+  collectives->all_gather(rows, whole, seq / sparse_shard->degree * h, batch);
 }
 
 GemvWeight Linear::compute_weight() const {

@@ -85,8 +85,13 @@ struct KvCacheView {
 // back in the forward; dy rows and routing weights there, the inputs again, and dx rows and d
 // weights back in the backward). Unset without expert parallel. The TP reductions and the EP
 // exchange run over different groups of ranks.
+//
+// sum_statistics is sum_partials in fp64 over the same TP group: the router's load-balancing
+// counts and probability sums when a sparse block runs on the ranks' sequence shards. Unset
+// without TP.
 struct LayerCollectives {
   std::function<void(float* x, int64_t count)> sum_partials;
+  std::function<void(double* x, int64_t count)> sum_statistics;
   std::function<void(float* x, int64_t count)> all_reduce_max;
   std::function<void(const float* in, float* out, int64_t count, int64_t parts)> all_gather;
   std::function<void(const float* in, float* out, int64_t count, int64_t parts)> reduce_scatter;
@@ -103,6 +108,18 @@ struct SequenceShards {
   // (N / degree, h) the block input's gradient, this rank's rows: may lie in `gathered`, whose
   // contents are dead by the time it is written (the block's backward has read them).
   float* d_rows = nullptr;
+};
+
+// EP x TP without sequence parallel (torchtitan's): a sparse block runs on this TP rank's shard of
+// each sequence (seq / degree consecutive tokens from index x seq / degree), sliced from the
+// whole, replicated input; its output rows are all-gathered whole (LayerCollectives::all_gather),
+// and in the backward the whole output gradient is sliced and the input gradient's rows gathered.
+// The rooms every sparse layer shares, (N / degree, h) each.
+struct SparseBlockShard {
+  int64_t degree = 1, index = 0;
+  float* x = nullptr;   // the block's input rows
+  float* y = nullptr;   // its output rows; in the backward the output gradient's
+  float* dx = nullptr;  // the input gradient's rows
 };
 
 // Where one forward call of a layer reads and writes besides its parameters and activations.
@@ -124,6 +141,8 @@ struct LayerCall {
   const LayerCollectives* collectives = nullptr;  // or null: one rank
   // Sequence parallel's scratch, or null: every rank holds every token of the residual stream.
   const SequenceShards* sequence_shards = nullptr;
+  // Without it, under EP x TP, where the sparse blocks run on this rank's tokens; else null.
+  const SparseBlockShard* sparse_shard = nullptr;
 
   int64_t tokens() const { return batch * seq; }
   // The residual stream's rows on this rank: tokens() / degree under sequence parallel.
@@ -154,6 +173,10 @@ struct LayerCall {
   // out (rows(), h) = the group's sum of the partial sums `partial` (N, h) at this rank's rows:
   // reduce-scattered under sequence parallel, else summed in place (partial is out).
   void sum_block_output(float* out, float* partial, int64_t h) const;
+  // rows (tokens() / degree, h) = sparse_shard's part of each sequence of whole (tokens(), h).
+  void slice_sparse_rows(const float* whole, float* rows, int64_t h) const;
+  // whole (tokens(), h) = every rank's sparse_shard rows (tokens() / degree, h), all-gathered.
+  void gather_sparse_rows(const float* rows, float* whole, int64_t h) const;
 };
 
 struct Linear {

@@ -69,11 +69,14 @@ Shard ParallelizePlan::fsdp_cut_of(const ParamSpec& param, Shard fsdp) const {
       style_of(module_of_param(param.name)) != ParallelStyle::expert) {
     return fsdp;
   }
-  TITAN_CHECK(axes_.tp_degree == 1 && fsdp.dim == 0 && fsdp.count % axes_.ep_degree == 0,
+  // An EP group spans ep / tp shard indices (whole TP groups), so the ranks holding the same
+  // experts in a replica are the shard indices' runs of that length.
+  const int64_t span = axes_.ep_degree / axes_.tp_degree;
+  TITAN_CHECK(axes_.ep_degree % axes_.tp_degree == 0 && fsdp.dim == 0 && fsdp.count % span == 0,
               "parallelize: the experts' FSDP cut of ", fsdp.count, " shards under ",
               axes_.ep_degree, " expert-parallel ranks and ", axes_.tp_degree,
               " tensor-parallel ranks");
-  return {fsdp.index / axes_.ep_degree, fsdp.count / axes_.ep_degree, 0};
+  return {fsdp.index / span, fsdp.count / span, 0};
 }
 
 ParamSpec ParallelizePlan::local_spec(const ParamSpec& param) const {

@@ -61,7 +61,7 @@ class ParallelizePlan {
   ParamSpec local_spec(const ParamSpec& param) const;
   // The FSDP cut of `param` on a rank whose other parameters' cut is `fsdp` (dim 0 over
   // dp_shard): under expert parallel an expert is sharded over the ranks holding the same experts
-  // (distributed/mesh.h: shard index / ep of dp_shard / ep), torchtitan's dp_shard x tp / ep;
+  // (distributed/mesh.h: shard index / (ep / tp) of dp_shard x tp / ep), torchtitan's;
   // otherwise `fsdp` itself (and whole, count 1, without FSDP).
   Shard fsdp_cut_of(const ParamSpec& param, Shard fsdp) const;
   // Whether any parameter of `specs` is cut: a model computing on parts needs the collectives.

@@ -212,20 +212,30 @@ std::string under_tensor_parallel(const JobConfig& c) {
 
 void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, const MeshDims& dims) {
   if (c.parallelism.tensor_parallel_degree == 1) return;
-  TITAN_CHECK(!c.checkpoint.enable || dims.dp_shard == 1, "checkpoint.enable = true under FSDP (",
+  TITAN_CHECK(!c.checkpoint.enable || !dims.fsdp(), "checkpoint.enable = true under FSDP (",
               "data_parallel_shard_degree ", dims.dp_shard, ") x tensor_parallel_degree ",
               c.parallelism.tensor_parallel_degree,
               ": checkpoints of FSDP x TP cuts are not built yet (TP alone, or with DDP, saves)");
-  TITAN_CHECK(!args.is_moe(), "model ", args.architecture, under_tensor_parallel(c),
-              ": tensor parallel on a model with experts is not built yet (dense models only)");
+  if (!args.is_moe()) return;
+  // torchtitan's EP x TP: the sparse blocks run on each TP rank's sequence shard, the experts
+  // whole over an EP group holding the TP ranks. The experts' own TP cut (ETP) is not built.
+  TITAN_CHECK(dims.ep > 1, "model ", args.architecture, under_tensor_parallel(c),
+              ": a model with experts needs parallelism.expert_parallel_degree > 1 (a multiple of ",
+              "the TP degree): the experts' own tensor-parallel cut is not built yet");
+  TITAN_CHECK(c.parallelism.enable_sequence_parallel ||
+                  c.training.seq_len % c.parallelism.tensor_parallel_degree == 0,
+              "training.seq_len ", c.training.seq_len, under_tensor_parallel(c),
+              " on a model with experts: a sparse block runs on seq_len / ",
+              c.parallelism.tensor_parallel_degree,
+              " tokens of each sequence per rank, so the degree must divide it");
 }
 
 void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   if (dims.ep == 1) return;
   const std::string under = " under parallelism.expert_parallel_degree " + std::to_string(dims.ep);
-  TITAN_CHECK(dims.tp == 1, "parallelism.tensor_parallel_degree ", dims.tp, under,
-              ": expert parallel borrowing tensor-parallel ranks is not built yet (set one of "
-              "them to 1)");
+  TITAN_CHECK(dims.ep % dims.tp == 0, "parallelism.tensor_parallel_degree ", dims.tp, under,
+              ": the EP degree must be a multiple of the TP degree (each EP group holds whole TP ",
+              "groups; the experts' own tensor-parallel cut is not built yet)");
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under expert parallel is not built yet (the adapter would hold every "
               "expert's pair on every rank)");

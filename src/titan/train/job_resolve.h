@@ -43,8 +43,9 @@ void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshD
 // is made); a model with experts, checkpoints under FSDP x TP. Nothing without TP.
 void check_tensor_parallel_job(const JobConfig& config);
 // What an expert-parallel job (dims.ep > 1) cannot do yet, each refused with one line naming the
-// key: TP ranks borrowed (tensor_parallel_degree > 1), LoRA, asynchronous checkpoints. Nothing
-// without EP.
+// key: an EP degree that is not a multiple of the TP degree, LoRA, asynchronous checkpoints.
+// Nothing without EP. check_tensor_parallel_model: under TP, checkpoints under FSDP, and a model
+// with experts without EP or with a seq_len the TP degree does not divide.
 void check_expert_parallel_job(const JobConfig& config, const MeshDims& dims);
 void check_tensor_parallel_model(const JobConfig& config, const ModelArgs& args,
                                  const MeshDims& dims);

@@ -23,15 +23,24 @@ double AdamWOptimizer::grad_norm() const {
   if (cut_model_.group == nullptr) {
     for (const ParamGroup& g : groups_) sum += device_ops().sum_squares(g.grads(), g.numel());
   } else {
-    double cut = 0.0;  // summed over the TP or EP group; `sum` holds the replicated parameters'
+    double cut = 0.0;      // summed over the TP or EP group; `sum` holds the replicated parameters'
+    double experts = 0.0;  // under EP x TP without FSDP: summed over the EP group
     for (const ParamGroup& g : groups_) {
       for (const ParamView& v : g.views()) {
         const double squares = device_ops().sum_squares(g.grads() + v.offset, v.numel);
-        (cut_model_.cut(v) ? cut : sum) += squares;
+        if (cut_model_.expert_group != nullptr && cut_model_.expert(v)) {
+          experts += squares;
+        } else {
+          (cut_model_.cut(v) ? cut : sum) += squares;
+        }
       }
     }
     cut_model_.group->all_reduce_sum(&cut, 1);
     sum += cut;
+    if (cut_model_.expert_group != nullptr) {
+      cut_model_.expert_group->all_reduce_sum(&experts, 1);
+      sum += experts;
+    }
   }
   if (shards_ != nullptr) shards_->all_reduce_sum(&sum, 1);
   const double norm = std::sqrt(sum);

@@ -13,10 +13,14 @@ namespace titan {
 
 // A model cut over a tensor-parallel or expert-parallel group (models/parallelize.h): the gradient
 // norm sums the squares of the parameters `cut` names over `group`, and counts each replicated
-// parameter once (its gradient is the same on every rank of the group).
+// parameter once (its gradient is the same on every rank of the group). Under EP x TP without
+// FSDP the experts' squares are summed over `expert_group` (the EP group) instead, those `expert`
+// names, while the TP cuts' are summed over `group` (the TP group).
 struct CutModelNorm {
   Communicator* group = nullptr;  // null: no tensor or expert parallel
   std::function<bool(const ParamView&)> cut;
+  Communicator* expert_group = nullptr;  // null: the experts, if cut, sum over `group`
+  std::function<bool(const ParamView&)> expert;
 };
 
 class AdamWOptimizer {

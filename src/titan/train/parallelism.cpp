@@ -41,19 +41,22 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
       plan_(plan),
       cuts_(mesh.dims().tp > 1 || mesh.dims().ep > 1),
       base_in_bf16_(base_in_bf16) {
-  TITAN_CHECK(mesh.dims().tp == 1 || mesh.dims().ep == 1,
-              "parallelism: tensor and expert parallel together are not built yet");
+  TITAN_CHECK(mesh.dims().ep % mesh.dims().tp == 0 || mesh.dims().ep == 1,
+              "parallelism: an EP degree of ", mesh.dims().ep, " under a TP degree of ",
+              mesh.dims().tp, " (it must be a multiple)");
   LayerCollectives collectives;
   if (mesh.dims().tp > 1) {
     // Both block the compute thread: the next layer needs the sums.
     Communicator& tp = mesh.tp_group();
     collectives.sum_partials = [&tp](float* x, int64_t count) { tp.all_reduce_sum(x, count); };
+    collectives.sum_statistics = [&tp](double* x, int64_t count) { tp.all_reduce_sum(x, count); };
     collectives.all_reduce_max = [&tp](float* x, int64_t count) {
       std::vector<double> wide(x, x + count);  // exact both ways
       tp.all_reduce_max(wide.data(), count);
       std::copy(wide.begin(), wide.end(), x);
     };
-    if (plan.axes().sequence_parallel) {
+    // Sequence parallel's, and without it EP x TP's sparse blocks' output rows (the all-gather).
+    if (plan.axes().sequence_parallel || model.args().is_moe()) {
       // One part per sequence (nn/layers.h): rank r's tokens of sequence p are out[p][r]. A
       // CommPart's `own` is not const because a reduce-scatter writes it; an all-gather only reads.
       const auto parts_of = [&tp](float* whole, float* own, int64_t count, int64_t parts) {
@@ -139,8 +142,17 @@ Communicator* Parallelism::grad_norm_group() {
   return fsdp_ && !trained_ ? &mesh_.shard_group() : nullptr;
 }
 
-Communicator& Parallelism::cut_group() {
-  return mesh_.dims().ep > 1 ? *mesh_.ep_group() : mesh_.tp_group();
+Communicator& Parallelism::cut_group_of(const ParamSpec& p) {
+  return is_expert(p) ? *mesh_.ep_group() : mesh_.tp_group();
+}
+
+Communicator* Parallelism::sum_group_of(const ParamSpec& p) {
+  if (plan_.placement_of(p).count == 1) return nullptr;
+  if (!is_expert(p)) return &mesh_.tp_group();
+  if (!fsdp_) return mesh_.ep_group();
+  // FSDP x EP: the shard group of this tp index holds whole the experts of the EP indices with
+  // it; the TP group adds the others.
+  return mesh_.dims().tp > 1 ? &mesh_.tp_group() : nullptr;
 }
 
 bool Parallelism::is_expert(const ParamSpec& p) const {
@@ -148,13 +160,21 @@ bool Parallelism::is_expert(const ParamSpec& p) const {
 }
 
 bool Parallelism::shards_span_cuts() const {
-  return fsdp_ && mesh_.dims().ep > 1;
+  return fsdp_ && mesh_.dims().ep > 1 && mesh_.dims().tp == 1;
 }
 
 CutModelNorm Parallelism::cut_model_norm() {
   if (!cuts_ || shards_span_cuts()) return {};
-  return {&cut_group(),
-          [plan = plan_](const ParamView& v) { return plan.placement_of(v.spec).count > 1; }};
+  const bool tp = mesh_.dims().tp > 1, ep = mesh_.dims().ep > 1;
+  CutModelNorm norm;
+  norm.group = tp ? &mesh_.tp_group() : mesh_.ep_group();
+  norm.cut = [plan = plan_](const ParamView& v) { return plan.placement_of(v.spec).count > 1; };
+  if (tp && ep && !fsdp_) {
+    // EP x TP without FSDP: the TP cuts' squares over the TP group, the experts' over the EP group.
+    norm.expert_group = mesh_.ep_group();
+    norm.expert = [this](const ParamView& v) { return is_expert(v.spec); };
+  }
+  return norm;
 }
 
 void Parallelism::initialize(const ModelArgs& args, uint64_t seed) {
@@ -282,17 +302,28 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
     }
   }
   if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
-  if (cuts_ && !shards_span_cuts()) {
-    // A cut parameter's counts summed over the TP or EP group, a replicated one's counted once.
-    Communicator& group = cut_group();
-    size_t j = 0;
-    for (const ParamGroup& g : model_groups()) {
-      for (const ParamView& v : g.views()) {
-        if (plan_.placement_of(v.spec).count == 1 && group.rank() != 0) counts[j] = 0;
-        ++j;
+  if (cuts_) {
+    // A cut parameter's counts summed over its group (sum_group_of), a replicated one's counted
+    // once; one sum per group, in the same order on every rank.
+    std::vector<Communicator*> groups = {&mesh_.tp_group()};
+    if (mesh_.dims().ep > 1) groups.push_back(mesh_.ep_group());
+    for (Communicator* group : groups) {
+      std::vector<size_t> summed;  // the parameters this group sums, by index into counts
+      std::vector<double> part;
+      size_t j = 0;
+      for (const ParamGroup& g : model_groups()) {
+        for (const ParamView& v : g.views()) {
+          if (sum_group_of(v.spec) == group) {
+            summed.push_back(j);
+            part.push_back(counts[j]);
+          }
+          ++j;
+        }
       }
+      if (summed.empty()) continue;  // the same on every rank of the group: the same views
+      group->all_reduce_sum(part.data(), static_cast<int64_t>(part.size()));
+      for (size_t i = 0; i < summed.size(); ++i) counts[summed[i]] = part[i];
     }
-    group.all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
   }
   NonfiniteScan scan;
   size_t i = 0;
@@ -321,7 +352,7 @@ void Parallelism::gather_cuts(const ExportRun& run) {
   // FSDP brought each TP or EP rank's cut whole onto the ranks of rank 0's TP or EP group (under
   // EP the experts onto them, the rest onto rank 0).
   if (fsdp_ && !mesh_.shares_model_with_rank0()) return;
-  const bool root = cut_group().rank() == 0;
+  const bool root = mesh_.world().rank() == 0;
   ParamGroup* whole = nullptr;
   if (root) {
     for (ParamGroup& g : export_whole_) g.release_params();
@@ -339,14 +370,16 @@ void Parallelism::gather_cuts(const ExportRun& run) {
 }
 
 void Parallelism::gather_cut_param(const ParamView& v, float* own, float* whole) {
-  Communicator& group = cut_group();
-  const bool root = group.rank() == 0;
-  const auto degree = static_cast<size_t>(group.size());
   const Shard cut = plan_.placement_of(v.spec);
   if (cut.count == 1) {  // the same on every rank of the group
-    if (root) std::copy(own, own + v.numel, whole);
+    if (mesh_.world().rank() == 0) std::copy(own, own + v.numel, whole);
     return;
   }
+  // Under EP x TP rank 0's EP group holds several TP groups: a TP cut comes from rank 0's.
+  if (!is_expert(v.spec) && mesh_.dp_rank() != 0) return;
+  Communicator& group = cut_group_of(v.spec);
+  const bool root = group.rank() == 0;
+  const auto degree = static_cast<size_t>(group.size());
   // The cuts in rank order: the whole itself for a dim-0 cut; else placed by shard_box.
   Buffer cuts;
   if (root && cut.dim != 0) {

@@ -118,12 +118,16 @@ class Parallelism {
   void end_export();
 
  private:
-  // The group the plan cuts parameters over: the EP group under expert parallel, else the TP
-  // group (tensor and expert parallel together are refused).
-  Communicator& cut_group();
-  // Whether the FSDP shard group holds every EP rank's experts (FSDP x EP: the EP group and the
-  // ranks holding the same experts both lie within dp_shard), so a sum over it counts each
-  // expert's elements once and no sum over the cut group follows.
+  // The group a cut parameter's cuts lie over: an expert's EP group, else the TP group.
+  Communicator& cut_group_of(const ParamSpec& p);
+  // Where a parameter's squares and non-finite counts are summed past FSDP's shard group: its cut
+  // group, the TP group for an expert under FSDP x EP x TP (the shard group holds whole the
+  // experts of this tp index's EP indices), none for a replicated one (counted once) or an
+  // expert under FSDP x EP without TP (shards_span_cuts).
+  Communicator* sum_group_of(const ParamSpec& p);
+  // Whether the FSDP shard group holds every EP rank's experts (FSDP x EP without TP: the EP
+  // group and the ranks holding the same experts both lie within dp_shard), so a sum over it
+  // counts each expert's elements once and no sum over the cut group follows.
   bool shards_span_cuts() const;
   // Whether `v` is one of a sparse layer's stacked experts (the plan's expert style).
   bool is_expert(const ParamSpec& p) const;

@@ -125,7 +125,16 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
             : "partial outputs all-reduced (enable_sequence_parallel = false)",
         mesh_->describe().c_str());
   }
-  if (dims.ep > 1) {
+  if (dims.ep > 1 && dims.tp > 1) {
+    std::printf(
+        "expert parallel over %lld ranks (borrowed from dp_shard x tp: EP index = (shard index x "
+        "%lld + tp index) mod %lld): each holds num_experts / %lld whole experts of every sparse "
+        "layer, a sparse block runs on each TP rank's sequence shard and sends its tokens to "
+        "their experts' ranks by all-to-all-v; the experts' gradients summed over the ranks "
+        "holding the same experts\n",
+        static_cast<long long>(dims.ep), static_cast<long long>(dims.tp),
+        static_cast<long long>(dims.ep), static_cast<long long>(dims.ep));
+  } else if (dims.ep > 1) {
     std::printf(
         "expert parallel over %lld ranks (borrowed from dp_shard: EP index = shard index mod "
         "%lld): "

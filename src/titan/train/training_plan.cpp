@@ -277,6 +277,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = in.mesh.fsdp();
+  TITAN_CHECK(in.mesh.tp == 1 || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
+              " x tensor_parallel_degree ", in.mesh.tp,
+              " (EP x TP: the sparse blocks on the sequence shards) is not planned yet");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
