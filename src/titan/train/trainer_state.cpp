@@ -25,6 +25,7 @@
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/peft_adapter.h"
 #include "titan/models/registry.h"
+#include "titan/nn/host_params.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
@@ -77,8 +78,11 @@ void Trainer::restore() {
                           *lora_, start_step_ == 0, *model_);
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
-      load_hf_weights(args_, state_groups(), initial, "the model's config",
-                      ck.allow_nonfinite_weights, state_cut(), {}, plan_);
+      // On a device the loader writes host copies, copied in after (nn/host_params.h).
+      write_params_on_host(state_groups(), [&](std::vector<ParamGroup>& groups) {
+        load_hf_weights(args_, groups, initial, "the model's config", ck.allow_nonfinite_weights,
+                        state_cut(), {}, plan_);
+      });
     } else if (ck.initial_load_model_only) {
       const TrainerState state = load(initial, CheckpointContent::model_only);
       std::printf("initial weights from %s (titan checkpoint of step %lld, model weights only)\n",

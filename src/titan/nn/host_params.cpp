@@ -1,0 +1,32 @@
+#include "titan/nn/host_params.h"
+
+#include "titan/backend/backend.h"
+#include "titan/core/error.h"
+
+namespace titan {
+
+void write_params_on_host(std::vector<ParamGroup>& groups,
+                          const std::function<void(std::vector<ParamGroup>&)>& write) {
+  bool on_host = true;
+  for (const ParamGroup& g : groups) on_host = on_host && &g.space() == &host_memory();
+  if (on_host) {
+    write(groups);
+    return;
+  }
+  std::vector<ParamGroup> host;
+  host.reserve(groups.size());
+  for (const ParamGroup& g : groups) {
+    TITAN_CHECK(g.params_resident(), "group ", g.name(),
+                ": its parameters are not resident, so there is nothing to write on the host");
+    std::vector<ParamSpec> specs;
+    for (const ParamView& v : g.views()) specs.push_back(v.spec);
+    host.emplace_back(g.name(), specs, Residency::committed, &host_memory());
+  }
+  write(host);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    backend().copy_from_host(groups[i].params(), host[i].params(),
+                             static_cast<size_t>(groups[i].numel()) * sizeof(float));
+  }
+}
+
+}  // namespace titan
