@@ -48,35 +48,57 @@ TEST(HostParams, InitialisationOnADeviceIsTheHostsBitForBit) {
   EXPECT_NE(on_device.params()[0], 0.0f);  // drawn, not left zero
 }
 
-TEST(HostParams, AWriterOfADevicesGroupsWritesHostCopiesCopiedIn) {
-  StandInDevice device;
-  std::vector<ParamGroup> host_groups, device_groups;
-  for (const char* name : {"g0", "g1"}) {
-    host_groups.emplace_back(name, kSpecs, Residency::committed, &host_memory());
-    device_groups.emplace_back(name, kSpecs, Residency::committed, &device);
-  }
-  // What a loader does: every parameter written by name, the padding left alone.
-  const auto write = [](std::vector<ParamGroup>& groups) {
-    float next = 1.0f;
-    for (ParamGroup& g : groups) {
-      for (const ParamView& v : g.views()) {
-        for (int64_t i = 0; i < v.numel; ++i) g.params()[v.offset + i] = next++;
+// What a loader does: every parameter (and, with the moments, exp_avg and exp_avg_sq) written by
+// name, the padding left alone.
+void write_by_name(std::vector<ParamGroup>& groups, bool moments) {
+  float next = 1.0f;
+  for (ParamGroup& g : groups) {
+    for (const ParamView& v : g.views()) {
+      for (int64_t i = 0; i < v.numel; ++i) {
+        g.params()[v.offset + i] = next++;
+        if (!moments) continue;
+        g.exp_avg()[v.offset + i] = -next;
+        g.exp_avg_sq()[v.offset + i] = 2 * next;
       }
     }
-  };
-  std::vector<const ParamGroup*> seen;
-  write_params_on_host(host_groups, [&](std::vector<ParamGroup>& groups) {
-    seen = {&groups[0]};
-    write(groups);
-  });
-  EXPECT_EQ(seen[0], &host_groups[0]);  // host groups are written in place
-  write_params_on_host(device_groups, [&](std::vector<ParamGroup>& groups) {
-    ASSERT_EQ(groups.size(), 2u);
-    for (const ParamGroup& g : groups) EXPECT_EQ(&g.space(), &host_memory());
-    EXPECT_EQ(groups[1].name(), "g1");
-    write(groups);
-  });
-  for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(same_bits(host_groups[i], device_groups[i])) << i;
+  }
+}
+
+bool same_moments(const ParamGroup& a, const ParamGroup& b) {
+  const auto bytes = static_cast<size_t>(a.numel()) * sizeof(float);
+  return std::memcmp(a.exp_avg(), b.exp_avg(), bytes) == 0 &&
+         std::memcmp(a.exp_avg_sq(), b.exp_avg_sq(), bytes) == 0;
+}
+
+TEST(HostParams, AWriterOfADevicesGroupsWritesHostCopiesCopiedIn) {
+  for (const bool moments : {false, true}) {
+    StandInDevice device;
+    std::vector<ParamGroup> host_groups, device_groups;
+    for (const char* name : {"g0", "g1"}) {
+      host_groups.emplace_back(name, kSpecs, Residency::committed, &host_memory());
+      device_groups.emplace_back(name, kSpecs, Residency::committed, &device);
+      host_groups.back().allocate_optimizer_state();
+      device_groups.back().allocate_optimizer_state();
+    }
+    const ParamGroup* seen = nullptr;
+    write_params_on_host(host_groups, moments, [&](std::vector<ParamGroup>& groups) {
+      seen = &groups[0];
+      write_by_name(groups, moments);
+    });
+    EXPECT_EQ(seen, &host_groups[0]);  // host groups are written in place
+    write_params_on_host(device_groups, moments, [&](std::vector<ParamGroup>& groups) {
+      ASSERT_EQ(groups.size(), 2u);
+      for (const ParamGroup& g : groups) EXPECT_EQ(&g.space(), &host_memory());
+      EXPECT_EQ(groups[1].name(), "g1");
+      EXPECT_EQ(groups[0].exp_avg() != nullptr, moments);
+      write_by_name(groups, moments);
+    });
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(same_bits(host_groups[i], device_groups[i])) << i;
+      // Without the moments the device's stay as they were (zero), as the host's do.
+      EXPECT_TRUE(same_moments(host_groups[i], device_groups[i])) << i << " " << moments;
+    }
+  }
 }
 
 }  // namespace

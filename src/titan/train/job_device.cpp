@@ -39,13 +39,14 @@ void check_device_job(const JobConfig& config, const ModelArgs& args, const Mesh
   refuse(dims.dp_replicate > 1,
          "data parallel over replicas (parallelism.data_parallel_replicate_degree > 1)",
          "one process");
-  refuse(ck.enable, "checkpointing (checkpoint.enable = true)", "set checkpoint.enable = false");
+  // The asynchronous save stages the state through the backend's copies (train/async_checkpoint.h);
+  // the synchronous one writes from the groups' memory.
+  refuse(ck.enable && ck.async_mode == "disabled",
+         "the synchronous checkpoint save (checkpoint.enable with checkpoint.async_mode = "
+         "\"disabled\")",
+         "set checkpoint.async_mode = \"async\", which stages the state in host memory");
   refuse(ck.last_save_in_hf, "the Hugging Face export (checkpoint.last_save_in_hf = true)",
          "set checkpoint.last_save_in_hf = false");
-  refuse(!ck.initial_load_path.empty() && !ck.initial_load_in_hf,
-         "initial weights from a titan checkpoint (checkpoint.initial_load_path without "
-         "initial_load_in_hf)",
-         "start from a Hugging Face folder or fresh weights");
   refuse(args.attn_backend != "blockwise",
          "model.attn_backend other than blockwise (it names the CPU's attention kernels)",
          "leave it unset: CUDA's attention is its own kernel");

@@ -63,9 +63,15 @@ void Trainer::restore() {
                 state.model_only ? " (model weights only: the run is already complete)" : "");
   };
   const std::vector<ParamGroupSpec> specs = state_specs();
+  // On a device the loaders write host copies, copied in after (nn/host_params.h).
   const auto load = [&](const std::string& dir, CheckpointContent content) {
-    return load_training_checkpoint(dir, specs, state_groups(), state_cut(), content,
-                                    ck.allow_nonfinite_weights, plan_);
+    TrainerState state;
+    write_params_on_host(
+        state_groups(), content == CheckpointContent::full, [&](std::vector<ParamGroup>& groups) {
+          state = load_training_checkpoint(dir, specs, groups, state_cut(), content,
+                                           ck.allow_nonfinite_weights, plan_);
+        });
+    return state;
   };
   if (resume_) {
     resume_from(load(resume_->dir, resume_->state.model_only ? CheckpointContent::model_only
@@ -78,8 +84,7 @@ void Trainer::restore() {
                           *lora_, start_step_ == 0, *model_);
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
-      // On a device the loader writes host copies, copied in after (nn/host_params.h).
-      write_params_on_host(state_groups(), [&](std::vector<ParamGroup>& groups) {
+      write_params_on_host(state_groups(), false, [&](std::vector<ParamGroup>& groups) {
         load_hf_weights(args_, groups, initial, "the model's config", ck.allow_nonfinite_weights,
                         state_cut(), {}, plan_);
       });
