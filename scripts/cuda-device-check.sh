@@ -6,7 +6,8 @@
 # then titan_cuda_step_kernels_check (host-side: every kernel a dense fp32 step binds on CUDA is
 # registered there), then 10 training steps of the tiny Qwen3 in fp32 with training.device = "cuda"
 # against the same run on the CPU (each step's loss and grad norm within 1e-5 relative; the CUDA
-# backend's fp32 GEMMs never use TF32) and 2 of them under memcheck, then bench_cuda_gemm beside
+# backend's fp32 GEMMs never use TF32), its step-5 checkpoint resumed on the CPU (steps 6-10 the
+# same), and 2 steps under memcheck, then bench_cuda_gemm beside
 # PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
 # clock moves between runs); a summary of every step last.
 # Build the binaries first, where nvcc is (no GPU needed):
@@ -78,40 +79,55 @@ else
 fi
 if unloadable "$step_kernels" || unloadable "$titan"; then
   echo "== titan_cuda_step_kernels_check or titan cannot run here: missing, or libraries not found"
-  summary+=("FAIL  the tiny Qwen3 on cuda: titan or the step kernels check not built or not loadable")
+  summary+=("FAIL  the tiny Qwen3 on cuda: titan or the step kernels check missing or unloadable")
   status=1
 else
   step "titan_cuda_step_kernels_check" 60 "$step_kernels"
-  # The tiny Qwen3 (the default flavor and corpus), fp32, 10 steps of 2 x 64 tokens; the CPU run on
-  # 4 threads is the reference. metrics.peak_tflops: CUDA has no measured peak yet (any value; the
-  # MFU column is not compared).
+  # The tiny Qwen3 (the default corpus), fp32, 10 steps of 2 x 64 tokens; the CPU run on 4 threads
+  # is the reference. The cuda run saves an asynchronous checkpoint at step 5 (staged through the
+  # device's copies), which the CPU resumes from: its steps 6-10 must equal the reference too.
+  # metrics.peak_tflops: CUDA has no measured peak yet (any value; MFU is not compared).
   tiny=(train --model.flavor=tiny --training.steps=10 --lr_scheduler.warmup_steps=2
-        --training.seq_len=64 --training.local_batch_size=2 --checkpoint.last_save_in_hf=false --metrics.log_freq=1
-        --metrics.peak_tflops=67)
+        --training.seq_len=64 --training.local_batch_size=2 --checkpoint.last_save_in_hf=false
+        --metrics.log_freq=1 --metrics.peak_tflops=67)
+  saves=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.async_mode=async)
   runs=$(mktemp -d)
-  step "tiny Qwen3, 10 steps on the CPU" 180 "$titan" "${tiny[@]}" --threads 4 \
-    --job.dump_folder="$runs/cpu"
-  step "tiny Qwen3, 10 steps on cuda" 120 bash -o pipefail -c '"$0" "${@:2}" | tee "$1"' \
-    "$titan" "$out/tiny_cuda.txt" "${tiny[@]}" --training.device=cuda --job.dump_folder="$runs/cuda"
-  step "tiny Qwen3: cuda's losses and grad norms within 1e-5 relative of the CPU's" 30 \
-    python3 -c "$(cat << 'PY'
+  # equal_steps NAME REF GOT FIRST: each step from FIRST on of metrics file GOT (its last row of
+  # each step) within 1e-5 relative of REF's, loss and grad norm.
+  equal_steps() {
+    step "$1" 30 python3 -c "$(cat << 'PY'
 import json, sys
-def steps(path):
+def steps(path, first):
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return [(r["step"], r["loss"], r["grad_norm"]) for r in rows if "grad_norm" in r]
-cpu, cuda = steps(sys.argv[1]), steps(sys.argv[2])
-assert len(cpu) == 10 and [s for s, _, _ in cpu] == [s for s, _, _ in cuda], (cpu, cuda)
+    return {r["step"]: (r["loss"], r["grad_norm"]) for r in rows
+            if "grad_norm" in r and r["step"] >= first}
+first = int(sys.argv[3])
+ref, got = steps(sys.argv[1], first), steps(sys.argv[2], first)
+assert sorted(ref) == sorted(got) == list(range(first, 11)), (sorted(ref), sorted(got))
 worst = 0.0
-for (step, cl, cg), (_, gl, gg) in zip(cpu, cuda):
-    rel = max(abs(gl - cl) / abs(cl), abs(gg - cg) / abs(cg))
+for s in sorted(ref):
+    (rl, rg), (gl, gg) = ref[s], got[s]
+    rel = max(abs(gl - rl) / abs(rl), abs(gg - rg) / abs(rg))
     worst = max(worst, rel)
-    print(f"step {step:2d}  loss cpu {cl:.9f} cuda {gl:.9f}  "
-          f"grad_norm cpu {cg:.9f} cuda {gg:.9f}  rel {rel:.2e}")
+    print(f"step {s:2d}  loss {rl:.9f} {gl:.9f}  grad_norm {rg:.9f} {gg:.9f}  rel {rel:.2e}")
 print(f"worst relative difference {worst:.2e} (bound 1e-5)")
 sys.exit(0 if worst <= 1e-5 else 1)
 PY
-)" "$runs/cpu/metrics.jsonl" "$runs/cuda/metrics.jsonl"
+)" "$2" "$3" "$4"
+  }
+  step "tiny Qwen3, 10 steps on the CPU" 180 "$titan" "${tiny[@]}" --threads 4 \
+    --job.dump_folder="$runs/cpu"
+  step "tiny Qwen3, 10 steps on cuda" 120 bash -o pipefail -c '"$0" "${@:2}" | tee "$1"' \
+    "$titan" "$out/tiny_cuda.txt" "${tiny[@]}" "${saves[@]}" --training.device=cuda \
+    --job.dump_folder="$runs/cuda"
+  equal_steps "tiny Qwen3: cuda's losses and grad norms within 1e-5 relative of the CPU's" \
+    "$runs/cpu/metrics.jsonl" "$runs/cuda/metrics.jsonl" 1
+  cp -r "$runs/cuda" "$runs/resumed"
+  step "tiny Qwen3: cuda's step-5 checkpoint resumed on the CPU" 180 "$titan" "${tiny[@]}" \
+    "${saves[@]}" --checkpoint.load_step=5 --threads 4 --job.dump_folder="$runs/resumed"
+  equal_steps "tiny Qwen3: the CPU's steps 6-10 from cuda's checkpoint equal the CPU run's" \
+    "$runs/cpu/metrics.jsonl" "$runs/resumed/metrics.jsonl" 6
   step "tiny Qwen3, 2 steps on cuda under memcheck" 240 "${memcheck[@]}" "$titan" "${tiny[@]}" \
     --training.steps=2 --training.device=cuda --job.dump_folder="$runs/cuda_memcheck"
 fi
