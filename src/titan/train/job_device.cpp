@@ -33,12 +33,14 @@ void check_device_job(const JobConfig& config, const ModelArgs& args, const Mesh
   refuse(args.attention_bias || args.o_proj_bias || args.mlp_bias,
          "a model with linear biases (Qwen2's q/k/v, attention_bias, mlp_bias)",
          "train a model without biases, or on the CPU");
-  refuse(dims.tp > 1, "tensor parallel (parallelism.tensor_parallel_degree > 1)", "one process");
-  refuse(dims.ep > 1, "expert parallel (parallelism.expert_parallel_degree > 1)", "one process");
-  refuse(dims.dp_shard > 1, "FSDP (parallelism.data_parallel_shard_degree > 1)", "one process");
+  refuse(dims.tp > 1, "tensor parallel (parallelism.tensor_parallel_degree > 1)",
+         "run one process");
+  refuse(dims.ep > 1, "expert parallel (parallelism.expert_parallel_degree > 1)",
+         "run one process");
+  refuse(dims.dp_shard > 1, "FSDP (parallelism.data_parallel_shard_degree > 1)", "run one process");
   refuse(dims.dp_replicate > 1,
          "data parallel over replicas (parallelism.data_parallel_replicate_degree > 1)",
-         "one process");
+         "run one process");
   // The asynchronous save stages the state through the backend's copies (train/async_checkpoint.h);
   // the synchronous one writes from the groups' memory.
   refuse(ck.enable && ck.async_mode == "disabled",
