@@ -3,14 +3,20 @@
 # every step has a timeout, the whole stays under 8): titan_cuda_smoke and titan_cuda_kernels_test
 # (every CUDA kernel against its op's fp32 reference) plainly and under compute-sanitizer's memcheck,
 # the kernels test also under racecheck (the row kernels share memory between a block's threads),
-# then bench_cuda_gemm beside PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then
-# bench_cuda_gemm again (the clock moves between runs); a summary of every step last.
+# then titan_cuda_step_kernels_check (host-side: every kernel a dense fp32 step binds on CUDA is
+# registered there), then 10 training steps of the tiny Qwen3 in fp32 with training.device = "cuda"
+# against the same run on the CPU (each step's loss and grad norm within 1e-5 relative; the CUDA
+# backend's fp32 GEMMs never use TF32), its step-5 checkpoint resumed on the CPU (steps 6-10 the
+# same), and 2 steps under memcheck, then bench_cuda_gemm beside
+# PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
+# clock moves between runs); a summary of every step last.
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
-#   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test
+#   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test \
+#     titan_cuda_step_kernels_check titan_cli
 # titan_cuda_kernels_test links libtitan, so oneDNN (libdnnl.so.2), which a GPU machine may not
 # have: put the build machine's libraries it needs in .devlibs/ (git-ignored) and carry it with the
-# three binaries (about 45 MB):
+# binaries (titan and titan_cuda_step_kernels_check link the same libraries as the kernels test):
 #   mkdir -p .devlibs && echo /.devlibs/ >> .git/info/exclude && cp -L $(ldd
 #     build-cuda/titan_cuda_kernels_test | awk '/dnnl|OpenCL|gomp/ {print $3}') .devlibs/
 # If the smoke test or the benchmark cannot load there (another CUDA or C++ runtime), the script
@@ -25,6 +31,7 @@ out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 smoke=build-cuda/titan_cuda_smoke bench=build-cuda/bench/bench_cuda_gemm
 kernels=build-cuda/titan_cuda_kernels_test
+step_kernels=build-cuda/titan_cuda_step_kernels_check titan=build-cuda/titan
 if [ ! -x "$smoke" ] || [ ! -x "$bench" ] || ldd "$smoke" "$bench" | grep -q "not found"; then
   echo "== building with this machine's nvcc"
   common=(-std=c++20 -O2 -arch=sm_90 -Isrc src/titan/backend/device_buffer.cpp
@@ -48,11 +55,15 @@ step() {  # step NAME TIMEOUT COMMAND...: runs it, notes ok or FAIL (and the exi
 memcheck=(compute-sanitizer --tool memcheck --error-exitcode 1)
 step "titan_cuda_smoke" 60 "$smoke"
 step "titan_cuda_smoke under memcheck" 180 "${memcheck[@]}" "$smoke"
-if { [ ! -x "$kernels" ] || ldd "$kernels" | grep -q "not found"; } && command -v cmake > /dev/null; then
-  echo "== building titan_cuda_kernels_test here"
+unloadable() { [ ! -x "$1" ] || ldd "$1" | grep -q "not found"; }
+if { unloadable "$kernels" || unloadable "$step_kernels" || unloadable "$titan"; } &&
+  command -v cmake > /dev/null; then
+  echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check and titan here"
   timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF > /dev/null &&
-    timeout 240 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test > /dev/null &&
-    kernels=/tmp/build-cuda/titan_cuda_kernels_test
+    timeout 300 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test \
+      titan_cuda_step_kernels_check titan_cli > /dev/null &&
+    kernels=/tmp/build-cuda/titan_cuda_kernels_test &&
+    step_kernels=/tmp/build-cuda/titan_cuda_step_kernels_check titan=/tmp/build-cuda/titan
 fi
 if [ ! -x "$kernels" ] || ldd "$kernels" | grep "not found"; then
   echo "== titan_cuda_kernels_test cannot run here: missing, or libraries not found (see the header)"
@@ -65,6 +76,60 @@ else
   step "titan_cuda_kernels_test under memcheck" 180 "${memcheck[@]}" "$kernels"
   step "titan_cuda_kernels_test under racecheck" 120 \
     compute-sanitizer --tool racecheck --error-exitcode 1 "$kernels"
+fi
+if unloadable "$step_kernels" || unloadable "$titan"; then
+  echo "== titan_cuda_step_kernels_check or titan cannot run here: missing, or libraries not found"
+  summary+=("FAIL  the tiny Qwen3 on cuda: titan or the step kernels check missing or unloadable")
+  status=1
+else
+  step "titan_cuda_step_kernels_check" 60 "$step_kernels"
+  # The tiny Qwen3 (the default corpus), fp32, 10 steps of 2 x 64 tokens; the CPU run on 4 threads
+  # is the reference. The cuda run saves an asynchronous checkpoint at step 5 (staged through the
+  # device's copies), which the CPU resumes from: its steps 6-10 must equal the reference too.
+  # metrics.peak_tflops: CUDA has no measured peak yet (any value; MFU is not compared).
+  tiny=(train --model.flavor=tiny --training.steps=10 --lr_scheduler.warmup_steps=2
+        --training.seq_len=64 --training.local_batch_size=2 --checkpoint.last_save_in_hf=false
+        --metrics.log_freq=1 --metrics.peak_tflops=67)
+  saves=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.async_mode=async)
+  runs=$(mktemp -d)
+  # equal_steps NAME REF GOT FIRST: each step from FIRST on of metrics file GOT (its last row of
+  # each step) within 1e-5 relative of REF's, loss and grad norm.
+  equal_steps() {
+    step "$1" 30 python3 -c "$(cat << 'PY'
+import json, sys
+def steps(path, first):
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    return {r["step"]: (r["loss"], r["grad_norm"]) for r in rows
+            if "grad_norm" in r and r["step"] >= first}
+first = int(sys.argv[3])
+ref, got = steps(sys.argv[1], first), steps(sys.argv[2], first)
+assert sorted(ref) == sorted(got) == list(range(first, 11)), (sorted(ref), sorted(got))
+worst = 0.0
+for s in sorted(ref):
+    (rl, rg), (gl, gg) = ref[s], got[s]
+    rel = max(abs(gl - rl) / abs(rl), abs(gg - rg) / abs(rg))
+    worst = max(worst, rel)
+    print(f"step {s:2d}  loss {rl:.9f} {gl:.9f}  grad_norm {rg:.9f} {gg:.9f}  rel {rel:.2e}")
+print(f"worst relative difference {worst:.2e} (bound 1e-5)")
+sys.exit(0 if worst <= 1e-5 else 1)
+PY
+)" "$2" "$3" "$4"
+  }
+  step "tiny Qwen3, 10 steps on the CPU" 180 "$titan" "${tiny[@]}" --threads 4 \
+    --job.dump_folder="$runs/cpu"
+  step "tiny Qwen3, 10 steps on cuda" 120 bash -o pipefail -c '"$0" "${@:2}" | tee "$1"' \
+    "$titan" "$out/tiny_cuda.txt" "${tiny[@]}" "${saves[@]}" --training.device=cuda \
+    --job.dump_folder="$runs/cuda"
+  equal_steps "tiny Qwen3: cuda's losses and grad norms within 1e-5 relative of the CPU's" \
+    "$runs/cpu/metrics.jsonl" "$runs/cuda/metrics.jsonl" 1
+  cp -r "$runs/cuda" "$runs/resumed"
+  step "tiny Qwen3: cuda's step-5 checkpoint resumed on the CPU" 180 "$titan" "${tiny[@]}" \
+    "${saves[@]}" --checkpoint.load_step=5 --threads 4 --job.dump_folder="$runs/resumed"
+  equal_steps "tiny Qwen3: the CPU's steps 6-10 from cuda's checkpoint equal the CPU run's" \
+    "$runs/cpu/metrics.jsonl" "$runs/resumed/metrics.jsonl" 6
+  step "tiny Qwen3, 2 steps on cuda under memcheck" 240 "${memcheck[@]}" "$titan" "${tiny[@]}" \
+    --training.steps=2 --training.device=cuda --job.dump_folder="$runs/cuda_memcheck"
 fi
 echo "== bench_cuda_gemm"
 "$bench" | tee "$out/titan_gemm.txt"

@@ -30,8 +30,19 @@ TEST(Backend, CpuIsTheActiveBackend) {
   EXPECT_EQ(backend().kind(), DeviceKind::cpu);
   EXPECT_EQ(backend().name().rfind("cpu: ", 0), 0u) << backend().name();
   EXPECT_NO_THROW(select_backend("cpu"));
-  EXPECT_EQ(error_of([] { backend_named("tpu"); }),
-            "unknown backend 'tpu' (titan knows cpu and cuda)");
+  EXPECT_EQ(error_of([] { backend_named("tpu"); }), "unknown device 'tpu' (cpu, cuda or cuda:N)");
+}
+
+TEST(Backend, DeviceNamesAreCpuCudaOrCudaN) {
+  EXPECT_EQ(parse_device_name("cpu").kind, DeviceKind::cpu);
+  EXPECT_EQ(parse_device_name("cuda").kind, DeviceKind::cuda);
+  EXPECT_EQ(parse_device_name("cuda").ordinal, 0);
+  EXPECT_EQ(parse_device_name("cuda:3").kind, DeviceKind::cuda);
+  EXPECT_EQ(parse_device_name("cuda:3").ordinal, 3);
+  for (const char* bad : {"cuda:", "cuda:-1", "cuda:1x", "cuda:x", "CUDA", "gpu", "cpu:0", ""}) {
+    EXPECT_EQ(error_of([&] { parse_device_name(bad); }),
+              std::string("unknown device '") + bad + "' (cpu, cuda or cuda:N)");
+  }
 }
 
 // A build without -DTITAN_CUDA, or a machine without a GPU, refuses it in one line; with both, it

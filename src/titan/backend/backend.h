@@ -89,15 +89,24 @@ class Backend {
   virtual const VecKernels& vec() const = 0;
 };
 
+// A device as a job names it (training.device): "cpu", "cuda" (device 0) or "cuda:N".
+struct DeviceName {
+  DeviceKind kind = DeviceKind::cpu;
+  int ordinal = 0;  // the CUDA device's index
+};
+// The device `name` spells; titan::Error "unknown device '...' (cpu, cuda or cuda:N)" for any
+// other text. Needs no device: a config is checked with it before anything is created.
+DeviceName parse_device_name(std::string_view name);
+
 // The backend the ops (src/titan/ops) run on: the CPU unless select_backend chose another.
 Backend& backend();
-// "cpu" or "cuda" (created on first use; titan::Error when the build or the machine has none, or
-// for any other name).
+// "cpu", "cuda" or "cuda:N" (parse_device_name; each device's backend created on first use):
+// titan::Error when the build or the machine has no such device.
 Backend& backend_named(std::string_view name);
-// Makes backend_named(name) the active backend; call at start-up, before any op runs. The engine's
-// buffers then come from its memory() and the ops' kernels are its device's (dispatch/registry.h).
-// Nothing above the ops chooses CUDA yet (issue 41): its kernels are checked by
-// titan_cuda_kernels_test, which selects it.
+// Makes backend_named(name) the active backend; call at start-up, before any op runs and before
+// anything is allocated. The engine's buffers then come from its memory() and the ops' kernels are
+// its device's (dispatch/registry.h). The trainer selects training.device's
+// (train/job_device.h); titan_cuda_kernels_test selects CUDA's.
 void select_backend(std::string_view name);
 
 }  // namespace titan

@@ -59,7 +59,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   validate_model_args(args_, "model");
   TITAN_CHECK(compute_dtype == DType::f32 || compute_dtype == DType::bf16, "model: compute in ",
               dtype_name(compute_dtype), " is not supported (F32 or BF16)");
-  slots_ = decoder_lm_default_slots(args_, compute_dtype_);
+  slots_ = decoder_lm_default_slots(args_, compute_dtype_, backend().kind());
   override_report_ = apply_overrides(slots_, overrides, kernel_registry());
   const KernelBinder binder(slots_);
   const int64_t h = args_.hidden_size, hd = args_.head_dim;
@@ -358,6 +358,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   } else {
     std::fill(targets_.begin(), targets_.begin() + n, kIgnoreIndex);
   }
+  upload_token_rows();
 
   // HF concatenates every sparse layer's router logits into one statistic (not a mean of
   // per-layer losses); the counts and probability sums are all it needs.
@@ -376,7 +377,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   }
   // Each rank's vocabulary rows give a partial sum, whole or (sequence parallel) at its tokens.
   float* embedded = call_.block_output(acts_.resid[0]);
-  m_.embed_tokens.forward(embedded, ids_.data(), n);
+  m_.embed_tokens.forward(embedded, kernel_tokens(TokenRow::ids), n);
   if (tp_degree_ > 1) call_.sum_block_output(acts_.resid[0], embedded, h);
   release(0, grad || head_group_ == 0 ? GroupUseEnd::used_later : GroupUseEnd::last);
   for (size_t i = 0; i < m_.layers.size(); ++i) {
@@ -434,7 +435,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   ce.weight = m_.lm_head.weight;
   ce.weight_bf16 = m_.lm_head.weight_bf16;
   ce.x_bf16 = acts_.linear.x_bf16;
-  ce.targets = targets_.data();
+  ce.targets = kernel_tokens(TokenRow::targets);
   ce.n_tokens = n;
   ce.hidden = h;
   ce.vocab = tp_degree_ > 1 ? vocab_shard_.rows : args_.vocab_size;
@@ -491,7 +492,7 @@ void DecoderLM::backward() {
     release(group, GroupUseEnd::gradients);
   }
   acquire(0, true, GroupReads::nothing);
-  m_.embed_tokens.backward(call_.gather_output_grad(g.d_resid, h), ids_.data(), n);
+  m_.embed_tokens.backward(call_.gather_output_grad(g.d_resid, h), kernel_tokens(TokenRow::ids), n);
   release(0, GroupUseEnd::gradients);
 }
 

@@ -224,6 +224,18 @@ class DecoderLM final : public CausalLM {
   Activations acts_;
   LayerCall call_;  // the current (batch_, seq_) call
   std::vector<int32_t> ids_, positions_, targets_, segment_starts_;
+  // On a device, whose kernels read token rows in its memory: (4, N) int32, rows of ids_, targets_,
+  // positions_ and segment_starts_ copied in at each forward (upload_token_rows). Empty on the CPU,
+  // whose kernels read the vectors.
+  Buffer token_rows_;
+  enum class TokenRow { ids, targets, positions, segment_starts };
+  const std::vector<int32_t>& host_tokens(TokenRow row) const;
+  int32_t* device_tokens(TokenRow row) const;  // its row of token_rows_
+  // Where the kernels read `row`: the vector itself on the CPU, else its row of token_rows_.
+  const int32_t* kernel_tokens(TokenRow row) const;
+  // Copies the rows into token_rows_ on a device (nothing on the CPU) and points call_'s positions
+  // and segment starts at them.
+  void upload_token_rows();
   // One process: the copies of the block in use, every block's made in turn in the same pages (the
   // largest block's bytes), committed from the first block's use on. Giving them back where no
   // block is in use (the loss, the embedding) lowered no peak -- the step peaks while a block runs,

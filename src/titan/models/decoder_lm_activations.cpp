@@ -426,6 +426,11 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
   ids_.resize(n);
   targets_.resize(n);
   positions_.resize(n);
+  token_rows_ = Buffer();
+  if (&backend().memory() != &host_memory()) {
+    token_rows_ = Buffer(backend().memory(), 4 * static_cast<size_t>(n) * sizeof(int32_t),
+                         MemCategory::activations);
+  }
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t s = 0; s < seq; ++s) positions_[b * seq + s] = static_cast<int32_t>(s);
   }
@@ -478,6 +483,31 @@ void DecoderLM::set_row_segments(const int32_t* segment_start) {
     positions_[i] = static_cast<int32_t>(i % seq_ - start);
   }
   call_.segment_start = segment_starts_.data();
+}
+
+const std::vector<int32_t>& DecoderLM::host_tokens(TokenRow row) const {
+  const std::vector<int32_t>* rows[] = {&ids_, &targets_, &positions_, &segment_starts_};
+  return *rows[static_cast<int>(row)];
+}
+
+int32_t* DecoderLM::device_tokens(TokenRow row) const {
+  return token_rows_.as<int32_t>() + static_cast<int64_t>(row) * batch_ * seq_;
+}
+
+const int32_t* DecoderLM::kernel_tokens(TokenRow row) const {
+  return token_rows_.data() == nullptr ? host_tokens(row).data() : device_tokens(row);
+}
+
+void DecoderLM::upload_token_rows() {
+  if (token_rows_.data() == nullptr) return;  // the CPU's kernels read the vectors
+  std::vector<TokenRow> rows = {TokenRow::ids, TokenRow::targets, TokenRow::positions};
+  if (call_.segment_start != nullptr) rows.push_back(TokenRow::segment_starts);
+  for (const TokenRow row : rows) {
+    backend().copy_from_host(device_tokens(row), host_tokens(row).data(),
+                             static_cast<size_t>(batch_ * seq_) * sizeof(int32_t));
+  }
+  call_.positions = device_tokens(TokenRow::positions);
+  if (call_.segment_start != nullptr) call_.segment_start = device_tokens(TokenRow::segment_starts);
 }
 
 }  // namespace titan

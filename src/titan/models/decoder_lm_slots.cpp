@@ -18,9 +18,9 @@ std::string layer_name(int64_t i) {
 // `compute`: the dtype of the matmuls' operands (the experts' GEMMs included); the router,
 // norms, RoPE, attention and SwiGLU stay fp32. Each slot starts on the running device's default
 // kernel of its kind (dispatch/registry.h), attention on the one `attn_backend` names.
-std::vector<KernelSlot> decoder_lm_default_slots(const ModelArgs& a, DType compute) {
+std::vector<KernelSlot> decoder_lm_default_slots(const ModelArgs& a, DType compute,
+                                                 DeviceKind device) {
   const KernelRegistry& registry = kernel_registry();
-  const DeviceKind device = backend().kind();
   const auto slot = [&](std::string module, OpKind kind, DType dtype = DType::f32) {
     return KernelSlot{std::move(module), kind, registry.default_kernel(kind, device), dtype,
                       device};
@@ -37,8 +37,10 @@ std::vector<KernelSlot> decoder_lm_default_slots(const ModelArgs& a, DType compu
       slots.push_back(slot(p + ".self_attn.k_norm", OpKind::rms_norm));
     }
     slots.push_back(slot(p + ".self_attn", OpKind::rope));
-    slots.push_back(
-        {p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend, DType::f32, device});
+    slots.push_back({p + ".self_attn", OpKind::attention,
+                     device == DeviceKind::cpu ? "attention_" + a.attn_backend
+                                               : registry.default_kernel(OpKind::attention, device),
+                     DType::f32, device});
     slots.push_back(slot(p + ".post_attention_layernorm", OpKind::rms_norm));
     if (a.layer_is_sparse(i)) {
       slots.push_back(slot(p + ".mlp.gate", OpKind::linear));
@@ -76,7 +78,7 @@ void DecoderLM::check_kernel_constraints(int64_t batch, int64_t seq) const {
 OverrideReport decoder_lm_overrides(const ModelArgs& args,
                                     const std::vector<OverrideRule>& overrides, DType compute_dtype,
                                     int64_t batch, int64_t seq) {
-  std::vector<KernelSlot> slots = decoder_lm_default_slots(args, compute_dtype);
+  std::vector<KernelSlot> slots = decoder_lm_default_slots(args, compute_dtype, backend().kind());
   OverrideReport report = apply_overrides(slots, overrides, kernel_registry());
   check_decoder_lm_slot_constraints(slots, args, batch, seq);
   return report;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
@@ -34,16 +35,19 @@ bool keeps_whole(ReshardPolicy policy, GroupUseEnd end) {
          (end == GroupUseEnd::used_later && policy == ReshardPolicy::never);
 }
 
-ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs, Residency residency)
-    : name_(std::move(name)), residency_(residency) {
+ParamGroup::ParamGroup(std::string name, const std::vector<ParamSpec>& specs, Residency residency,
+                       MemorySpace* space)
+    : name_(std::move(name)),
+      space_(space != nullptr ? space : &backend().memory()),
+      residency_(residency) {
   for (const ParamSpec& spec : specs) {
     const int64_t n = shape_numel(spec.shape);
     TITAN_CHECK(n > 0, "parameter ", spec.name, " has an empty shape ", shape_str(spec.shape));
     views_.push_back({spec, numel_, n});
     numel_ += param_view_span(n);
   }
-  params_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
-                   MemCategory::parameters, residency);
+  params_ = Buffer(*space_, static_cast<size_t>(numel_) * sizeof(float), MemCategory::parameters,
+                   residency);
   if (residency == Residency::committed) params_.zero();  // padding stays zero through updates
 }
 
@@ -62,8 +66,8 @@ const ParamView& ParamGroup::view(const std::string& param_name) const {
 
 void ParamGroup::allocate_gradients() {
   if (frozen_ || grads_.data() != nullptr) return;
-  grads_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
-                  MemCategory::gradients, residency_);
+  grads_ = Buffer(*space_, static_cast<size_t>(numel_) * sizeof(float), MemCategory::gradients,
+                  residency_);
   if (residency_ == Residency::committed) grads_.zero();
 }
 
@@ -75,10 +79,9 @@ void ParamGroup::zero_gradients() {
 
 void ParamGroup::allocate_optimizer_state() {
   if (frozen_ || exp_avg_.data() != nullptr) return;
-  exp_avg_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
-                    MemCategory::optimizer);
-  exp_avg_sq_ = Buffer(backend().memory(), static_cast<size_t>(numel_) * sizeof(float),
-                       MemCategory::optimizer);
+  exp_avg_ = Buffer(*space_, static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
+  exp_avg_sq_ =
+      Buffer(*space_, static_cast<size_t>(numel_) * sizeof(float), MemCategory::optimizer);
   exp_avg_.zero();
   exp_avg_sq_.zero();
 }
@@ -92,9 +95,8 @@ void ParamGroup::allocate_compute_copy(const std::function<bool(const ParamView&
     v.copy_offset = compute_copy_numel_;
     compute_copy_numel_ += v.numel;
   }
-  compute_copy_ =
-      Buffer(backend().memory(), static_cast<size_t>(compute_copy_numel_) * sizeof(uint16_t),
-             MemCategory::parameters, residency);
+  compute_copy_ = Buffer(*space_, static_cast<size_t>(compute_copy_numel_) * sizeof(uint16_t),
+                         MemCategory::parameters, residency);
 }
 
 void ParamGroup::move_storage() {
@@ -164,10 +166,14 @@ void initialize_param(const ParamSpec& spec, float* p, uint64_t seed, float std)
 }
 
 void ParamGroup::initialize(uint64_t seed, float std) {
+  const bool on_host = space_ == &host_memory();
+  std::vector<float> staged(on_host ? 0 : static_cast<size_t>(numel_));  // zero padding too
+  float* values = on_host ? params() : staged.data();
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < views_.size(); ++i) {
-    initialize_param(views_[i].spec, params() + views_[i].offset, seed, std);
+    initialize_param(views_[i].spec, values + views_[i].offset, seed, std);
   }
+  if (!on_host) backend().copy_from_host(params(), values, staged.size() * sizeof(float));
 }
 
 }  // namespace titan

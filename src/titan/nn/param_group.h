@@ -93,9 +93,11 @@ bool keeps_whole(ReshardPolicy policy, GroupUseEnd end);
 class ParamGroup {
  public:
   // Residency::released: the parameters (and later the gradients) start handed back, as FSDP's
-  // whole units do between uses; acquire_params commits them.
+  // whole units do between uses; acquire_params commits them. Every buffer of the group is made
+  // in `space`: the running device's memory, or the host's for host-side copies of a device's
+  // groups (nn/host_params.h).
   ParamGroup(std::string name, const std::vector<ParamSpec>& specs,
-             Residency residency = Residency::committed);
+             Residency residency = Residency::committed, MemorySpace* space = nullptr);
 
   const std::string& name() const { return name_; }
   const std::vector<ParamView>& views() const { return views_; }
@@ -153,11 +155,14 @@ class ParamGroup {
   Tensor param(const std::string& param_name) const;
   Tensor grad(const std::string& param_name) const;
 
-  // initialize_param of every parameter.
+  // initialize_param of every parameter (drawn on the host; a device's group receives them in one
+  // copy).
   void initialize(uint64_t seed, float std);
+  MemorySpace& space() const { return *space_; }
 
  private:
   std::string name_;
+  MemorySpace* space_;
   std::vector<ParamView> views_;
   int64_t numel_ = 0;
   Residency residency_;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <variant>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/core/suggest.h"
 #include "titan/models/lora.h"
@@ -54,6 +55,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"training", "mixed_precision_param", &c.training.mixed_precision_param},
       {"training", "mixed_precision_reduce", &c.training.mixed_precision_reduce},
       {"training", "skip_nonfinite_steps", &c.training.skip_nonfinite_steps},
+      {"training", "device", &c.training.device},
       {"optimizer", "name", &c.optimizer.name},
       {"optimizer", "lr", &c.optimizer.lr},
       {"optimizer", "beta1", &c.optimizer.beta1},
@@ -404,6 +406,11 @@ void job_config_validate(const JobConfig& c) {
   check_one_of(c.training.mixed_precision_param, {"float32", "bfloat16"},
                "training.mixed_precision_param");
   check_one_of(c.model.router_aux_loss_scope, {"global", "local"}, "model.router_aux_loss_scope");
+  try {
+    parse_device_name(c.training.device);
+  } catch (const Error& e) {
+    fail("training.device: ", e.what());
+  }
   check_one_of(c.parallelism.fsdp_reshard_after_forward, {"default", "always", "never"},
                "parallelism.fsdp_reshard_after_forward");
   TITAN_CHECK(c.training.mixed_precision_reduce == "float32", "training.mixed_precision_reduce '",

@@ -63,6 +63,9 @@ struct JobConfig {
     // titan's addition: a step whose loss or gradients are not finite is skipped (no update,
     // counted and reported) instead of stopping the run.
     bool skip_nonfinite_steps = false;
+    // titan's addition: where parameters, gradients, AdamW state, activations and kernels live:
+    // "cpu", "cuda" (device 0) or "cuda:N" (train/job_device.h says what CUDA takes so far).
+    std::string device = "cpu";
   } training;
   struct Optimizer {
     std::string name = "AdamW";

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
 
@@ -48,8 +49,10 @@ double AdamWOptimizer::grad_norm() const {
   for (const ParamGroup& g : groups_) {
     for (const ParamView& v : g.views()) {
       const int64_t i = device_ops().find_nonfinite(g.grads() + v.offset, v.numel);
-      TITAN_CHECK(i < 0, "non-finite gradient in ", v.spec.name, " (element ", i, " is ",
-                  g.grads()[v.offset + i], ")");
+      if (i < 0) continue;
+      float value = 0.0f;  // read through the backend: the gradients may be a device's memory
+      backend().copy_to_host(&value, g.grads() + v.offset + i, sizeof(float));
+      fail("non-finite gradient in ", v.spec.name, " (element ", i, " is ", value, ")");
     }
   }
   TITAN_CHECK((shards_ == nullptr || shards_->size() == 1) && cut_model_.group == nullptr,

@@ -26,6 +26,7 @@
 #include "titan/models/registry.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/comm_report.h"
+#include "titan/train/job_device.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
 #include "titan/train/preflight.h"
@@ -151,6 +152,10 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   check_job_sizes(config_, job_args, dims);
   check_expert_parallel_job(config_, dims);
   check_tensor_parallel_model(config_, job_args, dims);
+  // Before anything is allocated: every buffer from here on is the device's. A build or machine
+  // without the device says so before what the device cannot run yet.
+  select_job_device(config_);
+  check_device_job(config_, job_args, dims);
 
   for (const std::string& line : job_config_unused_keys(config_)) {
     warn_job(line);

@@ -25,6 +25,7 @@
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/peft_adapter.h"
 #include "titan/models/registry.h"
+#include "titan/nn/host_params.h"
 #include "titan/train/checkpoint.h"
 #include "titan/train/job_resolve.h"
 #include "titan/train/lora_job.h"
@@ -62,9 +63,15 @@ void Trainer::restore() {
                 state.model_only ? " (model weights only: the run is already complete)" : "");
   };
   const std::vector<ParamGroupSpec> specs = state_specs();
+  // On a device the loaders write host copies, copied in after (nn/host_params.h).
   const auto load = [&](const std::string& dir, CheckpointContent content) {
-    return load_training_checkpoint(dir, specs, state_groups(), state_cut(), content,
-                                    ck.allow_nonfinite_weights, plan_);
+    TrainerState state;
+    write_params_on_host(
+        state_groups(), content == CheckpointContent::full, [&](std::vector<ParamGroup>& groups) {
+          state = load_training_checkpoint(dir, specs, groups, state_cut(), content,
+                                           ck.allow_nonfinite_weights, plan_);
+        });
+    return state;
   };
   if (resume_) {
     resume_from(load(resume_->dir, resume_->state.model_only ? CheckpointContent::model_only
@@ -77,8 +84,10 @@ void Trainer::restore() {
                           *lora_, start_step_ == 0, *model_);
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
-      load_hf_weights(args_, state_groups(), initial, "the model's config",
-                      ck.allow_nonfinite_weights, state_cut(), {}, plan_);
+      write_params_on_host(state_groups(), false, [&](std::vector<ParamGroup>& groups) {
+        load_hf_weights(args_, groups, initial, "the model's config", ck.allow_nonfinite_weights,
+                        state_cut(), {}, plan_);
+      });
     } else if (ck.initial_load_model_only) {
       const TrainerState state = load(initial, CheckpointContent::model_only);
       std::printf("initial weights from %s (titan checkpoint of step %lld, model weights only)\n",

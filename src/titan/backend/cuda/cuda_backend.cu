@@ -337,12 +337,14 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend() {
+std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
   TITAN_CHECK(status == cudaSuccess && count > 0, "no CUDA device (",
               status == cudaSuccess ? "the driver reports none" : cudaGetErrorString(status), ")");
-  return std::make_unique<CudaBackend>(0);
+  TITAN_CHECK(ordinal >= 0 && ordinal < count, "no CUDA device ", ordinal, " (the machine has ",
+              count, ": cuda:0", count > 1 ? detail::concat(" to cuda:", count - 1) : "", ")");
+  return std::make_unique<CudaBackend>(ordinal);
 }
 
 }  // namespace titan

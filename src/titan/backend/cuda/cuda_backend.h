@@ -8,8 +8,9 @@
 
 namespace titan {
 
-// The backend of CUDA device 0. titan::Error "no CUDA device (...)" when the machine has none
-// (or no driver), "this titan was built without CUDA (...)" in a build without the backend.
-std::unique_ptr<Backend> make_cuda_backend();
+// The backend of CUDA device `ordinal`. titan::Error "no CUDA device (...)" when the machine has
+// none (or no driver), "no CUDA device N (...)" when it has fewer, "this titan was built without
+// CUDA (...)" in a build without the backend.
+std::unique_ptr<Backend> make_cuda_backend(int ordinal = 0);
 
 }  // namespace titan

@@ -4,7 +4,7 @@
 
 namespace titan {
 
-std::unique_ptr<Backend> make_cuda_backend() {
+std::unique_ptr<Backend> make_cuda_backend(int) {
   fail(
       "this titan was built without CUDA (configure with -DTITAN_CUDA=ON where nvcc is installed)");
 }

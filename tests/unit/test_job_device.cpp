@@ -1,0 +1,137 @@
+// training.device: its values, the features a job on CUDA is refused with (one line each, before
+// anything is allocated), and the one line a build or machine without the device gives.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "error_of.h"
+#include "titan/backend/backend.h"
+#include "titan/core/error.h"
+#include "titan/models/qwen3/flavors.h"
+#include "titan/train/job_config.h"
+#include "titan/train/job_device.h"
+
+namespace titan {
+namespace {
+
+using test::error_of;
+
+TEST(JobDevice, TrainingDeviceIsCpuCudaOrCudaN) {
+  JobConfig c = job_config_preset("tiny");
+  EXPECT_EQ(c.training.device, "cpu");
+  for (const char* ok : {"cpu", "cuda", "cuda:0", "cuda:7"}) {
+    job_config_apply_override(c, std::string("--training.device=") + ok);
+    EXPECT_NO_THROW(job_config_validate(c)) << ok;
+  }
+  job_config_apply_override(c, "--training.device=gpu");
+  EXPECT_EQ(error_of([&] { job_config_validate(c); }),
+            "training.device: unknown device 'gpu' (cpu, cuda or cuda:N)");
+  job_config_apply_override(c, "--training.device=cuda:one");
+  EXPECT_EQ(error_of([&] { job_config_validate(c); }),
+            "training.device: unknown device 'cuda:one' (cpu, cuda or cuda:N)");
+}
+
+// A build without CUDA or a machine without a GPU: one line naming the key and which; the CPU
+// stays the ops' backend. (Where both are there, the device is selected, then the CPU again.)
+TEST(JobDevice, NoSuchDeviceIsOneLineNamingTheKey) {
+  JobConfig c = job_config_preset("tiny");
+  c.training.device = "cuda:3";
+  try {
+    select_job_device(c);
+    EXPECT_EQ(backend().kind(), DeviceKind::cuda);
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.rfind("training.device = \"cuda:3\": this titan was built without CUDA (", 0) ==
+                    0 ||
+                m.rfind("training.device = \"cuda:3\": no CUDA device", 0) == 0)
+        << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  c.training.device = "cpu";
+  select_job_device(c);
+  EXPECT_EQ(&backend(), &backend_named("cpu"));
+}
+
+// The dense fp32 step of one process is what CUDA takes so far; each other feature is refused by
+// name. On the CPU none is.
+TEST(JobDevice, CudaRefusesWhatItCannotRunYet) {
+  const JobConfig base = [] {
+    JobConfig c = job_config_preset("tiny");
+    c.training.device = "cuda";
+    c.checkpoint.enable = false;
+    c.checkpoint.last_save_in_hf = false;
+    return c;
+  }();
+  const ModelArgs dense = flavor("tiny");
+  const MeshDims one;
+  EXPECT_NO_THROW(check_device_job(base, dense, one));
+  const std::string prefix = "training.device = \"cuda\": ";
+  const auto refused = [&](const JobConfig& c, const ModelArgs& args, const MeshDims& dims) {
+    const std::string m = error_of([&] { check_device_job(c, args, dims); });
+    EXPECT_EQ(m.rfind(prefix, 0), 0u) << m;
+    EXPECT_NE(m.find(" is not implemented on CUDA yet ("), std::string::npos) << m;
+    // The CPU takes the same job.
+    JobConfig cpu = c;
+    cpu.training.device = "cpu";
+    EXPECT_NO_THROW(check_device_job(cpu, args, dims));
+    return m.substr(prefix.size(), m.find(" is not") - prefix.size());
+  };
+  EXPECT_EQ(refused(base, flavor("tiny_moe"), one), "a MoE model (sparse layers)");
+  {
+    JobConfig c = base;
+    c.training.mixed_precision_param = "bfloat16";
+    EXPECT_EQ(refused(c, dense, one),
+              "bf16 mixed precision (training.mixed_precision_param = \"bfloat16\")");
+  }
+  {
+    JobConfig c = base;
+    c.lora.rank = 8;
+    EXPECT_EQ(refused(c, dense, one), "LoRA (lora.rank > 0)");
+  }
+  {
+    ModelArgs biased = dense;
+    biased.attention_bias = true;
+    EXPECT_EQ(refused(base, biased, one),
+              "a model with linear biases (Qwen2's q/k/v, attention_bias, mlp_bias)");
+  }
+  MeshDims tp, ep, fsdp, ddp;
+  tp.tp = 2;
+  ep.dp_shard = 2;
+  ep.ep = 2;
+  fsdp.dp_shard = 2;
+  ddp.dp_replicate = 2;
+  EXPECT_EQ(refused(base, dense, tp), "tensor parallel (parallelism.tensor_parallel_degree > 1)");
+  EXPECT_EQ(refused(base, dense, ep), "expert parallel (parallelism.expert_parallel_degree > 1)");
+  EXPECT_EQ(refused(base, dense, fsdp), "FSDP (parallelism.data_parallel_shard_degree > 1)");
+  EXPECT_EQ(refused(base, dense, ddp),
+            "data parallel over replicas (parallelism.data_parallel_replicate_degree > 1)");
+  {
+    JobConfig c = base;
+    c.checkpoint.enable = true;
+    c.checkpoint.async_mode = "disabled";
+    EXPECT_EQ(refused(c, dense, one),
+              "the synchronous checkpoint save (checkpoint.enable with checkpoint.async_mode = "
+              "\"disabled\")");
+    c.checkpoint.async_mode = "async";  // staged through the backend's copies
+    EXPECT_NO_THROW(check_device_job(c, dense, one));
+  }
+  {
+    JobConfig c = base;
+    c.checkpoint.last_save_in_hf = true;
+    EXPECT_EQ(refused(c, dense, one),
+              "the Hugging Face export (checkpoint.last_save_in_hf = true)");
+  }
+  {
+    // Loaded into host copies, copied in (nn/host_params.h).
+    JobConfig c = base;
+    c.checkpoint.initial_load_path = "somewhere/step-10";
+    EXPECT_NO_THROW(check_device_job(c, dense, one));
+    c.checkpoint.initial_load_in_hf = true;
+    EXPECT_NO_THROW(check_device_job(c, dense, one));
+  }
+  EXPECT_EQ(refused(base, flavor("tiny", "reference"), one),
+            "model.attn_backend other than blockwise (it names the CPU's attention kernels)");
+}
+
+}  // namespace
+}  // namespace titan
