@@ -210,12 +210,8 @@ std::string under_tensor_parallel(const JobConfig& c) {
 
 }  // namespace
 
-void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, const MeshDims& dims) {
+void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args) {
   if (c.parallelism.tensor_parallel_degree == 1) return;
-  TITAN_CHECK(!c.checkpoint.enable || dims.dp_shard == 1, "checkpoint.enable = true under FSDP (",
-              "data_parallel_shard_degree ", dims.dp_shard, ") x tensor_parallel_degree ",
-              c.parallelism.tensor_parallel_degree,
-              ": checkpoints of FSDP x TP cuts are not built yet (TP alone, or with DDP, saves)");
   TITAN_CHECK(!args.is_moe(), "model ", args.architecture, under_tensor_parallel(c),
               ": tensor parallel on a model with experts is not built yet (dense models only)");
 }
@@ -229,10 +225,6 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under expert parallel is not built yet (the adapter would hold every "
               "expert's pair on every rank)");
-  TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
-              "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
-              ": asynchronous checkpoints of expert-parallel cuts are not built yet (set it to "
-              "\"disabled\")");
 }
 
 void check_tensor_parallel_job(const JobConfig& c) {
@@ -247,10 +239,6 @@ void check_tensor_parallel_job(const JobConfig& c) {
               "enable_sequence_parallel = false)");
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under tensor parallel is not built yet");
-  TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
-              "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
-              ": asynchronous checkpoints of tensor-parallel cuts are not built yet (set it to "
-              "\"disabled\")");
 }
 
 }  // namespace titan

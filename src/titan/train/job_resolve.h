@@ -39,15 +39,13 @@ constexpr int64_t kMaxJobBytes = int64_t{1} << 60;
 // above the real figures, before titan plan or titan train computes them in int64_t.
 void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshDims& dims);
 // What a tensor-parallel job (parallelism.tensor_parallel_degree > 1) cannot do yet, each refused
-// with one line naming the key: sequence parallel, LoRA, asynchronous checkpoints (before the mesh
-// is made); a model with experts, checkpoints under FSDP x TP. Nothing without TP.
+// with one line naming the key: sequence parallel, LoRA (before the mesh is made); a model with
+// experts. Nothing without TP.
 void check_tensor_parallel_job(const JobConfig& config);
 // What an expert-parallel job (dims.ep > 1) cannot do yet, each refused with one line naming the
-// key: TP ranks borrowed (tensor_parallel_degree > 1), LoRA, asynchronous checkpoints. Nothing
-// without EP.
+// key: TP ranks borrowed (tensor_parallel_degree > 1), LoRA. Nothing without EP.
 void check_expert_parallel_job(const JobConfig& config, const MeshDims& dims);
-void check_tensor_parallel_model(const JobConfig& config, const ModelArgs& args,
-                                 const MeshDims& dims);
+void check_tensor_parallel_model(const JobConfig& config, const ModelArgs& args);
 // The bounds check_job_sizes holds to kMaxJobBytes (tests/unit/test_training_plan.cpp checks each
 // lies above the plan's real figure).
 struct JobSizeBounds {

@@ -215,14 +215,12 @@ bool Parallelism::writes_checkpoint() const {
 
 std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
   if (!cuts_) return checkpoint_groups(state_groups());
-  TITAN_CHECK(!fsdp_ || shards_span_cuts(),
-              "checkpoints under FSDP x tensor parallel are not built yet");
-  // The other replicas' TP or EP groups hold the same state. Under FSDP x EP every rank sends its
-  // rows first: a group and a buffer at a time onto rank 0's EP group (the experts) and rank 0
-  // (the rest), into one group's whole buffer.
+  // The other replicas' TP or EP groups hold the same state. Under FSDP x TP or x EP every rank
+  // sends its rows first: a group and a buffer at a time onto rank 0's TP or EP group (under EP
+  // the experts there, the rest onto rank 0), into one group's whole TP or EP cut.
   const bool takes_part = mesh_.shares_model_with_rank0();
   if ((!fsdp_ && !takes_part) || mesh_.replicate_index() != 0) return {};
-  Buffer rows_whole;  // under FSDP x EP: one group's whole EP cut, on the ranks that gather it
+  Buffer rows_whole;  // under FSDP: one group's whole TP or EP cut, on the ranks that gather it
   if (fsdp_) {
     fsdp_->release_all();
     int64_t largest = 0;

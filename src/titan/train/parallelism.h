@@ -87,11 +87,15 @@ class Parallelism {
   // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP and EP, FSDP x
   // EP included, which writes the gathered whole).
   bool writes_checkpoint() const;
-  // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) or EP
-  // the parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its
-  // TP or EP group (held there until the next save; the other ranks get nothing), under FSDP x
-  // EP each group's shards gathered into its EP cut first. Every rank calls it for every save.
+  // What a checkpoint writer writes: the state groups' own buffers; under TP or EP the
+  // parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its TP or
+  // EP group (held there until the next save; the other ranks get nothing), under FSDP x TP or x
+  // EP each group's shards gathered into its TP or EP cut first, a group and a buffer at a time.
+  // Every rank calls it for every save.
   std::vector<CheckpointGroup> checkpoint_state(bool model_only);
+  // Whether checkpoint_state gathers (TP or EP): its buffers then serve as an asynchronous save's
+  // staging copy (train/async_checkpoint.h).
+  bool gathers_checkpoint() const { return cuts_; }
   // The cut checkpoints are written in: state_cut(), or whole under TP and EP.
   Shard checkpoint_cut() const;
   // The model's weights scanned for NaN and Inf where this rank holds them (FSDP: its shards,

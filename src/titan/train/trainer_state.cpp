@@ -131,14 +131,22 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
     AsyncCheckpointer::Save save;
     save.folder = folder;
     save.specs = specs;
-    save.cut = state_cut();
+    save.cut = parallelism_->checkpoint_cut();
     save.writes_shard = parallelism_->writes_checkpoint();
     save.state = std::move(state);
     save.keep_latest_k = config_.checkpoint.keep_latest_k;
     save.write_record = [this](const std::string& temp_dir) {
       write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
     };
-    async_checkpoints_->start(std::move(save), state_groups());
+    if (parallelism_->gathers_checkpoint()) {
+      // Under TP and EP the gathers are collectives: they run here, on the training thread. What
+      // they fill on rank 0 is Parallelism's own and untouched until the next save's gathers,
+      // which come after finish(): the background thread writes from it, no staging copy.
+      async_checkpoints_->start_gathered(std::move(save),
+                                         parallelism_->checkpoint_state(model_only));
+    } else {
+      async_checkpoints_->start(std::move(save), state_groups());
+    }
     if (world.rank() == 0) {
       std::printf("checkpoint %s: state staged in %.3f s, writing in the background%s\n",
                   training_checkpoint_dir(folder, step).c_str(), now_seconds() - t0,

@@ -265,6 +265,11 @@ TrainingPlan plan_training(const PlanInputs& in) {
   TITAN_CHECK(!fsdp || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
               " below data_parallel_shard_degree ", n,
               " (FSDP x EP: the experts sharded over the ranks holding them) is not planned yet");
+  // A save's shard gathers onto rank 0's TP group, then the TP gathers (train/parallelism.h).
+  TITAN_CHECK(!in.checkpoint_saves || !fsdp || in.mesh.tp == 1,
+              "checkpoint.enable = true under data_parallel_shard_degree ", n,
+              " x tensor_parallel_degree ", in.mesh.tp,
+              ": the save's gathers onto rank 0 are not planned yet (plan without checkpoints)");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
