@@ -125,18 +125,16 @@ void print_text(const TrainingPlan& p, const std::string& model) {
                                        : " (the merged expert weights and their gradients, one "
                                          "sparse layer's, shared)")
           : std::string("RoPE tables"));
-  if (m.checkpoint_whole_parameters > 0) {
-    row("checkpoint copy", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer,
-        "tensor parallel: rank 0's whole parameters and AdamW moments each save gathers into, "
-        "held from the first save (in the step peak)");
-  }
   row("step peak", m.step_peak(),
       fsdp                 ? "resident + the units in flight at their most"
       : m.block_copies > 0 ? "everything resident + one block's bf16 copies"
                            : "everything resident");
   if (in.checkpoint_saves) {
     row("checkpoint save", m.checkpoint_peak(),
-        "between steps + the writer's staging " + bytes(m.writer_staging));
+        "between steps + the writer's staging " + bytes(m.writer_staging) +
+            (m.checkpoint_gather > 0
+                 ? " + one tensor gathered whole onto rank 0 at most " + bytes(m.checkpoint_gather)
+                 : ""));
   }
   if (in.export_hf) {
     row("final export", m.export_peak(),
@@ -244,7 +242,7 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"rope", m.rope},
         {"writer_staging", m.writer_staging},
         {"export_gather", m.export_gather},
-        {"checkpoint_whole", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer},
+        {"checkpoint_gather", m.checkpoint_gather},
         {"step_by_category", step},
         {"step_peak", m.step_peak()},
         {"checkpoint_peak", in.checkpoint_saves ? nlohmann::json(m.checkpoint_peak()) : nullptr},

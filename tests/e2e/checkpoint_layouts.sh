@@ -8,7 +8,8 @@
 #  - checkpoint.async_mode = "async" under TP 2, FSDP 2 x TP 2 and EP 2 (tiny_moe) writes the
 #    synchronous save's files byte for byte (job_config.toml but its async_mode line,
 #    trainer_state.json but that file's checksum), and TP 2's and EP 2's async step-5 resumes as
-#    one process;
+#    one process; a synchronous save adds less than the state's bytes to the run's peak (one tensor
+#    gathered on rank 0 at a time), an asynchronous one at least them (rank 0's kept copy);
 #  - HSDP 2 x FSDP 2 x EP 2 (8 ranks, tiny_moe) saves at step 5 and resumes as one process.
 # Every run's losses and grad norms (the saving runs' from step 1, the resumed ones' from step 6)
 # within 1e-5 relative of the one process's (tests/e2e/equal_to_single.py): the tolerance the
@@ -113,6 +114,21 @@ for step in 5 10; do
   same_checkpoint ck-tp2/checkpoint/step-$step async-tp2/checkpoint/step-$step
   same_checkpoint ck-fsdp2tp2/checkpoint/step-$step async-fsdp2tp2/checkpoint/step-$step
 done
+# A synchronous save holds one tensor gathered on rank 0 at a time, never the whole state: what the
+# step-5 save adds to the run's peak (the metrics' maximum over ranks: step 6's against step 5's)
+# stays below the state's bytes (the step-5 files), while an asynchronous save's kept copy adds them.
+"$python" - "$work" <<'PY'
+import json, os, sys
+work = sys.argv[1]
+def added(name):
+    peaks = {r["step"]: r["memory_peak_gib"] * 2**30 for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r}
+    return peaks[6] - peaks[5]
+for sync, copy in (("ck-tp2", "async-tp2"), ("ck-fsdp2tp2", "async-fsdp2tp2")):
+    state = sum(os.path.getsize(f"{work}/{sync}/checkpoint/step-5/{f}") for f in ("model.safetensors", "optimizer.safetensors"))
+    assert added(sync) < state, f"{sync}: the save added {added(sync):.0f} bytes, the whole state is {state}"
+    assert added(copy) >= state, f"{copy}: the save added {added(copy):.0f} bytes, the whole state is {state}"
+    print(f"{sync}: the save added {added(sync) / 2**20:.1f} MiB to the peak, {copy} {added(copy) / 2**20:.1f} MiB; the state is {state / 2**20:.1f} MiB")
+PY
 # shellcheck disable=SC2046
 run async-tp2-to-1 1 "${dense[@]}" $(resume_from async-tp2)
 equal_to_single single 1 ck-tp2 async-tp2 async-fsdp2tp2

@@ -6,8 +6,8 @@
 #     in fp32 for the lookup and in bf16 for the loss, each use bringing what it reads) with each
 #     reshard policy that keeps units whole, on the tiny model with a small batch, so that
 #     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
-#     category's figures are printed beside; TP 2 saving checkpoints (rank 0's whole copy of the
-#     state, held from the first save); EP 2 on tiny_moe in fp32 and bf16, whose parameters,
+#     category's figures are printed beside; TP 2 saving checkpoints (rank 0 gathers one tensor
+#     whole at a time as the writer reaches it); EP 2 on tiny_moe in fp32 and bf16, whose parameters,
 #     gradients and AdamW state per rank (each rank's 4 of the 8 experts), activations and step
 #     peak equal the trainer's to the byte (the arena holds rooms for the most rows that can
 #     arrive at the rank's experts, whatever the routing: nn/expert_parallel.h

@@ -77,7 +77,7 @@ class AsyncCheckpointer {
   // `groups` (this rank's state, `save.cut` of the model) and returns once they are staged.
   void start(Save save, const std::vector<ParamGroup>& groups);
   // start() for a state already gathered into buffers of the caller's (Parallelism::
-  // checkpoint_state under TP and EP: whole on rank 0, empty elsewhere), which must stay unchanged
+  // checkpoint_source under TP and EP: whole on rank 0, empty elsewhere), which must stay unchanged
   // until finish(): written from there without a staging copy.
   void start_gathered(Save save, std::vector<CheckpointGroup> gathered);
   // Every rank, on the training thread: waits until the save started last is written by every

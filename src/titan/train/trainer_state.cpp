@@ -142,8 +142,8 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
       // Under TP and EP the gathers are collectives: they run here, on the training thread. What
       // they fill on rank 0 is Parallelism's own and untouched until the next save's gathers,
       // which come after finish(): the background thread writes from it, no staging copy.
-      async_checkpoints_->start_gathered(std::move(save),
-                                         parallelism_->checkpoint_state(model_only));
+      async_checkpoints_->start_gathered(
+          std::move(save), parallelism_->checkpoint_source(model_only, /*all_now=*/true).groups);
     } else {
       async_checkpoints_->start(std::move(save), state_groups());
     }
@@ -157,15 +157,20 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
     return;
   }
   const double t0 = now_seconds();
-  // Under TP gathered whole onto rank 0 first (every rank takes part).
-  const std::vector<CheckpointGroup> written = parallelism_->checkpoint_state(model_only);
+  // Under TP and EP each tensor gathered onto rank 0 just before it is written (every rank of
+  // the gathers follows the writer's order).
+  const Parallelism::CheckpointSource source =
+      parallelism_->checkpoint_source(model_only, /*all_now=*/false);
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
   if (parallelism_->writes_checkpoint()) {
-    write_checkpoint_shard(temp_dir, specs, written, parallelism_->checkpoint_cut(), model_only,
-                           /*show_progress=*/true);
+    write_checkpoint_shard(temp_dir, specs, source.groups, parallelism_->checkpoint_cut(),
+                           model_only, /*show_progress=*/true, source.gather);
+  } else if (source.gather) {
+    for (const CheckpointTensor& t : checkpoint_read_order(specs, model_only)) source.gather(t);
   }
+  parallelism_->end_checkpoint();
   world.barrier();
   if (world.rank() == 0) {
     write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);

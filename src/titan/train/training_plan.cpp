@@ -226,9 +226,9 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
 std::array<int64_t, kMemCategoryCount> MemoryPlan::step_by_category() const {
   std::array<int64_t, kMemCategoryCount> c{};
   c[static_cast<int>(MemCategory::parameters)] =
-      parameters + compute_copies + block_copies + unit_parameters + checkpoint_whole_parameters;
+      parameters + compute_copies + block_copies + unit_parameters;
   c[static_cast<int>(MemCategory::gradients)] = gradients + unit_gradients;
-  c[static_cast<int>(MemCategory::optimizer)] = optimizer + checkpoint_whole_optimizer;
+  c[static_cast<int>(MemCategory::optimizer)] = optimizer;
   c[static_cast<int>(MemCategory::activations)] = activations;
   c[static_cast<int>(MemCategory::other)] = rope + collective_buffers + lora_scratch;
   return c;
@@ -241,11 +241,11 @@ int64_t MemoryPlan::step_peak() const {
 }
 
 int64_t MemoryPlan::checkpoint_peak() const {
-  return step_peak() - units_in_flight + writer_staging;
+  return step_peak() - units_in_flight + writer_staging + checkpoint_gather;
 }
 
 int64_t MemoryPlan::export_peak() const {
-  return checkpoint_peak() + export_gather;
+  return step_peak() - units_in_flight + writer_staging + export_gather;
 }
 
 int64_t TrainingPlan::peak() const {
@@ -568,7 +568,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
   }
   if ((in.mesh.tp > 1 || in.mesh.ep > 1) && !fsdp) {
     // Rank 0 gathers whole groups (train/parallelism.h): the export a run at a time, each
-    // row-wise parameter's cuts first in rank order beside it; each checkpoint the whole state.
+    // row-wise parameter's cuts first in rank order beside it; a checkpoint a tensor at a time.
     const std::vector<ParamGroupSpec> whole_specs = model_param_specs(a);
     if (in.export_model_weights) {
       HfExportOptions export_options;
@@ -587,10 +587,17 @@ TrainingPlan plan_training(const PlanInputs& in) {
       }
     }
     if (in.checkpoint_saves) {
-      int64_t whole = 0;
-      for (const ParamGroupSpec& g : whole_specs) whole += param_group_numel(g.params);
-      m.checkpoint_whole_parameters = whole * kFloat;
-      m.checkpoint_whole_optimizer = 2 * whole * kFloat;
+      // A synchronous save gathers one tensor at a time onto rank 0 as the writer reaches it
+      // (Parallelism::checkpoint_source): its whole, and a row-wise parameter's cuts beside it
+      // before they are placed.
+      for (const ParamGroupSpec& g : whole_specs) {
+        for (const ParamSpec& p : g.params) {
+          const Shard cut = parallelize.placement_of(p);
+          const int64_t cuts = cut.count > 1 && cut.dim != 0 ? shape_numel(p.shape) : 0;
+          m.checkpoint_gather =
+              std::max(m.checkpoint_gather, (shape_numel(p.shape) + cuts) * kFloat);
+        }
+      }
     }
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {

@@ -104,10 +104,10 @@ struct MemoryPlan {
   // parameter (gathered before being placed); over a LoRA base held in
   // bf16 the merged export's widened fp32 masters of its matmul weights, every group's.
   int64_t writer_staging = 0, export_gather = 0;
-  // Tensor parallel (without FSDP) with checkpoint.enable: rank 0's whole copy of the parameters
-  // and AdamW moments each save gathers into, made at the first save and held on (counted in the
-  // step too: every step after the first save has it).
-  int64_t checkpoint_whole_parameters = 0, checkpoint_whole_optimizer = 0;
+  // Tensor or expert parallel (without FSDP) with checkpoint.enable: while a synchronous save is
+  // written, rank 0's one tensor gathered whole (and a row-wise parameter's cuts before they are
+  // placed). An asynchronous save's copy of the whole state is not counted, as no staging copy is.
+  int64_t checkpoint_gather = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
   int64_t lora_parameters = 0, lora_saved = 0;
@@ -120,7 +120,7 @@ struct MemoryPlan {
   // During a step: per category its peak; in all, resident + units_in_flight + activations.
   std::array<int64_t, kMemCategoryCount> step_by_category() const;
   int64_t step_peak() const;
-  int64_t checkpoint_peak() const;  // resident + the writer's staging
+  int64_t checkpoint_peak() const;  // resident + the writer's staging + one tensor gathered
   int64_t export_peak() const;      // resident + one run gathered whole + the staging
 };
 
