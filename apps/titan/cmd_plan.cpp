@@ -130,12 +130,6 @@ void print_text(const TrainingPlan& p, const std::string& model) {
                                        : " (the merged expert weights and their gradients, one "
                                          "sparse layer's, shared)")
           : std::string("RoPE tables"));
-  if (m.checkpoint_whole_parameters > 0) {
-    row("checkpoint copy", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer,
-        std::string(in.mesh.tp > 1 ? "tensor" : "expert") +
-            " parallel: rank 0's whole parameters and AdamW moments each save gathers into, "
-            "held from the first save (in the step peak)");
-  }
   row("step peak", m.step_peak(),
       fsdp                 ? "resident + the units in flight at their most"
       : m.block_copies > 0 ? "everything resident + one block's bf16 copies"
@@ -144,8 +138,7 @@ void print_text(const TrainingPlan& p, const std::string& model) {
     row("checkpoint save", m.checkpoint_peak(),
         "between steps + the writer's staging " + bytes(m.writer_staging) +
             (m.checkpoint_gather > 0
-                 ? " or, before it, the one group's EP part the shards' rows are gathered into " +
-                       bytes(m.checkpoint_gather) + " (the larger)"
+                 ? " + one tensor gathered whole onto rank 0 at most " + bytes(m.checkpoint_gather)
                  : ""));
   }
   if (in.export_hf) {
@@ -254,7 +247,6 @@ nlohmann::json to_json(const TrainingPlan& p, const std::string& model) {
         {"rope", m.rope},
         {"writer_staging", m.writer_staging},
         {"export_gather", m.export_gather},
-        {"checkpoint_whole", m.checkpoint_whole_parameters + m.checkpoint_whole_optimizer},
         {"checkpoint_gather", m.checkpoint_gather},
         {"step_by_category", step},
         {"step_peak", m.step_peak()},

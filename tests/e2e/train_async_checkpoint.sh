@@ -145,6 +145,9 @@ if in_part kill; then
 fi
 
 if in_part fsdp; then
+  # The equal and kill parts' folders: `mv run sync` would move into sync, and the broken run's
+  # metrics.jsonl in run would be appended to.
+  rm -rf sync full run
   fsdp=(--training.global_batch_size=4 --training.local_batch_size=1 --threads 1)  # each rank
   "$titan" launch --nproc 2 train "${base[@]}" "${fsdp[@]}" > fsdp-sync.log 2>&1 || fail "FSDP 2 (sync) failed" fsdp-sync.log
   mv run sync

@@ -343,9 +343,15 @@ void FullyShardedGroups::gather_to_root(size_t g, const std::vector<std::string>
   gather_parts_to_root(g, parts_of(g, full.params(), shards_[g].params()), wanted, params.size());
 }
 
-void FullyShardedGroups::gather_rows_to_root(size_t g, float* own, float* whole) {
+void FullyShardedGroups::gather_param_rows_to_root(size_t g, const std::string& name, float* own,
+                                                   float* whole) {
+  std::vector<CommPart> parts = parts_of(g, nullptr, own);
+  const std::vector<ParamView>& views = full_[g].views();
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (views[i].spec.name == name) parts[i].whole = whole;
+  }
   gather_parts_to_root(
-      g, parts_of(g, whole, own), [](const ParamView&) { return true; }, full_[g].views().size());
+      g, std::move(parts), [&](const ParamView& v) { return v.spec.name == name; }, 1);
 }
 
 void FullyShardedGroups::gather_parts_to_root(size_t g, std::vector<CommPart> parts,

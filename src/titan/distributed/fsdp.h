@@ -123,12 +123,12 @@ class FullyShardedGroups {
   // not an all-gather). Every shard rank calls it with the same arguments; the collectives in
   // flight are finished and every other unit handed back first.
   void gather_to_root(size_t g, const std::vector<std::string>& params);
-  // For a checkpoint of cut parameters (train/parallelism.h): every view of group g gathered from
-  // this rank's rows in `own` (laid out as its shard group: the shards' parameters or an AdamW
-  // moment) into `whole` (laid out as the whole group; null where this rank is no view's root) on
-  // rank 0 of each view's group. Every shard rank calls it; the caller has finished the
-  // collectives in flight (release_all).
-  void gather_rows_to_root(size_t g, float* own, float* whole);
+  // For a checkpoint of cut parameters (train/parallelism.h): parameter `name` of group g gathered
+  // from this rank's rows in `own` (laid out as its shard group: the shards' parameters or an
+  // AdamW moment) into `whole` (the parameter's elements; null where this rank is not rank 0 of
+  // the parameter's group) on rank 0 of its group. Every shard rank calls it; the caller has
+  // finished the collectives in flight (release_all).
+  void gather_param_rows_to_root(size_t g, const std::string& name, float* own, float* whole);
   // Every group's whole parameters and gradients handed back (the collectives in flight finished).
   void release_all();
 

@@ -194,6 +194,17 @@ void write_safetensors_file(const std::string& path, const std::vector<Safetenso
   write_file(path, all, options, tensors.data());
 }
 
+std::vector<size_t> safetensors_file_read_order(const std::vector<SafetensorsTensor>& tensors,
+                                                const SafetensorsWriteOptions& options) {
+  std::vector<const SafetensorsTensor*> all;
+  for (const SafetensorsTensor& t : tensors) all.push_back(&t);
+  std::vector<size_t> order;
+  for (const SafetensorsTensor* t : layout_order(all, options)) {
+    order.push_back(static_cast<size_t>(t - tensors.data()));
+  }
+  return order;
+}
+
 std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
                                                       const std::vector<SafetensorsTensor>& tensors,
                                                       const SafetensorsWriteOptions& options) {

@@ -47,6 +47,11 @@ constexpr size_t kSafetensorsStagingBytes = size_t{16} << 20;
 void write_safetensors_file(const std::string& path, const std::vector<SafetensorsTensor>& tensors,
                             const SafetensorsWriteOptions& options);
 
+// The order write_safetensors_file reads `tensors` in (indices into them): its layout order. Only
+// names, shapes and dtypes are looked at, so the tensors need no data.
+std::vector<size_t> safetensors_file_read_order(const std::vector<SafetensorsTensor>& tensors,
+                                                const SafetensorsWriteOptions& options);
+
 // A checkpoint in folder `dir` (created if needed): model.safetensors when all data fit in one
 // shard, else model-0000i-of-0000K.safetensors filled in the order given, then
 // model.safetensors.index.json (total_size = data bytes, weight_map sorted by name). A stale

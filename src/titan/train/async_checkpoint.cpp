@@ -75,6 +75,18 @@ void AsyncCheckpointer::stage(const std::vector<ParamGroup>& groups, bool model_
 }
 
 void AsyncCheckpointer::start(Save save, const std::vector<ParamGroup>& groups) {
+  begin(std::move(save));
+  if (save_.writes_shard) stage(groups, save_.state.model_only);
+  launch();
+}
+
+void AsyncCheckpointer::start_gathered(Save save, std::vector<CheckpointGroup> gathered) {
+  begin(std::move(save));
+  staged_ = std::move(gathered);
+  launch();
+}
+
+void AsyncCheckpointer::begin(Save save) {
   TITAN_CHECK(!pending_, "checkpoint step-", save.state.step, ": the save of step-",
               save_.state.step, " is still pending (finish it first)");
   const int64_t step = save.state.step;
@@ -83,7 +95,9 @@ void AsyncCheckpointer::start(Save save, const std::vector<ParamGroup>& groups) 
   temp_dir_ = training_checkpoint_temp_dir(save.folder, step);
   started_s_ = now_seconds();
   save_ = std::move(save);
-  if (save_.writes_shard) stage(groups, save_.state.model_only);
+}
+
+void AsyncCheckpointer::launch() {
   written_ = false;
   write_error_.clear();
   commit_error_.clear();

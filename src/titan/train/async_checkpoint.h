@@ -20,6 +20,10 @@
 //
 // One staging copy is kept for the run and reused by every save (what torchtitan's
 // async_with_pinned_mem buys; pinned memory itself only matters for device-to-host copies).
+// Under tensor or expert parallel a save's state is gathered whole onto rank 0 first -- the
+// gathers are collectives, so on the training thread, as a synchronous save makes them -- into
+// buffers the parallelism keeps until its next gathers (after finish()), and written from there:
+// those buffers are the staging copy (start_gathered).
 #pragma once
 
 #include <atomic>
@@ -72,12 +76,20 @@ class AsyncCheckpointer {
   // Every rank, on the training thread, with no save pending (finish() first): begins the save of
   // `groups` (this rank's state, `save.cut` of the model) and returns once they are staged.
   void start(Save save, const std::vector<ParamGroup>& groups);
+  // start() for a state already gathered into buffers of the caller's (Parallelism::
+  // checkpoint_source under TP and EP: whole on rank 0, empty elsewhere), which must stay unchanged
+  // until finish(): written from there without a staging copy.
+  void start_gathered(Save save, std::vector<CheckpointGroup> gathered);
   // Every rank, on the training thread: waits until the save started last is written by every
   // rank and committed; titan::Error when this rank's write or rank 0's commit failed. Nothing
   // when no save is pending.
   void finish();
 
  private:
+  // start()'s halves around the staging: the temporary folder begun (rank 0) with every rank
+  // past it; the background write launched.
+  void begin(Save save);
+  void launch();
   void stage(const std::vector<ParamGroup>& groups, bool model_only);
   void write_in_background();
   // Rank 0: true once every writer's shard files are in the temporary folder; false when

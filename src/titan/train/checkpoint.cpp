@@ -31,18 +31,19 @@ struct BufferSource {
   GroupBuffer buffer;
   float* CheckpointGroup::*saved;
   std::string prefix;  // tensor name = prefix + parameter name
+  size_t index;        // CheckpointTensor::buffer
 };
 
 const std::vector<BufferSource>& model_sources() {
   static const std::vector<BufferSource> sources = {
-      {&ParamGroup::params, &CheckpointGroup::params, ""}};
+      {&ParamGroup::params, &CheckpointGroup::params, "", 0}};
   return sources;
 }
 
 const std::vector<BufferSource>& optimizer_sources() {
   static const std::vector<BufferSource> sources = {
-      {&ParamGroup::exp_avg, &CheckpointGroup::exp_avg, "exp_avg."},
-      {&ParamGroup::exp_avg_sq, &CheckpointGroup::exp_avg_sq, "exp_avg_sq."}};
+      {&ParamGroup::exp_avg, &CheckpointGroup::exp_avg, "exp_avg.", 1},
+      {&ParamGroup::exp_avg_sq, &CheckpointGroup::exp_avg_sq, "exp_avg_sq.", 2}};
   return sources;
 }
 
@@ -91,16 +92,19 @@ int64_t buffer_bytes(const std::vector<ParamGroup>& groups, size_t buffers) {
   return bytes * static_cast<int64_t>(buffers);
 }
 
+// The tensors of one file, and what each is (`read`, in the same order).
 std::vector<SafetensorsTensor> views_of(const std::vector<CheckpointGroup>& groups,
-                                        const std::vector<BufferSource>& sources) {
+                                        const std::vector<BufferSource>& sources,
+                                        std::vector<CheckpointTensor>& read) {
   std::vector<SafetensorsTensor> tensors;
   for (const BufferSource& src : sources) {
-    for (const CheckpointGroup& g : groups) {
-      float* buffer = g.*src.saved;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      float* buffer = groups[g].*src.saved;
       TITAN_CHECK(buffer != nullptr, "checkpoint: no ", src.prefix, " buffer to save");
-      for (const ParamView& v : *g.views) {
+      for (const ParamView& v : *groups[g].views) {
         tensors.push_back(
             {src.prefix + v.spec.name, Tensor::view(buffer + v.offset, v.spec.shape, DType::f32)});
+        read.push_back({g, v.spec.name, src.index});
       }
     }
   }
@@ -317,7 +321,8 @@ std::vector<std::string> checkpoint_shard_files(int64_t shards, bool model_only)
 
 void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
                             const std::vector<CheckpointGroup>& groups, Shard shard,
-                            bool model_only, bool show_progress) {
+                            bool model_only, bool show_progress,
+                            const CheckpointBeforeRead& before_read) {
   TITAN_CHECK(specs.size() == groups.size(), "checkpoint: ", groups.size(),
               " parameter groups for a model of ", specs.size());
   TITAN_CHECK(shard.dim == 0, "checkpoint: shards cut along dimension ", shard.dim,
@@ -330,14 +335,38 @@ void write_checkpoint_shard(const std::string& temp_dir, const std::vector<Param
                      bytes * static_cast<int64_t>(model_only ? 1 : 1 + optimizer_sources().size()),
                      ProgressUnit::bytes);
   }
-  SafetensorsWriteOptions options;
-  options.progress = progress ? &*progress : nullptr;
-  write_safetensors_file(temp_dir + "/" + shard_file_name("model", shard.index, shard.count),
-                         views_of(groups, model_sources()), options);
-  if (!model_only) {
-    write_safetensors_file(temp_dir + "/" + shard_file_name("optimizer", shard.index, shard.count),
-                           views_of(groups, optimizer_sources()), options);
+  const auto write = [&](const std::string& kind, const std::vector<BufferSource>& sources) {
+    std::vector<CheckpointTensor> read;
+    const std::vector<SafetensorsTensor> tensors = views_of(groups, sources, read);
+    SafetensorsWriteOptions options;
+    options.progress = progress ? &*progress : nullptr;
+    if (before_read) options.before_read = [&](size_t i) { before_read(read[i]); };
+    write_safetensors_file(temp_dir + "/" + shard_file_name(kind, shard.index, shard.count),
+                           tensors, options);
+  };
+  write("model", model_sources());
+  if (!model_only) write("optimizer", optimizer_sources());
+}
+
+std::vector<CheckpointTensor> checkpoint_read_order(const std::vector<ParamGroupSpec>& specs,
+                                                    bool model_only) {
+  std::vector<CheckpointTensor> order;
+  for (const std::vector<BufferSource>* file : {&model_sources(), &optimizer_sources()}) {
+    if (model_only && file == &optimizer_sources()) break;
+    // The file's tensors without data: the writer's order looks at names, shapes and dtypes only.
+    std::vector<SafetensorsTensor> tensors;
+    std::vector<CheckpointTensor> read;
+    for (const BufferSource& src : *file) {
+      for (size_t g = 0; g < specs.size(); ++g) {
+        for (const ParamSpec& p : specs[g].params) {
+          tensors.push_back({src.prefix + p.name, Tensor::view(nullptr, p.shape, DType::f32)});
+          read.push_back({g, p.name, src.index});
+        }
+      }
+    }
+    for (size_t i : safetensors_file_read_order(tensors, {})) order.push_back(read[i]);
   }
+  return order;
 }
 
 void commit_training_checkpoint(const std::string& folder, const std::string& temp_dir,

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -61,6 +62,24 @@ struct CheckpointGroup {
   float* exp_avg_sq = nullptr;
 };
 
+// One tensor of a checkpoint's files: group `group`'s parameter `name`, from buffer `buffer` (0:
+// the parameters, 1: AdamW's exp_avg, 2: its exp_avg_sq).
+struct CheckpointTensor {
+  size_t group = 0;
+  std::string name;
+  size_t buffer = 0;
+};
+
+// Called with each tensor just before the writer first reads it, the tensors before it done: a
+// save under TP or EP gathers it onto rank 0 there (train/parallelism.h).
+using CheckpointBeforeRead = std::function<void(const CheckpointTensor&)>;
+
+// The tensors of a checkpoint of `specs` in the order write_checkpoint_shard reads them: the model
+// file's, then the optimizer file's unless `model_only`. The ranks that take part in a
+// before_read's gathers without writing follow it.
+std::vector<CheckpointTensor> checkpoint_read_order(const std::vector<ParamGroupSpec>& specs,
+                                                    bool model_only);
+
 // `groups`' own buffers, for a save that writes from them directly.
 std::vector<CheckpointGroup> checkpoint_groups(const std::vector<ParamGroup>& groups);
 
@@ -83,10 +102,12 @@ std::string training_checkpoint_dir(const std::string& folder, int64_t step);
 // whole model's; `groups` hold `shard` of it.
 std::string begin_training_checkpoint(const std::string& folder, int64_t step);
 std::string training_checkpoint_temp_dir(const std::string& folder, int64_t step);
-// `show_progress`: the saving status line (core/progress.h), off for a background write.
+// `show_progress`: the saving status line (core/progress.h), off for a background write;
+// `before_read`: see CheckpointBeforeRead (none: every buffer is filled before).
 void write_checkpoint_shard(const std::string& temp_dir, const std::vector<ParamGroupSpec>& specs,
                             const std::vector<CheckpointGroup>& groups, Shard shard,
-                            bool model_only, bool show_progress);
+                            bool model_only, bool show_progress,
+                            const CheckpointBeforeRead& before_read = {});
 // The names of the tensor files the writers of a checkpoint of `shards` shards put in its folder:
 // what must all be there before it is committed.
 std::vector<std::string> checkpoint_shard_files(int64_t shards, bool model_only);

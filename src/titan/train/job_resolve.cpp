@@ -212,10 +212,6 @@ std::string under_tensor_parallel(const JobConfig& c) {
 
 void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, const MeshDims& dims) {
   if (c.parallelism.tensor_parallel_degree == 1) return;
-  TITAN_CHECK(!c.checkpoint.enable || !dims.fsdp(), "checkpoint.enable = true under FSDP (",
-              "data_parallel_shard_degree ", dims.dp_shard, ") x tensor_parallel_degree ",
-              c.parallelism.tensor_parallel_degree,
-              ": checkpoints of FSDP x TP cuts are not built yet (TP alone, or with DDP, saves)");
   if (!args.is_moe()) return;
   // torchtitan's EP x TP: the sparse blocks run on each TP rank's sequence shard, the experts
   // whole over an EP group holding the TP ranks. The experts' own TP cut (ETP) is not built.
@@ -228,6 +224,11 @@ void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, cons
               " on a model with experts: a sparse block runs on seq_len / ",
               c.parallelism.tensor_parallel_degree,
               " tokens of each sequence per rank, so the degree must divide it");
+  TITAN_CHECK(!c.checkpoint.enable || !dims.fsdp(), "checkpoint.enable = true under FSDP (",
+              "data_parallel_shard_degree ", dims.dp_shard, ") x tensor_parallel_degree ",
+              c.parallelism.tensor_parallel_degree, " x expert_parallel_degree ", dims.ep,
+              ": checkpoints of FSDP x TP x EP cuts are not built yet (FSDP x TP, FSDP x EP and ",
+              "TP x EP save)");
 }
 
 void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
@@ -239,10 +240,6 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under expert parallel is not built yet (the adapter would hold every "
               "expert's pair on every rank)");
-  TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
-              "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
-              ": asynchronous checkpoints of expert-parallel cuts are not built yet (set it to "
-              "\"disabled\")");
 }
 
 void check_tensor_parallel_job(const JobConfig& c) {
@@ -257,10 +254,6 @@ void check_tensor_parallel_job(const JobConfig& c) {
               "enable_sequence_parallel = false)");
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under tensor parallel is not built yet");
-  TITAN_CHECK(!c.checkpoint.enable || c.checkpoint.async_mode == "disabled",
-              "checkpoint.async_mode = \"", c.checkpoint.async_mode, "\"", under,
-              ": asynchronous checkpoints of tensor-parallel cuts are not built yet (set it to "
-              "\"disabled\")");
 }
 
 }  // namespace titan

@@ -233,60 +233,80 @@ bool Parallelism::writes_checkpoint() const {
   return fsdp_ && !trained_ && !cuts_ ? mesh_.replicate_index() == 0 : mesh_.world().rank() == 0;
 }
 
-std::vector<CheckpointGroup> Parallelism::checkpoint_state(bool model_only) {
-  if (!cuts_) return checkpoint_groups(state_groups());
-  TITAN_CHECK(!fsdp_ || shards_span_cuts(),
-              "checkpoints under FSDP x tensor parallel are not built yet");
-  // The other replicas' TP or EP groups hold the same state. Under FSDP x EP every rank sends its
-  // rows first: a group and a buffer at a time onto rank 0's EP group (the experts) and rank 0
-  // (the rest), into one group's whole buffer.
-  const bool takes_part = mesh_.shares_model_with_rank0();
-  if ((!fsdp_ && !takes_part) || mesh_.replicate_index() != 0) return {};
-  Buffer rows_whole;  // under FSDP x EP: one group's whole EP cut, on the ranks that gather it
-  if (fsdp_) {
-    fsdp_->release_all();
-    int64_t largest = 0;
-    for (const ParamGroup& g : model_.param_groups()) largest = std::max(largest, g.numel());
-    if (takes_part) {
-      rows_whole = Buffer(backend().memory(), static_cast<size_t>(largest) * sizeof(float),
-                          MemCategory::other);
-    }
-  }
+Parallelism::CheckpointSource Parallelism::checkpoint_source(bool model_only, bool all_now) {
+  if (!cuts_) return {checkpoint_groups(state_groups()), {}};
+  if (fsdp_) fsdp_->release_all();
   const bool root = mesh_.world().rank() == 0;
-  if (root && checkpoint_whole_.empty()) {  // made at the first save, kept for the next
-    for (const ParamGroup& g : export_whole_) {
-      const auto bytes = static_cast<size_t>(g.numel()) * sizeof(float);
-      checkpoint_whole_.push_back({Buffer(backend().memory(), bytes, MemCategory::parameters),
-                                   Buffer(backend().memory(), bytes, MemCategory::optimizer),
-                                   Buffer(backend().memory(), bytes, MemCategory::optimizer)});
-    }
-  }
-  std::vector<CheckpointGroup> whole;
-  std::vector<ParamGroup>& local = model_.param_groups();
-  for (size_t g = 0; g < local.size(); ++g) {
-    ParamGroup& held = fsdp_ ? fsdp_->shards()[g] : local[g];
-    float* buffers[3] = {held.params(), held.exp_avg(), held.exp_avg_sq()};
-    CheckpointGroup written;
-    float** targets[3] = {&written.params, &written.exp_avg, &written.exp_avg_sq};
-    for (size_t b = 0; b < (model_only ? 1 : 3); ++b) {
-      if (fsdp_) {
-        fsdp_->gather_rows_to_root(g, buffers[b], takes_part ? rows_whole.as<float>() : nullptr);
-        buffers[b] = takes_part ? rows_whole.as<float>() : nullptr;
-      }
-      if (!takes_part) continue;
-      float* out = root ? checkpoint_whole_[g][b].as<float>() : nullptr;
-      if (root) *targets[b] = out;
-      for (const ParamView& v : local[g].views()) {
-        gather_cut_param(v, buffers[b] + v.offset,
-                         root ? out + export_whole_[g].view(v.spec.name).offset : nullptr);
+  CheckpointSource source;
+  if (root) {
+    if (checkpoint_whole_.empty()) {  // address space only: bytes are charged as they are gathered
+      for (const ParamGroup& g : export_whole_) {
+        const auto bytes = static_cast<size_t>(g.numel()) * sizeof(float);
+        MemorySpace& memory = backend().memory();
+        checkpoint_whole_.push_back(
+            {Buffer(memory, bytes, MemCategory::parameters, Residency::released),
+             Buffer(memory, bytes, MemCategory::optimizer, Residency::released),
+             Buffer(memory, bytes, MemCategory::optimizer, Residency::released)});
       }
     }
-    if (root) {
-      written.views = &export_whole_[g].views();
-      whole.push_back(written);
+    for (size_t g = 0; g < export_whole_.size(); ++g) {
+      std::array<Buffer, 3>& whole = checkpoint_whole_[g];
+      source.groups.push_back({&export_whole_[g].views(), whole[0].as<float>(),
+                               model_only ? nullptr : whole[1].as<float>(),
+                               model_only ? nullptr : whole[2].as<float>()});
     }
   }
-  return whole;
+  // The other replicas hold the same state; without FSDP only rank 0's TP or EP group holds it.
+  if (mesh_.replicate_index() != 0 || (!fsdp_ && !mesh_.shares_model_with_rank0())) return source;
+  const auto whole_of = [this](const CheckpointTensor& t) {
+    return checkpoint_whole_[t.group][t.buffer].as<float>() +
+           export_whole_[t.group].view(t.name).offset;
+  };
+  if (all_now) {
+    for (std::array<Buffer, 3>& whole : checkpoint_whole_) {
+      for (Buffer& b : whole) b.recommit();  // held on from the first save
+    }
+    for (const CheckpointTensor& t :
+         checkpoint_read_order(model_param_specs(model_.args()), model_only)) {
+      gather_checkpoint_tensor(t, root ? whole_of(t) : nullptr);
+    }
+    return source;
+  }
+  source.gather = [this, root, whole_of](const CheckpointTensor& t) {
+    float* whole = nullptr;
+    if (root) {  // the tensor before handed back, this one's bytes charged
+      end_checkpoint();
+      streamed_ = &checkpoint_whole_[t.group][t.buffer];
+      streamed_->recommit(static_cast<size_t>(export_whole_[t.group].view(t.name).numel) *
+                          sizeof(float));
+      whole = whole_of(t);
+    }
+    gather_checkpoint_tensor(t, whole);
+  };
+  return source;
+}
+
+void Parallelism::end_checkpoint() {
+  if (streamed_ != nullptr) streamed_->decommit();
+  streamed_ = nullptr;
+}
+
+void Parallelism::gather_checkpoint_tensor(const CheckpointTensor& t, float* whole) {
+  const ParamView& local = model_.param_groups()[t.group].view(t.name);  // this rank's cut
+  const ParamGroup& held = fsdp_ ? fsdp_->shards()[t.group] : model_.param_groups()[t.group];
+  float* const buffers[3] = {held.params(), held.exp_avg(), held.exp_avg_sq()};
+  const bool takes_part = mesh_.shares_model_with_rank0();
+  float* own = buffers[t.buffer] + (fsdp_ ? 0 : local.offset);
+  Buffer rows;  // under FSDP: the cut whole, on the ranks of rank 0's TP or EP group
+  if (fsdp_) {
+    if (takes_part) {
+      rows = Buffer(backend().memory(), static_cast<size_t>(local.numel) * sizeof(float),
+                    MemCategory::other);
+    }
+    fsdp_->gather_param_rows_to_root(t.group, t.name, own, takes_part ? rows.as<float>() : nullptr);
+    own = rows.as<float>();
+  }
+  if (takes_part) gather_cut_param(local, own, whole);
 }
 
 Shard Parallelism::checkpoint_cut() const {

@@ -93,11 +93,24 @@ class Parallelism {
   // whole parameters, replica 0's shard ranks under FSDP and HSDP; rank 0 under TP and EP, FSDP x
   // EP included, which writes the gathered whole).
   bool writes_checkpoint() const;
-  // What a checkpoint writer writes: the state groups' own buffers; under TP (without FSDP) or EP
-  // the parameters and AdamW moments (unless `model_only`) gathered whole onto rank 0 from its
-  // TP or EP group (held there until the next save; the other ranks get nothing), under FSDP x
-  // EP each group's shards gathered into its EP cut first. Every rank calls it for every save.
-  std::vector<CheckpointGroup> checkpoint_state(bool model_only);
+  // What a checkpoint writer writes (`groups`: the state groups' own buffers; under TP or EP rank
+  // 0's whole groups, the other ranks get none) and, under TP or EP, how each tensor comes to be
+  // there: gathered whole onto rank 0 from the TP or EP group's cuts (under FSDP each cut's rows
+  // gathered first). Synchronous (`all_now` false): by `gather`, which every rank taking part
+  // calls for each tensor of checkpoint_read_order -- rank 0 as the writer's before_read, so it
+  // holds one tensor whole at a time, the one before handed back -- and end_checkpoint after;
+  // null on the other ranks and without TP and EP. Asynchronous (`all_now`): every tensor
+  // gathered now into a whole copy rank 0 keeps until the next save (the save's staging copy),
+  // `gather` null. Every rank calls it for every save.
+  struct CheckpointSource {
+    std::vector<CheckpointGroup> groups;
+    CheckpointBeforeRead gather;
+  };
+  CheckpointSource checkpoint_source(bool model_only, bool all_now);
+  // After a synchronous save: the last tensor gathered handed back.
+  void end_checkpoint();
+  // Whether checkpoint_source gathers (TP or EP).
+  bool gathers_checkpoint() const { return cuts_; }
   // The cut checkpoints are written in: state_cut(), or whole under TP and EP.
   Shard checkpoint_cut() const;
   // The model's weights scanned for NaN and Inf where this rank holds them (FSDP: its shards,
@@ -137,13 +150,19 @@ class Parallelism {
   // One parameter's cuts (`local`'s view v, this rank's at `own`) gathered whole into `whole`
   // on the cut group's rank 0 (null elsewhere).
   void gather_cut_param(const ParamView& v, float* own, float* whole);
+  // One tensor of a checkpoint gathered whole into `whole` on rank 0 (null elsewhere): under FSDP
+  // the rows onto rank 0's TP or EP group first. Every rank of replica 0 calls it (without FSDP
+  // only those of rank 0's TP or EP group).
+  void gather_checkpoint_tensor(const CheckpointTensor& t, float* whole);
 
   CausalLM& model_;
   DeviceMesh& mesh_;
   ParallelizePlan plan_;
   bool cuts_;  // the plan cuts parameters: TP or EP
-  // Under TP or EP, rank 0's whole checkpoint state: per group its parameters and AdamW moments.
+  // Under TP or EP, rank 0's whole checkpoint state: per group its parameters and AdamW moments
+  // (made released; a synchronous save commits one tensor's bytes at a time, `streamed_`).
   std::vector<std::array<Buffer, 3>> checkpoint_whole_;
+  Buffer* streamed_ = nullptr;
   std::vector<ParamGroup> export_whole_;      // under TP or EP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;  // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups

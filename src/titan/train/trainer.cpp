@@ -295,10 +295,13 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   if (config_.checkpoint.enable && config_.checkpoint.async_mode != "disabled") {
     async_checkpoints_ = std::make_unique<AsyncCheckpointer>(mesh_->world());
     std::printf(
-        "checkpoint.async_mode = \"%s\": each save stages the state in host memory (one copy, "
-        "made now and reused by every save) and writes it on a background thread while training "
-        "goes on%s\n",
+        "checkpoint.async_mode = \"%s\": each save stages the state in host memory (%s) and "
+        "writes it on a background thread while training goes on%s\n",
         config_.checkpoint.async_mode.c_str(),
+        parallelism_->gathers_checkpoint()
+            ? "under TP or EP the whole state gathered onto rank 0 on the training thread, "
+              "written from there"
+            : "one copy, made now and reused by every save",
         config_.checkpoint.async_mode == "async_with_pinned_mem"
             ? "; the same as \"async\" here: pinned memory only speeds device-to-host copies, "
               "and the staging copy is reused across saves in both modes"
@@ -308,7 +311,8 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   if (!base_in_bf16) parallelism_->initialize(args_, seed);  // else loaded by restore()
   if (lora_) lora_->initialize(seed);
   restore();
-  if (async_checkpoints_ && parallelism_->writes_checkpoint()) {
+  if (async_checkpoints_ && parallelism_->writes_checkpoint() &&
+      !parallelism_->gathers_checkpoint()) {
     async_checkpoints_->prepare(state_groups());
   }
 }

@@ -140,14 +140,22 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
     AsyncCheckpointer::Save save;
     save.folder = folder;
     save.specs = specs;
-    save.cut = state_cut();
+    save.cut = parallelism_->checkpoint_cut();
     save.writes_shard = parallelism_->writes_checkpoint();
     save.state = std::move(state);
     save.keep_latest_k = config_.checkpoint.keep_latest_k;
     save.write_record = [this](const std::string& temp_dir) {
       write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);
     };
-    async_checkpoints_->start(std::move(save), state_groups());
+    if (parallelism_->gathers_checkpoint()) {
+      // Under TP and EP the gathers are collectives: they run here, on the training thread. What
+      // they fill on rank 0 is Parallelism's own and untouched until the next save's gathers,
+      // which come after finish(): the background thread writes from it, no staging copy.
+      async_checkpoints_->start_gathered(
+          std::move(save), parallelism_->checkpoint_source(model_only, /*all_now=*/true).groups);
+    } else {
+      async_checkpoints_->start(std::move(save), state_groups());
+    }
     if (world.rank() == 0) {
       std::printf("checkpoint %s: state staged in %.3f s, writing in the background%s\n",
                   training_checkpoint_dir(folder, step).c_str(), now_seconds() - t0,
@@ -158,15 +166,20 @@ void Trainer::save_checkpoint(int64_t step, bool model_only) {
     return;
   }
   const double t0 = now_seconds();
-  // Under TP gathered whole onto rank 0 first (every rank takes part).
-  const std::vector<CheckpointGroup> written = parallelism_->checkpoint_state(model_only);
+  // Under TP and EP each tensor gathered onto rank 0 just before it is written (every rank of
+  // the gathers follows the writer's order).
+  const Parallelism::CheckpointSource source =
+      parallelism_->checkpoint_source(model_only, /*all_now=*/false);
   if (world.rank() == 0) begin_training_checkpoint(folder, step);
   world.barrier();
   const std::string temp_dir = training_checkpoint_temp_dir(folder, step);
   if (parallelism_->writes_checkpoint()) {
-    write_checkpoint_shard(temp_dir, specs, written, parallelism_->checkpoint_cut(), model_only,
-                           /*show_progress=*/true);
+    write_checkpoint_shard(temp_dir, specs, source.groups, parallelism_->checkpoint_cut(),
+                           model_only, /*show_progress=*/true, source.gather);
+  } else if (source.gather) {
+    for (const CheckpointTensor& t : checkpoint_read_order(specs, model_only)) source.gather(t);
   }
+  parallelism_->end_checkpoint();
   world.barrier();
   if (world.rank() == 0) {
     write_checkpoint_record(temp_dir, config_, args_, tokenizer_dir_);

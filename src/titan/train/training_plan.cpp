@@ -237,9 +237,9 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
 std::array<int64_t, kMemCategoryCount> MemoryPlan::step_by_category() const {
   std::array<int64_t, kMemCategoryCount> c{};
   c[static_cast<int>(MemCategory::parameters)] =
-      parameters + compute_copies + block_copies + unit_parameters + checkpoint_whole_parameters;
+      parameters + compute_copies + block_copies + unit_parameters;
   c[static_cast<int>(MemCategory::gradients)] = gradients + unit_gradients;
-  c[static_cast<int>(MemCategory::optimizer)] = optimizer + checkpoint_whole_optimizer;
+  c[static_cast<int>(MemCategory::optimizer)] = optimizer;
   c[static_cast<int>(MemCategory::activations)] = activations;
   c[static_cast<int>(MemCategory::other)] = rope + collective_buffers + lora_scratch;
   return c;
@@ -256,7 +256,7 @@ int64_t MemoryPlan::between_steps() const {
 }
 
 int64_t MemoryPlan::checkpoint_peak() const {
-  return between_steps() + std::max(writer_staging, checkpoint_gather);
+  return between_steps() + writer_staging + checkpoint_gather;
 }
 
 int64_t MemoryPlan::export_peak() const {
@@ -280,6 +280,12 @@ TrainingPlan plan_training(const PlanInputs& in) {
   TITAN_CHECK(in.mesh.tp == 1 || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
               " x tensor_parallel_degree ", in.mesh.tp,
               " (EP x TP: the sparse blocks on the sequence shards) is not planned yet");
+  // A save under FSDP x TP or EP gathers a tensor's shard rows onto rank 0's TP or EP group, then
+  // its cuts onto rank 0 (train/parallelism.h): not planned.
+  TITAN_CHECK(!in.checkpoint_saves || !fsdp || (in.mesh.tp == 1 && in.mesh.ep == 1),
+              "checkpoint.enable = true under data_parallel_shard_degree ", n,
+              " x tensor_parallel_degree ", in.mesh.tp, " x expert_parallel_degree ", in.mesh.ep,
+              ": the save's gathers onto rank 0 are not planned yet (plan without checkpoints)");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
@@ -647,15 +653,18 @@ TrainingPlan plan_training(const PlanInputs& in) {
     }
     m.export_gather += most * kFloat;
   }
-  // Rank 0's whole copy of the state each checkpoint gathers into (under TP or EP; FSDP x TP
-  // writes no checkpoint yet), and under FSDP x EP the one group's EP part each save gathers the
-  // shards' rows into first (Parallelism::checkpoint_state), the largest group's.
-  if (cuts && in.checkpoint_saves && (!fsdp || in.mesh.ep > 1)) {
-    int64_t whole = 0;
-    for (const ParamGroupSpec& g : whole_specs) whole += param_group_numel(g.params);
-    m.checkpoint_whole_parameters = whole * kFloat;
-    m.checkpoint_whole_optimizer = 2 * whole * kFloat;
-    if (fsdp) m.checkpoint_gather = largest_whole * kFloat;
+  if (cuts && !fsdp && in.checkpoint_saves) {
+    // A synchronous save gathers one tensor at a time onto rank 0 as the writer reaches it
+    // (Parallelism::checkpoint_source): its whole, and a row-wise parameter's cuts beside it
+    // before they are placed.
+    for (const ParamGroupSpec& g : whole_specs) {
+      for (const ParamSpec& p : g.params) {
+        const Shard cut = parallelize.placement_of(p);
+        const int64_t row_cuts = cut.count > 1 && cut.dim != 0 ? shape_numel(p.shape) : 0;
+        m.checkpoint_gather =
+            std::max(m.checkpoint_gather, (shape_numel(p.shape) + row_cuts) * kFloat);
+      }
+    }
   }
   const auto activations = [&](const ActivationCheckpointing& checkpointing) {
     return DecoderLM::activation_bytes_of(a, in.compute_dtype, checkpointing, in.local_batch_size,

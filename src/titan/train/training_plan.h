@@ -108,12 +108,11 @@ struct MemoryPlan {
   // the next part has come); over a LoRA base held in
   // bf16 the merged export's widened fp32 masters of its matmul weights, every group's.
   int64_t writer_staging = 0, export_gather = 0;
-  // Tensor parallel (without FSDP) or expert parallel (FSDP x EP too) with checkpoint.enable: rank
-  // 0's whole copy of the parameters and AdamW moments each save gathers into, made at the first
-  // save and held on (counted in the step too: every step after the first save has it); under
-  // FSDP x EP also the largest group's EP part each save first gathers a buffer of the shards'
-  // rows into (other), before the writer's staging is made.
-  int64_t checkpoint_whole_parameters = 0, checkpoint_whole_optimizer = 0, checkpoint_gather = 0;
+  // Tensor or expert parallel (without FSDP) with checkpoint.enable: while a synchronous save is
+  // written, rank 0's one tensor gathered whole (and a row-wise parameter's cuts before they are
+  // placed). An asynchronous save's copy of the whole state is not counted, as no staging copy is.
+  // (Saves under FSDP x TP or EP are not planned: plan_training refuses them.)
+  int64_t checkpoint_gather = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
   int64_t lora_parameters = 0, lora_saved = 0;
@@ -127,7 +126,7 @@ struct MemoryPlan {
   std::array<int64_t, kMemCategoryCount> step_by_category() const;
   int64_t step_peak() const;
   int64_t between_steps() const;    // resident: the step's peak without the units in flight
-  int64_t checkpoint_peak() const;  // resident + the writer's staging or the save's gather buffer
+  int64_t checkpoint_peak() const;  // resident + the writer's staging + one tensor gathered
   int64_t export_peak() const;      // resident + one run gathered whole + the staging
 };
 
