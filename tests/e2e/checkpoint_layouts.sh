@@ -31,7 +31,10 @@ source "$(dirname "$0")/tree_sum.sh"
 dense=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
        --training.global_batch_size=4 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
        --checkpoint.last_save_in_hf=true --threads 1)
-moe=("${dense[@]}" --model.flavor=tiny_moe --model.output_router_logits=true)
+# The load-balancing loss local: the single process accumulates micro-batches of one row, which
+# the ranks' rows are (the global form: train_router_aux_global.sh).
+moe=("${dense[@]}" --model.flavor=tiny_moe --model.output_router_logits=true
+     --model.router_aux_loss_scope=local)
 tp2=(--parallelism.tensor_parallel_degree=2)
 ep2=(--parallelism.expert_parallel_degree=2)
 hsdp2=(--parallelism.data_parallel_replicate_degree=2)

@@ -284,7 +284,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   // its cuts onto rank 0 (train/parallelism.h): not planned.
   TITAN_CHECK(!in.checkpoint_saves || !fsdp || (in.mesh.tp == 1 && in.mesh.ep == 1),
               "checkpoint.enable = true under data_parallel_shard_degree ", n,
-              " x tensor_parallel_degree ", in.mesh.tp, " x expert_parallel_degree ", in.mesh.ep,
+              in.mesh.tp > 1 ? " x tensor_parallel_degree " + std::to_string(in.mesh.tp) : "",
+              in.mesh.ep > 1 ? " x expert_parallel_degree " + std::to_string(in.mesh.ep) : "",
               ": the save's gathers onto rank 0 are not planned yet (plan without checkpoints)");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
