@@ -1,10 +1,11 @@
 """usage: equal_to_single.py WORK REF FIRST_STEP RUN...
 
 Each RUN's losses and grad norms (WORK/RUN.jsonl) from FIRST_STEP on within 1e-5 relative of the
-one-process run REF's, and its export (WORK/RUN/hf/model.safetensors) the same tensors and shapes
-as REF's; the largest difference of the exports is printed, not bounded (a trained export's
-elements may differ by AdamW's update of a nearly cancelling sum; the byte-equal exports are
-compared with cmp by the callers). Shared by the tensor- and expert-parallel e2e tests."""
+reference run REF's (one process's, or a layout already checked against it), and its export
+(WORK/RUN/hf/model.safetensors) the same tensors and shapes as REF's; the largest difference of the
+exports is printed, not bounded (a trained export's elements may differ by AdamW's update of a
+nearly cancelling sum; the byte-equal exports are compared with cmp by the callers). Shared by
+the tensor- and expert-parallel e2e tests."""
 import json
 import sys
 
