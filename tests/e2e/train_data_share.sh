@@ -15,8 +15,7 @@ titan="$1"
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-e2e_dir="$(cd "$(dirname "$0")" && pwd)"
-. "$(dirname "$0")/mpi_env.sh"
+. "$(dirname "$0")/layout_runs.sh"
 corpus=/usr/share/doc/jargon-text/jargon.txt.gz
 # The default tokenizer (docs/DATA.md), trained into a folder the runs name and into the run's own
 # cache (for the text run).
@@ -32,16 +31,6 @@ ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_
 ddp2=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
 note="every rank tokenizes every row"
 
-# run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl, its
-# output in NAME.log
-run() {
-  local name="$1" n="$2"
-  shift 2
-  local launch=("$titan")
-  [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
-  "${launch[@]}" train "${common[@]}" "$@" --job.dump_folder="$work/$name" \
-    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-}
 run single 1
 run ddp2 2 "${ddp2[@]}" "${ckpt[@]}"
 run fsdp2 2

@@ -28,8 +28,7 @@ titan="$1"
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-e2e_dir="$(cd "$(dirname "$0")" && pwd)"
-. "$(dirname "$0")/mpi_env.sh"
+. "$(dirname "$0")/layout_runs.sh"
 
 common=(--model.flavor=tiny_moe --model.output_router_logits=true --model.router_aux_loss_scope=local
         --training.steps=10
@@ -39,19 +38,6 @@ common=(--model.flavor=tiny_moe --model.output_router_logits=true --model.router
 tp2ep2=(--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2)
 tp2ep4=(--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=4)
 
-# run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl
-run() {
-  local name="$1" n="$2"
-  shift 2
-  local launch=("$titan")
-  [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
-  "${launch[@]}" train "${common[@]}" "$@" --job.dump_folder="$work/$name" \
-    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-}
-one_line() {  # one_line LOG PATTERN: exactly one line of the log matches
-  [ "$(grep -c -- "$2" "$1")" = 1 ] || { echo "expected one line matching '$2':"; cat "$1"; exit 1; }
-}
-equal_to_single() { "$python" "$e2e_dir/equal_to_single.py" "$work" "$@"; }
 
 run single 1
 run tp2ep2 2 "${tp2ep2[@]}"
@@ -72,27 +58,11 @@ run still-tp2ep2-nosp 2 "${still[@]}" "${tp2ep2[@]}" --parallelism.enable_sequen
 run still-fsdp2tp2ep2 4 "${still[@]}" "${tp2ep2[@]}"
 run still-tp2ep4 4 "${still[@]}" "${tp2ep4[@]}"
 equal_to_single still-single 1 still-tp2ep2 still-tp2ep2-nosp still-fsdp2tp2ep2 still-tp2ep4
-for name in still-tp2ep2 still-tp2ep2-nosp still-fsdp2tp2ep2 still-tp2ep4; do
-  cmp "$work/still-single/hf/model.safetensors" "$work/$name/hf/model.safetensors" \
-    || { echo "$name: export differs from one process's"; exit 1; }
-  echo "$name: export byte for byte the one process's"
-done
+same_export still-single still-tp2ep2 still-tp2ep2-nosp still-fsdp2tp2ep2 still-tp2ep4
 
 # A Hugging Face Qwen3-MoE folder (transformers' layout, one tensor per expert) as initial weights:
 # each rank reads its TP cuts and its experts (under FSDP its rows of them).
-"$python" - "$work/moe" "$(cd "$(dirname "$0")/../fixtures/llama3-style-tokenizer" && pwd)" <<'PY'
-import shutil, sys, torch
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
-folder, tokenizer = sys.argv[1:]
-config = Qwen3MoeConfig(vocab_size=472, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                        max_position_embeddings=512, num_experts=4, num_experts_per_tok=2,
-                        moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[])
-torch.manual_seed(0)
-Qwen3MoeForCausalLM(config).save_pretrained(folder, safe_serialization=True)
-for f in ("tokenizer.json", "tokenizer_config.json"):
-    shutil.copy(f"{tokenizer}/{f}", f"{folder}/{f}")
-PY
+write_tiny_qwen3_moe "$work/moe"
 hf=(--model.flavor=hf --model.hf_assets_path="$work/moe" --training.dataset=files
     --training.dataset_path=/usr/share/doc/jargon-text/jargon.txt.gz
     --checkpoint.initial_load_path="$work/moe" --checkpoint.initial_load_in_hf=true)
@@ -100,11 +70,7 @@ run hf-still-single 1 "${hf[@]}" "${still[@]}"
 run hf-still-tp2ep2 2 "${hf[@]}" "${still[@]}" "${tp2ep2[@]}"
 run hf-still-fsdp2tp2ep2 4 "${hf[@]}" "${still[@]}" "${tp2ep2[@]}"
 equal_to_single hf-still-single 1 hf-still-tp2ep2 hf-still-fsdp2tp2ep2
-for name in hf-still-tp2ep2 hf-still-fsdp2tp2ep2; do
-  cmp "$work/hf-still-single/hf/model.safetensors" "$work/$name/hf/model.safetensors" \
-    || { echo "$name: export differs from one process's"; exit 1; }
-  echo "$name: export byte for byte the one process's"
-done
+same_export hf-still-single hf-still-tp2ep2 hf-still-fsdp2tp2ep2
 
 # Checkpoints: TP 2 x EP 2 -> one process.
 ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0)

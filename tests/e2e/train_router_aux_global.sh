@@ -21,8 +21,7 @@ titan="$1"
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-e2e_dir="$(cd "$(dirname "$0")" && pwd)"
-. "$(dirname "$0")/mpi_env.sh"
+. "$(dirname "$0")/layout_runs.sh"
 
 # tiny_moe's config.json and tokenizer (from a one-step run's export), its coefficient raised.
 "$titan" train --model.flavor=tiny_moe --training.steps=1 --checkpoint.last_save_in_hf=true \
@@ -44,19 +43,6 @@ common=(--model.flavor=hf --model.hf_assets_path="$work/moe" --model.output_rout
 ddp2=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
 ep2=(--parallelism.expert_parallel_degree=2)
 
-# run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl
-run() {
-  local name="$1" n="$2"
-  shift 2
-  local launch=("$titan")
-  [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
-  "${launch[@]}" train "${common[@]}" "$@" --job.dump_folder="$work/$name" \
-    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-}
-one_line() {  # one_line LOG PATTERN: exactly one line of the log matches
-  [ "$(grep -c -- "$2" "$1")" = 1 ] || { echo "expected one line matching '$2':"; cat "$1"; exit 1; }
-}
-equal_to_single() { "$python" "$e2e_dir/equal_to_single.py" "$work" "$@"; }
 
 run single 1 --training.local_batch_size=4
 run ddp2 2 --training.local_batch_size=2 "${ddp2[@]}"
