@@ -16,8 +16,8 @@
 #     EP 2 with sequence parallel and without, FSDP 2 x TP 2 x EP 2, TP 2 x EP 4: the sparse blocks
 #     on the sequence shards, their rooms for tokens / tp); FSDP 2 x TP 2 and FSDP 2 x EP 2 saving
 #     checkpoints, the run's peak the plan's to the byte (a tensor's shard rows gathered onto rank
-#     0's TP or EP group, then its cuts onto rank 0); FSDP 2 x TP 2 x EP 2's saves refused by plan
-#     and train in the same line;
+#     0's TP or EP group, then its cuts onto rank 0); FSDP 2 x TP 2 x EP 2's saves and TP on the MoE
+#     without EP refused by plan and train in the same line;
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
@@ -96,17 +96,21 @@ for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 fsdp2tp2ckpt fsdp2ep2ckpt; do
   "$titan" launch --nproc $nproc train "${flags[@]}" --threads 1 --job.dump_folder="$work/$name" \
     --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
 done
-# FSDP x TP x EP saves are not built: plan refuses them with titan train's line.
-three_ways=("${common[@]}" "${tp_ep[@]}" --parallelism.expert_parallel_degree=2 "${ckpt[@]}")
-if "$titan" plan "${three_ways[@]}" --nproc 4 > "$work/threeways.plan" 2>&1; then
-  echo "FSDP 2 x TP 2 x EP 2 saves planned"; cat "$work/threeways.plan"; exit 1
-fi
-if "$titan" launch --nproc 4 train "${three_ways[@]}" --job.dump_folder="$work/threeways" \
-  > "$work/threeways.log" 2>&1; then echo "FSDP 2 x TP 2 x EP 2 saves trained"; exit 1; fi
-[ "$(wc -l < "$work/threeways.plan")" = 1 ] &&
-  grep -q "checkpoints of FSDP x TP x EP cuts are not built yet" "$work/threeways.plan" &&
-  grep -qF "$(sed 's/.*error: //' "$work/threeways.plan")" "$work/threeways.log" ||
-  { echo "FSDP 2 x TP 2 x EP 2 saves: not titan train's one line"; cat "$work/threeways.plan" "$work/threeways.log"; exit 1; }
+# What titan train refuses from the config under TP, plan refuses with the same line: FSDP x TP x EP
+# saves (not built), and TP on a model with experts without EP (the experts' own TP cut).
+for name in threeways etp; do
+  flags=("${common[@]}" "${tp_ep[@]}") nproc=4 expected="checkpoints of FSDP x TP x EP cuts are not built yet"
+  [ $name = threeways ] && flags+=(--parallelism.expert_parallel_degree=2 "${ckpt[@]}")
+  [ $name = etp ] && nproc=2 expected="the experts' own tensor-parallel cut is not built yet"
+  if "$titan" plan "${flags[@]}" --nproc $nproc > "$work/$name.plan" 2>&1; then
+    echo "$name planned"; cat "$work/$name.plan"; exit 1
+  fi
+  if "$titan" launch --nproc $nproc train "${flags[@]}" --job.dump_folder="$work/$name" \
+    > "$work/$name.log" 2>&1; then echo "$name trained"; exit 1; fi
+  [ "$(wc -l < "$work/$name.plan")" = 1 ] && grep -q "$expected" "$work/$name.plan" &&
+    grep -qF "$(sed 's/.*error: //' "$work/$name.plan")" "$work/$name.log" ||
+    { echo "$name: not titan train's one line"; cat "$work/$name.plan" "$work/$name.log"; exit 1; }
+done
 for policy in default never; do
   bf16=(--training.mixed_precision_param=bfloat16 --parallelism.fsdp_reshard_after_forward=$policy)
   "$titan" plan "${common[@]}" "${bf16[@]}" --nproc 2 --json > "$work/fsdp2bf16$policy.plan"
