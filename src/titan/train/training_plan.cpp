@@ -366,9 +366,9 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const ParallelizePlan parallelize = Parallelism::plan(a, axes);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
   // Rank 0's FSDP cut of each parameter (distributed/fsdp.h): its dim 0 cut to ceil(d0 / N) rows
-  // over the shard group's N ranks -- under FSDP x EP an expert's over the dp_shard / ep ranks
-  // holding the same experts (ParallelizePlan::fsdp_cut_of) --, whole without FSDP; and the group
-  // its collectives run over.
+  // over the shard group's N ranks -- under FSDP x EP an expert's over the dp_shard x tp / ep
+  // ranks holding the same experts (ParallelizePlan::fsdp_cut_of) --, whole without FSDP; and the
+  // group its collectives run over.
   const auto cut_of = [&](const ParamSpec& p) {
     return fsdp ? parallelize.fsdp_cut_of(p, Shard{0, n}) : Shard{};
   };

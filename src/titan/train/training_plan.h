@@ -6,8 +6,9 @@
 //
 // Per rank (P: the model's parameter buffers, 4 bytes a float, each parameter padded to 16
 // floats; under FSDP over N ranks each parameter's shard has ceil(d0 / N) rows -- under FSDP x EP
-// an expert's over the N / ep ranks holding the same experts, of the rank's E / ep experts -- and
-// the unit of a group is its whole buffers, under EP the rank's experts of it):
+// an expert's over the N x tp / ep ranks holding the same experts, of the rank's E / ep experts
+// -- and the unit of a group is its whole buffers, under TP and EP the rank's cuts and experts of
+// it):
 //   parameters  P (+ the bf16 copies of the matmul weights with mixed precision), or under FSDP
 //               the shards + the whole parameters in flight: a unit's masters and, under bf16,
 //               its bf16 copies instead of the masters of the weights gathered in bf16 (or
