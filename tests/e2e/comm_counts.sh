@@ -7,7 +7,8 @@
 # (with full activation checkpointing: the recompute's collectives), and on 4 ranks HSDP 2 x 2 and
 # FSDP 2 x TP 2; EP 2, DDP 2 x EP 2, FSDP 2 x EP 2 and on 8 ranks HSDP 2 x FSDP 2 x EP 2 on the
 # tiny MoE, and EP x TP there: TP 2 x EP 2 (the load-balancing loss on; and without sequence
-# parallel under full activation checkpointing), FSDP 2 x TP 2 x EP 2, TP 2 x EP 4 (expert
+# parallel under full activation checkpointing), FSDP 2 x TP 2 x EP 2, TP 2 x EP 4, DDP 2 x TP 2 x
+# EP 2 (the load-balancing loss on: the statistics over "tp", then "dp") (expert
 # parallel's all-to-all-v: its calls exact, its bytes an expectation under uniform routing,
 # printed beside; DDP 2 x EP 2 with the global load-balancing loss: its router
 # statistics' all-reduce per micro-batch over dp; under FSDP x EP the experts' all-gathers and
@@ -66,6 +67,8 @@ check tp2_ep2_nosp_full_ac 2 "${ep2[@]}" "${tp2[@]}" --parallelism.enable_sequen
   --activation_checkpoint.mode=full
 check fsdp2_tp2_ep2 4 "${ep2[@]}" "${tp2[@]}"
 check tp2_ep4 4 --model.flavor=tiny_moe "${tp2[@]}" --parallelism.expert_parallel_degree=4
+check ddp2_tp2_ep2_aux 4 "${ep2[@]}" "${tp2[@]}" --parallelism.data_parallel_replicate_degree=2 \
+  --parallelism.data_parallel_shard_degree=1 --model.output_router_logits=true
 compare_options=()
 
 # The comparison fails where the two differ: TP 2's report against FSDP 2's plan.
