@@ -29,8 +29,11 @@ std::string count(int64_t n, const std::string& one, const std::string& many) {
 std::string mesh_name(const MeshDims& d) {
   if (d.world() == 1) return "one process";
   const std::string tp = "TP " + std::to_string(d.tp);
-  if (d.dp() == 1) return tp + " (tensor_parallel_degree " + std::to_string(d.tp) + ")";
   const std::string ep = d.ep == 1 ? "" : " x EP " + std::to_string(d.ep);
+  if (d.dp() == 1) {
+    return tp + ep + " (tensor_parallel_degree " + std::to_string(d.tp) +
+           (d.ep == 1 ? "" : ", expert_parallel_degree " + std::to_string(d.ep)) + ")";
+  }
   const std::string dims = "dp_replicate " + std::to_string(d.dp_replicate) + " x dp_shard " +
                            std::to_string(d.dp_shard) +
                            (d.tp == 1 ? "" : " x tp " + std::to_string(d.tp)) +

@@ -17,7 +17,6 @@
 # process's (TP's partial sums, FSDP's reduce-scatters, EP's rows per rank; measured up to 2.3e-6),
 # while a resume that lost or misplaced part of the state -- a TP cut, an FSDP row, an AdamW
 # moment -- changes the next update itself, not only its rounding.
-# titan plan refuses checkpoint saves under FSDP x TP in one line (not planned yet).
 # usage: checkpoint_layouts.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -156,7 +155,4 @@ run hsdp2fsdp2ep2-to-1 1 "${moe[@]}" --training.global_batch_size=8 $(resume_fro
 equal_to_single moe-single8 1 ck-hsdp2fsdp2ep2
 equal_to_single moe-single8 6 hsdp2fsdp2ep2-to-1
 
-# titan plan: saves under FSDP x TP are not planned yet, one line.
-expect_refusal plan-fsdp2tp2 "checkpoint.enable = true under data_parallel_shard_degree 2 x tensor_parallel_degree 2: the save's gathers onto rank 0 are not planned yet" \
-  "$titan" plan "${dense[@]}" "${ckpt[@]}" "${tp2[@]}" --nproc 4
 echo "checkpoint_layouts: all checks passed"

@@ -6,8 +6,11 @@
 # checkpointing too; bf16 on the tiny MoE: bf16 gathers), TP 2 with sequence parallel and without
 # (with full activation checkpointing: the recompute's collectives), and on 4 ranks HSDP 2 x 2 and
 # FSDP 2 x TP 2; EP 2, DDP 2 x EP 2, FSDP 2 x EP 2 and on 8 ranks HSDP 2 x FSDP 2 x EP 2 on the
-# tiny MoE (expert parallel's all-to-all-v: its calls exact, its bytes an expectation under
-# uniform routing, printed beside; DDP 2 x EP 2 with the global load-balancing loss: its router
+# tiny MoE, and EP x TP there: TP 2 x EP 2 (the load-balancing loss on; and without sequence
+# parallel under full activation checkpointing), FSDP 2 x TP 2 x EP 2, TP 2 x EP 4, DDP 2 x TP 2 x
+# EP 2 (the load-balancing loss on: the statistics over "tp", then "dp") (expert
+# parallel's all-to-all-v: its calls exact, its bytes an expectation under uniform routing,
+# printed beside; DDP 2 x EP 2 with the global load-balancing loss: its router
 # statistics' all-reduce per micro-batch over dp; under FSDP x EP the experts' all-gathers and
 # reduce-scatters over "expert_shard" beside the shard group's, exact). A mismatched pair is
 # caught. Also the one-process plan has no table and its run no report.
@@ -56,6 +59,16 @@ check fsdp2_ep2 4 "${ep2[@]}"
 grep -q "^  expert_shard  *all_gather" "$work/fsdp2_ep2.log" ||
   { echo "fsdp2_ep2: no expert_shard all-gathers measured"; cat "$work/fsdp2_ep2.log"; exit 1; }
 check hsdp2_fsdp2_ep2 8 "${ep2[@]}" --parallelism.data_parallel_replicate_degree=2 --training.global_batch_size=8
+# EP x TP: the sparse blocks on the sequence shards (all-to-all-v's of tokens / tp), the routers'
+# gradients and (with the load-balancing loss) their statistics summed over TP, without sequence
+# parallel the sparse blocks' output and input-gradient all-gathers.
+check tp2_ep2_aux 2 "${ep2[@]}" "${tp2[@]}" --model.output_router_logits=true
+check tp2_ep2_nosp_full_ac 2 "${ep2[@]}" "${tp2[@]}" --parallelism.enable_sequence_parallel=false \
+  --activation_checkpoint.mode=full
+check fsdp2_tp2_ep2 4 "${ep2[@]}" "${tp2[@]}"
+check tp2_ep4 4 --model.flavor=tiny_moe "${tp2[@]}" --parallelism.expert_parallel_degree=4
+check ddp2_tp2_ep2_aux 4 "${ep2[@]}" "${tp2[@]}" --parallelism.data_parallel_replicate_degree=2 \
+  --parallelism.data_parallel_shard_degree=1 --model.output_router_logits=true
 compare_options=()
 
 # The comparison fails where the two differ: TP 2's report against FSDP 2's plan.

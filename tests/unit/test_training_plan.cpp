@@ -31,6 +31,7 @@
 #include "titan/models/param_count.h"
 #include "titan/models/registry.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/train/checkpoint.h"
 #include "titan/train/comm_report.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/job_config.h"
@@ -402,12 +403,32 @@ TEST(TrainingPlan, FsdpMatchesTheShardsAndTheUnitInFlight) {
                        ActivationCheckpointing::none(), 2, "never"});
 }
 
+// The most a synchronous save holds on rank 0 beyond what it held before (Parallelism::
+// checkpoint_source: one tensor at a time gathered whole as the writer reaches it, in the
+// writer's order), every tensor handed back after.
+int64_t measured_checkpoint_gather(Parallelism& parallelism, const ModelArgs& args) {
+  int64_t resident = 0;
+  for (const size_t b : memory_stats().current) resident += static_cast<int64_t>(b);
+  memory_reset_peak();
+  Parallelism::CheckpointSource source = parallelism.checkpoint_source(false, false);
+  EXPECT_TRUE(source.gather);
+  for (const CheckpointTensor& t : checkpoint_read_order(model_param_specs(args), false)) {
+    source.gather(t);
+  }
+  parallelism.end_checkpoint();
+  int64_t after = 0;
+  for (const size_t b : memory_stats().current) after += static_cast<int64_t>(b);
+  EXPECT_EQ(after, resident);
+  return static_cast<int64_t>(memory_stats().total_peak) - resident;
+}
+
 // FSDP 2 x EP 2 (this is rank 0 of 4): 6 experts, 3 a rank, each expert tensor's 3 rows sharded
 // over the 2 ranks holding them (2 rows, one of them padding), the rest over all 4. What the
 // trainer's Parallelism holds between steps, the most the export holds on rank 0 (a run of its
-// part gathered from the shards beside the whole run gathered from its EP group), against the
-// plan; its saves are refused (not planned). (A step's all-to-all-v's need every rank's rows:
-// tests/e2e/plan_memory.sh measures the step.)
+// part gathered from the shards beside the whole run gathered from its EP group) and the most a
+// save holds (a tensor's rows gathered onto rank 0's EP group beside the whole tensor), against
+// the plan. (A step's all-to-all-v's need every rank's rows: tests/e2e/plan_memory.sh measures
+// the step.)
 TEST(TrainingPlan, FsdpTimesEpHoldsTheShardsOfBothKinds) {
   // Layer 1 dense, its MLP as large as layer 0's 6 experts, so the export's most is layer 1's run
   // gathered from the shards beside layer 0's whole run, handed back only after it.
@@ -418,8 +439,8 @@ TEST(TrainingPlan, FsdpTimesEpHoldsTheShardsOfBothKinds) {
   in.export_hf = true;
   PlanInputs saving = in;
   saving.checkpoint_saves = true;
-  EXPECT_THROW(plan_training(saving), Error);
   const MemoryPlan m = plan_training(in).memory;
+  EXPECT_EQ(m.checkpoint_gather, 0);
   auto sent = std::make_shared<int64_t>(0);
   // DeviceMesh's splits: the shard group, the replicas, TP, EP, the ranks holding the same
   // experts, those of this replica.
@@ -454,6 +475,48 @@ TEST(TrainingPlan, FsdpTimesEpHoldsTheShardsOfBothKinds) {
   parallelism.end_export();
   EXPECT_EQ(static_cast<int64_t>(memory_stats().total_peak) - resident, m.export_gather);
   EXPECT_EQ(total(), resident);
+  const int64_t planned = plan_training(saving).memory.checkpoint_gather;
+  EXPECT_GT(planned, 0);
+  EXPECT_EQ(measured_checkpoint_gather(parallelism, in.args), planned);
+}
+
+// FSDP 2 x TP 2 (rank 0 of 4): a save gathers each tensor's shard rows onto rank 0's TP group,
+// then its TP cuts onto rank 0 -- a row-wise parameter's cuts beside the whole before they are
+// placed. The most it holds on rank 0 against the plan. FSDP x TP x EP saves are not built:
+// refused.
+TEST(TrainingPlan, FsdpTimesTpSavesOneTensorAtATime) {
+  // A vocabulary TP 2 divides: 49 rows a TP rank, 25 an FSDP shard (one of them padding).
+  ModelArgs args = test::tiny_dense(false);
+  args.vocab_size = 98;
+  PlanInputs in = inputs_of({"fsdp 2 x tp 2", args, 1, 2});
+  in.mesh.tp = 2;
+  in.checkpoint_saves = true;
+  const int64_t planned = plan_training(in).memory.checkpoint_gather;
+  EXPECT_GT(planned, 0);
+  auto sent = std::make_shared<int64_t>(0);
+  // DeviceMesh's splits: the shard group, the replicas, TP, the data-parallel ranks.
+  CountingCommunicator world(4, sent, {2, 1, 2, 2});
+  DeviceMesh mesh(world, in.mesh);
+  const ParallelizePlan parallelize = Parallelism::plan(in.args, Parallelism::axes(mesh, true));
+  std::unique_ptr<CausalLM> model =
+      make_model(in.args, {}, DType::f32, Parallelism::param_residency(mesh), parallelize);
+  model->allocate_gradients();
+  Parallelism parallelism(*model, mesh, parallelize, "default");
+  AdamWOptimizer optimizer(parallelism.state_groups(), AdamWConfig{});
+  parallelism.initialize(in.args, 7);
+  EXPECT_EQ(measured_checkpoint_gather(parallelism, in.args), planned);
+
+  PlanInputs three_ways =
+      inputs_of({"fsdp 2 x tp 2 x ep 2", test::with_moe(args, 4, 2, 16, {}), 1, 2});
+  three_ways.mesh.tp = 2;
+  three_ways.mesh.ep = 2;
+  three_ways.checkpoint_saves = true;
+  EXPECT_NE(test::error_of([&] {
+              plan_training(three_ways);
+            }).find("checkpoints of FSDP x TP x EP cuts are not built yet"),
+            std::string::npos);
+  three_ways.checkpoint_saves = false;
+  EXPECT_GT(plan_training(three_ways).memory.step_peak(), 0);
 }
 
 TEST(TrainingPlan, LoraReplicasAllReduceTheAdapterOnly) {

@@ -41,6 +41,12 @@ enum ShardKind : size_t { kRestShards = 0, kExpertShards = 1 };
 
 constexpr int64_t kDouble = sizeof(double);
 
+// Whether `p` is one of a sparse layer's stacked experts (the plan's expert style; under EP x TP
+// the TP cuts are cut too).
+bool is_expert(const ParallelizePlan& plan, const ParamSpec& p) {
+  return plan.style_of(module_of_param(p.name)) == ParallelStyle::expert;
+}
+
 // The data-parallel reduction of a step's gradients (Parallelism::finish_gradients) and the
 // step's scalars (Trainer::train_step: the scored tokens, the loss sums; the gradient norm's
 // squares, optimizer.cpp), as rows of CommPlan.
@@ -89,11 +95,13 @@ void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec
     // Whole on every rank but for the experts (EP over all of dp_shard): the others' gradients over
     // every data-parallel rank, the experts' over the ranks holding the same experts, one
     // all-reduce per run of either in a group's buffer (all_reduce_gradients with a selection).
-    const auto expert = [&](const ParamSpec& p) { return parallelize.placement_of(p).count > 1; };
+    const auto expert = [&](const ParamSpec& p) { return is_expert(parallelize, p); };
     const GradientRuns others =
         gradient_runs(group_specs, [&](const ParamSpec& p) { return !expert(p); });
-    rows.push_back({"dp", Collective::all_reduce, others.calls, others.bytes,
-                    "the gradients but the experts', one call per run of them in a group"});
+    if (dp > 1) {  // under EP x TP the data-parallel ranks may be one
+      rows.push_back({"dp", Collective::all_reduce, others.calls, others.bytes,
+                      "the gradients but the experts', one call per run of them in a group"});
+    }
     if (in.mesh.dp_replicate > 1) {
       const GradientRuns experts = gradient_runs(group_specs, expert);
       rows.push_back({"same_experts", Collective::all_reduce, experts.calls, experts.bytes,
@@ -125,9 +133,15 @@ void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec
   }
   // Under FSDP x EP the shard group holds every expert's rows once (Parallelism::
   // shards_span_cuts): no sum over the EP group follows.
-  if (in.mesh.tp > 1 || (in.mesh.ep > 1 && !fsdp)) {
-    rows.push_back({in.mesh.ep > 1 ? "ep" : "tp", Collective::all_reduce, 1, kDouble,
+  // (Parallelism::cut_model_norm: the TP cuts' -- under FSDP x EP x TP the experts' too -- over
+  // the TP group; without FSDP the experts' over the EP group.)
+  if (in.mesh.tp > 1) {
+    rows.push_back({"tp", Collective::all_reduce, 1, kDouble,
                     "the gradient norm's sum of squares of the cut parameters"});
+  }
+  if (in.mesh.ep > 1 && !fsdp) {
+    rows.push_back({"ep", Collective::all_reduce, 1, kDouble,
+                    "the gradient norm's sum of squares of the experts"});
   }
   if (dp > 1) {
     rows.push_back({"dp", Collective::all_reduce, 2, 3 * kDouble,
@@ -150,30 +164,43 @@ void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec
 // gradient in the backward (the lm_head loss's d x too); with sequence parallel an all-gather of
 // the block input before each column-parallel block (and the output gradient before each
 // row-parallel one in the backward) and a reduce-scatter in place of each all-reduce. A layer
-// recomputed under activation checkpointing runs its forward's again. The vocabulary-parallel
-// loss reduces, per chunk of tokens, the max (as doubles) and then the sum of exponentials and the
-// target logit (floats) of each token; replicated norms whose rows are this rank's own (q/k norms
-// on the local heads, under sequence parallel the layers' and the final norm) all-reduce their
-// weight gradients.
+// recomputed under activation checkpointing runs its forward's again. Under EP x TP a sparse
+// layer's MLP is no TP block: its sparse block runs on the rank's sequence shard, under sequence
+// parallel on the rows the stream holds (nothing moved around it), without it on a slice of the
+// whole input, its output -- and in the backward its input gradient -- all-gathered whole. The
+// vocabulary-parallel loss reduces, per chunk of tokens, the max (as doubles) and then the sum of
+// exponentials and the target logit (floats) of each token; replicated parameters whose gradient
+// is each rank's part (q/k norms on the local heads, under sequence parallel the layers' and the
+// final norm, under EP x TP the routers on the rank's tokens) all-reduce their weight gradients,
+// and the load-balancing statistics of the rank's tokens are summed over the group.
 void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& rows) {
   const ModelArgs& a = in.args;
   const int64_t mb = in.accumulation_steps, n = in.local_batch_size * in.seq_len;
   const int64_t stream = n * a.hidden_size * kFloat;  // the residual stream's whole
   const int64_t layers = a.num_hidden_layers;
-  int64_t recomputed = 0;
-  for (int64_t i = 0; i < layers; ++i) recomputed += in.checkpointing.recomputes_layer(i) ? 1 : 0;
+  // TP blocks per layer (the attention, and a dense layer's MLP), run in the forward
+  // (recomputed: twice) and the backward; the sparse layers, likewise.
+  int64_t forward_blocks = 0, backward_blocks = 0, sparse_forward = 0, sparse_layers = 0;
+  for (int64_t i = 0; i < layers; ++i) {
+    const bool sparse = a.layer_is_sparse(i);
+    const int64_t runs = in.checkpointing.recomputes_layer(i) ? 2 : 1;
+    forward_blocks += (sparse ? 1 : 2) * runs;
+    backward_blocks += sparse ? 1 : 2;
+    sparse_forward += sparse ? runs : 0;
+    sparse_layers += sparse ? 1 : 0;
+  }
   const bool sp = in.sequence_parallel;
   const int64_t chunk =
       default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
           .chunk_tokens(n, a.vocab_size, 0);
   const int64_t chunks = (n + chunk - 1) / chunk;
-  // Per micro-batch: the stream's reductions (embedding, two per layer forward and recomputed,
-  // two per layer backward, the loss's d x) and gathers.
-  const int64_t reductions = 1 + 2 * (layers + recomputed) + 2 * layers + 1;
+  // Per micro-batch: the stream's reductions (embedding, each block forward and recomputed and
+  // backward, the loss's d x) and gathers.
+  const int64_t reductions = 1 + forward_blocks + backward_blocks + 1;
   if (sp) {
-    // Gathers: two per layer forward and recomputed, four per layer backward (the norms' outputs
-    // again, and the output gradients), the final norm's output, the embedding's gradient.
-    const int64_t gathers = 2 * (layers + recomputed) + 4 * layers + 2;
+    // Gathers: one per block forward and recomputed, two per block backward (the norm's output
+    // again, and the output gradient), the final norm's output, the embedding's gradient.
+    const int64_t gathers = forward_blocks + 2 * backward_blocks + 2;
     rows.push_back({"tp", Collective::all_gather, mb * gathers, mb * gathers * stream,
                     "SP: each column-parallel block's input, each row-parallel block's output "
                     "gradient, the final norm's output and the embedding's gradient"});
@@ -184,19 +211,36 @@ void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& row
     rows.push_back({"tp", Collective::all_reduce, mb * reductions, mb * reductions * stream,
                     "each row-parallel block's output, each column-parallel block's input "
                     "gradient, the embedding's output and the loss's d x"});
+    if (sparse_layers > 0) {
+      const int64_t gathers = sparse_forward + sparse_layers;
+      rows.push_back({"tp", Collective::all_gather, mb * gathers, mb * gathers * stream,
+                      "EP x TP: each sparse block's output (forward and recomputed) and input "
+                      "gradient, from the ranks' sequence shards"});
+    }
   }
   rows.push_back({"tp", Collective::all_reduce, mb * 2 * chunks,
                   mb * (n * kDouble + 2 * n * kFloat),
                   "the vocabulary-parallel loss: per chunk of " + std::to_string(chunk) +
                       " tokens the max, then the sum of exponentials and the target logit"});
-  const int64_t norms = (a.qk_norm ? 2 : 0) * layers + (sp ? 2 * layers + 1 : 0);
+  const int64_t routers = a.is_moe() ? sparse_layers : 0;
+  const int64_t norms = (a.qk_norm ? 2 : 0) * layers + (sp ? 2 * layers + 1 : 0) + routers;
   if (norms > 0 && in.lora.rank == 0) {
-    const int64_t bytes =
-        (a.qk_norm ? 2 * layers * a.head_dim : 0) + (sp ? (2 * layers + 1) * a.hidden_size : 0);
-    rows.push_back({"tp", Collective::all_reduce, mb * norms, mb * bytes * kFloat,
-                    std::string(a.qk_norm ? "the q/k norms' weight gradients (local heads)" : "") +
-                        (a.qk_norm && sp ? ", " : "") +
-                        (sp ? "the layers' and the final norm's weight gradients (SP)" : "")});
+    const int64_t bytes = (a.qk_norm ? 2 * layers * a.head_dim : 0) +
+                          (sp ? (2 * layers + 1) * a.hidden_size : 0) +
+                          routers * a.num_experts * a.hidden_size;
+    std::string what = a.qk_norm ? "the q/k norms' weight gradients (local heads)" : "";
+    const auto add = [&what](const char* more) {
+      what += (what.empty() ? "" : ", ") + std::string(more);
+    };
+    if (sp) add("the layers' and the final norm's weight gradients (SP)");
+    if (routers > 0) add("each router's weight gradient (EP x TP: the rank's tokens)");
+    rows.push_back({"tp", Collective::all_reduce, mb * norms, mb * bytes * kFloat, what});
+  }
+  if (routers > 0 && a.output_router_logits) {
+    // DecoderLM::reduce_router_statistics: the expert counts and probability sums, 2 E doubles.
+    rows.push_back({"tp", Collective::all_reduce, mb, mb * 2 * a.num_experts * kDouble,
+                    "EP x TP: the load-balancing loss's router statistics of the ranks' shards, "
+                    "once per micro-batch"});
   }
 }
 
@@ -204,13 +248,16 @@ void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& row
 
 PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   PlanInputs in;
+  check_tensor_parallel_job(config);  // before the mesh, as titan train
   in.mesh = resolve_mesh_dims(job_parallel_degrees(config), world_size);
   in.accumulation_steps = job_accumulation_steps(config, in.mesh);
   in.sequence_parallel = in.mesh.tp > 1 && config.parallelism.enable_sequence_parallel;
   in.router_aux_loss_global = config.model.router_aux_loss_scope == "global";
   in.args = resolve_job_model_args(config);
   check_job_sizes(config, in.args, in.mesh);
-  check_expert_parallel_job(config, in.mesh);  // what is planned under EP is what is built
+  // What is planned under TP and EP is what is built: titan train's config-only refusals.
+  check_expert_parallel_job(config, in.mesh);
+  check_tensor_parallel_model(config, in.args, in.mesh);
   in.local_batch_size = config.training.local_batch_size;
   in.seq_len = config.training.seq_len;
   in.compute_dtype = job_compute_dtype(config);
@@ -277,16 +324,12 @@ TrainingPlan plan_training(const PlanInputs& in) {
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = in.mesh.fsdp();
-  TITAN_CHECK(in.mesh.tp == 1 || in.mesh.ep == 1, "parallelism.expert_parallel_degree ", in.mesh.ep,
-              " x tensor_parallel_degree ", in.mesh.tp,
-              " (EP x TP: the sparse blocks on the sequence shards) is not planned yet");
-  // A save under FSDP x TP or EP gathers a tensor's shard rows onto rank 0's TP or EP group, then
-  // its cuts onto rank 0 (train/parallelism.h): not planned.
-  TITAN_CHECK(!in.checkpoint_saves || !fsdp || (in.mesh.tp == 1 && in.mesh.ep == 1),
+  // Checkpoints of FSDP x TP x EP cuts are not built (train/job_resolve.h
+  // check_tensor_parallel_model refuses them).
+  TITAN_CHECK(!in.checkpoint_saves || !fsdp || in.mesh.tp == 1 || in.mesh.ep == 1,
               "checkpoint.enable = true under data_parallel_shard_degree ", n,
-              in.mesh.tp > 1 ? " x tensor_parallel_degree " + std::to_string(in.mesh.tp) : "",
-              in.mesh.ep > 1 ? " x expert_parallel_degree " + std::to_string(in.mesh.ep) : "",
-              ": the save's gathers onto rank 0 are not planned yet (plan without checkpoints)");
+              " x tensor_parallel_degree ", in.mesh.tp, " x expert_parallel_degree ", in.mesh.ep,
+              ": checkpoints of FSDP x TP x EP cuts are not built yet");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
@@ -323,14 +366,16 @@ TrainingPlan plan_training(const PlanInputs& in) {
   const ParallelizePlan parallelize = Parallelism::plan(a, axes);
   const std::vector<ParamGroupSpec> group_specs = local_param_specs(a, parallelize);
   // Rank 0's FSDP cut of each parameter (distributed/fsdp.h): its dim 0 cut to ceil(d0 / N) rows
-  // over the shard group's N ranks -- under FSDP x EP an expert's over the dp_shard / ep ranks
-  // holding the same experts (ParallelizePlan::fsdp_cut_of) --, whole without FSDP; and the group
-  // its collectives run over.
+  // over the shard group's N ranks -- under FSDP x EP an expert's over the dp_shard x tp / ep
+  // ranks holding the same experts (ParallelizePlan::fsdp_cut_of) --, whole without FSDP; and the
+  // group its collectives run over.
   const auto cut_of = [&](const ParamSpec& p) {
     return fsdp ? parallelize.fsdp_cut_of(p, Shard{0, n}) : Shard{};
   };
+  // Under FSDP x EP the experts' collectives run over the ranks holding them (the mesh's
+  // "expert_shard", which under EP x TP spans TP indices), whatever their number.
   const auto kind_of = [&](const ParamSpec& p) {
-    return !fsdp || cut_of(p).count == n ? kRestShards : kExpertShards;
+    return fsdp && in.mesh.ep > 1 && is_expert(parallelize, p) ? kExpertShards : kRestShards;
   };
   // A stacked expert weight LoRA adapts (models/lora.h: gate_proj and up_proj together, or
   // down_proj, of a MoE model's sparse layers).
@@ -654,16 +699,20 @@ TrainingPlan plan_training(const PlanInputs& in) {
     }
     m.export_gather += most * kFloat;
   }
-  if (cuts && !fsdp && in.checkpoint_saves) {
+  if (cuts && in.checkpoint_saves) {
     // A synchronous save gathers one tensor at a time onto rank 0 as the writer reaches it
-    // (Parallelism::checkpoint_source): its whole, and a row-wise parameter's cuts beside it
-    // before they are placed.
-    for (const ParamGroupSpec& g : whole_specs) {
-      for (const ParamSpec& p : g.params) {
+    // (Parallelism::checkpoint_source; a parameter's and its AdamW moments' alike): its whole,
+    // and a row-wise parameter's cuts beside it before they are placed -- under FSDP (x TP or x
+    // EP) also rank 0's part of it, gathered first from the shards' rows
+    // (Parallelism::gather_checkpoint_tensor).
+    for (size_t g = 0; g < whole_specs.size(); ++g) {
+      for (size_t i = 0; i < whole_specs[g].params.size(); ++i) {
+        const ParamSpec& p = whole_specs[g].params[i];
         const Shard cut = parallelize.placement_of(p);
-        const int64_t row_cuts = cut.count > 1 && cut.dim != 0 ? shape_numel(p.shape) : 0;
-        m.checkpoint_gather =
-            std::max(m.checkpoint_gather, (shape_numel(p.shape) + row_cuts) * kFloat);
+        const int64_t part = shape_numel(group_specs[g].params[i].shape);
+        const int64_t row_cuts = cut.count > 1 && cut.dim != 0 ? cut.count * part : 0;
+        m.checkpoint_gather = std::max(
+            m.checkpoint_gather, (shape_numel(p.shape) + row_cuts + (fsdp ? part : 0)) * kFloat);
       }
     }
   }
@@ -685,7 +734,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
                                                        {.tp_degree = in.mesh.tp,
                                                         .sequence_parallel = in.sequence_parallel,
                                                         .lora = in.lora.rank > 0});
-    m.expert_parallel_rows = most_arrived_rows(in.local_batch_size * in.seq_len,
+    // Each rank routes its tokens: under EP x TP its seq_len / tp tokens of each sequence.
+    m.expert_parallel_rows = most_arrived_rows(in.local_batch_size * in.seq_len / in.mesh.tp,
                                                a.num_experts_per_tok, a.num_experts, in.mesh.ep);
   }
   m.rope = 2 * in.seq_len * (a.head_dim / 2) * kFloat;  // cos and sin (ops/rope.h)
@@ -699,7 +749,7 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // replicas), the others' over every data-parallel rank; a run of each at a time.
     for (const ParamGroupSpec& g : group_specs) {
       for (const ParamSpec& p : g.params) {
-        const bool expert = parallelize.placement_of(p).count > 1;
+        const bool expert = is_expert(parallelize, p);
         const int64_t ranks = expert ? replicas : in.mesh.dp();
         c.all_reduce += 2 * (ranks - 1) * shape_numel(p.shape) * kFloat / ranks;
       }
@@ -751,7 +801,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   append_gradient_rows(in, group_specs, parallelize, shard_numel, c.rows);
   if (in.mesh.tp > 1) append_tensor_parallel_rows(in, c.rows);
   if (in.mesh.ep > 1) {
-    const double routed = uniform_routed_rows(a, in.mesh.ep, in.local_batch_size * in.seq_len);
+    const double routed =
+        uniform_routed_rows(a, in.mesh.ep, in.local_batch_size * in.seq_len / in.mesh.tp);
     c.rows.push_back(expert_parallel_row(a, in.mesh.ep, in.accumulation_steps, in.compute_dtype,
                                          in.checkpointing, routed, routed));
   }

@@ -6,8 +6,9 @@
 //
 // Per rank (P: the model's parameter buffers, 4 bytes a float, each parameter padded to 16
 // floats; under FSDP over N ranks each parameter's shard has ceil(d0 / N) rows -- under FSDP x EP
-// an expert's over the N / ep ranks holding the same experts, of the rank's E / ep experts -- and
-// the unit of a group is its whole buffers, under EP the rank's experts of it):
+// an expert's over the N x tp / ep ranks holding the same experts, of the rank's E / ep experts
+// -- and the unit of a group is its whole buffers, under TP and EP the rank's cuts and experts of
+// it):
 //   parameters  P (+ the bf16 copies of the matmul weights with mixed precision), or under FSDP
 //               the shards + the whole parameters in flight: a unit's masters and, under bf16,
 //               its bf16 copies instead of the masters of the weights gathered in bf16 (or
@@ -108,10 +109,11 @@ struct MemoryPlan {
   // the next part has come); over a LoRA base held in
   // bf16 the merged export's widened fp32 masters of its matmul weights, every group's.
   int64_t writer_staging = 0, export_gather = 0;
-  // Tensor or expert parallel (without FSDP) with checkpoint.enable: while a synchronous save is
-  // written, rank 0's one tensor gathered whole (and a row-wise parameter's cuts before they are
-  // placed). An asynchronous save's copy of the whole state is not counted, as no staging copy is.
-  // (Saves under FSDP x TP or EP are not planned: plan_training refuses them.)
+  // Tensor or expert parallel with checkpoint.enable: while a synchronous save is written, rank
+  // 0's one tensor gathered whole (and a row-wise parameter's cuts before they are placed; under
+  // FSDP x TP or FSDP x EP also rank 0's part of it, gathered from the shards first). An
+  // asynchronous save's copy of the whole state is not counted, as no staging copy is. (Saves
+  // under FSDP x TP x EP are not built: plan_training refuses them.)
   int64_t checkpoint_gather = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
