@@ -10,7 +10,8 @@
 # (steps 6-10 the same), and 2 steps under memcheck; then 10 steps in bf16 mixed precision against
 # the CPU's bf16 run (each step's loss within 2 %, train_bf16_curve.sh's bound), saving synchronous
 # checkpoints and the HF export from the device: its step 5 resumed on the CPU (steps 6-10 within
-# the same bound), its step-10 checkpoint exported on the CPU byte-equal to its export; then
+# the same bound), its step-10 checkpoint exported on the CPU byte-equal to its export; then 10
+# fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then
 # bench_cuda_gemm beside
 # PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
 # clock moves between runs); a summary of every step last.
@@ -164,6 +165,38 @@ PY
     bash -c 'cd "$0" && ls model*.safetensors* > /dev/null &&
       for f in model*.safetensors*; do cmp "$f" "$1/$f" || exit 1; done' \
     "$runs/cuda_bf16/hf" "$runs/cpu_export"
+  # Qwen2's linear biases (q/k/v): a tiny untied Qwen2 folder made by Transformers with random
+  # biases (tests/fixtures' Qwen3 tokenizer), 10 fp32 steps from it on cuda against the CPU.
+  qwen2="$runs/qwen2_folder"
+  step "tiny Qwen2 folder with random biases (Transformers)" 120 python3 - "$qwen2" \
+    tests/fixtures/qwen3-tokenizer << 'PY'
+import shutil, sys, torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+folder, tokenizer = sys.argv[1:]
+config = Qwen2Config(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                     initializer_range=0.02, bos_token_id=151643, eos_token_id=151645,
+                     tie_word_embeddings=False)
+torch.manual_seed(0)
+model = Qwen2ForCausalLM(config).eval()
+with torch.no_grad():
+    for key, p in model.named_parameters():
+        if key.endswith(".bias"):
+            p.normal_(0.0, 0.1)
+model.save_pretrained(folder, safe_serialization=True)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{tokenizer}/{f}", f"{folder}/{f}")
+PY
+  qwen2_run=(train --preset hf --model.hf_assets_path="$qwen2" --checkpoint.initial_load_path="$qwen2"
+             --checkpoint.initial_load_in_hf=true --checkpoint.last_save_in_hf=false
+             --training.steps=10 --lr_scheduler.warmup_steps=2 --training.seq_len=64
+             --training.local_batch_size=2 --metrics.log_freq=1 --metrics.peak_tflops=67)
+  step "tiny Qwen2, 10 steps on the CPU" 180 "$titan" "${qwen2_run[@]}" --threads 4 \
+    --job.dump_folder="$runs/qwen2_cpu"
+  step "tiny Qwen2, 10 steps on cuda" 120 "$titan" "${qwen2_run[@]}" --training.device=cuda \
+    --job.dump_folder="$runs/qwen2_cuda"
+  equal_steps "tiny Qwen2 (biases): cuda's losses and grad norms within 1e-5 relative of the CPU's" \
+    "$runs/qwen2_cpu/metrics.jsonl" "$runs/qwen2_cuda/metrics.jsonl" 1
 fi
 echo "== bench_cuda_gemm"
 "$bench" | tee "$out/titan_gemm.txt"

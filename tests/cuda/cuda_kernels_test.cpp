@@ -30,6 +30,7 @@
 #include "titan/dispatch/registry.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/linear.h"
@@ -618,6 +619,21 @@ void test_device_ops() {
   check("sum_squares (fp64)", {static_cast<float>(ops.sum_squares(ad.as<float>(), n))},
         {static_cast<float>(squares)}, 1e-12 * static_cast<double>(n));
   check_true("find_nonfinite: none", ops.find_nonfinite(ad.as<float>(), n) == -1);
+  {
+    // The linear's bias (Qwen2's q/k/v): the same additions as the CPU's, in the same order (each
+    // column summed over the rows in order), so bit-equal. 37 rows of 263 features.
+    const int64_t rows = 37, features = 263;
+    const std::vector<float> y = randn(rows * features, 54), bias = randn(features, 55),
+                             dy = randn(rows * features, 56), db = randn(features, 57);
+    std::vector<float> want_y = y, want_db = db;
+    bias_forward(want_y.data(), bias.data(), rows, features);
+    bias_backward(want_db.data(), dy.data(), rows, features);
+    DeviceBuffer yd = up(y), biasd = up(bias), dyd = up(dy), dbd = up(db);
+    ops.bias_forward(yd.as<float>(), biasd.as<float>(), rows, features);
+    ops.bias_backward(dbd.as<float>(), dyd.as<float>(), rows, features);
+    check("bias_forward (the CPU's, bit for bit)", down(yd), want_y, 0.0);
+    check("bias_backward (the CPU's, bit for bit)", down(dbd), want_db, 0.0);
+  }
   std::vector<float> with_nan = want;
   with_nan[200001] = INFINITY;
   with_nan[123457] = NAN;

@@ -26,6 +26,7 @@
 #include "titan/core/rng.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/cuda/attention_rows.h"
 #include "titan/ops/cuda/cross_entropy_rows.h"
@@ -255,6 +256,25 @@ TEST(CudaRows, EmbeddingMatchesTheCpuOp) {
   // A gather is exact; the scatter adds repeated ids in token order, as the CPU's does.
   expect_close("embedding out", out.data(), ref.data(), out.size(), 0.0);
   expect_close("embedding dweight", dw.data(), ref_dw.data(), dw.size(), sum_tolerance(n));
+}
+
+// The linear's bias: the CPU's additions in the CPU's order, so bit-equal.
+TEST(CudaRows, BiasIsTheCpuOpBitForBit) {
+  const int64_t rows = 37, features = 263;
+  const std::vector<float> y = randn(rows * features, 54), bias = randn(features, 55),
+                           dy = randn(rows * features, 56), db = randn(features, 57);
+  std::vector<float> got_y = y, got_db = db, want_y = y, want_db = db;
+  for (int64_t e = 0; e < rows * features; ++e) {
+    cuda_rows::bias_add_element(got_y.data(), bias.data(), features, e);
+  }
+  for (int64_t col = 0; col < features; ++col) {
+    cuda_rows::bias_sum_column(got_db.data(), dy.data(), rows, features, col);
+  }
+  bias_forward(want_y.data(), bias.data(), rows, features);
+  bias_backward(want_db.data(), dy.data(), rows, features);
+  EXPECT_EQ(std::memcmp(got_y.data(), want_y.data(), got_y.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(got_db.data(), want_db.data(), got_db.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(got_db.data(), db.data(), db.size() * sizeof(float)), 0);
 }
 
 TEST(CudaRows, AdamwMatchesReference) {

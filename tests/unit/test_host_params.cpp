@@ -181,7 +181,7 @@ TEST(HostParams, ASaveAndTheExportOfADevicesGroupsAreTheHostsFiles) {
   for (const DType dtype : {DType::f32, DType::bf16}) {
     HfExportOptions options;
     options.dtype = dtype;
-    const std::string tag = dtype_name(dtype);
+    const std::string tag(dtype_name(dtype));
     export_hf_folder(dir / ("hf-host-" + tag), args, host, options);
     export_hf_folder(dir / ("hf-device-" + tag), args, on_device, options);
     expect_same_files(dir / ("hf-host-" + tag), dir / ("hf-device-" + tag));

@@ -16,6 +16,7 @@
 #include "titan/models/hf_config.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/host_params.h"
 
 namespace titan {
 namespace fs = std::filesystem;

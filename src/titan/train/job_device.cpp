@@ -26,9 +26,6 @@ void check_device_job(const JobConfig& config, const ModelArgs& args, const Mesh
   };
   refuse(args.is_moe(), "a MoE model (sparse layers)", "train a dense model, or on the CPU");
   refuse(config.lora.rank > 0, "LoRA (lora.rank > 0)", "train every weight");
-  refuse(args.attention_bias || args.o_proj_bias || args.mlp_bias,
-         "a model with linear biases (Qwen2's q/k/v, attention_bias, mlp_bias)",
-         "train a model without biases, or on the CPU");
   refuse(dims.tp > 1, "tensor parallel (parallelism.tensor_parallel_degree > 1)",
          "run one process");
   refuse(dims.ep > 1, "expert parallel (parallelism.expert_parallel_degree > 1)",

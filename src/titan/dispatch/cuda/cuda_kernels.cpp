@@ -4,7 +4,7 @@
 // CUDA DeviceOps. The kernels live in src/titan/ops/cuda/ (cuda_ops.h). The MoE kinds have no CUDA
 // kernel yet (issue 41's milestone 2), so a CUDA model with sparse layers stops at start-up with
 // KernelRegistry::default_kernel's line; the DeviceOps a dense training step does not reach
-// (bias, the decode GEMVs, the load-balancing statistics, LoRA on experts) fail by name.
+// (the decode GEMVs, the load-balancing statistics, LoRA on experts) fail by name.
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
@@ -32,8 +32,8 @@ DeviceOps cuda_device_ops() {
   ops.round_to_bf16 = cuda_ops::round_to_bf16;
   ops.widen_bf16 = cuda_ops::widen_bf16;
   ops.round_to_bf16_keeping = cuda_ops::round_to_bf16_keeping;
-  ops.bias_forward = [](float*, const float*, int64_t, int64_t) { missing("bias_forward"); };
-  ops.bias_backward = [](float*, const float*, int64_t, int64_t) { missing("bias_backward"); };
+  ops.bias_forward = cuda_ops::bias_forward;
+  ops.bias_backward = cuda_ops::bias_backward;
   ops.gemv = [](std::span<const GemvProduct>, const float*) { missing("gemv"); };
   ops.rope_cache = cuda_ops::rope_cache_build;
   ops.load_balancing_accumulate = [](double*, double*, const float*, const int32_t*, int64_t,

@@ -73,6 +73,8 @@ int64_t find_nonfinite(const float* x, int64_t n);
 void round_to_bf16(uint16_t* dst, const float* x, int64_t n);
 void widen_bf16(float* dst, const uint16_t* x, int64_t n);
 void round_to_bf16_keeping(float* values, uint16_t* bits, int64_t n);
+void bias_forward(float* y, const float* bias, int64_t rows, int64_t out_features);
+void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_features);
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars);
 
