@@ -53,7 +53,7 @@ void check_step(const ModelArgs& args, DType compute) {
     if (compute == DType::bf16) check_bf16_forms(s, entry);
     ++bound[s.kernel];
   }
-  std::printf("%s step:\n", dtype_name(compute));
+  std::printf("%s step:\n", std::string(dtype_name(compute)).c_str());
   for (const auto& [kernel, count] : bound)
     std::printf("  %-24s %d slots\n", kernel.c_str(), count);
 }
