@@ -575,5 +575,54 @@ TEST(CudaRows, AttentionBf16MatchesTheCpuBf16Forms) {
   }
 }
 
+// The rounding points themselves, where the bounds above would let a missing rounding pass: one
+// row, two keys, inputs whose roundings sit far (over 1e-4 relative) from a bf16 midpoint, so any
+// exp lands on the same side. Query 1 scores key 0 at 0 and key 1 at 2 / sqrt(64) = 0.25 (the row
+// max): the forward's P = exp(score - max) = (0.7788008, 1) rounds to (0.77734375, 1) for P V and
+// is divided by the unrounded sum 1.7788008; the backward's P = exp(score - lse) = 0.4378235 for
+// key 0 rounds to 0.4375 for dv. The CPU's bf16 forms give the same values.
+TEST(CudaRows, AttentionBf16RoundsPWhereTheCpuDoes) {
+  const int64_t hd = 64;
+  AttentionShape shape;
+  shape.batch = shape.n_heads = shape.n_kv_heads = 1;
+  shape.seq_q = shape.seq_kv = 2;
+  shape.head_dim = hd;
+  const cuda_rows::AttentionDims s{1, 2, 2, 1, 1, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  std::vector<float> qf(2 * hd, 0.0f), kf(2 * hd, 0.0f), vf(2 * hd, 0.0f), dout(2 * hd, 0.0f);
+  qf[0] = qf[hd] = 1.0f;  // both queries (1, 0, ...)
+  kf[hd] = 2.0f;          // key 0 zero, key 1 (2, 0, ...)
+  vf[0] = 1.0f;           // v0 = e0, v1 = e1
+  vf[hd + 1] = 1.0f;
+  dout[hd] = 1.0f;  // only query 1's dout, e0
+  const std::vector<uint16_t> q = rounded(qf), k = rounded(kf), v = rounded(vf);
+  const double p0 = std::exp(-0.25), sum = p0 + 1.0;
+  const double want_out = 0.77734375 / sum;         // round(exp(-0.25)) / sum
+  ASSERT_GT(std::fabs(p0 / sum - want_out), 1e-4);  // an unrounded P would be told apart
+  std::vector<float> out(2 * hd), lse(2), cpu_out(2 * hd), cpu_lse(2);
+  run_blocks(1, 2, 1, [&](const auto& team, float* tile, int64_t row) {
+    cuda_rows::attention_forward_query(team, tile, out.data(), lse.data(), q.data(), k.data(),
+                                       v.data(), s, row);
+  });
+  attention_forward_blockwise_bf16(cpu_out.data(), cpu_lse.data(), q.data(), k.data(), v.data(),
+                                   shape);
+  EXPECT_NEAR(out[hd], want_out, 1e-6);
+  EXPECT_NEAR(cpu_out[hd], want_out, 1e-6);
+  EXPECT_NEAR(out[hd + 1], 1.0 / sum, 1e-6);
+  // dv of key 0: query 0 sees only key 0 but has no dout; query 1's P for key 0 is p0 / sum.
+  const double want_dv = 0.4375;  // round(0.4378235)
+  ASSERT_GT(std::fabs(p0 / sum - want_dv), 1e-4);
+  const std::vector<uint16_t> out16 = rounded(cpu_out);
+  std::vector<float> dk(2 * hd), dv(2 * hd), cpu_dq(2 * hd), cpu_dk(2 * hd), cpu_dv(2 * hd);
+  run_blocks(1, 2, 2, [&](const auto& team, float* tile, int64_t row) {
+    cuda_rows::attention_backward_key(team, tile, dk.data(), dv.data(), dout.data(), q.data(),
+                                      k.data(), v.data(), out16.data(), cpu_lse.data(), s, row);
+  });
+  attention_backward_blockwise_bf16(cpu_dq.data(), cpu_dk.data(), cpu_dv.data(), dout.data(),
+                                    q.data(), k.data(), v.data(), out16.data(), cpu_lse.data(),
+                                    shape);
+  EXPECT_NEAR(dv[0], want_dv, 1e-6);
+  EXPECT_NEAR(cpu_dv[0], want_dv, 1e-6);
+}
+
 }  // namespace
 }  // namespace titan
