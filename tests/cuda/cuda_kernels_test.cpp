@@ -10,11 +10,15 @@
 // (a row's length, a dot product's, a GEMM's k), plus a few ulps for expf/logf/sqrtf. bf16 outputs
 // (rounded once from a value the kernel computes in fp32) may land one bf16 ulp from the
 // reference's rounding: at most 2^-7 of that element (8 significant bits), so of the largest. Exact
-// operations (gathers, casts, copies) must be bit-equal.
+// operations (gathers, casts, copies) must be bit-equal. The bf16 forms of attention and the loss
+// (mixed-precision training's rounding points) are checked against the CPU's own bf16 forms, run
+// on the CPU before CUDA becomes the ops' backend, element by element within one bf16 rounding
+// step of the sum of each output's products' magnitudes (unit/attention_bf16_bounds.h).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/backend/backend.h"
@@ -26,12 +30,14 @@
 #include "titan/dispatch/registry.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/linear.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/rope.h"
 #include "titan/ops/swiglu.h"
+#include "unit/attention_bf16_bounds.h"
 
 namespace titan {
 namespace {
@@ -308,6 +314,206 @@ void test_attention() {
   }
 }
 
+// max |got - want| - bound over the elements: each within its bound, or the first that is not.
+void check_within(const std::string& what, const std::vector<float>& got,
+                  const std::vector<float>& want, const std::vector<double>& bound) {
+  double worst = 0.0;  // the largest |got - want| / bound
+  bool ok = got.size() == want.size() && bound.size() == want.size();
+  for (size_t i = 0; ok && i < want.size(); ++i) {
+    const double diff =
+        std::isfinite(got[i]) ? std::fabs(static_cast<double>(got[i]) - want[i]) : INFINITY;
+    worst = std::max(worst, diff / std::max(bound[i], 1e-30));
+  }
+  ok = ok && worst <= 1.0;
+  std::printf("%-64s %10.2e %10.2e  %s\n", what.c_str(), worst, 1.0, ok ? "ok" : "FAIL");
+  if (!ok) ++g_failures;
+}
+
+// The CPU's bf16 forms, computed before CUDA is selected (the CPU ops call the active backend).
+struct AttentionBf16Case {
+  AttentionShape shape;
+  std::vector<uint16_t> q, k, v, out16;
+  std::vector<float> dout, out, lse, dq, dk, dv;
+};
+
+std::vector<AttentionBf16Case> cpu_attention_bf16_cases() {
+  struct Size {
+    int64_t batch, seq_q, seq_kv, heads, kv_heads, head_dim;
+  };
+  // As test_attention's: past the CPU's 128-key blocks, so its running max rescales.
+  const Size sizes[] = {{2, 300, 300, 8, 8, 64},
+                        {1, 300, 300, 8, 4, 128},
+                        {2, 131, 131, 8, 1, 64},
+                        {1, 7, 300, 4, 2, 128}};
+  std::vector<AttentionBf16Case> cases;
+  for (const Size& z : sizes) {
+    AttentionBf16Case c;
+    c.shape.batch = z.batch;
+    c.shape.seq_q = z.seq_q;
+    c.shape.seq_kv = z.seq_kv;
+    c.shape.n_heads = z.heads;
+    c.shape.n_kv_heads = z.kv_heads;
+    c.shape.head_dim = z.head_dim;
+    const int64_t nq = z.batch * z.seq_q * z.heads * z.head_dim;
+    const int64_t nkv = z.batch * z.seq_kv * z.kv_heads * z.head_dim;
+    const int64_t n_lse = z.batch * z.heads * z.seq_q;
+    c.q = round(randn(nq, 50));
+    c.k = round(randn(nkv, 51));
+    c.v = round(randn(nkv, 52));
+    c.dout = randn(nq, 53);
+    c.out.resize(nq);
+    c.lse.resize(n_lse);
+    c.dq.resize(nq);
+    c.dk.resize(nkv);
+    c.dv.resize(nkv);
+    attention_forward_blockwise_bf16(c.out.data(), c.lse.data(), c.q.data(), c.k.data(), c.v.data(),
+                                     c.shape);
+    c.out16 = round(c.out);
+    attention_backward_blockwise_bf16(c.dq.data(), c.dk.data(), c.dv.data(), c.dout.data(),
+                                      c.q.data(), c.k.data(), c.v.data(), c.out16.data(),
+                                      c.lse.data(), c.shape);
+    cases.push_back(std::move(c));
+  }
+  return cases;
+}
+
+void test_attention_bf16(const std::vector<AttentionBf16Case>& cases) {
+  const AttentionKernel& k =
+      cuda_kernel<AttentionKernel>("attention_cuda_simple", OpKind::attention);
+  for (const AttentionBf16Case& c : cases) {
+    const AttentionShape& s = c.shape;
+    const int64_t nq = static_cast<int64_t>(c.q.size()), nkv = static_cast<int64_t>(c.k.size());
+    DeviceBuffer qd = up(c.q), kd = up(c.k), vd = up(c.v), gd = up(c.dout), od16 = up(c.out16),
+                 lsed = up(c.lse);
+    DeviceBuffer out(backend(), nq, DType::f32, MemCategory::other),
+        lse(backend(), static_cast<int64_t>(c.lse.size()), DType::f32, MemCategory::other),
+        dq(backend(), nq, DType::f32, MemCategory::other),
+        dk(backend(), nkv, DType::f32, MemCategory::other),
+        dv(backend(), nkv, DType::f32, MemCategory::other);
+    k.forward_bf16(out.as<float>(), lse.as<float>(), qd.as<uint16_t>(), kd.as<uint16_t>(),
+                   vd.as<uint16_t>(), s);
+    // The backward from the CPU's out and lse, so that it is checked alone.
+    k.backward_bf16(dq.as<float>(), dk.as<float>(), dv.as<float>(), gd.as<float>(),
+                    qd.as<uint16_t>(), kd.as<uint16_t>(), vd.as<uint16_t>(), od16.as<uint16_t>(),
+                    lsed.as<float>(), s);
+    const double tol = sum_tolerance(s.head_dim + s.seq_kv * s.n_heads / s.n_kv_heads);
+    const test::AttentionBf16Bounds bound = test::attention_bf16_bounds(
+        s, c.q.data(), c.k.data(), c.v.data(), c.dout.data(), c.out16.data(), c.lse.data(), tol);
+    const std::string at = " (B " + std::to_string(s.batch) + " Sq " + std::to_string(s.seq_q) +
+                           " Skv " + std::to_string(s.seq_kv) + " H/KV " +
+                           std::to_string(s.n_heads) + "/" + std::to_string(s.n_kv_heads) + " hd " +
+                           std::to_string(s.head_dim) + ")";
+    check_within("attention bf16 out / bound" + at, down(out), c.out, bound.out);
+    check("attention bf16 lse" + at, down(lse), c.lse, tol);
+    check_within("attention bf16 dq / bound" + at, down(dq), c.dq, bound.dq);
+    check_within("attention bf16 dk / bound" + at, down(dk), c.dk, bound.dk);
+    check_within("attention bf16 dv / bound" + at, down(dv), c.dv, bound.dv);
+  }
+}
+
+// The bf16 loss's inputs are multiples of 2^-3 (x) and 2^-4 (the weight) below 1, exact in bf16,
+// so every logit -- a sum of 64 products, multiples of 2^-7 below 32 -- is exact in fp32 in any
+// order: both forms round the same logits to bf16. Then a row's loss differs by the fp32 sum's
+// bound, and an element of d loss / d logits G (each form's rounded once from a value within tol
+// of the exact one) by 2^-7 + 2 tol of it, so dx (and d weight) by that times sum_j |G_j| |W_j|.
+struct LossBf16Case {
+  int64_t n = 300, hidden = 64, vocab = 1000;
+  std::vector<float> x, w, dx, dw;
+  std::vector<uint16_t> w16;
+  std::vector<int32_t> targets;
+  float grad_scale = 1.0f / 257.0f;
+  CrossEntropyResult result;
+};
+
+std::vector<float> dyadic(int64_t n, uint64_t seed, float unit) {
+  Rng rng(seed);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& e : v) e = static_cast<float>(std::floor(rng.uniform() * 15.0) - 7.0) * unit;
+  return v;
+}
+
+LossBf16Case cpu_loss_bf16_case() {
+  LossBf16Case c;
+  c.x = dyadic(c.n * c.hidden, 60, 0.125f);
+  c.w = dyadic(c.vocab * c.hidden, 61, 0.0625f);
+  c.w16 = round(c.w);
+  c.targets.resize(c.n);
+  for (int64_t t = 0; t < c.n; ++t) {
+    c.targets[t] = t % 7 == 6 ? kIgnoreIndex : static_cast<int32_t>((t * 13) % c.vocab);
+  }
+  c.dx.resize(c.n * c.hidden);
+  c.dw.assign(c.vocab * c.hidden, 0.5f);
+  std::vector<uint16_t> x16(c.x.size());
+  CrossEntropyArgs a;
+  a.x = c.x.data();
+  a.weight = c.w.data();
+  a.weight_bf16 = c.w16.data();
+  a.x_bf16 = x16.data();
+  a.targets = c.targets.data();
+  a.n_tokens = c.n;
+  a.hidden = c.hidden;
+  a.vocab = c.vocab;
+  a.dx = c.dx.data();
+  a.dweight = c.dw.data();
+  a.grad_scale = c.grad_scale;
+  a.chunk_tokens = 128;
+  c.result = lm_head_cross_entropy(a);
+  return c;
+}
+
+void test_lm_head_loss_bf16(const LossBf16Case& c) {
+  const LmHeadLossKernel& k =
+      cuda_kernel<LmHeadLossKernel>("cross_entropy_cuda", OpKind::lm_head_loss);
+  DeviceBuffer xd = up(c.x), wd = up(c.w), w16 = up(c.w16), td = up(c.targets),
+               dw = up(std::vector<float>(c.vocab * c.hidden, 0.5f));
+  DeviceBuffer x16(backend(), c.n * c.hidden, DType::bf16, MemCategory::other),
+      dx(backend(), c.n * c.hidden, DType::f32, MemCategory::other);
+  CrossEntropyArgs a;
+  a.x = xd.as<float>();
+  a.weight = wd.as<float>();
+  a.weight_bf16 = w16.as<uint16_t>();
+  a.x_bf16 = x16.as<uint16_t>();
+  a.targets = td.as<int32_t>();
+  a.n_tokens = c.n;
+  a.hidden = c.hidden;
+  a.vocab = c.vocab;
+  a.dx = dx.as<float>();
+  a.dweight = dw.as<float>();
+  a.grad_scale = c.grad_scale;
+  a.chunk_tokens = 128;  // three chunks, the last one short
+  const CrossEntropyResult got = k.forward_backward(a);
+  check_true("lm_head loss bf16 scored tokens", got.n_scored == c.result.n_scored);
+  check("lm_head loss bf16 sum", {static_cast<float>(got.loss_sum)},
+        {static_cast<float>(c.result.loss_sum)}, sum_tolerance(c.vocab));
+  check_true("lm_head loss bf16: x rounded into x_bf16", down<uint16_t>(x16) == round(c.x));
+  // The bounds from the exact G of the bf16 logits (fp64 softmax).
+  const double tol = sum_tolerance(c.vocab + c.hidden);
+  const double step = std::ldexp(1.0, -7) + 2 * tol;
+  std::vector<double> dx_bound(c.dx.size(), 0.0), dw_bound(c.dw.size(), tol * 0.5);
+  std::vector<double> logits(static_cast<size_t>(c.vocab));
+  for (int64_t t = 0; t < c.n; ++t) {
+    if (c.targets[t] == kIgnoreIndex) continue;
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < c.vocab; ++j) {
+      double l = 0.0;
+      for (int64_t h = 0; h < c.hidden; ++h) l += c.x[t * c.hidden + h] * c.w[j * c.hidden + h];
+      logits[j] = bf16_to_f32(f32_to_bf16(static_cast<float>(l)));
+      m = std::max(m, logits[j]);
+    }
+    for (int64_t j = 0; j < c.vocab; ++j) sum += std::exp(logits[j] - m);
+    for (int64_t j = 0; j < c.vocab; ++j) {
+      const double g = std::fabs(std::exp(logits[j] - m) / sum * c.grad_scale -
+                                 (j == c.targets[t] ? c.grad_scale : 0.0));
+      for (int64_t h = 0; h < c.hidden; ++h) {
+        dx_bound[t * c.hidden + h] += step * g * std::fabs(c.w[j * c.hidden + h]);
+        dw_bound[j * c.hidden + h] += step * g * std::fabs(c.x[t * c.hidden + h]);
+      }
+    }
+  }
+  check_within("lm_head loss bf16 dx / bound", down(dx), c.dx, dx_bound);
+  check_within("lm_head loss bf16 dweight / bound", down(dw), c.dw, dw_bound);
+}
+
 void test_lm_head_loss() {
   const LmHeadLossKernel& k =
       cuda_kernel<LmHeadLossKernel>("cross_entropy_cuda", OpKind::lm_head_loss);
@@ -413,6 +619,21 @@ void test_device_ops() {
   check("sum_squares (fp64)", {static_cast<float>(ops.sum_squares(ad.as<float>(), n))},
         {static_cast<float>(squares)}, 1e-12 * static_cast<double>(n));
   check_true("find_nonfinite: none", ops.find_nonfinite(ad.as<float>(), n) == -1);
+  {
+    // The linear's bias (Qwen2's q/k/v): the same additions as the CPU's, in the same order (each
+    // column summed over the rows in order), so bit-equal. 37 rows of 263 features.
+    const int64_t rows = 37, features = 263;
+    const std::vector<float> y = randn(rows * features, 54), bias = randn(features, 55),
+                             dy = randn(rows * features, 56), db = randn(features, 57);
+    std::vector<float> want_y = y, want_db = db;
+    bias_forward(want_y.data(), bias.data(), rows, features);
+    bias_backward(want_db.data(), dy.data(), rows, features);
+    DeviceBuffer yd = up(y), biasd = up(bias), dyd = up(dy), dbd = up(db);
+    ops.bias_forward(yd.as<float>(), biasd.as<float>(), rows, features);
+    ops.bias_backward(dbd.as<float>(), dyd.as<float>(), rows, features);
+    check("bias_forward (the CPU's, bit for bit)", down(yd), want_y, 0.0);
+    check("bias_backward (the CPU's, bit for bit)", down(dbd), want_db, 0.0);
+  }
   std::vector<float> with_nan = want;
   with_nan[200001] = INFINITY;
   with_nan[123457] = NAN;
@@ -457,6 +678,8 @@ int main() {
   try {
     Backend& cuda = backend_named("cuda");
     std::printf("%s\n", cuda.name().c_str());
+    const std::vector<AttentionBf16Case> attention_bf16 = cpu_attention_bf16_cases();
+    const LossBf16Case loss_bf16 = cpu_loss_bf16_case();
     select_backend("cuda");
     std::printf("%-64s %10s %10s\n", "check", "error", "tolerance");
     test_device_ops();
@@ -467,6 +690,8 @@ int main() {
     test_linear();
     test_lm_head_loss();
     test_attention();
+    test_lm_head_loss_bf16(loss_bf16);
+    test_attention_bf16(attention_bf16);
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

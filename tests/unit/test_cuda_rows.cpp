@@ -16,14 +16,17 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "titan/backend/backend.h"
 #include "titan/backend/gemm_reference.h"
 #include "titan/core/dtype.h"
 #include "titan/core/rng.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/cuda/attention_rows.h"
 #include "titan/ops/cuda/cross_entropy_rows.h"
@@ -33,6 +36,7 @@
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/rope.h"
 #include "titan/ops/swiglu.h"
+#include "unit/attention_bf16_bounds.h"
 #include "unit/compare.h"
 
 namespace titan {
@@ -254,6 +258,25 @@ TEST(CudaRows, EmbeddingMatchesTheCpuOp) {
   expect_close("embedding dweight", dw.data(), ref_dw.data(), dw.size(), sum_tolerance(n));
 }
 
+// The linear's bias: the CPU's additions in the CPU's order, so bit-equal.
+TEST(CudaRows, BiasIsTheCpuOpBitForBit) {
+  const int64_t rows = 37, features = 263;
+  const std::vector<float> y = randn(rows * features, 54), bias = randn(features, 55),
+                           dy = randn(rows * features, 56), db = randn(features, 57);
+  std::vector<float> got_y = y, got_db = db, want_y = y, want_db = db;
+  for (int64_t e = 0; e < rows * features; ++e) {
+    cuda_rows::bias_add_element(got_y.data(), bias.data(), features, e);
+  }
+  for (int64_t col = 0; col < features; ++col) {
+    cuda_rows::bias_sum_column(got_db.data(), dy.data(), rows, features, col);
+  }
+  bias_forward(want_y.data(), bias.data(), rows, features);
+  bias_backward(want_db.data(), dy.data(), rows, features);
+  EXPECT_EQ(std::memcmp(got_y.data(), want_y.data(), got_y.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(got_db.data(), want_db.data(), got_db.size() * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(got_db.data(), db.data(), db.size() * sizeof(float)), 0);
+}
+
 TEST(CudaRows, AdamwMatchesReference) {
   const int64_t n = 257;
   const std::vector<float> grad = randn(n, 11);
@@ -313,6 +336,89 @@ TEST(CudaRows, CrossEntropyRowsMatchReference) {
     EXPECT_NEAR(loss_sum, want.loss_sum, sum_tolerance(vocab + hidden) * want.loss_sum);
     expect_close("cross_entropy dx", dx.data(), ref_dx.data(), dx.size(), sum_tolerance(vocab));
     expect_close("cross_entropy dweight", dw.data(), ref_dw.data(), dw.size(), sum_tolerance(n));
+  }
+}
+
+// The bf16 form against the CPU op's own bf16 path (lm_head_cross_entropy with weight_bf16), the
+// chunk loop replayed on the host with the CPU backend's GEMMs -- the same bf16-to-bf16 logits
+// GEMM, so the row body sees the CPU's bf16 logits bit for bit. The max is exact; the sum of
+// exp(logit - max) is fp32 in another order with another exp (the CPU's is a vector
+// approximation), so a row's loss may differ by the fp32 sum's bound, and an element of the bf16
+// d loss / d logits by one bf16 rounding: 2^-7 of it (8 significant bits; rounded from a value
+// within a few fp32 ulps of the CPU's). dx and dweight are bf16 GEMMs over those elements, so an
+// element of them differs by at most 2^-7 of sum_j |G_j| |W_j| (the bound of the products'
+// magnitudes), plus the fp32 sum's bound for the CPU's other summation order (vocabulary slices).
+TEST(CudaRows, CrossEntropyBf16RowsMatchTheCpuBf16Op) {
+  const int64_t n = 13, hidden = 16, vocab = 50, chunk = 5;
+  const std::vector<float> x = randn(n * hidden, 15), w = randn(vocab * hidden, 16, 0.5f);
+  std::vector<uint16_t> w16(w.size()), x16(x.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = f32_to_bf16(w[i]);
+  for (size_t i = 0; i < x.size(); ++i) x16[i] = f32_to_bf16(x[i]);
+  std::vector<int32_t> targets(n);
+  for (int64_t t = 0; t < n; ++t)
+    targets[t] = t % 4 == 3 ? kIgnoreIndex : static_cast<int32_t>((t * 7) % vocab);
+  const float grad_scale = 1.0f / 10.0f;
+  CrossEntropyArgs cpu;
+  cpu.x = x.data();
+  cpu.weight = w.data();
+  cpu.weight_bf16 = w16.data();
+  std::vector<uint16_t> cpu_x16(x.size());
+  cpu.x_bf16 = cpu_x16.data();
+  cpu.targets = targets.data();
+  cpu.n_tokens = n;
+  cpu.hidden = hidden;
+  cpu.vocab = vocab;
+  cpu.chunk_tokens = chunk;
+  std::vector<float> cpu_dx(n * hidden), cpu_dw(vocab * hidden, 0.25f);
+  cpu.dx = cpu_dx.data();
+  cpu.dweight = cpu_dw.data();
+  cpu.grad_scale = grad_scale;
+  const CrossEntropyResult want = lm_head_cross_entropy(cpu);
+  EXPECT_EQ(cpu_x16, x16);
+  for (const int size : kTeamSizes) {
+    std::vector<uint16_t> logits(chunk * vocab);
+    std::vector<float> dx(n * hidden), dw(vocab * hidden, 0.25f);
+    std::vector<double> dx_bound(dx.size(), 0.0), dw_bound(dw.size(), 0.0);
+    double loss_sum = 0.0;
+    for (int64_t t0 = 0; t0 < n; t0 += chunk) {
+      const int64_t rows = std::min(chunk, n - t0);
+      backend().gemm_bf16_to_bf16(Trans::no, Trans::yes, rows, vocab, hidden, 1.0f,
+                                  x16.data() + t0 * hidden, hidden, w16.data(), hidden,
+                                  logits.data(), vocab);
+      std::vector<double> row_loss(rows);
+      run_blocks(size, rows, 0, [&](const auto& team, float*, int64_t r) {
+        const double loss =
+            cuda_rows::cross_entropy_row_bf16(team, logits.data() + r * vocab, targets[t0 + r],
+                                              kIgnoreIndex, vocab, true, grad_scale);
+        if (team.rank() == 0) row_loss[r] = loss;
+      });
+      for (const double l : row_loss) loss_sum += l;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t j = 0; j < vocab; ++j) {
+          const double g = std::fabs(bf16_to_f32(logits[r * vocab + j]));
+          for (int64_t c = 0; c < hidden; ++c) {
+            dx_bound[(t0 + r) * hidden + c] += g * std::fabs(bf16_to_f32(w16[j * hidden + c]));
+            dw_bound[j * hidden + c] += g * std::fabs(bf16_to_f32(x16[(t0 + r) * hidden + c]));
+          }
+        }
+      }
+      backend().gemm_bf16(Trans::no, Trans::no, rows, hidden, vocab, 1.0f, logits.data(), vocab,
+                          w16.data(), hidden, 0.0f, dx.data() + t0 * hidden, hidden);
+      backend().gemm_bf16(Trans::yes, Trans::no, vocab, hidden, rows, 1.0f, logits.data(), vocab,
+                          x16.data() + t0 * hidden, hidden, 1.0f, dw.data(), hidden);
+    }
+    EXPECT_NEAR(loss_sum, want.loss_sum, sum_tolerance(vocab) * want.loss_sum) << size;
+    const double per_product = std::ldexp(1.0, -7) + sum_tolerance(vocab);
+    for (size_t e = 0; e < dx.size(); ++e) {
+      ASSERT_LE(std::fabs(dx[e] - cpu_dx[e]), per_product * dx_bound[e] + 1e-30) << "dx " << e;
+    }
+    for (size_t e = 0; e < dw.size(); ++e) {
+      // Plus the rounding of the additions to the starting 0.25, in either order.
+      ASSERT_LE(std::fabs(dw[e] - cpu_dw[e]), per_product * dw_bound[e] + sum_tolerance(n) * 0.25)
+          << "dw " << e;
+    }
+    // An ignored row's gradient is zero, so its dx row is exactly zero in both.
+    for (int64_t c = 0; c < hidden; ++c) EXPECT_EQ(dx[3 * hidden + c], 0.0f);
   }
 }
 
@@ -380,6 +486,142 @@ TEST(CudaRows, AttentionMatchesReference) {
       expect_close("attention dv" + at, dv.data(), ref_dv.data(), nkv, tol);
     }
   }
+}
+
+std::vector<uint16_t> rounded(const std::vector<float>& x) {
+  std::vector<uint16_t> bits(x.size());
+  for (size_t i = 0; i < x.size(); ++i) bits[i] = f32_to_bf16(x[i]);
+  return bits;
+}
+
+// max |got - want| / bound over the elements: at most 1 when each is within its bound.
+void expect_within(const std::string& what, const std::vector<float>& got,
+                   const std::vector<float>& want, const std::vector<double>& bound) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t e = 0; e < got.size(); ++e) {
+    ASSERT_LE(std::fabs(static_cast<double>(got[e]) - want[e]), bound[e] + 1e-30)
+        << what << " element " << e << ": " << got[e] << " vs " << want[e];
+  }
+}
+
+// The bf16 forms against the CPU's own (attention_*_blockwise_bf16) on the same bf16 q, k, v (and
+// out, and the CPU's lse for the backward, so each half is checked alone), each output element
+// within the bound attention_bf16_bounds.h derives (one bf16 rounding step of its products, plus
+// the fp32 check's bound).
+TEST(CudaRows, AttentionBf16MatchesTheCpuBf16Forms) {
+  const AttentionCase cases[] = {
+      {2, 37, 37, 8, 8, 64}, {1, 37, 37, 8, 4, 128}, {2, 37, 37, 8, 1, 64}, {1, 5, 37, 4, 2, 64}};
+  for (const AttentionCase& c : cases) {
+    AttentionShape shape;
+    shape.batch = c.batch;
+    shape.seq_q = c.seq_q;
+    shape.seq_kv = c.seq_kv;
+    shape.n_heads = c.heads;
+    shape.n_kv_heads = c.kv_heads;
+    shape.head_dim = c.head_dim;
+    const cuda_rows::AttentionDims s{c.batch,
+                                     c.seq_q,
+                                     c.seq_kv,
+                                     c.heads,
+                                     c.kv_heads,
+                                     c.head_dim,
+                                     1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+    const int64_t hd = c.head_dim;
+    const int64_t nq = c.batch * c.seq_q * c.heads * hd;
+    const int64_t nkv = c.batch * c.seq_kv * c.kv_heads * hd;
+    const int64_t lse_n = c.batch * c.heads * c.seq_q;
+    const std::vector<uint16_t> q = rounded(randn(nq, 30)), k = rounded(randn(nkv, 31)),
+                                v = rounded(randn(nkv, 32));
+    const std::vector<float> dout = randn(nq, 33);
+    std::vector<float> cpu_out(nq), cpu_lse(lse_n), cpu_dq(nq), cpu_dk(nkv), cpu_dv(nkv);
+    attention_forward_blockwise_bf16(cpu_out.data(), cpu_lse.data(), q.data(), k.data(), v.data(),
+                                     shape);
+    const std::vector<uint16_t> out16 = rounded(cpu_out);
+    attention_backward_blockwise_bf16(cpu_dq.data(), cpu_dk.data(), cpu_dv.data(), dout.data(),
+                                      q.data(), k.data(), v.data(), out16.data(), cpu_lse.data(),
+                                      shape);
+    const double tol = sum_tolerance(hd + c.seq_kv * c.heads / c.kv_heads);
+    const test::AttentionBf16Bounds bound = test::attention_bf16_bounds(
+        shape, q.data(), k.data(), v.data(), dout.data(), out16.data(), cpu_lse.data(), tol);
+    const std::string at = " (B " + std::to_string(c.batch) + ", Sq " + std::to_string(c.seq_q) +
+                           ", H/KV " + std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) +
+                           ", hd " + std::to_string(hd) + ")";
+    for (const int size : kTeamSizes) {
+      std::vector<float> out(nq, NAN), lse(lse_n, NAN), dq(nq, NAN), dk(nkv, NAN), dv(nkv, NAN);
+      run_blocks(size, c.batch * c.seq_q * c.heads, 1,
+                 [&](const auto& team, float* tile, int64_t row) {
+                   cuda_rows::attention_forward_query(team, tile, out.data(), lse.data(), q.data(),
+                                                      k.data(), v.data(), s, row);
+                 });
+      run_blocks(size, c.batch * c.seq_q * c.heads, 1,
+                 [&](const auto& team, float* tile, int64_t row) {
+                   cuda_rows::attention_backward_query(team, tile, dq.data(), dout.data(), q.data(),
+                                                       k.data(), v.data(), out16.data(),
+                                                       cpu_lse.data(), s, row);
+                 });
+      run_blocks(size, c.batch * c.seq_kv * c.kv_heads, 2,
+                 [&](const auto& team, float* tile, int64_t row) {
+                   cuda_rows::attention_backward_key(team, tile, dk.data(), dv.data(), dout.data(),
+                                                     q.data(), k.data(), v.data(), out16.data(),
+                                                     cpu_lse.data(), s, row);
+                 });
+      const std::string team = at + " team " + std::to_string(size);
+      expect_within("attention bf16 out" + team, out, cpu_out, bound.out);
+      expect_close("attention bf16 lse" + team, lse.data(), cpu_lse.data(), lse_n, tol);
+      expect_within("attention bf16 dq" + team, dq, cpu_dq, bound.dq);
+      expect_within("attention bf16 dk" + team, dk, cpu_dk, bound.dk);
+      expect_within("attention bf16 dv" + team, dv, cpu_dv, bound.dv);
+    }
+  }
+}
+
+// The rounding points themselves, where the bounds above would let a missing rounding pass: one
+// row, two keys, inputs whose roundings sit far (over 1e-4 relative) from a bf16 midpoint, so any
+// exp lands on the same side. Query 1 scores key 0 at 0 and key 1 at 2 / sqrt(64) = 0.25 (the row
+// max): the forward's P = exp(score - max) = (0.7788008, 1) rounds to (0.77734375, 1) for P V and
+// is divided by the unrounded sum 1.7788008; the backward's P = exp(score - lse) = 0.4378235 for
+// key 0 rounds to 0.4375 for dv. The CPU's bf16 forms give the same values.
+TEST(CudaRows, AttentionBf16RoundsPWhereTheCpuDoes) {
+  const int64_t hd = 64;
+  AttentionShape shape;
+  shape.batch = shape.n_heads = shape.n_kv_heads = 1;
+  shape.seq_q = shape.seq_kv = 2;
+  shape.head_dim = hd;
+  const cuda_rows::AttentionDims s{1, 2, 2, 1, 1, hd, 1.0f / std::sqrt(static_cast<float>(hd))};
+  std::vector<float> qf(2 * hd, 0.0f), kf(2 * hd, 0.0f), vf(2 * hd, 0.0f), dout(2 * hd, 0.0f);
+  qf[0] = qf[hd] = 1.0f;  // both queries (1, 0, ...)
+  kf[hd] = 2.0f;          // key 0 zero, key 1 (2, 0, ...)
+  vf[0] = 1.0f;           // v0 = e0, v1 = e1
+  vf[hd + 1] = 1.0f;
+  dout[hd] = 1.0f;  // only query 1's dout, e0
+  const std::vector<uint16_t> q = rounded(qf), k = rounded(kf), v = rounded(vf);
+  const double p0 = std::exp(-0.25), sum = p0 + 1.0;
+  const double want_out = 0.77734375 / sum;         // round(exp(-0.25)) / sum
+  ASSERT_GT(std::fabs(p0 / sum - want_out), 1e-4);  // an unrounded P would be told apart
+  std::vector<float> out(2 * hd), lse(2), cpu_out(2 * hd), cpu_lse(2);
+  run_blocks(1, 2, 1, [&](const auto& team, float* tile, int64_t row) {
+    cuda_rows::attention_forward_query(team, tile, out.data(), lse.data(), q.data(), k.data(),
+                                       v.data(), s, row);
+  });
+  attention_forward_blockwise_bf16(cpu_out.data(), cpu_lse.data(), q.data(), k.data(), v.data(),
+                                   shape);
+  EXPECT_NEAR(out[hd], want_out, 1e-6);
+  EXPECT_NEAR(cpu_out[hd], want_out, 1e-6);
+  EXPECT_NEAR(out[hd + 1], 1.0 / sum, 1e-6);
+  // dv of key 0: query 0 sees only key 0 but has no dout; query 1's P for key 0 is p0 / sum.
+  const double want_dv = 0.4375;  // round(0.4378235)
+  ASSERT_GT(std::fabs(p0 / sum - want_dv), 1e-4);
+  const std::vector<uint16_t> out16 = rounded(cpu_out);
+  std::vector<float> dk(2 * hd), dv(2 * hd), cpu_dq(2 * hd), cpu_dk(2 * hd), cpu_dv(2 * hd);
+  run_blocks(1, 2, 2, [&](const auto& team, float* tile, int64_t row) {
+    cuda_rows::attention_backward_key(team, tile, dk.data(), dv.data(), dout.data(), q.data(),
+                                      k.data(), v.data(), out16.data(), cpu_lse.data(), s, row);
+  });
+  attention_backward_blockwise_bf16(cpu_dq.data(), cpu_dk.data(), cpu_dv.data(), dout.data(),
+                                    q.data(), k.data(), v.data(), out16.data(), cpu_lse.data(),
+                                    shape);
+  EXPECT_NEAR(dv[0], want_dv, 1e-6);
+  EXPECT_NEAR(cpu_dv[0], want_dv, 1e-6);
 }
 
 }  // namespace

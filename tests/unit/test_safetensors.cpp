@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -340,6 +341,42 @@ TEST(SafetensorsCheckpoint, ReexportOfTheOtherKindRemovesTheStaleEntryPoint) {
   EXPECT_EQ(SafetensorsCheckpoint::open(dir.path().string()).path(), dir / "model.safetensors");
   write_safetensors_checkpoint(dir.path().string(), tensors, small);
   EXPECT_FALSE(std::filesystem::exists(dir / "model.safetensors"));
+}
+
+// Tensors in a device's memory, which the host cannot read: their data pointers here are
+// addresses in the never-mapped first page, so a direct read would crash the test. copy_to_host
+// resolves them into the host tensors they stand for; the files must be byte-equal to those written
+// from the host tensors, each tensor copied once, whole, after its before_read.
+TEST(SafetensorsCheckpoint, DeviceTensorsReadThroughCopyToHostGiveTheSameBytes) {
+  const auto host = model_like_tensors();
+  std::vector<SafetensorsTensor> device;
+  for (size_t i = 0; i < host.size(); ++i) {
+    device.push_back({host[i].name, Tensor::view(reinterpret_cast<void*>(16 * (i + 1)),
+                                                 host[i].tensor.shape(), DType::f32)});
+  }
+  for (const bool sharded : {false, true}) {
+    SafetensorsWriteOptions o;
+    o.float_dtype = DType::bf16;
+    if (sharded) o.max_shard_bytes = 2200;
+    ScratchDir from_host, from_device;
+    const auto files = write_safetensors_checkpoint(from_host.path().string(), host, o);
+    std::vector<size_t> copied;
+    size_t announced = SIZE_MAX;
+    o.before_read = [&](size_t i) { announced = i; };
+    o.copy_to_host = [&](void* host_dst, const void* src, size_t bytes) {
+      const size_t i = reinterpret_cast<uintptr_t>(src) / 16 - 1;
+      ASSERT_LT(i, host.size());
+      EXPECT_EQ(i, announced);
+      EXPECT_EQ(bytes, host[i].tensor.nbytes()) << host[i].name;
+      std::memcpy(host_dst, host[i].tensor.raw(), bytes);
+      copied.push_back(i);
+    };
+    EXPECT_EQ(write_safetensors_checkpoint(from_device.path().string(), device, o), files);
+    EXPECT_EQ(copied, safetensors_read_order(host, o));
+    for (const std::string& f : files) {
+      EXPECT_EQ(read_bytes(from_device / f), read_bytes(from_host / f)) << f << " " << sharded;
+    }
+  }
 }
 
 // ---- atomic writes ----

@@ -64,6 +64,9 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy_on_device(void* dst, const void* src, size_t bytes) = 0;
+  // Host memory this device's copies to and from the host are fastest with: pinned (page-locked)
+  // on CUDA, host_memory() on the CPU. Where a save stages a device's tensors on their way out.
+  virtual MemorySpace& host_staging_memory() = 0;
 
   // Row-major C[m,n] = alpha * op(A)[m,k] * op(B)[k,n] + beta * C[m,n], op(X) = X or X^T, fp32.
   virtual void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -140,12 +140,26 @@ void write_file(const std::string& path, const std::vector<const SafetensorsTens
   out.write(length, sizeof length);
   out.write(header.data(), header.size());
   DataWriter data(out);
+  Buffer device_staging;  // with copy_to_host: the tensor being written, copied from the device
+  if (options.copy_to_host) {
+    size_t largest = 0;
+    for (const SafetensorsTensor* t : order) largest = std::max(largest, t->tensor.nbytes());
+    MemorySpace& space =
+        options.staging_memory != nullptr ? *options.staging_memory : host_memory();
+    device_staging = Buffer(space, largest, MemCategory::other);
+  }
   for (const SafetensorsTensor* t : order) {
-    if (options.before_read) {
-      data.finish();  // a write in flight may still read the tensor before
-      options.before_read(static_cast<size_t>(t - first));
+    if (options.before_read || options.copy_to_host) {
+      // A write in flight may still read the tensor before (or the staging buffer it was in).
+      data.finish();
     }
-    data.write(t->tensor, stored_dtype(t->tensor, options));
+    if (options.before_read) options.before_read(static_cast<size_t>(t - first));
+    Tensor source = t->tensor;
+    if (options.copy_to_host) {
+      options.copy_to_host(device_staging.data(), t->tensor.raw(), t->tensor.nbytes());
+      source = Tensor::view(device_staging.data(), t->tensor.shape(), t->tensor.dtype());
+    }
+    data.write(source, stored_dtype(t->tensor, options));
     if (options.progress != nullptr) {
       options.progress->advance(static_cast<int64_t>(stored_bytes(t->tensor, options)));
     }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "titan/core/allocator.h"
 #include "titan/core/progress.h"
 #include "titan/core/tensor.h"
 
@@ -33,6 +34,14 @@ struct SafetensorsWriteOptions {
   // the reads of every tensor before it are done (the export brings a sharded unit whole here and
   // hands the previous one back). Tensors are read in safetensors_read_order.
   std::function<void(size_t index)> before_read;
+  // Set when the tensors' data are a device's memory, which the host cannot read: each tensor is
+  // copied by it (host_dst, device src, bytes) into one host buffer the size of the largest
+  // tensor, made in `staging_memory`, just before it is written (after before_read), so a save
+  // from a device holds one tensor on the host at a time.
+  std::function<void(void* host_dst, const void* src, size_t bytes)> copy_to_host;
+  // Where that buffer is made: the backend's pinned host memory where it has some (faster
+  // device-to-host copies); null for host_memory().
+  MemorySpace* staging_memory = nullptr;
 };
 
 // Bytes converted per write() call: big enough for few syscalls, small enough to stay in cache.

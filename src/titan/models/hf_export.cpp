@@ -16,6 +16,7 @@
 #include "titan/models/hf_config.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/host_params.h"
 
 namespace titan {
 namespace fs = std::filesystem;
@@ -144,7 +145,7 @@ namespace {
 
 void export_tensors(const std::string& dir, const ModelArgs& args,
                     const std::vector<SafetensorsTensor>& tensors, const HfExportOptions& options,
-                    std::function<void(size_t)> before_read) {
+                    std::function<void(size_t)> before_read, bool in_device_memory) {
   validate_model_args(args, dir);
   check_state_dict(dir, args, tensors);
   TITAN_CHECK(
@@ -156,6 +157,7 @@ void export_tensors(const std::string& dir, const ModelArgs& args,
   AtomicDir out(dir, "model", options.overwrite);
   SafetensorsWriteOptions write = write_options(options);
   write.before_read = std::move(before_read);
+  if (in_device_memory) read_through_backend(write);
   int64_t total_bytes = 0;
   for (const SafetensorsTensor& t : tensors) {
     total_bytes += t.tensor.numel() * static_cast<int64_t>(dtype_size(options.dtype));
@@ -175,14 +177,16 @@ void export_tensors(const std::string& dir, const ModelArgs& args,
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
                       const std::vector<SafetensorsTensor>& tensors,
                       const HfExportOptions& options) {
-  export_tensors(dir, args, tensors, options, {});
+  export_tensors(dir, args, tensors, options, {}, /*in_device_memory=*/false);
 }
 
 void export_hf_folder(const std::string& dir, const ModelArgs& args,
                       const std::vector<ParamGroup>& groups, const HfExportOptions& options,
                       const std::function<void(const ExportRun&)>& before_run) {
+  // A device's groups (a device run's own) are read through the backend, a tensor at a time.
+  const bool on_device = in_device_memory(groups);
   if (!before_run) {
-    export_tensors(dir, args, hf_state_dict(args, groups), options, {});
+    export_tensors(dir, args, hf_state_dict(args, groups), options, {}, on_device);
     return;
   }
   // The run each tensor starts, if any: the reads' order is the runs' (hf_export_runs).
@@ -197,9 +201,12 @@ void export_hf_folder(const std::string& dir, const ModelArgs& args,
       run_starting[order[at]] = static_cast<int64_t>(run++);
     }
   }
-  export_tensors(dir, args, tensors, options, [&](size_t i) {
-    if (run_starting[i] >= 0) before_run(runs[static_cast<size_t>(run_starting[i])]);
-  });
+  export_tensors(
+      dir, args, tensors, options,
+      [&](size_t i) {
+        if (run_starting[i] >= 0) before_run(runs[static_cast<size_t>(run_starting[i])]);
+      },
+      on_device);
 }
 
 void export_hf_folder(const std::string& dir, const CausalLM& model,

@@ -5,11 +5,24 @@
 
 namespace titan {
 
+bool in_device_memory(const std::vector<ParamGroup>& groups) {
+  size_t on_device = 0;
+  for (const ParamGroup& g : groups) on_device += &g.space() != &host_memory() ? 1 : 0;
+  TITAN_CHECK(on_device == 0 || on_device == groups.size(), on_device, " of ", groups.size(),
+              " parameter groups are device memory and the others host memory");
+  return on_device > 0;
+}
+
+void read_through_backend(SafetensorsWriteOptions& options) {
+  options.copy_to_host = [](void* host_dst, const void* src, size_t bytes) {
+    backend().copy_to_host(host_dst, src, bytes);
+  };
+  options.staging_memory = &backend().host_staging_memory();
+}
+
 void write_params_on_host(std::vector<ParamGroup>& groups, bool with_optimizer_state,
                           const std::function<void(std::vector<ParamGroup>&)>& write) {
-  bool on_host = true;
-  for (const ParamGroup& g : groups) on_host = on_host && &g.space() == &host_memory();
-  if (on_host) {
+  if (!in_device_memory(groups)) {
     write(groups);
     return;
   }

@@ -27,7 +27,8 @@ int64_t test_write_delay_ms() {
 
 }  // namespace
 
-AsyncCheckpointer::AsyncCheckpointer(Communicator& world) : world_(world) {}
+AsyncCheckpointer::AsyncCheckpointer(Communicator& world, MemorySpace& staging)
+    : world_(world), staging_memory_(staging) {}
 
 AsyncCheckpointer::~AsyncCheckpointer() {
   if (!pending_) return;
@@ -45,7 +46,7 @@ AsyncCheckpointer::~AsyncCheckpointer() {
 void AsyncCheckpointer::prepare(const std::vector<ParamGroup>& groups) {
   staging_.clear();
   for (const ParamGroup& group : groups) {
-    staging_.emplace_back(host_memory(), 3 * static_cast<size_t>(group.numel()) * sizeof(float),
+    staging_.emplace_back(staging_memory_, 3 * static_cast<size_t>(group.numel()) * sizeof(float),
                           MemCategory::other);
     staging_.back().zero();
   }
@@ -59,7 +60,9 @@ void AsyncCheckpointer::stage(const std::vector<ParamGroup>& groups, bool model_
     const auto numel = static_cast<size_t>(group.numel());
     const size_t bytes = (model_only ? 1 : 3) * numel * sizeof(float);
     // Made by prepare(); kept from one save to the next. Host memory: the writer reads it.
-    if (staging_[g].bytes() < bytes) staging_[g] = Buffer(host_memory(), bytes, MemCategory::other);
+    if (staging_[g].bytes() < bytes) {
+      staging_[g] = Buffer(staging_memory_, bytes, MemCategory::other);
+    }
     float* base = staging_[g].as<float>();
     CheckpointGroup staged{&group.views(), base, nullptr, nullptr};
     Backend& device = backend();  // the groups' memory is the backend's

@@ -19,7 +19,8 @@
 // none. It learns that the other ranks' shards are complete from the files themselves.
 //
 // One staging copy is kept for the run and reused by every save (what torchtitan's
-// async_with_pinned_mem buys; pinned memory itself only matters for device-to-host copies).
+// async_with_pinned_mem buys), in pinned memory under async_with_pinned_mem where the backend has
+// some (CUDA: faster device-to-host copies; on the CPU it is host memory either way).
 // Under tensor or expert parallel a save's state is gathered whole onto rank 0 first -- the
 // gathers are collectives, so on the training thread, as a synchronous save makes them -- into
 // buffers the parallelism keeps until its next gathers (after finish()), and written from there:
@@ -62,7 +63,9 @@ class AsyncCheckpointer {
     std::function<void(const std::string& temp_dir)> write_record;
   };
 
-  explicit AsyncCheckpointer(Communicator& world);
+  // `staging`: where the staging copy is made -- host_memory(), or the backend's pinned host memory
+  // (Backend::host_staging_memory) under async_with_pinned_mem.
+  explicit AsyncCheckpointer(Communicator& world, MemorySpace& staging = host_memory());
   // Waits for a write still running (an error path: finish() was not reached); what it could not
   // do is printed as a warning. A commit that still needs other ranks' files is abandoned.
   ~AsyncCheckpointer();
@@ -99,6 +102,7 @@ class AsyncCheckpointer {
   void abandon_and_join();
 
   Communicator& world_;
+  MemorySpace& staging_memory_;
   std::vector<Buffer> staging_;  // per group: params, then exp_avg and exp_avg_sq (numel each)
   std::vector<CheckpointGroup> staged_;
   Save save_;

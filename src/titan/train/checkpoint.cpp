@@ -18,6 +18,7 @@
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/nn/host_params.h"
 #include "titan/nn/shard_runs.h"
 
 namespace titan {
@@ -304,8 +305,9 @@ std::string begin_training_checkpoint(const std::string& folder, int64_t step) {
 
 std::vector<CheckpointGroup> checkpoint_groups(const std::vector<ParamGroup>& groups) {
   std::vector<CheckpointGroup> out;
+  const bool on_device = in_device_memory(groups);
   for (const ParamGroup& g : groups) {
-    out.push_back({&g.views(), g.params(), g.exp_avg(), g.exp_avg_sq()});
+    out.push_back({&g.views(), g.params(), g.exp_avg(), g.exp_avg_sq(), on_device});
   }
   return out;
 }
@@ -329,6 +331,11 @@ void write_checkpoint_shard(const std::string& temp_dir, const std::vector<Param
               " are not written (only FSDP's dimension 0)");
   int64_t bytes = 0;
   for (const CheckpointGroup& g : groups) bytes += views_bytes(*g.views);
+  const bool on_device = !groups.empty() && groups[0].in_device_memory;
+  for (const CheckpointGroup& g : groups) {
+    TITAN_CHECK(g.in_device_memory == on_device,
+                "checkpoint: some groups to save are device memory and others host memory");
+  }
   std::optional<Progress> progress;
   if (show_progress) {
     progress.emplace("saving " + temp_dir,
@@ -340,6 +347,7 @@ void write_checkpoint_shard(const std::string& temp_dir, const std::vector<Param
     const std::vector<SafetensorsTensor> tensors = views_of(groups, sources, read);
     SafetensorsWriteOptions options;
     options.progress = progress ? &*progress : nullptr;
+    if (on_device) read_through_backend(options);
     if (before_read) options.before_read = [&](size_t i) { before_read(read[i]); };
     write_safetensors_file(temp_dir + "/" + shard_file_name(kind, shard.index, shard.count),
                            tensors, options);

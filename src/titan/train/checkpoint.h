@@ -60,6 +60,9 @@ struct CheckpointGroup {
   float* params = nullptr;
   float* exp_avg = nullptr;
   float* exp_avg_sq = nullptr;
+  // The buffers are the backend's device memory (a device run's own groups): the writer reads
+  // them through the backend's copies, one tensor at a time (nn/host_params.h).
+  bool in_device_memory = false;
 };
 
 // One tensor of a checkpoint's files: group `group`'s parameter `name`, from buffer `buffer` (0:

@@ -24,15 +24,8 @@ void check_device_job(const JobConfig& config, const ModelArgs& args, const Mesh
     TITAN_CHECK(!asked, "training.device = \"", device, "\": ", what,
                 " is not implemented on CUDA yet (", instead, ")");
   };
-  const JobConfig::Checkpoint& ck = config.checkpoint;
   refuse(args.is_moe(), "a MoE model (sparse layers)", "train a dense model, or on the CPU");
-  refuse(config.training.mixed_precision_param == "bfloat16",
-         "bf16 mixed precision (training.mixed_precision_param = \"bfloat16\")",
-         "train in float32");
   refuse(config.lora.rank > 0, "LoRA (lora.rank > 0)", "train every weight");
-  refuse(args.attention_bias || args.o_proj_bias || args.mlp_bias,
-         "a model with linear biases (Qwen2's q/k/v, attention_bias, mlp_bias)",
-         "train a model without biases, or on the CPU");
   refuse(dims.tp > 1, "tensor parallel (parallelism.tensor_parallel_degree > 1)",
          "run one process");
   refuse(dims.ep > 1, "expert parallel (parallelism.expert_parallel_degree > 1)",
@@ -41,14 +34,6 @@ void check_device_job(const JobConfig& config, const ModelArgs& args, const Mesh
   refuse(dims.dp_replicate > 1,
          "data parallel over replicas (parallelism.data_parallel_replicate_degree > 1)",
          "run one process");
-  // The asynchronous save stages the state through the backend's copies (train/async_checkpoint.h);
-  // the synchronous one writes from the groups' memory.
-  refuse(ck.enable && ck.async_mode == "disabled",
-         "the synchronous checkpoint save (checkpoint.enable with checkpoint.async_mode = "
-         "\"disabled\")",
-         "set checkpoint.async_mode = \"async\", which stages the state in host memory");
-  refuse(ck.last_save_in_hf, "the Hugging Face export (checkpoint.last_save_in_hf = true)",
-         "set checkpoint.last_save_in_hf = false");
   refuse(args.attn_backend != "blockwise",
          "model.attn_backend other than blockwise (it names the CPU's attention kernels)",
          "leave it unset: CUDA's attention is its own kernel");

@@ -1,9 +1,10 @@
 // training.device: the device a job trains on. "cpu" (the default) or "cuda" / "cuda:N": its
 // backend becomes the ops' (backend/backend.h), so parameters, gradients, AdamW state and
 // activations are carved from that device's memory as on the CPU, and every kernel slot binds the
-// device's kernels (dispatch/registry.h). CUDA takes issue 41's first milestone so far, one process
-// training a dense model in fp32 from fresh weights, a Hugging Face folder or a titan checkpoint,
-// saving asynchronous checkpoints; everything else is refused at start-up, one line each.
+// device's kernels (dispatch/registry.h). CUDA takes one process training a dense model (Qwen2's
+// linear biases included) in fp32 or bf16 mixed precision from fresh weights, a Hugging Face folder
+// or a titan checkpoint, saving checkpoints (synchronous or asynchronous) and the final HF export
+// through host staging; everything else is refused at start-up, one line each.
 #pragma once
 
 #include "titan/distributed/mesh.h"
@@ -17,8 +18,8 @@ namespace titan {
 void select_job_device(const JobConfig& config);
 
 // What a job on a device other than the CPU cannot do yet: titan::Error naming the first feature
-// the job asks for (a MoE model, bf16, LoRA, biases, tensor / expert / data parallelism and FSDP,
-// the synchronous checkpoint save, the export, the reference attention kernel). Nothing on the CPU.
+// the job asks for (a MoE model, LoRA, tensor / expert / data parallelism and FSDP, the reference
+// attention kernel). Nothing on the CPU.
 void check_device_job(const JobConfig& config, const ModelArgs& args, const MeshDims& dims);
 
 }  // namespace titan

@@ -10,6 +10,7 @@
 #include "titan/io/convert.h"
 #include "titan/models/parallelize.h"
 #include "titan/models/state_dict_adapter.h"
+#include "titan/nn/host_params.h"
 #include "titan/nn/shard_runs.h"
 #include "titan/train/fsdp_model.h"
 #include "titan/train/lora_job.h"
@@ -315,10 +316,19 @@ Shard Parallelism::checkpoint_cut() const {
 
 NonfiniteScan Parallelism::scan_model(const std::string& what) {
   std::vector<double> counts;  // per parameter, in the groups' order
+  // A device's parameters are scanned a tensor at a time, copied to the host through the backend.
+  const bool on_device = in_device_memory(model_groups());
+  std::vector<float> host;
   for (const ParamGroup& g : model_groups()) {
     for (const ParamView& v : g.views()) {
-      counts.push_back(static_cast<double>(
-          count_nonfinite(g.params() + v.offset, DType::f32, static_cast<size_t>(v.numel))));
+      const float* values = g.params() + v.offset;
+      if (on_device) {
+        host.resize(static_cast<size_t>(v.numel));
+        backend().copy_to_host(host.data(), values, host.size() * sizeof(float));
+        values = host.data();
+      }
+      counts.push_back(
+          static_cast<double>(count_nonfinite(values, DType::f32, static_cast<size_t>(v.numel))));
     }
   }
   if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));

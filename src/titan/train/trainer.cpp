@@ -293,7 +293,9 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
                 " tokens (training.local_batch_size x training.seq_len): empty or too short");
   }
   if (config_.checkpoint.enable && config_.checkpoint.async_mode != "disabled") {
-    async_checkpoints_ = std::make_unique<AsyncCheckpointer>(mesh_->world());
+    const bool pinned = config_.checkpoint.async_mode == "async_with_pinned_mem";
+    MemorySpace& staging = pinned ? backend().host_staging_memory() : host_memory();
+    async_checkpoints_ = std::make_unique<AsyncCheckpointer>(mesh_->world(), staging);
     std::printf(
         "checkpoint.async_mode = \"%s\": each save stages the state in host memory (%s) and "
         "writes it on a background thread while training goes on%s\n",
@@ -302,10 +304,11 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
             ? "under TP or EP the whole state gathered onto rank 0 on the training thread, "
               "written from there"
             : "one copy, made now and reused by every save",
-        config_.checkpoint.async_mode == "async_with_pinned_mem"
+        pinned && &staging == &host_memory()
             ? "; the same as \"async\" here: pinned memory only speeds device-to-host copies, "
               "and the staging copy is reused across saves in both modes"
-            : "");
+        : pinned ? "; the staging copy in pinned host memory"
+                 : "");
   }
   const auto seed = static_cast<uint64_t>(t.seed);
   if (!base_in_bf16) parallelism_->initialize(args_, seed);  // else loaded by restore()

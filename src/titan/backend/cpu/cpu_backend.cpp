@@ -67,6 +67,7 @@ class CpuBackend final : public Backend {
   int threads() const override { return thread_count(); }
 
   MemorySpace& memory() override { return host_memory(); }
+  MemorySpace& host_staging_memory() override { return host_memory(); }
   void* allocate(size_t bytes, MemCategory category) override {
     return mem_allocate(bytes, category);
   }

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstring>
 #include <type_traits>
 
 #include "titan/backend/cuda/cuda_backend.h"
@@ -239,6 +240,33 @@ class CudaMemory final : public MemorySpace {
   }
 };
 
+// Pinned (page-locked) host memory for Buffers staging device tensors: cudaMemcpy to and from it
+// runs at the link's rate, without the driver's own bounce through a pinned buffer.
+class PinnedHostMemory final : public MemorySpace {
+ public:
+  const char* name() const override { return "cuda pinned host"; }
+  void* reserve(size_t bytes, MemCategory) override {
+    if (bytes == 0) return nullptr;
+    void* ptr = nullptr;
+    const cudaError_t status = cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault);
+    TITAN_CHECK(status == cudaSuccess, "cudaHostAlloc of ", bytes,
+                " bytes of pinned host memory failed: ", cudaGetErrorString(status));
+    return ptr;
+  }
+  // Called from destructors, so it cannot throw; a failure is reported, not hidden.
+  void unreserve(void* ptr, size_t bytes) override {
+    const cudaError_t status = cudaFreeHost(ptr);
+    if (status != cudaSuccess) {
+      std::fprintf(stderr, "titan: cudaFreeHost of %zu bytes failed: %s\n", bytes,
+                   cudaGetErrorString(status));
+    }
+  }
+  void release_pages(void*, size_t bytes) override {
+    fail("releasing ", bytes, " bytes of pinned host memory at their address is not supported");
+  }
+  void zero(void* ptr, size_t bytes) override { std::memset(ptr, 0, bytes); }
+};
+
 int set_device(int device) {
   check_cuda(cudaSetDevice(device), "cudaSetDevice");
   return device;
@@ -294,6 +322,7 @@ class CudaBackend final : public Backend {
   void copy_on_device(void* dst, const void* src, size_t bytes) override {
     check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice), "copy device to device");
   }
+  MemorySpace& host_staging_memory() override { return pinned_; }
 
   // cuBLASLt (LtGemm): fp32 without TF32, bf16 operands with fp32 accumulation.
   void gemm_f32(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -332,6 +361,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   size_t memory_bytes_ = 0;
   CudaMemory memory_;
+  PinnedHostMemory pinned_;
   LtGemm lt_;
 };
 
@@ -342,8 +372,11 @@ std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
   const cudaError_t status = cudaGetDeviceCount(&count);
   TITAN_CHECK(status == cudaSuccess && count > 0, "no CUDA device (",
               status == cudaSuccess ? "the driver reports none" : cudaGetErrorString(status), ")");
-  TITAN_CHECK(ordinal >= 0 && ordinal < count, "no CUDA device ", ordinal, " (the machine has ",
-              count, ": cuda:0", count > 1 ? detail::concat(" to cuda:", count - 1) : "", ")");
+  TITAN_CHECK(ordinal >= 0 && ordinal<count, "no CUDA device ", ordinal, " (the machine has ",
+                                      count, ": cuda:0", count> 1
+                  ? detail::concat(" to cuda:", count - 1)
+                  : "",
+              ")");
   return std::make_unique<CudaBackend>(ordinal);
 }
 

@@ -4,7 +4,7 @@
 // CUDA DeviceOps. The kernels live in src/titan/ops/cuda/ (cuda_ops.h). The MoE kinds have no CUDA
 // kernel yet (issue 41's milestone 2), so a CUDA model with sparse layers stops at start-up with
 // KernelRegistry::default_kernel's line; the DeviceOps a dense training step does not reach
-// (bias, the decode GEMVs, the load-balancing statistics, LoRA on experts) fail by name.
+// (the decode GEMVs, the load-balancing statistics, LoRA on experts) fail by name.
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
@@ -32,8 +32,8 @@ DeviceOps cuda_device_ops() {
   ops.round_to_bf16 = cuda_ops::round_to_bf16;
   ops.widen_bf16 = cuda_ops::widen_bf16;
   ops.round_to_bf16_keeping = cuda_ops::round_to_bf16_keeping;
-  ops.bias_forward = [](float*, const float*, int64_t, int64_t) { missing("bias_forward"); };
-  ops.bias_backward = [](float*, const float*, int64_t, int64_t) { missing("bias_backward"); };
+  ops.bias_forward = cuda_ops::bias_forward;
+  ops.bias_backward = cuda_ops::bias_backward;
   ops.gemv = [](std::span<const GemvProduct>, const float*) { missing("gemv"); };
   ops.rope_cache = cuda_ops::rope_cache_build;
   ops.load_balancing_accumulate = [](double*, double*, const float*, const int32_t*, int64_t,
@@ -82,20 +82,22 @@ void register_cuda_kernels(KernelRegistry& r) {
   r.add(cuda_entry("rope_cuda", OpKind::rope, {DType::f32},
                    "one thread per rotated pair, the CPU's cos/sin table in device memory",
                    RopeKernel{cuda_ops::rope_forward, cuda_ops::rope_backward}));
-  r.add(cuda_entry("attention_cuda_simple", OpKind::attention, {DType::f32},
-                   "one block per query row (forward, dq) or key row (dk, dv), scores recomputed; "
-                   "correct first, not fast",
-                   AttentionKernel{cuda_ops::attention_forward, cuda_ops::attention_backward,
-                                   cuda_ops::attention_check}));
+  r.add(cuda_entry(
+      "attention_cuda_simple", OpKind::attention, {DType::f32},
+      "one block per query row (forward, dq) or key row (dk, dv), scores recomputed "
+      "(bf16 forms at the CPU's rounding points); correct first, not fast",
+      AttentionKernel{cuda_ops::attention_forward, cuda_ops::attention_backward,
+                      cuda_ops::attention_check, nullptr, cuda_ops::attention_backward_bf16,
+                      cuda_ops::attention_forward_bf16}));
   r.add(cuda_entry("swiglu_cuda", OpKind::swiglu, {DType::f32},
                    "one thread per element (bf16 recompute and backward too)",
                    SwigluKernel{cuda_ops::swiglu_forward, cuda_ops::swiglu_backward,
                                 cuda_ops::swiglu_recompute_bf16, cuda_ops::swiglu_backward_bf16}));
-  r.add(
-      cuda_entry("cross_entropy_cuda", OpKind::lm_head_loss, {DType::f32},
-                 "lm_head GEMMs through cuBLASLt per chunk of tokens, one block per row's softmax",
-                 LmHeadLossKernel{cuda_ops::lm_head_cross_entropy, lm_head_chunk_tokens,
-                                  cuda_ops::lm_head_workspace_bytes}));
+  r.add(cuda_entry("cross_entropy_cuda", OpKind::lm_head_loss, {DType::f32, DType::bf16},
+                   "lm_head GEMMs through cuBLASLt per chunk of tokens (bf16 operands and logits "
+                   "under bf16), one block per row's softmax",
+                   LmHeadLossKernel{cuda_ops::lm_head_cross_entropy, lm_head_chunk_tokens,
+                                    cuda_ops::lm_head_workspace_bytes}));
   r.set_default(OpKind::embedding, DeviceKind::cuda, "embedding_cuda");
   r.set_default(OpKind::linear, DeviceKind::cuda, "linear_cuda");
   r.set_default(OpKind::rms_norm, DeviceKind::cuda, "rms_norm_cuda");

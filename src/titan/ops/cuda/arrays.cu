@@ -1,7 +1,8 @@
-// DeviceOps' whole-array work on CUDA (dispatch/device_ops.h): adds, scales, casts and AdamW one
-// thread per element; the sum of squares in fp64 per block, the blocks' sums added on the host in
-// block order (deterministic); searches for the first bad element by an atomic minimum of the
-// index. The searches and sums read their answer back, so they wait for the stream.
+// DeviceOps' whole-array work on CUDA (dispatch/device_ops.h): adds, scales, casts, the bias and
+// AdamW one thread per element (d bias one per column); the sum of squares in fp64 per block, the
+// blocks' sums added on the host in block order (deterministic); searches for the first bad element
+// by an atomic minimum of the index. The searches and sums read their answer back, so they wait for
+// the stream.
 #include <cuda_runtime.h>
 
 #include <vector>
@@ -73,6 +74,17 @@ __global__ void round_keeping_kernel(float* values, uint16_t* bits, int64_t n) {
   const uint16_t b = cuda_rows::to_bf16(values[i]);
   values[i] = cuda_rows::from_bf16(b);
   if (bits != nullptr) bits[i] = b;
+}
+
+__global__ void bias_forward_kernel(float* y, const float* bias, int64_t n, int64_t out_features) {
+  const int64_t i = element();
+  if (i < n) cuda_rows::bias_add_element(y, bias, out_features, i);
+}
+
+__global__ void bias_backward_kernel(float* dbias, const float* dy, int64_t rows,
+                                     int64_t out_features) {
+  const int64_t col = element();
+  if (col < out_features) cuda_rows::bias_sum_column(dbias, dy, rows, out_features, col);
 }
 
 __global__ void adamw_kernel(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
@@ -168,6 +180,20 @@ void round_to_bf16_keeping(float* values, uint16_t* bits, int64_t n) {
   if (n <= 0) return;
   round_keeping_kernel<<<blocks_for(n, kThreads), kThreads>>>(values, bits, n);
   check_launch("round_to_bf16_keeping");
+}
+
+void bias_forward(float* y, const float* bias, int64_t rows, int64_t out_features) {
+  const int64_t n = rows * out_features;
+  if (n <= 0) return;
+  bias_forward_kernel<<<blocks_for(n, kThreads), kThreads>>>(y, bias, n, out_features);
+  check_launch("bias_forward");
+}
+
+void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_features) {
+  if (out_features <= 0) return;
+  bias_backward_kernel<<<blocks_for(out_features, kThreads), kThreads>>>(dbias, dy, rows,
+                                                                         out_features);
+  check_launch("bias_backward");
 }
 
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,

@@ -44,16 +44,23 @@ void embedding_forward_bf16(float* out, const int32_t* ids, const uint16_t* weig
 void embedding_backward(float* dweight, const float* dout, const int32_t* ids, int64_t n_tokens,
                         int64_t dim);
 
-// attention.cu (fp32; no packed rows)
+// attention.cu (no packed rows); the bf16 forms over mixed-precision training's bf16 q, k, v and
+// out (ops/attention.h's *_blockwise_bf16 rounding points).
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        const AttentionShape& s);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse,
                         const AttentionShape& s);
+void attention_forward_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                            const uint16_t* v, const AttentionShape& s);
+void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const uint16_t* q,
+                             const uint16_t* k, const uint16_t* v, const uint16_t* out,
+                             const float* lse, const AttentionShape& s);
 // Empty when the kernel runs `s`, else what it requires.
 std::string attention_check(const AttentionShape& s);
 
-// cross_entropy.cu (fp32): the lm_head GEMMs through the backend, a chunk of tokens at a time.
+// cross_entropy.cu (fp32, and bf16 with the lm_head's bf16 copy): the lm_head GEMMs through the
+// backend, a chunk of tokens at a time.
 CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& args);
 int64_t lm_head_workspace_bytes(int64_t n_tokens, int64_t hidden, int64_t vocab,
                                 int64_t chunk_tokens, bool bf16);
@@ -66,6 +73,8 @@ int64_t find_nonfinite(const float* x, int64_t n);
 void round_to_bf16(uint16_t* dst, const float* x, int64_t n);
 void widen_bf16(float* dst, const uint16_t* x, int64_t n);
 void round_to_bf16_keeping(float* values, uint16_t* bits, int64_t n);
+void bias_forward(float* y, const float* bias, int64_t rows, int64_t out_features);
+void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_features);
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars);
 

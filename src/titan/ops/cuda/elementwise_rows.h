@@ -1,5 +1,6 @@
 // Elementwise bodies of the CUDA kernels (one element per device thread; one loop on the host in
-// tests/unit/cuda_rows_test.cpp): RoPE's rotation, SwiGLU, the embedding, AdamW, bf16 casts.
+// tests/unit/cuda_rows_test.cpp): RoPE's rotation, SwiGLU, the embedding, the linear's bias, AdamW,
+// bf16 casts.
 #pragma once
 
 #include <cmath>
@@ -60,6 +61,20 @@ TITAN_HD inline void embedding_scatter_column(float* dweight, const float* dout,
   for (int64_t n = 0; n < n_tokens; ++n) {
     dweight[static_cast<int64_t>(ids[n]) * dim + col] += dout[n * dim + col];
   }
+}
+
+// The linear's bias (ops/bias.h): element `e` of y (rows, out) += bias[e % out]; and d bias's
+// column `col` += the column of dy (rows, out), rows in order as the CPU's thread owning the column
+// adds them (one device thread per column), so the sums are the CPU's bit for bit.
+TITAN_HD inline void bias_add_element(float* y, const float* bias, int64_t out_features,
+                                      int64_t e) {
+  y[e] += bias[e % out_features];
+}
+TITAN_HD inline void bias_sum_column(float* dbias, const float* dy, int64_t rows,
+                                     int64_t out_features, int64_t col) {
+  float sum = dbias[col];
+  for (int64_t r = 0; r < rows; ++r) sum += dy[r * out_features + col];
+  dbias[col] = sum;
 }
 
 // AdamW (ops/adamw.h), PyTorch's single-tensor order as the CPU's vector kernel computes it.
