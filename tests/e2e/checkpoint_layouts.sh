@@ -19,7 +19,7 @@
 # moment -- changes the next update itself, not only its rounding.
 # usage: checkpoint_layouts.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -6,7 +6,7 @@
 # save_pretrained, with the Qwen3 tokenizer beside them (titan's tokenizer serves any family).
 # usage: hf_families.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 source "$(dirname "$0")/tree_sum.sh"
 work=$(mktemp -d)

@@ -18,7 +18,7 @@
 # Bad input gets one line: a seq_len the TP degree does not divide under sequence parallel.
 # usage: train_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
