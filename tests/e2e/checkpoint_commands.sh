@@ -4,7 +4,7 @@
 # export, titan eval and generate read it and give what they give on that export. A torchtitan DCP
 # checkpoint is refused by every command in one line naming torchtitan's conversion.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

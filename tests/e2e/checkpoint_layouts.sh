@@ -19,12 +19,12 @@
 # moment -- changes the next update itself, not only its rounding.
 # usage: checkpoint_layouts.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-e2e_dir="$(cd "$(dirname "$0")" && pwd)"
-. "$(dirname "$0")/mpi_env.sh"
+# run, equal_to_single; the MPI environment.
+. "$(dirname "$0")/layout_runs.sh"
 source "$(dirname "$0")/tree_sum.sh"
 
 dense=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
@@ -40,15 +40,7 @@ hsdp2=(--parallelism.data_parallel_replicate_degree=2)
 ckpt=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_k=0)
 async=(--checkpoint.async_mode=async)
 
-# run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl
-run() {
-  local name="$1" n="$2"
-  shift 2
-  local launch=("$titan")
-  [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
-  "${launch[@]}" train "$@" --job.dump_folder="$work/$name" \
-    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-}
+common=()  # each run names its flags (dense or moe)
 # resume_from NAME: its step-5 checkpoint as the initial state
 resume_from() { echo --checkpoint.initial_load_path="$work/$1/checkpoint/step-5" --checkpoint.initial_load_model_only=false; }
 # one_process_layout NAME: its step-5 checkpoint in the one process's files
@@ -57,8 +49,6 @@ one_process_layout() {
   [ -f "$dir/model.safetensors" ] && [ -f "$dir/optimizer.safetensors" ] && [ ! -e "$dir/sharding.json" ] \
     || { echo "$1: step-5 is not the one process's layout: $(ls "$dir")"; exit 1; }
 }
-# equal_to_single REF FIRST_STEP RUN...: losses and grad norms within 1e-5 relative of REF's
-equal_to_single() { "$python" "$e2e_dir/equal_to_single.py" "$work" "$@"; }
 # same_checkpoint A B: the step folders hold the same files, each byte for byte but
 # job_config.toml (but its async_mode line and the run's own folder and metrics file) and
 # trainer_state.json (but job_config.toml's checksum).

@@ -5,7 +5,7 @@
 # empty or too short validation file before the first step; a bad selective_ac_option.
 # usage: cli_bad_values.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"

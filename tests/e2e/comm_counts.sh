@@ -16,7 +16,7 @@
 # caught. Also the one-process plan has no table and its run no report.
 # usage: comm_counts.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -5,7 +5,7 @@
 # gzip-compressed under a .txt name. A gzip-compressed text file is still read as text. Parquet
 # and Arrow are written as their layouts begin (pyarrow is not in the reference environment).
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 tokenizer="$(cd "$(dirname "$0")/.." && pwd)/fixtures/qwen3-tokenizer"
 work=$(mktemp -d)

@@ -4,7 +4,7 @@
 # --seq-len then scores it (rows are never padded: titan eval scores full windows, as training's
 # validation does).
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "$1"; [ -n "${2:-}" ] && cat "$2"; exit 1; }

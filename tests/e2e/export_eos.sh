@@ -3,7 +3,7 @@
 # EOS ends every document) exports a folder whose config.json and generation_config.json name the
 # tokenizer's EOS, so Transformers' generate stops on it (tests/reference/export_eos_check.py).
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)

@@ -6,37 +6,14 @@
 # save_pretrained, with the Qwen3 tokenizer beside them (titan's tokenizer serves any family).
 # usage: hf_families.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 source "$(dirname "$0")/tree_sum.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 tokenizer="$(cd "$(dirname "$0")/../fixtures/qwen3-tokenizer" && pwd)"
 
-"$python" - "$work" "$tokenizer" <<'PY'
-import shutil, sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-work, tokenizer = sys.argv[1:]
-common = dict(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-              initializer_range=0.2, bos_token_id=151643, eos_token_id=151645)
-cases = {
-    "llama": (LlamaForCausalLM, LlamaConfig(**common, tie_word_embeddings=True, rope_theta=500000.0,
-              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
-    "qwen2": (Qwen2ForCausalLM, Qwen2Config(**common, tie_word_embeddings=False)),
-}
-for name, (cls, config) in cases.items():
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    with torch.no_grad():  # HF initialises biases to zero; random ones must survive the round trip
-        for key, p in model.named_parameters():
-            if key.endswith(".bias"):
-                p.normal_(0.0, 0.1)
-    model.save_pretrained(f"{work}/{name}", safe_serialization=True)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(f"{tokenizer}/{f}", f"{work}/{name}/{f}")
-PY
+"$python" "$(dirname "$0")/write_tiny_llama_qwen2.py" "$work" "$tokenizer" 0.2
 
 common=(--training.seq_len=32 --training.local_batch_size=2 --lr_scheduler.warmup_steps=0
         --metrics.log_freq=1 --threads 2 --training.dataset=files)

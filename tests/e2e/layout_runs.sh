@@ -1,5 +1,6 @@
-# Sourced by the e2e tests that train one model in several layouts and compare them (expert
-# parallel, EP x TP, the global load-balancing loss, each rank's data share). The caller sets
+# Sourced by the e2e tests that train one model in several layouts and compare them (tensor and
+# expert parallel, EP x TP, checkpoint layouts, the global load-balancing loss, each rank's data
+# share). The caller sets
 # titan, python, work and the array common (the flags every run shares); the file sets the MPI
 # environment (mpi_env.sh) and these:
 #   run NAME NPROC ARGS...      one job (NPROC 1: without mpirun), its metrics in NAME.jsonl, its

@@ -5,7 +5,7 @@
 # nothing on disk changes. Weights a run made non-finite are not exported (one process, and FSDP 2
 # with the same line: the shards scanned, their counts summed).
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"

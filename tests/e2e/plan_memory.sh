@@ -31,7 +31,7 @@
 #     merged export's peak (the shards widened to fp32, then one run gathered) to the byte.
 # usage: plan_memory.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/mpi_env.sh"

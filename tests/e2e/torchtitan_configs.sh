@@ -5,7 +5,7 @@
 # "has no effect here" line, all of a file's at once. The 70B and 405B ones ask for 8-way tensor
 # parallelism, which titan refuses in one line naming the key.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 fixtures="$(cd "$(dirname "$0")/.." && pwd)/fixtures"
 work=$(mktemp -d)

@@ -7,7 +7,7 @@
 #  4. `titan eval --dtype bfloat16` computes what a bf16 run's validation pass computes.
 # The loss curve against fp32 is train_bf16_curve.sh.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -3,7 +3,7 @@
 # 2 % of the fp32 run's loss at every logged step after warm-up, from the same init on the same
 # data: bf16 rounding of the matmul operands does not change what the model learns.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -25,7 +25,7 @@
 # the official Qwen3 chat template (tests/fixtures/chat_templates.json).
 # usage: train_chat.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$(dirname "$0")/tree_sum.sh"

@@ -9,7 +9,7 @@
 # (eval, generate, convert, a training run's initial load).
 # usage: train_checkpoint_checksums.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"

@@ -20,7 +20,7 @@
 # all; ctest runs each part as its own test, so that each stays well inside its time limit under
 # the sanitizers.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 part="${3:-all}"
 case "$part" in equal|resume|failures|all) ;; *) echo "unknown part '$part'"; exit 2 ;; esac

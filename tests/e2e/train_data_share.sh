@@ -11,7 +11,7 @@
 #    said once, not once per rank.
 # usage: train_data_share.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -5,7 +5,7 @@
 # scripts/cuda-device-check.sh.)
 # usage: train_device.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"

@@ -6,7 +6,7 @@
 # that blocks: the next run takes it over with a warning; a run that ends removes its note.
 # usage: train_dump_folder_lock.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 pids=()
 cleanup() {

@@ -26,7 +26,7 @@
 # tests/e2e/checkpoint_layouts.sh.)
 # usage: train_expert_parallel.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

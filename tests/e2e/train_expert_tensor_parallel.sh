@@ -24,7 +24,7 @@
 # experts' own TP cut). (titan plan for EP x TP: tests/e2e/plan_memory.sh and comm_counts.sh.)
 # usage: train_expert_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -19,7 +19,7 @@
 # Hub has none.
 # usage: train_finetune.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$(dirname "$0")/tree_sum.sh"

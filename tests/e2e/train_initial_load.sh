@@ -3,7 +3,7 @@
 # back through checkpoint.initial_load_path, starts far below a random initialisation's step-1 loss
 # (about ln(vocab) = 7.6 for the debug model) on the same first batch.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--training.seq_len=128 --lr_scheduler.warmup_steps=0 --metrics.log_freq=1 --threads 2)

@@ -5,7 +5,7 @@
 # them, and pruning (keep_latest_k) then keeps the checkpoint the new run wrote, not the newer
 # broken ones.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"

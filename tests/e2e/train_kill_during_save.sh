@@ -3,7 +3,7 @@
 # after every step -- leaves every step-N folder complete: each restart resumes from the newest
 # one without a warning, and no temporary folder is mistaken for a checkpoint.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(--training.steps=400 --training.seq_len=64 --training.local_batch_size=2

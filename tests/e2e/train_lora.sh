@@ -29,7 +29,7 @@
 # The model: train_chat.sh's tiny random Qwen3 (tests/reference/chat_sft_reference.py make).
 # usage: train_lora.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$(dirname "$0")/tree_sum.sh"

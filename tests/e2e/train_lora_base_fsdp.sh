@@ -22,7 +22,7 @@
 #   test_training_plan's and plan_memory.sh's).
 # usage: train_lora_base_fsdp.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$(dirname "$0")/lora_setup.sh"

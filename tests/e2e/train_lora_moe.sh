@@ -23,7 +23,7 @@
 # The model: lora_reference.py family qwen3_moe (3 layers, layer 0 dense).
 # usage: train_lora_moe.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 . "$(dirname "$0")/tree_sum.sh"

@@ -7,7 +7,7 @@
 # within seconds (a CI run read 229.8 GFLOP/s quiet, then 255.4 and 255.3 under load), and the
 # loaded measurements are held to within 10 % of the quiet range around them.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 busy=()
 cleanup() {

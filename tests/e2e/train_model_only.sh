@@ -3,7 +3,7 @@
 # parameters only), and checkpoint.initial_load_path pointing at a titan checkpoint with
 # initial_load_model_only true (weights only) or false (the whole training state).
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # A constant LR after warm-up, so a 4-step and a 6-step run take the same steps 1-4.

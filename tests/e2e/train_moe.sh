@@ -6,7 +6,7 @@
 # load-balancing loss (about k = 2 near balance); the reference experts kernel under activation
 # checkpointing gives the default run's step-1 loss.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--model.flavor=tiny_moe --lr_scheduler.warmup_steps=2 --training.seq_len=64

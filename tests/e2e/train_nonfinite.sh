@@ -3,7 +3,7 @@
 # step) stops with one line naming the step and the first non-finite parameter; with
 # training.skip_nonfinite_steps it skips those steps, says so, and finishes.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(--optimizer.lr=1e30 --training.steps=4 --lr_scheduler.warmup_steps=0 --training.seq_len=64

@@ -5,7 +5,7 @@
 # folder, checkpoint.load_step without checkpoint.enable, an export onto the initial weights or
 # onto a folder titan did not write.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"

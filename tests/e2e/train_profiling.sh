@@ -9,7 +9,7 @@
 # "communication" thread and the compute thread's waits for them; there the kernels, the waits and
 # FSDP's acquire/prefetch/release spans together cover at least 90 % of the step.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -5,7 +5,7 @@
 # first differing key and both values, and writes nothing. Ranks that agree train as before.
 # usage: train_ranks_agree.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/mpi_env.sh"

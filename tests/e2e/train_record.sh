@@ -4,7 +4,7 @@
 # the dump folder by default (metrics.save_jsonl moves it, "" turns it off); "step N/total", an ETA
 # and the total time in the log; one line per checkpoint saved with its path, size and seconds.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "$1"; [ -n "${2:-}" ] && cat "$2"; exit 1; }

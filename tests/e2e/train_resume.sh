@@ -3,7 +3,7 @@
 # drop the last two checkpoints, train again (it resumes from step 2), compare steps 3-6.
 # Then a checkpoint damaged on disk is skipped for the previous one, and says so.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--training.steps=6 --lr_scheduler.warmup_steps=2 --training.seq_len=64 --training.local_batch_size=2

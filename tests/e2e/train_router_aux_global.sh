@@ -17,7 +17,7 @@
 #  - a scope other than global or local is refused with one line.
 # usage: train_router_aux_global.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -10,7 +10,7 @@
 #     between full's and none's.
 # usage: train_selective_ac.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "$1"; [ -n "${2:-}" ] && cat "$2"; exit 1; }

@@ -7,7 +7,7 @@
 # 30), the timed-out collective names rank 1 instead (among the ranks behind).
 # usage: train_stopped_rank.sh TITAN
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 stopped=""
 # On any exit no rank of a job in $work outlives the test (a failed check left a 100000-step job).

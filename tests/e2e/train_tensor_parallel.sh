@@ -18,12 +18,12 @@
 # Bad input gets one line: a seq_len the TP degree does not divide under sequence parallel.
 # usage: train_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-e2e_dir="$(cd "$(dirname "$0")" && pwd)"
-. "$(dirname "$0")/mpi_env.sh"
+# run, equal_to_single, same_export; the MPI environment.
+. "$(dirname "$0")/layout_runs.sh"
 source "$(dirname "$0")/tree_sum.sh"
 tokenizer="$(cd "$(dirname "$0")/../fixtures/qwen3-tokenizer" && pwd)"
 
@@ -33,56 +33,40 @@ common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
 tp() { echo --parallelism.tensor_parallel_degree="$1"; }
 no_sp=(--parallelism.enable_sequence_parallel=false)
 
-# run NAME NPROC ARGS...: one job (NPROC 1: without mpirun), its metrics in NAME.jsonl
-run() {
-  local name="$1" n="$2"
-  shift 2
-  local launch=("$titan")
-  [ "$n" = 1 ] || launch=("$titan" launch --nproc "$n")
-  "${launch[@]}" train "${common[@]}" "$@" --job.dump_folder="$work/$name" \
-    --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
+# run_counted NAME NPROC ARGS...: run (layout_runs.sh), and the log's step lines are rank 0's
+# only: 10, or 2 (the still runs).
+run_counted() {
+  run "$@"
   local steps
-  steps=$(grep -c '^step ' "$work/$name.log" || true)
-  [ "$steps" = 10 ] || [ "$steps" = 2 ] || { echo "$name: expected 10 (or 2) step lines from rank 0 only"; cat "$work/$name.log"; exit 1; }
-}
-# same_export REF RUN...: the exported weights byte for byte
-same_export() {
-  local ref="$1"
-  shift
-  for name in "$@"; do
-    cmp "$work/$ref/hf/model.safetensors" "$work/$name/hf/model.safetensors" || { echo "$name: export differs from $ref's"; exit 1; }
-    echo "$name: export byte for byte the one process's"
-  done
+  steps=$(grep -c '^step ' "$work/$1.log" || true)
+  [ "$steps" = 10 ] || [ "$steps" = 2 ] || { echo "$1: expected 10 (or 2) step lines from rank 0 only"; cat "$work/$1.log"; exit 1; }
 }
 still=(--training.steps=2 --optimizer.lr=1e-30)
-# equal_to_single REF FIRST_STEP RUN...: tests/e2e/equal_to_single.py (losses and grad norms within
-# 1e-5 relative of REF's from FIRST_STEP on, the export's tensors and shapes the same).
-equal_to_single() { "$python" "$e2e_dir/equal_to_single.py" "$work" "$@"; }
 
 # The default tiny Qwen3 from scratch: each TP rank initialised with its cut of the one process's
 # initial weights.
-run single 1
-run tp2 2 $(tp 2)
+run_counted single 1
+run_counted tp2 2 $(tp 2)
 grep -q "tensor parallel over 2 ranks per model .*sequence parallel .* tp 0 of 2" "$work/tp2.log" || { echo "tp2: no mesh line"; cat "$work/tp2.log"; exit 1; }
-run tp2-no-sp 2 $(tp 2) "${no_sp[@]}"
+run_counted tp2-no-sp 2 $(tp 2) "${no_sp[@]}"
 grep -q "partial outputs all-reduced (enable_sequence_parallel = false)" "$work/tp2-no-sp.log" || { echo "tp2-no-sp: no mesh line"; cat "$work/tp2-no-sp.log"; exit 1; }
-run fsdp2tp2 4 $(tp 2)
+run_counted fsdp2tp2 4 $(tp 2)
 grep -q "data parallel over 2 ranks: dp_replicate 1 x dp_shard 2" "$work/fsdp2tp2.log" || { echo "fsdp2tp2: not FSDP 2"; cat "$work/fsdp2tp2.log"; exit 1; }
-run hsdp2x2tp2 8 $(tp 2) --parallelism.data_parallel_replicate_degree=2
+run_counted hsdp2x2tp2 8 $(tp 2) --parallelism.data_parallel_replicate_degree=2
 grep -q "dp_replicate 2 x dp_shard 2" "$work/hsdp2x2tp2.log" || { echo "hsdp2x2tp2: not HSDP 2 x 2"; cat "$work/hsdp2x2tp2.log"; exit 1; }
 equal_to_single single 1 tp2 tp2-no-sp fsdp2tp2 hsdp2x2tp2
-run still-single 1 "${still[@]}"
-run still-tp2 2 "${still[@]}" $(tp 2)
-run still-fsdp2tp2 4 "${still[@]}" $(tp 2)
+run_counted still-single 1 "${still[@]}"
+run_counted still-tp2 2 "${still[@]}" $(tp 2)
+run_counted still-fsdp2tp2 4 "${still[@]}" $(tp 2)
 equal_to_single still-single 1 still-tp2 still-fsdp2tp2
 same_export still-single still-tp2 still-fsdp2tp2
 
 # Checkpoints at step 4, resumed on the other layout.
 ckpt=(--checkpoint.enable=true --checkpoint.interval=4 --checkpoint.keep_latest_k=0)
 resume() { echo --checkpoint.initial_load_path="$work/$1/checkpoint/step-4" --checkpoint.initial_load_model_only=false; }
-run ck-single 1 "${ckpt[@]}"
-run ck-tp2 2 "${ckpt[@]}" $(tp 2)
-run ck-ddp2tp2 4 "${ckpt[@]}" $(tp 2) --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1
+run_counted ck-single 1 "${ckpt[@]}"
+run_counted ck-tp2 2 "${ckpt[@]}" $(tp 2)
+run_counted ck-ddp2tp2 4 "${ckpt[@]}" $(tp 2) --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1
 equal_to_single single 1 ck-tp2 ck-ddp2tp2
 [ -f "$work/ck-tp2/checkpoint/step-4/model.safetensors" ] || { echo "ck-tp2: not the one process's layout"; ls "$work/ck-tp2/checkpoint/step-4"; exit 1; }
 "$titan" train "${common[@]}" $(resume ck-tp2) --job.dump_folder="$work/tp2-to-1" \
@@ -113,41 +97,18 @@ for name in ("tp2-to-1", "1-to-tp2", "1-to-fsdp2tp2"):
 PY
 
 # Llama (tied) and Qwen2 (untied, biases) folders, loaded into each rank's cuts.
-"$python" - "$work" "$tokenizer" <<'PY'
-import shutil, sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-work, tokenizer = sys.argv[1:]
-common = dict(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-              initializer_range=0.02, bos_token_id=151643, eos_token_id=151645)
-cases = {
-    "llama": (LlamaForCausalLM, LlamaConfig(**common, tie_word_embeddings=True, rope_theta=500000.0,
-              rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                            "high_freq_factor": 4.0, "original_max_position_embeddings": 64})),
-    "qwen2": (Qwen2ForCausalLM, Qwen2Config(**common, tie_word_embeddings=False)),
-}
-for name, (cls, config) in cases.items():
-    torch.manual_seed(0)
-    model = cls(config).eval()
-    with torch.no_grad():  # random biases: a row-wise bias added twice, or not summed, shows
-        for key, p in model.named_parameters():
-            if key.endswith(".bias"):
-                p.normal_(0.0, 0.1)
-    model.save_pretrained(f"{work}/{name}", safe_serialization=True)
-    for f in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(f"{tokenizer}/{f}", f"{work}/{name}/{f}")
-PY
+"$python" "$(dirname "$0")/write_tiny_llama_qwen2.py" "$work" "$tokenizer" 0.02
 corpus=/usr/share/doc/jargon-text/jargon.txt.gz
 for name in llama qwen2; do
   hf=(--preset hf --model.hf_assets_path="$work/$name" --training.dataset=files
       --training.dataset_path="$corpus" --checkpoint.initial_load_path="$work/$name"
       --checkpoint.initial_load_in_hf=true --checkpoint.last_save_in_hf=true)
-  run "$name-single" 1 "${hf[@]}"
-  run "$name-tp2" 2 "${hf[@]}" $(tp 2)
+  run_counted "$name-single" 1 "${hf[@]}"
+  run_counted "$name-tp2" 2 "${hf[@]}" $(tp 2)
   equal_to_single "$name-single" 1 "$name-tp2"
-  run "$name-still-single" 1 "${hf[@]}" "${still[@]}"
-  run "$name-still-tp2" 2 "${hf[@]}" "${still[@]}" $(tp 2)
-  run "$name-still-fsdp2tp2" 4 "${hf[@]}" "${still[@]}" $(tp 2)
+  run_counted "$name-still-single" 1 "${hf[@]}" "${still[@]}"
+  run_counted "$name-still-tp2" 2 "${hf[@]}" "${still[@]}" $(tp 2)
+  run_counted "$name-still-fsdp2tp2" 4 "${hf[@]}" "${still[@]}" $(tp 2)
   same_export "$name-still-single" "$name-still-tp2" "$name-still-fsdp2tp2"
 done
 

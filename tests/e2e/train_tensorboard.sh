@@ -7,7 +7,7 @@
 # save_tb_folder; on 2 ranks, rank 0's file only; no event file without the key; a folder it
 # cannot create is one line.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 python="$2"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -2,7 +2,7 @@
 # Commands that write never destroy what titan did not write, nor what they read: each refused
 # case below exits non-zero with one error line and leaves every folder involved byte-identical.
 set -euo pipefail
-titan="$1"
+titan=$(realpath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"

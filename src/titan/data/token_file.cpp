@@ -1,11 +1,7 @@
 #include "titan/data/token_file.h"
 
-#include <unistd.h>
-
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "titan/core/error.h"
 
@@ -97,45 +93,28 @@ void TokenFileReader::read_tokens(size_t i, uint64_t begin, uint64_t end,
 }
 
 TokenFileWriter::TokenFileWriter(std::string path, uint32_t vocab_size)
-    : path_(std::move(path)), vocab_size_(vocab_size) {
-  TITAN_CHECK(vocab_size > 0 && vocab_size <= uint32_t{INT32_MAX}, path_, ": vocab_size ",
+    : file_(std::move(path)), vocab_size_(vocab_size) {
+  TITAN_CHECK(vocab_size > 0 && vocab_size <= uint32_t{INT32_MAX}, file_.path(), ": vocab_size ",
               vocab_size, " is out of range");
-  temp_path_ = path_ + ".tmp." + std::to_string(::getpid());
-  file_ = std::fopen(temp_path_.c_str(), "wb");
-  TITAN_CHECK(file_ != nullptr, path_, ": cannot create ", temp_path_, ": ", std::strerror(errno));
   // The header is written last, when the counts are known; zeros hold its place.
   const char zeros[kTokenFileHeaderBytes] = {};
-  write(zeros, sizeof(zeros));
-}
-
-TokenFileWriter::~TokenFileWriter() {
-  if (file_ != nullptr) std::fclose(file_);
-  if (!committed_) {
-    std::error_code ec;
-    std::filesystem::remove(temp_path_, ec);
-  }
-}
-
-void TokenFileWriter::write(const void* data, size_t bytes) {
-  if (bytes == 0) return;  // an empty document: its data() may be null, which fwrite must not get
-  TITAN_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, path_, ": writing ", temp_path_,
-              " failed: ", std::strerror(errno));
+  file_.write(zeros, sizeof(zeros));
 }
 
 void TokenFileWriter::add_doc(const std::vector<int32_t>& ids) {
-  TITAN_CHECK(!committed_, path_, ": add_doc after commit");
+  TITAN_CHECK(!committed_, file_.path(), ": add_doc after commit");
   for (const int32_t id : ids) {
-    TITAN_CHECK(id >= 0 && static_cast<uint32_t>(id) < vocab_size_, path_, ": document ",
+    TITAN_CHECK(id >= 0 && static_cast<uint32_t>(id) < vocab_size_, file_.path(), ": document ",
                 doc_ends_.size(), " has id ", id, ", outside the vocabulary [0, ", vocab_size_,
                 ")");
   }
-  write(ids.data(), 4 * ids.size());
+  file_.write(ids.data(), 4 * ids.size());
   n_tokens_ += ids.size();
   doc_ends_.push_back(n_tokens_);
 }
 
 void TokenFileWriter::commit() {
-  write(doc_ends_.data(), 8 * doc_ends_.size());
+  file_.write(doc_ends_.data(), 8 * doc_ends_.size());
   unsigned char header[kTokenFileHeaderBytes] = {};
   std::memcpy(header, kTokenFileMagic.data(), kTokenFileMagic.size());
   const uint64_t n_docs = doc_ends_.size();
@@ -143,14 +122,8 @@ void TokenFileWriter::commit() {
   std::memcpy(header + 12, &vocab_size_, 4);
   std::memcpy(header + 16, &n_tokens_, 8);
   std::memcpy(header + 24, &n_docs, 8);
-  TITAN_CHECK(std::fseek(file_, 0, SEEK_SET) == 0, path_, ": seek in ", temp_path_, " failed");
-  write(header, sizeof(header));
-  const int rc = std::fclose(file_);
-  file_ = nullptr;
-  TITAN_CHECK(rc == 0, path_, ": closing ", temp_path_, " failed: ", std::strerror(errno));
-  std::error_code ec;
-  std::filesystem::rename(temp_path_, path_, ec);
-  TITAN_CHECK(!ec, path_, ": cannot rename ", temp_path_, " into place: ", ec.message());
+  file_.write_at(0, header, sizeof(header));
+  file_.commit();
   committed_ = true;
 }
 

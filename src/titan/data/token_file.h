@@ -16,12 +16,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "titan/io/atomic_file.h"
 #include "titan/io/mapped_file.h"
 
 namespace titan {
@@ -64,12 +64,13 @@ class TokenFileReader {
   mutable std::atomic<uint64_t> tokens_read_{0};
 };
 
-// Writes a token file under a temporary name beside `path` and renames it into place on commit(),
-// so a failed run never leaves a partial file under the final name.
+// Writes a token file through io/atomic_file: under a temporary name beside `path`, synced and
+// renamed into place on commit(), so neither a failed run nor a crash leaves a partial file under
+// the final name.
 class TokenFileWriter {
  public:
   TokenFileWriter(std::string path, uint32_t vocab_size);
-  ~TokenFileWriter();  // removes the temporary file unless committed
+  // Removes the temporary file unless committed.
   TokenFileWriter(const TokenFileWriter&) = delete;
   TokenFileWriter& operator=(const TokenFileWriter&) = delete;
 
@@ -80,11 +81,8 @@ class TokenFileWriter {
   size_t n_docs() const { return doc_ends_.size(); }
 
  private:
-  void write(const void* data, size_t bytes);
-
-  std::string path_, temp_path_;
+  AtomicFile file_;
   uint32_t vocab_size_;
-  std::FILE* file_ = nullptr;
   uint64_t n_tokens_ = 0;
   std::vector<uint64_t> doc_ends_;
   bool committed_ = false;

@@ -85,6 +85,21 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
+void AtomicFile::write_at(size_t offset, const void* data, size_t bytes) {
+  TITAN_CHECK(fd_ >= 0, path_, ": write after commit");
+  TITAN_CHECK(offset <= written_ && bytes <= written_ - offset, path_, ": overwriting bytes [",
+              offset, ", ", offset + bytes, ") past the ", written_, " written");
+  const auto* p = static_cast<const unsigned char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::pwrite(fd_, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    TITAN_CHECK(n > 0, path_, ": write failed: ", n < 0 ? std::strerror(errno) : "no progress");
+    p += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<size_t>(n);
+  }
+}
+
 void AtomicFile::commit() {
   TITAN_CHECK(fd_ >= 0, path_, ": committed twice");
   TITAN_CHECK(::fsync(fd_) == 0, path_, ": fsync failed: ", std::strerror(errno));

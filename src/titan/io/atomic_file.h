@@ -22,6 +22,9 @@ class AtomicFile {
   // error when the disk is full, instead of one midway.
   void reserve(size_t bytes);
   void write(const void* data, size_t bytes);
+  // Overwrites `bytes` at `offset`, inside what write() has written: a header whose counts are
+  // known only at the end.
+  void write_at(size_t offset, const void* data, size_t bytes);
   // fsync, rename onto `path`, fsync the directory so the rename itself is durable.
   void commit();
   const std::string& path() const { return path_; }

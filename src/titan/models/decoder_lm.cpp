@@ -130,9 +130,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
     TITAN_CHECK(embed.kernel->forward_vocab_parallel != nullptr, "model: embedding kernel '",
                 embed_kernel.name, "' of model.embed_tokens has no vocabulary-parallel form ",
                 "(tensor parallel cuts the embedding along the vocabulary)");
-    TITAN_CHECK(lm_head_loss_->forward_backward_vocab_parallel != nullptr, "model: lm_head loss ",
-                "kernel '", loss_kernel.name, "' has no vocabulary-parallel form (tensor parallel ",
-                "cuts the lm_head along the vocabulary)");
+    require_vocab_parallel_loss(loss_kernel);
     embed.vocab_shard = &vocab_shard_;
   }
 
@@ -440,8 +438,10 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
   ce.hidden = h;
   ce.vocab = tp_degree_ > 1 ? vocab_shard_.rows : args_.vocab_size;
   ce.logits = options.logits;
-  ce.chunk_tokens = default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
-                        .chunk_tokens(n, args_.vocab_size, 0);
+  // A kernel without chunk_tokens picks its own (0).
+  ce.chunk_tokens = lm_head_loss_->chunk_tokens != nullptr
+                        ? lm_head_loss_->chunk_tokens(n, args_.vocab_size, 0)
+                        : 0;
   ce.workspace = acts_.loss_workspace;
   if (options.compute_grad) {
     ce.dx = acts_.grad.d_norm;

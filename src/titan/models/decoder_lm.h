@@ -23,13 +23,15 @@ namespace titan {
 // and with `sequence_parallel` its seq / tp_degree tokens of each sequence in the residual stream
 // and the norms (seq must divide by the degree: titan::Error naming training.seq_len); on a rank of
 // `ep_degree` expert-parallel ranks, the rooms for the most rows that can arrive at its experts
-// (carve_expert_parallel); `lora`: a LoRA run's arena (Retention::lora). Named fields, so that
-// a call says which it sets.
+// (carve_expert_parallel); `lora`: a LoRA run's arena (Retention::lora); `lm_head_loss`: the
+// kernel bound to lm_head, whose workspace the arena holds (null: the device's default). Named
+// fields, so that a call says which it sets.
 struct ArenaLayout {
   int64_t tp_degree = 1;
   bool sequence_parallel = false;
   int64_t ep_degree = 1;
   bool lora = false;
+  const LmHeadLossKernel* lm_head_loss = nullptr;
 };
 
 class DecoderLM final : public CausalLM {
@@ -138,11 +140,11 @@ class DecoderLM final : public CausalLM {
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use. tp_degree: the tensor-parallel ranks the heads, the MLP width and the
   // vocabulary are cut over (1: none); sequence_parallel: and each sequence's tokens, in the
-  // residual stream and the norms.
+  // residual stream and the norms; loss: the kernel bound to lm_head, whose workspace it holds.
   static int64_t carve_activations(const ModelArgs& args, DType compute_dtype,
                                    const Retention& retention, int64_t tp_degree,
-                                   bool sequence_parallel, float* base, int64_t batch, int64_t seq,
-                                   Activations& v);
+                                   bool sequence_parallel, const LmHeadLossKernel& loss,
+                                   float* base, int64_t batch, int64_t seq, Activations& v);
   // Under expert parallel (ep_degree > 1; 0 floats otherwise), carved after the activations: the
   // room every sparse layer shares while it runs and each activation set's kept gate and up, for
   // the most rows that can arrive at a rank (nn/expert_parallel.h most_arrived_rows: every
@@ -156,7 +158,7 @@ class DecoderLM final : public CausalLM {
                                        std::vector<std::unique_ptr<ExpertParallelRows>>* sets);
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
                               const Retention& retention, int64_t tp_degree, bool sequence_parallel,
-                              int64_t batch, int64_t seq);
+                              const LmHeadLossKernel& loss, int64_t batch, int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
   // This call's rows: packed (segment starts copied, positions restarting at each) or, for null,
   // one sequence each (positions 0..seq-1), for the forward and its backward.
@@ -324,10 +326,21 @@ class DecoderLM final : public CausalLM {
 
 // What `overrides` would do to a DecoderLM of `args` computing in `compute_dtype`, with the same
 // errors its constructor raises and then its check_kernel_constraints(batch, seq), without
-// building it (titan plan checks a config this way).
-OverrideReport decoder_lm_overrides(const ModelArgs& args,
-                                    const std::vector<OverrideRule>& overrides, DType compute_dtype,
-                                    int64_t batch, int64_t seq);
+// building it (titan plan checks a config this way): the report, and the loss kernel they leave
+// bound to lm_head (what the arena's loss workspace is sized for).
+struct DecoderLMOverrides {
+  OverrideReport report;
+  const KernelEntry* lm_head_loss = nullptr;
+};
+DecoderLMOverrides decoder_lm_overrides(const ModelArgs& args,
+                                        const std::vector<OverrideRule>& overrides,
+                                        DType compute_dtype, int64_t batch, int64_t seq);
+// `bound`, the loss kernel [overrides] or a plugin bound to lm_head, or with none (null) the
+// running device's default.
+const LmHeadLossKernel& bound_lm_head_loss(const LmHeadLossKernel* bound);
+// Tensor parallel cuts the lm_head along the vocabulary: a titan::Error naming `loss` (the kernel
+// bound to lm_head) when it has no vocabulary-parallel form.
+void require_vocab_parallel_loss(const KernelEntry& loss);
 
 // The model registry's factory for every family DecoderLM computes (models/registry.cpp).
 std::unique_ptr<CausalLM> make_decoder_lm(const ModelArgs& args,

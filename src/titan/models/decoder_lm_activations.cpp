@@ -17,8 +17,8 @@ namespace titan {
 
 int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
                                      const Retention& retention, int64_t tp_degree,
-                                     bool sequence_parallel, float* base, int64_t batch,
-                                     int64_t seq, Activations& v) {
+                                     bool sequence_parallel, const LmHeadLossKernel& loss,
+                                     float* base, int64_t batch, int64_t seq, Activations& v) {
   // A tensor-parallel rank's heads and MLP widths (the plan's column-wise parts); the residual
   // streams and norms whole, or under sequence parallel this rank's R = N / tp rows of them
   // (seq / tp tokens of each sequence), the blocks' inputs and outputs gathered whole into
@@ -131,15 +131,19 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   }
   const int64_t layers_end = c.used();
   c.rewind(shared_begin);
-  const LmHeadLossKernel& loss =
-      default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind());
   const bool loss_bf16 = compute_dtype == DType::bf16;
-  const int64_t loss_bytes =
-      tp_degree > 1
-          ? loss.vocab_parallel_workspace_bytes(
-                n, h, VocabShard::of(args.vocab_size, 0, static_cast<int>(tp_degree)), 0, loss_bf16)
-          : loss.workspace_bytes(n, h, args.vocab_size, 0, loss_bf16);
-  v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
+  // Under TP the kernel has its vocabulary-parallel form (require_vocab_parallel_loss); a kernel
+  // that sizes no workspace allocates its own (LmHeadLossKernel::workspace_bytes).
+  if (tp_degree > 1) {
+    const int64_t loss_bytes = loss.vocab_parallel_workspace_bytes(
+        n, h, VocabShard::of(args.vocab_size, 0, static_cast<int>(tp_degree)), 0, loss_bf16);
+    v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
+  } else if (loss.workspace_bytes != nullptr) {
+    const int64_t loss_bytes = loss.workspace_bytes(n, h, args.vocab_size, 0, loss_bf16);
+    v.loss_workspace = c.take((loss_bytes + sizeof(float) - 1) / sizeof(float));
+  } else {
+    v.loss_workspace = nullptr;
+  }
   c.skip_past(layers_end);
   // The residual streams: each block's input and the last block's output, or, with nothing kept
   // for a backward, two in turn.
@@ -329,7 +333,7 @@ int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtyp
   const Retention retention{checkpointing, false, layout.lora};
   ExpertParallelScratch measured;
   return (arena_floats(args, compute_dtype, retention, layout.tp_degree, layout.sequence_parallel,
-                       batch, seq) +
+                       bound_lm_head_loss(layout.lm_head_loss), batch, seq) +
           carve_expert_parallel(args, compute_dtype, retention, layout.ep_degree, layout.tp_degree,
                                 nullptr, batch, seq, measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
@@ -392,16 +396,17 @@ int64_t DecoderLM::carve_expert_parallel(const ModelArgs& args, DType compute_dt
 
 int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype,
                                 const Retention& retention, int64_t tp_degree,
-                                bool sequence_parallel, int64_t batch, int64_t seq) {
+                                bool sequence_parallel, const LmHeadLossKernel& loss, int64_t batch,
+                                int64_t seq) {
   Activations measured;
-  return carve_activations(args, compute_dtype, retention, tp_degree, sequence_parallel, nullptr,
-                           batch, seq, measured);
+  return carve_activations(args, compute_dtype, retention, tp_degree, sequence_parallel, loss,
+                           nullptr, batch, seq, measured);
 }
 
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
   ExpertParallelScratch measured;
-  return (arena_floats(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_, batch,
-                       seq) +
+  return (arena_floats(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
+                       *lm_head_loss_, batch, seq) +
           carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, tp_degree_, nullptr,
                                 batch, seq, measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
@@ -417,7 +422,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
                   MemCategory::activations);
   const int64_t layers_floats =
       carve_activations(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
-                        arena_.as<float>(), batch, seq, acts_);
+                        *lm_head_loss_, arena_.as<float>(), batch, seq, acts_);
   carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, tp_degree_,
                         arena_.as<float>() + layers_floats, batch, seq, ep_scratch_, &ep_rows_);
   batch_ = batch;

@@ -1,10 +1,13 @@
 #include "titan/models/decoder_lm_slots.h"
 
 #include <string>
+#include <variant>
 
 #include "titan/backend/backend.h"
+#include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
 #include "titan/models/decoder_lm.h"
+#include "titan/nn/layers.h"
 
 namespace titan {
 namespace {
@@ -75,13 +78,32 @@ void DecoderLM::check_kernel_constraints(int64_t batch, int64_t seq) const {
   check_decoder_lm_slot_constraints(slots_, args_, batch, seq);
 }
 
-OverrideReport decoder_lm_overrides(const ModelArgs& args,
-                                    const std::vector<OverrideRule>& overrides, DType compute_dtype,
-                                    int64_t batch, int64_t seq) {
+DecoderLMOverrides decoder_lm_overrides(const ModelArgs& args,
+                                        const std::vector<OverrideRule>& overrides,
+                                        DType compute_dtype, int64_t batch, int64_t seq) {
   std::vector<KernelSlot> slots = decoder_lm_default_slots(args, compute_dtype, backend().kind());
-  OverrideReport report = apply_overrides(slots, overrides, kernel_registry());
+  DecoderLMOverrides bound;
+  bound.report = apply_overrides(slots, overrides, kernel_registry());
   check_decoder_lm_slot_constraints(slots, args, batch, seq);
-  return report;
+  bound.lm_head_loss = &KernelBinder(slots).bind("lm_head", OpKind::lm_head_loss);
+  return bound;
+}
+
+const LmHeadLossKernel& bound_lm_head_loss(const LmHeadLossKernel* bound) {
+  return bound != nullptr
+             ? *bound
+             : default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind());
+}
+
+void require_vocab_parallel_loss(const KernelEntry& loss) {
+  const LmHeadLossKernel& k = std::get<LmHeadLossKernel>(loss.impl);
+  TITAN_CHECK(k.forward_backward_vocab_parallel != nullptr, "model: lm_head loss kernel '",
+              loss.name, "' has no vocabulary-parallel form ",
+              "(tensor parallel cuts the lm_head along the vocabulary)");
+  // The group reduces per chunk: the plan counts the chunks.
+  TITAN_CHECK(k.chunk_tokens != nullptr, "model: lm_head loss kernel '", loss.name,
+              "' has no chunk_tokens (tensor parallel's loss reduces over the group per chunk, ",
+              "which titan plan counts)");
 }
 
 }  // namespace titan

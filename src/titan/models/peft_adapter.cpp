@@ -66,7 +66,9 @@ LoraOptions read_peft_adapter_config(const std::string& dir) {
   std::string list;
   for (const nlohmann::json& t : targets) {
     TITAN_CHECK(t.is_string(), path, ": \"target_modules\" holds ", json_excerpt(t));
-    list += (list.empty() ? "" : ",") + t.get<std::string>();
+    // Appended piece by piece: GCC 12 warns falsely (-Wrestrict) on "," + std::string.
+    if (!list.empty()) list += ',';
+    list += t.get<std::string>();
   }
   // A MoE model's adapter (PEFT on Transformers 5) names the experts' stacked parameters in
   // target_parameters: gate_up_proj (gate_proj and up_proj fused, its rank and alpha doubled by

@@ -1,7 +1,8 @@
 // The training job's configuration, in torchtitan's sections and keys, so a torchtitan user can
 // read and write it at once. Sources, later ones winning: the built-in preset, a TOML file,
-// `--section.key=value` command-line overrides. Every field is declared once in
-// job_config_fields.cpp (name, type, help); parsing, overriding and printing all walk that table.
+// `--section.key=value` command-line overrides. Every field is declared once, in job_config.cpp's
+// table (fields(): section, key and the member it sets, whose type is the field's); parsing,
+// overriding and printing all walk that table.
 #pragma once
 
 #include <cstdint>

@@ -72,9 +72,9 @@ class Parallelism {
   Communicator& data_parallel_group() { return mesh_.dp_group(); }
   // What the load-balancing loss's router statistics are summed over when it is global
   // (model.router_aux_loss_scope): the ranks holding the other tokens of a micro-batch step, the
-  // data-parallel ranks of this tp index (EP's ranks among them). The TP ranks of a group route
-  // the same tokens; tensor parallel on a model with experts is not built yet -- should it route
-  // each rank's own sequence part under sequence parallel, this becomes the dp x tp ranks.
+  // data-parallel ranks of this tp index (EP's ranks among them). Under EP x TP each TP rank
+  // routes its sequence shard, and the model sums those statistics over the TP group first
+  // (DecoderLM::reduce_router_statistics), so the data-parallel ranks complete the sum.
   Communicator& router_statistics_group() { return mesh_.dp_group(); }
 
   // HF init of every parameter, deterministic in `seed` (a unit at a time under FSDP); under TP

@@ -190,9 +190,7 @@ void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& row
     sparse_layers += sparse ? 1 : 0;
   }
   const bool sp = in.sequence_parallel;
-  const int64_t chunk =
-      default_kernel_impl<LmHeadLossKernel>(OpKind::lm_head_loss, backend().kind())
-          .chunk_tokens(n, a.vocab_size, 0);
+  const int64_t chunk = bound_lm_head_loss(in.lm_head_loss).chunk_tokens(n, a.vocab_size, 0);
   const int64_t chunks = (n + chunk - 1) / chunk;
   // Per micro-batch: the stream's reductions (embedding, each block forward and recomputed and
   // backward, the loss's d x) and gathers.
@@ -275,9 +273,12 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   }
   // The kernels [overrides] names, a plugin's too, and their constraints on the step's shapes, as
   // titan train refuses them before allocating.
-  in.override_warnings = decoder_lm_overrides(in.args, resolve_job_kernels(config).overrides,
-                                              in.compute_dtype, in.local_batch_size, in.seq_len)
-                             .warnings;
+  const DecoderLMOverrides bound =
+      decoder_lm_overrides(in.args, resolve_job_kernels(config).overrides, in.compute_dtype,
+                           in.local_batch_size, in.seq_len);
+  if (in.mesh.tp > 1) require_vocab_parallel_loss(*bound.lm_head_loss);
+  in.override_warnings = bound.report.warnings;
+  in.lm_head_loss = &std::get<LmHeadLossKernel>(bound.lm_head_loss->impl);
   return in;
 }
 
@@ -722,7 +723,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
                                           {.tp_degree = in.mesh.tp,
                                            .sequence_parallel = in.sequence_parallel,
                                            .ep_degree = in.mesh.ep,
-                                           .lora = in.lora.rank > 0});
+                                           .lora = in.lora.rank > 0,
+                                           .lm_head_loss = in.lm_head_loss});
   };
   m.activations_none = activations(ActivationCheckpointing::none());
   m.activations_full = activations(ActivationCheckpointing::full());
@@ -733,7 +735,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
                                                        in.local_batch_size, in.seq_len,
                                                        {.tp_degree = in.mesh.tp,
                                                         .sequence_parallel = in.sequence_parallel,
-                                                        .lora = in.lora.rank > 0});
+                                                        .lora = in.lora.rank > 0,
+                                                        .lm_head_loss = in.lm_head_loss});
     // Each rank routes its tokens: under EP x TP its seq_len / tp tokens of each sequence.
     m.expert_parallel_rows = most_arrived_rows(in.local_batch_size * in.seq_len / in.mesh.tp,
                                                a.num_experts_per_tok, a.num_experts, in.mesh.ep);

@@ -46,6 +46,8 @@
 
 namespace titan {
 
+struct LmHeadLossKernel;  // dispatch/registry.h
+
 // What the plan depends on, as the trainer resolves it from a JobConfig (plan_inputs).
 struct PlanInputs {
   ModelArgs args;
@@ -70,6 +72,9 @@ struct PlanInputs {
   bool lora_base_bf16 = false;
   // [overrides] rules that match no module, as titan train warns of them.
   std::vector<std::string> override_warnings;
+  // The loss kernel [overrides] or a plugin binds to lm_head: its workspace and chunks (null: the
+  // device's default).
+  const LmHeadLossKernel* lm_head_loss = nullptr;
 };
 
 // The inputs of `config` on a world of `world_size` ranks: the same resolution and the same

@@ -372,11 +372,10 @@ std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
   const cudaError_t status = cudaGetDeviceCount(&count);
   TITAN_CHECK(status == cudaSuccess && count > 0, "no CUDA device (",
               status == cudaSuccess ? "the driver reports none" : cudaGetErrorString(status), ")");
-  TITAN_CHECK(ordinal >= 0 && ordinal<count, "no CUDA device ", ordinal, " (the machine has ",
-                                      count, ": cuda:0", count> 1
-                  ? detail::concat(" to cuda:", count - 1)
-                  : "",
-              ")");
+  // (count > 1) in parentheses: clang-format 14 reads `ordinal < count, ..., count > 1` as a
+  // template's brackets.
+  TITAN_CHECK(ordinal >= 0 && ordinal < count, "no CUDA device ", ordinal, " (the machine has ",
+              count, ": cuda:0", (count > 1) ? detail::concat(" to cuda:", count - 1) : "", ")");
   return std::make_unique<CudaBackend>(ordinal);
 }
 
