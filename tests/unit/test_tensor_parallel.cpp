@@ -9,7 +9,8 @@
 // biases added once), a tied embedding (the lm_head is the embedding's rows), on 2 and 4 ranks;
 // the same on 2 ranks in bf16 compute. Sequence parallel the same way, also under activation
 // checkpointing, its arena's bytes per rank against one process's. One step counts the group's
-// reductions and gathers.
+// reductions and gathers. A model with experts: EP x TP (the TP ranks as the EP group) and expert
+// tensor parallel (TP without EP: every expert cut along its width), each against the whole model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
