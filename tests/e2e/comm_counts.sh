@@ -8,7 +8,9 @@
 # FSDP 2 x TP 2; EP 2, DDP 2 x EP 2, FSDP 2 x EP 2 and on 8 ranks HSDP 2 x FSDP 2 x EP 2 on the
 # tiny MoE, and EP x TP there: TP 2 x EP 2 (the load-balancing loss on; and without sequence
 # parallel under full activation checkpointing), FSDP 2 x TP 2 x EP 2, TP 2 x EP 4, DDP 2 x TP 2 x
-# EP 2 (the load-balancing loss on: the statistics over "tp", then "dp") (expert
+# EP 2 (the load-balancing loss on: the statistics over "tp", then "dp"), and TP without EP:
+# TP 2 (the load-balancing loss on; without sequence parallel under full activation
+# checkpointing) and FSDP 2 x TP 2 (the load-balancing loss on) (expert
 # parallel's all-to-all-v: its calls exact, its bytes an expectation under uniform routing,
 # printed beside; DDP 2 x EP 2 with the global load-balancing loss: its router
 # statistics' all-reduce per micro-batch over dp; under FSDP x EP the experts' all-gathers and
@@ -70,6 +72,13 @@ check tp2_ep4 4 --model.flavor=tiny_moe "${tp2[@]}" --parallelism.expert_paralle
 check ddp2_tp2_ep2_aux 4 "${ep2[@]}" "${tp2[@]}" --parallelism.data_parallel_replicate_degree=2 \
   --parallelism.data_parallel_shard_degree=1 --model.output_router_logits=true
 compare_options=()
+# TP without EP on the MoE (expert tensor parallel): each sparse block a TP block like a dense MLP
+# (SP's gathers and reduce-scatters, or all-reduces), the routers' gradients summed over TP, the
+# load-balancing statistics not (every TP rank's are the whole rows'), over "dp" under FSDP 2 x TP 2.
+check tp2_moe_aux 2 --model.flavor=tiny_moe "${tp2[@]}" --model.output_router_logits=true
+check tp2_moe_nosp_full_ac 2 --model.flavor=tiny_moe "${tp2[@]}" \
+  --parallelism.enable_sequence_parallel=false --activation_checkpoint.mode=full
+check fsdp2_tp2_moe_aux 4 --model.flavor=tiny_moe "${tp2[@]}" --model.output_router_logits=true
 
 # The comparison fails where the two differ: TP 2's report against FSDP 2's plan.
 if "$python" "$compare" "$work/fsdp2.plan.json" "$work/tp2.log" > "$work/mismatch.out"; then

@@ -14,10 +14,12 @@
 #     most_arrived_rows); FSDP 2 x EP 2 on 4 ranks (the experts sharded over the 2 ranks holding
 #     them, the rest over all 4) in fp32 and bf16 likewise to the byte; EP x TP likewise (TP 2 x
 #     EP 2 with sequence parallel and without, FSDP 2 x TP 2 x EP 2, TP 2 x EP 4: the sparse blocks
-#     on the sequence shards, their rooms for tokens / tp); FSDP 2 x TP 2 and FSDP 2 x EP 2 saving
-#     checkpoints, the run's peak the plan's to the byte (a tensor's shard rows gathered onto rank
-#     0's TP or EP group, then its cuts onto rank 0); FSDP 2 x TP 2 x EP 2's saves and TP on the MoE
-#     without EP refused by plan and train in the same line;
+#     on the sequence shards, their rooms for tokens / tp); TP on tiny_moe without EP likewise (TP
+#     2 with sequence parallel and without, FSDP 2 x TP 2: each rank 1/2 of every expert's width,
+#     the sparse blocks on every token); FSDP 2 x TP 2 and FSDP 2 x EP 2 saving checkpoints, the
+#     run's peak the plan's to the byte (a tensor's shard rows gathered onto rank 0's TP or EP
+#     group, then its cuts onto rank 0); FSDP 2 x TP 2 x EP 2's saves refused by plan and train in
+#     the same line;
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
@@ -77,11 +79,13 @@ for name in fsdp2ep2 fsdp2ep2bf16; do
     --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
 done
 # EP x TP: TP 2 x EP 2 with sequence parallel and without, FSDP 2 x TP 2 x EP 2, TP 2 x EP 4 (DDP 2)
-# -- the sparse blocks on the sequence shards, their rooms for tokens / tp; and the saves of FSDP 2 x
-# TP 2 and FSDP 2 x EP 2 (a tensor's shard rows gathered onto rank 0's TP or EP group beside the
-# whole tensor on rank 0).
+# -- the sparse blocks on the sequence shards, their rooms for tokens / tp; TP without EP on the
+# MoE (TP 2 with and without sequence parallel, FSDP 2 x TP 2: every expert's width cut, the sparse
+# blocks on every token); and the saves of FSDP 2 x TP 2 and FSDP 2 x EP 2 (a tensor's shard rows
+# gathered onto rank 0's TP or EP group beside the whole tensor on rank 0).
 tp_ep=(--model.flavor=tiny_moe "${tp[@]}")
-for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 fsdp2tp2ckpt fsdp2ep2ckpt; do
+for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 tp2moe tp2moenosp fsdp2tp2moe fsdp2tp2ckpt \
+            fsdp2ep2ckpt; do
   flags=("${common[@]}") nproc=4
   case $name in
     tp2ep2) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=2) nproc=2 ;;
@@ -89,6 +93,9 @@ for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 fsdp2tp2ckpt fsdp2ep2ckpt; do
                         --parallelism.enable_sequence_parallel=false) nproc=2 ;;
     fsdp2tp2ep2) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=2) ;;
     tp2ep4) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=4) ;;
+    tp2moe) flags+=("${tp_ep[@]}") nproc=2 ;;
+    tp2moenosp) flags+=("${tp_ep[@]}" --parallelism.enable_sequence_parallel=false) nproc=2 ;;
+    fsdp2tp2moe) flags+=("${tp_ep[@]}") ;;
     fsdp2tp2ckpt) flags+=("${tp[@]}" "${ckpt[@]}") ;;
     fsdp2ep2ckpt) flags+=("${fsdp_ep[@]}" "${ckpt[@]}") ;;
   esac
@@ -97,11 +104,10 @@ for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 fsdp2tp2ckpt fsdp2ep2ckpt; do
     --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
 done
 # What titan train refuses from the config under TP, plan refuses with the same line: FSDP x TP x EP
-# saves (not built), and TP on a model with experts without EP (the experts' own TP cut).
-for name in threeways etp; do
-  flags=("${common[@]}" "${tp_ep[@]}") nproc=4 expected="checkpoints of FSDP x TP x EP cuts are not built yet"
-  [ $name = threeways ] && flags+=(--parallelism.expert_parallel_degree=2 "${ckpt[@]}")
-  [ $name = etp ] && nproc=2 expected="the experts' own tensor-parallel cut is not built yet"
+# saves (not built).
+for name in threeways; do
+  flags=("${common[@]}" "${tp_ep[@]}" --parallelism.expert_parallel_degree=2 "${ckpt[@]}") nproc=4
+  expected="checkpoints of FSDP x TP x EP cuts are not built yet"
   if "$titan" plan "${flags[@]}" --nproc $nproc > "$work/$name.plan" 2>&1; then
     echo "$name planned"; cat "$work/$name.plan"; exit 1
   fi
@@ -130,7 +136,9 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
                                   ("ep2", 2, 2, 1), ("ep2bf16", 2, 2, 1), ("fsdp2ep2", 4, 4, 1),
                                   ("fsdp2ep2bf16", 4, 4, 1), ("tp2ep2", 2, 1, 2),
                                   ("tp2ep2nosp", 2, 1, 2), ("fsdp2tp2ep2", 4, 2, 1),
-                                  ("tp2ep4", 4, 2, 1), ("fsdp2tp2ckpt", 4, 2, 1),
+                                  ("tp2ep4", 4, 2, 1), ("tp2moe", 2, 1, 2),
+                                  ("tp2moenosp", 2, 1, 2), ("fsdp2tp2moe", 4, 2, 1),
+                                  ("fsdp2tp2ckpt", 4, 2, 1),
                                   ("fsdp2ep2ckpt", 4, 4, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
@@ -150,10 +158,10 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
           f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
     if abs(off) > 0.10:
         failed.append(name)
-    if "ep" in name and "ckpt" not in name:  # the rank's experts (under FSDP their shards), not
-        # the whole model's; the arena's rooms for the most rows that can arrive at them (every
-        # rank's tokens -- under EP x TP its sequence shard's -- choosing this rank's experts);
-        # FSDP x EP's units in flight of both kinds of shards
+    if ("ep" in name or "moe" in name) and "ckpt" not in name:  # the rank's experts (under FSDP
+        # their shards; without EP its part of each), not the whole model's; the arena's rooms for
+        # the most rows that can arrive at them (every rank's tokens -- under EP x TP its sequence
+        # shard's -- choosing this rank's experts); FSDP x EP's units in flight of both kinds
         for c in ("parameters", "gradients", "optimizer", "activations"):
             got = round(last["memory_peak_by_category_gib"][c] * 2**30)
             if by_category[c] != got:

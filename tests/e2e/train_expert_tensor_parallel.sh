@@ -20,8 +20,9 @@
 #    one process, whose step-8 checkpoint resumes on TP 2 x EP 2 again, each within 1e-5 of the
 #    uninterrupted run; DDP 2 x TP 2 x EP 2 (4 ranks) saves too, its losses within 1e-5, and TP 2
 #    x EP 4 saves and resumes on one process.
-# What is not built is refused with one line: TP on a model with experts without EP (the
-# experts' own TP cut). (titan plan for EP x TP: tests/e2e/plan_memory.sh and comm_counts.sh.)
+# What is not built is refused with one line: an EP degree that is not a multiple of the TP
+# degree (the experts' TP cut beside EP; TP without EP cuts them: train_moe_tensor_parallel.sh).
+# (titan plan for EP x TP: tests/e2e/plan_memory.sh and comm_counts.sh.)
 # usage: train_expert_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan=$(realpath "$1")
@@ -108,6 +109,6 @@ refused() {  # refused NAME NPROC PATTERN ARGS...
   fi
   one_line "$work/$name.log" "$pattern"
 }
-refused tp2 2 "a model with experts needs parallelism.expert_parallel_degree > 1" \
-  --parallelism.tensor_parallel_degree=2
+refused tp4ep2 4 "the EP degree must be a multiple of the TP degree" \
+  --parallelism.tensor_parallel_degree=4 --parallelism.expert_parallel_degree=2
 echo "train_expert_tensor_parallel: all checks passed"

@@ -9,7 +9,8 @@
 // biases added once), a tied embedding (the lm_head is the embedding's rows), on 2 and 4 ranks;
 // the same on 2 ranks in bf16 compute. Sequence parallel the same way, also under activation
 // checkpointing, its arena's bytes per rank against one process's. One step counts the group's
-// reductions and gathers.
+// reductions and gathers. A model with experts: EP x TP (the TP ranks as the EP group) and expert
+// tensor parallel (TP without EP: every expert cut along its width), each against the whole model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -474,8 +475,6 @@ TEST(SequenceParallel, SmallDimsHalveActivationAndParameterBytesOnTwoRanks) {
   EXPECT_LE(of_half, 1.05);
 }
 
-// What is not built is refused with one line: a group's reductions not set, its gathers not set
-// under sequence parallel, a sequence the degree does not divide, experts under tensor parallel.
 // EP x TP (the TP ranks as the EP group, each holding whole experts): a sparse block runs on each
 // rank's sequence shard -- its rows under sequence parallel, else sliced from the whole input and
 // its output all-gathered --, its router's gradient and the load-balancing statistics summed over
@@ -496,6 +495,42 @@ TEST(ExpertTensorParallel, SparseBlocksOnSequenceShardsEqualTheWholeModel) {
   }
 }
 
+// Expert tensor parallel (TP without EP, torchtitan's): every rank holds its part of each
+// expert's width (gate and up column-wise, down row-wise) and runs the sparse block on the whole
+// rows as a dense TP MLP runs -- its input gathered under sequence parallel, its output a partial
+// sum reduce-scattered or all-reduced. The router's gradient is partial (the expert outputs it
+// multiplies are) and summed over the group; the load-balancing statistics are the whole rows' on
+// every rank, never summed over it, and the loss's gradient joins the group's sums once (a large
+// coefficient, so that a gradient joined on every rank shows). On 2 and 4 ranks, with and
+// without sequence parallel, under full activation checkpointing and in bf16.
+TEST(ExpertTensorParallel, ExpertsCutAlongTheirWidthEqualTheWholeModel) {
+  for (const int degree : {2, 4}) {
+    ModelArgs moe = test::with_moe(even(test::tiny_dense(false), degree), 4, 2, 16, {1});
+    moe.output_router_logits = true;
+    moe.router_aux_loss_coef = 0.5;
+    for (const bool sequence_parallel : {true, false}) {
+      SCOPED_TRACE(std::to_string(degree) + (sequence_parallel ? " ranks, sequence parallel"
+                                                               : " ranks, no sequence parallel"));
+      GroupRun run = on(degree, sequence_parallel);
+      expect_group_equals_whole(moe, run);
+      std::vector<Step> ranks;
+      std::vector<Calls> calls;
+      run_group(moe, whole_weights(moe), run, ranks, calls);
+      for (const Calls& c : calls) {
+        for (const auto& [call, count] : c) EXPECT_NE(call.first, "statistics");
+      }
+      if (degree == 4) continue;
+      run.checkpointing = ActivationCheckpointing::full();
+      expect_group_equals_whole(moe, run);
+      run.checkpointing = ActivationCheckpointing::none();
+      run.dtype = DType::bf16;
+      expect_group_equals_whole(moe, run, verify_checks::kBf16Tolerance);
+    }
+  }
+}
+
+// What is not built is refused with one line: a group's reductions not set, its gathers not set
+// under sequence parallel, a sequence the degree does not divide.
 TEST(TensorParallel, RefusesWhatIsNotBuilt) {
   const ModelArgs args = qwen3();
   const std::vector<int32_t> ids(8, 1);
@@ -525,10 +560,6 @@ TEST(TensorParallel, RefusesWhatIsNotBuilt) {
             }),
             "training.seq_len 6 must be divisible by parallelism.tensor_parallel_degree 4 "
             "(sequence parallel gives each rank seq / degree tokens of every sequence)");
-  ModelArgs moe = test::with_moe(qwen3(), 4, 2, 16, {1});
-  EXPECT_NE(forward_error(moe, tp_plan(moe, 1, 2), {}, 8)
-                .find("a model with experts needs expert parallel"),
-            std::string::npos);
 }
 
 }  // namespace

@@ -86,13 +86,10 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
   ep_degree_ = cut_by_ep ? axes.ep_degree : 1;
   sequence_parallel_ = tp_degree_ > 1 && axes.sequence_parallel;
   // Under TP a sparse block runs on the rank's sequence shard with whole experts spread over the
-  // EP group (torchtitan's EP x TP); the experts' own TP cut (ETP) is planned but not computed.
-  if (tp_degree_ > 1 && args_.is_moe() && ep_degree_ == 1) {
-    cannot_compute_ =
-        "tensor parallel on a model with experts needs expert parallel (the experts' "
-        "tensor-parallel cut is not built yet)";
-  }
-  sparse_on_shards_ = tp_degree_ > 1 && args_.is_moe();
+  // EP group (torchtitan's EP x TP), or without EP on the whole rows with the rank's part of every
+  // expert's width (torchtitan's expert tensor parallel).
+  experts_cut_by_tp_ = tp_degree_ > 1 && args_.is_moe() && ep_degree_ == 1;
+  sparse_on_shards_ = tp_degree_ > 1 && args_.is_moe() && ep_degree_ > 1;
   tp_index_ = axes.tp_index;
   if (tp_degree_ > 1) {
     vocab_shard_ = VocabShard::of(args_.vocab_size, static_cast<int>(axes.tp_index),
@@ -187,6 +184,7 @@ DecoderLM::DecoderLM(const ModelArgs& args, const std::vector<OverrideRule>& ove
       moe.dispatch = &std::get<MoeDispatchKernel>(*stage(OpKind::moe_dispatch));
       moe.grouped = &std::get<GroupedExpertsKernel>(*stage(OpKind::grouped_experts));
       moe.combine = &std::get<MoeCombineKernel>(*stage(OpKind::moe_combine));
+      moe.tp_cut = experts_cut_by_tp_;
       if (ep_degree_ > 1) {
         moe.ep_rank = axes.ep_index;
         moe.ep_degree = ep_degree_;
@@ -322,7 +320,6 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
                                       int64_t batch, int64_t seq, const ForwardOptions& options) {
   TITAN_CHECK(batch > 0 && seq > 0, "forward: batch (", batch, ") and seq (", seq,
               ") must be positive");
-  TITAN_CHECK(cannot_compute_.empty(), "forward: ", cannot_compute_);
   TITAN_CHECK(tp_degree_ == 1 || (collectives_.sum_partials && collectives_.all_reduce_max),
               "forward: the model holds tensor-parallel parts of its parameters, and its group's ",
               "reductions are not set (set_layer_collectives: sum_partials and all_reduce_max)");
@@ -477,6 +474,11 @@ void DecoderLM::backward() {
                      g.final_norm_rstd, call_.rows());
   });
   release(head_group_, GroupUseEnd::gradients);
+  // Under expert tensor parallel every TP rank routes the same whole rows and the group sums the
+  // sparse blocks' input gradients and router gradients: the load-balancing loss's gradient, the
+  // same on every rank, joins them on the first TP rank only.
+  const float* aux_dprobs =
+      aux_grad_ && (!experts_cut_by_tp_ || tp_index_ == 0) ? aux_dprobs_.data() : nullptr;
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
     acquire(group, true);
@@ -486,8 +488,7 @@ void DecoderLM::backward() {
     // Recompute (the layer's set is the shared one); rewrites resid[i + 1] identically.
     if (checkpointing_.recomputes_layer(static_cast<int64_t>(i))) layer_forward(i, a);
     summing_partial_grads(partial_grads(i), [&] {
-      m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i],
-                            aux_grad_ ? aux_dprobs_.data() : nullptr, call_);
+      m_.layers[i].backward(g.d_resid, g.grad, a, g.resid[i], aux_dprobs, call_);
     });
     release(group, GroupUseEnd::gradients);
   }
@@ -511,7 +512,9 @@ std::vector<DecoderLM::PartialGrad> DecoderLM::partial_grads(size_t i) const {
     if (norm->weight_grad != nullptr) grads.push_back({norm->weight_grad, norm->dim});
   }
   const Linear& router = layer.moe.gate;
-  if (sparse_on_shards_ && layer.sparse && router.weight_grad != nullptr) {
+  // The router's gradient is each rank's part: of its tokens under EP x TP, of its experts'
+  // partial outputs under expert tensor parallel.
+  if ((sparse_on_shards_ || experts_cut_by_tp_) && layer.sparse && router.weight_grad != nullptr) {
     grads.push_back({router.weight_grad, router.out_features * router.in_features});
   }
   return grads;

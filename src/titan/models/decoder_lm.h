@@ -23,9 +23,10 @@ namespace titan {
 // and with `sequence_parallel` its seq / tp_degree tokens of each sequence in the residual stream
 // and the norms (seq must divide by the degree: titan::Error naming training.seq_len); on a rank of
 // `ep_degree` expert-parallel ranks, the rooms for the most rows that can arrive at its experts
-// (carve_expert_parallel); `lora`: a LoRA run's arena (Retention::lora); `lm_head_loss`: the
-// kernel bound to lm_head, whose workspace the arena holds (null: the device's default). Named
-// fields, so that a call says which it sets.
+// (carve_expert_parallel) -- under TP with ep_degree 1 its part of each expert's width for every
+// token (expert tensor parallel); `lora`: a LoRA run's arena (Retention::lora); `lm_head_loss`:
+// the kernel bound to lm_head, whose workspace the arena holds (null: the device's default).
+// Named fields, so that a call says which it sets.
 struct ArenaLayout {
   int64_t tp_degree = 1;
   bool sequence_parallel = false;
@@ -86,6 +87,10 @@ class DecoderLM final : public CausalLM {
   static int64_t activation_bytes_of(const ModelArgs& args, DType compute_dtype,
                                      const ActivationCheckpointing& checkpointing, int64_t batch,
                                      int64_t seq, const ArenaLayout& layout = {});
+  // Of those, the rooms for the rows arriving from the EP group (0 without expert parallel).
+  static int64_t expert_parallel_bytes_of(const ModelArgs& args, DType compute_dtype,
+                                          const ActivationCheckpointing& checkpointing,
+                                          int64_t batch, int64_t seq, const ArenaLayout& layout);
   // Under bf16 compute, whether the parameter `name` is read only through its bf16 copy: the
   // matmul weights -- q/k/v/o, the dense MLP's projections, the stacked experts, an untied lm_head
   // -- not the router (mlp.gate), norms or biases, nor a tied embedding (the lookup reads it in
@@ -140,11 +145,14 @@ class DecoderLM final : public CausalLM {
   // base only measures); returns the floats taken. The one table both ensure_activations and
   // activation_bytes use. tp_degree: the tensor-parallel ranks the heads, the MLP width and the
   // vocabulary are cut over (1: none); sequence_parallel: and each sequence's tokens, in the
-  // residual stream and the norms; loss: the kernel bound to lm_head, whose workspace it holds.
+  // residual stream and the norms; ep_degree: the expert-parallel ranks (under TP, 1: the experts'
+  // width cut over the TP ranks, the sparse blocks on the whole rows; above 1: the sparse blocks
+  // on the rank's sequence shard); loss: the kernel bound to lm_head, whose workspace it holds.
   static int64_t carve_activations(const ModelArgs& args, DType compute_dtype,
                                    const Retention& retention, int64_t tp_degree,
-                                   bool sequence_parallel, const LmHeadLossKernel& loss,
-                                   float* base, int64_t batch, int64_t seq, Activations& v);
+                                   bool sequence_parallel, int64_t ep_degree,
+                                   const LmHeadLossKernel& loss, float* base, int64_t batch,
+                                   int64_t seq, Activations& v);
   // Under expert parallel (ep_degree > 1; 0 floats otherwise), carved after the activations: the
   // room every sparse layer shares while it runs and each activation set's kept gate and up, for
   // the most rows that can arrive at a rank (nn/expert_parallel.h most_arrived_rows: every
@@ -158,7 +166,8 @@ class DecoderLM final : public CausalLM {
                                        std::vector<std::unique_ptr<ExpertParallelRows>>* sets);
   static int64_t arena_floats(const ModelArgs& args, DType compute_dtype,
                               const Retention& retention, int64_t tp_degree, bool sequence_parallel,
-                              const LmHeadLossKernel& loss, int64_t batch, int64_t seq);
+                              int64_t ep_degree, const LmHeadLossKernel& loss, int64_t batch,
+                              int64_t seq);
   void ensure_activations(int64_t batch, int64_t seq);
   // This call's rows: packed (segment starts copied, positions restarting at each) or, for null,
   // one sequence each (positions 0..seq-1), for the forward and its backward.
@@ -296,10 +305,9 @@ class DecoderLM final : public CausalLM {
   // parallel), and this rank's tp index.
   bool sparse_on_shards_ = false;
   int64_t tp_index_ = 0;
-  // Why the model cannot compute on the parts the plan gave it (what is not built: experts under
-  // tensor parallel without expert parallel or without sequence parallel), or empty: forward
-  // refuses with it.
-  std::string cannot_compute_;
+  // Whether the plan cuts every expert's width over the TP group (TP without EP: torchtitan's
+  // expert tensor parallel; SparseMoeBlock::tp_cut).
+  bool experts_cut_by_tp_ = false;
   // A replicated parameter's gradient (count floats) that each rank computes on its part of the
   // rows it reads.
   struct PartialGrad {

@@ -17,8 +17,9 @@ namespace titan {
 
 int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
                                      const Retention& retention, int64_t tp_degree,
-                                     bool sequence_parallel, const LmHeadLossKernel& loss,
-                                     float* base, int64_t batch, int64_t seq, Activations& v) {
+                                     bool sequence_parallel, int64_t ep_degree,
+                                     const LmHeadLossKernel& loss, float* base, int64_t batch,
+                                     int64_t seq, Activations& v) {
   // A tensor-parallel rank's heads and MLP widths (the plan's column-wise parts); the residual
   // streams and norms whole, or under sequence parallel this rank's R = N / tp rows of them
   // (seq / tp tokens of each sequence), the blocks' inputs and outputs gathered whole into
@@ -30,11 +31,14 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
   const int64_t n = batch * seq, h = args.hidden_size, hd = args.head_dim;
   const int64_t R = sp ? n / tp_degree : n;
   const int64_t H = args.num_attention_heads / tp_degree, KV = args.num_key_value_heads / tp_degree;
-  // A sparse block routes M rows to whole experts (the experts' own TP cut is not computed): every
-  // token on one rank, under EP x TP the rank's sequence shard (R under sequence parallel; else
-  // sliced from the whole stream into rooms of its own, sparse_shard).
-  const int64_t I = args.intermediate_size / tp_degree, Im = args.moe_intermediate_size;
-  const int64_t M = n / tp_degree;
+  // A sparse block routes M rows: every token on one rank and under expert tensor parallel (TP
+  // without EP: its experts' width Im cut over the TP ranks), under EP x TP the rank's sequence
+  // shard to whole experts (R under sequence parallel; else sliced from the whole stream into
+  // rooms of its own, sparse_shard).
+  const bool experts_cut = tp_degree > 1 && ep_degree == 1;
+  const int64_t I = args.intermediate_size / tp_degree;
+  const int64_t Im = args.moe_intermediate_size / (experts_cut ? tp_degree : 1);
+  const int64_t M = experts_cut ? n : n / tp_degree;
   const int64_t E = args.num_experts, k = args.num_experts_per_tok, rows = M * k;
   const int64_t n_layers = args.num_hidden_layers;
   int64_t n_sparse = 0;
@@ -85,7 +89,7 @@ int64_t DecoderLM::carve_activations(const ModelArgs& args, DType compute_dtype,
          c.take(rows), c.take(rows), keep_bf16 && x_rows != nullptr ? x_rows + out_at : nullptr}};
   }
   v.sparse_shard = SparseBlockShard{};
-  if (any_sparse && tp_degree > 1 && !sp) {
+  if (any_sparse && tp_degree > 1 && !sp && !experts_cut) {
     TITAN_CHECK(seq % tp_degree == 0, "training.seq_len ", seq,
                 " must be divisible by parallelism.tensor_parallel_degree ", tp_degree,
                 " (under EP x TP a sparse block runs on seq / degree tokens of every sequence)");
@@ -333,9 +337,19 @@ int64_t DecoderLM::activation_bytes_of(const ModelArgs& args, DType compute_dtyp
   const Retention retention{checkpointing, false, layout.lora};
   ExpertParallelScratch measured;
   return (arena_floats(args, compute_dtype, retention, layout.tp_degree, layout.sequence_parallel,
-                       bound_lm_head_loss(layout.lm_head_loss), batch, seq) +
+                       layout.ep_degree, bound_lm_head_loss(layout.lm_head_loss), batch, seq) +
           carve_expert_parallel(args, compute_dtype, retention, layout.ep_degree, layout.tp_degree,
                                 nullptr, batch, seq, measured, nullptr)) *
+         static_cast<int64_t>(sizeof(float));
+}
+
+int64_t DecoderLM::expert_parallel_bytes_of(const ModelArgs& args, DType compute_dtype,
+                                            const ActivationCheckpointing& checkpointing,
+                                            int64_t batch, int64_t seq, const ArenaLayout& layout) {
+  const Retention retention{checkpointing, false, layout.lora};
+  ExpertParallelScratch measured;
+  return carve_expert_parallel(args, compute_dtype, retention, layout.ep_degree, layout.tp_degree,
+                               nullptr, batch, seq, measured, nullptr) *
          static_cast<int64_t>(sizeof(float));
 }
 
@@ -396,17 +410,17 @@ int64_t DecoderLM::carve_expert_parallel(const ModelArgs& args, DType compute_dt
 
 int64_t DecoderLM::arena_floats(const ModelArgs& args, DType compute_dtype,
                                 const Retention& retention, int64_t tp_degree,
-                                bool sequence_parallel, const LmHeadLossKernel& loss, int64_t batch,
-                                int64_t seq) {
+                                bool sequence_parallel, int64_t ep_degree,
+                                const LmHeadLossKernel& loss, int64_t batch, int64_t seq) {
   Activations measured;
-  return carve_activations(args, compute_dtype, retention, tp_degree, sequence_parallel, loss,
-                           nullptr, batch, seq, measured);
+  return carve_activations(args, compute_dtype, retention, tp_degree, sequence_parallel, ep_degree,
+                           loss, nullptr, batch, seq, measured);
 }
 
 int64_t DecoderLM::activation_bytes(int64_t batch, int64_t seq) const {
   ExpertParallelScratch measured;
   return (arena_floats(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
-                       *lm_head_loss_, batch, seq) +
+                       ep_degree_, *lm_head_loss_, batch, seq) +
           carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, tp_degree_, nullptr,
                                 batch, seq, measured, nullptr)) *
          static_cast<int64_t>(sizeof(float));
@@ -422,7 +436,7 @@ void DecoderLM::ensure_activations(int64_t batch, int64_t seq) {
                   MemCategory::activations);
   const int64_t layers_floats =
       carve_activations(args_, compute_dtype_, retention(), tp_degree_, sequence_parallel_,
-                        *lm_head_loss_, arena_.as<float>(), batch, seq, acts_);
+                        ep_degree_, *lm_head_loss_, arena_.as<float>(), batch, seq, acts_);
   carve_expert_parallel(args_, compute_dtype_, retention(), ep_degree_, tp_degree_,
                         arena_.as<float>() + layers_floats, batch, seq, ep_scratch_, &ep_rows_);
   batch_ = batch;

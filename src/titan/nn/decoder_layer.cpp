@@ -16,12 +16,15 @@ void DecoderLayer::forward(float* out, LayerActivations& a, const float* x,
   ops.add(a.resid_mid, x, rows * h);  // x's last read: out may now overwrite it
   post_attention_layernorm.forward(a.norm2, a.norm2_rstd, a.resid_mid, rows);
   if (a.norm2_bf16 != nullptr) ops.round_to_bf16(a.norm2_bf16, a.norm2, rows * h);
-  if (sparse && call.sequence_shards != nullptr) {
+  // A sparse block with whole experts under TP (EP x TP) runs on this rank's tokens; one whose
+  // experts are cut over TP (SparseMoeBlock::tp_cut) is a TP block like the dense MLP (below).
+  const bool on_shard = sparse && !moe.tp_cut;
+  if (on_shard && call.sequence_shards != nullptr) {
     // Sequence parallel: the sparse block on this rank's tokens, as torchtitan runs it -- the
     // router (replicated) on the rank's rows, the rows to their experts over the EP group (which
     // holds the TP ranks), the output this rank's rows: nothing gathered, nothing summed.
     moe.forward(out, a.moe, *call.experts_scratch, a.norm2, rows, call.collectives);
-  } else if (sparse && call.sparse_shard != nullptr) {
+  } else if (on_shard && call.sparse_shard != nullptr) {
     // EP x TP without sequence parallel: the same on this rank's shard of the whole, replicated
     // input, the output rows all-gathered whole (torchtitan slices and gathers the same way).
     const SparseBlockShard& s = *call.sparse_shard;
@@ -72,12 +75,13 @@ void DecoderLayer::backward(float* d_resid, LayerGradScratch& g, const LayerActi
   const int64_t n = call.tokens(), rows = call.rows(), h = input_layernorm.dim;
   const DeviceOps& ops = device_ops();
   float* d_rows = call.input_grad_rows(g.d_norm);
-  if (sparse && call.sequence_shards != nullptr) {
+  const bool on_shard = sparse && !moe.tp_cut;  // as in the forward
+  if (on_shard && call.sequence_shards != nullptr) {
     // The sparse block ran on this rank's tokens (forward): its input and gradients are rows.
     const float* moe_in = backward_norm_rows(post_attention_layernorm, a.norm2, a.norm2_rstd,
                                              nullptr, a.resid_mid, a.norms_remade, call);
     moe.backward(d_rows, g.moe, d_resid, a.moe, moe_in, dprobs_all, rows, call.collectives);
-  } else if (sparse && call.sparse_shard != nullptr) {
+  } else if (on_shard && call.sparse_shard != nullptr) {
     // The output's gradient is whole and the same on every TP rank: this rank's rows of it; the
     // input gradient's rows gathered whole, as the replicated input's backward needs.
     const SparseBlockShard& s = *call.sparse_shard;

@@ -436,6 +436,11 @@ struct SparseMoeBlock {
   // collectives' all_to_all_v, and the arrived rows compute in `ep_scratch`.
   int64_t ep_rank = 0, ep_degree = 1;
   ExpertParallelScratch* ep_scratch = nullptr;
+  // Expert tensor parallel (TP without EP, torchtitan's): `weights` and `grads` hold this TP rank's
+  // columns of every expert's gate and up and the matching rows of down (`intermediate` is its
+  // part), so the block runs on the whole rows, the router on every token, and its output and
+  // input gradient are partial sums the TP group adds, as a dense TP MLP's.
+  bool tp_cut = false;
 
   ExpertsShape shape(int64_t n) const;
   // Whether the experts' GEMMs take bf16 operands.

@@ -212,12 +212,11 @@ std::string under_tensor_parallel(const JobConfig& c) {
 
 void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, const MeshDims& dims) {
   if (c.parallelism.tensor_parallel_degree == 1) return;
-  if (!args.is_moe()) return;
+  // Without EP, torchtitan's expert tensor parallel: every rank holds 1/T of every expert's width
+  // and the sparse block runs on the whole rows as a dense TP MLP does; nothing more to check.
+  if (!args.is_moe() || dims.ep == 1) return;
   // torchtitan's EP x TP: the sparse blocks run on each TP rank's sequence shard, the experts
-  // whole over an EP group holding the TP ranks. The experts' own TP cut (ETP) is not built.
-  TITAN_CHECK(dims.ep > 1, "model ", args.architecture, under_tensor_parallel(c),
-              ": a model with experts needs parallelism.expert_parallel_degree > 1 (a multiple of ",
-              "the TP degree): the experts' own tensor-parallel cut is not built yet");
+  // whole over an EP group holding the TP ranks.
   TITAN_CHECK(c.parallelism.enable_sequence_parallel ||
                   c.training.seq_len % c.parallelism.tensor_parallel_degree == 0,
               "training.seq_len ", c.training.seq_len, under_tensor_parallel(c),
@@ -236,7 +235,7 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   const std::string under = " under parallelism.expert_parallel_degree " + std::to_string(dims.ep);
   TITAN_CHECK(dims.ep % dims.tp == 0, "parallelism.tensor_parallel_degree ", dims.tp, under,
               ": the EP degree must be a multiple of the TP degree (each EP group holds whole TP ",
-              "groups; the experts' own tensor-parallel cut is not built yet)");
+              "groups; the experts' tensor-parallel cut beside EP is not built yet)");
   TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
               ": LoRA under expert parallel is not built yet (the adapter would hold every "
               "expert's pair on every rank)");

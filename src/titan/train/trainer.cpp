@@ -152,6 +152,13 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   check_job_sizes(config_, job_args, dims);
   check_expert_parallel_job(config_, dims);
   check_tensor_parallel_model(config_, job_args, dims);
+  if (dims.tp > 1 && dims.ep == 1 && job_args.is_moe()) {
+    std::printf(
+        "expert tensor parallel over the %lld TP ranks: each holds 1/%lld of every expert's width "
+        "(gate and up column-wise, down row-wise) and runs each sparse block on every token, as a "
+        "dense MLP\n",
+        static_cast<long long>(dims.tp), static_cast<long long>(dims.tp));
+  }
   // Before anything is allocated: every buffer from here on is the device's. A build or machine
   // without the device says so before what the device cannot run yet.
   select_job_device(config_);

@@ -167,25 +167,31 @@ void append_gradient_rows(const PlanInputs& in, const std::vector<ParamGroupSpec
 // recomputed under activation checkpointing runs its forward's again. Under EP x TP a sparse
 // layer's MLP is no TP block: its sparse block runs on the rank's sequence shard, under sequence
 // parallel on the rows the stream holds (nothing moved around it), without it on a slice of the
-// whole input, its output -- and in the backward its input gradient -- all-gathered whole. The
+// whole input, its output -- and in the backward its input gradient -- all-gathered whole; without
+// EP (expert tensor parallel) it is a TP block as the dense MLP is, the router's input whole. The
 // vocabulary-parallel loss reduces, per chunk of tokens, the max (as doubles) and then the sum of
 // exponentials and the target logit (floats) of each token; replicated parameters whose gradient
 // is each rank's part (q/k norms on the local heads, under sequence parallel the layers' and the
-// final norm, under EP x TP the routers on the rank's tokens) all-reduce their weight gradients,
-// and the load-balancing statistics of the rank's tokens are summed over the group.
+// final norm, the routers: under EP x TP on the rank's tokens, under expert tensor parallel on its
+// experts' partial outputs) all-reduce their weight gradients, and under EP x TP the
+// load-balancing statistics of the rank's tokens are summed over the group (under expert tensor
+// parallel every rank's are the whole rows').
 void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& rows) {
   const ModelArgs& a = in.args;
   const int64_t mb = in.accumulation_steps, n = in.local_batch_size * in.seq_len;
   const int64_t stream = n * a.hidden_size * kFloat;  // the residual stream's whole
   const int64_t layers = a.num_hidden_layers;
-  // TP blocks per layer (the attention, and a dense layer's MLP), run in the forward
-  // (recomputed: twice) and the backward; the sparse layers, likewise.
+  // TP blocks per layer (the attention, and a dense layer's MLP or under expert tensor parallel a
+  // sparse one's), run in the forward (recomputed: twice) and the backward; the sparse layers on
+  // sequence shards (EP x TP), likewise.
+  const bool on_shards = in.mesh.ep > 1;
   int64_t forward_blocks = 0, backward_blocks = 0, sparse_forward = 0, sparse_layers = 0;
   for (int64_t i = 0; i < layers; ++i) {
     const bool sparse = a.layer_is_sparse(i);
     const int64_t runs = in.checkpointing.recomputes_layer(i) ? 2 : 1;
-    forward_blocks += (sparse ? 1 : 2) * runs;
-    backward_blocks += sparse ? 1 : 2;
+    const int64_t blocks = sparse && on_shards ? 1 : 2;
+    forward_blocks += blocks * runs;
+    backward_blocks += blocks;
     sparse_forward += sparse ? runs : 0;
     sparse_layers += sparse ? 1 : 0;
   }
@@ -209,7 +215,7 @@ void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& row
     rows.push_back({"tp", Collective::all_reduce, mb * reductions, mb * reductions * stream,
                     "each row-parallel block's output, each column-parallel block's input "
                     "gradient, the embedding's output and the loss's d x"});
-    if (sparse_layers > 0) {
+    if (sparse_layers > 0 && on_shards) {
       const int64_t gathers = sparse_forward + sparse_layers;
       rows.push_back({"tp", Collective::all_gather, mb * gathers, mb * gathers * stream,
                       "EP x TP: each sparse block's output (forward and recomputed) and input "
@@ -231,10 +237,13 @@ void append_tensor_parallel_rows(const PlanInputs& in, std::vector<CommRow>& row
       what += (what.empty() ? "" : ", ") + std::string(more);
     };
     if (sp) add("the layers' and the final norm's weight gradients (SP)");
-    if (routers > 0) add("each router's weight gradient (EP x TP: the rank's tokens)");
+    if (routers > 0) {
+      add(on_shards ? "each router's weight gradient (EP x TP: the rank's tokens)"
+                    : "each router's weight gradient (the rank's experts' partial outputs)");
+    }
     rows.push_back({"tp", Collective::all_reduce, mb * norms, mb * bytes * kFloat, what});
   }
-  if (routers > 0 && a.output_router_logits) {
+  if (routers > 0 && on_shards && a.output_router_logits) {
     // DecoderLM::reduce_router_statistics: the expert counts and probability sums, 2 E doubles.
     rows.push_back({"tp", Collective::all_reduce, mb, mb * 2 * a.num_experts * kDouble,
                     "EP x TP: the load-balancing loss's router statistics of the ranks' shards, "
@@ -730,13 +739,13 @@ TrainingPlan plan_training(const PlanInputs& in) {
   m.activations_full = activations(ActivationCheckpointing::full());
   m.activations = activations(in.checkpointing);
   if (in.mesh.ep > 1) {
-    m.expert_parallel_rooms =
-        m.activations - DecoderLM::activation_bytes_of(a, in.compute_dtype, in.checkpointing,
-                                                       in.local_batch_size, in.seq_len,
-                                                       {.tp_degree = in.mesh.tp,
-                                                        .sequence_parallel = in.sequence_parallel,
-                                                        .lora = in.lora.rank > 0,
-                                                        .lm_head_loss = in.lm_head_loss});
+    m.expert_parallel_rooms = DecoderLM::expert_parallel_bytes_of(
+        a, in.compute_dtype, in.checkpointing, in.local_batch_size, in.seq_len,
+        {.tp_degree = in.mesh.tp,
+         .sequence_parallel = in.sequence_parallel,
+         .ep_degree = in.mesh.ep,
+         .lora = in.lora.rank > 0,
+         .lm_head_loss = in.lm_head_loss});
     // Each rank routes its tokens: under EP x TP its seq_len / tp tokens of each sequence.
     m.expert_parallel_rows = most_arrived_rows(in.local_batch_size * in.seq_len / in.mesh.tp,
                                                a.num_experts_per_tok, a.num_experts, in.mesh.ep);
