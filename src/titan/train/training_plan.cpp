@@ -324,12 +324,6 @@ TrainingPlan plan_training(const PlanInputs& in) {
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = in.mesh.fsdp();
-  // Checkpoints of FSDP x TP x EP cuts are not built (train/job_resolve.h
-  // check_tensor_parallel_model refuses them).
-  TITAN_CHECK(!in.checkpoint_saves || !fsdp || in.mesh.tp == 1 || in.mesh.ep == 1,
-              "checkpoint.enable = true under data_parallel_shard_degree ", n,
-              " x tensor_parallel_degree ", in.mesh.tp, " x expert_parallel_degree ", in.mesh.ep,
-              ": checkpoints of FSDP x TP x EP cuts are not built yet");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
