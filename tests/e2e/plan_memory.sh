@@ -76,12 +76,14 @@ for name in fsdp2ep2 fsdp2ep2bf16; do
   "$titan" launch --nproc 4 train "${flags[@]}" --threads 1 --job.dump_folder="$work/$name" \
     --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
 done
-# EP x TP: TP 2 x EP 2 with sequence parallel and without, FSDP 2 x TP 2 x EP 2, TP 2 x EP 4 (DDP 2)
-# -- the sparse blocks on the sequence shards, their rooms for tokens / tp; and the saves of FSDP 2 x
-# TP 2 and FSDP 2 x EP 2 (a tensor's shard rows gathered onto rank 0's TP or EP group beside the
-# whole tensor on rank 0).
+# EP x TP: TP 2 x EP 2 with sequence parallel and without, FSDP 2 x TP 2 x EP 2, TP 2 x EP 4 (DDP 2),
+# DDP 2 x TP 2 x EP 2 -- the sparse blocks on the sequence shards, their rooms for tokens / tp;
+# HSDP 2 x FSDP 2 x EP 2 (8 ranks); and the saves of FSDP 2 x TP 2, FSDP 2 x EP 2 and FSDP 2 x TP 2
+# x EP 2 (a tensor's shard rows gathered onto rank 0's TP or EP group beside the whole tensor on
+# rank 0).
 tp_ep=(--model.flavor=tiny_moe "${tp[@]}")
-for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 fsdp2tp2ckpt fsdp2ep2ckpt; do
+for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 ddp2tp2ep2 hsdp2fsdp2ep2 fsdp2tp2ckpt fsdp2ep2ckpt \
+            fsdp2tp2ep2ckpt; do
   flags=("${common[@]}") nproc=4
   case $name in
     tp2ep2) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=2) nproc=2 ;;
@@ -89,19 +91,21 @@ for name in tp2ep2 tp2ep2nosp fsdp2tp2ep2 tp2ep4 fsdp2tp2ckpt fsdp2ep2ckpt; do
                         --parallelism.enable_sequence_parallel=false) nproc=2 ;;
     fsdp2tp2ep2) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=2) ;;
     tp2ep4) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=4) ;;
+    ddp2tp2ep2) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=2 "${ddp[@]}") ;;
+    hsdp2fsdp2ep2) flags+=("${ep[@]}" --parallelism.data_parallel_replicate_degree=2
+                           --training.global_batch_size=16) nproc=8 ;;
     fsdp2tp2ckpt) flags+=("${tp[@]}" "${ckpt[@]}") ;;
     fsdp2ep2ckpt) flags+=("${fsdp_ep[@]}" "${ckpt[@]}") ;;
+    fsdp2tp2ep2ckpt) flags+=("${tp_ep[@]}" --parallelism.expert_parallel_degree=2 "${ckpt[@]}") ;;
   esac
   "$titan" plan "${flags[@]}" --nproc $nproc --json > "$work/$name.plan"
   "$titan" launch --nproc $nproc train "${flags[@]}" --threads 1 --job.dump_folder="$work/$name" \
     --metrics.save_jsonl="$work/$name.jsonl" > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
 done
-# What titan train refuses from the config under TP, plan refuses with the same line: FSDP x TP x EP
-# saves (not built), and TP on a model with experts without EP (the experts' own TP cut).
-for name in threeways etp; do
-  flags=("${common[@]}" "${tp_ep[@]}") nproc=4 expected="checkpoints of FSDP x TP x EP cuts are not built yet"
-  [ $name = threeways ] && flags+=(--parallelism.expert_parallel_degree=2 "${ckpt[@]}")
-  [ $name = etp ] && nproc=2 expected="the experts' own tensor-parallel cut is not built yet"
+# What titan train refuses from the config under TP, plan refuses with the same line: TP on a model
+# with experts without EP (the experts' own TP cut).
+for name in etp; do
+  flags=("${common[@]}" "${tp_ep[@]}") nproc=2 expected="the experts' own tensor-parallel cut is not built yet"
   if "$titan" plan "${flags[@]}" --nproc $nproc > "$work/$name.plan" 2>&1; then
     echo "$name planned"; cat "$work/$name.plan"; exit 1
   fi
@@ -130,8 +134,9 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
                                   ("ep2", 2, 2, 1), ("ep2bf16", 2, 2, 1), ("fsdp2ep2", 4, 4, 1),
                                   ("fsdp2ep2bf16", 4, 4, 1), ("tp2ep2", 2, 1, 2),
                                   ("tp2ep2nosp", 2, 1, 2), ("fsdp2tp2ep2", 4, 2, 1),
-                                  ("tp2ep4", 4, 2, 1), ("fsdp2tp2ckpt", 4, 2, 1),
-                                  ("fsdp2ep2ckpt", 4, 4, 1)):
+                                  ("tp2ep4", 4, 2, 1), ("ddp2tp2ep2", 4, 1, 1),
+                                  ("hsdp2fsdp2ep2", 8, 4, 1), ("fsdp2tp2ckpt", 4, 2, 1),
+                                  ("fsdp2ep2ckpt", 4, 4, 1), ("fsdp2tp2ep2ckpt", 4, 2, 1)):
     plan = json.load(open(f"{work}/{name}.plan"))
     assert (plan["ranks"], plan["dp_shard"], plan["micro_batches"]) == (ranks, shard, micro), plan
     records = [json.loads(l) for l in open(f"{work}/{name}.jsonl") if '"loss"' in l]
@@ -139,7 +144,7 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
     last = records[-1]  # peaks are running maxima
     measured = round(last["memory_peak_gib"] * 2**30)
     predicted = plan["memory_bytes"]["peak"]
-    saves = ("ckpt", "tp2ckpt", "fsdp2tp2ckpt", "fsdp2ep2ckpt")
+    saves = ("ckpt", "tp2ckpt", "fsdp2tp2ckpt", "fsdp2ep2ckpt", "fsdp2tp2ep2ckpt")
     assert (predicted > plan["memory_bytes"]["step_peak"]) == (name in saves), plan["memory_bytes"]
     # The step's categories (a save adds the writer's staging to "other").
     by_category = plan["memory_bytes"]["step_by_category"]
@@ -161,7 +166,8 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
         planned = plan["memory_bytes"]["step_peak"]
         if planned != measured:
             failed.append(f"{name} peak: planned {planned}, measured {measured}")
-    if name in ("fsdp2tp2ckpt", "fsdp2ep2ckpt") and predicted != measured:  # the save's, exactly
+    if name in ("fsdp2tp2ckpt", "fsdp2ep2ckpt", "fsdp2tp2ep2ckpt") and predicted != measured:
+        # the save's, exactly
         failed.append(f"{name} save peak: planned {predicted}, measured {measured}")
 assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
 PY

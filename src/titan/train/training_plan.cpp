@@ -696,8 +696,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   if (cuts && in.checkpoint_saves) {
     // A synchronous save gathers one tensor at a time onto rank 0 as the writer reaches it
     // (Parallelism::checkpoint_source; a parameter's and its AdamW moments' alike): its whole,
-    // and a row-wise parameter's cuts beside it before they are placed -- under FSDP (x TP or x
-    // EP) also rank 0's part of it, gathered first from the shards' rows
+    // and a row-wise parameter's cuts beside it before they are placed -- under FSDP (x TP, x EP
+    // or both) also rank 0's part of it, gathered first from the shards' rows
     // (Parallelism::gather_checkpoint_tensor).
     for (size_t g = 0; g < whole_specs.size(); ++g) {
       for (size_t i = 0; i < whole_specs[g].params.size(); ++i) {
