@@ -36,11 +36,11 @@ common=(--model.flavor=tiny_moe --model.output_router_logits=true --model.router
 tp2ep2=(--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2)
 ckpt=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_k=0)
 async=(--checkpoint.async_mode=async)
-# resumed NAME...: each run resumed step 5
+# resumed NAME...: each run resumed step 5 (every rank says so)
 resumed() {
   local name
   for name in "$@"; do
-    one_line "$work/$name.log" "resumed step 5 from"
+    grep -q "resumed step 5 from" "$work/$name.log" || { echo "$name: did not resume step 5"; cat "$work/$name.log"; exit 1; }
   done
 }
 
@@ -65,12 +65,12 @@ equal_to_single single 6 fsdp2tp2ep2-to-1 fsdp2tp2ep2-to-tp2ep2 fsdp2tp2ep2-to-f
 
 # Asynchronous saves under FSDP 2 x TP 2 x EP 2 and FSDP 2 x EP 2: the synchronous save's files.
 run async-fsdp2tp2ep2 4 "${ckpt[@]}" "${tp2ep2[@]}" "${async[@]}"
-one_line "$work/async-fsdp2tp2ep2.log" "writing in the background"
+grep -q "writing in the background" "$work/async-fsdp2tp2ep2.log" || { echo "async-fsdp2tp2ep2: no background write"; cat "$work/async-fsdp2tp2ep2.log"; exit 1; }
 ep2=(--parallelism.expert_parallel_degree=2)
 run ck-fsdp2ep2 4 "${ckpt[@]}" "${ep2[@]}"
 one_line "$work/ck-fsdp2ep2.log" "dp_replicate 1 x dp_shard 4 .* the experts sharded over the ranks holding the same experts"
 run async-fsdp2ep2 4 "${ckpt[@]}" "${ep2[@]}" "${async[@]}"
-one_line "$work/async-fsdp2ep2.log" "writing in the background"
+grep -q "writing in the background" "$work/async-fsdp2ep2.log" || { echo "async-fsdp2ep2: no background write"; cat "$work/async-fsdp2ep2.log"; exit 1; }
 for step in 5 10; do
   same_checkpoint ck-fsdp2tp2ep2/checkpoint/step-$step async-fsdp2tp2ep2/checkpoint/step-$step
   same_checkpoint ck-fsdp2ep2/checkpoint/step-$step async-fsdp2ep2/checkpoint/step-$step

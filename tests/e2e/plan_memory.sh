@@ -1,23 +1,22 @@
 #!/usr/bin/env bash
 # `titan plan` against `titan train`:
-#  1. the predicted peak memory per rank within 10 % of the peak the trainer reports (its JSONL:
-#     the maximum over ranks) for one process (also saving checkpoints: the writer's staging),
-#     DDP over 2 ranks and FSDP over 2 ranks, in fp32 and in bf16 (its tied embedding gathered
-#     in fp32 for the lookup and in bf16 for the loss, each use bringing what it reads) with each
-#     reshard policy that keeps units whole, on the tiny model with a small batch, so that
-#     parameters, gradients and AdamW state -- what FSDP shards -- outweigh the activations; each
-#     category's figures are printed beside; TP 2 saving checkpoints (rank 0 gathers one tensor
-#     whole at a time as the writer reaches it); EP 2 on tiny_moe in fp32 and bf16, whose parameters,
-#     gradients and AdamW state per rank (each rank's 4 of the 8 experts), activations and step
-#     peak equal the trainer's to the byte (the arena holds rooms for the most rows that can
-#     arrive at the rank's experts, whatever the routing: nn/expert_parallel.h
+#  1. the predicted peak memory per rank equal to the byte to the peak the trainer reports (its
+#     JSONL: the maximum over ranks), and the step's parameters, gradients, optimizer and
+#     activations per rank likewise (but for the saving runs, whose gathered tensor counts as
+#     parameters or optimizer), for one process (also saving checkpoints: the writer's staging),
+#     DDP over 2 ranks and FSDP over 2 ranks, in fp32 and in bf16 (its tied embedding gathered in
+#     fp32 for the lookup and in bf16 for the loss, each use bringing what it reads) with each
+#     reshard policy that keeps units whole, on the tiny model with a small batch; TP 2 saving
+#     checkpoints (rank 0 gathers one tensor whole at a time as the writer reaches it); EP 2 on
+#     tiny_moe in fp32 and bf16 (each rank's 4 of the 8 experts; the arena holds rooms for the
+#     most rows that can arrive at the rank's experts, whatever the routing: nn/expert_parallel.h
 #     most_arrived_rows); FSDP 2 x EP 2 on 4 ranks (the experts sharded over the 2 ranks holding
-#     them, the rest over all 4) in fp32 and bf16 likewise to the byte; EP x TP likewise (TP 2 x
-#     EP 2 with sequence parallel and without, FSDP 2 x TP 2 x EP 2, TP 2 x EP 4: the sparse blocks
-#     on the sequence shards, their rooms for tokens / tp); FSDP 2 x TP 2 and FSDP 2 x EP 2 saving
-#     checkpoints, the run's peak the plan's to the byte (a tensor's shard rows gathered onto rank
-#     0's TP or EP group, then its cuts onto rank 0); FSDP 2 x TP 2 x EP 2's saves and TP on the MoE
-#     without EP refused by plan and train in the same line;
+#     them, the rest over all 4) in fp32 and bf16 and HSDP 2 x FSDP 2 x EP 2 on 8; EP x TP (TP 2 x
+#     EP 2 with sequence parallel and without, FSDP 2 x TP 2 x EP 2, TP 2 x EP 4, DDP 2 x TP 2 x
+#     EP 2: the sparse blocks on the sequence shards, their rooms for tokens / tp); FSDP 2 x TP 2,
+#     FSDP 2 x EP 2 and FSDP 2 x TP 2 x EP 2 saving checkpoints (a tensor's shard rows gathered
+#     onto rank 0's TP or EP group, then its cuts onto rank 0); TP on the MoE without EP refused
+#     by plan and train in the same line;
 #  2. the plan's mesh and micro-batches are the trainer's, its errors the trainer's lines, and a
 #     bad --nproc is one line;
 #  3. the final export's peak on rank 0 equal to the byte to the plan's (one process, FSDP 2 in
@@ -150,26 +149,20 @@ for name, ranks, shard, micro in (("single", 1, 1, 2), ("ckpt", 1, 1, 2), ("ddp2
     by_category = plan["memory_bytes"]["step_by_category"]
     cats = ", ".join(f"{c} {by_category[c] / MiB:.2f} / {last['memory_peak_by_category_gib'][c] * 2**30 / MiB:.2f}"
                      for c in ("parameters", "gradients", "optimizer", "activations", "other"))
-    off = (predicted - measured) / measured
-    print(f"{name}: predicted peak {predicted / MiB:.2f} MiB, measured {measured / MiB:.2f} MiB "
-          f"({100 * off:+.1f} %); by category, predicted / measured peak MiB: {cats}")
-    if abs(off) > 0.10:
-        failed.append(name)
-    if "ep" in name and "ckpt" not in name:  # the rank's experts (under FSDP their shards), not
-        # the whole model's; the arena's rooms for the most rows that can arrive at them (every
-        # rank's tokens -- under EP x TP its sequence shard's -- choosing this rank's experts);
-        # FSDP x EP's units in flight of both kinds of shards
+    print(f"{name}: predicted peak {predicted} bytes, measured {measured}; by category, "
+          f"predicted / measured peak MiB: {cats}")
+    if predicted != measured:  # a save's too: its staging and the one tensor gathered on rank 0
+        failed.append(f"{name} peak: planned {predicted}, measured {measured}")
+    if "ckpt" not in name:  # (a save's whole tensor and moments count as parameters and optimizer)
+        # Under EP the rank's experts (under FSDP their shards), not the whole model's; the
+        # arena's rooms for the most rows that can arrive at them (every rank's tokens -- under
+        # EP x TP its sequence shard's -- choosing this rank's experts); FSDP x EP's units in
+        # flight of both kinds of shards.
         for c in ("parameters", "gradients", "optimizer", "activations"):
             got = round(last["memory_peak_by_category_gib"][c] * 2**30)
             if by_category[c] != got:
                 failed.append(f"{name} {c}: planned {by_category[c]}, measured {got}")
-        planned = plan["memory_bytes"]["step_peak"]
-        if planned != measured:
-            failed.append(f"{name} peak: planned {planned}, measured {measured}")
-    if name in ("fsdp2tp2ckpt", "fsdp2ep2ckpt", "fsdp2tp2ep2ckpt") and predicted != measured:
-        # the save's, exactly
-        failed.append(f"{name} save peak: planned {predicted}, measured {measured}")
-assert not failed, f"predicted peak more than 10 % from the measured one: {failed}"
+assert not failed, f"the plan is not the measured run's: {failed}"
 PY
 
 # 3. The final export's peak on rank 0 (the trainer's line) equals titan plan's export_peak: one
