@@ -4,6 +4,8 @@
 #   resume_from NAME            the flags that load NAME's step-5 checkpoint as the initial state
 #   one_process_layout NAME     NAME's step-5 checkpoint holds the one process's files (gathered
 #                               onto rank 0), no sharding.json
+#   same_steps_after_5 REF RUN  RUN's losses and grad norms of steps 6 to 10 REF's bit for bit
+#                               (a resume in the layout that saved: the same sums in the same order)
 #   same_checkpoint A B         the step folders A and B hold the same files, each byte for byte
 #                               but job_config.toml (but its async_mode line and the run's own
 #                               folder and metrics file) and trainer_state.json (but
@@ -14,6 +16,15 @@ one_process_layout() {
   local dir="$work/$1/checkpoint/step-5"
   [ -f "$dir/model.safetensors" ] && [ -f "$dir/optimizer.safetensors" ] && [ ! -e "$dir/sharding.json" ] \
     || { echo "$1: step-5 is not the one process's layout: $(ls "$dir")"; exit 1; }
+}
+same_steps_after_5() {
+  local steps='import json, sys
+for r in map(json.loads, open(sys.argv[1])):
+    if "loss" in r and r["step"] > 5: print(r["step"], repr(r["loss"]), repr(r["grad_norm"]))'
+  [ "$("$python" -c "$steps" "$work/$1.jsonl" | wc -l)" = 5 ] || { echo "$1: not 5 steps after step 5"; exit 1; }
+  diff <("$python" -c "$steps" "$work/$1.jsonl") <("$python" -c "$steps" "$work/$2.jsonl") \
+    || { echo "$2: steps 6 to 10 differ from $1's"; exit 1; }
+  echo "$2: steps 6 to 10 $1's bit for bit"
 }
 run_keys='^(async_mode|dump_folder|save_jsonl) = '
 same_checkpoint() {
