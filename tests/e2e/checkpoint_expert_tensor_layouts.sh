@@ -8,8 +8,9 @@
 #  - FSDP 2 x TP 2 x EP 2 (4 ranks) saves at step 5; it resumes as one process, as TP 2 x EP 2 and
 #    as FSDP 2 x TP 2 x EP 2 (there the uninterrupted run's steps 6 to 10 bit for bit); the one
 #    process's step-5 save resumes as FSDP 2 x TP 2 x EP 2;
-#  - HSDP 2 x FSDP 2 x TP 2 x EP 2 (8 ranks, global batch 8) saves at step 5 and resumes as one
-#    process;
+#  - HSDP 2 x FSDP 2 x TP 2 x EP 2 (8 ranks, global batch 8) and DDP 2 x TP 2 x EP 2 (4 ranks)
+#    save at step 5 and resume as one process; DDP 2 x TP 2 x EP 2's async save writes the
+#    synchronous save's files byte for byte;
 #  - checkpoint.async_mode = "async" under FSDP 2 x TP 2 x EP 2 and FSDP 2 x EP 2 (4 ranks, the
 #    experts sharded over the 2 ranks holding them) writes the synchronous save's files byte for
 #    byte (but the run's own config lines), and FSDP 2 x EP 2's async step-5 resumes as one
@@ -86,6 +87,22 @@ resumed async-fsdp2ep2-to-1 async-fsdp2ep2-to-fsdp2ep2
 same_steps_after_5 ck-fsdp2ep2 async-fsdp2ep2-to-fsdp2ep2
 equal_to_single single 1 async-fsdp2tp2ep2 ck-fsdp2ep2 async-fsdp2ep2
 equal_to_single single 6 async-fsdp2ep2-to-1 async-fsdp2ep2-to-fsdp2ep2
+
+# DDP 2 x TP 2 x EP 2 (4 ranks, dp_shard 1: no FSDP) saves, synchronously and
+# asynchronously alike; resumes as one process.
+ddp2=(--parallelism.data_parallel_replicate_degree=2)
+run ck-ddp2tp2ep2 4 "${ckpt[@]}" "${tp2ep2[@]}" "${ddp2[@]}"
+one_line "$work/ck-ddp2tp2ep2.log" "dp_replicate 2 x dp_shard 1 .* parameters replicated, gradients all-reduced"
+one_process_layout ck-ddp2tp2ep2
+run async-ddp2tp2ep2 4 "${ckpt[@]}" "${tp2ep2[@]}" "${ddp2[@]}" "${async[@]}"
+for step in 5 10; do
+  same_checkpoint ck-ddp2tp2ep2/checkpoint/step-$step async-ddp2tp2ep2/checkpoint/step-$step
+done
+# shellcheck disable=SC2046
+run ddp2tp2ep2-to-1 1 $(resume_from ck-ddp2tp2ep2)
+resumed ddp2tp2ep2-to-1
+equal_to_single single 1 ck-ddp2tp2ep2 async-ddp2tp2ep2
+equal_to_single single 6 ddp2tp2ep2-to-1
 
 # HSDP 2 x FSDP 2 x TP 2 x EP 2 (8 ranks, global batch 8) saves; resumes as one process.
 batch8=(--training.global_batch_size=8)
