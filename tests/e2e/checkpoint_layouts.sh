@@ -25,7 +25,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # run, equal_to_single; the MPI environment.
 . "$(dirname "$0")/layout_runs.sh"
-source "$(dirname "$0")/tree_sum.sh"
+. "$(dirname "$0")/checkpoint_runs.sh"
 
 dense=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
        --training.global_batch_size=4 --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
@@ -41,39 +41,6 @@ ckpt=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_
 async=(--checkpoint.async_mode=async)
 
 common=()  # each run names its flags (dense or moe)
-# resume_from NAME: its step-5 checkpoint as the initial state
-resume_from() { echo --checkpoint.initial_load_path="$work/$1/checkpoint/step-5" --checkpoint.initial_load_model_only=false; }
-# one_process_layout NAME: its step-5 checkpoint in the one process's files
-one_process_layout() {
-  local dir="$work/$1/checkpoint/step-5"
-  [ -f "$dir/model.safetensors" ] && [ -f "$dir/optimizer.safetensors" ] && [ ! -e "$dir/sharding.json" ] \
-    || { echo "$1: step-5 is not the one process's layout: $(ls "$dir")"; exit 1; }
-}
-# same_checkpoint A B: the step folders hold the same files, each byte for byte but
-# job_config.toml (but its async_mode line and the run's own folder and metrics file) and
-# trainer_state.json (but job_config.toml's checksum).
-run_keys='^(async_mode|dump_folder|save_jsonl) = '
-
-same_checkpoint() {
-  local a="$work/$1" b="$work/$2"
-  diff <(ls -A "$a") <(ls -A "$b") > /dev/null || { echo "$1 and $2 hold different files"; exit 1; }
-  for f in "$a"/*; do
-    local name
-    name=$(basename "$f")
-    case "$name" in
-      job_config.toml)
-        diff <(grep -Ev "$run_keys" "$f") <(grep -Ev "$run_keys" "$b/$name") > /dev/null \
-          || { echo "$2/$name differs from $1's beyond async_mode and the run's folders"; exit 1; } ;;
-      trainer_state.json)
-        "$python" -c 'import json,sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-for s in (a, b): s["checksums"].pop("job_config.toml")
-sys.exit(a != b)' "$f" "$b/$name" || { echo "$2/$name differs from $1's beyond job_config.toml's checksum"; exit 1; } ;;
-      *) cmp -s "$f" "$b/$name" || { echo "$2/$name differs from $1's"; exit 1; } ;;
-    esac
-  done
-  echo "$2: the files of $1 byte for byte"
-}
 
 # Dense (the default tiny Qwen3): FSDP 2 x TP 2 and HSDP 2 x FSDP 2 x TP 2 save; resumes.
 run single 1 "${dense[@]}"

@@ -482,8 +482,9 @@ TEST(TrainingPlan, FsdpTimesEpHoldsTheShardsOfBothKinds) {
 
 // FSDP 2 x TP 2 (rank 0 of 4): a save gathers each tensor's shard rows onto rank 0's TP group,
 // then its TP cuts onto rank 0 -- a row-wise parameter's cuts beside the whole before they are
-// placed. The most it holds on rank 0 against the plan. FSDP x TP x EP saves are not built:
-// refused.
+// placed. The most it holds on rank 0 against the plan; and under FSDP 2 x TP 2 x EP 2 (4 experts,
+// 2 an EP rank, FSDP-sharded over the 2 ranks holding them) likewise, the experts gathered over
+// the EP group (here rank 0's TP group) and the rest over TP.
 TEST(TrainingPlan, FsdpTimesTpSavesOneTensorAtATime) {
   // A vocabulary TP 2 divides: 49 rows a TP rank, 25 an FSDP shard (one of them padding).
   ModelArgs args = test::tiny_dense(false);
@@ -511,12 +512,22 @@ TEST(TrainingPlan, FsdpTimesTpSavesOneTensorAtATime) {
   three_ways.mesh.tp = 2;
   three_ways.mesh.ep = 2;
   three_ways.checkpoint_saves = true;
-  EXPECT_NE(test::error_of([&] {
-              plan_training(three_ways);
-            }).find("checkpoints of FSDP x TP x EP cuts are not built yet"),
-            std::string::npos);
-  three_ways.checkpoint_saves = false;
-  EXPECT_GT(plan_training(three_ways).memory.step_peak(), 0);
+  const int64_t planned_three_ways = plan_training(three_ways).memory.checkpoint_gather;
+  EXPECT_GT(planned_three_ways, 0);
+  // DeviceMesh's splits: the shard group, the replicas, TP, the data-parallel ranks, EP, the
+  // ranks holding the same experts, those of this replica.
+  CountingCommunicator three_ways_world(4, sent, {2, 1, 2, 2, 2, 2, 2});
+  DeviceMesh three_ways_mesh(three_ways_world, three_ways.mesh);
+  const ParallelizePlan three_ways_plan =
+      Parallelism::plan(three_ways.args, Parallelism::axes(three_ways_mesh, true));
+  std::unique_ptr<CausalLM> moe =
+      make_model(three_ways.args, {}, DType::f32, Parallelism::param_residency(three_ways_mesh),
+                 three_ways_plan);
+  moe->allocate_gradients();
+  Parallelism moe_parallelism(*moe, three_ways_mesh, three_ways_plan, "default");
+  AdamWOptimizer moe_optimizer(moe_parallelism.state_groups(), AdamWConfig{});
+  moe_parallelism.initialize(three_ways.args, 7);
+  EXPECT_EQ(measured_checkpoint_gather(moe_parallelism, three_ways.args), planned_three_ways);
 }
 
 TEST(TrainingPlan, LoraReplicasAllReduceTheAdapterOnly) {

@@ -223,11 +223,6 @@ void check_tensor_parallel_model(const JobConfig& c, const ModelArgs& args, cons
               " on a model with experts: a sparse block runs on seq_len / ",
               c.parallelism.tensor_parallel_degree,
               " tokens of each sequence per rank, so the degree must divide it");
-  TITAN_CHECK(!c.checkpoint.enable || !dims.fsdp(), "checkpoint.enable = true under FSDP (",
-              "data_parallel_shard_degree ", dims.dp_shard, ") x tensor_parallel_degree ",
-              c.parallelism.tensor_parallel_degree, " x expert_parallel_degree ", dims.ep,
-              ": checkpoints of FSDP x TP x EP cuts are not built yet (FSDP x TP, FSDP x EP and ",
-              "TP x EP save)");
 }
 
 void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {

@@ -45,7 +45,7 @@ void check_tensor_parallel_job(const JobConfig& config);
 // What an expert-parallel job (dims.ep > 1) cannot do yet, each refused with one line naming the
 // key: an EP degree that is not a multiple of the TP degree, LoRA. Nothing without EP.
 // check_tensor_parallel_model: under TP x EP, a model with experts with a seq_len the TP degree
-// does not divide, or with checkpoints under FSDP x TP x EP (TP without EP cuts every expert).
+// does not divide (TP without EP cuts every expert).
 void check_expert_parallel_job(const JobConfig& config, const MeshDims& dims);
 void check_tensor_parallel_model(const JobConfig& config, const ModelArgs& args,
                                  const MeshDims& dims);

@@ -334,12 +334,6 @@ TrainingPlan plan_training(const PlanInputs& in) {
   plan.parameter_count = count_parameters(a).total;
   const int64_t n = in.mesh.dp_shard;
   const bool fsdp = in.mesh.fsdp();
-  // Checkpoints of FSDP x TP x EP cuts are not built (train/job_resolve.h
-  // check_tensor_parallel_model refuses them).
-  TITAN_CHECK(!in.checkpoint_saves || !fsdp || in.mesh.tp == 1 || in.mesh.ep == 1,
-              "checkpoint.enable = true under data_parallel_shard_degree ", n,
-              " x tensor_parallel_degree ", in.mesh.tp, " x expert_parallel_degree ", in.mesh.ep,
-              ": checkpoints of FSDP x TP x EP cuts are not built yet");
   // LoRA freezes the model: its units have no gradients, in flight or sharded.
   const bool frozen = in.lora.rank > 0;
 
@@ -712,8 +706,8 @@ TrainingPlan plan_training(const PlanInputs& in) {
   if (cuts && in.checkpoint_saves) {
     // A synchronous save gathers one tensor at a time onto rank 0 as the writer reaches it
     // (Parallelism::checkpoint_source; a parameter's and its AdamW moments' alike): its whole,
-    // and a row-wise parameter's cuts beside it before they are placed -- under FSDP (x TP or x
-    // EP) also rank 0's part of it, gathered first from the shards' rows
+    // and a row-wise parameter's cuts beside it before they are placed -- under FSDP (x TP, x EP
+    // or both) also rank 0's part of it, gathered first from the shards' rows
     // (Parallelism::gather_checkpoint_tensor).
     for (size_t g = 0; g < whole_specs.size(); ++g) {
       for (size_t i = 0; i < whole_specs[g].params.size(); ++i) {

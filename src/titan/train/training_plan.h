@@ -116,9 +116,8 @@ struct MemoryPlan {
   int64_t writer_staging = 0, export_gather = 0;
   // Tensor or expert parallel with checkpoint.enable: while a synchronous save is written, rank
   // 0's one tensor gathered whole (and a row-wise parameter's cuts before they are placed; under
-  // FSDP x TP or FSDP x EP also rank 0's part of it, gathered from the shards first). An
-  // asynchronous save's copy of the whole state is not counted, as no staging copy is. (Saves
-  // under FSDP x TP x EP are not built: plan_training refuses them.)
+  // FSDP x TP, FSDP x EP or FSDP x TP x EP also rank 0's part of it, gathered from the shards
+  // first). An asynchronous save's copy of the whole state is not counted, as no staging copy is.
   int64_t checkpoint_gather = 0;
   // LoRA: the adapter's parameters (within `parameters`; gradients and optimizer are then the
   // adapter's alone), and the gradient and AdamW bytes full fine-tuning would hold beyond them.
