@@ -48,7 +48,7 @@ std::string prose(int i) {
 }
 
 // The ranks of one data-parallel group as threads of this process: sum() returns once every rank
-// has called it, with the values of all summed (LoaderOptions::Share::sum_over_ranks).
+// has called it, with the values of all summed (LoaderOptions::sum_over_ranks).
 class ThreadRanks {
  public:
   explicit ThreadRanks(int n) : n_(n) {}
@@ -83,19 +83,30 @@ class ThreadRanks {
   std::vector<double> total_, result_;
 };
 
+// A rank's share of each step's batches and its sums over the group's ranks (none: one process).
+struct RankShare {
+  LoaderOptions::Share share;
+  std::function<void(double*, int64_t)> sum_over_ranks;
+  LoaderOptions applied_to(LoaderOptions options) const {
+    options.share = share;
+    options.sum_over_ranks = sum_over_ranks;
+    return options;
+  }
+};
+
 // Runs the n ranks of a data-parallel group at once, each on a thread: rank r the r-th run of
 // `per_rank` batches of each step (the trainer's share), the ranks summing over a ThreadRanks.
 template <typename Run>
 std::vector<Run> run_ranks(int n, int64_t per_rank,
-                           const std::function<Run(const LoaderOptions::Share&)>& run) {
+                           const std::function<Run(const RankShare&)>& run) {
   ThreadRanks group(n);
   std::vector<Run> runs(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
-      LoaderOptions::Share share{n * per_rank, r * per_rank, per_rank};
-      share.sum_over_ranks = [&group](double* values, int64_t count) { group.sum(values, count); };
-      runs[static_cast<size_t>(r)] = run(share);
+      const RankShare rank{{n * per_rank, r * per_rank, per_rank},
+                           [&group](double* values, int64_t count) { group.sum(values, count); }};
+      runs[static_cast<size_t>(r)] = run(rank);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -642,9 +653,8 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
     LoaderState end;
     uint64_t tokens_read = 0;
   };
-  const auto run = [&](LoaderOptions::Share share, const std::optional<LoaderState>& from) {
-    LoaderOptions options = o;
-    options.share = share;
+  const auto run = [&](const RankShare& rank, const std::optional<LoaderState>& from) {
+    const LoaderOptions options = rank.applied_to(o);
     BatchProducer producer(options, tok, files, from);
     Run r;
     for (Batch b;;) {
@@ -694,7 +704,7 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
     EXPECT_GT(own, 0);
     EXPECT_EQ(share.end, reference.end);
   };
-  const auto alone = [&](const LoaderOptions::Share& share) { return run(share, std::nullopt); };
+  const auto alone = [&](const RankShare& rank) { return run(rank, std::nullopt); };
   const std::vector<Run> pair = run_ranks<Run>(2, 2, alone);
   for (int64_t rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " of 2");
@@ -708,18 +718,16 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
   for (const size_t at : {1u, 4u, 9u}) {
     SCOPED_TRACE("resumed after batch " + std::to_string(at));
     ASSERT_FALSE(saved.batches[at].own);
-    const std::vector<Run> on4 = run_ranks<Run>(
-        4, 1, [&](const LoaderOptions::Share& share) { return run(share, saved.states[at]); });
+    const std::vector<Run> on4 =
+        run_ranks<Run>(4, 1, [&](const RankShare& rank) { return run(rank, saved.states[at]); });
     for (int64_t rank = 0; rank < 4; ++rank) check_share(on4[rank], whole, at + 1, {4, rank, 1});
     const Run on1 = run({}, saved.states[at]);
     check_share(on1, whole, at + 1, {1, 0, 1});
   }
   // The DataLoader hands the states out the same way, read when asked for.
   const std::vector<std::vector<LoaderState>> loaders =
-      run_ranks<std::vector<LoaderState>>(2, 1, [&](const LoaderOptions::Share& share) {
-        LoaderOptions options = o;
-        options.share = share;
-        DataLoader loader(options, tok);
+      run_ranks<std::vector<LoaderState>>(2, 1, [&](const RankShare& rank) {
+        DataLoader loader(rank.applied_to(o), tok);
         std::vector<LoaderState> states;
         while (loader.next_batch()) states.push_back(loader.state());
         states.push_back(loader.state());
@@ -740,7 +748,7 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
   options.data.paths = {dir / "d"};
   EXPECT_NE(error_of([&] {
               BatchProducer(options, tok, files, std::nullopt);
-            }).find("needs LoaderOptions::Share::sum_over_ranks"),
+            }).find("needs LoaderOptions::sum_over_ranks"),
             std::string::npos);
 }
 
@@ -788,10 +796,9 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
     std::vector<LoaderState> states;  // after each batch
     LoaderState end;
   };
-  const auto run = [&](const LoaderOptions& options, const LoaderOptions::Share& share,
+  const auto run = [&](const LoaderOptions& options, const RankShare& rank,
                        const std::optional<LoaderState>& from) {
-    LoaderOptions with = options;
-    with.share = share;
+    const LoaderOptions with = rank.applied_to(options);
     BatchProducer producer(with, tok, files, from);
     Run r;
     for (Batch b; producer.next(b);) {
@@ -803,7 +810,7 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
   };
   const Run whole = run(o, {}, std::nullopt);
   ASSERT_GE(whole.batches.size(), 40u);
-  EXPECT_EQ(whole.end.skipped, 2 * 2 * 4);  // 4 bad records a file, 2 files, 2 epochs
+  EXPECT_EQ(whole.end.skipped, 3 * 2 * 2);  // 3 bad records a file, 2 files, 2 epochs
   const auto check = [&](const Run& share, size_t from, const LoaderOptions::Share& layout) {
     ASSERT_EQ(share.batches.size() + from, whole.batches.size());
     for (size_t i = 0; i < share.batches.size(); ++i) {
@@ -824,21 +831,21 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
   for (const int n : {2, 4}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
     const int64_t per_rank = n == 2 ? 2 : 1;
-    const std::vector<Run> ranks =
-        run_ranks<Run>(n, per_rank, [&](const auto& share) { return run(o, share, std::nullopt); });
+    const std::vector<Run> ranks = run_ranks<Run>(
+        n, per_rank, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
     for (int r = 0; r < n; ++r) {
       check(ranks[static_cast<size_t>(r)], 0, {n * per_rank, r * per_rank, per_rank});
     }
   }
   // Resumed from rank 1 of 2's states (after its own batch and after the others').
   const std::vector<Run> pair =
-      run_ranks<Run>(2, 1, [&](const auto& share) { return run(o, share, std::nullopt); });
+      run_ranks<Run>(2, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
   for (const size_t at : {2u, 5u, 22u}) {
     SCOPED_TRACE("resumed after batch " + std::to_string(at));
     const LoaderState& saved = pair[1].states[at];
     check(run(o, {}, saved), at + 1, {1, 0, 1});
     const std::vector<Run> on4 =
-        run_ranks<Run>(4, 1, [&](const auto& share) { return run(o, share, saved); });
+        run_ranks<Run>(4, 1, [&](const RankShare& rank) { return run(o, rank, saved); });
     for (int r = 0; r < 4; ++r) check(on4[static_cast<size_t>(r)], at + 1, {4, r, 1});
   }
 
@@ -866,9 +873,8 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
     }
   }
   const int64_t stream = at;
-  const auto count_tokenized = [&](const LoaderOptions::Share& share) {
-    LoaderOptions with = o;
-    with.share = share;
+  const auto count_tokenized = [&](const RankShare& rank) {
+    const LoaderOptions with = rank.applied_to(o);
     BatchProducer producer(with, tok, files, std::nullopt);
     for (Batch b; producer.next(b);) {
     }

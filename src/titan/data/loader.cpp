@@ -10,11 +10,9 @@ DataLoader::DataLoader(LoaderOptions options, const Tokenizer& tok,
     : options_(std::move(options)) {
   TITAN_CHECK(options_.prefetch >= 1, "loader: prefetch must be >= 1, got ", options_.prefetch);
   // The producer's sums run where the caller's collectives run: on the thread of next_batch.
-  sum_over_ranks_ = std::move(options_.share.sum_over_ranks);
+  sum_over_ranks_ = std::move(options_.sum_over_ranks);
   if (sum_over_ranks_) {
-    options_.share.sum_over_ranks = [this](double* values, int64_t count) {
-      relay_sum(values, count);
-    };
+    options_.sum_over_ranks = [this](double* values, int64_t count) { relay_sum(values, count); };
   }
   producer_ = std::make_unique<BatchProducer>(options_, tok, expand_data_paths(options_.data.paths),
                                               resume);

@@ -88,8 +88,8 @@ struct LoaderOptions {
   // rows' tokens. Text and JSON documents must be tokenized to be measured: the N = step_batches
   // / count data-parallel ranks split each window of a file's documents (rank r = first / count
   // tokenizes those at r, r + N, ... of it) and sum their lengths over the ranks
-  // (`sum_over_ranks`, one small collective per window, lengths only), so every rank knows where
-  // every row starts; then a rank tokenizes the others' documents only where they reach into
+  // (sum_over_ranks below, one small collective per window, lengths only), so every rank knows
+  // where every row starts; then a rank tokenizes the others' documents only where they reach into
   // its own rows or the token it carries into them (a carried token of another rank's text
   // document is tokenized when read: loader_carry.h). Tokenizer work per rank: its 1/N of the
   // documents, plus the others' in its own 1/N of the rows, about (2N - 1) / N^2 of the whole.
@@ -97,14 +97,14 @@ struct LoaderOptions {
   // LoaderState::truncated counts this rank's rows only. Default: every batch is own.
   struct Share {
     int64_t step_batches = 1, first = 0, count = 1;
-    // values (count) = their sum over the data-parallel ranks, in place (the trainer's
-    // data-parallel group's all_reduce_sum); required for packed pre-training where the share
-    // leaves batches to other ranks. DataLoader calls it on the thread that calls next_batch,
-    // inside the call that hands out the batch needing it, which is the same call on every rank
-    // (the stream is); BatchProducer on the thread that calls next().
-    std::function<void(double* values, int64_t count)> sum_over_ranks;
   };
   Share share;
+  // values (count) = their sum over the data-parallel ranks of the share, in place (the
+  // trainer's data-parallel group's all_reduce_sum); required for packed text where the share
+  // leaves batches to other ranks. DataLoader calls it on the thread that calls next_batch,
+  // inside the call that hands out the batch needing it, which is the same call on every rank
+  // (the stream is); BatchProducer on the thread that calls next().
+  std::function<void(double* values, int64_t count)> sum_over_ranks;
   int prefetch = 4;  // batches the background thread may have ready
   // Receives one line per file with skipped records (default: stderr). Totals of skipped records
   // and cut conversations are in LoaderState.
@@ -152,7 +152,7 @@ class DataLoader {
   // The producer's sum_over_ranks: hands the values to the thread in next_batch and waits.
   void relay_sum(double* values, int64_t count);
 
-  LoaderOptions options_;                                 // share.sum_over_ranks: relay_sum
+  LoaderOptions options_;                                 // sum_over_ranks: relay_sum
   std::function<void(double*, int64_t)> sum_over_ranks_;  // the caller's
   std::unique_ptr<BatchProducer> producer_;
   LoaderPosition consumed_;  // the position after the last batch handed out

@@ -105,9 +105,9 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
     TITAN_CHECK(share.step_batches % share.count == 0 && share.first % share.count == 0,
                 "loader: packed text shared over data-parallel ranks needs runs of ", share.count,
                 " batches dividing the step's ", share.step_batches, " from ", share.first);
-    TITAN_CHECK(static_cast<bool>(share.sum_over_ranks),
+    TITAN_CHECK(static_cast<bool>(options.sum_over_ranks),
                 "loader: packed text shared over data-parallel ranks needs "
-                "LoaderOptions::Share::sum_over_ranks (the ranks sum their documents' lengths)");
+                "LoaderOptions::sum_over_ranks (the ranks sum their documents' lengths)");
     dp_ranks_ = share.step_batches / share.count;
     dp_rank_ = share.first / share.count;
   }
@@ -300,7 +300,7 @@ void BatchProducer::share_lengths(int64_t doc) {
       lengths[k] = static_cast<double>(kBadRecord);
     }
   }
-  options_.share.sum_over_ranks(lengths.data(), n);
+  options_.sum_over_ranks(lengths.data(), n);
   window_lengths_.assign(lengths.begin(), lengths.end());
 }
 

@@ -88,7 +88,7 @@ class BatchProducer {
   // lengths holding it, its ids this rank's if it tokenized it, else left unread.
   bool read_shared_document(int64_t doc, Document& out);
   // The window of documents from `doc` on: this rank tokenizes its part, the ranks sum the
-  // lengths (LoaderOptions::Share::sum_over_ranks).
+  // lengths (LoaderOptions::sum_over_ranks).
   void share_lengths(int64_t doc);
   // An unread document's ids, made now.
   void read_ids(Document& d);

@@ -108,7 +108,7 @@ void Trainer::restore() {
     // Packed text: the ranks sum the lengths of the documents each tokenized, inside next_batch
     // (the same call on every rank), so that each tokenizes only what its rows need.
     Communicator& group = parallelism_->data_parallel_group();
-    options.share.sum_over_ranks = [&group](double* values, int64_t count) {
+    options.sum_over_ranks = [&group](double* values, int64_t count) {
       group.all_reduce_sum(values, count);
     };
   }
