@@ -74,7 +74,10 @@ with open(sys.argv[2], "w", encoding="utf-8") as out:
         if p.strip():
             out.write(json.dumps({"text": p}) + "\n")
 PY
-common=("${base[@]}" --training.dataset=jargon_jsonl --training.dataset_path="$work/jargon.jsonl")
+# Rows of 256 and 8 a step: the 10 steps walk past the first window of documents (256 on 2
+# ranks), so a later window's lengths are summed between the steps' collectives.
+common=("${base[@]}" --training.dataset=jargon_jsonl --training.dataset_path="$work/jargon.jsonl"
+        --training.seq_len=256 --training.local_batch_size=2 --training.global_batch_size=8)
 run text_single 1
 run text_ddp2 2 "${ddp2[@]}" "${ckpt[@]}"
 run text_fsdp2 2
@@ -84,6 +87,13 @@ rm -rf "$work/text_to1/checkpoint/step-8" "$work/text_to1/checkpoint/step-10" "$
 run text_to1 1 "${ckpt[@]}"
 grep -q "resumed step 4 from" "$work/text_to1.log" || { echo "text_to1 did not resume"; cat "$work/text_to1.log"; exit 1; }
 equal_to_single text_single 5 text_to1
+"$python" - "$work/text_ddp2/checkpoint/step-10/trainer_state.json" <<'PY'
+import json, sys
+# The loader's position after the last step: past the first window's 256 documents.
+state = json.loads(json.load(open(sys.argv[1]))["loader_state"])
+assert state["epoch"] == 0 and state["file"] == 0 and state["doc"] > 256, state
+print(f"text_ddp2: the 10 steps walked {state['doc']} documents, past the first window's 256")
+PY
 for name in text_ddp2 text_fsdp2; do
   if grep -q "$note" "$work/$name.log"; then echo "$name: the old note"; cat "$work/$name.log"; exit 1; fi
 done
