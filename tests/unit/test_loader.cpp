@@ -910,6 +910,31 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
                   (2.0 * n - 1) / (n * n));
     }
   }
+
+  // Without skip_bad_records every rank stops at the first bad record (f0's line 14, document 13:
+  // rank 1's of 2) after the same batches: the rank that read it with its line, the other naming
+  // that rank.
+  o.data.skip_bad_records = false;
+  struct Stop {
+    size_t batches = 0;
+    std::string error;
+  };
+  const std::vector<Stop> stops = run_ranks<Stop>(2, 1, [&](const RankShare& rank) {
+    const LoaderOptions with = rank.applied_to(o);
+    BatchProducer producer(with, tok, files, std::nullopt);
+    Stop stop;
+    stop.error = error_of([&] {
+      for (Batch b; producer.next(b);) ++stop.batches;
+    });
+    return stop;
+  });
+  EXPECT_GT(stops[0].batches, 0u);
+  EXPECT_EQ(stops[0].batches, stops[1].batches);
+  EXPECT_EQ(stops[1].error.rfind(dir / "d/f0.jsonl:14: the record is not valid JSON", 0), 0u)
+      << stops[1].error;
+  EXPECT_EQ(stops[0].error, dir / "d/f0.jsonl" +
+                                ": document 13 is a bad record, read by data-parallel rank 1 (its "
+                                "error line names it)");
 }
 
 // Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,

@@ -43,10 +43,9 @@ void DataLoader::produce() {
     }
     const bool last = !item.batch;
     std::unique_lock<std::mutex> lock(mutex_);
-    if (stop_) return;  // stopped during a sum: its error is not one to report
     space_.wait(lock,
                 [&] { return stop_ || queue_.size() < static_cast<size_t>(options_.prefetch); });
-    if (stop_) return;
+    if (stop_) return;  // an error of a sum the stop cut short included
     queue_.push_back(std::move(item));
     ready_.notify_one();
     if (last) return;  // the end, or an error: nothing follows
