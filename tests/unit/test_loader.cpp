@@ -913,7 +913,7 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
 
   // Without skip_bad_records every rank stops at the first bad record (f0's line 14, document 13:
   // rank 1's of 2) after the same batches: the rank that read it with its line, the other naming
-  // that rank.
+  // the document and that rank.
   o.data.skip_bad_records = false;
   struct Stop {
     size_t batches = 0;
@@ -933,8 +933,8 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
   EXPECT_EQ(stops[1].error.rfind(dir / "d/f0.jsonl:14: the record is not valid JSON", 0), 0u)
       << stops[1].error;
   EXPECT_EQ(stops[0].error, dir / "d/f0.jsonl" +
-                                ": document 13 is a bad record, read by data-parallel rank 1 (its "
-                                "error line names it)");
+                                ": document 13 (from 0, in file order) is a bad record, read by "
+                                "data-parallel rank 1");
 }
 
 // Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,

@@ -320,10 +320,11 @@ bool BatchProducer::read_shared_document(int64_t doc, Document& out) {
         return skip_bad_record(window_errors_[k], e.what());
       }
     }
+    // Self-contained: the reading rank's own line may not be printed before the job ends.
     const std::string message = file_->path() + ": document " + std::to_string(own_docs_[doc]) +
-                                " is a bad record, read by data-parallel rank " +
-                                std::to_string((doc - window_begin_) % dp_ranks_) +
-                                " (its error line names it)";
+                                " (from 0, in file order) is a bad record, read by data-parallel "
+                                "rank " +
+                                std::to_string((doc - window_begin_) % dp_ranks_);
     return skip_bad_record(std::make_exception_ptr(BadRecordError(message)), message);
   }
   out.length = static_cast<size_t>(window_lengths_[k]);
