@@ -53,7 +53,7 @@ class CarriedTokens {
                        uint64_t end);
   // Drops all but the last n tokens.
   void keep_last(size_t n);
-  // The tokens, read from their files where they are spans.
+  // The tokens, read from their files (or tokenized) where they are spans.
   std::vector<int32_t> read() const;
 
  private:

@@ -126,7 +126,7 @@ class BatchProducer {
   Document doc_;
   int64_t empty_epochs_ = 0;  // epochs passed without a document, to stop instead of spinning
   bool own_batch_ = true;     // the batch being filled is this rank's (LoaderOptions::share)
-  // Shared with the unread documents' DocumentTokens, which count when a carry is read.
+  // Shared with the UnreadDocuments, which count when they are read (for a row or a carry).
   std::shared_ptr<std::atomic<int64_t>> tokenized_ = std::make_shared<std::atomic<int64_t>>(0);
   // Packed text over data-parallel ranks (shares_lengths): this rank of dp_ranks_, and the open
   // file's window of documents [window_begin_, window_begin_ + window_lengths_.size()): each
