@@ -22,6 +22,8 @@
 #include "titan/core/error.h"
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/tokenizer.h"
+#include "titan/distributed/communicator.h"
+#include "titan/distributed/world.h"
 #include "titan/io/atomic_dir.h"
 #include "titan/io/json_util.h"
 
@@ -175,7 +177,30 @@ void convert_jsonl_to_file(const Tokenizer& tok, const TokenizeOptions& o) {
   }
 }
 
-// --bin: the whole dataset into one token file, tokenized on all threads.
+// Under mpirun the ranks of the world tokenize a share each (dataset_tokenize.h): the lengths
+// summed, the tokens sent to rank 0 (an all-to-all-v in which only rank 0 receives).
+TokenizeRanks world_ranks() {
+  Communicator& group = world();
+  TokenizeRanks ranks;
+  ranks.rank = group.rank();
+  ranks.size = group.size();
+  if (ranks.size == 1) return ranks;
+  ranks.sum = [&group](double* values, int64_t count) { group.all_reduce_sum(values, count); };
+  ranks.gather = [&group](const std::vector<int32_t>& mine, std::vector<int32_t>& all) {
+    std::vector<int64_t> send(static_cast<size_t>(group.size()), 0);
+    send[0] = static_cast<int64_t>(mine.size());
+    const std::vector<int64_t> receive = group.all_to_all_counts(send);
+    int64_t total = 0;
+    for (const int64_t n : receive) total += n;
+    std::vector<int32_t> into(static_cast<size_t>(total));
+    group.all_to_all_v_async(mine.data(), send, into.data(), receive, DType::i32).wait();
+    if (group.rank() == 0) all = std::move(into);
+  };
+  return ranks;
+}
+
+// --bin: the whole dataset into one token file, tokenized on all threads (of every rank under
+// mpirun).
 int write_bin(const Tokenizer& tok, const TokenizeOptions& o) {
   TITAN_CHECK(!o.decode, "--bin writes token ids; it does not combine with --decode");
   DatasetOptions data;
@@ -184,7 +209,8 @@ int write_bin(const Tokenizer& tok, const TokenizeOptions& o) {
   data.text_field = o.text_field;
   data.skip_bad_records = o.skip_bad_lines;
   data.parse_special = !o.no_special;
-  const TokenizeStats s = tokenize_to_token_file(tok, data, o.bin);
+  const TokenizeStats s = tokenize_to_token_file(tok, data, o.bin, world_ranks());
+  if (world().rank() != 0) return 0;  // rank 0 wrote the file and says so
   if (s.n_skipped > 0) {
     std::fprintf(stderr, "tokenize: skipped %lld bad record(s); the first: %s\n",
                  static_cast<long long>(s.n_skipped), s.first_skipped.c_str());
@@ -199,6 +225,8 @@ int write_bin(const Tokenizer& tok, const TokenizeOptions& o) {
 
 int run(const TokenizeOptions& o) {
   set_thread_count(o.threads);
+  TITAN_CHECK(world().size() == 1 || !o.bin.empty(),
+              "under mpirun titan tokenize runs only with --bin (the ranks tokenize a share each)");
   TITAN_CHECK(o.text_given || !o.jsonl.empty() || !o.bin.empty(),
               "nothing to do (give --text, --jsonl or --bin)");
   TITAN_CHECK(o.inputs.empty() || !o.bin.empty(), "input files are read only with --bin");

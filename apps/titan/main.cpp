@@ -83,11 +83,12 @@ int main(int argc, char** argv) {
   for (auto& [command, action] : commands) {
     if (!command->parsed()) continue;
     const std::string name = command->get_name();
-    if (titan::world_info().size > 1 && name != "train") {
-      return report_error(
-          "titan " + name +
-              ": error: runs in one process; under mpirun (or titan launch) only titan train runs",
-          2);
+    // titan tokenize checks itself that it writes a token file (--bin), the one form that shares.
+    if (titan::world_info().size > 1 && name != "train" && name != "tokenize") {
+      return report_error("titan " + name +
+                              ": error: runs in one process; under mpirun (or titan launch) only "
+                              "titan train and titan tokenize --bin run",
+                          2);
     }
     // One rank speaks for the job; every rank's errors and warnings still reach stderr.
     if (titan::world_info().rank != 0 && std::freopen("/dev/null", "w", stdout) == nullptr) {

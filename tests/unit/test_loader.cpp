@@ -1,13 +1,17 @@
 // The loader: the packing convention, fixed shapes and the dropped last batch, exact resume from a
 // saved state (mid-document, across epochs), disjoint ranks that cover the data, a data-parallel
-// share that tokenizes only its own chat rows and reads only its own packed rows of token files,
-// chat masking, and one clear line for bad input.
+// share that tokenizes only its own chat rows, reads only its own packed rows of token files and
+// tokenizes about its share of packed text, chat masking, and one clear line for bad input.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include "test_dataset_util.h"
 #include "test_tokenizer_python.h"
@@ -41,6 +45,72 @@ std::string prose(int i) {
   std::string s = "Document " + std::to_string(i) + ":";
   for (int w = 0; w < 3 + (i * 7) % 23; ++w) s += " word" + std::to_string((i * 31 + w) % 97);
   return s;
+}
+
+// The ranks of one data-parallel group as threads of this process: sum() returns once every rank
+// has called it, with the values of all summed (LoaderOptions::sum_over_ranks).
+class ThreadRanks {
+ public:
+  explicit ThreadRanks(int n) : n_(n) {}
+  void sum(double* values, int64_t count) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const int64_t generation = generation_;
+    if (arrived_ == 0) {
+      total_.assign(values, values + count);
+    } else {
+      EXPECT_EQ(total_.size(), static_cast<size_t>(count));  // every rank sums the same window
+      for (int64_t i = 0; i < count && i < static_cast<int64_t>(total_.size()); ++i) {
+        total_[i] += values[i];
+      }
+    }
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      result_ = total_;
+      ++generation_;
+      done_.notify_all();
+    } else {
+      done_.wait(lock, [&] { return generation_ != generation; });
+    }
+    std::copy(result_.begin(), result_.end(), values);
+  }
+
+ private:
+  const int n_;
+  std::mutex mutex_;
+  std::condition_variable done_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+  std::vector<double> total_, result_;
+};
+
+// A rank's share of each step's batches and its sums over the group's ranks (none: one process).
+struct RankShare {
+  LoaderOptions::Share share;
+  std::function<void(double*, int64_t)> sum_over_ranks;
+  LoaderOptions applied_to(LoaderOptions options) const {
+    options.share = share;
+    options.sum_over_ranks = sum_over_ranks;
+    return options;
+  }
+};
+
+// Runs the n ranks of a data-parallel group at once, each on a thread: rank r the r-th run of
+// `per_rank` batches of each step (the trainer's share), the ranks summing over a ThreadRanks.
+template <typename Run>
+std::vector<Run> run_ranks(int n, int64_t per_rank,
+                           const std::function<Run(const RankShare&)>& run) {
+  ThreadRanks group(n);
+  std::vector<Run> runs(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      const RankShare rank{{n * per_rank, r * per_rank, per_rank},
+                           [&group](double* values, int64_t count) { group.sum(values, count); }};
+      runs[static_cast<size_t>(r)] = run(rank);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  return runs;
 }
 
 // One chat JSONL line: a user's question and the assistant's reply.
@@ -549,8 +619,8 @@ TEST(LoaderChat, ARankTokenizesOnlyItsOwnRowsAndResumesOnAnyShare) {
 // time; the carried token is read only when this rank's next row or a state needs it); a
 // rank's own batches, every state after a batch (the carry read) and the state at the end (a
 // partial window, spanning files) are the whole stream's, so a state saved by one share resumes
-// on another and on one process. Two token files and a JSON Lines file, whose documents are
-// tokenized by every rank (the loader says so once).
+// on another and on one process. Two token files and a JSON Lines file, whose documents' lengths
+// the ranks (threads here) share.
 TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
   const ScratchDir dir("token_share");
   const Tokenizer& tok = test::trained_tokenizer();
@@ -583,9 +653,8 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
     LoaderState end;
     uint64_t tokens_read = 0;
   };
-  const auto run = [&](LoaderOptions::Share share, const std::optional<LoaderState>& from) {
-    LoaderOptions options = o;
-    options.share = share;
+  const auto run = [&](const RankShare& rank, const std::optional<LoaderState>& from) {
+    const LoaderOptions options = rank.applied_to(o);
     BatchProducer producer(options, tok, files, from);
     Run r;
     for (Batch b;;) {
@@ -635,51 +704,237 @@ TEST(Loader, ARankReadsOnlyItsOwnPackedRowsOfTokenFiles) {
     EXPECT_GT(own, 0);
     EXPECT_EQ(share.end, reference.end);
   };
+  const auto alone = [&](const RankShare& rank) { return run(rank, std::nullopt); };
+  const std::vector<Run> pair = run_ranks<Run>(2, 2, alone);
   for (int64_t rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank) + " of 2");
-    warnings.clear();
-    const Run share = run({4, 2 * rank, 2}, std::nullopt);
-    check_share(share, whole, 0, {4, 2 * rank, 2});
-    EXPECT_LT(share.tokens_read, whole.tokens_read);
-    // The text file's documents are tokenized by every rank: said once (by the rank whose
-    // batches come first), with the remedy.
-    if (rank == 1) {
-      EXPECT_TRUE(warnings.empty());
-      continue;
-    }
-    ASSERT_EQ(warnings.size(), 1u);
-    EXPECT_NE(warnings[0].find("every rank tokenizes every row of the 1 of 3 data files that are "
-                               "not token files"),
-              std::string::npos)
-        << warnings[0];
-    EXPECT_NE(warnings[0].find("titan tokenize"), std::string::npos) << warnings[0];
+    check_share(pair[rank], whole, 0, {4, 2 * rank, 2});
+    EXPECT_LT(pair[rank].tokens_read, whole.tokens_read);
   }
+  EXPECT_TRUE(warnings.empty());  // the text file's documents are shared too: nothing to say
   // States saved by rank 1 of 2 after another rank's batches (their carry unread until now)
-  // resume on rank 3 of 4 and on one process.
-  const Run saved = run({4, 2, 2}, std::nullopt);
+  // resume on 4 ranks and on one process.
+  const Run& saved = pair[1];
   for (const size_t at : {1u, 4u, 9u}) {
     SCOPED_TRACE("resumed after batch " + std::to_string(at));
     ASSERT_FALSE(saved.batches[at].own);
-    const Run on4 = run({4, 3, 1}, saved.states[at]);
-    check_share(on4, whole, at + 1, {4, 3, 1});
+    const std::vector<Run> on4 =
+        run_ranks<Run>(4, 1, [&](const RankShare& rank) { return run(rank, saved.states[at]); });
+    for (int64_t rank = 0; rank < 4; ++rank) check_share(on4[rank], whole, at + 1, {4, rank, 1});
     const Run on1 = run({}, saved.states[at]);
     check_share(on1, whole, at + 1, {1, 0, 1});
   }
   // The DataLoader hands the states out the same way, read when asked for.
+  const std::vector<std::vector<LoaderState>> loaders =
+      run_ranks<std::vector<LoaderState>>(2, 1, [&](const RankShare& rank) {
+        DataLoader loader(rank.applied_to(o), tok);
+        std::vector<LoaderState> states;
+        while (loader.next_batch()) states.push_back(loader.state());
+        states.push_back(loader.state());
+        EXPECT_FALSE(loader.next_batch().has_value());
+        return states;
+      });
+  std::vector<LoaderState> expected = whole.states;
+  expected.push_back(whole.end);
+  for (const std::vector<LoaderState>& states : loaders) EXPECT_EQ(states, expected);
+  // Token files only: no sums to make, none needed.
   LoaderOptions options = o;
   options.share = {2, 1, 1};
-  DataLoader loader(options, tok);
-  for (size_t i = 0; i < whole.batches.size(); ++i) {
-    ASSERT_TRUE(loader.next_batch().has_value()) << i;
-    EXPECT_EQ(loader.state(), whole.states[i]) << i;
-  }
-  EXPECT_FALSE(loader.next_batch().has_value());
-  EXPECT_EQ(loader.state(), whole.end);
-  // Token files only: nothing to say.
-  warnings.clear();
   options.data.paths = {dir / "d/t0.bin", dir / "d/t1.bin"};
   BatchProducer bins(options, tok, expand_data_paths(options.data.paths), std::nullopt);
-  EXPECT_TRUE(warnings.empty());
+  Batch b;
+  EXPECT_TRUE(bins.next(b));
+  // Text without them: refused, saying what is missing.
+  options.data.paths = {dir / "d"};
+  EXPECT_NE(error_of([&] {
+              BatchProducer(options, tok, files, std::nullopt);
+            }).find("needs LoaderOptions::sum_over_ranks"),
+            std::string::npos);
+}
+
+// Packed text over data-parallel ranks (threads here): the ranks split each window of a file's
+// documents, sum their lengths, and tokenize the others' documents only where they reach into
+// their own rows (the carried token included). On 2 ranks (2 micro-batches each) and 4 (one),
+// every rank's own batches, every state after a batch and the state at the end are the whole
+// stream's, bad records skipped alike; each rank tokenizes exactly its part of each window and
+// the others' documents its own rows' windows touch, counted here from the stream itself;
+// states saved by rank 1 of 2 resume on one process and on 4 ranks.
+TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
+  const ScratchDir dir("text_share");
+  const Tokenizer& tok = test::trained_tokenizer();
+  // Each file's documents in file order: its stream length (tokens and EOS; 0 for an empty
+  // document, -1 for a bad record).
+  std::vector<std::vector<int64_t>> lengths(2);
+  for (int f = 0; f < 2; ++f) {
+    std::string jsonl;
+    for (int i = 0; i < 300; ++i) {
+      if (i % 97 == 13) {
+        jsonl += "{not json\n";
+        lengths[f].push_back(-1);
+      } else if (i % 50 == 7) {
+        jsonl += json{{"text", ""}}.dump() + "\n";
+        lengths[f].push_back(0);
+      } else {
+        jsonl += json{{"text", prose(1000 * f + i)}}.dump() + "\n";
+        lengths[f].push_back(
+            static_cast<int64_t>(tok.encode_with_special_tokens(prose(1000 * f + i)).size()) + 1);
+      }
+    }
+    write_text(dir / ("d/f" + std::to_string(f) + ".jsonl"), jsonl);
+  }
+  LoaderOptions o;
+  o.data.paths = {dir / "d"};
+  o.data.skip_bad_records = true;
+  o.warn = [](const std::string&) {};
+  o.seed = 7;
+  o.batch_size = 4;
+  o.seq_len = 32;
+  o.epochs = 2;
+  const std::vector<std::string> files = expand_data_paths(o.data.paths);
+  struct Run {
+    std::vector<Batch> batches;
+    std::vector<LoaderState> states;  // after each batch
+    LoaderState end;
+  };
+  const auto run = [&](const LoaderOptions& options, const RankShare& rank,
+                       const std::optional<LoaderState>& from) {
+    const LoaderOptions with = rank.applied_to(options);
+    BatchProducer producer(with, tok, files, from);
+    Run r;
+    for (Batch b; producer.next(b);) {
+      r.batches.push_back(b);
+      r.states.push_back(producer.state());
+    }
+    r.end = producer.state();
+    return r;
+  };
+  const Run whole = run(o, {}, std::nullopt);
+  ASSERT_GE(whole.batches.size(), 40u);
+  EXPECT_EQ(whole.end.skipped, 3 * 2 * 2);  // 3 bad records a file, 2 files, 2 epochs
+  const auto check = [&](const Run& share, size_t from, const LoaderOptions::Share& layout) {
+    ASSERT_EQ(share.batches.size() + from, whole.batches.size());
+    for (size_t i = 0; i < share.batches.size(); ++i) {
+      const Batch& b = share.batches[i];
+      const auto at = static_cast<int64_t>((from + i) % static_cast<size_t>(layout.step_batches));
+      ASSERT_EQ(b.own, at >= layout.first && at < layout.first + layout.count) << i;
+      EXPECT_EQ(share.states[i], whole.states[from + i]) << i;
+      if (b.own) {
+        EXPECT_EQ(b.input_ids, whole.batches[from + i].input_ids) << i;
+        EXPECT_EQ(b.labels, whole.batches[from + i].labels) << i;
+      } else {
+        EXPECT_EQ(b.input_ids, std::vector<int32_t>(b.input_ids.size(), tok.pad_id())) << i;
+        EXPECT_EQ(b.labels, std::vector<int32_t>(b.labels.size(), kIgnoreLabel)) << i;
+      }
+    }
+    EXPECT_EQ(share.end, whole.end);
+  };
+  for (const int n : {2, 4}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    const int64_t per_rank = n == 2 ? 2 : 1;
+    const std::vector<Run> ranks = run_ranks<Run>(
+        n, per_rank, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+    for (int r = 0; r < n; ++r) {
+      check(ranks[static_cast<size_t>(r)], 0, {n * per_rank, r * per_rank, per_rank});
+    }
+  }
+  // Resumed from rank 1 of 2's states (after its own batch and after the others').
+  const std::vector<Run> pair =
+      run_ranks<Run>(2, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+  for (const size_t at : {2u, 5u, 22u}) {
+    SCOPED_TRACE("resumed after batch " + std::to_string(at));
+    const LoaderState& saved = pair[1].states[at];
+    check(run(o, {}, saved), at + 1, {1, 0, 1});
+    const std::vector<Run> on4 =
+        run_ranks<Run>(4, 1, [&](const RankShare& rank) { return run(o, rank, saved); });
+    for (int r = 0; r < 4; ++r) check(on4[static_cast<size_t>(r)], at + 1, {4, r, 1});
+  }
+
+  // The work, in file order (no shuffle: the test walks the stream itself). Document i of a
+  // window is tokenized by rank i % N (windows start at a file's first document and hold a
+  // multiple of N of them); another rank's document by every rank whose rows' windows
+  // [k S, k S + S] it reaches, the last, dropped batch's too.
+  o.shuffle = false;
+  const int64_t S = o.seq_len, B = o.batch_size;
+  struct Span {
+    int64_t begin, end;  // in the stream
+    int owner_slot;      // its place in its file
+  };
+  std::vector<Span> spans;  // the non-empty documents, in stream order
+  int64_t whole_tokenized = 0;
+  int64_t at = 0;
+  for (int64_t e = 0; e < o.epochs; ++e) {
+    for (const auto& file : lengths) {
+      for (size_t i = 0; i < file.size(); ++i) {
+        if (file[i] >= 0) ++whole_tokenized;  // an empty one is read and encoded too
+        if (file[i] <= 0) continue;
+        spans.push_back({at, at + file[i], static_cast<int>(i)});
+        at += file[i];
+      }
+    }
+  }
+  const int64_t stream = at;
+  const auto count_tokenized = [&](const RankShare& rank) {
+    const LoaderOptions with = rank.applied_to(o);
+    BatchProducer producer(with, tok, files, std::nullopt);
+    for (Batch b; producer.next(b);) {
+    }
+    return producer.tokenized();  // no state read: a carry is read only for this rank's rows
+  };
+  EXPECT_EQ(count_tokenized({}), whole_tokenized);
+  for (const int n : {2, 4}) {
+    const std::vector<int64_t> counted = run_ranks<int64_t>(n, 1, count_tokenized);
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(n));
+      int64_t expected = 0;
+      for (int64_t e = 0; e < o.epochs; ++e) {
+        for (const auto& file : lengths) {
+          for (size_t i = 0; i < file.size(); ++i) {
+            if (file[i] >= 0 && static_cast<int>(i % n) == r) ++expected;
+          }
+        }
+      }
+      for (const Span& d : spans) {
+        if (d.owner_slot % n == r) continue;
+        bool reaches = false;
+        for (int64_t k = d.begin / S - 1; k <= d.end / S && !reaches; ++k) {
+          const bool own = k >= 0 && (k / B) % n == r && k * S < stream;
+          reaches = own && d.begin <= k * S + S && d.end > k * S;
+        }
+        expected += reaches ? 1 : 0;
+      }
+      const int64_t tokenized = counted[static_cast<size_t>(r)];
+      EXPECT_EQ(tokenized, expected);
+      std::printf("rank %d of %d tokenizes %lld of %lld documents (%.3f; (2N - 1) / N^2 = %.3f)\n",
+                  r, n, static_cast<long long>(tokenized), static_cast<long long>(whole_tokenized),
+                  static_cast<double>(tokenized) / static_cast<double>(whole_tokenized),
+                  (2.0 * n - 1) / (n * n));
+    }
+  }
+
+  // Without skip_bad_records every rank stops at the first bad record (f0's line 14, document 13:
+  // rank 1's of 2) after the same batches: the rank that read it with its line, the other naming
+  // the document and that rank.
+  o.data.skip_bad_records = false;
+  struct Stop {
+    size_t batches = 0;
+    std::string error;
+  };
+  const std::vector<Stop> stops = run_ranks<Stop>(2, 1, [&](const RankShare& rank) {
+    const LoaderOptions with = rank.applied_to(o);
+    BatchProducer producer(with, tok, files, std::nullopt);
+    Stop stop;
+    stop.error = error_of([&] {
+      for (Batch b; producer.next(b);) ++stop.batches;
+    });
+    return stop;
+  });
+  EXPECT_GT(stops[0].batches, 0u);
+  EXPECT_EQ(stops[0].batches, stops[1].batches);
+  EXPECT_EQ(stops[1].error.rfind(dir / "d/f0.jsonl:14: the record is not valid JSON", 0), 0u)
+      << stops[1].error;
+  EXPECT_EQ(stops[0].error, dir / "d/f0.jsonl" +
+                                ": document 13 (from 0, in file order) is a bad record, read by "
+                                "data-parallel rank 1");
 }
 
 // Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,

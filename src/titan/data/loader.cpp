@@ -9,6 +9,11 @@ DataLoader::DataLoader(LoaderOptions options, const Tokenizer& tok,
                        std::optional<LoaderState> resume)
     : options_(std::move(options)) {
   TITAN_CHECK(options_.prefetch >= 1, "loader: prefetch must be >= 1, got ", options_.prefetch);
+  // The producer's sums run where the caller's collectives run: on the thread of next_batch.
+  sum_over_ranks_ = std::move(options_.sum_over_ranks);
+  if (sum_over_ranks_) {
+    options_.sum_over_ranks = [this](double* values, int64_t count) { relay_sum(values, count); };
+  }
   producer_ = std::make_unique<BatchProducer>(options_, tok, expand_data_paths(options_.data.paths),
                                               resume);
   consumed_ = producer_->position();
@@ -40,16 +45,36 @@ void DataLoader::produce() {
     std::unique_lock<std::mutex> lock(mutex_);
     space_.wait(lock,
                 [&] { return stop_ || queue_.size() < static_cast<size_t>(options_.prefetch); });
-    if (stop_) return;
+    if (stop_) return;  // an error of a sum the stop cut short included
     queue_.push_back(std::move(item));
     ready_.notify_one();
     if (last) return;  // the end, or an error: nothing follows
   }
 }
 
+void DataLoader::relay_sum(double* values, int64_t count) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  sum_request_ = SumRequest{values, count};
+  ready_.notify_one();
+  space_.wait(lock, [&] { return stop_ || !sum_request_; });
+  TITAN_CHECK(!stop_, "loader: stopped while waiting for the data-parallel ranks' sums");
+}
+
 std::optional<Batch> DataLoader::next_batch() {
   std::unique_lock<std::mutex> lock(mutex_);
-  ready_.wait(lock, [&] { return !queue_.empty(); });
+  // A batch ready goes first: a sum asked for meanwhile is for a later batch, run in the call
+  // that hands that one out -- on every rank the same call, since every rank's producer asks
+  // while making the same batch of the same stream.
+  for (;;) {
+    ready_.wait(lock, [&] { return !queue_.empty() || sum_request_; });
+    if (!queue_.empty()) break;
+    const SumRequest request = *sum_request_;
+    lock.unlock();
+    sum_over_ranks_(request.values, request.count);
+    lock.lock();
+    sum_request_.reset();
+    space_.notify_all();
+  }
   // The end (or an error) stays at the front: asking again gives the same answer.
   if (queue_.front().error) std::rethrow_exception(queue_.front().error);
   if (!queue_.front().batch) {

@@ -85,14 +85,26 @@ struct LoaderOptions {
   // training rows end where the token counts say: a token file's documents are measured by its
   // document table and their tokens are not read (the carried token too stays unread until this
   // rank's next row or a saved state needs it: loader_carry.h), so a rank reads only its own
-  // rows' tokens; text and JSON documents must be tokenized to be measured, so every rank
-  // tokenizes every row of them (the loader of the share with `first` 0 says so once, naming
-  // `titan tokenize --bin`), as it does packed conversations (pack_conversations).
+  // rows' tokens. Text and JSON documents must be tokenized to be measured: the N = step_batches
+  // / count data-parallel ranks split each window of a file's documents (rank r = first / count
+  // tokenizes those at r, r + N, ... of it) and sum their lengths over the ranks
+  // (sum_over_ranks below, one small collective per window, lengths only), so every rank knows
+  // where every row starts; then a rank tokenizes the others' documents only where they reach into
+  // its own rows or the token it carries into them (a carried token of another rank's text
+  // document is tokenized when read: loader_carry.h). Tokenizer work per rank: its 1/N of the
+  // documents, plus the others' in its own 1/N of the rows, about (2N - 1) / N^2 of the whole.
+  // Packed conversations (pack_conversations) are still tokenized by every rank.
   // LoaderState::truncated counts this rank's rows only. Default: every batch is own.
   struct Share {
     int64_t step_batches = 1, first = 0, count = 1;
   };
   Share share;
+  // values (count) = their sum over the data-parallel ranks of the share, in place (the
+  // trainer's data-parallel group's all_reduce_sum); required for packed text where the share
+  // leaves batches to other ranks. DataLoader calls it on the thread that calls next_batch,
+  // inside the call that hands out the batch needing it, which is the same call on every rank
+  // (the stream is); BatchProducer on the thread that calls next().
+  std::function<void(double* values, int64_t count)> sum_over_ranks;
   int prefetch = 4;  // batches the background thread may have ready
   // Receives one line per file with skipped records (default: stderr). Totals of skipped records
   // and cut conversations are in LoaderState.
@@ -137,13 +149,21 @@ class DataLoader {
     std::exception_ptr error;
   };
   void produce();
+  // The producer's sum_over_ranks: hands the values to the thread in next_batch and waits.
+  void relay_sum(double* values, int64_t count);
 
-  LoaderOptions options_;
+  LoaderOptions options_;                                 // sum_over_ranks: relay_sum
+  std::function<void(double*, int64_t)> sum_over_ranks_;  // the caller's
   std::unique_ptr<BatchProducer> producer_;
   LoaderPosition consumed_;  // the position after the last batch handed out
   mutable std::mutex mutex_;
   std::condition_variable ready_, space_;
   std::deque<Item> queue_;
+  struct SumRequest {
+    double* values;
+    int64_t count;
+  };
+  std::optional<SumRequest> sum_request_;  // the producer waits for next_batch to run it
   bool stop_ = false;
   std::thread thread_;
 };

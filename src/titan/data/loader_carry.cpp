@@ -36,6 +36,22 @@ void CarriedTokens::append_span(std::shared_ptr<const TokenFileReader> file, siz
   pieces_.push_back(std::move(p));
 }
 
+const std::vector<int32_t>& UnreadDocument::ids() const {
+  std::call_once(made_, [this] { ids_ = make_(); });
+  return ids_;
+}
+
+void CarriedTokens::append_document(std::shared_ptr<const UnreadDocument> document, uint64_t begin,
+                                    uint64_t end) {
+  if (end == begin) return;
+  Piece p;
+  p.document = std::move(document);
+  p.begin = begin;
+  p.end = end;
+  size_ += p.size();
+  pieces_.push_back(std::move(p));
+}
+
 void CarriedTokens::keep_last(size_t n) {
   while (size_ > n) {
     Piece& front = pieces_.front();
@@ -43,7 +59,7 @@ void CarriedTokens::keep_last(size_t n) {
     size_ -= drop;
     if (drop == front.size()) {
       pieces_.pop_front();
-    } else if (front.file) {
+    } else if (front.span()) {
       front.begin += drop;
     } else {
       front.ids.erase(front.ids.begin(), front.ids.begin() + static_cast<std::ptrdiff_t>(drop));
@@ -55,11 +71,15 @@ std::vector<int32_t> CarriedTokens::read() const {
   std::vector<int32_t> out;
   out.reserve(size_);
   for (const Piece& p : pieces_) {
-    if (!p.file) {
+    if (p.file) {
+      read_with_eos(*p.file, p.doc, p.begin, p.end, p.eos, out);
+    } else if (p.document) {
+      const std::vector<int32_t>& ids = p.document->ids();
+      out.insert(out.end(), ids.begin() + static_cast<std::ptrdiff_t>(p.begin),
+                 ids.begin() + static_cast<std::ptrdiff_t>(p.end));
+    } else {
       out.insert(out.end(), p.ids.begin(), p.ids.end());
-      continue;
     }
-    read_with_eos(*p.file, p.doc, p.begin, p.end, p.eos, out);
   }
   return out;
 }

@@ -1,11 +1,14 @@
 // The tokens the loader carries from one row into the next (LoaderState::carry), left unread while
-// they come from another data-parallel rank's rows of a token file: spans of its documents, read
-// from the mapping only when needed -- by this rank's next row, or a state to save.
+// they come from another data-parallel rank's rows: spans of a token file's documents, read from
+// the mapping, or of a text document, tokenized, only when needed -- by this rank's next row, or a
+// state to save.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -20,6 +23,20 @@ namespace titan {
 void read_with_eos(const TokenFileReader& file, size_t doc, uint64_t begin, uint64_t end,
                    int32_t eos, std::vector<int32_t>& out);
 
+// A document's ids followed by its EOS, made the first time they are asked for (once, whichever
+// thread asks): another rank's text document, whose length the ranks summed (loader.h), tokenized
+// only if this rank needs its tokens -- for its own row, or a carried token.
+class UnreadDocument {
+ public:
+  explicit UnreadDocument(std::function<std::vector<int32_t>()> make) : make_(std::move(make)) {}
+  const std::vector<int32_t>& ids() const;
+
+ private:
+  std::function<std::vector<int32_t>()> make_;
+  mutable std::once_flag made_;
+  mutable std::vector<int32_t> ids_;
+};
+
 class CarriedTokens {
  public:
   CarriedTokens() = default;
@@ -31,19 +48,24 @@ class CarriedTokens {
   // is the EOS, so end <= doc_size(doc) + 1.
   void append_span(std::shared_ptr<const TokenFileReader> file, size_t doc, uint64_t begin,
                    uint64_t end, int32_t eos);
+  // Positions [begin, end) of `document`'s ids (end <= their count).
+  void append_document(std::shared_ptr<const UnreadDocument> document, uint64_t begin,
+                       uint64_t end);
   // Drops all but the last n tokens.
   void keep_last(size_t n);
-  // The tokens, read from their files where they are spans.
+  // The tokens, read from their files (or tokenized) where they are spans.
   std::vector<int32_t> read() const;
 
  private:
   struct Piece {
-    std::vector<int32_t> ids;                     // known tokens; empty for a span
-    std::shared_ptr<const TokenFileReader> file;  // a span: set
+    std::vector<int32_t> ids;                        // known tokens; empty for a span
+    std::shared_ptr<const TokenFileReader> file;     // a span of a token file: set
+    std::shared_ptr<const UnreadDocument> document;  // a span of a text document: set
     size_t doc = 0;
     uint64_t begin = 0, end = 0;  // positions in the document followed by its EOS
     int32_t eos = 0;
-    size_t size() const { return file ? static_cast<size_t>(end - begin) : ids.size(); }
+    bool span() const { return file || document; }
+    size_t size() const { return span() ? static_cast<size_t>(end - begin) : ids.size(); }
   };
   std::deque<Piece> pieces_;
   size_t size_ = 0;

@@ -56,6 +56,20 @@ void check_same(const char* what, const T& saved, const T& now) {
               now);
 }
 
+// A pre-training document's ids: the text encoded with the post-processor's special tokens, or the
+// "ids" as they are, then the EOS. An empty document adds nothing, not even a separator (nor a
+// BOS).
+std::vector<int32_t> packed_ids(Record r, const Tokenizer& tok, bool parse_special, int32_t eos) {
+  std::vector<int32_t> ids;
+  if (r.kind == Record::Kind::ids) {
+    ids = std::move(r.ids);
+  } else if (!r.text.empty()) {
+    ids = tok.encode_with_special_tokens(r.text, parse_special);
+  }
+  if (!ids.empty()) ids.push_back(eos);
+  return ids;
+}
+
 }  // namespace
 
 BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
@@ -83,19 +97,19 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
               "loader: chat data needs the ",
               "chat template of the tokenizer's folder (LoaderOptions::chat_template)");
   if (options.mode == DataMode::chat) check_chat_tokenizer(tok, *options.chat_template);
-  if (options.mode == DataMode::pretrain && share.count < share.step_batches && share.first == 0) {
-    // Another rank's packed rows of text end where their tokens say: this rank tokenizes them
-    // too. A token file's table gives the same bounds without a token read (loader.h). Said by
-    // the rank whose batches come first only, so that a job says it once.
-    const auto text = std::count_if(files_.begin(), files_.end(),
-                                    [](const std::string& f) { return !is_token_file_path(f); });
-    if (text > 0) {
-      warn("data parallel over packed documents: every rank tokenizes every row of the " +
-           std::to_string(text) + " of " + std::to_string(files_.size()) +
-           " data files that are not token files (a row's bounds need its documents' token "
-           "counts); `titan tokenize --tokenizer DIR --bin OUT FILES...` once makes a token file "
-           "of which each rank reads only its own rows");
-    }
+  const bool text = std::any_of(files_.begin(), files_.end(),
+                                [](const std::string& f) { return !is_token_file_path(f); });
+  if (options.mode == DataMode::pretrain && share.count < share.step_batches && text) {
+    // Another rank's packed rows of text end where their tokens say: the ranks split the
+    // tokenizing of each window of documents and sum the lengths (loader.h).
+    TITAN_CHECK(share.step_batches % share.count == 0 && share.first % share.count == 0,
+                "loader: packed text shared over data-parallel ranks needs runs of ", share.count,
+                " batches dividing the step's ", share.step_batches, " from ", share.first);
+    TITAN_CHECK(static_cast<bool>(options.sum_over_ranks),
+                "loader: packed text shared over data-parallel ranks needs "
+                "LoaderOptions::sum_over_ranks (the ranks sum their documents' lengths)");
+    dp_ranks_ = share.step_batches / share.count;
+    dp_rank_ = share.first / share.count;
   }
   state_.mode = mode_name(options);
   state_.seed = options.seed;
@@ -127,7 +141,7 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
     // Mid-document: tokenize that document again (deterministic) and go on from the offset.
     open_file();
     TITAN_CHECK(state_.doc < static_cast<int64_t>(own_docs_.size()) &&
-                    read_document(state_.doc, doc_) &&
+                    read_document(state_.doc, doc_, /*alone=*/true) &&
                     state_.doc_offset <= static_cast<int64_t>(doc_.length),
                 "loader state: document ", state_.doc, " of ",
                 files_[file_order(state_.epoch)[state_.file]], " does not reach offset ",
@@ -145,7 +159,9 @@ void BatchProducer::open_file() {
   if (file_ && file_epoch_ == state_.epoch && file_pos_ == state_.file) return;
   const int64_t index = file_order(state_.epoch)[state_.file];
   close_file();
-  file_.emplace(DocumentFile::open(files_[index], options_.data));
+  file_ = std::make_shared<const DocumentFile>(DocumentFile::open(files_[index], options_.data));
+  window_begin_ = 0;
+  window_lengths_.clear();
   file_epoch_ = state_.epoch;
   file_pos_ = state_.file;
   file_skipped_ = 0;
@@ -200,7 +216,33 @@ bool BatchProducer::measures_token_file() const {
   return options_.mode == DataMode::pretrain && file_->token_file();
 }
 
-bool BatchProducer::read_document(int64_t doc, Document& out) {
+bool BatchProducer::shares_lengths() const {
+  return dp_ranks_ > 1 && !file_->token_file();
+}
+
+Record BatchProducer::read_record(int64_t doc) const {
+  Record r = file_->record(static_cast<size_t>(own_docs_[doc]), options_.mode);
+  if (r.kind == Record::Kind::ids) {
+    for (const int32_t id : r.ids) {
+      if (static_cast<size_t>(id) >= tok_.vocab_size()) {
+        throw BadRecordError(r.where + ": id " + std::to_string(id) +
+                             " is outside the vocabulary [0, " + std::to_string(tok_.vocab_size()) +
+                             ")");
+      }
+    }
+  }
+  return r;
+}
+
+bool BatchProducer::skip_bad_record(std::exception_ptr error, const std::string& message) {
+  if (!options_.data.skip_bad_records) std::rethrow_exception(error);
+  if (file_skipped_++ == 0) file_first_skip_ = message;
+  ++state_.skipped;
+  return false;
+}
+
+bool BatchProducer::read_document(int64_t doc, Document& out, bool alone) {
+  out.unread.reset();
   if (measures_token_file()) {  // its length from the table; its tokens read as rows take them
     out.ids.clear();
     out.labels.clear();
@@ -213,23 +255,12 @@ bool BatchProducer::read_document(int64_t doc, Document& out) {
     return true;
   }
   out.token_file.reset();
+  if (!alone && shares_lengths()) return read_shared_document(doc, out);
   Record r;
   try {
-    r = file_->record(static_cast<size_t>(own_docs_[doc]), options_.mode);
-    if (r.kind == Record::Kind::ids) {
-      for (const int32_t id : r.ids) {
-        if (static_cast<size_t>(id) >= tok_.vocab_size()) {
-          throw BadRecordError(r.where + ": id " + std::to_string(id) +
-                               " is outside the vocabulary [0, " +
-                               std::to_string(tok_.vocab_size()) + ")");
-        }
-      }
-    }
+    r = read_record(doc);
   } catch (const BadRecordError& e) {
-    if (!options_.data.skip_bad_records) throw;
-    if (file_skipped_++ == 0) file_first_skip_ = e.what();
-    ++state_.skipped;
-    return false;
+    return skip_bad_record(std::current_exception(), e.what());
   }
   out.where = std::move(r.where);
   out.labels.clear();
@@ -239,25 +270,89 @@ bool BatchProducer::read_document(int64_t doc, Document& out) {
     out.length = 0;
     return true;
   }
-  if (r.kind != Record::Kind::ids) ++tokenized_;
-  switch (r.kind) {
-    case Record::Kind::text:
-      out.ids = r.text.empty()
-                    ? std::vector<int32_t>()  // not even a BOS (see below)
-                    : tok_.encode_with_special_tokens(r.text, options_.data.parse_special);
-      break;
-    case Record::Kind::ids:
-      out.ids = std::move(r.ids);
-      break;
-    case Record::Kind::chat:
-      encode_chat(tok_, *options_.chat_template, r.messages, out.ids, out.labels);
-      out.length = out.ids.size();
-      return true;
+  if (r.kind != Record::Kind::ids) ++*tokenized_;
+  if (r.kind == Record::Kind::chat) {
+    encode_chat(tok_, *options_.chat_template, r.messages, out.ids, out.labels);
+  } else {
+    out.ids = packed_ids(std::move(r), tok_, options_.data.parse_special, eos_);
   }
-  // An empty document adds nothing, not even a separator.
-  if (!out.ids.empty()) out.ids.push_back(eos_);
   out.length = out.ids.size();
   return true;
+}
+
+void BatchProducer::share_lengths(int64_t doc) {
+  constexpr int64_t kDocumentsPerRank = 128;  // per window: one sum over the ranks each
+  const int64_t n =
+      std::min(kDocumentsPerRank * dp_ranks_, static_cast<int64_t>(own_docs_.size()) - doc);
+  window_begin_ = doc;
+  window_ids_.assign(static_cast<size_t>(n), {});
+  window_errors_.assign(static_cast<size_t>(n), nullptr);
+  std::vector<double> lengths(static_cast<size_t>(n), 0.0);  // exact: far below 2^53
+  for (int64_t i = dp_rank_; i < n; i += dp_ranks_) {
+    const auto k = static_cast<size_t>(i);
+    try {
+      Record r = read_record(doc + i);
+      if (r.kind != Record::Kind::ids) ++*tokenized_;
+      window_ids_[k] = packed_ids(std::move(r), tok_, options_.data.parse_special, eos_);
+      lengths[k] = static_cast<double>(window_ids_[k].size());
+    } catch (const BadRecordError&) {
+      window_errors_[k] = std::current_exception();
+      lengths[k] = static_cast<double>(kBadRecord);
+    }
+  }
+  options_.sum_over_ranks(lengths.data(), n);
+  window_lengths_.assign(lengths.begin(), lengths.end());
+}
+
+bool BatchProducer::read_shared_document(int64_t doc, Document& out) {
+  const auto window_end = window_begin_ + static_cast<int64_t>(window_lengths_.size());
+  if (doc < window_begin_ || doc >= window_end) share_lengths(doc);
+  const auto k = static_cast<size_t>(doc - window_begin_);
+  out.ids.clear();
+  out.labels.clear();
+  out.where.clear();
+  out.skimmed = false;
+  if (window_lengths_[k] == kBadRecord) {
+    if (window_errors_[k]) {  // read here: its own error
+      try {
+        std::rethrow_exception(window_errors_[k]);
+      } catch (const BadRecordError& e) {
+        return skip_bad_record(window_errors_[k], e.what());
+      }
+    }
+    // Self-contained: the reading rank's own line may not be printed before the job ends.
+    const std::string message = file_->path() + ": document " + std::to_string(own_docs_[doc]) +
+                                " (from 0, in file order) is a bad record, read by data-parallel "
+                                "rank " +
+                                std::to_string((doc - window_begin_) % dp_ranks_);
+    return skip_bad_record(std::make_exception_ptr(BadRecordError(message)), message);
+  }
+  out.length = static_cast<size_t>(window_lengths_[k]);
+  if ((doc - window_begin_) % dp_ranks_ == dp_rank_) {  // tokenized here
+    out.ids = std::move(window_ids_[k]);
+    return true;
+  }
+  // Another rank's: read again (deterministic) only if this rank needs its tokens.
+  const std::shared_ptr<const DocumentFile> file = file_;
+  const auto index = static_cast<size_t>(own_docs_[doc]);
+  const Tokenizer* tok = &tok_;
+  const bool parse_special = options_.data.parse_special;
+  const int32_t eos = eos_;
+  const std::shared_ptr<std::atomic<int64_t>> tokenized = tokenized_;
+  out.unread = std::make_shared<const UnreadDocument>([=] {
+    Record r = file->record(index, DataMode::pretrain);
+    if (r.kind != Record::Kind::ids) ++*tokenized;
+    return packed_ids(std::move(r), *tok, parse_special, eos);
+  });
+  return true;
+}
+
+void BatchProducer::read_ids(Document& d) {
+  if (!d.unread) return;
+  d.ids = d.unread->ids();
+  TITAN_CHECK(d.ids.size() == d.length, file_->path(), ": a document gave ", d.ids.size(),
+              " tokens here and ", d.length, " to the rank that measured it");
+  d.unread.reset();
 }
 
 bool BatchProducer::load_document() {
@@ -310,6 +405,7 @@ bool BatchProducer::pack_row(int32_t* ids, int32_t* labels) {
     if (!doc_loaded_ && !load_document()) return false;
     const auto offset = static_cast<size_t>(state_.doc_offset);
     const size_t n = std::min(S + 1 - window.size(), doc_.length - offset);
+    read_ids(doc_);  // another rank's text document reaching into this rank's row
     if (doc_.token_file) {
       read_with_eos(*doc_.token_file, doc_.file_doc, offset, offset + n, eos_, window);
     } else {
@@ -337,6 +433,8 @@ bool BatchProducer::skip_packed_row(int32_t* ids, int32_t* labels) {
     const size_t n = std::min(S + 1 - window.size(), doc_.length - offset);
     if (doc_.token_file) {
       window.append_span(doc_.token_file, doc_.file_doc, offset, offset + n, eos_);
+    } else if (doc_.unread) {
+      window.append_document(doc_.unread, offset, offset + n);
     } else {
       window.append(doc_.ids.data() + offset, n);
     }

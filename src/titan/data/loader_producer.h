@@ -2,7 +2,10 @@
 // them and packs rows (the rules are in loader.h). DataLoader runs it on its background thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,9 +33,10 @@ class BatchProducer {
   LoaderPosition position() const;
   // The same, read.
   LoaderState state() const { return position().read(); }
-  // Documents tokenized so far (text encoded, conversations rendered and encoded): what a rank
-  // that trains on a share of the batches is spared (LoaderOptions::share).
-  int64_t tokenized() const { return tokenized_; }
+  // Documents tokenized so far (text encoded, conversations rendered and encoded; those read for a
+  // carried token too): what a rank that trains on a share of the batches is spared
+  // (LoaderOptions::share).
+  int64_t tokenized() const { return *tokenized_; }
   // Tokens read from token files so far (TokenFileReader::tokens_read of every file this producer
   // opened, carries read after their file closed aside): another rank's packed rows add none.
   uint64_t tokens_read() const;
@@ -48,7 +52,12 @@ class BatchProducer {
     // that a rank reads only what its own rows hold.
     std::shared_ptr<const TokenFileReader> token_file;
     size_t file_doc = 0;
+    // Another rank's text document, its length from the ranks' sums: tokenized (into ids) only
+    // when this rank's row or carried token reaches it.
+    std::shared_ptr<const UnreadDocument> unread;
   };
+  // What a length in the ranks' sums says of a record that cannot be read.
+  static constexpr int64_t kBadRecord = -1;
 
   bool next_row(int32_t* ids, int32_t* labels);
   bool pack_row(int32_t* ids, int32_t* labels);
@@ -67,8 +76,25 @@ class BatchProducer {
   // and epochs and past skipped records; false when the epochs are done.
   bool load_document();
   // Tokenizes this rank's document `doc` of the open file (a conversation of another rank's row
-  // only read: skims_rows); false when it is skipped as bad.
-  bool read_document(int64_t doc, Document& out);
+  // only read: skims_rows; packed text measured by the ranks' sums: shares_lengths); false when
+  // it is skipped as bad. `alone`: no sum over the ranks (a resume's first document).
+  bool read_document(int64_t doc, Document& out, bool alone = false);
+  // Document `doc`'s record, an "ids" record checked against the vocabulary (BadRecordError).
+  Record read_record(int64_t doc) const;
+  // A skipped bad record counted (`message` its error's), or `error` rethrown without
+  // skip_bad_records.
+  bool skip_bad_record(std::exception_ptr error, const std::string& message);
+  // Packed text shared over data-parallel ranks: document `doc` measured by the window of
+  // lengths holding it, its ids this rank's if it tokenized it, else left unread.
+  bool read_shared_document(int64_t doc, Document& out);
+  // The window of documents from `doc` on: this rank tokenizes its part, the ranks sum the
+  // lengths (LoaderOptions::sum_over_ranks).
+  void share_lengths(int64_t doc);
+  // An unread document's ids, made now.
+  void read_ids(Document& d);
+  // Whether documents are measured by the ranks' sums of their lengths: packed text or JSON
+  // while the share leaves batches to other ranks.
+  bool shares_lengths() const;
   // Whether the batch being filled is another rank's whose rows need no tokens (their bounds are
   // the records': chat data, one conversation per row).
   bool skims_rows() const;
@@ -91,7 +117,7 @@ class BatchProducer {
   std::optional<CarriedTokens> unread_carry_;
 
   // The open file: (epoch, position) it was opened for, its documents for this rank.
-  std::optional<DocumentFile> file_;
+  std::shared_ptr<const DocumentFile> file_;
   int64_t file_epoch_ = -1, file_pos_ = -1;
   std::vector<int64_t> own_docs_;  // this rank's document indices, in visiting order
   int64_t file_skipped_ = 0;       // bad records skipped in the open file
@@ -100,7 +126,17 @@ class BatchProducer {
   Document doc_;
   int64_t empty_epochs_ = 0;  // epochs passed without a document, to stop instead of spinning
   bool own_batch_ = true;     // the batch being filled is this rank's (LoaderOptions::share)
-  int64_t tokenized_ = 0;
+  // Shared with the UnreadDocuments, which count when they are read (for a row or a carry).
+  std::shared_ptr<std::atomic<int64_t>> tokenized_ = std::make_shared<std::atomic<int64_t>>(0);
+  // Packed text over data-parallel ranks (shares_lengths): this rank of dp_ranks_, and the open
+  // file's window of documents [window_begin_, window_begin_ + window_lengths_.size()): each
+  // one's tokens and EOS (kBadRecord: not readable), and of those this rank read, the ids or
+  // the error.
+  int64_t dp_ranks_ = 1, dp_rank_ = 0;
+  int64_t window_begin_ = 0;
+  std::vector<int64_t> window_lengths_;
+  std::vector<std::vector<int32_t>> window_ids_;
+  std::vector<std::exception_ptr> window_errors_;
   uint64_t closed_tokens_read_ = 0;  // tokens_read of the files closed so far
 };
 

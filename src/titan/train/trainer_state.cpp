@@ -104,6 +104,14 @@ void Trainer::restore() {
   const int64_t dp = mesh_->dims().dp();
   options.share = {accumulation_steps_ * dp, mesh_->dp_rank() * accumulation_steps_,
                    accumulation_steps_};
+  if (dp > 1) {
+    // Packed text: the ranks sum the lengths of the documents each tokenized, inside next_batch
+    // (the same call on every rank), so that each tokenizes only what its rows need.
+    Communicator& group = parallelism_->data_parallel_group();
+    options.sum_over_ranks = [&group](double* values, int64_t count) {
+      group.all_reduce_sum(values, count);
+    };
+  }
   resumed_truncated_ = loader_state ? loader_state->truncated : 0;
   loader_ = std::make_unique<DataLoader>(options, *tokenizer_, loader_state);
 }
