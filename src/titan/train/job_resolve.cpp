@@ -252,8 +252,14 @@ void check_tensor_parallel_job(const JobConfig& c) {
               c.parallelism.tensor_parallel_degree,
               " tokens of a sequence, so the degree must divide it (or set "
               "enable_sequence_parallel = false)");
-  TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
-              ": LoRA under tensor parallel is not built yet");
+  if (c.lora.rank == 0) return;
+  // The adapter trains cut like its base (models/lora.h); these need the whole base on a rank.
+  TITAN_CHECK(!c.lora.merge_on_export, "lora.merge_on_export = true", under,
+              ": merging the adapter into a tensor-parallel model's export is not built yet "
+              "(export the adapter and merge it with titan eval/generate --adapter or PEFT)");
+  TITAN_CHECK(c.lora.base_dtype != "bfloat16", "lora.base_dtype = \"bfloat16\"", under,
+              ": a frozen base held only in bf16 is not built yet under tensor parallel (set "
+              "lora.base_dtype = \"float32\")");
 }
 
 }  // namespace titan
