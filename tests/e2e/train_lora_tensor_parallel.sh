@@ -16,8 +16,10 @@
 #  - against PEFT: 3 steps of TP 2 from a PEFT adapter folder (lora.initial_adapter, read into
 #    each rank's cuts) on train_lora.sh's chat model, PEFT's steps and its trained adapter read
 #    back by PeftModel.from_pretrained from the TP 2 export (tests/reference/lora_reference.py);
+#  - expert parallel on tiny_moe with the attention adapted: EP 2 and TP 2 x EP 2 the same way
+#    (10 steps, lr 1e-5), EP 2's adapter folder byte for byte at lr 1e-30;
 #  - refused with one line: lora.merge_on_export and lora.base_dtype = "bfloat16" under TP, titan
-#    plan of a LoRA run under TP.
+#    plan of a LoRA run under TP (LoRA on the experts under EP: train_expert_parallel.sh).
 # usage: train_lora_tensor_parallel.sh TITAN PYTHON
 set -euo pipefail
 titan="$1"
@@ -116,6 +118,24 @@ resumed 1-to-tp2 2 ck-single "${tp2[@]}"
 resumed 1-to-fsdp2tp2 4 ck-single "${tp2[@]}"
 like_single single 5 tp2-to-1 1-to-tp2 1-to-fsdp2tp2
 
+# Expert parallel on tiny_moe with the attention adapted (the experts' pairs are refused under EP):
+# EP 2 and TP 2 x EP 2 against one process, at learning rate 1e-5 as the EP x TP tests (at 8e-4
+# the tiny MoE's routing flips on AdamW's near-cancelling moments), and the adapter folder byte
+# for byte at 1e-30.
+moe=(--model.flavor=tiny_moe --model.output_router_logits=true --model.router_aux_loss_scope=local
+     --lora.target_modules=q_proj,k_proj,v_proj,o_proj)
+ep2=(--parallelism.expert_parallel_degree=2)
+run moe-single 1 "${moe[@]}" --optimizer.lr=1e-5
+run moe-ep2 2 "${moe[@]}" "${ep2[@]}" --optimizer.lr=1e-5
+run moe-tp2ep2 2 "${moe[@]}" "${ep2[@]}" "${tp2[@]}" --optimizer.lr=1e-5
+like_single moe-single 1 moe-ep2 moe-tp2ep2
+run moe-still-single 1 "${moe[@]}" "${still[@]}"
+run moe-still-ep2 2 "${moe[@]}" "${ep2[@]}" "${still[@]}"
+for f in adapter_model.safetensors adapter_config.json; do
+  cmp "$work/moe-still-single/adapter/$f" "$work/moe-still-ep2/adapter/$f" || { echo "moe-still-ep2: $f differs from one process's"; exit 1; }
+done
+echo "moe-still-ep2: adapter folder byte for byte the one process's"
+
 # Against PEFT: train_lora.sh's chat model and a PEFT init, 3 steps of TP 2.
 reference="$source_dir/tests/reference/lora_reference.py"
 "$titan" tokenizer train --vocab-size 512 --out "$work/model" \
@@ -150,6 +170,6 @@ expect_refusal merged "^titan train: error: lora.merge_on_export = true under pa
 expect_refusal base-bf16 "^titan train: error: lora.base_dtype = \"bfloat16\" under parallelism.tensor_parallel_degree 2: " \
   "$titan" launch --nproc 2 train "${common[@]}" "${tp2[@]}" --lora.base_dtype=bfloat16 \
   --training.mixed_precision_param=bfloat16 --job.dump_folder="$work/bad2"
-expect_refusal plan "^titan plan: error: titan plan: lora.rank 8 under parallelism.tensor_parallel_degree 2: LoRA's cut adapter is not planned yet" \
+expect_refusal plan "^titan plan: error: titan plan: lora.rank 8 under parallelism.tensor_parallel_degree 2: LoRA under tensor or expert parallel is not planned yet" \
   "$titan" plan "${common[@]}" "${tp2[@]}" --nproc 2
 echo "train_lora_tensor_parallel: ok"

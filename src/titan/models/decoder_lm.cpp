@@ -267,7 +267,8 @@ void DecoderLM::allocate_gradients() {
 
 void DecoderLM::attach_lora(const LoraAdapter& adapter) {
   TITAN_CHECK(!gradients_allocated_, "model: LoRA attached after its gradients were allocated");
-  TITAN_CHECK(ep_degree_ == 1, "model: LoRA under expert parallel is not built yet");
+  TITAN_CHECK(ep_degree_ == 1 || adapter.experts().empty(),
+              "model: LoRA on the experts under expert parallel is not built yet");
   TITAN_CHECK(!hooks_.acquire, "model: LoRA attached after FSDP sharded it (attach it first: ",
               "its groups are frozen before they are sharded)");
   for (DecoderLayer& layer : m_.layers) {

@@ -237,9 +237,15 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   TITAN_CHECK(dims.ep % dims.tp == 0, "parallelism.tensor_parallel_degree ", dims.tp, under,
               ": the EP degree must be a multiple of the TP degree (each EP group holds whole TP ",
               "groups; the experts' own tensor-parallel cut is not built yet)");
-  TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
-              ": LoRA under expert parallel is not built yet (the adapter would hold every "
-              "expert's pair on every rank)");
+  // The attention's adapter is replicated like the attention (models/lora.h); the experts' pairs
+  // would need cutting like the experts.
+  const std::string targets = c.lora.target_modules;
+  TITAN_CHECK(c.lora.rank == 0 || (targets.find("gate_proj") == std::string::npos &&
+                                   targets.find("up_proj") == std::string::npos &&
+                                   targets.find("down_proj") == std::string::npos),
+              "lora.target_modules ", targets, " with lora.rank ", c.lora.rank, under,
+              ": LoRA on the experts under expert parallel is not built yet (adapt the "
+              "attention only: lora.target_modules = \"q_proj,k_proj,v_proj,o_proj\")");
 }
 
 void check_tensor_parallel_job(const JobConfig& c) {

@@ -43,7 +43,8 @@ void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshD
 // merged on export or over a base held in bf16 (before the mesh is made). Nothing without TP.
 void check_tensor_parallel_job(const JobConfig& config);
 // What an expert-parallel job (dims.ep > 1) cannot do yet, each refused with one line naming the
-// key: an EP degree that is not a multiple of the TP degree, LoRA. Nothing without EP.
+// key: an EP degree that is not a multiple of the TP degree, LoRA on the experts (an adapter of
+// the attention only is built). Nothing without EP.
 // check_tensor_parallel_model: under TP, a model with experts without EP, with a seq_len the TP
 // degree does not divide, or with checkpoints under FSDP x TP x EP.
 void check_expert_parallel_job(const JobConfig& config, const MeshDims& dims);
