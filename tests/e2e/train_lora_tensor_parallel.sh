@@ -7,7 +7,8 @@
 #  - TP 2 (sequence parallel), TP 2 without sequence parallel, FSDP 2 x TP 2: 10 losses and grad
 #    norms within 1e-5 relative; the exported adapters hold the one process's tensors and shapes;
 #  - lora.dropout 0.1 under TP 2: the same (a row-wise input's mask keyed by its whole feature);
-#  - at a learning rate no update survives rounding (1e-30) the PEFT adapter folder TP 2 and
+#  - at a learning rate no update survives rounding (1e-30), started from the one process's trained
+#    adapter (lora.initial_adapter, each rank reading its cuts), the PEFT adapter folder TP 2 and
 #    FSDP 2 x TP 2 write (each tensor gathered onto rank 0 just before it is written) is the one
 #    process's byte for byte;
 #  - checkpoints: TP 2's step-4 checkpoint is the one process's layout (the adapter's tensors
@@ -77,8 +78,11 @@ run drop-single 1 --lora.dropout=0.1
 run drop-tp2 2 "${tp2[@]}" --lora.dropout=0.1
 like_single drop-single 1 drop-tp2
 
-# Nothing moves at lr 1e-30: each rank's cut of PEFT's init, gathered back whole by the export.
-still=(--training.steps=2 --optimizer.lr=1e-30)
+# Nothing moves at lr 1e-30 -- from an adapter with no zero element: PEFT's init has B = 0, where
+# an update of 1e-30 times AdamW's normalised step survives and carries the gradient's last bits.
+# Each rank reads its cut of the one process's trained adapter (lora.initial_adapter), and the
+# export gathers it back whole.
+still=(--training.steps=2 --optimizer.lr=1e-30 --lora.initial_adapter="$work/single/adapter")
 run still-single 1 "${still[@]}"
 run still-tp2 2 "${still[@]}" "${tp2[@]}"
 run still-fsdp2tp2 4 "${still[@]}" "${tp2[@]}"
@@ -129,8 +133,9 @@ run moe-single 1 "${moe[@]}" --optimizer.lr=1e-5
 run moe-ep2 2 "${moe[@]}" "${ep2[@]}" --optimizer.lr=1e-5
 run moe-tp2ep2 2 "${moe[@]}" "${ep2[@]}" "${tp2[@]}" --optimizer.lr=1e-5
 like_single moe-single 1 moe-ep2 moe-tp2ep2
-run moe-still-single 1 "${moe[@]}" "${still[@]}"
-run moe-still-ep2 2 "${moe[@]}" "${ep2[@]}" "${still[@]}"
+moe_still=(--training.steps=2 --optimizer.lr=1e-30 --lora.initial_adapter="$work/moe-single/adapter")
+run moe-still-single 1 "${moe[@]}" "${moe_still[@]}"
+run moe-still-ep2 2 "${moe[@]}" "${ep2[@]}" "${moe_still[@]}"
 for f in adapter_model.safetensors adapter_config.json; do
   cmp "$work/moe-still-single/adapter/$f" "$work/moe-still-ep2/adapter/$f" || { echo "moe-still-ep2: $f differs from one process's"; exit 1; }
 done
@@ -156,7 +161,7 @@ lora_arguments "$work/model" "$work/sft.jsonl" "$work/init" 8
   || { cat "$work/reference.log"; exit 1; }
 grep -E "^(adapter|LoRA)" "$work/reference.log" | sed 's/^/TP 2: /'
 
-# What is not built under TP: one line each.
+# What is not built under TP: one line each, from the config alone (one process: before the mesh).
 expect_refusal() {  # NAME PATTERN COMMAND...
   local name="$1" pattern="$2"
   shift 2
@@ -165,11 +170,11 @@ expect_refusal() {  # NAME PATTERN COMMAND...
     || { echo "$name: expected one line matching '$pattern':"; cat "$work/$name.out"; exit 1; }
 }
 expect_refusal merged "^titan train: error: lora.merge_on_export = true under parallelism.tensor_parallel_degree 2: merging" \
-  "$titan" launch --nproc 2 train "${common[@]}" "${tp2[@]}" --lora.merge_on_export=true \
+  "$titan" train "${common[@]}" "${tp2[@]}" --lora.merge_on_export=true \
   --job.dump_folder="$work/bad1"
 expect_refusal base-bf16 "^titan train: error: lora.base_dtype = \"bfloat16\" under parallelism.tensor_parallel_degree 2: " \
-  "$titan" launch --nproc 2 train "${common[@]}" "${tp2[@]}" --lora.base_dtype=bfloat16 \
+  "$titan" train "${common[@]}" "${tp2[@]}" --lora.base_dtype=bfloat16 \
   --training.mixed_precision_param=bfloat16 --job.dump_folder="$work/bad2"
-expect_refusal plan "^titan plan: error: titan plan: lora.rank 8 under parallelism.tensor_parallel_degree 2: LoRA under tensor or expert parallel is not planned yet" \
+expect_refusal plan "^titan plan: error: lora.rank 8 under parallelism.tensor_parallel_degree 2: LoRA under tensor or expert parallel is not planned yet" \
   "$titan" plan "${common[@]}" "${tp2[@]}" --nproc 2
 echo "train_lora_tensor_parallel: ok"
