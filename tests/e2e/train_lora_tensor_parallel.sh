@@ -12,7 +12,7 @@
 #    FSDP 2 x TP 2 write (each tensor gathered onto rank 0 just before it is written) is the one
 #    process's byte for byte;
 #  - checkpoints: TP 2's step-4 checkpoint is the one process's layout (the adapter's tensors
-#    whole) and resumes on one process, one process's resumes on TP 2 and FSDP 2 x TP 2, each
+#    whole; an asynchronous save's the synchronous one's byte for byte) and resumes on one process, one process's resumes on TP 2 and FSDP 2 x TP 2, each
 #    continuing within 1e-5 of the uninterrupted one process;
 #  - against PEFT: 3 steps of TP 2 from a PEFT adapter folder (lora.initial_adapter, read into
 #    each rank's cuts) on train_lora.sh's chat model, PEFT's steps and its trained adapter read
@@ -109,6 +109,11 @@ assert any(".lora_B." in k for k in single), sorted(single)[:4]
 print(f"ck-tp2: step-4 checkpoint holds the one process's {len(single)} adapter tensors, whole")
 PY
 like_single single 1 ck-tp2
+# An asynchronous save gathers every tensor at once into rank 0's staging copy: the same files.
+run ck-tp2-async 2 "${ckpt[@]}" "${tp2[@]}" --checkpoint.async_mode=async
+cmp "$work/ck-tp2/checkpoint/step-4/model.safetensors" "$work/ck-tp2-async/checkpoint/step-4/model.safetensors" \
+  || { echo "ck-tp2-async: step-4 checkpoint differs from the synchronous save's"; exit 1; }
+echo "ck-tp2-async: step-4 checkpoint byte for byte the synchronous save's"
 resumed() {  # NAME NPROC FROM ARGS...: FROM's step-4 checkpoint resumed in a new dump folder
   local name="$1" n="$2" from="$3"
   shift 3

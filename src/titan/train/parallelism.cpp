@@ -233,8 +233,8 @@ void Parallelism::zero_gradients() {
 }
 
 void Parallelism::finish_gradients() {
-  // The frozen model's uses under FSDP left nothing to reduce; the trained groups are whole on
-  // every rank.
+  // The frozen model's uses under FSDP left nothing to reduce; the trained groups are the same
+  // on every data-parallel rank.
   if (trained_ && mesh_.dims().tp > 1) {
     // The adapter's whole matrices saw only this rank's part of their base (models/lora.h): their
     // gradients summed over the TP group, before the data-parallel sum.
