@@ -20,7 +20,8 @@
 #    checkpoint resumes on one process, whose step-8 checkpoint resumes on EP 2 again, and on
 #    FSDP 2 x EP 2, whose step-8 checkpoint (its shards gathered into the same layout) resumes on
 #    one process, each continuing within 1e-5 relative of the uninterrupted single process.
-# What is not built yet is refused with one line: LoRA, EP on a model without experts.
+# What is not built yet is refused with one line: LoRA on the experts, EP on a model without experts
+# (LoRA on the attention under EP: train_lora_tensor_parallel.sh).
 # (titan plan's FSDP x EP: tests/e2e/plan_memory.sh, comm_counts.sh; EP with TP:
 # tests/e2e/train_expert_tensor_parallel.sh; asynchronous and HSDP x EP saves:
 # tests/e2e/checkpoint_layouts.sh.)
@@ -106,5 +107,5 @@ refused() {  # refused NAME NPROC PATTERN ARGS...
   one_line "$work/$name.log" "$pattern"
 }
 refused dense 2 "expert_parallel_degree 2 needs a model with experts" "${ep2[@]}" --model.flavor=debugmodel
-refused lora 2 "lora.rank 4 under parallelism.expert_parallel_degree 2: LoRA under expert parallel is not built yet" "${ep2[@]}" --lora.rank=4
+refused lora 2 "lora.target_modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj with lora.rank 4 under parallelism.expert_parallel_degree 2: LoRA on the experts under expert parallel is not built yet" "${ep2[@]}" --lora.rank=4
 echo "train_expert_parallel: all checks passed"

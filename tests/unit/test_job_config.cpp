@@ -445,7 +445,18 @@ TEST(JobConfig, TensorParallelRefusesWhatIsNotBuiltNamingTheKey) {
   check_tensor_parallel_job(async);  // asynchronous checkpoints of TP cuts are built
   JobConfig lora = c;
   job_config_apply_override(lora, "--lora.rank=4");
-  EXPECT_NE(error_of([&] { check_tensor_parallel_job(lora); }).find("lora.rank 4"),
+  check_tensor_parallel_job(lora);  // LoRA's cut adapter is built
+  JobConfig merged = lora;
+  job_config_apply_override(merged, "--lora.merge_on_export=true");
+  EXPECT_NE(error_of([&] { check_tensor_parallel_job(merged); })
+                .find("lora.merge_on_export = true under parallelism.tensor_parallel_degree 2: "
+                      "merging the adapter into a tensor-parallel model's export is not built yet"),
+            std::string::npos);
+  JobConfig base_bf16 = lora;
+  job_config_apply_override(base_bf16, "--lora.base_dtype=bfloat16");
+  EXPECT_NE(error_of([&] {
+              check_tensor_parallel_job(base_bf16);
+            }).find("lora.base_dtype = \"bfloat16\" under parallelism.tensor_parallel_degree 2"),
             std::string::npos);
   const ModelArgs dense = resolve_job_model_args(c);
   check_tensor_parallel_model(c, dense, {1, 2, 2});  // checkpoints on: built under FSDP x TP

@@ -122,9 +122,9 @@ class CausalLM {
   void zero_gradients();
   // LoRA (models/lora.h): every adapted linear adds the adapter's update, and every group of the
   // model is frozen (allocate_gradients gives it no gradients; the backward computes only the
-  // activations' gradients and the adapter's). Before allocate_gradients; fp32 compute, one
-  // process or replicated data parallel (no hooks); a titan::Error otherwise. The adapter must
-  // outlive the model's use.
+  // activations' gradients and the adapter's). Before allocate_gradients and before FSDP's hooks;
+  // under tensor parallel the adapter cut by the model's plan, under expert parallel none on the
+  // experts; a titan::Error otherwise. The adapter must outlive the model's use.
   virtual void attach_lora(const LoraAdapter& adapter) = 0;
 
   // input_ids, labels: (B, S). labels as torchtitan's: labels[s] is the token position s

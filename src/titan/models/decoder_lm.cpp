@@ -263,15 +263,22 @@ void DecoderLM::allocate_gradients() {
 
 void DecoderLM::attach_lora(const LoraAdapter& adapter) {
   TITAN_CHECK(!gradients_allocated_, "model: LoRA attached after its gradients were allocated");
-  TITAN_CHECK(tp_degree_ == 1, "model: LoRA under tensor parallel is not built yet");
-  TITAN_CHECK(ep_degree_ == 1, "model: LoRA under expert parallel is not built yet");
+  TITAN_CHECK(ep_degree_ == 1 || adapter.experts().empty(),
+              "model: LoRA on the experts under expert parallel is not built yet");
   TITAN_CHECK(!hooks_.acquire, "model: LoRA attached after FSDP sharded it (attach it first: ",
               "its groups are frozen before they are sharded)");
   for (DecoderLayer& layer : m_.layers) {
     for (Linear* lin : {&layer.self_attn.q_proj, &layer.self_attn.k_proj, &layer.self_attn.v_proj,
                         &layer.self_attn.o_proj, &layer.mlp.gate_proj, &layer.mlp.up_proj,
                         &layer.mlp.down_proj}) {
-      if (const LoraLinear* l = adapter.find(lin->name)) lin->lora = l;
+      const LoraLinear* l = adapter.find(lin->name);
+      if (l == nullptr) continue;
+      // Under tensor parallel the adapter must be cut by the model's plan (models/lora.h).
+      TITAN_CHECK(l->in_features == lin->in_features && l->out_features == lin->out_features,
+                  "model: the LoRA pair of ", lin->name, " is (", l->out_features, ", ",
+                  l->in_features, ") and the linear (", lin->out_features, ", ", lin->in_features,
+                  "): the adapter was not cut by the model's tensor-parallel plan");
+      lin->lora = l;
     }
     if (!layer.sparse) continue;
     const ExpertLora* experts = adapter.find_experts(layer.moe.name + ".experts");

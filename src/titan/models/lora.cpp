@@ -3,6 +3,8 @@
 #include <algorithm>
 
 #include "titan/core/error.h"
+#include "titan/models/parallelize.h"
+#include "titan/nn/shard_runs.h"
 
 namespace titan {
 namespace {
@@ -122,23 +124,33 @@ std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOp
   return specs;
 }
 
-LoraAdapter::LoraAdapter(const ModelArgs& args, const LoraOptions& options)
+LoraAdapter::LoraAdapter(const ModelArgs& args, const LoraOptions& options,
+                         const ParallelizePlan& plan)
     : options_(options),
+      plan_(plan),
       moe_(args.is_moe()),
       specs_(lora_param_specs(args, options)),
       scratch_(std::make_unique<LoraScratch>()),
       expert_scratch_(std::make_unique<ExpertLoraScratch>()) {
   TITAN_CHECK(!options.target_modules.empty(), "lora.target_modules names no module");
-  for (const ParamGroupSpec& g : specs_) groups_.emplace_back(g.name, g.params);
   for (const ParamGroupSpec& g : specs_) {
-    for (size_t p = 0; p < g.params.size(); p += 2) {
-      const ParamSpec& a = g.params[p];
+    std::vector<ParamSpec> local;
+    for (const ParamSpec& p : g.params) local.push_back(plan.local_spec(p));
+    groups_.emplace_back(g.name, local);
+  }
+  for (const ParamGroup& g : groups_) {
+    for (size_t p = 0; p < g.views().size(); p += 2) {
+      const ParamSpec& a = g.views()[p].spec;
       if (a.name.find(".mlp.experts") != std::string::npos) continue;  // experts_ below
       LoraLinear l;
       l.name = a.name.substr(0, a.name.size() - std::string(".lora_A.weight").size());
       l.rank = options.rank;
       l.in_features = a.shape[1];
-      l.out_features = g.params[p + 1].shape[0];
+      l.out_features = g.views()[p + 1].spec.shape[0];
+      // A row-wise linear's input columns are this rank's: its dropout mask is keyed by the
+      // whole input's feature index.
+      const Shard a_cut = plan.placement_of(a);
+      l.first_in_feature = a_cut.count > 1 ? a_cut.index * l.in_features : 0;
       l.scaling = static_cast<float>(options.scaling());
       l.scratch = scratch_.get();
       linears_.push_back(std::move(l));
@@ -208,7 +220,18 @@ const ExpertLora* LoraAdapter::find_experts(const std::string& experts) const {
 }
 
 void LoraAdapter::initialize(uint64_t seed) {
-  for (ParamGroup& g : groups_) g.initialize(seed, 0.0f);
+  for (ParamGroup& g : groups_) {
+    g.initialize(seed, 0.0f);
+    for (const ParamView& v : g.views()) {
+      const Shard cut = plan_.placement_of(v.spec);
+      if (cut.count == 1) continue;
+      // Drawn whole, as one process draws it, and this rank's cut kept.
+      const ParamSpec whole = whole_param_spec(v.spec, plan_);
+      std::vector<float> values(static_cast<size_t>(shape_numel(whole.shape)));
+      initialize_param(whole, values.data(), seed, 0.0f);
+      copy_part_out(shard_box(whole.shape, {cut}), values.data(), g.params() + v.offset);
+    }
+  }
 }
 
 void LoraAdapter::allocate_gradients() {

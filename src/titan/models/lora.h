@@ -17,6 +17,7 @@
 #include "titan/models/model_args.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/nn/lora.h"
+#include "titan/nn/parallel_plan.h"
 #include "titan/nn/param_group.h"
 
 namespace titan {
@@ -58,10 +59,17 @@ std::vector<std::string> parse_lora_targets(const std::string& list, const std::
 std::vector<ParamGroupSpec> lora_param_specs(const ModelArgs& args, const LoraOptions& options);
 
 // The adapter's groups and, per adapted linear, the LoraLinear a model's module points at
-// (CausalLM::attach_lora).
+// (CausalLM::attach_lora). Under tensor parallel (`plan`, the model's: models/parallelize.h) the
+// groups hold this rank's cut of each pair -- a column-wise linear's B rows, a row-wise one's A
+// columns, the other matrix whole -- and each LoraLinear computes on the rank's part of its base:
+// a column-wise one's output (its dx a partial the block sums with the base's), a row-wise one's
+// partial output, summed with the base's at the block boundary, so the adapter adds no
+// collective to the forward. What the cuts leave partial are the whole matrices' gradients
+// (column-wise A's, row-wise B's), summed over the TP group by the trainer (Parallelism).
 class LoraAdapter {
  public:
-  LoraAdapter(const ModelArgs& args, const LoraOptions& options);
+  LoraAdapter(const ModelArgs& args, const LoraOptions& options,
+              const ParallelizePlan& plan = ParallelizePlan());
   LoraAdapter(const LoraAdapter&) = delete;
   LoraAdapter& operator=(const LoraAdapter&) = delete;
 
@@ -70,7 +78,10 @@ class LoraAdapter {
   bool moe() const { return moe_; }
   std::vector<ParamGroup>& groups() { return groups_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
+  // The whole adapter's groups (what checkpoints and the PEFT folder hold), and the plan the
+  // groups are cut by.
   const std::vector<ParamGroupSpec>& specs() const { return specs_; }
+  const ParallelizePlan& plan() const { return plan_; }
   // The update of module `name` (e.g. model.layers.0.self_attn.q_proj), or null when not adapted.
   const LoraLinear* find(const std::string& module) const;
   const std::vector<LoraLinear>& linears() const { return linears_; }
@@ -78,7 +89,8 @@ class LoraAdapter {
   const ExpertLora* find_experts(const std::string& experts) const;
   const std::vector<ExpertLora>& experts() const { return experts_; }
 
-  // A Kaiming-uniform (deterministic in `seed`, per parameter name), B zero: PEFT's init.
+  // A Kaiming-uniform (deterministic in `seed`, per parameter name), B zero: PEFT's init; under
+  // TP each rank's cut of the whole pair's values.
   void initialize(uint64_t seed);
   void allocate_gradients();
   void zero_gradients();
@@ -91,6 +103,7 @@ class LoraAdapter {
 
  private:
   LoraOptions options_;
+  ParallelizePlan plan_;
   bool moe_ = false;
   std::vector<ParamGroupSpec> specs_;
   std::vector<ParamGroup> groups_;

@@ -72,6 +72,17 @@ ParallelizePlan parallelize_decoder(const ModelArgs& args, const ParallelAxes& a
     rules.push_back({layers + "mlp.experts.up_proj", ParallelStyle::colwise});
     rules.push_back({layers + "mlp.experts.down_proj", ParallelStyle::rowwise});
   }
+  // LoRA's pairs (models/lora.h) on the dense linears: a column-wise linear's B (out, rank) cut
+  // on its output rows like the base, its A whole; a row-wise linear's A (rank, in) cut on its
+  // input columns like the base, its B whole. The experts' pairs are not cut (refused under EP:
+  // train/job_resolve.cpp).
+  for (const char* colwise : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                              "mlp.gate_proj", "mlp.up_proj"}) {
+    rules.push_back({layers + colwise + ".lora_B", ParallelStyle::colwise});
+  }
+  for (const char* rowwise : {"self_attn.o_proj", "mlp.down_proj"}) {
+    rules.push_back({layers + rowwise + ".lora_A", ParallelStyle::rowwise});
+  }
   rules.push_back({"model.norm", ParallelStyle::sequence});
   rules.push_back({"lm_head", ParallelStyle::vocab});
   return ParallelizePlan(axes, std::move(rules));

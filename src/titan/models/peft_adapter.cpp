@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "titan/backend/backend.h"
+#include "titan/core/allocator.h"
 #include "titan/core/error.h"
 #include "titan/io/atomic_dir.h"
 #include "titan/io/atomic_file.h"
@@ -13,6 +15,7 @@
 #include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
+#include "titan/nn/shard_runs.h"
 
 namespace titan {
 namespace fs = std::filesystem;
@@ -129,32 +132,90 @@ void load_peft_adapter(const std::string& dir, LoraAdapter& adapter) {
                 " is not a parameter of this model's adapter (rank ", adapter.options().rank,
                 " on its ", adapter.specs().size(), " layers)");
   }
-  for (ParamGroup& g : adapter.groups()) {
-    for (const ParamView& v : g.views()) {
-      const std::string key = kPeftPrefix + v.spec.name;
+  for (size_t i = 0; i < adapter.specs().size(); ++i) {
+    ParamGroup& g = adapter.groups()[i];
+    for (const ParamSpec& whole : adapter.specs()[i].params) {
+      const std::string key = kPeftPrefix + whole.name;
       const SafetensorsEntry* e = file.find(key);
       TITAN_CHECK(e != nullptr, path, ": no tensor ", key, " (the adapter does not fit the model)");
-      TITAN_CHECK(e->shape == v.spec.shape, path, ": ", key, " has shape ", shape_str(e->shape),
-                  ", the model's adapter ", shape_str(v.spec.shape));
+      TITAN_CHECK(e->shape == whole.shape, path, ": ", key, " has shape ", shape_str(e->shape),
+                  ", the model's adapter ", shape_str(whole.shape));
       TITAN_CHECK(e->dtype == DType::f32 || e->dtype == DType::bf16 || e->dtype == DType::f16, path,
                   ": ", key, " is ", e->dtype_name, " (F32, BF16 or F16)");
-      convert_to_f32(e->data, *e->dtype, static_cast<size_t>(v.numel), g.params() + v.offset);
+      const ParamView& v = g.view(whole.name);
+      float* own = g.params() + v.offset;
+      const Shard cut = adapter.plan().placement_of(whole);
+      if (cut.count == 1) {
+        convert_to_f32(e->data, *e->dtype, static_cast<size_t>(v.numel), own);
+        continue;
+      }
+      // Under tensor parallel: the whole tensor read, this rank's cut kept.
+      std::vector<float> values(static_cast<size_t>(shape_numel(whole.shape)));
+      convert_to_f32(e->data, *e->dtype, values.size(), values.data());
+      copy_part_out(shard_box(whole.shape, {cut}), values.data(), own);
     }
   }
 }
 
-void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
-                        const std::string& base_model, bool overwrite) {
-  AtomicDir out(dir, "peft adapter", overwrite);
+namespace {
+
+// The adapter's tensors as adapter_model.safetensors holds them (whole), and per tensor its group
+// and parameter: each viewing `room` (gathered into it just before it is read), or with a null
+// room the groups' own values (whole: no cut).
+struct AdapterTensors {
   std::vector<SafetensorsTensor> tensors;
-  for (const ParamGroup& g : adapter.groups()) {
-    for (const ParamView& v : g.views()) {
-      tensors.push_back({kPeftPrefix + v.spec.name,
-                         Tensor::view(g.params() + v.offset, v.spec.shape, DType::f32)});
+  std::vector<std::pair<size_t, std::string>> params;
+};
+AdapterTensors adapter_tensors(const LoraAdapter& adapter, float* room) {
+  AdapterTensors out;
+  for (size_t i = 0; i < adapter.specs().size(); ++i) {
+    const ParamGroup& g = adapter.groups()[i];
+    for (const ParamSpec& p : adapter.specs()[i].params) {
+      const ParamView& v = g.view(p.name);
+      TITAN_CHECK(room != nullptr || v.spec.shape == p.shape, "PEFT adapter: ", p.name,
+                  " is cut (tensor parallel) and no gather brings it whole");
+      out.tensors.push_back(
+          {kPeftPrefix + p.name,
+           Tensor::view(room != nullptr ? room : g.params() + v.offset, p.shape, DType::f32)});
+      out.params.emplace_back(i, p.name);
     }
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<size_t, std::string>> peft_adapter_read_order(const LoraAdapter& adapter) {
+  float unused = 0.0f;  // the order looks at names, shapes and dtypes only
+  const AdapterTensors all = adapter_tensors(adapter, &unused);
+  std::vector<std::pair<size_t, std::string>> order;
+  for (size_t i : safetensors_file_read_order(all.tensors, SafetensorsWriteOptions())) {
+    order.push_back(all.params[i]);
+  }
+  return order;
+}
+
+void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
+                        const std::string& base_model, bool overwrite,
+                        const AdapterTensorGather& gather) {
+  AtomicDir out(dir, "peft adapter", overwrite);
+  Buffer room;  // gathered: one tensor whole at a time, room for the largest
+  if (gather) {
+    int64_t largest = 0;
+    for (const ParamGroupSpec& g : adapter.specs()) {
+      for (const ParamSpec& p : g.params) largest = std::max(largest, shape_numel(p.shape));
+    }
+    room = Buffer(backend().memory(), static_cast<size_t>(largest) * sizeof(float),
+                  MemCategory::other);
+  }
+  const AdapterTensors all = adapter_tensors(adapter, gather ? room.as<float>() : nullptr);
   SafetensorsWriteOptions write;
-  write_safetensors_file((fs::path(out.staging()) / kWeightsFile).string(), tensors, write);
+  if (gather) {
+    write.before_read = [&](size_t i) {
+      gather(all.params[i].first, all.params[i].second, room.as<float>());
+    };
+  }
+  write_safetensors_file((fs::path(out.staging()) / kWeightsFile).string(), all.tensors, write);
   const LoraOptions& o = adapter.options();
   // A MoE model's MLP targets are the experts' stacked parameters, as PEFT converts them.
   std::vector<std::string> modules, parameters;

@@ -7,7 +7,10 @@
 // (models/lora.h ExpertLoraSite).
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "titan/models/lora.h"
@@ -23,10 +26,21 @@ LoraOptions read_peft_adapter_config(const std::string& dir);
 // Reads the adapter's A and B matrices from `dir` into `adapter` (converted to fp32): every key
 // of the file must be one of the adapter's, with its shape, and every parameter present.
 void load_peft_adapter(const std::string& dir, LoraAdapter& adapter);
+// Brings one of an adapter's parameters (its group's index, its name) whole into `whole`: under
+// tensor parallel the adapter holds cuts (models/lora.h), gathered from the ranks holding the
+// others (Parallelism::gather_trained). `whole` is null on the ranks that do not write.
+using AdapterTensorGather =
+    std::function<void(size_t group, const std::string& param, float* whole)>;
 // Writes `adapter` as a PEFT adapter folder at `dir` (atomically; replacing only an adapter folder
-// titan wrote when `overwrite`), fp32 tensors; base_model_name_or_path = `base_model`.
+// titan wrote when `overwrite`), fp32 tensors; base_model_name_or_path = `base_model`. With
+// `gather` each tensor is gathered whole into one room just before the writer reads it (one
+// tensor whole at a time), in peft_adapter_read_order.
 void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
-                        const std::string& base_model, bool overwrite);
+                        const std::string& base_model, bool overwrite,
+                        const AdapterTensorGather& gather = {});
+// The parameters a gathered write_peft_adapter asks for, in its order: what the ranks that do not
+// write call the gather with.
+std::vector<std::pair<size_t, std::string>> peft_adapter_read_order(const LoraAdapter& adapter);
 // W += scaling * B A for every linear `adapter` adapts, and W_e += scaling * B_e A_e for every
 // expert of its adapted stacked experts, into the model parameter groups `groups`
 // (model_param_specs' layout): PEFT's merge_and_unload. The products are summed in fp64.

@@ -22,7 +22,8 @@ LoraDropoutCall LoraLinear::dropout_call() const {
               ": this device registers no LoRA dropout (DeviceOps::lora_dropout)");
   const LoraDropout& d = scratch->dropout;
   const uint64_t module = mix64(d.seed ^ fnv1a_hash(name));
-  return {d.p, mix64(module ^ static_cast<uint64_t>(d.step)), d.first_row, d.seq_len};
+  return {d.p, mix64(module ^ static_cast<uint64_t>(d.step)), d.first_row, d.seq_len,
+          first_in_feature};
 }
 
 float* LoraLinear::dropout_room(int64_t n, int64_t slot) const {

@@ -46,6 +46,7 @@ struct LoraScratch {
 
 struct LoraLinear {
   std::string name;  // the adapted module, e.g. model.layers.0.self_attn.q_proj
+  // Under tensor parallel the sizes of this rank's part (models/lora.h).
   int64_t rank = 0, in_features = 0, out_features = 0;
   float scaling = 0.0f;      // alpha / rank
   const float* a = nullptr;  // (rank, in)
@@ -53,6 +54,7 @@ struct LoraLinear {
   float* a_grad = nullptr;   // (rank, in) or null (not yet allocated)
   float* b_grad = nullptr;   // (out, rank) or null
   LoraScratch* scratch = nullptr;
+  int64_t first_in_feature = 0;  // under TP a row-wise linear's first input column (dropout's key)
 
   // y (N, out) += (scaling * x A^T) B^T, x (N, in) in fp32, with the base linear's kernel (its
   // backward's dx product adds to y).

@@ -31,7 +31,7 @@ void lora_dropout_apply(float* dst, const float* x, int64_t n, int64_t features,
     const float* in = x + t * features;
     float* out = dst + t * features;
     for (int64_t f = 0; f < features; ++f) {
-      const float kept = keeps(token, f, call.p) ? in[f] * scale : 0.0f;
+      const float kept = keeps(token, call.first_feature + f, call.p) ? in[f] * scale : 0.0f;
       out[f] = accumulate ? out[f] + kept : kept;
     }
   }

@@ -23,6 +23,9 @@ struct LoraDropoutCall {
   uint64_t key = 0;       // mix64(mix64(seed ^ fnv1a_hash(module)) ^ step)
   int64_t first_row = 0;  // the global row of the call's token 0
   int64_t seq_len = 0;    // tokens per row: token t is row first_row + t / seq_len
+  // The whole input's feature of the call's feature 0: under tensor parallel a row-wise linear's
+  // input holds the rank's columns, masked as one process masks them.
+  int64_t first_feature = 0;
 };
 
 // Whether `feature` of the token at (row, position) is kept.

@@ -231,9 +231,15 @@ void check_expert_parallel_job(const JobConfig& c, const MeshDims& dims) {
   TITAN_CHECK(dims.ep % dims.tp == 0, "parallelism.tensor_parallel_degree ", dims.tp, under,
               ": the EP degree must be a multiple of the TP degree (each EP group holds whole TP ",
               "groups; the experts' tensor-parallel cut beside EP is not built yet)");
-  TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
-              ": LoRA under expert parallel is not built yet (the adapter would hold every "
-              "expert's pair on every rank)");
+  // The attention's adapter is replicated like the attention (models/lora.h); the experts' pairs
+  // would need cutting like the experts.
+  const std::string targets = c.lora.target_modules;
+  TITAN_CHECK(c.lora.rank == 0 || (targets.find("gate_proj") == std::string::npos &&
+                                   targets.find("up_proj") == std::string::npos &&
+                                   targets.find("down_proj") == std::string::npos),
+              "lora.target_modules ", targets, " with lora.rank ", c.lora.rank, under,
+              ": LoRA on the experts under expert parallel is not built yet (adapt the "
+              "attention only: lora.target_modules = \"q_proj,k_proj,v_proj,o_proj\")");
 }
 
 void check_tensor_parallel_job(const JobConfig& c) {
@@ -246,8 +252,14 @@ void check_tensor_parallel_job(const JobConfig& c) {
               c.parallelism.tensor_parallel_degree,
               " tokens of a sequence, so the degree must divide it (or set "
               "enable_sequence_parallel = false)");
-  TITAN_CHECK(c.lora.rank == 0, "lora.rank ", c.lora.rank, under,
-              ": LoRA under tensor parallel is not built yet");
+  if (c.lora.rank == 0) return;
+  // The adapter trains cut like its base (models/lora.h); these need the whole base on a rank.
+  TITAN_CHECK(!c.lora.merge_on_export, "lora.merge_on_export = true", under,
+              ": merging the adapter into a tensor-parallel model's export is not built yet "
+              "(export the adapter and merge it with titan eval/generate --adapter or PEFT)");
+  TITAN_CHECK(c.lora.base_dtype != "bfloat16", "lora.base_dtype = \"bfloat16\"", under,
+              ": a frozen base held only in bf16 is not built yet under tensor parallel (set "
+              "lora.base_dtype = \"float32\")");
 }
 
 }  // namespace titan

@@ -39,11 +39,12 @@ constexpr int64_t kMaxJobBytes = int64_t{1} << 60;
 // above the real figures, before titan plan or titan train computes them in int64_t.
 void check_job_sizes(const JobConfig& config, const ModelArgs& args, const MeshDims& dims);
 // What a tensor-parallel job (parallelism.tensor_parallel_degree > 1) cannot do yet, each refused
-// with one line naming the key: sequence parallel, LoRA (before the mesh is made). Nothing without
-// TP.
+// with one line naming the key: sequence parallel on a seq_len the degree does not divide, LoRA
+// merged on export or over a base held in bf16 (before the mesh is made). Nothing without TP.
 void check_tensor_parallel_job(const JobConfig& config);
 // What an expert-parallel job (dims.ep > 1) cannot do yet, each refused with one line naming the
-// key: an EP degree that is not a multiple of the TP degree, LoRA. Nothing without EP.
+// key: an EP degree that is not a multiple of the TP degree, LoRA on the experts (an adapter of
+// the attention only is built). Nothing without EP.
 // check_tensor_parallel_model: under TP x EP, a model with experts with a seq_len the TP degree
 // does not divide (TP without EP cuts every expert).
 void check_expert_parallel_job(const JobConfig& config, const MeshDims& dims);

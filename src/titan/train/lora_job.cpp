@@ -140,8 +140,8 @@ void widen_lora_base_to_fp32(CausalLM& model) {
 }
 
 std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const ModelArgs& args,
-                                             CausalLM& model) {
-  auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config));
+                                             CausalLM& model, const ParallelizePlan& plan) {
+  auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config), plan);
   model.attach_lora(*adapter);
   const int64_t trained = adapter->parameter_count(), total = model.parameter_count();
   std::printf(
@@ -164,7 +164,8 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
 
 void load_lora_run_weights(const JobConfig& c, const ModelArgs& args,
                            std::vector<ParamGroup>& model_groups, Shard model_cut,
-                           LoraAdapter& adapter, bool starting, CausalLM& model) {
+                           const ParallelizePlan& plan, LoraAdapter& adapter, bool starting,
+                           CausalLM& model) {
   const std::string& initial = c.checkpoint.initial_load_path;
   if (lora_base_in_bf16(c)) {
     if (model_cut.count > 1) {
@@ -178,7 +179,7 @@ void load_lora_run_weights(const JobConfig& c, const ModelArgs& args,
         initial.c_str());
   } else if (!initial.empty()) {
     load_hf_weights(args, model_groups, initial, "the model's config",
-                    c.checkpoint.allow_nonfinite_weights, model_cut);
+                    c.checkpoint.allow_nonfinite_weights, model_cut, {}, plan);
     std::printf("frozen model weights from %s\n", initial.c_str());
   } else {
     std::printf("frozen model weights: random (HF init, seed %lld)\n",
@@ -204,14 +205,8 @@ std::string job_export_content(const JobConfig& c) {
 }
 
 void export_lora(const JobConfig& config, const LoraAdapter& adapter, const std::string& base_model,
-                 bool writes, const std::function<void()>& export_model) {
-  NonfiniteScan scan;
-  for (const ParamGroup& g : adapter.groups()) {
-    for (const ParamView& v : g.views()) {
-      scan.add("the trained adapter", v.spec.name, g.params() + v.offset, DType::f32,
-               static_cast<size_t>(v.numel));
-    }
-  }
+                 bool writes, const NonfiniteScan& scan, const std::function<void()>& export_model,
+                 const AdapterTensorGather& gather) {
   if (writes || !config.checkpoint.allow_nonfinite_weights) {  // one warning, every rank's error
     scan.check(config.checkpoint.allow_nonfinite_weights);
   }
@@ -219,9 +214,16 @@ void export_lora(const JobConfig& config, const LoraAdapter& adapter, const std:
     export_model();
     return;
   }
-  if (!writes) return;
+  if (!writes) {
+    if (gather) {
+      for (const auto& [group, param] : peft_adapter_read_order(adapter)) {
+        gather(group, param, nullptr);
+      }
+    }
+    return;
+  }
   const std::string dir = job_export_dir(config);
-  write_peft_adapter(dir, adapter, base_model, true);
+  write_peft_adapter(dir, adapter, base_model, true, gather);
   std::printf("exported the LoRA adapter as a PEFT adapter folder: %s (base model %s)\n",
               dir.c_str(), base_model.c_str());
 }

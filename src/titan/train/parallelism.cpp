@@ -115,12 +115,32 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
 
 Parallelism::~Parallelism() = default;
 
-void Parallelism::train_only(std::vector<ParamGroup>& groups) {
+void Parallelism::train_only(std::vector<ParamGroup>& groups,
+                             const std::vector<ParamGroupSpec>& whole) {
   for (const ParamGroup& g : model_.param_groups()) {
     TITAN_CHECK(g.frozen(), "parallelism: groups trained in place of the model's, but its group ",
                 g.name(), " is not frozen");
   }
+  TITAN_CHECK(checkpoint_whole_.empty(), "parallelism: train_only after a checkpoint");
   trained_ = &groups;
+  trained_whole_ = whole;
+  if (cuts_ && mesh_.world().rank() == 0) {
+    for (const ParamGroupSpec& g : whole) {
+      trained_layout_.emplace_back(g.name, g.params, Residency::released);
+    }
+  }
+}
+
+std::vector<ParamGroupSpec> Parallelism::checkpoint_specs() const {
+  return trained_ ? trained_whole_ : model_param_specs(model_.args());
+}
+
+std::vector<ParamGroup>& Parallelism::checkpoint_layout() {
+  return trained_ ? trained_layout_ : export_whole_;
+}
+
+std::vector<ParamGroup>& Parallelism::local_state_groups() {
+  return trained_ ? *trained_ : model_.param_groups();
 }
 
 std::vector<ParamGroup>& Parallelism::model_groups() {
@@ -214,8 +234,15 @@ void Parallelism::zero_gradients() {
 }
 
 void Parallelism::finish_gradients() {
-  // The frozen model's uses under FSDP left nothing to reduce; the trained groups are whole on
-  // every rank.
+  // The frozen model's uses under FSDP left nothing to reduce; the trained groups are the same
+  // on every data-parallel rank.
+  if (trained_ && mesh_.dims().tp > 1) {
+    // The adapter's whole matrices saw only this rank's part of their base (models/lora.h): their
+    // gradients summed over the TP group, before the data-parallel sum.
+    all_reduce_gradients(*trained_, mesh_.tp_group(), [this](const ParamView& v) {
+      return plan_.placement_of(v.spec).count == 1;
+    });
+  }
   if (fsdp_ && !trained_) {
     fsdp_->finish_gradients();
   } else if (mesh_.dims().ep > 1) {
@@ -241,7 +268,7 @@ Parallelism::CheckpointSource Parallelism::checkpoint_source(bool model_only, bo
   CheckpointSource source;
   if (root) {
     if (checkpoint_whole_.empty()) {  // address space only: bytes are charged as they are gathered
-      for (const ParamGroup& g : export_whole_) {
+      for (const ParamGroup& g : checkpoint_layout()) {
         const auto bytes = static_cast<size_t>(g.numel()) * sizeof(float);
         MemorySpace& memory = backend().memory();
         checkpoint_whole_.push_back(
@@ -250,9 +277,9 @@ Parallelism::CheckpointSource Parallelism::checkpoint_source(bool model_only, bo
              Buffer(memory, bytes, MemCategory::optimizer, Residency::released)});
       }
     }
-    for (size_t g = 0; g < export_whole_.size(); ++g) {
+    for (size_t g = 0; g < checkpoint_layout().size(); ++g) {
       std::array<Buffer, 3>& whole = checkpoint_whole_[g];
-      source.groups.push_back({&export_whole_[g].views(), whole[0].as<float>(),
+      source.groups.push_back({&checkpoint_layout()[g].views(), whole[0].as<float>(),
                                model_only ? nullptr : whole[1].as<float>(),
                                model_only ? nullptr : whole[2].as<float>()});
     }
@@ -261,14 +288,13 @@ Parallelism::CheckpointSource Parallelism::checkpoint_source(bool model_only, bo
   if (mesh_.replicate_index() != 0 || (!fsdp_ && !mesh_.shares_model_with_rank0())) return source;
   const auto whole_of = [this](const CheckpointTensor& t) {
     return checkpoint_whole_[t.group][t.buffer].as<float>() +
-           export_whole_[t.group].view(t.name).offset;
+           checkpoint_layout()[t.group].view(t.name).offset;
   };
   if (all_now) {
     for (std::array<Buffer, 3>& whole : checkpoint_whole_) {
       for (Buffer& b : whole) b.recommit();  // held on from the first save
     }
-    for (const CheckpointTensor& t :
-         checkpoint_read_order(model_param_specs(model_.args()), model_only)) {
+    for (const CheckpointTensor& t : checkpoint_read_order(checkpoint_specs(), model_only)) {
       gather_checkpoint_tensor(t, root ? whole_of(t) : nullptr);
     }
     return source;
@@ -278,7 +304,7 @@ Parallelism::CheckpointSource Parallelism::checkpoint_source(bool model_only, bo
     if (root) {  // the tensor before handed back, this one's bytes charged
       end_checkpoint();
       streamed_ = &checkpoint_whole_[t.group][t.buffer];
-      streamed_->recommit(static_cast<size_t>(export_whole_[t.group].view(t.name).numel) *
+      streamed_->recommit(static_cast<size_t>(checkpoint_layout()[t.group].view(t.name).numel) *
                           sizeof(float));
       whole = whole_of(t);
     }
@@ -293,13 +319,15 @@ void Parallelism::end_checkpoint() {
 }
 
 void Parallelism::gather_checkpoint_tensor(const CheckpointTensor& t, float* whole) {
-  const ParamView& local = model_.param_groups()[t.group].view(t.name);  // this rank's cut
-  const ParamGroup& held = fsdp_ ? fsdp_->shards()[t.group] : model_.param_groups()[t.group];
+  const ParamView& local = local_state_groups()[t.group].view(t.name);  // this rank's cut
+  // Trained groups are whole on every data-parallel rank: FSDP shards only the frozen model.
+  const bool sharded = fsdp_ && !trained_;
+  const ParamGroup& held = sharded ? fsdp_->shards()[t.group] : local_state_groups()[t.group];
   float* const buffers[3] = {held.params(), held.exp_avg(), held.exp_avg_sq()};
   const bool takes_part = mesh_.shares_model_with_rank0();
-  float* own = buffers[t.buffer] + (fsdp_ ? 0 : local.offset);
+  float* own = buffers[t.buffer] + (sharded ? 0 : local.offset);
   Buffer rows;  // under FSDP: the cut whole, on the ranks of rank 0's TP or EP group
-  if (fsdp_) {
+  if (sharded) {
     if (takes_part) {
       rows = Buffer(backend().memory(), static_cast<size_t>(local.numel) * sizeof(float),
                     MemCategory::other);
@@ -315,11 +343,26 @@ Shard Parallelism::checkpoint_cut() const {
 }
 
 NonfiniteScan Parallelism::scan_model(const std::string& what) {
+  return scan_groups(model_groups(), fsdp_ != nullptr, what);
+}
+
+NonfiniteScan Parallelism::scan_trained(const std::string& what) {
+  return scan_groups(*trained_, false, what);
+}
+
+void Parallelism::gather_trained(size_t group, const std::string& name, float* whole) {
+  const ParamGroup& g = (*trained_)[group];
+  const ParamView& v = g.view(name);
+  gather_cut_param(v, g.params() + v.offset, whole);
+}
+
+NonfiniteScan Parallelism::scan_groups(std::vector<ParamGroup>& groups, bool sharded,
+                                       const std::string& what) {
   std::vector<double> counts;  // per parameter, in the groups' order
   // A device's parameters are scanned a tensor at a time, copied to the host through the backend.
-  const bool on_device = in_device_memory(model_groups());
+  const bool on_device = in_device_memory(groups);
   std::vector<float> host;
-  for (const ParamGroup& g : model_groups()) {
+  for (const ParamGroup& g : groups) {
     for (const ParamView& v : g.views()) {
       const float* values = g.params() + v.offset;
       if (on_device) {
@@ -331,17 +374,19 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
           static_cast<double>(count_nonfinite(values, DType::f32, static_cast<size_t>(v.numel))));
     }
   }
-  if (fsdp_) mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  if (sharded) {
+    mesh_.shard_group().all_reduce_sum(counts.data(), static_cast<int64_t>(counts.size()));
+  }
   if (cuts_) {
     // A cut parameter's counts summed over its group (sum_group_of), a replicated one's counted
     // once; one sum per group, in the same order on every rank.
-    std::vector<Communicator*> groups = {&mesh_.tp_group()};
-    if (mesh_.dims().ep > 1) groups.push_back(mesh_.ep_group());
-    for (Communicator* group : groups) {
+    std::vector<Communicator*> sums = {&mesh_.tp_group()};
+    if (mesh_.dims().ep > 1) sums.push_back(mesh_.ep_group());
+    for (Communicator* group : sums) {
       std::vector<size_t> summed;  // the parameters this group sums, by index into counts
       std::vector<double> part;
       size_t j = 0;
-      for (const ParamGroup& g : model_groups()) {
+      for (const ParamGroup& g : groups) {
         for (const ParamView& v : g.views()) {
           if (sum_group_of(v.spec) == group) {
             summed.push_back(j);
@@ -357,7 +402,7 @@ NonfiniteScan Parallelism::scan_model(const std::string& what) {
   }
   NonfiniteScan scan;
   size_t i = 0;
-  for (const ParamGroup& g : model_groups()) {
+  for (const ParamGroup& g : groups) {
     for (const ParamView& v : g.views()) {
       scan.add_count(what, v.spec.name, static_cast<size_t>(counts[i++]));
     }

@@ -50,8 +50,10 @@ class Parallelism {
   // The groups that train in place of the model's frozen ones (a LoRA adapter's: train/lora_job.h):
   // what the optimizer steps, checkpoints hold (whole, written by rank 0) and the data-parallel
   // reduction sums over every rank: they are replicated, while FSDP still shards the frozen model.
-  // `groups` must outlive this.
-  void train_only(std::vector<ParamGroup>& groups);
+  // Under TP they hold the plan's cuts of `whole` (what a checkpoint holds): the cut parameters'
+  // gradients are the rank's own, the replicated ones' partial sums over the TP group's parts of
+  // the base, summed over the TP group by finish_gradients. `groups` must outlive this.
+  void train_only(std::vector<ParamGroup>& groups, const std::vector<ParamGroupSpec>& whole);
 
   // The model's own parameters as this rank holds them -- FSDP's shards, or the model's whole
   // groups -- and their cut: where its weights are initialised or loaded.
@@ -116,6 +118,12 @@ class Parallelism {
   // The model's weights scanned for NaN and Inf where this rank holds them (FSDP: its shards,
   // the counts summed over the shard group), `what` naming them: the same scan on every rank.
   NonfiniteScan scan_model(const std::string& what);
+  // The same for train_only's groups (under TP a cut parameter's counts summed over the group).
+  NonfiniteScan scan_trained(const std::string& what);
+  // One parameter `name` of train_only's group `group`, whole into `whole` on rank 0 (null
+  // elsewhere): under TP its cuts gathered, else rank 0's copied. Every rank calls it, for the
+  // same parameters in the same order (the PEFT adapter's writer's: models/peft_adapter.h).
+  void gather_trained(size_t group, const std::string& name, float* whole);
   // Whether this rank takes part in the export's gathers (every rank of replica 0's shard groups
   // under FSDP; the TP or EP group of rank 0 under TP or EP; rank 0, which writes, else).
   bool takes_part_in_export() const;
@@ -142,6 +150,8 @@ class Parallelism {
   // group and the ranks holding the same experts both lie within dp_shard), so a sum over it
   // counts each expert's elements once and no sum over the cut group follows.
   bool shards_span_cuts() const;
+  // scan_model's count of `groups` (`sharded`: FSDP's shards, counts summed over the shard group).
+  NonfiniteScan scan_groups(std::vector<ParamGroup>& groups, bool sharded, const std::string& what);
   // Whether `v` is one of a sparse layer's stacked experts (the plan's expert style).
   bool is_expert(const ParamSpec& p) const;
   // The TP or EP gather of `run` from the model's groups (whole over FSDP on each TP rank) into
@@ -166,6 +176,15 @@ class Parallelism {
   std::vector<ParamGroup> export_whole_;      // under TP or EP: the export's whole groups (rank 0)
   std::unique_ptr<FullyShardedGroups> fsdp_;  // with data_parallel_shard_degree > 1
   std::vector<ParamGroup>* trained_ = nullptr;  // train_only's groups
+  std::vector<ParamGroupSpec> trained_whole_;   // and their whole specs
+  // Under TP or EP on rank 0: the whole groups a checkpoint of train_only's groups is laid out in
+  // (made released, never committed: checkpoint_whole_ holds the bytes).
+  std::vector<ParamGroup> trained_layout_;
+  // What a checkpoint holds whole (the trained groups' or the model's) and its groups on rank 0
+  // under TP or EP; the groups this rank's cut of each is in.
+  std::vector<ParamGroupSpec> checkpoint_specs() const;
+  std::vector<ParamGroup>& checkpoint_layout();
+  std::vector<ParamGroup>& local_state_groups();
   bool base_in_bf16_ = false;
 };
 

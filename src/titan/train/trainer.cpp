@@ -259,7 +259,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   for (const std::string& line : model_->override_report().warnings) {
     warn_job(line);
   }
-  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_);
+  if (config_.lora.rank > 0) lora_ = attach_job_lora(config_, args_, *model_, plan_);
   model_->check_kernel_constraints(t.local_batch_size, t.seq_len);
   model_->set_activation_checkpointing(job_activation_checkpointing(config_));
   model_->allocate_gradients();
@@ -272,7 +272,7 @@ Trainer::Trainer(const JobConfig& config) : config_(config) {
   adamw.weight_decay = static_cast<float>(config_.optimizer.weight_decay);
   parallelism_ = std::make_unique<Parallelism>(
       *model_, *mesh_, plan_, config_.parallelism.fsdp_reshard_after_forward, base_in_bf16);
-  if (lora_) parallelism_->train_only(lora_->groups());
+  if (lora_) parallelism_->train_only(lora_->groups(), lora_->specs());
   optimizer_ = std::make_unique<AdamWOptimizer>(parallelism_->state_groups(), adamw,
                                                 parallelism_->grad_norm_group(),
                                                 parallelism_->cut_model_norm());

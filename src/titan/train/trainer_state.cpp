@@ -81,7 +81,7 @@ void Trainer::restore() {
   const std::string& initial = ck.initial_load_path;
   if (lora_) {
     load_lora_run_weights(config_, args_, parallelism_->model_groups(), parallelism_->model_cut(),
-                          *lora_, start_step_ == 0, *model_);
+                          plan_, *lora_, start_step_ == 0, *model_);
   } else if (start_step_ == 0 && !initial.empty()) {
     if (ck.initial_load_in_hf) {  // checked by check_initial_weights
       write_params_on_host(state_groups(), false, [&](std::vector<ParamGroup>& groups) {
@@ -249,7 +249,14 @@ void Trainer::export_model() {
       parallelism_->widen_bf16_base();
     }
     const std::string& base = config_.checkpoint.initial_load_path;
-    export_lora(config_, *lora_, base.empty() ? tokenizer_dir_ : base, writes, export_model);
+    AdapterTensorGather gather;  // under TP: the adapter's cuts gathered a tensor at a time
+    if (mesh_->dims().tp > 1) {
+      gather = [this](size_t group, const std::string& param, float* whole) {
+        parallelism_->gather_trained(group, param, whole);
+      };
+    }
+    export_lora(config_, *lora_, base.empty() ? tokenizer_dir_ : base, writes,
+                parallelism_->scan_trained("the trained adapter"), export_model, gather);
   } else {
     export_model();
   }

@@ -275,6 +275,11 @@ PlanInputs plan_inputs(const JobConfig& config, int64_t world_size) {
   in.export_model_weights = config.lora.rank == 0 || config.lora.merge_on_export;
   in.export_dtype = parse_export_dtype(config.checkpoint.export_dtype);
   if (config.lora.rank > 0) {
+    TITAN_CHECK(in.mesh.tp == 1 && in.mesh.ep == 1, "lora.rank ", config.lora.rank,
+                in.mesh.tp > 1 ? " under parallelism.tensor_parallel_degree "
+                               : " under parallelism.expert_parallel_degree ",
+                in.mesh.tp > 1 ? in.mesh.tp : in.mesh.ep,
+                ": LoRA under tensor or expert parallel is not planned yet (titan train runs it)");
     check_lora_config(config);
     in.lora = job_lora_options(config);
     check_lora_base_dtype(config, in.args);
