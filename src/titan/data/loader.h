@@ -93,7 +93,8 @@ struct LoaderOptions {
   // its own rows or the token it carries into them (a carried token of another rank's text
   // document is tokenized when read: loader_carry.h). Tokenizer work per rank: its 1/N of the
   // documents, plus the others' in its own 1/N of the rows, about (2N - 1) / N^2 of the whole.
-  // Packed conversations (pack_conversations) are still tokenized by every rank.
+  // Packed conversations (pack_conversations) alike: rendered and encoded (ids and labels) by the
+  // rank of their window, and by another only where they land in its own rows.
   // LoaderState::truncated counts this rank's rows only. Default: every batch is own.
   struct Share {
     int64_t step_batches = 1, first = 0, count = 1;
