@@ -101,10 +101,10 @@ struct LoaderOptions {
   };
   Share share;
   // values (count) = their sum over the data-parallel ranks of the share, in place (the
-  // trainer's data-parallel group's all_reduce_sum); required for packed text where the share
-  // leaves batches to other ranks. DataLoader calls it on the thread that calls next_batch,
-  // inside the call that hands out the batch needing it, which is the same call on every rank
-  // (the stream is); BatchProducer on the thread that calls next().
+  // trainer's data-parallel group's all_reduce_sum); required for packed text or conversations
+  // where the share leaves batches to other ranks. DataLoader calls it on the thread that calls
+  // next_batch, inside the call that hands out the batch needing it, which is the same call on
+  // every rank (the stream is); BatchProducer on the thread that calls next().
   std::function<void(double* values, int64_t count)> sum_over_ranks;
   int prefetch = 4;  // batches the background thread may have ready
   // Receives one line per file with skipped records (default: stderr). Totals of skipped records
