@@ -1101,7 +1101,7 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
     size_t batches = 0;
     std::string error;
   };
-  const std::vector<Stop> stops = run_ranks<Stop>(2, 1, [&](const RankShare& rank) {
+  const auto stop_of = [&](const RankShare& rank) {
     const LoaderOptions with = rank.applied_to(o);
     BatchProducer producer(with, tok, files, std::nullopt);
     Stop stop;
@@ -1109,7 +1109,8 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
       for (Batch b; producer.next(b);) ++stop.batches;
     });
     return stop;
-  });
+  };
+  const std::vector<Stop> stops = run_ranks<Stop>(2, 1, stop_of);
   EXPECT_GT(stops[0].batches, 0u);
   EXPECT_EQ(stops[0].batches, stops[1].batches);
   EXPECT_EQ(stops[1].error.rfind(dir / "d/f0.jsonl:12: the record is not valid JSON", 0), 0u)
@@ -1117,6 +1118,19 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
   EXPECT_EQ(stops[0].error, dir / "d/f0.jsonl" +
                                 ": document 11 (from 0, in file order) is a bad record, read by "
                                 "data-parallel rank 1");
+  // Without truncate_long every rank stops at the first conversation too long for a row (f0's
+  // line 2, document 1: rank 1's of 2), the rank that encoded it naming its line, the other the
+  // document.
+  o.data.skip_bad_records = true;
+  o.truncate_long = false;
+  const std::vector<Stop> long_stops = run_ranks<Stop>(2, 1, stop_of);
+  EXPECT_EQ(long_stops[0].batches, long_stops[1].batches);
+  EXPECT_EQ(long_stops[1].error.rfind(dir / "d/f0.jsonl:2: the conversation has ", 0), 0u)
+      << long_stops[1].error;
+  EXPECT_EQ(long_stops[0].error.rfind(
+                dir / "d/f0.jsonl: document 1 (from 0, in file order): the conversation has ", 0),
+            0u)
+      << long_stops[0].error;
 }
 
 // Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,
