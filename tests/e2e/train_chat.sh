@@ -190,12 +190,12 @@ for name in ("share2to1", "share2to4"):
     print(f"chat, 2 ranks each tokenizing its own rows, resumed on {name[-1]}: steps 3-4 within {worst:.1e}")
 PY
 
-# Packed conversations on 2 ranks (FSDP): the ranks split the encoding of each window of
-# conversations and sum their lengths, each encoding the others' only where they land in its own
-# rows (data/loader.h); the losses equal one process's within 1e-5 (the sums meet in another order).
+# Packed conversations on 2 ranks (FSDP, rows of 160 tokens): the ranks split the encoding of each
+# window of conversations and sum their lengths, each encoding the others' only where they land in
+# its own rows (data/loader.h); the losses equal one process's within 1e-5 (the sums meet in
+# another order).
 packshare=("${chat[@]}" --threads 1 --training.dataset_path="$work/sft.jsonl"
-           --training.dataset_packing=true --training.seq_len=96
-           --training.truncate_long_conversations=true --training.local_batch_size=1
+           --training.dataset_packing=true --training.seq_len=160 --training.local_batch_size=1
            --training.global_batch_size=2 --training.steps=4 --checkpoint.last_save_in_hf=false)
 "$titan" train "${packshare[@]}" --metrics.save_jsonl="$work/packshare1.jsonl" \
   --job.dump_folder="$work/packshare1" > "$work/packshare1.log" 2>&1 || { cat "$work/packshare1.log"; exit 1; }
