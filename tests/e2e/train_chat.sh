@@ -8,7 +8,8 @@
 #   tests/reference/chat_sft_reference.py;
 # - the same with the four packed into one row (training.dataset_packing: attention inside each
 #   conversation, positions restarting), against the same reference;
-# - the same on 2 ranks (FSDP); bf16 mixed precision within bf16's rounding;
+# - the same on 2 ranks (FSDP); packed on 2 ranks (each encoding its share of the conversations)
+#   within 1e-5 of one process; bf16 mixed precision within bf16's rounding;
 # - the validation pass on chat data equals `titan eval --chat` on the export, and both equal
 #   Transformers' masked loss of the trained model; `titan eval --chat --packing` (the four in one
 #   row) equals the same eval one conversation per row (2e-6, the fp32 sums' order),
@@ -187,6 +188,30 @@ for name in ("share2to1", "share2to4"):
     worst = max(abs(resumed[s] - whole[s]) / abs(whole[s]) for s in (3, 4))
     assert worst <= 1e-5, (name, whole, resumed)
     print(f"chat, 2 ranks each tokenizing its own rows, resumed on {name[-1]}: steps 3-4 within {worst:.1e}")
+PY
+
+# Packed conversations on 2 ranks (FSDP, rows of 160 tokens): the ranks split the encoding of each
+# window of conversations and sum their lengths, each encoding the others' only where they land in
+# its own rows (data/loader.h); the losses equal one process's within 1e-5 (the sums meet in
+# another order).
+packshare=("${chat[@]}" --threads 1 --training.dataset_path="$work/sft.jsonl"
+           --training.dataset_packing=true --training.seq_len=160 --training.local_batch_size=1
+           --training.global_batch_size=2 --training.steps=4 --checkpoint.last_save_in_hf=false)
+"$titan" train "${packshare[@]}" --metrics.save_jsonl="$work/packshare1.jsonl" \
+  --job.dump_folder="$work/packshare1" > "$work/packshare1.log" 2>&1 || { cat "$work/packshare1.log"; exit 1; }
+"$titan" launch --nproc 2 train "${packshare[@]}" --metrics.save_jsonl="$work/packshare2.jsonl" \
+  --job.dump_folder="$work/packshare2" > "$work/packshare2.log" 2>&1 || { cat "$work/packshare2.log"; exit 1; }
+grep -q "dp_shard 2" "$work/packshare2.log" || { echo "not FSDP over 2 ranks"; cat "$work/packshare2.log"; exit 1; }
+"$python" - "$work" <<'PY'
+import json, sys
+work = sys.argv[1]
+def losses(name):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{work}/{name}.jsonl")) if "loss" in r}
+one, two = losses("packshare1"), losses("packshare2")
+assert sorted(one) == sorted(two) == [1, 2, 3, 4], (one, two)
+worst = max(abs(two[s] - one[s]) / abs(one[s]) for s in one)
+assert worst <= 1e-5, (one, two)
+print(f"packed chat on 2 ranks, each encoding its share: steps 1-4 within {worst:.1e} of one process")
 PY
 
 # bf16 mixed precision on the same data: the same masked loss, to bf16's rounding.

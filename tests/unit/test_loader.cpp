@@ -937,6 +937,202 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
                                 "data-parallel rank 1");
 }
 
+// Packed conversations over data-parallel ranks (threads here), as packed text above: the ranks
+// split the encoding of each window of a file's conversations and sum their lengths, and a rank
+// encodes another's conversation only where it lands in its own rows. Each rank's own batches,
+// states and resumes equal the one-process walk's; the conversations each rank encodes are
+// counted exactly.
+TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
+  const ScratchDir dir("chat_share");
+  const Tokenizer& tok = test::trained_tokenizer();
+  const ChatTemplate qwen3(ChatTemplateKind::qwen3);
+  // Each file's conversations in file order: their encoded length (-1 for a bad record).
+  std::vector<std::vector<int64_t>> lengths(2);
+  for (int f = 0; f < 2; ++f) {
+    std::string jsonl;
+    for (int i = 0; i < 150; ++i) {
+      if (i % 61 == 11) {
+        jsonl += "{not json\n";
+        lengths[f].push_back(-1);
+        continue;
+      }
+      const int k = 1000 * f + i;
+      // Every 17th too long for a row: cut (truncate_long).
+      const std::string reply = i % 17 == 3 ? prose(k) + prose(k + 1) + prose(k + 2) : prose(k);
+      jsonl += chat_line("question " + std::to_string(k), reply);
+      std::vector<int32_t> ids, labels;
+      encode_chat(tok, qwen3,
+                  {{"user", "question " + std::to_string(k), ""}, {"assistant", reply, ""}}, ids,
+                  labels);
+      lengths[f].push_back(static_cast<int64_t>(ids.size()));
+    }
+    write_text(dir / ("d/f" + std::to_string(f) + ".jsonl"), jsonl);
+  }
+  constexpr int64_t S = 64, B = 2;
+  LoaderOptions o = chat_options(dir / "d", B, S);
+  o.pack_conversations = true;
+  o.truncate_long = true;
+  o.data.skip_bad_records = true;
+  o.warn = [](const std::string&) {};
+  o.seed = 5;
+  o.epochs = 2;
+  const std::vector<std::string> files = expand_data_paths(o.data.paths);
+  struct Run {
+    std::vector<Batch> batches;
+    std::vector<LoaderState> states;  // after each batch
+    LoaderState end;
+    int64_t tokenized = 0;
+  };
+  const auto run = [&](const LoaderOptions& options, const RankShare& rank,
+                       const std::optional<LoaderState>& from) {
+    const LoaderOptions with = rank.applied_to(options);
+    BatchProducer producer(with, tok, files, from);
+    Run r;
+    for (Batch b; producer.next(b);) {
+      r.batches.push_back(b);
+      r.states.push_back(producer.state());
+    }
+    r.end = producer.state();
+    r.tokenized = producer.tokenized();
+    return r;
+  };
+  // A state but its count of cut conversations: each rank counts those of its own rows.
+  const auto but_truncated = [](LoaderState s) {
+    s.truncated = 0;
+    return s;
+  };
+  const Run whole = run(o, {}, std::nullopt);
+  ASSERT_GE(whole.batches.size(), 40u);
+  EXPECT_EQ(whole.end.skipped, 3 * 2 * 2);  // 3 bad records a file, 2 files, 2 epochs
+  EXPECT_GT(whole.end.truncated, 0);
+  const auto check = [&](const Run& share, size_t from, const LoaderOptions::Share& layout) {
+    ASSERT_EQ(share.batches.size() + from, whole.batches.size());
+    for (size_t i = 0; i < share.batches.size(); ++i) {
+      const Batch& b = share.batches[i];
+      const Batch& w = whole.batches[from + i];
+      const auto at = static_cast<int64_t>((from + i) % static_cast<size_t>(layout.step_batches));
+      ASSERT_EQ(b.own, at >= layout.first && at < layout.first + layout.count) << i;
+      EXPECT_EQ(but_truncated(share.states[i]), but_truncated(whole.states[from + i])) << i;
+      EXPECT_EQ(b.segment_start, w.segment_start) << i;
+      if (b.own) {
+        EXPECT_EQ(b.input_ids, w.input_ids) << i;
+        EXPECT_EQ(b.labels, w.labels) << i;
+      } else {
+        EXPECT_EQ(b.input_ids, std::vector<int32_t>(b.input_ids.size(), tok.pad_id())) << i;
+        EXPECT_EQ(b.labels, std::vector<int32_t>(b.labels.size(), kIgnoreLabel)) << i;
+      }
+    }
+    EXPECT_EQ(but_truncated(share.end), but_truncated(whole.end));
+  };
+  for (const int n : {2, 4}) {
+    SCOPED_TRACE(std::to_string(n) + " ranks");
+    const std::vector<Run> ranks =
+        run_ranks<Run>(n, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+    int64_t truncated = 0;
+    for (int r = 0; r < n; ++r) {
+      check(ranks[static_cast<size_t>(r)], 0, {n, r, 1});
+      truncated += ranks[static_cast<size_t>(r)].end.truncated;
+    }
+    EXPECT_EQ(truncated, whole.end.truncated);  // each cut counted by the rank whose row it is
+  }
+  // Resumed from rank 1 of 2's states (after its own batch and after the other's): on one
+  // process, and on 4 ranks.
+  const std::vector<Run> pair =
+      run_ranks<Run>(2, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+  for (const size_t at : {2u, 5u, 22u}) {
+    SCOPED_TRACE("resumed after batch " + std::to_string(at));
+    const LoaderState& saved = pair[1].states[at];
+    check(run(o, {}, saved), at + 1, {1, 0, 1});
+    const std::vector<Run> on4 =
+        run_ranks<Run>(4, 1, [&](const RankShare& rank) { return run(o, rank, saved); });
+    for (int r = 0; r < 4; ++r) check(on4[static_cast<size_t>(r)], at + 1, {4, r, 1});
+  }
+
+  // The work, in file order (no shuffle: the test packs the rows itself). Conversation i of a
+  // file is encoded by rank i % N (windows start at a file's first conversation and hold a
+  // multiple of N of them); another rank's by every rank whose row it lands in: the rows take
+  // conversations while their inputs (their tokens but the last, cut to S) fit.
+  o.shuffle = false;
+  struct Placed {
+    int64_t row;
+    int owner_slot;  // its place in its file
+  };
+  std::vector<Placed> placed;
+  int64_t whole_encoded = 0, row = 0, filled = 0;
+  for (int64_t e = 0; e < o.epochs; ++e) {
+    for (const auto& file : lengths) {
+      for (size_t i = 0; i < file.size(); ++i) {
+        if (file[i] < 0) continue;
+        ++whole_encoded;
+        const int64_t inputs = std::min(file[i], S + 1) - 1;
+        if (filled >= S || inputs > S - filled) {
+          ++row;
+          filled = 0;
+        }
+        placed.push_back({row, static_cast<int>(i)});
+        filled += inputs;
+      }
+    }
+  }
+  EXPECT_EQ(run(o, {}, std::nullopt).tokenized, whole_encoded);
+  for (const int n : {2, 4}) {
+    const std::vector<Run> ranks =
+        run_ranks<Run>(n, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+    for (int r = 0; r < n; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(n));
+      int64_t expected = 0;
+      for (const Placed& c : placed) {
+        const bool own_row = (c.row / B) % n == r;
+        if (c.owner_slot % n == r || own_row) ++expected;
+      }
+      const int64_t encoded = ranks[static_cast<size_t>(r)].tokenized;
+      EXPECT_EQ(encoded, expected);
+      std::printf("rank %d of %d encodes %lld of %lld conversations (%.3f)\n", r, n,
+                  static_cast<long long>(encoded), static_cast<long long>(whole_encoded),
+                  static_cast<double>(encoded) / static_cast<double>(whole_encoded));
+    }
+  }
+
+  // Without skip_bad_records every rank stops at the first bad record (f0's line 12, document 11:
+  // rank 1's of 2) after the same batches: the rank that read it with its line, the other naming
+  // the document and that rank.
+  o.data.skip_bad_records = false;
+  struct Stop {
+    size_t batches = 0;
+    std::string error;
+  };
+  const auto stop_of = [&](const RankShare& rank) {
+    const LoaderOptions with = rank.applied_to(o);
+    BatchProducer producer(with, tok, files, std::nullopt);
+    Stop stop;
+    stop.error = error_of([&] {
+      for (Batch b; producer.next(b);) ++stop.batches;
+    });
+    return stop;
+  };
+  const std::vector<Stop> stops = run_ranks<Stop>(2, 1, stop_of);
+  EXPECT_GT(stops[0].batches, 0u);
+  EXPECT_EQ(stops[0].batches, stops[1].batches);
+  EXPECT_EQ(stops[1].error.rfind(dir / "d/f0.jsonl:12: the record is not valid JSON", 0), 0u)
+      << stops[1].error;
+  EXPECT_EQ(stops[0].error, dir / "d/f0.jsonl" +
+                                ": document 11 (from 0, in file order) is a bad record, read by "
+                                "data-parallel rank 1");
+  // Without truncate_long every rank stops at the first conversation too long for a row (f0's
+  // line 2, document 1: rank 1's of 2), the rank that encoded it naming its line, the other the
+  // document.
+  o.data.skip_bad_records = true;
+  o.truncate_long = false;
+  const std::vector<Stop> long_stops = run_ranks<Stop>(2, 1, stop_of);
+  EXPECT_EQ(long_stops[0].batches, long_stops[1].batches);
+  EXPECT_EQ(long_stops[1].error.rfind(dir / "d/f0.jsonl:2: the conversation has ", 0), 0u)
+      << long_stops[1].error;
+  EXPECT_EQ(long_stops[0].error.rfind(
+                dir / "d/f0.jsonl: document 1 (from 0, in file order): the conversation has ", 0),
+            0u)
+      << long_stops[0].error;
+}
+
 // Packed chat rows (LoaderOptions::pack_conversations): the conversations of the unpacked rows,
 // in the same order and cut the same way, one after another while each fits whole (one that does
 // not starts the next row), each with its start as its tokens' segment start, then padding (a

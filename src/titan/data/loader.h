@@ -93,17 +93,18 @@ struct LoaderOptions {
   // its own rows or the token it carries into them (a carried token of another rank's text
   // document is tokenized when read: loader_carry.h). Tokenizer work per rank: its 1/N of the
   // documents, plus the others' in its own 1/N of the rows, about (2N - 1) / N^2 of the whole.
-  // Packed conversations (pack_conversations) are still tokenized by every rank.
+  // Packed conversations (pack_conversations) alike: rendered and encoded (ids and labels) by the
+  // rank of their window, and by another only where they land in its own rows.
   // LoaderState::truncated counts this rank's rows only. Default: every batch is own.
   struct Share {
     int64_t step_batches = 1, first = 0, count = 1;
   };
   Share share;
   // values (count) = their sum over the data-parallel ranks of the share, in place (the
-  // trainer's data-parallel group's all_reduce_sum); required for packed text where the share
-  // leaves batches to other ranks. DataLoader calls it on the thread that calls next_batch,
-  // inside the call that hands out the batch needing it, which is the same call on every rank
-  // (the stream is); BatchProducer on the thread that calls next().
+  // trainer's data-parallel group's all_reduce_sum); required for packed text or conversations
+  // where the share leaves batches to other ranks. DataLoader calls it on the thread that calls
+  // next_batch, inside the call that hands out the batch needing it, which is the same call on
+  // every rank (the stream is); BatchProducer on the thread that calls next().
   std::function<void(double* values, int64_t count)> sum_over_ranks;
   int prefetch = 4;  // batches the background thread may have ready
   // Receives one line per file with skipped records (default: stderr). Totals of skipped records

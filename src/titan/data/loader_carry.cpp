@@ -36,9 +36,9 @@ void CarriedTokens::append_span(std::shared_ptr<const TokenFileReader> file, siz
   pieces_.push_back(std::move(p));
 }
 
-const std::vector<int32_t>& UnreadDocument::ids() const {
-  std::call_once(made_, [this] { ids_ = make_(); });
-  return ids_;
+const DocumentTokens& UnreadDocument::tokens() const {
+  std::call_once(made_, [this] { tokens_ = make_(); });
+  return tokens_;
 }
 
 void CarriedTokens::append_document(std::shared_ptr<const UnreadDocument> document, uint64_t begin,
@@ -74,7 +74,7 @@ std::vector<int32_t> CarriedTokens::read() const {
     if (p.file) {
       read_with_eos(*p.file, p.doc, p.begin, p.end, p.eos, out);
     } else if (p.document) {
-      const std::vector<int32_t>& ids = p.document->ids();
+      const std::vector<int32_t>& ids = p.document->tokens().ids;
       out.insert(out.end(), ids.begin() + static_cast<std::ptrdiff_t>(p.begin),
                  ids.begin() + static_cast<std::ptrdiff_t>(p.end));
     } else {

@@ -23,18 +23,24 @@ namespace titan {
 void read_with_eos(const TokenFileReader& file, size_t doc, uint64_t begin, uint64_t end,
                    int32_t eos, std::vector<int32_t>& out);
 
-// A document's ids followed by its EOS, made the first time they are asked for (once, whichever
-// thread asks): another rank's text document, whose length the ranks summed (loader.h), tokenized
-// only if this rank needs its tokens -- for its own row, or a carried token.
+// A document's tokens: a text document's ids followed by its EOS (labels empty: they are the ids),
+// or a conversation's ids and labels (encode_chat).
+struct DocumentTokens {
+  std::vector<int32_t> ids, labels;
+};
+
+// A document's tokens, made the first time they are asked for (once, whichever thread asks):
+// another rank's text document or packed conversation, whose length the ranks summed (loader.h),
+// tokenized only if this rank needs its tokens -- for its own row, or a carried token.
 class UnreadDocument {
  public:
-  explicit UnreadDocument(std::function<std::vector<int32_t>()> make) : make_(std::move(make)) {}
-  const std::vector<int32_t>& ids() const;
+  explicit UnreadDocument(std::function<DocumentTokens()> make) : make_(std::move(make)) {}
+  const DocumentTokens& tokens() const;
 
  private:
-  std::function<std::vector<int32_t>()> make_;
+  std::function<DocumentTokens()> make_;
   mutable std::once_flag made_;
-  mutable std::vector<int32_t> ids_;
+  mutable DocumentTokens tokens_;
 };
 
 class CarriedTokens {

@@ -70,6 +70,19 @@ std::vector<int32_t> packed_ids(Record r, const Tokenizer& tok, bool parse_speci
   return ids;
 }
 
+// A record's tokens as the loader packs them: a conversation's ids and labels (encode_chat with
+// `chat`), else the packed_ids.
+DocumentTokens document_tokens(Record r, const Tokenizer& tok, const ChatTemplate* chat,
+                               bool parse_special, int32_t eos) {
+  DocumentTokens t;
+  if (r.kind == Record::Kind::chat) {
+    encode_chat(tok, *chat, r.messages, t.ids, t.labels);
+  } else {
+    t.ids = packed_ids(std::move(r), tok, parse_special, eos);
+  }
+  return t;
+}
+
 }  // namespace
 
 BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
@@ -99,14 +112,16 @@ BatchProducer::BatchProducer(const LoaderOptions& options, const Tokenizer& tok,
   if (options.mode == DataMode::chat) check_chat_tokenizer(tok, *options.chat_template);
   const bool text = std::any_of(files_.begin(), files_.end(),
                                 [](const std::string& f) { return !is_token_file_path(f); });
-  if (options.mode == DataMode::pretrain && share.count < share.step_batches && text) {
-    // Another rank's packed rows of text end where their tokens say: the ranks split the
-    // tokenizing of each window of documents and sum the lengths (loader.h).
+  const bool packed = options.mode == DataMode::pretrain || options.pack_conversations;
+  if (packed && share.count < share.step_batches && text) {
+    // Another rank's packed rows of text or conversations end where their tokens say: the ranks
+    // split the tokenizing of each window of documents and sum the lengths (loader.h).
+    const char* what = options.mode == DataMode::chat ? "packed conversations" : "packed text";
     TITAN_CHECK(share.step_batches % share.count == 0 && share.first % share.count == 0,
-                "loader: packed text shared over data-parallel ranks needs runs of ", share.count,
+                "loader: ", what, " shared over data-parallel ranks needs runs of ", share.count,
                 " batches dividing the step's ", share.step_batches, " from ", share.first);
-    TITAN_CHECK(static_cast<bool>(options.sum_over_ranks),
-                "loader: packed text shared over data-parallel ranks needs "
+    TITAN_CHECK(static_cast<bool>(options.sum_over_ranks), "loader: ", what,
+                " shared over data-parallel ranks needs "
                 "LoaderOptions::sum_over_ranks (the ranks sum their documents' lengths)");
     dp_ranks_ = share.step_batches / share.count;
     dp_rank_ = share.first / share.count;
@@ -271,11 +286,10 @@ bool BatchProducer::read_document(int64_t doc, Document& out, bool alone) {
     return true;
   }
   if (r.kind != Record::Kind::ids) ++*tokenized_;
-  if (r.kind == Record::Kind::chat) {
-    encode_chat(tok_, *options_.chat_template, r.messages, out.ids, out.labels);
-  } else {
-    out.ids = packed_ids(std::move(r), tok_, options_.data.parse_special, eos_);
-  }
+  DocumentTokens t =
+      document_tokens(std::move(r), tok_, chat_template(), options_.data.parse_special, eos_);
+  out.ids = std::move(t.ids);
+  out.labels = std::move(t.labels);
   out.length = out.ids.size();
   return true;
 }
@@ -285,19 +299,20 @@ void BatchProducer::share_lengths(int64_t doc) {
   const int64_t n =
       std::min(kDocumentsPerRank * dp_ranks_, static_cast<int64_t>(own_docs_.size()) - doc);
   window_begin_ = doc;
-  window_ids_.assign(static_cast<size_t>(n), {});
-  window_errors_.assign(static_cast<size_t>(n), nullptr);
+  window_docs_.assign(static_cast<size_t>(n), {});
   std::vector<double> lengths(static_cast<size_t>(n), 0.0);  // exact: far below 2^53
   for (int64_t i = dp_rank_; i < n; i += dp_ranks_) {
-    const auto k = static_cast<size_t>(i);
+    WindowDocument& d = window_docs_[static_cast<size_t>(i)];
     try {
       Record r = read_record(doc + i);
       if (r.kind != Record::Kind::ids) ++*tokenized_;
-      window_ids_[k] = packed_ids(std::move(r), tok_, options_.data.parse_special, eos_);
-      lengths[k] = static_cast<double>(window_ids_[k].size());
+      d.where = r.where;
+      d.tokens =
+          document_tokens(std::move(r), tok_, chat_template(), options_.data.parse_special, eos_);
+      lengths[static_cast<size_t>(i)] = static_cast<double>(d.tokens.ids.size());
     } catch (const BadRecordError&) {
-      window_errors_[k] = std::current_exception();
-      lengths[k] = static_cast<double>(kBadRecord);
+      d.error = std::current_exception();
+      lengths[static_cast<size_t>(i)] = static_cast<double>(kBadRecord);
     }
   }
   options_.sum_over_ranks(lengths.data(), n);
@@ -312,12 +327,13 @@ bool BatchProducer::read_shared_document(int64_t doc, Document& out) {
   out.labels.clear();
   out.where.clear();
   out.skimmed = false;
+  WindowDocument& d = window_docs_[k];
   if (window_lengths_[k] == kBadRecord) {
-    if (window_errors_[k]) {  // read here: its own error
+    if (d.error) {  // read here: its own error
       try {
-        std::rethrow_exception(window_errors_[k]);
+        std::rethrow_exception(d.error);
       } catch (const BadRecordError& e) {
-        return skip_bad_record(window_errors_[k], e.what());
+        return skip_bad_record(d.error, e.what());
       }
     }
     // Self-contained: the reading rank's own line may not be printed before the job ends.
@@ -329,27 +345,33 @@ bool BatchProducer::read_shared_document(int64_t doc, Document& out) {
   }
   out.length = static_cast<size_t>(window_lengths_[k]);
   if ((doc - window_begin_) % dp_ranks_ == dp_rank_) {  // tokenized here
-    out.ids = std::move(window_ids_[k]);
+    out.ids = std::move(d.tokens.ids);
+    out.labels = std::move(d.tokens.labels);
+    out.where = std::move(d.where);
     return true;
   }
   // Another rank's: read again (deterministic) only if this rank needs its tokens.
   const std::shared_ptr<const DocumentFile> file = file_;
   const auto index = static_cast<size_t>(own_docs_[doc]);
+  out.where = file_->path() + ": document " + std::to_string(index) + " (from 0, in file order)";
   const Tokenizer* tok = &tok_;
+  const ChatTemplate* chat = chat_template();
+  const DataMode mode = options_.mode;
   const bool parse_special = options_.data.parse_special;
   const int32_t eos = eos_;
   const std::shared_ptr<std::atomic<int64_t>> tokenized = tokenized_;
   out.unread = std::make_shared<const UnreadDocument>([=] {
-    Record r = file->record(index, DataMode::pretrain);
+    Record r = file->record(index, mode);
     if (r.kind != Record::Kind::ids) ++*tokenized;
-    return packed_ids(std::move(r), *tok, parse_special, eos);
+    return document_tokens(std::move(r), *tok, chat, parse_special, eos);
   });
   return true;
 }
 
 void BatchProducer::read_ids(Document& d) {
   if (!d.unread) return;
-  d.ids = d.unread->ids();
+  d.ids = d.unread->tokens().ids;
+  d.labels = d.unread->tokens().labels;
   TITAN_CHECK(d.ids.size() == d.length, file_->path(), ": a document gave ", d.ids.size(),
               " tokens here and ", d.length, " to the rank that measured it");
   d.unread.reset();
@@ -448,7 +470,7 @@ bool BatchProducer::skip_packed_row(int32_t* ids, int32_t* labels) {
 
 size_t BatchProducer::chat_length(bool& cut) const {
   const auto S = static_cast<size_t>(options_.seq_len);
-  const size_t n = doc_.ids.size();
+  const size_t n = doc_.length;  // its ids may be unread (another rank's: read_shared_document)
   cut = n > S + 1;
   if (!cut) return n;
   TITAN_CHECK(options_.truncate_long, doc_.where, ": the conversation has ", n,
@@ -491,8 +513,14 @@ bool BatchProducer::packed_chat_row(int32_t* ids, int32_t* labels, int32_t* star
     const size_t n = chat_length(cut);
     const size_t inputs = n > 0 ? n - 1 : 0;
     if (inputs > S - at) break;
-    std::copy(doc_.ids.begin(), doc_.ids.begin() + inputs, ids + at);
-    std::copy(doc_.labels.begin() + 1, doc_.labels.begin() + 1 + inputs, labels + at);
+    if (own_batch_) {
+      read_ids(doc_);  // another rank's conversation in this rank's row
+      std::copy(doc_.ids.begin(), doc_.ids.begin() + inputs, ids + at);
+      std::copy(doc_.labels.begin() + 1, doc_.labels.begin() + 1 + inputs, labels + at);
+    } else {  // another rank's row: left empty, as skip_packed_row leaves one
+      std::fill(ids + at, ids + at + inputs, pad_);
+      std::fill(labels + at, labels + at + inputs, kIgnoreLabel);
+    }
     std::fill(starts + at, starts + at + inputs, static_cast<int32_t>(at));
     at += inputs;
     if (cut && own_batch_) ++state_.truncated;  // counted by the rank whose row it is

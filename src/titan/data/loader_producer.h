@@ -52,8 +52,8 @@ class BatchProducer {
     // that a rank reads only what its own rows hold.
     std::shared_ptr<const TokenFileReader> token_file;
     size_t file_doc = 0;
-    // Another rank's text document, its length from the ranks' sums: tokenized (into ids) only
-    // when this rank's row or carried token reaches it.
+    // Another rank's text document or packed conversation, its length from the ranks' sums:
+    // tokenized (into ids and labels) only when this rank's row or carried token reaches it.
     std::shared_ptr<const UnreadDocument> unread;
   };
   // What a length in the ranks' sums says of a record that cannot be read.
@@ -76,24 +76,29 @@ class BatchProducer {
   // and epochs and past skipped records; false when the epochs are done.
   bool load_document();
   // Tokenizes this rank's document `doc` of the open file (a conversation of another rank's row
-  // only read: skims_rows; packed text measured by the ranks' sums: shares_lengths); false when
-  // it is skipped as bad. `alone`: no sum over the ranks (a resume's first document).
+  // only read: skims_rows; packed text or conversations measured by the ranks' sums:
+  // shares_lengths); false when it is skipped as bad. `alone`: no sum over the ranks (a resume's
+  // first document).
   bool read_document(int64_t doc, Document& out, bool alone = false);
   // Document `doc`'s record, an "ids" record checked against the vocabulary (BadRecordError).
   Record read_record(int64_t doc) const;
   // A skipped bad record counted (`message` its error's), or `error` rethrown without
   // skip_bad_records.
   bool skip_bad_record(std::exception_ptr error, const std::string& message);
-  // Packed text shared over data-parallel ranks: document `doc` measured by the window of
-  // lengths holding it, its ids this rank's if it tokenized it, else left unread.
+  // Packed text or conversations shared over data-parallel ranks: document `doc` measured by the
+  // window of lengths holding it, its tokens this rank's if it tokenized it, else left unread.
   bool read_shared_document(int64_t doc, Document& out);
   // The window of documents from `doc` on: this rank tokenizes its part, the ranks sum the
   // lengths (LoaderOptions::sum_over_ranks).
   void share_lengths(int64_t doc);
-  // An unread document's ids, made now.
+  // LoaderOptions::chat_template, or null (pre-training).
+  const ChatTemplate* chat_template() const {
+    return options_.chat_template ? &*options_.chat_template : nullptr;
+  }
+  // An unread document's ids (and labels), made now.
   void read_ids(Document& d);
-  // Whether documents are measured by the ranks' sums of their lengths: packed text or JSON
-  // while the share leaves batches to other ranks.
+  // Whether documents are measured by the ranks' sums of their lengths: packed text, JSON or
+  // conversations while the share leaves batches to other ranks.
   bool shares_lengths() const;
   // Whether the batch being filled is another rank's whose rows need no tokens (their bounds are
   // the records': chat data, one conversation per row).
@@ -128,15 +133,19 @@ class BatchProducer {
   bool own_batch_ = true;     // the batch being filled is this rank's (LoaderOptions::share)
   // Shared with the UnreadDocuments, which count when they are read (for a row or a carry).
   std::shared_ptr<std::atomic<int64_t>> tokenized_ = std::make_shared<std::atomic<int64_t>>(0);
-  // Packed text over data-parallel ranks (shares_lengths): this rank of dp_ranks_, and the open
-  // file's window of documents [window_begin_, window_begin_ + window_lengths_.size()): each
-  // one's tokens and EOS (kBadRecord: not readable), and of those this rank read, the ids or
-  // the error.
+  // Packed text or conversations over data-parallel ranks (shares_lengths): this rank of
+  // dp_ranks_, and the open file's window of documents [window_begin_, window_begin_ +
+  // window_lengths_.size()): each one's length (text: its tokens and EOS; kBadRecord: not
+  // readable), and of those this rank read, the tokens and record's place, or the error.
+  struct WindowDocument {
+    DocumentTokens tokens;
+    std::string where;
+    std::exception_ptr error;
+  };
   int64_t dp_ranks_ = 1, dp_rank_ = 0;
   int64_t window_begin_ = 0;
   std::vector<int64_t> window_lengths_;
-  std::vector<std::vector<int32_t>> window_ids_;
-  std::vector<std::exception_ptr> window_errors_;
+  std::vector<WindowDocument> window_docs_;
   uint64_t closed_tokens_read_ = 0;  // tokens_read of the files closed so far
 };
 

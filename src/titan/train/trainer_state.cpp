@@ -105,8 +105,9 @@ void Trainer::restore() {
   options.share = {accumulation_steps_ * dp, mesh_->dp_rank() * accumulation_steps_,
                    accumulation_steps_};
   if (dp > 1) {
-    // Packed text: the ranks sum the lengths of the documents each tokenized, inside next_batch
-    // (the same call on every rank), so that each tokenizes only what its rows need.
+    // Packed text or conversations: the ranks sum the lengths of the documents each tokenized,
+    // inside next_batch (the same call on every rank), so that each tokenizes only what its rows
+    // need.
     Communicator& group = parallelism_->data_parallel_group();
     options.sum_over_ranks = [&group](double* values, int64_t count) {
       group.all_reduce_sum(values, count);
