@@ -42,6 +42,15 @@ int report_error(const std::string& line, int status) {
   titan::abort_world(status);
 }
 
+// A titan::JobWideError: every rank raised the same line, so rank 0's report stands for the job.
+// The other ranks wait for its abort to end them; should it not come (rank 0 stuck), each reports
+// its own line after half a minute.
+int report_job_wide_error(const std::string& line, int status) {
+  const titan::WorldInfo& w = titan::world_info();
+  if (w.size > 1 && w.rank != 0) std::this_thread::sleep_for(std::chrono::seconds(30));
+  return report_error(line, status);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,6 +109,8 @@ int main(int argc, char** argv) {
       const int status = action();
       titan::finalize_world();
       return status;
+    } catch (const titan::JobWideError& e) {
+      return report_job_wide_error("titan " + name + ": error: " + e.what(), 1);
     } catch (const titan::Error& e) {
       return report_error("titan " + name + ": error: " + e.what(), 1);
     } catch (const std::exception& e) {

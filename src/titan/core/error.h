@@ -27,6 +27,19 @@ template <typename... Args>
   throw Error(detail::concat(args...));
 }
 
+// Raised alike on every rank from what they all know (a collective's result, such as ranks that
+// disagree): rank 0 reports it for the job and the others leave the line to it, so the job prints
+// it once however slowly rank 0's abort reaches them.
+class JobWideError : public Error {
+ public:
+  using Error::Error;
+};
+
+template <typename... Args>
+[[noreturn]] void fail_job_wide(const Args&... args) {
+  throw JobWideError(detail::concat(args...));
+}
+
 }  // namespace titan
 
 // TITAN_CHECK(cond, "what", value, "where") throws titan::Error with the concatenated message.

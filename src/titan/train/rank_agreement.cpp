@@ -129,8 +129,9 @@ void check_ranks_agree(Communicator& world, const JobConfig& config) {
   if (found[0] == 0.0) return;
   const int first = world.size() - static_cast<int>(found[0]);
   const std::string what = broadcast_text(world, difference, first);
-  fail("ranks disagree: rank ", first, " ", what, " (", static_cast<int>(found[1]), " of ",
-       world.size(), " ranks differ from rank 0; every rank must run the same binary and config)");
+  fail_job_wide("ranks disagree: rank ", first, " ", what, " (", static_cast<int>(found[1]), " of ",
+                world.size(),
+                " ranks differ from rank 0; every rank must run the same binary and config)");
 }
 
 }  // namespace titan
