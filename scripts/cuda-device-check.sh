@@ -3,15 +3,16 @@
 # every step has a timeout, the whole stays under 8): titan_cuda_smoke and titan_cuda_kernels_test
 # (every CUDA kernel against its op's fp32 reference) plainly and under compute-sanitizer's memcheck,
 # the kernels test also under racecheck (the row kernels share memory between a block's threads),
-# then titan_cuda_step_kernels_check (host-side: every kernel a dense fp32 or bf16 step binds on
-# CUDA is registered there), then 10 training steps of the tiny Qwen3 in fp32 with training.device =
+# then titan_cuda_step_kernels_check (host-side: every kernel a dense or MoE fp32 or bf16 step
+# binds on CUDA is registered there), then 10 training steps of the tiny Qwen3 in fp32 with training.device =
 # "cuda" against the same run on the CPU (each step's loss and grad norm within 1e-5 relative; the
 # CUDA backend's fp32 GEMMs never use TF32), its step-5 asynchronous checkpoint resumed on the CPU
 # (steps 6-10 the same), and 2 steps under memcheck; then 10 steps in bf16 mixed precision against
 # the CPU's bf16 run (each step's loss within 2 %, train_bf16_curve.sh's bound), saving synchronous
 # checkpoints and the HF export from the device: its step 5 resumed on the CPU (steps 6-10 within
 # the same bound), its step-10 checkpoint exported on the CPU byte-equal to its export; then 10
-# fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then
+# fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then 10 fp32
+# steps of the tiny Qwen3-MoE (load-balancing loss on) against the CPU; then
 # bench_cuda_gemm beside
 # PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
 # clock moves between runs); a summary of every step last.
@@ -197,6 +198,15 @@ PY
     --job.dump_folder="$runs/qwen2_cuda"
   equal_steps "tiny Qwen2 (biases): cuda's losses and grad norms within 1e-5 relative of the CPU's" \
     "$runs/qwen2_cpu/metrics.jsonl" "$runs/qwen2_cuda/metrics.jsonl" 1
+  # The tiny Qwen3-MoE (router, dispatch, grouped experts, combine and the load-balancing loss on
+  # cuda), fp32, the same 10 steps against the CPU.
+  moe=("${tiny[@]}" --model.flavor=tiny_moe --model.output_router_logits=true)
+  step "tiny Qwen3-MoE, 10 steps on the CPU" 180 "$titan" "${moe[@]}" --threads 4 \
+    --job.dump_folder="$runs/moe_cpu"
+  step "tiny Qwen3-MoE, 10 steps on cuda" 120 "$titan" "${moe[@]}" --training.device=cuda \
+    --job.dump_folder="$runs/moe_cuda"
+  equal_steps "tiny Qwen3-MoE: cuda's losses and grad norms within 1e-5 relative of the CPU's" \
+    "$runs/moe_cpu/metrics.jsonl" "$runs/moe_cuda/metrics.jsonl" 1
 fi
 echo "== bench_cuda_gemm"
 "$bench" | tee "$out/titan_gemm.txt"

@@ -27,6 +27,7 @@
 #include "titan/core/dtype.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/dispatch/registry.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
@@ -34,6 +35,8 @@
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/linear.h"
+#include "titan/ops/moe.h"
+#include "titan/ops/moe_stages.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/rope.h"
 #include "titan/ops/swiglu.h"
@@ -670,6 +673,195 @@ void test_device_ops() {
   check("adamw exp_avg_sq", down(vd), rv, sum_tolerance(4));
 }
 
+// The MoE kernels against the CPU's ops on one tiny sparse block: N tokens no block divides, E
+// experts some of which get no token, k of them per token. The CPU's results are computed before
+// CUDA becomes the ops' backend. The router's ids must be the CPU's (exact ties included: tokens
+// whose logits are all equal); the dispatch plan (row_of, offsets) and the gathers are exact; the
+// fp32 experts chain three GEMMs (lengths h, Im and, for the weight gradients, an expert's rows),
+// so they are held to the fp32 bound of the chained lengths. The bf16 forms run on dyadic inputs
+// (a few bits each), so the gate and up GEMMs are exact in fp32 on both sides and round alike: the
+// forward's one point where the two may differ is act's rounding (expf against the CPU's exp
+// approximation), one bf16 ulp, 2^-7 of each product it enters; the backward adds d gate's and d
+// up's roundings after inexact fp32 sums: three rounding points, 3 x 2^-7 normwise.
+struct MoeCase {
+  ExpertsShape shape{77, 40, 24, 9, 3};
+  std::vector<float> logits, x, dy, w_gate, w_up, w_down, dweight_in, dprobs_all;
+  std::vector<int32_t> index, row_of, offsets;
+  std::vector<float> probs, weight, dlogits;
+  std::vector<double> counts, prob_sums;
+  // [0]: fp32 on normal inputs; [1]: bf16 on dyadic ones.
+  struct Run {
+    std::vector<float> x, dy, w_gate, w_up, w_down;
+    std::vector<float> y, dx, dweight, g_gate, g_up, g_down;
+  } runs[2];
+};
+
+struct MoeRooms {  // one staged call's activations and scratch, in the running backend's memory
+  explicit MoeRooms(const ExpertsShape& sh) {
+    const int64_t R = sh.rows(), h = sh.hidden, Im = sh.inter;
+    const auto f32 = [](int64_t n) {
+      return DeviceBuffer(backend(), n, DType::f32, MemCategory::other);
+    };
+    gate = f32(R * Im), upr = f32(R * Im), act = f32(R * Im), x = f32(R * h), y = f32(R * h),
+    dgate = f32(R * Im), dup = f32(R * Im), dact = f32(R * Im), w_rows = f32(R),
+    dweight_rows = f32(R), out = f32(R * h);
+    row_of = DeviceBuffer(backend(), R, DType::i32, MemCategory::other);
+    offsets = DeviceBuffer(backend(), sh.n_experts + 1, DType::i32, MemCategory::other);
+  }
+  ExpertsActivations activations() const {
+    return {gate.as<float>(), upr.as<float>(), act.as<float>(), row_of.as<int32_t>(),
+            offsets.as<int32_t>()};
+  }
+  ExpertsScratch scratch() const {
+    return {x.as<float>(),    y.as<float>(),      dgate.as<float>(),        dup.as<float>(),
+            dact.as<float>(), w_rows.as<float>(), dweight_rows.as<float>(), out.as<float>()};
+  }
+  DeviceBuffer gate, upr, act, x, y, dgate, dup, dact, w_rows, dweight_rows, out, row_of, offsets;
+};
+
+// The staged experts of `kernel` (fp32 or bf16) over run's inputs in the running backend's memory,
+// its outputs and gradients (accumulated onto 0.25) back into run.
+void run_staged(const ExpertsKernel& kernel, bool bf16, const ExpertsShape& sh,
+                const std::vector<int32_t>& index, const std::vector<float>& weight,
+                MoeCase::Run& run) {
+  MoeRooms rooms(sh);
+  const ExpertsActivations act = rooms.activations();
+  const ExpertsScratch s = rooms.scratch();
+  const int64_t wn = sh.n_experts * sh.inter * sh.hidden;
+  DeviceBuffer x = up(run.x), dy = up(run.dy), idx = up(index), w = up(weight);
+  DeviceBuffer wg = up(run.w_gate), wu = up(run.w_up), wd = up(run.w_down);
+  DeviceBuffer wg16 = up(round(run.w_gate)), wu16 = up(round(run.w_up)),
+               wd16 = up(round(run.w_down));
+  const std::vector<float> quarter(static_cast<size_t>(wn), 0.25f);
+  DeviceBuffer gg = up(quarter), gu = up(quarter), gd = up(quarter);
+  DeviceBuffer y(backend(), sh.n_tokens * sh.hidden, DType::f32, MemCategory::other),
+      dx(backend(), sh.n_tokens * sh.hidden, DType::f32, MemCategory::other),
+      dweight(backend(), sh.rows(), DType::f32, MemCategory::other);
+  const ExpertGrads grads{gg.as<float>(), gu.as<float>(), gd.as<float>()};
+  if (bf16) {
+    const ExpertWeightsBf16 wb{wg16.as<uint16_t>(), wu16.as<uint16_t>(), wd16.as<uint16_t>()};
+    kernel.forward_bf16(y.as<float>(), act, s, x.as<float>(), idx.as<int32_t>(), w.as<float>(), wb,
+                        sh);
+    kernel.backward_bf16(dx.as<float>(), dweight.as<float>(), grads, s, dy.as<float>(), act,
+                         x.as<float>(), idx.as<int32_t>(), w.as<float>(), wb, sh);
+  } else {
+    const ExpertWeights wf{wg.as<float>(), wu.as<float>(), wd.as<float>()};
+    kernel.forward(y.as<float>(), act, s, x.as<float>(), idx.as<int32_t>(), w.as<float>(), wf, sh);
+    kernel.backward(dx.as<float>(), dweight.as<float>(), grads, s, dy.as<float>(), act,
+                    x.as<float>(), idx.as<int32_t>(), w.as<float>(), wf, sh);
+  }
+  run.y = down(y), run.dx = down(dx), run.dweight = down(dweight);
+  run.g_gate = down(gg), run.g_up = down(gu), run.g_down = down(gd);
+}
+
+MoeCase cpu_moe_case() {
+  MoeCase c;
+  const ExpertsShape& sh = c.shape;
+  const int64_t N = sh.n_tokens, E = sh.n_experts, k = sh.top_k, h = sh.hidden, Im = sh.inter;
+  c.logits = randn(N * E, 100, 2.0f);
+  for (int64_t e = 0; e < E; ++e) c.logits[5 * E + e] = c.logits[6 * E + e] = 0.5f;  // ties
+  // Experts 7 and 8 get no token: their logits far below the others.
+  for (int64_t t = 0; t < N; ++t) c.logits[t * E + 7] = c.logits[t * E + 8] = -60.0f;
+  c.index.resize(N * k), c.weight.resize(N * k), c.probs.resize(N * E), c.dlogits.resize(N * E);
+  router_topk_forward(c.index.data(), c.weight.data(), c.probs.data(), c.logits.data(), N, E, k,
+                      true);
+  c.dweight_in = randn(N * k, 101), c.dprobs_all = randn(E, 102, 0.01f);
+  router_topk_backward(c.dlogits.data(), c.dweight_in.data(), c.dprobs_all.data(), c.probs.data(),
+                       c.index.data(), N, E, k, true);
+  c.row_of.resize(N * k), c.offsets.resize(E + 1);
+  moe_dispatch_plan(c.row_of.data(), c.offsets.data(), c.index.data(), sh);
+  c.counts.assign(E, 1.0), c.prob_sums.assign(E, 0.5);
+  load_balancing_accumulate(c.counts.data(), c.prob_sums.data(), c.probs.data(), c.index.data(), N,
+                            E, k);
+  const int64_t wn = E * Im * h;
+  MoeCase::Run& f = c.runs[0];
+  f.x = randn(N * h, 103), f.dy = randn(N * h, 104), f.w_gate = randn(wn, 105, 0.2f),
+  f.w_up = randn(wn, 106, 0.2f), f.w_down = randn(wn, 107, 0.2f);
+  MoeCase::Run& b = c.runs[1];
+  b.x = dyadic(N * h, 108, 0.125f), b.dy = dyadic(N * h, 109, 0.125f),
+  b.w_gate = dyadic(wn, 110, 0.0625f), b.w_up = dyadic(wn, 111, 0.0625f),
+  b.w_down = dyadic(wn, 112, 0.0625f);
+  const ExpertsKernel& cpu =
+      std::get<ExpertsKernel>(kernel_registry().get("experts_staged", OpKind::experts).impl);
+  run_staged(cpu, false, sh, c.index, c.weight, f);
+  run_staged(cpu, true, sh, c.index, c.weight, b);
+  return c;
+}
+
+void test_moe(const MoeCase& c) {
+  const ExpertsShape& sh = c.shape;
+  const int64_t N = sh.n_tokens, E = sh.n_experts, k = sh.top_k, h = sh.hidden, Im = sh.inter;
+  const RouterKernel& router = cuda_kernel<RouterKernel>("router_topk_cuda", OpKind::router);
+  DeviceBuffer logits = up(c.logits);
+  DeviceBuffer index(backend(), N * k, DType::i32, MemCategory::other),
+      weight(backend(), N * k, DType::f32, MemCategory::other),
+      probs(backend(), N * E, DType::f32, MemCategory::other),
+      dlogits(backend(), N * E, DType::f32, MemCategory::other);
+  router.forward(index.as<int32_t>(), weight.as<float>(), probs.as<float>(), logits.as<float>(), N,
+                 E, k, true);
+  check_true("router ids are the CPU's (ties: the lower expert)", down<int32_t>(index) == c.index);
+  check("router probs", down(probs), c.probs, sum_tolerance(E));
+  check("router weights", down(weight), c.weight, sum_tolerance(E + k));
+  // The backward over the CPU's forward: its fp64 sums are the CPU's operations.
+  DeviceBuffer cpu_probs = up(c.probs), cpu_index = up(c.index), dw = up(c.dweight_in),
+               all = up(c.dprobs_all);
+  router.backward(dlogits.as<float>(), dw.as<float>(), all.as<float>(), cpu_probs.as<float>(),
+                  cpu_index.as<int32_t>(), N, E, k, true);
+  check("router backward dlogits", down(dlogits), c.dlogits, sum_tolerance(E));
+  check_true("router refuses top_k 10 of 9 experts in one line",
+             error_of([&] {
+               router.forward(index.as<int32_t>(), weight.as<float>(), probs.as<float>(),
+                              logits.as<float>(), N, E, E + 1, true);
+             }) == "router: num_experts_per_tok (10) must be in [1, num_experts = 9]");
+
+  const MoeDispatchKernel& dispatch =
+      cuda_kernel<MoeDispatchKernel>("moe_dispatch_cuda", OpKind::moe_dispatch);
+  DeviceBuffer row_of(backend(), N * k, DType::i32, MemCategory::other),
+      offsets(backend(), E + 1, DType::i32, MemCategory::other);
+  dispatch.plan(row_of.as<int32_t>(), offsets.as<int32_t>(), cpu_index.as<int32_t>(), sh);
+  check_true("moe_dispatch plan: row_of is the CPU's", down<int32_t>(row_of) == c.row_of);
+  check_true("moe_dispatch plan: offsets are the CPU's", down<int32_t>(offsets) == c.offsets);
+  std::vector<int32_t> bad = c.index;
+  bad[3 * k + 1] = static_cast<int32_t>(E);
+  DeviceBuffer bad_index = up(bad);
+  check_true("moe_dispatch refuses expert 9 at token 3 in one line",
+             error_of([&] {
+               dispatch.plan(row_of.as<int32_t>(), offsets.as<int32_t>(), bad_index.as<int32_t>(),
+                             sh);
+             }) == "experts: token 3 is routed to expert 9, outside [0, 9)");
+
+  const DeviceOps& ops = device_ops();
+  std::vector<double> counts(E, 1.0), prob_sums(E, 0.5);
+  ops.load_balancing_accumulate(counts.data(), prob_sums.data(), cpu_probs.as<float>(),
+                                cpu_index.as<int32_t>(), N, E, k);
+  check_true("load_balancing_accumulate: the CPU's counts", counts == c.counts);
+  check_true("load_balancing_accumulate: the CPU's probability sums (its adds in its order)",
+             prob_sums == c.prob_sums);
+  std::vector<float> want_grad(E);
+  load_balancing_grad(want_grad.data(), c.counts.data(), E, 3 * N, 0.01);
+  DeviceBuffer grad(backend(), E, DType::f32, MemCategory::other);
+  ops.load_balancing_grad(grad.as<float>(), c.counts.data(), E, 3 * N, 0.01);
+  check_true("load_balancing_grad: the CPU's values in device memory", down(grad) == want_grad);
+
+  // The four stages composed, through experts_staged_cuda (which runs the cuda stage kernels).
+  const ExpertsKernel& staged = cuda_kernel<ExpertsKernel>("experts_staged_cuda", OpKind::experts);
+  const double chain = sum_tolerance(sh.rows() + h + Im);
+  for (const bool bf16 : {false, true}) {
+    const MoeCase::Run& want = c.runs[bf16 ? 1 : 0];
+    MoeCase::Run got = want;
+    run_staged(staged, bf16, sh, c.index, c.weight, got);
+    const std::string form = bf16 ? "experts_staged_cuda bf16 " : "experts_staged_cuda fp32 ";
+    const double fwd = bf16 ? kBf16Tolerance + sum_tolerance(Im) : chain;
+    const double bwd = bf16 ? 3 * kBf16Tolerance + chain : chain;
+    check(form + "y", got.y, want.y, fwd);
+    check(form + "dx", got.dx, want.dx, bwd);
+    check(form + "d weight", got.dweight, want.dweight, bwd);
+    check(form + "d gate_proj", got.g_gate, want.g_gate, bwd);
+    check(form + "d up_proj", got.g_up, want.g_up, bwd);
+    check(form + "d down_proj", got.g_down, want.g_down, bwd);
+  }
+}
+
 }  // namespace
 }  // namespace titan
 
@@ -680,6 +872,7 @@ int main() {
     std::printf("%s\n", cuda.name().c_str());
     const std::vector<AttentionBf16Case> attention_bf16 = cpu_attention_bf16_cases();
     const LossBf16Case loss_bf16 = cpu_loss_bf16_case();
+    const MoeCase moe = cpu_moe_case();
     select_backend("cuda");
     std::printf("%-64s %10s %10s\n", "check", "error", "tolerance");
     test_device_ops();
@@ -692,6 +885,7 @@ int main() {
     test_attention();
     test_lm_head_loss_bf16(loss_bf16);
     test_attention_bf16(attention_bf16);
+    test_moe(moe);
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -18,9 +18,11 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "titan/backend/backend.h"
+#include "titan/backend/cpu/cpu_info.h"
 #include "titan/backend/gemm_reference.h"
 #include "titan/core/dtype.h"
 #include "titan/core/rng.h"
@@ -31,8 +33,11 @@
 #include "titan/ops/cuda/attention_rows.h"
 #include "titan/ops/cuda/cross_entropy_rows.h"
 #include "titan/ops/cuda/elementwise_rows.h"
+#include "titan/ops/cuda/moe_rows.h"
 #include "titan/ops/cuda/norm_rows.h"
 #include "titan/ops/embedding.h"
+#include "titan/ops/moe.h"
+#include "titan/ops/moe_stages.h"
 #include "titan/ops/rms_norm.h"
 #include "titan/ops/rope.h"
 #include "titan/ops/swiglu.h"
@@ -622,6 +627,220 @@ TEST(CudaRows, AttentionBf16RoundsPWhereTheCpuDoes) {
                                     shape);
   EXPECT_NEAR(dv[0], want_dv, 1e-6);
   EXPECT_NEAR(cpu_dv[0], want_dv, 1e-6);
+}
+
+bool same_bits(const void* a, const void* b, size_t bytes) {
+  return std::memcmp(a, b, bytes) == 0;
+}
+
+// Top-k indices per token: k distinct experts of E, drawn from a seed.
+std::vector<int32_t> routed_experts(int64_t n_tokens, int64_t n_experts, int64_t top_k,
+                                    uint64_t seed) {
+  std::vector<int32_t> index(static_cast<size_t>(n_tokens * top_k));
+  Rng rng(seed);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    std::vector<int32_t> experts(static_cast<size_t>(n_experts));
+    for (int64_t e = 0; e < n_experts; ++e) experts[e] = static_cast<int32_t>(e);
+    for (int64_t j = 0; j < top_k; ++j) {
+      const auto pick = static_cast<int64_t>(rng.next_u64() % static_cast<uint64_t>(n_experts - j));
+      std::swap(experts[j], experts[j + pick]);
+      index[t * top_k + j] = experts[j];
+    }
+  }
+  return index;
+}
+
+// The router's ids are the CPU's, exact ties included (equal logits: the lower expert first), its
+// probabilities and weights within the few ulps of expf against the CPU's exp approximation and
+// the E-term sum; its backward is the CPU's operation for operation: the same bits.
+TEST(CudaRows, RouterIdsAreTheCpuOpsAndItsBackwardTheSameBits) {
+  const int64_t N = 37, E = 11;
+  std::vector<float> logits = randn(N * E, 60, 2.0f);
+  // Ties: token 3 has every logit equal, token 5 three equal maxima, token 8 a tie at the k-th.
+  for (int64_t e = 0; e < E; ++e) logits[3 * E + e] = 0.25f;
+  logits[5 * E + 2] = logits[5 * E + 7] = logits[5 * E + 9] = 9.0f;
+  logits[8 * E + 4] = logits[8 * E + 1] = 5.0f;
+  logits[8 * E + 0] = logits[8 * E + 6] = 3.0f;
+  for (const int64_t k : {int64_t{1}, int64_t{3}, E}) {
+    for (const bool norm : {true, false}) {
+      const std::string name = " k " + std::to_string(k) + (norm ? " norm" : "");
+      std::vector<int32_t> idx(N * k), cpu_idx(N * k);
+      std::vector<float> w(N * k), cpu_w(N * k), probs(N * E), cpu_probs(N * E);
+      for (int64_t t = 0; t < N; ++t) {
+        cuda_rows::router_token_forward(idx.data(), w.data(), probs.data(), logits.data(), E, k,
+                                        norm, t);
+      }
+      router_topk_forward(cpu_idx.data(), cpu_w.data(), cpu_probs.data(), logits.data(), N, E, k,
+                          norm);
+      EXPECT_EQ(idx, cpu_idx) << name;
+      expect_close("router probs" + name, probs.data(), cpu_probs.data(), N * E, sum_tolerance(E));
+      expect_close("router weights" + name, w.data(), cpu_w.data(), N * k, sum_tolerance(E + k));
+      // The backward over the CPU's forward (the same inputs), with and without the
+      // load-balancing gradient.
+      const std::vector<float> dweight = randn(N * k, 61), dprobs_all = randn(E, 62, 0.01f);
+      for (const float* all : {static_cast<const float*>(nullptr), dprobs_all.data()}) {
+        std::vector<float> dl(N * E), cpu_dl(N * E);
+        for (int64_t t = 0; t < N; ++t) {
+          cuda_rows::router_token_backward(dl.data(), dweight.data(), all, cpu_probs.data(),
+                                           cpu_idx.data(), E, k, norm, t);
+        }
+        router_topk_backward(cpu_dl.data(), dweight.data(), all, cpu_probs.data(), cpu_idx.data(),
+                             N, E, k, norm);
+        EXPECT_TRUE(same_bits(dl.data(), cpu_dl.data(), dl.size() * sizeof(float))) << name;
+      }
+    }
+  }
+}
+
+// Dispatch's plan, gathers and sums, and combine: the CPU ops' bits (integers, copies, roundings
+// and fp32 adds in the CPU's order); the combine's weighted sum is fmaf in ascending expert order,
+// the CPU's where its vector ISA fuses (else within the fp32 bound of k products).
+TEST(CudaRows, DispatchAndCombineAreTheCpuOpsBits) {
+  for (const auto& [N, E, k, h] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{23, 7, 3, 19},
+                                   {1, 4, 4, 5},
+                                   {40, 16, 2, 33}}) {
+    const ExpertsShape shape{N, h, 1, E, k};
+    const int64_t R = shape.rows();
+    const std::vector<int32_t> index = routed_experts(N, E, k, 70 + static_cast<uint64_t>(N));
+    std::vector<int32_t> row_of(R), offsets(E + 1), cpu_row_of(R), cpu_offsets(E + 1);
+    for (int64_t e = 0; e < E; ++e) cuda_rows::count_expert(offsets.data(), index.data(), R, e);
+    cuda_rows::prefix_offsets(offsets.data(), E);
+    for (int64_t e = 0; e < E; ++e) {
+      cuda_rows::place_expert(row_of.data(), offsets.data(), index.data(), R, e);
+    }
+    moe_dispatch_plan(cpu_row_of.data(), cpu_offsets.data(), index.data(), shape);
+    EXPECT_EQ(row_of, cpu_row_of);
+    EXPECT_EQ(offsets, cpu_offsets);
+
+    const std::vector<float> x = randn(N * h, 71), rows_in = randn(R * h, 72),
+                             dweight_rows = randn(R, 73), weight = randn(N * k, 74),
+                             dy = randn(N * h, 75);
+    std::vector<float> x_rows(R * h), cpu_x_rows(R * h);
+    std::vector<uint16_t> x16(R * h), cpu_x16(R * h);
+    for (int64_t i = 0; i < R * h; ++i) {
+      cuda_rows::gather_row_element(x_rows.data(), x.data(), row_of.data(), k, h, i);
+      cuda_rows::gather_row_element_bf16(x16.data(), x.data(), row_of.data(), k, h, i);
+    }
+    moe_dispatch_forward(cpu_x_rows.data(), x.data(), row_of.data(), shape);
+    moe_dispatch_forward_bf16(cpu_x16.data(), x.data(), row_of.data(), shape);
+    EXPECT_EQ(x_rows, cpu_x_rows);
+    EXPECT_EQ(x16, cpu_x16);
+
+    std::vector<float> dx(N * h), cpu_dx(N * h), dweight(R), cpu_dweight(R);
+    for (int64_t i = 0; i < N * h; ++i) {
+      cuda_rows::sum_token_rows_element(dx.data(), rows_in.data(), row_of.data(), k, h, i);
+    }
+    for (int64_t p = 0; p < R; ++p) dweight[p] = dweight_rows[row_of[p]];  // the kernel's permute
+    moe_dispatch_backward(cpu_dx.data(), cpu_dweight.data(), rows_in.data(), dweight_rows.data(),
+                          row_of.data(), shape);
+    EXPECT_TRUE(same_bits(dx.data(), cpu_dx.data(), dx.size() * sizeof(float)));
+    EXPECT_EQ(dweight, cpu_dweight);
+
+    std::vector<float> y(N * h), cpu_y(N * h);
+    for (int64_t i = 0; i < N * h; ++i) {
+      cuda_rows::combine_element(y.data(), rows_in.data(), row_of.data(), index.data(),
+                                 weight.data(), k, h, i);
+    }
+    moe_combine_forward(cpu_y.data(), rows_in.data(), row_of.data(), index.data(), weight.data(),
+                        shape);
+    if (active_isa() != Isa::scalar) {
+      EXPECT_TRUE(same_bits(y.data(), cpu_y.data(), y.size() * sizeof(float)));
+    } else {
+      expect_close("combine (scalar ISA: unfused)", y.data(), cpu_y.data(), N * h,
+                   sum_tolerance(k));
+    }
+    std::vector<float> dy_rows(R * h), cpu_dy_rows(R * h), w_rows(R), cpu_w_rows(R);
+    for (int64_t i = 0; i < R * h; ++i) {
+      cuda_rows::gather_row_element(dy_rows.data(), dy.data(), row_of.data(), k, h, i);
+    }
+    for (int64_t p = 0; p < R; ++p) w_rows[row_of[p]] = weight[p];  // the kernel's permute
+    moe_combine_backward(cpu_dy_rows.data(), cpu_w_rows.data(), dy.data(), weight.data(),
+                         row_of.data(), shape);
+    EXPECT_EQ(dy_rows, cpu_dy_rows);
+    EXPECT_EQ(w_rows, cpu_w_rows);
+  }
+}
+
+// The grouped experts' row steps against the CPU's per-row arithmetic (ops/moe_experts.cpp): the
+// scalings and the bf16 rounding of w * dy are single products, the same bits; the d weights are
+// dot products whose sums the CPU takes in vector lanes, within the fp32 bound of their length;
+// the bf16 SwiGLU keeps the CPU's gate and up roundings, and its act may land one bf16 ulp apart
+// (expf against the CPU's exp approximation): 2^-7 of the largest, normwise.
+TEST(CudaRows, GroupedExpertsRowStepsMatchTheCpu) {
+  const int64_t R = 9, Im = 37, h = 21;
+  const VecKernels& v = backend().vec();
+  const std::vector<float> dact0 = randn(R * Im, 80), act = randn(R * Im, 81),
+                           rows0 = randn(R * h, 82), w_rows = randn(R, 83), out = randn(R * h, 84);
+  std::vector<float> cpu_dact = dact0, cpu_rows = rows0, cpu_dw(R), cpu_dot(R);
+  for (int64_t r = 0; r < R; ++r) {
+    cpu_dw[r] = v.dot(cpu_dact.data() + r * Im, act.data() + r * Im, Im);
+    v.scale(cpu_dact.data() + r * Im, w_rows[r], Im);
+    v.scale(cpu_rows.data() + r * h, w_rows[r], h);
+    cpu_dot[r] = v.dot(rows0.data() + r * h, out.data() + r * h, h);
+  }
+  for (const int size : kTeamSizes) {
+    const std::string team = " (team of " + std::to_string(size) + ")";
+    std::vector<float> dact = dact0, rows = rows0, dw(R), dot(R);
+    run_blocks(size, R, 0, [&](const auto& tm, float*, int64_t r) {
+      cuda_rows::experts_row_weight_grad(tm, dw.data() + r, dact.data() + r * Im,
+                                         act.data() + r * Im, rows.data() + r * h, w_rows[r], Im,
+                                         h);
+    });
+    run_blocks(size, R, 0, [&](const auto& tm, float*, int64_t r) {
+      cuda_rows::experts_row_dot(tm, dot.data() + r, rows0.data() + r * h, out.data() + r * h, h);
+    });
+    EXPECT_EQ(dact, cpu_dact) << team;
+    EXPECT_EQ(rows, cpu_rows) << team;
+    expect_close("experts d weight (fp32)" + team, dw.data(), cpu_dw.data(), R, sum_tolerance(Im));
+    expect_close("experts d weight (bf16)" + team, dot.data(), cpu_dot.data(), R, sum_tolerance(h));
+  }
+  std::vector<uint16_t> scaled(R * h), cpu_scaled(R * h);
+  for (int64_t i = 0; i < R * h; ++i) {
+    cuda_rows::scaled_row_element_bf16(scaled.data(), rows0.data(), w_rows.data(), h, i);
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    v.round_to_bf16(cpu_scaled.data() + r * h, rows0.data() + r * h, w_rows[r], h);
+  }
+  EXPECT_EQ(scaled, cpu_scaled);
+
+  const int64_t n = R * Im;
+  const std::vector<float> gate = randn(n, 85, 3.0f), up = randn(n, 86);
+  std::vector<uint16_t> act16(n), g16(n), u16(n), cpu_act16(n), cpu_g16(n), cpu_u16(n);
+  for (int64_t i = 0; i < n; ++i) {
+    cuda_rows::swiglu_forward_bf16_element(act16.data(), g16.data(), u16.data(), gate.data(),
+                                           up.data(), i);
+  }
+  swiglu_forward_bf16(cpu_act16.data(), cpu_g16.data(), cpu_u16.data(), gate.data(), up.data(), n);
+  EXPECT_EQ(g16, cpu_g16);
+  EXPECT_EQ(u16, cpu_u16);
+  std::vector<float> act_f(n), cpu_act_f(n);
+  for (int64_t i = 0; i < n; ++i) {
+    act_f[i] = bf16_to_f32(act16[i]);
+    cpu_act_f[i] = bf16_to_f32(cpu_act16[i]);
+  }
+  expect_close("experts swiglu_forward_bf16", act_f.data(), cpu_act_f.data(), n,
+               std::ldexp(1.0, -7));
+}
+
+// The load-balancing statistics onto running totals: the CPU's adds in its order, the same bits.
+TEST(CudaRows, LoadBalancingStatisticsAreTheCpuOpsBits) {
+  const int64_t N = 29, E = 6, k = 2;
+  const std::vector<int32_t> index = routed_experts(N, E, k, 90);
+  const std::vector<float> probs = randn(N * E, 91, 0.3f);
+  std::vector<double> counts(E), sums(E);
+  for (int64_t e = 0; e < E; ++e) {
+    counts[e] = static_cast<double>(e + 3);
+    sums[e] = 0.1 * static_cast<double>(e) + 0.0123;
+  }
+  std::vector<double> cpu_counts = counts, cpu_sums = sums;
+  for (int64_t e = 0; e < E; ++e) {
+    cuda_rows::load_balancing_expert(counts.data(), sums.data(), probs.data(), index.data(), N, E,
+                                     k, e);
+  }
+  load_balancing_accumulate(cpu_counts.data(), cpu_sums.data(), probs.data(), index.data(), N, E,
+                            k);
+  EXPECT_EQ(counts, cpu_counts);
+  EXPECT_TRUE(same_bits(sums.data(), cpu_sums.data(), sums.size() * sizeof(double)));
 }
 
 }  // namespace

@@ -52,8 +52,8 @@ TEST(JobDevice, NoSuchDeviceIsOneLineNamingTheKey) {
   EXPECT_EQ(&backend(), &backend_named("cpu"));
 }
 
-// The dense fp32 step of one process is what CUDA takes so far; each other feature is refused by
-// name. On the CPU none is.
+// The fp32 and bf16 step of one process, dense or MoE, is what CUDA takes so far; each other
+// feature is refused by name. On the CPU none is.
 TEST(JobDevice, CudaRefusesWhatItCannotRunYet) {
   const JobConfig base = [] {
     JobConfig c = job_config_preset("tiny");
@@ -76,7 +76,14 @@ TEST(JobDevice, CudaRefusesWhatItCannotRunYet) {
     EXPECT_NO_THROW(check_device_job(cpu, args, dims));
     return m.substr(prefix.size(), m.find(" is not") - prefix.size());
   };
-  EXPECT_EQ(refused(base, flavor("tiny_moe"), one), "a MoE model (sparse layers)");
+  {
+    // A MoE model's kernels and load-balancing DeviceOps have CUDA forms
+    // (titan_cuda_step_kernels_check), in fp32 and bf16; expert parallel stays refused below.
+    EXPECT_NO_THROW(check_device_job(base, flavor("tiny_moe"), one));
+    JobConfig c = base;
+    c.training.mixed_precision_param = "bfloat16";
+    EXPECT_NO_THROW(check_device_job(c, flavor("tiny_moe"), one));
+  }
   {
     // Every kernel the bf16 step binds has its CUDA bf16 forms (titan_cuda_step_kernels_check).
     JobConfig c = base;
@@ -102,6 +109,8 @@ TEST(JobDevice, CudaRefusesWhatItCannotRunYet) {
   ddp.dp_replicate = 2;
   EXPECT_EQ(refused(base, dense, tp), "tensor parallel (parallelism.tensor_parallel_degree > 1)");
   EXPECT_EQ(refused(base, dense, ep), "expert parallel (parallelism.expert_parallel_degree > 1)");
+  EXPECT_EQ(refused(base, flavor("tiny_moe"), ep),
+            "expert parallel (parallelism.expert_parallel_degree > 1)");
   EXPECT_EQ(refused(base, dense, fsdp), "FSDP (parallelism.data_parallel_shard_degree > 1)");
   EXPECT_EQ(refused(base, dense, ddp),
             "data parallel over replicas (parallelism.data_parallel_replicate_degree > 1)");

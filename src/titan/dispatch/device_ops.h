@@ -55,7 +55,9 @@ struct DeviceOps {
   // The cos/sin table of positions [0, max_positions).
   KernelFn<RopeCache (*)(const RopeParams& rope, int64_t max_positions), "rope_cache"> rope_cache;
   // The load-balancing loss's statistics over (tokens, experts) router rows, the loss from them
-  // and its per-expert gradient (ops/moe.h).
+  // and its per-expert gradient (ops/moe.h). counts and prob_sums are host memory (the model's
+  // running totals, which collectives sum), probs and index the device's; dprobs is the device's
+  // (the router kernels read it).
   KernelFn<void (*)(double* counts, double* prob_sums, const float* probs, const int32_t* index,
                     int64_t n_tokens, int64_t n_experts, int64_t top_k),
            "load_balancing_accumulate">

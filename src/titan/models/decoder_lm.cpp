@@ -419,7 +419,7 @@ CrossEntropyResult DecoderLM::forward(const int32_t* input_ids, const int32_t* l
     // Each of this rank's rows takes the summed statistics' gradient: summed over the ranks by the
     // gradients' reduction, it is the gradient of the loss over their tokens together.
     aux_dprobs_.resize(E);
-    device_ops().load_balancing_grad(aux_dprobs_.data(), router_counts, E, router_rows,
+    device_ops().load_balancing_grad(kernel_aux_dprobs(), router_counts, E, router_rows,
                                      args_.router_aux_loss_coef * options.aux_loss_scale);
   }
   // The [norm, lm_head] unit stays in use from here into the backward's final norm when computing
@@ -485,7 +485,7 @@ void DecoderLM::backward() {
   // sparse blocks' input gradients and router gradients: the load-balancing loss's gradient, the
   // same on every rank, joins them on the first TP rank only.
   const float* aux_dprobs =
-      aux_grad_ && (!experts_cut_by_tp_ || tp_index_ == 0) ? aux_dprobs_.data() : nullptr;
+      aux_grad_ && (!experts_cut_by_tp_ || tp_index_ == 0) ? kernel_aux_dprobs() : nullptr;
   for (size_t i = m_.layers.size(); i-- > 0;) {
     const int64_t group = layer_group_index(static_cast<int64_t>(i));
     acquire(group, true);
@@ -544,6 +544,16 @@ void DecoderLM::summing_partial_grads(const std::vector<PartialGrad>& grads,
     collectives_.sum_partials(p.grad, p.count);
     for (int64_t j = 0; j < p.count; ++j) p.grad[j] += earlier[at_earlier++];
   }
+}
+
+float* DecoderLM::kernel_aux_dprobs() {
+  if (&backend().memory() == &host_memory()) return aux_dprobs_.data();
+  if (aux_dprobs_device_.data() == nullptr) {
+    aux_dprobs_device_ =
+        Buffer(backend().memory(), static_cast<size_t>(args_.num_experts) * sizeof(float),
+               MemCategory::other);
+  }
+  return aux_dprobs_device_.as<float>();
 }
 
 void DecoderLM::reduce_router_statistics() {

@@ -282,6 +282,10 @@ class DecoderLM final : public CausalLM {
   // its ranks.
   std::vector<double> router_statistics_;
   std::vector<float> aux_dprobs_;  // (E) its gradient on every row's probabilities
+  // On a device, whose router kernels read it in its memory: aux_dprobs_'s room there (E floats,
+  // made at the first forward that needs it). Empty on the CPU, whose kernels read the vector.
+  Buffer aux_dprobs_device_;
+  float* kernel_aux_dprobs();  // where the kernels read and load_balancing_grad writes it
   double aux_loss_ = 0.0;
   bool aux_grad_ = false;
   bool grad_ready_ = false;

@@ -24,7 +24,6 @@ void check_device_job(const JobConfig& config, const ModelArgs& args, const Mesh
     TITAN_CHECK(!asked, "training.device = \"", device, "\": ", what,
                 " is not implemented on CUDA yet (", instead, ")");
   };
-  refuse(args.is_moe(), "a MoE model (sparse layers)", "train a dense model, or on the CPU");
   refuse(config.lora.rank > 0, "LoRA (lora.rank > 0)", "train every weight");
   refuse(dims.tp > 1, "tensor parallel (parallelism.tensor_parallel_degree > 1)",
          "run one process");

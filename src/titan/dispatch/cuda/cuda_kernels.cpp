@@ -1,15 +1,16 @@
 // The CUDA library's kernels, registered with the registry beside the CPU's (built into titan_cuda
 // with -DTITAN_CUDA=ON): each entry with DeviceKind::cuda, its dtypes and the same contract (and
 // fp32 reference) as the CPU op of its kind; the default kernel of each op kind on CUDA; and the
-// CUDA DeviceOps. The kernels live in src/titan/ops/cuda/ (cuda_ops.h). The MoE kinds have no CUDA
-// kernel yet (issue 41's milestone 2), so a CUDA model with sparse layers stops at start-up with
-// KernelRegistry::default_kernel's line; the DeviceOps a dense training step does not reach
-// (the decode GEMVs, the load-balancing statistics, LoRA on experts) fail by name.
+// CUDA DeviceOps. The kernels live in src/titan/ops/cuda/ (cuda_ops.h). The MoE kinds' kernels
+// (issue 41's milestone 2: the router, dispatch, grouped compute, combine and the staged experts)
+// and the load-balancing DeviceOps are compiled and host-tested, not yet run on a GPU. The
+// DeviceOps a training step does not reach (the decode GEMVs, LoRA on experts) fail by name.
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
 #include "titan/ops/cuda/cuda_ops.h"
 #include "titan/ops/linear.h"
+#include "titan/ops/moe.h"
 
 namespace titan {
 namespace {
@@ -36,14 +37,10 @@ DeviceOps cuda_device_ops() {
   ops.bias_backward = cuda_ops::bias_backward;
   ops.gemv = [](std::span<const GemvProduct>, const float*) { missing("gemv"); };
   ops.rope_cache = cuda_ops::rope_cache_build;
-  ops.load_balancing_accumulate = [](double*, double*, const float*, const int32_t*, int64_t,
-                                     int64_t, int64_t) { missing("load_balancing_accumulate"); };
-  ops.load_balancing_loss = [](const double*, const double*, int64_t, int64_t) -> double {
-    missing("load_balancing_loss");
-  };
-  ops.load_balancing_grad = [](float*, const double*, int64_t, int64_t, double) {
-    missing("load_balancing_grad");
-  };
+  ops.load_balancing_accumulate = cuda_ops::load_balancing_accumulate;
+  // The loss is arithmetic over the host's E statistics: the CPU's function.
+  ops.load_balancing_loss = load_balancing_loss;
+  ops.load_balancing_grad = cuda_ops::load_balancing_grad;
   ops.expert_lora_merge = [](float*, const float*, const float*, const float*,
                              const ExpertLoraShape&) { missing("expert_lora_merge"); };
   ops.expert_lora_backward = [](float*, float*, const float*, const float*, const float*,
@@ -98,6 +95,33 @@ void register_cuda_kernels(KernelRegistry& r) {
                    "under bf16), one block per row's softmax",
                    LmHeadLossKernel{cuda_ops::lm_head_cross_entropy, lm_head_chunk_tokens,
                                     cuda_ops::lm_head_workspace_bytes}));
+  // MoE (ops/moe_stages.h's stages): the staged experts run the block's stage slots, as the CPU's.
+  r.add(
+      cuda_entry("experts_staged_cuda", OpKind::experts, {DType::f32, DType::bf16},
+                 "route, dispatch, grouped compute and combine: the block runs its stage slots "
+                 "(router, moe_dispatch, grouped_experts, moe_combine) on CUDA",
+                 ExpertsKernel{cuda_ops::experts_forward_staged, cuda_ops::experts_backward_staged,
+                               experts_check_rows, cuda_ops::experts_forward_staged_bf16,
+                               cuda_ops::experts_backward_staged_bf16, true}));
+  r.add(cuda_entry("router_topk_cuda", OpKind::router, {DType::f32},
+                   "softmax and top-k one thread per token (ties: the lower expert)",
+                   RouterKernel{cuda_ops::router_topk_forward, cuda_ops::router_topk_backward}));
+  r.add(cuda_entry(
+      "moe_dispatch_cuda", OpKind::moe_dispatch, {DType::f32, DType::bf16},
+      "counting sort one thread per expert (the CPU's row order); gathers and sums one "
+      "thread per element (rounded under bf16)",
+      MoeDispatchKernel{cuda_ops::moe_dispatch_plan, cuda_ops::moe_dispatch_forward,
+                        cuda_ops::moe_dispatch_backward, cuda_ops::moe_dispatch_forward_bf16}));
+  r.add(cuda_entry(
+      "grouped_experts_cuda", OpKind::grouped_experts, {DType::f32, DType::bf16},
+      "three cuBLASLt GEMMs per expert over its rows (bf16 operands under bf16)",
+      GroupedExpertsKernel{cuda_ops::grouped_experts_forward, cuda_ops::grouped_experts_backward,
+                           cuda_ops::grouped_experts_forward_bf16,
+                           cuda_ops::grouped_experts_backward_bf16}));
+  r.add(
+      cuda_entry("moe_combine_cuda", OpKind::moe_combine, {DType::f32},
+                 "weighted sum one thread per element in ascending expert order",
+                 MoeCombineKernel{cuda_ops::moe_combine_forward, cuda_ops::moe_combine_backward}));
   r.set_default(OpKind::embedding, DeviceKind::cuda, "embedding_cuda");
   r.set_default(OpKind::linear, DeviceKind::cuda, "linear_cuda");
   r.set_default(OpKind::rms_norm, DeviceKind::cuda, "rms_norm_cuda");
@@ -105,6 +129,11 @@ void register_cuda_kernels(KernelRegistry& r) {
   r.set_default(OpKind::attention, DeviceKind::cuda, "attention_cuda_simple");
   r.set_default(OpKind::swiglu, DeviceKind::cuda, "swiglu_cuda");
   r.set_default(OpKind::lm_head_loss, DeviceKind::cuda, "cross_entropy_cuda");
+  r.set_default(OpKind::experts, DeviceKind::cuda, "experts_staged_cuda");
+  r.set_default(OpKind::router, DeviceKind::cuda, "router_topk_cuda");
+  r.set_default(OpKind::moe_dispatch, DeviceKind::cuda, "moe_dispatch_cuda");
+  r.set_default(OpKind::grouped_experts, DeviceKind::cuda, "grouped_experts_cuda");
+  r.set_default(OpKind::moe_combine, DeviceKind::cuda, "moe_combine_cuda");
   r.add_device_ops(cuda_device_ops());
 }
 

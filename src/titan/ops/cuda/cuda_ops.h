@@ -11,6 +11,7 @@
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/moe.h"
 #include "titan/ops/rope.h"
 
 namespace titan::cuda_ops {
@@ -77,5 +78,69 @@ void bias_forward(float* y, const float* bias, int64_t rows, int64_t out_feature
 void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_features);
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars);
+
+// moe_route.cu: the router (ops/moe.h), and the load-balancing DeviceOps: counts and prob_sums
+// (E) are the host's running totals, probs and index device memory; dprobs (E) device memory.
+void router_topk_forward(int32_t* index, float* weight, float* probs, const float* logits,
+                         int64_t n_tokens, int64_t n_experts, int64_t top_k, bool norm_topk_prob);
+void router_topk_backward(float* dlogits, const float* dweight, const float* dprobs_all,
+                          const float* probs, const int32_t* index, int64_t n_tokens,
+                          int64_t n_experts, int64_t top_k, bool norm_topk_prob);
+void load_balancing_accumulate(double* counts, double* prob_sums, const float* probs,
+                               const int32_t* index, int64_t n_tokens, int64_t n_experts,
+                               int64_t top_k);
+void load_balancing_grad(float* dprobs, const double* counts, int64_t n_experts, int64_t rows,
+                         double scale);
+
+// moe_dispatch.cu: dispatch and combine (ops/moe_stages.h).
+void moe_dispatch_plan(int32_t* row_of, int32_t* offsets, const int32_t* index,
+                       const ExpertsShape& shape);
+void moe_dispatch_forward(float* x_rows, const float* x, const int32_t* row_of,
+                          const ExpertsShape& shape);
+void moe_dispatch_forward_bf16(uint16_t* x_rows, const float* x, const int32_t* row_of,
+                               const ExpertsShape& shape);
+void moe_dispatch_backward(float* dx, float* dweight, const float* dx_rows,
+                           const float* dweight_rows, const int32_t* row_of,
+                           const ExpertsShape& shape);
+void moe_combine_forward(float* y, const float* out_rows, const int32_t* row_of,
+                         const int32_t* index, const float* weight, const ExpertsShape& shape);
+void moe_combine_backward(float* dy_rows, float* w_rows, const float* dy, const float* weight,
+                          const int32_t* row_of, const ExpertsShape& shape);
+
+// moe_experts.cu: the grouped compute (ops/moe_stages.h), and the four stages composed under the
+// fused experts' contract (ops/moe.h's experts_*_staged).
+void grouped_experts_forward(float* out_rows, const ExpertsActivations& act,
+                             const ExpertsScratch& s, const float* x_rows, const int32_t* offsets,
+                             const ExpertWeights& w, const ExpertsShape& shape);
+void grouped_experts_backward(float* rows, float* dweight_rows, const ExpertGrads& dw,
+                              const ExpertsScratch& s, const float* w_rows,
+                              const ExpertsActivations& act, const float* x_rows,
+                              const int32_t* offsets, const ExpertWeights& w,
+                              const ExpertsShape& shape);
+void grouped_experts_forward_bf16(float* out_rows, const ExpertsActivations& act,
+                                  const ExpertsScratch& s, const uint16_t* x_rows,
+                                  const int32_t* offsets, const ExpertWeightsBf16& w,
+                                  const ExpertsShape& shape);
+void grouped_experts_backward_bf16(float* rows, float* dweight_rows, const ExpertGrads& dw,
+                                   const ExpertsScratch& s, const float* w_rows,
+                                   const ExpertsActivations& act, const uint16_t* x_rows,
+                                   const int32_t* offsets, const ExpertWeightsBf16& w,
+                                   const ExpertsShape& shape);
+void experts_forward_staged(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                            const float* x, const int32_t* index, const float* weight,
+                            const ExpertWeights& w, const ExpertsShape& shape);
+void experts_backward_staged(float* dx, float* dweight, const ExpertGrads& dw,
+                             const ExpertsScratch& s, const float* dy,
+                             const ExpertsActivations& act, const float* x, const int32_t* index,
+                             const float* weight, const ExpertWeights& w,
+                             const ExpertsShape& shape);
+void experts_forward_staged_bf16(float* y, const ExpertsActivations& act, const ExpertsScratch& s,
+                                 const float* x, const int32_t* index, const float* weight,
+                                 const ExpertWeightsBf16& w, const ExpertsShape& shape);
+void experts_backward_staged_bf16(float* dx, float* dweight, const ExpertGrads& dw,
+                                  const ExpertsScratch& s, const float* dy,
+                                  const ExpertsActivations& act, const float* x,
+                                  const int32_t* index, const float* weight,
+                                  const ExpertWeightsBf16& w, const ExpertsShape& shape);
 
 }  // namespace titan::cuda_ops
