@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string_view>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/device_ops.h"
 #include "titan/models/decoder_lm_slots.h"
