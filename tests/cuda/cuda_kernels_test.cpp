@@ -719,38 +719,78 @@ struct MoeRooms {  // one staged call's activations and scratch, in the running 
   DeviceBuffer gate, upr, act, x, y, dgate, dup, dact, w_rows, dweight_rows, out, row_of, offsets;
 };
 
-// The staged experts of `kernel` (fp32 or bf16) over run's inputs in the running backend's memory,
-// its outputs and gradients (accumulated onto 0.25) back into run.
-void run_staged(const ExpertsKernel& kernel, bool bf16, const ExpertsShape& sh,
-                const std::vector<int32_t>& index, const std::vector<float>& weight,
-                MoeCase::Run& run) {
+// The stage slots' kernels, composed as SparseMoeBlock composes them (nn/layers.cpp).
+struct StageKernels {
+  const MoeDispatchKernel& dispatch;
+  const GroupedExpertsKernel& grouped;
+  const MoeCombineKernel& combine;
+};
+
+// The experts (fp32 or bf16) over run's inputs in the running backend's memory, forward then
+// backward, through `kernel` or, when `stages` is set, through the stage kernels; the outputs and
+// gradients (accumulated onto 0.25) back into run.
+void run_staged(const ExpertsKernel& kernel, const StageKernels* stages, bool bf16,
+                const ExpertsShape& sh, const std::vector<int32_t>& index,
+                const std::vector<float>& weight, MoeCase::Run& run) {
   MoeRooms rooms(sh);
   const ExpertsActivations act = rooms.activations();
   const ExpertsScratch s = rooms.scratch();
   const int64_t wn = sh.n_experts * sh.inter * sh.hidden;
-  DeviceBuffer x = up(run.x), dy = up(run.dy), idx = up(index), w = up(weight);
+  DeviceBuffer x_buf = up(run.x), dy_buf = up(run.dy), index_buf = up(index),
+               weight_buf = up(weight);
   DeviceBuffer wg = up(run.w_gate), wu = up(run.w_up), wd = up(run.w_down);
   DeviceBuffer wg16 = up(round(run.w_gate)), wu16 = up(round(run.w_up)),
                wd16 = up(round(run.w_down));
   const std::vector<float> quarter(static_cast<size_t>(wn), 0.25f);
   DeviceBuffer gg = up(quarter), gu = up(quarter), gd = up(quarter);
-  DeviceBuffer y(backend(), sh.n_tokens * sh.hidden, DType::f32, MemCategory::other),
-      dx(backend(), sh.n_tokens * sh.hidden, DType::f32, MemCategory::other),
-      dweight(backend(), sh.rows(), DType::f32, MemCategory::other);
+  DeviceBuffer y_buf(backend(), sh.n_tokens * sh.hidden, DType::f32, MemCategory::other),
+      dx_buf(backend(), sh.n_tokens * sh.hidden, DType::f32, MemCategory::other),
+      dweight_buf(backend(), sh.rows(), DType::f32, MemCategory::other);
   const ExpertGrads grads{gg.as<float>(), gu.as<float>(), gd.as<float>()};
-  if (bf16) {
-    const ExpertWeightsBf16 wb{wg16.as<uint16_t>(), wu16.as<uint16_t>(), wd16.as<uint16_t>()};
-    kernel.forward_bf16(y.as<float>(), act, s, x.as<float>(), idx.as<int32_t>(), w.as<float>(), wb,
-                        sh);
-    kernel.backward_bf16(dx.as<float>(), dweight.as<float>(), grads, s, dy.as<float>(), act,
-                         x.as<float>(), idx.as<int32_t>(), w.as<float>(), wb, sh);
+  const ExpertWeightsBf16 wb{wg16.as<uint16_t>(), wu16.as<uint16_t>(), wd16.as<uint16_t>()};
+  const ExpertWeights wf{wg.as<float>(), wu.as<float>(), wd.as<float>()};
+  float* y = y_buf.as<float>();
+  float* dx = dx_buf.as<float>();
+  float* dweight = dweight_buf.as<float>();
+  const float* x = x_buf.as<float>();
+  const float* dy = dy_buf.as<float>();
+  const float* w = weight_buf.as<float>();
+  const int32_t* idx = index_buf.as<int32_t>();
+  if (stages == nullptr && bf16) {
+    kernel.forward_bf16(y, act, s, x, idx, w, wb, sh);
+    kernel.backward_bf16(dx, dweight, grads, s, dy, act, x, idx, w, wb, sh);
+  } else if (stages == nullptr) {
+    kernel.forward(y, act, s, x, idx, w, wf, sh);
+    kernel.backward(dx, dweight, grads, s, dy, act, x, idx, w, wf, sh);
   } else {
-    const ExpertWeights wf{wg.as<float>(), wu.as<float>(), wd.as<float>()};
-    kernel.forward(y.as<float>(), act, s, x.as<float>(), idx.as<int32_t>(), w.as<float>(), wf, sh);
-    kernel.backward(dx.as<float>(), dweight.as<float>(), grads, s, dy.as<float>(), act,
-                    x.as<float>(), idx.as<int32_t>(), w.as<float>(), wf, sh);
+    const StageKernels& k = *stages;
+    auto* x_rows = reinterpret_cast<uint16_t*>(s.x);  // bf16: (R, h) in the first half of s.x
+    const auto gather = [&] {
+      if (bf16) {
+        k.dispatch.forward_bf16(x_rows, x, act.row_of, sh);
+      } else {
+        k.dispatch.forward(s.x, x, act.row_of, sh);
+      }
+    };
+    k.dispatch.plan(act.row_of, act.offsets, idx, sh);
+    gather();
+    if (bf16) {
+      k.grouped.forward_bf16(s.y, act, s, x_rows, act.offsets, wb, sh);
+    } else {
+      k.grouped.forward(s.y, act, s, s.x, act.offsets, wf, sh);
+    }
+    k.combine.forward(y, s.y, act.row_of, idx, w, sh);
+    k.combine.backward(s.y, s.w_rows, dy, w, act.row_of, sh);
+    gather();  // as the block's backward: other layers' forwards reuse s.x
+    if (bf16) {
+      k.grouped.backward_bf16(s.y, s.dweight_rows, grads, s, s.w_rows, act, x_rows, act.offsets, wb,
+                              sh);
+    } else {
+      k.grouped.backward(s.y, s.dweight_rows, grads, s, s.w_rows, act, s.x, act.offsets, wf, sh);
+    }
+    k.dispatch.backward(dx, dweight, s.y, s.dweight_rows, act.row_of, sh);
   }
-  run.y = down(y), run.dx = down(dx), run.dweight = down(dweight);
+  run.y = down(y_buf), run.dx = down(dx_buf), run.dweight = down(dweight_buf);
   run.g_gate = down(gg), run.g_up = down(gu), run.g_down = down(gd);
 }
 
@@ -783,8 +823,8 @@ MoeCase cpu_moe_case() {
   b.w_down = dyadic(wn, 112, 0.0625f);
   const ExpertsKernel& cpu =
       std::get<ExpertsKernel>(kernel_registry().get("experts_staged", OpKind::experts).impl);
-  run_staged(cpu, false, sh, c.index, c.weight, f);
-  run_staged(cpu, true, sh, c.index, c.weight, b);
+  run_staged(cpu, nullptr, false, sh, c.index, c.weight, f);
+  run_staged(cpu, nullptr, true, sh, c.index, c.weight, b);
   return c;
 }
 
@@ -843,14 +883,20 @@ void test_moe(const MoeCase& c) {
   ops.load_balancing_grad(grad.as<float>(), c.counts.data(), E, 3 * N, 0.01);
   check_true("load_balancing_grad: the CPU's values in device memory", down(grad) == want_grad);
 
-  // The four stages composed, through experts_staged_cuda (which runs the cuda stage kernels).
+  // The stage slots' kernels (moe_dispatch_cuda, grouped_experts_cuda, moe_combine_cuda) composed
+  // as a sparse block composes them, and experts_staged_cuda (the same stages composed inside).
   const ExpertsKernel& staged = cuda_kernel<ExpertsKernel>("experts_staged_cuda", OpKind::experts);
+  const StageKernels stages{
+      dispatch, cuda_kernel<GroupedExpertsKernel>("grouped_experts_cuda", OpKind::grouped_experts),
+      cuda_kernel<MoeCombineKernel>("moe_combine_cuda", OpKind::moe_combine)};
   const double chain = sum_tolerance(sh.rows() + h + Im);
-  for (const bool bf16 : {false, true}) {
+  for (const auto& [bf16, slots] :
+       {std::pair<bool, bool>{false, true}, {true, true}, {false, false}, {true, false}}) {
     const MoeCase::Run& want = c.runs[bf16 ? 1 : 0];
     MoeCase::Run got = want;
-    run_staged(staged, bf16, sh, c.index, c.weight, got);
-    const std::string form = bf16 ? "experts_staged_cuda bf16 " : "experts_staged_cuda fp32 ";
+    run_staged(staged, slots ? &stages : nullptr, bf16, sh, c.index, c.weight, got);
+    const std::string form = std::string(slots ? "moe stage kernels " : "experts_staged_cuda ") +
+                             (bf16 ? "bf16 " : "fp32 ");
     const double fwd = bf16 ? kBf16Tolerance + sum_tolerance(Im) : chain;
     const double bwd = bf16 ? 3 * kBf16Tolerance + chain : chain;
     check(form + "y", got.y, want.y, fwd);
