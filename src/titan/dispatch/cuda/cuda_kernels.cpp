@@ -3,8 +3,8 @@
 // fp32 reference) as the CPU op of its kind; the default kernel of each op kind on CUDA; and the
 // CUDA DeviceOps. The kernels live in src/titan/ops/cuda/ (cuda_ops.h). The MoE kinds have no CUDA
 // kernel yet (issue 41's milestone 2), so a CUDA model with sparse layers stops at start-up with
-// KernelRegistry::default_kernel's line; the DeviceOps a dense training step does not reach
-// (the decode GEMVs, the load-balancing statistics, LoRA on experts) fail by name.
+// KernelRegistry::default_kernel's line; the DeviceOps a dense training step and a decode step do
+// not reach (the load-balancing statistics, LoRA on experts) fail by name.
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
@@ -34,7 +34,7 @@ DeviceOps cuda_device_ops() {
   ops.round_to_bf16_keeping = cuda_ops::round_to_bf16_keeping;
   ops.bias_forward = cuda_ops::bias_forward;
   ops.bias_backward = cuda_ops::bias_backward;
-  ops.gemv = [](std::span<const GemvProduct>, const float*) { missing("gemv"); };
+  ops.gemv = cuda_ops::gemv_forward;
   ops.rope_cache = cuda_ops::rope_cache_build;
   ops.load_balancing_accumulate = [](double*, double*, const float*, const int32_t*, int64_t,
                                      int64_t, int64_t) { missing("load_balancing_accumulate"); };

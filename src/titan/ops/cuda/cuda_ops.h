@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/gemv.h"
 #include "titan/ops/rope.h"
 
 namespace titan::cuda_ops {
@@ -77,5 +79,8 @@ void bias_forward(float* y, const float* bias, int64_t rows, int64_t out_feature
 void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_features);
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars);
+
+// gemv.cu: the decode step's one-token products (ops/gemv.h's contract; fp32 and bf16 weights).
+void gemv_forward(std::span<const GemvProduct> products, const float* x);
 
 }  // namespace titan::cuda_ops
