@@ -112,9 +112,10 @@ Action add_eval_command(CLI::App& app) {
                    "cpu, cuda or cuda:N (a build with -DTITAN_CUDA=ON; dense models)")
       ->capture_default_str();
   return [] {
-    select_inference_device(device);  // before anything is allocated
     set_thread_count(threads);
     const ModelFolder folder(model_dir, "--model");  // a step-N checkpoint: read through its export
+    // After the export (on the host: its loader writes the groups in place), before the model.
+    select_inference_device(device);
     const std::string& folder_path = folder.path();
     check_inference_on_device(device, folder_path, adapter);
     const Tokenizer tokenizer = Tokenizer::load(folder_path);

@@ -278,10 +278,11 @@ Action add_generate_command(CLI::App& app) {
   return [command] {
     f.prompt_given = command->count("--prompt") > 0;
     f.think_given = command->count("--think") > 0;  // either spelling
-    select_inference_device(f.device);              // before anything is allocated
     set_thread_count(f.threads);
     // A step-N checkpoint is read through its export; every later read of f.model is of that.
     const ModelFolder folder(f.model, "--model");
+    // After the export (on the host: its loader writes the groups in place), before the model.
+    select_inference_device(f.device);
     f.model = folder.path();
     TITAN_CHECK(std::filesystem::is_directory(f.model), f.model, ": not a model folder");
     TITAN_CHECK(std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json"), f.model,

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "compare.h"
+#include "error_of.h"
 #include "test_generate_util.h"
 #include "test_tokenizer_python.h"
 #include "titan/backend/backend.h"
@@ -31,7 +32,6 @@
 #include "titan/models/state_dict_adapter.h"
 #include "titan/ops/linear.h"
 #include "titan/train/evaluate.h"
-#include "unit/error_of.h"
 #include "unit/test_safetensors_util.h"
 
 namespace titan {
@@ -818,7 +818,7 @@ TEST(Generate, Devices) {
   }
   select_inference_device("cpu");
   EXPECT_EQ(&backend(), &backend_named("cpu"));
-  EXPECT_EQ(error_of([] { select_inference_device("tpu"); }),
+  EXPECT_EQ(test::error_of([] { select_inference_device("tpu"); }),
             "--device tpu: unknown device 'tpu' (cpu, cuda or cuda:N)");
 }
 
@@ -835,10 +835,10 @@ TEST(Generate, CudaRefusesWhatItCannotRunYet) {
   const std::string dense = folder("dense", test::tiny_generate_args(false));
   const std::string moe = folder("moe", test::tiny_moe());
   EXPECT_NO_THROW(check_inference_on_device("cuda", dense, ""));
-  EXPECT_EQ(error_of([&] { check_inference_on_device("cuda:1", moe, ""); }),
+  EXPECT_EQ(test::error_of([&] { check_inference_on_device("cuda:1", moe, ""); }),
             "--device cuda:1: a MoE model (sparse layers) is not implemented on CUDA yet (use "
             "--device cpu)");
-  EXPECT_EQ(error_of([&] { check_inference_on_device("cuda", dense, dir / "adapter"); }),
+  EXPECT_EQ(test::error_of([&] { check_inference_on_device("cuda", dense, dir / "adapter"); }),
             "--device cuda: merging a LoRA adapter at load (--adapter) is not implemented on "
             "CUDA yet (use --device cpu)");
   EXPECT_NO_THROW(check_inference_on_device("cpu", moe, dir / "adapter"));
