@@ -13,13 +13,18 @@
 # the same bound), its step-10 checkpoint exported on the CPU byte-equal to its export; then 10
 # fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then 10 fp32
 # steps of the tiny Qwen3-MoE (load-balancing loss on) against the CPU; then
-# bench_cuda_gemm beside
+# generation and eval on cuda: a tiny Qwen3 folder made by Transformers, titan generate's greedy
+# ids on cuda equal to the CPU's (fp32 weights, and bf16 weights over a bf16 KV cache; decode steps
+# are not captured as CUDA graphs yet, so there is no graphs-off run to compare), titan eval's loss
+# within 1e-5 relative of the CPU's, and generate once under memcheck; then bench_cuda_gemm beside
 # PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
-# clock moves between runs); a summary of every step last.
+# clock moves between runs); then bench_cuda_decode: Qwen3-0.6B dims with random bf16 weights (a
+# folder Transformers writes), batch 1 after a 512-token prompt, tokens/s and its share of the HBM
+# bound at bench_cuda_gemm's copy rate; a summary of every step last.
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
 #   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test \
-#     titan_cuda_step_kernels_check titan_cli
+#     titan_cuda_step_kernels_check titan_cli bench_cuda_decode
 # titan_cuda_kernels_test links libtitan, so oneDNN (libdnnl.so.2), which a GPU machine may not
 # have: put the build machine's libraries it needs in .devlibs/ (git-ignored) and carry it with the
 # binaries (titan and titan_cuda_step_kernels_check link the same libraries as the kernels test):
@@ -38,6 +43,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 smoke=build-cuda/titan_cuda_smoke bench=build-cuda/bench/bench_cuda_gemm
 kernels=build-cuda/titan_cuda_kernels_test
 step_kernels=build-cuda/titan_cuda_step_kernels_check titan=build-cuda/titan
+decode=build-cuda/bench/bench_cuda_decode
 if [ ! -x "$smoke" ] || [ ! -x "$bench" ] || ldd "$smoke" "$bench" | grep -q "not found"; then
   echo "== building with this machine's nvcc"
   common=(-std=c++20 -O2 -arch=sm_90 -Isrc src/titan/backend/device_buffer.cpp
@@ -62,14 +68,16 @@ memcheck=(compute-sanitizer --tool memcheck --error-exitcode 1)
 step "titan_cuda_smoke" 60 "$smoke"
 step "titan_cuda_smoke under memcheck" 180 "${memcheck[@]}" "$smoke"
 unloadable() { [ ! -x "$1" ] || ldd "$1" | grep -q "not found"; }
-if { unloadable "$kernels" || unloadable "$step_kernels" || unloadable "$titan"; } &&
-  command -v cmake > /dev/null; then
-  echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check and titan here"
-  timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF > /dev/null &&
+if { unloadable "$kernels" || unloadable "$step_kernels" || unloadable "$titan" ||
+  unloadable "$decode"; } && command -v cmake > /dev/null; then
+  echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check, titan and bench_cuda_decode here"
+  timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF \
+    -DTITAN_BUILD_BENCH=ON > /dev/null &&
     timeout 300 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test \
-      titan_cuda_step_kernels_check titan_cli > /dev/null &&
+      titan_cuda_step_kernels_check titan_cli bench_cuda_decode > /dev/null &&
     kernels=/tmp/build-cuda/titan_cuda_kernels_test &&
-    step_kernels=/tmp/build-cuda/titan_cuda_step_kernels_check titan=/tmp/build-cuda/titan
+    step_kernels=/tmp/build-cuda/titan_cuda_step_kernels_check titan=/tmp/build-cuda/titan &&
+    decode=/tmp/build-cuda/bench/bench_cuda_decode
 fi
 if [ ! -x "$kernels" ] || ldd "$kernels" | grep "not found"; then
   echo "== titan_cuda_kernels_test cannot run here: missing, or libraries not found (see the header)"
@@ -207,6 +215,57 @@ PY
     --job.dump_folder="$runs/moe_cuda"
   equal_steps "tiny Qwen3-MoE: cuda's losses and grad norms within 1e-5 relative of the CPU's" \
     "$runs/moe_cpu/metrics.jsonl" "$runs/moe_cuda/metrics.jsonl" 1
+  # Generation and eval (titan generate / eval --device cuda): a tiny untied Qwen3 folder made by
+  # Transformers, its weights spread (initializer_range 0.2) so that greedy choices are far from
+  # ties the summation orders could flip; two prompts' greedy ids (and text) on cuda equal the
+  # CPU's, with fp32 weights and with bf16 weights over a bf16 KV cache (each prompt and its 24
+  # tokens within the first 128 keys, where CUDA's bf16 attention rounds P against the same max as
+  # the CPU's decode path); eval's loss within 1e-5 relative.
+  qwen3="$runs/qwen3_folder"
+  step "tiny Qwen3 folder (Transformers)" 120 python3 - "$qwen3" tests/fixtures/qwen3-tokenizer \
+    "$runs/eval.jsonl" "$runs/prompts.jsonl" << 'PY'
+import json, shutil, sys, torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+folder, tokenizer, data, prompts = sys.argv[1:]
+config = Qwen3Config(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                     max_position_embeddings=512, initializer_range=0.2, bos_token_id=151643,
+                     eos_token_id=151645, tie_word_embeddings=False)
+torch.manual_seed(0)
+Qwen3ForCausalLM(config).eval().save_pretrained(folder, safe_serialization=True)
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(f"{tokenizer}/{f}", f"{folder}/{f}")
+with open(data, "w") as f:
+    for i in range(8):
+        f.write(json.dumps({"text": f"Line {i}: the quick brown fox jumps over the lazy dog."}) + "\n")
+with open(prompts, "w") as f:
+    for p in ("The quick brown fox", "Once upon a time, in a land far away"):
+        f.write(json.dumps({"prompt": p}) + "\n")
+PY
+  for dtype in float32 bfloat16; do
+    gen=(generate --model "$qwen3" --prompts "$runs/prompts.jsonl" --greedy --max-new-tokens 24
+         --dtype "$dtype")
+    step "tiny Qwen3 generate $dtype on the CPU" 60 bash -c '"$0" "${@:2}" > "$1"' "$titan" \
+      "$runs/gen_cpu_$dtype.jsonl" "${gen[@]}" --threads 4
+    step "tiny Qwen3 generate $dtype on cuda" 60 bash -c '"$0" "${@:2}" > "$1"' "$titan" \
+      "$runs/gen_cuda_$dtype.jsonl" "${gen[@]}" --device cuda
+    step "tiny Qwen3 $dtype: cuda's greedy ids equal the CPU's" 10 \
+      cmp "$runs/gen_cpu_$dtype.jsonl" "$runs/gen_cuda_$dtype.jsonl"
+  done
+  cp "$runs"/gen_*.jsonl "$out/" 2> /dev/null
+  evaluate=(eval --model "$qwen3" --data "$runs/eval.jsonl" --seq-len 32 --dtype float32)
+  step "tiny Qwen3 eval on the CPU" 60 bash -c '"$0" "${@:2}" > "$1"' "$titan" \
+    "$runs/eval_cpu.txt" "${evaluate[@]}" --threads 4
+  step "tiny Qwen3 eval on cuda" 60 bash -c '"$0" "${@:2}" > "$1"' "$titan" \
+    "$runs/eval_cuda.txt" "${evaluate[@]}" --device cuda
+  step "tiny Qwen3 eval: cuda's loss within 1e-5 relative of the CPU's" 10 python3 -c '
+import sys
+loss = [float(open(p).read().split()[1]) for p in sys.argv[1:]]
+print(f"loss cpu {loss[0]:.9f} cuda {loss[1]:.9f} rel {abs(loss[1] - loss[0]) / abs(loss[0]):.2e}")
+sys.exit(0 if abs(loss[1] - loss[0]) <= 1e-5 * abs(loss[0]) else 1)' \
+    "$runs/eval_cpu.txt" "$runs/eval_cuda.txt"
+  step "tiny Qwen3 generate on cuda under memcheck" 120 "${memcheck[@]}" "$titan" generate \
+    --model "$qwen3" --prompt "The quick brown fox" --greedy --max-new-tokens 8 --device cuda
 fi
 echo "== bench_cuda_gemm"
 "$bench" | tee "$out/titan_gemm.txt"
@@ -214,6 +273,29 @@ echo "== PyTorch on the same shapes"
 timeout 300 python3 bench/cuda_gemm_torch.py | tee "$out/torch_gemm.txt"
 echo "== bench_cuda_gemm again"
 "$bench" | tee "$out/titan_gemm_2.txt"
+# Decode against the HBM bound: Qwen3-0.6B's dims, random bf16 weights written by Transformers
+# (tied, as Qwen3-0.6B), at bench_cuda_gemm's first copy rate.
+copy_rate=$(sed -nE 's/^copy_on_device of .*: ([0-9.]+) GB\/s.*/\1/p' "$out/titan_gemm.txt")
+if unloadable "$decode" || [ -z "$copy_rate" ]; then
+  summary+=("FAIL  bench_cuda_decode: not built or not loadable, or no copy rate")
+  status=1
+else
+  big=$(mktemp -d)
+  step "Qwen3-0.6B dims folder, random bf16 weights (Transformers)" 120 python3 - "$big" << 'PY'
+import sys, torch
+from transformers import Qwen3Config, Qwen3ForCausalLM
+config = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                     num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8,
+                     head_dim=128, max_position_embeddings=40960, tie_word_embeddings=True,
+                     torch_dtype="bfloat16")
+torch.manual_seed(0)
+Qwen3ForCausalLM(config).to(torch.bfloat16).save_pretrained(sys.argv[1], safe_serialization=True)
+PY
+  step "bench_cuda_decode: Qwen3-0.6B dims bf16, batch 1 after 512 tokens" 120 \
+    bash -o pipefail -c '"$0" "${@:2}" | tee "$1"' "$decode" "$out/decode.txt" --model "$big" \
+    --copy-rate "$copy_rate" --prompt 512 --new 128
+  rm -rf "$big"
+fi
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 exit $status

@@ -14,6 +14,7 @@
 #include "titan/data/dataset_tokenize.h"
 #include "titan/data/loader.h"
 #include "titan/data/tokenizer.h"
+#include "titan/infer/device.h"
 #include "titan/infer/weights.h"
 #include "titan/models/causal_lm.h"
 #include "titan/models/forward_only_model.h"
@@ -46,7 +47,7 @@ void explain_short_data(const Tokenizer& tokenizer, const LoaderOptions& options
 Action add_eval_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("eval", "loss and perplexity of a Hugging Face model folder on a dataset");
-  static std::string model_dir, text_field = "text", dtype = "auto", adapter;
+  static std::string model_dir, text_field = "text", dtype = "auto", adapter, device = "cpu";
   static std::vector<std::string> data;
   static int64_t seq_len = 2048, batch_size = 1, max_batches = -1;
   static int threads;
@@ -106,10 +107,17 @@ Action add_eval_command(CLI::App& app) {
       ->capture_default_str();
   command->add_flag("--allow-nonfinite-weights", allow_nonfinite,
                     "load weights holding NaN or Inf (refused otherwise; for debugging)");
+  command
+      ->add_option("--device", device,
+                   "cpu, cuda or cuda:N (a build with -DTITAN_CUDA=ON; dense models)")
+      ->capture_default_str();
   return [] {
     set_thread_count(threads);
     const ModelFolder folder(model_dir, "--model");  // a step-N checkpoint: read through its export
+    // After the export (on the host: its loader writes the groups in place), before the model.
+    select_inference_device(device);
     const std::string& folder_path = folder.path();
+    check_inference_on_device(device, folder_path, adapter);
     const Tokenizer tokenizer = Tokenizer::load(folder_path);
     // Chat data's template first: a folder without one fails before the model is loaded.
     std::optional<ChatTemplate> chat_template;

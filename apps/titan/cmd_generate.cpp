@@ -266,7 +266,8 @@ Action add_generate_command(CLI::App& app) {
                       "HF repetition penalty (1: off)");
   command->add_option("--seed", f.seed, "sampling seed");
   command->add_option("--stop", f.stop, "stop when this text appears (repeatable; not printed)");
-  command->add_option("--device", f.device, "cpu (the only backend so far)");
+  command->add_option("--device", f.device,
+                      "cpu, cuda or cuda:N (a build with -DTITAN_CUDA=ON; dense models)");
   command->add_option("--dtype", f.dtype,
                       "weights: auto (the folder's dtype), bfloat16 or float32; bf16 matmuls "
                       "take bf16 operands, fp32 accumulation");
@@ -277,14 +278,16 @@ Action add_generate_command(CLI::App& app) {
   return [command] {
     f.prompt_given = command->count("--prompt") > 0;
     f.think_given = command->count("--think") > 0;  // either spelling
-    check_inference_device(f.device);
     set_thread_count(f.threads);
     // A step-N checkpoint is read through its export; every later read of f.model is of that.
     const ModelFolder folder(f.model, "--model");
+    // After the export (on the host: its loader writes the groups in place), before the model.
+    select_inference_device(f.device);
     f.model = folder.path();
     TITAN_CHECK(std::filesystem::is_directory(f.model), f.model, ": not a model folder");
     TITAN_CHECK(std::filesystem::exists(std::filesystem::path(f.model) / "tokenizer.json"), f.model,
                 ": no tokenizer.json (generate needs the tokenizer files beside the ", "weights)");
+    check_inference_on_device(f.device, f.model, f.adapter);
     const DType dtype = inference_dtype(f.model, f.dtype);  // a bad --dtype fails before loading
     const DType kv_cache = kv_cache_dtype(f.kv_cache_dtype, dtype);
     const Tokenizer tok = Tokenizer::load(f.model);

@@ -34,6 +34,7 @@
 #include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/embedding.h"
+#include "titan/ops/gemv.h"
 #include "titan/ops/linear.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/moe_stages.h"
@@ -908,6 +909,70 @@ void test_moe(const MoeCase& c) {
   }
 }
 
+// The decode GEMVs (DeviceOps::gemv, gemv.cu) against ops/gemv's reference (fp64 sums, x rounded
+// to bf16 for a bf16 weight): q/k/v-like products fused in one call (rows 300, 37, 37: no block of
+// 8 warps divides them), fp32 and bf16 weights mixed, columns a multiple of the 8-element chunk
+// (vector loads) and not (1003: every element read singly), a weight whose view starts 2 bytes
+// past an aligned address (singly too), and an lm_head-sized bf16 product. A bf16 weight times x's
+// bf16 rounding is exact in fp32 (8 + 8 significant bits), so only the fp32 sum of `cols` products
+// errs: sum_tolerance(cols), normwise per product.
+void test_gemv() {
+  const DeviceOps& ops = kernel_registry().device_ops(DeviceKind::cuda);
+  struct Case {
+    int64_t cols;
+    std::vector<int64_t> rows;
+    std::vector<DType> dtypes;
+    int64_t offset;  // elements past the start of the weight's buffer
+  };
+  const std::vector<Case> cases = {
+      {1000, {300, 37, 37}, {DType::f32, DType::bf16, DType::f32}, 0},
+      {1003, {300, 37, 37}, {DType::bf16, DType::bf16, DType::f32}, 0},
+      {1024, {129}, {DType::bf16}, 1},
+      {1024, {129}, {DType::f32}, 1},
+      {1024, {32003}, {DType::bf16}, 0},
+  };
+  uint64_t seed = 70;
+  for (const Case& c : cases) {
+    const std::vector<float> x = randn(c.cols, seed++);
+    DeviceBuffer xd = up(x);
+    std::vector<DeviceBuffer> weights, outputs;
+    std::vector<std::vector<float>> w_f32;
+    std::vector<std::vector<uint16_t>> w_bf16;
+    std::vector<GemvProduct> host, device;
+    std::vector<std::vector<float>> want(c.rows.size());
+    for (size_t i = 0; i < c.rows.size(); ++i) {
+      const int64_t numel = c.rows[i] * c.cols;
+      std::vector<float> w = randn(numel + c.offset, seed++);
+      want[i].resize(static_cast<size_t>(c.rows[i]));
+      if (c.dtypes[i] == DType::bf16) {
+        w_bf16.push_back(round(w));
+        weights.push_back(up(w_bf16.back()));
+        host.push_back(
+            {{DType::bf16, w_bf16.back().data() + c.offset, c.rows[i], c.cols}, want[i].data()});
+        device.push_back(
+            {{DType::bf16, weights.back().as<uint16_t>() + c.offset, c.rows[i], c.cols}, nullptr});
+      } else {
+        w_f32.push_back(std::move(w));
+        weights.push_back(up(w_f32.back()));
+        host.push_back(
+            {{DType::f32, w_f32.back().data() + c.offset, c.rows[i], c.cols}, want[i].data()});
+        device.push_back(
+            {{DType::f32, weights.back().as<float>() + c.offset, c.rows[i], c.cols}, nullptr});
+      }
+      outputs.emplace_back(backend(), c.rows[i], DType::f32, MemCategory::other);
+      device.back().y = outputs.back().as<float>();
+    }
+    gemv_forward_reference(host, x.data());
+    ops.gemv(device, xd.as<float>());
+    for (size_t i = 0; i < c.rows.size(); ++i) {
+      check("gemv " + std::string(dtype_name(c.dtypes[i])) + " product " + std::to_string(i) +
+                " of " + std::to_string(c.rows.size()) + " (" + std::to_string(c.rows[i]) + " x " +
+                std::to_string(c.cols) + ", offset " + std::to_string(c.offset) + ")",
+            down(outputs[i]), want[i], sum_tolerance(c.cols));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace titan
 
@@ -932,6 +997,7 @@ int main() {
     test_lm_head_loss_bf16(loss_bf16);
     test_attention_bf16(attention_bf16);
     test_moe(moe);
+    test_gemv();
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

@@ -7,18 +7,20 @@
 // and backward over bf16 q, k, v; SwiGLU's recompute and backward; the MoE dispatch's rounded
 // gather and the grouped experts' bf16 GEMMs; the loss's bf16 GEMMs are its bf16 dtype); and CUDA
 // has its DeviceOps table (the residual adds, zeroing, clipping and norms, the bf16 casts, the
-// RoPE table, the load-balancing statistics, AdamW). The check is shown able to fail: the tiny
-// Qwen3-MoE with its experts bound to a CPU kernel (an [overrides] rule) must be refused naming
-// it. Prints each slot's kernel; exit 1 with the reason otherwise. A build without CUDA registers
-// no CUDA kernel: it fails there.
+// RoPE table, the load-balancing statistics, AdamW); and what a decode step binds (check_decode).
+// The check is shown able to fail: the tiny Qwen3-MoE with its experts bound to a CPU kernel (an
+// [overrides] rule) must be refused naming it. Prints each slot's kernel; exit 1 with the reason
+// otherwise. A build without CUDA registers no CUDA kernel: it fails there.
 #include <cstdio>
 #include <map>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/dispatch/overrides.h"
 #include "titan/dispatch/registry.h"
 #include "titan/models/decoder_lm_slots.h"
@@ -74,6 +76,37 @@ void check_step(const char* model, DType compute, const std::vector<OverrideRule
     std::printf("  %-24s %d slots\n", kernel.c_str(), count);
 }
 
+// What a decode step (titan generate --device cuda: InferenceSession, one token against the KV
+// cache) binds on CUDA: every linear on CUDA's default linear kernel, so that one token's products
+// take the device's fused GEMVs (nn/layers.cpp's linear_group_forward), which CUDA's DeviceOps
+// table must have (called here with no product, where the CUDA kernel returns before touching the
+// device and a missing op throws); the attention kernel runs one query over 512 cached keys, and
+// under bf16 weights (a bf16 KV cache by default) reads bf16 q, k and v (forward_bf16).
+void check_decode(const ModelArgs& args, DType compute) {
+  const KernelRegistry& registry = kernel_registry();
+  std::vector<KernelSlot> slots = decoder_lm_default_slots(args, compute, DeviceKind::cuda);
+  apply_overrides(slots, {}, registry);
+  const std::string& linear = registry.default_kernel(OpKind::linear, DeviceKind::cuda);
+  for (const KernelSlot& s : slots) {
+    const KernelEntry& entry = registry.get(s.kernel, s.kind);
+    TITAN_CHECK(entry.device == DeviceKind::cuda, s.module, ": kernel ", s.kernel, " runs on ",
+                device_kind_name(entry.device), ", not cuda");
+    TITAN_CHECK(s.kind != OpKind::linear || s.kernel == linear, s.module, ": linear kernel ",
+                s.kernel, " is not CUDA's default (", linear, "), so decode would not fuse GEMVs");
+    if (const auto* a = std::get_if<AttentionKernel>(&entry.impl)) {
+      const AttentionShape decode{
+          1, 1, 512, args.num_attention_heads, args.num_key_value_heads, args.head_dim};
+      const std::string refused = a->check(decode);
+      TITAN_CHECK(refused.empty(), s.module, ": ", s.kernel, " refuses a decode step: ", refused);
+      TITAN_CHECK(compute != DType::bf16 || a->forward_bf16 != nullptr, s.module, ": ", s.kernel,
+                  " has no bf16 forward (a bf16 model over its bf16 KV cache)");
+    }
+  }
+  registry.device_ops(DeviceKind::cuda).gemv(std::span<const GemvProduct>(), nullptr);
+  std::printf("%s decode: every linear on %s, one-token products on CUDA's gemv\n",
+              std::string(dtype_name(compute)).c_str(), linear.c_str());
+}
+
 }  // namespace
 
 int main() {
@@ -81,6 +114,7 @@ int main() {
     for (const char* model : {"tiny", "tiny_moe"}) {
       for (const DType compute : {DType::f32, DType::bf16}) check_step(model, compute);
     }
+    for (const DType compute : {DType::f32, DType::bf16}) check_decode(flavor("tiny"), compute);
     TITAN_CHECK(kernel_registry().device_ops(DeviceKind::cuda).device == DeviceKind::cuda,
                 "the cuda DeviceOps table is not CUDA's");
   } catch (const Error& e) {

@@ -33,9 +33,11 @@
 #include "titan/ops/cuda/attention_rows.h"
 #include "titan/ops/cuda/cross_entropy_rows.h"
 #include "titan/ops/cuda/elementwise_rows.h"
+#include "titan/ops/cuda/gemv_rows.h"
 #include "titan/ops/cuda/moe_rows.h"
 #include "titan/ops/cuda/norm_rows.h"
 #include "titan/ops/embedding.h"
+#include "titan/ops/gemv.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/moe_stages.h"
 #include "titan/ops/rms_norm.h"
@@ -150,6 +152,38 @@ TEST(CudaRows, RmsNormMatchesReference) {
       expect_close("rms_norm rstd", rstd.data(), ref_rstd.data(), rows, tol);
       expect_close("rms_norm dx", dx.data(), ref_dx.data(), rows * dim, tol);
       expect_close("rms_norm dweight", dw.data(), ref_dw.data(), dim, sum_tolerance(rows));
+    }
+  }
+}
+
+// The decode GEMV's row body against ops/gemv's reference (fp64 sums, x rounded to bf16 for a bf16
+// weight), fp32 and bf16 weights, over columns a multiple of the 8-element chunk and not (100: 12
+// chunks and 4 elements past them), read in chunks and singly: both paths of gemv.cu.
+TEST(CudaRows, GemvMatchesReference) {
+  const int64_t rows = 7;
+  for (const int64_t cols : {int64_t{100}, int64_t{64}}) {
+    const std::vector<float> w = randn(rows * cols, 11), x = randn(cols, 12);
+    std::vector<uint16_t> w_bf16(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w_bf16[i] = f32_to_bf16(w[i]);
+    for (const DType dtype : {DType::f32, DType::bf16}) {
+      const void* data = dtype == DType::bf16 ? static_cast<const void*>(w_bf16.data()) : w.data();
+      std::vector<float> ref(rows);
+      const GemvProduct product{{dtype, data, rows, cols}, ref.data()};
+      gemv_forward_reference(std::span<const GemvProduct>(&product, 1), x.data());
+      for (const bool chunked : {true, false}) {
+        for (const int size : kTeamSizes) {
+          std::vector<float> y(rows);
+          run_blocks(size, rows, 0, [&](const auto& team, float*, int64_t r) {
+            const float dot =
+                dtype == DType::bf16
+                    ? cuda_rows::gemv_row(team, w_bf16.data() + r * cols, x.data(), cols, chunked)
+                    : cuda_rows::gemv_row(team, w.data() + r * cols, x.data(), cols, chunked);
+            if (team.rank() == 0) y[static_cast<size_t>(r)] = dot;
+          });
+          expect_close("gemv " + std::string(dtype_name(dtype)), y.data(), ref.data(), rows,
+                       sum_tolerance(cols));
+        }
+      }
     }
   }
 }

@@ -4,13 +4,16 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 
 #include "compare.h"
+#include "error_of.h"
 #include "test_generate_util.h"
 #include "test_tokenizer_python.h"
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/core/rng.h"
 #include "titan/dispatch/registry.h"
@@ -24,6 +27,7 @@
 #include "titan/models/decoder_lm.h"
 #include "titan/models/forward_only_model.h"
 #include "titan/models/hf_checkpoint.h"
+#include "titan/models/hf_config.h"
 #include "titan/models/hf_export.h"
 #include "titan/models/state_dict_adapter.h"
 #include "titan/ops/linear.h"
@@ -797,15 +801,47 @@ TEST(Generate, BadRequests) {
   EXPECT_THROW(generate_tokens(InferenceWeights(model), {}, GenerateOptions{}), Error);
 }
 
+// --device: selected as training.device is (one parser, parse_device_name), one line naming the
+// flag where the build has no CUDA or the machine no such device; the CPU stays the ops' backend.
 TEST(Generate, Devices) {
-  EXPECT_NO_THROW(check_inference_device("cpu"));
+  EXPECT_NO_THROW(select_inference_device("cpu"));
+  EXPECT_EQ(&backend(), &backend_named("cpu"));
   try {
-    check_inference_device("cuda:0");
-    ADD_FAILURE() << "cuda accepted";
+    select_inference_device("cuda:0");
+    EXPECT_EQ(backend().kind(), DeviceKind::cuda);
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'cuda:0' is not available"), std::string::npos);
+    const std::string m = e.what();
+    EXPECT_TRUE(m.rfind("--device cuda:0: this titan was built without CUDA (", 0) == 0 ||
+                m.rfind("--device cuda:0: no CUDA device", 0) == 0)
+        << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
-  EXPECT_THROW(check_inference_device("tpu"), Error);
+  select_inference_device("cpu");
+  EXPECT_EQ(&backend(), &backend_named("cpu"));
+  EXPECT_EQ(test::error_of([] { select_inference_device("tpu"); }),
+            "--device tpu: unknown device 'tpu' (cpu, cuda or cuda:N)");
+}
+
+// What CUDA inference cannot run yet is refused by name before the folder is loaded (its
+// config.json only is read); the CPU takes the same folders.
+TEST(Generate, CudaRefusesWhatItCannotRunYet) {
+  const test::ScratchDir dir;
+  const auto folder = [&](const std::string& name, const ModelArgs& args) {
+    const std::string path = dir / name;
+    std::filesystem::create_directories(path);
+    write_hf_config(path + "/config.json", args, DType::f32);
+    return path;
+  };
+  const std::string dense = folder("dense", test::tiny_generate_args(false));
+  const std::string moe = folder("moe", test::tiny_moe());
+  EXPECT_NO_THROW(check_inference_on_device("cuda", dense, ""));
+  EXPECT_EQ(test::error_of([&] { check_inference_on_device("cuda:1", moe, ""); }),
+            "--device cuda:1: a MoE model (sparse layers) is not implemented on CUDA yet (use "
+            "--device cpu)");
+  EXPECT_EQ(test::error_of([&] { check_inference_on_device("cuda", dense, dir / "adapter"); }),
+            "--device cuda: merging a LoRA adapter at load (--adapter) is not implemented on "
+            "CUDA yet (use --device cpu)");
+  EXPECT_NO_THROW(check_inference_on_device("cpu", moe, dir / "adapter"));
 }
 
 TEST(TextStream, ReleasesWholeCharactersOnly) {

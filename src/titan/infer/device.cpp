@@ -1,17 +1,32 @@
 #include "titan/infer/device.h"
 
+#include <filesystem>
+
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/models/hf_config.h"
 
 namespace titan {
 
-void check_inference_device(const std::string& device) {
-  if (device == "cpu") return;
-  const std::string kind = device.substr(0, device.find(':'));  // cuda:1 -> cuda
-  if (kind == "cuda" || kind == "neuron") {
-    fail("device '", device, "' is not available: this titan has only the cpu backend (use ",
-         "--device cpu)");
+void select_inference_device(const std::string& device) {
+  try {
+    select_backend(device);
+  } catch (const Error& e) {
+    fail("--device ", device, ": ", e.what());
   }
-  fail("unknown device '", device, "' (titan knows cpu, cuda and neuron; available here: cpu)");
+}
+
+void check_inference_on_device(const std::string& device, const std::string& model_dir,
+                               const std::string& adapter) {
+  if (parse_device_name(device).kind == DeviceKind::cpu) return;
+  const ModelArgs args =
+      read_hf_config((std::filesystem::path(model_dir) / "config.json").string());
+  const auto refuse = [&](bool asked, const char* what, const char* instead) {
+    TITAN_CHECK(!asked, "--device ", device, ": ", what, " is not implemented on CUDA yet (",
+                instead, ")");
+  };
+  refuse(args.is_moe(), "a MoE model (sparse layers)", "use --device cpu");
+  refuse(!adapter.empty(), "merging a LoRA adapter at load (--adapter)", "use --device cpu");
 }
 
 }  // namespace titan

@@ -23,6 +23,11 @@ InferenceSession::InferenceSession(const InferenceWeights& weights, int64_t max_
                 ": attention kernel '", s.attention_kernel,
                 "' reads only fp32 keys and values; a bf16 KV cache needs one that reads bf16");
   }
+  if (&backend().memory() != &host_memory()) {
+    token_rows_ = Buffer(backend().memory(), 2 * static_cast<size_t>(max_chunk) * sizeof(int32_t),
+                         MemCategory::activations);
+    host_logits_.resize(static_cast<size_t>(weights.model().args().vocab_size));
+  }
   const InferenceShape shape{max_chunk, weights.dtype(), kv_cache_dtype};
   const CausalLM& model = weights.model();
   scratch_ =
@@ -45,16 +50,28 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
                 " is outside the model's vocabulary of ", a.vocab_size);
     positions_[i] = static_cast<int32_t>(past + i);
   }
+  // Where the kernels read the ids and positions: in place on the CPU, else copied in.
+  const int32_t* kernel_ids = ids;
+  const int32_t* kernel_positions = positions_.data();
+  if (token_rows_.data() != nullptr) {
+    int32_t* device_ids = token_rows_.as<int32_t>();
+    int32_t* device_positions = device_ids + max_chunk_;
+    backend().copy_from_host(device_ids, ids, static_cast<size_t>(n) * sizeof(int32_t));
+    backend().copy_from_host(device_positions, positions_.data(),
+                             static_cast<size_t>(n) * sizeof(int32_t));
+    kernel_ids = device_ids;
+    kernel_positions = device_positions;
+  }
   LayerCall call;
   call.batch = 1;
   call.seq = n;
-  call.positions = positions_.data();
+  call.positions = kernel_positions;
   call.rope = &rope_;
   call.past = past;
   call.experts_scratch = &views_.experts;
   call.linear = views_.linear;
   float* resid = views_.resid;
-  m.embed_tokens.forward(resid, ids, n);
+  m.embed_tokens.forward(resid, kernel_ids, n);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const auto layer = static_cast<int64_t>(l);
     call.kv_cache = cache_.layer(layer);
@@ -68,7 +85,9 @@ float* InferenceSession::forward(const int32_t* ids, int64_t n) {
   if (m.lm_head.weight_bf16 != nullptr) {
     device_ops().round_to_bf16_keeping(views_.logits, nullptr, a.vocab_size);
   }
-  return views_.logits;
+  if (host_logits_.empty()) return views_.logits;
+  backend().copy_to_host(host_logits_.data(), views_.logits, host_logits_.size() * sizeof(float));
+  return host_logits_.data();
 }
 
 }  // namespace titan

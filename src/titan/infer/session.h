@@ -5,6 +5,12 @@
 // allocates only what the attention kernel keeps per call (each thread's scores, a few KiB at
 // decode), since the kernel interface takes no workspace yet.
 //
+// On a device (titan generate --device cuda) the weights, the cache and the scratch are the
+// device's memory (the backend's Buffers, as here on the CPU), each call copies its ids and
+// positions in (token_rows_) and the last token's logits out, into a host row the sampler reads:
+// sampling stays host code (HF's warpers, one implementation), and one row of V floats -- 0.6 MB
+// for a 151,936 vocabulary, some 20-40 us over PCIe -- is small beside the step's weight bytes.
+//
 // Each layer is the model's own DecoderLayer::forward (nn/decoder_layer.h), the one training
 // runs, with the cache in its LayerCall and every layer's activations pointing at one scratch.
 // The linear layers read InferenceWeights (fp32 or bf16). A one-token call is a chain of GEMVs,
@@ -40,9 +46,9 @@ class InferenceSession {
                    DType kv_cache_dtype = DType::f32);
 
   // ids (n), 1 <= n <= max_chunk, at positions [length(), length() + n): their keys and values
-  // are appended to the cache. Returns the logits (V) of the last of them, valid until the next
-  // call (the caller may modify them). An id outside the vocabulary or a full cache is a
-  // titan::Error.
+  // are appended to the cache. Returns the logits (V) of the last of them in host memory, valid
+  // until the next call (the caller may modify them). An id outside the vocabulary or a full cache
+  // is a titan::Error.
   float* forward(const int32_t* ids, int64_t n);
 
   int64_t length() const { return cache_.length(); }
@@ -60,6 +66,10 @@ class InferenceSession {
   RopeCache rope_;
   int64_t max_chunk_;
   std::vector<int32_t> positions_;  // (max_chunk)
+  // On a device only (empty on the CPU, whose kernels read ids, positions and logits in place):
+  // the call's ids and positions, (2, max_chunk), in its memory, and the logits' host row (V).
+  Buffer token_rows_;
+  std::vector<float> host_logits_;
   Buffer scratch_;
   InferenceScratch views_;  // carved from scratch_ by the model's table
 };

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/core/progress.h"
 #include "titan/io/convert.h"
@@ -16,6 +17,7 @@
 #include "titan/models/hf_config.h"
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/registry.h"
+#include "titan/nn/host_params.h"
 #include "titan/nn/shard_runs.h"
 
 namespace titan {
@@ -105,6 +107,29 @@ std::vector<HfCheckpointTensor> match_hf_checkpoint(const ModelArgs& args,
 
 namespace {
 
+// A checkpoint's elements converted into a device's memory: into a pinned host buffer
+// (Backend::host_staging_memory) kPieceBytes at most at a time, then copied in.
+class DeviceStaging {
+ public:
+  // Elements [first, first + count) of `entry` as `dtype` at dst (device memory).
+  void write(const SafetensorsEntry& entry, size_t first, size_t count, DType dtype, void* dst) {
+    const size_t element = dtype_size(dtype), piece = kPieceBytes / element;
+    if (buffer_.bytes() == 0) {
+      buffer_ = Buffer(backend().host_staging_memory(), kPieceBytes, MemCategory::other);
+    }
+    for (size_t done = 0; done < count; done += piece) {
+      const size_t n = std::min(piece, count - done);
+      read_range_as(entry, first + done, n, dtype, buffer_.data());
+      backend().copy_from_host(static_cast<unsigned char*>(dst) + done * element, buffer_.data(),
+                               n * element);
+    }
+  }
+
+ private:
+  static constexpr size_t kPieceBytes = size_t{64} << 20;
+  Buffer buffer_;
+};
+
 // Where a parameter's elements go: the held runs of its row-major whole (nn/shard_runs.h), at
 // `data` in `dtype` (fp32 into a parameter group, bf16 into a Bf16Destinations entry).
 struct HeldElements {
@@ -117,7 +142,10 @@ struct HeldElements {
 // of `specs` cut by each parameter's placement under `plan` and then `shard`: each HF tensor's
 // elements that fall in the held runs, or, for a parameter named in `bf16`, all of them into its
 // bf16 destination instead (the group's view is then not touched). Every destination is resolved
-// and size-checked before the first write; non-finite values are refused unless allowed.
+// and size-checked before the first write; non-finite values are refused unless allowed. Groups in
+// a device's memory (nn/host_params.h's in_device_memory; their bf16 destinations then in it too:
+// the model's copies) are written through the backend's pinned staging, a piece of a run at a
+// time (DeviceStaging), never by the host's stores.
 void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
                      const std::vector<HfCheckpointTensor>& tensors,
                      const std::vector<ParamGroupSpec>& specs, std::vector<ParamGroup>& groups,
@@ -125,6 +153,7 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
                      const Bf16Destinations& bf16, const ParallelizePlan& plan) {
   TITAN_CHECK(specs.size() == groups.size(), "model: ", groups.size(),
               " parameter groups for a model of ", specs.size());
+  const bool on_device = in_device_memory(groups);
   TITAN_CHECK(shard.dim == 0,
               "model: loading Hugging Face weights into shards cut along dimension ", shard.dim,
               " is not supported (only FSDP's dimension 0)");
@@ -137,6 +166,8 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
       TITAN_CHECK(v.numel == shape_numel(box.part), "model: parameter ", v.spec.name,
                   " is not shard ", shard.index, " of ", shard.count, " of ",
                   shape_str(whole.shape));
+      TITAN_CHECK(!on_device || box.real_numel() == v.numel, "model: parameter ", v.spec.name,
+                  " is padded past its real elements; a device's memory takes only whole ones");
       if (const auto it = bf16.find(v.spec.name); it != bf16.end()) {
         if (box.real_numel() != v.numel) std::fill(it->second, it->second + v.numel, uint16_t{0});
         params.emplace(v.spec.name, std::pair(HeldElements{it->second, DType::bf16, box.runs},
@@ -166,6 +197,7 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
   Progress progress("loading " + path, total_bytes, ProgressUnit::bytes);
   for (const SafetensorsFile& file : checkpoint.files()) file.prefetch();
   NonfiniteScan scan;
+  DeviceStaging staging;
   for (size_t i = 0; i < tensors.size(); ++i) {
     // The tensor is elements [offset, offset + numel) of its parameter; its part in each run:
     const HfKey& key = tensors[i].key;
@@ -179,7 +211,11 @@ void copy_hf_weights(const SafetensorsCheckpoint& checkpoint,
       void* dst =
           static_cast<unsigned char*>(held.data) +
           static_cast<size_t>(run.part_first + lo - run.whole_first) * dtype_size(held.dtype);
-      read_range_as(entry, first, count, held.dtype, dst);
+      if (on_device) {
+        staging.write(entry, first, count, held.dtype, dst);
+      } else {
+        read_range_as(entry, first, count, held.dtype, dst);
+      }
       // The stored values: rounding into bf16 neither makes nor hides a NaN or Inf that matters.
       scan.add(entry.file, key.key,
                static_cast<const unsigned char*>(entry.data) + first * dtype_size(*entry.dtype),

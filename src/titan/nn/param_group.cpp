@@ -125,9 +125,13 @@ void ParamGroup::acquire_params_where(const std::function<bool(const ParamView&)
     if (chosen[i]) charged += next_offset(i) - views_[i].offset;
   }
   params_.recommit(static_cast<size_t>(charged) * sizeof(float));
+  // The padding after each chosen view zeroed by its memory space (a device's memory is not the
+  // host's to store into).
   for (size_t i = 0; i < views_.size(); ++i) {
-    if (chosen[i]) {
-      std::fill(params() + views_[i].offset + views_[i].numel, params() + next_offset(i), 0.0f);
+    const int64_t end = views_[i].offset + views_[i].numel;
+    if (chosen[i] && end < next_offset(i)) {
+      params_.space()->zero(params() + end,
+                            static_cast<size_t>(next_offset(i) - end) * sizeof(float));
     }
   }
 }

@@ -3,8 +3,9 @@
 // fp32 reference) as the CPU op of its kind; the default kernel of each op kind on CUDA; and the
 // CUDA DeviceOps. The kernels live in src/titan/ops/cuda/ (cuda_ops.h). The MoE kinds' kernels
 // (issue 41's milestone 2: the router, dispatch, grouped compute, combine and the staged experts)
-// and the load-balancing DeviceOps are compiled and host-tested, not yet run on a GPU. The
-// DeviceOps a training step does not reach (the decode GEMVs, LoRA on experts) fail by name.
+// and the load-balancing DeviceOps are compiled and host-tested, not yet run on a GPU; so are the
+// decode step's GEMVs. The DeviceOps neither a training step nor a decode step reaches (LoRA on
+// experts) fail by name.
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/dispatch/registry.h"
@@ -35,7 +36,7 @@ DeviceOps cuda_device_ops() {
   ops.round_to_bf16_keeping = cuda_ops::round_to_bf16_keeping;
   ops.bias_forward = cuda_ops::bias_forward;
   ops.bias_backward = cuda_ops::bias_backward;
-  ops.gemv = [](std::span<const GemvProduct>, const float*) { missing("gemv"); };
+  ops.gemv = cuda_ops::gemv_forward;
   ops.rope_cache = cuda_ops::rope_cache_build;
   ops.load_balancing_accumulate = cuda_ops::load_balancing_accumulate;
   // The loss is arithmetic over the host's E statistics: the CPU's function.

@@ -6,11 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/gemv.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/rope.h"
 
@@ -142,5 +144,8 @@ void experts_backward_staged_bf16(float* dx, float* dweight, const ExpertGrads& 
                                   const ExpertsActivations& act, const float* x,
                                   const int32_t* index, const float* weight,
                                   const ExpertWeightsBf16& w, const ExpertsShape& shape);
+
+// gemv.cu: the decode step's one-token products (ops/gemv.h's contract; fp32 and bf16 weights).
+void gemv_forward(std::span<const GemvProduct> products, const float* x);
 
 }  // namespace titan::cuda_ops
