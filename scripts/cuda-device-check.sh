@@ -14,11 +14,13 @@
 # fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then
 # bench_cuda_gemm beside
 # PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
-# clock moves between runs); a summary of every step last.
+# clock moves between runs); then cuDNN's attention forward and backward (bench_cuda_attention)
+# beside PyTorch's scaled_dot_product_attention at Qwen3-0.6B's shapes (8 x 2048, 16/8 heads x 128,
+# bf16, causal; bench/cuda_attention_torch.py); a summary of every step last.
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
 #   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test \
-#     titan_cuda_step_kernels_check titan_cli
+#     titan_cuda_step_kernels_check titan_cli bench_cuda_attention
 # titan_cuda_kernels_test links libtitan, so oneDNN (libdnnl.so.2), which a GPU machine may not
 # have: put the build machine's libraries it needs in .devlibs/ (git-ignored) and carry it with the
 # binaries (titan and titan_cuda_step_kernels_check link the same libraries as the kernels test):
@@ -32,11 +34,22 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH=$PWD/.devlibs:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+# cuDNN (attention_cuda_cudnn): the system's, else the nvidia-cudnn-cu13 wheel's under python3.
+if ! ldconfig -p 2> /dev/null | grep -q libcudnn.so.9 && [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
+  cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2> /dev/null)
+  if [ -n "$cudnn_lib" ] && [ -d "$cudnn_lib" ]; then
+    export LD_LIBRARY_PATH=$cudnn_lib:$LD_LIBRARY_PATH
+    echo "== cuDNN from $cudnn_lib"
+  else
+    echo "== no libcudnn.so.9 on this machine: the cuDNN attention checks will fail to load"
+  fi
+fi
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 smoke=build-cuda/titan_cuda_smoke bench=build-cuda/bench/bench_cuda_gemm
 kernels=build-cuda/titan_cuda_kernels_test
 step_kernels=build-cuda/titan_cuda_step_kernels_check titan=build-cuda/titan
+attention_bench=build-cuda/bench/bench_cuda_attention
 if [ ! -x "$smoke" ] || [ ! -x "$bench" ] || ldd "$smoke" "$bench" | grep -q "not found"; then
   echo "== building with this machine's nvcc"
   common=(-std=c++20 -O2 -arch=sm_90 -Isrc src/titan/backend/device_buffer.cpp
@@ -66,9 +79,10 @@ if { unloadable "$kernels" || unloadable "$step_kernels" || unloadable "$titan";
   echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check and titan here"
   timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF > /dev/null &&
     timeout 300 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test \
-      titan_cuda_step_kernels_check titan_cli > /dev/null &&
+      titan_cuda_step_kernels_check titan_cli bench_cuda_attention > /dev/null &&
     kernels=/tmp/build-cuda/titan_cuda_kernels_test &&
-    step_kernels=/tmp/build-cuda/titan_cuda_step_kernels_check titan=/tmp/build-cuda/titan
+    step_kernels=/tmp/build-cuda/titan_cuda_step_kernels_check titan=/tmp/build-cuda/titan &&
+    attention_bench=/tmp/build-cuda/bench/bench_cuda_attention
 fi
 if [ ! -x "$kernels" ] || ldd "$kernels" | grep "not found"; then
   echo "== titan_cuda_kernels_test cannot run here: missing, or libraries not found (see the header)"
@@ -204,6 +218,17 @@ echo "== PyTorch on the same shapes"
 timeout 300 python3 bench/cuda_gemm_torch.py | tee "$out/torch_gemm.txt"
 echo "== bench_cuda_gemm again"
 "$bench" | tee "$out/titan_gemm_2.txt"
+# cuDNN's fused attention beside PyTorch's SDPA (default choice and each backend) on one shape.
+if unloadable "$attention_bench"; then
+  summary+=("FAIL  bench_cuda_attention: not built or not loadable")
+  status=1
+else
+  step "bench_cuda_attention (cuDNN, 8 x 2048, 16/8 heads x 128, bf16)" 120 \
+    bash -o pipefail -c '"$0" | tee "$1"' "$attention_bench" "$out/titan_attention.txt"
+fi
+step "PyTorch scaled_dot_product_attention on the same shape" 180 \
+  bash -o pipefail -c 'python3 "$0" | tee "$1"' bench/cuda_attention_torch.py \
+  "$out/torch_attention.txt"
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 exit $status

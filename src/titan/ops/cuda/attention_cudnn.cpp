@@ -1,0 +1,270 @@
+// Causal GQA attention through cuDNN's fused SDPA (flash attention on tensor cores), built with
+// NVIDIA's header-only cudnn-frontend: mixed-precision training's bf16 forward (the softmax's
+// log-sum-exp saved as its statistics) and backward, fp32 accumulation inside cuDNN. Host code
+// only: cuDNN launches its own kernels on the default stream, where the backend's run too.
+//
+// One graph per (pass, io dtype, shape), built on its first call and kept for the process
+// (attention_cudnn_plan.h: the key, the shapes taken, the staging); one workspace from the
+// backend's memory, grown only when a new graph needs more, so a step allocates nothing.
+// Not yet run on a GPU (docs/ARCHITECTURE.md, ops/cuda).
+#include <cudnn.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <cudnn_frontend.h>
+
+#include "titan/backend/backend.h"
+#include "titan/core/allocator.h"
+#include "titan/core/error.h"
+#include "titan/ops/cuda/attention_cudnn_plan.h"
+#include "titan/ops/cuda/cuda_ops.h"
+
+namespace titan::cuda_ops {
+namespace {
+
+namespace fe = cudnn_frontend;
+using cudnn_attention::GraphKey;
+using cudnn_attention::Pass;
+using cudnn_attention::Staging;
+
+// The graphs' tensors, named by uid in each call's variant pack.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDout, kDq, kDk, kDv };
+
+std::string describe(const GraphKey& key) {
+  return std::string(key.pass == Pass::forward ? "forward" : "backward") + " of batch " +
+         std::to_string(key.batch) + " x seq " + std::to_string(key.seq) + ", " +
+         std::to_string(key.n_heads) + "/" + std::to_string(key.n_kv_heads) + " heads x " +
+         std::to_string(key.head_dim);
+}
+
+void check_fe(fe::error_t status, const char* step, const GraphKey& key) {
+  TITAN_CHECK(status.is_good(), "cuDNN attention ", describe(key), ": ", step,
+              " failed: ", status.get_message());
+}
+
+void check_cudnn(cudnnStatus_t status, const char* what) {
+  TITAN_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN: ", what,
+              " failed: ", cudnnGetErrorString(status));
+}
+
+// titan's (B, S, heads, D) rows as cuDNN's (B, heads, S, D) dims.
+std::vector<int64_t> row_dims(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim) {
+  return {batch, heads, seq, head_dim};
+}
+std::vector<int64_t> row_strides(int64_t heads, int64_t seq, int64_t head_dim) {
+  return {seq * heads * head_dim, head_dim, heads * head_dim, 1};
+}
+
+using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
+
+TensorPtr input_rows(fe::graph::Graph& g, const char* name, Uid uid, int64_t batch, int64_t heads,
+                     int64_t seq, int64_t head_dim) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim(row_dims(batch, heads, seq, head_dim))
+                      .set_stride(row_strides(heads, seq, head_dim)));
+}
+
+void output_rows(const TensorPtr& t, Uid uid, int64_t batch, int64_t heads, int64_t seq,
+                 int64_t head_dim) {
+  t->set_output(true)
+      .set_uid(uid)
+      .set_dim(row_dims(batch, heads, seq, head_dim))
+      .set_stride(row_strides(heads, seq, head_dim));
+}
+
+// The softmax statistics: titan's lse, (B, H, Sq) fp32, the natural log of each query's sum of
+// exp(scaled score) -- what cuDNN's Stats hold (stats_use_log2 off).
+std::vector<int64_t> stats_dims(const GraphKey& k) {
+  return {k.batch, k.n_heads, k.seq, 1};
+}
+std::vector<int64_t> stats_strides(const GraphKey& k) {
+  return {k.n_heads * k.seq, k.seq, 1, 1};
+}
+
+// The square causal mask (key j visible to query i when j <= i) and softmax(q k^T / sqrt(hd)),
+// the scale computed as ops/attention's kernels compute it.
+float attention_scale(int64_t head_dim) {
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
+
+std::unique_ptr<fe::graph::Graph> new_graph() {
+  auto g = std::make_unique<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+std::unique_ptr<fe::graph::Graph> forward_graph(const GraphKey& k) {
+  auto g = new_graph();
+  const auto q = input_rows(*g, "q", kQ, k.batch, k.n_heads, k.seq, k.head_dim);
+  const auto kk = input_rows(*g, "k", kK, k.batch, k.n_kv_heads, k.seq, k.head_dim);
+  const auto v = input_rows(*g, "v", kV, k.batch, k.n_kv_heads, k.seq, k.head_dim);
+  const auto options = fe::graph::SDPA_attributes()
+                           .set_name("attention_forward")
+                           .set_generate_stats(true)
+                           .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                           .set_diagonal_band_right_bound(0)
+                           .set_attn_scale(attention_scale(k.head_dim));
+  const auto [o, stats] = g->sdpa(q, kk, v, options);
+  output_rows(o, kO, k.batch, k.n_heads, k.seq, k.head_dim);
+  stats->set_output(true)
+      .set_uid(kStats)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim(stats_dims(k))
+      .set_stride(stats_strides(k));
+  return g;
+}
+
+std::unique_ptr<fe::graph::Graph> backward_graph(const GraphKey& k) {
+  auto g = new_graph();
+  const auto q = input_rows(*g, "q", kQ, k.batch, k.n_heads, k.seq, k.head_dim);
+  const auto kk = input_rows(*g, "k", kK, k.batch, k.n_kv_heads, k.seq, k.head_dim);
+  const auto v = input_rows(*g, "v", kV, k.batch, k.n_kv_heads, k.seq, k.head_dim);
+  const auto o = input_rows(*g, "o", kO, k.batch, k.n_heads, k.seq, k.head_dim);
+  const auto dout = input_rows(*g, "dout", kDout, k.batch, k.n_heads, k.seq, k.head_dim);
+  const auto stats = g->tensor(fe::graph::Tensor_attributes()
+                                   .set_name("stats")
+                                   .set_uid(kStats)
+                                   .set_data_type(fe::DataType_t::FLOAT)
+                                   .set_dim(stats_dims(k))
+                                   .set_stride(stats_strides(k)));
+  const auto options = fe::graph::SDPA_backward_attributes()
+                           .set_name("attention_backward")
+                           .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                           .set_diagonal_band_right_bound(0)
+                           .set_attn_scale(attention_scale(k.head_dim));
+  const auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, dout, stats, options);
+  output_rows(dq, kDq, k.batch, k.n_heads, k.seq, k.head_dim);
+  output_rows(dk, kDk, k.batch, k.n_kv_heads, k.seq, k.head_dim);
+  output_rows(dv, kDv, k.batch, k.n_kv_heads, k.seq, k.head_dim);
+  return g;
+}
+
+// The graphs built so far and the one workspace they share (calls run one at a time on the
+// stream). Never destroyed: its handle and device buffer would be released after the CUDA
+// runtime's own teardown at exit.
+class GraphCache {
+ public:
+  struct Run {
+    const fe::graph::Graph* graph;
+    char* workspace;
+    cudnnHandle_t handle;
+  };
+
+  Run get(Pass pass, const AttentionShape& s) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (handle_ == nullptr) check_cudnn(cudnnCreate(&handle_), "cudnnCreate");
+    const GraphKey key = cudnn_attention::graph_key(pass, DType::bf16, s);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) it = graphs_.emplace(key, build(key)).first;
+    const auto bytes =
+        static_cast<size_t>(cudnn_attention::workspace_bytes(pass, s, it->second.cudnn_bytes));
+    if (workspace_.bytes() < bytes) {
+      workspace_ = Buffer();  // the old one freed first: the peak is the new one alone
+      workspace_ = Buffer(backend().memory(), bytes, MemCategory::activations);
+    }
+    return {it->second.graph.get(), static_cast<char*>(workspace_.data()), handle_};
+  }
+
+ private:
+  struct Built {
+    std::unique_ptr<fe::graph::Graph> graph;
+    int64_t cudnn_bytes = 0;
+  };
+
+  Built build(const GraphKey& key) {
+    Built b{key.pass == Pass::forward ? forward_graph(key) : backward_graph(key)};
+    check_fe(b.graph->validate(), "validate", key);
+    check_fe(b.graph->build_operation_graph(handle_), "build_operation_graph", key);
+    check_fe(b.graph->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", key);
+    check_fe(b.graph->check_support(), "check_support", key);
+    check_fe(b.graph->build_plans(), "build_plans", key);
+    check_fe(b.graph->get_workspace_size(b.cudnn_bytes), "get_workspace_size", key);
+    return b;
+  }
+
+  std::mutex mutex_;
+  cudnnHandle_t handle_ = nullptr;
+  std::map<GraphKey, Built> graphs_;
+  Buffer workspace_;
+};
+
+GraphCache& cache() {
+  static auto* c = new GraphCache;
+  return *c;
+}
+
+void require_runs(const AttentionShape& s) {
+  TITAN_CHECK(s.segment_start == nullptr,
+              "cuDNN attention requires one sequence per row (it does not take packed rows)");
+  attention_check_shape(s);
+  const std::string refused = attention_cudnn_check(s);
+  TITAN_CHECK(refused.empty(), "cuDNN attention requires ", refused);
+}
+
+void* bits(const uint16_t* p) {
+  return const_cast<uint16_t*>(p);  // cuDNN's variant pack takes void* for inputs too
+}
+
+void execute(const GraphCache::Run& run, std::unordered_map<int64_t, void*>& pack,
+             const Staging& st, Pass pass, const AttentionShape& s) {
+  check_fe(run.graph->execute(run.handle, pack, run.workspace + st.cudnn), "execute",
+           cudnn_attention::graph_key(pass, DType::bf16, s));
+}
+
+}  // namespace
+
+std::string attention_cudnn_check(const AttentionShape& s) {
+  const std::string refused = cudnn_attention::check(s);
+  return refused.empty() ? attention_check(s) : refused;
+}
+
+void attention_forward_cudnn_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                  const uint16_t* v, const AttentionShape& s) {
+  require_runs(s);
+  const GraphCache::Run run = cache().get(Pass::forward, s);
+  const Staging st = cudnn_attention::staging(Pass::forward, s);
+  auto* o = reinterpret_cast<uint16_t*>(run.workspace + st.o);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, bits(q)}, {kK, bits(k)}, {kV, bits(v)}, {kO, o}, {kStats, lse}};
+  execute(run, pack, st, Pass::forward, s);
+  widen_bf16(out, o, s.batch * s.seq_q * s.n_heads * s.head_dim);
+}
+
+void attention_backward_cudnn_bf16(float* dq, float* dk, float* dv, const float* dout,
+                                   const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                   const uint16_t* out, const float* lse, const AttentionShape& s) {
+  require_runs(s);
+  const GraphCache::Run run = cache().get(Pass::backward, s);
+  const Staging st = cudnn_attention::staging(Pass::backward, s);
+  const auto staged = [&](int64_t offset) {
+    return reinterpret_cast<uint16_t*>(run.workspace + offset);
+  };
+  const int64_t q_count = s.batch * s.seq_q * s.n_heads * s.head_dim;
+  const int64_t kv_count = s.batch * s.seq_kv * s.n_kv_heads * s.head_dim;
+  round_to_bf16(staged(st.dout), dout, q_count);
+  std::unordered_map<int64_t, void*> pack = {{kQ, bits(q)},
+                                             {kK, bits(k)},
+                                             {kV, bits(v)},
+                                             {kO, bits(out)},
+                                             {kDout, staged(st.dout)},
+                                             {kStats, const_cast<float*>(lse)},
+                                             {kDq, staged(st.dq)},
+                                             {kDk, staged(st.dk)},
+                                             {kDv, staged(st.dv)}};
+  execute(run, pack, st, Pass::backward, s);
+  widen_bf16(dq, staged(st.dq), q_count);
+  widen_bf16(dk, staged(st.dk), kv_count);
+  widen_bf16(dv, staged(st.dv), kv_count);
+}
+
+}  // namespace titan::cuda_ops
