@@ -34,16 +34,21 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH=$PWD/.devlibs:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-# cuDNN (attention_cuda_cudnn): the system's, else the nvidia-cudnn-cu13 wheel's under python3.
-if ! ldconfig -p 2> /dev/null | grep -q libcudnn.so.9 && [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ]; then
-  cudnn_lib=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2> /dev/null)
-  if [ -n "$cudnn_lib" ] && [ -d "$cudnn_lib" ]; then
-    export LD_LIBRARY_PATH=$cudnn_lib:$LD_LIBRARY_PATH
-    echo "== cuDNN from $cudnn_lib"
+# cuDNN and NVRTC (attention_cuda_cudnn; the binaries need libcudnn.so.9 and libnvrtc.so.13): the
+# system's, else the nvidia-cudnn-cu13 and CUDA 13 wheels' under python3 (nvidia/cudnn/lib,
+# nvidia/cu13/lib).
+for lib_and_dir in libcudnn.so.9:cudnn libnvrtc.so.13:cu13; do
+  lib=${lib_and_dir%%:*} dir=${lib_and_dir##*:}
+  if ldconfig -p 2> /dev/null | grep -q "$lib" || [ -e "/usr/local/cuda/lib64/$lib" ] ||
+    [ -e "/usr/local/cuda/lib/$lib" ]; then continue; fi
+  wheel_lib=$(python3 -c 'import os, sys, nvidia; print(os.path.join(list(nvidia.__path__)[0], sys.argv[1], "lib"))' "$dir" 2> /dev/null)
+  if [ -n "$wheel_lib" ] && [ -e "$wheel_lib/$lib" ]; then
+    export LD_LIBRARY_PATH=$wheel_lib:$LD_LIBRARY_PATH
+    echo "== $lib from $wheel_lib"
   else
-    echo "== no libcudnn.so.9 on this machine: the cuDNN attention checks will fail to load"
+    echo "== no $lib on this machine: the CUDA binaries will not load"
   fi
-fi
+done
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 smoke=build-cuda/titan_cuda_smoke bench=build-cuda/bench/bench_cuda_gemm

@@ -17,11 +17,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include <cudnn_frontend.h>
-
 #include "titan/backend/backend.h"
 #include "titan/core/allocator.h"
 #include "titan/core/error.h"
+#include "titan/ops/cuda/attention_cudnn_graphs.h"
 #include "titan/ops/cuda/attention_cudnn_plan.h"
 #include "titan/ops/cuda/cuda_ops.h"
 
@@ -32,9 +31,7 @@ namespace fe = cudnn_frontend;
 using cudnn_attention::GraphKey;
 using cudnn_attention::Pass;
 using cudnn_attention::Staging;
-
-// The graphs' tensors, named by uid in each call's variant pack.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDout, kDq, kDk, kDv };
+using namespace cudnn_attention::uid;
 
 std::string describe(const GraphKey& key) {
   return std::string(key.pass == Pass::forward ? "forward" : "backward") + " of batch " +
@@ -51,102 +48,6 @@ void check_fe(fe::error_t status, const char* step, const GraphKey& key) {
 void check_cudnn(cudnnStatus_t status, const char* what) {
   TITAN_CHECK(status == CUDNN_STATUS_SUCCESS, "cuDNN: ", what,
               " failed: ", cudnnGetErrorString(status));
-}
-
-// titan's (B, S, heads, D) rows as cuDNN's (B, heads, S, D) dims.
-std::vector<int64_t> row_dims(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim) {
-  return {batch, heads, seq, head_dim};
-}
-std::vector<int64_t> row_strides(int64_t heads, int64_t seq, int64_t head_dim) {
-  return {seq * heads * head_dim, head_dim, heads * head_dim, 1};
-}
-
-using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
-
-TensorPtr input_rows(fe::graph::Graph& g, const char* name, Uid uid, int64_t batch, int64_t heads,
-                     int64_t seq, int64_t head_dim) {
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim(row_dims(batch, heads, seq, head_dim))
-                      .set_stride(row_strides(heads, seq, head_dim)));
-}
-
-void output_rows(const TensorPtr& t, Uid uid, int64_t batch, int64_t heads, int64_t seq,
-                 int64_t head_dim) {
-  t->set_output(true)
-      .set_uid(uid)
-      .set_dim(row_dims(batch, heads, seq, head_dim))
-      .set_stride(row_strides(heads, seq, head_dim));
-}
-
-// The softmax statistics: titan's lse, (B, H, Sq) fp32, the natural log of each query's sum of
-// exp(scaled score) -- what cuDNN's Stats hold (stats_use_log2 off).
-std::vector<int64_t> stats_dims(const GraphKey& k) {
-  return {k.batch, k.n_heads, k.seq, 1};
-}
-std::vector<int64_t> stats_strides(const GraphKey& k) {
-  return {k.n_heads * k.seq, k.seq, 1, 1};
-}
-
-// The square causal mask (key j visible to query i when j <= i) and softmax(q k^T / sqrt(hd)),
-// the scale computed as ops/attention's kernels compute it.
-float attention_scale(int64_t head_dim) {
-  return 1.0f / std::sqrt(static_cast<float>(head_dim));
-}
-
-std::unique_ptr<fe::graph::Graph> new_graph() {
-  auto g = std::make_unique<fe::graph::Graph>();
-  g->set_io_data_type(fe::DataType_t::BFLOAT16)
-      .set_intermediate_data_type(fe::DataType_t::FLOAT)
-      .set_compute_data_type(fe::DataType_t::FLOAT);
-  return g;
-}
-
-std::unique_ptr<fe::graph::Graph> forward_graph(const GraphKey& k) {
-  auto g = new_graph();
-  const auto q = input_rows(*g, "q", kQ, k.batch, k.n_heads, k.seq, k.head_dim);
-  const auto kk = input_rows(*g, "k", kK, k.batch, k.n_kv_heads, k.seq, k.head_dim);
-  const auto v = input_rows(*g, "v", kV, k.batch, k.n_kv_heads, k.seq, k.head_dim);
-  const auto options = fe::graph::SDPA_attributes()
-                           .set_name("attention_forward")
-                           .set_generate_stats(true)
-                           .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                           .set_diagonal_band_right_bound(0)
-                           .set_attn_scale(attention_scale(k.head_dim));
-  const auto [o, stats] = g->sdpa(q, kk, v, options);
-  output_rows(o, kO, k.batch, k.n_heads, k.seq, k.head_dim);
-  stats->set_output(true)
-      .set_uid(kStats)
-      .set_data_type(fe::DataType_t::FLOAT)
-      .set_dim(stats_dims(k))
-      .set_stride(stats_strides(k));
-  return g;
-}
-
-std::unique_ptr<fe::graph::Graph> backward_graph(const GraphKey& k) {
-  auto g = new_graph();
-  const auto q = input_rows(*g, "q", kQ, k.batch, k.n_heads, k.seq, k.head_dim);
-  const auto kk = input_rows(*g, "k", kK, k.batch, k.n_kv_heads, k.seq, k.head_dim);
-  const auto v = input_rows(*g, "v", kV, k.batch, k.n_kv_heads, k.seq, k.head_dim);
-  const auto o = input_rows(*g, "o", kO, k.batch, k.n_heads, k.seq, k.head_dim);
-  const auto dout = input_rows(*g, "dout", kDout, k.batch, k.n_heads, k.seq, k.head_dim);
-  const auto stats = g->tensor(fe::graph::Tensor_attributes()
-                                   .set_name("stats")
-                                   .set_uid(kStats)
-                                   .set_data_type(fe::DataType_t::FLOAT)
-                                   .set_dim(stats_dims(k))
-                                   .set_stride(stats_strides(k)));
-  const auto options = fe::graph::SDPA_backward_attributes()
-                           .set_name("attention_backward")
-                           .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                           .set_diagonal_band_right_bound(0)
-                           .set_attn_scale(attention_scale(k.head_dim));
-  const auto [dq, dk, dv] = g->sdpa_backward(q, kk, v, o, dout, stats, options);
-  output_rows(dq, kDq, k.batch, k.n_heads, k.seq, k.head_dim);
-  output_rows(dk, kDk, k.batch, k.n_kv_heads, k.seq, k.head_dim);
-  output_rows(dv, kDv, k.batch, k.n_kv_heads, k.seq, k.head_dim);
-  return g;
 }
 
 // The graphs built so far and the one workspace they share (calls run one at a time on the
@@ -182,7 +83,7 @@ class GraphCache {
   };
 
   Built build(const GraphKey& key) {
-    Built b{key.pass == Pass::forward ? forward_graph(key) : backward_graph(key)};
+    Built b{cudnn_attention::describe_graph(key)};
     check_fe(b.graph->validate(), "validate", key);
     check_fe(b.graph->build_operation_graph(handle_), "build_operation_graph", key);
     check_fe(b.graph->create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", key);
