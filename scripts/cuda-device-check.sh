@@ -20,7 +20,7 @@
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
 #   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test \
-#     titan_cuda_step_kernels_check titan_cli bench_cuda_attention
+#     titan_cuda_step_kernels_check titan_cli bench_cuda_attention titan_cudnn_attention_graphs_check
 # titan_cuda_kernels_test links libtitan, so oneDNN (libdnnl.so.2), which a GPU machine may not
 # have: put the build machine's libraries it needs in .devlibs/ (git-ignored) and carry it with the
 # binaries (titan and titan_cuda_step_kernels_check link the same libraries as the kernels test):
@@ -79,6 +79,13 @@ memcheck=(compute-sanitizer --tool memcheck --error-exitcode 1)
 step "titan_cuda_smoke" 60 "$smoke"
 step "titan_cuda_smoke under memcheck" 180 "${memcheck[@]}" "$smoke"
 unloadable() { [ ! -x "$1" ] || ldd "$1" | grep -q "not found"; }
+# Host-side: cuDNN attention's graphs pass cudnn-frontend's validation for SM 90.
+if unloadable build-cuda/titan_cudnn_attention_graphs_check; then
+  summary+=("FAIL  titan_cudnn_attention_graphs_check: not built or not loadable")
+  status=1
+else
+  step "titan_cudnn_attention_graphs_check" 60 build-cuda/titan_cudnn_attention_graphs_check
+fi
 if { unloadable "$kernels" || unloadable "$step_kernels" || unloadable "$titan"; } &&
   command -v cmake > /dev/null; then
   echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check and titan here"

@@ -4,18 +4,17 @@
 // only: cuDNN launches its own kernels on the default stream, where the backend's run too.
 //
 // One graph per (pass, io dtype, shape), built on its first call and kept for the process
-// (attention_cudnn_plan.h: the key, the shapes taken, the staging); one workspace from the
-// backend's memory, grown only when a new graph needs more, so a step allocates nothing.
+// (attention_cudnn_plan.h: the key, the shapes taken, the staging; attention_cudnn_graphs.h: what
+// each graph computes); one workspace from the backend's memory, grown only when a new graph needs
+// more, so a step allocates nothing.
 // Not yet run on a GPU (docs/ARCHITECTURE.md, ops/cuda).
 #include <cudnn.h>
 
-#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <vector>
 
 #include "titan/backend/backend.h"
 #include "titan/core/allocator.h"
