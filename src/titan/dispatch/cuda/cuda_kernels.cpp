@@ -91,8 +91,8 @@ void register_cuda_kernels(KernelRegistry& r) {
                       cuda_ops::attention_forward_bf16}));
   // bf16 only: cuDNN's SDPA takes half types, so an fp32 job's slots refuse it (decoder_lm_slots:
   // CUDA's attention slot has the job's compute dtype). The fp32 forms, which the registry
-  // requires and a bf16 job's evaluation calls (it keeps no bf16 q, k, v), are the simple
-  // kernel's.
+  // requires and a forward that keeps no bf16 q, k, v calls (SelfAttention::forward), are the
+  // simple kernel's.
   r.add(cuda_entry("attention_cuda_cudnn", OpKind::attention, {DType::bf16},
                    "cuDNN's fused SDPA (cudnn-frontend) over bf16 q, k, v, fp32 accumulation, "
                    "graphs cached per shape; fp32 forms: attention_cuda_simple's",
