@@ -20,11 +20,14 @@
 # PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
 # clock moves between runs); then bench_cuda_decode: Qwen3-0.6B dims with random bf16 weights (a
 # folder Transformers writes), batch 1 after a 512-token prompt, tokens/s and its share of the HBM
-# bound at bench_cuda_gemm's copy rate; a summary of every step last.
+# bound at bench_cuda_gemm's copy rate; then cuDNN's attention forward and backward
+# (bench_cuda_attention) beside PyTorch's scaled_dot_product_attention at Qwen3-0.6B's shapes (8 x
+# 2048, 16/8 heads x 128, bf16, causal; bench/cuda_attention_torch.py); a summary of every step last.
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
 #   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test \
-#     titan_cuda_step_kernels_check titan_cli bench_cuda_decode
+#     titan_cuda_step_kernels_check titan_cli bench_cuda_decode bench_cuda_attention \
+#     titan_cudnn_attention_graphs_check
 # titan_cuda_kernels_test links libtitan, so oneDNN (libdnnl.so.2), which a GPU machine may not
 # have: put the build machine's libraries it needs in .devlibs/ (git-ignored) and carry it with the
 # binaries (titan and titan_cuda_step_kernels_check link the same libraries as the kernels test):
@@ -38,12 +41,28 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH=$PWD/.devlibs:/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+# cuDNN and NVRTC (attention_cuda_cudnn; the binaries need libcudnn.so.9 and libnvrtc.so.13): the
+# system's, else the nvidia-cudnn-cu13 and CUDA 13 wheels' under python3 (nvidia/cudnn/lib,
+# nvidia/cu13/lib).
+for lib_and_dir in libcudnn.so.9:cudnn libnvrtc.so.13:cu13; do
+  lib=${lib_and_dir%%:*} dir=${lib_and_dir##*:}
+  if ldconfig -p 2> /dev/null | grep -q "$lib" || [ -e "/usr/local/cuda/lib64/$lib" ] ||
+    [ -e "/usr/local/cuda/lib/$lib" ]; then continue; fi
+  wheel_lib=$(python3 -c 'import os, sys, nvidia; print(os.path.join(list(nvidia.__path__)[0], sys.argv[1], "lib"))' "$dir" 2> /dev/null)
+  if [ -n "$wheel_lib" ] && [ -e "$wheel_lib/$lib" ]; then
+    export LD_LIBRARY_PATH=$wheel_lib:$LD_LIBRARY_PATH
+    echo "== $lib from $wheel_lib"
+  else
+    echo "== no $lib on this machine: the CUDA binaries will not load"
+  fi
+done
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
 smoke=build-cuda/titan_cuda_smoke bench=build-cuda/bench/bench_cuda_gemm
 kernels=build-cuda/titan_cuda_kernels_test
 step_kernels=build-cuda/titan_cuda_step_kernels_check titan=build-cuda/titan
 decode=build-cuda/bench/bench_cuda_decode
+attention_bench=build-cuda/bench/bench_cuda_attention
 if [ ! -x "$smoke" ] || [ ! -x "$bench" ] || ldd "$smoke" "$bench" | grep -q "not found"; then
   echo "== building with this machine's nvcc"
   common=(-std=c++20 -O2 -arch=sm_90 -Isrc src/titan/backend/device_buffer.cpp
@@ -68,16 +87,24 @@ memcheck=(compute-sanitizer --tool memcheck --error-exitcode 1)
 step "titan_cuda_smoke" 60 "$smoke"
 step "titan_cuda_smoke under memcheck" 180 "${memcheck[@]}" "$smoke"
 unloadable() { [ ! -x "$1" ] || ldd "$1" | grep -q "not found"; }
+# Host-side: cuDNN attention's graphs pass cudnn-frontend's validation for SM 90.
+if unloadable build-cuda/titan_cudnn_attention_graphs_check; then
+  summary+=("FAIL  titan_cudnn_attention_graphs_check: not built or not loadable")
+  status=1
+else
+  step "titan_cudnn_attention_graphs_check" 60 build-cuda/titan_cudnn_attention_graphs_check
+fi
 if { unloadable "$kernels" || unloadable "$step_kernels" || unloadable "$titan" ||
-  unloadable "$decode"; } && command -v cmake > /dev/null; then
-  echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check, titan and bench_cuda_decode here"
+  unloadable "$decode" || unloadable "$attention_bench"; } && command -v cmake > /dev/null; then
+  echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check, titan and the benchmarks here"
   timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF \
     -DTITAN_BUILD_BENCH=ON > /dev/null &&
     timeout 300 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test \
-      titan_cuda_step_kernels_check titan_cli bench_cuda_decode > /dev/null &&
+      titan_cuda_step_kernels_check titan_cli bench_cuda_decode bench_cuda_attention > /dev/null &&
     kernels=/tmp/build-cuda/titan_cuda_kernels_test &&
     step_kernels=/tmp/build-cuda/titan_cuda_step_kernels_check titan=/tmp/build-cuda/titan &&
-    decode=/tmp/build-cuda/bench/bench_cuda_decode
+    decode=/tmp/build-cuda/bench/bench_cuda_decode &&
+    attention_bench=/tmp/build-cuda/bench/bench_cuda_attention
 fi
 if [ ! -x "$kernels" ] || ldd "$kernels" | grep "not found"; then
   echo "== titan_cuda_kernels_test cannot run here: missing, or libraries not found (see the header)"
@@ -296,6 +323,17 @@ PY
     --copy-rate "$copy_rate" --prompt 512 --new 128
   rm -rf "$big"
 fi
+# cuDNN's fused attention beside PyTorch's SDPA (default choice and each backend) on one shape.
+if unloadable "$attention_bench"; then
+  summary+=("FAIL  bench_cuda_attention: not built or not loadable")
+  status=1
+else
+  step "bench_cuda_attention (cuDNN, 8 x 2048, 16/8 heads x 128, bf16)" 120 \
+    bash -o pipefail -c '"$0" | tee "$1"' "$attention_bench" "$out/titan_attention.txt"
+fi
+step "PyTorch scaled_dot_product_attention on the same shape" 180 \
+  bash -o pipefail -c 'python3 "$0" | tee "$1"' bench/cuda_attention_torch.py \
+  "$out/torch_attention.txt"
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 exit $status

@@ -12,15 +12,18 @@ scripts/setup.sh --tests --werror "$@"
 
 # The CUDA backend compiles and links wherever nvcc is (no GPU needed): only what -DTITAN_CUDA=ON
 # adds (titan_cuda -- the backend and every CUDA kernel, ops/cuda/*.cu, with warnings as errors --,
-# titan_cuda_smoke and bench_cuda_gemm), not a second libtitan: titan_cuda_kernels_test, which links
-# one, is built for a GPU run (scripts/cuda-device-check.sh). The smoke binary then checks the
-# backend on a GPU, or says exactly "no CUDA device (...)" without one. The kernels' bodies run on
-# the host in test_cuda_rows, with the CPU tests.
+# titan_cuda_smoke, bench_cuda_gemm and titan_cudnn_attention_graphs_check), not a second libtitan:
+# titan_cuda_kernels_test, which links one, is built for a GPU run (scripts/cuda-device-check.sh).
+# The smoke binary then checks the backend on a GPU, or says exactly "no CUDA device (...)" without
+# one; the graphs check validates cuDNN attention's graphs for SM 90 on any host. The kernels'
+# bodies run on the host in test_cuda_rows, with the CPU tests.
 nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2> /dev/null || true)
 if [ "$build_dir" = build ] && [ -n "$nvcc" ]; then
   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" -DTITAN_WERROR=ON \
     -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON > /dev/null
-  cmake --build build-cuda -j"$(nproc)" --target titan_cuda_smoke bench_cuda_gemm
+  cmake --build build-cuda -j"$(nproc)" --target titan_cuda_smoke bench_cuda_gemm \
+    titan_cudnn_attention_graphs_check
+  build-cuda/titan_cudnn_attention_graphs_check
   smoke_rc=0
   smoke=$(build-cuda/titan_cuda_smoke 2>&1) || smoke_rc=$?
   echo "$smoke"

@@ -415,6 +415,84 @@ void test_attention_bf16(const std::vector<AttentionBf16Case>& cases) {
   }
 }
 
+// cuDNN's fused attention (attention_cuda_cudnn's bf16 forms) against the CPU's bf16 forms on the
+// same cases. cuDNN rounds where the CPU's form does (P for P V and dv, dS for dq and dk, dout for
+// the GEMMs), and beyond it: its delta = dout . out reads dout rounded to bf16 (a relative error of
+// 2^-8 in that dot product, covered by computing the bounds with tol + 2^-8 in place of tol), and
+// out, dq, dk and dv come back rounded to bf16, each within 2^-8 of its value: 2^-8 of
+// (|want| + bound) on top. The square cases only: the fourth (7 queries of 300 keys) it refuses.
+void test_attention_cudnn(const std::vector<AttentionBf16Case>& cases) {
+  const AttentionKernel& k =
+      cuda_kernel<AttentionKernel>("attention_cuda_cudnn", OpKind::attention);
+  const double half_step = std::ldexp(1.0, -8);
+  const auto widened = [&](const std::vector<double>& bound, const std::vector<float>& want) {
+    std::vector<double> b(bound.size());
+    for (size_t i = 0; i < b.size(); ++i)
+      b[i] = bound[i] + half_step * (std::fabs(want[i]) + bound[i]);
+    return b;
+  };
+  for (const AttentionBf16Case& c : cases) {
+    const AttentionShape& s = c.shape;
+    if (s.seq_q != s.seq_kv) {  // a KV-cache step: the simple kernel's bf16 forward, bit for bit
+      check_true("attention cudnn takes 7 queries of 300 keys", k.check(s).empty());
+      const AttentionKernel& simple =
+          cuda_kernel<AttentionKernel>("attention_cuda_simple", OpKind::attention);
+      DeviceBuffer qd = up(c.q), kd = up(c.k), vd = up(c.v);
+      const int64_t nq = static_cast<int64_t>(c.q.size());
+      const auto lse_n = static_cast<int64_t>(c.lse.size());
+      DeviceBuffer a(backend(), nq, DType::f32, MemCategory::other),
+          b(backend(), nq, DType::f32, MemCategory::other),
+          la(backend(), lse_n, DType::f32, MemCategory::other),
+          lb(backend(), lse_n, DType::f32, MemCategory::other);
+      k.forward_bf16(a.as<float>(), la.as<float>(), qd.as<uint16_t>(), kd.as<uint16_t>(),
+                     vd.as<uint16_t>(), s);
+      simple.forward_bf16(b.as<float>(), lb.as<float>(), qd.as<uint16_t>(), kd.as<uint16_t>(),
+                          vd.as<uint16_t>(), s);
+      check_true("attention cudnn on 7 queries of 300 keys is the simple kernel's",
+                 down(a) == down(b) && down(la) == down(lb));
+      continue;
+    }
+    const int64_t nq = static_cast<int64_t>(c.q.size()), nkv = static_cast<int64_t>(c.k.size());
+    DeviceBuffer qd = up(c.q), kd = up(c.k), vd = up(c.v), gd = up(c.dout), od16 = up(c.out16),
+                 lsed = up(c.lse);
+    DeviceBuffer out(backend(), nq, DType::f32, MemCategory::other),
+        lse(backend(), static_cast<int64_t>(c.lse.size()), DType::f32, MemCategory::other),
+        dq(backend(), nq, DType::f32, MemCategory::other),
+        dk(backend(), nkv, DType::f32, MemCategory::other),
+        dv(backend(), nkv, DType::f32, MemCategory::other);
+    TITAN_CHECK(k.check(s).empty(), "attention_cuda_cudnn refuses a test shape: ", k.check(s));
+    k.forward_bf16(out.as<float>(), lse.as<float>(), qd.as<uint16_t>(), kd.as<uint16_t>(),
+                   vd.as<uint16_t>(), s);
+    const std::vector<float> out_first = down(out);
+    // The second call runs the cached graph: the same bits.
+    k.forward_bf16(out.as<float>(), lse.as<float>(), qd.as<uint16_t>(), kd.as<uint16_t>(),
+                   vd.as<uint16_t>(), s);
+    k.backward_bf16(dq.as<float>(), dk.as<float>(), dv.as<float>(), gd.as<float>(),
+                    qd.as<uint16_t>(), kd.as<uint16_t>(), vd.as<uint16_t>(), od16.as<uint16_t>(),
+                    lsed.as<float>(), s);
+    const double tol = sum_tolerance(s.head_dim + s.seq_kv * s.n_heads / s.n_kv_heads);
+    const test::AttentionBf16Bounds bound =
+        test::attention_bf16_bounds(s, c.q.data(), c.k.data(), c.v.data(), c.dout.data(),
+                                    c.out16.data(), c.lse.data(), tol + half_step);
+    const std::string at = " (B " + std::to_string(s.batch) + " S " + std::to_string(s.seq_q) +
+                           " H/KV " + std::to_string(s.n_heads) + "/" +
+                           std::to_string(s.n_kv_heads) + " hd " + std::to_string(s.head_dim) + ")";
+    const std::vector<float> got_out = down(out);
+    check_true("attention cudnn forward twice, same bits" + at,
+               std::memcmp(got_out.data(), out_first.data(), got_out.size() * sizeof(float)) == 0);
+    check_within("attention cudnn out / bound" + at, got_out, c.out, widened(bound.out, c.out));
+    check("attention cudnn lse" + at, down(lse), c.lse, tol);
+    check_within("attention cudnn dq / bound" + at, down(dq), c.dq, widened(bound.dq, c.dq));
+    check_within("attention cudnn dk / bound" + at, down(dk), c.dk, widened(bound.dk, c.dk));
+    check_within("attention cudnn dv / bound" + at, down(dv), c.dv, widened(bound.dv, c.dv));
+  }
+  AttentionShape small = cases.front().shape;
+  small.head_dim = 32;
+  check_true("attention cudnn refuses head_dim 32",
+             k.check(small) ==
+                 "head_dim a multiple of 8 from 64 to 256 (cuDNN's fused attention), not 32");
+}
+
 // The bf16 loss's inputs are multiples of 2^-3 (x) and 2^-4 (the weight) below 1, exact in bf16,
 // so every logit -- a sum of 64 products, multiples of 2^-7 below 32 -- is exact in fp32 in any
 // order: both forms round the same logits to bf16. Then a row's loss differs by the fp32 sum's
@@ -998,6 +1076,7 @@ int main() {
     test_attention_bf16(attention_bf16);
     test_moe(moe);
     test_gemv();
+    test_attention_cudnn(attention_bf16);
   } catch (const Error& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 1;

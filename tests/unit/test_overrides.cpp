@@ -337,6 +337,47 @@ TEST(Registry, DefaultKernelPerKindAndDevice) {
             "kernel 'linear_test_on_cuda' runs on cuda, not cpu");
 }
 
+TEST(Registry, DefaultKernelPerDtype) {
+  // As CUDA's attention: one kernel for every dtype, another for bf16 slots alone.
+  KernelRegistry r;
+  const AttentionKernel attention{attention_forward_reference, attention_backward_reference,
+                                  nullptr};
+  r.add({"attention_any_test",
+         OpKind::attention,
+         {DType::f32, DType::bf16},
+         "test only",
+         attention,
+         DeviceKind::cuda});
+  r.add({"attention_bf16_test",
+         OpKind::attention,
+         {DType::bf16},
+         "test only",
+         attention,
+         DeviceKind::cuda});
+  r.set_default(OpKind::attention, DeviceKind::cuda, "attention_any_test");
+  EXPECT_EQ(r.default_kernel(OpKind::attention, DeviceKind::cuda, DType::bf16),
+            "attention_any_test");
+  r.set_dtype_default(OpKind::attention, DeviceKind::cuda, DType::bf16, "attention_bf16_test");
+  EXPECT_EQ(r.default_kernel(OpKind::attention, DeviceKind::cuda, DType::bf16),
+            "attention_bf16_test");
+  EXPECT_EQ(r.default_kernel(OpKind::attention, DeviceKind::cuda, DType::f32),
+            "attention_any_test");
+  EXPECT_EQ(r.default_kernel(OpKind::attention, DeviceKind::cuda), "attention_any_test");
+  EXPECT_EQ(test::error_of([&] {
+              r.set_dtype_default(OpKind::attention, DeviceKind::cuda, DType::f32,
+                                  "attention_bf16_test");
+            }),
+            "kernel 'attention_bf16_test' does not take F32, so it cannot be that dtype's default");
+  EXPECT_EQ(test::error_of([&] {
+              r.set_dtype_default(OpKind::attention, DeviceKind::cpu, DType::bf16,
+                                  "attention_bf16_test");
+            }),
+            "kernel 'attention_bf16_test' runs on cuda, not cpu");
+  // No default for the (kind, device) at all: the dtype's alone does not make one.
+  EXPECT_EQ(test::error_of([&] { r.default_kernel(OpKind::rope, DeviceKind::cuda, DType::f32); }),
+            "no rope kernel is registered for cuda");
+}
+
 TEST(Overrides, ExpertsKernelConstraintIsCheckedUpFront) {
   // A registered experts kernel that takes at most 8 tokens.
   static const bool registered = [] {

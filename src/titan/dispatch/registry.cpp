@@ -369,6 +369,23 @@ const std::string& KernelRegistry::default_kernel(OpKind kind, DeviceKind device
   return it->second;
 }
 
+void KernelRegistry::set_dtype_default(OpKind kind, DeviceKind device, DType dtype,
+                                       const std::string& name) {
+  const KernelEntry& entry = get(name, kind);
+  TITAN_CHECK(entry.device == device, "kernel '", name, "' runs on ",
+              device_kind_name(entry.device), ", not ", device_kind_name(device));
+  TITAN_CHECK(std::find(entry.dtypes.begin(), entry.dtypes.end(), dtype) != entry.dtypes.end(),
+              "kernel '", name, "' does not take ", dtype_name(dtype),
+              ", so it cannot be that dtype's default");
+  dtype_defaults_[{kind, device, dtype}] = name;
+}
+
+const std::string& KernelRegistry::default_kernel(OpKind kind, DeviceKind device,
+                                                  DType dtype) const {
+  const auto it = dtype_defaults_.find({kind, device, dtype});
+  return it != dtype_defaults_.end() ? it->second : default_kernel(kind, device);
+}
+
 void KernelRegistry::add_device_ops(const DeviceOps& ops) {
   TITAN_CHECK(device_ops_.count(ops.device) == 0, "the ops of ", device_kind_name(ops.device),
               " are registered twice");

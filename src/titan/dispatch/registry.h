@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -298,6 +299,11 @@ class KernelRegistry {
   // (kind, device) by whoever registers that device's kernels; titan::Error when none is set.
   void set_default(OpKind kind, DeviceKind device, const std::string& name);
   const std::string& default_kernel(OpKind kind, DeviceKind device) const;
+  // A default for slots of one dtype only, over the (kind, device) default (CUDA's bf16
+  // attention: cuDNN's SDPA takes half types only); the kernel must declare that dtype.
+  void set_dtype_default(OpKind kind, DeviceKind device, DType dtype, const std::string& name);
+  // The dtype's default where one is set, else default_kernel(kind, device).
+  const std::string& default_kernel(OpKind kind, DeviceKind device, DType dtype) const;
 
   // The device's table of the ops no override rebinds (dispatch/device_ops.h), one per device.
   void add_device_ops(const DeviceOps& ops);
@@ -306,6 +312,7 @@ class KernelRegistry {
  private:
   std::map<std::string, KernelEntry> entries_;
   std::map<std::pair<OpKind, DeviceKind>, std::string> defaults_;
+  std::map<std::tuple<OpKind, DeviceKind, DType>, std::string> dtype_defaults_;
   std::map<DeviceKind, DeviceOps> device_ops_;
 };
 

@@ -19,8 +19,11 @@ std::string layer_name(int64_t i) {
 }  // namespace
 
 // `compute`: the dtype of the matmuls' operands (the experts' GEMMs included); the router,
-// norms, RoPE, attention and SwiGLU stay fp32. Each slot starts on the running device's default
-// kernel of its kind (dispatch/registry.h), attention on the one `attn_backend` names.
+// norms, RoPE and SwiGLU stay fp32. Each slot starts on the running device's default kernel of
+// its kind (dispatch/registry.h), attention on the CPU on the one `attn_backend` names. Attention
+// is fp32 on the CPU (a CPU kernel without bf16 forms widens the kept bf16 q, k and v); on another
+// device it runs in `compute`, on that dtype's default: CUDA's bf16 attention is cuDNN's, which
+// takes half types only, so its kernel declares bf16 alone and an fp32 slot refuses it.
 std::vector<KernelSlot> decoder_lm_default_slots(const ModelArgs& a, DType compute,
                                                  DeviceKind device) {
   const KernelRegistry& registry = kernel_registry();
@@ -40,10 +43,14 @@ std::vector<KernelSlot> decoder_lm_default_slots(const ModelArgs& a, DType compu
       slots.push_back(slot(p + ".self_attn.k_norm", OpKind::rms_norm));
     }
     slots.push_back(slot(p + ".self_attn", OpKind::rope));
-    slots.push_back({p + ".self_attn", OpKind::attention,
-                     device == DeviceKind::cpu ? "attention_" + a.attn_backend
-                                               : registry.default_kernel(OpKind::attention, device),
-                     DType::f32, device});
+    if (device == DeviceKind::cpu) {
+      slots.push_back(
+          {p + ".self_attn", OpKind::attention, "attention_" + a.attn_backend, DType::f32, device});
+    } else {
+      slots.push_back({p + ".self_attn", OpKind::attention,
+                       registry.default_kernel(OpKind::attention, device, compute), compute,
+                       device});
+    }
     slots.push_back(slot(p + ".post_attention_layernorm", OpKind::rms_norm));
     if (a.layer_is_sparse(i)) {
       slots.push_back(slot(p + ".mlp.gate", OpKind::linear));

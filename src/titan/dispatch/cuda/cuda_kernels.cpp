@@ -81,12 +81,23 @@ void register_cuda_kernels(KernelRegistry& r) {
                    "one thread per rotated pair, the CPU's cos/sin table in device memory",
                    RopeKernel{cuda_ops::rope_forward, cuda_ops::rope_backward}));
   r.add(cuda_entry(
-      "attention_cuda_simple", OpKind::attention, {DType::f32},
+      "attention_cuda_simple", OpKind::attention, {DType::f32, DType::bf16},
       "one block per query row (forward, dq) or key row (dk, dv), scores recomputed "
       "(bf16 forms at the CPU's rounding points); correct first, not fast",
       AttentionKernel{cuda_ops::attention_forward, cuda_ops::attention_backward,
                       cuda_ops::attention_check, nullptr, cuda_ops::attention_backward_bf16,
                       cuda_ops::attention_forward_bf16}));
+  // bf16 only: cuDNN's SDPA takes half types, so an fp32 job's slots refuse it (decoder_lm_slots:
+  // CUDA's attention slot has the job's compute dtype). The fp32 forms, which the registry
+  // requires and a forward that keeps no bf16 q, k, v calls (SelfAttention::forward), are the
+  // simple kernel's.
+  r.add(cuda_entry("attention_cuda_cudnn", OpKind::attention, {DType::bf16},
+                   "cuDNN's fused SDPA (cudnn-frontend) over bf16 q, k, v, fp32 accumulation, "
+                   "graphs cached per shape; fp32 forms: attention_cuda_simple's",
+                   AttentionKernel{cuda_ops::attention_forward, cuda_ops::attention_backward,
+                                   cuda_ops::attention_cudnn_check, nullptr,
+                                   cuda_ops::attention_backward_cudnn_bf16,
+                                   cuda_ops::attention_forward_cudnn_bf16}));
   r.add(cuda_entry("swiglu_cuda", OpKind::swiglu, {DType::f32},
                    "one thread per element (bf16 recompute and backward too)",
                    SwigluKernel{cuda_ops::swiglu_forward, cuda_ops::swiglu_backward,
@@ -128,6 +139,7 @@ void register_cuda_kernels(KernelRegistry& r) {
   r.set_default(OpKind::rms_norm, DeviceKind::cuda, "rms_norm_cuda");
   r.set_default(OpKind::rope, DeviceKind::cuda, "rope_cuda");
   r.set_default(OpKind::attention, DeviceKind::cuda, "attention_cuda_simple");
+  r.set_dtype_default(OpKind::attention, DeviceKind::cuda, DType::bf16, "attention_cuda_cudnn");
   r.set_default(OpKind::swiglu, DeviceKind::cuda, "swiglu_cuda");
   r.set_default(OpKind::lm_head_loss, DeviceKind::cuda, "cross_entropy_cuda");
   r.set_default(OpKind::experts, DeviceKind::cuda, "experts_staged_cuda");

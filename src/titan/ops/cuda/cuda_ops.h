@@ -62,6 +62,18 @@ void attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
 // Empty when the kernel runs `s`, else what it requires.
 std::string attention_check(const AttentionShape& s);
 
+// attention_cudnn.cpp: cuDNN's fused SDPA over bf16 q, k, v (and out), mixed-precision training's
+// forms with the bf16 signatures above; the forward's out and the backward's dq, dk, dv come from
+// cuDNN in bf16, widened (attention_cudnn_plan.h). Graphs built once per shape and cached.
+void attention_forward_cudnn_bf16(float* out, float* lse, const uint16_t* q, const uint16_t* k,
+                                  const uint16_t* v, const AttentionShape& s);
+void attention_backward_cudnn_bf16(float* dq, float* dk, float* dv, const float* dout,
+                                   const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                   const uint16_t* out, const float* lse, const AttentionShape& s);
+// Empty when cuDNN's kernel runs `s` (square causal, head_dim 64-256 in steps of 8), else what it
+// requires.
+std::string attention_cudnn_check(const AttentionShape& s);
+
 // cross_entropy.cu (fp32, and bf16 with the lm_head's bf16 copy): the lm_head GEMMs through the
 // backend, a chunk of tokens at a time.
 CrossEntropyResult lm_head_cross_entropy(const CrossEntropyArgs& args);
