@@ -6,9 +6,10 @@
 #   run NAME NPROC ARGS...      one job (NPROC 1: without mpirun), its metrics in NAME.jsonl, its
 #                               output in NAME.log (printed, and the test stopped, if it fails)
 #   one_line LOG PATTERN        exactly one line of the log matches
-#   equal_to_single REF FIRST_STEP RUN...
+#   equal_to_single [--adapter] REF FIRST_STEP RUN...
 #                               tests/e2e/equal_to_single.py: losses and grad norms within 1e-5
 #                               relative of REF's from FIRST_STEP on, the exports' tensors the same
+#                               (--adapter: the LoRA adapters')
 #   same_export REF RUN...      each RUN's export byte for byte REF's
 #   write_tiny_qwen3_moe FOLDER a Hugging Face Qwen3-MoE folder from transformers (its layout, one
 #                               tensor per expert; random weights, seed 0) with a tokenizer
