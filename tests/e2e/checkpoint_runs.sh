@@ -4,6 +4,7 @@
 #   resume_from NAME            the flags that load NAME's step-5 checkpoint as the initial state
 #   one_process_layout NAME     NAME's step-5 checkpoint holds the one process's files (gathered
 #                               onto rank 0), no sharding.json
+#   resumed NAME...             each run says it resumed step 5
 #   same_steps_after_5 REF RUN  RUN's losses and grad norms of steps 6 to 10 REF's bit for bit
 #                               (a resume in the layout that saved: the same sums in the same order)
 #   same_checkpoint A B         the step folders A and B hold the same files, each byte for byte
@@ -16,6 +17,12 @@ one_process_layout() {
   local dir="$work/$1/checkpoint/step-5"
   [ -f "$dir/model.safetensors" ] && [ -f "$dir/optimizer.safetensors" ] && [ ! -e "$dir/sharding.json" ] \
     || { echo "$1: step-5 is not the one process's layout: $(ls "$dir")"; exit 1; }
+}
+resumed() {
+  local name
+  for name in "$@"; do
+    grep -q "resumed step 5 from" "$work/$name.log" || { echo "$name: did not resume step 5"; cat "$work/$name.log"; exit 1; }
+  done
 }
 same_steps_after_5() {
   local steps='import json, sys
