@@ -6,6 +6,7 @@
 # global batch:
 #  - TP 2 (sequence parallel), TP 2 without sequence parallel, FSDP 2 x TP 2: 10 losses and grad
 #    norms within 1e-5 relative; the exported adapters hold the one process's tensors and shapes;
+#    the start-up line counts the whole adapter and model, as the one process's;
 #  - lora.dropout 0.1 under TP 2: the same (a row-wise input's mask keyed by its whole feature);
 #  - at a learning rate no update survives rounding (1e-30), started from the one process's trained
 #    adapter (lora.initial_adapter, each rank reading its cuts), the PEFT adapter folder TP 2 and
@@ -36,6 +37,16 @@ common=(--training.steps=10 --training.seq_len=64 --training.local_batch_size=1
         --threads 1 --lora.rank=8 --lora.alpha=16 --checkpoint.last_save_in_hf=true)
 tp2=(--parallelism.tensor_parallel_degree=2)
 no_sp=(--parallelism.enable_sequence_parallel=false)
+# same_lora_line REF RUN...: each RUN's start-up line counting the adapter's and the model's
+# parameters is REF's (the whole model's, not rank 0's parts).
+same_lora_line() {
+  local reference="$1" name
+  shift
+  for name in "$@"; do
+    diff <(grep "^LoRA: rank" "$work/$reference.log") <(grep "^LoRA: rank" "$work/$name.log") \
+      || { echo "$name: the LoRA line differs from $reference's"; exit 1; }
+  done
+}
 
 run single 1
 run tp2 2 "${tp2[@]}"
@@ -44,6 +55,7 @@ run tp2-no-sp 2 "${tp2[@]}" "${no_sp[@]}"
 run fsdp2tp2 4 "${tp2[@]}"
 grep -q "dp_shard 2" "$work/fsdp2tp2.log" || { echo "fsdp2tp2: not FSDP 2"; cat "$work/fsdp2tp2.log"; exit 1; }
 equal_to_single --adapter single 1 tp2 tp2-no-sp fsdp2tp2
+same_lora_line single tp2 fsdp2tp2
 run drop-single 1 --lora.dropout=0.1
 run drop-tp2 2 "${tp2[@]}" --lora.dropout=0.1
 equal_to_single --adapter drop-single 1 drop-tp2
@@ -108,6 +120,7 @@ run moe-single 1 "${moe[@]}" --optimizer.lr=1e-5
 run moe-ep2 2 "${moe[@]}" "${ep2[@]}" --optimizer.lr=1e-5
 run moe-tp2ep2 2 "${moe[@]}" "${ep2[@]}" "${tp2[@]}" --optimizer.lr=1e-5
 equal_to_single --adapter moe-single 1 moe-ep2 moe-tp2ep2
+same_lora_line moe-single moe-ep2 moe-tp2ep2
 moe_still=(--training.steps=2 --optimizer.lr=1e-30 --lora.initial_adapter="$work/moe-single/adapter")
 run moe-still-single 1 "${moe[@]}" "${moe_still[@]}"
 run moe-still-ep2 2 "${moe[@]}" "${ep2[@]}" "${moe_still[@]}"
