@@ -54,7 +54,7 @@ run 1-to-fsdp2tp2ep2 4 "${tp2ep2[@]}" $(resume_from ck-single)
 resumed fsdp2tp2ep2-to-1 fsdp2tp2ep2-to-tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2 1-to-fsdp2tp2ep2
 equal_to_single single 1 ck-fsdp2tp2ep2 ck-single
 equal_to_single single 6 fsdp2tp2ep2-to-1 fsdp2tp2ep2-to-tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2 1-to-fsdp2tp2ep2
-same_steps_after_5 ck-fsdp2tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2
+same_steps_after 5 ck-fsdp2tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2
 
 # Asynchronous saves under FSDP 2 x TP 2 x EP 2 and FSDP 2 x EP 2: the synchronous save's files.
 run async-fsdp2tp2ep2 4 "${ckpt[@]}" "${tp2ep2[@]}" "${async[@]}"
@@ -73,7 +73,7 @@ run async-fsdp2ep2-to-1 1 $(resume_from async-fsdp2ep2)
 # shellcheck disable=SC2046
 run async-fsdp2ep2-to-fsdp2ep2 4 "${ep2[@]}" $(resume_from async-fsdp2ep2)
 resumed async-fsdp2ep2-to-1 async-fsdp2ep2-to-fsdp2ep2
-same_steps_after_5 ck-fsdp2ep2 async-fsdp2ep2-to-fsdp2ep2
+same_steps_after 5 ck-fsdp2ep2 async-fsdp2ep2-to-fsdp2ep2
 equal_to_single single 1 async-fsdp2tp2ep2 ck-fsdp2ep2 async-fsdp2ep2
 equal_to_single single 6 async-fsdp2ep2-to-1 async-fsdp2ep2-to-fsdp2ep2
 
