@@ -958,6 +958,56 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
                                 "data-parallel rank 1");
 }
 
+// A conversation that reads but does not encode (reasoning_content under the Qwen2.5 template),
+// in rank 1's share of a packed window: every rank stops at it with the same job-wide error (rank
+// 0 prints it for the job), the line one process gives, after the same batches -- rank 0 does not
+// wait in the lengths' sum for a rank that already stopped.
+TEST(LoaderChat, AnUnencodableConversationStopsEveryRankAlike) {
+  const ScratchDir dir("chat_unencodable");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i) {
+    json line = json::parse(chat_line("question " + std::to_string(i), prose(i)));
+    if (i == 25) line["messages"][1]["reasoning_content"] = "thinking";
+    jsonl += line.dump() + "\n";
+  }
+  write_text(dir / "d/chat.jsonl", jsonl);
+  LoaderOptions o = chat_options(dir / "d", 2, 64);
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen2_5);
+  o.pack_conversations = true;
+  o.shuffle = false;  // conversation 25 is rank 1's of 2 (each window's i-th is rank i % 2's)
+  const std::vector<std::string> files = expand_data_paths(o.data.paths);
+  const std::string expected = dir / "d/chat.jsonl" +
+                               ":26: chat template: message 1 has reasoning_content, which the "
+                               "Qwen2.5 Instruct template does not render (only Qwen3's does)";
+  const RankStop alone = walk_to_error(o, tok, files, {});
+  EXPECT_EQ(alone.error, expected);
+  EXPECT_GT(alone.batches, 0u);
+  struct JobWideStop {
+    RankStop stop;
+    bool job_wide = false;
+  };
+  const std::vector<JobWideStop> stops = run_ranks<JobWideStop>(2, 1, [&](const RankShare& rank) {
+    JobWideStop s;
+    BatchProducer producer(rank.applied_to(o), tok, files, std::nullopt);
+    try {
+      for (Batch b; producer.next(b);) ++s.stop.batches;
+    } catch (const JobWideError& e) {
+      s.job_wide = true;
+      s.stop.error = e.what();
+    } catch (const Error& e) {
+      s.stop.error = e.what();
+    }
+    return s;
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_TRUE(stops[r].job_wide);
+    EXPECT_EQ(stops[r].stop.error, expected);
+    EXPECT_EQ(stops[r].stop.batches, alone.batches);
+  }
+}
+
 // Packed conversations over data-parallel ranks (threads here), as packed text above: the ranks
 // split the encoding of each window of a file's conversations and sum their lengths, and a rank
 // encodes another's conversation only where it lands in its own rows. Each rank's own batches,
