@@ -114,7 +114,7 @@ std::vector<Run> run_ranks(int n, int64_t per_rank,
 }
 
 // One rank's walk of a producer (a whole one: RankShare{}): its batches, the state after each and
-// at the end, and the records it tokenized.
+// at the end, and the records it tokenized (reading the states included).
 struct RankRun {
   std::vector<Batch> batches;
   std::vector<LoaderState> states;  // after each batch
@@ -124,7 +124,8 @@ struct RankRun {
 RankRun walk(const LoaderOptions& options, const Tokenizer& tok,
              const std::vector<std::string>& files, const RankShare& rank,
              const std::optional<LoaderState>& from) {
-  BatchProducer producer(rank.applied_to(options), tok, files, from);
+  const LoaderOptions with = rank.applied_to(options);  // the producer keeps a reference
+  BatchProducer producer(with, tok, files, from);
   RankRun r;
   for (Batch b; producer.next(b);) {
     r.batches.push_back(b);
@@ -167,7 +168,8 @@ struct RankStop {
 };
 RankStop walk_to_error(const LoaderOptions& options, const Tokenizer& tok,
                        const std::vector<std::string>& files, const RankShare& rank) {
-  BatchProducer producer(rank.applied_to(options), tok, files, std::nullopt);
+  const LoaderOptions with = rank.applied_to(options);  // the producer keeps a reference
+  BatchProducer producer(with, tok, files, std::nullopt);
   RankStop stop;
   stop.error = error_of([&] {
     for (Batch b; producer.next(b);) ++stop.batches;
@@ -908,9 +910,12 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
     }
   }
   const int64_t stream = at;
-  // No state read: a carry is read only for this rank's rows.
   const auto count_tokenized = [&](const RankShare& rank) {
-    return run(o, rank, std::nullopt).tokenized;
+    const LoaderOptions with = rank.applied_to(o);
+    BatchProducer producer(with, tok, files, std::nullopt);
+    for (Batch b; producer.next(b);) {
+    }
+    return producer.tokenized();  // no state read: a carry is read only for this rank's rows
   };
   EXPECT_EQ(count_tokenized({}), whole_tokenized);
   for (const int n : {2, 4}) {
@@ -972,8 +977,9 @@ TEST(LoaderChat, AnUnencodableConversationStopsEveryRankAlike) {
     jsonl += line.dump() + "\n";
   }
   write_text(dir / "d/chat.jsonl", jsonl);
-  LoaderOptions o = chat_options(dir / "d", 2, 64);
+  LoaderOptions o = chat_options(dir / "d", 2, 256);
   o.chat_template = ChatTemplate(ChatTemplateKind::qwen2_5);
+  o.truncate_long = true;
   o.pack_conversations = true;
   o.shuffle = false;  // conversation 25 is rank 1's of 2 (each window's i-th is rank i % 2's)
   const std::vector<std::string> files = expand_data_paths(o.data.paths);
@@ -989,7 +995,8 @@ TEST(LoaderChat, AnUnencodableConversationStopsEveryRankAlike) {
   };
   const std::vector<JobWideStop> stops = run_ranks<JobWideStop>(2, 1, [&](const RankShare& rank) {
     JobWideStop s;
-    BatchProducer producer(rank.applied_to(o), tok, files, std::nullopt);
+    const LoaderOptions with = rank.applied_to(o);  // the producer keeps a reference
+    BatchProducer producer(with, tok, files, std::nullopt);
     try {
       for (Batch b; producer.next(b);) ++s.stop.batches;
     } catch (const JobWideError& e) {

@@ -284,7 +284,7 @@ bool BatchProducer::read_document(int64_t doc, Document& out, bool alone) {
   } catch (const BadRecordError& e) {
     return skip_bad_record(std::current_exception(), e.what());
   }
-  out.where = std::move(r.where);
+  out.where = r.where;  // copied: an encoding error names it too
   out.labels.clear();
   out.skimmed = skims_rows();
   if (out.skimmed) {  // its row is another rank's: one conversation, whatever its tokens
