@@ -4,7 +4,7 @@
 #   resume_from NAME            the flags that load NAME's step-5 checkpoint as the initial state
 #   one_process_layout NAME     NAME's step-5 checkpoint holds the one process's files (gathered
 #                               onto rank 0), no sharding.json
-#   resumed NAME...             each run says it resumed step 5
+#   resumed NAME...             each run says once (rank 0 for the job) that it resumed step 5
 #   same_steps_after STEP REF RUN
 #                               RUN's losses and grad norms of steps STEP + 1 to 10 REF's bit for
 #                               bit (a resume in the layout that saved: the same sums in the same
@@ -23,7 +23,8 @@ one_process_layout() {
 resumed() {
   local name
   for name in "$@"; do
-    grep -q "resumed step 5 from" "$work/$name.log" || { echo "$name: did not resume step 5"; cat "$work/$name.log"; exit 1; }
+    [ "$(grep -c "^resumed step 5 from" "$work/$name.log")" = 1 ] \
+      || { echo "$name: did not say once that it resumed step 5"; cat "$work/$name.log"; exit 1; }
   done
 }
 same_steps_after() {
