@@ -122,6 +122,9 @@ print(f"no-moments: {len(zeroed)} of the experts' AdamW moments zeroed")
 PY
 run no-moments-to-tp2ep2 2 "${ckpt[@]}" "${tp2ep2[@]}" \
   --checkpoint.initial_load_path="$work/no-moments" --checkpoint.initial_load_model_only=false
+for name in tp2ep2-to-tp2ep2 no-moments-to-tp2ep2; do
+  one_line "$work/$name.log" "^resumed step 4 from"
+done
 if same_steps_after 4 ck-tp2ep2 no-moments-to-tp2ep2 > "$work/no-moments.diff"; then
   echo "no-moments-to-tp2ep2: resumed bit for bit without the experts' moments"; exit 1
 fi
