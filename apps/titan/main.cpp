@@ -54,8 +54,13 @@ int report_job_wide_error(const std::string& line, int status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Decode is ~140 small parallel regions per token: see reexec_with_short_omp_spin.
-  if (argc > 1 && std::string_view(argv[1]) == "generate") titan::reexec_with_short_omp_spin(argv);
+  // Decode is ~140 small parallel regions per token, and a training step's team threads spinning
+  // for libgomp's default few ms at every barrier hold the cores that other processes (or a
+  // descheduled team thread) need: see reexec_with_short_omp_spin.
+  if (argc > 1 &&
+      (std::string_view(argv[1]) == "generate" || std::string_view(argv[1]) == "train")) {
+    titan::reexec_with_short_omp_spin(argv);
+  }
   CLI::App app{"titan: pre-train, fine-tune and run Qwen3 models"};
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, titan::cli::Action>> commands;

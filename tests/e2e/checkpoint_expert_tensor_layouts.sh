@@ -17,7 +17,7 @@
 #    process and as FSDP 2 x EP 2 (the synchronous run's steps 6 to 10 bit for bit).
 # Every run's losses and grad norms (the saving runs' from step 1, the resumed ones' from step 6)
 # within 1e-5 relative of the one process's (tests/e2e/equal_to_single.py), at the learning rate
-# 1e-5 of train_expert_tensor_parallel.sh (at the default 8e-4 the tiny MoE's trajectory is
+# 1e-5 of layout_runs.sh's tiny_moe_layouts (at the default 8e-4 the tiny MoE's trajectory is
 # chaotic, so layouts that round differently part after a few steps). A resume that misplaced a
 # weight -- an expert's FSDP row, a TP cut -- is far off; at this learning rate a lost AdamW
 # moment moves the next steps by little (the experts' moments zeroed in the gather: grad norm
@@ -31,21 +31,10 @@ trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/layout_runs.sh"
 . "$(dirname "$0")/checkpoint_runs.sh"
 
-common=(--model.flavor=tiny_moe --model.output_router_logits=true --model.router_aux_loss_scope=local
-        --optimizer.lr=1e-5 --training.steps=10
-        --training.seq_len=64 --training.local_batch_size=1 --training.global_batch_size=4
-        --lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --checkpoint.last_save_in_hf=true
-        --threads 1)
+common=("${tiny_moe_layouts[@]}")
 tp2ep2=(--parallelism.tensor_parallel_degree=2 --parallelism.expert_parallel_degree=2)
 ckpt=(--checkpoint.enable=true --checkpoint.interval=5 --checkpoint.keep_latest_k=0)
 async=(--checkpoint.async_mode=async)
-# resumed NAME...: each run resumed step 5 (every rank says so)
-resumed() {
-  local name
-  for name in "$@"; do
-    grep -q "resumed step 5 from" "$work/$name.log" || { echo "$name: did not resume step 5"; cat "$work/$name.log"; exit 1; }
-  done
-}
 
 # FSDP 2 x TP 2 x EP 2 saves; resumes as one process, TP 2 x EP 2 and itself; one process's save
 # resumes as FSDP 2 x TP 2 x EP 2.
@@ -65,7 +54,7 @@ run 1-to-fsdp2tp2ep2 4 "${tp2ep2[@]}" $(resume_from ck-single)
 resumed fsdp2tp2ep2-to-1 fsdp2tp2ep2-to-tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2 1-to-fsdp2tp2ep2
 equal_to_single single 1 ck-fsdp2tp2ep2 ck-single
 equal_to_single single 6 fsdp2tp2ep2-to-1 fsdp2tp2ep2-to-tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2 1-to-fsdp2tp2ep2
-same_steps_after_5 ck-fsdp2tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2
+same_steps_after 5 ck-fsdp2tp2ep2 fsdp2tp2ep2-to-fsdp2tp2ep2
 
 # Asynchronous saves under FSDP 2 x TP 2 x EP 2 and FSDP 2 x EP 2: the synchronous save's files.
 run async-fsdp2tp2ep2 4 "${ckpt[@]}" "${tp2ep2[@]}" "${async[@]}"
@@ -84,7 +73,7 @@ run async-fsdp2ep2-to-1 1 $(resume_from async-fsdp2ep2)
 # shellcheck disable=SC2046
 run async-fsdp2ep2-to-fsdp2ep2 4 "${ep2[@]}" $(resume_from async-fsdp2ep2)
 resumed async-fsdp2ep2-to-1 async-fsdp2ep2-to-fsdp2ep2
-same_steps_after_5 ck-fsdp2ep2 async-fsdp2ep2-to-fsdp2ep2
+same_steps_after 5 ck-fsdp2ep2 async-fsdp2ep2-to-fsdp2ep2
 equal_to_single single 1 async-fsdp2tp2ep2 ck-fsdp2ep2 async-fsdp2ep2
 equal_to_single single 6 async-fsdp2ep2-to-1 async-fsdp2ep2-to-fsdp2ep2
 

@@ -4,8 +4,11 @@
 #   resume_from NAME            the flags that load NAME's step-5 checkpoint as the initial state
 #   one_process_layout NAME     NAME's step-5 checkpoint holds the one process's files (gathered
 #                               onto rank 0), no sharding.json
-#   same_steps_after_5 REF RUN  RUN's losses and grad norms of steps 6 to 10 REF's bit for bit
-#                               (a resume in the layout that saved: the same sums in the same order)
+#   resumed NAME...             each run says once (rank 0 for the job) that it resumed step 5
+#   same_steps_after STEP REF RUN
+#                               RUN's losses and grad norms of steps STEP + 1 to 10 REF's bit for
+#                               bit (a resume in the layout that saved: the same sums in the same
+#                               order)
 #   same_checkpoint A B         the step folders A and B hold the same files, each byte for byte
 #                               but job_config.toml (but its async_mode line and the run's own
 #                               folder and metrics file) and trainer_state.json (but
@@ -17,14 +20,21 @@ one_process_layout() {
   [ -f "$dir/model.safetensors" ] && [ -f "$dir/optimizer.safetensors" ] && [ ! -e "$dir/sharding.json" ] \
     || { echo "$1: step-5 is not the one process's layout: $(ls "$dir")"; exit 1; }
 }
-same_steps_after_5() {
+resumed() {
+  local name
+  for name in "$@"; do
+    [ "$(grep -c "^resumed step 5 from" "$work/$name.log")" = 1 ] \
+      || { echo "$name: did not say once that it resumed step 5"; cat "$work/$name.log"; exit 1; }
+  done
+}
+same_steps_after() {
   local steps='import json, sys
 for r in map(json.loads, open(sys.argv[1])):
-    if "loss" in r and r["step"] > 5: print(r["step"], repr(r["loss"]), repr(r["grad_norm"]))'
-  [ "$("$python" -c "$steps" "$work/$1.jsonl" | wc -l)" = 5 ] || { echo "$1: not 5 steps after step 5"; exit 1; }
-  diff <("$python" -c "$steps" "$work/$1.jsonl") <("$python" -c "$steps" "$work/$2.jsonl") \
-    || { echo "$2: steps 6 to 10 differ from $1's"; exit 1; }
-  echo "$2: steps 6 to 10 $1's bit for bit"
+    if "loss" in r and r["step"] > int(sys.argv[2]): print(r["step"], repr(r["loss"]), repr(r["grad_norm"]))'
+  [ "$("$python" -c "$steps" "$work/$2.jsonl" "$1" | wc -l)" = $((10 - $1)) ] || { echo "$2: not $((10 - $1)) steps after step $1"; exit 1; }
+  diff <("$python" -c "$steps" "$work/$2.jsonl" "$1") <("$python" -c "$steps" "$work/$3.jsonl" "$1") \
+    || { echo "$3: steps $(($1 + 1)) to 10 differ from $2's"; return 1; }
+  echo "$3: steps $(($1 + 1)) to 10 $2's bit for bit"
 }
 run_keys='^(async_mode|dump_folder|save_jsonl) = '
 same_checkpoint() {

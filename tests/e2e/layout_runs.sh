@@ -6,14 +6,34 @@
 #   run NAME NPROC ARGS...      one job (NPROC 1: without mpirun), its metrics in NAME.jsonl, its
 #                               output in NAME.log (printed, and the test stopped, if it fails)
 #   one_line LOG PATTERN        exactly one line of the log matches
-#   equal_to_single REF FIRST_STEP RUN...
+#   equal_to_single [--adapter] REF FIRST_STEP RUN...
 #                               tests/e2e/equal_to_single.py: losses and grad norms within 1e-5
 #                               relative of REF's from FIRST_STEP on, the exports' tensors the same
+#                               (--adapter: the LoRA adapters')
 #   same_export REF RUN...      each RUN's export byte for byte REF's
+#   refused NAME NPROC PATTERN ARGS...
+#                               an NPROC-rank job (the common flags and ARGS) fails, exactly one
+#                               line of its output matching PATTERN
 #   write_tiny_qwen3_moe FOLDER a Hugging Face Qwen3-MoE folder from transformers (its layout, one
 #                               tensor per expert; random weights, seed 0) with a tokenizer
+# and the array tiny_moe_layouts: the flags the tiny_moe layout tests share (a caller's common).
 e2e_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$e2e_dir/mpi_env.sh"
+
+# The tiny_moe flavor (8 experts, 2 per token) with the load-balancing loss on, local (every rank's
+# statistics its data-parallel rank's whole rows, as the single process's micro-batches of one
+# row), 10 steps of global batch 4, in fp32. The learning rate 1e-5, not the default 8e-4: at 8e-4
+# the tiny MoE's trajectory is chaotic -- AdamW moves a weight whose moments nearly cancel by up
+# to 2 lr whichever side the rounding falls, and a token's routing can then flip -- so layouts
+# that round differently part after a few steps (measured in the sanitizer build: FSDP 2 x TP 2 x
+# EP 2 against TP 2 x EP 2 within 1e-9 for 3 steps, then 7.3e-5 at step 4; at 1e-5 within 3e-8
+# over 10 steps); the experts' partial sums over TP ranks round differently from whole products.
+# shellcheck disable=SC2034  # used by the sourcing scripts
+tiny_moe_layouts=(--model.flavor=tiny_moe --model.output_router_logits=true
+                  --model.router_aux_loss_scope=local --optimizer.lr=1e-5 --training.steps=10
+                  --training.seq_len=64 --training.local_batch_size=1 --training.global_batch_size=4
+                  --lr_scheduler.warmup_steps=2 --metrics.log_freq=1
+                  --checkpoint.last_save_in_hf=true --threads 1)
 
 run() {
   local name="$1" n="$2"
@@ -35,6 +55,14 @@ same_export() {
       || { echo "$name: export differs from $reference's"; exit 1; }
     echo "$name: export byte for byte $reference's"
   done
+}
+refused() {
+  local name="$1" n="$2" pattern="$3"
+  shift 3
+  if "$titan" launch --nproc "$n" train "${common[@]}" "$@" --job.dump_folder="$work/$name" > "$work/$name.log" 2>&1; then
+    echo "$name: ran"; cat "$work/$name.log"; exit 1
+  fi
+  one_line "$work/$name.log" "$pattern"
 }
 write_tiny_qwen3_moe() {
   "$python" - "$1" "$e2e_dir/../fixtures/llama3-style-tokenizer" <<'PY'

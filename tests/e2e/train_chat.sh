@@ -214,6 +214,39 @@ assert worst <= 1e-5, (one, two)
 print(f"packed chat on 2 ranks, each encoding its share: steps 1-4 within {worst:.1e} of one process")
 PY
 
+# A conversation that reads but does not encode (reasoning_content under the Qwen2.5 Instruct
+# template) in packed data: one line naming its file and line, on one process and on 2 ranks
+# sharing the encoding (every rank stops at it alike, rank 0 printing the line for the job:
+# titan::JobWideError), a non-zero exit and no wait for the job's abort.
+cp -r "$work/model" "$work/qwen25"
+"$python" - "$work" "$source_dir/tests/fixtures/chat_templates.json" <<'PY'
+import json, sys
+work, templates = sys.argv[1:]
+qwen25 = next(t for t in json.load(open(templates)) if t["kind"] == "qwen2_5")
+path = f"{work}/qwen25/tokenizer_config.json"
+config = json.load(open(path))
+config["chat_template"] = qwen25["chat_template"]
+json.dump(config, open(path, "w"))
+lines = [json.loads(line) for line in open(f"{work}/sft.jsonl")]
+lines[1]["messages"][-1]["reasoning_content"] = "Think twice."
+with open(f"{work}/reasoning.jsonl", "w") as f:
+    f.writelines(json.dumps(line) + "\n" for line in lines)
+PY
+unencodable=("${packshare[@]}" --model.hf_assets_path="$work/qwen25"
+             --checkpoint.initial_load_path="$work/qwen25" --training.dataset_path="$work/reasoning.jsonl")
+reasoning="titan train: error: $work/reasoning.jsonl:2: chat template: message 4 has reasoning_content, which the Qwen2\.5 Instruct template does not render \(only Qwen3's does\)$"
+for nproc in 1 2; do
+  log="$work/unencodable$nproc.log" start=$SECONDS status=0
+  launch=("$titan")
+  [ $nproc = 1 ] || launch=("$titan" launch --nproc 2)
+  "${launch[@]}" train "${unencodable[@]}" --job.dump_folder="$work/unencodable$nproc" > "$log" 2>&1 || status=$?
+  [ "$status" -ge 1 ] && [ "$status" -le 127 ] || { echo "unencodable on $nproc: exit status $status"; cat "$log"; exit 1; }
+  [ $((SECONDS - start)) -lt 60 ] || { echo "unencodable on $nproc: took $((SECONDS - start)) s (a rank waited for the abort)"; cat "$log"; exit 1; }
+  [ "$(grep -c 'titan train: error: ' "$log")" = 1 ] && grep -qE "^(\[rank 0 of 2\] )?$reasoning" "$log" \
+    || { echo "unencodable on $nproc: expected one line matching '$reasoning':"; cat "$log"; exit 1; }
+done
+echo "an unencodable conversation in packed data: one line on one process and on 2 ranks"
+
 # bf16 mixed precision on the same data: the same masked loss, to bf16's rounding.
 "$titan" train "${common[@]}" --training.dataset_path="$work/sft.jsonl" --training.seq_len=160 \
   --training.local_batch_size=2 --training.global_batch_size=4 --training.steps=3 \

@@ -98,14 +98,6 @@ equal_to_single single 5 ep2-to-fsdp2ep2
 equal_to_single single 9 fsdp2ep2-to-1
 
 # Not built yet: one line each.
-refused() {  # refused NAME NPROC PATTERN ARGS...
-  local name="$1" n="$2" pattern="$3"
-  shift 3
-  if "$titan" launch --nproc "$n" train "${common[@]}" "$@" --job.dump_folder="$work/$name" > "$work/$name.log" 2>&1; then
-    echo "$name: ran"; cat "$work/$name.log"; exit 1
-  fi
-  one_line "$work/$name.log" "$pattern"
-}
 refused dense 2 "expert_parallel_degree 2 needs a model with experts" "${ep2[@]}" --model.flavor=debugmodel
 refused lora 2 "lora.target_modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj with lora.rank 4 under parallelism.expert_parallel_degree 2: LoRA on the experts under expert parallel is not built yet" "${ep2[@]}" --lora.rank=4
 echo "train_expert_parallel: all checks passed"

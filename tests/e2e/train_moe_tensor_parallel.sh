@@ -25,16 +25,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/layout_runs.sh"
 
-# The learning rate 1e-5, not the default 8e-4: at 8e-4 the tiny MoE's trajectory is chaotic --
-# AdamW moves a weight whose moments nearly cancel by up to 2 lr whichever side the rounding
-# falls, and a token's routing can then flip -- so layouts that round differently part after a
-# few steps (train_expert_tensor_parallel.sh's header has the measurements); the experts' partial
-# sums over the TP ranks round differently from the one process's whole products.
-common=(--model.flavor=tiny_moe --model.output_router_logits=true --model.router_aux_loss_scope=local
-        --optimizer.lr=1e-5 --training.steps=10
-        --training.seq_len=64 --training.local_batch_size=1 --training.global_batch_size=4
-        --lr_scheduler.warmup_steps=2 --metrics.log_freq=1 --checkpoint.last_save_in_hf=true
-        --threads 1)
+# At learning rate 1e-5 (layout_runs.sh says why).
+common=("${tiny_moe_layouts[@]}")
 tp2=(--parallelism.tensor_parallel_degree=2)
 ddp2=(--parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=1)
 

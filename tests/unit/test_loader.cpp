@@ -113,6 +113,70 @@ std::vector<Run> run_ranks(int n, int64_t per_rank,
   return runs;
 }
 
+// One rank's walk of a producer (a whole one: RankShare{}): its batches, the state after each and
+// at the end, and the records it tokenized (reading the states included).
+struct RankRun {
+  std::vector<Batch> batches;
+  std::vector<LoaderState> states;  // after each batch
+  LoaderState end;
+  int64_t tokenized = 0;
+};
+RankRun walk(const LoaderOptions& options, const Tokenizer& tok,
+             const std::vector<std::string>& files, const RankShare& rank,
+             const std::optional<LoaderState>& from) {
+  const LoaderOptions with = rank.applied_to(options);  // the producer keeps a reference
+  BatchProducer producer(with, tok, files, from);
+  RankRun r;
+  for (Batch b; producer.next(b);) {
+    r.batches.push_back(b);
+    r.states.push_back(producer.state());
+  }
+  r.end = producer.state();
+  r.tokenized = producer.tokenized();
+  return r;
+}
+
+// A rank's walk from batch `from` on against the one process's `whole`: its own batches (by
+// `layout`) the whole's, the others padding, the rows' segment starts and the states after each
+// batch and at the end the whole's (as `comparable` shows them).
+void check_rank_walk(const RankRun& whole, const RankRun& share, size_t from,
+                     const LoaderOptions::Share& layout, int32_t pad_id,
+                     const std::function<LoaderState(LoaderState)>& comparable) {
+  ASSERT_EQ(share.batches.size() + from, whole.batches.size());
+  for (size_t i = 0; i < share.batches.size(); ++i) {
+    const Batch& b = share.batches[i];
+    const Batch& w = whole.batches[from + i];
+    const auto at = static_cast<int64_t>((from + i) % static_cast<size_t>(layout.step_batches));
+    ASSERT_EQ(b.own, at >= layout.first && at < layout.first + layout.count) << i;
+    EXPECT_EQ(comparable(share.states[i]), comparable(whole.states[from + i])) << i;
+    EXPECT_EQ(b.segment_start, w.segment_start) << i;
+    if (b.own) {
+      EXPECT_EQ(b.input_ids, w.input_ids) << i;
+      EXPECT_EQ(b.labels, w.labels) << i;
+    } else {
+      EXPECT_EQ(b.input_ids, std::vector<int32_t>(b.input_ids.size(), pad_id)) << i;
+      EXPECT_EQ(b.labels, std::vector<int32_t>(b.labels.size(), kIgnoreLabel)) << i;
+    }
+  }
+  EXPECT_EQ(comparable(share.end), comparable(whole.end));
+}
+
+// Where a rank's walk stopped: after how many batches, with what error.
+struct RankStop {
+  size_t batches = 0;
+  std::string error;
+};
+RankStop walk_to_error(const LoaderOptions& options, const Tokenizer& tok,
+                       const std::vector<std::string>& files, const RankShare& rank) {
+  const LoaderOptions with = rank.applied_to(options);  // the producer keeps a reference
+  BatchProducer producer(with, tok, files, std::nullopt);
+  RankStop stop;
+  stop.error = error_of([&] {
+    for (Batch b; producer.next(b);) ++stop.batches;
+  });
+  return stop;
+}
+
 // One chat JSONL line: a user's question and the assistant's reply.
 std::string chat_line(const std::string& question, const std::string& reply) {
   return json{{"messages",
@@ -791,61 +855,34 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
   o.seq_len = 32;
   o.epochs = 2;
   const std::vector<std::string> files = expand_data_paths(o.data.paths);
-  struct Run {
-    std::vector<Batch> batches;
-    std::vector<LoaderState> states;  // after each batch
-    LoaderState end;
-  };
   const auto run = [&](const LoaderOptions& options, const RankShare& rank,
                        const std::optional<LoaderState>& from) {
-    const LoaderOptions with = rank.applied_to(options);
-    BatchProducer producer(with, tok, files, from);
-    Run r;
-    for (Batch b; producer.next(b);) {
-      r.batches.push_back(b);
-      r.states.push_back(producer.state());
-    }
-    r.end = producer.state();
-    return r;
+    return walk(options, tok, files, rank, from);
   };
-  const Run whole = run(o, {}, std::nullopt);
+  const RankRun whole = run(o, {}, std::nullopt);
   ASSERT_GE(whole.batches.size(), 40u);
   EXPECT_EQ(whole.end.skipped, 3 * 2 * 2);  // 3 bad records a file, 2 files, 2 epochs
-  const auto check = [&](const Run& share, size_t from, const LoaderOptions::Share& layout) {
-    ASSERT_EQ(share.batches.size() + from, whole.batches.size());
-    for (size_t i = 0; i < share.batches.size(); ++i) {
-      const Batch& b = share.batches[i];
-      const auto at = static_cast<int64_t>((from + i) % static_cast<size_t>(layout.step_batches));
-      ASSERT_EQ(b.own, at >= layout.first && at < layout.first + layout.count) << i;
-      EXPECT_EQ(share.states[i], whole.states[from + i]) << i;
-      if (b.own) {
-        EXPECT_EQ(b.input_ids, whole.batches[from + i].input_ids) << i;
-        EXPECT_EQ(b.labels, whole.batches[from + i].labels) << i;
-      } else {
-        EXPECT_EQ(b.input_ids, std::vector<int32_t>(b.input_ids.size(), tok.pad_id())) << i;
-        EXPECT_EQ(b.labels, std::vector<int32_t>(b.labels.size(), kIgnoreLabel)) << i;
-      }
-    }
-    EXPECT_EQ(share.end, whole.end);
+  const auto check = [&](const RankRun& share, size_t from, const LoaderOptions::Share& layout) {
+    check_rank_walk(whole, share, from, layout, tok.pad_id(), [](LoaderState s) { return s; });
   };
   for (const int n : {2, 4}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
     const int64_t per_rank = n == 2 ? 2 : 1;
-    const std::vector<Run> ranks = run_ranks<Run>(
+    const std::vector<RankRun> ranks = run_ranks<RankRun>(
         n, per_rank, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
     for (int r = 0; r < n; ++r) {
       check(ranks[static_cast<size_t>(r)], 0, {n * per_rank, r * per_rank, per_rank});
     }
   }
   // Resumed from rank 1 of 2's states (after its own batch and after the others').
-  const std::vector<Run> pair =
-      run_ranks<Run>(2, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+  const std::vector<RankRun> pair =
+      run_ranks<RankRun>(2, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
   for (const size_t at : {2u, 5u, 22u}) {
     SCOPED_TRACE("resumed after batch " + std::to_string(at));
     const LoaderState& saved = pair[1].states[at];
     check(run(o, {}, saved), at + 1, {1, 0, 1});
-    const std::vector<Run> on4 =
-        run_ranks<Run>(4, 1, [&](const RankShare& rank) { return run(o, rank, saved); });
+    const std::vector<RankRun> on4 =
+        run_ranks<RankRun>(4, 1, [&](const RankShare& rank) { return run(o, rank, saved); });
     for (int r = 0; r < 4; ++r) check(on4[static_cast<size_t>(r)], at + 1, {4, r, 1});
   }
 
@@ -915,19 +952,8 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
   // rank 1's of 2) after the same batches: the rank that read it with its line, the other naming
   // the document and that rank.
   o.data.skip_bad_records = false;
-  struct Stop {
-    size_t batches = 0;
-    std::string error;
-  };
-  const std::vector<Stop> stops = run_ranks<Stop>(2, 1, [&](const RankShare& rank) {
-    const LoaderOptions with = rank.applied_to(o);
-    BatchProducer producer(with, tok, files, std::nullopt);
-    Stop stop;
-    stop.error = error_of([&] {
-      for (Batch b; producer.next(b);) ++stop.batches;
-    });
-    return stop;
-  });
+  const std::vector<RankStop> stops = run_ranks<RankStop>(
+      2, 1, [&](const RankShare& rank) { return walk_to_error(o, tok, files, rank); });
   EXPECT_GT(stops[0].batches, 0u);
   EXPECT_EQ(stops[0].batches, stops[1].batches);
   EXPECT_EQ(stops[1].error.rfind(dir / "d/f0.jsonl:14: the record is not valid JSON", 0), 0u)
@@ -935,6 +961,58 @@ TEST(Loader, RanksTokenizeOnlyTheirShareOfPackedText) {
   EXPECT_EQ(stops[0].error, dir / "d/f0.jsonl" +
                                 ": document 13 (from 0, in file order) is a bad record, read by "
                                 "data-parallel rank 1");
+}
+
+// A conversation that reads but does not encode (reasoning_content under the Qwen2.5 template),
+// in rank 1's share of a packed window: every rank stops at it with the same job-wide error (rank
+// 0 prints it for the job), the line one process gives, after the same batches -- rank 0 does not
+// wait in the lengths' sum for a rank that already stopped.
+TEST(LoaderChat, AnUnencodableConversationStopsEveryRankAlike) {
+  const ScratchDir dir("chat_unencodable");
+  const Tokenizer& tok = test::trained_tokenizer();
+  std::string jsonl;
+  for (int i = 0; i < 40; ++i) {
+    json line = json::parse(chat_line("question " + std::to_string(i), prose(i)));
+    if (i == 25) line["messages"][1]["reasoning_content"] = "thinking";
+    jsonl += line.dump() + "\n";
+  }
+  write_text(dir / "d/chat.jsonl", jsonl);
+  LoaderOptions o = chat_options(dir / "d", 2, 256);
+  o.chat_template = ChatTemplate(ChatTemplateKind::qwen2_5);
+  o.truncate_long = true;
+  o.pack_conversations = true;
+  o.shuffle = false;  // conversation 25 is rank 1's of 2 (each window's i-th is rank i % 2's)
+  const std::vector<std::string> files = expand_data_paths(o.data.paths);
+  const std::string expected = dir / "d/chat.jsonl" +
+                               ":26: chat template: message 1 has reasoning_content, which the "
+                               "Qwen2.5 Instruct template does not render (only Qwen3's does)";
+  const RankStop alone = walk_to_error(o, tok, files, {});
+  EXPECT_EQ(alone.error, expected);
+  EXPECT_GT(alone.batches, 0u);
+  struct JobWideStop {
+    RankStop stop;
+    bool job_wide = false;
+  };
+  const std::vector<JobWideStop> stops = run_ranks<JobWideStop>(2, 1, [&](const RankShare& rank) {
+    JobWideStop s;
+    const LoaderOptions with = rank.applied_to(o);  // the producer keeps a reference
+    BatchProducer producer(with, tok, files, std::nullopt);
+    try {
+      for (Batch b; producer.next(b);) ++s.stop.batches;
+    } catch (const JobWideError& e) {
+      s.job_wide = true;
+      s.stop.error = e.what();
+    } catch (const Error& e) {
+      s.stop.error = e.what();
+    }
+    return s;
+  });
+  for (size_t r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    EXPECT_TRUE(stops[r].job_wide);
+    EXPECT_EQ(stops[r].stop.error, expected);
+    EXPECT_EQ(stops[r].stop.batches, alone.batches);
+  }
 }
 
 // Packed conversations over data-parallel ranks (threads here), as packed text above: the ranks
@@ -977,57 +1055,26 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
   o.seed = 5;
   o.epochs = 2;
   const std::vector<std::string> files = expand_data_paths(o.data.paths);
-  struct Run {
-    std::vector<Batch> batches;
-    std::vector<LoaderState> states;  // after each batch
-    LoaderState end;
-    int64_t tokenized = 0;
-  };
   const auto run = [&](const LoaderOptions& options, const RankShare& rank,
                        const std::optional<LoaderState>& from) {
-    const LoaderOptions with = rank.applied_to(options);
-    BatchProducer producer(with, tok, files, from);
-    Run r;
-    for (Batch b; producer.next(b);) {
-      r.batches.push_back(b);
-      r.states.push_back(producer.state());
-    }
-    r.end = producer.state();
-    r.tokenized = producer.tokenized();
-    return r;
+    return walk(options, tok, files, rank, from);
   };
   // A state but its count of cut conversations: each rank counts those of its own rows.
   const auto but_truncated = [](LoaderState s) {
     s.truncated = 0;
     return s;
   };
-  const Run whole = run(o, {}, std::nullopt);
+  const RankRun whole = run(o, {}, std::nullopt);
   ASSERT_GE(whole.batches.size(), 40u);
   EXPECT_EQ(whole.end.skipped, 3 * 2 * 2);  // 3 bad records a file, 2 files, 2 epochs
   EXPECT_GT(whole.end.truncated, 0);
-  const auto check = [&](const Run& share, size_t from, const LoaderOptions::Share& layout) {
-    ASSERT_EQ(share.batches.size() + from, whole.batches.size());
-    for (size_t i = 0; i < share.batches.size(); ++i) {
-      const Batch& b = share.batches[i];
-      const Batch& w = whole.batches[from + i];
-      const auto at = static_cast<int64_t>((from + i) % static_cast<size_t>(layout.step_batches));
-      ASSERT_EQ(b.own, at >= layout.first && at < layout.first + layout.count) << i;
-      EXPECT_EQ(but_truncated(share.states[i]), but_truncated(whole.states[from + i])) << i;
-      EXPECT_EQ(b.segment_start, w.segment_start) << i;
-      if (b.own) {
-        EXPECT_EQ(b.input_ids, w.input_ids) << i;
-        EXPECT_EQ(b.labels, w.labels) << i;
-      } else {
-        EXPECT_EQ(b.input_ids, std::vector<int32_t>(b.input_ids.size(), tok.pad_id())) << i;
-        EXPECT_EQ(b.labels, std::vector<int32_t>(b.labels.size(), kIgnoreLabel)) << i;
-      }
-    }
-    EXPECT_EQ(but_truncated(share.end), but_truncated(whole.end));
+  const auto check = [&](const RankRun& share, size_t from, const LoaderOptions::Share& layout) {
+    check_rank_walk(whole, share, from, layout, tok.pad_id(), but_truncated);
   };
   for (const int n : {2, 4}) {
     SCOPED_TRACE(std::to_string(n) + " ranks");
-    const std::vector<Run> ranks =
-        run_ranks<Run>(n, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+    const std::vector<RankRun> ranks =
+        run_ranks<RankRun>(n, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
     int64_t truncated = 0;
     for (int r = 0; r < n; ++r) {
       check(ranks[static_cast<size_t>(r)], 0, {n, r, 1});
@@ -1037,14 +1084,14 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
   }
   // Resumed from rank 1 of 2's states (after its own batch and after the other's): on one
   // process, and on 4 ranks.
-  const std::vector<Run> pair =
-      run_ranks<Run>(2, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+  const std::vector<RankRun> pair =
+      run_ranks<RankRun>(2, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
   for (const size_t at : {2u, 5u, 22u}) {
     SCOPED_TRACE("resumed after batch " + std::to_string(at));
     const LoaderState& saved = pair[1].states[at];
     check(run(o, {}, saved), at + 1, {1, 0, 1});
-    const std::vector<Run> on4 =
-        run_ranks<Run>(4, 1, [&](const RankShare& rank) { return run(o, rank, saved); });
+    const std::vector<RankRun> on4 =
+        run_ranks<RankRun>(4, 1, [&](const RankShare& rank) { return run(o, rank, saved); });
     for (int r = 0; r < 4; ++r) check(on4[static_cast<size_t>(r)], at + 1, {4, r, 1});
   }
 
@@ -1076,8 +1123,8 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
   }
   EXPECT_EQ(run(o, {}, std::nullopt).tokenized, whole_encoded);
   for (const int n : {2, 4}) {
-    const std::vector<Run> ranks =
-        run_ranks<Run>(n, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
+    const std::vector<RankRun> ranks =
+        run_ranks<RankRun>(n, 1, [&](const RankShare& rank) { return run(o, rank, std::nullopt); });
     for (int r = 0; r < n; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(n));
       int64_t expected = 0;
@@ -1097,20 +1144,8 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
   // rank 1's of 2) after the same batches: the rank that read it with its line, the other naming
   // the document and that rank.
   o.data.skip_bad_records = false;
-  struct Stop {
-    size_t batches = 0;
-    std::string error;
-  };
-  const auto stop_of = [&](const RankShare& rank) {
-    const LoaderOptions with = rank.applied_to(o);
-    BatchProducer producer(with, tok, files, std::nullopt);
-    Stop stop;
-    stop.error = error_of([&] {
-      for (Batch b; producer.next(b);) ++stop.batches;
-    });
-    return stop;
-  };
-  const std::vector<Stop> stops = run_ranks<Stop>(2, 1, stop_of);
+  const auto stop_of = [&](const RankShare& rank) { return walk_to_error(o, tok, files, rank); };
+  const std::vector<RankStop> stops = run_ranks<RankStop>(2, 1, stop_of);
   EXPECT_GT(stops[0].batches, 0u);
   EXPECT_EQ(stops[0].batches, stops[1].batches);
   EXPECT_EQ(stops[1].error.rfind(dir / "d/f0.jsonl:12: the record is not valid JSON", 0), 0u)
@@ -1123,7 +1158,7 @@ TEST(LoaderChat, RanksEncodeOnlyTheirShareOfPackedConversations) {
   // document.
   o.data.skip_bad_records = true;
   o.truncate_long = false;
-  const std::vector<Stop> long_stops = run_ranks<Stop>(2, 1, stop_of);
+  const std::vector<RankStop> long_stops = run_ranks<RankStop>(2, 1, stop_of);
   EXPECT_EQ(long_stops[0].batches, long_stops[1].batches);
   EXPECT_EQ(long_stops[1].error.rfind(dir / "d/f0.jsonl:2: the conversation has ", 0), 0u)
       << long_stops[1].error;

@@ -75,10 +75,17 @@ std::vector<int32_t> packed_ids(Record r, const Tokenizer& tok, bool parse_speci
 DocumentTokens document_tokens(Record r, const Tokenizer& tok, const ChatTemplate* chat,
                                bool parse_special, int32_t eos) {
   DocumentTokens t;
-  if (r.kind == Record::Kind::chat) {
-    encode_chat(tok, *chat, r.messages, t.ids, t.labels);
-  } else {
-    t.ids = packed_ids(std::move(r), tok, parse_special, eos);
+  const std::string where = r.where;
+  try {
+    if (r.kind == Record::Kind::chat) {
+      encode_chat(tok, *chat, r.messages, t.ids, t.labels);
+    } else {
+      t.ids = packed_ids(std::move(r), tok, parse_special, eos);
+    }
+  } catch (const BadRecordError&) {
+    throw;
+  } catch (const Error& e) {  // a record that reads but does not encode: named by its place
+    fail(where, ": ", e.what());
   }
   return t;
 }
@@ -277,7 +284,7 @@ bool BatchProducer::read_document(int64_t doc, Document& out, bool alone) {
   } catch (const BadRecordError& e) {
     return skip_bad_record(std::current_exception(), e.what());
   }
-  out.where = std::move(r.where);
+  out.where = r.where;  // copied: an encoding error names it too
   out.labels.clear();
   out.skimmed = skims_rows();
   if (out.skimmed) {  // its row is another rank's: one conversation, whatever its tokens
@@ -313,6 +320,9 @@ void BatchProducer::share_lengths(int64_t doc) {
     } catch (const BadRecordError&) {
       d.error = std::current_exception();
       lengths[static_cast<size_t>(i)] = static_cast<double>(kBadRecord);
+    } catch (const Error&) {  // raised on every rank when they reach it: unencodable_error
+      d.error = std::current_exception();
+      lengths[static_cast<size_t>(i)] = static_cast<double>(kUnencodable);
     }
   }
   options_.sum_over_ranks(lengths.data(), n);
@@ -328,6 +338,7 @@ bool BatchProducer::read_shared_document(int64_t doc, Document& out) {
   out.where.clear();
   out.skimmed = false;
   WindowDocument& d = window_docs_[k];
+  if (window_lengths_[k] == kUnencodable) fail_job_wide(unencodable_error(doc, d));
   if (window_lengths_[k] == kBadRecord) {
     if (d.error) {  // read here: its own error
       try {
@@ -366,6 +377,19 @@ bool BatchProducer::read_shared_document(int64_t doc, Document& out) {
     return document_tokens(std::move(r), *tok, chat, parse_special, eos);
   });
   return true;
+}
+
+std::string BatchProducer::unencodable_error(int64_t doc, const WindowDocument& d) const {
+  try {
+    if (d.error) std::rethrow_exception(d.error);
+    document_tokens(read_record(doc), tok_, chat_template(), options_.data.parse_special, eos_);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return file_->path() + ": document " + std::to_string(own_docs_[doc]) +
+         " (from 0, in file order) did not encode on data-parallel rank " +
+         std::to_string((doc - window_begin_) % dp_ranks_) + " but encodes on rank " +
+         std::to_string(dp_rank_);
 }
 
 void BatchProducer::read_ids(Document& d) {

@@ -56,8 +56,10 @@ class BatchProducer {
     // tokenized (into ids and labels) only when this rank's row or carried token reaches it.
     std::shared_ptr<const UnreadDocument> unread;
   };
-  // What a length in the ranks' sums says of a record that cannot be read.
+  // What a length in the ranks' sums says of a record that cannot be read, and of one that reads
+  // but does not encode (a tool turn under a Llama template, ...).
   static constexpr int64_t kBadRecord = -1;
+  static constexpr int64_t kUnencodable = -2;
 
   bool next_row(int32_t* ids, int32_t* labels);
   bool pack_row(int32_t* ids, int32_t* labels);
@@ -91,6 +93,12 @@ class BatchProducer {
   // The window of documents from `doc` on: this rank tokenizes its part, the ranks sum the
   // lengths (LoaderOptions::sum_over_ranks).
   void share_lengths(int64_t doc);
+  struct WindowDocument;
+  // The error of document `doc`, which a rank failed to encode (kUnencodable): this rank's own,
+  // or the same error from encoding it here (the encoding is deterministic), so that every rank
+  // stops at it with one line (a JobWideError: rank 0 prints it) instead of the others waiting in
+  // the next sum until the job's abort.
+  std::string unencodable_error(int64_t doc, const WindowDocument& d) const;
   // LoaderOptions::chat_template, or null (pre-training).
   const ChatTemplate* chat_template() const {
     return options_.chat_template ? &*options_.chat_template : nullptr;

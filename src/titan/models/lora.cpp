@@ -252,12 +252,4 @@ void LoraAdapter::zero_gradients() {
   for (ParamGroup& g : groups_) g.zero_gradients();
 }
 
-int64_t LoraAdapter::parameter_count() const {
-  int64_t n = 0;
-  for (const ParamGroup& g : groups_) {
-    for (const ParamView& v : g.views()) n += v.numel;
-  }
-  return n;
-}
-
 }  // namespace titan

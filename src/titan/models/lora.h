@@ -99,7 +99,6 @@ class LoraAdapter {
   // without dropout. end_dropout: none until the next begin (validation, export).
   void begin_dropout(uint64_t seed, int64_t step, int64_t first_row, int64_t seq_len);
   void end_dropout();
-  int64_t parameter_count() const;
 
  private:
   LoraOptions options_;

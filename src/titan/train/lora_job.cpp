@@ -9,6 +9,7 @@
 #include "titan/models/forward_only_model.h"
 #include "titan/models/hf_checkpoint.h"
 #include "titan/models/nonfinite_weights.h"
+#include "titan/models/param_count.h"
 #include "titan/models/peft_adapter.h"
 #include "titan/train/job_resolve.h"
 
@@ -143,7 +144,13 @@ std::unique_ptr<LoraAdapter> attach_job_lora(const JobConfig& config, const Mode
                                              CausalLM& model, const ParallelizePlan& plan) {
   auto adapter = std::make_unique<LoraAdapter>(args, job_lora_options(config), plan);
   model.attach_lora(*adapter);
-  const int64_t trained = adapter->parameter_count(), total = model.parameter_count();
+  // The whole adapter's and model's counts, from their shapes: under TP or EP this rank holds
+  // parts of them.
+  int64_t trained = 0;
+  for (const ParamGroupSpec& group : lora_param_specs(args, adapter->options())) {
+    for (const ParamSpec& p : group.params) trained += shape_numel(p.shape);
+  }
+  const int64_t total = count_parameters(args).total;
   std::printf(
       "LoRA: rank %lld, alpha %g (scaling %g) on %s of every layer: %lld trainable parameters "
       "(%.3g %% of the model's %lld, which stay frozen: no gradients, no AdamW state)\n",

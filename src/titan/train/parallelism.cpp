@@ -56,8 +56,9 @@ Parallelism::Parallelism(CausalLM& model, DeviceMesh& mesh, const ParallelizePla
       tp.all_reduce_max(wide.data(), count);
       std::copy(wide.begin(), wide.end(), x);
     };
-    // Sequence parallel's, and without it EP x TP's sparse blocks' output rows (the all-gather).
-    if (plan.axes().sequence_parallel || model.args().is_moe()) {
+    // Sequence parallel's, and without it EP x TP's sparse blocks' output rows (the all-gather);
+    // expert tensor parallel (EP 1) without sequence parallel all-reduces instead, as dense TP.
+    if (plan.axes().sequence_parallel || mesh.dims().ep > 1) {
       // One part per sequence (nn/layers.h): rank r's tokens of sequence p are out[p][r]. A
       // CommPart's `own` is not const because a reduce-scatter writes it; an all-gather only reads.
       const auto parts_of = [&tp](float* whole, float* own, int64_t count, int64_t parts) {

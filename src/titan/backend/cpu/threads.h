@@ -20,6 +20,8 @@ int thread_count();
 //  - sleeping at once makes every region start with a futex wake-up of each team thread, tens of
 //    microseconds on this VM: a bf16 step took 40-41 ms passive and 37-38 ms with a short spin,
 //    and 31 ms against 26 ms when the VM gave twice the memory bandwidth.
+// Training too: with other processes on the cores, the default spin made 40 steps of the default
+// model at --threads 2 take 136-173 s against 29-32 s with the short spin (docs/PERFORMANCE.md).
 // So this re-executes the program (/proc/self/exe, the same argv) once with
 // OMP_WAIT_POLICY=passive and GOMP_SPINCOUNT=kDecodeSpinCount (~10 us of spinning at libgomp's
 // estimate of 100k spins per ms; passive also turns the spin off when there are more threads
