@@ -3,6 +3,8 @@
 #   scripts/setup.sh           system packages + the titan binary (build/titan): the quick start
 #   scripts/setup.sh --tests   also the tests and benchmarks, and the Python references they
 #                              compare against (.venv)
+#   scripts/setup.sh --cuda    the CUDA build (-DTITAN_CUDA=ON; nvcc and the CUDA toolkit
+#                              installed beforehand, no GPU needed); without it, the CPU-only build
 # Safe to run again: installed packages and an up-to-date .venv are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,12 +12,14 @@ cd "$(dirname "$0")/.."
 with_tests=0
 build_dir=build
 cmake_args=()
+cuda=OFF
 for arg in "$@"; do
   case "$arg" in
     --tests) with_tests=1 ;;
     --sanitize) build_dir=build-sanitize; cmake_args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_SANITIZE=ON) ;;
     --werror) cmake_args+=(-DTITAN_WERROR=ON) ;;
-    *) echo "setup.sh: unknown argument '$arg' (expected --tests, --sanitize, --werror)" >&2; exit 2 ;;
+    --cuda) cuda=ON ;;
+    *) echo "setup.sh: unknown argument '$arg' (expected --tests, --sanitize, --werror, --cuda)" >&2; exit 2 ;;
   esac
 done
 
@@ -61,5 +65,7 @@ fi
 # The quick start needs only the binary; the tests and benchmarks more than double the build.
 targets=(--target titan_cli)
 [ "$with_tests" -eq 1 ] && targets=()
+# Said either way, so a build folder configured with CUDA before does not keep it silently.
+cmake_args+=(-DTITAN_CUDA="$cuda")
 cmake -S . -B "$build_dir" "${cmake_args[@]}" > /dev/null
 cmake --build "$build_dir" -j"$(nproc)" "${targets[@]}"

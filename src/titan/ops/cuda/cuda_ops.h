@@ -11,6 +11,7 @@
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/lora_dropout.h"
 #include "titan/ops/rope.h"
 
 namespace titan::cuda_ops {
@@ -77,5 +78,9 @@ void bias_forward(float* y, const float* bias, int64_t rows, int64_t out_feature
 void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_features);
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars);
+
+// lora_dropout.cu: DeviceOps::lora_dropout (ops/lora_dropout.h's mask, bit for bit).
+void lora_dropout(float* dst, const float* x, int64_t n, int64_t features,
+                  const LoraDropoutCall& call, bool accumulate);
 
 }  // namespace titan::cuda_ops
