@@ -6,9 +6,10 @@
 // bf16 forms the CPU's step runs at its rounding points (attention's forward and backward over
 // bf16 q, k, v; SwiGLU's recompute and backward; the loss's bf16 GEMMs are its bf16 dtype); and
 // CUDA has its DeviceOps table (the residual adds, zeroing, clipping and norms, the bf16 casts,
-// the RoPE table, AdamW). The check is shown able to fail: the tiny Qwen3-MoE's router has no
-// CUDA kernel yet, and its slots must be refused naming it. Prints each slot's kernel; exit 1 with
-// the reason otherwise. A build without CUDA registers no CUDA kernel: it fails there.
+// the RoPE table, AdamW, and what a dense LoRA step adds: LoRA's dropout). The check is shown able
+// to fail: the tiny Qwen3-MoE's router has no CUDA kernel yet, and its slots must be refused naming
+// it. Prints each slot's kernel; exit 1 with the reason otherwise. A build without CUDA registers
+// no CUDA kernel: it fails there.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
+#include "titan/dispatch/device_ops.h"
 #include "titan/dispatch/overrides.h"
 #include "titan/dispatch/registry.h"
 #include "titan/models/decoder_lm_slots.h"
@@ -63,8 +65,16 @@ void check_step(const ModelArgs& args, DType compute) {
 int main() {
   try {
     for (const DType compute : {DType::f32, DType::bf16}) check_step(flavor("tiny"), compute);
-    TITAN_CHECK(kernel_registry().device_ops(DeviceKind::cuda).device == DeviceKind::cuda,
-                "the cuda DeviceOps table is not CUDA's");
+    const DeviceOps& ops = kernel_registry().device_ops(DeviceKind::cuda);
+    TITAN_CHECK(ops.device == DeviceKind::cuda, "the cuda DeviceOps table is not CUDA's");
+    // A dense LoRA step adds to those slots' linear kernels the DeviceOps LoraLinear calls: the
+    // rank-wide scaling, the bf16 roundings of A, B and the products, and the dropout's mask.
+    TITAN_CHECK(ops.scale && ops.round_to_bf16 && ops.widen_bf16 && ops.lora_dropout,
+                "the cuda DeviceOps lack one a LoRA step calls (scale, round_to_bf16, widen_bf16, "
+                "lora_dropout)");
+    std::printf(
+        "LoRA step (dense): the slots' linear kernels and the DeviceOps scale, "
+        "round_to_bf16, widen_bf16, lora_dropout\n");
   } catch (const Error& e) {
     std::fprintf(stderr, "titan_cuda_step_kernels_check: %s\n", e.what());
     return 1;

@@ -32,8 +32,9 @@
 #include "titan/ops/cuda/attention_rows.h"
 #include "titan/ops/cuda/cross_entropy_rows.h"
 #include "titan/ops/cuda/elementwise_rows.h"
-#include "titan/ops/cuda/lora_dropout_rows.h"
+#include "titan/ops/cuda/lora_rows.h"
 #include "titan/ops/cuda/norm_rows.h"
+#include "titan/ops/elementwise.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/lora_dropout.h"
 #include "titan/ops/rms_norm.h"
@@ -319,6 +320,19 @@ TEST(CudaRows, LoraDropoutIsTheCpuOpBitForBit) {
     cuda_rows::lora_dropout_element(moved.data(), x.data(), features, other, false, e);
   }
   EXPECT_NE(std::memcmp(moved.data(), want.data(), want.size() * sizeof(float)), 0);
+}
+
+// LoRA's B^T: the CPU's transpose (a copy), element for element, over a non-square shape.
+TEST(CudaRows, TransposeIsTheCpuOp) {
+  const int64_t rows = 29, cols = 7;
+  const std::vector<float> src = randn(rows * cols, 62);
+  std::vector<float> got(src.size()), want(src.size());
+  for (int64_t e = 0; e < rows * cols; ++e) {
+    cuda_rows::transpose_element(got.data(), src.data(), rows, cols, e);
+  }
+  transpose(want.data(), src.data(), rows, cols);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want[3 * rows + 5], src[5 * cols + 3]);
 }
 
 TEST(CudaRows, AdamwMatchesReference) {

@@ -79,8 +79,10 @@ void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_feat
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars);
 
-// lora_dropout.cu: DeviceOps::lora_dropout (ops/lora_dropout.h's mask, bit for bit).
+// lora.cu: DeviceOps::lora_dropout (ops/lora_dropout.h's mask, bit for bit) and
+// DeviceOps::transpose (LoRA's B^T).
 void lora_dropout(float* dst, const float* x, int64_t n, int64_t features,
                   const LoraDropoutCall& call, bool accumulate);
+void transpose(float* dst, const float* src, int64_t rows, int64_t cols);
 
 }  // namespace titan::cuda_ops

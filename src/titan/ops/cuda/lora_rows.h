@@ -1,7 +1,8 @@
-// LoRA's dropout on CUDA, one element at a time: ops/lora_dropout.h's formula (the keep/drop of
-// each element a hash of the call's key, its global row, position and feature) compiled for the
-// device and, in test_cuda_rows, for the host against the CPU's lora_dropout_apply, bit for bit:
-// the mask must be the CPU's for the same seed, and the kept values the same products.
+// What a LoRA step adds on CUDA, one element at a time, compiled for the device and, in
+// test_cuda_rows, for the host against the CPU's ops bit for bit: the dropout (ops/lora_dropout.h's
+// formula, the keep/drop of each element a hash of the call's key, its global row, position and
+// feature: the mask must be the CPU's for the same seed, the kept values the same products) and
+// the transpose of B (ops/elementwise.h's transpose, a copy).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,13 @@ TITAN_HD inline void lora_dropout_element(float* dst, const float* x, int64_t fe
   const bool keeps = static_cast<double>(bits) * 0x1.0p-53 >= k.p;
   const float kept = keeps ? mul_rounded(x[e], k.scale) : 0.0f;
   dst[e] = accumulate ? dst[e] + kept : kept;
+}
+
+// Element e of dst (cols, rows) = src (rows, cols) transposed.
+TITAN_HD inline void transpose_element(float* dst, const float* src, int64_t rows, int64_t cols,
+                                       int64_t e) {
+  const int64_t c = e / rows, r = e % rows;
+  dst[e] = src[r * cols + c];
 }
 
 }  // namespace titan::cuda_rows
