@@ -11,9 +11,9 @@
 # the CPU's bf16 run (each step's loss within 2 %, train_bf16_curve.sh's bound), saving synchronous
 # checkpoints and the HF export from the device: its step 5 resumed on the CPU (steps 6-10 within
 # the same bound), its step-10 checkpoint exported on the CPU byte-equal to its export; then 10
-# fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then
-# bench_cuda_gemm beside
-# PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
+# fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then 10 fp32
+# LoRA steps of the tiny Qwen3 (dropout on) against the CPU, its PEFT adapter held to the CPU's;
+# then bench_cuda_gemm beside PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
 # clock moves between runs); a summary of every step last.
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
@@ -197,6 +197,36 @@ PY
     --job.dump_folder="$runs/qwen2_cuda"
   equal_steps "tiny Qwen2 (biases): cuda's losses and grad norms within 1e-5 relative of the CPU's" \
     "$runs/qwen2_cpu/metrics.jsonl" "$runs/qwen2_cuda/metrics.jsonl" 1
+  # LoRA on the tiny Qwen3 (rank 8, alpha 16, every projection, dropout 0.1: CUDA's masks must be
+  # the CPU's), fp32, 10 steps on cuda against the CPU (losses and grad norms within 1e-5), each
+  # exporting its PEFT adapter. adapter_config.json is byte-equal; the weights cannot be (cuBLASLt
+  # and oneDNN sum in other orders), so each tensor is held normwise (max |cuda - cpu| / max |cpu|)
+  # within 1e-4: ten AdamW updates, each differing by about the gradients' relative difference
+  # (the 1e-5 the grad norms are held to).
+  lora=(--lora.rank=8 --lora.alpha=16 --lora.dropout=0.1 --checkpoint.last_save_in_hf=true)
+  step "tiny Qwen3 LoRA, 10 steps on the CPU" 180 "$titan" "${tiny[@]}" "${lora[@]}" --threads 4 \
+    --job.dump_folder="$runs/lora_cpu"
+  step "tiny Qwen3 LoRA, 10 steps on cuda" 120 bash -o pipefail -c '"$0" "${@:2}" | tee "$1"' \
+    "$titan" "$out/tiny_cuda_lora.txt" "${tiny[@]}" "${lora[@]}" --training.device=cuda \
+    --job.dump_folder="$runs/lora_cuda"
+  equal_steps "tiny Qwen3 LoRA: cuda's losses and grad norms within 1e-5 relative of the CPU's" \
+    "$runs/lora_cpu/metrics.jsonl" "$runs/lora_cuda/metrics.jsonl" 1
+  step "tiny Qwen3 LoRA: cuda's PEFT adapter_config.json byte-equal to the CPU's" 10 \
+    cmp "$runs/lora_cuda/adapter/adapter_config.json" "$runs/lora_cpu/adapter/adapter_config.json"
+  step "tiny Qwen3 LoRA: cuda's PEFT adapter within 1e-4 normwise of the CPU's" 60 python3 - \
+    "$runs/lora_cpu/adapter" "$runs/lora_cuda/adapter" << 'PY'
+import sys
+from safetensors.torch import load_file
+cpu, cuda = (load_file(f"{d}/adapter_model.safetensors") for d in sys.argv[1:3])
+assert sorted(cpu) == sorted(cuda) and cpu, (sorted(cpu), sorted(cuda))
+worst = 0.0
+for key in sorted(cpu):
+    ref, got = cpu[key].double(), cuda[key].double()
+    assert ref.shape == got.shape, (key, ref.shape, got.shape)
+    worst = max(worst, ((got - ref).abs().max() / ref.abs().max()).item())
+print(f"{len(cpu)} tensors; worst normwise difference {worst:.2e} (bound 1e-4)")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
 fi
 echo "== bench_cuda_gemm"
 "$bench" | tee "$out/titan_gemm.txt"
