@@ -22,6 +22,10 @@ for arg in "$@"; do
     *) echo "setup.sh: unknown argument '$arg' (expected --tests, --sanitize, --werror, --cuda)" >&2; exit 2 ;;
   esac
 done
+if [ "$cuda" = ON ] && [ "$build_dir" = build-sanitize ]; then
+  echo "setup.sh: --cuda with --sanitize: the sanitizer build is CPU-only (CUDA's runtime under AddressSanitizer: scripts/test.sh)" >&2
+  exit 2
+fi
 
 packages=(
   build-essential cmake pkg-config git

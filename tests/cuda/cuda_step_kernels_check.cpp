@@ -6,10 +6,10 @@
 // bf16 forms the CPU's step runs at its rounding points (attention's forward and backward over
 // bf16 q, k, v; SwiGLU's recompute and backward; the loss's bf16 GEMMs are its bf16 dtype); and
 // CUDA has its DeviceOps table (the residual adds, zeroing, clipping and norms, the bf16 casts,
-// the RoPE table, AdamW, and what a dense LoRA step adds: LoRA's dropout). The check is shown able
-// to fail: the tiny Qwen3-MoE's router has no CUDA kernel yet, and its slots must be refused naming
-// it. Prints each slot's kernel; exit 1 with the reason otherwise. A build without CUDA registers
-// no CUDA kernel: it fails there.
+// the RoPE table, AdamW, and what a dense LoRA step adds: LoRA's dropout and B's transpose). The
+// check is shown able to fail: the tiny Qwen3-MoE's router has no CUDA kernel yet, and its slots
+// must be refused naming it. Prints each slot's kernel; exit 1 with the reason otherwise. A build
+// without CUDA registers no CUDA kernel: it fails there.
 #include <cstdio>
 #include <map>
 #include <string>
@@ -69,12 +69,13 @@ int main() {
     TITAN_CHECK(ops.device == DeviceKind::cuda, "the cuda DeviceOps table is not CUDA's");
     // A dense LoRA step adds to those slots' linear kernels the DeviceOps LoraLinear calls: the
     // rank-wide scaling, the bf16 roundings of A, B and the products, and the dropout's mask.
-    TITAN_CHECK(ops.scale && ops.round_to_bf16 && ops.widen_bf16 && ops.lora_dropout,
-                "the cuda DeviceOps lack one a LoRA step calls (scale, round_to_bf16, widen_bf16, "
-                "lora_dropout)");
+    TITAN_CHECK(
+        ops.scale && ops.round_to_bf16 && ops.widen_bf16 && ops.lora_dropout && ops.transpose,
+        "the cuda DeviceOps lack one a LoRA step calls (scale, round_to_bf16, widen_bf16, "
+        "lora_dropout, transpose)");
     std::printf(
         "LoRA step (dense): the slots' linear kernels and the DeviceOps scale, "
-        "round_to_bf16, widen_bf16, lora_dropout\n");
+        "round_to_bf16, widen_bf16, lora_dropout, transpose\n");
   } catch (const Error& e) {
     std::fprintf(stderr, "titan_cuda_step_kernels_check: %s\n", e.what());
     return 1;
