@@ -12,7 +12,8 @@
 # checkpoints and the HF export from the device: its step 5 resumed on the CPU (steps 6-10 within
 # the same bound), its step-10 checkpoint exported on the CPU byte-equal to its export; then 10
 # fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then 10 fp32
-# steps of the tiny Qwen3-MoE (load-balancing loss on) against the CPU; then
+# steps of the tiny Qwen3-MoE (load-balancing loss on) against the CPU; then 10 fp32 LoRA steps of
+# the tiny Qwen3 (dropout on) against the CPU, its PEFT adapter held to the CPU's; then
 # generation and eval on cuda: a tiny Qwen3 folder made by Transformers, titan generate's greedy
 # ids on cuda equal to the CPU's (fp32 weights, and bf16 weights over a bf16 KV cache; decode steps
 # are not captured as CUDA graphs yet, so there is no graphs-off run to compare), titan eval's loss
@@ -33,6 +34,8 @@
 # binaries (titan and titan_cuda_step_kernels_check link the same libraries as the kernels test):
 #   mkdir -p .devlibs && echo /.devlibs/ >> .git/info/exclude && cp -L $(ldd
 #     build-cuda/titan_cuda_kernels_test | awk '/dnnl|OpenCL|gomp/ {print $3}') .devlibs/
+# and, for a rebuild there, cudnn-frontend's headers (not on the GPU machines):
+#   cp -r .venv/lib/python3*/site-packages/include .devlibs/cudnn-frontend-include
 # If the smoke test or the benchmark cannot load there (another CUDA or C++ runtime), the script
 # builds them with that machine's nvcc; the kernels test needs the whole library, which it builds
 # there with cmake only where cmake and titan's dependencies are (else its step fails, saying why). Results also go to $OUT when it is set (the device tool's
@@ -98,7 +101,8 @@ if { unloadable "$kernels" || unloadable "$step_kernels" || unloadable "$titan" 
   unloadable "$decode" || unloadable "$attention_bench"; } && command -v cmake > /dev/null; then
   echo "== building titan_cuda_kernels_test, titan_cuda_step_kernels_check, titan and the benchmarks here"
   timeout 60 cmake -S . -B /tmp/build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF \
-    -DTITAN_BUILD_BENCH=ON > /dev/null &&
+    -DTITAN_BUILD_BENCH=ON -DCUDNN_FRONTEND_INCLUDE_DIR="$PWD/.devlibs/cudnn-frontend-include" \
+    > /dev/null &&
     timeout 300 cmake --build /tmp/build-cuda -j"$(nproc)" --target titan_cuda_kernels_test \
       titan_cuda_step_kernels_check titan_cli bench_cuda_decode bench_cuda_attention > /dev/null &&
     kernels=/tmp/build-cuda/titan_cuda_kernels_test &&
@@ -293,6 +297,36 @@ sys.exit(0 if abs(loss[1] - loss[0]) <= 1e-5 * abs(loss[0]) else 1)' \
     "$runs/eval_cpu.txt" "$runs/eval_cuda.txt"
   step "tiny Qwen3 generate on cuda under memcheck" 120 "${memcheck[@]}" "$titan" generate \
     --model "$qwen3" --prompt "The quick brown fox" --greedy --max-new-tokens 8 --device cuda
+  # LoRA on the tiny Qwen3 (rank 8, alpha 16, every projection, dropout 0.1: CUDA's masks must be
+  # the CPU's), fp32, 10 steps on cuda against the CPU (losses and grad norms within 1e-5), each
+  # exporting its PEFT adapter. adapter_config.json is byte-equal; the weights cannot be (cuBLASLt
+  # and oneDNN sum in other orders), so each tensor is held normwise (max |cuda - cpu| / max |cpu|)
+  # within 1e-4: ten AdamW updates, each differing by about the gradients' relative difference
+  # (the 1e-5 the grad norms are held to).
+  lora=(--lora.rank=8 --lora.alpha=16 --lora.dropout=0.1 --checkpoint.last_save_in_hf=true)
+  step "tiny Qwen3 LoRA, 10 steps on the CPU" 180 "$titan" "${tiny[@]}" "${lora[@]}" --threads 4 \
+    --job.dump_folder="$runs/lora_cpu"
+  step "tiny Qwen3 LoRA, 10 steps on cuda" 120 bash -o pipefail -c '"$0" "${@:2}" | tee "$1"' \
+    "$titan" "$out/tiny_cuda_lora.txt" "${tiny[@]}" "${lora[@]}" --training.device=cuda \
+    --job.dump_folder="$runs/lora_cuda"
+  equal_steps "tiny Qwen3 LoRA: cuda's losses and grad norms within 1e-5 relative of the CPU's" \
+    "$runs/lora_cpu/metrics.jsonl" "$runs/lora_cuda/metrics.jsonl" 1
+  step "tiny Qwen3 LoRA: cuda's PEFT adapter_config.json byte-equal to the CPU's" 10 \
+    cmp "$runs/lora_cuda/adapter/adapter_config.json" "$runs/lora_cpu/adapter/adapter_config.json"
+  step "tiny Qwen3 LoRA: cuda's PEFT adapter within 1e-4 normwise of the CPU's" 60 python3 - \
+    "$runs/lora_cpu/adapter" "$runs/lora_cuda/adapter" << 'PY'
+import sys
+from safetensors.torch import load_file
+cpu, cuda = (load_file(f"{d}/adapter_model.safetensors") for d in sys.argv[1:3])
+assert sorted(cpu) == sorted(cuda) and cpu, (sorted(cpu), sorted(cuda))
+worst = 0.0
+for key in sorted(cpu):
+    ref, got = cpu[key].double(), cuda[key].double()
+    assert ref.shape == got.shape, (key, ref.shape, got.shape)
+    worst = max(worst, ((got - ref).abs().max() / ref.abs().max()).item())
+print(f"{len(cpu)} tensors; worst normwise difference {worst:.2e} (bound 1e-4)")
+sys.exit(0 if worst <= 1e-4 else 1)
+PY
 fi
 echo "== bench_cuda_gemm"
 "$bench" | tee "$out/titan_gemm.txt"

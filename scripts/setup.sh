@@ -3,6 +3,8 @@
 #   scripts/setup.sh           system packages + the titan binary (build/titan): the quick start
 #   scripts/setup.sh --tests   also the tests and benchmarks, and the Python references they
 #                              compare against (.venv)
+#   scripts/setup.sh --cuda    the CUDA build (-DTITAN_CUDA=ON; nvcc and the CUDA toolkit
+#                              installed beforehand, no GPU needed); without it, the CPU-only build
 # Safe to run again: installed packages and an up-to-date .venv are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,14 +12,20 @@ cd "$(dirname "$0")/.."
 with_tests=0
 build_dir=build
 cmake_args=()
+cuda=OFF
 for arg in "$@"; do
   case "$arg" in
     --tests) with_tests=1 ;;
     --sanitize) build_dir=build-sanitize; cmake_args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DTITAN_SANITIZE=ON) ;;
     --werror) cmake_args+=(-DTITAN_WERROR=ON) ;;
-    *) echo "setup.sh: unknown argument '$arg' (expected --tests, --sanitize, --werror)" >&2; exit 2 ;;
+    --cuda) cuda=ON ;;
+    *) echo "setup.sh: unknown argument '$arg' (expected --tests, --sanitize, --werror, --cuda)" >&2; exit 2 ;;
   esac
 done
+if [ "$cuda" = ON ] && [ "$build_dir" = build-sanitize ]; then
+  echo "setup.sh: --cuda with --sanitize: the sanitizer build is CPU-only (CUDA's runtime under AddressSanitizer: scripts/test.sh)" >&2
+  exit 2
+fi
 
 packages=(
   build-essential cmake pkg-config git
@@ -58,8 +66,23 @@ if [ "$with_tests" -eq 1 ]; then
   fi
 fi
 
+if [ "$cuda" = ON ]; then
+  # cuDNN's header-only C++ frontend, a build dependency of the CUDA build alone: its wheel's
+  # include/ (CMakeLists.txt finds it in .venv), without the Python packages the wheel depends on
+  # (half a gigabyte the headers never use).
+  req=scripts/cuda-build-requirements.txt
+  stamp=.venv/.installed-cuda-$(sha1sum "$req" | cut -c1-12)
+  if [ ! -f "$stamp" ]; then
+    [ -x .venv/bin/pip ] || python3 -m venv .venv
+    .venv/bin/pip install -q --no-deps -r "$req"
+    touch "$stamp"
+  fi
+fi
+
 # The quick start needs only the binary; the tests and benchmarks more than double the build.
 targets=(--target titan_cli)
 [ "$with_tests" -eq 1 ] && targets=()
+# Said either way, so a build folder configured with CUDA before does not keep it silently.
+cmake_args+=(-DTITAN_CUDA="$cuda")
 cmake -S . -B "$build_dir" "${cmake_args[@]}" > /dev/null
 cmake --build "$build_dir" -j"$(nproc)" "${targets[@]}"

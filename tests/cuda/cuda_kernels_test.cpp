@@ -33,9 +33,11 @@
 #include "titan/ops/attention.h"
 #include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
+#include "titan/ops/elementwise.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/linear.h"
+#include "titan/ops/lora_dropout.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/moe_stages.h"
 #include "titan/ops/rms_norm.h"
@@ -1051,6 +1053,37 @@ void test_gemv() {
   }
 }
 
+// What a LoRA step adds. Its dropout (DeviceOps::lora_dropout): the CPU's mask and products bit for
+// bit (an exact hash and one rounded product per element, the product never fused with the
+// accumulation), over an odd feature count and rows crossing sequences; forward, in place (the bf16
+// path masks its widened input in place: it has no bf16 form of its own) and accumulating (the
+// backward's dx).
+void test_lora_ops() {
+  const DeviceOps& ops = kernel_registry().device_ops(DeviceKind::cuda);
+  const int64_t n = 1031, features = 263;
+  const LoraDropoutCall call{0.1, mix64(mix64(42 ^ 7) ^ 3), 9, 97, 5};
+  const std::vector<float> x = randn(n * features, 60), base = randn(n * features, 61);
+  std::vector<float> want(x.size()), want_acc = base;
+  lora_dropout_apply(want.data(), x.data(), n, features, call, false);
+  lora_dropout_apply(want_acc.data(), x.data(), n, features, call, true);
+  DeviceBuffer xd = up(x), out(backend(), n * features, DType::f32, MemCategory::other),
+               acc = up(base);
+  ops.lora_dropout(out.as<float>(), xd.as<float>(), n, features, call, false);
+  ops.lora_dropout(acc.as<float>(), xd.as<float>(), n, features, call, true);
+  check("lora_dropout (the CPU's mask, bit for bit)", down(out), want, 0.0);
+  check("lora_dropout accumulating (bit for bit)", down(acc), want_acc, 0.0);
+  ops.lora_dropout(xd.as<float>(), xd.as<float>(), n, features, call, false);
+  check("lora_dropout in place (bit for bit)", down(xd), want, 0.0);
+  // B^T (out 263 x rank 7): a copy, exact.
+  const int64_t out_features = 263, rank = 7;
+  const std::vector<float> b = randn(out_features * rank, 62);
+  std::vector<float> want_t(b.size());
+  transpose(want_t.data(), b.data(), out_features, rank);
+  DeviceBuffer bd = up(b), td(backend(), out_features * rank, DType::f32, MemCategory::other);
+  ops.transpose(td.as<float>(), bd.as<float>(), out_features, rank);
+  check("transpose (LoRA's B^T, exact)", down(td), want_t, 0.0);
+}
+
 }  // namespace
 }  // namespace titan
 
@@ -1065,6 +1098,7 @@ int main() {
     select_backend("cuda");
     std::printf("%-64s %10s %10s\n", "check", "error", "tolerance");
     test_device_ops();
+    test_lora_ops();
     test_rms_norm();
     test_rope();
     test_swiglu();

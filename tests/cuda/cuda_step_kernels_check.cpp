@@ -7,7 +7,8 @@
 // and backward over bf16 q, k, v; SwiGLU's recompute and backward; the MoE dispatch's rounded
 // gather and the grouped experts' bf16 GEMMs; the loss's bf16 GEMMs are its bf16 dtype); and CUDA
 // has its DeviceOps table (the residual adds, zeroing, clipping and norms, the bf16 casts, the
-// RoPE table, the load-balancing statistics, AdamW); and what a decode step binds (check_decode).
+// RoPE table, the load-balancing statistics, AdamW, and what a dense LoRA step adds: LoRA's
+// dropout and B's transpose); and what a decode step binds (check_decode).
 // The check is shown able to fail: the tiny Qwen3-MoE with its experts bound to a CPU kernel (an
 // [overrides] rule) must be refused naming it. Prints each slot's kernel; exit 1 with the reason
 // otherwise. A build without CUDA registers no CUDA kernel: it fails there.
@@ -115,8 +116,17 @@ int main() {
       for (const DType compute : {DType::f32, DType::bf16}) check_step(model, compute);
     }
     for (const DType compute : {DType::f32, DType::bf16}) check_decode(flavor("tiny"), compute);
-    TITAN_CHECK(kernel_registry().device_ops(DeviceKind::cuda).device == DeviceKind::cuda,
-                "the cuda DeviceOps table is not CUDA's");
+    const DeviceOps& ops = kernel_registry().device_ops(DeviceKind::cuda);
+    TITAN_CHECK(ops.device == DeviceKind::cuda, "the cuda DeviceOps table is not CUDA's");
+    // A dense LoRA step adds to those slots' linear kernels the DeviceOps LoraLinear calls: the
+    // rank-wide scaling, the bf16 roundings of A, B and the products, and the dropout's mask.
+    TITAN_CHECK(
+        ops.scale && ops.round_to_bf16 && ops.widen_bf16 && ops.lora_dropout && ops.transpose,
+        "the cuda DeviceOps lack one a LoRA step calls (scale, round_to_bf16, widen_bf16, "
+        "lora_dropout, transpose)");
+    std::printf(
+        "LoRA step (dense): the slots' linear kernels and the DeviceOps scale, "
+        "round_to_bf16, widen_bf16, lora_dropout, transpose\n");
   } catch (const Error& e) {
     std::fprintf(stderr, "titan_cuda_step_kernels_check: %s\n", e.what());
     return 1;

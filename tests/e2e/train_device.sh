@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# training.device: an unknown name, and CUDA in a build without it or on a machine without a GPU,
-# are refused in one line before anything is read or allocated; "cpu" (the default) trains with
+# training.device: an unknown name, and CUDA in a build without it (for the build) or on a machine
+# without the device (for the machine) are refused in one line before anything is read or allocated; "cpu" (the default) trains with
 # the same losses as leaving it unset. (On a GPU the CUDA run against the CPU's is a step of
 # scripts/cuda-device-check.sh.)
-# usage: train_device.sh TITAN
+# usage: train_device.sh TITAN cpu|cuda   (cuda: the build has the CUDA backend, -DTITAN_CUDA=ON)
 set -euo pipefail
 titan=$(realpath "$1")
+build=${2:?"usage: train_device.sh TITAN cpu|cuda"}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 . "$(dirname "$0")/tree_sum.sh"
@@ -14,12 +15,27 @@ expect_refusal unknown "^titan train: error: training\.device: unknown device 't
   "$titan" train --training.device=tpu --job.dump_folder="$work/tpu"
 expect_refusal no_ordinal "^titan train: error: training\.device: unknown device 'cuda:' \(cpu, cuda or cuda:N\)$" \
   "$titan" train --training.device=cuda: --job.dump_folder="$work/cuda_"
-# This suite runs where no GPU is: the build without CUDA, or the machine without a device.
-for device in cuda cuda:1; do
-  expect_refusal "$device" "^titan train: error: training\.device = \"$device\": (this titan was built without CUDA \(configure with -DTITAN_CUDA=ON where nvcc is installed\)|no CUDA device( 1)? \(.*\))$" \
-    "$titan" train --training.device="$device" --job.dump_folder="$work/$device"
+# The build says which it is: without CUDA, any cuda device is refused for the build; with it, a
+# device the machine lacks is refused for the machine (cuda:99 everywhere; cuda itself where no GPU
+# is, which is this suite's machine: on a GPU the CUDA runs are scripts/cuda-device-check.sh's).
+case "$build" in
+  cpu)
+    for device in cuda cuda:1; do
+      expect_refusal "$device" "^titan train: error: training\.device = \"$device\": this titan was built without CUDA \(configure with -DTITAN_CUDA=ON where nvcc is installed\)$" \
+        "$titan" train --training.device="$device" --job.dump_folder="$work/$device"
+    done ;;
+  cuda)
+    devices=(cuda:99)
+    nvidia-smi -L > /dev/null 2>&1 || devices+=(cuda)
+    for device in "${devices[@]}"; do
+      expect_refusal "$device" "^titan train: error: training\.device = \"$device\": no CUDA device( 99)? \(.*\)$" \
+        "$titan" train --training.device="$device" --job.dump_folder="$work/$device"
+    done ;;
+  *) echo "train_device.sh: the build is cpu or cuda, not '$build'" >&2; exit 2 ;;
+esac
+for device in cuda cuda:1 cuda:99; do
+  [ ! -d "$work/$device" ] || { echo "the refused $device run wrote its dump folder"; exit 1; }
 done
-[ ! -e "$work/cuda" ] || { echo "the refused run wrote its dump folder"; exit 1; }
 
 run() {  # run NAME [FLAGS...]: three steps of the tiny Qwen3; each step's loss and grad norm kept
   local name=$1

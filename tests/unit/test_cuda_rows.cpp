@@ -12,6 +12,7 @@
 // allows kSlack times that for its longest sum (and the few ulps of expf/logf/sqrtf).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <barrier>
 #include <cmath>
 #include <cstring>
@@ -34,10 +35,13 @@
 #include "titan/ops/cuda/cross_entropy_rows.h"
 #include "titan/ops/cuda/elementwise_rows.h"
 #include "titan/ops/cuda/gemv_rows.h"
+#include "titan/ops/cuda/lora_rows.h"
 #include "titan/ops/cuda/moe_rows.h"
 #include "titan/ops/cuda/norm_rows.h"
+#include "titan/ops/elementwise.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/gemv.h"
+#include "titan/ops/lora_dropout.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/moe_stages.h"
 #include "titan/ops/rms_norm.h"
@@ -314,6 +318,60 @@ TEST(CudaRows, BiasIsTheCpuOpBitForBit) {
   EXPECT_EQ(std::memcmp(got_y.data(), want_y.data(), got_y.size() * sizeof(float)), 0);
   EXPECT_EQ(std::memcmp(got_db.data(), want_db.data(), got_db.size() * sizeof(float)), 0);
   EXPECT_NE(std::memcmp(got_db.data(), db.data(), db.size() * sizeof(float)), 0);
+}
+
+// LoRA's dropout: the CPU's mask for the same call and the CPU's products, bit for bit, forward
+// (in place too, as the bf16 path calls it) and accumulating (the backward's dx); an odd feature
+// count, rows across a sequence boundary, a TP-style first feature.
+TEST(CudaRows, LoraDropoutIsTheCpuOpBitForBit) {
+  for (uint64_t x : {0ull, 1ull, 0x9e3779b97f4a7c15ull, ~0ull}) {
+    EXPECT_EQ(cuda_rows::mix64(x), mix64(x)) << x;
+  }
+  const int64_t n = 13, features = 37;
+  const LoraDropoutCall call{0.3, mix64(mix64(1234 ^ 77) ^ 5), 6, 5, 11};
+  const cuda_rows::DropoutKey key{call.p,       static_cast<float>(1.0 / (1.0 - call.p)),
+                                  call.key,     call.first_row,
+                                  call.seq_len, call.first_feature};
+  const std::vector<float> x = randn(n * features, 58), base = randn(n * features, 59);
+  for (const bool accumulate : {false, true}) {
+    std::vector<float> got = accumulate ? base : std::vector<float>(x.size(), 0.0f), want = got;
+    for (int64_t e = 0; e < n * features; ++e) {
+      cuda_rows::lora_dropout_element(got.data(), x.data(), features, key, accumulate, e);
+    }
+    lora_dropout_apply(want.data(), x.data(), n, features, call, accumulate);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << accumulate;
+  }
+  std::vector<float> in_place = x;
+  for (int64_t e = 0; e < n * features; ++e) {
+    cuda_rows::lora_dropout_element(in_place.data(), in_place.data(), features, key, false, e);
+  }
+  std::vector<float> want(x.size());
+  lora_dropout_apply(want.data(), x.data(), n, features, call, false);
+  EXPECT_EQ(std::memcmp(in_place.data(), want.data(), want.size() * sizeof(float)), 0);
+  // The check sees the mask: some elements dropped, some kept, and another key differs.
+  const auto dropped = std::count(want.begin(), want.end(), 0.0f);
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, n * features);
+  cuda_rows::DropoutKey other = key;
+  other.key ^= 1;
+  std::vector<float> moved(x.size());
+  for (int64_t e = 0; e < n * features; ++e) {
+    cuda_rows::lora_dropout_element(moved.data(), x.data(), features, other, false, e);
+  }
+  EXPECT_NE(std::memcmp(moved.data(), want.data(), want.size() * sizeof(float)), 0);
+}
+
+// LoRA's B^T: the CPU's transpose (a copy), element for element, over a non-square shape.
+TEST(CudaRows, TransposeIsTheCpuOp) {
+  const int64_t rows = 29, cols = 7;
+  const std::vector<float> src = randn(rows * cols, 62);
+  std::vector<float> got(src.size()), want(src.size());
+  for (int64_t e = 0; e < rows * cols; ++e) {
+    cuda_rows::transpose_element(got.data(), src.data(), rows, cols, e);
+  }
+  transpose(want.data(), src.data(), rows, cols);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want[3 * rows + 5], src[5 * cols + 3]);
 }
 
 TEST(CudaRows, AdamwMatchesReference) {

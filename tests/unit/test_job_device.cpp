@@ -91,9 +91,21 @@ TEST(JobDevice, CudaRefusesWhatItCannotRunYet) {
     EXPECT_NO_THROW(check_device_job(c, dense, one));
   }
   {
+    // LoRA on a dense model: its dropout and B's transpose are CUDA DeviceOps, its rooms the
+    // backend's memory; on a MoE model, and merging or holding the base in bf16, refused.
     JobConfig c = base;
     c.lora.rank = 8;
-    EXPECT_EQ(refused(c, dense, one), "LoRA (lora.rank > 0)");
+    c.lora.dropout = 0.1;
+    EXPECT_NO_THROW(check_device_job(c, dense, one));
+    c.training.mixed_precision_param = "bfloat16";
+    EXPECT_NO_THROW(check_device_job(c, dense, one));
+    EXPECT_EQ(refused(c, flavor("tiny_moe"), one), "LoRA on a MoE model (its experts' merge)");
+    c.lora.merge_on_export = true;
+    EXPECT_EQ(refused(c, dense, one), "lora.merge_on_export (the merge runs on the host)");
+    c.lora.merge_on_export = false;
+    c.lora.base_dtype = "bfloat16";
+    EXPECT_EQ(refused(c, dense, one),
+              "lora.base_dtype = \"bfloat16\" (its bf16 base is loaded on the host)");
   }
   {
     // The bias DeviceOps are CUDA's own (the CPU's additions in its order).

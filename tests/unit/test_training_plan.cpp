@@ -294,13 +294,18 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
                                      ActivationCheckpointing::ops()}))
                 .memory.activations);
   EXPECT_LT(adapted.memory.activations, full.memory.activations);
+  // The rank-wide rooms (nn/lora.h): for the 2 x 24 tokens of a micro-batch, rank 4, the widest
+  // adapted output (q_proj's, 64) and input (down_proj's, Im = 48): the fp32 and bf16 products
+  // (2 N r each), B^T in fp32 and A, B, B^T rounded.
+  const int64_t rank_rooms = 4 * (12 * 2 * 24 + 8 * 64 + 2 * 48);
+  EXPECT_EQ(adapted.memory.lora_scratch, rank_rooms);
   // With dropout: its rooms for the widest adapted input (down_proj's, Im = 48) of a micro-batch
   // of 2 x 24 tokens, masked (fp32), its dx share (fp32) and rounded (bf16).
   Case dropping = lora;
   dropping.name = "dense LoRA, dropout";
   dropping.lora.dropout = 0.1;
   check_against_model(dropping);
-  EXPECT_EQ(plan_training(inputs_of(dropping)).memory.lora_scratch, 2 * 24 * 48 * 10);
+  EXPECT_EQ(plan_training(inputs_of(dropping)).memory.lora_scratch, 2 * 24 * 48 * 10 + rank_rooms);
   dropping.name = "dense LoRA bf16, dropout";
   dropping.dtype = DType::bf16;
   check_against_model(dropping);
@@ -312,8 +317,10 @@ TEST(TrainingPlan, OneProcessMatchesTheAllocatedBuffers) {
   check_against_model(moe_lora);
   EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_parameters,
             (2 * (128 + 256) + 1024 + 1536 + 384 + 512) * 4);
-  // The scratch: gate, up and down merged and their gradients, E x h x Im = 4 x 32 x 24 each.
-  EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_scratch, 6 * 4 * 32 * 24 * 4);
+  // The scratch: gate, up and down merged and their gradients, E x h x Im = 4 x 32 x 24 each;
+  // and q_proj's rank-wide rooms (input 32, output 64).
+  EXPECT_EQ(plan_training(inputs_of(moe_lora)).memory.lora_scratch,
+            6 * 4 * 32 * 24 * 4 + 4 * (12 * 2 * 24 + 8 * 64 + 2 * 32));
   moe_lora.name = "moe LoRA bf16";
   moe_lora.dtype = DType::bf16;
   check_against_model(moe_lora);

@@ -86,6 +86,9 @@ struct DeviceOps {
                     const LoraDropoutCall& call, bool accumulate),
            "lora_dropout">
       lora_dropout;
+  // dst (cols, rows) = src (rows, cols) transposed, exactly (LoRA's B^T).
+  KernelFn<void (*)(float* dst, const float* src, int64_t rows, int64_t cols), "transpose">
+      transpose;
   // AdamW update number `step` (1-based) at `lr` of param, exp_avg, exp_avg_sq (n) from grad (n).
   KernelFn<void (*)(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                     const AdamWConfig& config, float lr, int64_t step),

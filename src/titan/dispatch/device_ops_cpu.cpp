@@ -38,6 +38,7 @@ DeviceOps cpu_device_ops() {
   ops.expert_lora_merge = expert_lora_merge;
   ops.expert_lora_backward = expert_lora_backward;
   ops.lora_dropout = lora_dropout_apply;
+  ops.transpose = transpose;
   ops.adamw_step = [](float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                       const AdamWConfig& config, float lr, int64_t step) {
     adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));

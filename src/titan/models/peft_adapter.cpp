@@ -15,6 +15,7 @@
 #include "titan/io/json_util.h"
 #include "titan/io/safetensors.h"
 #include "titan/io/safetensors_writer.h"
+#include "titan/nn/host_params.h"
 #include "titan/nn/shard_runs.h"
 
 namespace titan {
@@ -132,29 +133,34 @@ void load_peft_adapter(const std::string& dir, LoraAdapter& adapter) {
                 " is not a parameter of this model's adapter (rank ", adapter.options().rank,
                 " on its ", adapter.specs().size(), " layers)");
   }
-  for (size_t i = 0; i < adapter.specs().size(); ++i) {
-    ParamGroup& g = adapter.groups()[i];
-    for (const ParamSpec& whole : adapter.specs()[i].params) {
-      const std::string key = kPeftPrefix + whole.name;
-      const SafetensorsEntry* e = file.find(key);
-      TITAN_CHECK(e != nullptr, path, ": no tensor ", key, " (the adapter does not fit the model)");
-      TITAN_CHECK(e->shape == whole.shape, path, ": ", key, " has shape ", shape_str(e->shape),
-                  ", the model's adapter ", shape_str(whole.shape));
-      TITAN_CHECK(e->dtype == DType::f32 || e->dtype == DType::bf16 || e->dtype == DType::f16, path,
-                  ": ", key, " is ", e->dtype_name, " (F32, BF16 or F16)");
-      const ParamView& v = g.view(whole.name);
-      float* own = g.params() + v.offset;
-      const Shard cut = adapter.plan().placement_of(whole);
-      if (cut.count == 1) {
-        convert_to_f32(e->data, *e->dtype, static_cast<size_t>(v.numel), own);
-        continue;
+  // Converted on the host: into the groups themselves, or into host copies a device's groups are
+  // then copied from (every tensor of the adapter is read, so none is left zero).
+  write_params_on_host(adapter.groups(), false, [&](std::vector<ParamGroup>& groups) {
+    for (size_t i = 0; i < adapter.specs().size(); ++i) {
+      ParamGroup& g = groups[i];
+      for (const ParamSpec& whole : adapter.specs()[i].params) {
+        const std::string key = kPeftPrefix + whole.name;
+        const SafetensorsEntry* e = file.find(key);
+        TITAN_CHECK(e != nullptr, path, ": no tensor ", key,
+                    " (the adapter does not fit the model)");
+        TITAN_CHECK(e->shape == whole.shape, path, ": ", key, " has shape ", shape_str(e->shape),
+                    ", the model's adapter ", shape_str(whole.shape));
+        TITAN_CHECK(e->dtype == DType::f32 || e->dtype == DType::bf16 || e->dtype == DType::f16,
+                    path, ": ", key, " is ", e->dtype_name, " (F32, BF16 or F16)");
+        const ParamView& v = g.view(whole.name);
+        float* own = g.params() + v.offset;
+        const Shard cut = adapter.plan().placement_of(whole);
+        if (cut.count == 1) {
+          convert_to_f32(e->data, *e->dtype, static_cast<size_t>(v.numel), own);
+          continue;
+        }
+        // Under tensor parallel: the whole tensor read, this rank's cut kept.
+        std::vector<float> values(static_cast<size_t>(shape_numel(whole.shape)));
+        convert_to_f32(e->data, *e->dtype, values.size(), values.data());
+        copy_part_out(shard_box(whole.shape, {cut}), values.data(), own);
       }
-      // Under tensor parallel: the whole tensor read, this rank's cut kept.
-      std::vector<float> values(static_cast<size_t>(shape_numel(whole.shape)));
-      convert_to_f32(e->data, *e->dtype, values.size(), values.data());
-      copy_part_out(shard_box(whole.shape, {cut}), values.data(), own);
     }
-  }
+  });
 }
 
 namespace {
@@ -210,6 +216,8 @@ void write_peft_adapter(const std::string& dir, const LoraAdapter& adapter,
   }
   const AdapterTensors all = adapter_tensors(adapter, gather ? room.as<float>() : nullptr);
   SafetensorsWriteOptions write;
+  // A device's adapter (and gather room) read a tensor at a time through the backend's copies.
+  if (in_device_memory(adapter.groups())) read_through_backend(write);
   if (gather) {
     write.before_read = [&](size_t i) {
       gather(all.params[i].first, all.params[i].second, room.as<float>());

@@ -7,15 +7,34 @@
 #include "titan/dispatch/device_ops.h"
 
 namespace titan {
-namespace {
 
-template <typename T>
-T* room(std::vector<T>& v, int64_t count) {
-  if (static_cast<int64_t>(v.size()) < count) v.resize(static_cast<size_t>(count));
-  return v.data();
+LoraRankRooms LoraLinear::rank_rooms(int64_t n) const {
+  LoraScratch& sc = *scratch;
+  const int64_t tokens = std::max(sc.room_tokens, n), r = std::max(sc.room_rank, rank),
+                in = std::max(sc.room_in, in_features), out = std::max(sc.room_out, out_features);
+  // fp32: low (2 N r), B^T (r out); then bf16: low (2 N r), A (r in), B and B^T (out r each).
+  const int64_t floats = 2 * tokens * r + r * out, halves = 2 * tokens * r + r * in + 2 * out * r;
+  if (sc.rank_rooms.data() == nullptr || tokens > sc.room_tokens || r > sc.room_rank ||
+      in > sc.room_in || out > sc.room_out) {
+    sc.rank_rooms = Buffer();  // the old rooms go back before the larger ones are made
+    sc.rank_rooms = Buffer(backend().memory(),
+                           static_cast<size_t>(floats) * sizeof(float) +
+                               static_cast<size_t>(halves) * sizeof(uint16_t),
+                           MemCategory::other);
+    sc.room_tokens = tokens;
+    sc.room_rank = r;
+    sc.room_in = in;
+    sc.room_out = out;
+  }
+  LoraRankRooms rooms;
+  rooms.low = sc.rank_rooms.as<float>();
+  rooms.b_t = rooms.low + 2 * tokens * r;
+  rooms.low_bf16 = reinterpret_cast<uint16_t*>(rooms.low + floats);
+  rooms.a_bf16 = rooms.low_bf16 + 2 * tokens * r;
+  rooms.b_bf16 = rooms.a_bf16 + r * in;
+  rooms.b_t_bf16 = rooms.b_bf16 + out * r;
+  return rooms;
 }
-
-}  // namespace
 
 LoraDropoutCall LoraLinear::dropout_call() const {
   TITAN_CHECK(device_ops().lora_dropout, name,
@@ -63,13 +82,12 @@ void LoraLinear::forward_add(float* y, const float* x_in, int64_t n,
                              const LinearKernel& kernel) const {
   TITAN_CHECK(x_in != nullptr, name, ": LoRA needs the linear's input in fp32");
   const float* x = dropped(x_in, n);
-  float* u = room(scratch->low, 2 * n * rank);           // (N, rank) scaling * x A^T
-  float* b_t = room(scratch->b_t, rank * out_features);  // (rank, out) B^T
+  const LoraRankRooms rooms = rank_rooms(n);
+  float* u = rooms.low;    // (N, rank) scaling * x A^T
+  float* b_t = rooms.b_t;  // (rank, out) B^T
   kernel.forward(u, x, a, n, in_features, rank);
   device_ops().scale(u, scaling, n * rank);
-  for (int64_t o = 0; o < out_features; ++o) {
-    for (int64_t r = 0; r < rank; ++r) b_t[r * out_features + o] = b[o * rank + r];
-  }
+  device_ops().transpose(b_t, b, out_features, rank);
   // y += u B: the kernel's input-gradient product (dx += dy W, no weight gradient) with W = B^T,
   // so the update is added in the GEMM, without an (N, out) temporary. Scaling the rank-wide u
   // rather than the product, as PEFT does, differs from it only in rounding.
@@ -82,7 +100,7 @@ void LoraLinear::backward(float* dx, const float* dy, const float* x_in, int64_t
               ": LoRA's backward needs the linear's input and output gradient in fp32");
   TITAN_CHECK(a_grad != nullptr && b_grad != nullptr, name, ": LoRA gradients not allocated");
   const float* x = dropped(x_in, n);
-  float* low = room(scratch->low, 2 * n * rank);
+  float* low = rank_rooms(n).low;
   float* u = low;              // (N, rank) scaling * x A^T
   float* du = low + n * rank;  // (N, rank) scaling * dy B
   kernel.forward(u, x, a, n, in_features, rank);
@@ -100,16 +118,16 @@ void LoraLinear::backward(float* dx, const float* dy, const float* x_in, int64_t
   device_ops().lora_dropout(dx, share, n, in_features, dropout_call(), true);
 }
 
-const uint16_t* LoraLinear::round_weights(bool transposed) const {
-  device_ops().round_to_bf16(room(scratch->a_bf16, rank * in_features), a, rank * in_features);
-  uint16_t* b_bf16 = room(scratch->b_bf16, out_features * rank);
-  device_ops().round_to_bf16(b_bf16, b, out_features * rank);
-  if (!transposed) return b_bf16;
-  uint16_t* b_t = room(scratch->b_t_bf16, rank * out_features);
-  for (int64_t o = 0; o < out_features; ++o) {
-    for (int64_t r = 0; r < rank; ++r) b_t[r * out_features + o] = b_bf16[o * rank + r];
+const uint16_t* LoraLinear::round_weights(const LoraRankRooms& rooms, bool transposed) const {
+  device_ops().round_to_bf16(rooms.a_bf16, a, rank * in_features);
+  if (!transposed) {
+    device_ops().round_to_bf16(rooms.b_bf16, b, out_features * rank);
+    return rooms.b_bf16;
   }
-  return b_t;
+  // Rounding is per element, so B^T rounded is B rounded, transposed.
+  device_ops().transpose(rooms.b_t, b, out_features, rank);
+  device_ops().round_to_bf16(rooms.b_t_bf16, rooms.b_t, rank * out_features);
+  return rooms.b_t_bf16;
 }
 
 void LoraLinear::forward_add_bf16(float* y, const uint16_t* x_in, int64_t n,
@@ -118,10 +136,11 @@ void LoraLinear::forward_add_bf16(float* y, const uint16_t* x_in, int64_t n,
   TITAN_CHECK(kernel.forward_bf16 != nullptr && kernel.backward_bf16 != nullptr, name,
               ": LoRA in bf16 needs its linear kernel's bf16 forms");
   const uint16_t* x = dropped_bf16(x_in, n);
-  const uint16_t* b_t = round_weights(true);
-  float* u = room(scratch->low, 2 * n * rank);               // (N, rank)
-  uint16_t* u_bf16 = room(scratch->low_bf16, 2 * n * rank);  // (N, rank)
-  kernel.forward_bf16(u, x, scratch->a_bf16.data(), n, in_features, rank);
+  const LoraRankRooms rooms = rank_rooms(n);
+  const uint16_t* b_t = round_weights(rooms, true);
+  float* u = rooms.low;               // (N, rank)
+  uint16_t* u_bf16 = rooms.low_bf16;  // (N, rank)
+  kernel.forward_bf16(u, x, rooms.a_bf16, n, in_features, rank);
   device_ops().scale(u, scaling, n * rank);
   device_ops().round_to_bf16(u_bf16, u, n * rank);
   // y += round(u) B^T through the input-gradient product, as forward_add does in fp32.
@@ -134,10 +153,11 @@ void LoraLinear::backward_bf16(float* dx, const uint16_t* dy, const uint16_t* x_
               ": LoRA's bf16 backward needs the linear's input and output gradient in bf16");
   TITAN_CHECK(a_grad != nullptr && b_grad != nullptr, name, ": LoRA gradients not allocated");
   const uint16_t* x = dropped_bf16(x_in, n);
-  const uint16_t* b_bf16 = round_weights(false);
-  const uint16_t* a_bf16 = scratch->a_bf16.data();
-  float* low = room(scratch->low, 2 * n * rank);
-  uint16_t* low_bf16 = room(scratch->low_bf16, 2 * n * rank);
+  const LoraRankRooms rooms = rank_rooms(n);
+  const uint16_t* b_bf16 = round_weights(rooms, false);
+  const uint16_t* a_bf16 = rooms.a_bf16;
+  float* low = rooms.low;
+  uint16_t* low_bf16 = rooms.low_bf16;
   float* u = low;                           // (N, rank) scaling * x A^T, made again
   float* du = low + n * rank;               // (N, rank) scaling * dy B
   uint16_t* u_bf16 = low_bf16;              // (N, rank)

@@ -31,12 +31,22 @@ struct LoraDropout {
 
 // Room the adapted linears of a model share (one runs at a time): the rank-wide products of a
 // call and B transposed.
+// The rank-wide rooms of one call, carved from LoraScratch::rank_rooms.
+struct LoraRankRooms {
+  float* low = nullptr;  // (2 N, rank): scaling * x A^T and scaling * dy B
+  float* b_t = nullptr;  // (rank, out): B^T
+  // bf16 compute: the rank-wide products rounded (2 N, rank), A (rank, in) and B (out, rank)
+  // rounded at each call, and B^T (rank, out) rounded.
+  uint16_t *low_bf16 = nullptr, *a_bf16 = nullptr, *b_bf16 = nullptr, *b_t_bf16 = nullptr;
+};
+
 struct LoraScratch {
-  std::vector<float> low;  // (2 N, largest rank): scaling * x A^T and scaling * dy B
-  std::vector<float> b_t;  // (largest rank, largest out): B^T
-  // bf16 compute: A (rank, in) and B (out, rank) rounded at each call, B^T (rank, out), and the
-  // rank-wide products rounded (2 N, rank).
-  std::vector<uint16_t> a_bf16, b_bf16, b_t_bf16, low_bf16;
+  // The rank-wide rooms (LoraRankRooms) in the backend's memory, so on a device too: made at the
+  // first use and regrown to the most tokens N, the rank and the widest adapted input and output
+  // of any call, in MemCategory::other (titan plan's lora_scratch): rank (12 N + 8 out + 2 in)
+  // bytes.
+  Buffer rank_rooms;
+  int64_t room_tokens = 0, room_rank = 0, room_in = 0, room_out = 0;
   // Under dropout, made at the first use and grown to the largest (N, in) of a call, in
   // MemCategory::other (titan plan's lora_scratch): the input masked (fp32), the backward's dx
   // share before its mask (fp32), and the masked input rounded (bf16), N in values each.
@@ -74,8 +84,10 @@ struct LoraLinear {
                      const LinearKernel& kernel) const;
 
  private:
-  // A and B rounded into the scratch; returns B^T rounded (rank, out) when `transposed`, else B.
-  const uint16_t* round_weights(bool transposed) const;
+  // The scratch's rank-wide rooms for a call over n tokens (regrown where this call needs more).
+  LoraRankRooms rank_rooms(int64_t n) const;
+  // A and B rounded into `rooms`; returns B^T rounded (rank, out) when `transposed`, else B.
+  const uint16_t* round_weights(const LoraRankRooms& rooms, bool transposed) const;
   // Under dropout (scratch->dropout.on) the call's mask key, x (N, in) masked into the scratch and
   // dx += the masked dx share; without, x itself and dx += the share through the kernel.
   bool drops() const { return scratch->dropout.on; }

@@ -22,6 +22,12 @@ void scale_in_place(float* x, float a, int64_t n) {
     v.scale(x + at, a, std::min(kElementwiseChunk, n - at));
 }
 
+void transpose(float* dst, const float* src, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+  }
+}
+
 double sum_squares_f64(const float* x, int64_t n) {
   double sum = 0.0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)

@@ -24,7 +24,16 @@ void check_device_job(const JobConfig& config, const ModelArgs& args, const Mesh
     TITAN_CHECK(!asked, "training.device = \"", device, "\": ", what,
                 " is not implemented on CUDA yet (", instead, ")");
   };
-  refuse(config.lora.rank > 0, "LoRA (lora.rank > 0)", "train every weight");
+  // LoRA on a dense model runs there (the adapter's GEMMs are the backend's; its dropout, B's
+  // transpose and rooms CUDA's); on a MoE model's experts it needs the merge kernels CUDA lacks.
+  refuse(args.is_moe() && config.lora.rank > 0, "LoRA on a MoE model (its experts' merge)",
+         "adapt a dense model, or train on the CPU");
+  // Both merge or load the frozen base with host loops over its weights.
+  refuse(config.lora.rank > 0 && config.lora.merge_on_export,
+         "lora.merge_on_export (the merge runs on the host)", "export the PEFT adapter");
+  refuse(config.lora.rank > 0 && config.lora.base_dtype == "bfloat16",
+         "lora.base_dtype = \"bfloat16\" (its bf16 base is loaded on the host)",
+         "leave the base in float32");
   refuse(dims.tp > 1, "tensor parallel (parallelism.tensor_parallel_degree > 1)",
          "run one process");
   refuse(dims.ep > 1, "expert parallel (parallelism.expert_parallel_degree > 1)",

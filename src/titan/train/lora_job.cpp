@@ -11,6 +11,7 @@
 #include "titan/models/nonfinite_weights.h"
 #include "titan/models/param_count.h"
 #include "titan/models/peft_adapter.h"
+#include "titan/nn/host_params.h"
 #include "titan/train/job_resolve.h"
 
 namespace titan {
@@ -185,8 +186,11 @@ void load_lora_run_weights(const JobConfig& c, const ModelArgs& args,
         "(lora.base_dtype = \"bfloat16\")\n",
         initial.c_str());
   } else if (!initial.empty()) {
-    load_hf_weights(args, model_groups, initial, "the model's config",
-                    c.checkpoint.allow_nonfinite_weights, model_cut, {}, plan);
+    // On a device into host copies, copied in after (nn/host_params.h).
+    write_params_on_host(model_groups, false, [&](std::vector<ParamGroup>& groups) {
+      load_hf_weights(args, groups, initial, "the model's config",
+                      c.checkpoint.allow_nonfinite_weights, model_cut, {}, plan);
+    });
     std::printf("frozen model weights from %s\n", initial.c_str());
   } else {
     std::printf("frozen model weights: random (HF init, seed %lld)\n",

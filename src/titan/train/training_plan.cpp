@@ -776,14 +776,16 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // group over all of them.
     const int64_t ranks = in.mesh.dp();
     c.all_reduce = 0;
-    int64_t widest_input = 0;  // of an adapted linear (A's columns), the experts' aside
+    int64_t widest_input = 0;   // of an adapted linear (A's columns), the experts' aside
+    int64_t widest_output = 0;  // of an adapted linear (B's rows), the experts' aside
     for (const ParamGroupSpec& g : lora_param_specs(a, in.lora)) {
       const int64_t group = param_group_numel(g.params);
       adapter += group;
       c.all_reduce += 2 * (ranks - 1) * group * kFloat / ranks;
       for (const ParamSpec& p : g.params) {
-        if (p.name.ends_with(".lora_A.weight") && p.name.find(".mlp.experts") == std::string::npos)
-          widest_input = std::max(widest_input, p.shape[1]);
+        if (p.name.find(".mlp.experts") != std::string::npos) continue;
+        if (p.name.ends_with(".lora_A.weight")) widest_input = std::max(widest_input, p.shape[1]);
+        if (p.name.ends_with(".lora_B.weight")) widest_output = std::max(widest_output, p.shape[0]);
       }
     }
     const int64_t full = m.gradients + m.optimizer;
@@ -806,6 +808,12 @@ TrainingPlan plan_training(const PlanInputs& in) {
     // the dx share, and the masked input rounded, which fp32 compute makes too.
     if (in.lora.dropout > 0.0) {
       m.lora_scratch += in.local_batch_size * in.seq_len * widest_input * (2 * kFloat + 2);
+    }
+    // The rank-wide rooms (nn/lora.h LoraScratch::rank_rooms) of the adapted linears, for the
+    // micro-batch's tokens: fp32 and bf16 products, B^T, and A, B and B^T rounded.
+    if (widest_input > 0) {
+      const int64_t tokens = in.local_batch_size * in.seq_len;
+      m.lora_scratch += in.lora.rank * (12 * tokens + 8 * widest_output + 2 * widest_input);
     }
   }
 

@@ -46,6 +46,8 @@ DeviceOps cuda_device_ops() {
                              const ExpertLoraShape&) { missing("expert_lora_merge"); };
   ops.expert_lora_backward = [](float*, float*, const float*, const float*, const float*,
                                 const ExpertLoraShape&) { missing("expert_lora_backward"); };
+  ops.lora_dropout = cuda_ops::lora_dropout;
+  ops.transpose = cuda_ops::transpose;
   ops.adamw_step = [](float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                       const AdamWConfig& config, float lr, int64_t step) {
     cuda_ops::adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));

@@ -13,6 +13,7 @@
 #include "titan/ops/attention.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/gemv.h"
+#include "titan/ops/lora_dropout.h"
 #include "titan/ops/moe.h"
 #include "titan/ops/rope.h"
 
@@ -159,5 +160,11 @@ void experts_backward_staged_bf16(float* dx, float* dweight, const ExpertGrads& 
 
 // gemv.cu: the decode step's one-token products (ops/gemv.h's contract; fp32 and bf16 weights).
 void gemv_forward(std::span<const GemvProduct> products, const float* x);
+
+// lora.cu: DeviceOps::lora_dropout (ops/lora_dropout.h's mask, bit for bit) and
+// DeviceOps::transpose (LoRA's B^T).
+void lora_dropout(float* dst, const float* x, int64_t n, int64_t features,
+                  const LoraDropoutCall& call, bool accumulate);
+void transpose(float* dst, const float* src, int64_t rows, int64_t cols);
 
 }  // namespace titan::cuda_ops
