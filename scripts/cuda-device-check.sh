@@ -14,7 +14,10 @@
 # fp32 steps of a tiny Qwen2 (linear biases) made by Transformers against the CPU; then
 # bench_cuda_gemm beside
 # PyTorch's matmul on the same shapes (bench/cuda_gemm_torch.py), then bench_cuda_gemm again (the
-# clock moves between runs); a summary of every step last.
+# clock moves between runs); then the training step benchmark (scripts/cuda-train-step-bench.sh:
+# titan's bf16 step on cuda beside PyTorch eager and torch.compile, up to 7 minutes of its own;
+# this script with it exceeds the 8-minute budget, so a short device session runs that script
+# alone); a summary of every step last, the benchmark's table after it.
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
 #   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test \
@@ -204,6 +207,19 @@ echo "== PyTorch on the same shapes"
 timeout 300 python3 bench/cuda_gemm_torch.py | tee "$out/torch_gemm.txt"
 echo "== bench_cuda_gemm again"
 "$bench" | tee "$out/titan_gemm_2.txt"
+# Issue 41's speed bar: titan's bf16 step at Qwen3-0.6B's and debugmodel's dims beside PyTorch
+# eager and torch.compile (scripts/cuda-train-step-bench.sh); its table is printed last.
+if unloadable "$titan"; then
+  summary+=("FAIL  the training step benchmark: titan missing or unloadable")
+  status=1
+else
+  step "the training step benchmark (titan and PyTorch, 0.6B and debugmodel)" 420 \
+    scripts/cuda-train-step-bench.sh "$titan" "$out"
+fi
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+if [ -f "$out/train_step.txt" ]; then
+  echo "== the training step on cuda against PyTorch"
+  cat "$out/train_step.txt"
+fi
 exit $status

@@ -7,6 +7,7 @@
 
 #include "titan/backend/cpu/cpu_backend.h"
 #include "titan/backend/cuda/cuda_backend.h"
+#include "titan/backend/device_memory.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -55,6 +56,11 @@ Backend& backend_named(std::string_view name) {
 
 void select_backend(std::string_view name) {
   g_active = &backend_named(name);
+}
+
+std::optional<size_t> device_memory_in_use(const Backend& device) {
+  if (device.kind() == DeviceKind::cpu) return std::nullopt;
+  return cuda_device_memory_in_use();
 }
 
 }  // namespace titan

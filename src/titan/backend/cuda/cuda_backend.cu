@@ -1,8 +1,8 @@
 // The CUDA backend so far: device memory (cudaMalloc, cudaMemcpy), GEMMs through cuBLASLt, the
-// device's name. titan's CUDA kernels live in ops/cuda/; every vector primitive (the CPU kernels'
-// building blocks) throws here, and the peak is unknown until measured (a GPU's per-SM rate depends
-// on its architecture and tensor cores; titan reports only rates it has measured or derived from
-// measured quantities, as the CPU's).
+// device's name, its peak from NVIDIA's datasheets (backend/datasheet_peak.h: a GPU's tensor-core
+// rate is not derived from what titan measures, unlike the CPU's; a device not in the table has
+// none). titan's CUDA kernels live in ops/cuda/; every vector primitive (the CPU kernels' building
+// blocks) throws here.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "titan/backend/cuda/cuda_backend.h"
+#include "titan/backend/datasheet_peak.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -279,6 +280,9 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     memory_bytes_ = prop.totalGlobalMem;
+    device_name_ = prop.name;
+    capability_ = detail::concat("sm_", prop.major, prop.minor);
+    peak_ = datasheet_peak(device_name_, prop.major, prop.minor);
     name_ = detail::concat("cuda:", device_, ": ", prop.name, " (sm_", prop.major, prop.minor, ", ",
                            prop.multiProcessorCount, " SMs, ",
                            static_cast<double>(prop.totalGlobalMem) / (1ull << 30), " GiB)");
@@ -288,8 +292,23 @@ class CudaBackend final : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
-  std::optional<double> peak_gflops(DType) const override { return std::nullopt; }
-  std::string peak_source(DType) const override { return "no peak on CUDA yet: not measured"; }
+  std::optional<double> peak_gflops(DType dtype) const override {
+    if (!peak_) return std::nullopt;
+    return datasheet_peak_gflops(*peak_, dtype);
+  }
+  std::string peak_source(DType dtype) const override {
+    if (!peak_) {
+      return detail::concat("'", device_name_, "' (", capability_,
+                            ") is not in titan's table of datasheet peaks, "
+                            "src/titan/backend/datasheet_peak.h");
+    }
+    const std::optional<double> gflops = datasheet_peak_gflops(*peak_, dtype);
+    if (!gflops) {
+      return detail::concat("the ", peak_->source, " row has no ", dtype_name(dtype), " peak");
+    }
+    return detail::concat("the dense ", dtype_name(dtype), " peak of ", device_name_, ", ",
+                          *gflops * 1e-3, " TFLOP/s, from the ", peak_->source);
+  }
   // cuBLASLt runs fp32 and bf16 GEMMs on the GPU's own units (tensor cores from sm_80 for bf16).
   bool native(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
   size_t memory_bytes() const override { return memory_bytes_; }
@@ -360,12 +379,20 @@ class CudaBackend final : public Backend {
   VecKernels vec_;
   std::string name_;
   size_t memory_bytes_ = 0;
+  std::string device_name_, capability_;  // "NVIDIA H200", "sm_90"
+  std::optional<DatasheetPeak> peak_;     // empty: not in the table
   CudaMemory memory_;
   PinnedHostMemory pinned_;
   LtGemm lt_;
 };
 
 }  // namespace
+
+size_t cuda_device_memory_in_use() {
+  size_t free = 0, total = 0;
+  check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total - free;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
   int count = 0;
