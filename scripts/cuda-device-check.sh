@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks on a machine with an NVIDIA GPU, in one run (a few minutes on an H200;
 # every step has a timeout, the whole stays under 8): titan_cuda_smoke and titan_cuda_kernels_test
-# (every CUDA kernel against its op's fp32 reference) plainly and under compute-sanitizer's memcheck,
+# (every CUDA kernel against its op's fp32 reference -- the step-wide sum_squares_all,
+# adamw_step_all and round_to_bf16_all against the per-array ops, bit for bit -- plainly and under
+# compute-sanitizer's memcheck,
 # the kernels test also under racecheck (the row kernels share memory between a block's threads),
 # then titan_cuda_step_kernels_check (host-side: every kernel a dense fp32 or bf16 step binds on
 # CUDA is registered there), then 10 training steps of the tiny Qwen3 in fp32 with training.device =

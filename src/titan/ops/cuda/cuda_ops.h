@@ -6,10 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/rope.h"
 
@@ -77,5 +79,12 @@ void bias_forward(float* y, const float* bias, int64_t rows, int64_t out_feature
 void bias_backward(float* dbias, const float* dy, int64_t rows, int64_t out_features);
 void adamw_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                   const AdamWScalars& scalars);
+
+// step_arrays.cu: the step-wide forms over every parameter array at once (DeviceOps'
+// sum_squares_all and adamw_step_all; the gradients left unscaled).
+double sum_squares_all(std::span<const AdamWArrays> arrays);
+void adamw_update_all(std::span<const AdamWArrays> arrays, const AdamWScalars& scalars,
+                      float grad_scale);
+void round_to_bf16_all(std::span<const Bf16Cast> casts);
 
 }  // namespace titan::cuda_ops
