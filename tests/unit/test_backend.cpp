@@ -220,6 +220,9 @@ TEST(Backend, DatasheetPeaksMatchTheNameAndCapability) {
   EXPECT_EQ(datasheet_peak_gflops(*h200, DType::bf16), 989.5e3);
   EXPECT_EQ(datasheet_peak_gflops(*h200, DType::f32), 67.0e3);
   EXPECT_FALSE(datasheet_peak_gflops(*h200, DType::f16).has_value());
+  // training.allow_tf32: fp32 GEMMs measured against the TF32 tensor-core figure; bf16 unchanged.
+  EXPECT_EQ(datasheet_peak_gflops(*h200, DType::f32, true), 494.5e3);
+  EXPECT_EQ(datasheet_peak_gflops(*h200, DType::bf16, true), 989.5e3);
   const std::optional<DatasheetPeak> h100 = datasheet_peak("NVIDIA H100 80GB HBM3", 9, 0);
   ASSERT_TRUE(h100.has_value());
   EXPECT_EQ(datasheet_peak_gflops(*h100, DType::bf16), 989.5e3);
@@ -227,6 +230,7 @@ TEST(Backend, DatasheetPeaksMatchTheNameAndCapability) {
   ASSERT_TRUE(a100.has_value());
   EXPECT_EQ(datasheet_peak_gflops(*a100, DType::bf16), 312.0e3);
   EXPECT_EQ(datasheet_peak_gflops(*a100, DType::f32), 19.5e3);
+  EXPECT_EQ(datasheet_peak_gflops(*a100, DType::f32, true), 156.0e3);
   // The PCIe H100 runs at another clock: not guessed from the SXM's row.
   EXPECT_FALSE(datasheet_peak("NVIDIA H100 PCIe", 9, 0).has_value());
   EXPECT_FALSE(datasheet_peak("NVIDIA H200", 8, 0).has_value());

@@ -55,7 +55,8 @@ __global__ void scale_rows(void* c, bool bf16, int64_t n, int64_t ldc, float bet
 
 // One cuBLASLt matmul, row-major: C (m, n) = alpha op(A) op(B) + beta C. cuBLASLt is column-major:
 // a row-major C is the column-major C^T = op(B)^T op(A)^T, so B comes first, with m and n swapped.
-// compute CUBLAS_COMPUTE_32F: fp32 arithmetic, never TF32 (that would be _FAST_TF32).
+// compute CUBLAS_COMPUTE_32F: fp32 arithmetic; fp32 operands use CUBLAS_COMPUTE_32F_FAST_TF32
+// instead where training.allow_tf32 asked for it (tf32).
 class LtGemm {
  public:
   LtGemm() {
@@ -75,14 +76,17 @@ class LtGemm {
     int64_t ld;
   };
   void run(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, Operand a, Operand b,
-           float beta, void* c, cudaDataType_t c_type, int64_t ldc, const char* what) {
+           float beta, void* c, cudaDataType_t c_type, int64_t ldc, const char* what,
+           bool tf32 = false) {
     if (k == 0) {  // no product: C = beta C (cuBLASLt takes no empty operand)
       scale_rows<<<static_cast<unsigned>(m), 256>>>(c, c_type == CUDA_R_16BF, n, ldc, beta);
       check_cuda(cudaGetLastError(), "scale_rows launch");
       return;
     }
     Descriptors d;
-    check_cublas(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    check_cublas(cublasLtMatmulDescCreate(
+                     &d.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                 what);
     const cublasOperation_t op_first = op(tb), op_second = op(ta);
     check_cublas(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
                                                 sizeof op_first),
@@ -294,7 +298,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   std::optional<double> peak_gflops(DType dtype) const override {
     if (!peak_) return std::nullopt;
-    return datasheet_peak_gflops(*peak_, dtype);
+    return datasheet_peak_gflops(*peak_, dtype, allow_tf32_);
   }
   std::string peak_source(DType dtype) const override {
     if (!peak_) {
@@ -302,12 +306,14 @@ class CudaBackend final : public Backend {
                             ") is not in titan's table of datasheet peaks, "
                             "src/titan/backend/datasheet_peak.h");
     }
-    const std::optional<double> gflops = datasheet_peak_gflops(*peak_, dtype);
+    const std::optional<double> gflops = datasheet_peak_gflops(*peak_, dtype, allow_tf32_);
     if (!gflops) {
       return detail::concat("the ", peak_->source, " row has no ", dtype_name(dtype), " peak");
     }
-    return detail::concat("the dense ", dtype_name(dtype), " peak of ", device_name_, ", ",
-                          *gflops * 1e-3, " TFLOP/s, from the ", peak_->source);
+    const bool tf32 = allow_tf32_ && dtype == DType::f32;
+    return detail::concat("the dense ", dtype_name(dtype),
+                          tf32 ? " (TF32, training.allow_tf32)" : "", " peak of ", device_name_,
+                          ", ", *gflops * 1e-3, " TFLOP/s, from the ", peak_->source);
   }
   // cuBLASLt runs fp32 and bf16 GEMMs on the GPU's own units (tensor cores from sm_80 for bf16).
   bool native(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
@@ -349,7 +355,7 @@ class CudaBackend final : public Backend {
                 int64_t ldc) override {
     if (m == 0 || n == 0) return;
     lt_.run(trans_a, trans_b, m, n, k, alpha, {a, CUDA_R_32F, lda}, {b, CUDA_R_32F, ldb}, beta, c,
-            CUDA_R_32F, ldc, "fp32 GEMM");
+            CUDA_R_32F, ldc, allow_tf32_ ? "fp32 GEMM (TF32 allowed)" : "fp32 GEMM", allow_tf32_);
   }
   // A block is a small GEMM on the stream like any other.
   void gemm_f32_block(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -374,6 +380,8 @@ class CudaBackend final : public Backend {
 
   const VecKernels& vec() const override { return vec_; }
 
+  void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
+
  private:
   int device_;
   VecKernels vec_;
@@ -381,12 +389,19 @@ class CudaBackend final : public Backend {
   size_t memory_bytes_ = 0;
   std::string device_name_, capability_;  // "NVIDIA H200", "sm_90"
   std::optional<DatasheetPeak> peak_;     // empty: not in the table
+  bool allow_tf32_ = false;               // training.allow_tf32
   CudaMemory memory_;
   PinnedHostMemory pinned_;
   LtGemm lt_;
 };
 
 }  // namespace
+
+void cuda_set_allow_tf32(Backend& cuda, bool allow) {
+  auto* backend = dynamic_cast<CudaBackend*>(&cuda);
+  TITAN_CHECK(backend != nullptr, "training.allow_tf32: ", cuda.name(), " is not a CUDA backend");
+  backend->set_allow_tf32(allow);
+}
 
 size_t cuda_device_memory_in_use() {
   size_t free = 0, total = 0;

@@ -18,4 +18,8 @@ std::unique_ptr<Backend> make_cuda_backend(int ordinal = 0);
 // in a build without CUDA.
 size_t cuda_device_memory_in_use();
 
+// training.allow_tf32 on a CUDA backend (backend/allow_tf32.h); titan::Error in a build without
+// CUDA.
+void cuda_set_allow_tf32(Backend& cuda, bool allow);
+
 }  // namespace titan
