@@ -17,7 +17,7 @@ struct AdamWConfig {
 
 // One parameter array with its gradient and AdamW moments, all (n): what the step-wide ops take,
 // every array of a step at once (DeviceOps::sum_squares_all and adamw_step_all; on CUDA one
-// launch each, their pointers and sizes a table in device memory).
+// launch per 32 arrays, their pointers and sizes the kernel's parameter).
 struct AdamWArrays {
   float* param = nullptr;
   float* grad = nullptr;

@@ -1,15 +1,17 @@
 // DeviceOps' step-wide work on CUDA (dispatch/device_ops.h: sum_squares_all, adamw_step_all,
-// round_to_bf16_all): one launch over every parameter array of a step (or every bf16 copy of a
-// unit) instead of one per array, the arrays' pointers, sizes and flat starts uploaded as one table
-// in device memory per call. The sum of squares runs
-// arrays.cu's blocks for each array at once (grid y = the array), each block's fp64 sum added on
-// the host array by array in block order: the same bits as sum_squares_f64 called per array, in
-// one read-back. AdamW runs one thread per element of the arrays laid end to end, clipping's
-// coefficient applied to each gradient as it is read (the gradients stay unscaled); the bf16 casts
-// likewise one thread per element, each rounded as round_to_bf16 rounds it.
+// round_to_bf16_all): one launch over up to kTableArrays parameter arrays of a step (or bf16 copies
+// of a unit) instead of one per array. The arrays' pointers, sizes and flat starts travel as the
+// kernel's own __grid_constant__ parameter (LaunchTable, under 2 KiB of the 4 KiB a launch takes):
+// no device allocation and no synchronous copy per call, so the launches queue behind the step's
+// other work. The sum of squares runs arrays.cu's blocks for each array at once (grid y = the
+// array), each block's fp64 sum added on the host array by array in block order: the same bits as
+// sum_squares_f64 called per array, in one read-back. AdamW runs one thread per element of the
+// arrays laid end to end, clipping's coefficient applied to each gradient as it is read (the
+// gradients stay unscaled); the bf16 casts likewise one thread per element, each rounded as
+// round_to_bf16 rounds it.
 #include <cuda_runtime.h>
 
-#include <cstring>
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -27,79 +29,73 @@ constexpr int kThreads = 256;
 // Blocks per array of the fp64 sum: arrays.cu's kSumBlocks, so each array's block sums are the ones
 // sum_squares_f64 adds.
 constexpr int kSumBlocks = 1024;
-// CUDA's limit on gridDim.y.
-constexpr int64_t kMaxArrays = 65535;
+// Arrays per launch: a dense model's groups (one per block, the embedding, [norm, lm_head]) up to
+// 30 layers in one launch, a block's bf16 copies (7) always.
+constexpr int kTableArrays = 32;
 
 void check_cuda(cudaError_t status, const char* what) {
   TITAN_CHECK(status == cudaSuccess, "CUDA ", what, " failed: ", cudaGetErrorString(status));
 }
 
-// The arrays (count; AdamWArrays or Bf16Cast, each with its size n) and their flat starts
-// (count + 1) in one device Buffer.
+// Up to kTableArrays arrays (AdamWArrays or Bf16Cast, each with its size n), their flat starts
+// (count + 1) and total: one launch's parameter.
 template <typename Array>
-class ArraysTable {
- public:
-  explicit ArraysTable(std::span<const Array> arrays)
-      : count_(static_cast<int64_t>(arrays.size())),
-        table_(backend().memory(),
-               sizeof(Array) * arrays.size() + sizeof(int64_t) * (arrays.size() + 1),
-               MemCategory::other) {
-    std::vector<unsigned char> host(table_.bytes());
-    std::memcpy(host.data(), arrays.data(), sizeof(Array) * arrays.size());
-    std::vector<int64_t> starts(arrays.size() + 1, 0);
-    for (size_t j = 0; j < arrays.size(); ++j) starts[j + 1] = starts[j] + arrays[j].n;
-    total_ = starts.back();
-    std::memcpy(host.data() + sizeof(Array) * arrays.size(), starts.data(),
-                sizeof(int64_t) * starts.size());
-    check_cuda(cudaMemcpy(table_.data(), host.data(), host.size(), cudaMemcpyHostToDevice),
-               "cudaMemcpy (arrays table)");
-  }
-  const Array* table() const { return table_.as<Array>(); }
-  const int64_t* starts() const {
-    return reinterpret_cast<const int64_t*>(table_.as<unsigned char>() + sizeof(Array) * count_);
-  }
-  int64_t count() const { return count_; }
-  int64_t total() const { return total_; }
-
- private:
-  int64_t count_ = 0, total_ = 0;
-  Buffer table_;
+struct LaunchTable {
+  Array arrays[kTableArrays];
+  int64_t starts[kTableArrays + 1];
+  int64_t count, total;
 };
 
-__global__ void sum_squares_all_kernel(double* block_sums, const AdamWArrays* table) {
-  const AdamWArrays& a = table[blockIdx.y];
+// Calls launch(table, first) for each run of up to kTableArrays arrays, `first` the index of its
+// first array in `arrays`.
+template <typename Array, typename Launch>
+void for_each_table(std::span<const Array> arrays, Launch launch) {
+  for (size_t first = 0; first < arrays.size(); first += kTableArrays) {
+    LaunchTable<Array> t{};
+    t.count = static_cast<int64_t>(std::min<size_t>(kTableArrays, arrays.size() - first));
+    for (int64_t j = 0; j < t.count; ++j) {
+      t.arrays[j] = arrays[first + static_cast<size_t>(j)];
+      t.starts[j + 1] = t.starts[j] + t.arrays[j].n;
+    }
+    t.total = t.starts[t.count];
+    launch(t, first);
+  }
+}
+
+__global__ void sum_squares_all_kernel(double* block_sums,
+                                       const __grid_constant__ LaunchTable<AdamWArrays> t) {
+  const AdamWArrays& a = t.arrays[blockIdx.y];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const double part = cuda_rows::sum_squares_share(a.grad, a.n, first,
                                                    static_cast<int64_t>(gridDim.x) * blockDim.x);
   const double total = BlockTeam{}.sum(part);
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     block_sums[static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x] = total;
+  }
 }
 
-__global__ void adamw_all_kernel(const AdamWArrays* table, const int64_t* starts, int64_t count,
-                                 int64_t total, AdamWScalars s, float grad_scale) {
+__global__ void adamw_all_kernel(const __grid_constant__ LaunchTable<AdamWArrays> t, AdamWScalars s,
+                                 float grad_scale) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < total) cuda_rows::adamw_all_element(table, starts, count, i, s, grad_scale);
+  if (i < t.total) cuda_rows::adamw_all_element(t.arrays, t.starts, t.count, i, s, grad_scale);
 }
 
-__global__ void round_all_kernel(const Bf16Cast* table, const int64_t* starts, int64_t count,
-                                 int64_t total) {
+__global__ void round_all_kernel(const __grid_constant__ LaunchTable<Bf16Cast> t) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < total) cuda_rows::round_all_element(table, starts, count, i);
+  if (i < t.total) cuda_rows::round_all_element(t.arrays, t.starts, t.count, i);
 }
 
 }  // namespace
 
 double sum_squares_all(std::span<const AdamWArrays> arrays) {
   if (arrays.empty()) return 0.0;
-  TITAN_CHECK(static_cast<int64_t>(arrays.size()) <= kMaxArrays, "sum_squares_all: ", arrays.size(),
-              " arrays, more than one launch's ", kMaxArrays);
-  const ArraysTable<AdamWArrays> table(arrays);
   Buffer block_sums(backend().memory(), sizeof(double) * kSumBlocks * arrays.size(),
                     MemCategory::other);
-  const dim3 grid(kSumBlocks, static_cast<unsigned>(arrays.size()));
-  sum_squares_all_kernel<<<grid, kThreads>>>(block_sums.as<double>(), table.table());
-  check_launch("sum_squares_all");
+  for_each_table(arrays, [&](const LaunchTable<AdamWArrays>& t, size_t first) {
+    const dim3 grid(kSumBlocks, static_cast<unsigned>(t.count));
+    sum_squares_all_kernel<<<grid, kThreads>>>(block_sums.as<double>() + first * kSumBlocks, t);
+    check_launch("sum_squares_all");
+  });
   std::vector<double> host(kSumBlocks * arrays.size());
   check_cuda(cudaMemcpy(host.data(), block_sums.data(), block_sums.bytes(), cudaMemcpyDeviceToHost),
              "cudaMemcpy (sum_squares_all)");
@@ -114,20 +110,19 @@ double sum_squares_all(std::span<const AdamWArrays> arrays) {
 
 void adamw_update_all(std::span<const AdamWArrays> arrays, const AdamWScalars& scalars,
                       float grad_scale) {
-  const ArraysTable<AdamWArrays> table(arrays);
-  if (table.total() == 0) return;
-  adamw_all_kernel<<<blocks_for(table.total(), kThreads), kThreads>>>(
-      table.table(), table.starts(), table.count(), table.total(), scalars, grad_scale);
-  check_launch("adamw_step_all");
+  for_each_table(arrays, [&](const LaunchTable<AdamWArrays>& t, size_t) {
+    if (t.total == 0) return;
+    adamw_all_kernel<<<blocks_for(t.total, kThreads), kThreads>>>(t, scalars, grad_scale);
+    check_launch("adamw_step_all");
+  });
 }
 
 void round_to_bf16_all(std::span<const Bf16Cast> casts) {
-  if (casts.empty()) return;
-  const ArraysTable<Bf16Cast> table(casts);
-  if (table.total() == 0) return;
-  round_all_kernel<<<blocks_for(table.total(), kThreads), kThreads>>>(table.table(), table.starts(),
-                                                                      table.count(), table.total());
-  check_launch("round_to_bf16_all");
+  for_each_table(casts, [&](const LaunchTable<Bf16Cast>& t, size_t) {
+    if (t.total == 0) return;
+    round_all_kernel<<<blocks_for(t.total, kThreads), kThreads>>>(t);
+    check_launch("round_to_bf16_all");
+  });
 }
 
 }  // namespace titan::cuda_ops
