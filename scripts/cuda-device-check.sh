@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA backend's checks on a machine with an NVIDIA GPU, in one run (a few minutes on an H200;
 # every step has a timeout, the whole stays under 8): titan_cuda_smoke and titan_cuda_kernels_test
-# (every CUDA kernel against its op's fp32 reference) plainly and under compute-sanitizer's memcheck,
+# (every CUDA kernel against its op's fp32 reference -- the step-wide sum_squares_all,
+# adamw_step_all and round_to_bf16_all against the per-array ops, bit for bit -- plainly and under
+# compute-sanitizer's memcheck,
 # the kernels test also under racecheck (the row kernels share memory between a block's threads),
 # then titan_cuda_step_kernels_check (host-side: every kernel a dense or MoE fp32 or bf16 step
 # binds on CUDA is registered there), then 10 training steps of the tiny Qwen3 in fp32 with training.device =
@@ -24,6 +26,8 @@
 # bound at bench_cuda_gemm's copy rate; then cuDNN's attention forward and backward
 # (bench_cuda_attention) beside PyTorch's scaled_dot_product_attention at Qwen3-0.6B's shapes (8 x
 # 2048, 16/8 heads x 128, bf16, causal; bench/cuda_attention_torch.py); a summary of every step last.
+# Issue 41's speed bar -- the whole bf16 training step beside PyTorch eager and torch.compile -- is
+# scripts/cuda-train-step-bench.sh, up to 9 minutes of its own: a second device call.
 # Build the binaries first, where nvcc is (no GPU needed):
 #   cmake -S . -B build-cuda -DTITAN_CUDA=ON -DTITAN_BUILD_TESTS=OFF -DTITAN_BUILD_BENCH=ON
 #   cmake --build build-cuda --target titan_cuda_smoke bench_cuda_gemm titan_cuda_kernels_test \

@@ -58,7 +58,8 @@ void row(const char* label, int64_t n, const std::string& detail) {
   std::printf("  %-22s %10s  %s\n", label, bytes(n).c_str(), detail.c_str());
 }
 
-void print_text(const TrainingPlan& p, const std::string& model) {
+// device: training.device; on a GPU the same categories live in its memory.
+void print_text(const TrainingPlan& p, const std::string& model, const std::string& device) {
   const PlanInputs& in = p.inputs;
   const MemoryPlan& m = p.memory;
   const bool fsdp = in.mesh.fsdp();
@@ -72,7 +73,15 @@ void print_text(const TrainingPlan& p, const std::string& model) {
               in.lora_base_bf16                 ? "bf16 (the frozen base in bf16 only)"
               : in.compute_dtype == DType::bf16 ? "bf16 (fp32 masters)"
                                                 : "fp32");
-  std::printf("\nmemory per rank (the trainer's categories)\n");
+  if (device == "cpu") {
+    std::printf("\nmemory per rank (the trainer's categories)\n");
+  } else {
+    // The same plan: the trainer carves the same Buffers from the device's memory.
+    std::printf(
+        "\nmemory per rank (the trainer's categories) in %s's device memory; the CUDA context "
+        "and cuBLASLt's 32 MiB workspace besides\n",
+        device.c_str());
+  }
   row("parameters", m.parameters + m.compute_copies,
       in.lora_base_bf16
           ? "the frozen base's matmul weights in bf16 only " + bytes(m.compute_copies) +
@@ -312,7 +321,7 @@ Action add_plan_command(CLI::App& app) {
     if (json) {
       std::printf("%s\n", to_json(plan, model).dump().c_str());
     } else {
-      print_text(plan, model);
+      print_text(plan, model, config.training.device);
     }
     return 0;
   };

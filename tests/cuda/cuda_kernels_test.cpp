@@ -31,6 +31,7 @@
 #include "titan/dispatch/registry.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/elementwise.h"
@@ -688,6 +689,72 @@ void test_linear() {
   check("linear backward_bf16 dweight", down(dwb), ref_dw16, sum_tolerance(rows));
 }
 
+// The step-wide forms over several arrays (odd sizes, empty ones among them) against the same
+// device's per-array ops in the same order: the sum of squares runs the same blocks per array and
+// adds them in the same order (bit-equal); AdamW with clipping's scale fused is scale then
+// adamw_step per array (the same fp32 arithmetic: bit-equal), its gradients left unscaled.
+void test_step_wide_ops(const DeviceOps& ops) {
+  const std::vector<int64_t> sizes = {300007, 0, 1, 262145, 5};
+  const float grad_scale = 0.37f;
+  const AdamWConfig config;
+  std::vector<DeviceBuffer> p, g, m, v, p2, g2, m2, v2;
+  std::vector<AdamWArrays> table, table2;
+  std::vector<std::vector<float>> grads;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    const int64_t n = sizes[j];
+    std::vector<float> sq = randn(n, 90 + j, 0.1f);
+    for (float& x : sq) x = x * x;
+    grads.push_back(randn(n, 80 + j));
+    for (auto* set : {&p, &p2}) set->push_back(up(randn(n, 70 + j)));
+    for (auto* set : {&g, &g2}) set->push_back(up(grads.back()));
+    for (auto* set : {&m, &m2}) set->push_back(up(randn(n, 100 + j, 0.1f)));
+    for (auto* set : {&v, &v2}) set->push_back(up(sq));
+    table.push_back({p[j].as<float>(), g[j].as<float>(), m[j].as<float>(), v[j].as<float>(), n});
+    table2.push_back(
+        {p2[j].as<float>(), g2[j].as<float>(), m2[j].as<float>(), v2[j].as<float>(), n});
+  }
+  double per_array = 0.0;
+  for (const AdamWArrays& a : table) per_array += ops.sum_squares(a.grad, a.n);
+  const double all = ops.sum_squares_all(table);
+  check_true("sum_squares_all: per-array sum_squares in order, bit for bit",
+             std::memcmp(&all, &per_array, sizeof all) == 0);
+  ops.adamw_step_all(table, config, 3e-4f, 7, grad_scale);
+  for (const AdamWArrays& a : table2) {
+    ops.scale(a.grad, grad_scale, a.n);
+    ops.adamw_step(a.param, a.grad, a.exp_avg, a.exp_avg_sq, a.n, config, 3e-4f, 7);
+  }
+  // Each quantity's arrays end to end.
+  const auto joined = [](const std::vector<DeviceBuffer>& arrays) {
+    std::vector<float> end_to_end;
+    for (const DeviceBuffer& a : arrays) {
+      const std::vector<float> host = down(a);
+      end_to_end.insert(end_to_end.end(), host.begin(), host.end());
+    }
+    return end_to_end;
+  };
+  check("adamw_step_all param (scale then adamw_step, bit for bit)", joined(p), joined(p2), 0.0);
+  check("adamw_step_all exp_avg (bit for bit)", joined(m), joined(m2), 0.0);
+  check("adamw_step_all exp_avg_sq (bit for bit)", joined(v), joined(v2), 0.0);
+  std::vector<float> unscaled;
+  for (const std::vector<float>& x : grads) unscaled.insert(unscaled.end(), x.begin(), x.end());
+  check_true("adamw_step_all leaves the gradients unscaled", joined(g) == unscaled);
+  // The bf16 casts of a unit's copies in one launch: round_to_bf16 per array, bit for bit.
+  std::vector<Bf16Cast> casts;
+  std::vector<DeviceBuffer> bits_all, bits_each;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    bits_all.emplace_back(backend(), sizes[j], DType::bf16, MemCategory::other);
+    bits_each.emplace_back(backend(), sizes[j], DType::bf16, MemCategory::other);
+    casts.push_back({bits_all[j].as<uint16_t>(), p[j].as<float>(), sizes[j]});
+    ops.round_to_bf16(bits_each[j].as<uint16_t>(), p[j].as<float>(), sizes[j]);
+  }
+  ops.round_to_bf16_all(casts);
+  bool same = true;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    same = same && down<uint16_t>(bits_all[j]) == down<uint16_t>(bits_each[j]);
+  }
+  check_true("round_to_bf16_all: round_to_bf16 per array, bit for bit", same);
+}
+
 void test_device_ops() {
   const DeviceOps& ops = kernel_registry().device_ops(DeviceKind::cuda);
   const int64_t n = 300007;
@@ -752,6 +819,7 @@ void test_device_ops() {
   check("adamw param", down(pd), rp, sum_tolerance(8));
   check("adamw exp_avg", down(md), rm, sum_tolerance(4));
   check("adamw exp_avg_sq", down(vd), rv, sum_tolerance(4));
+  test_step_wide_ops(ops);
 }
 
 // The MoE kernels against the CPU's ops on one tiny sparse block: N tokens no block divides, E

@@ -47,7 +47,8 @@ assert threads[main] == "main", threads
 names = {e["name"] for e in spans if e["cat"] == "kernel"}
 for k in ("embedding.forward", "rms_norm.forward", "rms_norm.backward", "linear.forward",
           "linear.backward", "rope.forward", "attention.forward", "attention.backward",
-          "swiglu.forward", "lm_head_loss.forward_backward", "add", "adamw_step"):
+          "swiglu.forward", "lm_head_loss.forward_backward", "add", "adamw_step_all",
+          "sum_squares_all"):
     assert k in names, (k, sorted(names))
 phases = {e["name"] for e in spans if e["cat"] == "phase"}
 assert phases >= {"step", "data", "zero_grad", "forward", "backward", "reduce_gradients",

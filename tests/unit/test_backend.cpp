@@ -1,5 +1,6 @@
 // The backend interface on the CPU: GEMMs, memory and its accounting, the registry, the peak,
-// the memory size and threads.
+// the memory size and threads; the GPU datasheet peaks' table and the device memory count, which
+// need no GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,7 +16,9 @@
 #include "titan/backend/cpu/gemm.h"
 #include "titan/backend/cpu/peak.h"
 #include "titan/backend/cpu/threads.h"
+#include "titan/backend/datasheet_peak.h"
 #include "titan/backend/device_buffer.h"
+#include "titan/backend/device_memory.h"
 #include "titan/core/error.h"
 #include "unit/backend_checks.h"
 
@@ -207,6 +210,35 @@ TEST(Backend, CpuNativeDtypesFollowTheIsa) {
   EXPECT_TRUE(cpu_backend().native(DType::f32));
   EXPECT_EQ(cpu_backend().native(DType::bf16), cpu_info().avx512_bf16);
   EXPECT_FALSE(cpu_backend().native(DType::f16));
+}
+
+// The MFU denominator on CUDA: the rows the datasheets give, matched on the name and compute
+// capability cudaGetDeviceProperties reports, and nothing for any other device or dtype.
+TEST(Backend, DatasheetPeaksMatchTheNameAndCapability) {
+  const std::optional<DatasheetPeak> h200 = datasheet_peak("NVIDIA H200", 9, 0);
+  ASSERT_TRUE(h200.has_value());
+  EXPECT_EQ(datasheet_peak_gflops(*h200, DType::bf16), 989.5e3);
+  EXPECT_EQ(datasheet_peak_gflops(*h200, DType::f32), 67.0e3);
+  EXPECT_FALSE(datasheet_peak_gflops(*h200, DType::f16).has_value());
+  // training.allow_tf32: fp32 GEMMs measured against the TF32 tensor-core figure; bf16 unchanged.
+  EXPECT_EQ(datasheet_peak_gflops(*h200, DType::f32, true), 494.5e3);
+  EXPECT_EQ(datasheet_peak_gflops(*h200, DType::bf16, true), 989.5e3);
+  const std::optional<DatasheetPeak> h100 = datasheet_peak("NVIDIA H100 80GB HBM3", 9, 0);
+  ASSERT_TRUE(h100.has_value());
+  EXPECT_EQ(datasheet_peak_gflops(*h100, DType::bf16), 989.5e3);
+  const std::optional<DatasheetPeak> a100 = datasheet_peak("NVIDIA A100-SXM4-80GB", 8, 0);
+  ASSERT_TRUE(a100.has_value());
+  EXPECT_EQ(datasheet_peak_gflops(*a100, DType::bf16), 312.0e3);
+  EXPECT_EQ(datasheet_peak_gflops(*a100, DType::f32), 19.5e3);
+  EXPECT_EQ(datasheet_peak_gflops(*a100, DType::f32, true), 156.0e3);
+  // The PCIe H100 runs at another clock: not guessed from the SXM's row.
+  EXPECT_FALSE(datasheet_peak("NVIDIA H100 PCIe", 9, 0).has_value());
+  EXPECT_FALSE(datasheet_peak("NVIDIA H200", 8, 0).has_value());
+  EXPECT_FALSE(datasheet_peak("NVIDIA H200 NVL", 9, 0).has_value());
+}
+
+TEST(Backend, CpuHasNoDeviceMemoryCountOfItsOwn) {
+  EXPECT_FALSE(device_memory_in_use(cpu_backend()).has_value());
 }
 
 TEST(Backend, CpuMemoryAndThreadsAreTheMachines) {

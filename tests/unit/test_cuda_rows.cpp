@@ -29,6 +29,7 @@
 #include "titan/core/rng.h"
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/bias.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/cuda/attention_rows.h"
@@ -38,6 +39,7 @@
 #include "titan/ops/cuda/lora_rows.h"
 #include "titan/ops/cuda/moe_rows.h"
 #include "titan/ops/cuda/norm_rows.h"
+#include "titan/ops/cuda/step_arrays_rows.h"
 #include "titan/ops/elementwise.h"
 #include "titan/ops/embedding.h"
 #include "titan/ops/gemv.h"
@@ -387,6 +389,109 @@ TEST(CudaRows, AdamwMatchesReference) {
   expect_close("adamw param", p.data(), rp.data(), n, sum_tolerance(8));
   expect_close("adamw exp_avg", m.data(), rm.data(), n, sum_tolerance(4));
   expect_close("adamw exp_avg_sq", v.data(), rv.data(), n, sum_tolerance(4));
+}
+
+// step_arrays.cu's AdamW over arrays laid end to end (empty ones among them), clipping's scale
+// applied as each gradient is read: bit-equal to the CPU's way, the gradients scaled in place by
+// scale_in_place and each array updated by the same element body, and the gradients left as they
+// were.
+TEST(CudaRows, AdamwOverEveryArrayIsScaleThenAdamwPerArray) {
+  const std::vector<int64_t> sizes = {0, 257, 1, 0, 1000, 3};
+  const float grad_scale = 0.37f;
+  const AdamWScalars s = adamw_scalars(AdamWConfig{}, 3e-4f, 7);
+  std::vector<std::vector<float>> p, g, m, v;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    const int64_t n = sizes[j];
+    p.push_back(randn(n, 20 + j));
+    g.push_back(randn(n, 30 + j));
+    m.push_back(randn(n, 40 + j, 0.1f));
+    std::vector<float> sq = randn(n, 50 + j, 0.1f);
+    for (float& x : sq) x = x * x;
+    v.push_back(sq);
+  }
+  auto want_p = p, want_g = g, want_m = m, want_v = v;
+  std::vector<AdamWArrays> table;
+  std::vector<int64_t> starts = {0};
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    table.push_back({p[j].data(), g[j].data(), m[j].data(), v[j].data(), sizes[j]});
+    starts.push_back(starts.back() + sizes[j]);
+    scale_in_place(want_g[j].data(), grad_scale, sizes[j]);
+    for (int64_t i = 0; i < sizes[j]; ++i) {
+      cuda_rows::adamw_element(&want_p[j][i], want_g[j][i], &want_m[j][i], &want_v[j][i], s);
+    }
+  }
+  const auto count = static_cast<int64_t>(table.size());
+  for (int64_t i = 0; i < starts.back(); ++i) {
+    cuda_rows::adamw_all_element(table.data(), starts.data(), count, i, s, grad_scale);
+  }
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    const size_t bytes = sizeof(float) * static_cast<size_t>(sizes[j]);
+    EXPECT_EQ(std::memcmp(p[j].data(), want_p[j].data(), bytes), 0) << "param of array " << j;
+    EXPECT_EQ(std::memcmp(m[j].data(), want_m[j].data(), bytes), 0) << "exp_avg of array " << j;
+    EXPECT_EQ(std::memcmp(v[j].data(), want_v[j].data(), bytes), 0) << "exp_avg_sq of array " << j;
+    EXPECT_EQ(g[j], randn(sizes[j], 30 + j)) << "grad of array " << j << " changed";
+  }
+  // The scale was applied: the unscaled update of array 1 gives other params.
+  std::vector<float> unscaled = randn(257, 21);
+  std::vector<float> um = randn(257, 41, 0.1f), uv = randn(257, 51, 0.1f);
+  for (float& x : uv) x = x * x;
+  const std::vector<float> g1 = randn(257, 31);
+  for (int64_t i = 0; i < 257; ++i)
+    cuda_rows::adamw_element(&unscaled[i], g1[i], &um[i], &uv[i], s);
+  EXPECT_NE(std::memcmp(unscaled.data(), p[1].data(), sizeof(float) * 257), 0);
+}
+
+// step_arrays.cu's bf16 casts of several arrays at once (empty ones among them, NaN and infinity
+// in them): bit-equal to the CPU's round_to_bf16 per array.
+TEST(CudaRows, RoundEveryArrayIsRoundToBf16PerArray) {
+  const std::vector<int64_t> sizes = {5, 0, 1031, 1};
+  std::vector<std::vector<float>> src;
+  std::vector<std::vector<uint16_t>> got, want;
+  std::vector<Bf16Cast> table;
+  std::vector<int64_t> starts = {0};
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    src.push_back(randn(sizes[j], 110 + j));
+    got.emplace_back(sizes[j], 0);
+    want.emplace_back(sizes[j], 0);
+  }
+  src[0][1] = NAN;
+  src[0][3] = -INFINITY;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    table.push_back({got[j].data(), src[j].data(), sizes[j]});
+    starts.push_back(starts.back() + sizes[j]);
+    round_to_bf16(want[j].data(), src[j].data(), sizes[j]);
+  }
+  for (int64_t i = 0; i < starts.back(); ++i) {
+    cuda_rows::round_all_element(table.data(), starts.data(), static_cast<int64_t>(table.size()),
+                                 i);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(CudaRows, ArrayOfSkipsEmptyArrays) {
+  const std::vector<int64_t> starts = {0, 0, 5, 5, 5, 6};  // sizes 0, 5, 0, 0, 1
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(cuda_rows::array_of(starts.data(), 5, i), 1) << i;
+  EXPECT_EQ(cuda_rows::array_of(starts.data(), 5, 5), 4);
+}
+
+// step_arrays.cu's sum of squares: every thread's strided share of each array over the launch's
+// grid (1024 blocks of 256), added per array and then over the arrays, against the CPU's
+// sum_squares_f64 per array summed in the same order (fp64 sums in other orders: within n ulps).
+TEST(CudaRows, SumSquaresSharesCoverEveryElement) {
+  const std::vector<int64_t> sizes = {300007, 0, 1, 262145};
+  const int64_t stride = int64_t{1024} * 256;
+  double got = 0.0, want = 0.0;
+  for (size_t j = 0; j < sizes.size(); ++j) {
+    const std::vector<float> x = randn(sizes[j], 60 + j);
+    double array_total = 0.0;
+    for (int64_t first = 0; first < stride; ++first) {
+      array_total += cuda_rows::sum_squares_share(x.data(), sizes[j], first, stride);
+    }
+    got += array_total;
+    want += sum_squares_f64(x.data(), sizes[j]);
+  }
+  EXPECT_NEAR(got, want, 1e-15 * 600000 * want);
+  EXPECT_GT(want, 500000.0);  // about one per element
 }
 
 // cross_entropy.cu's chunk loop replayed on the host: the logits GEMM, the row body over each

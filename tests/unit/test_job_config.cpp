@@ -169,6 +169,10 @@ TEST(JobConfig, KeysSetToNoEffectAreNamed) {
         "flavor 'tiny'");
   EXPECT_TRUE(unused_after({"--model.hf_assets_path=/f", "--model.flavor=hf"}).empty());
   warns({"--validation.freq=5"}, "validation.freq has no effect", "validation.enable is false");
+  warns({"--training.allow_tf32=true"}, "training.allow_tf32 has no effect",
+        "the CPU, which has no TF32");
+  // On a GPU the key counts (checked before any device is opened: no GPU needed).
+  EXPECT_TRUE(unused_after({"--training.allow_tf32=true", "--training.device=cuda"}).empty());
   EXPECT_TRUE(unused_after({"--validation.freq=5", "--validation.enable=true"}).empty());
   warns({"--validation.dataset=c4", "--validation.enable=true"}, "validation.dataset",
         "validation.dataset_path");

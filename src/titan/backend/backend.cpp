@@ -5,8 +5,10 @@
 #include <memory>
 #include <mutex>
 
+#include "titan/backend/allow_tf32.h"
 #include "titan/backend/cpu/cpu_backend.h"
 #include "titan/backend/cuda/cuda_backend.h"
+#include "titan/backend/device_memory.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -55,6 +57,16 @@ Backend& backend_named(std::string_view name) {
 
 void select_backend(std::string_view name) {
   g_active = &backend_named(name);
+}
+
+std::optional<size_t> device_memory_in_use(const Backend& device) {
+  if (device.kind() == DeviceKind::cpu) return std::nullopt;
+  return cuda_device_memory_in_use();
+}
+
+void set_allow_tf32(Backend& device, bool allow) {
+  if (device.kind() == DeviceKind::cpu) return;
+  cuda_set_allow_tf32(device, allow);
 }
 
 }  // namespace titan

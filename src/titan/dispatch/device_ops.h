@@ -16,6 +16,7 @@
 #include "titan/backend/backend.h"
 #include "titan/dispatch/kernel_fn.h"
 #include "titan/ops/adamw.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/lora_dropout.h"
 #include "titan/ops/lora_experts.h"
@@ -94,6 +95,21 @@ struct DeviceOps {
                     const AdamWConfig& config, float lr, int64_t step),
            "adamw_step">
       adamw_step;
+  // The gradient norm's fp64 sum of squares over every array's grad: each array's sum_squares,
+  // added in the arrays' order (on CUDA one launch per 32 arrays, the blocks' sums added on the
+  // host).
+  KernelFn<double (*)(std::span<const AdamWArrays> arrays), "sum_squares_all"> sum_squares_all;
+  // adamw_step over every array, each grad first multiplied by grad_scale (clipping's coefficient;
+  // 1 leaves it) as `scale` would round it. The CPU scales grad in place, then updates array by
+  // array; CUDA does both in one launch per 32 arrays and leaves grad unscaled (nothing reads it
+  // after the step but the next step's zeroing).
+  KernelFn<void (*)(std::span<const AdamWArrays> arrays, const AdamWConfig& config, float lr,
+                    int64_t step, float grad_scale),
+           "adamw_step_all">
+      adamw_step_all;
+  // round_to_bf16 of every cast (a unit's bf16 weight copies), in order; on CUDA one launch per
+  // 32 casts.
+  KernelFn<void (*)(std::span<const Bf16Cast> casts), "round_to_bf16_all"> round_to_bf16_all;
 };
 
 // The table of the running backend's device (backend().kind()); titan::Error when none is

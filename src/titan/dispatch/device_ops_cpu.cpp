@@ -43,6 +43,26 @@ DeviceOps cpu_device_ops() {
                       const AdamWConfig& config, float lr, int64_t step) {
     adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));
   };
+  // The step-wide forms array by array: the same calls, in the same order, as the optimizer
+  // made one by one before them (the CPU's bits unchanged).
+  ops.sum_squares_all = [](std::span<const AdamWArrays> arrays) {
+    double sum = 0.0;
+    for (const AdamWArrays& a : arrays) sum += sum_squares_f64(a.grad, a.n);
+    return sum;
+  };
+  ops.adamw_step_all = [](std::span<const AdamWArrays> arrays, const AdamWConfig& config, float lr,
+                          int64_t step, float grad_scale) {
+    if (grad_scale != 1.0f) {
+      for (const AdamWArrays& a : arrays) scale_in_place(a.grad, grad_scale, a.n);
+    }
+    const AdamWScalars s = adamw_scalars(config, lr, step);
+    for (const AdamWArrays& a : arrays) {
+      adamw_update(a.param, a.grad, a.exp_avg, a.exp_avg_sq, a.n, s);
+    }
+  };
+  ops.round_to_bf16_all = [](std::span<const Bf16Cast> casts) {
+    for (const Bf16Cast& c : casts) round_to_bf16(c.dst, c.src, c.n);
+  };
   return ops;
 }
 

@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
@@ -73,11 +74,13 @@ bool DecoderLM::read_only_in_bf16(const std::string& name) {
 }
 
 void DecoderLM::refresh_compute_weights(int64_t group, bool all) {
+  std::vector<Bf16Cast> casts;  // one launch on a GPU
   for (const ComputeCopy& c : compute_copies_) {
     if (group >= 0 && c.group != group) continue;
     if (!all && !c.master_read) continue;
-    device_ops().round_to_bf16(c.bound, master_of(c), c.numel);
+    casts.push_back({c.bound, master_of(c), c.numel});
   }
+  device_ops().round_to_bf16_all(casts);
 }
 
 std::vector<std::vector<ComputeCopyTarget>> DecoderLM::copy_targets(bool with_master_read) {

@@ -15,6 +15,17 @@ struct AdamWConfig {
   float weight_decay = 0.1f;
 };
 
+// One parameter array with its gradient and AdamW moments, all (n): what the step-wide ops take,
+// every array of a step at once (DeviceOps::sum_squares_all and adamw_step_all; on CUDA one
+// launch per 32 arrays, their pointers and sizes the kernel's parameter).
+struct AdamWArrays {
+  float* param = nullptr;
+  float* grad = nullptr;
+  float* exp_avg = nullptr;
+  float* exp_avg_sq = nullptr;
+  int64_t n = 0;
+};
+
 // The scalars of update number `step` (1-based) at learning rate `lr`.
 AdamWScalars adamw_scalars(const AdamWConfig& config, float lr, int64_t step);
 

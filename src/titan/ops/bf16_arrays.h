@@ -11,6 +11,14 @@ namespace titan {
 
 // dst (n) = x (n) rounded to bf16, raw bits (f32_to_bf16's rounding).
 void round_to_bf16(uint16_t* dst, const float* x, int64_t n);
+// One array's rounding: dst (n) = src (n) rounded to bf16 (a master weight's bf16 copy), what
+// DeviceOps::round_to_bf16_all takes for every copy of a unit at once.
+struct Bf16Cast {
+  uint16_t* dst = nullptr;
+  const float* src = nullptr;
+  int64_t n = 0;
+};
+
 // dst (n) = x (n, raw bf16 bits) widened to fp32.
 void widen_bf16(float* dst, const uint16_t* x, int64_t n);
 // values (n) rounded to bf16 in place (each the fp32 holding its bf16 value); bits (n), unless

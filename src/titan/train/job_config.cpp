@@ -55,6 +55,7 @@ std::vector<Field> fields(JobConfig& c) {
       {"training", "mixed_precision_param", &c.training.mixed_precision_param},
       {"training", "mixed_precision_reduce", &c.training.mixed_precision_reduce},
       {"training", "skip_nonfinite_steps", &c.training.skip_nonfinite_steps},
+      {"training", "allow_tf32", &c.training.allow_tf32},
       {"training", "device", &c.training.device},
       {"optimizer", "name", &c.optimizer.name},
       {"optimizer", "lr", &c.optimizer.lr},

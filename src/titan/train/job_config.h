@@ -67,6 +67,10 @@ struct JobConfig {
     // titan's addition: where parameters, gradients, AdamW state, activations and kernels live:
     // "cpu", "cuda" (device 0) or "cuda:N" (train/job_device.h says what CUDA takes so far).
     std::string device = "cpu";
+    // As torch.backends.cuda.matmul.allow_tf32: fp32 GEMMs on a GPU may round their operands to
+    // TF32 on the tensor cores (faster, about 1e-3 relative). Off: fp32 arithmetic throughout. The
+    // CPU has no TF32 (its fp32 GEMMs stay fp32; setting the key there is warned of).
+    bool allow_tf32 = false;
   } training;
   struct Optimizer {
     std::string name = "AdamW";

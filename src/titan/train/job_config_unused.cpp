@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "titan/backend/backend.h"
 #include "titan/core/error.h"
 #include "titan/train/job_config.h"
 #include "titan/train/job_config_torchtitan.h"
@@ -54,6 +55,8 @@ std::vector<std::string> job_config_unused_keys(const JobConfig& c) {
   unused({"lr_scheduler.decay_ratio", "lr_scheduler.min_lr_factor"},
          c.lr_scheduler.decay_type == "none",
          "lr_scheduler.decay_type is \"none\" (set linear, cosine or sqrt to decay)");
+  unused({"training.allow_tf32"}, parse_device_name(c.training.device).kind == DeviceKind::cpu,
+         "training.device is the CPU, which has no TF32 (its fp32 GEMMs stay fp32)");
   unused({"training.deterministic"}, !c.training.deterministic,
          "titan's kernels are deterministic for a given thread count whatever its value");
   unused({"lora.alpha", "lora.dropout", "lora.target_modules", "lora.merge_on_export",

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "titan/backend/allow_tf32.h"
 #include "titan/backend/backend.h"
 #include "titan/core/error.h"
 
@@ -14,6 +15,7 @@ void select_job_device(const JobConfig& config) {
   } catch (const Error& e) {
     fail("training.device = \"", device, "\": ", e.what());
   }
+  set_allow_tf32(backend(), config.training.allow_tf32);
 }
 
 void check_device_job(const JobConfig& config, const ModelArgs& args, const MeshDims& dims) {

@@ -2,10 +2,14 @@
 
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 
 #include "titan/backend/backend.h"
+#include "titan/backend/device_memory.h"
 #include "titan/core/allocator.h"
 #include "titan/core/clock.h"
 #include "titan/core/error.h"
@@ -14,6 +18,12 @@ namespace titan {
 namespace {
 double gib(size_t bytes) {
   return static_cast<double>(bytes) / (1u << 30);
+}
+// "12.34": GiB with two decimals, as the step line prints its other sizes.
+std::string format_gib(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", gib(bytes));
+  return text;
 }
 }  // namespace
 
@@ -87,13 +97,18 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
   const double tps = static_cast<double>(m.tokens) / m.step_time_s;
   const double tflops = tps * flops_per_token_ * 1e-12;
   const double mfu = 100.0 * tflops * 1e3 / peak_gflops_;
+  // A GPU's own count of its memory in use (this rank's device): beside the engine's accounted
+  // Buffers it holds the CUDA context, cuBLASLt's workspace and the backend's raw allocations.
+  const std::optional<size_t> device_in_use = device_memory_in_use(backend());
+  const std::string device_note =
+      device_in_use ? detail::concat("  device in use ", format_gib(*device_in_use), "GiB") : "";
   std::printf(
       "step %5lld/%lld  loss %8.4f  grad_norm %8.4f  lr %.2e  memory %.2fGiB (peak %.2fGiB, "
-      "%.1f%%)  tps %8.0f  tflops %6.3f  mfu %5.1f%%  time %.2fs (data %.3fs)  eta %s%s\n",
+      "%.1f%%)%s  tps %8.0f  tflops %6.3f  mfu %5.1f%%  time %.2fs (data %.3fs)  eta %s%s\n",
       static_cast<long long>(m.step), static_cast<long long>(last_step_), m.loss, m.grad_norm, m.lr,
       gib(mem.total_current), gib(mem.total_peak),
-      100.0 * static_cast<double>(mem.total_peak) / machine, tps, tflops, mfu, m.step_time_s,
-      m.data_time_s, format_duration(eta_seconds(m)).c_str(),
+      100.0 * static_cast<double>(mem.total_peak) / machine, device_note.c_str(), tps, tflops, mfu,
+      m.step_time_s, m.data_time_s, format_duration(eta_seconds(m)).c_str(),
       first ? "  [first step: includes warm-up]" : "");
   std::fflush(stdout);
   if (jsonl_ != nullptr) {
@@ -102,18 +117,19 @@ void MetricsLogger::record(const StepMetrics& m, bool print) {
       peak_by_category[std::string(mem_category_name(static_cast<MemCategory>(c)))] =
           gib(mem.peak[c]);
     }
-    const nlohmann::json j = {{"step", m.step},
-                              {"loss", m.loss},
-                              {"grad_norm", m.grad_norm},
-                              {"lr", m.lr},
-                              {"tokens_per_second", tps},
-                              {"tflops", tflops},
-                              {"mfu", mfu},
-                              {"memory_current_gib", gib(mem.total_current)},
-                              {"memory_peak_gib", gib(mem.total_peak)},
-                              {"memory_peak_by_category_gib", peak_by_category},
-                              {"step_time_s", m.step_time_s},
-                              {"data_time_s", m.data_time_s}};
+    nlohmann::json j = {{"step", m.step},
+                        {"loss", m.loss},
+                        {"grad_norm", m.grad_norm},
+                        {"lr", m.lr},
+                        {"tokens_per_second", tps},
+                        {"tflops", tflops},
+                        {"mfu", mfu},
+                        {"memory_current_gib", gib(mem.total_current)},
+                        {"memory_peak_gib", gib(mem.total_peak)},
+                        {"memory_peak_by_category_gib", peak_by_category},
+                        {"step_time_s", m.step_time_s},
+                        {"data_time_s", m.data_time_s}};
+    if (device_in_use) j["device_memory_in_use_gib"] = gib(*device_in_use);
     std::fprintf(jsonl_, "%s\n", j.dump().c_str());
     std::fflush(jsonl_);
   }

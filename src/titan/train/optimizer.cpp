@@ -22,7 +22,7 @@ AdamWOptimizer::AdamWOptimizer(std::vector<ParamGroup>& groups, const AdamWConfi
 double AdamWOptimizer::grad_norm() const {
   double sum = 0.0;
   if (cut_model_.group == nullptr) {
-    for (const ParamGroup& g : groups_) sum += device_ops().sum_squares(g.grads(), g.numel());
+    sum = device_ops().sum_squares_all(arrays());
   } else {
     double cut = 0.0;      // summed over the TP or EP group; `sum` holds the replicated parameters'
     double experts = 0.0;  // under EP x TP without FSDP: summed over the EP group
@@ -64,19 +64,24 @@ double AdamWOptimizer::grad_norm() const {
 double AdamWOptimizer::clip_grad_norm(double max_norm) {
   const double norm = grad_norm();
   const double coef = max_norm / (norm + 1e-6);
-  if (max_norm > 0 && coef < 1.0) {
-    for (ParamGroup& g : groups_)
-      device_ops().scale(g.grads(), static_cast<float>(coef), g.numel());
-  }
+  pending_grad_scale_ = max_norm > 0 && coef < 1.0 ? static_cast<float>(coef) : 1.0f;
   return norm;
 }
 
 void AdamWOptimizer::step(double lr) {
   ++step_;
+  device_ops().adamw_step_all(arrays(), config_, static_cast<float>(lr), step_,
+                              pending_grad_scale_);
+  pending_grad_scale_ = 1.0f;
+}
+
+std::vector<AdamWArrays> AdamWOptimizer::arrays() const {
+  std::vector<AdamWArrays> out;
+  out.reserve(groups_.size());
   for (ParamGroup& g : groups_) {
-    device_ops().adamw_step(g.params(), g.grads(), g.exp_avg(), g.exp_avg_sq(), g.numel(), config_,
-                            static_cast<float>(lr), step_);
+    out.push_back({g.params(), g.grads(), g.exp_avg(), g.exp_avg_sq(), g.numel()});
   }
+  return out;
 }
 
 }  // namespace titan

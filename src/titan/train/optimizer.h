@@ -35,7 +35,8 @@ class AdamWOptimizer {
   // first parameter holding a non-finite gradient (on this rank).
   double grad_norm() const;
   // torch.nn.utils.clip_grad_norm_: scales gradients by max_norm / (norm + 1e-6) when that is
-  // below 1. max_norm 0 disables. Returns the norm before clipping.
+  // below 1 -- in the next step(), fused into AdamW's reading of each gradient (CPU: scaled in
+  // place first, as before) -- max_norm 0 disables. Returns the norm before clipping.
   double clip_grad_norm(double max_norm);
   // One AdamW update at `lr`; the step counter (bias correction) advances by one.
   void step(double lr);
@@ -49,6 +50,12 @@ class AdamWOptimizer {
   Communicator* shards_ = nullptr;
   CutModelNorm cut_model_;
   int64_t step_ = 0;
+  // clip_grad_norm's coefficient, applied by the next step's AdamW (fused there on CUDA); 1 when
+  // no clipping is pending.
+  float pending_grad_scale_ = 1.0f;
+
+  // Every group's arrays in the groups' order, read afresh (FSDP may move a group's buffers).
+  std::vector<AdamWArrays> arrays() const;
 };
 
 }  // namespace titan

@@ -1,8 +1,8 @@
 // The CUDA backend so far: device memory (cudaMalloc, cudaMemcpy), GEMMs through cuBLASLt, the
-// device's name. titan's CUDA kernels live in ops/cuda/; every vector primitive (the CPU kernels'
-// building blocks) throws here, and the peak is unknown until measured (a GPU's per-SM rate depends
-// on its architecture and tensor cores; titan reports only rates it has measured or derived from
-// measured quantities, as the CPU's).
+// device's name, its peak from NVIDIA's datasheets (backend/datasheet_peak.h: a GPU's tensor-core
+// rate is not derived from what titan measures, unlike the CPU's; a device not in the table has
+// none). titan's CUDA kernels live in ops/cuda/; every vector primitive (the CPU kernels' building
+// blocks) throws here.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "titan/backend/cuda/cuda_backend.h"
+#include "titan/backend/datasheet_peak.h"
 #include "titan/core/error.h"
 
 namespace titan {
@@ -54,7 +55,8 @@ __global__ void scale_rows(void* c, bool bf16, int64_t n, int64_t ldc, float bet
 
 // One cuBLASLt matmul, row-major: C (m, n) = alpha op(A) op(B) + beta C. cuBLASLt is column-major:
 // a row-major C is the column-major C^T = op(B)^T op(A)^T, so B comes first, with m and n swapped.
-// compute CUBLAS_COMPUTE_32F: fp32 arithmetic, never TF32 (that would be _FAST_TF32).
+// compute CUBLAS_COMPUTE_32F: fp32 arithmetic; fp32 operands use CUBLAS_COMPUTE_32F_FAST_TF32
+// instead where training.allow_tf32 asked for it (tf32).
 class LtGemm {
  public:
   LtGemm() {
@@ -74,14 +76,17 @@ class LtGemm {
     int64_t ld;
   };
   void run(Trans ta, Trans tb, int64_t m, int64_t n, int64_t k, float alpha, Operand a, Operand b,
-           float beta, void* c, cudaDataType_t c_type, int64_t ldc, const char* what) {
+           float beta, void* c, cudaDataType_t c_type, int64_t ldc, const char* what,
+           bool tf32 = false) {
     if (k == 0) {  // no product: C = beta C (cuBLASLt takes no empty operand)
       scale_rows<<<static_cast<unsigned>(m), 256>>>(c, c_type == CUDA_R_16BF, n, ldc, beta);
       check_cuda(cudaGetLastError(), "scale_rows launch");
       return;
     }
     Descriptors d;
-    check_cublas(cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F), what);
+    check_cublas(cublasLtMatmulDescCreate(
+                     &d.op, tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                 what);
     const cublasOperation_t op_first = op(tb), op_second = op(ta);
     check_cublas(cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
                                                 sizeof op_first),
@@ -279,6 +284,9 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     check_cuda(cudaGetDeviceProperties(&prop, device_), "cudaGetDeviceProperties");
     memory_bytes_ = prop.totalGlobalMem;
+    device_name_ = prop.name;
+    capability_ = detail::concat("sm_", prop.major, prop.minor);
+    peak_ = datasheet_peak(device_name_, prop.major, prop.minor);
     name_ = detail::concat("cuda:", device_, ": ", prop.name, " (sm_", prop.major, prop.minor, ", ",
                            prop.multiProcessorCount, " SMs, ",
                            static_cast<double>(prop.totalGlobalMem) / (1ull << 30), " GiB)");
@@ -288,8 +296,25 @@ class CudaBackend final : public Backend {
 
   DeviceKind kind() const override { return DeviceKind::cuda; }
   std::string name() const override { return name_; }
-  std::optional<double> peak_gflops(DType) const override { return std::nullopt; }
-  std::string peak_source(DType) const override { return "no peak on CUDA yet: not measured"; }
+  std::optional<double> peak_gflops(DType dtype) const override {
+    if (!peak_) return std::nullopt;
+    return datasheet_peak_gflops(*peak_, dtype, allow_tf32_);
+  }
+  std::string peak_source(DType dtype) const override {
+    if (!peak_) {
+      return detail::concat("'", device_name_, "' (", capability_,
+                            ") is not in titan's table of datasheet peaks, "
+                            "src/titan/backend/datasheet_peak.h");
+    }
+    const std::optional<double> gflops = datasheet_peak_gflops(*peak_, dtype, allow_tf32_);
+    if (!gflops) {
+      return detail::concat("the ", peak_->source, " row has no ", dtype_name(dtype), " peak");
+    }
+    const bool tf32 = allow_tf32_ && dtype == DType::f32;
+    return detail::concat("the dense ", dtype_name(dtype),
+                          tf32 ? " (TF32, training.allow_tf32)" : "", " peak of ", device_name_,
+                          ", ", *gflops * 1e-3, " TFLOP/s, from the ", peak_->source);
+  }
   // cuBLASLt runs fp32 and bf16 GEMMs on the GPU's own units (tensor cores from sm_80 for bf16).
   bool native(DType dtype) const override { return dtype == DType::f32 || dtype == DType::bf16; }
   size_t memory_bytes() const override { return memory_bytes_; }
@@ -330,7 +355,7 @@ class CudaBackend final : public Backend {
                 int64_t ldc) override {
     if (m == 0 || n == 0) return;
     lt_.run(trans_a, trans_b, m, n, k, alpha, {a, CUDA_R_32F, lda}, {b, CUDA_R_32F, ldb}, beta, c,
-            CUDA_R_32F, ldc, "fp32 GEMM");
+            CUDA_R_32F, ldc, allow_tf32_ ? "fp32 GEMM (TF32 allowed)" : "fp32 GEMM", allow_tf32_);
   }
   // A block is a small GEMM on the stream like any other.
   void gemm_f32_block(Trans trans_a, Trans trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -355,17 +380,34 @@ class CudaBackend final : public Backend {
 
   const VecKernels& vec() const override { return vec_; }
 
+  void set_allow_tf32(bool allow) { allow_tf32_ = allow; }
+
  private:
   int device_;
   VecKernels vec_;
   std::string name_;
   size_t memory_bytes_ = 0;
+  std::string device_name_, capability_;  // "NVIDIA H200", "sm_90"
+  std::optional<DatasheetPeak> peak_;     // empty: not in the table
+  bool allow_tf32_ = false;               // training.allow_tf32
   CudaMemory memory_;
   PinnedHostMemory pinned_;
   LtGemm lt_;
 };
 
 }  // namespace
+
+void cuda_set_allow_tf32(Backend& cuda, bool allow) {
+  auto* backend = dynamic_cast<CudaBackend*>(&cuda);
+  TITAN_CHECK(backend != nullptr, "training.allow_tf32: ", cuda.name(), " is not a CUDA backend");
+  backend->set_allow_tf32(allow);
+}
+
+size_t cuda_device_memory_in_use() {
+  size_t free = 0, total = 0;
+  check_cuda(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return total - free;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int ordinal) {
   int count = 0;

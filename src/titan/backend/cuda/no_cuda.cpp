@@ -9,4 +9,12 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
       "this titan was built without CUDA (configure with -DTITAN_CUDA=ON where nvcc is installed)");
 }
 
+void cuda_set_allow_tf32(Backend&, bool) {
+  fail("this titan was built without CUDA: no TF32 to allow");
+}
+
+size_t cuda_device_memory_in_use() {
+  fail("this titan was built without CUDA: no device memory to count");
+}
+
 }  // namespace titan

@@ -52,6 +52,12 @@ DeviceOps cuda_device_ops() {
                       const AdamWConfig& config, float lr, int64_t step) {
     cuda_ops::adamw_update(param, grad, exp_avg, exp_avg_sq, n, adamw_scalars(config, lr, step));
   };
+  ops.sum_squares_all = cuda_ops::sum_squares_all;
+  ops.adamw_step_all = [](std::span<const AdamWArrays> arrays, const AdamWConfig& config, float lr,
+                          int64_t step, float grad_scale) {
+    cuda_ops::adamw_update_all(arrays, adamw_scalars(config, lr, step), grad_scale);
+  };
+  ops.round_to_bf16_all = cuda_ops::round_to_bf16_all;
   return ops;
 }
 

@@ -11,6 +11,7 @@
 
 #include "titan/ops/adamw.h"
 #include "titan/ops/attention.h"
+#include "titan/ops/bf16_arrays.h"
 #include "titan/ops/cross_entropy.h"
 #include "titan/ops/gemv.h"
 #include "titan/ops/lora_dropout.h"
@@ -166,5 +167,12 @@ void gemv_forward(std::span<const GemvProduct> products, const float* x);
 void lora_dropout(float* dst, const float* x, int64_t n, int64_t features,
                   const LoraDropoutCall& call, bool accumulate);
 void transpose(float* dst, const float* src, int64_t rows, int64_t cols);
+
+// step_arrays.cu: the step-wide forms over every parameter array at once (DeviceOps'
+// sum_squares_all and adamw_step_all; the gradients left unscaled).
+double sum_squares_all(std::span<const AdamWArrays> arrays);
+void adamw_update_all(std::span<const AdamWArrays> arrays, const AdamWScalars& scalars,
+                      float grad_scale);
+void round_to_bf16_all(std::span<const Bf16Cast> casts);
 
 }  // namespace titan::cuda_ops
