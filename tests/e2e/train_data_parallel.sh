@@ -356,10 +356,16 @@ one_line "$work/fail.log" "^\[rank 0 of 2\] titan train: error: .*step-2 exists 
 # start-up (about 40 MB) does: a heap limit (ulimit -d). AddressSanitizer maps terabytes of shadow
 # memory at start-up, past any such limit, so under it rank 1's allocator refuses one allocation
 # over 8 MB instead (the parameter blocks; nothing before them is as large), returning null as
-# glibc's does under the limit. (grep reads all of ldd's output: with -q it could exit first, and
-# ldd's SIGPIPE would fail the pipeline under pipefail, taking the ulimit branch under ASan.)
-if ldd "$titan" | grep libasan > /dev/null; then
+# glibc's does under the limit. (ldd's output is read whole first: a grep -q in a pipe could exit
+# early, and ldd's SIGPIPE would fail the pipeline under pipefail.)
+# A CUDA build's libraries (cuDNN, NVRTC, cuBLASLt) take about 200 MiB of the data limit as they
+# are loaded (the binary loads from 206 MB on, where the CPU build's whole start-up fits in 96):
+# the limit grows by that much there.
+libraries=$(ldd "$titan")
+if grep libasan <<< "$libraries" > /dev/null; then
   limit="export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}allocator_may_return_null=1:max_allocation_size_mb=8"
+elif grep libcudart <<< "$libraries" > /dev/null; then
+  limit='ulimit -d 303104'
 else
   limit='ulimit -d 98304'
 fi

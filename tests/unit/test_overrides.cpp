@@ -320,15 +320,16 @@ TEST(Registry, DefaultKernelPerKindAndDevice) {
   // The experts run in stages (ops/moe_stages.h), each stage's default its built-in kernel.
   EXPECT_EQ(r.default_kernel(OpKind::experts, DeviceKind::cpu), "experts_staged");
   EXPECT_EQ(r.default_kernel(OpKind::grouped_experts, DeviceKind::cpu), "grouped_experts");
-  // This build registers no CUDA kernel: a CUDA model's slots would find none, by name.
-  EXPECT_EQ(test::error_of([&] { r.default_kernel(OpKind::rms_norm, DeviceKind::cuda); }),
+  // A registry without a device's kernels (an empty one here: the CUDA build registers CUDA's in
+  // the global one) names what a model's slots would find missing.
+  KernelRegistry fresh;
+  EXPECT_EQ(test::error_of([&] { fresh.default_kernel(OpKind::rms_norm, DeviceKind::cuda); }),
             "no rms_norm kernel is registered for cuda");
-  EXPECT_EQ(test::error_of([&] { r.device_ops(DeviceKind::cuda); }),
+  EXPECT_EQ(test::error_of([&] { fresh.device_ops(DeviceKind::cuda); }),
             "no ops are registered for cuda (this titan has no kernels for that device yet)");
   EXPECT_EQ(r.device_ops(DeviceKind::cpu).device, DeviceKind::cpu);
   // A default must name a kernel of that kind on that device.
   register_linear_on_cuda();
-  KernelRegistry fresh;
   EXPECT_EQ(test::error_of([&] { fresh.set_default(OpKind::linear, DeviceKind::cpu, "linear"); }),
             "no linear kernel named 'linear' (registered: )");
   EXPECT_EQ(test::error_of([] {
