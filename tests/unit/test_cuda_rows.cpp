@@ -425,6 +425,7 @@ TEST(CudaRows, AdamwOverEveryArrayIsScaleThenAdamwPerArray) {
     cuda_rows::adamw_all_element(table.data(), starts.data(), count, i, s, grad_scale);
   }
   for (size_t j = 0; j < sizes.size(); ++j) {
+    if (sizes[j] == 0) continue;  // an empty vector's data() may be null: memcmp's undefined there
     const size_t bytes = sizeof(float) * static_cast<size_t>(sizes[j]);
     EXPECT_EQ(std::memcmp(p[j].data(), want_p[j].data(), bytes), 0) << "param of array " << j;
     EXPECT_EQ(std::memcmp(m[j].data(), want_m[j].data(), bytes), 0) << "exp_avg of array " << j;
